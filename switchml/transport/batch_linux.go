@@ -1,0 +1,186 @@
+//go:build linux
+
+package transport
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// batchIO issues recvmmsg/sendmmsg on the socket through RawConn so that
+// the poller parks the goroutine while the socket is not ready. The closures
+// handed to RawConn are bound once, so a call allocates nothing.
+type batchIO struct {
+	raw syscall.RawConn
+
+	rhdrs  []unix.Mmsghdr
+	riov   []unix.Iovec
+	rnames []unix.RawSockaddrInet6
+	rn     int
+	rerr   error
+	readFn func(fd uintptr) bool
+
+	whdrs   []unix.Mmsghdr
+	wiov    []unix.Iovec
+	wnames  []unix.RawSockaddrInet6
+	wcount  int
+	wn      int
+	werr    error
+	writeFn func(fd uintptr) bool
+}
+
+func (b *batchIO) init(udp *net.UDPConn, size int) error {
+	raw, err := udp.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("transport: raw socket access: %w", err)
+	}
+	b.raw = raw
+	b.rhdrs = make([]unix.Mmsghdr, size)
+	b.riov = make([]unix.Iovec, size)
+	b.rnames = make([]unix.RawSockaddrInet6, size)
+	b.whdrs = make([]unix.Mmsghdr, size)
+	b.wiov = make([]unix.Iovec, size)
+	b.wnames = make([]unix.RawSockaddrInet6, size)
+	b.readFn = b.doRead
+	b.writeFn = b.doWrite
+	return nil
+}
+
+func (b *batchIO) read(ms []Message) (int, error) {
+	n := min(len(ms), len(b.rhdrs))
+	for i := 0; i < n; i++ {
+		buf := ms[i].Buf[:cap(ms[i].Buf)]
+		if len(buf) == 0 {
+			return 0, errors.New("transport: read buffer with zero capacity")
+		}
+		b.riov[i].Base = &buf[0]
+		b.riov[i].SetLen(len(buf))
+		h := &b.rhdrs[i].Hdr
+		h.Name = (*byte)(unsafe.Pointer(&b.rnames[i]))
+		h.Namelen = uint32(unsafe.Sizeof(b.rnames[i]))
+		h.Iov = &b.riov[i]
+		h.SetIovlen(1)
+		h.Control = nil
+		h.SetControllen(0)
+		h.Flags = 0
+	}
+	b.rn, b.rerr = n, nil
+	if err := b.raw.Read(b.readFn); err != nil {
+		return 0, err
+	}
+	if b.rerr != nil {
+		return 0, b.rerr
+	}
+	got := b.rn
+	for i := 0; i < got; i++ {
+		ms[i].N = int(b.rhdrs[i].Len)
+		ms[i].Buf = ms[i].Buf[:ms[i].N]
+		ms[i].Addr = sockaddrToAddrPort(&b.rnames[i])
+	}
+	return got, nil
+}
+
+func (b *batchIO) doRead(fd uintptr) bool {
+	r, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&b.rhdrs[0])), uintptr(b.rn), unix.MSG_DONTWAIT, 0, 0)
+	if errno == unix.EAGAIN || errno == unix.EWOULDBLOCK {
+		return false
+	}
+	if errno == unix.EINTR {
+		return false
+	}
+	if errno != 0 {
+		b.rn, b.rerr = 0, fmt.Errorf("transport: recvmmsg: %w", errno)
+		return true
+	}
+	b.rn = int(r)
+	return true
+}
+
+func (b *batchIO) write(ms []Message) (int, error) {
+	n := min(len(ms), len(b.whdrs))
+	for i := 0; i < n; i++ {
+		buf := ms[i].Buf
+		if len(buf) == 0 {
+			b.wiov[i].Base = nil
+		} else {
+			b.wiov[i].Base = &buf[0]
+		}
+		b.wiov[i].SetLen(len(buf))
+		namelen, err := addrPortToSockaddr(ms[i].Addr, &b.wnames[i])
+		if err != nil {
+			return 0, err
+		}
+		h := &b.whdrs[i].Hdr
+		h.Name = (*byte)(unsafe.Pointer(&b.wnames[i]))
+		h.Namelen = namelen
+		h.Iov = &b.wiov[i]
+		h.SetIovlen(1)
+		h.Control = nil
+		h.SetControllen(0)
+		h.Flags = 0
+	}
+	b.wcount, b.wn, b.werr = n, 0, nil
+	if err := b.raw.Write(b.writeFn); err != nil {
+		return 0, err
+	}
+	return b.wn, b.werr
+}
+
+func (b *batchIO) doWrite(fd uintptr) bool {
+	r, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&b.whdrs[0])), uintptr(b.wcount), unix.MSG_DONTWAIT, 0, 0)
+	if errno == unix.EAGAIN || errno == unix.EWOULDBLOCK || errno == unix.EINTR {
+		return false
+	}
+	if errno != 0 {
+		if errno == unix.ECONNREFUSED || errno == unix.EHOSTUNREACH || errno == unix.ENETUNREACH {
+			// An ICMP error from an earlier datagram: UDP is best effort
+			// and the protocol retransmits, so skip the datagram at the
+			// head and carry on rather than failing the whole batch.
+			b.wn = 1
+			return true
+		}
+		b.wn, b.werr = 0, fmt.Errorf("transport: sendmmsg: %w", errno)
+		return true
+	}
+	b.wn = int(r)
+	return true
+}
+
+func sockaddrToAddrPort(sa *unix.RawSockaddrInet6) netip.AddrPort {
+	switch sa.Family {
+	case unix.AF_INET:
+		sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		port := binary.BigEndian.Uint16((*[2]byte)(unsafe.Pointer(&sa4.Port))[:])
+		return netip.AddrPortFrom(netip.AddrFrom4(sa4.Addr), port)
+	case unix.AF_INET6:
+		port := binary.BigEndian.Uint16((*[2]byte)(unsafe.Pointer(&sa.Port))[:])
+		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), port)
+	}
+	return netip.AddrPort{}
+}
+
+func addrPortToSockaddr(ap netip.AddrPort, sa *unix.RawSockaddrInet6) (uint32, error) {
+	addr := ap.Addr()
+	if !addr.IsValid() {
+		return 0, errors.New("transport: write to an invalid address")
+	}
+	*sa = unix.RawSockaddrInet6{}
+	if addr.Is4() {
+		sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		sa4.Family = unix.AF_INET
+		binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&sa4.Port))[:], ap.Port())
+		sa4.Addr = addr.As4()
+		return unix.SizeofSockaddrInet4, nil
+	}
+	sa.Family = unix.AF_INET6
+	binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&sa.Port))[:], ap.Port())
+	sa.Addr = addr.As16()
+	return unix.SizeofSockaddrInet6, nil
+}

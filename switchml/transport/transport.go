@@ -1,0 +1,141 @@
+// Package transport moves SwitchML packets over UDP in batches.
+//
+// On Linux a Conn reads and writes many datagrams per system call
+// (recvmmsg/sendmmsg) through the Go runtime's network poller, so a blocked
+// read parks the goroutine instead of a thread and honours deadlines. The
+// batch structures are allocated once per Conn: steady-state reads and writes
+// allocate nothing. Other systems fall back to one datagram per call.
+//
+// A Conn is not safe for concurrent ReadBatch calls, nor for concurrent
+// WriteBatch calls; one reader and one writer may run at the same time.
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+)
+
+// MaxDatagram is the largest UDP payload a Conn reads: enough for the
+// extended SwitchML header with 2048 int32 values.
+const MaxDatagram = 9000
+
+// DefaultBatch is the number of datagrams moved per system call by default.
+const DefaultBatch = 64
+
+// Message is one datagram in a batch.
+type Message struct {
+	// Buf holds the datagram. For reads its capacity bounds what is read
+	// and N tells how much was; for writes all of Buf is sent.
+	Buf []byte
+	// N is the number of bytes received (reads only).
+	N int
+	// Addr is the source (reads) or the destination (writes).
+	Addr netip.AddrPort
+}
+
+// Options tune a Conn.
+type Options struct {
+	// Batch is the most datagrams per system call (default DefaultBatch).
+	Batch int
+	// SocketBuffer sets SO_RCVBUF and SO_SNDBUF in bytes (default 4 MiB);
+	// the kernel may cap it at net.core.rmem_max.
+	SocketBuffer int
+}
+
+func (o Options) withDefaults() Options {
+	if o.Batch <= 0 {
+		o.Batch = DefaultBatch
+	}
+	if o.SocketBuffer <= 0 {
+		o.SocketBuffer = 4 << 20
+	}
+	return o
+}
+
+// Conn is a UDP socket with batched I/O.
+type Conn struct {
+	udp   *net.UDPConn
+	local netip.AddrPort
+	opts  Options
+	batch batchIO
+}
+
+// Listen opens a UDP socket on addr ("host:port"; port 0 picks a free one).
+func Listen(addr string, opts Options) (*Conn, error) {
+	opts = opts.withDefaults()
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("transport: bad listen address %q: %w (want host:port)", addr, err)
+	}
+	// IPv4 sockets unless an IPv6 address is asked for: a dual-stack socket
+	// would need v4-mapped addresses on every send.
+	network := "udp4"
+	if ua.IP != nil && ua.IP.To4() == nil {
+		network = "udp6"
+	}
+	udp, err := net.ListenUDP(network, ua)
+	if err != nil {
+		return nil, fmt.Errorf("transport: cannot listen on %s: %w", addr, err)
+	}
+	// Bigger socket buffers absorb the bursts of a full window; failure is
+	// not fatal because the protocol recovers from drops.
+	_ = udp.SetReadBuffer(opts.SocketBuffer)
+	_ = udp.SetWriteBuffer(opts.SocketBuffer)
+	c := &Conn{udp: udp, opts: opts}
+	c.local = udp.LocalAddr().(*net.UDPAddr).AddrPort()
+	if err := c.batch.init(udp, opts.Batch); err != nil {
+		udp.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// LocalAddr is the address the socket is bound to.
+func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
+
+// Batch is the most datagrams moved per call.
+func (c *Conn) Batch() int { return c.opts.Batch }
+
+// ReadBatch waits until at least one datagram arrives or the deadline
+// passes (a zero deadline waits forever) and fills ms[:n]. On a deadline it
+// returns 0 and an error for which IsTimeout is true.
+func (c *Conn) ReadBatch(ms []Message, deadline time.Time) (int, error) {
+	if len(ms) == 0 {
+		return 0, nil
+	}
+	if err := c.udp.SetReadDeadline(deadline); err != nil {
+		return 0, err
+	}
+	return c.batch.read(ms)
+}
+
+// WriteBatch sends every message in ms, looping over short batches. It
+// returns how many were handed to the kernel. Datagrams to one destination
+// may share the same Buf.
+func (c *Conn) WriteBatch(ms []Message) (int, error) {
+	sent := 0
+	for sent < len(ms) {
+		n, err := c.batch.write(ms[sent:])
+		sent += n
+		if err != nil {
+			return sent, err
+		}
+	}
+	return sent, nil
+}
+
+// Close closes the socket; blocked reads return net.ErrClosed.
+func (c *Conn) Close() error { return c.udp.Close() }
+
+// SetReadDeadline sets the deadline for reads; it may be called from any
+// goroutine to wake a blocked reader.
+func (c *Conn) SetReadDeadline(t time.Time) error { return c.udp.SetReadDeadline(t) }
+
+// IsTimeout reports whether err is a read deadline expiry.
+func IsTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

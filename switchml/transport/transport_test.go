@@ -1,0 +1,158 @@
+package transport
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+	"time"
+)
+
+func listenPair(t *testing.T) (*Conn, *Conn) {
+	t.Helper()
+	a, err := Listen("127.0.0.1:0", Options{Batch: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Listen("127.0.0.1:0", Options{Batch: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+func TestBatchRoundTrip(t *testing.T) {
+	a, b := listenPair(t)
+	const count = 40
+	out := make([]Message, count)
+	for i := range out {
+		out[i] = Message{Buf: []byte(fmt.Sprintf("datagram-%03d", i)), Addr: b.LocalAddr()}
+	}
+	if n, err := a.WriteBatch(out); err != nil || n != count {
+		t.Fatalf("WriteBatch = %d, %v; want %d, nil", n, err, count)
+	}
+	in := make([]Message, 16)
+	for i := range in {
+		in[i].Buf = make([]byte, MaxDatagram)
+	}
+	got := 0
+	deadline := time.Now().Add(5 * time.Second)
+	for got < count {
+		n, err := b.ReadBatch(in, deadline)
+		if err != nil {
+			t.Fatalf("ReadBatch after %d datagrams: %v", got, err)
+		}
+		for _, m := range in[:n] {
+			want := fmt.Sprintf("datagram-%03d", got)
+			if string(m.Buf) != want || m.N != len(want) {
+				t.Fatalf("datagram %d = %q (N=%d), want %q", got, m.Buf, m.N, want)
+			}
+			if m.Addr != a.LocalAddr() {
+				t.Fatalf("source %v, want %v", m.Addr, a.LocalAddr())
+			}
+			got++
+		}
+		for i := range in {
+			in[i].Buf = in[i].Buf[:cap(in[i].Buf)]
+		}
+	}
+}
+
+func TestReadDeadline(t *testing.T) {
+	a, _ := listenPair(t)
+	in := []Message{{Buf: make([]byte, 64)}}
+	n, err := a.ReadBatch(in, time.Now().Add(20*time.Millisecond))
+	if n != 0 || !IsTimeout(err) {
+		t.Fatalf("ReadBatch on an idle socket = %d, %v; want 0 and a timeout", n, err)
+	}
+}
+
+func TestSharedBufferMulticast(t *testing.T) {
+	a, b := listenPair(t)
+	c, err := Listen("127.0.0.1:0", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	payload := []byte("same bytes to two places")
+	if _, err := a.WriteBatch([]Message{{Buf: payload, Addr: b.LocalAddr()}, {Buf: payload, Addr: c.LocalAddr()}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*Conn{b, c} {
+		in := []Message{{Buf: make([]byte, 100)}}
+		if n, err := r.ReadBatch(in, time.Now().Add(5*time.Second)); err != nil || n != 1 || !bytes.Equal(in[0].Buf, payload) {
+			t.Fatalf("receiver %v got %d %q %v", r.LocalAddr(), n, in[0].Buf, err)
+		}
+	}
+}
+
+func TestBatchIOAllocatesNothing(t *testing.T) {
+	a, b := listenPair(t)
+	out := []Message{{Buf: make([]byte, 256), Addr: b.LocalAddr()}, {Buf: make([]byte, 256), Addr: b.LocalAddr()}}
+	in := []Message{{Buf: make([]byte, 512)}, {Buf: make([]byte, 512)}}
+	deadline := time.Now().Add(10 * time.Second)
+	allocs := testing.AllocsPerRun(200, func() {
+		if _, err := a.WriteBatch(out); err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for got < 2 {
+			n, err := b.ReadBatch(in[got:], deadline)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += n
+		}
+		in[0].Buf, in[1].Buf = in[0].Buf[:cap(in[0].Buf)], in[1].Buf[:cap(in[1].Buf)]
+	})
+	if allocs != 0 {
+		t.Fatalf("a write+read round allocates %v times, want 0", allocs)
+	}
+}
+
+func TestListenErrors(t *testing.T) {
+	if _, err := Listen("not an address", Options{}); err == nil {
+		t.Fatal("Listen accepted a malformed address")
+	}
+	a, _ := listenPair(t)
+	if _, err := Listen(a.LocalAddr().String(), Options{}); err == nil {
+		t.Fatal("Listen on a taken port succeeded")
+	}
+}
+
+func TestInjector(t *testing.T) {
+	if _, err := NewInjector(Faults{Drop: 1.5}); err == nil {
+		t.Fatal("drop probability 1.5 accepted")
+	}
+	mk := func(n int) []Message {
+		ms := make([]Message, n)
+		for i := range ms {
+			ms[i] = Message{Buf: []byte{byte(i)}}
+		}
+		return ms
+	}
+	drop, _ := NewInjector(Faults{Drop: 1})
+	if out := drop.Apply(mk(10)); len(out) != 0 || drop.Dropped != 10 {
+		t.Fatalf("drop=1 let %d through, counted %d", len(out), drop.Dropped)
+	}
+	dup, _ := NewInjector(Faults{Duplicate: 1})
+	if out := dup.Apply(mk(5)); len(out) != 10 || out[0].Buf[0] != out[1].Buf[0] {
+		t.Fatalf("duplicate=1 gave %d datagrams, want 10 in pairs", len(out))
+	}
+	re, _ := NewInjector(Faults{Reorder: 1})
+	first := mk(3)
+	if out := re.Apply(first); len(out) != 0 || !re.Pending() {
+		t.Fatalf("reorder=1 sent %d at once, want all held", len(out))
+	}
+	first[0].Buf[0] = 99 // the injector must own its copies
+	out := re.Apply(nil)
+	if len(out) != 3 || out[0].Buf[0] != 0 || out[2].Buf[0] != 2 {
+		t.Fatalf("held datagrams released as %v", out)
+	}
+	// Same seed, same decisions.
+	a, _ := NewInjector(Faults{Drop: 0.5, Seed: 7})
+	b, _ := NewInjector(Faults{Drop: 0.5, Seed: 7})
+	if x, y := len(a.Apply(mk(100))), len(b.Apply(mk(100))); x != y || x == 0 || x == 100 {
+		t.Fatalf("seeded drop=0.5 kept %d and %d of 100", x, y)
+	}
+}
