@@ -1,0 +1,258 @@
+// Package wire encodes and decodes SwitchML packet headers.
+//
+// Two layouts exist. The compatible layout is the 10-byte header of the
+// published Tofino program, so a worker speaking it can aggregate on a real
+// switch. The extended layout is a versioned header understood only by our
+// software switch: it carries a 32-bit job number, a wider slot index and an
+// explicit element count, which lifts the limits of the compatible layout
+// (fixed payload sizes, 8-bit job numbers, 14-bit slots).
+//
+// The first nibble of either header is the message type (1 compatible, 2
+// extended), so a receiver can always tell them apart from the first byte.
+//
+// Both headers are followed by the payload: Elements big-endian
+// two's-complement int32 values. Parse validates the payload length; Append
+// writes only the header so the caller can quantize straight into the bytes
+// that follow it.
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+)
+
+// UDPPort is the UDP destination port of aggregation packets. The switch
+// accepts the 16 ports UDPPort..UDPPort+15.
+const UDPPort = 48864
+
+// Format selects the header layout.
+type Format uint8
+
+const (
+	// FormatCompat is the 10-byte header of the published Tofino program.
+	FormatCompat Format = 0
+	// FormatExtended is the versioned header of our software switch.
+	FormatExtended Format = 1
+)
+
+// String names the format for logs and flags.
+func (f Format) String() string {
+	switch f {
+	case FormatCompat:
+		return "compat"
+	case FormatExtended:
+		return "extended"
+	}
+	return "invalid"
+}
+
+// Header sizes and limits.
+const (
+	// CompatLen is the length of the compatible header.
+	CompatLen = 10
+	// ExtendedLen is the length of the extended header.
+	ExtendedLen = 18
+	// ExtendedVersion is the only extended header version defined.
+	ExtendedVersion = 1
+	// MaxCompatSlot is the largest slot the compatible pool index holds (14 bits).
+	MaxCompatSlot = 1<<14 - 1
+	// MaxExtendedSlot is the largest slot of the extended pool index (31 bits).
+	MaxExtendedSlot = 1<<31 - 1
+	// MaxElements is the largest element count of the extended header.
+	MaxElements = 2048
+	// MaxPacket is the largest packet either format can describe.
+	MaxPacket = ExtendedLen + 4*MaxElements
+)
+
+const (
+	msgTypeCompat   = 1
+	msgTypeExtended = 2
+	setBitCompat    = 1 << 15
+	setBitExtended  = 1 << 31
+)
+
+// compatElements maps the compatible size code to the element count:
+// 128, 256, 512 and 1024 payload bytes.
+var compatElements = [4]int{32, 64, 128, 256}
+
+// CompatSizeCode returns the size code of the compatible header for a
+// payload of elements int32 values, and false if the compatible layout
+// cannot describe that count.
+func CompatSizeCode(elements int) (uint8, bool) {
+	for code, n := range compatElements {
+		if n == elements {
+			return uint8(code), true
+		}
+	}
+	return 0, false
+}
+
+// Errors returned by Parse and Append. They are sentinel values so that the
+// switch can reject a malformed packet without allocating.
+var (
+	ErrShort          = errors.New("wire: packet shorter than its header")
+	ErrMsgType        = errors.New("wire: unknown message type (first nibble must be 1 compat or 2 extended)")
+	ErrReservedBits   = errors.New("wire: reserved header bits are set")
+	ErrVersion        = errors.New("wire: unsupported extended header version")
+	ErrSize           = errors.New("wire: element count not encodable (compat: 32, 64, 128 or 256; extended: 0..2048)")
+	ErrPayloadShort   = errors.New("wire: payload shorter than the header's element count")
+	ErrPayloadTrailer = errors.New("wire: trailing bytes after the payload")
+	ErrSlot           = errors.New("wire: slot out of range for the format (compat: 14 bits, extended: 31 bits)")
+	ErrSet            = errors.New("wire: set must be 0 or 1")
+	ErrFormat         = errors.New("wire: unknown format")
+)
+
+// Header is a decoded aggregation header. The same type describes requests
+// (worker to switch) and replies (switch to worker): the switch echoes Job,
+// PacketID, Slot and Set and puts the maximum exponent in Exp0.
+type Header struct {
+	Format Format
+	// Job is the job number (the allreduce sequence). The compatible layout
+	// carries only its low 8 bits.
+	Job uint32
+	// PacketID is opaque to the switch and echoed. The reference client
+	// writes it in host order; we write it big-endian and never interpret
+	// a peer's value.
+	PacketID uint32
+	Set      uint8  // 0 or 1
+	Slot     uint32 // absolute pool slot; 14 bits in the compatible layout
+	Exp0     int8   // exponent of the block whose data comes next
+	Exp1     int8   // unused by the protocol, echoed by the switch
+	// Elements is the number of int32 values following the header:
+	// 32, 64, 128 or 256 in the compatible layout, 0..2048 extended.
+	Elements int
+}
+
+// Len returns the header length in bytes for h.Format (0 for an unknown
+// format).
+func (h *Header) Len() int {
+	switch h.Format {
+	case FormatCompat:
+		return CompatLen
+	case FormatExtended:
+		return ExtendedLen
+	}
+	return 0
+}
+
+// PacketLen returns the length of the whole packet: header plus payload.
+func (h *Header) PacketLen() int { return h.Len() + 4*h.Elements }
+
+// Append appends the header (not the payload) to b. It returns b unchanged
+// and an error if a field cannot be represented in h.Format. In the
+// compatible layout only the low 8 bits of Job are written.
+func (h *Header) Append(b []byte) ([]byte, error) {
+	if h.Set > 1 {
+		return b, ErrSet
+	}
+	switch h.Format {
+	case FormatCompat:
+		code, ok := CompatSizeCode(h.Elements)
+		if !ok {
+			return b, ErrSize
+		}
+		if h.Slot > MaxCompatSlot {
+			return b, ErrSlot
+		}
+		idx := uint16(h.Slot)
+		if h.Set == 1 {
+			idx |= setBitCompat
+		}
+		b = append(b, msgTypeCompat<<4|code, byte(h.Job))
+		b = binary.BigEndian.AppendUint32(b, h.PacketID)
+		b = binary.BigEndian.AppendUint16(b, idx)
+		return append(b, byte(h.Exp0), byte(h.Exp1)), nil
+	case FormatExtended:
+		if h.Elements < 0 || h.Elements > MaxElements {
+			return b, ErrSize
+		}
+		if h.Slot > MaxExtendedSlot {
+			return b, ErrSlot
+		}
+		idx := h.Slot
+		if h.Set == 1 {
+			idx |= setBitExtended
+		}
+		b = append(b, msgTypeExtended<<4, ExtendedVersion)
+		b = binary.BigEndian.AppendUint32(b, h.Job)
+		b = binary.BigEndian.AppendUint32(b, h.PacketID)
+		b = binary.BigEndian.AppendUint32(b, idx)
+		b = append(b, byte(h.Exp0), byte(h.Exp1))
+		return binary.BigEndian.AppendUint16(b, uint16(h.Elements)), nil
+	}
+	return b, ErrFormat
+}
+
+// Parse decodes the header at the start of b and returns it with the
+// payload, which aliases b and holds exactly 4*Elements bytes. Malformed
+// input (short, unknown type or version, reserved bits set, bad size code,
+// payload length not matching the element count) yields an error naming the
+// problem; Parse never panics and never allocates.
+func Parse(b []byte) (Header, []byte, error) {
+	var h Header
+	if len(b) < 1 {
+		return h, nil, ErrShort
+	}
+	var hl int
+	switch b[0] >> 4 {
+	case msgTypeCompat:
+		if len(b) < CompatLen {
+			return h, nil, ErrShort
+		}
+		// Bit 3 of the first byte is unused and the size code has only
+		// four values; anything else is not a packet we understand.
+		if b[0]&0x0c != 0 {
+			return h, nil, ErrSize
+		}
+		idx := binary.BigEndian.Uint16(b[6:8])
+		if idx&(1<<14) != 0 {
+			return h, nil, ErrReservedBits
+		}
+		h = Header{
+			Format:   FormatCompat,
+			Job:      uint32(b[1]),
+			PacketID: binary.BigEndian.Uint32(b[2:6]),
+			Set:      uint8(idx >> 15),
+			Slot:     uint32(idx & MaxCompatSlot),
+			Exp0:     int8(b[8]),
+			Exp1:     int8(b[9]),
+			Elements: compatElements[b[0]&3],
+		}
+		hl = CompatLen
+	case msgTypeExtended:
+		if len(b) < ExtendedLen {
+			return h, nil, ErrShort
+		}
+		if b[0]&0x0f != 0 {
+			return h, nil, ErrReservedBits
+		}
+		if b[1] != ExtendedVersion {
+			return h, nil, ErrVersion
+		}
+		idx := binary.BigEndian.Uint32(b[10:14])
+		h = Header{
+			Format:   FormatExtended,
+			Job:      binary.BigEndian.Uint32(b[2:6]),
+			PacketID: binary.BigEndian.Uint32(b[6:10]),
+			Set:      uint8(idx >> 31),
+			Slot:     idx &^ setBitExtended,
+			Exp0:     int8(b[14]),
+			Exp1:     int8(b[15]),
+			Elements: int(binary.BigEndian.Uint16(b[16:18])),
+		}
+		if h.Elements > MaxElements {
+			return Header{}, nil, ErrSize
+		}
+		hl = ExtendedLen
+	default:
+		return h, nil, ErrMsgType
+	}
+	n := hl + 4*h.Elements
+	if len(b) < n {
+		return Header{}, nil, ErrPayloadShort
+	}
+	if len(b) > n {
+		return Header{}, nil, ErrPayloadTrailer
+	}
+	return h, b[hl:n:n], nil
+}

@@ -1,0 +1,191 @@
+package wire
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+func packet(t testing.TB, h Header) []byte {
+	t.Helper()
+	b, err := h.Append(nil)
+	if err != nil {
+		t.Fatalf("Append(%+v): %v", h, err)
+	}
+	for i := 0; i < 4*h.Elements; i++ {
+		b = append(b, byte(i*7))
+	}
+	return b
+}
+
+func TestCompatLayout(t *testing.T) {
+	h := Header{Format: FormatCompat, Job: 0x1ab, PacketID: 0x01020304, Set: 1, Slot: 0x1234, Exp0: -3, Exp1: 5, Elements: 64}
+	b, err := h.Append(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// msg_type 1, size code 1 (256 B); job low byte; id BE; set bit 15 + slot; exps.
+	want := []byte{0x11, 0xab, 1, 2, 3, 4, 0x92, 0x34, 0xfd, 5}
+	if !bytes.Equal(b, want) {
+		t.Fatalf("compat header = % x, want % x", b, want)
+	}
+	if h.Len() != CompatLen {
+		t.Fatalf("Len = %d", h.Len())
+	}
+}
+
+func TestExtendedLayout(t *testing.T) {
+	h := Header{Format: FormatExtended, Job: 0xdeadbeef, PacketID: 7, Set: 1, Slot: 70000, Exp0: 127, Exp1: -128, Elements: 2048}
+	b, err := h.Append(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []byte{0x20, 1, 0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 7, 0x80, 0x01, 0x11, 0x70, 0x7f, 0x80, 0x08, 0x00}
+	if !bytes.Equal(b, want) {
+		t.Fatalf("extended header = % x, want % x", b, want)
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	for _, h := range []Header{
+		{Format: FormatCompat, Job: 3, PacketID: 1, Slot: 0, Elements: 32},
+		{Format: FormatCompat, Job: 255, PacketID: 1<<32 - 1, Set: 1, Slot: MaxCompatSlot, Exp0: -126, Elements: 256},
+		{Format: FormatCompat, Elements: 128, Exp1: 9},
+		{Format: FormatExtended, Job: 1 << 31, Slot: MaxExtendedSlot, Set: 1, Elements: 0},
+		{Format: FormatExtended, Job: 5, Slot: 9, Elements: 1},
+	} {
+		b := packet(t, h)
+		got, payload, err := Parse(b)
+		if err != nil {
+			t.Fatalf("Parse(%+v): %v", h, err)
+		}
+		if got != h {
+			t.Fatalf("round trip: got %+v, want %+v", got, h)
+		}
+		if len(payload) != 4*h.Elements || len(b) != h.PacketLen() {
+			t.Fatalf("payload %d bytes for %d elements", len(payload), h.Elements)
+		}
+	}
+}
+
+func TestAppendRejects(t *testing.T) {
+	for _, c := range []struct {
+		h   Header
+		err error
+	}{
+		{Header{Format: FormatCompat, Elements: 48}, ErrSize},
+		{Header{Format: FormatCompat, Elements: 64, Slot: MaxCompatSlot + 1}, ErrSlot},
+		{Header{Format: FormatCompat, Elements: 64, Set: 2}, ErrSet},
+		{Header{Format: FormatExtended, Elements: MaxElements + 1}, ErrSize},
+		{Header{Format: FormatExtended, Elements: -1}, ErrSize},
+		{Header{Format: FormatExtended, Slot: MaxExtendedSlot + 1}, ErrSlot},
+		{Header{Format: 7}, ErrFormat},
+	} {
+		b, err := c.h.Append([]byte{9})
+		if !errors.Is(err, c.err) {
+			t.Errorf("Append(%+v) err = %v, want %v", c.h, err, c.err)
+		}
+		if len(b) != 1 {
+			t.Errorf("Append(%+v) wrote %d bytes on error", c.h, len(b)-1)
+		}
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	compat := packet(t, Header{Format: FormatCompat, Elements: 32})
+	ext := packet(t, Header{Format: FormatExtended, Elements: 3})
+	mod := func(b []byte, i int, v byte) []byte {
+		c := append([]byte(nil), b...)
+		c[i] = v
+		return c
+	}
+	for name, c := range map[string]struct {
+		b   []byte
+		err error
+	}{
+		"empty":             {nil, ErrShort},
+		"short compat":      {compat[:9], ErrShort},
+		"short extended":    {ext[:17], ErrShort},
+		"type 0":            {mod(compat, 0, 0x00), ErrMsgType},
+		"type 3":            {mod(compat, 0, 0x30), ErrMsgType},
+		"unused bit":        {mod(compat, 0, 0x18), ErrSize},
+		"size code 4":       {mod(compat, 0, 0x14), ErrSize},
+		"pool index bit 14": {mod(compat, 6, 0x40), ErrReservedBits},
+		"ext flags":         {mod(ext, 0, 0x21), ErrReservedBits},
+		"ext version":       {mod(ext, 1, 2), ErrVersion},
+		"ext count":         {mod(ext, 16, 0x08|0x10), ErrSize},
+		"payload short":     {compat[:len(compat)-1], ErrPayloadShort},
+		"trailing":          {append(append([]byte(nil), ext...), 0), ErrPayloadTrailer},
+		"ext payload short": {ext[:len(ext)-4], ErrPayloadShort},
+	} {
+		_, p, err := Parse(c.b)
+		if !errors.Is(err, c.err) {
+			t.Errorf("%s: err = %v, want %v", name, err, c.err)
+		}
+		if p != nil {
+			t.Errorf("%s: payload returned with an error", name)
+		}
+	}
+}
+
+func TestNoAllocs(t *testing.T) {
+	h := Header{Format: FormatExtended, Job: 1, Slot: 2, Elements: 64}
+	buf := make([]byte, 0, MaxPacket)
+	pkt := packet(t, h)
+	allocs := testing.AllocsPerRun(100, func() {
+		b, _ := h.Append(buf[:0])
+		_ = b
+		_, _, _ = Parse(pkt)
+		_, _, _ = Parse(pkt[:3]) // error path too
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocs per Append+Parse", allocs)
+	}
+}
+
+// FuzzParse checks that Parse never panics and that everything it accepts
+// re-encodes to exactly the same bytes (the layouts have no slack).
+func FuzzParse(f *testing.F) {
+	f.Add(packet(f, Header{Format: FormatCompat, Job: 1, PacketID: 2, Set: 1, Slot: 3, Exp0: -1, Elements: 32}))
+	f.Add(packet(f, Header{Format: FormatExtended, Job: 1 << 20, Slot: 1 << 20, Elements: 5}))
+	f.Add(packet(f, Header{Format: FormatExtended}))
+	f.Add([]byte{0x10})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, payload, err := Parse(b)
+		if err != nil {
+			return
+		}
+		if len(payload) != 4*h.Elements {
+			t.Fatalf("payload %d bytes, %d elements", len(payload), h.Elements)
+		}
+		out, err := h.Append(nil)
+		if err != nil {
+			t.Fatalf("parsed header %+v does not re-encode: %v", h, err)
+		}
+		out = append(out, payload...)
+		if !bytes.Equal(out, b) {
+			t.Fatalf("round trip differs:\n in % x\nout % x", b, out)
+		}
+		h2, _, err := Parse(out)
+		if err != nil || h2 != h {
+			t.Fatalf("second parse %+v %v, want %+v", h2, err, h)
+		}
+	})
+}
+
+func BenchmarkParse(b *testing.B) {
+	pkt := packet(b, Header{Format: FormatCompat, Elements: 64})
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _, _ = Parse(pkt)
+	}
+}
+
+func BenchmarkAppend(b *testing.B) {
+	h := Header{Format: FormatCompat, Elements: 64}
+	buf := make([]byte, 0, 64)
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = h.Append(buf[:0])
+	}
+}
