@@ -1,0 +1,73 @@
+package quant
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+var benchSizes = []struct {
+	name  string
+	bytes int
+}{
+	{"1MiB", 1 << 20},
+	{"64MiB", 64 << 20},
+}
+
+// benchData returns float32 gradients-like values and a payload buffer of the
+// same byte size.
+func benchData(bytes int) ([]float32, []byte) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	x := make([]float32, bytes/4)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	return x, make([]byte, bytes)
+}
+
+// The exponent is fixed at 4 (values are normally distributed around 0; the
+// per-block exponent scan is not part of the conversion being measured).
+const benchN, benchE = 8, 4
+
+func BenchmarkQuantize(b *testing.B) {
+	for _, sz := range benchSizes {
+		b.Run(sz.name, func(b *testing.B) {
+			src, dst := benchData(sz.bytes)
+			b.SetBytes(int64(sz.bytes))
+			b.ReportAllocs()
+			for b.Loop() {
+				QuantizeBE(dst, src, benchN, benchE)
+			}
+		})
+	}
+}
+
+func BenchmarkDequantize(b *testing.B) {
+	for _, sz := range benchSizes {
+		b.Run(sz.name, func(b *testing.B) {
+			x, src := benchData(sz.bytes)
+			QuantizeBE(src, x, benchN, benchE)
+			b.SetBytes(int64(sz.bytes))
+			b.ReportAllocs()
+			for b.Loop() {
+				DequantizeBE(x, src, benchN, benchE)
+			}
+		})
+	}
+}
+
+// BenchmarkCopy is the baseline: the same number of bytes moved by copy.
+func BenchmarkCopy(b *testing.B) {
+	for _, sz := range benchSizes {
+		b.Run(sz.name, func(b *testing.B) {
+			src, dst := make([]byte, sz.bytes), make([]byte, sz.bytes)
+			for i := range src {
+				src[i] = byte(i)
+			}
+			b.SetBytes(int64(sz.bytes))
+			b.ReportAllocs()
+			for b.Loop() {
+				copy(dst, src)
+			}
+		})
+	}
+}

@@ -1,0 +1,154 @@
+package quant
+
+import (
+	"encoding/binary"
+	"math"
+)
+
+// float16 (IEEE binary16) and bfloat16 values travel as raw bits in uint16. Both
+// widen exactly to float32 and share the float32 int32 representation.
+
+// F16ToFloat32 widens IEEE binary16 bits to float32 exactly (NaN stays NaN).
+func F16ToFloat32(h uint16) float32 {
+	// Shifting exponent and mantissa into float32 position gives the value times
+	// 2^-112 (the bias difference 127-15); denormals come out as float32 denormals
+	// of the right value, so one multiplication by 2^112 fixes every finite case.
+	f := math.Float32frombits(uint32(h&0x7fff)<<13) * 0x1p112
+	b := math.Float32bits(f)
+	if h&0x7c00 == 0x7c00 {
+		b |= 0x7f800000 // Inf/NaN: the multiplication left a finite exponent
+	}
+	return math.Float32frombits(b | uint32(h&0x8000)<<16)
+}
+
+// Float32ToF16 rounds a float32 to the nearest IEEE binary16 (ties to even).
+// Values beyond the float16 range become ±Inf; NaN stays a (quiet) NaN.
+func Float32ToF16(f float32) uint16 {
+	b := math.Float32bits(f)
+	sign := uint16(b>>16) & 0x8000
+	b &= 0x7fffffff
+	switch {
+	case b >= 0x47800000: // >= 65536, Inf or NaN
+		if b > 0x7f800000 {
+			return sign | 0x7e00
+		}
+		return sign | 0x7c00
+	case b < 0x38800000: // below 2^-14: float16 denormal or zero
+		// Adding 0.5 in float32 leaves round(|f| * 2^24) in the low mantissa bits:
+		// the float32 adder does the ties-to-even rounding.
+		r := math.Float32frombits(b) + 0.5
+		return sign | uint16(math.Float32bits(r)-0x3f000000)
+	default:
+		// Rebias the exponent and round the 13 dropped bits to nearest even; a
+		// mantissa carry moves into the exponent, up to Inf for [65520, 65536).
+		b = b - (127-15)<<23 + 0xfff + (b>>13)&1
+		return sign | uint16(b>>13)
+	}
+}
+
+// BF16ToFloat32 widens bfloat16 bits to float32 exactly.
+func BF16ToFloat32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
+
+// Float32ToBF16 rounds a float32 to the nearest bfloat16 (ties to even). Values
+// beyond the bfloat16 range become ±Inf; NaN stays a (quiet) NaN.
+func Float32ToBF16(f float32) uint16 {
+	b := math.Float32bits(f)
+	if b&0x7fffffff > 0x7f800000 {
+		return uint16(b>>16) | 0x40
+	}
+	b += 0x7fff + (b>>16)&1
+	return uint16(b >> 16)
+}
+
+// BlockExponentF16 is BlockExponent for float16 bits. A zero block has
+// MinExponent; float16 denormals get their exact exponent.
+func BlockExponentF16(x []uint16) int8 {
+	var m uint16
+	for _, h := range x {
+		m = max(m, h&0x7fff)
+	}
+	return exponentOfBits(math.Float32bits(F16ToFloat32(m)))
+}
+
+// BlockExponentBF16 is BlockExponent for bfloat16 bits.
+func BlockExponentBF16(x []uint16) int8 {
+	var m uint16
+	for _, h := range x {
+		m = max(m, h&0x7fff)
+	}
+	return exponentOfBits(uint32(m) << 16)
+}
+
+// CheckFiniteF16 is CheckFinite for float16 bits.
+func CheckFiniteF16(x []uint16) error {
+	for i, h := range x {
+		if h&0x7c00 == 0x7c00 {
+			return &NonFiniteError{Index: i, Value: F16ToFloat32(h), Type: "float16"}
+		}
+	}
+	return nil
+}
+
+// CheckFiniteBF16 is CheckFinite for bfloat16 bits.
+func CheckFiniteBF16(x []uint16) error {
+	for i, h := range x {
+		if h&0x7f80 == 0x7f80 {
+			return &NonFiniteError{Index: i, Value: BF16ToFloat32(h), Type: "bfloat16"}
+		}
+	}
+	return nil
+}
+
+// QuantizeF16BE is QuantizeBE for float16 bits: it converts
+// min(len(dst)/4, len(src)) elements and returns that count.
+func QuantizeF16BE(dst []byte, src []uint16, n int, e int8) int {
+	c := newQuantizer(n, e)
+	// Fold the 2^112 of the float16 widening into the scale (exact, a power of
+	// two); Inf/NaN bits then give some finite value, which is allowed.
+	c.f *= 0x1p112
+	k := min(len(dst)/4, len(src))
+	dst, src = dst[:4*k], src[:k]
+	for i, h := range src {
+		x := math.Float32frombits(uint32(h&0x8000)<<16 | uint32(h&0x7fff)<<13)
+		binary.BigEndian.PutUint32(dst[4*i:4*i+4], c.q(x))
+	}
+	return k
+}
+
+// DequantizeF16BE is DequantizeBE with float16 output (rounded to nearest even):
+// it converts min(len(dst), len(src)/4) elements and returns that count.
+func DequantizeF16BE(dst []uint16, src []byte, n int, e int8) int {
+	g := invScale(n, e)
+	k := min(len(dst), len(src)/4)
+	dst, src = dst[:k], src[:4*k]
+	for i := range dst {
+		s := int32(binary.BigEndian.Uint32(src[4*i : 4*i+4]))
+		dst[i] = Float32ToF16(float32(float64(s) * g))
+	}
+	return k
+}
+
+// QuantizeBF16BE is QuantizeBE for bfloat16 bits: it converts
+// min(len(dst)/4, len(src)) elements and returns that count.
+func QuantizeBF16BE(dst []byte, src []uint16, n int, e int8) int {
+	c := newQuantizer(n, e)
+	k := min(len(dst)/4, len(src))
+	dst, src = dst[:4*k], src[:k]
+	for i, h := range src {
+		binary.BigEndian.PutUint32(dst[4*i:4*i+4], c.q(math.Float32frombits(uint32(h)<<16)))
+	}
+	return k
+}
+
+// DequantizeBF16BE is DequantizeBE with bfloat16 output (rounded to nearest even):
+// it converts min(len(dst), len(src)/4) elements and returns that count.
+func DequantizeBF16BE(dst []uint16, src []byte, n int, e int8) int {
+	g := invScale(n, e)
+	k := min(len(dst), len(src)/4)
+	dst, src = dst[:k], src[:4*k]
+	for i := range dst {
+		s := int32(binary.BigEndian.Uint32(src[4*i : 4*i+4]))
+		dst[i] = Float32ToBF16(float32(float64(s) * g))
+	}
+	return k
+}

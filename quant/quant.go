@@ -1,0 +1,152 @@
+package quant
+
+import (
+	"fmt"
+	"math"
+)
+
+// MinExponent is the exponent of a block of zeros (and of denormals): 2^-126 is
+// above every float32 denormal.
+const MinExponent int8 = -126
+
+// TopExponent is the largest exponent code. It stands for 2^128 (see the package
+// documentation), so that blocks holding values up to math.MaxFloat32 still fit.
+const TopExponent int8 = 127
+
+// fullScale is the int32 range shared by the n workers: 2^31 - 1.
+const fullScale = 1<<31 - 1
+
+// power returns the power of two that the exponent code e stands for.
+func power(e int8) int {
+	if e == TopExponent {
+		return 128
+	}
+	return int(e)
+}
+
+// exponentOfBits maps the bits of a non-negative finite float32 to its block
+// exponent code: the IEEE exponent field minus 126, at least MinExponent (zero and
+// denormals), at most TopExponent (the field values 253 and 254 share code 127).
+func exponentOfBits(b uint32) int8 {
+	field := int(b>>23) & 0xff
+	if field == 0 {
+		return MinExponent
+	}
+	e := field - 126
+	if e > int(TopExponent) {
+		e = int(TopExponent)
+	}
+	return int8(e)
+}
+
+// BlockExponent returns the exponent code e of the block: 2^e > max|x| (with the
+// code 127 standing for 2^128), MinExponent for an empty or all-zero block. The
+// result for blocks holding NaN or Inf is unspecified: call CheckFinite first.
+func BlockExponent(x []float32) int8 {
+	// Magnitudes of non-negative floats order like their bits, so the maximum is
+	// found on integers without a float comparison per element.
+	var m0, m1, m2, m3 uint32
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		m0 = max(m0, math.Float32bits(x[i])&0x7fffffff)
+		m1 = max(m1, math.Float32bits(x[i+1])&0x7fffffff)
+		m2 = max(m2, math.Float32bits(x[i+2])&0x7fffffff)
+		m3 = max(m3, math.Float32bits(x[i+3])&0x7fffffff)
+	}
+	for ; i < len(x); i++ {
+		m0 = max(m0, math.Float32bits(x[i])&0x7fffffff)
+	}
+	return exponentOfBits(max(m0, m1, m2, m3))
+}
+
+// MaxExponent combines the exponents of two workers' blocks, as the switch does.
+func MaxExponent(a, b int8) int8 { return max(a, b) }
+
+// Scale returns f = (2^31-1)/(n*2^E) for the exponent code e. n < 1 counts as 1.
+func Scale(n int, e int8) float64 {
+	return fullScale / (float64(max(n, 1)) * math.Ldexp(1, power(e)))
+}
+
+// invScale returns 1/f = n*2^E/(2^31-1), the factor that turns sums back into floats.
+func invScale(n int, e int8) float64 {
+	return float64(max(n, 1)) * math.Ldexp(1, power(e)) / fullScale
+}
+
+// Limit returns L = floor((2^31-1)/n), the largest magnitude of one worker's
+// quantized value; n such values never overflow int32. n < 1 counts as 1.
+func Limit(n int) int32 {
+	return int32(fullScale / max(n, 1))
+}
+
+// ErrorBound returns the largest absolute difference between an element of the
+// dequantized n-way sum (Dequantize, float32 output) and the exact sum of the n
+// inputs, when every input is below 2^E in magnitude and the result is finite:
+// n*2^E * (n/(2*(2^31-1)) + 2^-24 + 2^-50), with the first term doubled for
+// n > 128. See the package documentation for the derivation.
+func ErrorBound(n int, e int8) float64 {
+	return errorBound(n, e, 0x1p-24, 0)
+}
+
+// ErrorBoundF16 is ErrorBound for float16 outputs: the output rounding is half an
+// ulp of float16 (2^-11 relative, at most 2^-25 absolute for denormal results) on
+// top of the float32 rounding it goes through.
+func ErrorBoundF16(n int, e int8) float64 {
+	return errorBound(n, e, 0x1p-24+0x1p-11, 0x1p-25)
+}
+
+// ErrorBoundBF16 is ErrorBound for bfloat16 outputs: half an ulp of bfloat16
+// (2^-8 relative; denormals share float32's exponent range) on top of the float32
+// rounding it goes through.
+func ErrorBoundBF16(n int, e int8) float64 {
+	return errorBound(n, e, 0x1p-24+0x1p-8, 0x1p-134)
+}
+
+func errorBound(n int, e int8, outRel, outAbs float64) float64 {
+	n = max(n, 1)
+	span := float64(n) * math.Ldexp(1, power(e)) // largest possible |result|
+	quant := float64(n) / (2 * fullScale)
+	if n > 128 {
+		quant *= 2
+	}
+	return span*(quant+outRel+0x1p-50) + outAbs
+}
+
+// NonFiniteError reports a NaN or ±Inf in a tensor, which block-scaled fixed point
+// cannot carry. Index is the position of the first such element.
+type NonFiniteError struct {
+	Index int
+	Value float32 // the element (widened to float32 for 16-bit formats)
+	Type  string  // "float32", "float16" or "bfloat16"
+}
+
+func (e *NonFiniteError) Error() string {
+	return fmt.Sprintf("quant: %s tensor holds %v at index %d; in-network aggregation cannot carry NaN or Inf, check the inputs (e.g. a diverged gradient) before the allreduce",
+		e.Type, e.Value, e.Index)
+}
+
+// CheckFinite returns a *NonFiniteError for the first NaN or ±Inf in x, nil if
+// every element is finite. Call it before sending any block of x.
+func CheckFinite(x []float32) error {
+	// An element is non-finite exactly when its exponent field is all ones; OR-ing
+	// the masked exponent bits of a chunk keeps the common all-finite case branch-light.
+	const expMask = 0x7f800000
+	const chunk = 256
+	for start := 0; start < len(x); start += chunk {
+		c := x[start:min(start+chunk, len(x))]
+		bad := false
+		for _, v := range c {
+			if math.Float32bits(v)&expMask == expMask {
+				bad = true
+			}
+		}
+		if !bad {
+			continue
+		}
+		for i, v := range c {
+			if math.Float32bits(v)&expMask == expMask {
+				return &NonFiniteError{Index: start + i, Value: v, Type: "float32"}
+			}
+		}
+	}
+	return nil
+}
