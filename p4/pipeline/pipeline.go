@@ -1,0 +1,672 @@
+// Package pipeline is the SwitchML switch data plane as a pure state
+// machine: tables, packet replication engine (multicast groups), registers
+// and counters, with the packet logic of design.md section 3.
+//
+// It has no sockets, goroutines or clocks. A driver (the software switch, the
+// simulator, tests) hands it one packet at a time with Process and sends
+// what comes back. Process allocates nothing once the caller's Output
+// buffers have grown to packet size. The control-plane methods mirror the
+// P4Info (p4/p4info), so a P4Runtime server can map table, multicast-group,
+// register and counter requests onto them one to one. Callers serialise all
+// calls (a mutex in the software switch).
+package pipeline
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/switchml/switchml-go/switchml/wire"
+)
+
+// Config sizes the switch memory.
+type Config struct {
+	// Slots is the number of aggregation slots; each has two sets.
+	Slots int
+	// MaxElements is the largest number of int32 values per packet.
+	MaxElements int
+	// MaxWorkers is the largest job size; it sets the bitmap width.
+	MaxWorkers int
+}
+
+// Limits of Config.
+const (
+	MaxSlots      = 1 << 20 // memory, not format, bound: 2*MaxSlots*MaxElements int32s
+	MaxWorkersCap = 1 << 16 // ranks are 16-bit in the workers table
+)
+
+// Errors of the control-plane API.
+var (
+	ErrExists   = errors.New("pipeline: entry already exists")
+	ErrNotFound = errors.New("pipeline: entry not found")
+	ErrInvalid  = errors.New("pipeline: invalid entry")
+)
+
+// WorkerKey is the match key of the workers table: the source address and
+// UDP port of one lane socket of one worker.
+type WorkerKey struct{ Addr netip.AddrPort }
+
+// Worker is the action data of set_worker.
+type Worker struct {
+	Job            uint32 // job id (partition owner), not the allreduce sequence
+	Rank           uint16
+	NumWorkers     uint16
+	MulticastGroup uint16
+	Lane           uint8
+	PoolBase       uint32 // first slot of the job's partition
+	PoolSize       uint32 // number of slots of the partition
+}
+
+// ReplyKey is the match key of the reply_address table.
+type ReplyKey struct {
+	Job  uint32
+	Rank uint16
+	Lane uint8
+}
+
+// Reply is the action data of set_reply: where results for one lane of one
+// rank go.
+type Reply struct {
+	MAC  [6]byte
+	Addr netip.AddrPort
+}
+
+// Replica is one copy made by a multicast group; Instance (the replication
+// id) is the rank the copy is for.
+type Replica struct {
+	EgressPort uint32
+	Instance   uint16
+}
+
+// Stat indexes the stats counter array. The first nine values are fixed by
+// the P4Info counter description.
+type Stat uint8
+
+const (
+	StatReceived                 Stat = iota // every packet handed to Process
+	StatAggregated                           // contributions added to a slot (fresh or not)
+	StatMulticast                            // slot uses completed and multicast
+	StatRetransmitReply                      // retransmissions answered by unicast
+	StatDropNotWorker                        // source not in the workers table
+	StatDropMalformed                        // header or payload rejected by wire.Parse, or too many elements
+	StatDropOutOfPartition                   // slot outside the worker's pool partition
+	StatDropIncompleteRetransmit             // retransmission for a slot still aggregating
+	StatDropWaiting                          // contribution added, slot not complete yet
+	StatDropMismatch                         // element count differs from the slot use in progress
+	StatDropNoGroup                          // completed, but the multicast group is missing
+	StatReplicas                             // reply packets emitted by multicast
+	StatDropNoReply                          // a reply skipped: no reply_address entry for (job, rank, lane)
+	StatDropStale                            // contribution to a completed slot use from a worker that already moved on
+	NumStats
+)
+
+var statNames = [NumStats]string{
+	"received", "aggregated", "multicast", "retransmit_reply", "drop_not_worker",
+	"drop_malformed", "drop_out_of_partition", "drop_incomplete_retransmit",
+	"drop_waiting", "drop_mismatch", "drop_no_group", "replicas", "drop_no_reply", "drop_stale",
+}
+
+// String returns the counter name used in logs and metrics.
+func (s Stat) String() string {
+	if s < NumStats {
+		return statNames[s]
+	}
+	return fmt.Sprintf("stat(%d)", uint8(s))
+}
+
+// Output receives the result of Process. Its slices are reused across calls
+// (reset, then appended to), so a driver that keeps one Output allocates
+// nothing in steady state.
+type Output struct {
+	// Packet is the reply (header and payload), valid when Dests is not empty.
+	Packet []byte
+	// Dests are the destinations of Packet: every rank's reply address for a
+	// multicast, the sender's for a retransmission reply.
+	Dests []netip.AddrPort
+	// Drop is the reason no packet went out (meaningful when Dests is empty).
+	Drop Stat
+}
+
+// Pipeline is the switch state. It is not safe for concurrent use.
+type Pipeline struct {
+	cfg   Config
+	words int // uint64 words per bitmap
+
+	workers map[WorkerKey]Worker
+	replies map[ReplyKey]Reply
+	groups  map[uint16][]Replica
+
+	// Registers, indexed by idx = set*Slots + slot.
+	bitmap   []uint64 // words per idx
+	count    []uint16 // countdown of missing contributions; 0 = idle or complete
+	exponent []int8
+	elements []uint16 // element count of the slot use in progress
+	job      []uint32 // job number and packet id of the slot use in progress
+	packetID []uint32
+	values   []int32 // MaxElements per idx
+
+	stats [NumStats]uint64
+}
+
+// New returns an empty switch with all registers zero.
+func New(cfg Config) (*Pipeline, error) {
+	if cfg.Slots < 1 || cfg.Slots > MaxSlots {
+		return nil, fmt.Errorf("pipeline: Slots = %d, want 1..%d", cfg.Slots, MaxSlots)
+	}
+	if cfg.MaxElements < 1 || cfg.MaxElements > wire.MaxElements {
+		return nil, fmt.Errorf("pipeline: MaxElements = %d, want 1..%d", cfg.MaxElements, wire.MaxElements)
+	}
+	if cfg.MaxWorkers < 1 || cfg.MaxWorkers > MaxWorkersCap {
+		return nil, fmt.Errorf("pipeline: MaxWorkers = %d, want 1..%d", cfg.MaxWorkers, MaxWorkersCap)
+	}
+	idxs := 2 * cfg.Slots
+	words := (cfg.MaxWorkers + 63) / 64
+	return &Pipeline{
+		cfg:      cfg,
+		words:    words,
+		workers:  make(map[WorkerKey]Worker),
+		replies:  make(map[ReplyKey]Reply),
+		groups:   make(map[uint16][]Replica),
+		bitmap:   make([]uint64, idxs*words),
+		count:    make([]uint16, idxs),
+		exponent: make([]int8, idxs),
+		elements: make([]uint16, idxs),
+		job:      make([]uint32, idxs),
+		packetID: make([]uint32, idxs),
+		values:   make([]int32, idxs*cfg.MaxElements),
+	}, nil
+}
+
+// Config returns the configuration the pipeline was built with.
+func (p *Pipeline) Config() Config { return p.cfg }
+
+// normalize makes IPv4-mapped IPv6 sources (as a dual-stack socket reports
+// them) match IPv4 table entries.
+func normalize(a netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
+}
+
+func (p *Pipeline) checkWorker(k WorkerKey, w Worker) error {
+	switch {
+	case !k.Addr.IsValid():
+		return fmt.Errorf("%w: worker address %v", ErrInvalid, k.Addr)
+	case w.NumWorkers < 1 || int(w.NumWorkers) > p.cfg.MaxWorkers:
+		return fmt.Errorf("%w: num_workers %d, switch supports 1..%d", ErrInvalid, w.NumWorkers, p.cfg.MaxWorkers)
+	case w.Rank >= w.NumWorkers:
+		return fmt.Errorf("%w: rank %d >= num_workers %d", ErrInvalid, w.Rank, w.NumWorkers)
+	case w.PoolSize < 1 || uint64(w.PoolBase)+uint64(w.PoolSize) > uint64(p.cfg.Slots):
+		return fmt.Errorf("%w: pool [%d, %d+%d) outside the switch's %d slots", ErrInvalid, w.PoolBase, w.PoolBase, w.PoolSize, p.cfg.Slots)
+	}
+	return nil
+}
+
+// InsertWorker adds a workers table entry.
+func (p *Pipeline) InsertWorker(k WorkerKey, w Worker) error {
+	k.Addr = normalize(k.Addr)
+	if err := p.checkWorker(k, w); err != nil {
+		return err
+	}
+	if _, ok := p.workers[k]; ok {
+		return fmt.Errorf("%w: worker %v", ErrExists, k.Addr)
+	}
+	p.workers[k] = w
+	return nil
+}
+
+// ModifyWorker replaces an existing workers table entry.
+func (p *Pipeline) ModifyWorker(k WorkerKey, w Worker) error {
+	k.Addr = normalize(k.Addr)
+	if err := p.checkWorker(k, w); err != nil {
+		return err
+	}
+	if _, ok := p.workers[k]; !ok {
+		return fmt.Errorf("%w: worker %v", ErrNotFound, k.Addr)
+	}
+	p.workers[k] = w
+	return nil
+}
+
+// DeleteWorker removes a workers table entry.
+func (p *Pipeline) DeleteWorker(k WorkerKey) error {
+	k.Addr = normalize(k.Addr)
+	if _, ok := p.workers[k]; !ok {
+		return fmt.Errorf("%w: worker %v", ErrNotFound, k.Addr)
+	}
+	delete(p.workers, k)
+	return nil
+}
+
+// Workers calls fn for every workers entry in address order until fn
+// returns false.
+func (p *Pipeline) Workers(fn func(WorkerKey, Worker) bool) {
+	keys := make([]WorkerKey, 0, len(p.workers))
+	for k := range p.workers {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b WorkerKey) int { return a.Addr.Compare(b.Addr) })
+	for _, k := range keys {
+		if !fn(k, p.workers[k]) {
+			return
+		}
+	}
+}
+
+func checkReply(r Reply) error {
+	if !r.Addr.IsValid() {
+		return fmt.Errorf("%w: reply address %v", ErrInvalid, r.Addr)
+	}
+	return nil
+}
+
+// InsertReply adds a reply_address entry.
+func (p *Pipeline) InsertReply(k ReplyKey, r Reply) error {
+	if err := checkReply(r); err != nil {
+		return err
+	}
+	if _, ok := p.replies[k]; ok {
+		return fmt.Errorf("%w: reply %+v", ErrExists, k)
+	}
+	r.Addr = normalize(r.Addr)
+	p.replies[k] = r
+	return nil
+}
+
+// ModifyReply replaces an existing reply_address entry.
+func (p *Pipeline) ModifyReply(k ReplyKey, r Reply) error {
+	if err := checkReply(r); err != nil {
+		return err
+	}
+	if _, ok := p.replies[k]; !ok {
+		return fmt.Errorf("%w: reply %+v", ErrNotFound, k)
+	}
+	r.Addr = normalize(r.Addr)
+	p.replies[k] = r
+	return nil
+}
+
+// DeleteReply removes a reply_address entry.
+func (p *Pipeline) DeleteReply(k ReplyKey) error {
+	if _, ok := p.replies[k]; !ok {
+		return fmt.Errorf("%w: reply %+v", ErrNotFound, k)
+	}
+	delete(p.replies, k)
+	return nil
+}
+
+// Replies calls fn for every reply_address entry in key order until fn
+// returns false.
+func (p *Pipeline) Replies(fn func(ReplyKey, Reply) bool) {
+	keys := make([]ReplyKey, 0, len(p.replies))
+	for k := range p.replies {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b ReplyKey) int {
+		switch {
+		case a.Job != b.Job:
+			return cmp3(a.Job, b.Job)
+		case a.Rank != b.Rank:
+			return cmp3(a.Rank, b.Rank)
+		}
+		return cmp3(a.Lane, b.Lane)
+	})
+	for _, k := range keys {
+		if !fn(k, p.replies[k]) {
+			return
+		}
+	}
+}
+
+func cmp3[T uint8 | uint16 | uint32](a, b T) int {
+	if a < b {
+		return -1
+	}
+	if a > b {
+		return 1
+	}
+	return 0
+}
+
+// InsertMulticastGroup adds a PRE multicast group. The replicas are copied.
+func (p *Pipeline) InsertMulticastGroup(id uint16, replicas []Replica) error {
+	if _, ok := p.groups[id]; ok {
+		return fmt.Errorf("%w: multicast group %d", ErrExists, id)
+	}
+	p.groups[id] = slices.Clone(replicas)
+	return nil
+}
+
+// ModifyMulticastGroup replaces the replicas of an existing group.
+func (p *Pipeline) ModifyMulticastGroup(id uint16, replicas []Replica) error {
+	if _, ok := p.groups[id]; !ok {
+		return fmt.Errorf("%w: multicast group %d", ErrNotFound, id)
+	}
+	p.groups[id] = slices.Clone(replicas)
+	return nil
+}
+
+// DeleteMulticastGroup removes a multicast group.
+func (p *Pipeline) DeleteMulticastGroup(id uint16) error {
+	if _, ok := p.groups[id]; !ok {
+		return fmt.Errorf("%w: multicast group %d", ErrNotFound, id)
+	}
+	delete(p.groups, id)
+	return nil
+}
+
+// MulticastGroups calls fn for every group in id order until fn returns
+// false. fn must not keep or modify the slice.
+func (p *Pipeline) MulticastGroups(fn func(uint16, []Replica) bool) {
+	ids := make([]uint16, 0, len(p.groups))
+	for id := range p.groups {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		if !fn(id, p.groups[id]) {
+			return
+		}
+	}
+}
+
+// Register names (the P4Info aliases; the full names with the
+// "SwitchMLIngress." prefix are accepted too).
+const (
+	RegPoolBitmap   = "pool_bitmap"
+	RegPoolCount    = "pool_count"
+	RegPoolExponent = "pool_exponent"
+	RegPoolValues   = "pool_values"
+)
+
+func regName(name string) string {
+	if i := strings.LastIndexByte(name, '.'); i >= 0 {
+		return name[i+1:]
+	}
+	return name
+}
+
+// RegisterSize returns the number of indices of a register:
+// 2*Slots for pool_bitmap, pool_count and pool_exponent (index
+// set*Slots + slot), 2*Slots*MaxElements for pool_values (index
+// (set*Slots + slot)*MaxElements + element).
+func (p *Pipeline) RegisterSize(name string) (int, error) {
+	switch regName(name) {
+	case RegPoolBitmap, RegPoolCount, RegPoolExponent:
+		return 2 * p.cfg.Slots, nil
+	case RegPoolValues:
+		return len(p.values), nil
+	}
+	return 0, fmt.Errorf("%w: no register %q", ErrNotFound, name)
+}
+
+// ReadRegister returns the cells at index. pool_bitmap returns its
+// (MaxWorkers+63)/64 words, rank r being bit r%64 of word r/64 (the P4Info's
+// 32-bit cell is the low half of word 0); the other registers return one
+// value (pool_exponent sign-extended).
+func (p *Pipeline) ReadRegister(name string, index int) ([]int64, error) {
+	size, err := p.RegisterSize(name)
+	if err != nil {
+		return nil, err
+	}
+	if index < 0 || index >= size {
+		return nil, fmt.Errorf("%w: %s index %d outside 0..%d", ErrInvalid, regName(name), index, size-1)
+	}
+	switch regName(name) {
+	case RegPoolBitmap:
+		out := make([]int64, p.words)
+		for i, w := range p.bitmap[index*p.words : (index+1)*p.words] {
+			out[i] = int64(w)
+		}
+		return out, nil
+	case RegPoolCount:
+		return []int64{int64(p.count[index])}, nil
+	case RegPoolExponent:
+		return []int64{int64(p.exponent[index])}, nil
+	default:
+		return []int64{int64(p.values[index])}, nil
+	}
+}
+
+// WriteRegister sets the cells at index; values has the shape ReadRegister
+// returns (pool_bitmap may be given fewer words, the rest become zero).
+// Values are truncated to the register width (16 bits count, 8 bits
+// exponent, 32 bits values); bitmap bits of ranks >= MaxWorkers are rejected
+// because Process assumes they are never set.
+func (p *Pipeline) WriteRegister(name string, index int, values []int64) error {
+	size, err := p.RegisterSize(name)
+	if err != nil {
+		return err
+	}
+	if index < 0 || index >= size {
+		return fmt.Errorf("%w: %s index %d outside 0..%d", ErrInvalid, regName(name), index, size-1)
+	}
+	switch regName(name) {
+	case RegPoolBitmap:
+		if len(values) > p.words {
+			return fmt.Errorf("%w: pool_bitmap takes at most %d words, got %d", ErrInvalid, p.words, len(values))
+		}
+		if len(values) == p.words && p.cfg.MaxWorkers%64 != 0 {
+			if uint64(values[p.words-1])>>(p.cfg.MaxWorkers%64) != 0 {
+				return fmt.Errorf("%w: pool_bitmap bits beyond MaxWorkers %d", ErrInvalid, p.cfg.MaxWorkers)
+			}
+		}
+		bm := p.bitmap[index*p.words : (index+1)*p.words]
+		clear(bm)
+		for i, v := range values {
+			bm[i] = uint64(v)
+		}
+		return nil
+	}
+	if len(values) != 1 {
+		return fmt.Errorf("%w: %s takes one value, got %d", ErrInvalid, regName(name), len(values))
+	}
+	switch regName(name) {
+	case RegPoolCount:
+		p.count[index] = uint16(values[0])
+	case RegPoolExponent:
+		p.exponent[index] = int8(values[0])
+	default:
+		p.values[index] = int32(values[0])
+	}
+	return nil
+}
+
+// ResetPool zeroes the bitmap and countdown of both sets of slots
+// [first, first+count), making them idle: the controller calls it when a job
+// (re)starts on a partition, since workers begin again with set 0.
+func (p *Pipeline) ResetPool(first, count int) error {
+	if first < 0 || count < 0 || first+count > p.cfg.Slots {
+		return fmt.Errorf("%w: reset of slots [%d, %d+%d) outside 0..%d", ErrInvalid, first, first, count, p.cfg.Slots)
+	}
+	for set := 0; set < 2; set++ {
+		lo := set*p.cfg.Slots + first
+		clear(p.bitmap[lo*p.words : (lo+count)*p.words])
+		clear(p.count[lo : lo+count])
+		clear(p.elements[lo : lo+count])
+		clear(p.job[lo : lo+count])
+		clear(p.packetID[lo : lo+count])
+	}
+	return nil
+}
+
+// Counter returns one stats counter.
+func (p *Pipeline) Counter(s Stat) uint64 {
+	if s >= NumStats {
+		return 0
+	}
+	return p.stats[s]
+}
+
+// Counters returns all stats counters.
+func (p *Pipeline) Counters() [NumStats]uint64 { return p.stats }
+
+// SetCounter overwrites a counter (P4Runtime counter writes, resets).
+func (p *Pipeline) SetCounter(s Stat, v uint64) error {
+	if s >= NumStats {
+		return fmt.Errorf("%w: counter index %d, have %d", ErrInvalid, s, NumStats)
+	}
+	p.stats[s] = v
+	return nil
+}
+
+func (p *Pipeline) drop(out *Output, s Stat) {
+	p.stats[s]++
+	out.Drop = s
+}
+
+// Process runs one packet from src through the pipeline. The reply, if any,
+// is left in out.Packet with its destinations in out.Dests; otherwise
+// out.Drop says why nothing went out. The reply has the request's format and
+// header (job number, packet id, slot and set echoed) with Exp0 replaced by
+// the slot's maximum exponent and the payload by the slot's sums.
+func (p *Pipeline) Process(src netip.AddrPort, pkt []byte, out *Output) {
+	out.Packet = out.Packet[:0]
+	out.Dests = out.Dests[:0]
+	out.Drop = StatReceived
+	p.stats[StatReceived]++
+
+	w, ok := p.workers[WorkerKey{normalize(src)}]
+	if !ok {
+		p.drop(out, StatDropNotWorker)
+		return
+	}
+	h, payload, err := wire.Parse(pkt)
+	if err != nil || h.Elements > p.cfg.MaxElements {
+		p.drop(out, StatDropMalformed)
+		return
+	}
+	// The slot is absolute; a job may only touch its own partition, which is
+	// what isolates concurrent jobs from each other.
+	if h.Slot < w.PoolBase || h.Slot-w.PoolBase >= w.PoolSize {
+		p.drop(out, StatDropOutOfPartition)
+		return
+	}
+	slots := p.cfg.Slots
+	idx := int(h.Set)*slots + int(h.Slot)
+	other := int(1-h.Set)*slots + int(h.Slot)
+	word, bit := int(w.Rank)/64, uint64(1)<<(w.Rank%64)
+	bm := p.bitmap[idx*p.words : (idx+1)*p.words]
+	seen := bm[word]&bit != 0
+	fresh := true
+	for _, x := range bm {
+		if x != 0 {
+			fresh = false
+			break
+		}
+	}
+	// All contributions to one slot use describe the same block: same
+	// element count, job number and packet id. Anything else is a packet
+	// delayed from an earlier use of this (slot, set) or a confused sender;
+	// adding it would corrupt the sum.
+	if !fresh && (int(p.elements[idx]) != h.Elements || p.job[idx] != h.Job || p.packetID[idx] != h.PacketID) {
+		p.drop(out, StatDropMismatch)
+		return
+	}
+	// A new contributor to a completed use can only be a duplicate from a
+	// worker that has already moved on (its bit was cleared when it sent to
+	// the other set). Touching the bitmaps would undo that worker's mark in
+	// the set it is using now, so leave all state alone.
+	if !seen && !fresh && p.count[idx] == 0 {
+		p.drop(out, StatDropStale)
+		return
+	}
+
+	bm[word] |= bit
+	// Sending to set b means the worker has the result of set 1-b, so its
+	// bit there is no longer needed to answer retransmissions; clearing it
+	// is what lets set 1-b be reused (fresh) once every worker moved on.
+	p.bitmap[other*p.words+word] &^= bit
+
+	vals := p.values[idx*p.cfg.MaxElements : idx*p.cfg.MaxElements+h.Elements]
+	if seen {
+		if p.count[idx] != 0 {
+			p.drop(out, StatDropIncompleteRetransmit)
+			return
+		}
+		// The sender lost the multicast: answer it alone.
+		p.stats[StatRetransmitReply]++
+		p.reply(out, &h, vals, p.exponent[idx])
+		if r, ok := p.replies[ReplyKey{Job: w.Job, Rank: w.Rank, Lane: w.Lane}]; ok {
+			out.Dests = append(out.Dests, r.Addr)
+		} else {
+			p.stats[StatDropNoReply]++
+			out.Packet = out.Packet[:0]
+			out.Drop = StatDropNoReply
+		}
+		return
+	}
+
+	p.stats[StatAggregated]++
+	if fresh {
+		// Overwrite instead of add: no reset is ever needed between uses.
+		p.count[idx] = w.NumWorkers - 1
+		p.exponent[idx] = h.Exp0
+		p.elements[idx] = uint16(h.Elements)
+		p.job[idx] = h.Job
+		p.packetID[idx] = h.PacketID
+		copyBE(vals, payload)
+	} else {
+		p.count[idx]--
+		p.exponent[idx] = max(p.exponent[idx], h.Exp0)
+		addBE(vals, payload)
+	}
+	if p.count[idx] != 0 {
+		p.drop(out, StatDropWaiting)
+		return
+	}
+
+	p.stats[StatMulticast]++
+	group, ok := p.groups[w.MulticastGroup]
+	if !ok {
+		p.drop(out, StatDropNoGroup)
+		return
+	}
+	p.reply(out, &h, vals, p.exponent[idx])
+	for _, r := range group {
+		ra, ok := p.replies[ReplyKey{Job: w.Job, Rank: r.Instance, Lane: w.Lane}]
+		if !ok {
+			p.stats[StatDropNoReply]++
+			continue
+		}
+		out.Dests = append(out.Dests, ra.Addr)
+	}
+	p.stats[StatReplicas] += uint64(len(out.Dests))
+	if len(out.Dests) == 0 {
+		out.Packet = out.Packet[:0]
+		out.Drop = StatDropNoReply
+	}
+}
+
+// reply writes the result packet: the request header with the slot's
+// exponent, then the sums.
+func (p *Pipeline) reply(out *Output, req *wire.Header, vals []int32, exp int8) {
+	h := *req
+	h.Exp0 = exp
+	b, err := h.Append(out.Packet[:0])
+	if err != nil {
+		// Unreachable: h was parsed from a valid packet, so it re-encodes.
+		return
+	}
+	for _, v := range vals {
+		b = binary.BigEndian.AppendUint32(b, uint32(v))
+	}
+	out.Packet = b
+}
+
+// copyBE sets vals from the big-endian payload (len(payload) == 4*len(vals)).
+func copyBE(vals []int32, payload []byte) {
+	payload = payload[:4*len(vals)] // one bounds check for the loop
+	for i := range vals {
+		vals[i] = int32(binary.BigEndian.Uint32(payload[4*i : 4*i+4]))
+	}
+}
+
+// addBE adds the big-endian payload to vals, wrapping like the switch ALU.
+func addBE(vals []int32, payload []byte) {
+	payload = payload[:4*len(vals)]
+	for i := range vals {
+		vals[i] += int32(binary.BigEndian.Uint32(payload[4*i : 4*i+4]))
+	}
+}

@@ -1,0 +1,535 @@
+package pipeline
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"github.com/switchml/switchml-go/switchml/wire"
+)
+
+func addr(i int) netip.AddrPort {
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 1}), 5000)
+}
+
+func replyAddr(i int) netip.AddrPort {
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 1}), 6000)
+}
+
+// setupJob registers n workers of job (one lane) on pool [base, base+size),
+// with addresses addr(first..first+n-1).
+func setupJob(t testing.TB, p *Pipeline, job uint32, first, n int, mgid uint16, base, size uint32) {
+	t.Helper()
+	var reps []Replica
+	for r := 0; r < n; r++ {
+		w := Worker{Job: job, Rank: uint16(r), NumWorkers: uint16(n), MulticastGroup: mgid, PoolBase: base, PoolSize: size}
+		if err := p.InsertWorker(WorkerKey{addr(first + r)}, w); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.InsertReply(ReplyKey{Job: job, Rank: uint16(r)}, Reply{Addr: replyAddr(first + r)}); err != nil {
+			t.Fatal(err)
+		}
+		reps = append(reps, Replica{EgressPort: uint32(r), Instance: uint16(r)})
+	}
+	if err := p.InsertMulticastGroup(mgid, reps); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mkpkt(t testing.TB, h wire.Header, vals []int32) []byte {
+	t.Helper()
+	b, err := h.Append(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < h.Elements; i++ {
+		var v int32
+		if i < len(vals) {
+			v = vals[i]
+		}
+		b = binary.BigEndian.AppendUint32(b, uint32(v))
+	}
+	return b
+}
+
+func decode(t *testing.T, b []byte) (wire.Header, []int32) {
+	t.Helper()
+	h, pl, err := wire.Parse(b)
+	if err != nil {
+		t.Fatalf("reply does not parse: %v", err)
+	}
+	v := make([]int32, h.Elements)
+	for i := range v {
+		v[i] = int32(binary.BigEndian.Uint32(pl[4*i:]))
+	}
+	return h, v
+}
+
+func newPipe(t testing.TB, slots, elems, workers int) *Pipeline {
+	t.Helper()
+	p, err := New(Config{Slots: slots, MaxElements: elems, MaxWorkers: workers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestAggregateMulticast(t *testing.T) {
+	p := newPipe(t, 16, 64, 32)
+	setupJob(t, p, 7, 0, 3, 1, 4, 8)
+	var out Output
+	h := wire.Header{Format: wire.FormatCompat, Job: 9, PacketID: 42, Set: 1, Slot: 5, Elements: 32}
+	exps := []int8{-3, 4, 1}
+	for r := 0; r < 3; r++ {
+		h.Exp0 = exps[r]
+		vals := make([]int32, 32)
+		for i := range vals {
+			vals[i] = int32(i*10 + r)
+		}
+		vals[0] = 1<<31 - 1 // wraps on the second add
+		p.Process(addr(r), mkpkt(t, h, vals), &out)
+		if r < 2 {
+			if len(out.Dests) != 0 || out.Drop != StatDropWaiting {
+				t.Fatalf("rank %d: dests %v drop %v, want waiting", r, out.Dests, out.Drop)
+			}
+			continue
+		}
+		if len(out.Dests) != 3 {
+			t.Fatalf("multicast to %v, want 3 ranks", out.Dests)
+		}
+		for i, d := range out.Dests {
+			if d != replyAddr(i) {
+				t.Fatalf("dest %d = %v, want %v", i, d, replyAddr(i))
+			}
+		}
+		rh, rv := decode(t, out.Packet)
+		want := h
+		want.Exp0 = 4
+		if rh != want {
+			t.Fatalf("reply header %+v, want %+v", rh, want)
+		}
+		if rv[0] != 2147483645 { // 3*(2^31-1) mod 2^32, as int32
+			t.Fatalf("wrapping sum = %d", rv[0])
+		}
+		for i := 1; i < 32; i++ {
+			if rv[i] != int32(30*i+3) {
+				t.Fatalf("sum[%d] = %d, want %d", i, rv[i], 30*i+3)
+			}
+		}
+	}
+	c := p.Counters()
+	if c[StatReceived] != 3 || c[StatAggregated] != 3 || c[StatMulticast] != 1 || c[StatReplicas] != 3 || c[StatDropWaiting] != 2 {
+		t.Fatalf("counters %v", c)
+	}
+}
+
+func TestRetransmissions(t *testing.T) {
+	p := newPipe(t, 8, 32, 4)
+	setupJob(t, p, 1, 0, 2, 3, 0, 8)
+	var out Output
+	h := wire.Header{Format: wire.FormatExtended, Job: 1 << 20, PacketID: 3, Slot: 2, Exp0: 1, Elements: 3}
+	pkt := mkpkt(t, h, []int32{1, 2, 3})
+	p.Process(addr(0), pkt, &out)
+	p.Process(addr(0), pkt, &out) // retransmission before completion
+	if out.Drop != StatDropIncompleteRetransmit || len(out.Dests) != 0 {
+		t.Fatalf("early retransmission: %v %v", out.Drop, out.Dests)
+	}
+	p.Process(addr(1), pkt, &out)
+	if len(out.Dests) != 2 {
+		t.Fatalf("completion sent to %v", out.Dests)
+	}
+	// Rank 1 lost the multicast and retransmits: only it gets the result.
+	p.Process(addr(1), pkt, &out)
+	if len(out.Dests) != 1 || out.Dests[0] != replyAddr(1) {
+		t.Fatalf("retransmission reply to %v", out.Dests)
+	}
+	rh, rv := decode(t, out.Packet)
+	if rh.Format != wire.FormatExtended || rh.Job != 1<<20 || rv[2] != 6 {
+		t.Fatalf("reply %+v %v", rh, rv)
+	}
+	// Rank 0 moves on to the other set: a late duplicate of its old packet
+	// must not touch the completed use (rank 1 may still need it).
+	next := h
+	next.Set, next.PacketID = 1, 4
+	p.Process(addr(0), mkpkt(t, next, []int32{5, 5, 5}), &out)
+	p.Process(addr(0), pkt, &out)
+	if out.Drop != StatDropStale {
+		t.Fatalf("late duplicate after moving on: %v", out.Drop)
+	}
+	p.Process(addr(1), pkt, &out)
+	if _, rv := decode(t, out.Packet); len(out.Dests) != 1 || rv[0] != 2 {
+		t.Fatalf("result changed after stale duplicate: %v %v", out.Dests, rv)
+	}
+	// Rank 1 moves on too: set 0 of slot 2 is now idle, and the next use
+	// overwrites it without any reset.
+	p.Process(addr(1), mkpkt(t, next, []int32{1, 1, 1}), &out)
+	if _, rv := decode(t, out.Packet); len(out.Dests) != 2 || rv[0] != 6 {
+		t.Fatalf("set 1: %v %v", out.Dests, rv)
+	}
+	third := h
+	third.PacketID = 5
+	p.Process(addr(1), mkpkt(t, third, []int32{100, 0, 0}), &out)
+	p.Process(addr(0), mkpkt(t, third, []int32{1, 0, 0}), &out)
+	if _, rv := decode(t, out.Packet); len(out.Dests) != 2 || rv[0] != 101 {
+		t.Fatalf("reused set 0: %v %v", out.Dests, rv)
+	}
+	checkInvariants(t, p)
+}
+
+func TestDrops(t *testing.T) {
+	p := newPipe(t, 16, 64, 4)
+	setupJob(t, p, 1, 0, 2, 1, 0, 4)
+	setupJob(t, p, 2, 10, 2, 2, 4, 4)
+	var out Output
+	good := wire.Header{Format: wire.FormatCompat, Slot: 1, Elements: 32}
+	for name, c := range map[string]struct {
+		src  netip.AddrPort
+		pkt  []byte
+		want Stat
+	}{
+		"unknown source":  {addr(99), mkpkt(t, good, nil), StatDropNotWorker},
+		"garbage":         {addr(0), []byte{0xff, 1, 2}, StatDropMalformed},
+		"truncated":       {addr(0), mkpkt(t, good, nil)[:20], StatDropMalformed},
+		"too many values": {addr(0), mkpkt(t, wire.Header{Format: wire.FormatExtended, Slot: 1, Elements: 65}, nil), StatDropMalformed},
+		"other partition": {addr(0), mkpkt(t, wire.Header{Format: wire.FormatCompat, Slot: 5, Elements: 32}, nil), StatDropOutOfPartition},
+		"beyond switch":   {addr(10), mkpkt(t, wire.Header{Format: wire.FormatCompat, Slot: 9000, Elements: 32}, nil), StatDropOutOfPartition},
+	} {
+		p.Process(c.src, c.pkt, &out)
+		if out.Drop != c.want || len(out.Dests) != 0 {
+			t.Errorf("%s: drop %v dests %v, want %v", name, out.Drop, out.Dests, c.want)
+		}
+	}
+	// A contribution with another size than the use in progress.
+	p.Process(addr(0), mkpkt(t, good, nil), &out)
+	bad := good
+	bad.Elements = 64
+	p.Process(addr(1), mkpkt(t, bad, nil), &out)
+	if out.Drop != StatDropMismatch {
+		t.Fatalf("size mismatch: %v", out.Drop)
+	}
+	bad = good
+	bad.PacketID = 77
+	p.Process(addr(1), mkpkt(t, bad, nil), &out)
+	if out.Drop != StatDropMismatch {
+		t.Fatalf("packet id mismatch: %v", out.Drop)
+	}
+	// An IPv4-mapped source matches the IPv4 entry.
+	mapped := netip.AddrPortFrom(netip.AddrFrom16(addr(1).Addr().As16()), addr(1).Port())
+	p.Process(mapped, mkpkt(t, good, nil), &out)
+	if len(out.Dests) != 2 {
+		t.Fatalf("mapped source: %v %v", out.Drop, out.Dests)
+	}
+	checkInvariants(t, p)
+}
+
+func TestManyWorkers(t *testing.T) {
+	const n = 70
+	p := newPipe(t, 4, 8, 128)
+	setupJob(t, p, 1, 0, n, 1, 0, 4)
+	var out Output
+	h := wire.Header{Format: wire.FormatExtended, Slot: 3, Elements: 2}
+	for r := 0; r < n; r++ {
+		p.Process(addr(r), mkpkt(t, h, []int32{int32(r), 1}), &out)
+		if r == 40 {
+			checkInvariants(t, p)
+		}
+	}
+	if len(out.Dests) != n {
+		t.Fatalf("multicast to %d ranks", len(out.Dests))
+	}
+	if _, rv := decode(t, out.Packet); rv[0] != n*(n-1)/2 || rv[1] != n {
+		t.Fatalf("sums %v", rv)
+	}
+	bm, err := p.ReadRegister("SwitchMLIngress.pool_bitmap", 3)
+	if err != nil || len(bm) != 2 || bm[0] != -1 || bm[1] != 1<<6-1 {
+		t.Fatalf("bitmap %x %v", bm, err)
+	}
+}
+
+func TestMissingReplyAndGroup(t *testing.T) {
+	p := newPipe(t, 4, 32, 4)
+	setupJob(t, p, 1, 0, 2, 1, 0, 4)
+	if err := p.DeleteReply(ReplyKey{Job: 1, Rank: 1}); err != nil {
+		t.Fatal(err)
+	}
+	var out Output
+	h := wire.Header{Format: wire.FormatCompat, Elements: 32}
+	p.Process(addr(0), mkpkt(t, h, nil), &out)
+	p.Process(addr(1), mkpkt(t, h, nil), &out)
+	if len(out.Dests) != 1 || p.Counter(StatDropNoReply) != 1 {
+		t.Fatalf("dests %v no-reply %d", out.Dests, p.Counter(StatDropNoReply))
+	}
+	if err := p.DeleteMulticastGroup(1); err != nil {
+		t.Fatal(err)
+	}
+	h.Slot = 1
+	p.Process(addr(0), mkpkt(t, h, nil), &out)
+	p.Process(addr(1), mkpkt(t, h, nil), &out)
+	if out.Drop != StatDropNoGroup {
+		t.Fatalf("drop %v", out.Drop)
+	}
+	checkInvariants(t, p)
+}
+
+func TestControlPlane(t *testing.T) {
+	if _, err := New(Config{Slots: 0, MaxElements: 64, MaxWorkers: 4}); err == nil {
+		t.Fatal("zero slots accepted")
+	}
+	if _, err := New(Config{Slots: 8, MaxElements: 4096, MaxWorkers: 4}); err == nil {
+		t.Fatal("4096 elements accepted")
+	}
+	p := newPipe(t, 8, 4, 4)
+	k := WorkerKey{addr(1)}
+	for _, w := range []Worker{
+		{NumWorkers: 0, PoolSize: 1},
+		{NumWorkers: 5, PoolSize: 1},
+		{Rank: 2, NumWorkers: 2, PoolSize: 1},
+		{NumWorkers: 2, PoolBase: 4, PoolSize: 5},
+		{NumWorkers: 2, PoolSize: 0},
+	} {
+		if err := p.InsertWorker(k, w); !errors.Is(err, ErrInvalid) {
+			t.Errorf("InsertWorker(%+v) = %v", w, err)
+		}
+	}
+	w := Worker{NumWorkers: 2, PoolSize: 8}
+	if err := p.InsertWorker(k, w); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.InsertWorker(k, w); !errors.Is(err, ErrExists) {
+		t.Fatal(err)
+	}
+	if err := p.ModifyWorker(WorkerKey{addr(2)}, w); !errors.Is(err, ErrNotFound) {
+		t.Fatal(err)
+	}
+	w.Rank = 1
+	if err := p.ModifyWorker(k, w); err != nil {
+		t.Fatal(err)
+	}
+	var got []Worker
+	p.Workers(func(_ WorkerKey, w Worker) bool { got = append(got, w); return true })
+	if len(got) != 1 || got[0].Rank != 1 {
+		t.Fatalf("workers %v", got)
+	}
+	if err := p.DeleteWorker(k); err != nil || p.DeleteWorker(k) == nil {
+		t.Fatal("delete")
+	}
+	if err := p.InsertMulticastGroup(3, []Replica{{1, 0}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.InsertMulticastGroup(3, nil); !errors.Is(err, ErrExists) {
+		t.Fatal(err)
+	}
+	if err := p.ModifyMulticastGroup(3, []Replica{{1, 0}, {2, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	p.MulticastGroups(func(id uint16, r []Replica) bool {
+		if id != 3 || len(r) != 2 {
+			t.Fatalf("group %d %v", id, r)
+		}
+		return true
+	})
+	// Registers: shape, bounds, round trip.
+	if n, _ := p.RegisterSize(RegPoolValues); n != 2*8*4 {
+		t.Fatalf("pool_values size %d", n)
+	}
+	if _, err := p.ReadRegister("pool_count", 16); err == nil {
+		t.Fatal("index 16 of 16 accepted")
+	}
+	if _, err := p.ReadRegister("nope", 0); !errors.Is(err, ErrNotFound) {
+		t.Fatal(err)
+	}
+	if err := p.WriteRegister("pool_bitmap", 1, []int64{1 << 5}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("bit of rank 5 with MaxWorkers 4: %v", err)
+	}
+	for _, c := range []struct {
+		name string
+		idx  int
+		v    int64
+	}{{"pool_exponent", 3, -7}, {"pool_count", 2, 3}, {"pool_values", 17, -9}, {"pool_bitmap", 1, 5}} {
+		if err := p.WriteRegister(c.name, c.idx, []int64{c.v}); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := p.ReadRegister(c.name, c.idx); err != nil || v[0] != c.v {
+			t.Fatalf("%s[%d] = %v %v", c.name, c.idx, v, err)
+		}
+	}
+	if err := p.ResetPool(0, 8); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := p.ReadRegister("pool_bitmap", 1); v[0] != 0 {
+		t.Fatal("ResetPool left a bitmap")
+	}
+	if p.ResetPool(4, 5) == nil {
+		t.Fatal("ResetPool beyond the pool accepted")
+	}
+	if err := p.SetCounter(StatReceived, 5); err != nil || p.Counter(StatReceived) != 5 {
+		t.Fatal("SetCounter")
+	}
+}
+
+func TestProcessNoAllocs(t *testing.T) {
+	p := newPipe(t, 64, 256, 8)
+	setupJob(t, p, 1, 0, 8, 1, 0, 64)
+	pkts := benchPackets(t, 8, 64, 64, wire.FormatCompat)
+	out := Output{Packet: make([]byte, 0, wire.MaxPacket), Dests: make([]netip.AddrPort, 0, 8)}
+	i := 0
+	allocs := testing.AllocsPerRun(1000, func() {
+		bp := &pkts[i%len(pkts)]
+		p.Process(bp.src, bp.b, &out)
+		i++
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocs per Process", allocs)
+	}
+	if p.Counter(StatMulticast) == 0 {
+		t.Fatal("no slot completed")
+	}
+	checkInvariants(t, p)
+}
+
+type benchPkt struct {
+	src netip.AddrPort
+	b   []byte
+}
+
+// benchPackets returns the packets of n workers streaming over slots
+// slots, in the order they would reach the switch: every worker's packet
+// for one slot use, then the next use. Sets alternate per slot and packet
+// ids grow, so the sequence can be replayed in a loop forever.
+func benchPackets(t testing.TB, n, slots, elems int, f wire.Format) []benchPkt {
+	var out []benchPkt
+	vals := make([]int32, elems)
+	for i := range vals {
+		vals[i] = int32(i)
+	}
+	for use := 0; use < 2*slots; use++ {
+		h := wire.Header{Format: f, PacketID: uint32(use), Slot: uint32(use % slots), Set: uint8(use / slots % 2), Elements: elems}
+		for r := 0; r < n; r++ {
+			out = append(out, benchPkt{addr(r), mkpkt(t, h, vals)})
+		}
+	}
+	return out
+}
+
+func BenchmarkProcess(b *testing.B) {
+	for _, elems := range []int{64, 256} {
+		b.Run(fmt.Sprintf("n=8/elements=%d", elems), func(b *testing.B) {
+			p := newPipe(b, 64, 256, 8)
+			setupJob(b, p, 1, 0, 8, 1, 0, 64)
+			pkts := benchPackets(b, 8, 64, elems, wire.FormatCompat)
+			out := Output{Packet: make([]byte, 0, wire.MaxPacket), Dests: make([]netip.AddrPort, 0, 8)}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				bp := &pkts[i]
+				p.Process(bp.src, bp.b, &out)
+				if i++; i == len(pkts) {
+					i = 0
+				}
+			}
+			ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+			b.ReportMetric(ns, "ns/packet")
+			b.ReportMetric(float64(elems)*1e9/ns, "elements/s")
+		})
+	}
+}
+
+// checkInvariants verifies properties that must hold after any packet
+// sequence: outcome counters add up, bitmaps only hold ranks of the job
+// owning the slot, countdowns are below the job size.
+func checkInvariants(t testing.TB, p *Pipeline) {
+	t.Helper()
+	c := p.Counters()
+	outcomes := c[StatDropNotWorker] + c[StatDropMalformed] + c[StatDropOutOfPartition] + c[StatDropMismatch] +
+		c[StatDropStale] + c[StatDropIncompleteRetransmit] + c[StatDropWaiting] + c[StatMulticast] + c[StatRetransmitReply]
+	if c[StatReceived] != outcomes {
+		t.Fatalf("received %d != sum of outcomes %d (%v)", c[StatReceived], outcomes, c)
+	}
+	if c[StatAggregated] != c[StatDropWaiting]+c[StatMulticast] {
+		t.Fatalf("aggregated %d != waiting %d + multicast %d", c[StatAggregated], c[StatDropWaiting], c[StatMulticast])
+	}
+	// Job size per slot, from the workers table.
+	size := make([]int, p.cfg.Slots)
+	p.Workers(func(_ WorkerKey, w Worker) bool {
+		for s := w.PoolBase; s < w.PoolBase+w.PoolSize; s++ {
+			size[s] = int(w.NumWorkers)
+		}
+		return true
+	})
+	for idx := 0; idx < 2*p.cfg.Slots; idx++ {
+		n := size[idx%p.cfg.Slots]
+		bm := p.bitmap[idx*p.words : (idx+1)*p.words]
+		for r := 0; r < 64*p.words; r++ {
+			if bm[r/64]&(1<<(r%64)) != 0 && r >= n {
+				t.Fatalf("idx %d: bitmap has rank %d, job size %d", idx, r, n)
+			}
+		}
+		if n > 0 && int(p.count[idx]) >= n || n == 0 && p.count[idx] != 0 {
+			t.Fatalf("idx %d: countdown %d, job size %d", idx, p.count[idx], n)
+		}
+	}
+}
+
+// FuzzProcess feeds arbitrary packet sequences from known and unknown
+// sources: Process must never panic, replies must parse in the request's
+// format and the invariants must hold after every packet.
+func FuzzProcess(f *testing.F) {
+	f.Add([]byte{0, 1, 0, 0, 5, 1, 1, 0, 0, 5, 2, 1, 0, 0, 5})
+	f.Add([]byte{0x80, 12, 0x11, 0, 0, 0, 0, 0, 0, 1, 0, 0, 1, 2})
+	f.Add([]byte{3, 2, 1, 0x81, 9, 4, 2, 1, 0x81, 9, 5})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p := newPipe(t, 8, 8, 70)
+		setupJob(t, p, 1, 0, 3, 1, 0, 4)    // 3 workers, slots 0..3
+		setupJob(t, p, 2, 100, 66, 2, 4, 4) // 66 workers, slots 4..7
+		srcs := []netip.AddrPort{addr(0), addr(1), addr(2), addr(100), addr(165), addr(130), addr(999)}
+		var out Output
+		next := func() byte {
+			if len(data) == 0 {
+				return 0
+			}
+			c := data[0]
+			data = data[1:]
+			return c
+		}
+		for len(data) > 0 {
+			c := next()
+			src := srcs[int(c&0x7f)%len(srcs)]
+			var pkt []byte
+			if c&0x80 != 0 {
+				// Raw bytes.
+				n := int(next()) % 48
+				n = min(n, len(data))
+				pkt, data = data[:n], data[n:]
+			} else {
+				// A well-formed packet with fuzzed fields, to reach deep states.
+				a, b2, e := next(), next(), next()
+				h := wire.Header{
+					Format:   wire.Format(a >> 7),
+					Job:      uint32(a & 3),
+					PacketID: uint32(b2 >> 4),
+					Slot:     uint32(a>>2) & 7,
+					Set:      (a >> 5) & 1,
+					Exp0:     int8(e),
+					Elements: 32,
+				}
+				if h.Format == wire.FormatExtended {
+					h.Elements = int(b2 & 15)
+				}
+				pkt = mkpkt(t, h, []int32{int32(e) << 24, int32(b2)})
+			}
+			p.Process(src, pkt, &out)
+			if len(out.Dests) > 0 {
+				rh, _, err := wire.Parse(out.Packet)
+				qh, _, _ := wire.Parse(pkt)
+				if err != nil || rh.Format != qh.Format || rh.Slot != qh.Slot || rh.Set != qh.Set || rh.PacketID != qh.PacketID {
+					t.Fatalf("reply %+v (%v) to request %+v", rh, err, qh)
+				}
+			} else if out.Drop == StatReceived {
+				t.Fatal("no destination and no drop reason")
+			}
+			checkInvariants(t, p)
+		}
+	})
+}
