@@ -1,0 +1,607 @@
+// Package engine is the SwitchML worker protocol for one lane, as a pure
+// state machine: packets and the current time go in, packets to send and
+// the next timer deadline come out. It has no sockets, goroutines or clocks,
+// so the UDP transport and the deterministic simulator drive the same code.
+//
+// A lane owns a window of W consecutive switch slots starting at SlotBase.
+// An allreduce op on the lane's slice of the tensor is cut into blocks of
+// Elements values; packet p uses slot SlotBase + p mod W' (W' = min(W,
+// blocks)) and the set that slot uses next. The result of packet p triggers
+// packet p+W' on the same slot (self-clocking), so at most W' packets are in
+// flight and the switch never needs more than W' slots for the lane.
+//
+// Sets alternate strictly per slot, across ops too: every worker of a job
+// issues the same ops in the same order and therefore makes the same
+// number of uses of every slot, so the workers agree on the set without
+// talking about it.
+//
+// Float types exchange exponents one window ahead (design.md section 4):
+// packet p carries the exponent of block p and the data of block p-W'
+// quantized with the maximum exponent the switch returned for block p-W'.
+// The first W' packets carry only exponents, the last W' only data. int32
+// ops send their data directly.
+//
+// Driving a lane: Start an op, then loop: drain AppendPacket and send what it
+// returns, wait for a packet (Receive) or the Deadline (Tick), until Done.
+// Timers start at the time of the last Start, Receive or Tick call, so call
+// AppendPacket right after them.
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/switchml/switchml-go/quant"
+	"github.com/switchml/switchml-go/switchml/wire"
+)
+
+// DType is the element type of an op.
+type DType uint8
+
+const (
+	Int32 DType = iota
+	Float32
+	Float16  // IEEE binary16 bits in uint16
+	BFloat16 // bfloat16 bits in uint16
+)
+
+// String names the type.
+func (d DType) String() string {
+	switch d {
+	case Int32:
+		return "int32"
+	case Float32:
+		return "float32"
+	case Float16:
+		return "float16"
+	case BFloat16:
+		return "bfloat16"
+	}
+	return fmt.Sprintf("dtype(%d)", uint8(d))
+}
+
+// Defaults of Config (the reference's values where it has one).
+const (
+	DefaultTimeout      = 10 * time.Millisecond
+	DefaultBackoffAfter = 100
+	DefaultMaxTimeouts  = 500
+)
+
+// Config describes one lane of one worker.
+type Config struct {
+	Rank, NumWorkers int
+	// Job is not used by the engine: every op carries its own job number
+	// (Op.Seq). It is kept so callers can describe a lane in one value.
+	Job      uint32
+	Format   wire.Format
+	Elements int // values per packet; compat: 32, 64, 128 or 256
+	Window   int // slots (packets in flight) of this lane
+	// SlotBase is the first absolute slot of the lane (lane l of a job:
+	// PoolBase + l*Window).
+	SlotBase uint32
+	// Timeout is the initial retransmission timeout of a packet
+	// (DefaultTimeout if zero).
+	Timeout time.Duration
+	// BackoffAfter timeouts on the lane double the timeout (reference
+	// behaviour; DefaultBackoffAfter if zero).
+	BackoffAfter int
+	// MaxTimeout caps the doubled timeout (100*Timeout if zero) so a long
+	// outage does not push the retry interval to minutes.
+	MaxTimeout time.Duration
+	// MaxTimeouts is the timeout budget: that many consecutive timeouts on
+	// the lane with no result in between fail the op with
+	// ErrTimeoutBudget (DefaultMaxTimeouts if zero). Counting only
+	// timeouts without progress keeps long ops on lossy links alive while
+	// a dead switch or peer still ends the op.
+	MaxTimeouts int
+}
+
+// withDefaults fills zero fields and validates the rest.
+func (c Config) withDefaults() (Config, error) {
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.BackoffAfter == 0 {
+		c.BackoffAfter = DefaultBackoffAfter
+	}
+	if c.MaxTimeout == 0 {
+		c.MaxTimeout = 100 * c.Timeout
+	}
+	if c.MaxTimeouts == 0 {
+		c.MaxTimeouts = DefaultMaxTimeouts
+	}
+	switch {
+	case c.NumWorkers < 1:
+		return c, fmt.Errorf("engine: NumWorkers = %d, want >= 1", c.NumWorkers)
+	case c.Rank < 0 || c.Rank >= c.NumWorkers:
+		return c, fmt.Errorf("engine: Rank = %d, want 0..%d", c.Rank, c.NumWorkers-1)
+	case c.Window < 1:
+		return c, fmt.Errorf("engine: Window = %d, want >= 1", c.Window)
+	case c.Timeout < 0 || c.MaxTimeout < c.Timeout:
+		return c, fmt.Errorf("engine: Timeout = %v, MaxTimeout = %v: want 0 < Timeout <= MaxTimeout", c.Timeout, c.MaxTimeout)
+	case c.BackoffAfter < 0 || c.MaxTimeouts < 0:
+		return c, fmt.Errorf("engine: BackoffAfter = %d, MaxTimeouts = %d: want >= 0", c.BackoffAfter, c.MaxTimeouts)
+	}
+	maxSlot := uint64(wire.MaxExtendedSlot)
+	switch c.Format {
+	case wire.FormatCompat:
+		if _, ok := wire.CompatSizeCode(c.Elements); !ok {
+			return c, fmt.Errorf("engine: Elements = %d, the compatible format carries 32, 64, 128 or 256", c.Elements)
+		}
+		maxSlot = wire.MaxCompatSlot
+	case wire.FormatExtended:
+		if c.Elements < 1 || c.Elements > wire.MaxElements {
+			return c, fmt.Errorf("engine: Elements = %d, the extended format carries 1..%d", c.Elements, wire.MaxElements)
+		}
+	default:
+		return c, fmt.Errorf("engine: unknown format %d", c.Format)
+	}
+	if uint64(c.SlotBase)+uint64(c.Window)-1 > maxSlot {
+		return c, fmt.Errorf("engine: slots %d..%d exceed the %v format's limit %d", c.SlotBase, uint64(c.SlotBase)+uint64(c.Window)-1, c.Format, maxSlot)
+	}
+	return c, nil
+}
+
+// Op is one allreduce on the lane's slice. The buffer matching DType holds
+// the input and receives the sum in place; the caller must leave it alone
+// until the lane is Done (retransmissions re-read it).
+type Op struct {
+	// Seq is the job number of the op; all workers use the same value and
+	// increment it per allreduce. The compatible format carries its low 8
+	// bits.
+	Seq   uint32
+	DType DType
+	F32   []float32
+	I32   []int32
+	U16   []uint16 // float16 or bfloat16 bits
+}
+
+// Errors of the engine.
+var (
+	ErrBusy          = errors.New("engine: an op is still running on this lane")
+	ErrTimeoutBudget = errors.New("engine: timeout budget exhausted (switch or a peer unreachable)")
+)
+
+// LaneStats counts what a lane did over its lifetime.
+type LaneStats struct {
+	Ops         uint64 // ops started
+	Sent        uint64 // packets sent for the first time
+	Retransmits uint64 // packets sent again after a timeout
+	Timeouts    uint64
+	Backoffs    uint64 // times the timeout doubled
+	Results     uint64 // results accepted
+	Stale       uint64 // results of another job number (an earlier op)
+	Duplicates  uint64 // results of this op already received or not yet asked for
+	Malformed   uint64 // packets that do not parse or do not fit the op
+}
+
+type slotState struct {
+	packet   int // packet outstanding on the slot; -1 when the slot is idle
+	set      uint8
+	dataExp  int8 // exponent of the data the packet carries (block packet-win)
+	queued   bool // waiting in the send queue
+	sentOnce bool
+	deadline time.Duration
+	// Intrusive timer list, in deadline order (see Lane.timerHead).
+	prev, next int32
+	timed      bool
+}
+
+// Lane is the protocol state of one lane. It is not safe for concurrent use.
+type Lane struct {
+	cfg Config
+
+	// Carried across ops: the set each slot uses next.
+	nextSet []uint8
+
+	// The op in progress.
+	op       Op
+	length   int // elements of the slice
+	blocks   int
+	win      int // effective window min(Window, blocks)
+	total    int // packets of the op
+	float    bool
+	received int
+	active   bool // an op was started and has not finished
+	err      error
+
+	now          time.Duration
+	timeout      time.Duration
+	sinceBackoff int
+	noProgress   int // consecutive timeouts without a result
+
+	slots []slotState
+	// Send queue: a ring of slot indices.
+	queue       []int32
+	qHead, qLen int
+	// Timer list of slots with a running timer, oldest first. Timers start
+	// at non-decreasing times with a non-decreasing timeout, so the list
+	// stays sorted by deadline with O(1) updates.
+	timerHead, timerTail int32
+
+	stats LaneStats
+}
+
+// NewLane returns a lane with every slot at set 0, matching a freshly reset
+// switch pool.
+func NewLane(cfg Config) (*Lane, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Lane{
+		cfg:       cfg,
+		nextSet:   make([]uint8, cfg.Window),
+		slots:     make([]slotState, cfg.Window),
+		queue:     make([]int32, cfg.Window),
+		timerHead: -1,
+		timerTail: -1,
+	}, nil
+}
+
+// Config returns the lane's configuration with defaults filled in.
+func (l *Lane) Config() Config { return l.cfg }
+
+// Start begins an op at time now. Zero-length slices finish at once. A
+// float input holding NaN or Inf is rejected (its sum would be silently
+// wrong); the error wraps *quant.NonFiniteError.
+func (l *Lane) Start(op Op, now time.Duration) error {
+	if l.active {
+		return ErrBusy
+	}
+	var n int
+	var err error
+	switch op.DType {
+	case Int32:
+		n = len(op.I32)
+	case Float32:
+		n, err = len(op.F32), quant.CheckFinite(op.F32)
+	case Float16:
+		n, err = len(op.U16), quant.CheckFiniteF16(op.U16)
+	case BFloat16:
+		n, err = len(op.U16), quant.CheckFiniteBF16(op.U16)
+	default:
+		return fmt.Errorf("engine: unknown dtype %d", op.DType)
+	}
+	if err != nil {
+		return fmt.Errorf("engine: input of op %d: %w", op.Seq, err)
+	}
+	k := l.cfg.Elements
+	l.op = op
+	l.length = n
+	l.blocks = (n + k - 1) / k
+	l.win = min(l.cfg.Window, l.blocks)
+	l.float = op.DType != Int32
+	l.total = l.blocks
+	if l.float {
+		l.total += l.win // the exponent round
+	}
+	l.received = 0
+	l.err = nil
+	l.now = max(l.now, now)
+	l.timeout = l.cfg.Timeout
+	l.sinceBackoff = 0
+	l.noProgress = 0
+	l.qHead, l.qLen = 0, 0
+	l.timerHead, l.timerTail = -1, -1
+	l.stats.Ops++
+	for s := range l.slots {
+		l.slots[s] = slotState{packet: -1, prev: -1, next: -1}
+	}
+	l.active = l.total > 0
+	for s := 0; s < l.win; s++ {
+		l.assign(s, s)
+	}
+	return nil
+}
+
+// assign makes packet p the outstanding packet of slot s, on the slot's
+// next set, and queues it for sending.
+func (l *Lane) assign(s, p int) {
+	st := &l.slots[s]
+	st.packet = p
+	st.set = l.nextSet[s]
+	l.nextSet[s] ^= 1
+	st.sentOnce = false
+	l.enqueue(s)
+}
+
+func (l *Lane) enqueue(s int) {
+	if l.slots[s].queued {
+		return
+	}
+	l.slots[s].queued = true
+	l.queue[(l.qHead+l.qLen)%len(l.queue)] = int32(s)
+	l.qLen++
+}
+
+func (l *Lane) timerRemove(s int) {
+	st := &l.slots[s]
+	if !st.timed {
+		return
+	}
+	if st.prev >= 0 {
+		l.slots[st.prev].next = st.next
+	} else {
+		l.timerHead = st.next
+	}
+	if st.next >= 0 {
+		l.slots[st.next].prev = st.prev
+	} else {
+		l.timerTail = st.prev
+	}
+	st.prev, st.next, st.timed = -1, -1, false
+}
+
+func (l *Lane) timerAppend(s int, deadline time.Duration) {
+	l.timerRemove(s)
+	st := &l.slots[s]
+	st.deadline = deadline
+	st.timed = true
+	st.prev = l.timerTail
+	st.next = -1
+	if l.timerTail >= 0 {
+		l.slots[l.timerTail].next = int32(s)
+	} else {
+		l.timerHead = int32(s)
+	}
+	l.timerTail = int32(s)
+}
+
+// Done reports whether the current op finished (successfully or not) or no
+// op was started.
+func (l *Lane) Done() bool { return !l.active }
+
+// Err returns why the last op failed, nil if it succeeded or is running.
+func (l *Lane) Err() error { return l.err }
+
+// Stats returns the lane's counters.
+func (l *Lane) Stats() LaneStats { return l.stats }
+
+// Deadline returns the earliest running timer; Tick must be called at that
+// time. false when no timer runs.
+func (l *Lane) Deadline() (time.Duration, bool) {
+	if !l.active || l.timerHead < 0 {
+		return 0, false
+	}
+	return l.slots[l.timerHead].deadline, true
+}
+
+// Pending reports whether AppendPacket may have a packet to hand out.
+func (l *Lane) Pending() bool { return l.active && l.qLen > 0 }
+
+// Tick fires the timers that expired at now: their packets are queued for
+// retransmission. Too many timeouts without progress fail the op.
+func (l *Lane) Tick(now time.Duration) {
+	l.now = max(l.now, now)
+	for l.active && l.timerHead >= 0 && l.slots[l.timerHead].deadline <= l.now {
+		s := int(l.timerHead)
+		l.timerRemove(s)
+		l.stats.Timeouts++
+		l.noProgress++
+		if l.noProgress > l.cfg.MaxTimeouts {
+			st := &l.slots[s]
+			l.fail(fmt.Errorf("%w: %d timeouts in a row without a result (op %d, packet %d, slot %d, timeout now %v)",
+				ErrTimeoutBudget, l.noProgress, l.op.Seq, st.packet, l.cfg.SlotBase+uint32(s), l.timeout))
+			return
+		}
+		if l.sinceBackoff++; l.sinceBackoff >= l.cfg.BackoffAfter {
+			l.sinceBackoff = 0
+			l.timeout = min(2*l.timeout, l.cfg.MaxTimeout)
+			l.stats.Backoffs++
+		}
+		l.enqueue(s)
+	}
+}
+
+func (l *Lane) fail(err error) {
+	l.err = err
+	l.active = false
+	l.qLen = 0
+	l.timerHead, l.timerTail = -1, -1
+}
+
+// block returns the element range of block b of the slice.
+func (l *Lane) block(b int) (lo, hi int) {
+	lo = b * l.cfg.Elements
+	return lo, min(lo+l.cfg.Elements, l.length)
+}
+
+// dataBlock returns the block whose data packet p carries, or -1.
+func (l *Lane) dataBlock(p int) int {
+	if l.float {
+		p -= l.win
+	}
+	if p < 0 || p >= l.blocks {
+		return -1
+	}
+	return p
+}
+
+// payloadElements is the element count of packet p (and of its result).
+func (l *Lane) payloadElements(p int) int {
+	if l.cfg.Format == wire.FormatCompat {
+		return l.cfg.Elements // fixed by the size code; short blocks are zero-padded
+	}
+	b := l.dataBlock(p)
+	if b < 0 {
+		return 0
+	}
+	lo, hi := l.block(b)
+	return hi - lo
+}
+
+// AppendPacket appends the next packet to send to b, quantizing straight
+// into it, and starts its timer. It returns b unchanged and false when
+// nothing is waiting to be sent.
+func (l *Lane) AppendPacket(b []byte) ([]byte, bool) {
+	if !l.active {
+		return b, false
+	}
+	var s int
+	for {
+		if l.qLen == 0 {
+			return b, false
+		}
+		s = int(l.queue[l.qHead])
+		l.qHead = (l.qHead + 1) % len(l.queue)
+		l.qLen--
+		l.slots[s].queued = false
+		// A retransmission queued just before the slot's last result
+		// arrived has nothing left to send.
+		if l.slots[s].packet >= 0 {
+			break
+		}
+	}
+	st := &l.slots[s]
+	p := st.packet
+
+	h := wire.Header{
+		Format:   l.cfg.Format,
+		Job:      l.op.Seq,
+		PacketID: uint32(p),
+		Set:      st.set,
+		Slot:     l.cfg.SlotBase + uint32(s),
+		Exp0:     quant.MinExponent,
+		Elements: l.payloadElements(p),
+	}
+	if l.float && p < l.blocks {
+		lo, hi := l.block(p)
+		switch l.op.DType {
+		case Float32:
+			h.Exp0 = quant.BlockExponent(l.op.F32[lo:hi])
+		case Float16:
+			h.Exp0 = quant.BlockExponentF16(l.op.U16[lo:hi])
+		case BFloat16:
+			h.Exp0 = quant.BlockExponentBF16(l.op.U16[lo:hi])
+		}
+	}
+	start := len(b)
+	b, err := h.Append(b)
+	if err != nil {
+		// Config validation makes this unreachable; fail loudly rather
+		// than send garbage.
+		l.fail(fmt.Errorf("engine: encoding packet %d: %w", p, err))
+		return b[:start], false
+	}
+	off := len(b)
+	// Extending with a make of constant element type does not allocate
+	// when b has room; the new bytes are zero, which pads short blocks.
+	b = append(b, make([]byte, 4*h.Elements)...)
+	if db := l.dataBlock(p); db >= 0 {
+		lo, hi := l.block(db)
+		dst := b[off:]
+		n := l.cfg.NumWorkers
+		switch l.op.DType {
+		case Int32:
+			quant.Int32ToBE(dst, l.op.I32[lo:hi])
+		case Float32:
+			quant.QuantizeBE(dst, l.op.F32[lo:hi], n, st.dataExp)
+		case Float16:
+			quant.QuantizeF16BE(dst, l.op.U16[lo:hi], n, st.dataExp)
+		case BFloat16:
+			quant.QuantizeBF16BE(dst, l.op.U16[lo:hi], n, st.dataExp)
+		}
+	}
+	if st.sentOnce {
+		l.stats.Retransmits++
+	} else {
+		l.stats.Sent++
+		st.sentOnce = true
+	}
+	l.timerAppend(s, l.now+l.timeout)
+	return b, true
+}
+
+// Receive handles a packet from the switch at time now. Results of other
+// ops, of packets already received and malformed packets are counted and
+// ignored.
+func (l *Lane) Receive(pkt []byte, now time.Duration) {
+	l.now = max(l.now, now)
+	h, payload, err := wire.Parse(pkt)
+	if err != nil || h.Format != l.cfg.Format {
+		l.stats.Malformed++
+		return
+	}
+	job := l.op.Seq
+	if h.Format == wire.FormatCompat {
+		job &= 0xff
+	}
+	if h.Job != job {
+		l.stats.Stale++
+		return
+	}
+	p := int(h.PacketID)
+	if !l.active || h.PacketID >= uint32(l.total) {
+		l.stats.Duplicates++
+		return
+	}
+	s := p % l.win
+	st := &l.slots[s]
+	if st.packet != p || h.Slot != l.cfg.SlotBase+uint32(s) || h.Set != st.set {
+		l.stats.Duplicates++
+		return
+	}
+	if h.Elements != l.payloadElements(p) {
+		l.stats.Malformed++
+		return
+	}
+
+	// Accepted.
+	l.stats.Results++
+	l.noProgress = 0
+	l.timerRemove(s)
+	if db := l.dataBlock(p); db >= 0 {
+		lo, hi := l.block(db)
+		n := l.cfg.NumWorkers
+		switch l.op.DType {
+		case Int32:
+			quant.BEToInt32(l.op.I32[lo:hi], payload)
+		case Float32:
+			quant.DequantizeBE(l.op.F32[lo:hi], payload, n, st.dataExp)
+		case Float16:
+			quant.DequantizeF16BE(l.op.U16[lo:hi], payload, n, st.dataExp)
+		case BFloat16:
+			quant.DequantizeBF16BE(l.op.U16[lo:hi], payload, n, st.dataExp)
+		}
+	}
+	if l.float && p < l.blocks {
+		// The switch's maximum over all workers: every worker quantizes
+		// block p with it, one window later.
+		st.dataExp = h.Exp0
+	}
+	l.received++
+	if next := p + l.win; next < l.total {
+		l.assign(s, next)
+	} else {
+		st.packet = -1
+	}
+	if l.received == l.total {
+		l.active = false
+		l.qLen = 0
+		l.timerHead, l.timerTail = -1, -1
+	}
+}
+
+// Range is a contiguous part [Off, Off+Len) of a tensor.
+type Range struct{ Off, Len int }
+
+// SplitLanes cuts a tensor of total elements into lanes contiguous ranges of
+// whole packets (only the last non-empty range may end in a partial
+// packet), with block counts differing by at most one. Ranges may be empty
+// when there are fewer packets than lanes. Every worker computes the same
+// split, which keeps their lanes' ops aligned.
+func SplitLanes(total, lanes, elements int) []Range {
+	lanes = max(lanes, 1)
+	elements = max(elements, 1)
+	total = max(total, 0)
+	blocks := (total + elements - 1) / elements
+	out := make([]Range, lanes)
+	for i := range out {
+		lo := min(i*blocks/lanes*elements, total)
+		hi := min((i+1)*blocks/lanes*elements, total)
+		out[i] = Range{Off: lo, Len: hi - lo}
+	}
+	return out
+}
