@@ -60,7 +60,8 @@ type Config struct {
 	// handshakes); zero means DefaultDialTimeout. A ctx deadline may cut it shorter.
 	DialTimeout time.Duration
 	// Listener, if set, is used instead of listening on Addrs[Rank]; Dial takes
-	// ownership of it. It lets callers (and tests) reserve ports race-free.
+	// ownership of it. It lets callers (and tests) reserve ports race-free: open it
+	// on port 0 and publish its address as Addrs[Rank] to the other ranks.
 	Listener net.Listener
 }
 
