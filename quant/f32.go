@@ -39,19 +39,8 @@ func (c quantizer) q(x float32) uint32 {
 func Quantize(dst []int32, src []float32, n int, e int8) int {
 	c := newQuantizer(n, e)
 	k := min(len(dst), len(src))
-	dst, src = dst[:k], src[:k]
-	i := 0
-	for ; i+4 <= k; i += 4 {
-		s := src[i : i+4 : i+4]
-		d := dst[i : i+4 : i+4]
-		d[0] = int32(c.q(s[0]))
-		d[1] = int32(c.q(s[1]))
-		d[2] = int32(c.q(s[2]))
-		d[3] = int32(c.q(s[3]))
-	}
-	for ; i < k; i++ {
-		dst[i] = int32(c.q(src[i]))
-	}
+	done := quantizeFast(int32Bytes(dst[:k]), src[:k], c, false)
+	quantizeGeneric(dst[done:k], src[done:k], c)
 	return k
 }
 
@@ -60,19 +49,8 @@ func Quantize(dst []int32, src []float32, n int, e int8) int {
 func QuantizeBE(dst []byte, src []float32, n int, e int8) int {
 	c := newQuantizer(n, e)
 	k := min(len(dst)/4, len(src))
-	dst, src = dst[:4*k], src[:k]
-	i := 0
-	for ; i+4 <= k; i += 4 {
-		s := src[i : i+4 : i+4]
-		d := dst[4*i : 4*i+16 : 4*i+16]
-		binary.BigEndian.PutUint32(d[0:4], c.q(s[0]))
-		binary.BigEndian.PutUint32(d[4:8], c.q(s[1]))
-		binary.BigEndian.PutUint32(d[8:12], c.q(s[2]))
-		binary.BigEndian.PutUint32(d[12:16], c.q(s[3]))
-	}
-	for ; i < k; i++ {
-		binary.BigEndian.PutUint32(dst[4*i:4*i+4], c.q(src[i]))
-	}
+	done := quantizeFast(dst[:4*k], src[:k], c, true)
+	quantizeBEGeneric(dst[4*done:4*k], src[done:k], c)
 	return k
 }
 
@@ -81,19 +59,8 @@ func QuantizeBE(dst []byte, src []float32, n int, e int8) int {
 func Dequantize(dst []float32, src []int32, n int, e int8) int {
 	g := invScale(n, e)
 	k := min(len(dst), len(src))
-	dst, src = dst[:k], src[:k]
-	i := 0
-	for ; i+4 <= k; i += 4 {
-		s := src[i : i+4 : i+4]
-		d := dst[i : i+4 : i+4]
-		d[0] = float32(float64(s[0]) * g)
-		d[1] = float32(float64(s[1]) * g)
-		d[2] = float32(float64(s[2]) * g)
-		d[3] = float32(float64(s[3]) * g)
-	}
-	for ; i < k; i++ {
-		dst[i] = float32(float64(src[i]) * g)
-	}
+	done := dequantizeFast(dst[:k], int32Bytes(src[:k]), g, false)
+	dequantizeGeneric(dst[done:k], src[done:k], g)
 	return k
 }
 
@@ -102,20 +69,69 @@ func Dequantize(dst []float32, src []int32, n int, e int8) int {
 func DequantizeBE(dst []float32, src []byte, n int, e int8) int {
 	g := invScale(n, e)
 	k := min(len(dst), len(src)/4)
-	dst, src = dst[:k], src[:4*k]
-	i := 0
-	for ; i+4 <= k; i += 4 {
-		s := src[4*i : 4*i+16 : 4*i+16]
-		d := dst[i : i+4 : i+4]
-		d[0] = float32(float64(int32(binary.BigEndian.Uint32(s[0:4]))) * g)
-		d[1] = float32(float64(int32(binary.BigEndian.Uint32(s[4:8]))) * g)
-		d[2] = float32(float64(int32(binary.BigEndian.Uint32(s[8:12]))) * g)
-		d[3] = float32(float64(int32(binary.BigEndian.Uint32(s[12:16]))) * g)
+	done := dequantizeFast(dst[:k], src[:4*k], g, true)
+	dequantizeBEGeneric(dst[done:k], src[4*done:4*k], g)
+	return k
+}
+
+// The generic kernels below are the definition: the vector kernels must match
+// them bit for bit (tests compare them on every magnitude). len(dst) and len(src)
+// agree on entry (counting 4 bytes per element in byte slices).
+
+func quantizeGeneric(dst []int32, src []float32, c quantizer) {
+	src = src[:len(dst)]
+	for len(src) >= 4 && len(dst) >= 4 {
+		dst[0] = int32(c.q(src[0]))
+		dst[1] = int32(c.q(src[1]))
+		dst[2] = int32(c.q(src[2]))
+		dst[3] = int32(c.q(src[3]))
+		src, dst = src[4:], dst[4:]
 	}
-	for ; i < k; i++ {
+	for i, x := range src {
+		dst[i] = int32(c.q(x))
+	}
+}
+
+func quantizeBEGeneric(dst []byte, src []float32, c quantizer) {
+	src = src[:len(dst)/4]
+	for len(src) >= 4 && len(dst) >= 16 {
+		binary.BigEndian.PutUint32(dst[0:4], c.q(src[0]))
+		binary.BigEndian.PutUint32(dst[4:8], c.q(src[1]))
+		binary.BigEndian.PutUint32(dst[8:12], c.q(src[2]))
+		binary.BigEndian.PutUint32(dst[12:16], c.q(src[3]))
+		src, dst = src[4:], dst[16:]
+	}
+	for i, x := range src {
+		binary.BigEndian.PutUint32(dst[4*i:4*i+4], c.q(x))
+	}
+}
+
+func dequantizeGeneric(dst []float32, src []int32, g float64) {
+	src = src[:len(dst)]
+	for len(src) >= 4 && len(dst) >= 4 {
+		dst[0] = float32(float64(src[0]) * g)
+		dst[1] = float32(float64(src[1]) * g)
+		dst[2] = float32(float64(src[2]) * g)
+		dst[3] = float32(float64(src[3]) * g)
+		src, dst = src[4:], dst[4:]
+	}
+	for i, v := range src {
+		dst[i] = float32(float64(v) * g)
+	}
+}
+
+func dequantizeBEGeneric(dst []float32, src []byte, g float64) {
+	src = src[:4*len(dst)]
+	for len(src) >= 16 && len(dst) >= 4 {
+		dst[0] = float32(float64(int32(binary.BigEndian.Uint32(src[0:4]))) * g)
+		dst[1] = float32(float64(int32(binary.BigEndian.Uint32(src[4:8]))) * g)
+		dst[2] = float32(float64(int32(binary.BigEndian.Uint32(src[8:12]))) * g)
+		dst[3] = float32(float64(int32(binary.BigEndian.Uint32(src[12:16]))) * g)
+		src, dst = src[16:], dst[4:]
+	}
+	for i := range dst {
 		dst[i] = float32(float64(int32(binary.BigEndian.Uint32(src[4*i:4*i+4]))) * g)
 	}
-	return k
 }
 
 // Int32ToBE writes src as big-endian int32 into dst (an int32 tensor's packet

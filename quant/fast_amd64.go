@@ -1,0 +1,66 @@
+//go:build amd64 && !purego
+
+package quant
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
+
+// useAVX2 selects the vector kernels; tests switch it off to compare against
+// the generic kernels.
+var useAVX2 = cpu.X86.HasAVX2
+
+// Byte shuffles for VPSHUFB: swap the bytes of every int32 (big-endian
+// payloads) or leave them (native []int32).
+var (
+	shuffleBE     = [32]byte{3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12, 3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12}
+	shuffleNative = [32]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
+)
+
+// quantizeAVX2 converts blocks*8 elements: VCVTPS2PD, VMULPD by f, clamp with
+// VMINPD/VMAXPD, VCVTPD2DQ (round half even under the default MXCSR, which Go
+// never changes), VPSHUFB, store.
+//
+//go:noescape
+func quantizeAVX2(dst *byte, src *float32, blocks int, f, lim, nlim float64, shuffle *[32]byte)
+
+// dequantizeAVX2 converts blocks*8 elements: load, VPSHUFB, VCVTDQ2PD, VMULPD by
+// g, VCVTPD2PS (round half even), store.
+//
+//go:noescape
+func dequantizeAVX2(dst *float32, src *byte, blocks int, inv float64, shuffle *[32]byte)
+
+func shuffleFor(be bool) *[32]byte {
+	if be {
+		return &shuffleBE
+	}
+	return &shuffleNative
+}
+
+// quantizeFast converts the longest multiple of 8 elements it can and returns how
+// many it did; len(dst) == 4*len(src).
+func quantizeFast(dst []byte, src []float32, c quantizer, be bool) int {
+	blocks := len(src) / 8
+	if !useAVX2 || blocks == 0 {
+		return 0
+	}
+	quantizeAVX2(unsafe.SliceData(dst), unsafe.SliceData(src), blocks, c.f, c.lim, -c.lim, shuffleFor(be))
+	return 8 * blocks
+}
+
+// dequantizeFast is quantizeFast's counterpart; len(src) == 4*len(dst).
+func dequantizeFast(dst []float32, src []byte, g float64, be bool) int {
+	blocks := len(dst) / 8
+	if !useAVX2 || blocks == 0 {
+		return 0
+	}
+	dequantizeAVX2(unsafe.SliceData(dst), unsafe.SliceData(src), blocks, g, shuffleFor(be))
+	return 8 * blocks
+}
+
+// int32Bytes views an int32 slice as its bytes (native order) for the kernels.
+func int32Bytes(x []int32) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), 4*len(x))
+}

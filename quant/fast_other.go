@@ -1,0 +1,13 @@
+//go:build !amd64 || purego
+
+package quant
+
+// Without vector kernels the generic loops do all the work.
+
+var useAVX2 = false
+
+func quantizeFast(dst []byte, src []float32, c quantizer, be bool) int { return 0 }
+
+func dequantizeFast(dst []float32, src []byte, g float64, be bool) int { return 0 }
+
+func int32Bytes(x []int32) []byte { return nil }
