@@ -1,0 +1,375 @@
+package programs
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
+)
+
+// Model is the control-plane view of a pipeline: what a P4Runtime
+// controller can name. Both a P4 source (ParseProgram) and a P4Info
+// (FromP4Info) are reduced to it, so they compare field by field.
+type Model struct {
+	Arch      string
+	Tables    map[string]*Table
+	Actions   map[string]*Action
+	Registers map[string]*Register
+	Counters  map[string]*Counter
+}
+
+// Table is a match-action table.
+type Table struct {
+	ID           uint32 // 0: not pinned (no @id in the source)
+	Keys         []Key
+	Actions      map[string]string // action name -> scope (TABLE_AND_DEFAULT, TABLE_ONLY, DEFAULT_ONLY)
+	ConstDefault string            // action name of a const default_action, "" if none
+	Size         int64
+}
+
+// Key is one match field.
+type Key struct {
+	ID    uint32
+	Name  string
+	Width int
+	Match string // EXACT, TERNARY, LPM, RANGE, OPTIONAL
+}
+
+// Action is an action with its control-plane parameters.
+type Action struct {
+	ID     uint32
+	Params []Param
+
+	// Source-only bookkeeping.
+	hidden     bool
+	referenced bool
+	local      string
+	control    string
+}
+
+// Param is an action parameter.
+type Param struct {
+	ID    uint32
+	Name  string
+	Width int
+}
+
+// Register is a register array. Elem has one unnamed field for a bit-string
+// element and the members of a struct element (register of pairs).
+type Register struct {
+	ID     uint32
+	Struct string
+	Elem   []Field
+	Size   int64
+}
+
+// Counter is an indirect counter array.
+type Counter struct {
+	ID   uint32
+	Size int64
+	Unit string // PACKETS, BYTES, BOTH (P4Info) / PACKETS_AND_BYTES
+}
+
+func newModel() *Model {
+	return &Model{
+		Tables:    map[string]*Table{},
+		Actions:   map[string]*Action{},
+		Registers: map[string]*Register{},
+		Counters:  map[string]*Counter{},
+	}
+}
+
+// FromP4Info reduces a P4Info to a Model. Ids that do not resolve are
+// reported as errors rather than silently dropped.
+func FromP4Info(info *p4configv1.P4Info) (*Model, error) {
+	m := newModel()
+	m.Arch = info.GetPkgInfo().GetArch()
+	actionName := map[uint32]string{}
+	for _, a := range info.GetActions() {
+		name := a.GetPreamble().GetName()
+		if _, dup := m.Actions[name]; dup {
+			return nil, fmt.Errorf("action %s listed twice", name)
+		}
+		act := &Action{ID: a.GetPreamble().GetId()}
+		for _, p := range a.GetParams() {
+			act.Params = append(act.Params, Param{ID: p.GetId(), Name: p.GetName(), Width: int(p.GetBitwidth())})
+		}
+		m.Actions[name] = act
+		actionName[act.ID] = name
+	}
+	for _, t := range info.GetTables() {
+		name := t.GetPreamble().GetName()
+		if _, dup := m.Tables[name]; dup {
+			return nil, fmt.Errorf("table %s listed twice", name)
+		}
+		tab := &Table{ID: t.GetPreamble().GetId(), Size: t.GetSize(), Actions: map[string]string{}}
+		for _, mf := range t.GetMatchFields() {
+			tab.Keys = append(tab.Keys, Key{ID: mf.GetId(), Name: mf.GetName(), Width: int(mf.GetBitwidth()), Match: mf.GetMatchType().String()})
+		}
+		for _, ref := range t.GetActionRefs() {
+			an, ok := actionName[ref.GetId()]
+			if !ok {
+				return nil, fmt.Errorf("table %s: action id %#x is not in the P4Info", name, ref.GetId())
+			}
+			tab.Actions[an] = ref.GetScope().String()
+		}
+		if id := t.GetConstDefaultActionId(); id != 0 {
+			an, ok := actionName[id]
+			if !ok {
+				return nil, fmt.Errorf("table %s: const default action id %#x is not in the P4Info", name, id)
+			}
+			tab.ConstDefault = an
+		}
+		m.Tables[name] = tab
+	}
+	structs := info.GetTypeInfo().GetStructs()
+	for _, r := range info.GetRegisters() {
+		name := r.GetPreamble().GetName()
+		reg := &Register{ID: r.GetPreamble().GetId(), Size: int64(r.GetSize())}
+		ts := r.GetTypeSpec()
+		switch {
+		case ts.GetBitstring() != nil:
+			reg.Elem = []Field{{Type: bitstring(ts.GetBitstring())}}
+		case ts.GetStruct() != nil:
+			reg.Struct = ts.GetStruct().GetName()
+			st, ok := structs[reg.Struct]
+			if !ok {
+				return nil, fmt.Errorf("register %s: struct %s is not in type_info", name, reg.Struct)
+			}
+			for _, mem := range st.GetMembers() {
+				bs := mem.GetTypeSpec().GetBitstring()
+				if bs == nil {
+					return nil, fmt.Errorf("register %s: member %s is not a bit string", name, mem.GetName())
+				}
+				reg.Elem = append(reg.Elem, Field{Name: mem.GetName(), Type: bitstring(bs)})
+			}
+		default:
+			return nil, fmt.Errorf("register %s: unsupported type %v", name, ts)
+		}
+		if _, dup := m.Registers[name]; dup {
+			return nil, fmt.Errorf("register %s listed twice", name)
+		}
+		m.Registers[name] = reg
+	}
+	for _, c := range info.GetCounters() {
+		name := c.GetPreamble().GetName()
+		if _, dup := m.Counters[name]; dup {
+			return nil, fmt.Errorf("counter %s listed twice", name)
+		}
+		m.Counters[name] = &Counter{ID: c.GetPreamble().GetId(), Size: c.GetSize(), Unit: c.GetSpec().GetUnit().String()}
+	}
+	return m, nil
+}
+
+func bitstring(bs *p4configv1.P4BitstringLikeTypeSpec) Type {
+	switch {
+	case bs.GetBit() != nil:
+		return Type{Width: int(bs.GetBit().GetBitwidth())}
+	case bs.GetInt() != nil:
+		return Type{Width: int(bs.GetInt().GetBitwidth()), Signed: true}
+	case bs.GetVarbit() != nil:
+		return Type{Width: int(bs.GetVarbit().GetMaxBitwidth())}
+	}
+	return Type{}
+}
+
+// Diff is one disagreement between two models.
+type Diff struct {
+	Entity string // fully qualified name of the table, action, register or counter
+	Msg    string
+}
+
+func (d Diff) String() string { return d.Entity + ": " + d.Msg }
+
+// Entity kinds, as used in Deviations and diffs.
+const (
+	KindTable    = "table"
+	KindAction   = "action"
+	KindRegister = "register"
+	KindCounter  = "counter"
+)
+
+// Names lists the entities of a model as "kind name", sorted.
+func (m *Model) Names() []string {
+	var out []string
+	for n := range m.Tables {
+		out = append(out, KindTable+" "+n)
+	}
+	for n := range m.Actions {
+		out = append(out, KindAction+" "+n)
+	}
+	for n := range m.Registers {
+		out = append(out, KindRegister+" "+n)
+	}
+	for n := range m.Counters {
+		out = append(out, KindCounter+" "+n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Compare reports every difference between a and b: entities present on
+// one side only, and for entities on both sides their ids (when both are
+// known), keys (name, width, match kind, id), action sets and scopes, const
+// default action, size, action parameters (name, width, id), register
+// element types and sizes, counter sizes and units. aName and bName label
+// the sides in messages. skip, if not nil, exempts "kind name" entries from
+// the presence check (documented deviations are checked separately).
+func Compare(a, b *Model, aName, bName string, skip func(kind, name string) bool) []Diff {
+	var diffs []Diff
+	add := func(entity, format string, args ...any) {
+		diffs = append(diffs, Diff{Entity: entity, Msg: fmt.Sprintf(format, args...)})
+	}
+	if a.Arch != b.Arch {
+		add("pkg_info", "architecture %q in %s, %q in %s", a.Arch, aName, b.Arch, bName)
+	}
+	presence := func(kind string, an, bn []string) []string {
+		var both []string
+		for _, n := range an {
+			if slices.Contains(bn, n) {
+				both = append(both, n)
+			} else if skip == nil || !skip(kind, n) {
+				add(n, "%s in %s, missing in %s", kind, aName, bName)
+			}
+		}
+		for _, n := range bn {
+			if !slices.Contains(an, n) && (skip == nil || !skip(kind, n)) {
+				add(n, "%s in %s, missing in %s", kind, bName, aName)
+			}
+		}
+		return both
+	}
+	ids := func(entity string, x, y uint32) {
+		if x != 0 && y != 0 && x != y {
+			add(entity, "id %#x in %s, %#x in %s", x, aName, y, bName)
+		}
+	}
+
+	for _, n := range presence(KindTable, keys(a.Tables), keys(b.Tables)) {
+		x, y := a.Tables[n], b.Tables[n]
+		ids(n, x.ID, y.ID)
+		if len(x.Keys) != len(y.Keys) {
+			add(n, "%d match fields in %s, %d in %s", len(x.Keys), aName, len(y.Keys), bName)
+		}
+		for i := 0; i < min(len(x.Keys), len(y.Keys)); i++ {
+			kx, ky := x.Keys[i], y.Keys[i]
+			if kx.Name != ky.Name {
+				add(n, "match field %d is %q in %s, %q in %s", i+1, kx.Name, aName, ky.Name, bName)
+				continue
+			}
+			if kx.Width != ky.Width {
+				add(n, "match field %s is %d bits in %s, %d in %s", kx.Name, kx.Width, aName, ky.Width, bName)
+			}
+			if kx.Match != ky.Match {
+				add(n, "match field %s is %s in %s, %s in %s", kx.Name, kx.Match, aName, ky.Match, bName)
+			}
+			if kx.ID != ky.ID {
+				add(n, "match field %s has id %d in %s, %d in %s", kx.Name, kx.ID, aName, ky.ID, bName)
+			}
+		}
+		for _, an := range keys(x.Actions) {
+			sy, ok := y.Actions[an]
+			switch {
+			case !ok:
+				add(n, "action %s allowed in %s, not in %s", an, aName, bName)
+			case sy != x.Actions[an]:
+				add(n, "action %s has scope %s in %s, %s in %s", an, x.Actions[an], aName, sy, bName)
+			}
+		}
+		for _, an := range keys(y.Actions) {
+			if _, ok := x.Actions[an]; !ok {
+				add(n, "action %s allowed in %s, not in %s", an, bName, aName)
+			}
+		}
+		if x.ConstDefault != y.ConstDefault {
+			add(n, "const default action %q in %s, %q in %s", x.ConstDefault, aName, y.ConstDefault, bName)
+		}
+		if x.Size != y.Size {
+			add(n, "size %d in %s, %d in %s", x.Size, aName, y.Size, bName)
+		}
+	}
+
+	for _, n := range presence(KindAction, keys(a.Actions), keys(b.Actions)) {
+		x, y := a.Actions[n], b.Actions[n]
+		ids(n, x.ID, y.ID)
+		if len(x.Params) != len(y.Params) {
+			add(n, "%d parameters in %s, %d in %s", len(x.Params), aName, len(y.Params), bName)
+		}
+		for i := 0; i < min(len(x.Params), len(y.Params)); i++ {
+			px, py := x.Params[i], y.Params[i]
+			if px.Name != py.Name {
+				add(n, "parameter %d is %q in %s, %q in %s", i+1, px.Name, aName, py.Name, bName)
+				continue
+			}
+			if px.Width != py.Width {
+				add(n, "parameter %s is %d bits in %s, %d in %s", px.Name, px.Width, aName, py.Width, bName)
+			}
+			if px.ID != py.ID {
+				add(n, "parameter %s has id %d in %s, %d in %s", px.Name, px.ID, aName, py.ID, bName)
+			}
+		}
+	}
+
+	for _, n := range presence(KindRegister, keys(a.Registers), keys(b.Registers)) {
+		x, y := a.Registers[n], b.Registers[n]
+		ids(n, x.ID, y.ID)
+		if ex, ey := x.elemString(), y.elemString(); ex != ey {
+			add(n, "element type %s in %s, %s in %s", ex, aName, ey, bName)
+		}
+		if x.Size != y.Size {
+			add(n, "size %d in %s, %d in %s", x.Size, aName, y.Size, bName)
+		}
+	}
+
+	for _, n := range presence(KindCounter, keys(a.Counters), keys(b.Counters)) {
+		x, y := a.Counters[n], b.Counters[n]
+		ids(n, x.ID, y.ID)
+		if x.Size != y.Size {
+			add(n, "size %d in %s, %d in %s", x.Size, aName, y.Size, bName)
+		}
+		if normUnit(x.Unit) != normUnit(y.Unit) {
+			add(n, "unit %s in %s, %s in %s", x.Unit, aName, y.Unit, bName)
+		}
+	}
+	return diffs
+}
+
+// elemString renders a register element type: bit<32>, int<8> or
+// {first:bit<32>,second:bit<32>}. Struct type names are not compared (the
+// P4Info may name them after a typedef), member names and widths are.
+func (r *Register) elemString() string {
+	one := func(t Type) string {
+		if t.Signed {
+			return fmt.Sprintf("int<%d>", t.Width)
+		}
+		return fmt.Sprintf("bit<%d>", t.Width)
+	}
+	if r.Struct == "" && len(r.Elem) == 1 {
+		return one(r.Elem[0].Type)
+	}
+	var parts []string
+	for _, f := range r.Elem {
+		parts = append(parts, f.Name+":"+one(f.Type))
+	}
+	return "{" + strings.Join(parts, ",") + "}"
+}
+
+// normUnit maps v1model's and TNA's counter type names to P4Info's units.
+func normUnit(u string) string {
+	switch u {
+	case "PACKETS_AND_BYTES":
+		return "BOTH"
+	}
+	return u
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
