@@ -457,7 +457,7 @@ func TestRegistersAndCounters(t *testing.T) {
 		h.target.regs[p4info.RegisterPoolBitmap][i] = 3
 	}
 	err := h.write(ctx, 1,
-		registerUpdate(p4info.RegisterPoolBitmapID, nil, []byte{0}),                        // wildcard: all cells
+		registerUpdate(p4info.RegisterPoolBitmapID, nil, []byte{0}),                         // wildcard: all cells
 		registerUpdate(p4info.RegisterPoolBitmapID, &p4v1.Index{Index: 5}, []byte{0x80, 0}), // one cell
 		registerUpdate(p4info.RegisterPoolExponentID, &p4v1.Index{Index: 2}, []byte{0xf6}),  // int8 -10
 	)
