@@ -5,7 +5,29 @@ go 1.26.8
 replace github.com/switchml/switchml-go => ../
 
 require (
-	github.com/wamuir/graft v0.10.0 // indirect
-	github.com/yalue/onnxruntime_go v1.27.0 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
+	github.com/switchml/switchml-go v0.0.0-00010101000000-000000000000
+	github.com/wamuir/graft v0.10.0
+	google.golang.org/protobuf v1.36.12
+)
+
+require (
+	github.com/apache/arrow/go/arrow v0.0.0-20201229220542-30ce2eb5d4dc // indirect
+	github.com/chewxy/hm v1.0.0 // indirect
+	github.com/chewxy/math32 v1.0.8 // indirect
+	github.com/gogo/protobuf v1.3.2 // indirect
+	github.com/golang/protobuf v1.5.4 // indirect
+	github.com/google/flatbuffers v1.12.0 // indirect
+	github.com/pkg/errors v0.9.1 // indirect
+	github.com/xtgo/set v1.0.0 // indirect
+	go4.org/unsafe/assume-no-moving-gc v0.0.0-20231121144256-b99613f794b6 // indirect
+	golang.org/x/net v0.62.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
+	golang.org/x/xerrors v0.0.0-20200804184101-5ec99f83aff1 // indirect
+	gonum.org/v1/gonum v0.17.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c // indirect
+	google.golang.org/grpc v1.85.0 // indirect
+	gorgonia.org/tensor v0.9.24 // indirect
+	gorgonia.org/vecf32 v0.9.0 // indirect
+	gorgonia.org/vecf64 v0.9.0 // indirect
 )

@@ -1,0 +1,24 @@
+//go:build switchml
+
+package collective
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/switchml/switchml-go/switchml"
+)
+
+// SwitchMLAvailable tells whether this build carries the switchml backend.
+const SwitchMLAvailable = true
+
+func dialSwitchML(ctx context.Context, cfg Config) (Backend, error) {
+	if cfg.Controller == "" {
+		return nil, fmt.Errorf("collective: switchml backend needs a controller address")
+	}
+	s, err := switchml.Join(ctx, switchml.Config{Controller: cfg.Controller, Job: cfg.Job, Rank: cfg.Rank, Workers: cfg.Workers})
+	if err != nil {
+		return nil, fmt.Errorf("collective: switchml: %w", err)
+	}
+	return s, nil
+}
