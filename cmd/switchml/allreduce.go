@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/switchml/switchml-go/switchml"
+)
+
+func init() {
+	register("allreduce", "one worker of an allreduce job: fills a tensor from --seed and its rank, runs --iters allreduces and verifies the global sum", runAllReduce)
+}
+
+// allreduceReport is the --json output of one worker.
+type allreduceReport struct {
+	Workers        int       `json:"workers"`
+	Rank           int       `json:"rank"`
+	Elements       int       `json:"elements"`
+	DType          string    `json:"dtype"`
+	Iters          int       `json:"iters"`
+	Lanes          int       `json:"lanes"`
+	Window         int       `json:"window"`
+	PacketElements int       `json:"packet_elements"`
+	TATs           []float64 `json:"tat_s"`
+	MedianTAT      float64   `json:"median_tat_s"`
+	GoodputGbps    float64   `json:"goodput_gbps"`
+	Verified       bool      `json:"verified"`
+	Error          string    `json:"error,omitempty"`
+	Retransmits    uint64    `json:"retransmits"`
+	CPUUserS       float64   `json:"cpu_user_s"`
+	CPUSysS        float64   `json:"cpu_sys_s"`
+}
+
+func dtypeSize(dtype string) (int, error) {
+	switch dtype {
+	case "float32", "int32":
+		return 4, nil
+	case "float16", "bfloat16":
+		return 2, nil
+	}
+	return 0, fmt.Errorf("bad --dtype %q: want float32, int32, float16 or bfloat16", dtype)
+}
+
+func runAllReduce(ctx context.Context, args []string) error {
+	fs := newFlags("allreduce", "--controller ADDR --job NAME --rank R --workers N [flags]")
+	var cfg switchml.Config
+	fs.StringVar(&cfg.Controller, "controller", switchml.DefaultController, "controller gRPC address")
+	fs.StringVar(&cfg.Job, "job", "demo", "job name, the same on every rank")
+	fs.IntVar(&cfg.Rank, "rank", 0, "this worker's rank, 0..workers-1")
+	fs.IntVar(&cfg.Workers, "workers", 1, "number of workers in the job")
+	fs.StringVar(&cfg.Bind, "bind", "", "local IP the switch sees for this worker (default: the address that reaches the controller)")
+	fs.IntVar(&cfg.Lanes, "lanes", switchml.DefaultLanes, "parallel lanes (sockets) per worker")
+	fs.IntVar(&cfg.Window, "window", switchml.DefaultWindow, "packets in flight per lane")
+	fs.IntVar(&cfg.PacketElements, "packet-elements", switchml.DefaultPacketElements, "int32 values per packet (32/64/128/256; up to 2048 with --extended)")
+	fs.BoolVar(&cfg.Extended, "extended", false, "use the software switch's extended header (needed above 256 values per packet or 32 workers)")
+	fs.DurationVar(&cfg.Timeout, "timeout", switchml.DefaultTimeout, "retransmission timeout per packet")
+	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", switchml.DefaultJoinTimeout, "how long to wait for every rank to join")
+	fs.DurationVar(&cfg.GiveUp, "give-up", switchml.DefaultGiveUp, "fail an allreduce when the switch has not answered for this long")
+	fs.Float64Var(&cfg.Faults.Drop, "drop", 0, "probability of dropping each packet this worker sends")
+	fs.Float64Var(&cfg.Faults.Duplicate, "duplicate", 0, "probability of duplicating each packet this worker sends")
+	fs.Float64Var(&cfg.Faults.Reorder, "reorder", 0, "probability of delaying each packet this worker sends behind later ones")
+	elements := fs.Int("elements", 1<<20, "tensor elements")
+	dtype := fs.String("dtype", "float32", "element type: float32, int32, float16 or bfloat16")
+	iters := fs.Int("iters", 5, "timed allreduce calls")
+	warmup := fs.Int("warmup", 1, "untimed allreduce calls before the timed ones")
+	seed := fs.Uint64("seed", 1, "seed of the tensor contents")
+	asJSON := fs.Bool("json", false, "print one JSON object with the results on stdout")
+	verify := fs.Bool("verify", true, "check every result against the exact sum")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	size, err := dtypeSize(*dtype)
+	if err != nil {
+		return err
+	}
+	if *elements < 0 || *iters < 1 || *warmup < 0 {
+		return fmt.Errorf("want --elements >= 0, --iters >= 1 and --warmup >= 0")
+	}
+	cfg.Faults.Seed = *seed*1000 + uint64(cfg.Rank)
+
+	rep := allreduceReport{Workers: cfg.Workers, Rank: cfg.Rank, Elements: *elements, DType: *dtype, Iters: *iters,
+		Lanes: cfg.Lanes, Window: cfg.Window, PacketElements: cfg.PacketElements}
+	err = allreduceRounds(ctx, cfg, *dtype, *elements, *iters, *warmup, *seed, *verify, &rep)
+	if err != nil {
+		rep.Error = err.Error()
+	}
+	if ru, ok := cpuUsage(); ok {
+		rep.CPUUserS, rep.CPUSysS = ru.user, ru.sys
+	}
+	if len(rep.TATs) > 0 {
+		sorted := append([]float64(nil), rep.TATs...)
+		sort.Float64s(sorted)
+		rep.MedianTAT = sorted[len(sorted)/2]
+		if rep.MedianTAT > 0 {
+			rep.GoodputGbps = float64(*elements*size*8) / rep.MedianTAT / 1e9
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		if e := enc.Encode(rep); e != nil {
+			return e
+		}
+	} else if err == nil {
+		fmt.Printf("rank %d/%d: %d x %s, %d iterations, median %.4f s, %.3f Gbit/s, verified=%v, retransmits=%d\n",
+			cfg.Rank, cfg.Workers, *elements, *dtype, *iters, rep.MedianTAT, rep.GoodputGbps, rep.Verified, rep.Retransmits)
+	}
+	return err
+}
+
+func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, elements, iters, warmup int, seed uint64, verify bool, rep *allreduceReport) error {
+	var exp expectation
+	if verify {
+		exp = expect(dtype, seed, cfg.Workers, elements, cfg.PacketElements)
+	}
+	sess, err := switchml.Join(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+
+	var (
+		f32 []float32
+		i32 []int32
+		u16 []uint16
+	)
+	switch dtype {
+	case "float32":
+		f32 = make([]float32, elements)
+	case "int32":
+		i32 = make([]int32, elements)
+	default:
+		u16 = make([]uint16, elements)
+	}
+	run := func() error {
+		switch dtype {
+		case "float32":
+			return sess.AllReduceFloat32(ctx, f32)
+		case "int32":
+			return sess.AllReduceInt32(ctx, i32)
+		case "float16":
+			return sess.AllReduceFloat16(ctx, u16)
+		default:
+			return sess.AllReduceBFloat16(ctx, u16)
+		}
+	}
+	rep.Verified = verify
+	for it := 0; it < warmup+iters; it++ {
+		fillInput(dtype, seed, cfg.Rank, f32, i32, u16)
+		// Start together, so a rank's time does not include waiting for
+		// a slower rank to finish filling its tensor.
+		if err := sess.Barrier(ctx, fmt.Sprintf("iter-%d", it)); err != nil {
+			return err
+		}
+		start := time.Now()
+		if err := run(); err != nil {
+			rep.Verified = false
+			return fmt.Errorf("allreduce %d: %w", it, err)
+		}
+		tat := time.Since(start)
+		if it >= warmup {
+			rep.TATs = append(rep.TATs, tat.Seconds())
+		}
+		if verify {
+			if err := exp.check(dtype, f32, i32, u16); err != nil {
+				rep.Verified = false
+				return fmt.Errorf("verification failed after allreduce %d: %w", it, err)
+			}
+		}
+	}
+	rep.Retransmits = sess.Stats().Retransmits
+	return nil
+}

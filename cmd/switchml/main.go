@@ -1,0 +1,105 @@
+// Command switchml runs every part of SwitchML: the software switch, the
+// controller, one worker of an allreduce job, a one-command local demo and
+// the benchmark suite.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+type command struct {
+	summary string
+	run     func(ctx context.Context, args []string) error
+}
+
+var commands = map[string]command{}
+
+func register(name, summary string, run func(ctx context.Context, args []string) error) {
+	commands[name] = command{summary: summary, run: run}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "switchml: in-network aggregation for distributed training\n\nUsage: switchml <command> [flags]\n\nCommands:\n")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-11s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintf(w, "\nRun 'switchml <command> --help' for the flags of a command.\n")
+}
+
+// errUsage marks errors whose message already told the user what to do.
+var errUsage = errors.New("usage")
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
+		usage(os.Stdout)
+		if len(os.Args) < 2 {
+			os.Exit(2)
+		}
+		return
+	}
+	cmd, ok := commands[os.Args[1]]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "switchml: unknown command %q\n\n", os.Args[1])
+		usage(os.Stderr)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := cmd.run(ctx, os.Args[2:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		if !errors.Is(err, errUsage) {
+			fmt.Fprintf(os.Stderr, "switchml %s: %v\n", os.Args[1], err)
+		}
+		os.Exit(1)
+	}
+}
+
+// newFlags returns a flag set whose errors are returned, not fatal.
+func newFlags(name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet("switchml "+name, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: switchml %s %s\n\n%s\n\nFlags:\n", name, synopsis, commands[name].summary)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args and rejects stray positional arguments.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "unexpected arguments: %v\n", fs.Args())
+		fs.Usage()
+		return errUsage
+	}
+	return nil
+}
+
+func newLogger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("bad --log-level %q: want debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}

@@ -1,0 +1,234 @@
+package switchml
+
+import (
+	"context"
+	"fmt"
+
+	"gorgonia.org/tensor"
+
+	"github.com/switchml/switchml-go/quant"
+	"github.com/switchml/switchml-go/switchml/engine"
+)
+
+// Handle is an allreduce in progress.
+type Handle struct {
+	ctx  context.Context
+	op   engine.Op
+	n    int
+	err  error
+	done chan struct{}
+}
+
+// Wait blocks until the allreduce finished, failed or ctx ended. Ending ctx
+// stops waiting but not the allreduce: cancel the context given to the
+// Start call to abandon it.
+func (h *Handle) Wait(ctx context.Context) error {
+	select {
+	case <-h.done:
+		return h.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Done is closed when the allreduce finished or failed.
+func (h *Handle) Done() <-chan struct{} { return h.done }
+
+// Err is the outcome once Done is closed.
+func (h *Handle) Err() error {
+	select {
+	case <-h.done:
+		return h.err
+	default:
+		return nil
+	}
+}
+
+func (s *Session) start(ctx context.Context, op engine.Op, n int) *Handle {
+	h := &Handle{ctx: ctx, op: op, n: n, done: make(chan struct{})}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		h.err = ErrClosed
+		close(h.done)
+		return h
+	}
+	select {
+	case s.ops <- h:
+	case <-s.quit:
+		h.err = ErrClosed
+		close(h.done)
+	case <-ctx.Done():
+		h.err = ctx.Err()
+		close(h.done)
+	}
+	return h
+}
+
+// StartFloat32 begins an in-place sum of x across all ranks. x must not be
+// touched until the handle is done. NaN or Inf in x fails the call before
+// anything is sent, naming the first bad index.
+func (s *Session) StartFloat32(ctx context.Context, x []float32) *Handle {
+	if err := quant.CheckFinite(x); err != nil {
+		return failed(fmt.Errorf("switchml: input not finite: %w", err))
+	}
+	return s.start(ctx, engine.Op{DType: engine.Float32, F32: x}, len(x))
+}
+
+// StartInt32 begins an in-place, exact (wrapping) sum of x across all ranks.
+func (s *Session) StartInt32(ctx context.Context, x []int32) *Handle {
+	return s.start(ctx, engine.Op{DType: engine.Int32, I32: x}, len(x))
+}
+
+// StartFloat16 begins an in-place sum of IEEE half-precision values, given
+// as their bits.
+func (s *Session) StartFloat16(ctx context.Context, x []uint16) *Handle {
+	if err := quant.CheckFiniteF16(x); err != nil {
+		return failed(fmt.Errorf("switchml: input not finite: %w", err))
+	}
+	return s.start(ctx, engine.Op{DType: engine.Float16, U16: x}, len(x))
+}
+
+// StartBFloat16 begins an in-place sum of bfloat16 values, given as their
+// bits.
+func (s *Session) StartBFloat16(ctx context.Context, x []uint16) *Handle {
+	if err := quant.CheckFiniteBF16(x); err != nil {
+		return failed(fmt.Errorf("switchml: input not finite: %w", err))
+	}
+	return s.start(ctx, engine.Op{DType: engine.BFloat16, U16: x}, len(x))
+}
+
+// StartTensor begins an in-place sum of a dense float32 or int32 tensor.
+func (s *Session) StartTensor(ctx context.Context, t *tensor.Dense) *Handle {
+	if t == nil {
+		return failed(fmt.Errorf("switchml: nil tensor"))
+	}
+	if t.IsView() {
+		return failed(fmt.Errorf("switchml: tensor is a view; call Materialize() and reduce the copy"))
+	}
+	switch d := t.Data().(type) {
+	case []float32:
+		return s.StartFloat32(ctx, d)
+	case []int32:
+		return s.StartInt32(ctx, d)
+	case float32, int32:
+		return failed(fmt.Errorf("switchml: scalar tensor; reshape it to a vector of one element"))
+	}
+	return failed(fmt.Errorf("switchml: tensor dtype %v not supported: use Float32 or Int32", t.Dtype()))
+}
+
+func failed(err error) *Handle {
+	h := &Handle{err: err, done: make(chan struct{})}
+	close(h.done)
+	return h
+}
+
+// AllReduceFloat32 sums x across all ranks in place.
+func (s *Session) AllReduceFloat32(ctx context.Context, x []float32) error {
+	return s.StartFloat32(ctx, x).Wait(context.Background())
+}
+
+// AllReduceInt32 sums x across all ranks in place, exactly.
+func (s *Session) AllReduceInt32(ctx context.Context, x []int32) error {
+	return s.StartInt32(ctx, x).Wait(context.Background())
+}
+
+// AllReduceFloat16 sums half-precision values (as bits) across all ranks in place.
+func (s *Session) AllReduceFloat16(ctx context.Context, x []uint16) error {
+	return s.StartFloat16(ctx, x).Wait(context.Background())
+}
+
+// AllReduceBFloat16 sums bfloat16 values (as bits) across all ranks in place.
+func (s *Session) AllReduceBFloat16(ctx context.Context, x []uint16) error {
+	return s.StartBFloat16(ctx, x).Wait(context.Background())
+}
+
+// AllReduceTensor sums a dense float32 or int32 tensor across all ranks in place.
+func (s *Session) AllReduceTensor(ctx context.Context, t *tensor.Dense) error {
+	return s.StartTensor(ctx, t).Wait(context.Background())
+}
+
+// run executes queued calls one at a time, in order, across the lanes.
+func (s *Session) run() {
+	defer close(s.done)
+	for {
+		select {
+		case <-s.quit:
+			// Fail what is still queued rather than leave callers waiting.
+			for {
+				select {
+				case h := <-s.ops:
+					h.err = ErrClosed
+					close(h.done)
+				default:
+					return
+				}
+			}
+		case h := <-s.ops:
+			h.err = s.execute(h)
+			close(h.done)
+		}
+	}
+}
+
+func (s *Session) execute(h *Handle) error {
+	if err := h.ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.broken != nil {
+		s.mu.Unlock()
+		return s.broken
+	}
+	seq := s.seq
+	s.seq++
+	s.mu.Unlock()
+	ranges := engine.SplitLanes(h.n, len(s.lanes), s.cfg.PacketElements)
+	errs := make(chan error, len(s.lanes))
+	active := 0
+	for i, r := range ranges {
+		if r.Len == 0 {
+			continue
+		}
+		op := sliceOp(h.op, r)
+		op.Seq = seq
+		active++
+		go func(l *laneDriver) { errs <- l.run(h.ctx, s.quit, op, s.cfg.GiveUp) }(s.lanes[i])
+	}
+	var first error
+	for i := 0; i < active; i++ {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats.Packets, s.stats.Retransmits = 0, 0
+	for _, l := range s.lanes {
+		st := l.eng.Stats()
+		s.stats.Packets += st.Sent + st.Retransmits
+		s.stats.Retransmits += st.Retransmits
+	}
+	if first != nil {
+		// Some lane stopped mid-op: its slots are out of step with the
+		// other workers, so no later call can be correct.
+		s.broken = fmt.Errorf("switchml: session unusable after a failed allreduce (close it and join again): %w", first)
+		return first
+	}
+	s.stats.AllReduces++
+	s.stats.Elements += uint64(h.n)
+	return nil
+}
+
+func sliceOp(op engine.Op, r engine.Range) engine.Op {
+	switch op.DType {
+	case engine.Int32:
+		op.I32 = op.I32[r.Off : r.Off+r.Len]
+	case engine.Float32:
+		op.F32 = op.F32[r.Off : r.Off+r.Len]
+	default:
+		op.U16 = op.U16[r.Off : r.Off+r.Len]
+	}
+	return op
+}

@@ -1,0 +1,127 @@
+package switchml
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/switchml/switchml-go/switchml/engine"
+	"github.com/switchml/switchml-go/switchml/transport"
+	"github.com/switchml/switchml-go/switchml/wire"
+)
+
+// laneDriver runs one lane's protocol engine on its own socket. Only the
+// goroutine running an op touches it; buffers live as long as the session.
+type laneDriver struct {
+	conn   *transport.Conn
+	faults *transport.Injector
+	eng    *engine.Lane
+	peer   netip.AddrPort
+	epoch  time.Time
+
+	out []transport.Message
+	in  []transport.Message
+
+	packets, retransmits uint64
+}
+
+func (l *laneDriver) init(eng *engine.Lane, peer netip.AddrPort) {
+	l.eng, l.peer, l.epoch = eng, peer, time.Now()
+	batch := l.conn.Batch()
+	l.out = make([]transport.Message, batch)
+	l.in = make([]transport.Message, batch)
+	for i := range l.out {
+		l.out[i] = transport.Message{Buf: make([]byte, 0, wire.MaxPacket), Addr: peer}
+		l.in[i].Buf = make([]byte, transport.MaxDatagram)
+	}
+}
+
+func (l *laneDriver) now() time.Duration { return time.Since(l.epoch) }
+
+// run drives op to completion: send what the engine has, wait for replies
+// until the next timer, feed replies and timers back, repeat.
+//
+// An op abandoned by cancellation leaves the lane mid-op, out of step with
+// the other workers; the session then refuses further calls.
+func (l *laneDriver) run(ctx context.Context, quit <-chan struct{}, op engine.Op, giveUp time.Duration) error {
+	if err := l.eng.Start(op, l.now()); err != nil {
+		return err
+	}
+	results, lastProgress := l.eng.Stats().Results, l.now()
+	for !l.eng.Done() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-quit:
+			return ErrClosed
+		default:
+		}
+		if err := l.flush(); err != nil {
+			return err
+		}
+		deadline := time.Time{}
+		if d, ok := l.eng.Deadline(); ok {
+			deadline = l.epoch.Add(d)
+		}
+		if l.faults.Pending() {
+			if soon := time.Now().Add(time.Millisecond); deadline.IsZero() || soon.Before(deadline) {
+				deadline = soon
+			}
+		}
+		n, err := l.conn.ReadBatch(l.in, deadline)
+		if err != nil && !transport.IsTimeout(err) {
+			return fmt.Errorf("switchml: lane receive: %w", err)
+		}
+		now := l.now()
+		for i := 0; i < n; i++ {
+			m := &l.in[i]
+			if m.Addr == l.peer {
+				l.eng.Receive(m.Buf, now)
+			}
+			m.Buf = m.Buf[:cap(m.Buf)]
+		}
+		l.eng.Tick(now)
+		if r := l.eng.Stats().Results; r != results {
+			results, lastProgress = r, now
+		} else if now-lastProgress > giveUp {
+			return fmt.Errorf("switchml: no answer from the switch at %s for %v: %w", l.peer, giveUp.Round(time.Millisecond), ErrTimeoutBudget)
+		}
+	}
+	if err := l.eng.Err(); err != nil {
+		if errors.Is(err, engine.ErrTimeoutBudget) {
+			return fmt.Errorf("switchml: no answer from the switch at %s: %w", l.peer, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// flush sends every packet the engine has ready, a batch at a time.
+func (l *laneDriver) flush() error {
+	for {
+		n := 0
+		for n < len(l.out) {
+			b, ok := l.eng.AppendPacket(l.out[n].Buf[:0])
+			if !ok {
+				break
+			}
+			l.out[n].Buf = b
+			n++
+		}
+		if n == 0 && !l.faults.Pending() {
+			return nil
+		}
+		send := l.faults.Apply(l.out[:n])
+		if len(send) > 0 {
+			if _, err := l.conn.WriteBatch(send); err != nil {
+				return fmt.Errorf("switchml: lane send to %s: %w", l.peer, err)
+			}
+		}
+		l.packets += uint64(n)
+		if n < len(l.out) {
+			return nil
+		}
+	}
+}

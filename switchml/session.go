@@ -1,0 +1,248 @@
+package switchml
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/switchml/engine"
+	"github.com/switchml/switchml-go/switchml/transport"
+	"github.com/switchml/switchml-go/switchml/wire"
+)
+
+// Errors a caller may test for with errors.Is.
+var (
+	// ErrClosed: the session was closed.
+	ErrClosed = errors.New("switchml: session closed")
+	// ErrControllerUnreachable: no controller answered at Config.Controller.
+	ErrControllerUnreachable = errors.New("switchml: controller unreachable")
+	// ErrJobMismatch: ranks disagree about the job (world size, lanes, window, packet size, format).
+	ErrJobMismatch = errors.New("switchml: job mismatch")
+	// ErrTimeoutBudget: the switch stopped answering; the retransmission budget ran out.
+	ErrTimeoutBudget = engine.ErrTimeoutBudget
+)
+
+// Session is a worker's membership in a job: its lane sockets, its slot
+// partition on the switch and the order of its allreduce calls. All ranks
+// must issue the same calls in the same order. A Session is safe for
+// concurrent use; calls run one after another in the order they were made.
+type Session struct {
+	cfg       Config
+	conn      *grpc.ClientConn
+	client    controllerpb.JobServiceClient
+	sessionID uint64
+	switchDP  netip.AddrPort
+	lanes     []*laneDriver
+
+	ops  chan *Handle
+	quit chan struct{}
+	done chan struct{}
+
+	mu     sync.Mutex
+	closed bool
+	broken error
+	seq    uint32
+	stats  Stats
+}
+
+// Stats counts a session's protocol activity.
+type Stats struct {
+	AllReduces  uint64 // completed calls
+	Packets     uint64 // packets sent, first transmissions and retransmissions
+	Retransmits uint64 // packets sent again after a timeout
+	Elements    uint64 // elements reduced
+}
+
+// Join registers this worker with the controller and waits until every rank
+// of the job has joined. The context bounds the wait (Config.JoinTimeout
+// when it has no deadline).
+func Join(ctx context.Context, cfg Config) (*Session, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.JoinTimeout)
+		defer cancel()
+	}
+	bind := cfg.Bind
+	if bind == "" {
+		ip, err := localAddressToward(cfg.Controller)
+		if err != nil {
+			return nil, err
+		}
+		bind = ip
+	}
+	s := &Session{cfg: cfg, ops: make(chan *Handle, 64), quit: make(chan struct{}), done: make(chan struct{})}
+	fail := func(err error) (*Session, error) {
+		for _, l := range s.lanes {
+			l.conn.Close()
+		}
+		if s.conn != nil {
+			s.conn.Close()
+		}
+		return nil, err
+	}
+	addrs := make([]string, cfg.Lanes)
+	for i := 0; i < cfg.Lanes; i++ {
+		c, err := transport.Listen(net.JoinHostPort(bind, "0"), transport.Options{})
+		if err != nil {
+			return fail(fmt.Errorf("switchml: lane %d socket on %s: %w (check --bind)", i, bind, err))
+		}
+		faults := cfg.Faults
+		faults.Seed += uint64(i) * 7919 // lanes draw different faults
+		inj, err := transport.NewInjector(faults)
+		if err != nil {
+			c.Close()
+			return fail(err)
+		}
+		s.lanes = append(s.lanes, &laneDriver{conn: c, faults: inj})
+		addrs[i] = c.LocalAddr().String()
+	}
+	conn, err := grpc.NewClient(cfg.Controller, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fail(fmt.Errorf("%w: bad controller address %q: %v", ErrControllerUnreachable, cfg.Controller, err))
+	}
+	s.conn = conn
+	s.client = controllerpb.NewJobServiceClient(conn)
+	format := controllerpb.Format_FORMAT_COMPAT
+	wf := wire.FormatCompat
+	if cfg.Extended {
+		format, wf = controllerpb.Format_FORMAT_EXTENDED, wire.FormatExtended
+	}
+	resp, err := s.client.Register(ctx, &controllerpb.RegisterRequest{
+		Job: cfg.Job, Rank: uint32(cfg.Rank), WorldSize: uint32(cfg.Workers),
+		Lanes: uint32(cfg.Lanes), Window: uint32(cfg.Window), Elements: uint32(cfg.PacketElements),
+		Format: format, LaneAddresses: addrs,
+	}, grpc.WaitForReady(true))
+	if err != nil {
+		return fail(s.rpcError("join", err))
+	}
+	s.sessionID = resp.SessionId
+	s.seq = resp.FirstSeq
+	s.switchDP, err = netip.ParseAddrPort(resp.SwitchDataplane)
+	if err != nil {
+		return fail(fmt.Errorf("switchml: controller gave a bad switch address %q: %v", resp.SwitchDataplane, err))
+	}
+	if resp.PoolSize < uint32(cfg.Lanes*cfg.Window) {
+		return fail(fmt.Errorf("switchml: controller granted %d slots, the job needs lanes*window = %d", resp.PoolSize, cfg.Lanes*cfg.Window))
+	}
+	for i, l := range s.lanes {
+		eng, err := engine.NewLane(engine.Config{
+			Rank: cfg.Rank, NumWorkers: cfg.Workers, Format: wf, Elements: cfg.PacketElements,
+			Window: cfg.Window, SlotBase: resp.PoolBase + uint32(i*cfg.Window),
+			// The lane driver gives up after GiveUp without progress, a
+			// bound in time that a loaded machine's stalls do not trip.
+			Timeout: cfg.Timeout, MaxTimeouts: math.MaxInt,
+		})
+		if err != nil {
+			return fail(fmt.Errorf("switchml: lane %d: %w", i, err))
+		}
+		l.init(eng, s.switchDP)
+	}
+	go s.run()
+	return s, nil
+}
+
+// localAddressToward returns the local IP the routing table picks to reach
+// target (host:port); no packet is sent.
+func localAddressToward(target string) (string, error) {
+	host, port, err := net.SplitHostPort(target)
+	if err != nil {
+		return "", fmt.Errorf("switchml: bad controller address %q: %v (want host:port)", target, err)
+	}
+	if _, err := strconv.Atoi(port); err != nil {
+		return "", fmt.Errorf("switchml: bad controller port in %q", target)
+	}
+	c, err := net.Dial("udp", net.JoinHostPort(host, port))
+	if err != nil {
+		return "", fmt.Errorf("switchml: no route to the controller %s: %v (set Bind)", target, err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).IP.String(), nil
+}
+
+func (s *Session) rpcError(what string, err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return fmt.Errorf("switchml: %s: %w", what, err)
+	}
+	switch st.Code() {
+	case codes.Unavailable:
+		return fmt.Errorf("%w: %s at %s: %s (is `switchml controller` running there?)", ErrControllerUnreachable, what, s.cfg.Controller, st.Message())
+	case codes.FailedPrecondition, codes.InvalidArgument:
+		return fmt.Errorf("%w: %s: %s", ErrJobMismatch, what, st.Message())
+	case codes.DeadlineExceeded:
+		return fmt.Errorf("switchml: %s: timed out: %s (did every rank of job %q start?)", what, st.Message(), s.cfg.Job)
+	case codes.Canceled:
+		return fmt.Errorf("switchml: %s: %w", what, context.Canceled)
+	}
+	return fmt.Errorf("switchml: %s: %s: %s", what, st.Code(), st.Message())
+}
+
+// Rank and Workers of this session.
+func (s *Session) Rank() int    { return s.cfg.Rank }
+func (s *Session) Workers() int { return s.cfg.Workers }
+
+// Stats returns counters so far.
+func (s *Session) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+// Barrier returns once every rank called Barrier with the same name.
+func (s *Session) Barrier(ctx context.Context, name string) error {
+	_, err := s.client.Barrier(ctx, &controllerpb.BarrierRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Name: name})
+	if err != nil {
+		return s.rpcError("barrier "+name, err)
+	}
+	return nil
+}
+
+// Broadcast returns root's data on every rank.
+func (s *Session) Broadcast(ctx context.Context, name string, root int, data []byte) ([]byte, error) {
+	resp, err := s.client.Broadcast(ctx, &controllerpb.BroadcastRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Root: uint32(root), Data: data, Name: name})
+	if err != nil {
+		return nil, s.rpcError("broadcast "+name, err)
+	}
+	return resp.Data, nil
+}
+
+// Close stops the session after pending calls finish or fail, tells the
+// controller this rank left and releases the sockets.
+func (s *Session) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	close(s.quit)
+	<-s.done
+	for _, l := range s.lanes {
+		l.conn.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := s.client.Leave(ctx, &controllerpb.LeaveRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID})
+	s.conn.Close()
+	if err != nil {
+		return s.rpcError("leave", err)
+	}
+	return nil
+}
