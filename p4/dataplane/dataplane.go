@@ -1,0 +1,96 @@
+// Package dataplane runs the software switch's packet pipeline on a batched
+// UDP socket: it reads a batch of datagrams, hands each to the pipeline and
+// sends what the pipeline emits, sharing one buffer among the copies of a
+// multicast.
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/switchml/transport"
+)
+
+// Processor is the packet pipeline: one datagram in, replies out. The
+// software switch's server implements it with the pipeline behind a lock
+// shared with its P4Runtime service.
+type Processor interface {
+	Process(src netip.AddrPort, pkt []byte, out *pipeline.Output)
+}
+
+// Stats counts datagrams moved by Serve.
+type Stats struct {
+	Received, Sent atomic.Uint64
+}
+
+// Serve processes datagrams from conn until ctx is done or conn fails.
+// faults, if non-nil, is applied to every outgoing batch (the software
+// switch's drop/duplicate/reorder simulator). It returns nil when ctx ends.
+func Serve(ctx context.Context, conn *transport.Conn, proc Processor, faults *transport.Injector, stats *Stats) error {
+	batch := conn.Batch()
+	in := make([]transport.Message, batch)
+	for i := range in {
+		in[i].Buf = make([]byte, transport.MaxDatagram)
+	}
+	// One reply buffer per input datagram; a multicast's copies all point
+	// at the same buffer.
+	replies := make([][]byte, batch)
+	for i := range replies {
+		replies[i] = make([]byte, 0, transport.MaxDatagram)
+	}
+	out := make([]transport.Message, 0, 4*batch)
+	var res pipeline.Output
+
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if stats == nil {
+		stats = new(Stats)
+	}
+	for {
+		// A periodic deadline lets held (reordered) datagrams drain and
+		// the context be noticed even when no traffic arrives.
+		deadline := time.Time{}
+		if faults.Pending() {
+			deadline = time.Now().Add(time.Millisecond)
+		}
+		n, err := conn.ReadBatch(in, deadline)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil && !transport.IsTimeout(err) {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("dataplane: receive: %w", err)
+		}
+		out = out[:0]
+		for i := 0; i < n; i++ {
+			stats.Received.Add(1)
+			proc.Process(in[i].Addr, in[i].Buf, &res)
+			if len(res.Dests) > 0 {
+				replies[i] = append(replies[i][:0], res.Packet...)
+				for _, d := range res.Dests {
+					out = append(out, transport.Message{Buf: replies[i], Addr: d})
+				}
+			}
+			in[i].Buf = in[i].Buf[:cap(in[i].Buf)]
+		}
+		send := faults.Apply(out)
+		if len(send) > 0 {
+			sent, err := conn.WriteBatch(send)
+			stats.Sent.Add(uint64(sent))
+			if err != nil {
+				if errors.Is(err, net.ErrClosed) || ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("dataplane: send: %w", err)
+			}
+		}
+	}
+}

@@ -1,0 +1,92 @@
+package dataplane
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/switchml/transport"
+)
+
+// fanout answers every datagram with its bytes reversed, sent to each of
+// dests (a stand-in for a multicast) or back to the sender.
+type fanout struct {
+	mu    sync.Mutex
+	dests []netip.AddrPort
+	buf   []byte
+}
+
+func (f *fanout) Process(src netip.AddrPort, pkt []byte, out *pipeline.Output) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.buf = f.buf[:0]
+	for i := len(pkt) - 1; i >= 0; i-- {
+		f.buf = append(f.buf, pkt[i])
+	}
+	out.Packet = f.buf
+	out.Dests = out.Dests[:0]
+	if len(f.dests) == 0 {
+		out.Dests = append(out.Dests, src)
+	} else {
+		out.Dests = append(out.Dests, f.dests...)
+	}
+}
+
+func TestServeRepliesAndMulticasts(t *testing.T) {
+	sw, err := transport.Listen("127.0.0.1:0", transport.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := transport.Listen("127.0.0.1:0", transport.Options{})
+	b, _ := transport.Listen("127.0.0.1:0", transport.Options{})
+	defer a.Close()
+	defer b.Close()
+	proc := &fanout{}
+	ctx, cancel := context.WithCancel(context.Background())
+	var stats Stats
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, sw, proc, nil, &stats) }()
+
+	recv := func(c *transport.Conn) string {
+		t.Helper()
+		ms := []transport.Message{{Buf: make([]byte, 64)}}
+		n, err := c.ReadBatch(ms, time.Now().Add(5*time.Second))
+		if err != nil || n != 1 {
+			t.Fatalf("no reply at %v: %v", c.LocalAddr(), err)
+		}
+		if ms[0].Addr != sw.LocalAddr() {
+			t.Fatalf("reply from %v, want the switch %v", ms[0].Addr, sw.LocalAddr())
+		}
+		return string(ms[0].Buf)
+	}
+	if _, err := a.WriteBatch([]transport.Message{{Buf: []byte("abc"), Addr: sw.LocalAddr()}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := recv(a); got != "cba" {
+		t.Fatalf("unicast reply %q, want %q", got, "cba")
+	}
+	proc.mu.Lock()
+	proc.dests = []netip.AddrPort{a.LocalAddr(), b.LocalAddr()}
+	proc.mu.Unlock()
+	if _, err := b.WriteBatch([]transport.Message{{Buf: []byte("xyz"), Addr: sw.LocalAddr()}}); err != nil {
+		t.Fatal(err)
+	}
+	if ga, gb := recv(a), recv(b); ga != "zyx" || gb != "zyx" {
+		t.Fatalf("multicast copies %q and %q, want %q twice", ga, gb, "zyx")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Serve returned %v after cancel, want nil", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve did not stop after its context was cancelled")
+	}
+	if r, s := stats.Received.Load(), stats.Sent.Load(); r != 2 || s != 3 {
+		t.Fatalf("stats received=%d sent=%d, want 2 and 3", r, s)
+	}
+}
