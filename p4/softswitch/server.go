@@ -1,0 +1,261 @@
+package softswitch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/switchml/switchml-go/p4/p4info"
+	"github.com/switchml/switchml-go/p4/pipeline"
+	"google.golang.org/grpc"
+)
+
+// DefaultPipeline is the switch memory a Server gets when its config leaves
+// the pipeline zero: the reference program's 8192 slots, 256 elements per
+// packet (1 KiB payloads) and 32 workers (the reference bitmap width).
+var DefaultPipeline = pipeline.Config{Slots: p4info.Slots, MaxElements: 256, MaxWorkers: 32}
+
+// ServerConfig configures a software switch.
+type ServerConfig struct {
+	// DeviceID is the P4Runtime device id (default 1, as BMv2 uses).
+	DeviceID uint64
+	// Pipeline sizes the switch memory; zero fields take DefaultPipeline's.
+	Pipeline pipeline.Config
+	// Preconfigured commits the embedded P4Info at start, so a controller
+	// may write without SetForwardingPipelineConfig first.
+	Preconfigured bool
+	Logger        *slog.Logger
+}
+
+// Server is the software switch: the SwitchML pipeline, the lock that
+// serialises its data path with its control plane, and the P4Runtime service
+// that programs it. Any packet I/O loop can drive it through Process.
+type Server struct {
+	mu   sync.Mutex
+	pipe *pipeline.Pipeline
+	p4rt *P4Runtime
+	log  *slog.Logger
+}
+
+// NewServer builds a switch with empty tables and zeroed registers.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	pc := cfg.Pipeline
+	if pc.Slots == 0 {
+		pc.Slots = DefaultPipeline.Slots
+	}
+	if pc.MaxElements == 0 {
+		pc.MaxElements = DefaultPipeline.MaxElements
+	}
+	if pc.MaxWorkers == 0 {
+		pc.MaxWorkers = DefaultPipeline.MaxWorkers
+	}
+	pipe, err := pipeline.New(pc)
+	if err != nil {
+		return nil, fmt.Errorf("softswitch: %w", err)
+	}
+	if cfg.DeviceID == 0 {
+		cfg.DeviceID = 1
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{pipe: pipe, log: cfg.Logger}
+	s.p4rt, err = NewP4Runtime(P4RuntimeConfig{
+		DeviceID: cfg.DeviceID, Target: PipelineTarget(pipe), Lock: &s.mu,
+		Preconfigured: cfg.Preconfigured, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// PipelineConfig returns the switch memory sizes.
+func (s *Server) PipelineConfig() pipeline.Config { return s.pipe.Config() }
+
+// P4Runtime returns the switch's P4Runtime service.
+func (s *Server) P4Runtime() *P4Runtime { return s.p4rt }
+
+// Process runs one datagram from src through the pipeline; out receives the
+// reply and its destinations. Safe for concurrent use with the control plane.
+func (s *Server) Process(src netip.AddrPort, pkt []byte, out *pipeline.Output) {
+	s.mu.Lock()
+	s.pipe.Process(src, pkt, out)
+	s.mu.Unlock()
+}
+
+// Counters returns the pipeline's stats counters (not affected by P4Runtime
+// counter resets, which only move the P4Runtime view).
+func (s *Server) Counters() [pipeline.NumStats]uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pipe.Counters()
+}
+
+// ServeP4Runtime serves the P4Runtime gRPC service on lis until ctx is done.
+func (s *Server) ServeP4Runtime(ctx context.Context, lis net.Listener) error {
+	g := grpc.NewServer()
+	s.p4rt.Register(g)
+	stop := context.AfterFunc(ctx, func() {
+		// Open StreamChannels never end by themselves: GracefulStop would
+		// wait for them forever, so give it a moment and then cut them.
+		done := make(chan struct{})
+		go func() { g.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+			g.Stop()
+		}
+	})
+	defer stop()
+	err := g.Serve(lis)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// ServeDataplane is a plain one-datagram-at-a-time UDP loop around Process,
+// for platforms or tests without the batched data path (p4/dataplane). It
+// returns nil when ctx ends, or the socket's error.
+func (s *Server) ServeDataplane(ctx context.Context, conn *net.UDPConn) error {
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	buf := make([]byte, 65536)
+	var out pipeline.Output
+	for {
+		n, src, err := conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("softswitch: data plane read: %w", err)
+		}
+		s.Process(src, buf[:n], &out)
+		for _, d := range out.Dests {
+			if _, err := conn.WriteToUDPAddrPort(out.Packet, d); err != nil {
+				// One unreachable worker must not stop the switch; the
+				// worker's timeout recovers the lost reply.
+				s.log.Debug("softswitch: send failed", "dest", d, "err", err)
+			}
+		}
+	}
+}
+
+// PipelineTarget adapts a pipeline to the Target the P4Runtime service
+// programs. The P4Info declares pool_bitmap 32 bits wide: through P4Runtime a
+// switch built for more than 32 workers shows and sets ranks 0..31 only
+// (writes clear the higher ranks, which is what register resets need).
+func PipelineTarget(p *pipeline.Pipeline) Target { return pipelineTarget{p} }
+
+type pipelineTarget struct{ p *pipeline.Pipeline }
+
+// mapErr turns the pipeline's errors into the service's.
+func mapErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, pipeline.ErrExists):
+		return fmt.Errorf("%w (%v)", ErrExists, err)
+	case errors.Is(err, pipeline.ErrNotFound):
+		return fmt.Errorf("%w (%v)", ErrNotFound, err)
+	}
+	return err // ErrInvalid and anything else: INVALID_ARGUMENT
+}
+
+func toWorker(w Worker) pipeline.Worker {
+	return pipeline.Worker{Job: w.Job, Rank: w.Rank, NumWorkers: w.NumWorkers, MulticastGroup: w.MulticastGroup,
+		Lane: w.Lane, PoolBase: w.PoolBase, PoolSize: w.PoolSize}
+}
+
+func fromWorker(w pipeline.Worker) Worker {
+	return Worker{Job: w.Job, Rank: w.Rank, NumWorkers: w.NumWorkers, MulticastGroup: w.MulticastGroup,
+		Lane: w.Lane, PoolBase: w.PoolBase, PoolSize: w.PoolSize}
+}
+
+func toReplicas(r []Replica) []pipeline.Replica {
+	out := make([]pipeline.Replica, len(r))
+	for i, x := range r {
+		out[i] = pipeline.Replica{EgressPort: x.EgressPort, Instance: x.Instance}
+	}
+	return out
+}
+
+func (t pipelineTarget) InsertWorker(k WorkerKey, w Worker) error {
+	return mapErr(t.p.InsertWorker(pipeline.WorkerKey{Addr: k}, toWorker(w)))
+}
+func (t pipelineTarget) ModifyWorker(k WorkerKey, w Worker) error {
+	return mapErr(t.p.ModifyWorker(pipeline.WorkerKey{Addr: k}, toWorker(w)))
+}
+func (t pipelineTarget) DeleteWorker(k WorkerKey) error {
+	return mapErr(t.p.DeleteWorker(pipeline.WorkerKey{Addr: k}))
+}
+func (t pipelineTarget) Workers(yield func(WorkerKey, Worker) bool) {
+	t.p.Workers(func(k pipeline.WorkerKey, w pipeline.Worker) bool { return yield(k.Addr, fromWorker(w)) })
+}
+func (t pipelineTarget) InsertReply(k ReplyKey, r Reply) error {
+	return mapErr(t.p.InsertReply(pipeline.ReplyKey(k), pipeline.Reply(r)))
+}
+func (t pipelineTarget) ModifyReply(k ReplyKey, r Reply) error {
+	return mapErr(t.p.ModifyReply(pipeline.ReplyKey(k), pipeline.Reply(r)))
+}
+func (t pipelineTarget) DeleteReply(k ReplyKey) error {
+	return mapErr(t.p.DeleteReply(pipeline.ReplyKey(k)))
+}
+func (t pipelineTarget) Replies(yield func(ReplyKey, Reply) bool) {
+	t.p.Replies(func(k pipeline.ReplyKey, r pipeline.Reply) bool { return yield(ReplyKey(k), Reply(r)) })
+}
+func (t pipelineTarget) InsertMulticastGroup(id uint16, r []Replica) error {
+	return mapErr(t.p.InsertMulticastGroup(id, toReplicas(r)))
+}
+func (t pipelineTarget) ModifyMulticastGroup(id uint16, r []Replica) error {
+	return mapErr(t.p.ModifyMulticastGroup(id, toReplicas(r)))
+}
+func (t pipelineTarget) DeleteMulticastGroup(id uint16) error {
+	return mapErr(t.p.DeleteMulticastGroup(id))
+}
+func (t pipelineTarget) MulticastGroups(yield func(uint16, []Replica) bool) {
+	t.p.MulticastGroups(func(id uint16, rs []pipeline.Replica) bool {
+		out := make([]Replica, len(rs))
+		for i, x := range rs {
+			out[i] = Replica{EgressPort: x.EgressPort, Instance: x.Instance}
+		}
+		return yield(id, out)
+	})
+}
+func (t pipelineTarget) RegisterSize(name string) int {
+	n, err := t.p.RegisterSize(name)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+func (t pipelineTarget) ReadRegister(name string, index int) (int64, error) {
+	v, err := t.p.ReadRegister(name, index)
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	if len(v) == 0 {
+		return 0, fmt.Errorf("softswitch: register %s[%d] read no value", name, index)
+	}
+	if name == p4info.RegisterPoolBitmap {
+		return v[0] & 0xffffffff, nil
+	}
+	return v[0], nil
+}
+func (t pipelineTarget) WriteRegister(name string, index int, value int64) error {
+	return mapErr(t.p.WriteRegister(name, index, []int64{value}))
+}
+func (t pipelineTarget) Counters(dst []uint64) []uint64 {
+	c := t.p.Counters()
+	return append(dst, c[:]...)
+}
