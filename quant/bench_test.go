@@ -71,3 +71,32 @@ func BenchmarkCopy(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkHalf measures the float16 and bfloat16 paths on 1 MiB of float32
+// equivalent (256 Ki elements), bytes counted as float32 like the others.
+func BenchmarkHalf(b *testing.B) {
+	const k = 1 << 18
+	x, pkt := benchData(4 * k)
+	h := make([]uint16, k)
+	for i, v := range x {
+		h[i] = Float32ToF16(v)
+	}
+	QuantizeF16BE(pkt, h, benchN, benchE)
+	for _, bc := range []struct {
+		name string
+		fn   func()
+	}{
+		{"QuantizeF16", func() { QuantizeF16BE(pkt, h, benchN, benchE) }},
+		{"DequantizeF16", func() { DequantizeF16BE(h, pkt, benchN, benchE) }},
+		{"QuantizeBF16", func() { QuantizeBF16BE(pkt, h, benchN, benchE) }},
+		{"DequantizeBF16", func() { DequantizeBF16BE(h, pkt, benchN, benchE) }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(4 * k)
+			b.ReportAllocs()
+			for b.Loop() {
+				bc.fn()
+			}
+		})
+	}
+}

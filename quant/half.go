@@ -1,7 +1,6 @@
 package quant
 
 import (
-	"encoding/binary"
 	"math"
 )
 
@@ -99,56 +98,77 @@ func CheckFiniteBF16(x []uint16) error {
 	return nil
 }
 
-// QuantizeF16BE is QuantizeBE for float16 bits: it converts
-// min(len(dst)/4, len(src)) elements and returns that count.
-func QuantizeF16BE(dst []byte, src []uint16, n int, e int8) int {
-	c := newQuantizer(n, e)
-	// Fold the 2^112 of the float16 widening into the scale (exact, a power of
-	// two); Inf/NaN bits then give some finite value, which is allowed.
-	c.f *= 0x1p112
-	k := min(len(dst)/4, len(src))
-	dst, src = dst[:4*k], src[:k]
-	for i, h := range src {
-		x := math.Float32frombits(uint32(h&0x8000)<<16 | uint32(h&0x7fff)<<13)
-		binary.BigEndian.PutUint32(dst[4*i:4*i+4], c.q(x))
-	}
-	return k
-}
+// halfChunk is how many 16-bit elements are widened into a stack buffer at a
+// time, so that the float32 kernels (vectorised where possible) do the scaling.
+const halfChunk = 512
 
-// DequantizeF16BE is DequantizeBE with float16 output (rounded to nearest even):
-// it converts min(len(dst), len(src)/4) elements and returns that count.
-func DequantizeF16BE(dst []uint16, src []byte, n int, e int8) int {
-	g := invScale(n, e)
-	k := min(len(dst), len(src)/4)
-	dst, src = dst[:k], src[:4*k]
-	for i := range dst {
-		s := int32(binary.BigEndian.Uint32(src[4*i : 4*i+4]))
-		dst[i] = Float32ToF16(float32(float64(s) * g))
-	}
-	return k
+// QuantizeF16BE is QuantizeBE for float16 bits: it converts
+// min(len(dst)/4, len(src)) elements and returns that count. The result equals
+// QuantizeBE of the widened values.
+func QuantizeF16BE(dst []byte, src []uint16, n int, e int8) int {
+	return quantizeHalfBE(dst, src, n, e, false)
 }
 
 // QuantizeBF16BE is QuantizeBE for bfloat16 bits: it converts
-// min(len(dst)/4, len(src)) elements and returns that count.
+// min(len(dst)/4, len(src)) elements and returns that count. The result equals
+// QuantizeBE of the widened values.
 func QuantizeBF16BE(dst []byte, src []uint16, n int, e int8) int {
-	c := newQuantizer(n, e)
+	return quantizeHalfBE(dst, src, n, e, true)
+}
+
+// The format switch sits outside the element loops so the conversions inline.
+func quantizeHalfBE(dst []byte, src []uint16, n int, e int8, bf16 bool) int {
 	k := min(len(dst)/4, len(src))
-	dst, src = dst[:4*k], src[:k]
-	for i, h := range src {
-		binary.BigEndian.PutUint32(dst[4*i:4*i+4], c.q(math.Float32frombits(uint32(h)<<16)))
+	var buf [halfChunk]float32
+	for done := 0; done < k; done += halfChunk {
+		c := min(halfChunk, k-done)
+		w := buf[:c]
+		s := src[done : done+c]
+		if bf16 {
+			for i, h := range s {
+				w[i] = BF16ToFloat32(h)
+			}
+		} else {
+			for i, h := range s {
+				w[i] = F16ToFloat32(h)
+			}
+		}
+		QuantizeBE(dst[4*done:4*(done+c)], w, n, e)
 	}
 	return k
 }
 
-// DequantizeBF16BE is DequantizeBE with bfloat16 output (rounded to nearest even):
-// it converts min(len(dst), len(src)/4) elements and returns that count.
+// DequantizeF16BE is DequantizeBE with float16 output (the float32 result rounded
+// to nearest even): it converts min(len(dst), len(src)/4) elements and returns
+// that count.
+func DequantizeF16BE(dst []uint16, src []byte, n int, e int8) int {
+	return dequantizeHalfBE(dst, src, n, e, false)
+}
+
+// DequantizeBF16BE is DequantizeBE with bfloat16 output (the float32 result
+// rounded to nearest even): it converts min(len(dst), len(src)/4) elements and
+// returns that count.
 func DequantizeBF16BE(dst []uint16, src []byte, n int, e int8) int {
-	g := invScale(n, e)
+	return dequantizeHalfBE(dst, src, n, e, true)
+}
+
+func dequantizeHalfBE(dst []uint16, src []byte, n int, e int8, bf16 bool) int {
 	k := min(len(dst), len(src)/4)
-	dst, src = dst[:k], src[:4*k]
-	for i := range dst {
-		s := int32(binary.BigEndian.Uint32(src[4*i : 4*i+4]))
-		dst[i] = Float32ToBF16(float32(float64(s) * g))
+	var buf [halfChunk]float32
+	for done := 0; done < k; done += halfChunk {
+		c := min(halfChunk, k-done)
+		w := buf[:c]
+		DequantizeBE(w, src[4*done:4*(done+c)], n, e)
+		d := dst[done : done+c]
+		if bf16 {
+			for i, f := range w {
+				d[i] = Float32ToBF16(f)
+			}
+		} else {
+			for i, f := range w {
+				d[i] = Float32ToF16(f)
+			}
+		}
 	}
 	return k
 }
