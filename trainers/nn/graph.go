@@ -62,7 +62,10 @@ func (v *Variable) Size() int {
 // side effects that the layers register.
 type Graph struct {
 	Scope *op.Scope
-	Seed  int64
+	Seed  int64 // drives variable initialisation (same on every worker)
+	// OpSeed drives random ops such as dropout; workers use different ones
+	// so their masks differ.
+	OpSeed int64
 
 	vars    []*Variable
 	byName  map[string]*Variable
@@ -73,7 +76,7 @@ type Graph struct {
 // NewGraph starts an empty graph. The seed drives variable initialisation
 // and the graph-level random ops (dropout).
 func NewGraph(seed int64) *Graph {
-	return &Graph{Scope: op.NewScope(), Seed: seed, byName: map[string]*Variable{}}
+	return &Graph{Scope: op.NewScope(), Seed: seed, OpSeed: seed, byName: map[string]*Variable{}}
 }
 
 // Variables returns every variable in creation order.

@@ -184,7 +184,7 @@ func (d *Dropout) Forward(g *Graph, x tf.Output, training bool) tf.Output {
 	}
 	s := g.Scope.SubScope(d.Name)
 	keep := op.Const(s.SubScope("keep"), 1-d.Rate)
-	u := op.RandomUniform(s, op.Shape(s, x), tf.Float, op.RandomUniformSeed(g.Seed), op.RandomUniformSeed2(g.nextSeed()))
+	u := op.RandomUniform(s, op.Shape(s, x), tf.Float, op.RandomUniformSeed(g.OpSeed), op.RandomUniformSeed2(g.nextSeed()))
 	mask := op.Floor(s, op.AddV2(s, u, keep))
 	return op.RealDiv(s, op.Mul(s, x, mask), keep)
 }

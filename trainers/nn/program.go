@@ -11,7 +11,9 @@ import (
 
 // Spec describes a classifier to build.
 type Spec struct {
-	Seed       int64
+	Seed int64
+	// OpSeed seeds random ops (dropout); 0 means Seed.
+	OpSeed     int64
 	InputShape []int64     // per example, e.g. {28, 28, 1}
 	InputType  tf.DataType // tf.Float (images) or tf.Int32 (token ids)
 	Classes    int
@@ -73,6 +75,9 @@ func Build(spec Spec) (*Program, error) {
 		return nil, fmt.Errorf("nn: Spec.Optimizer is nil")
 	}
 	g := NewGraph(spec.Seed)
+	if spec.OpSeed != 0 {
+		g.OpSeed = spec.OpSeed
+	}
 	s := g.Scope
 	p := &Program{G: g, spec: spec}
 	xs := append([]int64{-1}, spec.InputShape...)

@@ -1,0 +1,376 @@
+// Package train runs one worker of data-parallel training: it builds the
+// model in its own TensorFlow session, computes gradients on its share of
+// each global batch, allreduces the fused gradient buckets through a
+// collective.Backend and applies the average, so every worker makes the
+// same update.
+package train
+
+import (
+	"context"
+	"encoding/gob"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/switchml/switchml-go/trainers/collective"
+	"github.com/switchml/switchml-go/trainers/data"
+	"github.com/switchml/switchml-go/trainers/models"
+	"github.com/switchml/switchml-go/trainers/nn"
+)
+
+// Options configure a worker. Every worker of a job must get the same
+// values except Rank.
+type Options struct {
+	Model       string
+	Train, Test *data.Set
+	Epochs      int
+	Batch       int // per worker
+	Optimizer   string
+	LR          float32
+	Seed        int64
+	Rank        int
+	Workers     int
+	BucketElems int
+	// Threads for TensorFlow's pools; 0 lets TensorFlow decide.
+	IntraOpThreads, InterOpThreads int
+	// CheckpointDir, when set, gets a checkpoint after each epoch (rank 0)
+	// and is resumed from when it holds one.
+	CheckpointDir string
+	// Progress receives a status line now and then (rank 0 only; may be nil).
+	Progress io.Writer
+	// OnEpoch is called with each epoch's result (every rank).
+	OnEpoch func(EpochResult)
+	// Backend names the allreduce backend in results.
+	Backend string
+}
+
+// EpochResult is one epoch's figures, the same on every worker.
+type EpochResult struct {
+	Epoch        int     `json:"epoch"`
+	Model        string  `json:"model"`
+	Backend      string  `json:"backend"`
+	Workers      int     `json:"workers"`
+	Steps        int     `json:"steps"`
+	TrainLoss    float64 `json:"train_loss"`
+	TestLoss     float64 `json:"test_loss"`
+	TestAccuracy float64 `json:"test_accuracy"`
+	// StepS is the mean wall time of a training step (compute + allreduce
+	// + update) on rank 0.
+	StepS float64 `json:"step_s"`
+	// CommS is rank 0's total time inside allreduce calls this epoch.
+	CommS float64 `json:"comm_s"`
+	// ComputeS is rank 0's total time in TensorFlow (gradients + update).
+	ComputeS float64 `json:"compute_s"`
+	EpochS   float64 `json:"epoch_s"`
+	// GradElems is the number of gradient values allreduced per step.
+	GradElems int `json:"grad_elems"`
+}
+
+func optimizer(name string, lr float32) (nn.Optimizer, error) {
+	switch name {
+	case "adam", "":
+		if lr == 0 {
+			lr = 1e-3
+		}
+		return nn.NewAdam(lr), nil
+	case "momentum", "sgd":
+		if lr == 0 {
+			lr = 0.05
+		}
+		return &nn.Momentum{LR: lr, Momentum: 0.9}, nil
+	}
+	return nil, fmt.Errorf("unknown optimizer %q (want adam or momentum)", name)
+}
+
+// Build constructs the worker's program for the options' model and data.
+func Build(o *Options) (*nn.Program, error) {
+	def, err := models.Lookup(o.Model)
+	if err != nil {
+		return nil, err
+	}
+	opt, err := optimizer(o.Optimizer, o.LR)
+	if err != nil {
+		return nil, err
+	}
+	s := o.Train
+	return nn.Build(nn.Spec{
+		Seed:       o.Seed,
+		OpSeed:     o.Seed*7919 + int64(o.Rank) + 1,
+		InputShape: []int64{int64(s.H), int64(s.W), int64(s.C)},
+		InputType:  def.InputType,
+		Classes:    s.Classes,
+		Model: func(g *nn.Graph) nn.Layer {
+			return def.Build(g, s.H, s.W, s.C, s.Classes)
+		},
+		Optimizer:      opt,
+		BucketElems:    o.BucketElems,
+		Workers:        o.Workers,
+		IntraOpThreads: o.IntraOpThreads,
+		InterOpThreads: o.InterOpThreads,
+	})
+}
+
+// Run trains and returns the per-epoch results and the trained program
+// (which the caller closes).
+func Run(ctx context.Context, o Options, be collective.Backend) ([]EpochResult, *nn.Program, error) {
+	if o.Workers <= 0 || o.Rank < 0 || o.Rank >= o.Workers {
+		return nil, nil, fmt.Errorf("train: rank %d of %d", o.Rank, o.Workers)
+	}
+	if o.Batch <= 0 {
+		return nil, nil, fmt.Errorf("train: batch must be positive")
+	}
+	p, err := Build(&o)
+	if err != nil {
+		return nil, nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			p.Close()
+		}
+	}()
+	startEpoch, step := 0, 0
+	if o.CheckpointDir != "" {
+		ck, err := LoadCheckpoint(o.CheckpointDir)
+		switch {
+		case err == nil && ck.Model != o.Model:
+			return nil, nil, fmt.Errorf("train: checkpoint in %s is of model %q, not %q", o.CheckpointDir, ck.Model, o.Model)
+		case err == nil:
+			if err := p.SetValues(ck.Values); err != nil {
+				return nil, nil, fmt.Errorf("train: restoring %s: %w", o.CheckpointDir, err)
+			}
+			startEpoch, step = ck.Epoch+1, ck.Step
+			if o.Progress != nil {
+				fmt.Fprintf(o.Progress, "resumed from %s after epoch %d\n", o.CheckpointDir, ck.Epoch+1)
+			}
+		case errors.Is(err, fs.ErrNotExist):
+		default:
+			return nil, nil, err
+		}
+	}
+
+	tr := o.Train
+	batches := &data.Batches{Set: tr, Batch: o.Batch, Rank: o.Rank, Workers: o.Workers, Seed: uint64(o.Seed)}
+	steps := batches.Steps()
+	if steps == 0 {
+		return nil, nil, fmt.Errorf("train: %d examples make no global batch of %d", tr.Len(), o.Batch*o.Workers)
+	}
+	es := tr.ExampleSize()
+	x := make([]float32, o.Batch*es)
+	y := make([]float32, o.Batch*tr.Classes)
+	gradElems := 0
+	for _, b := range p.Buckets {
+		gradElems += b.Size
+	}
+	testShard := o.Test.Shard(o.Rank, o.Workers)
+
+	var results []EpochResult
+	for epoch := startEpoch; epoch < o.Epochs; epoch++ {
+		batches.Epoch(epoch)
+		t0 := time.Now()
+		var comm, compute time.Duration
+		lossSum := 0.0
+		for s := 0; s < steps; s++ {
+			if err := ctx.Err(); err != nil {
+				return nil, nil, err
+			}
+			tr.Gather(batches.Indices(s), x, y)
+			xt, err := nn.Float32Tensor(x, int64(o.Batch), int64(tr.H), int64(tr.W), int64(tr.C))
+			if err != nil {
+				return nil, nil, err
+			}
+			yt, err := nn.Float32Tensor(y, int64(o.Batch), int64(tr.Classes))
+			if err != nil {
+				return nil, nil, err
+			}
+			tc := time.Now()
+			loss, bufs, err := p.Gradients(xt, yt)
+			if err != nil {
+				return nil, nil, fmt.Errorf("train: step %d: %w", step, err)
+			}
+			tm := time.Now()
+			compute += tm.Sub(tc)
+			for i := range bufs {
+				if err := be.AllReduceFloat32(ctx, bufs[i]); err != nil {
+					return nil, nil, fmt.Errorf("train: allreduce of bucket %d at step %d: %w", i, step, err)
+				}
+			}
+			ta := time.Now()
+			comm += ta.Sub(tm)
+			step++
+			if err := p.Apply(bufs, step); err != nil {
+				return nil, nil, fmt.Errorf("train: update %d: %w", step, err)
+			}
+			compute += time.Since(ta)
+			lossSum += float64(loss)
+			if o.Progress != nil && (s%20 == 0 || s == steps-1) {
+				el := time.Since(t0)
+				fmt.Fprintf(o.Progress, "\repoch %d/%d  step %4d/%d  loss %.4f  %6.1f ms/step  comm %4.1f%%  ",
+					epoch+1, o.Epochs, s+1, steps, lossSum/float64(s+1),
+					1e3*el.Seconds()/float64(s+1), 100*comm.Seconds()/math.Max(el.Seconds(), 1e-9))
+			}
+		}
+		trainTime := time.Since(t0)
+
+		// Batch-norm statistics drift apart across workers (each sees its
+		// own batches); average them so evaluation uses one model.
+		if err := syncState(ctx, p, be, o.Workers); err != nil {
+			return nil, nil, err
+		}
+		tl, correct, n, err := evaluate(p, testShard, 500)
+		if err != nil {
+			return nil, nil, err
+		}
+		agg := []float32{float32(tl), float32(correct), float32(n), float32(lossSum), float32(steps)}
+		if err := be.AllReduceFloat32(ctx, agg); err != nil {
+			return nil, nil, fmt.Errorf("train: allreduce of evaluation: %w", err)
+		}
+		// Counts travel as floats (exact below 2^24) and may come back with
+		// quantisation noise from the switch: round them.
+		total := math.Round(float64(agg[2]))
+		r := EpochResult{
+			Epoch: epoch + 1, Model: o.Model, Backend: o.Backend, Workers: o.Workers, Steps: steps,
+			TrainLoss:    float64(agg[3]) / math.Round(float64(agg[4])),
+			TestLoss:     float64(agg[0]) / total,
+			TestAccuracy: math.Round(float64(agg[1])) / total,
+			StepS:        trainTime.Seconds() / float64(steps),
+			CommS:        comm.Seconds(),
+			ComputeS:     compute.Seconds(),
+			EpochS:       time.Since(t0).Seconds(),
+			GradElems:    gradElems,
+		}
+		if o.Progress != nil {
+			fmt.Fprintf(o.Progress, "\repoch %d/%d  train loss %.4f  test loss %.4f  test accuracy %.2f%%  %.1f ms/step  comm %.1fs\n",
+				r.Epoch, o.Epochs, r.TrainLoss, r.TestLoss, 100*r.TestAccuracy, 1e3*r.StepS, r.CommS)
+		}
+		if o.CheckpointDir != "" && o.Rank == 0 {
+			vals, err := p.Values(nil)
+			if err != nil {
+				return nil, nil, err
+			}
+			if err := SaveCheckpoint(o.CheckpointDir, &Checkpoint{Model: o.Model, Epoch: epoch, Step: step, Values: vals}); err != nil {
+				return nil, nil, err
+			}
+		}
+		results = append(results, r)
+		if o.OnEpoch != nil {
+			o.OnEpoch(r)
+		}
+	}
+	ok = true
+	return results, p, nil
+}
+
+// syncState replaces every worker's state variables by their average.
+func syncState(ctx context.Context, p *nn.Program, be collective.Backend, workers int) error {
+	vars := p.G.VariablesWith(nn.State)
+	if len(vars) == 0 {
+		return nil
+	}
+	vals, err := p.Values(vars)
+	if err != nil {
+		return err
+	}
+	var flat []float32
+	for _, v := range vars {
+		flat = append(flat, vals[v.Name]...)
+	}
+	if err := be.AllReduceFloat32(ctx, flat); err != nil {
+		return fmt.Errorf("train: allreduce of model state: %w", err)
+	}
+	off := 0
+	for _, v := range vars {
+		x := flat[off : off+v.Size()]
+		for i := range x {
+			x[i] /= float32(workers)
+		}
+		vals[v.Name] = x
+		off += v.Size()
+	}
+	return p.SetValues(vals)
+}
+
+// evaluate returns the summed loss, correct count and example count of the
+// inference graph over s.
+func evaluate(p *nn.Program, s *data.Set, batch int) (loss, correct float64, n int, err error) {
+	es := s.ExampleSize()
+	for i := 0; i < s.Len(); i += batch {
+		m := min(batch, s.Len()-i)
+		xt, err := nn.Float32Tensor(s.Images[i*es:(i+m)*es], int64(m), int64(s.H), int64(s.W), int64(s.C))
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		idx := make([]int, m)
+		for k := range idx {
+			idx[k] = i + k
+		}
+		y := make([]float32, m*s.Classes)
+		for k := range idx {
+			y[k*s.Classes+int(s.Labels[i+k])] = 1
+		}
+		yt, err := nn.Float32Tensor(y, int64(m), int64(s.Classes))
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		l, c, err := p.Evaluate(xt, yt)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		loss += l
+		correct += c
+		n += m
+	}
+	return loss, correct, n, nil
+}
+
+// Checkpoint is everything needed to resume: all variables (weights,
+// batch-norm state, optimizer slots) and the position in training.
+type Checkpoint struct {
+	Model  string
+	Epoch  int // last completed epoch, 0-based
+	Step   int // updates applied so far
+	Values map[string][]float32
+}
+
+const checkpointFile = "checkpoint.gob"
+
+// SaveCheckpoint writes atomically (temp file + rename) so a crash never
+// leaves a torn checkpoint.
+func SaveCheckpoint(dir string, ck *Checkpoint) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".checkpoint-*")
+	if err != nil {
+		return err
+	}
+	if err := gob.NewEncoder(f).Encode(ck); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return fmt.Errorf("train: writing checkpoint: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	return os.Rename(f.Name(), filepath.Join(dir, checkpointFile))
+}
+
+// LoadCheckpoint reads dir's checkpoint; fs.ErrNotExist when there is none.
+func LoadCheckpoint(dir string) (*Checkpoint, error) {
+	f, err := os.Open(filepath.Join(dir, checkpointFile))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var ck Checkpoint
+	if err := gob.NewDecoder(f).Decode(&ck); err != nil {
+		return nil, fmt.Errorf("train: reading checkpoint in %s: %w", dir, err)
+	}
+	return &ck, nil
+}
