@@ -99,7 +99,7 @@ const (
 	StatDropNoGroup                          // completed, but the multicast group is missing
 	StatReplicas                             // reply packets emitted by multicast
 	StatDropNoReply                          // a reply skipped: no reply_address entry for (job, rank, lane)
-	StatDropStale                            // contribution to a completed slot use from a worker that already moved on
+	StatDropStale                            // a request older than the slot use it reaches (delayed or duplicated in the network)
 	NumStats
 )
 
@@ -146,6 +146,7 @@ type Pipeline struct {
 	elements []uint16 // element count of the slot use in progress
 	job      []uint32 // job number and packet id of the slot use in progress
 	packetID []uint32
+	used     []bool  // job and packetID hold a use since the last reset
 	values   []int32 // MaxElements per idx
 
 	stats [NumStats]uint64
@@ -176,6 +177,7 @@ func New(cfg Config) (*Pipeline, error) {
 		elements: make([]uint16, idxs),
 		job:      make([]uint32, idxs),
 		packetID: make([]uint32, idxs),
+		used:     make([]bool, idxs),
 		values:   make([]int32, idxs*cfg.MaxElements),
 	}, nil
 }
@@ -473,7 +475,7 @@ func (p *Pipeline) WriteRegister(name string, index int, values []int64) error {
 	return nil
 }
 
-// ResetPool zeroes the bitmap and countdown of both sets of slots
+// ResetPool zeroes the bitmap, countdown and use identity of both sets of slots
 // [first, first+count), making them idle: the controller calls it when a job
 // (re)starts on a partition, since workers begin again with set 0.
 func (p *Pipeline) ResetPool(first, count int) error {
@@ -487,6 +489,7 @@ func (p *Pipeline) ResetPool(first, count int) error {
 		clear(p.elements[lo : lo+count])
 		clear(p.job[lo : lo+count])
 		clear(p.packetID[lo : lo+count])
+		clear(p.used[lo : lo+count])
 	}
 	return nil
 }
@@ -564,6 +567,24 @@ func (p *Pipeline) Process(src netip.AddrPort, pkt []byte, out *Output) {
 		p.drop(out, StatDropMismatch)
 		return
 	}
+	// In the extended format job numbers are 32 bits and never wrap in
+	// practice, so uses of one (slot, set) carry strictly increasing
+	// (job, packet id) until the pool is reset. A "fresh" packet that is
+	// not newer than the last use is a request delayed in the network
+	// beyond that use; starting a use with it would corrupt or stall the
+	// next genuine one. The compatible format's 8-bit job number wraps, so
+	// there only the case below is caught, and (as on the reference switch)
+	// the network must not hold packets for several round trips.
+	//
+	// In both formats a fresh packet identical to the last use is a
+	// retransmission that was overtaken by its sender's next packet (which
+	// cleared the sender's bit); our workers never reuse a packet id on a
+	// slot, so this only drops stale copies.
+	if fresh && p.used[idx] && (h.Job == p.job[idx] && h.PacketID == p.packetID[idx] ||
+		h.Format == wire.FormatExtended && !newer(h.Job, h.PacketID, p.job[idx], p.packetID[idx])) {
+		p.drop(out, StatDropStale)
+		return
+	}
 	// A new contributor to a completed use can only be a duplicate from a
 	// worker that has already moved on (its bit was cleared when it sent to
 	// the other set). Touching the bitmaps would undo that worker's mark in
@@ -606,6 +627,7 @@ func (p *Pipeline) Process(src netip.AddrPort, pkt []byte, out *Output) {
 		p.elements[idx] = uint16(h.Elements)
 		p.job[idx] = h.Job
 		p.packetID[idx] = h.PacketID
+		p.used[idx] = true
 		copyBE(vals, payload)
 	} else {
 		p.count[idx]--
@@ -653,6 +675,15 @@ func (p *Pipeline) reply(out *Output, req *wire.Header, vals []int32, exp int8) 
 		b = binary.BigEndian.AppendUint32(b, uint32(v))
 	}
 	out.Packet = b
+}
+
+// newer reports whether (job, id) comes after (job0, id0) in serial number
+// arithmetic (RFC 1982), which survives wrapping of either counter.
+func newer(job, id, job0, id0 uint32) bool {
+	if job != job0 {
+		return int32(job-job0) > 0
+	}
+	return int32(id-id0) > 0
 }
 
 // copyBE sets vals from the big-endian payload (len(payload) == 4*len(vals)).

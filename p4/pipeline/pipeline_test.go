@@ -533,3 +533,66 @@ func FuzzProcess(f *testing.F) {
 		}
 	})
 }
+
+// TestExtendedRejectsDelayedRequest replays an old request after every
+// worker moved on: in the extended format it must not start a new use.
+func TestExtendedRejectsDelayedRequest(t *testing.T) {
+	p := newPipe(t, 4, 8, 4)
+	setupJob(t, p, 1, 0, 2, 1, 0, 4)
+	var out Output
+	use := func(set uint8, job, id uint32) []byte {
+		return mkpkt(t, wire.Header{Format: wire.FormatExtended, Job: job, PacketID: id, Set: set, Slot: 1, Elements: 2}, []int32{1, 1})
+	}
+	old := use(0, 7, 10)
+	p.Process(addr(0), old, &out)
+	p.Process(addr(1), old, &out)
+	for r := 0; r < 2; r++ {
+		p.Process(addr(r), use(1, 7, 12), &out)
+	}
+	// Set 0 is idle now; the delayed copy of the old request arrives.
+	p.Process(addr(1), old, &out)
+	if out.Drop != StatDropStale {
+		t.Fatalf("delayed request: %v", out.Drop)
+	}
+	// The next genuine use (a later op, lower packet id) proceeds.
+	for r := 0; r < 2; r++ {
+		p.Process(addr(r), use(0, 8, 0), &out)
+	}
+	if _, rv := decode(t, out.Packet); len(out.Dests) != 2 || rv[0] != 2 {
+		t.Fatalf("next use: %v %v", out.Dests, rv)
+	}
+	// After a pool reset any job number starts a use again.
+	if err := p.ResetPool(0, 4); err != nil {
+		t.Fatal(err)
+	}
+	p.Process(addr(0), use(1, 1, 0), &out)
+	if out.Drop != StatDropWaiting {
+		t.Fatalf("after reset: %v", out.Drop)
+	}
+	checkInvariants(t, p)
+}
+
+// TestCompatRejectsOvertakenRetransmission: a retransmission overtaken by
+// its sender's next packet reaches an idle set; being identical to the last
+// use, it must not start a new one.
+func TestCompatRejectsOvertakenRetransmission(t *testing.T) {
+	p := newPipe(t, 4, 32, 4)
+	setupJob(t, p, 1, 0, 2, 1, 0, 4)
+	var out Output
+	use := func(set uint8, id uint32) []byte {
+		return mkpkt(t, wire.Header{Format: wire.FormatCompat, Job: 3, PacketID: id, Set: set, Slot: 2, Elements: 32}, []int32{1})
+	}
+	p.Process(addr(0), use(0, 10), &out)
+	p.Process(addr(1), use(0, 10), &out)
+	p.Process(addr(0), use(1, 12), &out)
+	p.Process(addr(1), use(1, 12), &out)
+	p.Process(addr(1), use(0, 10), &out)
+	if out.Drop != StatDropStale {
+		t.Fatalf("overtaken retransmission: %v", out.Drop)
+	}
+	p.Process(addr(0), use(0, 14), &out)
+	p.Process(addr(1), use(0, 14), &out)
+	if _, rv := decode(t, out.Packet); len(out.Dests) != 2 || rv[0] != 2 {
+		t.Fatalf("next use: %v %v", out.Dests, rv)
+	}
+}

@@ -204,7 +204,13 @@ type Lane struct {
 	float    bool
 	received int
 	active   bool // an op was started and has not finished
-	err      error
+	// Packet ids: packet p of the op travels as pidBase+p. The counter runs
+	// on across ops (identically on every worker), so every use of a slot
+	// carries a different id even in the compatible format, whose job
+	// number has only 8 bits. The switch uses that to recognise a
+	// retransmission that arrives after everyone moved on.
+	pidBase, nextPID uint32
+	err              error
 
 	now          time.Duration
 	timeout      time.Duration
@@ -279,6 +285,8 @@ func (l *Lane) Start(op Op, now time.Duration) error {
 	}
 	l.received = 0
 	l.err = nil
+	l.pidBase = l.nextPID
+	l.nextPID += uint32(l.total)
 	l.now = max(l.now, now)
 	l.timeout = l.cfg.Timeout
 	l.sinceBackoff = 0
@@ -460,7 +468,7 @@ func (l *Lane) AppendPacket(b []byte) ([]byte, bool) {
 	h := wire.Header{
 		Format:   l.cfg.Format,
 		Job:      l.op.Seq,
-		PacketID: uint32(p),
+		PacketID: l.pidBase + uint32(p),
 		Set:      st.set,
 		Slot:     l.cfg.SlotBase + uint32(s),
 		Exp0:     quant.MinExponent,
@@ -532,11 +540,12 @@ func (l *Lane) Receive(pkt []byte, now time.Duration) {
 		l.stats.Stale++
 		return
 	}
-	p := int(h.PacketID)
-	if !l.active || h.PacketID >= uint32(l.total) {
+	rel := h.PacketID - l.pidBase // wraps like the counter
+	if !l.active || rel >= uint32(l.total) {
 		l.stats.Duplicates++
 		return
 	}
+	p := int(rel)
 	s := p % l.win
 	st := &l.slots[s]
 	if st.packet != p || h.Slot != l.cfg.SlotBase+uint32(s) || h.Set != st.set {
