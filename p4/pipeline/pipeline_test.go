@@ -370,6 +370,9 @@ func TestControlPlane(t *testing.T) {
 }
 
 func TestProcessNoAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector")
+	}
 	p := newPipe(t, 64, 256, 8)
 	setupJob(t, p, 1, 0, 8, 1, 0, 64)
 	pkts := benchPackets(t, 8, 64, 64, wire.FormatCompat)
