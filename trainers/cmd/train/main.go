@@ -1,0 +1,336 @@
+// Command train runs data-parallel training of a TensorFlow model over one
+// of the allreduce backends.
+//
+//	go run ./cmd/train --model cnn --dataset fashion-mnist --workers 4 --backend switchml --epochs 5 --json
+//
+// The command starts what the backend needs (a float64 star server, ring
+// addresses, or an in-process software switch and controller) and then
+// re-executes itself once per worker with a hidden --worker-rank flag. Each
+// worker has its own TensorFlow session with thread pools sized so the
+// workers share the machine's cores. Rank 0 prints the per-epoch results
+// (one JSON object per line with --json) on stdout and its progress on
+// stderr.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/switchml/switchml-go/trainers/collective"
+	"github.com/switchml/switchml-go/trainers/data"
+	"github.com/switchml/switchml-go/trainers/models"
+	"github.com/switchml/switchml-go/trainers/onnx"
+	"github.com/switchml/switchml-go/trainers/train"
+)
+
+type flags struct {
+	model, dataset, dataDir, backend, optimizer   string
+	workers, epochs, batch, trainLimit, testLimit int
+	lr                                            float64
+	seed                                          int64
+	jsonOut, quiet, resume                        bool
+	checkpointDir, onnxOut, controller, job       string
+	bucketElems, intra, inter                     int
+	timeout                                       time.Duration
+
+	// Set by the launcher for the worker processes.
+	workerRank int
+	starAddr   string
+	ringAddrs  string
+}
+
+func parseFlags(args []string) (*flags, error) {
+	f := &flags{}
+	fs := flag.NewFlagSet("train", flag.ContinueOnError)
+	fs.StringVar(&f.model, "model", "cnn", "model: "+strings.Join(models.Names(), ", "))
+	fs.StringVar(&f.dataset, "dataset", "fashion-mnist", "data set: fashion-mnist or synthetic")
+	fs.StringVar(&f.dataDir, "data-dir", data.FashionMNISTDir, "directory of the Fashion-MNIST IDX files")
+	fs.IntVar(&f.trainLimit, "train-limit", 0, "use only the first N training examples (0 = all)")
+	fs.IntVar(&f.testLimit, "test-limit", 0, "use only the first N test examples (0 = all)")
+	fs.IntVar(&f.workers, "workers", 1, "number of worker processes")
+	fs.StringVar(&f.backend, "backend", "exact", "allreduce backend: exact (float64 TCP star), ring (TCP ring) or switchml")
+	fs.StringVar(&f.controller, "controller", "", "switchml: controller address; empty starts an in-process software switch and controller")
+	fs.StringVar(&f.job, "job", "", "switchml: job name (default derived from the process id)")
+	fs.IntVar(&f.epochs, "epochs", 3, "training epochs")
+	fs.IntVar(&f.batch, "batch", 64, "batch size per worker (the global batch is workers × batch)")
+	fs.StringVar(&f.optimizer, "optimizer", "adam", "optimizer: adam or momentum")
+	fs.Float64Var(&f.lr, "lr", 0, "learning rate (0 = 1e-3 for adam, 0.05 for momentum)")
+	fs.Int64Var(&f.seed, "seed", 1, "seed for initialisation, shuffling and dropout")
+	fs.IntVar(&f.bucketElems, "bucket-elems", 1<<18, "gradient values fused into one allreduce bucket")
+	fs.IntVar(&f.intra, "intra-op-threads", 0, "TensorFlow intra-op threads per worker (0 = cores / workers)")
+	fs.IntVar(&f.inter, "inter-op-threads", 0, "TensorFlow inter-op threads per worker (0 = 1)")
+	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON object per epoch on stdout")
+	fs.BoolVar(&f.quiet, "quiet", false, "no progress on stderr")
+	fs.StringVar(&f.checkpointDir, "checkpoint-dir", "", "save a checkpoint here after each epoch")
+	fs.BoolVar(&f.resume, "resume", false, "resume from the checkpoint in --checkpoint-dir (otherwise an old one is removed)")
+	fs.StringVar(&f.onnxOut, "onnx", "", "export the trained model to this ONNX file")
+	fs.DurationVar(&f.timeout, "timeout", 2*time.Hour, "give up after this long")
+	fs.IntVar(&f.workerRank, "worker-rank", -1, "internal: run as this worker")
+	fs.StringVar(&f.starAddr, "star-addr", "", "internal: exact backend server")
+	fs.StringVar(&f.ringAddrs, "ring-addrs", "", "internal: comma-separated ring addresses")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if _, err := models.Lookup(f.model); err != nil {
+		return nil, err
+	}
+	if f.dataset != "fashion-mnist" && f.dataset != "synthetic" {
+		return nil, fmt.Errorf("unknown --dataset %q (want fashion-mnist or synthetic)", f.dataset)
+	}
+	if _, err := collective.ParseKind(f.backend); err != nil {
+		return nil, err
+	}
+	if f.workers < 1 || f.workers > 64 {
+		return nil, fmt.Errorf("--workers %d: want 1..64", f.workers)
+	}
+	if f.epochs < 1 || f.batch < 1 {
+		return nil, fmt.Errorf("--epochs and --batch must be positive")
+	}
+	return f, nil
+}
+
+func main() {
+	f, err := parseFlags(os.Args[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "train:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	if f.workerRank >= 0 {
+		err = runWorker(ctx, f)
+	} else {
+		err = launch(ctx, f)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "train:", err)
+		os.Exit(1)
+	}
+}
+
+func loadData(f *flags) (tr, te *data.Set, err error) {
+	if f.dataset == "synthetic" {
+		all := data.Synthetic(12000, 28, 28, 10, uint64(f.seed))
+		tr, te = all.Subset(10000), &data.Set{}
+		*te = *all
+		te.Images, te.Labels = all.Images[10000*784:], all.Labels[10000:]
+	} else if tr, te, err = data.LoadFashionMNIST(f.dataDir); err != nil {
+		return nil, nil, err
+	}
+	return tr.Subset(f.trainLimit), te.Subset(f.testLimit), nil
+}
+
+func runWorker(ctx context.Context, f *flags) error {
+	runtime.GOMAXPROCS(max(1, runtime.NumCPU()/f.workers))
+	tr, te, err := loadData(f)
+	if err != nil {
+		return err
+	}
+	kind, _ := collective.ParseKind(f.backend)
+	var ring []string
+	if f.ringAddrs != "" {
+		ring = strings.Split(f.ringAddrs, ",")
+	}
+	dctx, dcancel := context.WithTimeout(ctx, 2*time.Minute)
+	be, err := collective.Dial(dctx, collective.Config{
+		Kind: kind, Rank: f.workerRank, Workers: f.workers,
+		StarAddr: f.starAddr, RingAddrs: ring, Controller: f.controller, Job: f.job,
+	})
+	dcancel()
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+
+	intra, inter := f.intra, f.inter
+	if intra == 0 {
+		intra = max(1, runtime.NumCPU()/f.workers)
+	}
+	if inter == 0 {
+		inter = 1
+	}
+	o := train.Options{
+		Model: f.model, Train: tr, Test: te, Epochs: f.epochs, Batch: f.batch,
+		Optimizer: f.optimizer, LR: float32(f.lr), Seed: f.seed,
+		Rank: f.workerRank, Workers: f.workers, BucketElems: f.bucketElems,
+		IntraOpThreads: intra, InterOpThreads: inter,
+		CheckpointDir: f.checkpointDir, Backend: f.backend,
+	}
+	if f.workerRank == 0 {
+		if !f.quiet {
+			o.Progress = os.Stderr
+		}
+		enc := json.NewEncoder(os.Stdout)
+		o.OnEpoch = func(r train.EpochResult) {
+			if f.jsonOut {
+				enc.Encode(r)
+			}
+		}
+	}
+	res, p, err := train.Run(ctx, o, be)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	if f.workerRank == 0 {
+		if !f.jsonOut && len(res) > 0 {
+			last := res[len(res)-1]
+			fmt.Printf("%s on %s, %d workers over %s: test accuracy %.2f%% after %d epochs, %.1f ms/step (comm %.1fs of %.1fs in the last epoch)\n",
+				f.model, f.dataset, f.workers, f.backend, 100*last.TestAccuracy, last.Epoch, 1e3*last.StepS, last.CommS, last.EpochS)
+		}
+		if f.onnxOut != "" {
+			if err := onnx.ExportFile(f.onnxOut, p); err != nil {
+				return err
+			}
+			if !f.quiet {
+				fmt.Fprintf(os.Stderr, "wrote %s\n", f.onnxOut)
+			}
+		}
+	}
+	return nil
+}
+
+// launch starts the backend's infrastructure and the worker processes, and
+// waits for them.
+func launch(ctx context.Context, f *flags) error {
+	if f.checkpointDir != "" && !f.resume {
+		if err := os.RemoveAll(f.checkpointDir); err != nil {
+			return err
+		}
+	}
+	// Check the data before starting anything so a missing data set is one
+	// clear error, not N.
+	if f.dataset == "fashion-mnist" {
+		if _, err := os.Stat(f.dataDir); err != nil {
+			return fmt.Errorf("Fashion-MNIST not found in %s: install it with `apt-get install dataset-fashion-mnist` (or run trainers/setup.sh)", f.dataDir)
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	extra := []string{}
+	var cleanup []func()
+	defer func() {
+		for i := len(cleanup) - 1; i >= 0; i-- {
+			cleanup[i]()
+		}
+	}()
+	switch kind, _ := collective.ParseKind(f.backend); kind {
+	case collective.Exact:
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		star := collective.ServeStar(ctx, ln, f.workers)
+		cleanup = append(cleanup, func() { star.Close() })
+		extra = append(extra, "--star-addr", star.Addr())
+	case collective.Ring:
+		addrs := make([]string, f.workers)
+		for i := range addrs {
+			// Reserve a free port; the worker listens on it right after.
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return err
+			}
+			addrs[i] = ln.Addr().String()
+			ln.Close()
+		}
+		extra = append(extra, "--ring-addrs", strings.Join(addrs, ","))
+	case collective.SwitchML:
+		if f.controller == "" {
+			addr, stop, err := startLocalFabric(ctx)
+			if err != nil {
+				return err
+			}
+			cleanup = append(cleanup, stop)
+			extra = append(extra, "--controller", addr)
+		}
+		if f.job == "" {
+			extra = append(extra, "--job", "train-"+strconv.Itoa(os.Getpid()))
+		}
+	}
+
+	args := append(append([]string(nil), os.Args[1:]...), extra...)
+	cmds := make([]*exec.Cmd, f.workers)
+	var outWG sync.WaitGroup
+	for r := range cmds {
+		c := exec.CommandContext(ctx, exe, append(args, "--worker-rank", strconv.Itoa(r))...)
+		c.Env = append(os.Environ(), "TF_CPP_MIN_LOG_LEVEL=2")
+		c.Cancel = func() error { return c.Process.Signal(syscall.SIGTERM) }
+		c.WaitDelay = 5 * time.Second
+		if r == 0 {
+			c.Stdout = os.Stdout
+			c.Stderr = os.Stderr
+		} else {
+			// Other ranks speak only when something goes wrong.
+			pr, pw := io.Pipe()
+			c.Stdout = io.Discard
+			c.Stderr = pw
+			outWG.Add(1)
+			go func(r int) {
+				defer outWG.Done()
+				sc := bufio.NewScanner(pr)
+				for sc.Scan() {
+					// TensorFlow's start-up chatter (absl info lines).
+					if l := sc.Text(); strings.HasPrefix(l, "I0000") || strings.HasPrefix(l, "WARNING: All log messages") {
+						continue
+					}
+					fmt.Fprintf(os.Stderr, "[rank %d] %s\n", r, sc.Text())
+				}
+			}(r)
+			cleanup = append(cleanup, func() { pw.Close() })
+		}
+		if err := c.Start(); err != nil {
+			return fmt.Errorf("starting worker %d: %w", r, err)
+		}
+		cmds[r] = c
+	}
+	errs := make(chan error, len(cmds))
+	for r, c := range cmds {
+		go func(r int, c *exec.Cmd) {
+			if err := c.Wait(); err != nil {
+				errs <- fmt.Errorf("worker %d: %w", r, err)
+				return
+			}
+			errs <- nil
+		}(r, c)
+	}
+	var first error
+	for range cmds {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+			// One worker failing leaves the others blocked in an allreduce:
+			// stop the ones this launcher started.
+			for _, c := range cmds {
+				if c.ProcessState == nil && c.Process != nil {
+					c.Process.Signal(syscall.SIGTERM)
+				}
+			}
+		}
+	}
+	return first
+}
