@@ -444,6 +444,13 @@ func BenchmarkProcess(b *testing.B) {
 // owning the slot, countdowns are below the job size.
 func checkInvariants(t testing.TB, p *Pipeline) {
 	t.Helper()
+	checkCounters(t, p)
+	checkRegisters(t, p, jobSizes(p))
+}
+
+// checkCounters checks that every packet had exactly one outcome.
+func checkCounters(t testing.TB, p *Pipeline) {
+	t.Helper()
 	c := p.Counters()
 	outcomes := c[StatDropNotWorker] + c[StatDropMalformed] + c[StatDropOutOfPartition] + c[StatDropMismatch] +
 		c[StatDropStale] + c[StatDropIncompleteRetransmit] + c[StatDropWaiting] + c[StatMulticast] + c[StatRetransmitReply]
@@ -453,7 +460,10 @@ func checkInvariants(t testing.TB, p *Pipeline) {
 	if c[StatAggregated] != c[StatDropWaiting]+c[StatMulticast] {
 		t.Fatalf("aggregated %d != waiting %d + multicast %d", c[StatAggregated], c[StatDropWaiting], c[StatMulticast])
 	}
-	// Job size per slot, from the workers table.
+}
+
+// jobSizes returns the job size owning each slot, from the workers table.
+func jobSizes(p *Pipeline) []int {
 	size := make([]int, p.cfg.Slots)
 	p.Workers(func(_ WorkerKey, w Worker) bool {
 		for s := w.PoolBase; s < w.PoolBase+w.PoolSize; s++ {
@@ -461,17 +471,28 @@ func checkInvariants(t testing.TB, p *Pipeline) {
 		}
 		return true
 	})
+	return size
+}
+
+// checkRegisters checks bitmaps and countdowns against the job sizes.
+func checkRegisters(t testing.TB, p *Pipeline, size []int) {
+	t.Helper()
 	for idx := 0; idx < 2*p.cfg.Slots; idx++ {
-		n := size[idx%p.cfg.Slots]
-		bm := p.bitmap[idx*p.words : (idx+1)*p.words]
-		for r := 0; r < 64*p.words; r++ {
-			if bm[r/64]&(1<<(r%64)) != 0 && r >= n {
-				t.Fatalf("idx %d: bitmap has rank %d, job size %d", idx, r, n)
-			}
+		checkSlot(t, p, size, idx)
+	}
+}
+
+func checkSlot(t testing.TB, p *Pipeline, size []int, idx int) {
+	t.Helper()
+	n := size[idx%p.cfg.Slots]
+	bm := p.bitmap[idx*p.words : (idx+1)*p.words]
+	for r := 0; r < 64*p.words; r++ {
+		if bm[r/64]&(1<<(r%64)) != 0 && r >= n {
+			t.Fatalf("idx %d: bitmap has rank %d, job size %d", idx, r, n)
 		}
-		if n > 0 && int(p.count[idx]) >= n || n == 0 && p.count[idx] != 0 {
-			t.Fatalf("idx %d: countdown %d, job size %d", idx, p.count[idx], n)
-		}
+	}
+	if n > 0 && int(p.count[idx]) >= n || n == 0 && p.count[idx] != 0 {
+		t.Fatalf("idx %d: countdown %d, job size %d", idx, p.count[idx], n)
 	}
 }
 
@@ -487,6 +508,7 @@ func FuzzProcess(f *testing.F) {
 		setupJob(t, p, 1, 0, 3, 1, 0, 4)    // 3 workers, slots 0..3
 		setupJob(t, p, 2, 100, 66, 2, 4, 4) // 66 workers, slots 4..7
 		srcs := []netip.AddrPort{addr(0), addr(1), addr(2), addr(100), addr(165), addr(130), addr(999)}
+		size := jobSizes(p)
 		var out Output
 		next := func() byte {
 			if len(data) == 0 {
@@ -532,8 +554,13 @@ func FuzzProcess(f *testing.F) {
 			} else if out.Drop == StatReceived {
 				t.Fatal("no destination and no drop reason")
 			}
-			checkInvariants(t, p)
+			checkCounters(t, p)
+			// Only the slot this packet could touch can have changed.
+			if qh, _, err := wire.Parse(pkt); err == nil && int(qh.Slot) < p.cfg.Slots {
+				checkSlot(t, p, size, int(qh.Set)*p.cfg.Slots+int(qh.Slot))
+			}
 		}
+		checkInvariants(t, p)
 	})
 }
 
