@@ -143,11 +143,15 @@ func lossyRun(t *testing.T, seed uint64, loss float64) Stats {
 // lossyRunJitter is lossyRun with a chosen jitter and format (-1: random).
 func lossyRunJitter(t *testing.T, seed uint64, loss float64, jitter time.Duration, f wire.Format) Stats {
 	rng := rand.New(rand.NewPCG(seed, 77))
-	n := 1 + rng.IntN(5)
+	n := 1 + rng.IntN(8)
 	lanes := []int{1, 4}[rng.IntN(2)]
 	format := wire.Format(rng.IntN(2))
 	if f != 255 {
 		format = f
+	}
+	k := []int{32, 64}[rng.IntN(2)]
+	if format == wire.FormatExtended {
+		k = 1 + rng.IntN(64) // any packet size, including 1
 	}
 	nops := 1 + rng.IntN(3)
 	sizes := make([]int, nops)
@@ -158,7 +162,7 @@ func lossyRunJitter(t *testing.T, seed uint64, loss float64, jitter time.Duratio
 	link := Link{Latency: 10 * time.Microsecond, Jitter: jitter, Bandwidth: 1e9, Loss: loss, Duplicate: 0.02}
 	s, err := New(Config{
 		Workers: n, Lanes: lanes,
-		Engine: engine.Config{Format: format, Elements: 32, Window: 1 + rng.IntN(4), Timeout: time.Millisecond},
+		Engine: engine.Config{Format: format, Elements: k, Window: 1 + rng.IntN(4), Timeout: time.Millisecond},
 		Up:     link, Down: link, Seed: seed, StartSkew: 50 * time.Microsecond, CheckSetReuse: true,
 	})
 	if err != nil {
@@ -166,9 +170,9 @@ func lossyRunJitter(t *testing.T, seed uint64, loss float64, jitter time.Duratio
 	}
 	st, err := s.Run(w.ops)
 	if err != nil {
-		t.Fatalf("seed %d loss %g (n=%d lanes=%d %v sizes %v): %v", seed, loss, n, lanes, format, sizes, err)
+		t.Fatalf("seed %d loss %g (n=%d lanes=%d %v k=%d sizes %v): %v", seed, loss, n, lanes, format, k, sizes, err)
 	}
-	w.check(t, 32)
+	w.check(t, k)
 	if st.End > time.Minute {
 		t.Fatalf("seed %d: %v of virtual time", seed, st.End)
 	}
@@ -176,7 +180,7 @@ func lossyRunJitter(t *testing.T, seed uint64, loss float64, jitter time.Duratio
 }
 
 func TestLossySeeds(t *testing.T) {
-	seeds := 1000 // per loss rate: 3,000 runs
+	seeds := 2000 // per loss rate: 6,000 runs
 	if testing.Short() {
 		seeds = 50
 	}
