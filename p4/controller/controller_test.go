@@ -1,0 +1,590 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
+	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/p4/p4info"
+	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/softswitch"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+)
+
+var quiet = slog.New(slog.DiscardHandler)
+
+const testSlots = 64
+
+// startSwitch runs a software switch's P4Runtime service on a real TCP
+// listener on loopback and returns its address.
+func startSwitch(t *testing.T) (string, *softswitch.Server) {
+	t.Helper()
+	srv, err := softswitch.NewServer(softswitch.ServerConfig{
+		DeviceID: 1, Pipeline: pipeline.Config{Slots: testSlots, MaxElements: 64, MaxWorkers: 32}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = srv.ServeP4Runtime(ctx, lis); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return lis.Addr().String(), srv
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func dial(t *testing.T, ctx context.Context, target string, election uint64) *Client {
+	t.Helper()
+	c, err := Dial(ctx, ClientConfig{Target: target, ElectionID: election, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func sampleJob() JobEntries {
+	a := netip.MustParseAddrPort("127.0.0.1:40001")
+	b := netip.MustParseAddrPort("127.0.0.2:40002")
+	return JobEntries{
+		Workers: []WorkerEntry{
+			{Addr: a, Job: 3, Rank: 0, NumWorkers: 2, MulticastGroup: 5, Lane: 0, PoolBase: 8, PoolSize: 4},
+			{Addr: b, Job: 3, Rank: 1, NumWorkers: 2, MulticastGroup: 5, Lane: 0, PoolBase: 8, PoolSize: 4},
+		},
+		Replies: []ReplyEntry{
+			{Job: 3, Rank: 0, Lane: 0, MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: a},
+			{Job: 3, Rank: 1, Lane: 0, Addr: b},
+		},
+		MulticastGroup: 5,
+		Replicas:       []Replica{{Port: 0, Instance: 0}, {Port: 1, Instance: 1}},
+	}
+}
+
+func TestClientReadsBackWhatItWrote(t *testing.T) {
+	target, _ := startSwitch(t)
+	ctx := testCtx(t)
+	c := dial(t, ctx, target, 5)
+	if !c.Primary() {
+		t.Fatal("sole controller is not primary")
+	}
+	if err := c.SetPipeline(ctx, nil, nil, 99); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := c.Pipeline(ctx)
+	if err != nil || cfg.GetCookie().GetCookie() != 99 || cfg.GetP4Info().GetPkgInfo().GetArch() != "v1model" {
+		t.Fatalf("pipeline read back: %v, %v", cfg.GetCookie(), err)
+	}
+	j := sampleJob()
+	if err := c.InstallJob(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	workers, err := c.ReadWorkers(ctx)
+	if err != nil || !reflect.DeepEqual(workers, j.Workers) {
+		t.Fatalf("workers read back = %+v, %v\nwrote %+v", workers, err, j.Workers)
+	}
+	replies, err := c.ReadReplies(ctx)
+	if err != nil || !reflect.DeepEqual(replies, j.Replies) {
+		t.Fatalf("replies read back = %+v, %v\nwrote %+v", replies, err, j.Replies)
+	}
+	groups, err := c.ReadMulticastGroups(ctx)
+	if err != nil || !reflect.DeepEqual(groups, map[uint16][]Replica{5: j.Replicas}) {
+		t.Fatalf("groups read back = %+v, %v", groups, err)
+	}
+
+	// Dirty a slot of the partition, reset it, read the registers back.
+	idx := int64(1*testSlots + 9) // set 1, slot 9
+	if err := c.Write(ctx, RegisterUpdate(p4info.RegisterPoolBitmapID, idx, 3), RegisterUpdate(p4info.RegisterPoolCountID, idx, 1),
+		RegisterUpdate(p4info.RegisterPoolBitmapID, 20, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.ReadRegister(ctx, p4info.RegisterPoolBitmapID, int(idx), 1); err != nil || v[0] != 3 {
+		t.Fatalf("bitmap before reset = %v, %v", v, err)
+	}
+	if err := c.ResetPool(ctx, 8, 4, testSlots); err != nil {
+		t.Fatal(err)
+	}
+	for _, reg := range []uint32{p4info.RegisterPoolBitmapID, p4info.RegisterPoolCountID} {
+		v, err := c.ReadRegister(ctx, reg, int(idx), 1)
+		if err != nil || v[0] != 0 {
+			t.Fatalf("register %#x after reset = %v, %v", reg, v, err)
+		}
+	}
+	if v, _ := c.ReadRegister(ctx, p4info.RegisterPoolBitmapID, 20, 1); v[0] != 1 {
+		t.Fatalf("reset of slots 8..11 touched slot 20: %v", v)
+	}
+	if err := c.ResetPool(ctx, 60, 8, testSlots); err == nil {
+		t.Fatal("reset beyond the switch's slots accepted")
+	}
+	stats, err := c.ReadCounters(ctx)
+	if err != nil || len(stats) != p4info.StatsSize {
+		t.Fatalf("counters = %v, %v", stats, err)
+	}
+	if err := c.ResetCounters(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Remove: everything gone, and removing again is not an error.
+	if err := c.RemoveJob(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RemoveJob(ctx, j); err != nil {
+		t.Fatalf("second RemoveJob: %v", err)
+	}
+	workers, _ = c.ReadWorkers(ctx)
+	groups, _ = c.ReadMulticastGroups(ctx)
+	if len(workers) != 0 || len(groups) != 0 {
+		t.Fatalf("after RemoveJob: %d workers, %d groups", len(workers), len(groups))
+	}
+}
+
+func TestLowerElectionIDRefused(t *testing.T) {
+	target, _ := startSwitch(t)
+	ctx := testCtx(t)
+	high := dial(t, ctx, target, 10)
+	if err := high.SetPipeline(ctx, nil, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	low := dial(t, ctx, target, 4)
+	if low.Primary() {
+		t.Fatal("controller with the lower election id became primary")
+	}
+	err := low.InstallJob(ctx, sampleJob())
+	if status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("backup InstallJob = %v, want PERMISSION_DENIED", err)
+	}
+	if err := low.SetPipeline(ctx, nil, nil, 0); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("backup SetPipeline = %v, want PERMISSION_DENIED", err)
+	}
+	// Reads are open to backups.
+	if _, err := low.ReadWorkers(ctx); err != nil {
+		t.Fatalf("backup read: %v", err)
+	}
+	if err := high.InstallJob(ctx, sampleJob()); err != nil {
+		t.Fatalf("primary InstallJob: %v", err)
+	}
+}
+
+func TestMalformedWrites(t *testing.T) {
+	target, _ := startSwitch(t)
+	ctx := testCtx(t)
+	c := dial(t, ctx, target, 1)
+	if err := c.Write(ctx, RegisterUpdate(p4info.RegisterPoolCountID, 0, 0)); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("write before pipeline = %v, want FAILED_PRECONDITION", err)
+	}
+	if err := c.SetPipeline(ctx, nil, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := WorkerUpdate(p4v1.Update_INSERT, WorkerEntry{Addr: netip.MustParseAddrPort("[::1]:5")}); err == nil {
+		t.Fatal("IPv6 worker address accepted")
+	}
+	badRank := sampleJob()
+	badRank.Workers[1].Rank = 7 // rank >= num_workers: the pipeline refuses it
+	err := c.InstallJob(ctx, badRank)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "rank") {
+		t.Fatalf("install with bad rank = %v, want INVALID_ARGUMENT naming the rank", err)
+	}
+	if ws, _ := c.ReadWorkers(ctx); len(ws) != 0 {
+		t.Fatalf("failed install left %d worker entries", len(ws))
+	}
+	if gs, _ := c.ReadMulticastGroups(ctx); len(gs) != 0 {
+		t.Fatalf("failed install left %d groups", len(gs))
+	}
+	err = c.Write(ctx, RegisterUpdate(p4info.RegisterPoolCountID, 0, 1<<20), RegisterUpdate(p4info.RegisterPoolCountID, 1, 1))
+	we, ok := err.(*WriteError)
+	if !ok || len(we.Updates) != 2 || status.Code(we.Updates[0]) != codes.OutOfRange || we.Updates[1] != nil {
+		t.Fatalf("batch with an over-wide value = %v", err)
+	}
+	if err := c.InstallJob(ctx, sampleJob()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.InstallJob(ctx, sampleJob()); status.Code(err) != codes.AlreadyExists {
+		t.Fatalf("second install = %v, want ALREADY_EXISTS", err)
+	}
+	if ws, _ := c.ReadWorkers(ctx); len(ws) != 2 {
+		t.Fatalf("duplicate install's rollback removed the first install: %d workers left", len(ws))
+	}
+}
+
+// jobHarness is a job service in front of a software switch, served over
+// bufconn, plus a P4Runtime client to inspect the switch.
+type jobHarness struct {
+	svc  *JobService
+	jobs controllerpb.JobServiceClient
+	sw   *Client
+}
+
+func newJobHarness(t *testing.T, slots int) *jobHarness {
+	t.Helper()
+	target, _ := startSwitch(t)
+	ctx := testCtx(t)
+	c := dial(t, ctx, target, 1)
+	if err := c.SetPipeline(ctx, nil, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := NewJobService(c, ServiceConfig{Dataplane: netip.MustParseAddrPort("127.0.0.1:48864"), Slots: slots, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis := bufconn.Listen(1 << 20)
+	g := grpc.NewServer()
+	controllerpb.RegisterJobServiceServer(g, svc)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient("passthrough:///jobs",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &jobHarness{svc: svc, jobs: controllerpb.NewJobServiceClient(conn), sw: c}
+}
+
+func regReq(job string, rank, world, lanes, window uint32, host byte) *controllerpb.RegisterRequest {
+	r := &controllerpb.RegisterRequest{Job: job, Rank: rank, WorldSize: world, Lanes: lanes, Window: window, Elements: 64}
+	for l := uint32(0); l < lanes; l++ {
+		r.LaneAddresses = append(r.LaneAddresses, fmt.Sprintf("127.0.%d.%d:%d", host, rank+1, 30000+l))
+	}
+	return r
+}
+
+// registerAll registers every request concurrently and returns the answers.
+func (h *jobHarness) registerAll(ctx context.Context, reqs ...*controllerpb.RegisterRequest) ([]*controllerpb.RegisterResponse, []error) {
+	resps := make([]*controllerpb.RegisterResponse, len(reqs))
+	errs := make([]error, len(reqs))
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resps[i], errs[i] = h.jobs.Register(ctx, r)
+		}()
+	}
+	wg.Wait()
+	return resps, errs
+}
+
+func TestRegisterProgramsTheSwitch(t *testing.T) {
+	h := newJobHarness(t, testSlots)
+	ctx := testCtx(t)
+	resps, errs := h.registerAll(ctx, regReq("a", 0, 2, 2, 4, 0), regReq("a", 1, 2, 2, 4, 0))
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", i, err)
+		}
+	}
+	r := resps[0]
+	if resps[1].GetSessionId() != r.GetSessionId() || resps[1].GetJobId() != r.GetJobId() || resps[1].GetFirstSeq() != r.GetFirstSeq() {
+		t.Fatalf("ranks got different sessions: %v / %v", resps[0], resps[1])
+	}
+	if r.GetPoolSize() != 8 || r.GetSwitchDataplane() != "127.0.0.1:48864" || r.GetSessionId() == 0 {
+		t.Fatalf("response = %v", r)
+	}
+	workers, err := h.sw.ReadWorkers(ctx)
+	if err != nil || len(workers) != 4 {
+		t.Fatalf("switch has %d worker entries (%v), want 2 ranks x 2 lanes", len(workers), err)
+	}
+	for _, w := range workers {
+		wantAddr := netip.MustParseAddrPort(fmt.Sprintf("127.0.0.%d:%d", w.Rank+1, 30000+int(w.Lane)))
+		if w.Addr != wantAddr || w.Job != r.GetJobId() || w.NumWorkers != 2 || w.PoolBase != r.GetPoolBase() || w.PoolSize != 8 {
+			t.Errorf("worker entry %+v", w)
+		}
+	}
+	replies, _ := h.sw.ReadReplies(ctx)
+	groups, _ := h.sw.ReadMulticastGroups(ctx)
+	if len(replies) != 4 || len(groups) != 1 {
+		t.Fatalf("switch has %d reply entries and %d groups, want 4 and 1", len(replies), len(groups))
+	}
+	for _, reps := range groups {
+		if !reflect.DeepEqual(reps, []Replica{{0, 0}, {1, 1}}) {
+			t.Fatalf("replicas = %v, want ranks 0 and 1", reps)
+		}
+	}
+
+	// Barrier and broadcast within the session.
+	var wg sync.WaitGroup
+	got := make([][]byte, 2)
+	bErrs := make([]error, 2)
+	for rank := uint32(0); rank < 2; rank++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := h.jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "a", Rank: rank, SessionId: r.GetSessionId(), Name: "start"}); err != nil {
+				bErrs[rank] = err
+				return
+			}
+			var data []byte
+			if rank == 1 {
+				data = []byte("hello")
+			}
+			resp, err := h.jobs.Broadcast(ctx, &controllerpb.BroadcastRequest{Job: "a", Rank: rank, SessionId: r.GetSessionId(), Root: 1, Data: data})
+			bErrs[rank] = err
+			got[rank] = resp.GetData()
+		}()
+	}
+	wg.Wait()
+	for rank := range got {
+		if bErrs[rank] != nil || string(got[rank]) != "hello" {
+			t.Fatalf("rank %d broadcast = %q, %v", rank, got[rank], bErrs[rank])
+		}
+	}
+	if _, err := h.jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "a", Rank: 0, SessionId: r.GetSessionId() + 2}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("barrier with a stale session = %v, want FAILED_PRECONDITION", err)
+	}
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err = h.jobs.Barrier(short, &controllerpb.BarrierRequest{Job: "a", Rank: 0, SessionId: r.GetSessionId(), Name: "lonely"})
+	cancel()
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("barrier nobody joins = %v, want DEADLINE_EXCEEDED", err)
+	}
+
+	// Rank 0 registering again starts a fresh session: old entries replaced.
+	resps2, errs := h.registerAll(ctx, regReq("a", 0, 2, 1, 4, 0), regReq("a", 1, 2, 1, 4, 0))
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatal(errs)
+	}
+	if resps2[0].GetSessionId() == r.GetSessionId() {
+		t.Fatal("restart kept the session id")
+	}
+	if workers, _ := h.sw.ReadWorkers(ctx); len(workers) != 2 {
+		t.Fatalf("after restart with 1 lane: %d worker entries, want 2", len(workers))
+	}
+
+	// Leave: entries stay until the last rank leaves.
+	s2 := resps2[0].GetSessionId()
+	if _, err := h.jobs.Leave(ctx, &controllerpb.LeaveRequest{Job: "a", Rank: 0, SessionId: s2}); err != nil {
+		t.Fatal(err)
+	}
+	if workers, _ := h.sw.ReadWorkers(ctx); len(workers) != 2 {
+		t.Fatalf("after one leave: %d worker entries, want 2", len(workers))
+	}
+	if _, err := h.jobs.Leave(ctx, &controllerpb.LeaveRequest{Job: "a", Rank: 1, SessionId: s2}); err != nil {
+		t.Fatal(err)
+	}
+	workers, _ = h.sw.ReadWorkers(ctx)
+	replies, _ = h.sw.ReadReplies(ctx)
+	groups, _ = h.sw.ReadMulticastGroups(ctx)
+	if len(workers)+len(replies)+len(groups) != 0 {
+		t.Fatalf("after all left: %d workers, %d replies, %d groups remain", len(workers), len(replies), len(groups))
+	}
+	if len(h.svc.Jobs()) != 0 {
+		t.Fatalf("jobs still active: %v", h.svc.Jobs())
+	}
+}
+
+func TestRegisterMismatch(t *testing.T) {
+	h := newJobHarness(t, testSlots)
+	ctx := testCtx(t)
+	for _, c := range []struct {
+		name   string
+		change func(*controllerpb.RegisterRequest)
+	}{
+		{"world_size", func(r *controllerpb.RegisterRequest) { r.WorldSize = 3 }},
+		{"lanes", func(r *controllerpb.RegisterRequest) {
+			r.Lanes = 2
+			r.LaneAddresses = append(r.LaneAddresses, "127.0.0.9:1")
+		}},
+		{"window", func(r *controllerpb.RegisterRequest) { r.Window = 8 }},
+		{"elements", func(r *controllerpb.RegisterRequest) { r.Elements = 128 }},
+		{"format", func(r *controllerpb.RegisterRequest) { r.Format = controllerpb.Format_FORMAT_EXTENDED }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			job := "mismatch-" + c.name
+			first := make(chan error, 1)
+			rctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			go func() {
+				_, err := h.jobs.Register(rctx, regReq(job, 0, 2, 1, 4, 0))
+				first <- err
+			}()
+			// Wait until rank 0 is in, so rank 1's request is compared to it.
+			for {
+				h.svc.mu.Lock()
+				in := h.svc.jobs[job] != nil
+				h.svc.mu.Unlock()
+				if in {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			r1 := regReq(job, 1, 2, 1, 4, 0)
+			c.change(r1)
+			_, err := h.jobs.Register(ctx, r1)
+			if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), c.name) {
+				t.Fatalf("mismatched %s = %v, want FAILED_PRECONDITION naming it", c.name, err)
+			}
+			cancel()
+			<-first
+		})
+	}
+	// Requests wrong on their own are INVALID_ARGUMENT.
+	bad := regReq("x", 2, 2, 1, 4, 0)
+	if _, err := h.jobs.Register(ctx, bad); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("rank >= world = %v", err)
+	}
+	bad = regReq("x", 0, 1, 1, 4, 0)
+	bad.LaneAddresses[0] = "0.0.0.0:5"
+	if _, err := h.jobs.Register(ctx, bad); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("unspecified lane address = %v", err)
+	}
+	bad = regReq("x", 0, 1, 1, 4, 0)
+	bad.Elements = 100
+	if _, err := h.jobs.Register(ctx, bad); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "compatible") {
+		t.Fatalf("compat with 100 elements = %v", err)
+	}
+}
+
+func TestRegisterDeadlineNamesMissingRanks(t *testing.T) {
+	h := newJobHarness(t, testSlots)
+	ctx := testCtx(t)
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	resps, errs := h.registerAll(short, regReq("late", 0, 4, 1, 4, 0), regReq("late", 2, 4, 1, 4, 0))
+	for i, err := range errs {
+		if resps[i] != nil || status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "[1 3]") {
+			t.Fatalf("register %d = %v, want DEADLINE_EXCEEDED naming ranks [1 3]", i, err)
+		}
+	}
+	if ws, _ := h.sw.ReadWorkers(ctx); len(ws) != 0 {
+		t.Fatalf("incomplete job installed %d entries", len(ws))
+	}
+	// The ranks that timed out are forgotten: a complete retry works.
+	var reqs []*controllerpb.RegisterRequest
+	for r := uint32(0); r < 4; r++ {
+		reqs = append(reqs, regReq("late", r, 4, 1, 4, 0))
+	}
+	_, errs = h.registerAll(ctx, reqs...)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("retry rank %d: %v", i, err)
+		}
+	}
+}
+
+func TestConcurrentJobsGetDisjointPartitions(t *testing.T) {
+	h := newJobHarness(t, 32)
+	ctx := testCtx(t)
+	var wg sync.WaitGroup
+	results := make([][]*controllerpb.RegisterResponse, 3)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			job := fmt.Sprintf("job%d", i)
+			resps, errs := h.registerAll(ctx, regReq(job, 0, 2, 2, 4, byte(i)), regReq(job, 1, 2, 2, 4, byte(i)))
+			for _, err := range errs {
+				if err != nil {
+					t.Errorf("%s: %v", job, err)
+				}
+			}
+			results[i] = resps
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	used := make([]string, 32)
+	ids := map[uint32]bool{}
+	for i, rs := range results {
+		r := rs[0]
+		ids[r.GetJobId()] = true
+		for s := r.GetPoolBase(); s < r.GetPoolBase()+r.GetPoolSize(); s++ {
+			if used[s] != "" {
+				t.Fatalf("slot %d given to %s and job%d", s, used[s], i)
+			}
+			used[s] = fmt.Sprintf("job%d", i)
+		}
+	}
+	if len(ids) != 3 {
+		t.Fatalf("job ids not distinct: %v", ids)
+	}
+	workers, _ := h.sw.ReadWorkers(ctx)
+	groups, _ := h.sw.ReadMulticastGroups(ctx)
+	if len(workers) != 12 || len(groups) != 3 {
+		t.Fatalf("switch has %d workers and %d groups, want 12 and 3", len(workers), len(groups))
+	}
+	// 24 of 32 slots used: a job needing 16 does not fit.
+	_, errs := h.registerAll(ctx, regReq("big", 0, 1, 2, 8, 9))
+	if status.Code(errs[0]) != codes.ResourceExhausted || !strings.Contains(errs[0].Error(), "no room") {
+		t.Fatalf("job beyond capacity = %v, want RESOURCE_EXHAUSTED", errs[0])
+	}
+	// Once the two jobs at the bottom of the pool leave, their slots are
+	// reused.
+	for i, rs := range results {
+		if rs[0].GetPoolBase() >= 16 {
+			continue
+		}
+		for r := uint32(0); r < 2; r++ {
+			if _, err := h.jobs.Leave(ctx, &controllerpb.LeaveRequest{Job: fmt.Sprintf("job%d", i), Rank: r, SessionId: rs[0].GetSessionId()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	resps, errs := h.registerAll(ctx, regReq("big", 0, 1, 2, 8, 9))
+	if errs[0] != nil || resps[0].GetPoolSize() != 16 || resps[0].GetPoolBase() != 0 {
+		t.Fatalf("big job after a leave = %v, %v", resps[0], errs[0])
+	}
+}
+
+// TestRunEndToEnd starts the controller daemon against a software switch
+// over TCP and registers a one-rank job through its real listener.
+func TestRunEndToEnd(t *testing.T) {
+	target, _ := startSwitch(t)
+	ctx, cancel := context.WithCancel(testCtx(t))
+	addr := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Config{Target: target, Listen: "127.0.0.1:0", Slots: testSlots, ElectionID: 5, Logger: quiet,
+			Ready: func(a net.Addr) { addr <- a }})
+	}()
+	var a net.Addr
+	select {
+	case a = <-addr:
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	}
+	conn, err := grpc.NewClient(a.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	resp, err := controllerpb.NewJobServiceClient(conn).Register(ctx, regReq("solo", 0, 1, 1, 4, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, _, _ := net.SplitHostPort(target)
+	if resp.GetSwitchDataplane() != net.JoinHostPort(host, "48864") || resp.GetPoolSize() != 4 {
+		t.Fatalf("response = %v", resp)
+	}
+	// A second controller with a lower election id cannot take over.
+	err = Run(ctx, Config{Target: target, Listen: "127.0.0.1:0", ElectionID: 2, Logger: quiet})
+	if err == nil || !strings.Contains(err.Error(), "not the primary") {
+		t.Fatalf("second Run = %v, want a not-primary error", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after cancel: %v", err)
+	}
+}

@@ -1,0 +1,410 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sort"
+
+	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
+	"github.com/switchml/switchml-go/p4/p4info"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// WorkerEntry is one SwitchMLIngress.workers entry: the lane socket Addr
+// belongs to rank Rank of job Job.
+type WorkerEntry struct {
+	Addr           netip.AddrPort
+	Job            uint32
+	Rank           uint16
+	NumWorkers     uint16
+	MulticastGroup uint16
+	Lane           uint8
+	PoolBase       uint32
+	PoolSize       uint32
+}
+
+// ReplyEntry is one SwitchMLEgress.reply_address entry: results for lane Lane
+// of rank Rank of job Job go to Addr (and MAC, for targets that rewrite it).
+type ReplyEntry struct {
+	Job  uint32
+	Rank uint16
+	Lane uint8
+	MAC  [6]byte
+	Addr netip.AddrPort
+}
+
+// Replica is one copy of a multicast group; Instance is the rank it is for.
+type Replica struct {
+	Port     uint32
+	Instance uint16
+}
+
+// JobEntries is everything a job installs on the switch.
+type JobEntries struct {
+	Workers        []WorkerEntry
+	Replies        []ReplyEntry
+	MulticastGroup uint16
+	Replicas       []Replica
+}
+
+// writeBatch bounds the updates per Write so that a large pool reset stays
+// well under gRPC's default 4 MiB message limit.
+const writeBatch = 4096
+
+func tableUpdate(typ p4v1.Update_Type, te *p4v1.TableEntry) *p4v1.Update {
+	return &p4v1.Update{Type: typ, Entity: &p4v1.Entity{Entity: &p4v1.Entity_TableEntry{TableEntry: te}}}
+}
+
+func exact(id uint32, v uint64) *p4v1.FieldMatch {
+	return &p4v1.FieldMatch{FieldId: id, FieldMatchType: &p4v1.FieldMatch_Exact_{Exact: &p4v1.FieldMatch_Exact{Value: encode(v)}}}
+}
+
+func param(id uint32, v uint64) *p4v1.Action_Param {
+	return &p4v1.Action_Param{ParamId: id, Value: encode(v)}
+}
+
+// WorkerUpdate builds the update of a workers entry (DELETE needs only the key).
+func WorkerUpdate(typ p4v1.Update_Type, w WorkerEntry) (*p4v1.Update, error) {
+	ip, err := ipv4(w.Addr.Addr())
+	if err != nil {
+		return nil, err
+	}
+	te := &p4v1.TableEntry{
+		TableId: p4info.TableWorkersID,
+		Match:   []*p4v1.FieldMatch{exact(p4info.WorkersSrcAddrID, ip), exact(p4info.WorkersSrcPortID, uint64(w.Addr.Port()))},
+	}
+	if typ != p4v1.Update_DELETE {
+		te.Action = &p4v1.TableAction{Type: &p4v1.TableAction_Action{Action: &p4v1.Action{
+			ActionId: p4info.ActionSetWorkerID,
+			Params: []*p4v1.Action_Param{
+				param(p4info.SetWorkerJobID, uint64(w.Job)),
+				param(p4info.SetWorkerRank, uint64(w.Rank)),
+				param(p4info.SetWorkerNumWorkers, uint64(w.NumWorkers)),
+				param(p4info.SetWorkerMgid, uint64(w.MulticastGroup)),
+				param(p4info.SetWorkerLane, uint64(w.Lane)),
+				param(p4info.SetWorkerPoolBase, uint64(w.PoolBase)),
+				param(p4info.SetWorkerPoolSize, uint64(w.PoolSize)),
+			},
+		}}}
+	}
+	return tableUpdate(typ, te), nil
+}
+
+// ReplyUpdate builds the update of a reply_address entry.
+func ReplyUpdate(typ p4v1.Update_Type, r ReplyEntry) (*p4v1.Update, error) {
+	te := &p4v1.TableEntry{
+		TableId: p4info.TableReplyAddressID,
+		Match: []*p4v1.FieldMatch{
+			exact(p4info.ReplyJobID, uint64(r.Job)), exact(p4info.ReplyRankID, uint64(r.Rank)), exact(p4info.ReplyLaneID, uint64(r.Lane)),
+		},
+	}
+	if typ != p4v1.Update_DELETE {
+		ip, err := ipv4(r.Addr.Addr())
+		if err != nil {
+			return nil, err
+		}
+		var mac uint64
+		for _, b := range r.MAC {
+			mac = mac<<8 | uint64(b)
+		}
+		te.Action = &p4v1.TableAction{Type: &p4v1.TableAction_Action{Action: &p4v1.Action{
+			ActionId: p4info.ActionSetReplyID,
+			Params: []*p4v1.Action_Param{
+				param(p4info.SetReplyDstMAC, mac), param(p4info.SetReplyDstIPv4, ip), param(p4info.SetReplyDstPort, uint64(r.Addr.Port())),
+			},
+		}}}
+	}
+	return tableUpdate(typ, te), nil
+}
+
+// GroupUpdate builds the update of a multicast group. Ports are sent in the
+// (deprecated but universally supported) egress_port field.
+func GroupUpdate(typ p4v1.Update_Type, id uint16, replicas []Replica) *p4v1.Update {
+	mg := &p4v1.MulticastGroupEntry{MulticastGroupId: uint32(id)}
+	if typ != p4v1.Update_DELETE {
+		for _, r := range replicas {
+			mg.Replicas = append(mg.Replicas, &p4v1.Replica{PortKind: &p4v1.Replica_EgressPort{EgressPort: r.Port}, Instance: uint32(r.Instance)})
+		}
+	}
+	return &p4v1.Update{Type: typ, Entity: &p4v1.Entity{Entity: &p4v1.Entity_PacketReplicationEngineEntry{
+		PacketReplicationEngineEntry: &p4v1.PacketReplicationEngineEntry{Type: &p4v1.PacketReplicationEngineEntry_MulticastGroupEntry{MulticastGroupEntry: mg}}}}}
+}
+
+// RegisterUpdate builds a register write; index < 0 writes every cell.
+func RegisterUpdate(registerID uint32, index int64, value uint64) *p4v1.Update {
+	re := &p4v1.RegisterEntry{RegisterId: registerID, Data: &p4v1.P4Data{Data: &p4v1.P4Data_Bitstring{Bitstring: encode(value)}}}
+	if index >= 0 {
+		re.Index = &p4v1.Index{Index: index}
+	}
+	return &p4v1.Update{Type: p4v1.Update_MODIFY, Entity: &p4v1.Entity{Entity: &p4v1.Entity_RegisterEntry{RegisterEntry: re}}}
+}
+
+// InstallJob inserts a job's multicast group and reply entries, then its
+// worker entries (so the switch accepts the job's packets only once it can
+// answer them). On failure it removes what it installed.
+func (c *Client) InstallJob(ctx context.Context, j JobEntries) error {
+	var first, second []*p4v1.Update
+	first = append(first, GroupUpdate(p4v1.Update_INSERT, j.MulticastGroup, j.Replicas))
+	for _, r := range j.Replies {
+		u, err := ReplyUpdate(p4v1.Update_INSERT, r)
+		if err != nil {
+			return err
+		}
+		first = append(first, u)
+	}
+	for _, w := range j.Workers {
+		u, err := WorkerUpdate(p4v1.Update_INSERT, w)
+		if err != nil {
+			return err
+		}
+		second = append(second, u)
+	}
+	err := c.Write(ctx, first...)
+	if err == nil {
+		if err = c.Write(ctx, second...); err != nil {
+			c.undo(ctx, second, err)
+			c.undo(ctx, first, nil)
+		}
+	} else {
+		c.undo(ctx, first, err)
+	}
+	if err != nil {
+		return fmt.Errorf("install job entries: %w", err)
+	}
+	return nil
+}
+
+// undo deletes the entities of the inserts that went through; failed is the
+// batch's error (nil: all went through).
+func (c *Client) undo(ctx context.Context, inserts []*p4v1.Update, failed error) {
+	var we *WriteError
+	perUpdate := errors.As(failed, &we) && len(we.Updates) == len(inserts)
+	var dels []*p4v1.Update
+	for i, u := range inserts {
+		if perUpdate && we.Updates[i] != nil {
+			continue
+		}
+		dels = append(dels, &p4v1.Update{Type: p4v1.Update_DELETE, Entity: u.GetEntity()})
+	}
+	if err := c.Write(ctx, dels...); err != nil && status.Code(err) != codes.NotFound {
+		c.log.Warn("controller: rollback of job entries incomplete", "err", err)
+	}
+}
+
+// RemoveJob deletes a job's worker entries, then its reply entries and
+// multicast group. Entries already gone are not an error.
+func (c *Client) RemoveJob(ctx context.Context, j JobEntries) error {
+	var first, second []*p4v1.Update
+	for _, w := range j.Workers {
+		u, err := WorkerUpdate(p4v1.Update_DELETE, w)
+		if err != nil {
+			return err
+		}
+		first = append(first, u)
+	}
+	for _, r := range j.Replies {
+		u, err := ReplyUpdate(p4v1.Update_DELETE, r)
+		if err != nil {
+			return err
+		}
+		second = append(second, u)
+	}
+	second = append(second, GroupUpdate(p4v1.Update_DELETE, j.MulticastGroup, nil))
+	for _, batch := range [][]*p4v1.Update{first, second} {
+		if err := ignoreNotFound(c.Write(ctx, batch...)); err != nil {
+			return fmt.Errorf("remove job entries: %w", err)
+		}
+	}
+	return nil
+}
+
+func ignoreNotFound(err error) error {
+	var we *WriteError
+	if !errors.As(err, &we) || len(we.Updates) == 0 {
+		return err
+	}
+	for _, u := range we.Updates {
+		if u != nil && status.Code(u) != codes.NotFound {
+			return err
+		}
+	}
+	return nil
+}
+
+// ResetPool zeroes the worker bitmap and countdown of both sets of slots
+// [base, base+size) on a switch with the given number of slots (register
+// index set*slots + slot), so that a job starting there finds them idle.
+// Values and exponents need no reset: the first contribution overwrites them.
+func (c *Client) ResetPool(ctx context.Context, base, size, slots int) error {
+	if base < 0 || size < 0 || base+size > slots {
+		return fmt.Errorf("controller: pool reset [%d, %d) outside the switch's %d slots", base, base+size, slots)
+	}
+	ups := make([]*p4v1.Update, 0, writeBatch)
+	flush := func() error {
+		err := c.Write(ctx, ups...)
+		ups = ups[:0]
+		return err
+	}
+	for set := 0; set < 2; set++ {
+		for slot := base; slot < base+size; slot++ {
+			idx := int64(set*slots + slot)
+			ups = append(ups, RegisterUpdate(p4info.RegisterPoolBitmapID, idx, 0), RegisterUpdate(p4info.RegisterPoolCountID, idx, 0))
+			if len(ups) >= writeBatch {
+				if err := flush(); err != nil {
+					return fmt.Errorf("reset pool: %w", err)
+				}
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return fmt.Errorf("reset pool: %w", err)
+	}
+	return nil
+}
+
+// ReadWorkers returns the workers table.
+func (c *Client) ReadWorkers(ctx context.Context) ([]WorkerEntry, error) {
+	ents, err := c.Read(ctx, &p4v1.Entity{Entity: &p4v1.Entity_TableEntry{TableEntry: &p4v1.TableEntry{TableId: p4info.TableWorkersID}}})
+	if err != nil {
+		return nil, err
+	}
+	var out []WorkerEntry
+	for _, e := range ents {
+		te := e.GetTableEntry()
+		m, p := matchValues(te), paramValues(te)
+		out = append(out, WorkerEntry{
+			Addr:           netip.AddrPortFrom(addrOf(m[p4info.WorkersSrcAddrID]), uint16(m[p4info.WorkersSrcPortID])),
+			Job:            uint32(p[p4info.SetWorkerJobID]),
+			Rank:           uint16(p[p4info.SetWorkerRank]),
+			NumWorkers:     uint16(p[p4info.SetWorkerNumWorkers]),
+			MulticastGroup: uint16(p[p4info.SetWorkerMgid]),
+			Lane:           uint8(p[p4info.SetWorkerLane]),
+			PoolBase:       uint32(p[p4info.SetWorkerPoolBase]),
+			PoolSize:       uint32(p[p4info.SetWorkerPoolSize]),
+		})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Addr.Compare(out[j].Addr) < 0 })
+	return out, nil
+}
+
+// ReadReplies returns the reply_address table.
+func (c *Client) ReadReplies(ctx context.Context) ([]ReplyEntry, error) {
+	ents, err := c.Read(ctx, &p4v1.Entity{Entity: &p4v1.Entity_TableEntry{TableEntry: &p4v1.TableEntry{TableId: p4info.TableReplyAddressID}}})
+	if err != nil {
+		return nil, err
+	}
+	var out []ReplyEntry
+	for _, e := range ents {
+		te := e.GetTableEntry()
+		m, p := matchValues(te), paramValues(te)
+		r := ReplyEntry{
+			Job: uint32(m[p4info.ReplyJobID]), Rank: uint16(m[p4info.ReplyRankID]), Lane: uint8(m[p4info.ReplyLaneID]),
+			Addr: netip.AddrPortFrom(addrOf(p[p4info.SetReplyDstIPv4]), uint16(p[p4info.SetReplyDstPort])),
+		}
+		mac := p[p4info.SetReplyDstMAC]
+		for i := 5; i >= 0; i-- {
+			r.MAC[i] = byte(mac)
+			mac >>= 8
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Job != b.Job {
+			return a.Job < b.Job
+		}
+		if a.Rank != b.Rank {
+			return a.Rank < b.Rank
+		}
+		return a.Lane < b.Lane
+	})
+	return out, nil
+}
+
+// ReadMulticastGroups returns every multicast group.
+func (c *Client) ReadMulticastGroups(ctx context.Context) (map[uint16][]Replica, error) {
+	ents, err := c.Read(ctx, GroupUpdate(p4v1.Update_DELETE, 0, nil).GetEntity())
+	if err != nil {
+		return nil, err
+	}
+	out := map[uint16][]Replica{}
+	for _, e := range ents {
+		mg := e.GetPacketReplicationEngineEntry().GetMulticastGroupEntry()
+		reps := []Replica{}
+		for _, r := range mg.GetReplicas() {
+			port := r.GetEgressPort() //nolint:staticcheck // still what most targets return
+			if b := r.GetPort(); len(b) > 0 {
+				port = uint32(decode(b))
+			}
+			reps = append(reps, Replica{Port: port, Instance: uint16(r.GetInstance())})
+		}
+		out[uint16(mg.GetMulticastGroupId())] = reps
+	}
+	return out, nil
+}
+
+// ReadRegister returns cells [first, first+count) of a register as unsigned
+// values (an int<W> register's negative values come back in two's
+// complement of their byte length).
+func (c *Client) ReadRegister(ctx context.Context, registerID uint32, first, count int) ([]uint64, error) {
+	qs := make([]*p4v1.Entity, count)
+	for i := range qs {
+		qs[i] = &p4v1.Entity{Entity: &p4v1.Entity_RegisterEntry{RegisterEntry: &p4v1.RegisterEntry{
+			RegisterId: registerID, Index: &p4v1.Index{Index: int64(first + i)}}}}
+	}
+	ents, err := c.Read(ctx, qs...)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]uint64, count)
+	for _, e := range ents {
+		re := e.GetRegisterEntry()
+		if i := int(re.GetIndex().GetIndex()) - first; i >= 0 && i < count {
+			out[i] = decode(re.GetData().GetBitstring())
+		}
+	}
+	return out, nil
+}
+
+// ReadCounters returns the packet counts of the stats counter, by index.
+func (c *Client) ReadCounters(ctx context.Context) ([]int64, error) {
+	ents, err := c.Read(ctx, &p4v1.Entity{Entity: &p4v1.Entity_CounterEntry{CounterEntry: &p4v1.CounterEntry{CounterId: p4info.CounterStatsID}}})
+	if err != nil {
+		return nil, err
+	}
+	var out []int64
+	for _, e := range ents {
+		ce := e.GetCounterEntry()
+		i := int(ce.GetIndex().GetIndex())
+		for len(out) <= i {
+			out = append(out, 0)
+		}
+		out[i] = ce.GetData().GetPacketCount()
+	}
+	return out, nil
+}
+
+// ResetCounters zeroes every stats counter.
+func (c *Client) ResetCounters(ctx context.Context) error {
+	return c.Write(ctx, &p4v1.Update{Type: p4v1.Update_MODIFY, Entity: &p4v1.Entity{Entity: &p4v1.Entity_CounterEntry{CounterEntry: &p4v1.CounterEntry{
+		CounterId: p4info.CounterStatsID, Data: &p4v1.CounterData{}}}}})
+}
+
+func matchValues(te *p4v1.TableEntry) map[uint32]uint64 {
+	m := map[uint32]uint64{}
+	for _, f := range te.GetMatch() {
+		m[f.GetFieldId()] = decode(f.GetExact().GetValue())
+	}
+	return m
+}
+
+func paramValues(te *p4v1.TableEntry) map[uint32]uint64 {
+	m := map[uint32]uint64{}
+	for _, p := range te.GetAction().GetAction().GetParams() {
+		m[p.GetParamId()] = decode(p.GetValue())
+	}
+	return m
+}

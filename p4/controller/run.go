@@ -1,0 +1,130 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
+	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/p4/p4info"
+	"google.golang.org/grpc"
+)
+
+// Default addresses of the controller daemon.
+const (
+	DefaultTarget = "127.0.0.1:9559"  // P4Runtime server of the switch
+	DefaultListen = "127.0.0.1:50051" // job service
+)
+
+// Config configures the controller daemon.
+type Config struct {
+	// Target is the switch's P4Runtime address (default DefaultTarget).
+	Target     string
+	DeviceID   uint64 // default 1
+	ElectionID uint64 // default 1
+	// Listen is the job service's gRPC address (default DefaultListen).
+	Listen string
+	// Dataplane is the switch data plane address handed to workers; empty
+	// means the target's host with port 48864.
+	Dataplane string
+	// Slots is the switch's pool size per set (default 8192).
+	Slots int
+	// P4Info to push (default: the embedded SwitchML P4Info) and the target's
+	// compiled program (BMv2 JSON, Tofino binary; none for the software switch).
+	P4Info       *p4configv1.P4Info
+	DeviceConfig []byte
+	// SkipPipeline leaves the target's pipeline as it is (it must already run
+	// the SwitchML program); by default the controller pushes it with
+	// VERIFY_AND_COMMIT, which clears the switch's tables.
+	SkipPipeline bool
+	// ConnectTimeout bounds the wait for the switch at start (default 30s).
+	ConnectTimeout time.Duration
+	Logger         *slog.Logger
+	// Ready, if set, is called with the job service's address once it serves.
+	Ready func(addr net.Addr)
+}
+
+// Run connects to the switch, becomes its primary controller, pushes the
+// pipeline and serves the job service until ctx is done (nil) or the switch
+// connection is lost (an error: a supervisor restarts the controller, which
+// then reprograms the switch from scratch).
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.Target == "" {
+		cfg.Target = DefaultTarget
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = DefaultListen
+	}
+	if cfg.Slots == 0 {
+		cfg.Slots = p4info.Slots
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	dp, err := DataplaneFor(cfg.Dataplane, cfg.Target)
+	if err != nil {
+		return err
+	}
+	dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	cl, err := Dial(dctx, ClientConfig{Target: cfg.Target, DeviceID: cfg.DeviceID, ElectionID: cfg.ElectionID, Logger: cfg.Logger})
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if !cl.Primary() {
+		return fmt.Errorf("controller: %w: another controller with a higher election id than %d programs %s", ErrNotPrimary, max(cfg.ElectionID, 1), cfg.Target)
+	}
+	if !cfg.SkipPipeline {
+		pctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+		err := cl.SetPipeline(pctx, cfg.P4Info, cfg.DeviceConfig, 0)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	svc, err := NewJobService(cl, ServiceConfig{Dataplane: dp, Slots: cfg.Slots, Logger: cfg.Logger})
+	if err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("controller: listen %s: %w", cfg.Listen, err)
+	}
+	g := grpc.NewServer()
+	controllerpb.RegisterJobServiceServer(g, svc)
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(lis) }()
+	cfg.Logger.Info("controller: serving", "jobs", lis.Addr().String(), "target", cfg.Target, "dataplane", dp.String(), "slots", cfg.Slots)
+	if cfg.Ready != nil {
+		cfg.Ready(lis.Addr())
+	}
+	select {
+	case <-ctx.Done():
+		g.Stop() // Register calls block by design: do not wait for them
+		<-served
+		return nil
+	case <-cl.done:
+		g.Stop()
+		<-served
+		return fmt.Errorf("controller: lost the P4Runtime stream to %s: %w", cfg.Target, cl.streamError())
+	case err := <-served:
+		return fmt.Errorf("controller: job service: %w", err)
+	}
+}
+
+func (c *Client) streamError() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.streamErr == nil {
+		return errors.New("stream ended")
+	}
+	return c.streamErr
+}

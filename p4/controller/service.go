@@ -1,0 +1,647 @@
+package controller
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/p4/p4info"
+	"github.com/switchml/switchml-go/switchml/wire"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Switch is what the job service needs from the switch: a P4Runtime Client
+// satisfies it.
+type Switch interface {
+	InstallJob(ctx context.Context, j JobEntries) error
+	RemoveJob(ctx context.Context, j JobEntries) error
+	ResetPool(ctx context.Context, base, size, slots int) error
+}
+
+// ServiceConfig configures the job service.
+type ServiceConfig struct {
+	// Dataplane is the switch's data plane address handed to workers
+	// (ip:port, resolved by the caller).
+	Dataplane netip.AddrPort
+	// Slots is the switch's pool size per set (default p4info.Slots); jobs
+	// get disjoint partitions of it.
+	Slots  int
+	Logger *slog.Logger
+}
+
+// JobService implements controllerpb.JobService: it gathers the ranks of a
+// job, gives the job a pool partition and programs the switch for it.
+type JobService struct {
+	controllerpb.UnimplementedJobServiceServer
+
+	sw    Switch
+	cfg   ServiceConfig
+	log   *slog.Logger
+	swMu  sync.Mutex // one switch reprogramming at a time
+	mu    sync.Mutex
+	jobs  map[string]*job
+	jobID uint32 // last switch job id handed out
+}
+
+// job is one generation of a named job: from the first registration of a
+// run until it is replaced or every rank left.
+type job struct {
+	name    string
+	params  *controllerpb.RegisterRequest // the first registrant's; others must agree
+	ranks   []*controllerpb.RegisterRequest
+	arrived int
+	expired map[uint32]bool // ranks whose registration timed out
+	ready   chan struct{}   // closed once programmed or failed
+	err     error           // why programming failed (set before ready closes)
+	active  bool            // programmed, switch entries installed
+	gone    bool            // replaced or left: its waiters must give up
+
+	resp    *controllerpb.RegisterResponse
+	entries JobEntries
+	left    map[uint32]bool
+	rounds  map[string]*roundSet // barriers and broadcasts by name
+}
+
+// roundSet numbers the successive uses of one barrier or broadcast name: a
+// rank's k-th call joins round k, so a fast rank reusing a name never mixes
+// with a slow rank still in the previous use.
+type roundSet struct {
+	next   map[uint32]int
+	rounds map[int]*round
+}
+
+type round struct {
+	complete bool // every rank arrived (barrier) or the root sent (broadcast)
+	arrived  map[uint32]bool
+	fetched  int
+	done     chan struct{}
+	root     uint32
+	hasRoot  bool
+	data     []byte
+}
+
+// NewJobService returns a job service programming sw.
+func NewJobService(sw Switch, cfg ServiceConfig) (*JobService, error) {
+	if sw == nil {
+		return nil, errors.New("controller: NewJobService: nil switch")
+	}
+	if !cfg.Dataplane.IsValid() {
+		return nil, errors.New("controller: NewJobService: no switch data plane address")
+	}
+	if cfg.Slots == 0 {
+		cfg.Slots = p4info.Slots
+	}
+	if cfg.Slots < 1 {
+		return nil, fmt.Errorf("controller: NewJobService: Slots = %d", cfg.Slots)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &JobService{sw: sw, cfg: cfg, log: cfg.Logger, jobs: map[string]*job{}}, nil
+}
+
+func invalid(format string, args ...any) error {
+	return status.Errorf(codes.InvalidArgument, format, args...)
+}
+
+// checkRequest validates a registration on its own.
+func checkRequest(r *controllerpb.RegisterRequest) ([]netip.AddrPort, error) {
+	switch {
+	case r.GetJob() == "":
+		return nil, invalid("job name is empty")
+	case r.GetWorldSize() < 1 || r.GetWorldSize() > 0xffff:
+		return nil, invalid("world_size %d, want 1..65535", r.GetWorldSize())
+	case r.GetRank() >= r.GetWorldSize():
+		return nil, invalid("rank %d outside 0..%d (world_size %d)", r.GetRank(), r.GetWorldSize()-1, r.GetWorldSize())
+	case r.GetLanes() < 1 || r.GetLanes() > 256:
+		return nil, invalid("lanes %d, want 1..256", r.GetLanes())
+	case r.GetWindow() < 1:
+		return nil, invalid("window %d, want at least 1", r.GetWindow())
+	case r.GetElements() < 1:
+		return nil, invalid("elements %d, want at least 1", r.GetElements())
+	case len(r.GetLaneAddresses()) != int(r.GetLanes()):
+		return nil, invalid("%d lane addresses for %d lanes", len(r.GetLaneAddresses()), r.GetLanes())
+	case len(r.GetMac()) != 0 && len(r.GetMac()) != 6:
+		return nil, invalid("mac has %d bytes, want 6 or none", len(r.GetMac()))
+	}
+	switch r.GetFormat() {
+	case controllerpb.Format_FORMAT_COMPAT:
+		if _, ok := wire.CompatSizeCode(int(r.GetElements())); !ok {
+			return nil, invalid("elements %d cannot travel in the compatible header (32, 64, 128 or 256)", r.GetElements())
+		}
+	case controllerpb.Format_FORMAT_EXTENDED:
+		if r.GetElements() > wire.MaxElements {
+			return nil, invalid("elements %d exceeds the extended header's %d", r.GetElements(), wire.MaxElements)
+		}
+	default:
+		return nil, invalid("unknown format %v", r.GetFormat())
+	}
+	addrs := make([]netip.AddrPort, len(r.GetLaneAddresses()))
+	for i, s := range r.GetLaneAddresses() {
+		a, err := netip.ParseAddrPort(s)
+		if err != nil {
+			return nil, invalid("lane %d address %q: %v (want ipv4:port)", i, s, err)
+		}
+		a = netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
+		if !a.Addr().Is4() || a.Addr().IsUnspecified() || a.Port() == 0 {
+			return nil, invalid("lane %d address %v: want the IPv4 address and port the switch sees as the source", i, a)
+		}
+		addrs[i] = a
+	}
+	return addrs, nil
+}
+
+// mismatch names the first parameter on which r disagrees with the job.
+func mismatch(j, r *controllerpb.RegisterRequest) string {
+	type p struct {
+		name string
+		a, b uint32
+	}
+	for _, x := range []p{
+		{"world_size", j.GetWorldSize(), r.GetWorldSize()},
+		{"lanes", j.GetLanes(), r.GetLanes()},
+		{"window", j.GetWindow(), r.GetWindow()},
+		{"elements", j.GetElements(), r.GetElements()},
+		{"format", uint32(j.GetFormat()), uint32(r.GetFormat())},
+	} {
+		if x.a != x.b {
+			if x.name == "format" {
+				return fmt.Sprintf("format %v differs from %v registered by rank %d", r.GetFormat(), j.GetFormat(), j.GetRank())
+			}
+			return fmt.Sprintf("%s %d differs from %d registered by rank %d", x.name, x.b, x.a, j.GetRank())
+		}
+	}
+	return ""
+}
+
+// answerBefore shortens a call's deadline a little, so that a wait that runs
+// out is answered with the service's explanation before the caller's own
+// deadline turns it into a bare "context deadline exceeded".
+func answerBefore(ctx context.Context) (context.Context, context.CancelFunc) {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	margin := min(time.Until(d)/10, 500*time.Millisecond)
+	return context.WithDeadline(ctx, d.Add(-margin))
+}
+
+// Register implements controllerpb.JobService.
+func (s *JobService) Register(ctx context.Context, req *controllerpb.RegisterRequest) (*controllerpb.RegisterResponse, error) {
+	if _, err := checkRequest(req); err != nil {
+		return nil, err
+	}
+	ctx, cancel := answerBefore(ctx)
+	defer cancel()
+	s.mu.Lock()
+	j := s.jobs[req.GetJob()]
+	// A registration into a programmed job, or a second one from rank 0,
+	// is a new run of the job: the old generation goes away.
+	if j != nil && (j.active || j.err != nil || (req.GetRank() == 0 && j.ranks[0] != nil)) {
+		s.retire(j, "restarted: rank "+strconv.Itoa(int(req.GetRank()))+" registered again")
+		j = nil
+	}
+	if j == nil {
+		j = &job{
+			name: req.GetJob(), params: req, ranks: make([]*controllerpb.RegisterRequest, req.GetWorldSize()),
+			ready: make(chan struct{}), left: map[uint32]bool{}, rounds: map[string]*roundSet{}, expired: map[uint32]bool{},
+		}
+		s.jobs[req.GetJob()] = j
+	} else if m := mismatch(j.params, req); m != "" {
+		s.mu.Unlock()
+		return nil, status.Errorf(codes.FailedPrecondition, "job %q rank %d: %s", req.GetJob(), req.GetRank(), m)
+	}
+	if j.ranks[req.GetRank()] == nil {
+		j.arrived++
+	}
+	delete(j.expired, req.GetRank())
+	j.ranks[req.GetRank()] = req
+	complete := j.arrived == len(j.ranks)
+	s.mu.Unlock()
+
+	if complete {
+		s.activate(j)
+	}
+	select {
+	case <-j.ready:
+	case <-ctx.Done():
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		select {
+		case <-j.ready: // programmed meanwhile: answer anyway
+		default:
+			if j.ranks[req.GetRank()] == req {
+				j.ranks[req.GetRank()] = nil
+				j.arrived--
+				// Other ranks timing out at the same moment must not name
+				// this one as never registered.
+				j.expired[req.GetRank()] = true
+			}
+			var missing []int
+			for r, x := range j.ranks {
+				if x == nil && !j.expired[uint32(r)] {
+					missing = append(missing, r)
+				}
+			}
+			return nil, status.Errorf(status.FromContextError(ctx.Err()).Code(),
+				"job %q: ranks %v of %d never registered before rank %d's deadline (start every rank, or check the job name and world size)",
+				req.GetJob(), missing, len(j.ranks), req.GetRank())
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if j.err != nil {
+		return nil, j.err
+	}
+	return j.resp, nil
+}
+
+// retire removes a generation: waiters fail, its switch entries go. Callers
+// hold s.mu.
+func (s *JobService) retire(j *job, why string) {
+	if s.jobs[j.name] == j {
+		delete(s.jobs, j.name)
+	}
+	j.gone = true
+	select {
+	case <-j.ready:
+	default:
+		j.err = status.Errorf(codes.Aborted, "job %q %s before all ranks registered", j.name, why)
+		close(j.ready)
+	}
+	for _, rs := range j.rounds {
+		for _, r := range rs.rounds {
+			select {
+			case <-r.done:
+			default:
+				close(r.done)
+			}
+		}
+	}
+	if j.active {
+		j.active = false
+		entries := j.entries
+		s.log.Info("controller: job removed", "job", j.name, "session", j.resp.GetSessionId(), "why", why)
+		// Removal must not wait for s.mu holders; a job's partition is
+		// free for reuse only once its entries are gone, which swMu orders.
+		s.swMu.Lock()
+		if err := s.sw.RemoveJob(context.Background(), entries); err != nil {
+			s.log.Warn("controller: removing job entries", "job", j.name, "err", err)
+		}
+		s.swMu.Unlock()
+	}
+}
+
+// allocate finds room for size slots among the active jobs' partitions and
+// a free multicast group and job id. Callers hold s.mu.
+func (s *JobService) allocate(size uint32) (base uint32, mgid uint16, jobID uint32, err error) {
+	type part struct{ base, size uint32 }
+	var parts []part
+	groups := map[uint16]bool{}
+	ids := map[uint32]bool{}
+	for _, j := range s.jobs {
+		if j.active {
+			parts = append(parts, part{j.resp.GetPoolBase(), j.resp.GetPoolSize()})
+			groups[j.entries.MulticastGroup] = true
+			ids[j.resp.GetJobId()] = true
+		}
+	}
+	sort.Slice(parts, func(a, b int) bool { return parts[a].base < parts[b].base })
+	next, found, largest := uint32(0), false, uint32(0)
+	for _, p := range parts {
+		if p.base-next >= size {
+			found = true
+			break
+		}
+		largest = max(largest, p.base-next)
+		next = p.base + p.size
+	}
+	if !found {
+		free := uint32(s.cfg.Slots) - next
+		if free < size {
+			return 0, 0, 0, status.Errorf(codes.ResourceExhausted,
+				"switch has no room: the job needs lanes*window = %d slots, the largest free range has %d of %d (%d jobs active); lower window or lanes, or wait for a job to leave",
+				size, max(largest, free), s.cfg.Slots, len(parts))
+		}
+	}
+	for mgid = 1; groups[mgid]; mgid++ {
+		if mgid == 0xffff {
+			return 0, 0, 0, status.Error(codes.ResourceExhausted, "switch has no free multicast group")
+		}
+	}
+	for {
+		s.jobID++
+		if s.jobID != 0 && !ids[s.jobID] {
+			break
+		}
+	}
+	return next, mgid, s.jobID, nil
+}
+
+func randUint64() uint64 {
+	var b [8]byte
+	_, _ = crand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:])
+}
+
+// activate programs the switch for a job whose ranks have all registered.
+func (s *JobService) activate(j *job) {
+	s.mu.Lock()
+	if j.gone {
+		s.mu.Unlock()
+		return
+	}
+	p := j.params
+	size := p.GetLanes() * p.GetWindow()
+	// Lane sockets of a dead generation of another job may have been reused
+	// by this one: a socket cannot belong to two live processes, so that
+	// generation is over.
+	mine := map[netip.AddrPort]bool{}
+	for _, r := range j.ranks {
+		addrs, _ := checkRequest(r)
+		for _, a := range addrs {
+			mine[a] = true
+		}
+	}
+	for _, other := range s.jobs {
+		if other == j || !other.active {
+			continue
+		}
+		for _, w := range other.entries.Workers {
+			if mine[w.Addr] {
+				s.retire(other, fmt.Sprintf("superseded: its worker address %v now belongs to job %q", w.Addr, j.name))
+				break
+			}
+		}
+	}
+	base, mgid, jobID, err := s.allocate(size)
+	if err != nil {
+		s.fail(j, err)
+		s.mu.Unlock()
+		return
+	}
+	entries := JobEntries{MulticastGroup: mgid}
+	for rank, r := range j.ranks {
+		addrs, _ := checkRequest(r)
+		var mac [6]byte
+		copy(mac[:], r.GetMac())
+		entries.Replicas = append(entries.Replicas, Replica{Port: uint32(rank), Instance: uint16(rank)})
+		for lane, a := range addrs {
+			entries.Workers = append(entries.Workers, WorkerEntry{
+				Addr: a, Job: jobID, Rank: uint16(rank), NumWorkers: uint16(len(j.ranks)), MulticastGroup: mgid,
+				Lane: uint8(lane), PoolBase: base, PoolSize: size,
+			})
+			entries.Replies = append(entries.Replies, ReplyEntry{Job: jobID, Rank: uint16(rank), Lane: uint8(lane), MAC: mac, Addr: a})
+		}
+	}
+	resp := &controllerpb.RegisterResponse{
+		SessionId: randUint64() | 1, SwitchDataplane: s.cfg.Dataplane.String(), JobId: jobID,
+		PoolBase: base, PoolSize: size, FirstSeq: uint32(randUint64()),
+	}
+	// Reserve the partition before programming, so a concurrent job cannot
+	// be given the same slots.
+	j.active, j.entries, j.resp = true, entries, resp
+	s.mu.Unlock()
+
+	s.swMu.Lock()
+	ctx := context.Background()
+	err = s.sw.ResetPool(ctx, int(base), int(size), s.cfg.Slots)
+	if err == nil {
+		err = s.sw.InstallJob(ctx, entries)
+	}
+	s.swMu.Unlock()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		j.active = false
+		code := status.Code(err)
+		if code == codes.InvalidArgument || code == codes.OutOfRange || code == codes.AlreadyExists {
+			code = codes.FailedPrecondition // the switch refused this job's shape
+		} else if code == codes.Unknown {
+			code = codes.Unavailable
+		}
+		s.fail(j, status.Errorf(code, "job %q: programming the switch failed: %v", j.name, err))
+		return
+	}
+	if j.gone {
+		// Replaced while programming: undo.
+		j.active = true
+		s.retire(j, "restarted while being programmed")
+		return
+	}
+	s.log.Info("controller: job ready", "job", j.name, "session", resp.GetSessionId(), "job_id", jobID,
+		"workers", len(j.ranks), "lanes", p.GetLanes(), "pool_base", base, "pool_size", size, "mgid", mgid)
+	close(j.ready)
+}
+
+// fail ends a generation that could not be programmed. Callers hold s.mu.
+func (s *JobService) fail(j *job, err error) {
+	j.err = err
+	if s.jobs[j.name] == j {
+		delete(s.jobs, j.name)
+	}
+	s.log.Warn("controller: job failed", "job", j.name, "err", err)
+	select {
+	case <-j.ready:
+	default:
+		close(j.ready)
+	}
+}
+
+// session finds the active generation a call refers to. Callers hold s.mu.
+func (s *JobService) session(name string, rank uint32, session uint64) (*job, error) {
+	j := s.jobs[name]
+	if j == nil || !j.active {
+		return nil, status.Errorf(codes.NotFound, "job %q has no active session (register first)", name)
+	}
+	if j.resp.GetSessionId() != session {
+		return nil, status.Errorf(codes.FailedPrecondition, "session %d of job %q is over; the current session is %d (the job was restarted)",
+			session, name, j.resp.GetSessionId())
+	}
+	if rank >= uint32(len(j.ranks)) {
+		return nil, invalid("rank %d outside 0..%d", rank, len(j.ranks)-1)
+	}
+	return j, nil
+}
+
+// join enters rank into its next round of the named barrier or broadcast.
+// Callers hold s.mu.
+func (j *job) join(name string, rank uint32) (*round, int, *roundSet) {
+	rs := j.rounds[name]
+	if rs == nil {
+		rs = &roundSet{next: map[uint32]int{}, rounds: map[int]*round{}}
+		j.rounds[name] = rs
+	}
+	k := rs.next[rank]
+	rs.next[rank]++
+	r := rs.rounds[k]
+	if r == nil {
+		r = &round{arrived: map[uint32]bool{}, done: make(chan struct{})}
+		rs.rounds[k] = r
+	}
+	r.arrived[rank] = true
+	return r, k, rs
+}
+
+// Barrier implements controllerpb.JobService.
+func (s *JobService) Barrier(ctx context.Context, req *controllerpb.BarrierRequest) (*controllerpb.BarrierResponse, error) {
+	ctx, cancel := answerBefore(ctx)
+	defer cancel()
+	s.mu.Lock()
+	j, err := s.session(req.GetJob(), req.GetRank(), req.GetSessionId())
+	if err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	key := "barrier/" + req.GetName()
+	r, k, rs := j.join(key, req.GetRank())
+	if len(r.arrived) == len(j.ranks) {
+		r.complete = true
+		close(r.done)
+		delete(rs.rounds, k)
+	}
+	s.mu.Unlock()
+	select {
+	case <-r.done:
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if !r.complete {
+			return nil, status.Errorf(codes.Aborted, "job %q ended during barrier %q", req.GetJob(), req.GetName())
+		}
+		return &controllerpb.BarrierResponse{}, nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if r.complete {
+			return &controllerpb.BarrierResponse{}, nil
+		}
+		delete(r.arrived, req.GetRank())
+		rs.next[req.GetRank()]--
+		return nil, status.Errorf(status.FromContextError(ctx.Err()).Code(), "job %q barrier %q: %d of %d ranks arrived before rank %d's deadline",
+			req.GetJob(), req.GetName(), len(r.arrived), len(j.ranks), req.GetRank())
+	}
+}
+
+// Broadcast implements controllerpb.JobService.
+func (s *JobService) Broadcast(ctx context.Context, req *controllerpb.BroadcastRequest) (*controllerpb.BroadcastResponse, error) {
+	ctx, cancel := answerBefore(ctx)
+	defer cancel()
+	s.mu.Lock()
+	j, err := s.session(req.GetJob(), req.GetRank(), req.GetSessionId())
+	if err == nil && req.GetRoot() >= uint32(len(j.ranks)) {
+		err = invalid("root %d outside 0..%d", req.GetRoot(), len(j.ranks)-1)
+	}
+	if err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	r, k, rs := j.join("broadcast/"+req.GetName(), req.GetRank())
+	if r.hasRoot && r.root != req.GetRoot() {
+		delete(r.arrived, req.GetRank())
+		rs.next[req.GetRank()]--
+		s.mu.Unlock()
+		return nil, status.Errorf(codes.FailedPrecondition, "job %q broadcast %q: rank %d names root %d, others named %d",
+			req.GetJob(), req.GetName(), req.GetRank(), req.GetRoot(), r.root)
+	}
+	r.root, r.hasRoot = req.GetRoot(), true
+	if req.GetRank() == req.GetRoot() {
+		r.data = append([]byte(nil), req.GetData()...)
+		r.complete = true
+		close(r.done)
+	}
+	s.mu.Unlock()
+	finish := func() (*controllerpb.BroadcastResponse, error) {
+		if !r.complete {
+			return nil, status.Errorf(codes.Aborted, "job %q ended during broadcast %q", req.GetJob(), req.GetName())
+		}
+		r.fetched++
+		if r.fetched == len(j.ranks) {
+			delete(rs.rounds, k)
+		}
+		return &controllerpb.BroadcastResponse{Data: r.data}, nil
+	}
+	select {
+	case <-r.done:
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return finish()
+	case <-ctx.Done():
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if r.complete {
+			return finish()
+		}
+		delete(r.arrived, req.GetRank())
+		rs.next[req.GetRank()]--
+		return nil, status.Errorf(status.FromContextError(ctx.Err()).Code(), "job %q broadcast %q: root %d did not send before rank %d's deadline",
+			req.GetJob(), req.GetName(), req.GetRoot(), req.GetRank())
+	}
+}
+
+// Leave implements controllerpb.JobService.
+func (s *JobService) Leave(ctx context.Context, req *controllerpb.LeaveRequest) (*controllerpb.LeaveResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j, err := s.session(req.GetJob(), req.GetRank(), req.GetSessionId())
+	if err != nil {
+		if status.Code(err) == codes.NotFound || status.Code(err) == codes.FailedPrecondition {
+			// The session is already gone: leaving it again is fine.
+			return &controllerpb.LeaveResponse{}, nil
+		}
+		return nil, err
+	}
+	j.left[req.GetRank()] = true
+	if len(j.left) == len(j.ranks) {
+		s.retire(j, "finished: every rank left")
+	}
+	return &controllerpb.LeaveResponse{}, nil
+}
+
+// Jobs lists the active jobs' names and partitions, for logs and tests.
+func (s *JobService) Jobs() map[string]*controllerpb.RegisterResponse {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]*controllerpb.RegisterResponse{}
+	for n, j := range s.jobs {
+		if j.active {
+			out[n] = j.resp
+		}
+	}
+	return out
+}
+
+// DataplaneFor returns the switch data plane address to hand to workers: the
+// explicit address if given, else the P4Runtime target's host with the
+// SwitchML UDP port. Host names are resolved, since workers need an IP.
+func DataplaneFor(explicit, target string) (netip.AddrPort, error) {
+	addr := explicit
+	if addr == "" {
+		host, _, err := net.SplitHostPort(target)
+		if err != nil {
+			return netip.AddrPort{}, fmt.Errorf("controller: target %q: %v", target, err)
+		}
+		addr = net.JoinHostPort(host, strconv.Itoa(wire.UDPPort))
+	}
+	ua, err := net.ResolveUDPAddr("udp4", addr)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("controller: data plane address %q: %v", addr, err)
+	}
+	ap := ua.AddrPort()
+	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	if ap.Addr().IsUnspecified() {
+		return netip.AddrPort{}, fmt.Errorf("controller: data plane address %q is unspecified; give the address workers send to", addr)
+	}
+	return ap, nil
+}
