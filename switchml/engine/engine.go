@@ -251,7 +251,11 @@ func (l *Lane) Config() Config { return l.cfg }
 
 // Start begins an op at time now. Zero-length slices finish at once. A
 // float input holding NaN or Inf is rejected (its sum would be silently
-// wrong); the error wraps *quant.NonFiniteError.
+// wrong); the error wraps *quant.NonFiniteError and the lane state is
+// unchanged, so peers that did start the op will run out of timeout budget
+// unless the caller tells them. After an op failed, the lane's per-slot sets
+// and packet ids may no longer match the peers': the job must be restarted
+// (new lanes, pool reset) before the next op.
 func (l *Lane) Start(op Op, now time.Duration) error {
 	if l.active {
 		return ErrBusy
