@@ -1,0 +1,18 @@
+// Package softswitch is the software switch: the SwitchML pipeline
+// (p4/pipeline) behind a lock shared by its data path and its P4Runtime
+// service, so a controller programs it exactly as it would program BMv2 or a
+// Tofino running the matching P4 program (same P4Info, p4/p4info).
+//
+// P4Runtime coverage (p4.v1, version 1.5.0): stream channel arbitration with
+// election ids and roles (the highest election id is primary; only the
+// primary may Write or SetForwardingPipelineConfig); pipeline config VERIFY,
+// VERIFY_AND_SAVE, VERIFY_AND_COMMIT, COMMIT, RECONCILE_AND_COMMIT, accepted
+// only for a P4Info structurally equal to the embedded one (sizes are not
+// compared); Write and Read of both tables, multicast groups, the pool
+// registers (an unset index means every cell) and the stats counter (writes
+// set or reset it); Capabilities. Batches run CONTINUE_ON_ERROR and report one
+// p4.v1.Error per update. Packet I/O, digests, clone sessions, meters and
+// action profiles are not part of the pipeline and answer UNIMPLEMENTED.
+// Unknown table, register or counter ids answer NOT_FOUND; malformed entries
+// INVALID_ARGUMENT; values wider than their field OUT_OF_RANGE.
+package softswitch
