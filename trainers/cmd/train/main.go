@@ -27,7 +27,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -123,7 +122,7 @@ func main() {
 	if f.workerRank >= 0 {
 		err = runWorker(ctx, f)
 	} else {
-		err = launch(ctx, f)
+		err = launch(ctx, f, os.Args[1:], os.Stdout)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "train:", err)
@@ -215,7 +214,7 @@ func runWorker(ctx context.Context, f *flags) error {
 
 // launch starts the backend's infrastructure and the worker processes, and
 // waits for them.
-func launch(ctx context.Context, f *flags) error {
+func launch(ctx context.Context, f *flags, cmdArgs []string, stdout io.Writer) error {
 	if f.checkpointDir != "" && !f.resume {
 		if err := os.RemoveAll(f.checkpointDir); err != nil {
 			return err
@@ -274,25 +273,22 @@ func launch(ctx context.Context, f *flags) error {
 		}
 	}
 
-	args := append(append([]string(nil), os.Args[1:]...), extra...)
+	args := append(append([]string(nil), cmdArgs...), extra...)
 	cmds := make([]*exec.Cmd, f.workers)
-	var outWG sync.WaitGroup
 	for r := range cmds {
 		c := exec.CommandContext(ctx, exe, append(args, "--worker-rank", strconv.Itoa(r))...)
 		c.Env = append(os.Environ(), "TF_CPP_MIN_LOG_LEVEL=2")
 		c.Cancel = func() error { return c.Process.Signal(syscall.SIGTERM) }
 		c.WaitDelay = 5 * time.Second
 		if r == 0 {
-			c.Stdout = os.Stdout
+			c.Stdout = stdout
 			c.Stderr = os.Stderr
 		} else {
 			// Other ranks speak only when something goes wrong.
 			pr, pw := io.Pipe()
 			c.Stdout = io.Discard
 			c.Stderr = pw
-			outWG.Add(1)
 			go func(r int) {
-				defer outWG.Done()
 				sc := bufio.NewScanner(pr)
 				for sc.Scan() {
 					// TensorFlow's start-up chatter (absl info lines).

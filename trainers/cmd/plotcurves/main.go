@@ -1,0 +1,93 @@
+// Command plotcurves draws test-accuracy curves from the JSON lines that
+// `train --json` prints, one curve per file:
+//
+//	go run ./cmd/plotcurves -o curves.png exact.jsonl switchml.jsonl
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+type record struct {
+	Epoch        int     `json:"epoch"`
+	Backend      string  `json:"backend"`
+	Workers      int     `json:"workers"`
+	Model        string  `json:"model"`
+	TestAccuracy float64 `json:"test_accuracy"`
+	StepS        float64 `json:"step_s"`
+}
+
+func read(path string) ([]record, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []record
+	sc := bufio.NewScanner(f)
+	for line := 1; sc.Scan(); line++ {
+		t := strings.TrimSpace(sc.Text())
+		if !strings.HasPrefix(t, "{") {
+			continue
+		}
+		var r record
+		if err := json.Unmarshal([]byte(t), &r); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+		}
+		out = append(out, r)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no epoch records", path)
+	}
+	return out, sc.Err()
+}
+
+func main() {
+	out := flag.String("o", "curves.png", "output PNG")
+	title := flag.String("title", "Test accuracy per epoch", "plot title")
+	flag.Parse()
+	if flag.NArg() == 0 {
+		fmt.Fprintln(os.Stderr, "usage: plotcurves [-o out.png] run.jsonl...")
+		os.Exit(2)
+	}
+	p := plot.New()
+	p.Title.Text = *title
+	p.X.Label.Text = "epoch"
+	p.Y.Label.Text = "test accuracy (%)"
+	p.Legend.Top = false
+	p.Legend.Left = false
+	var lines []any
+	for _, path := range flag.Args() {
+		recs, err := read(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "plotcurves:", err)
+			os.Exit(1)
+		}
+		pts := make(plotter.XYs, len(recs))
+		for i, r := range recs {
+			pts[i] = plotter.XY{X: float64(r.Epoch), Y: 100 * r.TestAccuracy}
+		}
+		last := recs[len(recs)-1]
+		name := fmt.Sprintf("%s, %d workers (%s): %.2f%%", last.Backend, last.Workers, strings.TrimSuffix(filepath.Base(path), ".jsonl"), 100*last.TestAccuracy)
+		lines = append(lines, name, pts)
+	}
+	if err := plotutil.AddLinePoints(p, lines...); err != nil {
+		fmt.Fprintln(os.Stderr, "plotcurves:", err)
+		os.Exit(1)
+	}
+	if err := p.Save(7*vg.Inch, 4.5*vg.Inch, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "plotcurves:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchml/switchml-go/trainers/train"
+)
+
+// The launcher re-executes its own binary as workers; under `go test` that
+// binary is the test binary, which then behaves as the command.
+func TestMain(m *testing.M) {
+	if os.Getenv("TRAIN_TEST_AS_MAIN") == "1" {
+		os.Args = append([]string{os.Args[0]}, os.Args[1:]...)
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func launchForTest(t *testing.T, args ...string) []train.EpochResult {
+	t.Helper()
+	t.Setenv("TRAIN_TEST_AS_MAIN", "1")
+	f, err := parseFlags(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := launch(ctx, f, args, &out); err != nil {
+		t.Fatalf("launch %v: %v", args, err)
+	}
+	var res []train.EpochResult
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var r train.EpochResult
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("stdout line %q: %v", line, err)
+		}
+		res = append(res, r)
+	}
+	return res
+}
+
+func TestLaunchRingWorkersSynthetic(t *testing.T) {
+	dir := t.TempDir()
+	onnxPath := filepath.Join(dir, "mlp.onnx")
+	res := launchForTest(t, "--model", "mlp", "--dataset", "synthetic", "--workers", "2", "--backend", "ring",
+		"--epochs", "2", "--batch", "32", "--train-limit", "3000", "--json", "--quiet",
+		"--checkpoint-dir", filepath.Join(dir, "ck"), "--onnx", onnxPath)
+	if len(res) != 2 || res[1].Epoch != 2 || res[1].Workers != 2 || res[1].Backend != "ring" {
+		t.Fatalf("results %+v", res)
+	}
+	if res[1].TestAccuracy < 0.9 {
+		t.Fatalf("synthetic accuracy %.3f, want >= 0.9", res[1].TestAccuracy)
+	}
+	if st, err := os.Stat(onnxPath); err != nil || st.Size() < 1000 {
+		t.Fatalf("ONNX file: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ck", "checkpoint.gob")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFlagsRejectNonsense(t *testing.T) {
+	for _, args := range [][]string{
+		{"--model", "resnet"},
+		{"--backend", "mpi"},
+		{"--dataset", "imagenet"},
+		{"--workers", "0"},
+		{"stray"},
+	} {
+		if _, err := parseFlags(args); err == nil {
+			t.Errorf("%v accepted", args)
+		}
+	}
+}
