@@ -8,5 +8,5 @@ import (
 )
 
 func startLocalFabric(context.Context) (string, func(), error) {
-	return "", nil, errors.New("this build has no in-process switch; pass --controller or build with -tags switchml")
+	return "", nil, errors.New("no in-process switch in this build (package switchml/local is not available yet): run a switch and controller and pass --controller")
 }
