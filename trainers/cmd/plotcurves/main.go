@@ -10,7 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -79,7 +78,7 @@ func main() {
 			pts[i] = plotter.XY{X: float64(r.Epoch), Y: 100 * r.TestAccuracy}
 		}
 		last := recs[len(recs)-1]
-		name := fmt.Sprintf("%s, %d workers (%s): %.2f%%", last.Backend, last.Workers, strings.TrimSuffix(filepath.Base(path), ".jsonl"), 100*last.TestAccuracy)
+		name := fmt.Sprintf("%s, %d workers: %.2f%%", last.Backend, last.Workers, 100*last.TestAccuracy)
 		lines = append(lines, name, pts)
 	}
 	if err := plotutil.AddLinePoints(p, lines...); err != nil {
