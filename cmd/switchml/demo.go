@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -40,13 +38,41 @@ func freePort(network string) (int, error) {
 	}
 }
 
-// child is a subprocess whose stderr is prefixed and kept for the report.
+// child is a subprocess whose stderr is kept for the report and, with -v,
+// shown line by line with its name.
 type child struct {
 	name string
 	cmd  *exec.Cmd
 	out  bytes.Buffer
-	log  bytes.Buffer
-	mu   sync.Mutex
+	log  prefixWriter
+}
+
+// prefixWriter keeps everything written to it and, when echo is set,
+// copies complete lines to stderr behind a name.
+type prefixWriter struct {
+	mu      sync.Mutex
+	name    string
+	echo    bool
+	all     bytes.Buffer
+	partial []byte
+}
+
+func (w *prefixWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.all.Write(p)
+	if w.echo {
+		w.partial = append(w.partial, p...)
+		for {
+			i := bytes.IndexByte(w.partial, '\n')
+			if i < 0 {
+				break
+			}
+			fmt.Fprintf(os.Stderr, "[%s] %s\n", w.name, w.partial[:i])
+			w.partial = w.partial[i+1:]
+		}
+	}
+	return len(p), nil
 }
 
 func startChild(ctx context.Context, name string, verbose bool, args ...string) (*child, error) {
@@ -55,34 +81,21 @@ func startChild(ctx context.Context, name string, verbose bool, args ...string) 
 		return nil, err
 	}
 	c := &child{name: name, cmd: exec.CommandContext(ctx, exe, args...)}
+	c.log.name, c.log.echo = name, verbose
 	c.cmd.Stdout = &c.out
-	pr, pw := io.Pipe()
-	c.cmd.Stderr = pw
+	c.cmd.Stderr = &c.log
 	c.cmd.Cancel = func() error { return c.cmd.Process.Signal(os.Interrupt) }
 	c.cmd.WaitDelay = 5 * time.Second
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			c.mu.Lock()
-			c.log.WriteString(sc.Text() + "\n")
-			c.mu.Unlock()
-			if verbose {
-				fmt.Fprintf(os.Stderr, "[%s] %s\n", name, sc.Text())
-			}
-		}
-	}()
 	if err := c.cmd.Start(); err != nil {
-		pw.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	go func() { c.cmd.Wait(); pw.Close() }()
 	return c, nil
 }
 
 func (c *child) logs() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.log.String()
+	c.log.mu.Lock()
+	defer c.log.mu.Unlock()
+	return c.log.all.String()
 }
 
 func runDemo(ctx context.Context, args []string) error {

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+
+	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
+	"google.golang.org/protobuf/encoding/prototext"
+
+	"github.com/switchml/switchml-go/p4/controller"
+	"github.com/switchml/switchml-go/p4/p4info"
+	"github.com/switchml/switchml-go/p4/tna"
+	"github.com/switchml/switchml-go/p4/v1model"
+)
+
+func init() {
+	register("controller", "the controller: programs a P4Runtime target (software switch, BMv2, Tofino) and serves the workers' job service", runController)
+}
+
+// targetP4Info returns the P4Info of the program a kind of target runs.
+func targetP4Info(kind, path string) (*p4configv1.P4Info, error) {
+	var text []byte
+	switch {
+	case path != "":
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("read --p4info: %w", err)
+		}
+		text = b
+	case kind == "softswitch":
+		return p4info.Load()
+	case kind == "bmv2":
+		text = v1model.P4InfoText
+	case kind == "tofino":
+		text = tna.P4InfoText
+	default:
+		return nil, fmt.Errorf("bad --target-kind %q: want softswitch, bmv2 or tofino", kind)
+	}
+	info := &p4configv1.P4Info{}
+	if err := prototext.Unmarshal(text, info); err != nil {
+		return nil, fmt.Errorf("parse P4Info: %w", err)
+	}
+	return info, nil
+}
+
+func runController(ctx context.Context, args []string) error {
+	fs := newFlags("controller", "--target ADDR --listen ADDR [flags]")
+	var cfg controller.Config
+	fs.StringVar(&cfg.Target, "target", controller.DefaultTarget, "P4Runtime address of the switch")
+	fs.StringVar(&cfg.Listen, "listen", controller.DefaultListen, "gRPC address of the job service workers join through")
+	fs.StringVar(&cfg.Dataplane, "dataplane", "", "switch data plane address handed to workers (default: the target's host, port 48864)")
+	fs.IntVar(&cfg.Slots, "slots", 8192, "slots per set in the switch's pool")
+	fs.Uint64Var(&cfg.DeviceID, "device-id", 1, "P4Runtime device id of the target")
+	fs.Uint64Var(&cfg.ElectionID, "election-id", 1, "election id (the highest connected controller is primary)")
+	kind := fs.String("target-kind", "softswitch", "what runs at --target: softswitch, bmv2 or tofino; selects the P4Info and whether --device-config is needed")
+	deviceConfig := fs.String("device-config", "", "compiled program pushed with the pipeline: BMv2 JSON or Tofino binary (required for bmv2 and tofino)")
+	p4infoPath := fs.String("p4info", "", "P4Info text file to push instead of the one that --target-kind selects")
+	fs.BoolVar(&cfg.SkipPipeline, "skip-pipeline", false, "do not push the pipeline: the target already runs the SwitchML program")
+	fs.DurationVar(&cfg.ConnectTimeout, "connect-timeout", 0, "how long to wait for the target at start (default 30s)")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	log, err := newLogger(*logLevel)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = log
+	if cfg.P4Info, err = targetP4Info(*kind, *p4infoPath); err != nil {
+		return err
+	}
+	switch {
+	case *deviceConfig != "":
+		if cfg.DeviceConfig, err = os.ReadFile(*deviceConfig); err != nil {
+			return fmt.Errorf("read --device-config: %w", err)
+		}
+	case *kind != "softswitch" && !cfg.SkipPipeline:
+		return fmt.Errorf("--target-kind %s needs --device-config (the compiled program: see p4/README.md) or --skip-pipeline", *kind)
+	}
+	cfg.Ready = func(addr net.Addr) {
+		log.Info("controller ready", "jobs", addr.String(), "target", cfg.Target, "kind", *kind)
+	}
+	return controller.Run(ctx, cfg)
+}

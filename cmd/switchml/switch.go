@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/switchml/switchml-go/p4/dataplane"
+	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/softswitch"
+	"github.com/switchml/switchml-go/switchml/transport"
+)
+
+func init() {
+	register("switch", "the software switch: the SwitchML pipeline on UDP, programmed over P4Runtime", runSwitch)
+}
+
+func runSwitch(ctx context.Context, args []string) error {
+	fs := newFlags("switch", "--dataplane ADDR --p4rt ADDR [flags]")
+	dp := fs.String("dataplane", "127.0.0.1:48864", "UDP address of the data plane (workers send here)")
+	p4rt := fs.String("p4rt", "127.0.0.1:9559", "TCP address of the P4Runtime gRPC service")
+	slots := fs.Int("slots", softswitch.DefaultPipeline.Slots, "aggregation slots per set in the pool")
+	maxElements := fs.Int("max-elements", softswitch.DefaultPipeline.MaxElements, "largest number of values per packet (up to 2048)")
+	maxWorkers := fs.Int("max-workers", 256, "largest number of workers in a job")
+	deviceID := fs.Uint64("device-id", 1, "P4Runtime device id")
+	var faults transport.Faults
+	fs.Float64Var(&faults.Drop, "drop", 0, "probability of dropping each packet the switch sends (loss simulator)")
+	fs.Float64Var(&faults.Duplicate, "duplicate", 0, "probability of sending a packet twice")
+	fs.Float64Var(&faults.Reorder, "reorder", 0, "probability of holding a packet back behind later ones")
+	fs.Uint64Var(&faults.Seed, "seed", 1, "seed of the fault simulator")
+	statsEvery := fs.Duration("stats", 0, "log the pipeline counters at this interval (0: only at exit)")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	log, err := newLogger(*logLevel)
+	if err != nil {
+		return err
+	}
+	inj, err := transport.NewInjector(faults)
+	if err != nil {
+		return err
+	}
+	if !faults.Active() {
+		inj = nil
+	}
+	srv, err := softswitch.NewServer(softswitch.ServerConfig{
+		DeviceID: *deviceID,
+		Pipeline: pipeline.Config{Slots: *slots, MaxElements: *maxElements, MaxWorkers: *maxWorkers},
+		Logger:   log,
+	})
+	if err != nil {
+		return err
+	}
+	conn, err := transport.Listen(*dp, transport.Options{Batch: 128, SocketBuffer: 16 << 20})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	lis, err := net.Listen("tcp", *p4rt)
+	if err != nil {
+		return fmt.Errorf("P4Runtime listener: %w", err)
+	}
+	log.Info("software switch up", "dataplane", conn.LocalAddr().String(), "p4runtime", lis.Addr().String(),
+		"slots", *slots, "max_elements", *maxElements, "drop", faults.Drop, "duplicate", faults.Duplicate, "reorder", faults.Reorder)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 2)
+	go func() { errc <- srv.ServeP4Runtime(ctx, lis) }()
+	var st dataplane.Stats
+	go func() { errc <- dataplane.Serve(ctx, conn, srv, inj, &st) }()
+	if *statsEvery > 0 {
+		go func() {
+			t := time.NewTicker(*statsEvery)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					log.Info("counters", "received", st.Received.Load(), "sent", st.Sent.Load(), "pipeline", counterSummary(srv.Counters()))
+				}
+			}
+		}()
+	}
+	var first error
+	select {
+	case <-ctx.Done():
+	case first = <-errc:
+	}
+	cancel()
+	log.Info("software switch stopped", "received", st.Received.Load(), "sent", st.Sent.Load(), "pipeline", counterSummary(srv.Counters()))
+	if first != nil && !errors.Is(first, context.Canceled) {
+		return first
+	}
+	return nil
+}
+
+func counterSummary(c [pipeline.NumStats]uint64) string {
+	var parts []string
+	for i, v := range c {
+		if v != 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", pipeline.Stat(i), v))
+		}
+	}
+	return strings.Join(parts, " ")
+}

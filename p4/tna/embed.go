@@ -1,0 +1,10 @@
+// Package tna carries the P4Info of the tna SwitchML program, so the controller
+// can push it to a target running that program.
+package tna
+
+import _ "embed"
+
+// P4InfoText is switchml.p4info.txtpb, the P4Info (text format) of switchml.p4.
+//
+//go:embed switchml.p4info.txtpb
+var P4InfoText []byte
