@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -186,6 +187,9 @@ func (s *Session) rpcError(what string, err error) error {
 	case codes.FailedPrecondition, codes.InvalidArgument:
 		return fmt.Errorf("%w: %s: %s", ErrJobMismatch, what, st.Message())
 	case codes.DeadlineExceeded:
+		if st := s.conn.GetState(); st == connectivity.TransientFailure || st == connectivity.Connecting {
+			return fmt.Errorf("%w: %s: no connection to %s before the deadline: %s (is `switchml controller` running there?)", ErrControllerUnreachable, what, s.cfg.Controller, st)
+		}
 		return fmt.Errorf("switchml: %s: timed out: %s (did every rank of job %q start?)", what, st.Message(), s.cfg.Job)
 	case codes.Canceled:
 		return fmt.Errorf("switchml: %s: %w", what, context.Canceled)

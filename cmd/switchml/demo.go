@@ -140,7 +140,7 @@ func runDemo(ctx context.Context, args []string) error {
 	fmt.Printf("  controller       %s\n", ctl)
 
 	sw, err := startChild(ctx, "switch", *verbose, "switch", "--dataplane", dp, "--p4rt", p4rt, "--drop", fmt.Sprint(*drop),
-		"--max-elements", fmt.Sprint(max(*pe, 256)))
+		"--max-elements", fmt.Sprint(max(*pe, 1024)))
 	if err != nil {
 		return err
 	}

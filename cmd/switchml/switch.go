@@ -23,7 +23,7 @@ func runSwitch(ctx context.Context, args []string) error {
 	dp := fs.String("dataplane", "127.0.0.1:48864", "UDP address of the data plane (workers send here)")
 	p4rt := fs.String("p4rt", "127.0.0.1:9559", "TCP address of the P4Runtime gRPC service")
 	slots := fs.Int("slots", softswitch.DefaultPipeline.Slots, "aggregation slots per set in the pool")
-	maxElements := fs.Int("max-elements", softswitch.DefaultPipeline.MaxElements, "largest number of values per packet (up to 2048)")
+	maxElements := fs.Int("max-elements", 1024, "largest number of values per packet (up to 2048); the pool holds slots x 2 x this many int32")
 	maxWorkers := fs.Int("max-workers", 256, "largest number of workers in a job")
 	deviceID := fs.Uint64("device-id", 1, "P4Runtime device id")
 	var faults transport.Faults
