@@ -1,5 +1,3 @@
-//go:build switchml
-
 package main
 
 import (

@@ -1,0 +1,116 @@
+package local_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"gorgonia.org/tensor"
+
+	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/switchml"
+	"github.com/switchml/switchml-go/switchml/local"
+)
+
+// TestJobOnEmbeddedFabric runs workers as goroutines against an embedded
+// switch and controller and checks every call type of the public API.
+func TestJobOnEmbeddedFabric(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fab, err := local.Start(ctx, local.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := fab.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}()
+	const n = 3
+	const size = 10_000
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = worker(ctx, fab.ControllerAddr(), r, n, size)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	if c := fab.Counters(); c[pipeline.StatMulticast] == 0 {
+		t.Fatalf("the switch multicast nothing: counters %v", c)
+	}
+}
+
+func worker(ctx context.Context, ctl string, rank, n, size int) error {
+	sess, err := switchml.Join(ctx, switchml.Config{Controller: ctl, Job: "embedded", Rank: rank, Workers: n, Lanes: 2, Window: 16})
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+
+	ints := make([]int32, size)
+	floats := make([]float32, size)
+	for i := range ints {
+		ints[i] = int32(i*(rank+1)) - 5000
+		floats[i] = float32(i%100) * 0.25 * float32(rank+1)
+	}
+	// Async calls complete in order.
+	hi := sess.StartInt32(ctx, ints)
+	hf := sess.StartFloat32(ctx, floats)
+	if err := hi.Wait(ctx); err != nil {
+		return fmt.Errorf("int32: %w", err)
+	}
+	if err := hf.Wait(ctx); err != nil {
+		return fmt.Errorf("float32: %w", err)
+	}
+	tri := n * (n + 1) / 2
+	for i := range ints {
+		if want := int32(i*tri) - int32(5000*n); ints[i] != want {
+			return fmt.Errorf("int32 element %d = %d, want %d", i, ints[i], want)
+		}
+		want := float32(i%100) * 0.25 * float32(tri)
+		if d := floats[i] - want; d > 1e-4 || d < -1e-4 {
+			return fmt.Errorf("float32 element %d = %v, want %v", i, floats[i], want)
+		}
+	}
+	// A gorgonia tensor.
+	tt := tensor.New(tensor.WithShape(4, 5), tensor.WithBacking(make([]float32, 20)))
+	for i := range 20 {
+		tt.Data().([]float32)[i] = float32(i + rank)
+	}
+	if err := sess.AllReduceTensor(ctx, tt); err != nil {
+		return fmt.Errorf("tensor: %w", err)
+	}
+	for i, v := range tt.Data().([]float32) {
+		if want := float32(n*i + n*(n-1)/2); v != want {
+			return fmt.Errorf("tensor element %d = %v, want %v", i, v, want)
+		}
+	}
+	if err := sess.AllReduceTensor(ctx, tensor.New(tensor.WithShape(2), tensor.WithBacking([]float64{1, 2}))); err == nil {
+		return fmt.Errorf("float64 tensor accepted")
+	}
+	// Bad input fails before anything is sent, and the session stays usable.
+	bad := []float32{1, float32(0) / float32(zero()), 3}
+	if err := sess.AllReduceFloat32(ctx, bad); err == nil {
+		return fmt.Errorf("NaN input accepted")
+	}
+	one := []int32{int32(rank)}
+	if err := sess.AllReduceInt32(ctx, one); err != nil {
+		return fmt.Errorf("after rejected input: %w", err)
+	}
+	if one[0] != int32(n*(n-1)/2) {
+		return fmt.Errorf("one-element sum %d", one[0])
+	}
+	return nil
+}
+
+func zero() int { return 0 }
