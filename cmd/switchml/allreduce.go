@@ -70,9 +70,15 @@ func runAllReduce(ctx context.Context, args []string) error {
 	seed := fs.Uint64("seed", 1, "seed of the tensor contents")
 	asJSON := fs.Bool("json", false, "print one JSON object with the results on stdout")
 	verify := fs.Bool("verify", true, "check every result against the exact sum")
+	startProfile := cpuProfileFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	stopProfile, err := startProfile()
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	size, err := dtypeSize(*dtype)
 	if err != nil {
 		return err

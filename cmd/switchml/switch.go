@@ -33,9 +33,15 @@ func runSwitch(ctx context.Context, args []string) error {
 	fs.Uint64Var(&faults.Seed, "seed", 1, "seed of the fault simulator")
 	statsEvery := fs.Duration("stats", 0, "log the pipeline counters at this interval (0: only at exit)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	startProfile := cpuProfileFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	stopProfile, err := startProfile()
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	log, err := newLogger(*logLevel)
 	if err != nil {
 		return err

@@ -494,6 +494,19 @@ func (p *Pipeline) ResetPool(first, count int) error {
 	return nil
 }
 
+// ClearRegisters zeroes every register of the pool, values and exponents
+// included, as a freshly loaded program has them.
+func (p *Pipeline) ClearRegisters() {
+	clear(p.bitmap)
+	clear(p.count)
+	clear(p.exponent)
+	clear(p.elements)
+	clear(p.job)
+	clear(p.packetID)
+	clear(p.used)
+	clear(p.values)
+}
+
 // Counter returns one stats counter.
 func (p *Pipeline) Counter(s Stat) uint64 {
 	if s >= NumStats {

@@ -626,3 +626,40 @@ func TestCompatRejectsOvertakenRetransmission(t *testing.T) {
 		t.Fatalf("next use: %v %v", out.Dests, rv)
 	}
 }
+
+func TestClearRegisters(t *testing.T) {
+	p, err := New(Config{Slots: 4, MaxElements: 8, MaxWorkers: 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{RegPoolBitmap, RegPoolCount, RegPoolExponent, RegPoolValues}
+	size := func(name string) int {
+		n, err := p.RegisterSize(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, name := range names {
+		if err := p.WriteRegister(name, size(name)-1, []int64{1}); err != nil {
+			t.Fatalf("write %s: %v", name, err)
+		}
+		if v, _ := p.ReadRegister(name, size(name)-1); len(v) == 0 || v[0] != 1 {
+			t.Fatalf("%s reads %v after writing 1", name, v)
+		}
+	}
+	p.ClearRegisters()
+	for _, name := range names {
+		for i := 0; i < size(name); i++ {
+			v, err := p.ReadRegister(name, i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range v {
+				if w != 0 {
+					t.Fatalf("%s[%d] = %v after ClearRegisters", name, i, v)
+				}
+			}
+		}
+	}
+}

@@ -447,6 +447,10 @@ func (s *P4Runtime) SetForwardingPipelineConfig(ctx context.Context, req *p4v1.S
 
 // clearForwardingState empties tables and groups and zeroes the pool and the
 // counters, as VERIFY_AND_COMMIT requires. Callers hold s.mu.
+// registerClearer is implemented by targets that can zero all their
+// registers at once.
+type registerClearer interface{ ClearRegisters() }
+
 func (s *P4Runtime) clearForwardingState() {
 	s.dp.Lock()
 	defer s.dp.Unlock()
@@ -465,10 +469,15 @@ func (s *P4Runtime) clearForwardingState() {
 	for _, id := range gk {
 		_ = s.target.DeleteMulticastGroup(id)
 	}
-	for _, r := range s.schema.registers {
-		n := s.target.RegisterSize(r.name)
-		for i := 0; i < n; i++ {
-			_ = s.target.WriteRegister(r.name, i, 0)
+	if c, ok := s.target.(registerClearer); ok {
+		// Millions of value cells: one memclr instead of a call per cell.
+		c.ClearRegisters()
+	} else {
+		for _, r := range s.schema.registers {
+			n := s.target.RegisterSize(r.name)
+			for i := 0; i < n; i++ {
+				_ = s.target.WriteRegister(r.name, i, 0)
+			}
 		}
 	}
 	s.counterBase = s.target.Counters(s.counterBase[:0])

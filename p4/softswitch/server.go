@@ -259,3 +259,5 @@ func (t pipelineTarget) Counters(dst []uint64) []uint64 {
 	c := t.p.Counters()
 	return append(dst, c[:]...)
 }
+
+func (t pipelineTarget) ClearRegisters() { t.p.ClearRegisters() }
