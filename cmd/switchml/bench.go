@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -22,17 +20,17 @@ var benchSystems = []string{"switchml", "gloo", "ring", "mpi"}
 
 // benchOptions are the parsed flags of switchml bench.
 type benchOptions struct {
-	Name     string   `json:"name"`
-	Out      string   `json:"out"`
-	Modes    []string `json:"modes"`
-	Systems  []string `json:"systems"`
-	Sweeps   []string `json:"sweeps"`
-	Workers  []int    `json:"workers"`
-	Size     int64    `json:"size_bytes"`
-	Sizes    []int64  `json:"sizes_bytes"`
-	TuneSize int64    `json:"tune_size_bytes"`
-	Rate     float64  `json:"rate_mbit"`
-	Rates    []float64
+	Name     string    `json:"name"`
+	Out      string    `json:"out"`
+	Modes    []string  `json:"modes"`
+	Systems  []string  `json:"systems"`
+	Sweeps   []string  `json:"sweeps"`
+	Workers  []int     `json:"workers"`
+	Size     int64     `json:"size_bytes"`
+	Sizes    []int64   `json:"sizes_bytes"`
+	TuneSize int64     `json:"tune_size_bytes"`
+	Rate     float64   `json:"rate_mbit"`
+	Rates    []float64 `json:"rates_mbit"`
 
 	BaseWorkers    int   `json:"base_workers"`
 	PacketElements int   `json:"packet_elements"`
@@ -40,22 +38,25 @@ type benchOptions struct {
 	Window         int   `json:"window"`
 	Windows        []int `json:"window_sweep"`
 	Lanes          int   `json:"lanes"`
+	// SMLTimeout is SwitchML's retransmission timeout; zero keeps the
+	// library's default.
+	SMLTimeout time.Duration `json:"switchml_timeout_ns"`
 
 	LoopbackWorkers int   `json:"loopback_workers"`
 	LoopbackSize    int64 `json:"loopback_size_bytes"`
 
-	Iters   int  `json:"iters"`
-	Warmup  int  `json:"warmup"`
-	Verify  bool `json:"verify"`
-	MTU     int  `json:"mtu"`
-	Burst   int  `json:"tbf_burst_bytes"`
-	Limit   int  `json:"tbf_limit_bytes"`
-	Prefix  string
-	Subnet  string
-	Python  string `json:"python"`
-	Timeout time.Duration
-	DryRun  bool `json:"-"`
-	Verbose bool `json:"-"`
+	Iters   int           `json:"iters"`
+	Warmup  int           `json:"warmup"`
+	Verify  bool          `json:"verify"`
+	MTU     int           `json:"mtu"`
+	Burst   int           `json:"tbf_burst_bytes"`
+	Limit   int           `json:"tbf_limit_bytes"`
+	Prefix  string        `json:"prefix"`
+	Subnet  string        `json:"subnet"`
+	Python  string        `json:"python"`
+	Timeout time.Duration `json:"point_timeout_ns"`
+	DryRun  bool          `json:"-"`
+	Verbose bool          `json:"-"`
 }
 
 const benchSynopsis = `[flags]
@@ -96,6 +97,7 @@ func runBench(ctx context.Context, args []string) error {
 	fs.IntVar(&o.Window, "window", 64, "SwitchML packets in flight per lane")
 	windowSweep := fs.String("window-sweep", "16,32,64,128", "windows of the window sweep")
 	fs.IntVar(&o.Lanes, "lanes", 4, "SwitchML lanes per worker")
+	fs.DurationVar(&o.SMLTimeout, "switchml-timeout", 0, "SwitchML retransmission timeout (default: the library's)")
 	fs.IntVar(&o.LoopbackWorkers, "loopback-workers", 4, "workers of the loopback comparison")
 	loopbackSize := fs.String("loopback-size", "64MiB", "tensor size of the loopback comparison")
 	fs.IntVar(&o.Iters, "iters", 5, "timed repetitions per point (at least 5 for quoted results)")
@@ -388,5 +390,3 @@ func fmtBytes(b int64) string {
 	}
 	return fmt.Sprintf("%dB", b)
 }
-
-var _ = flag.ErrHelp

@@ -1,0 +1,454 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/switchml/switchml-go/benchmarks/rack"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+var systemNames = map[string]string{"switchml": "SwitchML", "gloo": "Gloo", "ring": "Ring (Go)", "mpi": "OpenMPI"}
+
+// benchIndex finds results by their sweep and coordinates.
+type benchIndex struct {
+	f *benchFile
+}
+
+func (x benchIndex) in(sweep, mode string) []benchResult {
+	var out []benchResult
+	for _, r := range x.f.Results {
+		if r.Mode == mode && slices.Contains(r.Sweeps, sweep) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// one returns the successful result of system among rs where key(r) == v.
+func one[T comparable](rs []benchResult, system string, key func(benchResult) T, v T) (benchResult, bool) {
+	for _, r := range rs {
+		if r.System == system && key(r) == v && r.Error == "" {
+			return r, true
+		}
+	}
+	return benchResult{}, false
+}
+
+// values lists the distinct key values among rs, sorted.
+func values[T int | int64 | float64](rs []benchResult, key func(benchResult) T) []T {
+	var out []T
+	for _, r := range rs {
+		if !slices.Contains(out, key(r)) {
+			out = append(out, key(r))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func systemsIn(rs []benchResult) []string {
+	var out []string
+	for _, s := range benchSystems {
+		if slices.ContainsFunc(rs, func(r benchResult) bool { return r.System == s }) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func byWorkers(r benchResult) int        { return r.Workers }
+func byBytes(r benchResult) int64        { return r.Bytes }
+func byRate(r benchResult) float64       { return r.RateMbit }
+func byPacket(r benchResult) int         { return r.PacketElements }
+func byWindow(r benchResult) int         { return r.Window }
+func bySystem(r benchResult) string      { return r.System }
+func cell(r benchResult, ok bool) string { return cellf(r, ok, "%.3f", r.MedianTAT) }
+
+func cellf(r benchResult, ok bool, format string, v float64) string {
+	if !ok {
+		return "–"
+	}
+	return fmt.Sprintf(format, v)
+}
+
+func ratio(base, ours benchResult, ok1, ok2 bool) string {
+	if !ok1 || !ok2 || ours.MedianTAT == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2fx", base.MedianTAT/ours.MedianTAT)
+}
+
+// writeBenchReport writes summary.md and the plots, and returns the summary.
+func writeBenchReport(dir string, f *benchFile) (string, error) {
+	x := benchIndex{f}
+	o := f.Options
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	env := f.Environment
+	p("# Allreduce benchmark: %s\n\n", o.Name)
+	p("Run %v on %v (%v CPUs, Linux %v, %v), commit %.12v.\n", env["time"], env["cpu"], env["cpus"], env["kernel"], env["go"], env["commit"])
+	p("Command: `%v`\n\n", env["command"])
+	p("Every figure is the median of %d timed allreduces after %d warm-up, of one float32 tensor; the TAT of a repetition is the slowest worker's (all start together after a barrier). "+
+		"Goodput = tensor bits / TAT; link efficiency = goodput / port rate. Speedup = baseline TAT / SwitchML TAT. "+
+		"Rack: one network namespace per worker, veth ports to a bridge in the switch's namespace, each port shaped by tbf in both directions. "+
+		"SwitchML runs the software switch and the controller in the switch's namespace. All files: results.json (every repetition, per-worker times, CPU, tbf counters).\n\n", o.Iters, o.Warmup)
+	if ports, ok := env["ports"].([]any); ok {
+		p("| port rate | tbf burst | tbf limit | UDP probe (frames) |\n|---|---|---|---|\n")
+		for _, e := range ports {
+			m, _ := e.(map[string]any)
+			probe, _ := m["udp_probe"].(rack.UDPProbe)
+			p("| %v Mbit/s | %v B | %v B | %.1f Mbit/s |\n", m["rate_mbit"], m["tbf_burst_bytes"], m["tbf_limit_bytes"], probe.FrameMbit)
+		}
+		p("\n")
+	}
+
+	goals(&b, x, o)
+
+	// Workers sweep.
+	if rs := x.in("workers", "rack"); len(rs) > 0 {
+		p("## Rack: TAT against workers (%s, %g Mbit/s ports, SwitchML k=%d, W=%d, %d lanes)\n\n", fmtBytes(o.Size), o.Rate, o.PacketElements, o.Window, o.Lanes)
+		systems := systemsIn(rs)
+		p("| workers |")
+		for _, s := range systems {
+			p(" %s TAT (s) |", systemNames[s])
+		}
+		p(" SwitchML efficiency | Gloo / SwitchML | Ring / SwitchML | ideal ring / SwitchML | SwitchML retransmits | tbf drops |\n|---|")
+		for range systems {
+			p("---|")
+		}
+		p("---|---|---|---|---|---|\n")
+		for _, n := range values(rs, byWorkers) {
+			sm, okS := one(rs, "switchml", byWorkers, n)
+			gl, okG := one(rs, "gloo", byWorkers, n)
+			rg, okR := one(rs, "ring", byWorkers, n)
+			p("| %d |", n)
+			for _, s := range systems {
+				r, ok := one(rs, s, byWorkers, n)
+				p(" %s |", cell(r, ok))
+			}
+			p(" %s | %s | %s | %.2fx | %s | %s |\n", cellf(sm, okS, "%.3f", sm.LinkEfficiency), ratio(gl, sm, okG, okS), ratio(rg, sm, okR, okS),
+				2*float64(n-1)/float64(n), cellf(sm, okS, "%.0f", float64(sm.Retransmits)), cellf(sm, okS, "%.0f", float64(sm.QdiscDrops)))
+		}
+		p("\n![TAT against workers](tat_vs_workers.png) ![speedup against workers](speedup_vs_workers.png)\n\n")
+		if err := plotSweep(filepath.Join(dir, "tat_vs_workers.png"), "TAT against workers ("+fmtBytes(o.Size)+fmt.Sprintf(", %g Mbit/s ports)", o.Rate),
+			"workers", "median TAT (s)", rs, func(r benchResult) float64 { return float64(r.Workers) }, func(r benchResult) float64 { return r.MedianTAT }, false); err != nil {
+			return "", err
+		}
+		if err := plotSpeedup(filepath.Join(dir, "speedup_vs_workers.png"), rs, o); err != nil {
+			return "", err
+		}
+	}
+
+	// Sizes sweep.
+	if rs := x.in("sizes", "rack"); len(rs) > 0 {
+		p("## Rack: goodput against tensor size (%d workers, %g Mbit/s ports)\n\n", o.BaseWorkers, o.Rate)
+		systems := systemsIn(rs)
+		p("| size |")
+		for _, s := range systems {
+			p(" %s TAT (s) | %s Mbit/s |", systemNames[s], systemNames[s])
+		}
+		p(" Gloo / SwitchML | Ring / SwitchML |\n|---|")
+		for range systems {
+			p("---|---|")
+		}
+		p("---|---|\n")
+		for _, sz := range values(rs, byBytes) {
+			p("| %s |", fmtBytes(sz))
+			for _, s := range systems {
+				r, ok := one(rs, s, byBytes, sz)
+				p(" %s | %s |", cell(r, ok), cellf(r, ok, "%.1f", r.GoodputMbit))
+			}
+			sm, okS := one(rs, "switchml", byBytes, sz)
+			gl, okG := one(rs, "gloo", byBytes, sz)
+			rg, okR := one(rs, "ring", byBytes, sz)
+			p(" %s | %s |\n", ratio(gl, sm, okG, okS), ratio(rg, sm, okR, okS))
+		}
+		p("\n![goodput against size](goodput_vs_size.png)\n\n")
+		if err := plotSweep(filepath.Join(dir, "goodput_vs_size.png"), fmt.Sprintf("Goodput against tensor size (%d workers, %g Mbit/s ports)", o.BaseWorkers, o.Rate),
+			"tensor size (MiB)", "goodput per worker (Mbit/s)", rs, func(r benchResult) float64 { return float64(r.Bytes) / (1 << 20) },
+			func(r benchResult) float64 { return r.GoodputMbit }, true); err != nil {
+			return "", err
+		}
+	}
+
+	// Rates sweep.
+	if rs := x.in("rates", "rack"); len(rs) > 0 {
+		p("## Rack: port rate (%d workers, %s)\n\n", o.BaseWorkers, fmtBytes(o.TuneSize))
+		systems := systemsIn(rs)
+		p("| rate (Mbit/s) |")
+		for _, s := range systems {
+			p(" %s TAT (s) | %s efficiency |", systemNames[s], systemNames[s])
+		}
+		p(" Gloo / SwitchML | Ring / SwitchML |\n|---|")
+		for range systems {
+			p("---|---|")
+		}
+		p("---|---|\n")
+		for _, rate := range values(rs, byRate) {
+			p("| %g |", rate)
+			for _, s := range systems {
+				r, ok := one(rs, s, byRate, rate)
+				p(" %s | %s |", cell(r, ok), cellf(r, ok, "%.3f", r.LinkEfficiency))
+			}
+			sm, okS := one(rs, "switchml", byRate, rate)
+			gl, okG := one(rs, "gloo", byRate, rate)
+			rg, okR := one(rs, "ring", byRate, rate)
+			p(" %s | %s |\n", ratio(gl, sm, okG, okS), ratio(rg, sm, okR, okS))
+		}
+		p("\n![link efficiency against rate](efficiency_vs_rate.png)\n\n")
+		if err := plotSweep(filepath.Join(dir, "efficiency_vs_rate.png"), fmt.Sprintf("Link efficiency against port rate (%d workers, %s)", o.BaseWorkers, fmtBytes(o.TuneSize)),
+			"port rate (Mbit/s)", "goodput / port rate", rs, func(r benchResult) float64 { return r.RateMbit },
+			func(r benchResult) float64 { return r.LinkEfficiency }, false); err != nil {
+			return "", err
+		}
+	}
+
+	// SwitchML knobs.
+	for _, k := range []struct {
+		sweep, title, col, file string
+		key                     func(benchResult) int
+	}{
+		{"packet", "values per packet", "k (payload bytes)", "efficiency_vs_packet_elements.png", byPacket},
+		{"window", "window (packets in flight per lane)", "window", "efficiency_vs_window.png", byWindow},
+	} {
+		rs := x.in(k.sweep, "rack")
+		if len(rs) == 0 {
+			continue
+		}
+		p("## SwitchML: %s (%d workers, %s, %g Mbit/s ports)\n\n", k.title, o.BaseWorkers, fmtBytes(o.TuneSize), o.Rate)
+		p("| %s | TAT (s) | min–max (s) | efficiency | retransmits | tbf drops | switch CPU / TAT | machine busy |\n|---|---|---|---|---|---|---|---|\n", k.col)
+		for _, v := range values(rs, k.key) {
+			r, ok := one(rs, "switchml", k.key, v)
+			label := fmt.Sprint(v)
+			if k.sweep == "packet" {
+				label = fmt.Sprintf("%d (%d B)", v, 4*v)
+			}
+			if !ok {
+				p("| %s | failed | | | | | | |\n", label)
+				continue
+			}
+			p("| %s | %.3f | %.3f–%.3f | %.3f | %d | %d | %s | %.0f%% |\n", label, r.MedianTAT, r.MinTAT, r.MaxTAT, r.LinkEfficiency,
+				r.Retransmits, r.QdiscDrops, switchShare(r), 100*r.MachineBusy)
+		}
+		p("\n![%s](%s)\n\n", k.title, k.file)
+		if err := plotSweep(filepath.Join(dir, k.file), "SwitchML link efficiency against "+k.title, k.col, "goodput / port rate", rs,
+			func(r benchResult) float64 { return float64(k.key(r)) }, func(r benchResult) float64 { return r.LinkEfficiency }, true); err != nil {
+			return "", err
+		}
+	}
+
+	// Loopback.
+	if rs := x.in("loopback", "loopback"); len(rs) > 0 {
+		p("## Loopback: CPU cost (%d workers on 127.0.0.1, %s)\n\n", o.LoopbackWorkers, fmtBytes(o.LoopbackSize))
+		p("Here every process shares the machine's %v CPUs, so this measures CPU per byte, not the network. "+
+			"Worker CPU: SwitchML and Ring count the whole Go process (start-up is milliseconds; SwitchML runs without verification here), "+
+			"Gloo and OpenMPI only their allreduce loop. OpenMPI uses its TCP transport on lo.\n\n", env["cpus"])
+		p("| system | TAT (s) | min–max (s) | goodput (Mbit/s) | worker CPU per allreduce (s, all workers) | switch CPU per allreduce (s) | CPU s per GiB reduced | machine busy | TAT / SwitchML |\n|---|---|---|---|---|---|---|---|---|\n")
+		sm, okS := one(rs, "switchml", bySystem, "switchml")
+		for _, s := range systemsIn(rs) {
+			r, ok := one(rs, s, bySystem, s)
+			if !ok {
+				msg := "failed"
+				for _, e := range rs {
+					if e.System == s {
+						msg = firstLine(e.Error)
+					}
+				}
+				p("| %s | %s | | | | | | | |\n", systemNames[s], strings.ReplaceAll(msg, "|", "/"))
+				continue
+			}
+			cpu := r.WorkerCPUPerOp + r.SwitchCPUPerOp
+			sw := "–"
+			if r.SwitchCPU != nil {
+				sw = fmt.Sprintf("%.3f", r.SwitchCPUPerOp)
+			}
+			p("| %s | %.3f | %.3f–%.3f | %.0f | %.3f | %s | %.2f | %.0f%% | %s |\n", systemNames[s], r.MedianTAT, r.MinTAT, r.MaxTAT, r.GoodputMbit,
+				r.WorkerCPUPerOp, sw, cpu/(float64(r.Bytes)/(1<<30)), 100*r.MachineBusy, ratio(r, sm, ok, okS))
+		}
+		p("\n")
+	}
+
+	// Where SwitchML's time goes.
+	var sms []benchResult
+	for _, r := range f.Results {
+		if r.System == "switchml" && r.Mode == "rack" && r.Error == "" {
+			sms = append(sms, r)
+		}
+	}
+	if len(sms) > 0 {
+		p("## SwitchML on the rack: what limits it\n\n")
+		p("Switch CPU / TAT is the software switch's CPU time during the point over the time spent in timed and warm-up allreduces (1.0 = one core busy). "+
+			"Machine busy and softirq are fractions of all %v CPUs over the whole point (verification and start-up included). "+
+			"Drops are tbf queue overflows (tc -s qdisc), upload = worker to bridge, download = bridge to worker.\n\n", env["cpus"])
+		p("| point | efficiency | retransmits | switch CPU / TAT | worker CPU per allreduce (s, all) | machine busy | softirq | tbf drops up | tbf drops down |\n|---|---|---|---|---|---|---|---|---|\n")
+		for _, r := range sms {
+			var up, down uint64
+			for _, q := range r.Qdisc {
+				if q.Direction == "upload" {
+					up += q.Drops
+				} else {
+					down += q.Drops
+				}
+			}
+			p("| %s | %.3f | %d | %s | %.2f | %.0f%% | %.0f%% | %d | %d |\n", strings.Join(strings.Fields(r.benchPoint.String())[1:], " "), r.LinkEfficiency, r.Retransmits,
+				switchShare(r), r.WorkerCPUPerOp, 100*r.MachineBusy, 100*r.MachineSoftirq, up, down)
+		}
+		p("\n")
+	}
+
+	var failed []benchResult
+	for _, r := range f.Results {
+		if r.Error != "" {
+			failed = append(failed, r)
+		}
+	}
+	if len(failed) > 0 {
+		p("## Points that did not run\n\n")
+		for _, r := range failed {
+			p("- %s: %s\n", r.benchPoint, strings.ReplaceAll(firstLine(r.Error), "\n", " "))
+		}
+		p("\n")
+	}
+	if w, ok := env["gloo_skipped"]; ok {
+		p("Gloo skipped: %v\n\n", w)
+	}
+	if w, ok := env["mpi_skipped"]; ok {
+		p("OpenMPI skipped: %v\n\n", w)
+	}
+	s := b.String()
+	return s, os.WriteFile(filepath.Join(dir, "summary.md"), []byte(s), 0o644)
+}
+
+// switchShare is the switch's CPU time per allreduce over the median TAT:
+// the share of one core the switch needed.
+func switchShare(r benchResult) string {
+	if r.SwitchCPU == nil || r.MedianTAT == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", r.SwitchCPUPerOp/r.MedianTAT)
+}
+
+func goals(b *strings.Builder, x benchIndex, o benchOptions) {
+	rs := x.in("workers", "rack")
+	if len(rs) == 0 {
+		return
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	met := func(ok bool) string {
+		if ok {
+			return "yes"
+		}
+		return "**no**"
+	}
+	p("## Goals (rack, %s, %g Mbit/s, k=%d)\n\n| goal | target | measured | met |\n|---|---|---|---|\n", fmtBytes(o.Size), o.Rate, o.PacketElements)
+	if sm, ok := one(rs, "switchml", byWorkers, 4); ok {
+		p("| SwitchML link efficiency, 4 workers | ≥ 0.88 | %.3f | %s |\n", sm.LinkEfficiency, met(sm.LinkEfficiency >= 0.88))
+	}
+	for _, g := range []struct {
+		n      int
+		target float64
+	}{{4, 1.4}, {8, 2.0}} {
+		sm, ok1 := one(rs, "switchml", byWorkers, g.n)
+		gl, ok2 := one(rs, "gloo", byWorkers, g.n)
+		if ok1 && ok2 {
+			s := gl.MedianTAT / sm.MedianTAT
+			p("| speedup over Gloo, %d workers | ≥ %.1fx | %.2fx (%.2f s / %.2f s) | %s |\n", g.n, g.target, s, gl.MedianTAT, sm.MedianTAT, met(s >= g.target))
+		}
+	}
+	s2, ok2 := one(rs, "switchml", byWorkers, 2)
+	s8, ok8 := one(rs, "switchml", byWorkers, 8)
+	if ok2 && ok8 {
+		d := s8.MedianTAT/s2.MedianTAT - 1
+		p("| SwitchML TAT, 8 workers against 2 | within 10%% | %+.1f%% (%.2f s / %.2f s) | %s |\n", 100*d, s8.MedianTAT, s2.MedianTAT, met(math.Abs(d) <= 0.10))
+	}
+	p("\n")
+}
+
+// plotSweep draws y against x for every system in rs.
+func plotSweep(path, title, xlabel, ylabel string, rs []benchResult, xf, yf func(benchResult) float64, logX bool) error {
+	pl := plot.New()
+	pl.Title.Text = title
+	pl.X.Label.Text = xlabel
+	pl.Y.Label.Text = ylabel
+	if logX {
+		pl.X.Scale = plot.LogScale{}
+		pl.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	}
+	pl.Legend.Top = true
+	pl.Legend.Left = true
+	var args []any
+	for _, s := range systemsIn(rs) {
+		var pts plotter.XYs
+		for _, r := range rs {
+			if r.System == s && r.Error == "" {
+				pts = append(pts, plotter.XY{X: xf(r), Y: yf(r)})
+			}
+		}
+		slices.SortFunc(pts, func(a, b plotter.XY) int { return cmpFloat(a.X, b.X) })
+		if len(pts) > 0 {
+			args = append(args, systemNames[s], pts)
+		}
+	}
+	if len(args) == 0 {
+		return nil
+	}
+	if err := plotutil.AddLinePoints(pl, args...); err != nil {
+		return err
+	}
+	pl.Y.Min = 0
+	return pl.Save(7*vg.Inch, 4.5*vg.Inch, path)
+}
+
+func plotSpeedup(path string, rs []benchResult, o benchOptions) error {
+	pl := plot.New()
+	pl.Title.Text = fmt.Sprintf("SwitchML speedup against workers (%s, %g Mbit/s ports)", fmtBytes(o.Size), o.Rate)
+	pl.X.Label.Text = "workers"
+	pl.Y.Label.Text = "baseline TAT / SwitchML TAT"
+	pl.Legend.Top = true
+	pl.Legend.Left = true
+	var args []any
+	var ideal plotter.XYs
+	for _, base := range []string{"gloo", "ring"} {
+		var pts plotter.XYs
+		for _, n := range values(rs, byWorkers) {
+			sm, ok1 := one(rs, "switchml", byWorkers, n)
+			b, ok2 := one(rs, base, byWorkers, n)
+			if ok1 && ok2 {
+				pts = append(pts, plotter.XY{X: float64(n), Y: b.MedianTAT / sm.MedianTAT})
+			}
+		}
+		if len(pts) > 0 {
+			args = append(args, "over "+systemNames[base], pts)
+		}
+	}
+	for _, n := range values(rs, byWorkers) {
+		ideal = append(ideal, plotter.XY{X: float64(n), Y: 2 * float64(n-1) / float64(n)})
+	}
+	if len(args) == 0 {
+		return nil
+	}
+	args = append(args, "ideal over a line-rate ring, 2(n-1)/n", ideal)
+	if err := plotutil.AddLinePoints(pl, args...); err != nil {
+		return err
+	}
+	pl.Y.Min = 0
+	return pl.Save(7*vg.Inch, 4.5*vg.Inch, path)
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
