@@ -95,7 +95,7 @@ func runBench(ctx context.Context, args []string) error {
 	fs.IntVar(&o.PacketElements, "packet-elements", 256, "SwitchML values per packet (256 = 1024-byte payloads)")
 	packetSweep := fs.String("packet-sweep", "64,128,256", "values per packet of the packet sweep")
 	fs.IntVar(&o.Window, "window", 64, "SwitchML packets in flight per lane")
-	windowSweep := fs.String("window-sweep", "16,32,64,128", "windows of the window sweep")
+	windowSweep := fs.String("window-sweep", "16,32,64", "windows of the window sweep")
 	fs.IntVar(&o.Lanes, "lanes", 4, "SwitchML lanes per worker")
 	fs.DurationVar(&o.SMLTimeout, "switchml-timeout", 0, "SwitchML retransmission timeout (default: the library's)")
 	fs.IntVar(&o.LoopbackWorkers, "loopback-workers", 4, "workers of the loopback comparison")
@@ -111,9 +111,13 @@ func runBench(ctx context.Context, args []string) error {
 	fs.StringVar(&o.Python, "python", "/usr/bin/python3", "Python with PyTorch, for Gloo")
 	fs.DurationVar(&o.Timeout, "point-timeout", 0, "give up on a point after this long (default: from the size and rate)")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "print the points and exit")
+	report := fs.String("report", "", "rewrite summary.md and the plots of an earlier run from its directory's results.json, and exit")
 	fs.BoolVar(&o.Verbose, "v", false, "show every process's log")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *report != "" {
+		return rewriteBenchReport(*report)
 	}
 	var err error
 	bad := func(name string, e error) error {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -86,6 +87,24 @@ func ratio(base, ours benchResult, ok1, ok2 bool) string {
 	return fmt.Sprintf("%.2fx", base.MedianTAT/ours.MedianTAT)
 }
 
+// rewriteBenchReport regenerates the summary and plots of the run in dir.
+func rewriteBenchReport(dir string) error {
+	data, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		return err
+	}
+	var f benchFile
+	if err := json.Unmarshal(data, &f); err != nil {
+		return fmt.Errorf("%s: %w", filepath.Join(dir, "results.json"), err)
+	}
+	s, err := writeBenchReport(dir, &f)
+	if err != nil {
+		return err
+	}
+	fmt.Print(s)
+	return nil
+}
+
 // writeBenchReport writes summary.md and the plots, and returns the summary.
 func writeBenchReport(dir string, f *benchFile) (string, error) {
 	x := benchIndex{f}
@@ -96,6 +115,7 @@ func writeBenchReport(dir string, f *benchFile) (string, error) {
 	p("# Allreduce benchmark: %s\n\n", o.Name)
 	p("Run %v on %v (%v CPUs, Linux %v, %v), commit %.12v.\n", env["time"], env["cpu"], env["cpus"], env["kernel"], env["go"], env["commit"])
 	p("Command: `%v`\n\n", env["command"])
+	p("Load average (all users of this shared machine) at the start: %v, at the end: %v.\n\n", env["loadavg_start"], env["loadavg_end"])
 	p("Every figure is the median of %d timed allreduces after %d warm-up, of one float32 tensor; the TAT of a repetition is the slowest worker's (all start together after a barrier). "+
 		"Goodput = tensor bits / TAT; link efficiency = goodput / port rate. Speedup = baseline TAT / SwitchML TAT. "+
 		"Rack: one network namespace per worker, veth ports to a bridge in the switch's namespace, each port shaped by tbf in both directions. "+
@@ -104,8 +124,14 @@ func writeBenchReport(dir string, f *benchFile) (string, error) {
 		p("| port rate | tbf burst | tbf limit | UDP probe (frames) |\n|---|---|---|---|\n")
 		for _, e := range ports {
 			m, _ := e.(map[string]any)
-			probe, _ := m["udp_probe"].(rack.UDPProbe)
-			p("| %v Mbit/s | %v B | %v B | %.1f Mbit/s |\n", m["rate_mbit"], m["tbf_burst_bytes"], m["tbf_limit_bytes"], probe.FrameMbit)
+			var frame any = "–"
+			switch probe := m["udp_probe"].(type) {
+			case rack.UDPProbe:
+				frame = fmt.Sprintf("%.1f", probe.FrameMbit)
+			case map[string]any: // read back from results.json
+				frame = fmt.Sprintf("%.1f", probe["frame_mbit"])
+			}
+			p("| %v Mbit/s | %v B | %v B | %v Mbit/s |\n", m["rate_mbit"], m["tbf_burst_bytes"], m["tbf_limit_bytes"], frame)
 		}
 		p("\n")
 	}

@@ -142,6 +142,7 @@ func runBenchPoints(ctx context.Context, o *benchOptions, points []benchPoint) e
 		}
 	}
 	b.close()
+	b.file.Environment["loadavg_end"] = loadAvg()
 	if err := b.save(); err != nil {
 		return err
 	}
@@ -808,6 +809,7 @@ func benchEnvironment() map[string]any {
 		"cpus":   runtime.NumCPU(),
 		"goarch": runtime.GOARCH,
 	}
+	env["loadavg_start"] = loadAvg()
 	if h, err := os.Hostname(); err == nil {
 		env["hostname"] = h
 	}
@@ -829,4 +831,16 @@ func benchEnvironment() map[string]any {
 		env["commit"] = strings.TrimSpace(string(out))
 	}
 	return env
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
 }
