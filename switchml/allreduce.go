@@ -204,11 +204,13 @@ func (s *Session) execute(h *Handle) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.stats.Packets, s.stats.Retransmits = 0, 0
+	s.stats.Packets, s.stats.Retransmits, s.stats.RTT, s.stats.Timeout = 0, 0, 0, 0
 	for _, l := range s.lanes {
 		st := l.eng.Stats()
 		s.stats.Packets += st.Sent + st.Retransmits
 		s.stats.Retransmits += st.Retransmits
+		rtt, rto := l.eng.RTT()
+		s.stats.RTT, s.stats.Timeout = max(s.stats.RTT, rtt), max(s.stats.Timeout, rto)
 	}
 	if first != nil {
 		// Some lane stopped mid-op: its slots are out of step with the

@@ -64,6 +64,9 @@ type Stats struct {
 	Packets     uint64 // packets sent, first transmissions and retransmissions
 	Retransmits uint64 // packets sent again after a timeout
 	Elements    uint64 // elements reduced
+	// RTT is the largest lane estimate of the lower quartile of result
+	// round trips, Timeout the largest lane retransmission timeout.
+	RTT, Timeout time.Duration
 }
 
 // Join registers this worker with the controller and waits until every rank

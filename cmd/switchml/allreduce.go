@@ -31,6 +31,8 @@ type allreduceReport struct {
 	Verified       bool      `json:"verified"`
 	Error          string    `json:"error,omitempty"`
 	Retransmits    uint64    `json:"retransmits"`
+	RTTMillis      float64   `json:"rtt_ms"`
+	TimeoutMillis  float64   `json:"timeout_ms"`
 	CPUUserS       float64   `json:"cpu_user_s"`
 	CPUSysS        float64   `json:"cpu_sys_s"`
 }
@@ -177,6 +179,8 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, ele
 			}
 		}
 	}
-	rep.Retransmits = sess.Stats().Retransmits
+	st := sess.Stats()
+	rep.Retransmits = st.Retransmits
+	rep.RTTMillis, rep.TimeoutMillis = st.RTT.Seconds()*1e3, st.Timeout.Seconds()*1e3
 	return nil
 }

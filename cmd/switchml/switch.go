@@ -61,7 +61,7 @@ func runSwitch(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	conn, err := transport.Listen(*dp, transport.Options{Batch: 128, SocketBuffer: 16 << 20})
+	conn, err := transport.Listen(*dp, transport.Options{Batch: 128, SocketBuffer: 4 << 20})
 	if err != nil {
 		return err
 	}

@@ -95,6 +95,16 @@ type Config struct {
 	// timeouts without progress keeps long ops on lossy links alive while
 	// a dead switch or peer still ends the op.
 	MaxTimeouts int
+	// FixedTimeout keeps the retransmission timeout at Timeout (doubled
+	// only by back-off), as the reference client does. By default the
+	// timeout follows the measured round-trip time of results (three times
+	// its lower quartile, never below Timeout): a window queued behind a
+	// shaped link or a loaded host's scheduler takes longer than 10 ms, and
+	// resending what is merely queued adds to the load. The lower quartile
+	// and not the mean, because a result also waits for the slowest peer's
+	// contribution: under heavy loss most results wait for some peer's
+	// timeout, and a mean would chase the timeout upward.
+	FixedTimeout bool
 }
 
 // withDefaults fills zero fields and validates the rest.
@@ -182,6 +192,9 @@ type slotState struct {
 	dataExp  int8 // exponent of the data the packet carries (block packet-win)
 	queued   bool // waiting in the send queue
 	sentOnce bool
+	retried  bool          // sent more than once
+	sentAt   time.Duration // first transmission of the packet
+	lastSent time.Duration // latest transmission
 	deadline time.Duration
 	// Intrusive timer list, in deadline order (see Lane.timerHead).
 	prev, next int32
@@ -216,6 +229,9 @@ type Lane struct {
 	timeout      time.Duration
 	sinceBackoff int
 	noProgress   int // consecutive timeouts without a result
+	// rttQ estimates the lower quartile of result round-trip times,
+	// carried across ops; zero until the first sample.
+	rttQ time.Duration
 
 	slots []slotState
 	// Send queue: a ring of slot indices.
@@ -292,7 +308,7 @@ func (l *Lane) Start(op Op, now time.Duration) error {
 	l.pidBase = l.nextPID
 	l.nextPID += uint32(l.total)
 	l.now = max(l.now, now)
-	l.timeout = l.cfg.Timeout
+	l.timeout = l.rto()
 	l.sinceBackoff = 0
 	l.noProgress = 0
 	l.qHead, l.qLen = 0, 0
@@ -316,6 +332,7 @@ func (l *Lane) assign(s, p int) {
 	st.set = l.nextSet[s]
 	l.nextSet[s] ^= 1
 	st.sentOnce = false
+	st.retried = false
 	l.enqueue(s)
 }
 
@@ -518,10 +535,13 @@ func (l *Lane) AppendPacket(b []byte) ([]byte, bool) {
 	}
 	if st.sentOnce {
 		l.stats.Retransmits++
+		st.retried = true
 	} else {
 		l.stats.Sent++
 		st.sentOnce = true
+		st.sentAt = l.now
 	}
+	st.lastSent = l.now
 	l.timerAppend(s, l.now+l.timeout)
 	return b, true
 }
@@ -565,6 +585,15 @@ func (l *Lane) Receive(pkt []byte, now time.Duration) {
 	l.stats.Results++
 	l.noProgress = 0
 	l.timerRemove(s)
+	if !st.retried {
+		l.sampleRTT(l.now-st.sentAt, false)
+	} else {
+		// Ambiguous (Karn): the result answers some copy, but the time
+		// since the latest copy is a lower bound of the round trip. It
+		// may only raise the estimate; without it a timeout below the
+		// round trip would resend every packet and never learn.
+		l.sampleRTT(l.now-st.lastSent, true)
+	}
 	if db := l.dataBlock(p); db >= 0 {
 		lo, hi := l.block(db)
 		n := l.cfg.NumWorkers
@@ -596,6 +625,41 @@ func (l *Lane) Receive(pkt []byte, now time.Duration) {
 		l.timerHead, l.timerTail = -1, -1
 	}
 }
+
+// rto is the retransmission timeout the measurements suggest.
+func (l *Lane) rto() time.Duration {
+	if l.cfg.FixedTimeout || l.rttQ == 0 {
+		return l.cfg.Timeout
+	}
+	return min(max(3*l.rttQ, l.cfg.Timeout), l.cfg.MaxTimeout)
+}
+
+// sampleRTT moves the lower-quartile estimate towards one sample: up by
+// q/32 when the sample is above it, down by 3q/32 when below, which settles
+// where a quarter of the samples fall below. Within an op the timeout only
+// grows: timers are kept in a list sorted by deadline, which stays sorted
+// only while every new timer ends no earlier than the last. A smaller
+// estimate takes effect at the next op.
+func (l *Lane) sampleRTT(rtt time.Duration, lowerBound bool) {
+	if l.cfg.FixedTimeout || rtt <= 0 {
+		return
+	}
+	switch {
+	case l.rttQ == 0:
+		l.rttQ = rtt
+	case rtt >= l.rttQ:
+		l.rttQ += max(l.rttQ/32, 1)
+	case !lowerBound:
+		l.rttQ -= 3 * l.rttQ / 32
+	}
+	if r := l.rto(); r > l.timeout {
+		l.timeout = r
+	}
+}
+
+// RTT returns the estimate of the lower quartile of result round-trip
+// times and the current retransmission timeout.
+func (l *Lane) RTT() (quartile, timeout time.Duration) { return l.rttQ, l.timeout }
 
 // Range is a contiguous part [Off, Off+Len) of a tensor.
 type Range struct{ Off, Len int }

@@ -478,3 +478,79 @@ func BenchmarkLane(b *testing.B) {
 		})
 	}
 }
+
+// TestTimeoutFollowsRTT drives one worker whose results come back 30 ms
+// after each send, three times the initial timeout: the first op resends,
+// the timeout grows past the measured round trip, and later ops resend
+// nothing. With FixedTimeout every op keeps resending.
+func TestTimeoutFollowsRTT(t *testing.T) {
+	const rtt = 30 * time.Millisecond
+	run := func(fixed bool) []uint64 {
+		l, err := NewLane(Config{Rank: 0, NumWorkers: 1, Format: wire.FormatCompat, Elements: 32, Window: 4, Timeout: 10 * time.Millisecond, FixedTimeout: fixed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var retx []uint64
+		now := time.Duration(0)
+		for op := 0; op < 4; op++ {
+			data := make([]int32, 32*40)
+			if err := l.Start(Op{Seq: uint32(op), DType: Int32, I32: data}, now); err != nil {
+				t.Fatal(err)
+			}
+			before := l.Stats().Retransmits
+			type flight struct {
+				at  time.Duration
+				pkt []byte
+			}
+			var inflight []flight
+			for steps := 0; !l.Done(); steps++ {
+				if steps > 100000 {
+					t.Fatal("op did not finish")
+				}
+				for {
+					b, ok := l.AppendPacket(nil)
+					if !ok {
+						break
+					}
+					inflight = append(inflight, flight{now + rtt, b})
+				}
+				next := time.Duration(1 << 62)
+				if d, ok := l.Deadline(); ok {
+					next = d
+				}
+				for _, f := range inflight {
+					next = min(next, f.at)
+				}
+				now = next
+				rest := inflight[:0]
+				for _, f := range inflight {
+					if f.at <= now {
+						l.Receive(f.pkt, now) // n=1: the sum is the packet itself
+					} else {
+						rest = append(rest, f)
+					}
+				}
+				inflight = rest
+				l.Tick(now)
+			}
+			if err := l.Err(); err != nil {
+				t.Fatal(err)
+			}
+			retx = append(retx, l.Stats().Retransmits-before)
+		}
+		return retx
+	}
+	adaptive := run(false)
+	if adaptive[0] == 0 {
+		t.Fatalf("first op resent nothing although results take 3x the timeout: %v", adaptive)
+	}
+	for i, r := range adaptive[2:] {
+		if r != 0 {
+			t.Fatalf("op %d resent %d packets after the timeout adapted (per op: %v)", i+2, r, adaptive)
+		}
+	}
+	fixed := run(true)
+	if fixed[3] == 0 {
+		t.Fatalf("fixed timeout below the RTT resent nothing in the last op: %v", fixed)
+	}
+}

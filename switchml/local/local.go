@@ -79,7 +79,7 @@ func Start(ctx context.Context, opts Options) (*Fabric, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := transport.Listen("127.0.0.1:0", transport.Options{Batch: 128, SocketBuffer: 16 << 20})
+	conn, err := transport.Listen("127.0.0.1:0", transport.Options{Batch: 128, SocketBuffer: 4 << 20})
 	if err != nil {
 		return nil, err
 	}

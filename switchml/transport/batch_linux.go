@@ -184,3 +184,19 @@ func addrPortToSockaddr(ap netip.AddrPort, sa *unix.RawSockaddrInet6) (uint32, e
 	sa.Addr = addr.As16()
 	return unix.SizeofSockaddrInet6, nil
 }
+
+// setSocketBuffers asks for size bytes of receive and send buffer. The
+// FORCE options pass the net.core.[rw]mem_max cap when the process may
+// (CAP_NET_ADMIN); otherwise the capped request is the best there is.
+func setSocketBuffers(udp *net.UDPConn, size int) {
+	_ = udp.SetReadBuffer(size)
+	_ = udp.SetWriteBuffer(size)
+	raw, err := udp.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = raw.Control(func(fd uintptr) {
+		_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, size)
+		_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, size)
+	})
+}

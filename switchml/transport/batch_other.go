@@ -27,3 +27,8 @@ func (b *batchIO) write(ms []Message) (int, error) {
 	}
 	return 1, nil
 }
+
+func setSocketBuffers(udp *net.UDPConn, size int) {
+	_ = udp.SetReadBuffer(size)
+	_ = udp.SetWriteBuffer(size)
+}

@@ -82,8 +82,7 @@ func Listen(addr string, opts Options) (*Conn, error) {
 	}
 	// Bigger socket buffers absorb the bursts of a full window; failure is
 	// not fatal because the protocol recovers from drops.
-	_ = udp.SetReadBuffer(opts.SocketBuffer)
-	_ = udp.SetWriteBuffer(opts.SocketBuffer)
+	setSocketBuffers(udp, opts.SocketBuffer)
 	c := &Conn{udp: udp, opts: opts}
 	c.local = udp.LocalAddr().(*net.UDPAddr).AddrPort()
 	if err := c.batch.init(udp, opts.Batch); err != nil {
