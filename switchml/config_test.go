@@ -1,0 +1,64 @@
+package switchml
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigValidation(t *testing.T) {
+	good := Config{Job: "j", Rank: 1, Workers: 4}.withDefaults()
+	if err := good.validate(); err != nil {
+		t.Fatalf("defaults rejected: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{"no job", func(c *Config) { c.Job = "" }, "Job is empty"},
+		{"rank too big", func(c *Config) { c.Rank = 4 }, "Rank = 4"},
+		{"negative rank", func(c *Config) { c.Rank = -1 }, "Rank = -1"},
+		{"no workers", func(c *Config) { c.Workers = 0 }, "world size"},
+		{"compat packet size", func(c *Config) { c.PacketElements = 100 }, "32, 64, 128 or 256"},
+		{"extended packet size", func(c *Config) { c.Extended, c.PacketElements = true, 4096 }, "1..2048"},
+		{"compat workers", func(c *Config) { c.Workers, c.Rank = 33, 0 }, "allows 32"},
+		{"lanes", func(c *Config) { c.Lanes = 65 }, "Lanes = 65"},
+		{"window", func(c *Config) { c.Window = 5000 }, "Window = 5000"},
+		{"faults", func(c *Config) { c.Faults.Drop = 2 }, "drop probability"},
+		{"negative timeout", func(c *Config) { c.Timeout = -time.Second }, "must not be negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := good
+			tc.mod(&c)
+			err := c.validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("validate() = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+	ext := good
+	ext.Extended, ext.Workers, ext.PacketElements = true, 100, 1000
+	if err := ext.validate(); err != nil {
+		t.Fatalf("extended config with 100 workers and 1000 values rejected: %v", err)
+	}
+}
+
+func TestJoinBadConfigFailsFast(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := Join(ctx, Config{Workers: 2, Rank: 5}); err == nil || !strings.Contains(err.Error(), "bad config") {
+		t.Fatalf("Join with a bad config = %v", err)
+	}
+}
+
+func TestJoinWithoutController(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := Join(ctx, Config{Controller: "127.0.0.1:1", Job: "j", Workers: 1})
+	if !errors.Is(err, ErrControllerUnreachable) {
+		t.Fatalf("Join without a controller = %v, want ErrControllerUnreachable", err)
+	}
+}
