@@ -1,0 +1,37 @@
+package collective
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/switchml/switchml-go/quant"
+	"github.com/switchml/switchml-go/switchml/local"
+)
+
+// TestSwitchMLBackendSums aggregates through the embedded software switch:
+// real UDP, a controller programming the switch over P4Runtime.
+func TestSwitchMLBackendSums(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fab, err := local.Start(ctx, local.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fab.Close()
+	const n, length = 3, 5000
+	out := runWorkers(t, n, func(ctx context.Context, r int) (Backend, error) {
+		return Dial(ctx, Config{Kind: SwitchML, Rank: r, Workers: n, Controller: fab.ControllerAddr(), Job: "collective-test"})
+	}, length)
+	// Inputs below 3*5000 < 2^14 in magnitude: every block exponent is at most 14.
+	bound := quant.ErrorBound(n, 14)
+	k := float64(n * (n + 1) / 2)
+	for r, y := range out {
+		for i, v := range y {
+			if want := k * (float64(i) + 0.5); math.Abs(float64(v)-want) > bound {
+				t.Fatalf("rank %d element %d = %v, want %v within %g", r, i, v, want, bound)
+			}
+		}
+	}
+}
