@@ -49,6 +49,8 @@ type Config struct {
 	// SwitchML: controller address and job name.
 	Controller string
 	Job        string
+	// SwitchML tuning; zero values take the library's defaults.
+	Lanes, Window, PacketElements int
 }
 
 // Dial connects this worker to its backend.

@@ -14,7 +14,8 @@ func dialSwitchML(ctx context.Context, cfg Config) (Backend, error) {
 	if cfg.Controller == "" {
 		return nil, fmt.Errorf("collective: switchml backend needs a controller address")
 	}
-	s, err := switchml.Join(ctx, switchml.Config{Controller: cfg.Controller, Job: cfg.Job, Rank: cfg.Rank, Workers: cfg.Workers})
+	s, err := switchml.Join(ctx, switchml.Config{Controller: cfg.Controller, Job: cfg.Job, Rank: cfg.Rank, Workers: cfg.Workers,
+		Lanes: cfg.Lanes, Window: cfg.Window, PacketElements: cfg.PacketElements})
 	if err != nil {
 		return nil, fmt.Errorf("collective: switchml: %w", err)
 	}

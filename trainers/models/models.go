@@ -1,4 +1,7 @@
-// Package models holds the classifiers the training driver knows by name.
+// Package models holds the classifiers the training driver knows by name:
+// the small Fashion-MNIST models (mlp, cnn) and the benchmark models of the
+// SwitchML evaluation (resnet50, vgg19, bert, ncf, lstm, deeplight) with the
+// layer shapes of their standard definitions.
 package models
 
 import (
@@ -16,6 +19,9 @@ type Def struct {
 	Build func(g *nn.Graph, h, w, c, classes int) nn.Layer
 	// InputType is tf.Float for images.
 	InputType tf.DataType
+	// Bench is set for the benchmark models, whose input is fixed (Build
+	// then ignores the image size and class count).
+	Bench *Bench
 }
 
 var registry = map[string]Def{

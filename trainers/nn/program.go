@@ -55,8 +55,14 @@ type Program struct {
 	Correct tf.Output // number of correct inference predictions
 
 	Buckets []Bucket
-	apply   *tf.Operation
-	spec    Spec
+	// Units are the training-pass outputs of the model's top-level layers
+	// when the model is a Sequential (for per-layer profiling).
+	Units []tf.Output
+	// VarGrads are the gradients of the trainable variables, in the order
+	// of Graph.VariablesWith(Trainable).
+	VarGrads []tf.Output
+	apply    *tf.Operation
+	spec     Spec
 }
 
 // Build constructs the training and inference graphs, opens a session and
@@ -87,7 +93,16 @@ func Build(spec Spec) (*Program, error) {
 
 	// Training pass.
 	ts := s.SubScope("train")
-	logits := p.Model.Forward(g, p.X, true)
+	var logits tf.Output
+	if q, ok := p.Model.(Sequential); ok {
+		logits = p.X
+		for _, l := range q {
+			logits = l.Forward(g, logits, true)
+			p.Units = append(p.Units, logits)
+		}
+	} else {
+		logits = p.Model.Forward(g, p.X, true)
+	}
 	p.Loss = op.Mean(ts, SoftmaxCrossEntropy(g, logits, p.Labels), op.Const(ts.SubScope("axis"), []int32{0}))
 	trainable := g.VariablesWith(Trainable)
 	xsVals := make([]tf.Output, len(trainable))
@@ -98,6 +113,7 @@ func Build(spec Spec) (*Program, error) {
 	if err := s.Err(); err != nil {
 		return nil, fmt.Errorf("nn: building gradients: %w", err)
 	}
+	p.VarGrads = grads
 
 	// Buckets in reverse creation order: the last layers' gradients are
 	// complete first, the order DDP-style overlap would use.

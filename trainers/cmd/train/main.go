@@ -47,6 +47,12 @@ type flags struct {
 	bucketElems, intra, inter                     int
 	timeout                                       time.Duration
 
+	// Benchmark models.
+	describe           bool
+	profileOut         string
+	profileReps        int
+	steps, warmupSteps int
+
 	// Set by the launcher for the worker processes.
 	workerRank int
 	starAddr   string
@@ -79,6 +85,11 @@ func parseFlags(args []string) (*flags, error) {
 	fs.BoolVar(&f.resume, "resume", false, "resume from the checkpoint in --checkpoint-dir (otherwise an old one is removed)")
 	fs.StringVar(&f.onnxOut, "onnx", "", "export the trained model to this ONNX file")
 	fs.DurationVar(&f.timeout, "timeout", 2*time.Hour, "give up after this long")
+	fs.BoolVar(&f.describe, "describe", false, "print the model's description (one JSON object with model and parameters) and exit")
+	fs.StringVar(&f.profileOut, "profile-out", "", "benchmark models: measure per-layer forward and backward time with TensorFlow (batch --batch) and write the profile JSON here")
+	fs.IntVar(&f.profileReps, "profile-reps", 3, "timed repetitions of each profile measurement (the minimum is kept)")
+	fs.IntVar(&f.steps, "steps", 5, "benchmark models: timed training steps on synthetic input")
+	fs.IntVar(&f.warmupSteps, "warmup-steps", 1, "benchmark models: untimed steps before the timed ones")
 	fs.IntVar(&f.workerRank, "worker-rank", -1, "internal: run as this worker")
 	fs.StringVar(&f.starAddr, "star-addr", "", "internal: exact backend server")
 	fs.StringVar(&f.ringAddrs, "ring-addrs", "", "internal: comma-separated ring addresses")
@@ -119,9 +130,14 @@ func main() {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	if f.workerRank >= 0 {
+	switch {
+	case f.describe:
+		err = describe(f, os.Stdout)
+	case f.profileOut != "":
+		err = profileModel(ctx, f)
+	case f.workerRank >= 0:
 		err = runWorker(ctx, f)
-	} else {
+	default:
 		err = launch(ctx, f, os.Args[1:], os.Stdout)
 	}
 	if err != nil {
@@ -144,9 +160,13 @@ func loadData(f *flags) (tr, te *data.Set, err error) {
 
 func runWorker(ctx context.Context, f *flags) error {
 	runtime.GOMAXPROCS(max(1, runtime.NumCPU()/f.workers))
-	tr, te, err := loadData(f)
-	if err != nil {
-		return err
+	bench := models.LookupBench(f.model)
+	var tr, te *data.Set
+	if bench == nil {
+		var err error
+		if tr, te, err = loadData(f); err != nil {
+			return err
+		}
 	}
 	kind, _ := collective.ParseKind(f.backend)
 	var ring []string
@@ -189,6 +209,9 @@ func runWorker(ctx context.Context, f *flags) error {
 			}
 		}
 	}
+	if bench != nil {
+		return runBenchWorker(ctx, f, bench, o, be)
+	}
 	res, p, err := train.Run(ctx, o, be)
 	if err != nil {
 		return err
@@ -222,7 +245,7 @@ func launch(ctx context.Context, f *flags, cmdArgs []string, stdout io.Writer) e
 	}
 	// Check the data before starting anything so a missing data set is one
 	// clear error, not N.
-	if f.dataset == "fashion-mnist" {
+	if f.dataset == "fashion-mnist" && models.LookupBench(f.model) == nil {
 		if _, err := os.Stat(f.dataDir); err != nil {
 			return fmt.Errorf("Fashion-MNIST not found in %s: install it with `apt-get install dataset-fashion-mnist` (or run trainers/setup.sh)", f.dataDir)
 		}

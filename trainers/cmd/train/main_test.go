@@ -81,3 +81,47 @@ func TestFlagsRejectNonsense(t *testing.T) {
 		}
 	}
 }
+
+func TestDescribe(t *testing.T) {
+	for model, want := range map[string]int64{"resnet50": 25557032, "vgg19": 143667240, "cnn": 206970} {
+		f, err := parseFlags([]string{"--model", model, "--describe"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		if err := describe(f, &out); err != nil {
+			t.Fatal(err)
+		}
+		var d Description
+		if err := json.Unmarshal(out.Bytes(), &d); err != nil {
+			t.Fatalf("%s: %q: %v", model, out.String(), err)
+		}
+		if d.Model != model || d.Parameters != want {
+			t.Errorf("%s: described as %+v, want %d parameters", model, d, want)
+		}
+	}
+}
+
+// A benchmark model trains on synthetic input over two workers and rank 0
+// reports the timed steps.
+func TestBenchModelSteps(t *testing.T) {
+	t.Setenv("TRAIN_TEST_AS_MAIN", "1")
+	args := []string{"--model", "ncf", "--workers", "2", "--backend", "ring", "--batch", "32", "--steps", "2", "--warmup-steps", "1", "--json", "--quiet"}
+	f, err := parseFlags(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := launch(ctx, f, args, &out); err != nil {
+		t.Fatal(err)
+	}
+	var r train.ThroughputResult
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("%q: %v", out.String(), err)
+	}
+	if r.Model != "ncf" || r.Workers != 2 || r.Parameters != 31832577 || len(r.StepS) != 2 || r.MedianStepS <= 0 {
+		t.Errorf("result %+v", r)
+	}
+}

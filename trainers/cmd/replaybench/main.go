@@ -1,0 +1,130 @@
+// Command replaybench replays the compute profiles of the benchmark models
+// (trainers/profiles/*.json, written by `train --profile-out`) with the real
+// allreduce of each model's gradients, on the emulated rack of package
+// benchmarks/rack: one network namespace per worker, one for the switch,
+// every port shaped to the same rate. For each rate, model and backend
+// (switchml through the software switch in the switch namespace, the Go
+// ring, Gloo through torch.distributed) it runs the workers, and it writes
+// the results as JSON, a Markdown table and a PNG plot. It needs root.
+//
+//	go build -o /tmp/replaybench ./cmd/replaybench && sudo /tmp/replaybench --out results/replay
+//
+// The worker subcommand is what runs in each worker namespace.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/switchml/switchml-go/trainers/collective"
+	"github.com/switchml/switchml-go/trainers/profile"
+	"github.com/switchml/switchml-go/trainers/train"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "worker" {
+		err = worker(ctx, os.Args[2:])
+	} else {
+		err = bench(ctx, os.Args[1:])
+	}
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, "replaybench:", err)
+		os.Exit(1)
+	}
+}
+
+// WorkerResult is what a worker prints.
+type WorkerResult struct {
+	Backend string               `json:"backend"`
+	Model   string               `json:"model"`
+	Rank    int                  `json:"rank"`
+	Workers int                  `json:"workers"`
+	Buckets int                  `json:"buckets"`
+	Steps   []profile.StepResult `json:"steps"`
+}
+
+func worker(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("replaybench worker", flag.ContinueOnError)
+	prof := fs.String("profile", "", "profile JSON")
+	backend := fs.String("backend", "ring", "ring, switchml or exact")
+	rank := fs.Int("rank", 0, "rank")
+	workers := fs.Int("workers", 1, "workers")
+	ringAddrs := fs.String("ring-addrs", "", "ring: comma-separated listen address of every rank")
+	starAddr := fs.String("star-addr", "", "exact: star server address")
+	controller := fs.String("controller", "", "switchml: controller address")
+	job := fs.String("job", "replay", "switchml: job name")
+	lanes := fs.Int("lanes", 0, "switchml: lanes (0 = default)")
+	window := fs.Int("window", 0, "switchml: packets in flight per lane (0 = default)")
+	pe := fs.Int("packet-elements", 0, "switchml: values per packet (0 = default)")
+	bucketElems := fs.Int("bucket-elems", 25<<20/4, "values per gradient bucket")
+	steps := fs.Int("steps", 3, "timed steps")
+	warmup := fs.Int("warmup", 1, "untimed steps first")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	runtime.GOMAXPROCS(max(2, runtime.NumCPU()))
+	p, err := profile.Load(*prof)
+	if err != nil {
+		return err
+	}
+	kind, err := collective.ParseKind(*backend)
+	if err != nil {
+		return err
+	}
+	var ring []string
+	if *ringAddrs != "" {
+		ring = strings.Split(*ringAddrs, ",")
+	}
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	be, err := collective.Dial(dctx, collective.Config{Kind: kind, Rank: *rank, Workers: *workers,
+		RingAddrs: ring, StarAddr: *starAddr, Controller: *controller, Job: *job,
+		Lanes: *lanes, Window: *window, PacketElements: *pe})
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	rp := profile.NewReplayer(p, *bucketElems, be, *rank, *workers)
+	out := WorkerResult{Backend: *backend, Model: p.Model, Rank: *rank, Workers: *workers, Buckets: len(rp.Buckets)}
+	one := make([]float32, 1)
+	for s := 0; s < *warmup+*steps; s++ {
+		// A one-value allreduce lines the ranks up before each step.
+		if err := be.AllReduceFloat32(ctx, one); err != nil {
+			return fmt.Errorf("barrier before step %d: %w", s, err)
+		}
+		r, err := rp.Step(ctx)
+		if err != nil {
+			return fmt.Errorf("step %d: %w", s, err)
+		}
+		fmt.Fprintf(os.Stderr, "[rank %d] %s %s step %d: %.3fs (compute %.3fs, exposed comm %.3fs)\n",
+			*rank, p.Model, *backend, s+1, r.StepS, r.ComputeS, r.ExposedCommS)
+		if s >= *warmup {
+			out.Steps = append(out.Steps, r)
+		}
+	}
+	if err := rp.Check(); err != nil {
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(out)
+}
+
+// medians of a worker's steps.
+func medians(steps []profile.StepResult) (step, compute, exposed float64) {
+	var a, b, c []float64
+	for _, s := range steps {
+		a, b, c = append(a, s.StepS), append(b, s.ComputeS), append(c, s.ExposedCommS)
+	}
+	return train.Median(a), train.Median(b), train.Median(c)
+}

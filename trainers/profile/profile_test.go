@@ -1,0 +1,132 @@
+package profile
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/switchml/switchml-go/trainers/collective"
+	"github.com/switchml/switchml-go/trainers/models"
+)
+
+func testProfile() *Profile {
+	return &Profile{Model: "t", Parameters: 1000, ForwardS: 0.01, BackwardS: 0.03, UpdateS: 0.005, Units: []Unit{
+		{Name: "a", Parameters: 600, ForwardS: 0.004, BackwardS: 0.01},
+		{Name: "b", Parameters: 300, ForwardS: 0.003, BackwardS: 0.01},
+		{Name: "c", Parameters: 100, ForwardS: 0.003, BackwardS: 0.01},
+	}}
+}
+
+func TestBucketsFollowBackwardOrder(t *testing.T) {
+	p := testProfile()
+	bs := p.Buckets(350)
+	// c (100) + b (300) reach 350 first; a (600) is the last bucket.
+	if len(bs) != 2 || bs[0].Elems != 400 || bs[1].Elems != 600 {
+		t.Fatalf("buckets %+v", bs)
+	}
+	if bs[0].ReadyS >= bs[1].ReadyS {
+		t.Errorf("bucket ready times not increasing: %+v", bs)
+	}
+	if got := p.Buckets(0); len(got) != 3 || got[0].Units[0] != "c" {
+		t.Errorf("one bucket per unit: %+v", got)
+	}
+}
+
+// Two ranks replay over the exact backend: the sums are right, and a step
+// lasts at least the replayed compute.
+func TestReplayOverStar(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	star := collective.ServeStar(ctx, ln, 2)
+	defer star.Close()
+	p := testProfile()
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	res := make([]StepResult, 2)
+	for r := 0; r < 2; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			be, err := collective.DialStar(ctx, star.Addr(), r, 2)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer be.Close()
+			rp := NewReplayer(p, 350, be, r, 2)
+			for s := 0; s < 2; s++ {
+				if res[r], errs[r] = rp.Step(ctx); errs[r] != nil {
+					return
+				}
+			}
+			errs[r] = rp.Check()
+		}(r)
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+		if res[r].StepS < p.ComputeS() || res[r].ComputeS != p.ComputeS() {
+			t.Errorf("rank %d: step %+v shorter than the compute %g", r, res[r], p.ComputeS())
+		}
+	}
+}
+
+// Measuring a real model yields one unit per layer with parameters, whose
+// parameter counts add up to the model's, and a profile that round-trips.
+func TestMeasureNCF(t *testing.T) {
+	b := models.LookupBench("ncf")
+	p, err := Measure(context.Background(), b, Options{Batch: 16, Reps: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	for _, u := range p.Units {
+		sum += u.Parameters
+		if u.ForwardS < 0 || u.BackwardS < 0 {
+			t.Errorf("negative time in %+v", u)
+		}
+	}
+	if sum != b.Parameters || p.Parameters != b.Parameters || len(p.Units) != 5 {
+		t.Errorf("%d units with %d parameters, model has %d", len(p.Units), sum, b.Parameters)
+	}
+	path := filepath.Join(t.TempDir(), "p.json")
+	if err := p.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	q, err := Load(path)
+	if err != nil || q.Parameters != p.Parameters || len(q.Units) != len(p.Units) {
+		t.Fatalf("round trip: %v %+v", err, q)
+	}
+}
+
+// The checked-in profiles are of the models' current definitions.
+func TestCheckedInProfiles(t *testing.T) {
+	paths, _ := filepath.Glob("../profiles/*.json")
+	for _, path := range paths {
+		p, err := Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := models.LookupBench(p.Model)
+		if b == nil {
+			t.Errorf("%s: unknown model %q", path, p.Model)
+			continue
+		}
+		var sum int64
+		for _, u := range p.Units {
+			sum += u.Parameters
+		}
+		if sum != b.Parameters || p.Parameters != b.Parameters {
+			t.Errorf("%s: units hold %d parameters, profile says %d, model has %d", path, sum, p.Parameters, b.Parameters)
+		}
+	}
+}

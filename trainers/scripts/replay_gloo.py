@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""One rank of a profile replay over Gloo (torch.distributed).
+
+Replays a compute profile written by `go run ./cmd/train --profile-out`:
+sleeps for the forward pass, then for each unit's backward time from the
+last unit down, and starts an asynchronous dist.all_reduce of a bucket as
+soon as its gradients exist (buckets filled like DDP's, from the last unit
+down, closed once they hold --bucket-elems values). The step ends when the
+last allreduce is done and the update has been replayed. The buckets are
+the ones trainers/profile.Profile.Buckets makes, so the Go backends and
+Gloo move the same tensors in the same order.
+
+Prints one JSON object: the inputs and every timed step's step_s,
+compute_s, exposed_comm_s and comm_s.
+
+    python3 replay_gloo.py --profile P.json --rank R --world N \
+        --master-addr IP --master-port PORT [--bucket-elems E] \
+        [--steps S] [--warmup W] [--ifname eth0]
+"""
+import argparse
+import datetime
+import json
+import os
+import sys
+import time
+
+
+def buckets(prof, cap):
+    out, cur, t = [], None, 0.0
+    for u in reversed(prof["units"]):
+        t += u["backward_s"]
+        if cur is None:
+            cur = {"elems": 0, "ready_s": 0.0}
+        cur["elems"] += int(u["parameters"])
+        cur["ready_s"] = t
+        if cap <= 0 or cur["elems"] >= cap:
+            out.append(cur)
+            cur = None
+    if cur is not None and cur["elems"] > 0:
+        out.append(cur)
+    return out
+
+
+def sleep_until(t):
+    d = t - time.perf_counter()
+    if d > 0:
+        time.sleep(d)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--profile", required=True)
+    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--world", type=int, required=True)
+    p.add_argument("--master-addr", default="127.0.0.1")
+    p.add_argument("--master-port", type=int, default=29500)
+    p.add_argument("--bucket-elems", type=int, default=25 * (1 << 20) // 4)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--ifname", default="", help="interface Gloo binds (GLOO_SOCKET_IFNAME)")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    a = p.parse_args()
+    if a.ifname:
+        os.environ["GLOO_SOCKET_IFNAME"] = a.ifname
+    with open(a.profile) as f:
+        prof = json.load(f)
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(max(1, a.threads))
+    dist.init_process_group("gloo", init_method="tcp://%s:%d" % (a.master_addr, a.master_port),
+                            rank=a.rank, world_size=a.world, timeout=datetime.timedelta(minutes=30))
+    bs = buckets(prof, a.bucket_elems)
+    bufs = [torch.empty(b["elems"], dtype=torch.float32) for b in bs]
+    compute = prof["forward_s"] + prof["backward_s"] + prof["update_s"]
+    steps = []
+    for it in range(a.warmup + a.steps):
+        for i, t in enumerate(bufs):
+            t.fill_(float(a.rank + 1) / (1 + i))
+        dist.barrier()
+        start = time.perf_counter()
+        bwd = start + prof["forward_s"]
+        works, first = [], None
+        for i, b in enumerate(bs):
+            sleep_until(bwd + b["ready_s"])
+            if first is None:
+                first = time.perf_counter()
+            works.append(dist.all_reduce(bufs[i], async_op=True))
+        sleep_until(bwd + prof["backward_s"])
+        for w in works:
+            w.wait()
+        last = time.perf_counter()
+        time.sleep(prof["update_s"])
+        step = time.perf_counter() - start
+        # The sum of rank+1 over ranks, scaled per bucket.
+        want = a.world * (a.world + 1) / 2
+        for i, t in enumerate(bufs):
+            if t.numel() and abs(float(t[0]) * (1 + i) - want) > 1e-3 * want:
+                print("replay_gloo: bucket %d holds %g, want %g" % (i, float(t[0]), want / (1 + i)), file=sys.stderr)
+                sys.exit(1)
+        if it >= a.warmup:
+            steps.append({"step_s": step, "compute_s": compute, "exposed_comm_s": max(0.0, step - compute),
+                          "comm_s": last - first})
+    dist.destroy_process_group()
+    json.dump({"backend": "gloo", "model": prof["model"], "rank": a.rank, "workers": a.world,
+               "torch": torch.__version__, "buckets": len(bs), "bucket_elems": a.bucket_elems,
+               "steps": steps}, sys.stdout)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()
