@@ -74,14 +74,20 @@ func (l *laneDriver) run(ctx context.Context, quit <-chan struct{}, op engine.Op
 		if err != nil && !transport.IsTimeout(err) {
 			return fmt.Errorf("switchml: lane receive: %w", err)
 		}
-		now := l.now()
-		for i := 0; i < n; i++ {
-			m := &l.in[i]
-			if m.Addr == l.peer {
-				l.eng.Receive(m.Buf, now)
+		l.receive(n)
+		// A full batch may have left more results in the socket: take
+		// them all before the timers, or a process that was descheduled
+		// for a while resends a window whose results are already here.
+		for n == len(l.in) {
+			if err := l.flush(); err != nil {
+				return err
 			}
-			m.Buf = m.Buf[:cap(m.Buf)]
+			if n, err = l.conn.TryReadBatch(l.in); err != nil {
+				return fmt.Errorf("switchml: lane receive: %w", err)
+			}
+			l.receive(n)
 		}
+		now := l.now()
 		l.eng.Tick(now)
 		if r := l.eng.Stats().Results; r != results {
 			results, lastProgress = r, now
@@ -96,6 +102,18 @@ func (l *laneDriver) run(ctx context.Context, quit <-chan struct{}, op engine.Op
 		return err
 	}
 	return nil
+}
+
+// receive hands the first n datagrams of the batch to the engine.
+func (l *laneDriver) receive(n int) {
+	now := l.now()
+	for i := 0; i < n; i++ {
+		m := &l.in[i]
+		if m.Addr == l.peer {
+			l.eng.Receive(m.Buf, now)
+		}
+		m.Buf = m.Buf[:cap(m.Buf)]
+	}
 }
 
 // flush sends every packet the engine has ready, a batch at a time.

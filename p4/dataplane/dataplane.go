@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -81,6 +82,10 @@ func Serve(ctx context.Context, conn *transport.Conn, proc Processor, faults *tr
 			}
 			in[i].Buf = in[i].Buf[:cap(in[i].Buf)]
 		}
+		// Grouped by destination, the copies of consecutive multicasts
+		// form runs that the transport sends as one segmented datagram
+		// per worker; order per destination is kept.
+		slices.SortStableFunc(out, func(a, b transport.Message) int { return a.Addr.Compare(b.Addr) })
 		send := faults.Apply(out)
 		if len(send) > 0 {
 			sent, err := conn.WriteBatch(send)

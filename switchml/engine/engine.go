@@ -631,7 +631,7 @@ func (l *Lane) rto() time.Duration {
 	if l.cfg.FixedTimeout || l.rttQ == 0 {
 		return l.cfg.Timeout
 	}
-	return min(max(3*l.rttQ, l.cfg.Timeout), l.cfg.MaxTimeout)
+	return min(max(8*l.rttQ, l.cfg.Timeout), l.cfg.MaxTimeout)
 }
 
 // sampleRTT moves the lower-quartile estimate towards one sample: up by

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -25,18 +26,22 @@ type batchIO struct {
 	rnames []unix.RawSockaddrInet6
 	rn     int
 	rerr   error
-	readFn func(fd uintptr) bool
+	readFn    func(fd uintptr) bool
+	tryReadFn func(fd uintptr)
 
 	whdrs   []unix.Mmsghdr
 	wiov    []unix.Iovec
 	wnames  []unix.RawSockaddrInet6
+	wctl    [][32]byte // one control message (UDP_SEGMENT) per header
+	wgroup  []int      // messages carried by each header
+	gso     atomic.Bool
 	wcount  int
 	wn      int
 	werr    error
 	writeFn func(fd uintptr) bool
 }
 
-func (b *batchIO) init(udp *net.UDPConn, size int) error {
+func (b *batchIO) init(udp *net.UDPConn, size int, gso bool) error {
 	raw, err := udp.SyscallConn()
 	if err != nil {
 		return fmt.Errorf("transport: raw socket access: %w", err)
@@ -48,12 +53,16 @@ func (b *batchIO) init(udp *net.UDPConn, size int) error {
 	b.whdrs = make([]unix.Mmsghdr, size)
 	b.wiov = make([]unix.Iovec, size)
 	b.wnames = make([]unix.RawSockaddrInet6, size)
+	b.wctl = make([][32]byte, size)
+	b.wgroup = make([]int, size)
+	b.gso.Store(gso)
 	b.readFn = b.doRead
+	b.tryReadFn = b.tryRead
 	b.writeFn = b.doWrite
 	return nil
 }
 
-func (b *batchIO) read(ms []Message) (int, error) {
+func (b *batchIO) read(ms []Message, nonblocking bool) (int, error) {
 	n := min(len(ms), len(b.rhdrs))
 	for i := 0; i < n; i++ {
 		buf := ms[i].Buf[:cap(ms[i].Buf)]
@@ -72,7 +81,14 @@ func (b *batchIO) read(ms []Message) (int, error) {
 		h.Flags = 0
 	}
 	b.rn, b.rerr = n, nil
-	if err := b.raw.Read(b.readFn); err != nil {
+	if nonblocking {
+		// Control runs the call once, whatever the deadline: the
+		// EAGAIN of an empty socket leaves rn as it was, so reset it.
+		err := b.raw.Control(b.tryReadFn)
+		if err != nil {
+			return 0, err
+		}
+	} else if err := b.raw.Read(b.readFn); err != nil {
 		return 0, err
 	}
 	if b.rerr != nil {
@@ -85,6 +101,12 @@ func (b *batchIO) read(ms []Message) (int, error) {
 		ms[i].Addr = sockaddrToAddrPort(&b.rnames[i])
 	}
 	return got, nil
+}
+
+func (b *batchIO) tryRead(fd uintptr) {
+	if !b.doRead(fd) {
+		b.rn = 0
+	}
 }
 
 func (b *batchIO) doRead(fd uintptr) bool {
@@ -103,34 +125,96 @@ func (b *batchIO) doRead(fd uintptr) bool {
 	return true
 }
 
+// maxGSOSegments and maxGSOBytes bound one UDP_SEGMENT send (the kernel's
+// UDP_MAX_SEGMENTS and the 64 KiB datagram limit).
+const (
+	maxGSOSegments = 64
+	maxGSOBytes    = 65000
+)
+
+// write hands up to a batch of messages to sendmmsg. With GSO, a run of
+// consecutive messages to one address with equal sizes (the last may be
+// shorter) goes as one UDP_SEGMENT send: the kernel cuts it into the same
+// datagrams after a single trip through the stack, which is most of the
+// cost of a small datagram.
 func (b *batchIO) write(ms []Message) (int, error) {
-	n := min(len(ms), len(b.whdrs))
-	for i := 0; i < n; i++ {
-		buf := ms[i].Buf
-		if len(buf) == 0 {
-			b.wiov[i].Base = nil
-		} else {
-			b.wiov[i].Base = &buf[0]
+	hdrs, used := 0, 0
+	gso := b.gso.Load()
+	for used < len(ms) && hdrs < len(b.whdrs) && used < len(b.wiov) {
+		first := used
+		size := len(ms[first].Buf)
+		count := 1
+		if gso && size > 0 {
+			total := size
+			for first+count < len(ms) && used+count < len(b.wiov) && count < maxGSOSegments {
+				next := &ms[first+count]
+				n := len(next.Buf)
+				if next.Addr != ms[first].Addr || n == 0 || n > size || total+n > maxGSOBytes {
+					break
+				}
+				total += n
+				count++
+				if n < size {
+					break // a shorter datagram ends the run
+				}
+			}
 		}
-		b.wiov[i].SetLen(len(buf))
-		namelen, err := addrPortToSockaddr(ms[i].Addr, &b.wnames[i])
+		for i := 0; i < count; i++ {
+			buf := ms[first+i].Buf
+			iov := &b.wiov[used+i]
+			if len(buf) == 0 {
+				iov.Base = nil
+			} else {
+				iov.Base = &buf[0]
+			}
+			iov.SetLen(len(buf))
+		}
+		namelen, err := addrPortToSockaddr(ms[first].Addr, &b.wnames[hdrs])
 		if err != nil {
-			return 0, err
+			if hdrs == 0 {
+				return 0, err
+			}
+			break
 		}
-		h := &b.whdrs[i].Hdr
-		h.Name = (*byte)(unsafe.Pointer(&b.wnames[i]))
+		h := &b.whdrs[hdrs].Hdr
+		h.Name = (*byte)(unsafe.Pointer(&b.wnames[hdrs]))
 		h.Namelen = namelen
-		h.Iov = &b.wiov[i]
-		h.SetIovlen(1)
-		h.Control = nil
-		h.SetControllen(0)
+		h.Iov = &b.wiov[used]
+		h.SetIovlen(count)
+		if count > 1 {
+			ctl := b.wctl[hdrs][:]
+			cm := (*unix.Cmsghdr)(unsafe.Pointer(&ctl[0]))
+			cm.Level = unix.SOL_UDP
+			cm.Type = unix.UDP_SEGMENT
+			cm.SetLen(unix.CmsgLen(2))
+			*(*uint16)(unsafe.Pointer(&ctl[unix.CmsgLen(0)])) = uint16(size)
+			h.Control = &ctl[0]
+			h.SetControllen(unix.CmsgSpace(2))
+		} else {
+			h.Control = nil
+			h.SetControllen(0)
+		}
 		h.Flags = 0
+		b.wgroup[hdrs] = count
+		hdrs++
+		used += count
 	}
-	b.wcount, b.wn, b.werr = n, 0, nil
+	b.wcount, b.wn, b.werr = hdrs, 0, nil
 	if err := b.raw.Write(b.writeFn); err != nil {
 		return 0, err
 	}
-	return b.wn, b.werr
+	if b.werr != nil && gso && (errors.Is(b.werr, unix.EINVAL) || errors.Is(b.werr, unix.EIO)) {
+		// The path cannot segment (a datagram larger than the device
+		// MTU, or no GSO support): send one datagram per message from
+		// now on.
+		b.gso.Store(false)
+		return 0, nil
+	}
+	sent := 0
+	for i := 0; i < b.wn; i++ {
+		sent += b.wgroup[i]
+	}
+	return sent, b.werr
 }
 
 func (b *batchIO) doWrite(fd uintptr) bool {

@@ -9,9 +9,14 @@ import (
 // batchIO falls back to one datagram per system call.
 type batchIO struct{ udp *net.UDPConn }
 
-func (b *batchIO) init(udp *net.UDPConn, size int) error { b.udp = udp; return nil }
+func (b *batchIO) init(udp *net.UDPConn, size int, gso bool) error { b.udp = udp; return nil }
 
-func (b *batchIO) read(ms []Message) (int, error) {
+func (b *batchIO) read(ms []Message, nonblocking bool) (int, error) {
+	if nonblocking {
+		// No way to peek portably without a deadline in the past, which
+		// the poller refuses outright: report nothing pending.
+		return 0, nil
+	}
 	buf := ms[0].Buf[:cap(ms[0].Buf)]
 	n, addr, err := b.udp.ReadFromUDPAddrPort(buf)
 	if err != nil {

@@ -43,6 +43,11 @@ type Options struct {
 	// SocketBuffer sets SO_RCVBUF and SO_SNDBUF in bytes (default 4 MiB);
 	// the kernel may cap it at net.core.rmem_max.
 	SocketBuffer int
+	// NoGSO turns off UDP generic segmentation offload on Linux, which
+	// otherwise sends runs of equal-sized datagrams to one address with a
+	// single pass through the network stack. It turns itself off if the
+	// path refuses it.
+	NoGSO bool
 }
 
 func (o Options) withDefaults() Options {
@@ -85,7 +90,7 @@ func Listen(addr string, opts Options) (*Conn, error) {
 	setSocketBuffers(udp, opts.SocketBuffer)
 	c := &Conn{udp: udp, opts: opts}
 	c.local = udp.LocalAddr().(*net.UDPAddr).AddrPort()
-	if err := c.batch.init(udp, opts.Batch); err != nil {
+	if err := c.batch.init(udp, opts.Batch, !opts.NoGSO); err != nil {
 		udp.Close()
 		return nil, err
 	}
@@ -108,7 +113,18 @@ func (c *Conn) ReadBatch(ms []Message, deadline time.Time) (int, error) {
 	if err := c.udp.SetReadDeadline(deadline); err != nil {
 		return 0, err
 	}
-	return c.batch.read(ms)
+	return c.batch.read(ms, false)
+}
+
+// TryReadBatch is ReadBatch without waiting: it returns what the socket
+// already holds, possibly nothing. A reader that got a full batch calls it
+// to drain the socket before acting on timers, so that replies already
+// received are not taken for lost.
+func (c *Conn) TryReadBatch(ms []Message) (int, error) {
+	if len(ms) == 0 {
+		return 0, nil
+	}
+	return c.batch.read(ms, true)
 }
 
 // WriteBatch sends every message in ms, looping over short batches. It

@@ -156,3 +156,63 @@ func TestInjector(t *testing.T) {
 		t.Fatalf("seeded drop=0.5 kept %d and %d of 100", x, y)
 	}
 }
+
+// TestSegmentedRuns sends runs that segmentation offload coalesces (same
+// address, equal sizes, a shorter last one) mixed with ones it must not,
+// with and without offload: every receiver gets exactly its datagrams, in
+// order.
+func TestSegmentedRuns(t *testing.T) {
+	for _, noGSO := range []bool{false, true} {
+		t.Run(fmt.Sprintf("noGSO=%v", noGSO), func(t *testing.T) {
+			a, err := Listen("127.0.0.1:0", Options{Batch: 32, NoGSO: noGSO})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			b, _ := Listen("127.0.0.1:0", Options{})
+			c, _ := Listen("127.0.0.1:0", Options{})
+			defer b.Close()
+			defer c.Close()
+			var out []Message
+			want := map[*Conn][]string{}
+			add := func(to *Conn, size int) {
+				body := bytes.Repeat([]byte{byte('a' + len(out)%26)}, size)
+				copy(body, fmt.Sprintf("%04d", len(out)))
+				out = append(out, Message{Buf: body, Addr: to.LocalAddr()})
+				want[to] = append(want[to], string(body))
+			}
+			for i := 0; i < 70; i++ { // longer than one segmented send
+				add(b, 300)
+			}
+			add(b, 100) // shorter: ends the run
+			add(b, 300)
+			add(c, 300)
+			add(b, 500) // longer: starts a new run
+			add(c, 7)
+			if n, err := a.WriteBatch(out); err != nil || n != len(out) {
+				t.Fatalf("WriteBatch = %d, %v", n, err)
+			}
+			for _, r := range []*Conn{b, c} {
+				var got []string
+				in := make([]Message, 16)
+				for len(got) < len(want[r]) {
+					for i := range in {
+						in[i].Buf = make([]byte, 2048)
+					}
+					n, err := r.ReadBatch(in, time.Now().Add(5*time.Second))
+					if err != nil {
+						t.Fatalf("after %d of %d datagrams: %v", len(got), len(want[r]), err)
+					}
+					for _, m := range in[:n] {
+						got = append(got, string(m.Buf))
+					}
+				}
+				for i := range got {
+					if got[i] != want[r][i] {
+						t.Fatalf("datagram %d at %v: got %q..., want %q...", i, r.LocalAddr(), got[i][:4], want[r][i][:4])
+					}
+				}
+			}
+		})
+	}
+}
