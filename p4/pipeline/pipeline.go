@@ -456,8 +456,18 @@ func (p *Pipeline) WriteRegister(name string, index int, values []int64) error {
 		}
 		bm := p.bitmap[index*p.words : (index+1)*p.words]
 		clear(bm)
+		idle := true
 		for i, v := range values {
 			bm[i] = uint64(v)
+			idle = idle && v == 0
+		}
+		if idle {
+			// A controller zeroing a bitmap resets the slot for a new
+			// job, whose job numbers and packet ids start anywhere: the
+			// identity of the last use must go too, or the new job's
+			// first packets would be taken for delayed old ones.
+			p.used[index] = false
+			p.job[index], p.packetID[index], p.elements[index] = 0, 0, 0
 		}
 		return nil
 	}

@@ -599,6 +599,24 @@ func TestExtendedRejectsDelayedRequest(t *testing.T) {
 	if out.Drop != StatDropWaiting {
 		t.Fatalf("after reset: %v", out.Drop)
 	}
+	// The same through the registers, as a controller resets a partition
+	// over P4Runtime: zero bitmaps and counts make the slot's next use
+	// free to start at any job number.
+	for r := 0; r < 2; r++ {
+		p.Process(addr(r), use(0, 50, 100), &out)
+	}
+	for _, idx := range []int{1, 4 + 1} { // slot 1, both sets
+		if err := p.WriteRegister(RegPoolBitmap, idx, []int64{0}); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.WriteRegister(RegPoolCount, idx, []int64{0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.Process(addr(0), use(0, 3, 0), &out)
+	if out.Drop != StatDropWaiting {
+		t.Fatalf("after a register reset, a lower job number was dropped as %v", out.Drop)
+	}
 	checkInvariants(t, p)
 }
 
