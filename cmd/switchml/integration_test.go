@@ -198,7 +198,7 @@ func TestLoopbackJobs(t *testing.T) {
 		{name: "float32-ext", dtype: "float32", workers: 4, elements: 300_000, iters: 2, lanes: 2, pe: 1024, extra: []string{"--extended"}},
 		// A second extended job on the same slots: the controller's reset
 		// must let its fresh job numbers through.
-		{name: "int32-ext-again", dtype: "int32", workers: 3, elements: 100_000, iters: 2, lanes: 2, pe: 2048, extra: []string{"--extended"}},
+		{name: "int32-ext-again", dtype: "int32", workers: 3, elements: 100_000, iters: 2, lanes: 2, pe: 512, extra: []string{"--extended"}},
 	} {
 		t.Run(fmt.Sprintf("%d-%s", i, js.name), func(t *testing.T) { runJob(t, f, nil, js) })
 	}
