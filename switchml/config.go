@@ -12,8 +12,8 @@ import (
 const (
 	DefaultController     = "127.0.0.1:50051"
 	DefaultLanes          = 4
-	DefaultWindow         = 64 // packets in flight per lane: 256 per worker, the reference default
-	DefaultPacketElements = 64 // 256-byte payloads, what a Tofino handles in one pass
+	DefaultWindow         = 64  // packets in flight per lane: 256 per worker, the reference default
+	DefaultPacketElements = 256 // 1 KiB payloads: a quarter of the per-packet cost of 64; a Tofino needs recirculation above 64
 	DefaultTimeout        = 10 * time.Millisecond
 	DefaultJoinTimeout    = 60 * time.Second
 	DefaultGiveUp         = 30 * time.Second

@@ -21,11 +21,11 @@ import (
 type batchIO struct {
 	raw syscall.RawConn
 
-	rhdrs  []unix.Mmsghdr
-	riov   []unix.Iovec
-	rnames []unix.RawSockaddrInet6
-	rn     int
-	rerr   error
+	rhdrs     []unix.Mmsghdr
+	riov      []unix.Iovec
+	rnames    []unix.RawSockaddrInet6
+	rn        int
+	rerr      error
 	readFn    func(fd uintptr) bool
 	tryReadFn func(fd uintptr)
 
