@@ -295,19 +295,6 @@ func (c *Client) Read(ctx context.Context, queries ...*p4v1.Entity) ([]*p4v1.Ent
 
 // ---- bytestrings ----
 
-func encode(v uint64) []byte {
-	n := 1
-	for x := v >> 8; x != 0; x >>= 8 {
-		n++
-	}
-	b := make([]byte, n)
-	for i := n - 1; i >= 0; i-- {
-		b[i] = byte(v)
-		v >>= 8
-	}
-	return b
-}
-
 func decode(b []byte) uint64 {
 	var v uint64
 	for _, c := range b {

@@ -58,64 +58,28 @@ func tableUpdate(typ p4v1.Update_Type, te *p4v1.TableEntry) *p4v1.Update {
 	return &p4v1.Update{Type: typ, Entity: &p4v1.Entity{Entity: &p4v1.Entity_TableEntry{TableEntry: te}}}
 }
 
-func exact(id uint32, v uint64) *p4v1.FieldMatch {
-	return &p4v1.FieldMatch{FieldId: id, FieldMatchType: &p4v1.FieldMatch_Exact_{Exact: &p4v1.FieldMatch_Exact{Value: encode(v)}}}
-}
-
-func param(id uint32, v uint64) *p4v1.Action_Param {
-	return &p4v1.Action_Param{ParamId: id, Value: encode(v)}
-}
-
 // WorkerUpdate builds the update of a workers entry (DELETE needs only the key).
 func WorkerUpdate(typ p4v1.Update_Type, w WorkerEntry) (*p4v1.Update, error) {
 	ip, err := ipv4(w.Addr.Addr())
 	if err != nil {
 		return nil, err
 	}
-	te := &p4v1.TableEntry{
-		TableId: p4info.TableWorkersID,
-		Match:   []*p4v1.FieldMatch{exact(p4info.WorkersSrcAddrID, ip), exact(p4info.WorkersSrcPortID, uint64(w.Addr.Port()))},
-	}
+	te := &p4v1.TableEntry{TableId: p4info.TableWorkersID, Match: p4info.WorkerKey(uint32(ip), w.Addr.Port())}
 	if typ != p4v1.Update_DELETE {
-		te.Action = &p4v1.TableAction{Type: &p4v1.TableAction_Action{Action: &p4v1.Action{
-			ActionId: p4info.ActionSetWorkerID,
-			Params: []*p4v1.Action_Param{
-				param(p4info.SetWorkerJobID, uint64(w.Job)),
-				param(p4info.SetWorkerRank, uint64(w.Rank)),
-				param(p4info.SetWorkerNumWorkers, uint64(w.NumWorkers)),
-				param(p4info.SetWorkerMgid, uint64(w.MulticastGroup)),
-				param(p4info.SetWorkerLane, uint64(w.Lane)),
-				param(p4info.SetWorkerPoolBase, uint64(w.PoolBase)),
-				param(p4info.SetWorkerPoolSize, uint64(w.PoolSize)),
-			},
-		}}}
+		te.Action = p4info.SetWorker(w.Job, w.Rank, w.NumWorkers, w.MulticastGroup, w.Lane, w.PoolBase, w.PoolSize)
 	}
 	return tableUpdate(typ, te), nil
 }
 
 // ReplyUpdate builds the update of a reply_address entry.
 func ReplyUpdate(typ p4v1.Update_Type, r ReplyEntry) (*p4v1.Update, error) {
-	te := &p4v1.TableEntry{
-		TableId: p4info.TableReplyAddressID,
-		Match: []*p4v1.FieldMatch{
-			exact(p4info.ReplyJobID, uint64(r.Job)), exact(p4info.ReplyRankID, uint64(r.Rank)), exact(p4info.ReplyLaneID, uint64(r.Lane)),
-		},
-	}
+	te := &p4v1.TableEntry{TableId: p4info.TableReplyAddressID, Match: p4info.ReplyKey(r.Job, r.Rank, r.Lane)}
 	if typ != p4v1.Update_DELETE {
 		ip, err := ipv4(r.Addr.Addr())
 		if err != nil {
 			return nil, err
 		}
-		var mac uint64
-		for _, b := range r.MAC {
-			mac = mac<<8 | uint64(b)
-		}
-		te.Action = &p4v1.TableAction{Type: &p4v1.TableAction_Action{Action: &p4v1.Action{
-			ActionId: p4info.ActionSetReplyID,
-			Params: []*p4v1.Action_Param{
-				param(p4info.SetReplyDstMAC, mac), param(p4info.SetReplyDstIPv4, ip), param(p4info.SetReplyDstPort, uint64(r.Addr.Port())),
-			},
-		}}}
+		te.Action = p4info.SetReply(r.MAC, uint32(ip), r.Addr.Port())
 	}
 	return tableUpdate(typ, te), nil
 }
@@ -135,7 +99,7 @@ func GroupUpdate(typ p4v1.Update_Type, id uint16, replicas []Replica) *p4v1.Upda
 
 // RegisterUpdate builds a register write; index < 0 writes every cell.
 func RegisterUpdate(registerID uint32, index int64, value uint64) *p4v1.Update {
-	re := &p4v1.RegisterEntry{RegisterId: registerID, Data: &p4v1.P4Data{Data: &p4v1.P4Data_Bitstring{Bitstring: encode(value)}}}
+	re := &p4v1.RegisterEntry{RegisterId: registerID, Data: &p4v1.P4Data{Data: &p4v1.P4Data_Bitstring{Bitstring: p4info.Bytes(value)}}}
 	if index >= 0 {
 		re.Index = &p4v1.Index{Index: index}
 	}

@@ -63,20 +63,6 @@ func decodeSigned(b []byte, width int) (int64, error) {
 	return v, nil
 }
 
-// encodeUnsigned returns the canonical (shortest) bytestring of v.
-func encodeUnsigned(v uint64) []byte {
-	n := 1
-	for x := v >> 8; x != 0; x >>= 8 {
-		n++
-	}
-	b := make([]byte, n)
-	for i := n - 1; i >= 0; i-- {
-		b[i] = byte(v)
-		v >>= 8
-	}
-	return b
-}
-
 // encodeSigned returns the canonical (shortest) two's complement bytestring.
 func encodeSigned(v int64) []byte {
 	n := 1

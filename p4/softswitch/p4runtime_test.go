@@ -125,12 +125,12 @@ func (h *harness) read(ctx context.Context, ents ...*p4v1.Entity) ([]*p4v1.Entit
 func workerUpdate(typ p4v1.Update_Type, ip [4]byte, port uint16, rank uint64) *p4v1.Update {
 	return &p4v1.Update{Type: typ, Entity: &p4v1.Entity{Entity: &p4v1.Entity_TableEntry{TableEntry: &p4v1.TableEntry{
 		TableId: p4info.TableWorkersID,
-		Match:   []*p4v1.FieldMatch{exact(p4info.WorkersSrcAddrID, uint64(ip[0])<<24|uint64(ip[1])<<16|uint64(ip[2])<<8|uint64(ip[3])), exact(p4info.WorkersSrcPortID, uint64(port))},
+		Match:   []*p4v1.FieldMatch{p4info.Exact(p4info.WorkersSrcAddrID, uint64(ip[0])<<24|uint64(ip[1])<<16|uint64(ip[2])<<8|uint64(ip[3])), p4info.Exact(p4info.WorkersSrcPortID, uint64(port))},
 		Action: &p4v1.TableAction{Type: &p4v1.TableAction_Action{Action: &p4v1.Action{
 			ActionId: p4info.ActionSetWorkerID,
 			Params: []*p4v1.Action_Param{
-				param(p4info.SetWorkerJobID, 5), param(p4info.SetWorkerRank, rank), param(p4info.SetWorkerNumWorkers, 2),
-				param(p4info.SetWorkerMgid, 9), param(p4info.SetWorkerLane, 1), param(p4info.SetWorkerPoolBase, 4), param(p4info.SetWorkerPoolSize, 8),
+				p4info.Param(p4info.SetWorkerJobID, 5), p4info.Param(p4info.SetWorkerRank, rank), p4info.Param(p4info.SetWorkerNumWorkers, 2),
+				p4info.Param(p4info.SetWorkerMgid, 9), p4info.Param(p4info.SetWorkerLane, 1), p4info.Param(p4info.SetWorkerPoolBase, 4), p4info.Param(p4info.SetWorkerPoolSize, 8),
 			},
 		}}},
 	}}}}
@@ -304,11 +304,11 @@ func TestTableEntriesRoundTripAndErrors(t *testing.T) {
 	ins.GetEntity().GetTableEntry().ControllerMetadata = 1234
 	reply := &p4v1.Update{Type: p4v1.Update_INSERT, Entity: &p4v1.Entity{Entity: &p4v1.Entity_TableEntry{TableEntry: &p4v1.TableEntry{
 		TableId: p4info.TableReplyAddressID,
-		Match:   []*p4v1.FieldMatch{exact(p4info.ReplyJobID, 5), exact(p4info.ReplyRankID, 1), exact(p4info.ReplyLaneID, 1)},
+		Match:   []*p4v1.FieldMatch{p4info.Exact(p4info.ReplyJobID, 5), p4info.Exact(p4info.ReplyRankID, 1), p4info.Exact(p4info.ReplyLaneID, 1)},
 		Action: &p4v1.TableAction{Type: &p4v1.TableAction_Action{Action: &p4v1.Action{ActionId: p4info.ActionSetReplyID, Params: []*p4v1.Action_Param{
 			// MAC with leading zero bytes: accepted in any length, read back canonical.
 			{ParamId: p4info.SetReplyDstMAC, Value: []byte{0, 0, 0, 0, 0xbe, 0xef}},
-			param(p4info.SetReplyDstIPv4, 0x0a010203), param(p4info.SetReplyDstPort, 40000),
+			p4info.Param(p4info.SetReplyDstIPv4, 0x0a010203), p4info.Param(p4info.SetReplyDstPort, 40000),
 		}}}},
 	}}}}
 	if err := h.write(ctx, 1, ins, reply); err != nil {
@@ -590,7 +590,7 @@ func TestBytestrings(t *testing.T) {
 			t.Errorf("signed round trip %d -> %x -> %d, %v", v, encodeSigned(v), got, err)
 		}
 	}
-	if b := encodeUnsigned(0); len(b) != 1 || b[0] != 0 {
-		t.Errorf("encodeUnsigned(0) = %x", b)
+	if b := p4info.Bytes(0); len(b) != 1 || b[0] != 0 {
+		t.Errorf("p4info.Bytes(0) = %x", b)
 	}
 }

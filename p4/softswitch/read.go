@@ -148,14 +148,6 @@ func (s *P4Runtime) readTables(q *p4v1.TableEntry, send func(*p4v1.Entity) error
 	return nil
 }
 
-func exact(id uint32, v uint64) *p4v1.FieldMatch {
-	return &p4v1.FieldMatch{FieldId: id, FieldMatchType: &p4v1.FieldMatch_Exact_{Exact: &p4v1.FieldMatch_Exact{Value: encodeUnsigned(v)}}}
-}
-
-func param(id uint32, v uint64) *p4v1.Action_Param {
-	return &p4v1.Action_Param{ParamId: id, Value: encodeUnsigned(v)}
-}
-
 func ipv4Uint(k WorkerKey) uint64 {
 	a := k.Addr().As4()
 	return uint64(a[0])<<24 | uint64(a[1])<<16 | uint64(a[2])<<8 | uint64(a[3])
@@ -164,20 +156,9 @@ func ipv4Uint(k WorkerKey) uint64 {
 func (s *P4Runtime) workerEntry(k WorkerKey, w Worker) *p4v1.TableEntry {
 	m := s.workerMeta[k]
 	return &p4v1.TableEntry{
-		TableId: p4info.TableWorkersID,
-		Match:   []*p4v1.FieldMatch{exact(p4info.WorkersSrcAddrID, ipv4Uint(k)), exact(p4info.WorkersSrcPortID, uint64(k.Port()))},
-		Action: &p4v1.TableAction{Type: &p4v1.TableAction_Action{Action: &p4v1.Action{
-			ActionId: p4info.ActionSetWorkerID,
-			Params: []*p4v1.Action_Param{
-				param(p4info.SetWorkerJobID, uint64(w.Job)),
-				param(p4info.SetWorkerRank, uint64(w.Rank)),
-				param(p4info.SetWorkerNumWorkers, uint64(w.NumWorkers)),
-				param(p4info.SetWorkerMgid, uint64(w.MulticastGroup)),
-				param(p4info.SetWorkerLane, uint64(w.Lane)),
-				param(p4info.SetWorkerPoolBase, uint64(w.PoolBase)),
-				param(p4info.SetWorkerPoolSize, uint64(w.PoolSize)),
-			},
-		}}},
+		TableId:            p4info.TableWorkersID,
+		Match:              p4info.WorkerKey(uint32(ipv4Uint(k)), k.Port()),
+		Action:             p4info.SetWorker(w.Job, w.Rank, w.NumWorkers, w.MulticastGroup, w.Lane, w.PoolBase, w.PoolSize),
 		ControllerMetadata: m.controllerMetadata,
 		Metadata:           m.metadata,
 	}
@@ -185,23 +166,10 @@ func (s *P4Runtime) workerEntry(k WorkerKey, w Worker) *p4v1.TableEntry {
 
 func (s *P4Runtime) replyEntry(k ReplyKey, r Reply) *p4v1.TableEntry {
 	m := s.replyMeta[k]
-	var mac uint64
-	for _, b := range r.MAC {
-		mac = mac<<8 | uint64(b)
-	}
 	return &p4v1.TableEntry{
-		TableId: p4info.TableReplyAddressID,
-		Match: []*p4v1.FieldMatch{
-			exact(p4info.ReplyJobID, uint64(k.Job)), exact(p4info.ReplyRankID, uint64(k.Rank)), exact(p4info.ReplyLaneID, uint64(k.Lane)),
-		},
-		Action: &p4v1.TableAction{Type: &p4v1.TableAction_Action{Action: &p4v1.Action{
-			ActionId: p4info.ActionSetReplyID,
-			Params: []*p4v1.Action_Param{
-				param(p4info.SetReplyDstMAC, mac),
-				param(p4info.SetReplyDstIPv4, ipv4Uint(r.Addr)),
-				param(p4info.SetReplyDstPort, uint64(r.Addr.Port())),
-			},
-		}}},
+		TableId:            p4info.TableReplyAddressID,
+		Match:              p4info.ReplyKey(k.Job, k.Rank, k.Lane),
+		Action:             p4info.SetReply(r.MAC, uint32(ipv4Uint(r.Addr)), r.Addr.Port()),
 		ControllerMetadata: m.controllerMetadata,
 		Metadata:           m.metadata,
 	}
@@ -231,7 +199,7 @@ func (s *P4Runtime) readGroups(id uint32, send func(*p4v1.Entity) error) error {
 		for _, r := range g.reps {
 			rep := &p4v1.Replica{Instance: uint32(r.Instance)}
 			if meta.portBytes {
-				rep.PortKind = &p4v1.Replica_Port{Port: encodeUnsigned(uint64(r.EgressPort))}
+				rep.PortKind = &p4v1.Replica_Port{Port: p4info.Bytes(uint64(r.EgressPort))}
 			} else {
 				rep.PortKind = &p4v1.Replica_EgressPort{EgressPort: r.EgressPort}
 			}
@@ -281,7 +249,7 @@ func (s *P4Runtime) readRegisters(q *p4v1.RegisterEntry, send func(*p4v1.Entity)
 				if rs.signed {
 					b = encodeSigned(v)
 				} else {
-					b = encodeUnsigned(uint64(v))
+					b = p4info.Bytes(uint64(v))
 				}
 				ents = append(ents, &p4v1.Entity{Entity: &p4v1.Entity_RegisterEntry{RegisterEntry: &p4v1.RegisterEntry{
 					RegisterId: id, Index: &p4v1.Index{Index: int64(i)},

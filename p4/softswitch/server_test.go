@@ -63,9 +63,9 @@ func TestServerEndToEnd(t *testing.T) {
 		// workerUpdate's entry: job 5, n=2, mgid 9, lane 1, pool [4, 12).
 		ups = append(ups, wu, &p4v1.Update{Type: p4v1.Update_INSERT, Entity: &p4v1.Entity{Entity: &p4v1.Entity_TableEntry{TableEntry: &p4v1.TableEntry{
 			TableId: p4info.TableReplyAddressID,
-			Match:   []*p4v1.FieldMatch{exact(p4info.ReplyJobID, 5), exact(p4info.ReplyRankID, uint64(r)), exact(p4info.ReplyLaneID, 1)},
+			Match:   []*p4v1.FieldMatch{p4info.Exact(p4info.ReplyJobID, 5), p4info.Exact(p4info.ReplyRankID, uint64(r)), p4info.Exact(p4info.ReplyLaneID, 1)},
 			Action: &p4v1.TableAction{Type: &p4v1.TableAction_Action{Action: &p4v1.Action{ActionId: p4info.ActionSetReplyID, Params: []*p4v1.Action_Param{
-				param(p4info.SetReplyDstMAC, 0), param(p4info.SetReplyDstIPv4, 0x7f000001), param(p4info.SetReplyDstPort, uint64(port)),
+				p4info.Param(p4info.SetReplyDstMAC, 0), p4info.Param(p4info.SetReplyDstIPv4, 0x7f000001), p4info.Param(p4info.SetReplyDstPort, uint64(port)),
 			}}}},
 		}}}})
 	}
