@@ -54,9 +54,10 @@ func Serve(ctx context.Context, conn *transport.Conn, proc Processor, faults *tr
 		stats = new(Stats)
 	}
 	for {
-		// A periodic deadline lets held (reordered) datagrams drain and
-		// the context be noticed even when no traffic arrives.
-		deadline := time.Time{}
+		// A deadline on every read: held (reordered) datagrams drain, and
+		// the context is noticed even if its wake-up deadline landed just
+		// before this read replaced it.
+		deadline := time.Now().Add(100 * time.Millisecond)
 		if faults.Pending() {
 			deadline = time.Now().Add(time.Millisecond)
 		}
