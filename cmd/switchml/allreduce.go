@@ -172,6 +172,12 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, ele
 		if it >= warmup {
 			rep.TATs = append(rep.TATs, tat.Seconds())
 		}
+		// Checking and refilling the tensor is CPU-heavy: start it only
+		// when every rank is done, or ranks that finish first slow down
+		// the others' timed allreduce on a shared host.
+		if err := sess.Barrier(ctx, fmt.Sprintf("done-%d", it)); err != nil {
+			return err
+		}
 		if verify {
 			if err := exp.check(dtype, f32, i32, u16); err != nil {
 				rep.Verified = false

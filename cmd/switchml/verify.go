@@ -29,10 +29,17 @@ func genInt32(seed uint64, rank, i int) int32 {
 // 4096 elements, so blocks exercise different exponents.
 func genFloat32(seed uint64, rank, i int) float32 {
 	h := elementHash(seed, rank, i)
-	m := int((i/4096)%16) - 8
-	u := float64(int64(h>>40)-(1<<23)) / (1 << 23)
-	return float32(math.Ldexp(u, m))
+	u := float32(int64(h>>40) - (1 << 23)) // exact: 24 bits
+	return u * magnitudes[(i/4096)%16]
 }
+
+// magnitudes[m] is 2^(m-8-23): the scale of a 24-bit integer to (-2^(m-8), 2^(m-8)).
+var magnitudes = func() (t [16]float32) {
+	for m := range t {
+		t[m] = float32(math.Ldexp(1, m-8-23))
+	}
+	return t
+}()
 
 // expectation is what every rank should hold after the allreduce, with the
 // tolerance per element.
