@@ -65,12 +65,40 @@ func systemsIn(rs []benchResult) []string {
 	return out
 }
 
-func byWorkers(r benchResult) int        { return r.Workers }
-func byBytes(r benchResult) int64        { return r.Bytes }
-func byRate(r benchResult) float64       { return r.RateMbit }
-func byPacket(r benchResult) int         { return r.PacketElements }
-func byWindow(r benchResult) int         { return r.Window }
-func bySystem(r benchResult) string      { return r.System }
+func byWorkers(r benchResult) int   { return r.Workers }
+func byBytes(r benchResult) int64   { return r.Bytes }
+func byRate(r benchResult) float64  { return r.RateMbit }
+func byPacket(r benchResult) int    { return r.PacketElements }
+func byWindow(r benchResult) int    { return r.Window }
+func bySystem(r benchResult) string { return r.System }
+
+// systemTable writes a table with one row per value of key: each system's
+// TAT and metric, then Gloo's and the ring's TAT over SwitchML's.
+func systemTable[T int | int64 | float64](p func(string, ...any), rs []benchResult, keyHeader, metricHeader, metricFormat string,
+	metric func(benchResult) float64, key func(benchResult) T, label func(T) string) {
+	systems := systemsIn(rs)
+	p("| %s |", keyHeader)
+	for _, s := range systems {
+		p(" %s TAT (s) | %s %s |", systemNames[s], systemNames[s], metricHeader)
+	}
+	p(" Gloo / SwitchML | Ring / SwitchML |\n|---|")
+	for range systems {
+		p("---|---|")
+	}
+	p("---|---|\n")
+	for _, v := range values(rs, key) {
+		p("| %s |", label(v))
+		for _, s := range systems {
+			r, ok := one(rs, s, key, v)
+			p(" %s | %s |", cell(r, ok), cellf(r, ok, metricFormat, metric(r)))
+		}
+		sm, okS := one(rs, "switchml", key, v)
+		gl, okG := one(rs, "gloo", key, v)
+		rg, okR := one(rs, "ring", key, v)
+		p(" %s | %s |\n", ratio(gl, sm, okG, okS), ratio(rg, sm, okR, okS))
+	}
+}
+
 func cell(r benchResult, ok bool) string { return cellf(r, ok, "%.3f", r.MedianTAT) }
 
 func cellf(r benchResult, ok bool, format string, v float64) string {
@@ -176,27 +204,7 @@ func writeBenchReport(dir string, f *benchFile) (string, error) {
 	// Sizes sweep.
 	if rs := x.in("sizes", "rack"); len(rs) > 0 {
 		p("## Rack: goodput against tensor size (%d workers, %g Mbit/s ports)\n\n", o.BaseWorkers, o.Rate)
-		systems := systemsIn(rs)
-		p("| size |")
-		for _, s := range systems {
-			p(" %s TAT (s) | %s Mbit/s |", systemNames[s], systemNames[s])
-		}
-		p(" Gloo / SwitchML | Ring / SwitchML |\n|---|")
-		for range systems {
-			p("---|---|")
-		}
-		p("---|---|\n")
-		for _, sz := range values(rs, byBytes) {
-			p("| %s |", fmtBytes(sz))
-			for _, s := range systems {
-				r, ok := one(rs, s, byBytes, sz)
-				p(" %s | %s |", cell(r, ok), cellf(r, ok, "%.1f", r.GoodputMbit))
-			}
-			sm, okS := one(rs, "switchml", byBytes, sz)
-			gl, okG := one(rs, "gloo", byBytes, sz)
-			rg, okR := one(rs, "ring", byBytes, sz)
-			p(" %s | %s |\n", ratio(gl, sm, okG, okS), ratio(rg, sm, okR, okS))
-		}
+		systemTable(p, rs, "size", "Mbit/s", "%.1f", func(r benchResult) float64 { return r.GoodputMbit }, byBytes, fmtBytes)
 		p("\n![goodput against size](goodput_vs_size.png)\n\n")
 		if err := plotSweep(filepath.Join(dir, "goodput_vs_size.png"), fmt.Sprintf("Goodput against tensor size (%d workers, %g Mbit/s ports)", o.BaseWorkers, o.Rate),
 			"tensor size (MiB)", "goodput per worker (Mbit/s)", rs, func(r benchResult) float64 { return float64(r.Bytes) / (1 << 20) },
@@ -208,27 +216,8 @@ func writeBenchReport(dir string, f *benchFile) (string, error) {
 	// Rates sweep.
 	if rs := x.in("rates", "rack"); len(rs) > 0 {
 		p("## Rack: port rate (%d workers, %s)\n\n", o.BaseWorkers, fmtBytes(o.TuneSize))
-		systems := systemsIn(rs)
-		p("| rate (Mbit/s) |")
-		for _, s := range systems {
-			p(" %s TAT (s) | %s efficiency |", systemNames[s], systemNames[s])
-		}
-		p(" Gloo / SwitchML | Ring / SwitchML |\n|---|")
-		for range systems {
-			p("---|---|")
-		}
-		p("---|---|\n")
-		for _, rate := range values(rs, byRate) {
-			p("| %g |", rate)
-			for _, s := range systems {
-				r, ok := one(rs, s, byRate, rate)
-				p(" %s | %s |", cell(r, ok), cellf(r, ok, "%.3f", r.LinkEfficiency))
-			}
-			sm, okS := one(rs, "switchml", byRate, rate)
-			gl, okG := one(rs, "gloo", byRate, rate)
-			rg, okR := one(rs, "ring", byRate, rate)
-			p(" %s | %s |\n", ratio(gl, sm, okG, okS), ratio(rg, sm, okR, okS))
-		}
+		systemTable(p, rs, "rate (Mbit/s)", "efficiency", "%.3f", func(r benchResult) float64 { return r.LinkEfficiency }, byRate,
+			func(rate float64) string { return fmt.Sprintf("%g", rate) })
 		p("\n![link efficiency against rate](efficiency_vs_rate.png)\n\n")
 		if err := plotSweep(filepath.Join(dir, "efficiency_vs_rate.png"), fmt.Sprintf("Link efficiency against port rate (%d workers, %s)", o.BaseWorkers, fmtBytes(o.TuneSize)),
 			"port rate (Mbit/s)", "goodput / port rate", rs, func(r benchResult) float64 { return r.RateMbit },
