@@ -72,11 +72,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 	seed := fs.Uint64("seed", 1, "seed of the tensor contents")
 	asJSON := fs.Bool("json", false, "print one JSON object with the results on stdout")
 	verify := fs.Bool("verify", true, "check every result against the exact sum")
-	startProfile := cpuProfileFlag(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	stopProfile, err := startProfile()
+	stopProfile, err := parseFlagsProfiled(fs, args)
 	if err != nil {
 		return err
 	}

@@ -33,11 +33,7 @@ func runSwitch(ctx context.Context, args []string) error {
 	fs.Uint64Var(&faults.Seed, "seed", 1, "seed of the fault simulator")
 	statsEvery := fs.Duration("stats", 0, "log the pipeline counters at this interval (0: only at exit)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
-	startProfile := cpuProfileFlag(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	stopProfile, err := startProfile()
+	stopProfile, err := parseFlagsProfiled(fs, args)
 	if err != nil {
 		return err
 	}
