@@ -318,7 +318,7 @@ func TestTableEntriesRoundTripAndErrors(t *testing.T) {
 	if w := h.target.workers[k]; w != (Worker{Job: 5, Rank: 1, NumWorkers: 2, MulticastGroup: 9, Lane: 1, PoolBase: 4, PoolSize: 8}) {
 		t.Fatalf("target worker = %+v", w)
 	}
-	if r := h.target.replies[ReplyKey{5, 1, 1}]; r.Addr != k || r.MAC != [6]byte{0, 0, 0, 0, 0xbe, 0xef} {
+	if r := h.target.replies[ReplyKey{Job: 5, Rank: 1, Lane: 1}]; r.Addr != k || r.MAC != [6]byte{0, 0, 0, 0, 0xbe, 0xef} {
 		t.Fatalf("target reply = %+v", r)
 	}
 	ents, err := h.read(ctx, &p4v1.Entity{Entity: &p4v1.Entity_TableEntry{TableEntry: &p4v1.TableEntry{}}})

@@ -172,65 +172,41 @@ func mapErr(err error) error {
 	return err // ErrInvalid and anything else: INVALID_ARGUMENT
 }
 
-func toWorker(w Worker) pipeline.Worker {
-	return pipeline.Worker{Job: w.Job, Rank: w.Rank, NumWorkers: w.NumWorkers, MulticastGroup: w.MulticastGroup,
-		Lane: w.Lane, PoolBase: w.PoolBase, PoolSize: w.PoolSize}
-}
-
-func fromWorker(w pipeline.Worker) Worker {
-	return Worker{Job: w.Job, Rank: w.Rank, NumWorkers: w.NumWorkers, MulticastGroup: w.MulticastGroup,
-		Lane: w.Lane, PoolBase: w.PoolBase, PoolSize: w.PoolSize}
-}
-
-func toReplicas(r []Replica) []pipeline.Replica {
-	out := make([]pipeline.Replica, len(r))
-	for i, x := range r {
-		out[i] = pipeline.Replica{EgressPort: x.EgressPort, Instance: x.Instance}
-	}
-	return out
-}
-
 func (t pipelineTarget) InsertWorker(k WorkerKey, w Worker) error {
-	return mapErr(t.p.InsertWorker(pipeline.WorkerKey{Addr: k}, toWorker(w)))
+	return mapErr(t.p.InsertWorker(pipeline.WorkerKey{Addr: k}, w))
 }
 func (t pipelineTarget) ModifyWorker(k WorkerKey, w Worker) error {
-	return mapErr(t.p.ModifyWorker(pipeline.WorkerKey{Addr: k}, toWorker(w)))
+	return mapErr(t.p.ModifyWorker(pipeline.WorkerKey{Addr: k}, w))
 }
 func (t pipelineTarget) DeleteWorker(k WorkerKey) error {
 	return mapErr(t.p.DeleteWorker(pipeline.WorkerKey{Addr: k}))
 }
 func (t pipelineTarget) Workers(yield func(WorkerKey, Worker) bool) {
-	t.p.Workers(func(k pipeline.WorkerKey, w pipeline.Worker) bool { return yield(k.Addr, fromWorker(w)) })
+	t.p.Workers(func(k pipeline.WorkerKey, w pipeline.Worker) bool { return yield(k.Addr, w) })
 }
 func (t pipelineTarget) InsertReply(k ReplyKey, r Reply) error {
-	return mapErr(t.p.InsertReply(pipeline.ReplyKey(k), pipeline.Reply(r)))
+	return mapErr(t.p.InsertReply(k, r))
 }
 func (t pipelineTarget) ModifyReply(k ReplyKey, r Reply) error {
-	return mapErr(t.p.ModifyReply(pipeline.ReplyKey(k), pipeline.Reply(r)))
+	return mapErr(t.p.ModifyReply(k, r))
 }
 func (t pipelineTarget) DeleteReply(k ReplyKey) error {
-	return mapErr(t.p.DeleteReply(pipeline.ReplyKey(k)))
+	return mapErr(t.p.DeleteReply(k))
 }
 func (t pipelineTarget) Replies(yield func(ReplyKey, Reply) bool) {
-	t.p.Replies(func(k pipeline.ReplyKey, r pipeline.Reply) bool { return yield(ReplyKey(k), Reply(r)) })
+	t.p.Replies(yield)
 }
 func (t pipelineTarget) InsertMulticastGroup(id uint16, r []Replica) error {
-	return mapErr(t.p.InsertMulticastGroup(id, toReplicas(r)))
+	return mapErr(t.p.InsertMulticastGroup(id, r))
 }
 func (t pipelineTarget) ModifyMulticastGroup(id uint16, r []Replica) error {
-	return mapErr(t.p.ModifyMulticastGroup(id, toReplicas(r)))
+	return mapErr(t.p.ModifyMulticastGroup(id, r))
 }
 func (t pipelineTarget) DeleteMulticastGroup(id uint16) error {
 	return mapErr(t.p.DeleteMulticastGroup(id))
 }
 func (t pipelineTarget) MulticastGroups(yield func(uint16, []Replica) bool) {
-	t.p.MulticastGroups(func(id uint16, rs []pipeline.Replica) bool {
-		out := make([]Replica, len(rs))
-		for i, x := range rs {
-			out[i] = Replica{EgressPort: x.EgressPort, Instance: x.Instance}
-		}
-		return yield(id, out)
-	})
+	t.p.MulticastGroups(yield)
 }
 func (t pipelineTarget) RegisterSize(name string) int {
 	n, err := t.p.RegisterSize(name)

@@ -2,6 +2,7 @@ package softswitch
 
 import (
 	"errors"
+	"github.com/switchml/switchml-go/p4/pipeline"
 	"net/netip"
 )
 
@@ -17,36 +18,19 @@ var (
 // UDP source port of one lane socket of one worker.
 type WorkerKey = netip.AddrPort
 
-// Worker is the set_worker action data of a workers entry.
-type Worker struct {
-	Job            uint32
-	Rank           uint16
-	NumWorkers     uint16
-	MulticastGroup uint16
-	Lane           uint8
-	PoolBase       uint32
-	PoolSize       uint32
-}
-
-// ReplyKey is the key of SwitchMLEgress.reply_address.
-type ReplyKey struct {
-	Job  uint32
-	Rank uint16
-	Lane uint8
-}
-
-// Reply is the set_reply action data: where results for (job, rank, lane) go.
-type Reply struct {
-	MAC  [6]byte
-	Addr netip.AddrPort
-}
-
-// Replica is one copy made by a multicast group: the instance is the rank the
-// copy is addressed to (the reply_address lookup key).
-type Replica struct {
-	EgressPort uint32
-	Instance   uint16
-}
+// The action data and keys of the tables and multicast groups are the
+// pipeline's own types: the service programs exactly what the pipeline holds.
+type (
+	// Worker is the set_worker action data of a workers entry.
+	Worker = pipeline.Worker
+	// ReplyKey is the key of SwitchMLEgress.reply_address.
+	ReplyKey = pipeline.ReplyKey
+	// Reply is the set_reply action data: where results for (job, rank, lane) go.
+	Reply = pipeline.Reply
+	// Replica is one copy made by a multicast group: the instance is the
+	// rank the copy is addressed to (the reply_address lookup key).
+	Replica = pipeline.Replica
+)
 
 // Target is the switch state the P4Runtime service programs. The software
 // switch's pipeline implements it (see pipelineTarget); tests use a fake. The
