@@ -100,3 +100,33 @@ func BenchmarkHalf(b *testing.B) {
 		})
 	}
 }
+
+// benchScan times fn over float32 inputs of each size.
+func benchScan(b *testing.B, fn func(x []float32)) {
+	for _, sz := range benchSizes {
+		b.Run(sz.name, func(b *testing.B) {
+			x, _ := benchData(sz.bytes)
+			b.SetBytes(int64(sz.bytes))
+			b.ReportAllocs()
+			for b.Loop() {
+				fn(x)
+			}
+		})
+	}
+}
+
+func BenchmarkCheckFinite(b *testing.B) {
+	benchScan(b, func(x []float32) {
+		if err := CheckFinite(x); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
+func BenchmarkBlockExponent(b *testing.B) {
+	benchScan(b, func(x []float32) {
+		for lo := 0; lo < len(x); lo += 256 {
+			BlockExponent(x[lo:min(lo+256, len(x))])
+		}
+	})
+}

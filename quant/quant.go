@@ -127,26 +127,41 @@ func (e *NonFiniteError) Error() string {
 // CheckFinite returns a *NonFiniteError for the first NaN or ±Inf in x, nil if
 // every element is finite. Call it before sending any block of x.
 func CheckFinite(x []float32) error {
-	// An element is non-finite exactly when its exponent field is all ones; OR-ing
-	// the masked exponent bits of a chunk keeps the common all-finite case branch-light.
-	const expMask = 0x7f800000
 	const chunk = 256
 	for start := 0; start < len(x); start += chunk {
 		c := x[start:min(start+chunk, len(x))]
-		bad := false
-		for _, v := range c {
-			if math.Float32bits(v)&expMask == expMask {
-				bad = true
-			}
-		}
-		if !bad {
+		if !anyNonFinite(c) {
 			continue
 		}
 		for i, v := range c {
-			if math.Float32bits(v)&expMask == expMask {
+			if math.Float32bits(v)&0x7f800000 == 0x7f800000 {
 				return &NonFiniteError{Index: start + i, Value: v, Type: "float32"}
 			}
 		}
 	}
 	return nil
+}
+
+// anyNonFinite reports whether x holds a NaN or an Inf, two elements per
+// 64-bit word: an element is non-finite exactly when its exponent field is
+// all ones, and adding 1 at the bottom of the masked field carries into the
+// element's (cleared) sign bit only then, never into the other element.
+func anyNonFinite(x []float32) bool {
+	const (
+		fields = 0x7f8000007f800000
+		one    = 0x0080000000800000
+		signs  = 0x8000000080000000
+	)
+	var acc0, acc1 uint64
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		w0 := uint64(math.Float32bits(x[i])) | uint64(math.Float32bits(x[i+1]))<<32
+		w1 := uint64(math.Float32bits(x[i+2])) | uint64(math.Float32bits(x[i+3]))<<32
+		acc0 |= w0&fields + one
+		acc1 |= w1&fields + one
+	}
+	for ; i < len(x); i++ {
+		acc0 |= uint64(math.Float32bits(x[i]))&fields + one
+	}
+	return (acc0|acc1)&signs != 0
 }

@@ -460,3 +460,28 @@ func TestCheckFinite(t *testing.T) {
 		}
 	}
 }
+
+// The word-at-a-time scan agrees with the element test for every exponent
+// field and sign, at every position of the unrolled loop and its tail.
+func TestAnyNonFiniteEveryExponent(t *testing.T) {
+	for field := uint32(0); field < 256; field++ {
+		for _, low := range []uint32{0, 1, 0x400000, 0x7fffff} {
+			for _, sign := range []uint32{0, 1 << 31} {
+				v := math.Float32frombits(sign | field<<23 | low)
+				want := field == 255
+				for n := 1; n <= 9; n++ {
+					for at := 0; at < n; at++ {
+						x := make([]float32, n)
+						for i := range x {
+							x[i] = math.Float32frombits(0x7f7fffff) // the largest finite
+						}
+						x[at] = v
+						if got := anyNonFinite(x); got != want {
+							t.Fatalf("bits %#08x at %d of %d: anyNonFinite = %v, want %v", math.Float32bits(v), at, n, got, want)
+						}
+					}
+				}
+			}
+		}
+	}
+}

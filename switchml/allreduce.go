@@ -73,7 +73,7 @@ func (s *Session) StartFloat32(ctx context.Context, x []float32) *Handle {
 	if err := quant.CheckFinite(x); err != nil {
 		return failed(fmt.Errorf("switchml: input not finite: %w", err))
 	}
-	return s.start(ctx, engine.Op{DType: engine.Float32, F32: x}, len(x))
+	return s.start(ctx, engine.Op{DType: engine.Float32, F32: x, Checked: true}, len(x))
 }
 
 // StartInt32 begins an in-place, exact (wrapping) sum of x across all ranks.
@@ -87,7 +87,7 @@ func (s *Session) StartFloat16(ctx context.Context, x []uint16) *Handle {
 	if err := quant.CheckFiniteF16(x); err != nil {
 		return failed(fmt.Errorf("switchml: input not finite: %w", err))
 	}
-	return s.start(ctx, engine.Op{DType: engine.Float16, U16: x}, len(x))
+	return s.start(ctx, engine.Op{DType: engine.Float16, U16: x, Checked: true}, len(x))
 }
 
 // StartBFloat16 begins an in-place sum of bfloat16 values, given as their
@@ -96,7 +96,7 @@ func (s *Session) StartBFloat16(ctx context.Context, x []uint16) *Handle {
 	if err := quant.CheckFiniteBF16(x); err != nil {
 		return failed(fmt.Errorf("switchml: input not finite: %w", err))
 	}
-	return s.start(ctx, engine.Op{DType: engine.BFloat16, U16: x}, len(x))
+	return s.start(ctx, engine.Op{DType: engine.BFloat16, U16: x, Checked: true}, len(x))
 }
 
 // StartTensor begins an in-place sum of a dense float32 or int32 tensor.

@@ -165,6 +165,10 @@ type Op struct {
 	F32   []float32
 	I32   []int32
 	U16   []uint16 // float16 or bfloat16 bits
+	// Checked says the caller has already found every float input finite
+	// (quant.CheckFinite and its 16-bit variants); Start then skips its
+	// own pass over the data.
+	Checked bool
 }
 
 // Errors of the engine.
@@ -282,11 +286,20 @@ func (l *Lane) Start(op Op, now time.Duration) error {
 	case Int32:
 		n = len(op.I32)
 	case Float32:
-		n, err = len(op.F32), quant.CheckFinite(op.F32)
+		n = len(op.F32)
+		if !op.Checked {
+			err = quant.CheckFinite(op.F32)
+		}
 	case Float16:
-		n, err = len(op.U16), quant.CheckFiniteF16(op.U16)
+		n = len(op.U16)
+		if !op.Checked {
+			err = quant.CheckFiniteF16(op.U16)
+		}
 	case BFloat16:
-		n, err = len(op.U16), quant.CheckFiniteBF16(op.U16)
+		n = len(op.U16)
+		if !op.Checked {
+			err = quant.CheckFiniteBF16(op.U16)
+		}
 	default:
 		return fmt.Errorf("engine: unknown dtype %d", op.DType)
 	}

@@ -29,6 +29,17 @@ type batchIO struct {
 	readFn    func(fd uintptr) bool
 	tryReadFn func(fd uintptr)
 
+	// With UDP_GRO the kernel may deliver several datagrams of one sender
+	// as one buffer with their segment size in a control message. They are
+	// read into gbufs and handed out from pending, a datagram per message,
+	// before the next system call.
+	gro     bool
+	gbufs   [][]byte
+	rctl    [][64]byte
+	pending []segment
+	next    int
+	merged  atomic.Uint64 // datagrams that arrived in coalesced buffers
+
 	whdrs   []unix.Mmsghdr
 	wiov    []unix.Iovec
 	wnames  []unix.RawSockaddrInet6
@@ -41,7 +52,20 @@ type batchIO struct {
 	writeFn func(fd uintptr) bool
 }
 
-func (b *batchIO) init(udp *net.UDPConn, size int, gso bool) error {
+// segment is one datagram of a coalesced read, waiting to be handed out.
+type segment struct {
+	buf  []byte
+	addr netip.AddrPort
+}
+
+// groBuffers is how many coalesced buffers one read takes; each holds up
+// to 64 KiB, so a read still moves up to thousands of datagrams.
+const groBuffers = 16
+
+// groBufSize holds the largest coalesced datagram (a 16-bit IP length).
+const groBufSize = 1 << 16
+
+func (b *batchIO) init(udp *net.UDPConn, size int, gso, gro bool) error {
 	raw, err := udp.SyscallConn()
 	if err != nil {
 		return fmt.Errorf("transport: raw socket access: %w", err)
@@ -56,6 +80,23 @@ func (b *batchIO) init(udp *net.UDPConn, size int, gso bool) error {
 	b.wctl = make([][32]byte, size)
 	b.wgroup = make([]int, size)
 	b.gso.Store(gso)
+	if gro {
+		var serr error
+		if err := raw.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_GRO, 1)
+		}); err == nil && serr == nil {
+			// Without the option (an old kernel) reads stay one datagram
+			// per message.
+			b.gro = true
+			n := min(size, groBuffers)
+			b.gbufs = make([][]byte, n)
+			for i := range b.gbufs {
+				b.gbufs[i] = make([]byte, groBufSize)
+			}
+			b.rctl = make([][64]byte, n)
+			b.pending = make([]segment, 0, n*maxGSOSegments)
+		}
+	}
 	b.readFn = b.doRead
 	b.tryReadFn = b.tryRead
 	b.writeFn = b.doWrite
@@ -63,36 +104,19 @@ func (b *batchIO) init(udp *net.UDPConn, size int, gso bool) error {
 }
 
 func (b *batchIO) read(ms []Message, nonblocking bool) (int, error) {
+	if b.gro {
+		return b.readGRO(ms, nonblocking)
+	}
 	n := min(len(ms), len(b.rhdrs))
 	for i := 0; i < n; i++ {
 		buf := ms[i].Buf[:cap(ms[i].Buf)]
 		if len(buf) == 0 {
 			return 0, errors.New("transport: read buffer with zero capacity")
 		}
-		b.riov[i].Base = &buf[0]
-		b.riov[i].SetLen(len(buf))
-		h := &b.rhdrs[i].Hdr
-		h.Name = (*byte)(unsafe.Pointer(&b.rnames[i]))
-		h.Namelen = uint32(unsafe.Sizeof(b.rnames[i]))
-		h.Iov = &b.riov[i]
-		h.SetIovlen(1)
-		h.Control = nil
-		h.SetControllen(0)
-		h.Flags = 0
+		b.setRead(i, buf, nil)
 	}
-	b.rn, b.rerr = n, nil
-	if nonblocking {
-		// Control runs the call once, whatever the deadline: the
-		// EAGAIN of an empty socket leaves rn as it was, so reset it.
-		err := b.raw.Control(b.tryReadFn)
-		if err != nil {
-			return 0, err
-		}
-	} else if err := b.raw.Read(b.readFn); err != nil {
+	if err := b.recv(n, nonblocking); err != nil {
 		return 0, err
-	}
-	if b.rerr != nil {
-		return 0, b.rerr
 	}
 	got := b.rn
 	for i := 0; i < got; i++ {
@@ -101,6 +125,109 @@ func (b *batchIO) read(ms []Message, nonblocking bool) (int, error) {
 		ms[i].Addr = sockaddrToAddrPort(&b.rnames[i])
 	}
 	return got, nil
+}
+
+// setRead points read header i at buf and, if not nil, at ctl for control
+// messages.
+func (b *batchIO) setRead(i int, buf, ctl []byte) {
+	b.riov[i].Base = &buf[0]
+	b.riov[i].SetLen(len(buf))
+	h := &b.rhdrs[i].Hdr
+	h.Name = (*byte)(unsafe.Pointer(&b.rnames[i]))
+	h.Namelen = uint32(unsafe.Sizeof(b.rnames[i]))
+	h.Iov = &b.riov[i]
+	h.SetIovlen(1)
+	if ctl != nil {
+		h.Control = &ctl[0]
+	} else {
+		h.Control = nil
+	}
+	h.SetControllen(len(ctl))
+	h.Flags = 0
+}
+
+// recv runs recvmmsg on the first n read headers and leaves the count of
+// datagrams in b.rn.
+func (b *batchIO) recv(n int, nonblocking bool) error {
+	b.rn, b.rerr = n, nil
+	if nonblocking {
+		// Control runs the call once, whatever the deadline: the
+		// EAGAIN of an empty socket leaves rn as it was, so reset it.
+		if err := b.raw.Control(b.tryReadFn); err != nil {
+			return err
+		}
+	} else if err := b.raw.Read(b.readFn); err != nil {
+		return err
+	}
+	return b.rerr
+}
+
+// readGRO hands out pending datagrams first; only when none are left does
+// it read, into the coalescing buffers, and split what arrived.
+func (b *batchIO) readGRO(ms []Message, nonblocking bool) (int, error) {
+	for i := range ms {
+		if cap(ms[i].Buf) == 0 {
+			return 0, errors.New("transport: read buffer with zero capacity")
+		}
+	}
+	if b.next == len(b.pending) {
+		b.pending, b.next = b.pending[:0], 0
+		n := len(b.gbufs)
+		for i := 0; i < n; i++ {
+			b.setRead(i, b.gbufs[i], b.rctl[i][:])
+		}
+		if err := b.recv(n, nonblocking); err != nil {
+			return 0, err
+		}
+		for i := 0; i < b.rn; i++ {
+			h := &b.rhdrs[i]
+			total := int(h.Len)
+			addr := sockaddrToAddrPort(&b.rnames[i])
+			seg := groSegmentSize(b.rctl[i][:h.Hdr.Controllen])
+			if seg <= 0 || seg > total {
+				seg = total
+			}
+			data := b.gbufs[i][:total]
+			if total == 0 {
+				b.pending = append(b.pending, segment{buf: data, addr: addr})
+			}
+			for off := 0; off < total; off += seg {
+				b.pending = append(b.pending, segment{buf: data[off:min(off+seg, total)], addr: addr})
+			}
+			if seg < total {
+				b.merged.Add(uint64((total + seg - 1) / seg))
+			}
+		}
+	}
+	got := 0
+	for got < len(ms) && b.next < len(b.pending) {
+		p := &b.pending[b.next]
+		m := &ms[got]
+		m.N = copy(m.Buf[:cap(m.Buf)], p.buf)
+		m.Buf = m.Buf[:m.N]
+		m.Addr = p.addr
+		b.next++
+		got++
+	}
+	return got, nil
+}
+
+// groSegmentSize returns the segment size of a coalesced read from its
+// control messages, or 0 if there is none.
+func groSegmentSize(ctl []byte) int {
+	for len(ctl) >= unix.SizeofCmsghdr {
+		cm := (*unix.Cmsghdr)(unsafe.Pointer(&ctl[0]))
+		l := int(cm.Len)
+		if l < unix.SizeofCmsghdr || l > len(ctl) {
+			return 0
+		}
+		if cm.Level == unix.SOL_UDP && cm.Type == unix.UDP_GRO && l >= unix.CmsgLen(4) {
+			// The kernel reports the segment size as an int.
+			return int(*(*int32)(unsafe.Pointer(&ctl[unix.CmsgLen(0)])))
+		}
+		ctl = ctl[min(len(ctl), unix.CmsgSpace(l-unix.CmsgLen(0))):]
+	}
+	return 0
 }
 
 func (b *batchIO) tryRead(fd uintptr) {
@@ -236,6 +363,8 @@ func (b *batchIO) doWrite(fd uintptr) bool {
 	b.wn = int(r)
 	return true
 }
+
+func (b *batchIO) coalesced() uint64 { return b.merged.Load() }
 
 func sockaddrToAddrPort(sa *unix.RawSockaddrInet6) netip.AddrPort {
 	switch sa.Family {

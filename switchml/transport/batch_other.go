@@ -9,7 +9,7 @@ import (
 // batchIO falls back to one datagram per system call.
 type batchIO struct{ udp *net.UDPConn }
 
-func (b *batchIO) init(udp *net.UDPConn, size int, gso bool) error { b.udp = udp; return nil }
+func (b *batchIO) init(udp *net.UDPConn, size int, gso, gro bool) error { b.udp = udp; return nil }
 
 func (b *batchIO) read(ms []Message, nonblocking bool) (int, error) {
 	if nonblocking {
@@ -37,3 +37,5 @@ func setSocketBuffers(udp *net.UDPConn, size int) {
 	_ = udp.SetReadBuffer(size)
 	_ = udp.SetWriteBuffer(size)
 }
+
+func (b *batchIO) coalesced() uint64 { return 0 }

@@ -48,6 +48,12 @@ type Options struct {
 	// single pass through the network stack. It turns itself off if the
 	// path refuses it.
 	NoGSO bool
+	// NoGRO turns off UDP generic receive offload on Linux. With it on, the
+	// kernel may hand over a run of datagrams from one sender as one
+	// coalesced buffer (a segmented send that crossed loopback or a veth
+	// intact, or datagrams merged by the device), and ReadBatch splits it
+	// back into the original datagrams.
+	NoGRO bool
 }
 
 func (o Options) withDefaults() Options {
@@ -90,7 +96,7 @@ func Listen(addr string, opts Options) (*Conn, error) {
 	setSocketBuffers(udp, opts.SocketBuffer)
 	c := &Conn{udp: udp, opts: opts}
 	c.local = udp.LocalAddr().(*net.UDPAddr).AddrPort()
-	if err := c.batch.init(udp, opts.Batch, !opts.NoGSO); err != nil {
+	if err := c.batch.init(udp, opts.Batch, !opts.NoGSO, !opts.NoGRO); err != nil {
 		udp.Close()
 		return nil, err
 	}
@@ -104,8 +110,9 @@ func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
 func (c *Conn) Batch() int { return c.opts.Batch }
 
 // ReadBatch waits until at least one datagram arrives or the deadline
-// passes (a zero deadline waits forever) and fills ms[:n]. On a deadline it
-// returns 0 and an error for which IsTimeout is true.
+// passes (a zero deadline waits forever) and fills ms[:n], one datagram per
+// message. On a deadline it returns 0 and an error for which IsTimeout is
+// true. A datagram longer than its message's buffer is cut to the buffer.
 func (c *Conn) ReadBatch(ms []Message, deadline time.Time) (int, error) {
 	if len(ms) == 0 {
 		return 0, nil
@@ -141,6 +148,10 @@ func (c *Conn) WriteBatch(ms []Message) (int, error) {
 	}
 	return sent, nil
 }
+
+// Coalesced counts the datagrams received inside coalesced buffers (UDP
+// GRO), each handed out as its own message.
+func (c *Conn) Coalesced() uint64 { return c.batch.coalesced() }
 
 // Close closes the socket; blocked reads return net.ErrClosed.
 func (c *Conn) Close() error { return c.udp.Close() }

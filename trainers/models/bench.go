@@ -86,6 +86,7 @@ func init() {
 	registerBench(ncf)
 	registerBench(lstmLM)
 	registerBench(deepLight)
+	registerBench(ssd300)
 }
 
 // ---- ResNet-50 -----------------------------------------------------------

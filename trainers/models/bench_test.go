@@ -11,7 +11,8 @@ import (
 
 // The published figures: torchvision's resnet50 (25,557,032) and vgg19
 // (143,667,240), bert-base-uncased without a head (109,482,240), MLPerf's
-// NeuMF on MovieLens-20M, Zaremba et al.'s large PTB LSTM (66M).
+// NeuMF on MovieLens-20M, Zaremba et al.'s large PTB LSTM (66M),
+// torchvision's ssd300_vgg16 (35,641,826).
 func TestBenchParameterCounts(t *testing.T) {
 	want := map[string]int64{
 		"resnet50":  25557032,
@@ -20,6 +21,7 @@ func TestBenchParameterCounts(t *testing.T) {
 		"ncf":       31832577,
 		"lstm":      66022000,
 		"deeplight": 12012679,
+		"ssd":       35641826,
 	}
 	for name, n := range want {
 		b := LookupBench(name)
@@ -70,7 +72,7 @@ func TestBertBackboneIsPublishedCount(t *testing.T) {
 // Each benchmark model's forward pass has the output shape of its labels
 // and every trainable variable gets a gradient.
 func TestBenchGraphsBuild(t *testing.T) {
-	for _, name := range []string{"resnet50", "vgg19", "bert", "ncf", "lstm", "deeplight"} {
+	for _, name := range []string{"resnet50", "vgg19", "bert", "ncf", "lstm", "deeplight", "ssd"} {
 		b := LookupBench(name)
 		g := nn.NewGraph(1)
 		q := b.Build(g)
@@ -79,7 +81,7 @@ func TestBenchGraphsBuild(t *testing.T) {
 		x := op.Placeholder(s.SubScope("x"), b.InputType, op.PlaceholderShape(tf.MakeShape(shape...)))
 		y := op.Placeholder(s.SubScope("y"), tf.Float, op.PlaceholderShape(tf.MakeShape(-1, int64(b.Classes))))
 		logits := q.Forward(g, x, true)
-		loss := op.Mean(s, nn.SoftmaxCrossEntropy(g, logits, y), op.Const(s.SubScope("axis"), []int32{0}))
+		loss := g.WithLosses(s, op.Mean(s, nn.SoftmaxCrossEntropy(g, logits, y), op.Const(s.SubScope("axis"), []int32{0})))
 		var vals []tf.Output
 		for _, v := range g.VariablesWith(nn.Trainable) {
 			vals = append(vals, v.Value)

@@ -34,16 +34,8 @@ func gradCheck(t *testing.T, inShape []int64, training bool, mk func(g *Graph) L
 		xs[i] = v.Value
 	}
 	grads := op.Gradients(s, []tf.Output{loss}, xs)
-	graph, err := s.Finalize()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sess, err := tf.NewSession(graph, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.Close()
-	p := &Program{G: g, Sess: sess}
+	p := testProgram(t, g)
+	sess := p.Sess
 	vals := g.InitialValues()
 	// Non-trivial biases and BN parameters so their gradients are exercised
 	// away from the initial point.
@@ -98,6 +90,22 @@ func gradCheck(t *testing.T, inShape []int64, training bool, mk func(g *Graph) L
 			}
 		}
 	}
+}
+
+// testProgram finalizes g's graph and opens a session on it, closed when
+// the test ends; the variables still need values.
+func testProgram(t *testing.T, g *Graph) *Program {
+	t.Helper()
+	graph, err := g.Scope.Finalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := tf.NewSession(graph, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sess.Close() })
+	return &Program{G: g, Sess: sess}
 }
 
 func TestGradDense(t *testing.T) {

@@ -70,6 +70,7 @@ type Graph struct {
 	vars    []*Variable
 	byName  map[string]*Variable
 	updates []*tf.Operation // state updates of the training forward pass
+	losses  []tf.Output     // auxiliary loss terms of the training pass
 	nextOp  int64
 }
 
@@ -102,6 +103,19 @@ func (g *Graph) Updates() []*tf.Operation { return g.updates }
 // AddUpdate registers an op that a training step must run (e.g. a moving
 // average assignment).
 func (g *Graph) AddUpdate(o *tf.Operation) { g.updates = append(g.updates, o) }
+
+// AddLoss registers a scalar term that the training loss adds to the mean
+// cross-entropy of the logits (e.g. a detector's box regression loss).
+// Layers register it from their training forward pass only.
+func (g *Graph) AddLoss(t tf.Output) { g.losses = append(g.losses, t) }
+
+// WithLosses returns loss plus every registered auxiliary term.
+func (g *Graph) WithLosses(s *op.Scope, loss tf.Output) tf.Output {
+	for _, aux := range g.losses {
+		loss = op.AddV2(s.SubScope("aux"), loss, aux)
+	}
+	return loss
+}
 
 // NewVariable creates a resource variable. Names must be unique; they are
 // the keys of checkpoints and ONNX initializers.

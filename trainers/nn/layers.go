@@ -73,9 +73,15 @@ type Conv2D struct {
 	Kernel, In, Out int
 	Stride          int
 	Padding         string // "SAME" or "VALID"
-	Act             Activation
-	Filter, Bias    *Variable
-	UseBias         bool
+	// Dilation is the atrous rate (0 or 1: none). A dilated convolution
+	// needs stride 1 and an input of known height and width; it is built
+	// from SpaceToBatchND, a plain convolution and BatchToSpaceND, whose
+	// gradients the C API has (the dilations attribute of Conv2D is not
+	// carried into its registered gradient).
+	Dilation     int
+	Act          Activation
+	Filter, Bias *Variable
+	UseBias      bool
 }
 
 // NewConv2D creates a square-kernel convolution. Bias is omitted when a
@@ -96,11 +102,53 @@ func NewConv2D(g *Graph, name string, kernel, in, out, stride int, padding strin
 func (c *Conv2D) Forward(g *Graph, x tf.Output, _ bool) tf.Output {
 	s := g.Scope.SubScope(c.Name)
 	st := int64(c.Stride)
-	y := op.Conv2D(s, x, c.Filter.Value, []int64{1, st, st, 1}, c.Padding)
+	var y tf.Output
+	if c.Dilation > 1 {
+		y = c.atrous(s, x)
+	} else {
+		y = op.Conv2D(s, x, c.Filter.Value, []int64{1, st, st, 1}, c.Padding)
+	}
 	if c.UseBias {
 		y = op.BiasAdd(s, y, c.Bias.Value)
 	}
 	return activate(s, c.Act, y)
+}
+
+// atrous is the dilated convolution: pad so that each spatial size is a
+// multiple of the rate, move the rate x rate phases into the batch, convolve
+// each phase with the undilated filter, move them back and crop the extra.
+func (c *Conv2D) atrous(s *op.Scope, x tf.Output) tf.Output {
+	r := int32(c.Dilation)
+	if c.Stride != 1 {
+		s.UpdateErr("Conv2D", fmt.Errorf("nn: %s: dilation %d needs stride 1, have %d", c.Name, r, c.Stride))
+		return x
+	}
+	shape := x.Shape()
+	if shape.NumDimensions() != 4 {
+		s.UpdateErr("Conv2D", fmt.Errorf("nn: %s: dilated convolution needs NHWC input of known rank", c.Name))
+		return x
+	}
+	span := int32(c.Kernel-1) * r // the dilated kernel's size minus one
+	var pads, crops []int32
+	for _, axis := range []int{1, 2} {
+		in := shape.Size(axis)
+		if in < 0 {
+			s.UpdateErr("Conv2D", fmt.Errorf("nn: %s: dilated convolution needs a known height and width, have %v", c.Name, shape))
+			return x
+		}
+		before, after := int32(0), int32(0)
+		if c.Padding == "SAME" {
+			before, after = span/2, span-span/2
+		}
+		extra := (r - (int32(in)+before+after)%r) % r
+		pads = append(pads, before, after+extra)
+		crops = append(crops, 0, extra)
+	}
+	u := Ops(s)
+	block := op.Const(u(), []int32{r, r})
+	phases := op.SpaceToBatchND(u(), x, block, op.Const(u(), [][]int32{pads[:2], pads[2:]}))
+	y := op.Conv2D(u(), phases, c.Filter.Value, []int64{1, 1, 1, 1}, "VALID")
+	return op.BatchToSpaceND(u(), y, block, op.Const(u(), [][]int32{crops[:2], crops[2:]}))
 }
 
 // Pool2D is max or average pooling over NHWC input.

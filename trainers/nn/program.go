@@ -103,7 +103,7 @@ func Build(spec Spec) (*Program, error) {
 	} else {
 		logits = p.Model.Forward(g, p.X, true)
 	}
-	p.Loss = op.Mean(ts, SoftmaxCrossEntropy(g, logits, p.Labels), op.Const(ts.SubScope("axis"), []int32{0}))
+	p.Loss = g.WithLosses(ts, op.Mean(ts, SoftmaxCrossEntropy(g, logits, p.Labels), op.Const(ts.SubScope("axis"), []int32{0})))
 	trainable := g.VariablesWith(Trainable)
 	xsVals := make([]tf.Output, len(trainable))
 	for i, v := range trainable {

@@ -53,7 +53,7 @@ type Report struct {
 
 type benchFlags struct {
 	models, backends, rates, profiles, out, python, glooScript, prefix, subnet string
-	workers, steps, warmup, lanes, window, packetElems                         int
+	workers, steps, warmup, lanes, window, packetElems, mtu                    int
 	bucketMB                                                                   float64
 	pointTimeout                                                               time.Duration
 }
@@ -76,6 +76,7 @@ func bench(ctx context.Context, args []string) error {
 	fs.IntVar(&f.lanes, "lanes", 4, "switchml lanes per worker")
 	fs.IntVar(&f.window, "window", 32, "switchml packets in flight per lane")
 	fs.IntVar(&f.packetElems, "packet-elements", 256, "switchml values per packet (256 = 1 KiB payload, what a Tofino takes with recirculation)")
+	fs.IntVar(&f.mtu, "mtu", 1500, "MTU of every rack port (9000 for jumbo frames; --packet-elements 2048 needs it)")
 	fs.Float64Var(&f.bucketMB, "bucket-mb", 25, "gradient bucket size in MB (DDP's default is 25)")
 	fs.DurationVar(&f.pointTimeout, "point-timeout", 30*time.Minute, "give up on one point after this long")
 	if err := fs.Parse(args); err != nil {
@@ -123,7 +124,7 @@ func bench(ctx context.Context, args []string) error {
 		return fmt.Errorf("building cmd/switchml: %w", err)
 	}
 
-	r, err := rack.New(ctx, rack.Config{Workers: f.workers, RateMbit: rates[0], Prefix: f.prefix, Subnet: f.subnet})
+	r, err := rack.New(ctx, rack.Config{Workers: f.workers, RateMbit: rates[0], MTU: f.mtu, Prefix: f.prefix, Subnet: f.subnet})
 	if err != nil {
 		return err
 	}
@@ -137,7 +138,8 @@ func bench(ctx context.Context, args []string) error {
 		}
 	}()
 	for _, args := range [][]string{
-		{"switch", "--dataplane", sw + ":48864", "--p4rt", "127.0.0.1:9559", "--log-level", "warn"},
+		{"switch", "--dataplane", sw + ":48864", "--p4rt", "127.0.0.1:9559", "--log-level", "warn",
+			"--max-elements", strconv.Itoa(max(f.packetElems, 1024))},
 		{"controller", "--target", "127.0.0.1:9559", "--listen", sw + ":50051", "--dataplane", sw + ":48864", "--log-level", "warn"},
 	} {
 		c := r.Command(ctx, r.SwitchNS(), swbin, args...)
@@ -150,7 +152,7 @@ func bench(ctx context.Context, args []string) error {
 
 	rep := &Report{Date: time.Now().UTC().Format(time.RFC3339), Command: "replaybench " + strings.Join(args, " "),
 		Workers: f.workers, BucketElems: bucketElems, StepsTimed: f.steps, Warmup: f.warmup, CPUs: runtime.NumCPU(),
-		SwitchML: fmt.Sprintf("%d lanes, window %d, %d values per packet", f.lanes, f.window, f.packetElems)}
+		SwitchML: fmt.Sprintf("%d lanes, window %d, %d values per packet, MTU %d", f.lanes, f.window, f.packetElems, f.mtu)}
 	for _, rate := range rates {
 		rep.RatesMbit = append(rep.RatesMbit, strconv.FormatFloat(rate, 'f', -1, 64))
 	}
