@@ -92,7 +92,8 @@ func (l *laneDriver) run(ctx context.Context, quit <-chan struct{}, op engine.Op
 		if r := l.eng.Stats().Results; r != results {
 			results, lastProgress = r, now
 		} else if now-lastProgress > giveUp {
-			return fmt.Errorf("switchml: no answer from the switch at %s for %v: %w", l.peer, giveUp.Round(time.Millisecond), ErrTimeoutBudget)
+			return fmt.Errorf("switchml: no answer from the switch at %s for %v (is it running and reachable, and does it take %d values per packet? a software switch takes up to its --max-elements): %w",
+				l.peer, giveUp.Round(time.Millisecond), l.eng.Config().Elements, ErrTimeoutBudget)
 		}
 	}
 	if err := l.eng.Err(); err != nil {

@@ -97,7 +97,7 @@ type Config struct {
 	MaxTimeouts int
 	// FixedTimeout keeps the retransmission timeout at Timeout (doubled
 	// only by back-off), as the reference client does. By default the
-	// timeout follows the measured round-trip time of results (three times
+	// timeout follows the measured round-trip time of results (eight times
 	// its lower quartile, never below Timeout): a window queued behind a
 	// shaped link or a loaded host's scheduler takes longer than 10 ms, and
 	// resending what is merely queued adds to the load. The lower quartile
