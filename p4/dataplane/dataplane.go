@@ -74,9 +74,17 @@ func Serve(ctx context.Context, conn *transport.Conn, proc Processor, faults *tr
 		out = out[:0]
 		for i := 0; i < n; i++ {
 			stats.Received.Add(1)
+			// The pipeline writes its reply straight into this
+			// datagram's reply buffer.
+			res.Packet = replies[i][:0]
 			proc.Process(in[i].Addr, in[i].Buf, &res)
 			if len(res.Dests) > 0 {
-				replies[i] = append(replies[i][:0], res.Packet...)
+				if sameStart(res.Packet, replies[i]) {
+					replies[i] = res.Packet
+				} else {
+					// A processor with buffers of its own: copy.
+					replies[i] = append(replies[i][:0], res.Packet...)
+				}
 				for _, d := range res.Dests {
 					out = append(out, transport.Message{Buf: replies[i], Addr: d})
 				}
@@ -99,4 +107,9 @@ func Serve(ctx context.Context, conn *transport.Conn, proc Processor, faults *tr
 			}
 		}
 	}
+}
+
+// sameStart reports whether a and b start at the same byte of memory.
+func sameStart(a, b []byte) bool {
+	return cap(a) > 0 && cap(b) > 0 && &a[:1][0] == &b[:1][0]
 }

@@ -121,7 +121,9 @@ func (s Stat) String() string {
 // (reset, then appended to), so a driver that keeps one Output allocates
 // nothing in steady state.
 type Output struct {
-	// Packet is the reply (header and payload), valid when Dests is not empty.
+	// Packet is the reply (header and payload), valid when Dests is not
+	// empty. Process builds it from Packet[:0], so a caller may hand in the
+	// buffer the reply should be written to.
 	Packet []byte
 	// Dests are the destinations of Packet: every rank's reply address for a
 	// multicast, the sender's for a retransmission reply.
@@ -694,10 +696,7 @@ func (p *Pipeline) reply(out *Output, req *wire.Header, vals []int32, exp int8) 
 		// Unreachable: h was parsed from a valid packet, so it re-encodes.
 		return
 	}
-	for _, v := range vals {
-		b = binary.BigEndian.AppendUint32(b, uint32(v))
-	}
-	out.Packet = b
+	out.Packet = appendBE(b, vals)
 }
 
 // newer reports whether (job, id) comes after (job0, id0) in serial number
@@ -711,8 +710,8 @@ func newer(job, id, job0, id0 uint32) bool {
 
 // copyBE sets vals from the big-endian payload (len(payload) == 4*len(vals)).
 func copyBE(vals []int32, payload []byte) {
-	payload = payload[:4*len(vals)] // one bounds check for the loop
-	for i := range vals {
+	payload = payload[:4*len(vals)] // one bounds check for the loops
+	for i := copyBEFast(vals, payload); i < len(vals); i++ {
 		vals[i] = int32(binary.BigEndian.Uint32(payload[4*i : 4*i+4]))
 	}
 }
@@ -720,7 +719,18 @@ func copyBE(vals []int32, payload []byte) {
 // addBE adds the big-endian payload to vals, wrapping like the switch ALU.
 func addBE(vals []int32, payload []byte) {
 	payload = payload[:4*len(vals)]
-	for i := range vals {
+	for i := addBEFast(vals, payload); i < len(vals); i++ {
 		vals[i] += int32(binary.BigEndian.Uint32(payload[4*i : 4*i+4]))
 	}
+}
+
+// appendBE appends vals as big-endian int32s.
+func appendBE(b []byte, vals []int32) []byte {
+	off := len(b)
+	b = slices.Grow(b, 4*len(vals))[:off+4*len(vals)]
+	dst := b[off:]
+	for i := storeBEFast(dst, vals); i < len(vals); i++ {
+		binary.BigEndian.PutUint32(dst[4*i:4*i+4], uint32(vals[i]))
+	}
+	return b
 }

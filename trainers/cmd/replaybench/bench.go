@@ -61,7 +61,7 @@ type benchFlags struct {
 func bench(ctx context.Context, args []string) error {
 	var f benchFlags
 	fs := flag.NewFlagSet("replaybench", flag.ContinueOnError)
-	fs.StringVar(&f.models, "models", "ncf,deeplight,resnet50,lstm,bert,vgg19", "models to replay (profiles/<model>.json)")
+	fs.StringVar(&f.models, "models", "ncf,deeplight,resnet50,lstm,bert,vgg19,ssd", "models to replay (profiles/<model>.json)")
 	fs.StringVar(&f.backends, "backends", "switchml,ring,gloo", "backends: switchml, ring, gloo, exact")
 	fs.StringVar(&f.rates, "rates", "200,1000", "port rates in Mbit/s")
 	fs.StringVar(&f.profiles, "profiles", "profiles", "directory of the profiles")

@@ -83,7 +83,7 @@ func TestFlagsRejectNonsense(t *testing.T) {
 }
 
 func TestDescribe(t *testing.T) {
-	for model, want := range map[string]int64{"resnet50": 25557032, "vgg19": 143667240, "cnn": 206970} {
+	for model, want := range map[string]int64{"resnet50": 25557032, "vgg19": 143667240, "ssd": 35641826, "cnn": 206970} {
 		f, err := parseFlags([]string{"--model", model, "--describe"})
 		if err != nil {
 			t.Fatal(err)
