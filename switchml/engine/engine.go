@@ -30,6 +30,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/switchml/switchml-go/quant"
@@ -528,12 +529,15 @@ func (l *Lane) AppendPacket(b []byte) ([]byte, bool) {
 		return b[:start], false
 	}
 	off := len(b)
-	// Extending with a make of constant element type does not allocate
-	// when b has room; the new bytes are zero, which pads short blocks.
-	b = append(b, make([]byte, 4*h.Elements)...)
+	// The payload is written in place (no allocation when b has room);
+	// what the block does not fill (a short last block, the exponent
+	// round) is zeroed.
+	b = slices.Grow(b, 4*h.Elements)[:off+4*h.Elements]
+	dst := b[off:]
+	filled := 0
 	if db := l.dataBlock(p); db >= 0 {
 		lo, hi := l.block(db)
-		dst := b[off:]
+		filled = 4 * (hi - lo)
 		n := l.cfg.NumWorkers
 		switch l.op.DType {
 		case Int32:
@@ -546,6 +550,7 @@ func (l *Lane) AppendPacket(b []byte) ([]byte, bool) {
 			quant.QuantizeBF16BE(dst, l.op.U16[lo:hi], n, st.dataExp)
 		}
 	}
+	clear(dst[filled:])
 	if st.sentOnce {
 		l.stats.Retransmits++
 		st.retried = true

@@ -3,6 +3,7 @@ package local_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -114,3 +115,77 @@ func worker(ctx context.Context, ctl string, rank, n, size int) error {
 }
 
 func zero() int { return 0 }
+
+// TestMemoryDoesNotGrowWithTensor: what an allreduce allocates (workers,
+// switch and controller all in this process) does not depend on the
+// tensor's size; the tensor itself is the caller's, reduced in place.
+func TestMemoryDoesNotGrowWithTensor(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fab, err := local.Start(ctx, local.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fab.Close()
+	const n = 2
+	sessions := make([]*switchml.Session, n)
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for r := range sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sessions[r], errs[r] = switchml.Join(ctx, switchml.Config{Controller: fab.ControllerAddr(), Job: "memory", Rank: r, Workers: n})
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	defer func() {
+		for _, s := range sessions {
+			s.Close()
+		}
+	}()
+	// allocated runs one allreduce of size floats on every rank and returns
+	// the bytes the process allocated meanwhile (tensors made beforehand).
+	allocated := func(size int) uint64 {
+		xs := make([][]float32, n)
+		for r := range xs {
+			xs[r] = make([]float32, size)
+			for i := range xs[r] {
+				xs[r][i] = float32(i%1000) * 0.5
+			}
+		}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for r := range sessions {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[r] = sessions[r].AllReduceFloat32(ctx, xs[r])
+			}()
+		}
+		wg.Wait()
+		runtime.ReadMemStats(&after)
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("rank %d, %d floats: %v", r, size, err)
+			}
+		}
+		if got, want := xs[0][size-1], float32((size-1)%1000)*0.5*n; got != want {
+			t.Fatalf("%d floats: last element %v, want %v", size, got, want)
+		}
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	allocated(1 << 16) // warm-up: buffers made once per session
+	small := allocated(1 << 18)
+	large := allocated(1 << 23) // 32 MiB per rank
+	t.Logf("allocated during an allreduce: %d bytes for 1 MiB tensors, %d bytes for 32 MiB tensors", small, large)
+	if large > 1<<20 || large > 4*small+256<<10 {
+		t.Fatalf("an allreduce of 32 MiB tensors allocated %d bytes (1 MiB tensors: %d): memory grows with the tensor", large, small)
+	}
+}
