@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -282,6 +283,41 @@ func writeReport(dir string, rep *Report, models, backends []string, rates []flo
 		return err
 	}
 	return plotSpeedups(filepath.Join(dir, "replay.png"), rep, models, rates)
+}
+
+// report rewrites replay.md and replay.png of each directory from its
+// replay.json.
+func report(dirs []string) error {
+	if len(dirs) == 0 {
+		return fmt.Errorf("replaybench report: name the result directories (each holding replay.json)")
+	}
+	for _, dir := range dirs {
+		b, err := os.ReadFile(filepath.Join(dir, "replay.json"))
+		if err != nil {
+			return err
+		}
+		var rep Report
+		if err := json.Unmarshal(b, &rep); err != nil {
+			return fmt.Errorf("%s/replay.json: %w", dir, err)
+		}
+		var models, backends []string
+		var rates []float64
+		for _, p := range rep.Points {
+			if !slices.Contains(models, p.Model) {
+				models = append(models, p.Model)
+			}
+			if !slices.Contains(backends, p.Backend) {
+				backends = append(backends, p.Backend)
+			}
+			if !slices.Contains(rates, p.RateMbit) {
+				rates = append(rates, p.RateMbit)
+			}
+		}
+		if err := writeReport(dir, &rep, models, backends, rates); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func find(rep *Report, rate float64, model, backend string) *Point {

@@ -9,7 +9,8 @@
 //
 //	go build -o /tmp/replaybench ./cmd/replaybench && sudo /tmp/replaybench --out results/replay
 //
-// The worker subcommand is what runs in each worker namespace.
+// The worker subcommand is what runs in each worker namespace; `replaybench
+// report DIR...` rewrites the table and the plot from DIR/replay.json.
 package main
 
 import (
@@ -36,6 +37,8 @@ func main() {
 	var err error
 	if len(os.Args) > 1 && os.Args[1] == "worker" {
 		err = worker(ctx, os.Args[2:])
+	} else if len(os.Args) > 1 && os.Args[1] == "report" {
+		err = report(os.Args[2:])
 	} else {
 		err = bench(ctx, os.Args[1:])
 	}

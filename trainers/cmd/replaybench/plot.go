@@ -24,6 +24,7 @@ func plotSpeedups(path string, rep *Report, models []string, rates []float64) er
 	}
 	nbars := 2 * len(rates)
 	k := 0
+	top := 1.0
 	for _, rate := range rates {
 		for _, base := range []string{"gloo", "ring"} {
 			vals := make(plotter.Values, len(models))
@@ -31,6 +32,7 @@ func plotSpeedups(path string, rep *Report, models []string, rates []float64) er
 				s, o := find(rep, rate, m, "switchml"), find(rep, rate, m, base)
 				if s != nil && o != nil && s.StepS > 0 {
 					vals[i] = o.StepS / s.StepS
+					top = max(top, vals[i])
 				}
 			}
 			bars, err := plotter.NewBarChart(vals, w)
@@ -48,6 +50,8 @@ func plotSpeedups(path string, rep *Report, models []string, rates []float64) er
 	one := plotter.NewFunction(func(float64) float64 { return 1 })
 	one.Dashes = []vg.Length{vg.Points(3), vg.Points(3)}
 	p.Add(one)
+	// Headroom above the tallest bar keeps the legend off the bars.
+	p.Y.Min, p.Y.Max = 0, top*1.45
 	p.Legend.Top = true
 	p.Legend.Left = true
 	return p.Save(8*vg.Inch, 4.5*vg.Inch, path)
