@@ -14,8 +14,16 @@ func dialSwitchML(ctx context.Context, cfg Config) (Backend, error) {
 	if cfg.Controller == "" {
 		return nil, fmt.Errorf("collective: switchml backend needs a controller address")
 	}
+	// The extended header (software switch) carries what the compatible
+	// one cannot: other packet sizes, more than 32 workers.
+	extended := cfg.Workers > 32
+	switch cfg.PacketElements {
+	case 0, 32, 64, 128, 256:
+	default:
+		extended = true
+	}
 	s, err := switchml.Join(ctx, switchml.Config{Controller: cfg.Controller, Job: cfg.Job, Rank: cfg.Rank, Workers: cfg.Workers,
-		Lanes: cfg.Lanes, Window: cfg.Window, PacketElements: cfg.PacketElements})
+		Lanes: cfg.Lanes, Window: cfg.Window, PacketElements: cfg.PacketElements, Extended: extended})
 	if err != nil {
 		return nil, fmt.Errorf("collective: switchml: %w", err)
 	}

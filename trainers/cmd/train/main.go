@@ -91,7 +91,7 @@ func parseFlags(args []string) (*flags, error) {
 	fs.IntVar(&f.profileReps, "profile-reps", 3, "timed repetitions of each profile measurement (the minimum is kept)")
 	fs.IntVar(&f.steps, "steps", 5, "benchmark models: timed training steps on synthetic input")
 	fs.IntVar(&f.warmupSteps, "warmup-steps", 1, "benchmark models: untimed steps before the timed ones")
-	fs.IntVar(&f.packetElements, "packet-elements", 0, "switchml: values per packet (32, 64, 128 or 256; 0 = the library's default)")
+	fs.IntVar(&f.packetElements, "packet-elements", 0, "switchml: values per packet (32, 64, 128 or 256 in the compatible header; other values up to the switch's --max-elements use the software switch's extended header; 0 = the library's default)")
 	fs.IntVar(&f.workerRank, "worker-rank", -1, "internal: run as this worker")
 	fs.StringVar(&f.starAddr, "star-addr", "", "internal: exact backend server")
 	fs.StringVar(&f.ringAddrs, "ring-addrs", "", "internal: comma-separated ring addresses")
