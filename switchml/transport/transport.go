@@ -4,7 +4,10 @@
 // (recvmmsg/sendmmsg) through the Go runtime's network poller, so a blocked
 // read parks the goroutine instead of a thread and honours deadlines. The
 // batch structures are allocated once per Conn: steady-state reads and writes
-// allocate nothing. Other systems fall back to one datagram per call.
+// allocate nothing. Runs of datagrams to one address leave as one segmented
+// send (UDP GSO), and runs the kernel delivers coalesced (UDP GRO) are split
+// back into datagrams, so a run crosses the network stack once. Other
+// systems fall back to one datagram per call.
 //
 // A Conn is not safe for concurrent ReadBatch calls, nor for concurrent
 // WriteBatch calls; one reader and one writer may run at the same time.
