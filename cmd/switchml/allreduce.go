@@ -35,6 +35,10 @@ type allreduceReport struct {
 	TimeoutMillis  float64   `json:"timeout_ms"`
 	CPUUserS       float64   `json:"cpu_user_s"`
 	CPUSysS        float64   `json:"cpu_sys_s"`
+	// CPULoop* is the process's CPU time during the allreduce calls alone
+	// (warm-up included).
+	CPULoopUserS *float64 `json:"cpu_loop_user_s,omitempty"`
+	CPULoopSysS  *float64 `json:"cpu_loop_sys_s,omitempty"`
 }
 
 func dtypeSize(dtype string) (int, error) {
@@ -152,6 +156,8 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, ele
 		}
 	}
 	rep.Verified = verify
+	var meter cpuMeter
+	defer meter.report(rep)
 	for it := 0; it < warmup+iters; it++ {
 		fillInput(dtype, seed, cfg.Rank, f32, i32, u16)
 		// Start together, so a rank's time does not include waiting for
@@ -159,12 +165,15 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, ele
 		if err := sess.Barrier(ctx, fmt.Sprintf("iter-%d", it)); err != nil {
 			return err
 		}
+		meter.begin()
 		start := time.Now()
-		if err := run(); err != nil {
+		err := run()
+		tat := time.Since(start)
+		meter.end()
+		if err != nil {
 			rep.Verified = false
 			return fmt.Errorf("allreduce %d: %w", it, err)
 		}
-		tat := time.Since(start)
 		if it >= warmup {
 			rep.TATs = append(rep.TATs, tat.Seconds())
 		}

@@ -264,8 +264,8 @@ func writeBenchReport(dir string, f *benchFile) (string, error) {
 	if rs := x.in("loopback", "loopback"); len(rs) > 0 {
 		p("## Loopback: CPU cost (%d workers on 127.0.0.1, %s)\n\n", o.LoopbackWorkers, fmtBytes(o.LoopbackSize))
 		p("Here every process shares the machine's %v CPUs, so this measures CPU per byte, not the network. "+
-			"Worker CPU: SwitchML and Ring count the whole Go process (start-up is milliseconds; SwitchML runs without verification here), "+
-			"Gloo and OpenMPI only their allreduce loop. OpenMPI uses its TCP transport on lo.\n\n", env["cpus"])
+			"Worker CPU is that of the allreduce calls alone (warm-up included; input generation and verification left out) for every system. "+
+			"OpenMPI uses its TCP transport on lo.\n\n", env["cpus"])
 		p("| system | TAT (s) | min–max (s) | goodput (Mbit/s) | worker CPU per allreduce (s, all workers) | switch CPU per allreduce (s) | CPU s per GiB reduced | machine busy | TAT / SwitchML |\n|---|---|---|---|---|---|---|---|---|\n")
 		sm, okS := one(rs, "switchml", bySystem, "switchml")
 		for _, s := range systemsIn(rs) {

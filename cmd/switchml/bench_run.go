@@ -60,9 +60,8 @@ type benchResult struct {
 	LinkEfficiency float64 `json:"link_efficiency,omitempty"`
 	Verified       bool    `json:"verified"`
 	Retransmits    uint64  `json:"retransmits"`
-	// WorkerCPU is each worker's CPU time: for switchml and ring the whole
-	// process (a Go process starts in milliseconds), for gloo and mpi the
-	// allreduce loop alone (Python's and MPI's start-up excluded).
+	// WorkerCPU is each worker's CPU time during its allreduce calls
+	// (warm-up included), the same measure for every system.
 	WorkerCPU []benchCPU `json:"worker_cpu"`
 	// WorkerCPUPerOp is the workers' CPU seconds summed, per allreduce
 	// (warm-up included in the count).
@@ -523,11 +522,7 @@ func (b *benchDriver) runSystem(ctx context.Context, idx int, p benchPoint, fab 
 	}
 	reps := make([]rankReport, len(outs))
 	for r, out := range outs {
-		var j struct {
-			allreduceReport
-			LoopUser *float64 `json:"cpu_loop_user_s"`
-			LoopSys  *float64 `json:"cpu_loop_sys_s"`
-		}
+		var j allreduceReport
 		if err := json.Unmarshal(lastJSONLine(out), &j); err != nil {
 			return nil, fmt.Errorf("rank %d output: %v: %q", r, err, out)
 		}
@@ -535,8 +530,8 @@ func (b *benchDriver) runSystem(ctx context.Context, idx int, p benchPoint, fab 
 			return nil, fmt.Errorf("rank %d: %s", r, j.Error)
 		}
 		reps[r] = rankReport{TATs: j.TATs, Verified: j.Verified, Retransmits: j.Retransmits, cpu: benchCPU{User: j.CPUUserS, Sys: j.CPUSysS}}
-		if j.LoopUser != nil && j.LoopSys != nil {
-			reps[r].cpu = benchCPU{User: *j.LoopUser, Sys: *j.LoopSys}
+		if j.CPULoopUserS != nil && j.CPULoopSysS != nil {
+			reps[r].cpu = benchCPU{User: *j.CPULoopUserS, Sys: *j.CPULoopSysS}
 		}
 		if !b.o.Verify || (p.System == "switchml" && !rackMode) {
 			reps[r].Verified = false

@@ -13,3 +13,30 @@ func cpuUsage() (cpuTimes, bool) {
 	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
 	return cpuTimes{user: tv(ru.Utime), sys: tv(ru.Stime)}, true
 }
+
+// cpuMeter adds up this process's CPU time over timed regions (the
+// allreduce calls), leaving out input generation and verification.
+type cpuMeter struct {
+	start     cpuTimes
+	ok        bool
+	user, sys float64
+}
+
+func (m *cpuMeter) begin() { m.start, m.ok = cpuUsage() }
+
+func (m *cpuMeter) end() {
+	if !m.ok {
+		return
+	}
+	if t, ok := cpuUsage(); ok {
+		m.user += t.user - m.start.user
+		m.sys += t.sys - m.start.sys
+	}
+	m.ok = false
+}
+
+// report stores the sums in rep.
+func (m *cpuMeter) report(rep *allreduceReport) {
+	u, s := m.user, m.sys
+	rep.CPULoopUserS, rep.CPULoopSysS = &u, &s
+}

@@ -178,6 +178,10 @@ func runJob(t *testing.T, f fabric, prefixes func(rank int) []string, js jobSpec
 		if !rep.Verified || rep.Workers != js.workers || rep.Elements != js.elements || len(rep.TATs) != js.iters {
 			t.Fatalf("rank %d report %+v: want verified results of %d iterations", r, rep, js.iters)
 		}
+		// The allreduce calls' CPU time is part of the whole process's.
+		if u, s := rep.CPULoopUserS, rep.CPULoopSysS; u == nil || s == nil || *u < 0 || *s < 0 || *u+*s > rep.CPUUserS+rep.CPUSysS+0.01 {
+			t.Fatalf("rank %d: CPU of the calls %v/%v against %v/%v for the process", r, u, s, rep.CPUUserS, rep.CPUSysS)
+		}
 	}
 	return reps
 }

@@ -84,6 +84,8 @@ func ringRounds(ctx context.Context, cfg ring.Config, x []float32, iters, warmup
 	}
 	defer r.Close()
 	barrier := make([]float32, 1)
+	var meter cpuMeter
+	defer meter.report(rep)
 	for it := 0; it < warmup+iters; it++ {
 		fillInput("float32", seed, cfg.Rank, x, nil, nil)
 		// A one-element allreduce returns on a rank only after every rank
@@ -91,12 +93,16 @@ func ringRounds(ctx context.Context, cfg ring.Config, x []float32, iters, warmup
 		if err := r.AllReduceFloat32(ctx, barrier); err != nil {
 			return fmt.Errorf("barrier before allreduce %d: %w", it, err)
 		}
+		meter.begin()
 		start := time.Now()
-		if err := r.AllReduceFloat32(ctx, x); err != nil {
+		err := r.AllReduceFloat32(ctx, x)
+		tat := time.Since(start)
+		meter.end()
+		if err != nil {
 			return fmt.Errorf("allreduce %d: %w", it, err)
 		}
 		if it >= warmup {
-			rep.TATs = append(rep.TATs, time.Since(start).Seconds())
+			rep.TATs = append(rep.TATs, tat.Seconds())
 		}
 	}
 	return nil
