@@ -32,6 +32,22 @@ func quantizeAVX2(dst *byte, src *float32, blocks int, f, lim, nlim float64, shu
 //go:noescape
 func dequantizeAVX2(dst *float32, src *byte, blocks int, inv float64, shuffle *[32]byte)
 
+// maxAbsBitsAVX2 returns the largest element magnitude of blocks*8 elements
+// as float32 bits with the sign cleared.
+//
+//go:noescape
+func maxAbsBitsAVX2(src *float32, blocks int) uint32
+
+// maxAbsBitsFast scans the longest multiple of 8 elements it can and returns
+// the largest magnitude's bits and how many elements it scanned.
+func maxAbsBitsFast(x []float32) (uint32, int) {
+	blocks := len(x) / 8
+	if !useAVX2 || blocks == 0 {
+		return 0, 0
+	}
+	return maxAbsBitsAVX2(unsafe.SliceData(x), blocks), 8 * blocks
+}
+
 func shuffleFor(be bool) *[32]byte {
 	if be {
 		return &shuffleBE

@@ -130,3 +130,46 @@ done:
 ddone:
 	VZEROUPPER
 	RET
+
+// func maxAbsBitsAVX2(src *float32, blocks int) uint32
+// The largest |x| as bits (sign cleared) over blocks*8 elements: VPAND with
+// 0x7fffffff, VPMAXUD, two accumulators, then a horizontal maximum.
+TEXT ·maxAbsBitsAVX2(SB), NOSPLIT, $0-20
+	MOVQ         src+0(FP), SI
+	MOVQ         blocks+8(FP), CX
+	MOVQ         $0x7fffffff, AX
+	MOVQ         AX, X7
+	VPBROADCASTD X7, Y7
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y1, Y1, Y1
+	CMPQ         CX, $2
+	JLT          mone
+
+mloop2:
+	VPAND   (SI), Y7, Y2
+	VPAND   32(SI), Y7, Y3
+	VPMAXUD Y2, Y0, Y0
+	VPMAXUD Y3, Y1, Y1
+	ADDQ    $64, SI
+	SUBQ    $2, CX
+	CMPQ    CX, $2
+	JGE     mloop2
+
+mone:
+	TESTQ   CX, CX
+	JZ      mreduce
+	VPAND   (SI), Y7, Y2
+	VPMAXUD Y2, Y0, Y0
+
+mreduce:
+	VPMAXUD      Y1, Y0, Y0
+	VEXTRACTI128 $1, Y0, X1
+	VPMAXUD      X1, X0, X0
+	VPSHUFD      $0x4e, X0, X1
+	VPMAXUD      X1, X0, X0
+	VPSHUFD      $0xb1, X0, X1
+	VPMAXUD      X1, X0, X0
+	VMOVD        X0, AX
+	MOVL         AX, ret+16(FP)
+	VZEROUPPER
+	RET

@@ -11,3 +11,5 @@ func quantizeFast(dst []byte, src []float32, c quantizer, be bool) int { return 
 func dequantizeFast(dst []float32, src []byte, g float64, be bool) int { return 0 }
 
 func int32Bytes(x []int32) []byte { return nil }
+
+func maxAbsBitsFast(x []float32) (uint32, int) { return 0, 0 }

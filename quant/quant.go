@@ -45,8 +45,14 @@ func exponentOfBits(b uint32) int8 {
 func BlockExponent(x []float32) int8 {
 	// Magnitudes of non-negative floats order like their bits, so the maximum is
 	// found on integers without a float comparison per element.
-	var m0, m1, m2, m3 uint32
-	i := 0
+	return exponentOfBits(maxAbsBits(x))
+}
+
+// maxAbsBits is the largest |x| of x as float32 bits (sign cleared); NaN
+// and Inf have the largest bits, from 0x7f800000 up.
+func maxAbsBits(x []float32) uint32 {
+	m0, i := maxAbsBitsFast(x)
+	var m1, m2, m3 uint32
 	for ; i+4 <= len(x); i += 4 {
 		m0 = max(m0, math.Float32bits(x[i])&0x7fffffff)
 		m1 = max(m1, math.Float32bits(x[i+1])&0x7fffffff)
@@ -56,7 +62,7 @@ func BlockExponent(x []float32) int8 {
 	for ; i < len(x); i++ {
 		m0 = max(m0, math.Float32bits(x[i])&0x7fffffff)
 	}
-	return exponentOfBits(max(m0, m1, m2, m3))
+	return max(m0, m1, m2, m3)
 }
 
 // MaxExponent combines the exponents of two workers' blocks, as the switch does.
@@ -142,11 +148,19 @@ func CheckFinite(x []float32) error {
 	return nil
 }
 
-// anyNonFinite reports whether x holds a NaN or an Inf, two elements per
-// 64-bit word: an element is non-finite exactly when its exponent field is
-// all ones, and adding 1 at the bottom of the masked field carries into the
-// element's (cleared) sign bit only then, never into the other element.
+// anyNonFinite reports whether x holds a NaN or an Inf: with AVX2 from the
+// largest magnitude's bits (non-finite ones are the largest), otherwise two
+// elements per 64-bit word: an element is non-finite exactly when its
+// exponent field is all ones, and adding 1 at the bottom of the masked field
+// carries into the element's (cleared) sign bit only then, never into the
+// other element.
 func anyNonFinite(x []float32) bool {
+	if m, done := maxAbsBitsFast(x); done > 0 {
+		if m >= 0x7f800000 {
+			return true
+		}
+		x = x[done:]
+	}
 	const (
 		fields = 0x7f8000007f800000
 		one    = 0x0080000000800000

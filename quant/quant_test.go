@@ -485,3 +485,27 @@ func TestAnyNonFiniteEveryExponent(t *testing.T) {
 		}
 	}
 }
+
+// The vector scan and the plain loop find the same largest magnitude,
+// wherever it sits and whatever its sign.
+func TestMaxAbsBitsEveryPosition(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for n := 0; n <= 70; n++ {
+		for at := 0; at < max(n, 1); at++ {
+			x := make([]float32, n)
+			for i := range x {
+				x[i] = float32(rng.NormFloat64())
+			}
+			if n > 0 {
+				x[at] = -1e30 // the largest, negative
+			}
+			var want uint32
+			for _, v := range x {
+				want = max(want, math.Float32bits(v)&0x7fffffff)
+			}
+			if got := maxAbsBits(x); got != want {
+				t.Fatalf("n=%d, largest at %d: maxAbsBits = %#x, want %#x", n, at, got, want)
+			}
+		}
+	}
+}
