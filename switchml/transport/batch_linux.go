@@ -31,8 +31,8 @@ type batchIO struct {
 
 	// With UDP_GRO the kernel may deliver several datagrams of one sender
 	// as one buffer with their segment size in a control message. They are
-	// read into gbufs and handed out from pending, a datagram per message,
-	// before the next system call.
+	// read into gbufs and handed out from pending, a datagram per message
+	// pointing into gbufs, before the next system call.
 	gro     bool
 	gbufs   [][]byte
 	rctl    [][64]byte
@@ -164,12 +164,9 @@ func (b *batchIO) recv(n int, nonblocking bool) error {
 
 // readGRO hands out pending datagrams first; only when none are left does
 // it read, into the coalescing buffers, and split what arrived.
+// The messages' own buffers are not used (an empty datagram leaves one
+// with no capacity).
 func (b *batchIO) readGRO(ms []Message, nonblocking bool) (int, error) {
-	for i := range ms {
-		if cap(ms[i].Buf) == 0 {
-			return 0, errors.New("transport: read buffer with zero capacity")
-		}
-	}
 	if b.next == len(b.pending) {
 		b.pending, b.next = b.pending[:0], 0
 		n := len(b.gbufs)
@@ -201,10 +198,12 @@ func (b *batchIO) readGRO(ms []Message, nonblocking bool) (int, error) {
 	}
 	got := 0
 	for got < len(ms) && b.next < len(b.pending) {
+		// No copy: the message points at the datagram in the coalescing
+		// buffer, capped so that re-slicing cannot reach its neighbours.
 		p := &b.pending[b.next]
 		m := &ms[got]
-		m.N = copy(m.Buf[:cap(m.Buf)], p.buf)
-		m.Buf = m.Buf[:m.N]
+		m.Buf = p.buf[:len(p.buf):len(p.buf)]
+		m.N = len(p.buf)
 		m.Addr = p.addr
 		b.next++
 		got++

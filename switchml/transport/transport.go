@@ -31,7 +31,10 @@ const DefaultBatch = 64
 // Message is one datagram in a batch.
 type Message struct {
 	// Buf holds the datagram. For reads its capacity bounds what is read
-	// and N tells how much was; for writes all of Buf is sent.
+	// and N tells how much was, except with receive offload on (Linux, the
+	// default): then a read points Buf at the whole datagram in the Conn's
+	// own memory, valid until the next read on the Conn. For writes all of
+	// Buf is sent.
 	Buf []byte
 	// N is the number of bytes received (reads only).
 	N int
@@ -115,7 +118,8 @@ func (c *Conn) Batch() int { return c.opts.Batch }
 // ReadBatch waits until at least one datagram arrives or the deadline
 // passes (a zero deadline waits forever) and fills ms[:n], one datagram per
 // message. On a deadline it returns 0 and an error for which IsTimeout is
-// true. A datagram longer than its message's buffer is cut to the buffer.
+// true. Without receive offload a datagram longer than its message's buffer
+// is cut to the buffer; with it the message holds the whole datagram.
 func (c *Conn) ReadBatch(ms []Message, deadline time.Time) (int, error) {
 	if len(ms) == 0 {
 		return 0, nil

@@ -233,29 +233,66 @@ func TestSegmentedRuns(t *testing.T) {
 	}
 }
 
-// A reader's buffer smaller than a coalesced datagram gets the datagram's
-// head; the next message gets the next datagram, not the rest.
-func TestCoalescedIntoSmallBuffers(t *testing.T) {
-	a, b := listenPair(t)
-	var out []Message
-	for i := 0; i < 10; i++ {
-		out = append(out, Message{Buf: bytes.Repeat([]byte{byte('0' + i)}, 1000), Addr: b.LocalAddr()})
+// With receive offload a message holds the whole datagram, whatever the
+// size of the buffer it came with, and re-slicing it to its capacity does
+// not reach the next datagram; without, a small buffer gets the head.
+func TestSmallReadBuffers(t *testing.T) {
+	for _, noGRO := range []bool{false, true} {
+		t.Run(fmt.Sprintf("noGRO=%v", noGRO), func(t *testing.T) {
+			a, err := Listen("127.0.0.1:0", Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			b, err := Listen("127.0.0.1:0", Options{NoGRO: noGRO})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			var out []Message
+			for i := 0; i < 10; i++ {
+				out = append(out, Message{Buf: bytes.Repeat([]byte{byte('0' + i)}, 1000), Addr: b.LocalAddr()})
+			}
+			if _, err := a.WriteBatch(out); err != nil {
+				t.Fatal(err)
+			}
+			want := 1000
+			if noGRO {
+				want = 10 // cut to the buffer
+			}
+			got := 0
+			for got < 10 {
+				in := []Message{{Buf: make([]byte, 10)}, {Buf: make([]byte, 10)}, {Buf: make([]byte, 10)}}
+				n, err := b.ReadBatch(in, time.Now().Add(5*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, m := range in[:n] {
+					full := m.Buf[:cap(m.Buf)]
+					if !bytes.Equal(m.Buf, bytes.Repeat([]byte{byte('0' + got)}, want)) || m.N != want || len(full) != want {
+						t.Fatalf("datagram %d: %d bytes (N=%d, capacity %d) starting %q, want %d", got, len(m.Buf), m.N, cap(m.Buf), m.Buf[:min(len(m.Buf), 4)], want)
+					}
+					got++
+				}
+			}
+		})
 	}
-	if _, err := a.WriteBatch(out); err != nil {
+}
+
+// An empty datagram is a datagram; the read after it works.
+func TestEmptyDatagram(t *testing.T) {
+	a, b := listenPair(t)
+	if _, err := a.WriteBatch([]Message{{Buf: nil, Addr: b.LocalAddr()}}); err != nil {
 		t.Fatal(err)
 	}
-	got := 0
-	for got < 10 {
-		in := []Message{{Buf: make([]byte, 10)}, {Buf: make([]byte, 10)}, {Buf: make([]byte, 10)}}
-		n, err := b.ReadBatch(in, time.Now().Add(5*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range in[:n] {
-			if want := bytes.Repeat([]byte{byte('0' + got)}, 10); !bytes.Equal(m.Buf, want) || m.N != 10 {
-				t.Fatalf("datagram %d: %q (N=%d), want %q", got, m.Buf, m.N, want)
-			}
-			got++
-		}
+	in := []Message{{Buf: make([]byte, 64)}}
+	if n, err := b.ReadBatch(in, time.Now().Add(5*time.Second)); err != nil || n != 1 || len(in[0].Buf) != 0 {
+		t.Fatalf("empty datagram: n=%d, %d bytes, %v", n, len(in[0].Buf), err)
+	}
+	if _, err := a.WriteBatch([]Message{{Buf: []byte("next"), Addr: b.LocalAddr()}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.ReadBatch(in, time.Now().Add(5*time.Second)); err != nil || n != 1 || string(in[0].Buf) != "next" {
+		t.Fatalf("after an empty datagram: n=%d, %q, %v", n, in[0].Buf, err)
 	}
 }
