@@ -17,16 +17,15 @@ var useAVX2 = cpu.X86.HasAVX2
 var swap32 = [32]byte{3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12, 3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12}
 
 // The kernels handle blocks of 8 elements: load 32 bytes, swap, and add to
-// or store the values (or, for storeBEAVX2, the reverse).
+// the values (addBEAVX2) or store (swapAVX2, in either direction).
 //
 //go:noescape
 func addBEAVX2(vals *int32, payload *byte, blocks int, shuffle *[32]byte)
 
 //go:noescape
-func copyBEAVX2(vals *int32, payload *byte, blocks int, shuffle *[32]byte)
+func swapAVX2(dst, src *byte, blocks int, shuffle *[32]byte)
 
-//go:noescape
-func storeBEAVX2(dst *byte, vals *int32, blocks int, shuffle *[32]byte)
+func int32Bytes(v []int32) *byte { return (*byte)(unsafe.Pointer(unsafe.SliceData(v))) }
 
 // The fast paths do the longest multiple of 8 elements and return how many
 // they did; len(payload) >= 4*len(vals).
@@ -40,19 +39,19 @@ func addBEFast(vals []int32, payload []byte) int {
 }
 
 func copyBEFast(vals []int32, payload []byte) int {
-	blocks := len(vals) / 8
-	if !useAVX2 || blocks == 0 {
-		return 0
-	}
-	copyBEAVX2(unsafe.SliceData(vals), unsafe.SliceData(payload), blocks, &swap32)
-	return 8 * blocks
+	return swapFast(int32Bytes(vals), payload, len(vals))
 }
 
 func storeBEFast(dst []byte, vals []int32) int {
-	blocks := len(vals) / 8
+	return swapFast(unsafe.SliceData(dst), unsafe.Slice(int32Bytes(vals), 4*len(vals)), len(vals))
+}
+
+// swapFast copies n elements' worth of src to dst with their bytes reversed.
+func swapFast(dst *byte, src []byte, n int) int {
+	blocks := n / 8
 	if !useAVX2 || blocks == 0 {
 		return 0
 	}
-	storeBEAVX2(unsafe.SliceData(dst), unsafe.SliceData(vals), blocks, &swap32)
+	swapAVX2(dst, unsafe.SliceData(src), blocks, &swap32)
 	return 8 * blocks
 }
