@@ -282,34 +282,7 @@ func TestCheckerReportsMutations(t *testing.T) {
 		{"register id in p4info", "p4info", `id: 369098754\n`, "id: 369098760\n", "SwitchMLIngress.pool_count", "id 0x16000002", 0},
 		{"counter size in p4info", "p4info", `size: 32\n`, "size: 16\n", "SwitchMLIngress.stats", "size 32", 0},
 	}
-	s := spec(t, "v1model")
-	src, info := string(read(t, s.Source)), string(read(t, s.P4Info))
-	for _, m := range muts {
-		t.Run(m.name, func(t *testing.T) {
-			re := regexp.MustCompile(m.re)
-			target := src
-			if m.file == "p4info" {
-				target = info
-			}
-			if n, want := len(re.FindAllStringIndex(target, -1)), max(m.count, 1); n != want {
-				t.Fatalf("pattern %q matches %d times, want %d", m.re, n, want)
-			}
-			mutated := re.ReplaceAllString(target, m.repl)
-			var diffs []Diff
-			var err error
-			if m.file == "p4info" {
-				diffs, err = CheckProgram([]byte(src), []byte(mutated), s)
-			} else {
-				diffs, err = CheckProgram([]byte(mutated), []byte(info), s)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reported(diffs, m.entity, m.msg) {
-				t.Errorf("no diff for %s containing %q; got %v", m.entity, m.msg, diffs)
-			}
-		})
-	}
+	runMutations(t, "v1model", muts)
 }
 
 // The same for the TNA program's own shapes (pair registers, TNA externs).
@@ -322,34 +295,7 @@ func TestCheckerReportsTNAMutations(t *testing.T) {
 		{"register in p4info", "p4info", `name: "SwitchMLIngress\.pool_values_31"`, `name: "SwitchMLIngress.pool_values_32"`, "SwitchMLIngress.pool_values_31", "missing in", 0},
 		{"struct member in p4info", "p4info", `name: "set1"`, `name: "set_1"`, "SwitchMLIngress.pool_bitmap_pair", "element type", 0},
 	}
-	s := spec(t, "tna")
-	src, info := string(read(t, s.Source)), string(read(t, s.P4Info))
-	for _, m := range muts {
-		t.Run(m.name, func(t *testing.T) {
-			re := regexp.MustCompile(m.re)
-			target := src
-			if m.file == "p4info" {
-				target = info
-			}
-			if n, want := len(re.FindAllStringIndex(target, -1)), max(m.count, 1); n != want {
-				t.Fatalf("pattern %q matches %d times, want %d", m.re, n, want)
-			}
-			mutated := re.ReplaceAllString(target, m.repl)
-			var diffs []Diff
-			var err error
-			if m.file == "p4info" {
-				diffs, err = CheckProgram([]byte(src), []byte(mutated), s)
-			} else {
-				diffs, err = CheckProgram([]byte(mutated), []byte(info), s)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reported(diffs, m.entity, m.msg) {
-				t.Errorf("no diff for %s containing %q; got %v", m.entity, m.msg, diffs)
-			}
-		})
-	}
+	runMutations(t, "tna", muts)
 }
 
 // A program P4Info that drifts from the main P4Info is caught, and so is a
@@ -499,4 +445,38 @@ func itoa(i int) string {
 		return string([]byte{byte('0' + i)})
 	}
 	return twoDigits(i)
+}
+
+// runMutations applies each mutation to target's source or P4Info on its
+// own and expects the checker to report it.
+func runMutations(t *testing.T, target string, muts []mutation) {
+	t.Helper()
+	s := spec(t, target)
+	src, info := string(read(t, s.Source)), string(read(t, s.P4Info))
+	for _, m := range muts {
+		t.Run(m.name, func(t *testing.T) {
+			re := regexp.MustCompile(m.re)
+			text := src
+			if m.file == "p4info" {
+				text = info
+			}
+			if n, want := len(re.FindAllStringIndex(text, -1)), max(m.count, 1); n != want {
+				t.Fatalf("pattern %q matches %d times, want %d", m.re, n, want)
+			}
+			mutated := re.ReplaceAllString(text, m.repl)
+			var diffs []Diff
+			var err error
+			if m.file == "p4info" {
+				diffs, err = CheckProgram([]byte(src), []byte(mutated), s)
+			} else {
+				diffs, err = CheckProgram([]byte(mutated), []byte(info), s)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reported(diffs, m.entity, m.msg) {
+				t.Errorf("no diff for %s containing %q; got %v", m.entity, m.msg, diffs)
+			}
+		})
+	}
 }
