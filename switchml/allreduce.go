@@ -191,7 +191,7 @@ func (s *Session) execute(h *Handle) error {
 		if r.Len == 0 {
 			continue
 		}
-		op := sliceOp(h.op, r)
+		op := h.op.Slice(r)
 		op.Seq = seq
 		active++
 		go func(l *laneDriver) { errs <- l.run(h.ctx, s.quit, op, s.cfg.GiveUp) }(s.lanes[i])
@@ -221,16 +221,4 @@ func (s *Session) execute(h *Handle) error {
 	s.stats.AllReduces++
 	s.stats.Elements += uint64(h.n)
 	return nil
-}
-
-func sliceOp(op engine.Op, r engine.Range) engine.Op {
-	switch op.DType {
-	case engine.Int32:
-		op.I32 = op.I32[r.Off : r.Off+r.Len]
-	case engine.Float32:
-		op.F32 = op.F32[r.Off : r.Off+r.Len]
-	default:
-		op.U16 = op.U16[r.Off : r.Off+r.Len]
-	}
-	return op
 }

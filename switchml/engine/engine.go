@@ -682,6 +682,19 @@ func (l *Lane) RTT() (quartile, timeout time.Duration) { return l.rttQ, l.timeou
 // Range is a contiguous part [Off, Off+Len) of a tensor.
 type Range struct{ Off, Len int }
 
+// Slice returns the op on range r of its tensor (a lane's share).
+func (op Op) Slice(r Range) Op {
+	switch op.DType {
+	case Int32:
+		op.I32 = op.I32[r.Off : r.Off+r.Len]
+	case Float32:
+		op.F32 = op.F32[r.Off : r.Off+r.Len]
+	default:
+		op.U16 = op.U16[r.Off : r.Off+r.Len]
+	}
+	return op
+}
+
 // SplitLanes cuts a tensor of total elements into lanes contiguous ranges of
 // whole packets (only the last non-empty range may end in a partial
 // packet), with block counts differing by at most one. Ranges may be empty

@@ -331,15 +331,7 @@ func (s *Sim) startOp(r int) {
 	ranges := engine.SplitLanes(n, s.cfg.Lanes, s.cfg.Engine.Elements)
 	wk.laneOps = s.cfg.Lanes
 	for l, rg := range ranges {
-		sub := engine.Op{Seq: op.Seq, DType: op.DType}
-		switch op.DType {
-		case engine.Int32:
-			sub.I32 = op.I32[rg.Off : rg.Off+rg.Len]
-		case engine.Float32:
-			sub.F32 = op.F32[rg.Off : rg.Off+rg.Len]
-		default:
-			sub.U16 = op.U16[rg.Off : rg.Off+rg.Len]
-		}
+		sub := op.Slice(rg)
 		wk.timers[l] = -1
 		if err := wk.lanes[l].Start(sub, s.now); err != nil {
 			if s.err == nil {
