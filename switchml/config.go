@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/switchml/transport"
+	"github.com/switchml/switchml-go/switchml/wire"
 )
 
 // Defaults of Config, chosen to work on one machine.
@@ -58,6 +59,20 @@ type Config struct {
 	Faults transport.Faults
 }
 
+// MaxCompatWorkers is the largest job the compatible format (a 32-bit
+// bitmap per slot) can serve.
+const MaxCompatWorkers = 32
+
+// NeedsExtended reports whether a job of workers ranks with packets of
+// packetElements values (0: the default) needs the extended header.
+func NeedsExtended(workers, packetElements int) bool {
+	if packetElements == 0 {
+		packetElements = DefaultPacketElements
+	}
+	_, ok := wire.CompatSizeCode(packetElements)
+	return !ok || workers > MaxCompatWorkers
+}
+
 func (c Config) withDefaults() Config {
 	if c.Controller == "" {
 		c.Controller = DefaultController
@@ -101,17 +116,15 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("Window = %d: want 1..4096 packets per lane", c.Window))
 	}
 	if c.Extended {
-		if c.PacketElements < 1 || c.PacketElements > 2048 {
-			errs = append(errs, fmt.Errorf("PacketElements = %d: the extended header carries 1..2048", c.PacketElements))
+		if c.PacketElements < 1 || c.PacketElements > wire.MaxElements {
+			errs = append(errs, fmt.Errorf("PacketElements = %d: the extended header carries 1..%d", c.PacketElements, wire.MaxElements))
 		}
 	} else {
-		switch c.PacketElements {
-		case 32, 64, 128, 256:
-		default:
+		if _, ok := wire.CompatSizeCode(c.PacketElements); !ok {
 			errs = append(errs, fmt.Errorf("PacketElements = %d: the compatible header carries 32, 64, 128 or 256; set Extended for other sizes", c.PacketElements))
 		}
-		if c.Workers > 32 {
-			errs = append(errs, fmt.Errorf("Workers = %d: the compatible format allows 32; set Extended for more", c.Workers))
+		if c.Workers > MaxCompatWorkers {
+			errs = append(errs, fmt.Errorf("Workers = %d: the compatible format allows %d; set Extended for more", c.Workers, MaxCompatWorkers))
 		}
 	}
 	if c.Timeout < 0 || c.GiveUp < 0 || c.JoinTimeout < 0 {

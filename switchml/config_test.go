@@ -62,3 +62,22 @@ func TestJoinWithoutController(t *testing.T) {
 		t.Fatalf("Join without a controller = %v, want ErrControllerUnreachable", err)
 	}
 }
+
+func TestNeedsExtended(t *testing.T) {
+	for _, c := range []struct {
+		workers, elements int
+		want              bool
+	}{
+		{4, 0, false}, {4, 256, false}, {32, 32, false},
+		{4, 1000, true}, {4, 2048, true}, {33, 256, true},
+	} {
+		if got := NeedsExtended(c.workers, c.elements); got != c.want {
+			t.Errorf("NeedsExtended(%d, %d) = %v, want %v", c.workers, c.elements, got, c.want)
+		}
+		// What it says agrees with the validation of Config.
+		cfg := Config{Job: "j", Rank: 0, Workers: c.workers, PacketElements: c.elements}.withDefaults()
+		if err := cfg.validate(); (err != nil) != c.want {
+			t.Errorf("%d workers, %d values: compatible config error %v, NeedsExtended %v", c.workers, c.elements, err, c.want)
+		}
+	}
+}

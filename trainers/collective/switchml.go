@@ -15,13 +15,8 @@ func dialSwitchML(ctx context.Context, cfg Config) (Backend, error) {
 		return nil, fmt.Errorf("collective: switchml backend needs a controller address")
 	}
 	// The extended header (software switch) carries what the compatible
-	// one cannot: other packet sizes, more than 32 workers.
-	extended := cfg.Workers > 32
-	switch cfg.PacketElements {
-	case 0, 32, 64, 128, 256:
-	default:
-		extended = true
-	}
+	// one cannot: other packet sizes, larger jobs.
+	extended := switchml.NeedsExtended(cfg.Workers, cfg.PacketElements)
 	s, err := switchml.Join(ctx, switchml.Config{Controller: cfg.Controller, Job: cfg.Job, Rank: cfg.Rank, Workers: cfg.Workers,
 		Lanes: cfg.Lanes, Window: cfg.Window, PacketElements: cfg.PacketElements, Extended: extended})
 	if err != nil {
