@@ -851,7 +851,8 @@ control SwitchMLIngress(inout headers_t hdr,
         meta.idx = (bit<32>)hdr.switchml.set * SLOTS + slot;
         meta.other_idx = (bit<32>)(hdr.switchml.set ^ 1) * SLOTS + slot;
         meta.value_base = meta.idx * VALUES_PER_INDEX;
-        bit<32> mask = 32w1 << meta.rank;
+        // BMv2 takes shift amounts of at most 8 bits; rank < MAX_WORKERS (checked above).
+        bit<32> mask = 32w1 << (bit<8>)meta.rank;
 
         bit<32> bitmap;
         bit<32> other_bitmap;
