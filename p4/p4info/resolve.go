@@ -1,0 +1,191 @@
+package p4info
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
+)
+
+// Names of entities that only the P4 programs have (see p4/README.md).
+const (
+	TableDropSimulator     = "SwitchMLIngress.drop_simulator"
+	ActionSetDropRates     = "SwitchMLIngress.set_drop_rates"
+	TableARPReply          = "SwitchMLIngress.arp_reply"
+	ActionSendARPReply     = "SwitchMLIngress.send_arp_reply"
+	RegisterPoolBitmapPair = "SwitchMLIngress.pool_bitmap_pair" // TNA: index = slot, {set0, set1}
+)
+
+// IDs are the ids a controller uses, as one P4Info assigns them. The main
+// P4Info, the v1model program and the software switch share the constants of
+// this package; a compiler may give other ids (the Tofino compiler ignores
+// @id on externs), and P4Runtime writes name objects by id, so a controller
+// resolves them from the P4Info it pushes.
+type IDs struct {
+	TableWorkers, TableReplyAddress uint32
+	ActionSetWorker, ActionSetReply uint32
+	CounterStats                    uint32
+	// RegisterPoolBitmap is zero where the program keeps both sets' bitmaps
+	// of a slot in one pair register (RegisterPoolBitmapPair, Tofino).
+	RegisterPoolBitmap, RegisterPoolBitmapPair uint32
+	RegisterPoolCount                          uint32
+	// Program-specific tables; zero when the P4Info has none.
+	TableDropSimulator, ActionSetDropRates uint32
+	TableARPReply, ActionSendARPReply      uint32
+}
+
+// DefaultIDs are the ids of the main P4Info.
+func DefaultIDs() IDs {
+	return IDs{
+		TableWorkers: TableWorkersID, TableReplyAddress: TableReplyAddressID,
+		ActionSetWorker: ActionSetWorkerID, ActionSetReply: ActionSetReplyID,
+		CounterStats:       CounterStatsID,
+		RegisterPoolBitmap: RegisterPoolBitmapID, RegisterPoolCount: RegisterPoolCountID,
+	}
+}
+
+// lookup finds the preamble whose name is name, or name under a pipeline
+// instance prefix ("pipe.SwitchMLIngress.workers", as the Tofino compiler
+// names objects); an alias does not count, so that a program with a
+// same-named object elsewhere cannot be mistaken for ours.
+func lookup(pres []*p4configv1.Preamble, name string) *p4configv1.Preamble {
+	for _, p := range pres {
+		n := p.GetName()
+		if n == name || (strings.HasSuffix(n, "."+name) && !strings.Contains(strings.TrimSuffix(n, "."+name), ".")) {
+			return p
+		}
+	}
+	return nil
+}
+
+func preambles[T interface{ GetPreamble() *p4configv1.Preamble }](xs []T) []*p4configv1.Preamble {
+	out := make([]*p4configv1.Preamble, len(xs))
+	for i, x := range xs {
+		out[i] = x.GetPreamble()
+	}
+	return out
+}
+
+// Resolve finds in info every object the controller uses and checks that
+// the match fields and action parameters it writes have the ids and widths
+// it writes them with. The error lists everything missing or different, so
+// that a P4Info of another program, or of another version of this one, is
+// refused before anything is written to the switch.
+func Resolve(info *p4configv1.P4Info) (IDs, error) {
+	var ids IDs
+	var errs []error
+	tables, actions := preambles(info.GetTables()), preambles(info.GetActions())
+	find := func(pres []*p4configv1.Preamble, kind, name string, required bool) uint32 {
+		p := lookup(pres, name)
+		if p == nil {
+			if required {
+				errs = append(errs, fmt.Errorf("no %s %s", kind, name))
+			}
+			return 0
+		}
+		return p.GetId()
+	}
+	ids.TableWorkers = find(tables, "table", TableWorkers, true)
+	ids.TableReplyAddress = find(tables, "table", TableReplyAddress, true)
+	ids.ActionSetWorker = find(actions, "action", ActionSetWorker, true)
+	ids.ActionSetReply = find(actions, "action", ActionSetReply, true)
+	ids.CounterStats = find(preambles(info.GetCounters()), "counter", CounterStats, false)
+	if ids.CounterStats == 0 {
+		// TNA counters are Tofino externs, listed apart from P4 counters.
+		ids.CounterStats = find(externPreambles(info), "counter", CounterStats, true)
+	}
+	regs := append(preambles(info.GetRegisters()), externPreambles(info)...)
+	ids.RegisterPoolCount = find(regs, "register", RegisterPoolCount, true)
+	ids.RegisterPoolBitmap = find(regs, "register", RegisterPoolBitmap, false)
+	ids.RegisterPoolBitmapPair = find(regs, "register", RegisterPoolBitmapPair, false)
+	if ids.RegisterPoolBitmap == 0 && ids.RegisterPoolBitmapPair == 0 {
+		errs = append(errs, fmt.Errorf("no register %s (or %s)", RegisterPoolBitmap, RegisterPoolBitmapPair))
+	}
+	ids.TableDropSimulator = find(tables, "table", TableDropSimulator, false)
+	ids.ActionSetDropRates = find(actions, "action", ActionSetDropRates, false)
+	ids.TableARPReply = find(tables, "table", TableARPReply, false)
+	ids.ActionSendARPReply = find(actions, "action", ActionSendARPReply, false)
+
+	type field struct {
+		name  string
+		id    uint32
+		width int32
+	}
+	checkTable := func(id uint32, name string, want []field) {
+		if id == 0 {
+			return
+		}
+		for _, t := range info.GetTables() {
+			if t.GetPreamble().GetId() != id {
+				continue
+			}
+			for _, w := range want {
+				var got *p4configv1.MatchField
+				for _, mf := range t.GetMatchFields() {
+					if mf.GetName() == w.name {
+						got = mf
+					}
+				}
+				switch {
+				case got == nil:
+					errs = append(errs, fmt.Errorf("table %s has no match field %s", name, w.name))
+				case got.GetId() != w.id || got.GetBitwidth() != w.width:
+					errs = append(errs, fmt.Errorf("table %s match field %s is id %d, %d bits; the controller writes id %d, %d bits",
+						name, w.name, got.GetId(), got.GetBitwidth(), w.id, w.width))
+				}
+			}
+		}
+	}
+	checkAction := func(id uint32, name string, want []field) {
+		if id == 0 {
+			return
+		}
+		for _, a := range info.GetActions() {
+			if a.GetPreamble().GetId() != id {
+				continue
+			}
+			for _, w := range want {
+				var got *p4configv1.Action_Param
+				for _, p := range a.GetParams() {
+					if p.GetName() == w.name {
+						got = p
+					}
+				}
+				switch {
+				case got == nil:
+					errs = append(errs, fmt.Errorf("action %s has no parameter %s", name, w.name))
+				case got.GetId() != w.id || got.GetBitwidth() != w.width:
+					errs = append(errs, fmt.Errorf("action %s parameter %s is id %d, %d bits; the controller writes id %d, %d bits",
+						name, w.name, got.GetId(), got.GetBitwidth(), w.id, w.width))
+				}
+			}
+		}
+	}
+	checkTable(ids.TableWorkers, TableWorkers, []field{{"hdr.ipv4.src_addr", WorkersSrcAddrID, 32}, {"hdr.udp.src_port", WorkersSrcPortID, 16}})
+	checkTable(ids.TableReplyAddress, TableReplyAddress, []field{{"meta.job_id", ReplyJobID, 32}, {"meta.rank", ReplyRankID, 16}, {"meta.lane", ReplyLaneID, 8}})
+	checkAction(ids.ActionSetWorker, ActionSetWorker, []field{
+		{"job_id", SetWorkerJobID, 32}, {"rank", SetWorkerRank, 16}, {"num_workers", SetWorkerNumWorkers, 16},
+		{"mgid", SetWorkerMgid, 16}, {"lane", SetWorkerLane, 8}, {"pool_base", SetWorkerPoolBase, 32}, {"pool_size", SetWorkerPoolSize, 32}})
+	checkAction(ids.ActionSetReply, ActionSetReply, []field{{"dst_mac", SetReplyDstMAC, 48}, {"dst_ipv4", SetReplyDstIPv4, 32}, {"dst_port", SetReplyDstPort, 16}})
+	checkTable(ids.TableDropSimulator, TableDropSimulator, []field{{"meta.job_id", 1, 32}, {"meta.rank", 2, 16}})
+	checkAction(ids.ActionSetDropRates, ActionSetDropRates, []field{{"ingress_drop_rate", 1, 16}, {"egress_drop_rate", 2, 16}})
+	checkTable(ids.TableARPReply, TableARPReply, []field{{"hdr.arp.target_proto_addr", 1, 32}})
+	checkAction(ids.ActionSendARPReply, ActionSendARPReply, []field{{"switch_mac", 1, 48}})
+	if len(errs) > 0 {
+		return IDs{}, fmt.Errorf("p4info: not the SwitchML pipeline the controller drives: %w", errors.Join(errs...))
+	}
+	return ids, nil
+}
+
+// externPreambles lists the preambles of architecture-specific externs
+// (Tofino's Register and Counter).
+func externPreambles(info *p4configv1.P4Info) []*p4configv1.Preamble {
+	var out []*p4configv1.Preamble
+	for _, e := range info.GetExterns() {
+		for _, in := range e.GetInstances() {
+			out = append(out, in.GetPreamble())
+		}
+	}
+	return out
+}

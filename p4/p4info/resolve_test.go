@@ -1,0 +1,113 @@
+package p4info_test
+
+import (
+	"strings"
+	"testing"
+
+	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
+	"google.golang.org/protobuf/encoding/prototext"
+
+	"github.com/switchml/switchml-go/p4/p4info"
+	"github.com/switchml/switchml-go/p4/tna"
+	"github.com/switchml/switchml-go/p4/v1model"
+)
+
+func parse(t *testing.T, text []byte) *p4configv1.P4Info {
+	t.Helper()
+	info := &p4configv1.P4Info{}
+	if err := prototext.Unmarshal(text, info); err != nil {
+		t.Fatal(err)
+	}
+	return info
+}
+
+func TestResolveMainAndV1model(t *testing.T) {
+	main, err := p4info.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := p4info.Resolve(main)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids != p4info.DefaultIDs() {
+		t.Errorf("main P4Info resolves to %+v, want the package constants %+v", ids, p4info.DefaultIDs())
+	}
+	v1, err := p4info.Resolve(parse(t, v1model.P4InfoText))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := p4info.DefaultIDs()
+	want.TableDropSimulator, want.ActionSetDropRates = 0x02000100, 0x01000100
+	want.TableARPReply, want.ActionSendARPReply = 0x02000101, 0x01000101
+	if v1 != want {
+		t.Errorf("v1model P4Info resolves to %+v, want %+v", v1, want)
+	}
+}
+
+func TestResolveTNA(t *testing.T) {
+	ids, err := p4info.Resolve(parse(t, tna.P4InfoText))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids.RegisterPoolBitmapPair == 0 || ids.RegisterPoolBitmap != 0 {
+		t.Errorf("TNA P4Info: pool_bitmap_pair %#x, pool_bitmap %#x; want the pair register alone", ids.RegisterPoolBitmapPair, ids.RegisterPoolBitmap)
+	}
+	if ids.TableWorkers == 0 || ids.RegisterPoolCount == 0 || ids.CounterStats == 0 {
+		t.Errorf("TNA P4Info resolves to %+v", ids)
+	}
+}
+
+// TestResolvePipelinePrefix: the Tofino compiler names objects
+// "pipe.Control.object"; they resolve by the name without the prefix, to
+// the ids the P4Info gives.
+func TestResolvePipelinePrefix(t *testing.T) {
+	info, _ := p4info.Load()
+	for _, tb := range info.GetTables() {
+		tb.Preamble.Name = "pipe." + tb.Preamble.Name
+		tb.Preamble.Id += 0x100
+	}
+	for _, a := range info.GetActions() {
+		a.Preamble.Name = "pipe." + a.Preamble.Name
+	}
+	ids, err := p4info.Resolve(info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids.TableWorkers != p4info.TableWorkersID+0x100 || ids.ActionSetReply != p4info.ActionSetReplyID {
+		t.Errorf("prefixed names resolve to %+v", ids)
+	}
+	// Two prefixes are not a pipeline instance name.
+	info, _ = p4info.Load()
+	info.Tables[0].Preamble.Name = "a.b." + info.Tables[0].Preamble.Name
+	if _, err := p4info.Resolve(info); err == nil {
+		t.Error("a table under two prefixes resolved")
+	}
+}
+
+func TestResolveRefusesOtherPipelines(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		mutate func(*p4configv1.P4Info)
+		want   string
+	}{
+		{"renamed table", func(i *p4configv1.P4Info) { i.Tables[0].Preamble.Name = "SwitchMLIngress.peers" }, "no table SwitchMLIngress.workers"},
+		{"missing register", func(i *p4configv1.P4Info) { i.Registers = i.Registers[2:] }, "pool_bitmap"},
+		{"narrow param", func(i *p4configv1.P4Info) {
+			a, _ := p4info.Action(i, p4info.ActionSetWorker)
+			a.Params[1].Bitwidth = 8
+		}, "parameter rank is id 2, 8 bits"},
+		{"renumbered field", func(i *p4configv1.P4Info) {
+			tb, _ := p4info.Table(i, p4info.TableReplyAddress)
+			tb.MatchFields[0].Id = 9
+		}, "match field meta.job_id is id 9"},
+		{"empty", func(i *p4configv1.P4Info) { *i = p4configv1.P4Info{} }, "no action SwitchMLEgress.set_reply"},
+	} {
+		info, _ := p4info.Load()
+		c.mutate(info)
+		_, err := p4info.Resolve(info)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: Resolve error %v, want one containing %q", c.name, err, c.want)
+		}
+	}
+}
