@@ -3,6 +3,7 @@ package switchml
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/switchml/switchml-go/switchml/transport"
@@ -40,9 +41,12 @@ type Config struct {
 	Lanes int
 	// Window is the number of packets in flight per lane.
 	Window int
-	// PacketElements is the number of 32-bit values per packet. 32, 64,
-	// 128 and 256 work with a P4 switch; larger values (up to 2048) need
-	// Extended and the software switch.
+	// PacketElements is the number of 32-bit values per packet. 0 picks
+	// what the switch takes, as the controller describes it:
+	// DefaultPacketElements where the switch takes it (the software
+	// switch), else the largest size it takes (64 on the P4 programs).
+	// The compatible header carries 32, 64, 128 and 256; larger values (up
+	// to 2048) need Extended and the software switch.
 	PacketElements int
 	// Extended selects the software switch's extended header (wider job
 	// ids, more workers, more elements per packet).
@@ -73,6 +77,27 @@ func NeedsExtended(workers, packetElements int) bool {
 	return !ok || workers > MaxCompatWorkers
 }
 
+// choosePacketElements picks a packet size among those a switch takes with
+// the compatible header (see Config.PacketElements).
+func choosePacketElements(takes []uint32, extendedMax uint32, extended bool) int {
+	if extended {
+		return min(DefaultPacketElements, int(extendedMax))
+	}
+	best := 0
+	for _, k := range takes {
+		if int(k) == DefaultPacketElements {
+			return DefaultPacketElements
+		}
+		if int(k) < DefaultPacketElements && int(k) > best {
+			best = int(k)
+		}
+	}
+	if best == 0 && len(takes) > 0 {
+		best = int(slices.Min(takes))
+	}
+	return best
+}
+
 func (c Config) withDefaults() Config {
 	if c.Controller == "" {
 		c.Controller = DefaultController
@@ -82,9 +107,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Window == 0 {
 		c.Window = DefaultWindow
-	}
-	if c.PacketElements == 0 {
-		c.PacketElements = DefaultPacketElements
 	}
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
@@ -115,17 +137,21 @@ func (c Config) validate() error {
 	if c.Window < 1 || c.Window > 4096 {
 		errs = append(errs, fmt.Errorf("Window = %d: want 1..4096 packets per lane", c.Window))
 	}
-	if c.Extended {
-		if c.PacketElements < 1 || c.PacketElements > wire.MaxElements {
+	switch {
+	case c.PacketElements == 0: // chosen at Join from what the switch takes
+	case c.PacketElements < 0:
+		errs = append(errs, fmt.Errorf("PacketElements = %d: want 0 (what the switch takes) or a packet size", c.PacketElements))
+	case c.Extended:
+		if c.PacketElements > wire.MaxElements {
 			errs = append(errs, fmt.Errorf("PacketElements = %d: the extended header carries 1..%d", c.PacketElements, wire.MaxElements))
 		}
-	} else {
+	default:
 		if _, ok := wire.CompatSizeCode(c.PacketElements); !ok {
 			errs = append(errs, fmt.Errorf("PacketElements = %d: the compatible header carries 32, 64, 128 or 256; set Extended for other sizes", c.PacketElements))
 		}
-		if c.Workers > MaxCompatWorkers {
-			errs = append(errs, fmt.Errorf("Workers = %d: the compatible format allows %d; set Extended for more", c.Workers, MaxCompatWorkers))
-		}
+	}
+	if !c.Extended && c.Workers > MaxCompatWorkers {
+		errs = append(errs, fmt.Errorf("Workers = %d: the compatible format allows %d; set Extended for more", c.Workers, MaxCompatWorkers))
 	}
 	if c.Timeout < 0 || c.GiveUp < 0 || c.JoinTimeout < 0 {
 		errs = append(errs, errors.New("Timeout, GiveUp and JoinTimeout must not be negative"))

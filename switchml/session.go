@@ -127,10 +127,25 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 	if cfg.Extended {
 		format, wf = controllerpb.Format_FORMAT_EXTENDED, wire.FormatExtended
 	}
+	if cfg.PacketElements == 0 {
+		d, err := s.client.Describe(ctx, &controllerpb.DescribeRequest{}, grpc.WaitForReady(true))
+		switch {
+		case status.Code(err) == codes.Unimplemented: // a controller that predates Describe serves the software switch
+			cfg.PacketElements = DefaultPacketElements
+		case err != nil:
+			return fail(s.rpcError("describe the switch", err))
+		default:
+			cfg.PacketElements = choosePacketElements(d.GetPacketElements(), d.GetMaxExtendedElements(), cfg.Extended)
+			if cfg.PacketElements == 0 {
+				return fail(fmt.Errorf("switchml: the %s switch takes no packet size with this header (extended: %v)", d.GetTargetKind(), cfg.Extended))
+			}
+		}
+		s.cfg.PacketElements = cfg.PacketElements
+	}
 	resp, err := s.client.Register(ctx, &controllerpb.RegisterRequest{
 		Job: cfg.Job, Rank: uint32(cfg.Rank), WorldSize: uint32(cfg.Workers),
 		Lanes: uint32(cfg.Lanes), Window: uint32(cfg.Window), Elements: uint32(cfg.PacketElements),
-		Format: format, LaneAddresses: addrs,
+		Format: format, LaneAddresses: addrs, Mac: macOf(bind),
 	}, grpc.WaitForReady(true))
 	if err != nil {
 		return fail(s.rpcError("join", err))
@@ -160,6 +175,38 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 	go s.run()
 	return s, nil
 }
+
+// macOf returns the Ethernet address of the interface that holds ip, or nil
+// (loopback, or an interface without one).
+func macOf(ip string) []byte {
+	want, err := netip.ParseAddr(ip)
+	if err != nil {
+		return nil
+	}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil
+	}
+	for _, ifc := range ifs {
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Unmap() == want.Unmap() {
+				if len(ifc.HardwareAddr) == 6 {
+					return ifc.HardwareAddr
+				}
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+// PacketElements is the number of values per packet the session uses (the
+// switch's choice when Config.PacketElements was 0).
+func (s *Session) PacketElements() int { return s.cfg.PacketElements }
 
 // localAddressToward returns the local IP the routing table picks to reach
 // target (host:port); no packet is sent.

@@ -61,7 +61,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.Bind, "bind", "", "local IP the switch sees for this worker (default: the address that reaches the controller)")
 	fs.IntVar(&cfg.Lanes, "lanes", switchml.DefaultLanes, "parallel lanes (sockets) per worker")
 	fs.IntVar(&cfg.Window, "window", switchml.DefaultWindow, "packets in flight per lane")
-	fs.IntVar(&cfg.PacketElements, "packet-elements", switchml.DefaultPacketElements, "int32 values per packet (32/64/128/256; up to 2048 with --extended)")
+	fs.IntVar(&cfg.PacketElements, "packet-elements", 0, "int32 values per packet (32/64/128/256; up to 2048 with --extended); 0: what the switch takes (256 on the software switch, 64 on the P4 programs)")
 	fs.BoolVar(&cfg.Extended, "extended", false, "use the software switch's extended header (needed above 256 values per packet or 32 workers)")
 	fs.DurationVar(&cfg.Timeout, "timeout", switchml.DefaultTimeout, "retransmission timeout per packet")
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", switchml.DefaultJoinTimeout, "how long to wait for every rank to join")
@@ -120,15 +120,16 @@ func runAllReduce(ctx context.Context, args []string) error {
 }
 
 func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, elements, iters, warmup int, seed uint64, verify bool, rep *allreduceReport) error {
-	var exp expectation
-	if verify {
-		exp = expect(dtype, seed, cfg.Workers, elements, cfg.PacketElements)
-	}
 	sess, err := switchml.Join(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer sess.Close()
+	rep.PacketElements = sess.PacketElements()
+	var exp expectation
+	if verify {
+		exp = expect(dtype, seed, cfg.Workers, elements, sess.PacketElements())
+	}
 
 	var (
 		f32 []float32

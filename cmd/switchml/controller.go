@@ -58,6 +58,11 @@ func runController(ctx context.Context, args []string) error {
 	deviceConfig := fs.String("device-config", "", "compiled program pushed with the pipeline: BMv2 JSON or Tofino binary (required for bmv2 and tofino)")
 	p4infoPath := fs.String("p4info", "", "P4Info text file to push instead of the one that --target-kind selects")
 	fs.BoolVar(&cfg.SkipPipeline, "skip-pipeline", false, "do not push the pipeline: the target already runs the SwitchML program")
+	portMap := fs.String("port-map", "", "file of \"WORKER-IP PORT\" lines: the switch port that reaches each worker host (required for bmv2 and tofino)")
+	switchMAC := fs.String("switch-mac", "", "Ethernet address the P4 switch answers ARP for its data plane address with (bmv2, tofino; default: no ARP answers, workers need a static neighbour entry)")
+	maxElements := fs.Int("max-elements", controller.DefaultSoftswitchMaxElements, "softswitch: its --max-elements, the largest packet it takes")
+	fs.Float64Var(&cfg.IngressLoss, "simulate-loss-in", 0, "bmv2, tofino: fraction of contributions the switch drops on arrival (tests loss recovery)")
+	fs.Float64Var(&cfg.EgressLoss, "simulate-loss-out", 0, "bmv2, tofino: fraction of result copies the switch drops on departure (tests loss recovery)")
 	fs.DurationVar(&cfg.ConnectTimeout, "connect-timeout", 0, "how long to wait for the target at start (default 30s)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := parseFlags(fs, args); err != nil {
@@ -70,6 +75,28 @@ func runController(ctx context.Context, args []string) error {
 	cfg.Logger = log
 	if cfg.P4Info, err = targetP4Info(*kind, *p4infoPath); err != nil {
 		return err
+	}
+	if cfg.Switch, err = controller.TargetFor(*kind, *maxElements); err != nil {
+		return fmt.Errorf("--target-kind, --max-elements: %w", err)
+	}
+	switch {
+	case *portMap != "":
+		f, err := os.Open(*portMap)
+		if err != nil {
+			return fmt.Errorf("read --port-map: %w", err)
+		}
+		cfg.Switch.Ports, err = controller.ParsePortMap(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("--port-map %s: %w", *portMap, err)
+		}
+	case cfg.Switch.P4():
+		return fmt.Errorf("--target-kind %s needs --port-map FILE: one \"WORKER-IP PORT\" line per worker host (a P4 switch cannot learn which port reaches a worker)", *kind)
+	}
+	if *switchMAC != "" {
+		if cfg.SwitchMAC, err = net.ParseMAC(*switchMAC); err != nil || len(cfg.SwitchMAC) != 6 {
+			return fmt.Errorf("bad --switch-mac %q: want an Ethernet address such as 02:53:4d:4c:00:fe", *switchMAC)
+		}
 	}
 	switch {
 	case *deviceConfig != "":

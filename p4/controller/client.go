@@ -54,6 +54,7 @@ type Client struct {
 	mu        sync.Mutex
 	primary   bool
 	streamErr error
+	ids       p4info.IDs // of the pipeline this client pushed or adopted
 }
 
 // ErrNotPrimary is returned by Dial's caller checks and helpers that need to
@@ -86,7 +87,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	c := &Client{
 		conn: conn, rt: p4v1.NewP4RuntimeClient(conn), deviceID: cfg.DeviceID,
 		election: &p4v1.Uint128{Low: cfg.ElectionID}, role: cfg.Role, log: cfg.Logger,
-		cancel: cancel, done: make(chan struct{}),
+		cancel: cancel, done: make(chan struct{}), ids: p4info.DefaultIDs(),
 	}
 	first := make(chan error, 1)
 	go c.run(sctx, cfg.Target, first)
@@ -189,6 +190,27 @@ func (c *Client) VerifyPipeline(ctx context.Context, info *p4configv1.P4Info, de
 	return c.setPipeline(ctx, p4v1.SetForwardingPipelineConfigRequest_VERIFY, info, deviceConfig, 0)
 }
 
+// IDs returns the ids of the P4Info in use: that of the last pipeline pushed
+// or adopted, the main P4Info's before either.
+func (c *Client) IDs() p4info.IDs {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ids
+}
+
+// UseP4Info adopts the ids of info, the P4Info of a pipeline the target
+// already runs (when the controller does not push one).
+func (c *Client) UseP4Info(info *p4configv1.P4Info) error {
+	ids, err := p4info.Resolve(info)
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	c.mu.Lock()
+	c.ids = ids
+	c.mu.Unlock()
+	return nil
+}
+
 func (c *Client) setPipeline(ctx context.Context, action p4v1.SetForwardingPipelineConfigRequest_Action, info *p4configv1.P4Info, deviceConfig []byte, cookie uint64) error {
 	if info == nil {
 		var err error
@@ -196,15 +218,26 @@ func (c *Client) setPipeline(ctx context.Context, action p4v1.SetForwardingPipel
 			return err
 		}
 	}
+	// Refuse a P4Info the controller cannot drive before the target
+	// replaces its pipeline with it.
+	ids, err := p4info.Resolve(info)
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
 	cfg := &p4v1.ForwardingPipelineConfig{P4Info: info, P4DeviceConfig: deviceConfig}
 	if cookie != 0 {
 		cfg.Cookie = &p4v1.ForwardingPipelineConfig_Cookie{Cookie: cookie}
 	}
-	_, err := c.rt.SetForwardingPipelineConfig(ctx, &p4v1.SetForwardingPipelineConfigRequest{
+	_, err = c.rt.SetForwardingPipelineConfig(ctx, &p4v1.SetForwardingPipelineConfigRequest{
 		DeviceId: c.deviceID, Role: c.role, ElectionId: c.election, Action: action, Config: cfg,
 	})
 	if err != nil {
-		return fmt.Errorf("controller: %v pipeline config: %w", action, err)
+		return fmt.Errorf("controller: the target refused the pipeline (%v): %w", action, err)
+	}
+	if action == p4v1.SetForwardingPipelineConfigRequest_VERIFY_AND_COMMIT {
+		c.mu.Lock()
+		c.ids = ids
+		c.mu.Unlock()
 	}
 	return nil
 }

@@ -195,7 +195,7 @@ func TestMalformedWrites(t *testing.T) {
 	if err := c.SetPipeline(ctx, nil, nil, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := WorkerUpdate(p4v1.Update_INSERT, WorkerEntry{Addr: netip.MustParseAddrPort("[::1]:5")}); err == nil {
+	if _, err := WorkerUpdate(p4info.DefaultIDs(), p4v1.Update_INSERT, WorkerEntry{Addr: netip.MustParseAddrPort("[::1]:5")}); err == nil {
 		t.Fatal("IPv6 worker address accepted")
 	}
 	badRank := sampleJob()
@@ -236,13 +236,20 @@ type jobHarness struct {
 
 func newJobHarness(t *testing.T, slots int) *jobHarness {
 	t.Helper()
+	return newJobHarnessFor(t, slots, Target{})
+}
+
+// newJobHarnessFor serves a job service that believes the switch is target
+// (the switch underneath is the software switch all the same).
+func newJobHarnessFor(t *testing.T, slots int, kind Target) *jobHarness {
+	t.Helper()
 	target, _ := startSwitch(t)
 	ctx := testCtx(t)
 	c := dial(t, ctx, target, 1)
 	if err := c.SetPipeline(ctx, nil, nil, 0); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := NewJobService(c, ServiceConfig{Dataplane: netip.MustParseAddrPort("127.0.0.1:48864"), Slots: slots, Logger: quiet})
+	svc, err := NewJobService(c, ServiceConfig{Dataplane: netip.MustParseAddrPort("127.0.0.1:48864"), Slots: slots, Target: kind, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,28 +58,31 @@ func tableUpdate(typ p4v1.Update_Type, te *p4v1.TableEntry) *p4v1.Update {
 	return &p4v1.Update{Type: typ, Entity: &p4v1.Entity{Entity: &p4v1.Entity_TableEntry{TableEntry: te}}}
 }
 
-// WorkerUpdate builds the update of a workers entry (DELETE needs only the key).
-func WorkerUpdate(typ p4v1.Update_Type, w WorkerEntry) (*p4v1.Update, error) {
+// WorkerUpdate builds the update of a workers entry (DELETE needs only the key)
+// with the ids of one P4Info.
+func WorkerUpdate(ids p4info.IDs, typ p4v1.Update_Type, w WorkerEntry) (*p4v1.Update, error) {
 	ip, err := ipv4(w.Addr.Addr())
 	if err != nil {
 		return nil, err
 	}
-	te := &p4v1.TableEntry{TableId: p4info.TableWorkersID, Match: p4info.WorkerKey(uint32(ip), w.Addr.Port())}
+	te := &p4v1.TableEntry{TableId: ids.TableWorkers, Match: p4info.WorkerKey(uint32(ip), w.Addr.Port())}
 	if typ != p4v1.Update_DELETE {
 		te.Action = p4info.SetWorker(w.Job, w.Rank, w.NumWorkers, w.MulticastGroup, w.Lane, w.PoolBase, w.PoolSize)
+		te.Action.GetAction().ActionId = ids.ActionSetWorker
 	}
 	return tableUpdate(typ, te), nil
 }
 
 // ReplyUpdate builds the update of a reply_address entry.
-func ReplyUpdate(typ p4v1.Update_Type, r ReplyEntry) (*p4v1.Update, error) {
-	te := &p4v1.TableEntry{TableId: p4info.TableReplyAddressID, Match: p4info.ReplyKey(r.Job, r.Rank, r.Lane)}
+func ReplyUpdate(ids p4info.IDs, typ p4v1.Update_Type, r ReplyEntry) (*p4v1.Update, error) {
+	te := &p4v1.TableEntry{TableId: ids.TableReplyAddress, Match: p4info.ReplyKey(r.Job, r.Rank, r.Lane)}
 	if typ != p4v1.Update_DELETE {
 		ip, err := ipv4(r.Addr.Addr())
 		if err != nil {
 			return nil, err
 		}
 		te.Action = p4info.SetReply(r.MAC, uint32(ip), r.Addr.Port())
+		te.Action.GetAction().ActionId = ids.ActionSetReply
 	}
 	return tableUpdate(typ, te), nil
 }
@@ -106,6 +109,17 @@ func RegisterUpdate(registerID uint32, index int64, value uint64) *p4v1.Update {
 	return &p4v1.Update{Type: p4v1.Update_MODIFY, Entity: &p4v1.Entity{Entity: &p4v1.Entity_RegisterEntry{RegisterEntry: re}}}
 }
 
+// PairRegisterUpdate builds the write of one cell of a register whose
+// element is a struct of two bit strings (TNA's pair registers).
+func PairRegisterUpdate(registerID uint32, index int64, first, second uint64) *p4v1.Update {
+	data := &p4v1.P4Data{Data: &p4v1.P4Data_Struct{Struct: &p4v1.P4StructLike{Members: []*p4v1.P4Data{
+		{Data: &p4v1.P4Data_Bitstring{Bitstring: p4info.Bytes(first)}},
+		{Data: &p4v1.P4Data_Bitstring{Bitstring: p4info.Bytes(second)}},
+	}}}}
+	re := &p4v1.RegisterEntry{RegisterId: registerID, Index: &p4v1.Index{Index: index}, Data: data}
+	return &p4v1.Update{Type: p4v1.Update_MODIFY, Entity: &p4v1.Entity{Entity: &p4v1.Entity_RegisterEntry{RegisterEntry: re}}}
+}
+
 // InstallJob inserts a job's multicast group and reply entries, then its
 // worker entries (so the switch accepts the job's packets only once it can
 // answer them). On failure it removes what it installed.
@@ -113,14 +127,14 @@ func (c *Client) InstallJob(ctx context.Context, j JobEntries) error {
 	var first, second []*p4v1.Update
 	first = append(first, GroupUpdate(p4v1.Update_INSERT, j.MulticastGroup, j.Replicas))
 	for _, r := range j.Replies {
-		u, err := ReplyUpdate(p4v1.Update_INSERT, r)
+		u, err := ReplyUpdate(c.IDs(), p4v1.Update_INSERT, r)
 		if err != nil {
 			return err
 		}
 		first = append(first, u)
 	}
 	for _, w := range j.Workers {
-		u, err := WorkerUpdate(p4v1.Update_INSERT, w)
+		u, err := WorkerUpdate(c.IDs(), p4v1.Update_INSERT, w)
 		if err != nil {
 			return err
 		}
@@ -163,14 +177,14 @@ func (c *Client) undo(ctx context.Context, inserts []*p4v1.Update, failed error)
 func (c *Client) RemoveJob(ctx context.Context, j JobEntries) error {
 	var first, second []*p4v1.Update
 	for _, w := range j.Workers {
-		u, err := WorkerUpdate(p4v1.Update_DELETE, w)
+		u, err := WorkerUpdate(c.IDs(), p4v1.Update_DELETE, w)
 		if err != nil {
 			return err
 		}
 		first = append(first, u)
 	}
 	for _, r := range j.Replies {
-		u, err := ReplyUpdate(p4v1.Update_DELETE, r)
+		u, err := ReplyUpdate(c.IDs(), p4v1.Update_DELETE, r)
 		if err != nil {
 			return err
 		}
@@ -202,28 +216,42 @@ func ignoreNotFound(err error) error {
 // [base, base+size) on a switch with the given number of slots (register
 // index set*slots + slot), so that a job starting there finds them idle.
 // Values and exponents need no reset: the first contribution overwrites them.
+// Where the program keeps a slot's two bitmaps in one pair register (TNA),
+// that register is written, once per slot.
 func (c *Client) ResetPool(ctx context.Context, base, size, slots int) error {
 	if base < 0 || size < 0 || base+size > slots {
 		return fmt.Errorf("controller: pool reset [%d, %d) outside the switch's %d slots", base, base+size, slots)
 	}
+	ids := c.IDs()
 	ups := make([]*p4v1.Update, 0, writeBatch)
-	flush := func() error {
+	add := func(u *p4v1.Update) error {
+		ups = append(ups, u)
+		if len(ups) < writeBatch {
+			return nil
+		}
 		err := c.Write(ctx, ups...)
 		ups = ups[:0]
 		return err
 	}
-	for set := 0; set < 2; set++ {
-		for slot := base; slot < base+size; slot++ {
+	for slot := base; slot < base+size; slot++ {
+		if ids.RegisterPoolBitmapPair != 0 {
+			if err := add(PairRegisterUpdate(ids.RegisterPoolBitmapPair, int64(slot), 0, 0)); err != nil {
+				return fmt.Errorf("reset pool: %w", err)
+			}
+		}
+		for set := 0; set < 2; set++ {
 			idx := int64(set*slots + slot)
-			ups = append(ups, RegisterUpdate(p4info.RegisterPoolBitmapID, idx, 0), RegisterUpdate(p4info.RegisterPoolCountID, idx, 0))
-			if len(ups) >= writeBatch {
-				if err := flush(); err != nil {
+			if ids.RegisterPoolBitmap != 0 {
+				if err := add(RegisterUpdate(ids.RegisterPoolBitmap, idx, 0)); err != nil {
 					return fmt.Errorf("reset pool: %w", err)
 				}
 			}
+			if err := add(RegisterUpdate(ids.RegisterPoolCount, idx, 0)); err != nil {
+				return fmt.Errorf("reset pool: %w", err)
+			}
 		}
 	}
-	if err := flush(); err != nil {
+	if err := c.Write(ctx, ups...); err != nil {
 		return fmt.Errorf("reset pool: %w", err)
 	}
 	return nil
@@ -231,7 +259,7 @@ func (c *Client) ResetPool(ctx context.Context, base, size, slots int) error {
 
 // ReadWorkers returns the workers table.
 func (c *Client) ReadWorkers(ctx context.Context) ([]WorkerEntry, error) {
-	ents, err := c.Read(ctx, &p4v1.Entity{Entity: &p4v1.Entity_TableEntry{TableEntry: &p4v1.TableEntry{TableId: p4info.TableWorkersID}}})
+	ents, err := c.Read(ctx, &p4v1.Entity{Entity: &p4v1.Entity_TableEntry{TableEntry: &p4v1.TableEntry{TableId: c.IDs().TableWorkers}}})
 	if err != nil {
 		return nil, err
 	}
@@ -256,7 +284,7 @@ func (c *Client) ReadWorkers(ctx context.Context) ([]WorkerEntry, error) {
 
 // ReadReplies returns the reply_address table.
 func (c *Client) ReadReplies(ctx context.Context) ([]ReplyEntry, error) {
-	ents, err := c.Read(ctx, &p4v1.Entity{Entity: &p4v1.Entity_TableEntry{TableEntry: &p4v1.TableEntry{TableId: p4info.TableReplyAddressID}}})
+	ents, err := c.Read(ctx, &p4v1.Entity{Entity: &p4v1.Entity_TableEntry{TableEntry: &p4v1.TableEntry{TableId: c.IDs().TableReplyAddress}}})
 	if err != nil {
 		return nil, err
 	}
@@ -335,7 +363,7 @@ func (c *Client) ReadRegister(ctx context.Context, registerID uint32, first, cou
 
 // ReadCounters returns the packet counts of the stats counter, by index.
 func (c *Client) ReadCounters(ctx context.Context) ([]int64, error) {
-	ents, err := c.Read(ctx, &p4v1.Entity{Entity: &p4v1.Entity_CounterEntry{CounterEntry: &p4v1.CounterEntry{CounterId: p4info.CounterStatsID}}})
+	ents, err := c.Read(ctx, &p4v1.Entity{Entity: &p4v1.Entity_CounterEntry{CounterEntry: &p4v1.CounterEntry{CounterId: c.IDs().CounterStats}}})
 	if err != nil {
 		return nil, err
 	}
@@ -354,7 +382,7 @@ func (c *Client) ReadCounters(ctx context.Context) ([]int64, error) {
 // ResetCounters zeroes every stats counter.
 func (c *Client) ResetCounters(ctx context.Context) error {
 	return c.Write(ctx, &p4v1.Update{Type: p4v1.Update_MODIFY, Entity: &p4v1.Entity{Entity: &p4v1.Entity_CounterEntry{CounterEntry: &p4v1.CounterEntry{
-		CounterId: p4info.CounterStatsID, Data: &p4v1.CounterData{}}}}})
+		CounterId: c.IDs().CounterStats, Data: &p4v1.CounterData{}}}}})
 }
 
 func matchValues(te *p4v1.TableEntry) map[uint32]uint64 {
@@ -371,4 +399,67 @@ func paramValues(te *p4v1.TableEntry) map[uint32]uint64 {
 		m[p.GetParamId()] = decode(p.GetValue())
 	}
 	return m
+}
+
+// InstallARPReply makes the switch answer ARP requests for ip with mac, so
+// that workers resolve the switch's data plane address (programs with the
+// arp_reply table).
+func (c *Client) InstallARPReply(ctx context.Context, ip netip.Addr, mac [6]byte) error {
+	ids := c.IDs()
+	if ids.TableARPReply == 0 || ids.ActionSendARPReply == 0 {
+		return fmt.Errorf("controller: the pipeline has no %s table to answer ARP with", p4info.TableARPReply)
+	}
+	a, err := ipv4(ip)
+	if err != nil {
+		return err
+	}
+	var m uint64
+	for _, b := range mac {
+		m = m<<8 | uint64(b)
+	}
+	te := &p4v1.TableEntry{TableId: ids.TableARPReply, Match: []*p4v1.FieldMatch{p4info.Exact(1, uint64(a))},
+		Action: &p4v1.TableAction{Type: &p4v1.TableAction_Action{Action: &p4v1.Action{
+			ActionId: ids.ActionSendARPReply, Params: []*p4v1.Action_Param{p4info.Param(1, m)}}}}}
+	if err := c.Write(ctx, tableUpdate(p4v1.Update_INSERT, te)); err != nil {
+		return fmt.Errorf("controller: install ARP reply for %v: %w", ip, err)
+	}
+	return nil
+}
+
+// SetSimulatedLoss makes the switch drop, for every job and rank, the given
+// fractions of contributions on arrival (ingress) and of result copies on
+// departure (egress), in programs with the drop_simulator table. Rates are
+// quantized to 1/65536; 0 and 0 removes the entry's effect.
+func (c *Client) SetSimulatedLoss(ctx context.Context, ingress, egress float64) error {
+	ids := c.IDs()
+	if ids.TableDropSimulator == 0 || ids.ActionSetDropRates == 0 {
+		return fmt.Errorf("controller: the pipeline has no %s table to simulate loss with", p4info.TableDropSimulator)
+	}
+	rate := func(p float64) (uint64, error) {
+		if !(p >= 0 && p < 1) {
+			return 0, fmt.Errorf("controller: simulated loss %v, want 0 <= p < 1", p)
+		}
+		return uint64(p*65536 + 0.5), nil
+	}
+	in, err := rate(ingress)
+	if err != nil {
+		return err
+	}
+	out, err := rate(egress)
+	if err != nil {
+		return err
+	}
+	in, out = min(in, 65535), min(out, 65535)
+	// Ternary fields all wildcarded (omitted): one entry matches everything.
+	te := &p4v1.TableEntry{TableId: ids.TableDropSimulator, Priority: 1,
+		Action: &p4v1.TableAction{Type: &p4v1.TableAction_Action{Action: &p4v1.Action{
+			ActionId: ids.ActionSetDropRates, Params: []*p4v1.Action_Param{p4info.Param(1, in), p4info.Param(2, out)}}}}}
+	err = c.Write(ctx, tableUpdate(p4v1.Update_INSERT, te))
+	if status.Code(err) == codes.AlreadyExists {
+		err = c.Write(ctx, tableUpdate(p4v1.Update_MODIFY, te))
+	}
+	if err != nil {
+		return fmt.Errorf("controller: set simulated loss: %w", err)
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"time"
 
 	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
@@ -41,6 +42,17 @@ type Config struct {
 	// the SwitchML program); by default the controller pushes it with
 	// VERIFY_AND_COMMIT, which clears the switch's tables.
 	SkipPipeline bool
+	// Switch is what the switch at Target takes (default: the software
+	// switch). A P4 switch needs Switch.Ports.
+	Switch Target
+	// SwitchMAC, if set, is installed in the program's arp_reply table for
+	// the data plane address, so that workers resolve it by ARP (P4
+	// programs; the software switch's host answers ARP itself).
+	SwitchMAC net.HardwareAddr
+	// IngressLoss and EgressLoss, if set, make a P4 program with the
+	// drop_simulator table drop these fractions of contributions and of
+	// result copies (loss-recovery tests on a switch without faulty links).
+	IngressLoss, EgressLoss float64
 	// ConnectTimeout bounds the wait for the switch at start (default 30s).
 	ConnectTimeout time.Duration
 	Logger         *slog.Logger
@@ -68,6 +80,16 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Switch.Kind == "" {
+		t, err := TargetFor(KindSoftswitch, 0)
+		if err != nil {
+			return err
+		}
+		cfg.Switch = t
+	}
+	if cfg.Switch.P4() && len(cfg.Switch.Ports) == 0 {
+		return fmt.Errorf("controller: a %s switch needs a port map: which switch port reaches each worker address (--port-map)", cfg.Switch.Kind)
+	}
 	dp, err := DataplaneFor(cfg.Dataplane, cfg.Target)
 	if err != nil {
 		return err
@@ -90,7 +112,15 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
-	svc, err := NewJobService(cl, ServiceConfig{Dataplane: dp, Slots: cfg.Slots, Logger: cfg.Logger})
+	if cfg.SkipPipeline && cfg.P4Info != nil {
+		if err := cl.UseP4Info(cfg.P4Info); err != nil {
+			return err
+		}
+	}
+	if err := setupProgram(ctx, cl, cfg, dp); err != nil {
+		return err
+	}
+	svc, err := NewJobService(cl, ServiceConfig{Dataplane: dp, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger})
 	if err != nil {
 		return err
 	}
@@ -118,6 +148,28 @@ func Run(ctx context.Context, cfg Config) error {
 	case err := <-served:
 		return fmt.Errorf("controller: job service: %w", err)
 	}
+}
+
+// setupProgram writes the program-specific entries the configuration asks
+// for, each bounded by the connect timeout.
+func setupProgram(ctx context.Context, cl *Client, cfg Config, dp netip.AddrPort) error {
+	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	defer cancel()
+	if len(cfg.SwitchMAC) > 0 {
+		if len(cfg.SwitchMAC) != 6 {
+			return fmt.Errorf("controller: switch MAC %v is not a 6-byte Ethernet address", cfg.SwitchMAC)
+		}
+		if err := cl.InstallARPReply(ctx, dp.Addr(), [6]byte(cfg.SwitchMAC)); err != nil {
+			return err
+		}
+	}
+	if cfg.IngressLoss != 0 || cfg.EgressLoss != 0 {
+		if err := cl.SetSimulatedLoss(ctx, cfg.IngressLoss, cfg.EgressLoss); err != nil {
+			return err
+		}
+		cfg.Logger.Warn("controller: the switch drops packets on purpose", "ingress", cfg.IngressLoss, "egress", cfg.EgressLoss)
+	}
+	return nil
 }
 
 func (c *Client) streamError() error {

@@ -36,7 +36,10 @@ type ServiceConfig struct {
 	Dataplane netip.AddrPort
 	// Slots is the switch's pool size per set (default p4info.Slots); jobs
 	// get disjoint partitions of it.
-	Slots  int
+	Slots int
+	// Target is what the switch takes (default: the software switch's
+	// defaults). Registrations it cannot serve are refused.
+	Target Target
 	Logger *slog.Logger
 }
 
@@ -104,6 +107,16 @@ func NewJobService(sw Switch, cfg ServiceConfig) (*JobService, error) {
 	}
 	if cfg.Slots < 1 {
 		return nil, fmt.Errorf("controller: NewJobService: Slots = %d", cfg.Slots)
+	}
+	if cfg.Target.Kind == "" {
+		t, err := TargetFor(KindSoftswitch, 0)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Target = t
+	}
+	if cfg.Target.P4() && len(cfg.Target.Ports) == 0 {
+		return nil, fmt.Errorf("controller: a %s switch needs a port map (which switch port reaches which worker address)", cfg.Target.Kind)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -197,9 +210,18 @@ func answerBefore(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(ctx, d.Add(-margin))
 }
 
+// Describe implements controllerpb.JobService.
+func (s *JobService) Describe(context.Context, *controllerpb.DescribeRequest) (*controllerpb.DescribeResponse, error) {
+	return s.cfg.Target.describe(s.cfg.Slots), nil
+}
+
 // Register implements controllerpb.JobService.
 func (s *JobService) Register(ctx context.Context, req *controllerpb.RegisterRequest) (*controllerpb.RegisterResponse, error) {
-	if _, err := checkRequest(req); err != nil {
+	addrs, err := checkRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.cfg.Target.check(req, addrs); err != nil {
 		return nil, err
 	}
 	ctx, cancel := answerBefore(ctx)
@@ -396,7 +418,8 @@ func (s *JobService) activate(j *job) {
 		addrs, _ := checkRequest(r)
 		var mac [6]byte
 		copy(mac[:], r.GetMac())
-		entries.Replicas = append(entries.Replicas, Replica{Port: uint32(rank), Instance: uint16(rank)})
+		// Every lane of a rank binds the same address (Config.Bind).
+		entries.Replicas = append(entries.Replicas, Replica{Port: s.cfg.Target.portOf(addrs[0].Addr(), rank), Instance: uint16(rank)})
 		for lane, a := range addrs {
 			entries.Workers = append(entries.Workers, WorkerEntry{
 				Addr: a, Job: jobID, Rank: uint16(rank), NumWorkers: uint16(len(j.ranks)), MulticastGroup: mgid,

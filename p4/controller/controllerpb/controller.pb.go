@@ -84,8 +84,10 @@ type RegisterRequest struct {
 	// One ip:port per lane: the source address of that lane's socket as the
 	// switch sees it. Results for the lane are sent back there.
 	LaneAddresses []string `protobuf:"bytes,8,rep,name=lane_addresses,json=laneAddresses,proto3" json:"lane_addresses,omitempty"`
-	// Optional Ethernet address of the worker (6 bytes) for targets that
-	// rewrite the destination MAC; empty means 00:00:00:00:00:00.
+	// Ethernet address (6 bytes) of the interface the lane sockets use. P4
+	// switches write it as the destination of results and need it; the
+	// software switch sends through the host stack and ignores it (empty is
+	// allowed there).
 	Mac           []byte `protobuf:"bytes,9,opt,name=mac,proto3" json:"mac,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -596,6 +598,126 @@ func (*LeaveResponse) Descriptor() ([]byte, []int) {
 	return file_controller_proto_rawDescGZIP(), []int{7}
 }
 
+type DescribeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeRequest) Reset() {
+	*x = DescribeRequest{}
+	mi := &file_controller_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeRequest) ProtoMessage() {}
+
+func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
+func (*DescribeRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{8}
+}
+
+type DescribeResponse struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	TargetKind          string                 `protobuf:"bytes,1,opt,name=target_kind,json=targetKind,proto3" json:"target_kind,omitempty"`                               // softswitch, bmv2 or tofino
+	PacketElements      []uint32               `protobuf:"varint,2,rep,packed,name=packet_elements,json=packetElements,proto3" json:"packet_elements,omitempty"`           // values per packet the compatible header may carry to this switch
+	MaxExtendedElements uint32                 `protobuf:"varint,3,opt,name=max_extended_elements,json=maxExtendedElements,proto3" json:"max_extended_elements,omitempty"` // largest packet with the extended header; 0: no extended header
+	MaxWorkers          uint32                 `protobuf:"varint,4,opt,name=max_workers,json=maxWorkers,proto3" json:"max_workers,omitempty"`                              // ranks per job with the compatible header
+	Slots               uint32                 `protobuf:"varint,5,opt,name=slots,proto3" json:"slots,omitempty"`                                                          // slots per set in the switch's pool
+	NeedsMac            bool                   `protobuf:"varint,6,opt,name=needs_mac,json=needsMac,proto3" json:"needs_mac,omitempty"`                                    // registrations must carry the worker's MAC
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *DescribeResponse) Reset() {
+	*x = DescribeResponse{}
+	mi := &file_controller_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeResponse) ProtoMessage() {}
+
+func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeResponse.ProtoReflect.Descriptor instead.
+func (*DescribeResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *DescribeResponse) GetTargetKind() string {
+	if x != nil {
+		return x.TargetKind
+	}
+	return ""
+}
+
+func (x *DescribeResponse) GetPacketElements() []uint32 {
+	if x != nil {
+		return x.PacketElements
+	}
+	return nil
+}
+
+func (x *DescribeResponse) GetMaxExtendedElements() uint32 {
+	if x != nil {
+		return x.MaxExtendedElements
+	}
+	return 0
+}
+
+func (x *DescribeResponse) GetMaxWorkers() uint32 {
+	if x != nil {
+		return x.MaxWorkers
+	}
+	return 0
+}
+
+func (x *DescribeResponse) GetSlots() uint32 {
+	if x != nil {
+		return x.Slots
+	}
+	return 0
+}
+
+func (x *DescribeResponse) GetNeedsMac() bool {
+	if x != nil {
+		return x.NeedsMac
+	}
+	return false
+}
+
 var File_controller_proto protoreflect.FileDescriptor
 
 const file_controller_proto_rawDesc = "" +
@@ -642,16 +764,27 @@ const file_controller_proto_rawDesc = "" +
 	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x03 \x01(\x04R\tsessionId\"\x0f\n" +
-	"\rLeaveResponse*0\n" +
+	"\rLeaveResponse\"\x11\n" +
+	"\x0fDescribeRequest\"\xe4\x01\n" +
+	"\x10DescribeResponse\x12\x1f\n" +
+	"\vtarget_kind\x18\x01 \x01(\tR\n" +
+	"targetKind\x12'\n" +
+	"\x0fpacket_elements\x18\x02 \x03(\rR\x0epacketElements\x122\n" +
+	"\x15max_extended_elements\x18\x03 \x01(\rR\x13maxExtendedElements\x12\x1f\n" +
+	"\vmax_workers\x18\x04 \x01(\rR\n" +
+	"maxWorkers\x12\x14\n" +
+	"\x05slots\x18\x05 \x01(\rR\x05slots\x12\x1b\n" +
+	"\tneeds_mac\x18\x06 \x01(\bR\bneedsMac*0\n" +
 	"\x06Format\x12\x11\n" +
 	"\rFORMAT_COMPAT\x10\x00\x12\x13\n" +
-	"\x0fFORMAT_EXTENDED\x10\x012\xff\x02\n" +
+	"\x0fFORMAT_EXTENDED\x10\x012\xde\x03\n" +
 	"\n" +
 	"JobService\x12]\n" +
 	"\bRegister\x12'.switchml.controller.v1.RegisterRequest\x1a(.switchml.controller.v1.RegisterResponse\x12Z\n" +
 	"\aBarrier\x12&.switchml.controller.v1.BarrierRequest\x1a'.switchml.controller.v1.BarrierResponse\x12`\n" +
 	"\tBroadcast\x12(.switchml.controller.v1.BroadcastRequest\x1a).switchml.controller.v1.BroadcastResponse\x12T\n" +
-	"\x05Leave\x12$.switchml.controller.v1.LeaveRequest\x1a%.switchml.controller.v1.LeaveResponseB<Z:github.com/switchml/switchml-go/p4/controller/controllerpbb\x06proto3"
+	"\x05Leave\x12$.switchml.controller.v1.LeaveRequest\x1a%.switchml.controller.v1.LeaveResponse\x12]\n" +
+	"\bDescribe\x12'.switchml.controller.v1.DescribeRequest\x1a(.switchml.controller.v1.DescribeResponseB<Z:github.com/switchml/switchml-go/p4/controller/controllerpbb\x06proto3"
 
 var (
 	file_controller_proto_rawDescOnce sync.Once
@@ -666,7 +799,7 @@ func file_controller_proto_rawDescGZIP() []byte {
 }
 
 var file_controller_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_controller_proto_goTypes = []any{
 	(Format)(0),               // 0: switchml.controller.v1.Format
 	(*RegisterRequest)(nil),   // 1: switchml.controller.v1.RegisterRequest
@@ -677,22 +810,26 @@ var file_controller_proto_goTypes = []any{
 	(*BroadcastResponse)(nil), // 6: switchml.controller.v1.BroadcastResponse
 	(*LeaveRequest)(nil),      // 7: switchml.controller.v1.LeaveRequest
 	(*LeaveResponse)(nil),     // 8: switchml.controller.v1.LeaveResponse
+	(*DescribeRequest)(nil),   // 9: switchml.controller.v1.DescribeRequest
+	(*DescribeResponse)(nil),  // 10: switchml.controller.v1.DescribeResponse
 }
 var file_controller_proto_depIdxs = []int32{
-	0, // 0: switchml.controller.v1.RegisterRequest.format:type_name -> switchml.controller.v1.Format
-	1, // 1: switchml.controller.v1.JobService.Register:input_type -> switchml.controller.v1.RegisterRequest
-	3, // 2: switchml.controller.v1.JobService.Barrier:input_type -> switchml.controller.v1.BarrierRequest
-	5, // 3: switchml.controller.v1.JobService.Broadcast:input_type -> switchml.controller.v1.BroadcastRequest
-	7, // 4: switchml.controller.v1.JobService.Leave:input_type -> switchml.controller.v1.LeaveRequest
-	2, // 5: switchml.controller.v1.JobService.Register:output_type -> switchml.controller.v1.RegisterResponse
-	4, // 6: switchml.controller.v1.JobService.Barrier:output_type -> switchml.controller.v1.BarrierResponse
-	6, // 7: switchml.controller.v1.JobService.Broadcast:output_type -> switchml.controller.v1.BroadcastResponse
-	8, // 8: switchml.controller.v1.JobService.Leave:output_type -> switchml.controller.v1.LeaveResponse
-	5, // [5:9] is the sub-list for method output_type
-	1, // [1:5] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	0,  // 0: switchml.controller.v1.RegisterRequest.format:type_name -> switchml.controller.v1.Format
+	1,  // 1: switchml.controller.v1.JobService.Register:input_type -> switchml.controller.v1.RegisterRequest
+	3,  // 2: switchml.controller.v1.JobService.Barrier:input_type -> switchml.controller.v1.BarrierRequest
+	5,  // 3: switchml.controller.v1.JobService.Broadcast:input_type -> switchml.controller.v1.BroadcastRequest
+	7,  // 4: switchml.controller.v1.JobService.Leave:input_type -> switchml.controller.v1.LeaveRequest
+	9,  // 5: switchml.controller.v1.JobService.Describe:input_type -> switchml.controller.v1.DescribeRequest
+	2,  // 6: switchml.controller.v1.JobService.Register:output_type -> switchml.controller.v1.RegisterResponse
+	4,  // 7: switchml.controller.v1.JobService.Barrier:output_type -> switchml.controller.v1.BarrierResponse
+	6,  // 8: switchml.controller.v1.JobService.Broadcast:output_type -> switchml.controller.v1.BroadcastResponse
+	8,  // 9: switchml.controller.v1.JobService.Leave:output_type -> switchml.controller.v1.LeaveResponse
+	10, // 10: switchml.controller.v1.JobService.Describe:output_type -> switchml.controller.v1.DescribeResponse
+	6,  // [6:11] is the sub-list for method output_type
+	1,  // [1:6] is the sub-list for method input_type
+	1,  // [1:1] is the sub-list for extension type_name
+	1,  // [1:1] is the sub-list for extension extendee
+	0,  // [0:1] is the sub-list for field type_name
 }
 
 func init() { file_controller_proto_init() }
@@ -706,7 +843,7 @@ func file_controller_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_controller_proto_rawDesc), len(file_controller_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   8,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const (
 	JobService_Barrier_FullMethodName   = "/switchml.controller.v1.JobService/Barrier"
 	JobService_Broadcast_FullMethodName = "/switchml.controller.v1.JobService/Broadcast"
 	JobService_Leave_FullMethodName     = "/switchml.controller.v1.JobService/Leave"
+	JobService_Describe_FullMethodName  = "/switchml.controller.v1.JobService/Describe"
 )
 
 // JobServiceClient is the client API for JobService service.
@@ -45,6 +46,9 @@ type JobServiceClient interface {
 	Broadcast(ctx context.Context, in *BroadcastRequest, opts ...grpc.CallOption) (*BroadcastResponse, error)
 	// Leave removes the job's switch state once every rank has left.
 	Leave(ctx context.Context, in *LeaveRequest, opts ...grpc.CallOption) (*LeaveResponse, error)
+	// Describe says what the switch behind this controller takes, so that a
+	// worker can pick its packet size and header before it registers.
+	Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*DescribeResponse, error)
 }
 
 type jobServiceClient struct {
@@ -95,6 +99,16 @@ func (c *jobServiceClient) Leave(ctx context.Context, in *LeaveRequest, opts ...
 	return out, nil
 }
 
+func (c *jobServiceClient) Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*DescribeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DescribeResponse)
+	err := c.cc.Invoke(ctx, JobService_Describe_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JobServiceServer is the server API for JobService service.
 // All implementations must embed UnimplementedJobServiceServer
 // for forward compatibility.
@@ -111,6 +125,9 @@ type JobServiceServer interface {
 	Broadcast(context.Context, *BroadcastRequest) (*BroadcastResponse, error)
 	// Leave removes the job's switch state once every rank has left.
 	Leave(context.Context, *LeaveRequest) (*LeaveResponse, error)
+	// Describe says what the switch behind this controller takes, so that a
+	// worker can pick its packet size and header before it registers.
+	Describe(context.Context, *DescribeRequest) (*DescribeResponse, error)
 	mustEmbedUnimplementedJobServiceServer()
 }
 
@@ -132,6 +149,9 @@ func (UnimplementedJobServiceServer) Broadcast(context.Context, *BroadcastReques
 }
 func (UnimplementedJobServiceServer) Leave(context.Context, *LeaveRequest) (*LeaveResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Leave not implemented")
+}
+func (UnimplementedJobServiceServer) Describe(context.Context, *DescribeRequest) (*DescribeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Describe not implemented")
 }
 func (UnimplementedJobServiceServer) mustEmbedUnimplementedJobServiceServer() {}
 func (UnimplementedJobServiceServer) testEmbeddedByValue()                    {}
@@ -226,6 +246,24 @@ func _JobService_Leave_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JobService_Describe_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DescribeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).Describe(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_Describe_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).Describe(ctx, req.(*DescribeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // JobService_ServiceDesc is the grpc.ServiceDesc for JobService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -248,6 +286,10 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Leave",
 			Handler:    _JobService_Leave_Handler,
+		},
+		{
+			MethodName: "Describe",
+			Handler:    _JobService_Describe_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

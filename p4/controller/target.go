@@ -1,0 +1,186 @@
+package controller
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/p4/programs"
+	"github.com/switchml/switchml-go/switchml/wire"
+)
+
+// Kinds of target the controller programs.
+const (
+	KindSoftswitch = "softswitch"
+	KindBMv2       = "bmv2"
+	KindTofino     = "tofino"
+)
+
+// DefaultSoftswitchMaxElements is the software switch's default largest
+// packet (its --max-elements).
+const DefaultSoftswitchMaxElements = 1024
+
+// Target is what the switch behind the controller takes. Registrations that
+// ask for more are refused with an error that says what the switch takes.
+type Target struct {
+	Kind string
+	// PacketElements lists the packet sizes (int32 values) the switch
+	// aggregates with the compatible header.
+	PacketElements []int
+	// MaxExtendedElements is the largest packet with the extended header;
+	// 0 means the switch does not parse the extended header.
+	MaxExtendedElements int
+	// MaxWorkers is the largest job with the compatible header (the width
+	// of a slot's worker bitmap). The extended header allows wire.MaxWorkers
+	// on the software switch.
+	MaxWorkers int
+	// Ports maps a worker's IP address to the switch port that reaches it.
+	// A P4 switch replicates results to ports and cannot learn them, so it
+	// needs the map; nil means the software switch, which sends through its
+	// host's stack (the replica's port is then the rank).
+	Ports map[netip.Addr]uint32
+	// NeedsMAC: results are addressed to the worker's Ethernet address, so
+	// registrations must carry it.
+	NeedsMAC bool
+}
+
+// TargetFor returns what a kind of target takes. For the software switch,
+// maxElements is its --max-elements (0: the default).
+func TargetFor(kind string, maxElements int) (Target, error) {
+	switch kind {
+	case KindSoftswitch, "":
+		if maxElements == 0 {
+			maxElements = DefaultSoftswitchMaxElements
+		}
+		if maxElements < 1 || maxElements > wire.MaxElements {
+			return Target{}, fmt.Errorf("controller: max elements %d, want 1..%d", maxElements, wire.MaxElements)
+		}
+		var sizes []int
+		for _, k := range []int{32, 64, 128, 256} {
+			if k <= maxElements {
+				sizes = append(sizes, k)
+			}
+		}
+		return Target{Kind: KindSoftswitch, PacketElements: sizes, MaxExtendedElements: maxElements, MaxWorkers: programs.MaxWorkers}, nil
+	case KindBMv2, KindTofino:
+		return Target{Kind: kind, PacketElements: []int{programs.Elements}, MaxWorkers: programs.MaxWorkers, NeedsMAC: true}, nil
+	}
+	return Target{}, fmt.Errorf("controller: unknown target kind %q: want %s, %s or %s", kind, KindSoftswitch, KindBMv2, KindTofino)
+}
+
+// P4 reports whether the target is a P4 switch (it needs a port map).
+func (t Target) P4() bool { return t.Kind == KindBMv2 || t.Kind == KindTofino }
+
+// describe is the Describe answer for this target.
+func (t Target) describe(slots int) *controllerpb.DescribeResponse {
+	r := &controllerpb.DescribeResponse{
+		TargetKind: t.Kind, MaxExtendedElements: uint32(t.MaxExtendedElements),
+		MaxWorkers: uint32(t.MaxWorkers), Slots: uint32(slots), NeedsMac: t.NeedsMAC,
+	}
+	for _, k := range t.PacketElements {
+		r.PacketElements = append(r.PacketElements, uint32(k))
+	}
+	return r
+}
+
+// check refuses a registration the target cannot serve. addrs are the
+// request's lane addresses (already parsed).
+func (t Target) check(r *controllerpb.RegisterRequest, addrs []netip.AddrPort) error {
+	k := int(r.GetElements())
+	switch r.GetFormat() {
+	case controllerpb.Format_FORMAT_EXTENDED:
+		if t.MaxExtendedElements == 0 {
+			return invalid("the %s switch takes only the compatible header: join with the compatible header and %s values per packet", t.Kind, sizesText(t.PacketElements))
+		}
+		if k > t.MaxExtendedElements {
+			return invalid("%d values per packet: the %s switch takes at most %d (its --max-elements); use fewer", k, t.Kind, t.MaxExtendedElements)
+		}
+	default:
+		if !slices.Contains(t.PacketElements, k) {
+			return invalid("%d values per packet: the %s switch aggregates %s with the compatible header; join with that packet size", k, t.Kind, sizesText(t.PacketElements))
+		}
+		if int(r.GetWorldSize()) > t.MaxWorkers {
+			return invalid("world size %d: the %s switch serves at most %d workers per job with the compatible header", r.GetWorldSize(), t.Kind, t.MaxWorkers)
+		}
+	}
+	if t.NeedsMAC && len(r.GetMac()) != 6 {
+		return invalid("rank %d sent no Ethernet address: the %s switch addresses results to the worker's MAC (upgrade the worker, or bind it to an Ethernet interface)", r.GetRank(), t.Kind)
+	}
+	if t.P4() {
+		for i, a := range addrs {
+			if a.Addr() != addrs[0].Addr() {
+				return invalid("rank %d lane %d address %v differs from lane 0's %v: a P4 switch sends a rank's results to one port, so every lane binds one address", r.GetRank(), i, a.Addr(), addrs[0].Addr())
+			}
+			if _, ok := t.Ports[a.Addr()]; !ok {
+				return invalid("rank %d lane %d address %v is not in the controller's port map: add \"%v PORT\" for the switch port that reaches it (--port-map)", r.GetRank(), i, a.Addr(), a.Addr())
+			}
+		}
+	}
+	return nil
+}
+
+// portOf is the switch port that reaches addr (the rank on the software
+// switch, whose replicas carry no port).
+func (t Target) portOf(addr netip.Addr, rank int) uint32 {
+	if !t.P4() {
+		return uint32(rank)
+	}
+	return t.Ports[addr]
+}
+
+func sizesText(sizes []int) string {
+	s := make([]string, len(sizes))
+	for i, k := range sizes {
+		s[i] = strconv.Itoa(k)
+	}
+	switch len(s) {
+	case 0:
+		return "no sizes"
+	case 1:
+		return s[0]
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
+}
+
+// ParsePortMap reads a port map: one "IPv4-ADDRESS PORT" per line (the
+// worker's address as the switch sees it, and the switch port cabled to
+// it); blank lines and text after '#' are ignored. Several addresses may
+// share a port (hosts behind one cable); an address may appear once.
+func ParsePortMap(r io.Reader) (map[netip.Addr]uint32, error) {
+	ports := map[netip.Addr]uint32{}
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line, _, _ := strings.Cut(sc.Text(), "#")
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		if len(fields) != 2 {
+			return nil, fmt.Errorf("port map line %d: %q: want \"IPv4-ADDRESS PORT\"", n, strings.TrimSpace(line))
+		}
+		a, err := netip.ParseAddr(fields[0])
+		if err != nil || !a.Is4() {
+			return nil, fmt.Errorf("port map line %d: %q is not an IPv4 address", n, fields[0])
+		}
+		p, err := strconv.ParseUint(fields[1], 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("port map line %d: port %q is not a number", n, fields[1])
+		}
+		if _, dup := ports[a]; dup {
+			return nil, fmt.Errorf("port map line %d: %v appears twice", n, a)
+		}
+		ports[a] = uint32(p)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("port map: %w", err)
+	}
+	if len(ports) == 0 {
+		return nil, fmt.Errorf("port map is empty: want one \"IPv4-ADDRESS PORT\" line per worker host")
+	}
+	return ports, nil
+}
