@@ -67,7 +67,6 @@ const bit<32> SLOTS = 8192;
 const bit<32> POOL_INDICES = 16384;
 const bit<32> STATS_SIZE = 32;
 const bit<32> TABLE_SIZE = 16384;
-const bit<16> MAX_WORKERS = 32;
 const bit<8> REPLY_TTL = 64;
 
 // Low 7 bits of the recirculation port of every pipe on Tofino 1.
@@ -79,11 +78,10 @@ const bit<8> PASS_UNICAST = 2;
 
 // What pass 1 does to the exponent and sums.
 const bit<3> OP_NONE = 0;
-const bit<3> OP_WRITE = 1;       // first contribution: overwrite
-const bit<3> OP_ADD = 2;         // later contribution: add
-const bit<3> OP_READ = 3;        // retransmission for a complete set
-const bit<3> OP_STALE = 4;       // new rank for a completed set: leave alone
-const bit<3> OP_INCOMPLETE = 5;  // retransmission for an incomplete set
+const bit<3> OP_WRITE = 1;  // first contribution of a slot use: overwrite
+const bit<3> OP_ADD = 2;    // another new rank: add, unless the set is complete (stale)
+const bit<3> OP_SEEN = 3;   // retransmission: read, answer it if the set is complete
+const bit<3> OP_HARVEST = 4; // pass 2: read the second element of every pair
 
 typedef bit<5> stat_t;
 const stat_t STAT_MULTICAST = 2;
@@ -160,7 +158,8 @@ header switchml_h {
     bit<32> tsi;
     bit<1> set;
     bit<1> pool_unused;
-    bit<14> slot;
+    bit<1> slot_hi; // bit 13 of the 14-bit slot field: must be 0 (8192 slots)
+    slot_t slot;
 }
 
 header exponents_h {
@@ -235,7 +234,9 @@ header values_h {
     value_t v63;
 }
 
-// Carried from pass 1 to pass 2 in front of the Ethernet header.
+// Carried from pass 1 to pass 2 in front of the Ethernet header. Pass 2
+// finds the pool index again in the SwitchML header, which pass 1 leaves as
+// it came.
 header recirc_h {
     bit<8> pass;
     bit<7> pad0;
@@ -245,7 +246,6 @@ header recirc_h {
     bit<16> rank;
     bit<8> lane;
     bit<8> pad1;
-    bit<16> idx;
     bit<16> egress_drop_rate;
 }
 
@@ -280,19 +280,21 @@ struct metadata_t {
     bit<32> job_id;
     bit<16> rank;
     bit<16> num_workers;
-    bit<16> n_minus_1;
     bit<16> mgid;
     bit<8> lane;
-    bit<32> pool_base;
     bit<32> pool_size;
-    bit<32> rel_slot;   // slot - pool_base
+    bit<32> slot;       // hdr.switchml.slot, a copy the ALUs can compute with
+    bit<32> neg_rel;    // pool_base - slot
+    bit<32> room;       // pool_size - (slot - pool_base)
+    bit<16> n_minus_1;
     bit<32> mask;       // 1 << rank
     bit<32> bitmap_old;
     bit<32> seen;
     bit<16> count_old;
     bit<3> op;
     pool_index_t idx;
-    bit<16> ingress_drop_rate;
+    bit<16> rnd;
+    bit<16> drop_margin; // ingress_drop_rate - rnd, saturated at 0
     bit<16> egress_drop_rate;
 }
 
@@ -307,6 +309,8 @@ struct egress_metadata_t {
     bit<32> job_id;
     bit<16> rank;
     bit<8> lane;
+    bit<16> rnd;
+    bit<16> drop_margin; // egress_drop_rate - rnd, saturated at 0
 }
 
 parser SwitchMLIngressParser(packet_in pkt,
@@ -323,7 +327,7 @@ parser SwitchMLIngressParser(packet_in pkt,
         meta.count_stat = false;
         meta.stat = 0;
         meta.op = OP_NONE;
-        meta.ingress_drop_rate = 0;
+        meta.drop_margin = 0;
         meta.egress_drop_rate = 0;
         transition select(ig_intr_md.ingress_port[6:0]) {
             RECIRC_PORT_LOW: parse_recirc;
@@ -371,12 +375,18 @@ parser SwitchMLIngressParser(packet_in pkt,
     state parse_switchml {
         meta.to_switchml = true;
         pkt.extract(hdr.switchml);
+        meta.slot = (bit<32>)hdr.switchml.slot;
         pkt.extract(hdr.exponents);
         pkt.extract(hdr.values);
         transition accept;
     }
 }
 
+// seen = (bitmap SALU output) & mask is one ALU instruction only when the
+// three are whole 32-bit containers.
+@pa_container_size("ingress", "meta.mask", 32)
+@pa_container_size("ingress", "meta.seen", 32)
+@pa_container_size("ingress", "meta.bitmap_old", 32)
 control SwitchMLIngress(inout headers_t hdr,
                         inout metadata_t meta,
                         in ingress_intrinsic_metadata_t ig_intr_md,
@@ -384,13 +394,17 @@ control SwitchMLIngress(inout headers_t hdr,
                         inout ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md,
                         inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
 
-    @id(0x12000001) Counter<bit<64>, stat_t>(STATS_SIZE, CounterType_t.PACKETS) stats;
+    Counter<bit<64>, stat_t>(STATS_SIZE, CounterType_t.PACKETS) stats;
 
     Random<bit<16>>() rng;
 
+    // idx = set*8192 + slot (slot < 8192 is checked before any register
+    // access).
+    Hash<pool_index_t>(HashAlgorithm_t.IDENTITY) idx_hash;
+
     // ---- pool state ----
 
-    @id(0x16000100) Register<bitmap_pair_t, slot_t>(SLOTS) pool_bitmap_pair;
+    Register<bitmap_pair_t, slot_t>(SLOTS) pool_bitmap_pair;
 
     RegisterAction<bitmap_pair_t, slot_t, bit<32>>(pool_bitmap_pair) pool_bitmap_set0 = {
         void apply(inout bitmap_pair_t value, out bit<32> rv) {
@@ -408,7 +422,7 @@ control SwitchMLIngress(inout headers_t hdr,
         }
     };
 
-    @id(0x16000002) Register<bit<16>, pool_index_t>(POOL_INDICES) pool_count;
+    Register<bit<16>, pool_index_t>(POOL_INDICES) pool_count;
 
     RegisterAction<bit<16>, pool_index_t, bit<16>>(pool_count) pool_count_start = {
         void apply(inout bit<16> value) {
@@ -433,7 +447,7 @@ control SwitchMLIngress(inout headers_t hdr,
         }
     };
 
-    @id(0x16000003) Register<int<8>, pool_index_t>(POOL_INDICES) pool_exponent;
+    Register<int<8>, pool_index_t>(POOL_INDICES) pool_exponent;
 
     RegisterAction<int<8>, pool_index_t, int<8>>(pool_exponent) pool_exponent_write = {
         void apply(inout int<8> value) {
@@ -457,7 +471,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 0 and 1.
-    @id(0x16000120) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_00;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_00;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_00) pool_values_00_write = {
         void apply(inout value_pair_t value) {
@@ -487,7 +501,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 2 and 3.
-    @id(0x16000121) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_01;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_01;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_01) pool_values_01_write = {
         void apply(inout value_pair_t value) {
@@ -517,7 +531,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 4 and 5.
-    @id(0x16000122) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_02;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_02;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_02) pool_values_02_write = {
         void apply(inout value_pair_t value) {
@@ -547,7 +561,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 6 and 7.
-    @id(0x16000123) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_03;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_03;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_03) pool_values_03_write = {
         void apply(inout value_pair_t value) {
@@ -577,7 +591,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 8 and 9.
-    @id(0x16000124) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_04;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_04;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_04) pool_values_04_write = {
         void apply(inout value_pair_t value) {
@@ -607,7 +621,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 10 and 11.
-    @id(0x16000125) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_05;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_05;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_05) pool_values_05_write = {
         void apply(inout value_pair_t value) {
@@ -637,7 +651,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 12 and 13.
-    @id(0x16000126) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_06;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_06;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_06) pool_values_06_write = {
         void apply(inout value_pair_t value) {
@@ -667,7 +681,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 14 and 15.
-    @id(0x16000127) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_07;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_07;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_07) pool_values_07_write = {
         void apply(inout value_pair_t value) {
@@ -697,7 +711,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 16 and 17.
-    @id(0x16000128) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_08;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_08;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_08) pool_values_08_write = {
         void apply(inout value_pair_t value) {
@@ -727,7 +741,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 18 and 19.
-    @id(0x16000129) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_09;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_09;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_09) pool_values_09_write = {
         void apply(inout value_pair_t value) {
@@ -757,7 +771,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 20 and 21.
-    @id(0x1600012a) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_10;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_10;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_10) pool_values_10_write = {
         void apply(inout value_pair_t value) {
@@ -787,7 +801,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 22 and 23.
-    @id(0x1600012b) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_11;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_11;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_11) pool_values_11_write = {
         void apply(inout value_pair_t value) {
@@ -817,7 +831,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 24 and 25.
-    @id(0x1600012c) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_12;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_12;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_12) pool_values_12_write = {
         void apply(inout value_pair_t value) {
@@ -847,7 +861,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 26 and 27.
-    @id(0x1600012d) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_13;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_13;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_13) pool_values_13_write = {
         void apply(inout value_pair_t value) {
@@ -877,7 +891,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 28 and 29.
-    @id(0x1600012e) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_14;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_14;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_14) pool_values_14_write = {
         void apply(inout value_pair_t value) {
@@ -907,7 +921,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 30 and 31.
-    @id(0x1600012f) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_15;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_15;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_15) pool_values_15_write = {
         void apply(inout value_pair_t value) {
@@ -937,7 +951,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 32 and 33.
-    @id(0x16000130) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_16;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_16;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_16) pool_values_16_write = {
         void apply(inout value_pair_t value) {
@@ -967,7 +981,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 34 and 35.
-    @id(0x16000131) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_17;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_17;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_17) pool_values_17_write = {
         void apply(inout value_pair_t value) {
@@ -997,7 +1011,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 36 and 37.
-    @id(0x16000132) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_18;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_18;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_18) pool_values_18_write = {
         void apply(inout value_pair_t value) {
@@ -1027,7 +1041,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 38 and 39.
-    @id(0x16000133) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_19;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_19;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_19) pool_values_19_write = {
         void apply(inout value_pair_t value) {
@@ -1057,7 +1071,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 40 and 41.
-    @id(0x16000134) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_20;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_20;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_20) pool_values_20_write = {
         void apply(inout value_pair_t value) {
@@ -1087,7 +1101,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 42 and 43.
-    @id(0x16000135) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_21;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_21;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_21) pool_values_21_write = {
         void apply(inout value_pair_t value) {
@@ -1117,7 +1131,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 44 and 45.
-    @id(0x16000136) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_22;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_22;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_22) pool_values_22_write = {
         void apply(inout value_pair_t value) {
@@ -1147,7 +1161,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 46 and 47.
-    @id(0x16000137) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_23;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_23;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_23) pool_values_23_write = {
         void apply(inout value_pair_t value) {
@@ -1177,7 +1191,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 48 and 49.
-    @id(0x16000138) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_24;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_24;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_24) pool_values_24_write = {
         void apply(inout value_pair_t value) {
@@ -1207,7 +1221,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 50 and 51.
-    @id(0x16000139) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_25;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_25;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_25) pool_values_25_write = {
         void apply(inout value_pair_t value) {
@@ -1237,7 +1251,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 52 and 53.
-    @id(0x1600013a) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_26;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_26;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_26) pool_values_26_write = {
         void apply(inout value_pair_t value) {
@@ -1267,7 +1281,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 54 and 55.
-    @id(0x1600013b) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_27;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_27;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_27) pool_values_27_write = {
         void apply(inout value_pair_t value) {
@@ -1297,7 +1311,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 56 and 57.
-    @id(0x1600013c) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_28;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_28;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_28) pool_values_28_write = {
         void apply(inout value_pair_t value) {
@@ -1327,7 +1341,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 58 and 59.
-    @id(0x1600013d) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_29;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_29;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_29) pool_values_29_write = {
         void apply(inout value_pair_t value) {
@@ -1357,7 +1371,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 60 and 61.
-    @id(0x1600013e) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_30;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_30;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_30) pool_values_30_write = {
         void apply(inout value_pair_t value) {
@@ -1387,7 +1401,7 @@ control SwitchMLIngress(inout headers_t hdr,
     };
 
     // Elements 62 and 63.
-    @id(0x1600013f) Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_31;
+    Register<value_pair_t, pool_index_t>(POOL_INDICES) pool_values_31;
 
     RegisterAction<value_pair_t, pool_index_t, value_t>(pool_values_31) pool_values_31_write = {
         void apply(inout value_pair_t value) {
@@ -1424,13 +1438,12 @@ control SwitchMLIngress(inout headers_t hdr,
         meta.job_id = job_id;
         meta.rank = rank;
         meta.num_workers = num_workers;
-        meta.n_minus_1 = num_workers - 1;
         meta.mgid = mgid;
         meta.lane = lane;
-        meta.pool_base = pool_base;
         meta.pool_size = pool_size;
-        // slot < pool_base wraps around and fails the partition check.
-        meta.rel_slot = (bit<32>)hdr.switchml.slot - pool_base;
+        // Tofino subtracts action data only from it, not it from a field.
+        meta.neg_rel = pool_base - meta.slot;
+        meta.rnd = rng.get();
     }
 
     @id(0x01000003)
@@ -1454,7 +1467,8 @@ control SwitchMLIngress(inout headers_t hdr,
 
     @id(0x01000100)
     action set_drop_rates(bit<16> ingress_drop_rate, bit<16> egress_drop_rate) {
-        meta.ingress_drop_rate = ingress_drop_rate;
+        // Not 0 when the random number is below the rate.
+        meta.drop_margin = ingress_drop_rate |-| meta.rnd;
         meta.egress_drop_rate = egress_drop_rate;
     }
 
@@ -1508,6 +1522,14 @@ control SwitchMLIngress(inout headers_t hdr,
 
     // ---- helpers, not control-plane objects ----
 
+    // In an action of their own, so that the conditions below test fields
+    // and not the expressions that compute them.
+    @hidden
+    action derive() {
+        meta.room = meta.pool_size + meta.neg_rel;
+        meta.n_minus_1 = meta.num_workers - 1;
+    }
+
     @hidden
     action set_rank_mask(bit<32> mask) {
         meta.mask = mask;
@@ -1560,6 +1582,37 @@ control SwitchMLIngress(inout headers_t hdr,
         }
     }
 
+    // The bitmap access and what it tells: seen (the rank's bit was set).
+    @hidden
+    action bitmap_set0() {
+        meta.bitmap_old = pool_bitmap_set0.execute(hdr.switchml.slot);
+        meta.seen = meta.bitmap_old & meta.mask;
+    }
+
+    @hidden
+    action bitmap_set1() {
+        meta.bitmap_old = pool_bitmap_set1.execute(hdr.switchml.slot);
+        meta.seen = meta.bitmap_old & meta.mask;
+    }
+
+    @hidden
+    action count_seen() {
+        meta.count_old = pool_count_read.execute(meta.idx);
+        meta.op = OP_SEEN;
+    }
+
+    @hidden
+    action count_start() {
+        pool_count_start.execute(meta.idx);
+        meta.op = OP_WRITE;
+    }
+
+    @hidden
+    action count_down() {
+        meta.count_old = pool_count_down.execute(meta.idx);
+        meta.op = OP_ADD;
+    }
+
     // Pass 1 ends here for a complete set: go round once more to read the
     // second element of every pair.
     @hidden
@@ -1573,7 +1626,6 @@ control SwitchMLIngress(inout headers_t hdr,
         hdr.recirc.rank = meta.rank;
         hdr.recirc.lane = meta.lane;
         hdr.recirc.pad1 = 0;
-        hdr.recirc.idx = (bit<16>)meta.idx;
         hdr.recirc.egress_drop_rate = meta.egress_drop_rate;
         ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port[8:7] ++ RECIRC_PORT_LOW;
         ig_tm_md.bypass_egress = 1;
@@ -1603,42 +1655,1460 @@ control SwitchMLIngress(inout headers_t hdr,
         meta.count_stat = true;
     }
 
+    // One table per pair register chooses its access from the outcome of
+    // the bitmap and the countdown (op, count_old): a stale contribution
+    // (op ADD on a complete set, count_old 0) leaves the sums alone.
+
+    @hidden
+    action values_00_write() {
+        pool_values_00_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_00_add() {
+        hdr.values.v00 = pool_values_00_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_00_read_first() {
+        hdr.values.v00 = pool_values_00_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_00_read_second() {
+        hdr.values.v01 = pool_values_00_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_00 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_00_write;
+            values_00_add;
+            values_00_read_first;
+            values_00_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_00_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_00_add();
+            (OP_SEEN, _) : values_00_read_first();
+            (OP_HARVEST, _) : values_00_read_second();
+        }
+    }
+
+    @hidden
+    action values_01_write() {
+        pool_values_01_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_01_add() {
+        hdr.values.v02 = pool_values_01_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_01_read_first() {
+        hdr.values.v02 = pool_values_01_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_01_read_second() {
+        hdr.values.v03 = pool_values_01_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_01 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_01_write;
+            values_01_add;
+            values_01_read_first;
+            values_01_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_01_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_01_add();
+            (OP_SEEN, _) : values_01_read_first();
+            (OP_HARVEST, _) : values_01_read_second();
+        }
+    }
+
+    @hidden
+    action values_02_write() {
+        pool_values_02_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_02_add() {
+        hdr.values.v04 = pool_values_02_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_02_read_first() {
+        hdr.values.v04 = pool_values_02_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_02_read_second() {
+        hdr.values.v05 = pool_values_02_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_02 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_02_write;
+            values_02_add;
+            values_02_read_first;
+            values_02_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_02_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_02_add();
+            (OP_SEEN, _) : values_02_read_first();
+            (OP_HARVEST, _) : values_02_read_second();
+        }
+    }
+
+    @hidden
+    action values_03_write() {
+        pool_values_03_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_03_add() {
+        hdr.values.v06 = pool_values_03_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_03_read_first() {
+        hdr.values.v06 = pool_values_03_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_03_read_second() {
+        hdr.values.v07 = pool_values_03_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_03 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_03_write;
+            values_03_add;
+            values_03_read_first;
+            values_03_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_03_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_03_add();
+            (OP_SEEN, _) : values_03_read_first();
+            (OP_HARVEST, _) : values_03_read_second();
+        }
+    }
+
+    @hidden
+    action values_04_write() {
+        pool_values_04_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_04_add() {
+        hdr.values.v08 = pool_values_04_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_04_read_first() {
+        hdr.values.v08 = pool_values_04_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_04_read_second() {
+        hdr.values.v09 = pool_values_04_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_04 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_04_write;
+            values_04_add;
+            values_04_read_first;
+            values_04_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_04_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_04_add();
+            (OP_SEEN, _) : values_04_read_first();
+            (OP_HARVEST, _) : values_04_read_second();
+        }
+    }
+
+    @hidden
+    action values_05_write() {
+        pool_values_05_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_05_add() {
+        hdr.values.v10 = pool_values_05_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_05_read_first() {
+        hdr.values.v10 = pool_values_05_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_05_read_second() {
+        hdr.values.v11 = pool_values_05_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_05 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_05_write;
+            values_05_add;
+            values_05_read_first;
+            values_05_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_05_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_05_add();
+            (OP_SEEN, _) : values_05_read_first();
+            (OP_HARVEST, _) : values_05_read_second();
+        }
+    }
+
+    @hidden
+    action values_06_write() {
+        pool_values_06_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_06_add() {
+        hdr.values.v12 = pool_values_06_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_06_read_first() {
+        hdr.values.v12 = pool_values_06_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_06_read_second() {
+        hdr.values.v13 = pool_values_06_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_06 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_06_write;
+            values_06_add;
+            values_06_read_first;
+            values_06_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_06_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_06_add();
+            (OP_SEEN, _) : values_06_read_first();
+            (OP_HARVEST, _) : values_06_read_second();
+        }
+    }
+
+    @hidden
+    action values_07_write() {
+        pool_values_07_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_07_add() {
+        hdr.values.v14 = pool_values_07_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_07_read_first() {
+        hdr.values.v14 = pool_values_07_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_07_read_second() {
+        hdr.values.v15 = pool_values_07_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_07 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_07_write;
+            values_07_add;
+            values_07_read_first;
+            values_07_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_07_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_07_add();
+            (OP_SEEN, _) : values_07_read_first();
+            (OP_HARVEST, _) : values_07_read_second();
+        }
+    }
+
+    @hidden
+    action values_08_write() {
+        pool_values_08_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_08_add() {
+        hdr.values.v16 = pool_values_08_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_08_read_first() {
+        hdr.values.v16 = pool_values_08_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_08_read_second() {
+        hdr.values.v17 = pool_values_08_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_08 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_08_write;
+            values_08_add;
+            values_08_read_first;
+            values_08_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_08_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_08_add();
+            (OP_SEEN, _) : values_08_read_first();
+            (OP_HARVEST, _) : values_08_read_second();
+        }
+    }
+
+    @hidden
+    action values_09_write() {
+        pool_values_09_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_09_add() {
+        hdr.values.v18 = pool_values_09_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_09_read_first() {
+        hdr.values.v18 = pool_values_09_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_09_read_second() {
+        hdr.values.v19 = pool_values_09_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_09 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_09_write;
+            values_09_add;
+            values_09_read_first;
+            values_09_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_09_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_09_add();
+            (OP_SEEN, _) : values_09_read_first();
+            (OP_HARVEST, _) : values_09_read_second();
+        }
+    }
+
+    @hidden
+    action values_10_write() {
+        pool_values_10_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_10_add() {
+        hdr.values.v20 = pool_values_10_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_10_read_first() {
+        hdr.values.v20 = pool_values_10_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_10_read_second() {
+        hdr.values.v21 = pool_values_10_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_10 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_10_write;
+            values_10_add;
+            values_10_read_first;
+            values_10_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_10_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_10_add();
+            (OP_SEEN, _) : values_10_read_first();
+            (OP_HARVEST, _) : values_10_read_second();
+        }
+    }
+
+    @hidden
+    action values_11_write() {
+        pool_values_11_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_11_add() {
+        hdr.values.v22 = pool_values_11_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_11_read_first() {
+        hdr.values.v22 = pool_values_11_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_11_read_second() {
+        hdr.values.v23 = pool_values_11_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_11 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_11_write;
+            values_11_add;
+            values_11_read_first;
+            values_11_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_11_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_11_add();
+            (OP_SEEN, _) : values_11_read_first();
+            (OP_HARVEST, _) : values_11_read_second();
+        }
+    }
+
+    @hidden
+    action values_12_write() {
+        pool_values_12_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_12_add() {
+        hdr.values.v24 = pool_values_12_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_12_read_first() {
+        hdr.values.v24 = pool_values_12_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_12_read_second() {
+        hdr.values.v25 = pool_values_12_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_12 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_12_write;
+            values_12_add;
+            values_12_read_first;
+            values_12_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_12_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_12_add();
+            (OP_SEEN, _) : values_12_read_first();
+            (OP_HARVEST, _) : values_12_read_second();
+        }
+    }
+
+    @hidden
+    action values_13_write() {
+        pool_values_13_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_13_add() {
+        hdr.values.v26 = pool_values_13_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_13_read_first() {
+        hdr.values.v26 = pool_values_13_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_13_read_second() {
+        hdr.values.v27 = pool_values_13_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_13 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_13_write;
+            values_13_add;
+            values_13_read_first;
+            values_13_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_13_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_13_add();
+            (OP_SEEN, _) : values_13_read_first();
+            (OP_HARVEST, _) : values_13_read_second();
+        }
+    }
+
+    @hidden
+    action values_14_write() {
+        pool_values_14_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_14_add() {
+        hdr.values.v28 = pool_values_14_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_14_read_first() {
+        hdr.values.v28 = pool_values_14_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_14_read_second() {
+        hdr.values.v29 = pool_values_14_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_14 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_14_write;
+            values_14_add;
+            values_14_read_first;
+            values_14_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_14_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_14_add();
+            (OP_SEEN, _) : values_14_read_first();
+            (OP_HARVEST, _) : values_14_read_second();
+        }
+    }
+
+    @hidden
+    action values_15_write() {
+        pool_values_15_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_15_add() {
+        hdr.values.v30 = pool_values_15_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_15_read_first() {
+        hdr.values.v30 = pool_values_15_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_15_read_second() {
+        hdr.values.v31 = pool_values_15_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_15 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_15_write;
+            values_15_add;
+            values_15_read_first;
+            values_15_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_15_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_15_add();
+            (OP_SEEN, _) : values_15_read_first();
+            (OP_HARVEST, _) : values_15_read_second();
+        }
+    }
+
+    @hidden
+    action values_16_write() {
+        pool_values_16_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_16_add() {
+        hdr.values.v32 = pool_values_16_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_16_read_first() {
+        hdr.values.v32 = pool_values_16_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_16_read_second() {
+        hdr.values.v33 = pool_values_16_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_16 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_16_write;
+            values_16_add;
+            values_16_read_first;
+            values_16_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_16_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_16_add();
+            (OP_SEEN, _) : values_16_read_first();
+            (OP_HARVEST, _) : values_16_read_second();
+        }
+    }
+
+    @hidden
+    action values_17_write() {
+        pool_values_17_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_17_add() {
+        hdr.values.v34 = pool_values_17_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_17_read_first() {
+        hdr.values.v34 = pool_values_17_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_17_read_second() {
+        hdr.values.v35 = pool_values_17_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_17 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_17_write;
+            values_17_add;
+            values_17_read_first;
+            values_17_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_17_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_17_add();
+            (OP_SEEN, _) : values_17_read_first();
+            (OP_HARVEST, _) : values_17_read_second();
+        }
+    }
+
+    @hidden
+    action values_18_write() {
+        pool_values_18_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_18_add() {
+        hdr.values.v36 = pool_values_18_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_18_read_first() {
+        hdr.values.v36 = pool_values_18_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_18_read_second() {
+        hdr.values.v37 = pool_values_18_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_18 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_18_write;
+            values_18_add;
+            values_18_read_first;
+            values_18_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_18_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_18_add();
+            (OP_SEEN, _) : values_18_read_first();
+            (OP_HARVEST, _) : values_18_read_second();
+        }
+    }
+
+    @hidden
+    action values_19_write() {
+        pool_values_19_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_19_add() {
+        hdr.values.v38 = pool_values_19_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_19_read_first() {
+        hdr.values.v38 = pool_values_19_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_19_read_second() {
+        hdr.values.v39 = pool_values_19_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_19 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_19_write;
+            values_19_add;
+            values_19_read_first;
+            values_19_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_19_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_19_add();
+            (OP_SEEN, _) : values_19_read_first();
+            (OP_HARVEST, _) : values_19_read_second();
+        }
+    }
+
+    @hidden
+    action values_20_write() {
+        pool_values_20_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_20_add() {
+        hdr.values.v40 = pool_values_20_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_20_read_first() {
+        hdr.values.v40 = pool_values_20_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_20_read_second() {
+        hdr.values.v41 = pool_values_20_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_20 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_20_write;
+            values_20_add;
+            values_20_read_first;
+            values_20_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_20_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_20_add();
+            (OP_SEEN, _) : values_20_read_first();
+            (OP_HARVEST, _) : values_20_read_second();
+        }
+    }
+
+    @hidden
+    action values_21_write() {
+        pool_values_21_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_21_add() {
+        hdr.values.v42 = pool_values_21_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_21_read_first() {
+        hdr.values.v42 = pool_values_21_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_21_read_second() {
+        hdr.values.v43 = pool_values_21_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_21 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_21_write;
+            values_21_add;
+            values_21_read_first;
+            values_21_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_21_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_21_add();
+            (OP_SEEN, _) : values_21_read_first();
+            (OP_HARVEST, _) : values_21_read_second();
+        }
+    }
+
+    @hidden
+    action values_22_write() {
+        pool_values_22_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_22_add() {
+        hdr.values.v44 = pool_values_22_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_22_read_first() {
+        hdr.values.v44 = pool_values_22_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_22_read_second() {
+        hdr.values.v45 = pool_values_22_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_22 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_22_write;
+            values_22_add;
+            values_22_read_first;
+            values_22_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_22_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_22_add();
+            (OP_SEEN, _) : values_22_read_first();
+            (OP_HARVEST, _) : values_22_read_second();
+        }
+    }
+
+    @hidden
+    action values_23_write() {
+        pool_values_23_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_23_add() {
+        hdr.values.v46 = pool_values_23_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_23_read_first() {
+        hdr.values.v46 = pool_values_23_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_23_read_second() {
+        hdr.values.v47 = pool_values_23_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_23 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_23_write;
+            values_23_add;
+            values_23_read_first;
+            values_23_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_23_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_23_add();
+            (OP_SEEN, _) : values_23_read_first();
+            (OP_HARVEST, _) : values_23_read_second();
+        }
+    }
+
+    @hidden
+    action values_24_write() {
+        pool_values_24_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_24_add() {
+        hdr.values.v48 = pool_values_24_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_24_read_first() {
+        hdr.values.v48 = pool_values_24_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_24_read_second() {
+        hdr.values.v49 = pool_values_24_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_24 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_24_write;
+            values_24_add;
+            values_24_read_first;
+            values_24_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_24_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_24_add();
+            (OP_SEEN, _) : values_24_read_first();
+            (OP_HARVEST, _) : values_24_read_second();
+        }
+    }
+
+    @hidden
+    action values_25_write() {
+        pool_values_25_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_25_add() {
+        hdr.values.v50 = pool_values_25_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_25_read_first() {
+        hdr.values.v50 = pool_values_25_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_25_read_second() {
+        hdr.values.v51 = pool_values_25_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_25 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_25_write;
+            values_25_add;
+            values_25_read_first;
+            values_25_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_25_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_25_add();
+            (OP_SEEN, _) : values_25_read_first();
+            (OP_HARVEST, _) : values_25_read_second();
+        }
+    }
+
+    @hidden
+    action values_26_write() {
+        pool_values_26_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_26_add() {
+        hdr.values.v52 = pool_values_26_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_26_read_first() {
+        hdr.values.v52 = pool_values_26_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_26_read_second() {
+        hdr.values.v53 = pool_values_26_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_26 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_26_write;
+            values_26_add;
+            values_26_read_first;
+            values_26_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_26_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_26_add();
+            (OP_SEEN, _) : values_26_read_first();
+            (OP_HARVEST, _) : values_26_read_second();
+        }
+    }
+
+    @hidden
+    action values_27_write() {
+        pool_values_27_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_27_add() {
+        hdr.values.v54 = pool_values_27_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_27_read_first() {
+        hdr.values.v54 = pool_values_27_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_27_read_second() {
+        hdr.values.v55 = pool_values_27_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_27 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_27_write;
+            values_27_add;
+            values_27_read_first;
+            values_27_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_27_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_27_add();
+            (OP_SEEN, _) : values_27_read_first();
+            (OP_HARVEST, _) : values_27_read_second();
+        }
+    }
+
+    @hidden
+    action values_28_write() {
+        pool_values_28_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_28_add() {
+        hdr.values.v56 = pool_values_28_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_28_read_first() {
+        hdr.values.v56 = pool_values_28_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_28_read_second() {
+        hdr.values.v57 = pool_values_28_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_28 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_28_write;
+            values_28_add;
+            values_28_read_first;
+            values_28_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_28_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_28_add();
+            (OP_SEEN, _) : values_28_read_first();
+            (OP_HARVEST, _) : values_28_read_second();
+        }
+    }
+
+    @hidden
+    action values_29_write() {
+        pool_values_29_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_29_add() {
+        hdr.values.v58 = pool_values_29_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_29_read_first() {
+        hdr.values.v58 = pool_values_29_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_29_read_second() {
+        hdr.values.v59 = pool_values_29_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_29 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_29_write;
+            values_29_add;
+            values_29_read_first;
+            values_29_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_29_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_29_add();
+            (OP_SEEN, _) : values_29_read_first();
+            (OP_HARVEST, _) : values_29_read_second();
+        }
+    }
+
+    @hidden
+    action values_30_write() {
+        pool_values_30_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_30_add() {
+        hdr.values.v60 = pool_values_30_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_30_read_first() {
+        hdr.values.v60 = pool_values_30_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_30_read_second() {
+        hdr.values.v61 = pool_values_30_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_30 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_30_write;
+            values_30_add;
+            values_30_read_first;
+            values_30_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_30_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_30_add();
+            (OP_SEEN, _) : values_30_read_first();
+            (OP_HARVEST, _) : values_30_read_second();
+        }
+    }
+
+    @hidden
+    action values_31_write() {
+        pool_values_31_write.execute(meta.idx);
+    }
+
+    @hidden
+    action values_31_add() {
+        hdr.values.v62 = pool_values_31_add.execute(meta.idx);
+    }
+
+    @hidden
+    action values_31_read_first() {
+        hdr.values.v62 = pool_values_31_read_first.execute(meta.idx);
+    }
+
+    @hidden
+    action values_31_read_second() {
+        hdr.values.v63 = pool_values_31_read_second.execute(meta.idx);
+    }
+
+    @hidden
+    table values_31 {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+        }
+        actions = {
+            values_31_write;
+            values_31_add;
+            values_31_read_first;
+            values_31_read_second;
+            NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            (OP_WRITE, _) : values_31_write();
+            (OP_ADD, 0) : NoAction();
+            (OP_ADD, _) : values_31_add();
+            (OP_SEEN, _) : values_31_read_first();
+            (OP_HARVEST, _) : values_31_read_second();
+        }
+    }
+
+    @hidden
+    action drop_with(stat_t s) {
+        outcome(s);
+        drop();
+    }
+
+    // What pass 1 does with the packet once the pool is updated.
+    @hidden
+    table next_step {
+        key = {
+            meta.op : ternary;
+            meta.count_old : ternary;
+            meta.num_workers : ternary;
+        }
+        actions = {
+            recirculate;
+            drop_with;
+            @defaultonly NoAction;
+        }
+        const default_action = NoAction();
+        size = 8;
+        const entries = {
+            // A retransmission for a complete set: the sender lost the
+            // multicast, answer it alone.
+            (OP_SEEN, 0, _) : recirculate(PASS_UNICAST);
+            (OP_SEEN, _, _) : drop_with(STAT_DROP_INCOMPLETE_RETRANSMIT);
+            (OP_ADD, 0, _) : drop_with(STAT_DROP_STALE);
+            // The n-th distinct contribution.
+            (OP_ADD, 1, _) : recirculate(PASS_MULTICAST);
+            (OP_WRITE, _, 1) : recirculate(PASS_MULTICAST);
+            (OP_ADD, _, _) : drop_with(STAT_DROP_WAITING);
+            (OP_WRITE, _, _) : drop_with(STAT_DROP_WAITING);
+        }
+    }
+
     apply {
+        if (hdr.switchml.isValid()) {
+            meta.idx = idx_hash.get({hdr.switchml.set, hdr.switchml.slot});
+        }
         if (hdr.recirc.isValid()) {
             // ---- pass 2: harvest the second element of every pair ----
-            meta.idx = hdr.recirc.idx[13:0];
-            hdr.values.v01 = pool_values_00_read_second.execute(meta.idx);
-            hdr.values.v03 = pool_values_01_read_second.execute(meta.idx);
-            hdr.values.v05 = pool_values_02_read_second.execute(meta.idx);
-            hdr.values.v07 = pool_values_03_read_second.execute(meta.idx);
-            hdr.values.v09 = pool_values_04_read_second.execute(meta.idx);
-            hdr.values.v11 = pool_values_05_read_second.execute(meta.idx);
-            hdr.values.v13 = pool_values_06_read_second.execute(meta.idx);
-            hdr.values.v15 = pool_values_07_read_second.execute(meta.idx);
-            hdr.values.v17 = pool_values_08_read_second.execute(meta.idx);
-            hdr.values.v19 = pool_values_09_read_second.execute(meta.idx);
-            hdr.values.v21 = pool_values_10_read_second.execute(meta.idx);
-            hdr.values.v23 = pool_values_11_read_second.execute(meta.idx);
-            hdr.values.v25 = pool_values_12_read_second.execute(meta.idx);
-            hdr.values.v27 = pool_values_13_read_second.execute(meta.idx);
-            hdr.values.v29 = pool_values_14_read_second.execute(meta.idx);
-            hdr.values.v31 = pool_values_15_read_second.execute(meta.idx);
-            hdr.values.v33 = pool_values_16_read_second.execute(meta.idx);
-            hdr.values.v35 = pool_values_17_read_second.execute(meta.idx);
-            hdr.values.v37 = pool_values_18_read_second.execute(meta.idx);
-            hdr.values.v39 = pool_values_19_read_second.execute(meta.idx);
-            hdr.values.v41 = pool_values_20_read_second.execute(meta.idx);
-            hdr.values.v43 = pool_values_21_read_second.execute(meta.idx);
-            hdr.values.v45 = pool_values_22_read_second.execute(meta.idx);
-            hdr.values.v47 = pool_values_23_read_second.execute(meta.idx);
-            hdr.values.v49 = pool_values_24_read_second.execute(meta.idx);
-            hdr.values.v51 = pool_values_25_read_second.execute(meta.idx);
-            hdr.values.v53 = pool_values_26_read_second.execute(meta.idx);
-            hdr.values.v55 = pool_values_27_read_second.execute(meta.idx);
-            hdr.values.v57 = pool_values_28_read_second.execute(meta.idx);
-            hdr.values.v59 = pool_values_29_read_second.execute(meta.idx);
-            hdr.values.v61 = pool_values_30_read_second.execute(meta.idx);
-            hdr.values.v63 = pool_values_31_read_second.execute(meta.idx);
+            meta.op = OP_HARVEST;
             prepare_reply();
             if (hdr.recirc.pass == PASS_MULTICAST) {
                 ig_tm_md.mcast_grp_a = hdr.recirc.mgid;
@@ -1661,305 +3131,99 @@ control SwitchMLIngress(inout headers_t hdr,
             drop();
         } else if (!workers.apply().hit) {
             outcome(STAT_DROP_NOT_WORKER);
-        } else if (meta.rank >= MAX_WORKERS || meta.num_workers == 0 || meta.num_workers > MAX_WORKERS) {
-            outcome(STAT_DROP_NOT_WORKER);
-            drop();
-        } else if (ig_prsr_md.parser_err != 0 || meta.checksum_err ||
-                   hdr.switchml.msg_type != MSG_TYPE_COMPAT ||
-                   hdr.switchml.size_code != SIZE_CODE_256B ||
-                   hdr.udp.len != SWITCHML_UDP_LENGTH) {
-            outcome(STAT_DROP_MALFORMED);
-            drop();
-        } else if (hdr.switchml.slot[13:13] != 0 || meta.rel_slot >= meta.pool_size) {
-            outcome(STAT_DROP_OUT_OF_PARTITION);
-            drop();
         } else {
+            derive();
+            rank_mask.apply();
             drop_simulator.apply();
-            bit<16> r = rng.get();
-            if (meta.ingress_drop_rate != 0 && r < meta.ingress_drop_rate) {
+            // Gateways compare a field with a constant only: rank < 32 and
+            // 1 <= num_workers <= 32 as bit tests.
+            if (meta.rank[15:5] != 0) {
+                outcome(STAT_DROP_NOT_WORKER);
+                drop();
+            } else if (meta.n_minus_1[15:5] != 0) {
+                outcome(STAT_DROP_NOT_WORKER);
+                drop();
+            } else if (ig_prsr_md.parser_err != 0 || meta.checksum_err ||
+                       hdr.switchml.msg_type != MSG_TYPE_COMPAT ||
+                       hdr.switchml.size_code != SIZE_CODE_256B ||
+                       hdr.udp.len != SWITCHML_UDP_LENGTH) {
+                outcome(STAT_DROP_MALFORMED);
+                drop();
+            } else if (hdr.switchml.slot_hi != 0) {
+                outcome(STAT_DROP_OUT_OF_PARTITION);
+                drop();
+            } else if (meta.neg_rel[31:31] == 0 && meta.neg_rel != 0) {
+                // slot < pool_base
+                outcome(STAT_DROP_OUT_OF_PARTITION);
+                drop();
+            } else if (meta.room[31:31] == 1) {
+                // slot - pool_base > pool_size
+                outcome(STAT_DROP_OUT_OF_PARTITION);
+                drop();
+            } else if (meta.room == 0) {
+                // slot - pool_base == pool_size
+                outcome(STAT_DROP_OUT_OF_PARTITION);
+                drop();
+            } else if (meta.drop_margin != 0) {
                 outcome(STAT_DROP_SIMULATED);
                 drop();
             } else {
                 // ---- pass 1: bitmap, countdown, exponent, sums ----
-                rank_mask.apply();
-                meta.idx = hdr.switchml.set ++ hdr.switchml.slot[12:0];
                 if (hdr.switchml.set == 0) {
-                    meta.bitmap_old = pool_bitmap_set0.execute(hdr.switchml.slot[12:0]);
+                    bitmap_set0();
                 } else {
-                    meta.bitmap_old = pool_bitmap_set1.execute(hdr.switchml.slot[12:0]);
+                    bitmap_set1();
                 }
-                meta.seen = meta.bitmap_old & meta.mask;
 
                 if (meta.seen != 0) {
-                    meta.count_old = pool_count_read.execute(meta.idx);
-                    if (meta.count_old == 0) {
-                        meta.op = OP_READ;
-                    } else {
-                        meta.op = OP_INCOMPLETE;
-                    }
-                } else if (meta.bitmap_old == 0) {
-                    pool_count_start.execute(meta.idx);
-                    meta.op = OP_WRITE;
-                } else {
-                    meta.count_old = pool_count_down.execute(meta.idx);
-                    if (meta.count_old == 0) {
-                        meta.op = OP_STALE;
-                    } else {
-                        meta.op = OP_ADD;
-                    }
-                }
-
-                if (meta.op == OP_WRITE) {
-                    pool_exponent_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.exponents.exp0 = pool_exponent_max.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
+                    count_seen();
                     hdr.exponents.exp0 = pool_exponent_read.execute(meta.idx);
-                }
-
-                if (meta.op == OP_WRITE) {
-                    pool_values_00_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v00 = pool_values_00_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v00 = pool_values_00_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_01_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v02 = pool_values_01_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v02 = pool_values_01_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_02_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v04 = pool_values_02_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v04 = pool_values_02_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_03_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v06 = pool_values_03_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v06 = pool_values_03_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_04_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v08 = pool_values_04_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v08 = pool_values_04_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_05_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v10 = pool_values_05_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v10 = pool_values_05_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_06_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v12 = pool_values_06_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v12 = pool_values_06_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_07_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v14 = pool_values_07_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v14 = pool_values_07_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_08_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v16 = pool_values_08_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v16 = pool_values_08_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_09_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v18 = pool_values_09_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v18 = pool_values_09_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_10_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v20 = pool_values_10_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v20 = pool_values_10_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_11_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v22 = pool_values_11_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v22 = pool_values_11_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_12_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v24 = pool_values_12_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v24 = pool_values_12_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_13_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v26 = pool_values_13_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v26 = pool_values_13_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_14_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v28 = pool_values_14_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v28 = pool_values_14_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_15_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v30 = pool_values_15_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v30 = pool_values_15_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_16_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v32 = pool_values_16_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v32 = pool_values_16_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_17_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v34 = pool_values_17_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v34 = pool_values_17_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_18_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v36 = pool_values_18_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v36 = pool_values_18_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_19_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v38 = pool_values_19_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v38 = pool_values_19_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_20_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v40 = pool_values_20_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v40 = pool_values_20_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_21_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v42 = pool_values_21_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v42 = pool_values_21_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_22_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v44 = pool_values_22_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v44 = pool_values_22_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_23_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v46 = pool_values_23_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v46 = pool_values_23_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_24_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v48 = pool_values_24_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v48 = pool_values_24_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_25_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v50 = pool_values_25_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v50 = pool_values_25_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_26_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v52 = pool_values_26_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v52 = pool_values_26_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_27_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v54 = pool_values_27_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v54 = pool_values_27_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_28_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v56 = pool_values_28_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v56 = pool_values_28_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_29_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v58 = pool_values_29_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v58 = pool_values_29_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_30_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v60 = pool_values_30_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v60 = pool_values_30_read_first.execute(meta.idx);
-                }
-                if (meta.op == OP_WRITE) {
-                    pool_values_31_write.execute(meta.idx);
-                } else if (meta.op == OP_ADD) {
-                    hdr.values.v62 = pool_values_31_add.execute(meta.idx);
-                } else if (meta.op == OP_READ) {
-                    hdr.values.v62 = pool_values_31_read_first.execute(meta.idx);
-                }
-
-                if (meta.op == OP_READ) {
-                    // The sender lost the multicast: answer it alone.
-                    recirculate(PASS_UNICAST);
-                } else if (meta.op == OP_INCOMPLETE) {
-                    outcome(STAT_DROP_INCOMPLETE_RETRANSMIT);
-                    drop();
-                } else if (meta.op == OP_STALE) {
-                    outcome(STAT_DROP_STALE);
-                    drop();
-                } else if ((meta.op == OP_WRITE && meta.num_workers == 1) ||
-                           (meta.op == OP_ADD && meta.count_old == 1)) {
-                    recirculate(PASS_MULTICAST);
+                } else if (meta.bitmap_old == 0) {
+                    count_start();
+                    pool_exponent_write.execute(meta.idx);
                 } else {
-                    outcome(STAT_DROP_WAITING);
-                    drop();
+                    // A stale duplicate carries an exponent that is already
+                    // in the max: taking it again changes nothing.
+                    count_down();
+                    hdr.exponents.exp0 = pool_exponent_max.execute(meta.idx);
                 }
             }
         }
+
+        // The sums (pass 1 and pass 2), then the verdict of pass 1.
+        values_00.apply();
+        values_01.apply();
+        values_02.apply();
+        values_03.apply();
+        values_04.apply();
+        values_05.apply();
+        values_06.apply();
+        values_07.apply();
+        values_08.apply();
+        values_09.apply();
+        values_10.apply();
+        values_11.apply();
+        values_12.apply();
+        values_13.apply();
+        values_14.apply();
+        values_15.apply();
+        values_16.apply();
+        values_17.apply();
+        values_18.apply();
+        values_19.apply();
+        values_20.apply();
+        values_21.apply();
+        values_22.apply();
+        values_23.apply();
+        values_24.apply();
+        values_25.apply();
+        values_26.apply();
+        values_27.apply();
+        values_28.apply();
+        values_29.apply();
+        values_30.apply();
+        values_31.apply();
+        next_step.apply();
 
         if (meta.count_stat) {
             stats.count(meta.stat);
@@ -2039,16 +3303,27 @@ control SwitchMLEgress(inout egress_headers_t hdr,
         size = TABLE_SIZE;
     }
 
+    @hidden
+    action draw() {
+        meta.rnd = rng.get();
+    }
+
+    @hidden
+    action margin() {
+        meta.drop_margin = hdr.bridge.egress_drop_rate |-| meta.rnd;
+    }
+
     apply {
         if (hdr.bridge.is_reply == 1) {
             // A multicast copy is for the rank its replica carries.
             if (hdr.bridge.is_multicast == 1) {
                 meta.rank = eg_intr_md.egress_rid;
             }
-            bit<16> r = rng.get();
+            draw();
+            margin();
             if (!reply_address.apply().hit) {
                 eg_dprsr_md.drop_ctl = 1;
-            } else if (hdr.bridge.egress_drop_rate != 0 && r < hdr.bridge.egress_drop_rate) {
+            } else if (meta.drop_margin != 0) {
                 eg_dprsr_md.drop_ctl = 1;
             }
         }
