@@ -2,6 +2,7 @@ package bmv2
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"os"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/switchml/switchml-go/p4/controller"
 	"github.com/switchml/switchml-go/p4/p4tools"
+	"github.com/switchml/switchml-go/p4/v1model"
 )
 
 func TestStartNeedsAddress(t *testing.T) {
@@ -140,5 +142,160 @@ func TestSwitchRoundTrip(t *testing.T) {
 	}
 	if workers, err := cl.ReadWorkers(ctx); err != nil || len(workers) != 0 {
 		t.Errorf("after RemoveJob: workers %+v, %v; want none", workers, err)
+	}
+}
+
+// TestThriftRegisters reads and writes registers through the Thrift
+// runtime client, and shows that BMv2's P4Runtime server refuses the same
+// operations (which is why the client exists).
+func TestThriftRegisters(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipped in -short mode: starts BMv2")
+	}
+	tools := p4tools.ForTest(t)
+	jsonPath, p4infoPath := compiled(t, tools)
+	sw := startSwitch(t, tools, nil, "info")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := controller.Dial(ctx, controller.ClientConfig{Target: sw.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	text, err := os.ReadFile(p4infoPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.SetPipeline(ctx, loadP4Info(t, text), js, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	th, err := sw.Thrift(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer th.Close()
+	const count = "SwitchMLIngress.pool_count"
+	const exponent = "SwitchMLIngress.pool_exponent"
+	if err := th.RegisterWrite(ctx, count, 7, 0xbeef); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := th.RegisterRead(ctx, count, 7); err != nil || v != 0xbeef {
+		t.Fatalf("pool_count[7] = %#x, %v; want 0xbeef", v, err)
+	}
+	// A negative exponent is stored as its 8 low bits.
+	if err := th.RegisterWrite(ctx, exponent, 3, uint64(0xfd)); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := th.RegisterRead(ctx, exponent, 3); err != nil || int8(v) != -3 {
+		t.Fatalf("pool_exponent[3] = %#x, %v; want -3", v, err)
+	}
+	if err := th.RegisterWriteRange(ctx, count, 10, 20, 5); err != nil {
+		t.Fatal(err)
+	}
+	all, err := th.RegisterReadAll(ctx, count)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 16384 {
+		t.Fatalf("pool_count has %d cells, want 16384", len(all))
+	}
+	for i := 8; i < 22; i++ {
+		want := uint64(0)
+		if i >= 10 && i < 20 {
+			want = 5
+		}
+		if all[i] != want {
+			t.Errorf("after writing 5 to [10, 20): pool_count[%d] = %d, want %d", i, all[i], want)
+		}
+	}
+	if err := th.RegisterReset(ctx, count); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := th.RegisterRead(ctx, count, 7); err != nil || v != 0 {
+		t.Fatalf("after reset: pool_count[7] = %d, %v; want 0", v, err)
+	}
+	var te *ThriftError
+	if _, err := th.RegisterRead(ctx, "no.such_register", 0); !errors.As(err, &te) || te.Code != 1 {
+		t.Errorf("read of an unknown register: %v, want an invalid-name ThriftError", err)
+	}
+	if _, err := th.RegisterRead(ctx, count, 1<<20); !errors.As(err, &te) || te.Code != 2 {
+		t.Errorf("read past the end: %v, want an invalid-index ThriftError", err)
+	}
+	// The connection survives the errors above.
+	if _, err := th.RegisterRead(ctx, count, 0); err != nil {
+		t.Errorf("read after errors: %v", err)
+	}
+}
+
+// TestControllerResetPool checks that the controller can make a partition
+// idle on BMv2, as its job service does before every job
+// (controller.Client.ResetPool, called from JobService.activate): the
+// worker bitmaps and countdowns of both sets must end up zero.
+func TestControllerResetPool(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipped in -short mode: starts BMv2")
+	}
+	tools := p4tools.ForTest(t)
+	jsonPath, _ := compiled(t, tools)
+	sw := startSwitch(t, tools, nil, "info")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := controller.Dial(ctx, controller.ClientConfig{Target: sw.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	js, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.SetPipeline(ctx, loadP4Info(t, v1model.P4InfoText), js, 0); err != nil {
+		t.Fatal(err)
+	}
+	th, err := sw.Thrift(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer th.Close()
+
+	// What a finished job leaves behind: complete sets (all bits, count 0)
+	// and sets still counting down.
+	const base, size, slots = 40, 8, 8192
+	const bitmap, count = "SwitchMLIngress.pool_bitmap", "SwitchMLIngress.pool_count"
+	for set := 0; set < 2; set++ {
+		first := set*slots + base
+		if err := th.RegisterWriteRange(ctx, bitmap, first, first+size, 0b111); err != nil {
+			t.Fatal(err)
+		}
+		if err := th.RegisterWriteRange(ctx, count, first, first+size, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	if err := cl.ResetPool(ctx, base, size, slots); err != nil {
+		t.Errorf("controller.ResetPool on BMv2: %.200v\n"+
+			"BMv2's P4Runtime server implements no register reads or writes (it answers UNIMPLEMENTED; p4lang/PI issue 376), "+
+			"so JobService.activate fails every job on BMv2, and a partition reused by a later job would keep "+
+			"the old bitmaps (a new rank's first packet taken for a retransmission and answered with a stale result). "+
+			"Registers are reachable through BMv2's Thrift runtime server (bmv2.Thrift, RegisterWriteRange).", err)
+	}
+	for set := 0; set < 2; set++ {
+		for slot := base; slot < base+size; slot++ {
+			idx := set*slots + slot
+			b, err1 := th.RegisterRead(ctx, bitmap, idx)
+			c, err2 := th.RegisterRead(ctx, count, idx)
+			if err := errors.Join(err1, err2); err != nil {
+				t.Fatal(err)
+			}
+			if b != 0 || c != 0 {
+				t.Errorf("after ResetPool: set %d slot %d: bitmap %#b, count %d; want both 0", set, slot, b, c)
+				return
+			}
+		}
 	}
 }

@@ -19,7 +19,14 @@ import (
 )
 
 // program is the v1model SwitchML program, relative to this package.
-const program = "../v1model/switchml.p4"
+// $SWITCHML_BMV2_PROGRAM runs the tests on another copy (for example one
+// with a candidate fix).
+var program = func() string {
+	if p := os.Getenv("SWITCHML_BMV2_PROGRAM"); p != "" {
+		return p
+	}
+	return "../v1model/switchml.p4"
+}()
 
 var (
 	compileOnce sync.Once
@@ -133,6 +140,9 @@ func startSwitch(t *testing.T, tools *p4tools.Tools, ports map[uint32]string, lo
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	logFile := filepath.Join(t.TempDir(), "bmv2.log")
+	if d := os.Getenv("SWITCHML_BMV2_LOG_DIR"); d != "" {
+		logFile = filepath.Join(d, t.Name()+".log") // kept after the test
+	}
 	sw, err := Start(ctx, tools, Options{Ports: ports, GRPCAddr: freeAddr(t), LogFile: logFile, LogLevel: logLevel})
 	if err != nil {
 		t.Fatal(err)
