@@ -203,6 +203,20 @@ type packet struct {
 	rank int
 	hdr  wire.Header
 	vals []int32
+
+	// For the checks of what the switch must refuse:
+	from *endpoint           // sender other than workerEP(rank)
+	edit func([]byte) []byte // applied to the built frame
+	// bmv2Only: the Go model cannot see what edit changed (Ethernet, IPv4,
+	// UDP) or takes more than the v1model program; counter deltas are
+	// checked against stats instead of the model's.
+	bmv2Only bool
+	// uncounted: the switch must not count it at all (not SwitchML).
+	uncounted bool
+	// stats are the counter moves this packet must cause (nil: not
+	// checked, beyond BMv2 and the model agreeing). With bmv2Only they
+	// are BMv2's; otherwise the model's, which BMv2's must equal.
+	stats map[pipeline.Stat]int64
 }
 
 func (p packet) String() string {
@@ -224,17 +238,40 @@ func (g *rig) step(what string, p packet, want []*result) [][][]byte {
 	}
 	g.touched[int(p.hdr.Set)*slotsPer+int(p.hdr.Slot)] = true
 
-	fr, err := buildFrame(workerEP(p.rank), switchEP, g.ipID, p.hdr, p.vals)
+	src := workerEP(p.rank)
+	if p.from != nil {
+		src = *p.from
+	}
+	fr, err := buildFrame(src, switchEP, g.ipID, p.hdr, p.vals)
 	if err != nil {
 		t.Fatalf("%s: %v", label, err)
 	}
 	g.ipID++
-	g.model.Process(workerEP(p.rank).Addr, fr[ethLen+ipv4Len+udpLen:], &g.out)
+	if p.edit != nil {
+		fr = p.edit(fr)
+	}
+	if !p.bmv2Only {
+		before := g.model.Counters()
+		g.model.Process(src.Addr, fr[ethLen+ipv4Len+udpLen:], &g.out)
+		if p.stats != nil {
+			after := g.model.Counters()
+			for i := range after {
+				if d := int64(after[i] - before[i]); d != p.stats[pipeline.Stat(i)] {
+					g.errorf("%s: the model's counter %v moved by %d, want %d", label, pipeline.Stat(i), d, p.stats[pipeline.Stat(i)])
+				}
+			}
+		}
+	}
 	if err := g.ports[p.rank].send(fr); err != nil {
 		t.Fatalf("%s: %v", label, err)
 	}
-	g.sent++
-	g.waitProcessed(label)
+	if p.uncounted {
+		// Nothing to wait for: give the switch time to do something wrong.
+		time.Sleep(50 * time.Millisecond)
+	} else {
+		g.sent++
+		g.waitProcessed(label)
+	}
 
 	// Collect: every rank that should get a frame gets it within the
 	// deadline; then a short grace catches duplicates and strays.
@@ -260,6 +297,10 @@ func (g *rig) step(what string, p packet, want []*result) [][][]byte {
 
 	for _, m := range checkStep(got, want) {
 		g.errorf("%s: %s", label, m)
+	}
+	if p.bmv2Only {
+		g.checkStats(label, p.stats)
+		return got
 	}
 	for _, m := range g.compareModel(got) {
 		g.errorf("%s: BMv2 and the Go model differ: %s", label, m)
@@ -365,6 +406,34 @@ func (g *rig) compareStats(label string) {
 	}
 }
 
+// checkStats checks that BMv2's counters moved by want for the last packet
+// (every other counter unchanged).
+func (g *rig) checkStats(label string, want map[pipeline.Stat]int64) {
+	t := g.t
+	t.Helper()
+	var diffs []string
+	for try := 0; try < 3; try++ {
+		st, err := g.cl.ReadCounters(g.ctx)
+		if err != nil {
+			t.Fatalf("%s: read counters: %v", label, err)
+		}
+		diffs = diffs[:0]
+		for i := 0; i < max(len(st), len(g.stats)); i++ {
+			if d := at(st, i) - at(g.stats, i); d != want[pipeline.Stat(i)] {
+				diffs = append(diffs, fmt.Sprintf("counter %d (%v) +%d, want +%d", i, pipeline.Stat(i), d, want[pipeline.Stat(i)]))
+			}
+		}
+		if len(diffs) == 0 || try == 2 {
+			g.stats = st
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(diffs) > 0 {
+		g.errorf("%s: counters: %s", label, strings.Join(diffs, "; "))
+	}
+}
+
 func at(s []int64, i int) int64 {
 	if i < len(s) {
 		return s[i]
@@ -422,6 +491,13 @@ func (u *use) all(by packet) []*result {
 }
 
 func nothing() []*result { return make([]*result, numRanks) }
+
+// only is a reply to rank r alone.
+func only(r int, w *result) []*result {
+	s := nothing()
+	s[r] = w
+	return s
+}
 
 // run sends the contributions in the given order and checks that nothing
 // comes back until the last, which every rank receives.
@@ -571,7 +647,6 @@ func (g *rig) retransmissions(rng *rand.Rand) {
 	g.step("set 0: rank 1's duplicate is dropped again", a.packet(1), nothing())
 	g.step("set 0: rank 2 completes (each rank's block added once)", a.packet(2), a.all(a.packet(2)))
 
-	only := func(r int, w *result) []*result { s := nothing(); s[r] = w; return s }
 	g.step("set 0 complete: rank 2's retransmission is answered to rank 2 only", a.packet(2), only(2, a.result(2, a.packet(2))))
 	g.step("set 0 complete: rank 0's retransmission is answered to rank 0 only", a.packet(0), only(0, a.result(0, a.packet(0))))
 	g.expectBitmaps("set 0 complete", idx0, 0b111, idx1, 0)

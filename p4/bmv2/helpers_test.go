@@ -70,14 +70,13 @@ func needSwitch(t *testing.T) *p4tools.Tools {
 	if testing.Short() {
 		t.Skip("skipped in -short mode: starts BMv2")
 	}
-	tools := p4tools.ForTest(t)
 	if os.Geteuid() != 0 {
 		t.Skip("skipped: needs root to create veth interfaces for BMv2's ports")
 	}
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("skipped: needs iproute2's ip to create veth interfaces")
 	}
-	return tools
+	return p4tools.ForTest(t)
 }
 
 // ifName returns an interface name unique to this process (at most 15 bytes,
