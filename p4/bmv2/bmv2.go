@@ -3,7 +3,19 @@
 // the command line. The toolchain comes from p4/p4tools.
 //
 // A switch starts without a program (--no-p4); a P4Runtime client (for
-// example p4/controller) pushes the compiled JSON and the P4Info.
+// example p4/controller) pushes the compiled JSON and the P4Info. BMv2's
+// P4Runtime server has no register access; Thrift reaches the registers
+// through BMv2's Thrift runtime server instead.
+//
+// The package's tests run the v1model SwitchML program on BMv2 (they need
+// the toolchain, and root for the veth pairs that stand for worker links):
+//
+//	go test ./p4/bmv2
+//
+// $SWITCHML_BMV2_PROGRAM runs them on another copy of the program,
+// $SWITCHML_BMV2_LOG_DIR keeps BMv2's logs there and
+// $SWITCHML_BMV2_LOG_LEVEL=trace makes those logs show every table,
+// register access and condition.
 package bmv2
 
 import (
