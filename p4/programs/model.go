@@ -7,11 +7,16 @@ import (
 	"strings"
 
 	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	// The Tofino P4Info extension messages, for the TNA program's externs.
+	_ "github.com/switchml/switchml-go/p4/tna"
 )
 
 // Model is the control-plane view of a pipeline: what a P4Runtime
-// controller can name. Both a P4 source (ParseProgram) and a P4Info
-// (FromP4Info) are reduced to it, so they compare field by field.
+// controller can name. A P4Info (FromP4Info) is reduced to it, so that two
+// P4Infos (one a compiler wrote, one checked in) compare field by field.
 type Model struct {
 	Arch      string
 	Tables    map[string]*Table
@@ -22,7 +27,7 @@ type Model struct {
 
 // Table is a match-action table.
 type Table struct {
-	ID           uint32 // 0: not pinned (no @id in the source)
+	ID           uint32 // 0: not compared
 	Keys         []Key
 	Actions      map[string]string // action name -> scope (TABLE_AND_DEFAULT, TABLE_ONLY, DEFAULT_ONLY)
 	ConstDefault string            // action name of a const default_action, "" if none
@@ -41,12 +46,6 @@ type Key struct {
 type Action struct {
 	ID     uint32
 	Params []Param
-
-	// Source-only bookkeeping.
-	hidden     bool
-	referenced bool
-	local      string
-	control    string
 }
 
 // Param is an action parameter.
@@ -63,6 +62,19 @@ type Register struct {
 	Struct string
 	Elem   []Field
 	Size   int64
+}
+
+// Type is a bit string type: bit<Width> or int<Width>.
+type Type struct {
+	Width  int
+	Signed bool
+}
+
+// Field is a member of a register's struct element (Name empty for a bit
+// string element).
+type Field struct {
+	Name string
+	Type Type
 }
 
 // Counter is an indirect counter array.
@@ -125,10 +137,8 @@ func FromP4Info(info *p4configv1.P4Info) (*Model, error) {
 		m.Tables[name] = tab
 	}
 	structs := info.GetTypeInfo().GetStructs()
-	for _, r := range info.GetRegisters() {
-		name := r.GetPreamble().GetName()
-		reg := &Register{ID: r.GetPreamble().GetId(), Size: int64(r.GetSize())}
-		ts := r.GetTypeSpec()
+	addRegister := func(name string, id uint32, size int64, ts *p4configv1.P4DataTypeSpec) error {
+		reg := &Register{ID: id, Size: size}
 		switch {
 		case ts.GetBitstring() != nil:
 			reg.Elem = []Field{{Type: bitstring(ts.GetBitstring())}}
@@ -136,31 +146,142 @@ func FromP4Info(info *p4configv1.P4Info) (*Model, error) {
 			reg.Struct = ts.GetStruct().GetName()
 			st, ok := structs[reg.Struct]
 			if !ok {
-				return nil, fmt.Errorf("register %s: struct %s is not in type_info", name, reg.Struct)
+				return fmt.Errorf("register %s: struct %s is not in type_info", name, reg.Struct)
 			}
 			for _, mem := range st.GetMembers() {
 				bs := mem.GetTypeSpec().GetBitstring()
 				if bs == nil {
-					return nil, fmt.Errorf("register %s: member %s is not a bit string", name, mem.GetName())
+					return fmt.Errorf("register %s: member %s is not a bit string", name, mem.GetName())
 				}
 				reg.Elem = append(reg.Elem, Field{Name: mem.GetName(), Type: bitstring(bs)})
 			}
 		default:
-			return nil, fmt.Errorf("register %s: unsupported type %v", name, ts)
+			return fmt.Errorf("register %s: unsupported type %v", name, ts)
 		}
 		if _, dup := m.Registers[name]; dup {
-			return nil, fmt.Errorf("register %s listed twice", name)
+			return fmt.Errorf("register %s listed twice", name)
 		}
 		m.Registers[name] = reg
+		return nil
+	}
+	addCounter := func(name string, id uint32, size int64, unit string) error {
+		if _, dup := m.Counters[name]; dup {
+			return fmt.Errorf("counter %s listed twice", name)
+		}
+		m.Counters[name] = &Counter{ID: id, Size: size, Unit: unit}
+		return nil
+	}
+	for _, r := range info.GetRegisters() {
+		if err := addRegister(r.GetPreamble().GetName(), r.GetPreamble().GetId(), int64(r.GetSize()), r.GetTypeSpec()); err != nil {
+			return nil, err
+		}
 	}
 	for _, c := range info.GetCounters() {
-		name := c.GetPreamble().GetName()
-		if _, dup := m.Counters[name]; dup {
-			return nil, fmt.Errorf("counter %s listed twice", name)
+		if err := addCounter(c.GetPreamble().GetName(), c.GetPreamble().GetId(), c.GetSize(), c.GetSpec().GetUnit().String()); err != nil {
+			return nil, err
 		}
-		m.Counters[name] = &Counter{ID: c.GetPreamble().GetId(), Size: c.GetSize(), Unit: c.GetSpec().GetUnit().String()}
+	}
+	// Tofino's Register and Counter externs (package barefoot, registered by
+	// p4/tna); other externs (port metadata, snapshots) have no counterpart
+	// in the model.
+	for _, e := range info.GetExterns() {
+		kind := e.GetExternTypeName()
+		if kind != "Register" && kind != "Counter" {
+			continue
+		}
+		for _, in := range e.GetInstances() {
+			name, id := in.GetPreamble().GetName(), in.GetPreamble().GetId()
+			x, err := in.GetInfo().UnmarshalNew()
+			if err != nil {
+				return nil, fmt.Errorf("%s %s: %w", kind, name, err)
+			}
+			fields := x.ProtoReflect()
+			get := func(f string) protoreflect.Value {
+				fd := fields.Descriptor().Fields().ByName(protoreflect.Name(f))
+				if fd == nil {
+					return protoreflect.Value{}
+				}
+				return fields.Get(fd)
+			}
+			size := get("size").Int()
+			if kind == "Counter" {
+				spec := get("spec").Message()
+				ufd := spec.Descriptor().Fields().ByName("unit")
+				unit := string(ufd.Enum().Values().ByNumber(spec.Get(ufd).Enum()).Name())
+				if err := addCounter(name, id, size, unit); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			ts := &p4configv1.P4DataTypeSpec{}
+			b, err := proto.Marshal(get("type_spec").Message().Interface())
+			if err == nil {
+				err = proto.Unmarshal(b, ts)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("register %s: type: %w", name, err)
+			}
+			if err := addRegister(name, id, size, ts); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return m, nil
+}
+
+// WithoutPrefix returns the model with a leading prefix (the Tofino
+// compiler's pipeline instance name, "pipe.") removed from every entity
+// name that has it. Action names are renamed too, though bf-p4c leaves them
+// unprefixed; references from tables follow.
+func (m *Model) WithoutPrefix(prefix string) *Model {
+	strip := func(n string) string { return strings.TrimPrefix(n, prefix) }
+	out := newModel()
+	out.Arch = m.Arch
+	for n, t := range m.Tables {
+		c := *t
+		c.Actions = map[string]string{}
+		for a, sc := range t.Actions {
+			c.Actions[strip(a)] = sc
+		}
+		c.ConstDefault = strip(t.ConstDefault)
+		out.Tables[strip(n)] = &c
+	}
+	for n, a := range m.Actions {
+		out.Actions[strip(n)] = a
+	}
+	for n, r := range m.Registers {
+		out.Registers[strip(n)] = r
+	}
+	for n, c := range m.Counters {
+		out.Counters[strip(n)] = c
+	}
+	return out
+}
+
+// ForgetIDs sets the id of the named entities ("kind name") to 0, so that
+// Compare does not compare it; the rest of each entity still is.
+func (m *Model) ForgetIDs(entries ...string) {
+	for _, e := range entries {
+		kind, name, _ := strings.Cut(e, " ")
+		switch kind {
+		case KindTable:
+			if t := m.Tables[name]; t != nil {
+				t.ID = 0
+			}
+		case KindAction:
+			if a := m.Actions[name]; a != nil {
+				a.ID = 0
+			}
+		case KindRegister:
+			if r := m.Registers[name]; r != nil {
+				r.ID = 0
+			}
+		case KindCounter:
+			if c := m.Counters[name]; c != nil {
+				c.ID = 0
+			}
+		}
+	}
 }
 
 func bitstring(bs *p4configv1.P4BitstringLikeTypeSpec) Type {
@@ -356,7 +477,7 @@ func (r *Register) elemString() string {
 	return "{" + strings.Join(parts, ",") + "}"
 }
 
-// normUnit maps v1model's and TNA's counter type names to P4Info's units.
+// normUnit maps the Tofino extension's counter unit names to P4Info's.
 func normUnit(u string) string {
 	switch u {
 	case "PACKETS_AND_BYTES":

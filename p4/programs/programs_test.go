@@ -84,12 +84,14 @@ func TestDeviationsAreExactlyThese(t *testing.T) {
 }
 
 // Every name the controller and software switch use (the constants of
-// package p4info) exists in each program, with the id of the constant.
+// package p4info) exists in each program's checked-in P4Info (TNA: under
+// "pipe."), with the id of the constant where the program keeps it (tables
+// and actions everywhere; registers and the counter in v1model).
 func TestControllerNamesInEveryProgram(t *testing.T) {
 	names := map[string]uint32{
 		"table " + p4info.TableWorkers:            p4info.TableWorkersID,
 		"table " + p4info.TableReplyAddress:       p4info.TableReplyAddressID,
-		"action " + p4info.ActionNoAction:         0, // core.p4: id not pinned in the source
+		"action " + p4info.ActionNoAction:         0, // core.p4: the compiler's id
 		"action " + p4info.ActionSetWorker:        p4info.ActionSetWorkerID,
 		"action " + p4info.ActionDrop:             p4info.ActionDropID,
 		"action " + p4info.ActionSetReply:         p4info.ActionSetReplyID,
@@ -100,11 +102,7 @@ func TestControllerNamesInEveryProgram(t *testing.T) {
 		"register " + p4info.RegisterPoolValues:   p4info.RegisterPoolValuesID,
 	}
 	for _, s := range Programs {
-		prog, err := ParseProgram(string(read(t, s.Source)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		info, err := ModelFromText(read(t, s.P4Info))
+		m, err := ProgramModel(read(t, s.P4Info), s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,14 +110,16 @@ func TestControllerNamesInEveryProgram(t *testing.T) {
 			if slices.Contains(s.Absent, entry) {
 				continue // replaced on this target, see TestDeviationsAreExactlyThese
 			}
-			for side, m := range map[string]*Model{s.Source: prog.Model, s.P4Info: info} {
-				if !slices.Contains(m.Names(), entry) {
-					t.Errorf("%s: missing %s", side, entry)
-					continue
-				}
-				if got := modelID(m, entry); id != 0 && got != id {
-					t.Errorf("%s: %s has id %#x, p4info constant says %#x", side, entry, got, id)
-				}
+			if !slices.Contains(m.Names(), entry) {
+				t.Errorf("%s: missing %s", s.P4Info, entry)
+				continue
+			}
+			got := modelID(m, entry)
+			if generated := s.GeneratedExternIDs && (strings.HasPrefix(entry, "register ") || strings.HasPrefix(entry, "counter ")); generated {
+				continue
+			}
+			if id != 0 && got != id {
+				t.Errorf("%s: %s has id %#x, p4info constant says %#x", s.P4Info, entry, got, id)
 			}
 		}
 	}
@@ -130,11 +130,10 @@ func TestControllerNamesInEveryProgram(t *testing.T) {
 // and all programs together still shows up here.
 func TestSharedShapes(t *testing.T) {
 	for _, s := range Programs {
-		prog, err := ParseProgram(string(read(t, s.Source)))
+		m, err := ProgramModel(read(t, s.P4Info), s)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m := prog.Model
 		w := m.Tables[p4info.TableWorkers]
 		if w == nil || len(w.Keys) != 2 ||
 			w.Keys[0] != (Key{ID: 1, Name: "hdr.ipv4.src_addr", Width: 32, Match: "EXACT"}) ||
@@ -167,22 +166,24 @@ func TestSharedShapes(t *testing.T) {
 			t.Errorf("%s: pool_exponent = %+v", s.Name, c)
 		}
 	}
-	v1, err := ParseProgram(string(read(t, "v1model/switchml.p4")))
+	v1, err := ProgramModel(read(t, "v1model/switchml.p4info.txtpb"), spec(t, "v1model"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := v1.Model.Registers[p4info.RegisterPoolValues]; r == nil || r.Size != p4info.PoolIndices*p4info.ValuesPerIndex || r.elemString() != "bit<32>" {
+	if r := v1.Registers[p4info.RegisterPoolValues]; r == nil || r.Size != p4info.PoolIndices*p4info.ValuesPerIndex || r.elemString() != "bit<32>" {
 		t.Errorf("v1model pool_values = %+v", r)
 	}
-	tna, err := ParseProgram(string(read(t, "tna/switchml.p4")))
+	tna, err := ProgramModel(read(t, "tna/switchml.p4info.txtpb"), spec(t, "tna"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := tna.Model.Registers["SwitchMLIngress.pool_bitmap_pair"]; r == nil || r.Size != p4info.Slots || r.elemString() != "{set0:bit<32>,set1:bit<32>}" {
+	if r := tna.Registers["SwitchMLIngress.pool_bitmap_pair"]; r == nil || r.Size != p4info.Slots || r.elemString() != "{set0:bit<32>,set1:bit<32>}" {
 		t.Errorf("tna pool_bitmap_pair = %+v", r)
 	}
-	if r := tna.Model.Registers["SwitchMLIngress.pool_values_31"]; r == nil || r.Size != p4info.PoolIndices || r.elemString() != "{first:bit<32>,second:bit<32>}" {
-		t.Errorf("tna pool_values_31 = %+v", r)
+	for _, p := range Data().Pairs {
+		if r := tna.Registers["SwitchMLIngress.pool_values_"+p.N]; r == nil || r.Size != p4info.PoolIndices || r.elemString() != "{first:bit<32>,second:bit<32>}" {
+			t.Errorf("tna pool_values_%s = %+v", p.N, r)
+		}
 	}
 }
 
@@ -223,79 +224,18 @@ func TestGeneratedElementCoverage(t *testing.T) {
 		for _, stmt := range []string{
 			"value.first = hdr.values.v" + lo + ";",
 			"value.second = hdr.values.v" + hi + ";",
+			"value.first = value.first + hdr.values.v" + lo + ";",
+			"value.second = value.second + hdr.values.v" + hi + ";",
 			"hdr.values.v" + lo + " = pool_values_" + n + "_add.execute(meta.idx);",
 			"hdr.values.v" + lo + " = pool_values_" + n + "_read_first.execute(meta.idx);",
 			"hdr.values.v" + hi + " = pool_values_" + n + "_read_second.execute(meta.idx);",
+			"values_" + n + ".apply();",
 		} {
 			if c := strings.Count(tna, stmt); c != 1 {
 				t.Errorf("tna: %q appears %d times", stmt, c)
 			}
 		}
-		// Tofino: at most 4 RegisterActions per register.
-		if c := strings.Count(tna, "(pool_values_"+n+") "); c != 4 {
-			t.Errorf("tna: pool_values_%s has %d RegisterActions, want 4", n, c)
-		}
 	}
-}
-
-// mutation changes text with a regexp that must match exactly once.
-type mutation struct {
-	name   string
-	file   string // "source" or "p4info"
-	re     string
-	repl   string
-	entity string // the diff must name this entity
-	msg    string // and contain this
-	count  int    // matches of re expected; 0 means 1
-}
-
-// The checker notices a change on either side: each mutation of a copy of a
-// program or its P4Info must produce a diff naming the changed entity.
-func TestCheckerReportsMutations(t *testing.T) {
-	muts := []mutation{
-		{"rename table in source", "source", `table workers \{`, "table workerz {", "SwitchMLIngress.workers", "missing in", 0},
-		// Declaration and table reference renamed together: still valid P4.
-		{"rename action in source", "source", `\bset_reply\b`, "set_replies", "SwitchMLEgress.set_reply", "missing in", 2},
-		{"rename action param in source", "source", `bit<16> num_workers, bit<16> mgid`, "bit<16> n_workers, bit<16> mgid", "SwitchMLIngress.set_worker", `parameter 3 is "n_workers"`, 0},
-		{"narrow action param in source", "source", `bit<8> lane, bit<32> pool_base`, "bit<16> lane, bit<32> pool_base", "SwitchMLIngress.set_worker", "parameter lane is 16 bits", 0},
-		{"change match kind in source", "source", `hdr\.udp\.src_port : exact;`, "hdr.udp.src_port : ternary;", "SwitchMLIngress.workers", "is TERNARY", 0},
-		{"change key field in source", "source", `meta\.lane : exact;`, "meta.job_id : exact;", "SwitchMLEgress.reply_address", `match field 3 is "meta.job_id"`, 0},
-		{"drop a key in source", "source", `meta\.rank : ternary;\n`, "", "SwitchMLIngress.drop_simulator", "1 match fields", 0},
-		{"change table size in source", "source", `size = 64;\n(\s+\}\n\n\s+// ARP)`, "size = 128;\n$1", "SwitchMLIngress.drop_simulator", "size 128", 0},
-		{"change action scope in source", "source", `@tableonly set_worker;`, "set_worker;", "SwitchMLIngress.workers", "scope TABLE_AND_DEFAULT", 0},
-		{"change default action in source", "source", `(actions = \{\n\s+@tableonly set_worker;\n\s+@defaultonly drop;\n\s+\}\n\s+)const default_action = drop\(\);`, "${1}default_action = drop();", "SwitchMLIngress.workers", "const default action", 0},
-		{"change table id in source", "source", `@id\(0x02000002\)`, "@id(0x02000009)", "SwitchMLEgress.reply_address", "id 0x2000009", 0},
-		{"rename register in source", "source", `\) pool_count;`, ") pool_counts;", "SwitchMLIngress.pool_count", "missing in", 0},
-		{"widen register in source", "source", `register<bit<16>>\(POOL_INDICES\) pool_count;`, "register<bit<32>>(POOL_INDICES) pool_count;", "SwitchMLIngress.pool_count", "element type bit<32>", 0},
-		{"unsign register in source", "source", `register<int<8>>`, "register<bit<8>>", "SwitchMLIngress.pool_exponent", "element type bit<8>", 0},
-		{"resize register in source", "source", `register<value_t>\(POOL_VALUES\)`, "register<value_t>(POOL_INDICES)", "SwitchMLIngress.pool_values", "size 16384", 0},
-		{"rename counter in source", "source", `CounterType\.packets\) stats;`, "CounterType.packets) stat;", "SwitchMLIngress.stats", "missing in", 0},
-		{"counter unit in source", "source", `CounterType\.packets\) stats;`, "CounterType.bytes) stats;", "SwitchMLIngress.stats", "unit BYTES", 0},
-		{"rename control in source", "source", `control SwitchMLEgress\(`, "control SwitchMLEgres(", "SwitchMLEgress.reply_address", "missing in", 0},
-		{"remove @id in source", "source", `@id\(0x01000100\)\n`, "", "action SwitchMLIngress.set_drop_rates", "no @id", 0},
-
-		{"rename table in p4info", "p4info", `name: "SwitchMLIngress\.workers"`, `name: "SwitchMLIngress.worker"`, "SwitchMLIngress.workers", "missing in", 0},
-		{"rename param in p4info", "p4info", `name: "dst_port"`, `name: "dst_udp_port"`, "SwitchMLEgress.set_reply", `parameter 3 is "dst_port"`, 0},
-		{"narrow key in p4info", "p4info", `(name: "hdr\.udp\.src_port"\n\s+)bitwidth: 16`, "${1}bitwidth: 15", "SwitchMLIngress.workers", "15", 0},
-		{"match kind in p4info", "p4info", `(name: "meta\.rank"\n\s+bitwidth: 16\n\s+)match_type: TERNARY`, "${1}match_type: EXACT", "SwitchMLIngress.drop_simulator", "is TERNARY", 0},
-		{"register size in p4info", "p4info", `size: 1048576`, "size: 1048575", "SwitchMLIngress.pool_values", "1048575", 0},
-		{"register id in p4info", "p4info", `id: 369098754\n`, "id: 369098760\n", "SwitchMLIngress.pool_count", "id 0x16000002", 0},
-		{"counter size in p4info", "p4info", `size: 32\n`, "size: 16\n", "SwitchMLIngress.stats", "size 32", 0},
-	}
-	runMutations(t, "v1model", muts)
-}
-
-// The same for the TNA program's own shapes (pair registers, TNA externs).
-func TestCheckerReportsTNAMutations(t *testing.T) {
-	muts := []mutation{
-		{"rename pair register", "source", `\) pool_values_07;`, ") pool_values_7;", "SwitchMLIngress.pool_values_07", "missing in", 0},
-		{"rename pair member", "source", `value_t second; // element 2j\+1`, "value_t hi;", "SwitchMLIngress.pool_values_00", "element type", 0},
-		{"resize bitmap pair", "source", `Register<bitmap_pair_t, slot_t>\(SLOTS\)`, "Register<bitmap_pair_t, slot_t>(POOL_INDICES)", "SwitchMLIngress.pool_bitmap_pair", "size 16384", 0},
-		{"counter type", "source", `CounterType_t\.PACKETS\) stats;`, "CounterType_t.BYTES) stats;", "SwitchMLIngress.stats", "unit BYTES", 0},
-		{"register in p4info", "p4info", `name: "SwitchMLIngress\.pool_values_31"`, `name: "SwitchMLIngress.pool_values_32"`, "SwitchMLIngress.pool_values_31", "missing in", 0},
-		{"struct member in p4info", "p4info", `name: "set1"`, `name: "set_1"`, "SwitchMLIngress.pool_bitmap_pair", "element type", 0},
-	}
-	runMutations(t, "tna", muts)
 }
 
 // A program P4Info that drifts from the main P4Info is caught, and so is a
@@ -355,72 +295,6 @@ func TestCheckAgainstMainReportsDrift(t *testing.T) {
 	}
 }
 
-func TestParseProgramErrors(t *testing.T) {
-	for name, src := range map[string]string{
-		"no architecture":   "control C() { apply {} }",
-		"unbalanced":        "#include <v1model.p4>\ncontrol C(inout H hdr) { table t { key = { hdr.x : exact; } ",
-		"undeclared action": "#include <v1model.p4>\nstruct H { bit<8> x; }\ncontrol C(inout H hdr) { table t { key = { hdr.x : exact; } actions = { nope; } } apply {} }",
-		"unknown key field": "#include <v1model.p4>\nstruct H { bit<8> x; }\ncontrol C(inout H hdr) { table t { key = { hdr.y : exact; } actions = { NoAction; } } apply {} }",
-		"unknown size":      "#include <v1model.p4>\ncontrol C() { register<bit<8>>(N) r; apply {} }",
-		"comment":           "#include <v1model.p4>\n/* open",
-	} {
-		if _, err := ParseProgram(src); err == nil {
-			t.Errorf("%s: no error", name)
-		}
-	}
-}
-
-func TestParseProgramBasics(t *testing.T) {
-	src := `#include <core.p4>
-#include <v1model.p4>
-typedef bit<9> port_t;
-const bit<32> N = 2 * (3 + 1) << 2;   // 32
-header h_t { port_t p; bit<4> a; bit<4> b; }
-struct hs { h_t h; }
-action top_level(bit<8> x) { }
-control C(inout hs hdr, inout standard_metadata_t sm) {
-    register<bit<32>>(N) r;  // generic closing >> in one go
-    @name(".renamed") counter(N, CounterType.packets_and_bytes) c;
-    action a(port_t port, in bit<8> notcp) { }
-    @hidden action helper() { }
-    table t {
-        key = { hdr.h.p : lpm @name("port"); hdr.h.a[3:1] : range; }
-        actions = { a; @defaultonly top_level; }
-        size = N + 1;
-    }
-    @hidden table u { key = { hdr.h.b : exact; } actions = { helper; } }
-    apply { t.apply(); helper(); }
-}
-V1Switch(C(), C()) main;
-`
-	p, err := ParseProgram(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := p.Model
-	got := m.Names()
-	want := []string{"action C.a", "action top_level", "counter renamed", "register C.r", "table C.t"}
-	if !slices.Equal(got, want) {
-		t.Fatalf("names = %v, want %v", got, want)
-	}
-	tab := m.Tables["C.t"]
-	if tab.Size != 33 || len(tab.Keys) != 2 ||
-		tab.Keys[0] != (Key{ID: 1, Name: "port", Width: 9, Match: "LPM"}) ||
-		tab.Keys[1] != (Key{ID: 2, Name: "hdr.h.a[3:1]", Width: 3, Match: "RANGE"}) ||
-		tab.Actions["C.a"] != "TABLE_AND_DEFAULT" || tab.Actions["top_level"] != "DEFAULT_ONLY" {
-		t.Errorf("table = %+v", tab)
-	}
-	if a := m.Actions["C.a"]; len(a.Params) != 1 || a.Params[0] != (Param{ID: 1, Name: "port", Width: 9}) {
-		t.Errorf("action a = %+v", a)
-	}
-	if r := m.Registers["C.r"]; r.Size != 32 || r.elemString() != "bit<32>" {
-		t.Errorf("register = %+v", r)
-	}
-	if c := m.Counters["renamed"]; c.Size != 32 || normUnit(c.Unit) != "BOTH" {
-		t.Errorf("counter = %+v", c)
-	}
-}
-
 func reported(diffs []Diff, entity, msg string) bool {
 	for _, d := range diffs {
 		if strings.Contains(d.Entity, entity) && strings.Contains(d.String(), msg) {
@@ -445,38 +319,4 @@ func itoa(i int) string {
 		return string([]byte{byte('0' + i)})
 	}
 	return twoDigits(i)
-}
-
-// runMutations applies each mutation to target's source or P4Info on its
-// own and expects the checker to report it.
-func runMutations(t *testing.T, target string, muts []mutation) {
-	t.Helper()
-	s := spec(t, target)
-	src, info := string(read(t, s.Source)), string(read(t, s.P4Info))
-	for _, m := range muts {
-		t.Run(m.name, func(t *testing.T) {
-			re := regexp.MustCompile(m.re)
-			text := src
-			if m.file == "p4info" {
-				text = info
-			}
-			if n, want := len(re.FindAllStringIndex(text, -1)), max(m.count, 1); n != want {
-				t.Fatalf("pattern %q matches %d times, want %d", m.re, n, want)
-			}
-			mutated := re.ReplaceAllString(text, m.repl)
-			var diffs []Diff
-			var err error
-			if m.file == "p4info" {
-				diffs, err = CheckProgram([]byte(src), []byte(mutated), s)
-			} else {
-				diffs, err = CheckProgram([]byte(mutated), []byte(info), s)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reported(diffs, m.entity, m.msg) {
-				t.Errorf("no diff for %s containing %q; got %v", m.entity, m.msg, diffs)
-			}
-		})
-	}
 }

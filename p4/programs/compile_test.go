@@ -1,0 +1,360 @@
+package programs
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchml/switchml-go/p4/p4info"
+	"github.com/switchml/switchml-go/p4/p4tools"
+)
+
+// The compilers run once per test binary, in a directory TestMain removes.
+var scratch string
+
+func TestMain(m *testing.M) {
+	d, err := os.MkdirTemp("", "switchml-programs-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	scratch = d
+	code := m.Run()
+	os.RemoveAll(d)
+	os.Exit(code)
+}
+
+// compiled is what one compiler run left: the P4Info text, the compiler's
+// output (warnings) and the output directory.
+type compiled struct {
+	p4info []byte
+	output string
+	dir    string
+	err    error
+}
+
+func (c *compiled) get(t *testing.T) *compiled {
+	t.Helper()
+	if c.err != nil {
+		t.Fatal(c.err)
+	}
+	return c
+}
+
+// p4cV1Model compiles a v1model source with p4c-bm2-ss into a fresh
+// directory under scratch.
+func p4cV1Model(tools *p4tools.Tools, src []byte, name string) *compiled {
+	dir := filepath.Join(scratch, name)
+	c := &compiled{dir: dir}
+	if c.err = os.MkdirAll(dir, 0o755); c.err != nil {
+		return c
+	}
+	if c.err = os.WriteFile(filepath.Join(dir, "switchml.p4"), src, 0o644); c.err != nil {
+		return c
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// The command p4/README.md gives.
+	out, err := tools.Run(ctx, dir, "p4c-bm2-ss", "--arch", "v1model", "--std", "p4-16",
+		"-o", "switchml.json", "--p4runtime-files", "switchml.p4info.txtpb", "switchml.p4")
+	c.output = string(out)
+	if err != nil {
+		c.err = err
+		return c
+	}
+	c.p4info, c.err = os.ReadFile(filepath.Join(dir, "switchml.p4info.txtpb"))
+	return c
+}
+
+var (
+	v1Once, tnaOnce sync.Once
+	v1Result        *compiled
+	tnaResult       *compiled
+)
+
+// compiledV1Model is the checked-in v1model program compiled by p4c.
+func compiledV1Model(t *testing.T) *compiled {
+	t.Helper()
+	tools := p4tools.ForTest(t)
+	v1Once.Do(func() { v1Result = p4cV1Model(tools, read(t, "v1model/switchml.p4"), "v1model") })
+	return v1Result.get(t)
+}
+
+// compiledTNA is the checked-in TNA program compiled by bf-p4c for Tofino,
+// with the command p4/README.md gives (about half a minute).
+func compiledTNA(t *testing.T) *compiled {
+	t.Helper()
+	tools := p4tools.ForTest(t)
+	tnaOnce.Do(func() {
+		dir := filepath.Join(scratch, "tna")
+		tnaResult = &compiled{dir: dir}
+		c := tnaResult
+		if c.err = os.MkdirAll(dir, 0o755); c.err != nil {
+			return
+		}
+		if c.err = os.WriteFile(filepath.Join(dir, "switchml.p4"), read(t, "tna/switchml.p4"), 0o644); c.err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		out, err := tools.Run(ctx, dir, "bf-p4c", "--target", "tofino", "--arch", "tna", "--std", "p4-16",
+			"-o", "out", "--p4runtime-files", "out/switchml.p4info.txtpb", "switchml.p4")
+		c.output = string(out)
+		if err != nil {
+			c.err = err
+			return
+		}
+		c.p4info, c.err = os.ReadFile(filepath.Join(dir, "out", "switchml.p4info.txtpb"))
+	})
+	return tnaResult.get(t)
+}
+
+// warnings lists the compiler's warning lines, without those expected.
+func warnings(output string, expected ...string) []string {
+	var out []string
+	for _, l := range strings.Split(output, "\n") {
+		if !strings.Contains(l, "warning") || strings.Contains(l, "warnings generated") {
+			continue
+		}
+		ok := false
+		for _, e := range expected {
+			ok = ok || strings.Contains(l, e)
+		}
+		if !ok {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// p4c compiles the v1model program without a warning, and writes the
+// checked-in P4Info (NoAction's id aside; documentation, pkg_info other
+// than the architecture, annotations, initial default actions and order
+// are not part of the comparison).
+func TestV1ModelCompiles(t *testing.T) {
+	c := compiledV1Model(t)
+	if w := warnings(c.output); len(w) > 0 {
+		t.Errorf("p4c-bm2-ss warns:\n%s", strings.Join(w, "\n"))
+	}
+	if _, err := os.Stat(filepath.Join(c.dir, "switchml.json")); err != nil {
+		t.Error(err)
+	}
+	diffs, err := CheckCompiled(c.p4info, read(t, "v1model/switchml.p4info.txtpb"), spec(t, "v1model"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logDiffs(t, diffs)
+}
+
+// A drifted source is caught by the same comparison: a copy with a renamed
+// table and a widened action parameter, compiled, differs from the
+// checked-in P4Info exactly there.
+func TestV1ModelDriftIsCaught(t *testing.T) {
+	tools := p4tools.ForTest(t)
+	src := string(read(t, "v1model/switchml.p4"))
+	for _, m := range []struct{ re, repl string }{
+		{`\btable reply_address\b`, "table reply_addr"},
+		{`\breply_address\.apply\(\)`, "reply_addr.apply()"},
+		{`bit<8> lane, bit<32> pool_base`, "bit<16> lane, bit<32> pool_base"},
+		{`meta\.lane = lane;`, "meta.lane = (bit<8>)lane;"},
+	} {
+		re := regexp.MustCompile(m.re)
+		if n := len(re.FindAllStringIndex(src, -1)); n != 1 {
+			t.Fatalf("pattern %q matches %d times, want 1", m.re, n)
+		}
+		src = re.ReplaceAllString(src, m.repl)
+	}
+	c := p4cV1Model(tools, []byte(src), "v1model-drift").get(t)
+	diffs, err := CheckCompiled(c.p4info, read(t, "v1model/switchml.p4info.txtpb"), spec(t, "v1model"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []struct{ entity, msg string }{
+		{"SwitchMLEgress.reply_addr", "missing in v1model/switchml.p4info.txtpb"},
+		{"SwitchMLEgress.reply_address", "missing in the compiler's P4Info"},
+		{"SwitchMLIngress.set_worker", "parameter lane is 16 bits in the compiler's P4Info, 8 in"},
+	} {
+		if !reported(diffs, want.entity, want.msg) {
+			t.Errorf("no diff for %s containing %q; got %v", want.entity, want.msg, diffs)
+		}
+	}
+}
+
+// sortedExterns orders extern instances by id: bf-p4c's order depends on
+// its options (-g moves the Snapshot instances).
+func sortedExterns(info *p4configv1.P4Info) {
+	sort.Slice(info.Externs, func(i, j int) bool { return info.Externs[i].GetExternTypeId() < info.Externs[j].GetExternTypeId() })
+	for _, e := range info.Externs {
+		sort.Slice(e.Instances, func(i, j int) bool {
+			return e.Instances[i].GetPreamble().GetId() < e.Instances[j].GetPreamble().GetId()
+		})
+	}
+}
+
+// equalP4Info reports whether two P4Info texts are the same message,
+// extern instance order aside.
+func equalP4Info(t *testing.T, a, b []byte) bool {
+	t.Helper()
+	x, err := LoadP4Info(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := LoadP4Info(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sortedExterns(x)
+	sortedExterns(y)
+	return proto.Equal(x, y)
+}
+
+// The expected warnings of bf-p4c on the TNA program (see p4/README.md).
+var tnaWarnings = []string{
+	"Unknown annotation: id",      // backend does not know @id; the P4Info honours it on tables and actions
+	"may be uninitialized when",   // metadata the parsers leave to the control blocks
+	"min_parse_depth_accept_loop", // from tna.p4's own parser
+}
+
+// bf-p4c compiles the TNA program for Tofino all the way to tofino.bin and
+// writes exactly the checked-in P4Info.
+func TestTNACompiles(t *testing.T) {
+	c := compiledTNA(t)
+	if w := warnings(c.output, tnaWarnings...); len(w) > 0 {
+		t.Errorf("bf-p4c warns:\n%s", strings.Join(w, "\n"))
+	}
+	if st, err := os.Stat(filepath.Join(c.dir, "out", "pipe", "tofino.bin")); err != nil || st.Size() == 0 {
+		t.Errorf("no tofino.bin: %v", err)
+	}
+	checkedIn := read(t, "tna/switchml.p4info.txtpb")
+	diffs, err := CheckCompiled(c.p4info, checkedIn, spec(t, "tna"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logDiffs(t, diffs)
+	if !equalP4Info(t, c.p4info, checkedIn) {
+		t.Error("tna/switchml.p4info.txtpb is not what bf-p4c writes: copy the compiler's P4Info over it (keep the header comment)")
+	}
+}
+
+// Every name the controller uses (the constants of package p4info) is in
+// the P4Info bf-p4c writes, under "pipe." or not, except the two registers
+// Tofino replaces by pair registers, which are there by name.
+func TestTNACompiledHasControllerNames(t *testing.T) {
+	m, err := ModelFromText(compiledTNA(t).p4info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stripped := m.WithoutPrefix("pipe.")
+	names := stripped.Names()
+	want := []string{
+		KindTable + " " + p4info.TableWorkers,
+		KindTable + " " + p4info.TableReplyAddress,
+		KindAction + " " + p4info.ActionNoAction,
+		KindAction + " " + p4info.ActionSetWorker,
+		KindAction + " " + p4info.ActionDrop,
+		KindAction + " " + p4info.ActionSetReply,
+		KindCounter + " " + p4info.CounterStats,
+		KindRegister + " " + p4info.RegisterPoolCount,
+		KindRegister + " " + p4info.RegisterPoolExponent,
+		KindRegister + " " + p4info.RegisterPoolBitmapPair,
+		KindTable + " " + p4info.TableDropSimulator,
+		KindAction + " " + p4info.ActionSetDropRates,
+		KindTable + " " + p4info.TableARPReply,
+		KindAction + " " + p4info.ActionSendARPReply,
+	}
+	for _, p := range Data().Pairs {
+		want = append(want, KindRegister+" SwitchMLIngress.pool_values_"+p.N)
+	}
+	for _, w := range want {
+		if !slices.Contains(names, w) {
+			t.Errorf("compiled TNA P4Info has no %s", w)
+		}
+	}
+	for _, gone := range []string{p4info.RegisterPoolBitmap, p4info.RegisterPoolValues} {
+		if slices.Contains(names, KindRegister+" "+gone) {
+			t.Errorf("compiled TNA P4Info has %s, which the pair registers replace", gone)
+		}
+	}
+	// Tables and externs carry the prefix, actions do not.
+	if m.Tables["pipe."+p4info.TableWorkers] == nil || m.Actions[p4info.ActionSetWorker] == nil ||
+		m.Registers["pipe."+p4info.RegisterPoolCount] == nil || m.Counters["pipe."+p4info.CounterStats] == nil {
+		t.Errorf("compiled TNA P4Info names: %v", m.Names())
+	}
+	if w := stripped.Tables[p4info.TableWorkers]; w == nil || w.ID != p4info.TableWorkersID {
+		t.Errorf("workers = %+v, want id %#x", w, p4info.TableWorkersID)
+	}
+}
+
+// A checked-in P4Info that drifts from the compiler's is caught: each
+// mutation of its text is reported, through the model where it can see it
+// and through the message comparison for the rest.
+func TestCompiledComparisonReportsMutations(t *testing.T) {
+	type mut struct {
+		name, re, repl, entity, msg string
+	}
+	run := func(t *testing.T, target string, compiledInfo []byte, muts []mut) {
+		s := spec(t, target)
+		text := string(read(t, s.P4Info))
+		for _, m := range muts {
+			t.Run(target+" "+m.name, func(t *testing.T) {
+				re := regexp.MustCompile(m.re)
+				if n := len(re.FindAllStringIndex(text, -1)); n != 1 {
+					t.Fatalf("pattern %q matches %d times, want 1", m.re, n)
+				}
+				mutated := []byte(re.ReplaceAllString(text, m.repl))
+				if m.entity == "" {
+					if equalP4Info(t, compiledInfo, mutated) {
+						t.Error("message comparison sees no difference")
+					}
+					return
+				}
+				diffs, err := CheckCompiled(compiledInfo, mutated, s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reported(diffs, m.entity, m.msg) {
+					t.Errorf("no diff for %s containing %q; got %v", m.entity, m.msg, diffs)
+				}
+			})
+		}
+	}
+	t.Run("v1model", func(t *testing.T) {
+		run(t, "v1model", compiledV1Model(t).p4info, []mut{
+			{"rename table", `name: "SwitchMLIngress\.workers"`, `name: "SwitchMLIngress.worker"`, "SwitchMLIngress.workers", "missing in"},
+			{"rename param", `name: "dst_port"`, `name: "dst_udp_port"`, "SwitchMLEgress.set_reply", `parameter 3 is "dst_port"`},
+			{"narrow key", `(name: "hdr\.udp\.src_port"\n\s+)bitwidth: 16`, "${1}bitwidth: 15", "SwitchMLIngress.workers", "15"},
+			{"match kind", `(name: "meta\.rank"\n\s+bitwidth: 16\n\s+)match_type: TERNARY`, "${1}match_type: EXACT", "SwitchMLIngress.drop_simulator", "is TERNARY"},
+			{"scope", `(id: 16777218\n\s+)scope: TABLE_ONLY`, "${1}scope: TABLE_AND_DEFAULT", "SwitchMLIngress.workers", "scope TABLE_ONLY"},
+			{"table size", `size: 16384\n\}\ntables \{\n  preamble \{\n    id: 33554434`, "size: 16383\n}\ntables {\n  preamble {\n    id: 33554434", "SwitchMLIngress.workers", "size 16384"},
+			{"table id", `id: 33554434(\n\s+name: "SwitchMLEgress\.reply_address")`, "id: 33554435$1", "SwitchMLEgress.reply_address", "id 0x2000002"},
+			{"register size", `size: 1048576`, "size: 1048575", "SwitchMLIngress.pool_values", "1048575"},
+			{"register id", `id: 369098754\n`, "id: 369098760\n", "SwitchMLIngress.pool_count", "id 0x16000002"},
+			{"register sign", `(name: "SwitchMLIngress\.pool_exponent"\n(?:.*\n){7}\s+)int \{`, "${1}bit {", "SwitchMLIngress.pool_exponent", "element type int<8>"},
+			{"counter unit", `unit: PACKETS`, "unit: BYTES", "SwitchMLIngress.stats", "unit PACKETS"},
+			{"counter size", `size: 32\n`, "size: 16\n", "SwitchMLIngress.stats", "size 32"},
+		})
+	})
+	t.Run("tna", func(t *testing.T) {
+		run(t, "tna", compiledTNA(t).p4info, []mut{
+			{"unprefixed table", `name: "pipe\.SwitchMLIngress\.workers"`, `name: "SwitchMLIngress.workers"`, "pipe.SwitchMLIngress.workers", "missing in"},
+			{"pair register renamed", `name: "pipe\.SwitchMLIngress\.pool_values_07"`, `name: "pipe.SwitchMLIngress.pool_values_7"`, "pipe.SwitchMLIngress.pool_values_07", "missing in"},
+			{"pair member", `name: "set1"`, `name: "set_1"`, "pipe.SwitchMLIngress.pool_bitmap_pair", "element type"},
+			{"register size", `(name: "pipe\.SwitchMLIngress\.pool_bitmap_pair"\n(?:.*\n){9}\s+)size: 8192`, "${1}size: 16384", "pipe.SwitchMLIngress.pool_bitmap_pair", "size 8192"},
+			{"extern id", `id: 2340929569\n`, "id: 2340929570\n", "pipe.SwitchMLIngress.pool_count", "id 0x8b87c021"},
+			{"counter unit", `unit: PACKETS`, "unit: BYTES", "pipe.SwitchMLIngress.stats", "unit PACKETS"},
+			{"param width", `(name: "pool_size"\n\s+)bitwidth: 32`, "${1}bitwidth: 16", "SwitchMLIngress.set_worker", "parameter pool_size is 32 bits"},
+			{"port metadata", `key_name: "ig_intr_md"`, `key_name: "ig_md"`, "", ""},
+		})
+	})
+}
