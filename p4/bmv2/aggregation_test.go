@@ -117,11 +117,7 @@ func newRig(t *testing.T) *rig {
 		vethPair(t, ifName("w", r), ifName("s", r))
 		bmPorts[uint32(r+1)] = ifName("s", r)
 	}
-	level := "info"
-	if l := os.Getenv("SWITCHML_BMV2_LOG_LEVEL"); l != "" {
-		level = l // trace shows every table, register and condition
-	}
-	sw := startSwitch(t, tools, bmPorts, level)
+	sw := startSwitch(t, tools, bmPorts, "info")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
 	t.Cleanup(cancel)

@@ -138,6 +138,9 @@ func startSwitch(t *testing.T, tools *p4tools.Tools, ports map[uint32]string, lo
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if l := os.Getenv("SWITCHML_BMV2_LOG_LEVEL"); l != "" {
+		logLevel = l // trace shows every table, register and condition
+	}
 	logFile := filepath.Join(t.TempDir(), "bmv2.log")
 	if d := os.Getenv("SWITCHML_BMV2_LOG_DIR"); d != "" {
 		logFile = filepath.Join(d, t.Name()+".log") // kept after the test
