@@ -51,19 +51,25 @@ const (
 
 var switchEP = endpoint{MAC: [6]byte{0x02, 0x53, 0x4d, 0x4c, 0x00, 0xfe}, Addr: netip.MustParseAddrPort("10.0.0.254:48864")}
 
-// workerEP is where rank r sends from.
-func workerEP(r int) endpoint {
+// numLanes is the number of lane sockets per rank the job has.
+const numLanes = 2
+
+// laneWorkerEP is where rank r's lane sends from.
+func laneWorkerEP(r, lane int) endpoint {
 	return endpoint{MAC: [6]byte{2, 0, 0, 0, 0, byte(r + 1)},
-		Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(r + 1)}), uint16(40000+r))}
+		Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(r + 1)}), uint16(40000+100*lane+r))}
 }
 
-// replyEP is where rank r's results go. It differs from workerEP in every
-// field, so that a reply the switch merely turned around (instead of
-// addressing it from reply_address) is caught.
-func replyEP(r int) endpoint {
-	return endpoint{MAC: [6]byte{2, 0, 0, 0, 1, byte(r + 1)},
-		Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 1, byte(r + 1)}), uint16(41000+r))}
+// laneReplyEP is where the results for rank r's lane go. It differs from
+// laneWorkerEP in every field, and across lanes, so that a reply the switch
+// merely turned around, or addressed for another lane, is caught.
+func laneReplyEP(r, lane int) endpoint {
+	return endpoint{MAC: [6]byte{2, 0, 0, 0, byte(1 + lane), byte(r + 1)},
+		Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, byte(1 + lane), byte(r + 1)}), uint16(41000+100*lane+r))}
 }
+
+func workerEP(r int) endpoint { return laneWorkerEP(r, 0) }
+func replyEP(r int) endpoint  { return laneReplyEP(r, 0) }
 
 // rig is BMv2 running the v1model program with one job installed, three
 // raw ports standing for the workers, and the Go model of the switch fed
@@ -140,17 +146,18 @@ func newRig(t *testing.T) *rig {
 	}
 	var replicas []pipeline.Replica
 	for r := 0; r < numRanks; r++ {
-		w := controller.WorkerEntry{Addr: workerEP(r).Addr, Job: testJobID, Rank: uint16(r), NumWorkers: numRanks,
-			MulticastGroup: testMgid, PoolBase: poolBase, PoolSize: poolSize}
-		rep := controller.ReplyEntry{Job: testJobID, Rank: uint16(r), MAC: replyEP(r).MAC, Addr: replyEP(r).Addr}
-		job.Workers = append(job.Workers, w)
-		job.Replies = append(job.Replies, rep)
+		for lane := 0; lane < numLanes; lane++ {
+			w := controller.WorkerEntry{Addr: laneWorkerEP(r, lane).Addr, Job: testJobID, Rank: uint16(r), NumWorkers: numRanks,
+				MulticastGroup: testMgid, Lane: uint8(lane), PoolBase: poolBase, PoolSize: poolSize}
+			rep := controller.ReplyEntry{Job: testJobID, Rank: uint16(r), Lane: uint8(lane), MAC: laneReplyEP(r, lane).MAC, Addr: laneReplyEP(r, lane).Addr}
+			job.Workers = append(job.Workers, w)
+			job.Replies = append(job.Replies, rep)
+			g.rankOf[rep.Addr] = r
+			must(t, g.model.InsertWorker(pipeline.WorkerKey{Addr: w.Addr}, pipeline.Worker{Job: w.Job, Rank: w.Rank,
+				NumWorkers: w.NumWorkers, MulticastGroup: w.MulticastGroup, Lane: w.Lane, PoolBase: w.PoolBase, PoolSize: w.PoolSize}))
+			must(t, g.model.InsertReply(pipeline.ReplyKey{Job: rep.Job, Rank: rep.Rank, Lane: rep.Lane}, pipeline.Reply{MAC: rep.MAC, Addr: rep.Addr}))
+		}
 		job.Replicas = append(job.Replicas, controller.Replica{Port: uint32(r + 1), Instance: uint16(r)})
-		g.rankOf[rep.Addr] = r
-
-		must(t, g.model.InsertWorker(pipeline.WorkerKey{Addr: w.Addr}, pipeline.Worker{Job: w.Job, Rank: w.Rank,
-			NumWorkers: w.NumWorkers, MulticastGroup: w.MulticastGroup, PoolBase: w.PoolBase, PoolSize: w.PoolSize}))
-		must(t, g.model.InsertReply(pipeline.ReplyKey{Job: rep.Job, Rank: rep.Rank}, pipeline.Reply{MAC: rep.MAC, Addr: rep.Addr}))
 		replicas = append(replicas, pipeline.Replica{EgressPort: uint32(r + 1), Instance: uint16(r)})
 	}
 	must(t, g.model.InsertMulticastGroup(testMgid, replicas))
@@ -202,7 +209,7 @@ type packet struct {
 	vals []int32
 
 	// For the checks of what the switch must refuse:
-	from *endpoint           // sender other than workerEP(rank)
+	from *endpoint           // sender other than workerEP(rank) (another lane, a stranger)
 	edit func([]byte) []byte // applied to the built frame
 	// bmv2Only: the Go model cannot see what edit changed (Ethernet, IPv4,
 	// UDP) or takes more than the v1model program; counter deltas are
@@ -443,6 +450,7 @@ func at(s []int64, i int) int64 {
 type use struct {
 	slot uint32
 	set  uint8
+	lane int // the ranks' lane sockets the use comes from and goes to
 	job  uint8
 	pid  uint32
 	exps [numRanks]int8
@@ -450,7 +458,8 @@ type use struct {
 }
 
 func (u *use) packet(r int) packet {
-	return packet{rank: r, vals: u.vals[r], hdr: wire.Header{
+	from := laneWorkerEP(r, u.lane)
+	return packet{rank: r, vals: u.vals[r], from: &from, hdr: wire.Header{
 		Format: wire.FormatCompat, Job: uint32(u.job), PacketID: u.pid, Set: u.set, Slot: u.slot,
 		Exp0: u.exps[r], Exp1: int8(3*r + 1), Elements: elements,
 	}}
@@ -475,7 +484,7 @@ func (u *use) result(to int, by packet) *result {
 	vals, exp := u.sum()
 	h := by.hdr
 	h.Exp0 = exp
-	return &result{Src: switchEP, Dst: replyEP(to), Hdr: h, Vals: vals}
+	return &result{Src: switchEP, Dst: laneReplyEP(to, u.lane), Hdr: h, Vals: vals}
 }
 
 // all is the multicast of a completed use answering packet by.
@@ -571,7 +580,7 @@ func TestAggregationOrders(t *testing.T) {
 	for _, c := range exponentCases {
 		for _, order := range permutations {
 			slot := slots[uses%len(slots)]
-			u := &use{slot: slot, set: nextSet[slot], job: uint8(uses * 37), pid: pid, exps: c.exps}
+			u := &use{slot: slot, set: nextSet[slot], lane: uses / len(slots) % numLanes, job: uint8(uses * 37), pid: pid, exps: c.exps}
 			nextSet[slot] ^= 1
 			pid += 0x10001
 			for r := range u.vals {
@@ -604,8 +613,8 @@ func TestAggregationOrders(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d uses (%d exponent cases x %d arrival orders) on slots %v, both sets: %d packets in %v",
-		uses, len(exponentCases), len(permutations), slots, g.sent, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d uses (%d exponent cases x %d arrival orders) on slots %v, both sets, %d lanes: %d packets in %v",
+		uses, len(exponentCases), len(permutations), slots, numLanes, g.sent, time.Since(start).Round(time.Millisecond))
 	if !checkerChecked {
 		t.Error("no use came out right, so the checker itself was not checked")
 	}
