@@ -900,7 +900,10 @@ control SwitchMLIngress(inout headers_t hdr,
             count = count - 1;
             int<8> exponent;
             pool_exponent.read(exponent, meta.idx);
-            if (hdr.exponents.exp0 > exponent) {
+            // Signed max, compared as unsigned with the sign bit flipped:
+            // BMv2 hands out a register's int<8> without sign extension
+            // (0xff reads as 255, not -1), so a signed > would be wrong.
+            if (((bit<8>)hdr.exponents.exp0 ^ 0x80) > ((bit<8>)exponent ^ 0x80)) {
                 exponent = hdr.exponents.exp0;
             }
             pool_exponent.write(meta.idx, exponent);
