@@ -14,4 +14,4 @@ func inNetNS(name string, fn func() error) error {
 	return errors.New("bmv2: network namespaces need Linux")
 }
 
-func sysProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
+func sysProcAttr() *syscall.SysProcAttr { return nil }
