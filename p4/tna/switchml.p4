@@ -2,15 +2,15 @@
 /*
  * SwitchML in-network aggregation for Tofino (TNA, bf-p4c).
  *
- * UNTESTED ON HARDWARE and never compiled in this repository's build
- * environment: it is checked only by the consistency test in p4/programs
- * (names, ids, widths, match kinds and sizes against
- * p4/tna/switchml.p4info.txtpb). Expect to adjust stage placement when
- * compiling it for the first time.
+ * Compiles with the open-source bf-p4c 9.13.4 for Tofino 1 to
+ * pipe/tofino.bin (p4/programs compiles it in its tests; command in
+ * p4/README.md). UNTESTED ON HARDWARE: no Tofino or model runs it here.
  *
  * Same protocol and wire format as p4/v1model/switchml.p4 and the software
- * switch (design.md sections 3 and 5), same table and action names. What
- * Tofino's limits change:
+ * switch (design.md sections 3 and 5), same table and action names. Its
+ * P4Info (switchml.p4info.txtpb) is exactly what bf-p4c writes.
+ *
+ * Design choices for Tofino's limits:
  *
  *  - A register entry is read and written once per pass, by one
  *    RegisterAction, in one stage. So:
@@ -29,10 +29,6 @@
  *    64 elements and returns the even ones, pass 2 reads the odd ones and
  *    sends the reply (multicast or unicast). Other contributions take one
  *    pass. Each register has at most 4 RegisterActions.
- *  - Pass 1 needs the bitmap (1 stage) before the countdown (1 stage)
- *    before the exponent and the 32 pair registers (4 stateful ALUs per
- *    stage): 12 stages are tight. If bf-p4c cannot place it, split the pair
- *    registers into two groups handled in two passes.
  *  - No variable shifts: the rank's bitmap bit comes from a constant
  *    (@hidden) table.
  *  - A counter is updated once per pass, so stats counts only each
@@ -42,6 +38,63 @@
  *  - Stale contributions (a new rank for a completed set) are detected by
  *    the countdown, after the bitmap update: their values are not added,
  *    but the bitmaps are updated as for any packet.
+ *
+ * What bf-p4c required on top of that, and why (each was a compile error):
+ *
+ *  - Stages. Ingress placement: stage 0 workers (and the pool index hash),
+ *    1 rank_mask, drop_simulator and derived values, 2 the bitmap, 3 the
+ *    countdown and the exponent, 4..11 the 32 pair registers, four per
+ *    stage (Tofino 1 has 12 stages of 4 stateful ALUs). To fit, the
+ *    exponent's access is chosen by seen/fresh alone and sits beside the
+ *    countdown: a stale duplicate then takes the max once more, which
+ *    changes nothing (it carries an exponent already in the max); the sums
+ *    still wait for the countdown. Each pair register has one @hidden table
+ *    keyed on (op, count_old) that picks write, add, read of the first or
+ *    of the second element (pass 2); a verdict table (next_step) on
+ *    (op, count_old, num_workers) replaces the if-chains, which made
+ *    several logical tables per register and a dependence chain of about
+ *    100 stages.
+ *  - seen = (bitmap before) & mask is computed in the action that accesses
+ *    the bitmap, from the stateful ALU's output; the three fields are
+ *    pinned to whole 32-bit containers (@pa_container_size), or the ALU
+ *    instruction is impossible.
+ *  - The partition check: Tofino cannot subtract action data from a field
+ *    (slot - pool_base), and gateways compare a field with constants only.
+ *    set_worker computes neg_rel = pool_base - slot (action data as the
+ *    minuend), then room = pool_size + neg_rel; the packet is in its
+ *    partition when neg_rel <= 0 and room > 0 as signed 32-bit numbers,
+ *    which is the v1model check while pool_base and pool_size are below
+ *    2^31 (the controller uses at most 8192).
+ *  - rank < 32 and 1 <= num_workers <= 32 are bit tests (rank[15:5] == 0,
+ *    (num_workers - 1)[15:5] == 0); a simulated drop (random < rate, two
+ *    fields) is rate |-| random != 0, a saturating subtraction, in ingress
+ *    and egress. Values that conditions test are computed in @hidden
+ *    actions of their own, or the midend folds the arithmetic back into
+ *    the condition ("condition expression too complex").
+ *  - The header's 14-bit slot is split into slot_hi (bit 13, must be 0)
+ *    and a 13-bit slot, and the parser copies the slot into a 32-bit
+ *    metadata field for the arithmetic: a sliced 14-bit header field that
+ *    is also an ALU operand made an impossible PHV slice list.
+ *  - The pool index idx = set*8192 + slot comes from an identity Hash of
+ *    {set, slot}, in both passes; pass 2 finds set and slot in the SwitchML
+ *    header, which pass 1 leaves as it came. Carrying idx in the
+ *    recirculation header needed a header write from three sources, which
+ *    one ALU instruction cannot do.
+ *  - num_workers - 1 for the countdown is computed in ingress metadata
+ *    (action data minus a constant has no PHV operand).
+ *  - Registers and the counter carry no @id: bf-p4c ignores it on TNA
+ *    externs and gives them ids of its own. Tables and actions keep their
+ *    @id (honoured in the P4Info); the backend still warns "Unknown
+ *    annotation: id" once for them.
+ *
+ * Not done: a per-slot job tag that would make a job starting on a slot
+ * partition find it idle without control-plane register writes (which
+ * bf_switchd's P4Runtime server does not implement). The tag's stateful
+ * access would have to precede the bitmap (stage 1) but may only happen
+ * for packets that pass the partition and drop-simulator checks, whose
+ * inputs exist only from stage 2; placing it in stage 2 pushes the bitmap,
+ * the countdown and the 32 pair registers to stages 3..12, one more than
+ * Tofino 1 has.
  *
  * Not implemented here (software switch only): the extended header, other
  * element counts, the job/packet-id mismatch check, drop_no_group,
