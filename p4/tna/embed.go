@@ -4,7 +4,9 @@ package tna
 
 import _ "embed"
 
-// P4InfoText is switchml.p4info.txtpb, the P4Info (text format) of switchml.p4.
+// P4InfoText is switchml.p4info.txtpb, the P4Info (text format) bf-p4c
+// writes for switchml.p4. Its Tofino extension messages parse because this
+// package registers their types (barefoot.go).
 //
 //go:embed switchml.p4info.txtpb
 var P4InfoText []byte
