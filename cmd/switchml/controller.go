@@ -9,6 +9,7 @@ import (
 	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
 	"google.golang.org/protobuf/encoding/prototext"
 
+	"github.com/switchml/switchml-go/p4/bmv2"
 	"github.com/switchml/switchml-go/p4/controller"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/tna"
@@ -63,6 +64,7 @@ func runController(ctx context.Context, args []string) error {
 	maxElements := fs.Int("max-elements", controller.DefaultSoftswitchMaxElements, "softswitch: its --max-elements, the largest packet it takes")
 	fs.Float64Var(&cfg.IngressLoss, "simulate-loss-in", 0, "bmv2, tofino: fraction of contributions the switch drops on arrival (tests loss recovery)")
 	fs.Float64Var(&cfg.EgressLoss, "simulate-loss-out", 0, "bmv2, tofino: fraction of result copies the switch drops on departure (tests loss recovery)")
+	thrift := fs.String("bmv2-thrift", "", "bmv2: address of BMv2's Thrift runtime server, through which the pool's registers are reset (its P4Runtime server writes no registers; default: the target's host, port 9090)")
 	fs.DurationVar(&cfg.ConnectTimeout, "connect-timeout", 0, "how long to wait for the target at start (default 30s)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := parseFlags(fs, args); err != nil {
@@ -93,6 +95,19 @@ func runController(ctx context.Context, args []string) error {
 	case cfg.Switch.P4():
 		return fmt.Errorf("--target-kind %s needs --port-map FILE: one \"WORKER-IP PORT\" line per worker host (a P4 switch cannot learn which port reaches a worker)", *kind)
 	}
+	if *kind == controller.KindBMv2 {
+		addr := *thrift
+		if addr == "" {
+			host, _, err := net.SplitHostPort(cfg.Target)
+			if err != nil {
+				return fmt.Errorf("bad --target %q: %v", cfg.Target, err)
+			}
+			addr = net.JoinHostPort(host, "9090")
+		}
+		cfg.Registers = thriftRegisters(addr)
+	} else if *thrift != "" {
+		return fmt.Errorf("--bmv2-thrift is for --target-kind bmv2")
+	}
 	if *switchMAC != "" {
 		if cfg.SwitchMAC, err = net.ParseMAC(*switchMAC); err != nil || len(cfg.SwitchMAC) != 6 {
 			return fmt.Errorf("bad --switch-mac %q: want an Ethernet address such as 02:53:4d:4c:00:fe", *switchMAC)
@@ -110,4 +125,18 @@ func runController(ctx context.Context, args []string) error {
 		log.Info("controller ready", "jobs", addr.String(), "target", cfg.Target, "kind", *kind)
 	}
 	return controller.Run(ctx, cfg)
+}
+
+// thriftRegisters writes BMv2 registers through its Thrift server, on a
+// fresh connection per call: pool resets are rare, and a connection kept
+// open across hours would have to survive the switch restarting.
+type thriftRegisters string
+
+func (a thriftRegisters) RegisterWriteRange(ctx context.Context, name string, first, end int, value uint64) error {
+	th, err := bmv2.DialThrift(ctx, string(a))
+	if err != nil {
+		return fmt.Errorf("%w (is BMv2's Thrift server at %s? see --bmv2-thrift)", err, string(a))
+	}
+	defer th.Close()
+	return th.RegisterWriteRange(ctx, name, first, end, value)
 }

@@ -118,7 +118,9 @@ func startFabric(t *testing.T, prefix []string, host string, switchArgs ...strin
 type jobSpec struct {
 	name, dtype              string
 	workers, elements, iters int
-	lanes, window, pe        int
+	lanes, window            int
+	pe                       int      // values per packet; 0: 64, -1: the switch's choice
+	bind                     []string // --bind per rank, if set
 	extra                    []string
 }
 
@@ -142,8 +144,13 @@ func runJob(t *testing.T, f fabric, prefixes func(rank int) []string, js jobSpec
 		}
 		args := []string{"allreduce", "--controller", f.controller, "--job", js.name, "--rank", fmt.Sprint(r),
 			"--workers", fmt.Sprint(js.workers), "--elements", fmt.Sprint(js.elements), "--dtype", js.dtype,
-			"--iters", fmt.Sprint(js.iters), "--lanes", fmt.Sprint(js.lanes), "--window", fmt.Sprint(js.window),
-			"--packet-elements", fmt.Sprint(js.pe), "--json"}
+			"--iters", fmt.Sprint(js.iters), "--lanes", fmt.Sprint(js.lanes), "--window", fmt.Sprint(js.window), "--json"}
+		if js.pe > 0 {
+			args = append(args, "--packet-elements", fmt.Sprint(js.pe))
+		}
+		if js.bind != nil {
+			args = append(args, "--bind", js.bind[r])
+		}
 		ps[r] = spawn(t, prefix, append(args, js.extra...)...)
 	}
 	reps := make([]allreduceReport, js.workers)

@@ -25,12 +25,14 @@ func genInt32(seed uint64, rank, i int) int32 {
 	return int32(elementHash(seed, rank, i)%2001) - 1000
 }
 
-// genFloat32 gives values in (-2^m, 2^m) where the magnitude m changes every
-// 4096 elements, so blocks exercise different exponents.
+// genFloat32 gives values in (-2^m, 2^m), m from -8 to 7, where m changes
+// every 512 elements and differs from rank to rank, so that blocks carry
+// exponents that are mostly negative, as gradients' are, and differ across
+// the ranks adding them.
 func genFloat32(seed uint64, rank, i int) float32 {
 	h := elementHash(seed, rank, i)
 	u := float32(int64(h>>40) - (1 << 23)) // exact: 24 bits
-	return u * magnitudes[(i/4096)%16]
+	return u * magnitudes[(i/512+5*rank)%16]
 }
 
 // magnitudes[m] is 2^(m-8-23): the scale of a 24-bit integer to (-2^(m-8), 2^(m-8)).

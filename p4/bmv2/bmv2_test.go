@@ -289,6 +289,7 @@ func TestControllerResetPool(t *testing.T) {
 		}
 	}
 
+	cl.SetRegisterBackend(th)
 	if err := cl.ResetPool(ctx, base, size, slots); err != nil {
 		t.Errorf("controller.ResetPool on BMv2: %.200v\n"+
 			"BMv2's P4Runtime server implements no register reads or writes (it answers UNIMPLEMENTED; p4lang/PI issue 376), "+

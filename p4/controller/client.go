@@ -55,6 +55,7 @@ type Client struct {
 	primary   bool
 	streamErr error
 	ids       p4info.IDs // of the pipeline this client pushed or adopted
+	regs      RegisterBackend
 }
 
 // ErrNotPrimary is returned by Dial's caller checks and helpers that need to

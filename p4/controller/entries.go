@@ -212,17 +212,51 @@ func ignoreNotFound(err error) error {
 	return nil
 }
 
+// RegisterBackend writes registers where the target's P4Runtime server
+// cannot: BMv2's P4Runtime server implements no register access, its Thrift
+// runtime server does (p4/bmv2.Thrift satisfies this).
+type RegisterBackend interface {
+	// RegisterWriteRange sets cells [first, end) of the register array
+	// with the given fully qualified name.
+	RegisterWriteRange(ctx context.Context, name string, first, end int, value uint64) error
+}
+
+// SetRegisterBackend makes ResetPool write through rb instead of P4Runtime.
+func (c *Client) SetRegisterBackend(rb RegisterBackend) {
+	c.mu.Lock()
+	c.regs = rb
+	c.mu.Unlock()
+}
+
 // ResetPool zeroes the worker bitmap and countdown of both sets of slots
 // [base, base+size) on a switch with the given number of slots (register
 // index set*slots + slot), so that a job starting there finds them idle.
 // Values and exponents need no reset: the first contribution overwrites them.
 // Where the program keeps a slot's two bitmaps in one pair register (TNA),
-// that register is written, once per slot.
+// that register is written, once per slot. With a RegisterBackend the writes
+// go through it, a range per register and set.
 func (c *Client) ResetPool(ctx context.Context, base, size, slots int) error {
 	if base < 0 || size < 0 || base+size > slots {
 		return fmt.Errorf("controller: pool reset [%d, %d) outside the switch's %d slots", base, base+size, slots)
 	}
 	ids := c.IDs()
+	c.mu.Lock()
+	rb := c.regs
+	c.mu.Unlock()
+	if rb != nil {
+		if ids.RegisterPoolBitmap == 0 {
+			return fmt.Errorf("controller: pool reset through the register backend needs register %s", p4info.RegisterPoolBitmap)
+		}
+		for set := 0; set < 2; set++ {
+			first := set*slots + base
+			for _, name := range []string{p4info.RegisterPoolBitmap, p4info.RegisterPoolCount} {
+				if err := rb.RegisterWriteRange(ctx, name, first, first+size, 0); err != nil {
+					return fmt.Errorf("reset pool: %w", err)
+				}
+			}
+		}
+		return nil
+	}
 	ups := make([]*p4v1.Update, 0, writeBatch)
 	add := func(u *p4v1.Update) error {
 		ups = append(ups, u)
@@ -379,10 +413,15 @@ func (c *Client) ReadCounters(ctx context.Context) ([]int64, error) {
 	return out, nil
 }
 
-// ResetCounters zeroes every stats counter.
+// ResetCounters zeroes every stats counter, one write per index (BMv2's
+// P4Runtime server refuses a wildcard write to an indirect counter).
 func (c *Client) ResetCounters(ctx context.Context) error {
-	return c.Write(ctx, &p4v1.Update{Type: p4v1.Update_MODIFY, Entity: &p4v1.Entity{Entity: &p4v1.Entity_CounterEntry{CounterEntry: &p4v1.CounterEntry{
-		CounterId: c.IDs().CounterStats, Data: &p4v1.CounterData{}}}}})
+	ups := make([]*p4v1.Update, p4info.StatsSize)
+	for i := range ups {
+		ups[i] = &p4v1.Update{Type: p4v1.Update_MODIFY, Entity: &p4v1.Entity{Entity: &p4v1.Entity_CounterEntry{CounterEntry: &p4v1.CounterEntry{
+			CounterId: c.IDs().CounterStats, Index: &p4v1.Index{Index: int64(i)}, Data: &p4v1.CounterData{}}}}}
+	}
+	return c.Write(ctx, ups...)
 }
 
 func matchValues(te *p4v1.TableEntry) map[uint32]uint64 {

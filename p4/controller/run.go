@@ -53,6 +53,9 @@ type Config struct {
 	// drop_simulator table drop these fractions of contributions and of
 	// result copies (loss-recovery tests on a switch without faulty links).
 	IngressLoss, EgressLoss float64
+	// Registers, if set, writes the registers the P4Runtime server cannot
+	// (BMv2's Thrift server; see RegisterBackend).
+	Registers RegisterBackend
 	// ConnectTimeout bounds the wait for the switch at start (default 30s).
 	ConnectTimeout time.Duration
 	Logger         *slog.Logger
@@ -116,6 +119,9 @@ func Run(ctx context.Context, cfg Config) error {
 		if err := cl.UseP4Info(cfg.P4Info); err != nil {
 			return err
 		}
+	}
+	if cfg.Registers != nil {
+		cl.SetRegisterBackend(cfg.Registers)
 	}
 	if err := setupProgram(ctx, cl, cfg, dp); err != nil {
 		return err

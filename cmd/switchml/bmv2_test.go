@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchml/switchml-go/p4/bmv2"
+	"github.com/switchml/switchml-go/p4/p4tools"
+)
+
+// bmv2Rack is BMv2 running the v1model SwitchML program, with one port per
+// worker host: namespace sw holds BMv2, the controller and a management
+// bridge; each worker namespace has eth0 (data, cabled to a BMv2 port) and
+// mgmt0 (to the bridge, for the controller's job service).
+type bmv2Rack struct {
+	tag, sw    string
+	workers    int
+	tools      *p4tools.Tools
+	json       string
+	portMap    string
+	controller string // job service address
+}
+
+const (
+	bmv2SwitchIP  = "10.78.0.254"
+	bmv2SwitchMAC = "02:53:4d:4c:00:fe"
+)
+
+func (r *bmv2Rack) workerNS(rank int) string { return fmt.Sprintf("%sw%d", r.tag, rank) }
+func (r *bmv2Rack) dataIP(rank int) string   { return fmt.Sprintf("10.78.0.%d", 10+rank) }
+
+// newBMv2Rack builds the namespaces and starts BMv2 with the compiled
+// program's JSON (not yet pushed: the controller pushes it).
+func newBMv2Rack(t *testing.T, workers int) *bmv2Rack {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts BMv2 and processes; skipped in -short")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces (run the tests as root)")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("needs iproute2's ip command: apt-get install iproute2")
+	}
+	tools := p4tools.ForTest(t)
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	jsonPath, _, err := bmv2.Compile(ctx, tools, filepath.Join("..", "..", "p4", "v1model", "switchml.p4"), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &bmv2Rack{tag: fmt.Sprintf("smb%d", os.Getpid()%100000), workers: workers, tools: tools, json: jsonPath}
+	r.sw = r.tag + "s"
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	t.Cleanup(func() {
+		for w := 0; w < workers; w++ {
+			exec.Command("ip", "netns", "del", r.workerNS(w)).Run()
+		}
+		exec.Command("ip", "netns", "del", r.sw).Run()
+	})
+	run("ip", "netns", "add", r.sw)
+	run("ip", "-n", r.sw, "link", "set", "lo", "up")
+	run("ip", "-n", r.sw, "link", "add", "br0", "type", "bridge")
+	run("ip", "-n", r.sw, "addr", "add", "10.79.0.1/24", "dev", "br0")
+	run("ip", "-n", r.sw, "link", "set", "br0", "up")
+	var portMap strings.Builder
+	ports := map[uint32]string{}
+	for w := 0; w < workers; w++ {
+		ns := r.workerNS(w)
+		run("ip", "netns", "add", ns)
+		run("ip", "-n", ns, "link", "set", "lo", "up")
+		// Data: eth0 <-> dN, BMv2 port w+1.
+		run("ip", "link", "add", fmt.Sprintf("%sd%d", r.tag, w), "netns", ns, "type", "veth", "peer", "name", fmt.Sprintf("d%d", w), "netns", r.sw)
+		run("ip", "-n", ns, "link", "set", fmt.Sprintf("%sd%d", r.tag, w), "name", "eth0")
+		run("ip", "-n", ns, "addr", "add", r.dataIP(w)+"/24", "dev", "eth0")
+		run("ip", "-n", ns, "link", "set", "eth0", "up")
+		run("ip", "-n", r.sw, "link", "set", fmt.Sprintf("d%d", w), "up")
+		// A software switch on veth sees what the sender's kernel hands the
+		// link: let the kernel cut segmentation-offloaded runs into
+		// datagrams, as a NIC would on the wire.
+		run("ip", "netns", "exec", ns, "ethtool", "-K", "eth0", "tx-udp-segmentation", "off", "tx", "off")
+		// Management: mgmt0 <-> mN on the bridge.
+		run("ip", "link", "add", fmt.Sprintf("%sm%d", r.tag, w), "netns", ns, "type", "veth", "peer", "name", fmt.Sprintf("m%d", w), "netns", r.sw)
+		run("ip", "-n", ns, "link", "set", fmt.Sprintf("%sm%d", r.tag, w), "name", "mgmt0")
+		run("ip", "-n", ns, "addr", "add", fmt.Sprintf("10.79.0.%d/24", 10+w), "dev", "mgmt0")
+		run("ip", "-n", ns, "link", "set", "mgmt0", "up")
+		run("ip", "-n", r.sw, "link", "set", fmt.Sprintf("m%d", w), "master", "br0")
+		run("ip", "-n", r.sw, "link", "set", fmt.Sprintf("m%d", w), "up")
+		ports[uint32(w+1)] = fmt.Sprintf("d%d", w)
+		fmt.Fprintf(&portMap, "%s %d\n", r.dataIP(w), w+1)
+	}
+	r.portMap = filepath.Join(dir, "ports.txt")
+	if err := os.WriteFile(r.portMap, []byte(portMap.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
+	defer scancel()
+	sw, err := bmv2.Start(sctx, tools, bmv2.Options{Ports: ports, GRPCAddr: "127.0.0.1:9559", ThriftPort: 9090, NetNS: r.sw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sw.Stop()
+		if t.Failed() {
+			t.Logf("simple_switch_grpc output:\n%s", sw.Output())
+		}
+	})
+	r.controller = "10.79.0.1:50051"
+	return r
+}
+
+// startController runs `switchml controller` for BMv2 in the switch's
+// namespace with extra flags, and waits until it serves.
+func (r *bmv2Rack) startController(t *testing.T, extra ...string) *proc {
+	t.Helper()
+	args := append([]string{"controller", "--target", "127.0.0.1:9559", "--target-kind", "bmv2",
+		"--device-config", r.json, "--port-map", r.portMap, "--switch-mac", bmv2SwitchMAC,
+		"--dataplane", bmv2SwitchIP + ":48864", "--listen", r.controller}, extra...)
+	p := spawn(t, []string{"ip", "netns", "exec", r.sw}, args...)
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(p.stderr.String(), "controller ready") {
+		select {
+		case <-p.done:
+			t.Fatalf("controller exited: %v\n%s", p.err, p.stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("controller not ready within a minute:\n%s", p.stderr.String())
+		}
+	}
+	return p
+}
+
+func (r *bmv2Rack) stopController(t *testing.T, p *proc) {
+	t.Helper()
+	p.cmd.Process.Signal(os.Interrupt)
+	p.wait(t, 10*time.Second)
+}
+
+// job runs one job's ranks, one per worker namespace, bound to the data
+// interface, and checks every rank's verified result.
+func (r *bmv2Rack) job(t *testing.T, js jobSpec) []allreduceReport {
+	t.Helper()
+	js.workers = r.workers
+	prefixes := func(rank int) []string { return []string{"ip", "netns", "exec", r.workerNS(rank)} }
+	binds := make([]string, r.workers)
+	for w := range binds {
+		binds[w] = r.dataIP(w)
+	}
+	js.bind = binds
+	return runJob(t, fabric{controller: r.controller}, prefixes, js)
+}
+
+// TestBMv2 runs SwitchML jobs through BMv2 executing the compiled v1model
+// program, programmed by `switchml controller --target-kind bmv2`: three
+// worker hosts, each its own namespace cabled to a BMv2 port.
+func TestBMv2(t *testing.T) {
+	r := newBMv2Rack(t, 3)
+	// BMv2 forwards thousands of packets a second and its queues are
+	// short: a small window, and a timeout above its round trip.
+	slow := []string{"--timeout", "40ms", "--give-up", "60s"}
+	ctl := r.startController(t)
+	t.Run("int32", func(t *testing.T) {
+		r.job(t, jobSpec{name: "bmv2-int32", dtype: "int32", elements: 12_000, iters: 2, lanes: 2, window: 8, pe: 64, extra: slow})
+	})
+	t.Run("float32", func(t *testing.T) {
+		// 512-element runs of magnitude 2^-8..2^7 that differ by rank:
+		// exponents mostly negative and different across the ranks of a
+		// block.
+		// No --packet-elements: the workers take what the controller
+		// describes.
+		reps := r.job(t, jobSpec{name: "bmv2-float32", dtype: "float32", elements: 16_384, iters: 2, lanes: 2, window: 8, pe: -1, extra: slow})
+		for _, rep := range reps {
+			if rep.PacketElements != 64 {
+				t.Errorf("rank %d chose %d values per packet, want the 64 the controller described", rep.Rank, rep.PacketElements)
+			}
+		}
+	})
+	t.Run("two-jobs", func(t *testing.T) {
+		// Parallel subtests: both jobs run at once on the same switch.
+		for _, js := range []jobSpec{
+			{name: "bmv2-a", dtype: "int32", elements: 6_000, iters: 2, lanes: 1, window: 8, extra: append([]string{"--seed", "3"}, slow...)},
+			{name: "bmv2-b", dtype: "float32", elements: 6_000, iters: 2, lanes: 2, window: 4, extra: append([]string{"--seed", "4"}, slow...)},
+		} {
+			t.Run(js.name, func(t *testing.T) {
+				t.Parallel()
+				r.job(t, js)
+			})
+		}
+	})
+	r.stopController(t, ctl)
+
+	t.Run("loss", func(t *testing.T) {
+		// The program's drop_simulator drops 2% of contributions on
+		// arrival and 2% of result copies on departure.
+		ctl := r.startController(t, "--simulate-loss-in", "0.02", "--simulate-loss-out", "0.02")
+		defer r.stopController(t, ctl)
+		for _, dtype := range []string{"int32", "float32"} {
+			reps := r.job(t, jobSpec{name: "bmv2-loss-" + dtype, dtype: dtype, elements: 8_000, iters: 2, lanes: 2, window: 8, pe: 64, extra: slow})
+			var retx uint64
+			for _, rep := range reps {
+				retx += rep.Retransmits
+			}
+			if retx == 0 {
+				t.Errorf("%s: no retransmissions under 2%% loss each way: the switch dropped nothing", dtype)
+			}
+			t.Logf("%s under loss: %d retransmissions across %d workers", dtype, retx, len(reps))
+		}
+	})
+}
