@@ -136,8 +136,11 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 			return fail(s.rpcError("describe the switch", err))
 		default:
 			cfg.PacketElements = choosePacketElements(d.GetPacketElements(), d.GetMaxExtendedElements(), cfg.Extended)
+			if cfg.PacketElements == 0 && cfg.Extended {
+				return fail(fmt.Errorf("%w: the %s switch takes only the compatible header: join without Extended (--extended)", ErrJobMismatch, d.GetTargetKind()))
+			}
 			if cfg.PacketElements == 0 {
-				return fail(fmt.Errorf("switchml: the %s switch takes no packet size with this header (extended: %v)", d.GetTargetKind(), cfg.Extended))
+				return fail(fmt.Errorf("%w: the %s switch describes no packet size for the compatible header", ErrJobMismatch, d.GetTargetKind()))
 			}
 		}
 		s.cfg.PacketElements = cfg.PacketElements

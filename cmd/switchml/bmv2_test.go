@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -11,7 +12,9 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/p4/bmv2"
+	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/p4tools"
+	"github.com/switchml/switchml-go/p4/v1model"
 )
 
 // bmv2Rack is BMv2 running the v1model SwitchML program, with one port per
@@ -171,7 +174,9 @@ func TestBMv2(t *testing.T) {
 	// BMv2 forwards thousands of packets a second and its queues are
 	// short: a small window, and a timeout above its round trip.
 	slow := []string{"--timeout", "40ms", "--give-up", "60s"}
+	t.Run("bad-input", func(t *testing.T) { r.badInput(t) })
 	ctl := r.startController(t)
+	t.Run("refused-workers", func(t *testing.T) { r.refusedWorkers(t) })
 	t.Run("int32", func(t *testing.T) {
 		r.job(t, jobSpec{name: "bmv2-int32", dtype: "int32", elements: 12_000, iters: 2, lanes: 2, window: 8, pe: 64, extra: slow})
 	})
@@ -219,4 +224,67 @@ func TestBMv2(t *testing.T) {
 			t.Logf("%s under loss: %d retransmissions across %d workers", dtype, retx, len(reps))
 		}
 	})
+}
+
+// badInput: a controller given what BMv2 cannot run exits with an error that
+// names the problem, before serving any worker.
+func (r *bmv2Rack) badInput(t *testing.T) {
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage.json")
+	if err := os.WriteFile(garbage, []byte(`{"this is": "not a BMv2 program"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mainInfo := filepath.Join(dir, "main.p4info.txtpb")
+	if err := os.WriteFile(mainInfo, p4info.Text(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	renamed := filepath.Join(dir, "renamed.p4info.txtpb")
+	if err := os.WriteFile(renamed, bytes.ReplaceAll(v1model.P4InfoText, []byte(`"SwitchMLEgress.reply_address"`), []byte(`"SwitchMLEgress.reply_to"`)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"device config that is no BMv2 program", []string{"--device-config", garbage}, "not a BMv2 JSON program"},
+		{"P4Info of another program", []string{"--p4info", mainInfo}, "the P4Info does not match the program"},
+		{"P4Info without the controller's table", []string{"--p4info", renamed}, "SwitchMLEgress.reply_address is not in the P4Info"},
+		{"wrong target kind", []string{"--target-kind", "softswitch"}, "the software switch runs no compiled program"},
+		{"no port map", []string{"--port-map", ""}, "needs --port-map"},
+	} {
+		args := append([]string{"controller", "--target", "127.0.0.1:9559", "--target-kind", "bmv2",
+			"--device-config", r.json, "--port-map", r.portMap, "--listen", r.controller, "--connect-timeout", "20s"}, c.args...)
+		p := spawn(t, []string{"ip", "netns", "exec", r.sw}, args...)
+		err := p.wait(t, time.Minute)
+		if err == nil || !strings.Contains(p.stderr.String(), c.want) {
+			t.Errorf("%s: exit %v, stderr:\n%s\nwant a failure naming %q", c.name, err, p.stderr.String(), c.want)
+		}
+		if strings.Contains(p.stderr.String(), "controller ready") {
+			t.Errorf("%s: the controller served workers", c.name)
+		}
+	}
+}
+
+// refusedWorkers: a worker the switch cannot serve fails at join with an
+// error that says why, instead of timing out.
+func (r *bmv2Rack) refusedWorkers(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"packet size", []string{"--bind", r.dataIP(0), "--packet-elements", "256"}, "the bmv2 switch aggregates 64 with the compatible header"},
+		{"extended header", []string{"--bind", r.dataIP(0), "--extended"}, "takes only the compatible header"},
+		// The management address is not cabled to the switch.
+		{"address not in the port map", []string{"--bind", "10.79.0.10"}, "10.79.0.10 is not in the controller's port map"},
+	} {
+		args := append([]string{"allreduce", "--controller", r.controller, "--job", "refused", "--rank", "0", "--workers", "1",
+			"--elements", "64", "--join-timeout", "30s"}, c.args...)
+		p := spawn(t, []string{"ip", "netns", "exec", r.workerNS(0)}, args...)
+		err := p.wait(t, time.Minute)
+		if err == nil || !strings.Contains(p.stderr.String(), c.want) {
+			t.Errorf("%s: exit %v, stderr:\n%s\nwant a failure naming %q", c.name, err, p.stderr.String(), c.want)
+		}
+	}
 }

@@ -121,6 +121,15 @@ func runController(ctx context.Context, args []string) error {
 	case *kind != "softswitch" && !cfg.SkipPipeline:
 		return fmt.Errorf("--target-kind %s needs --device-config (the compiled program: see p4/README.md) or --skip-pipeline", *kind)
 	}
+	switch {
+	case *kind == controller.KindSoftswitch && len(cfg.DeviceConfig) > 0:
+		return fmt.Errorf("--device-config is for bmv2 and tofino targets: the software switch runs no compiled program (is --target-kind right?)")
+	case *kind == controller.KindBMv2 && len(cfg.DeviceConfig) > 0:
+		// BMv2 aborts on some programs it cannot load; refuse them here.
+		if err := bmv2.CheckProgram(cfg.DeviceConfig, cfg.P4Info); err != nil {
+			return fmt.Errorf("--device-config %s with the P4Info: %w", *deviceConfig, err)
+		}
+	}
 	cfg.Ready = func(addr net.Addr) {
 		log.Info("controller ready", "jobs", addr.String(), "target", cfg.Target, "kind", *kind)
 	}
