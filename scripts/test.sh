@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v ip >/dev/null || need_apt+=(iproute2)
+command -v ethtool >/dev/null || need_apt+=(ethtool) # the BMv2 test turns off segmentation offload on its veth ports
 command -v protoc >/dev/null || true # generated code is checked in; protoc is only for regeneration
 if [[ ${#need_apt[@]} -gt 0 ]]; then
 	if [[ $(id -u) -eq 0 ]]; then
@@ -15,6 +16,18 @@ if [[ ${#need_apt[@]} -gt 0 ]]; then
 	else
 		echo "test.sh: missing ${need_apt[*]} (not root, cannot install); tests that need them will skip" >&2
 	fi
+fi
+
+# The P4 toolchain (p4c, BMv2, bf-p4c) sits beside the checkout in
+# shared/tools/p4; its env.sh installs the Debian libraries it runs on. The
+# tests prepare a runnable copy themselves (p4/p4tools) and skip the
+# compiler and BMv2 tests, saying so, only where the toolchain is absent.
+p4tools="${SWITCHML_P4_TOOLS:-$(cd .. && pwd)/shared/tools/p4}"
+if [[ -f "$p4tools/env.sh" ]]; then
+	echo "== P4 toolchain at $p4tools: installing its runtime libraries where missing"
+	(source "$p4tools/env.sh" >&2)
+else
+	echo "== no P4 toolchain at $p4tools: the compiler and BMv2 tests will skip"
 fi
 
 echo "== go vet ./..."
