@@ -42,11 +42,32 @@ func TestMain(m *testing.M) {
 
 type proc struct {
 	cmd    *exec.Cmd
-	stdout bytes.Buffer
-	stderr bytes.Buffer
+	stdout lockedBuffer
+	stderr lockedBuffer
 	done   chan struct{}
 	err    error
 }
+
+// lockedBuffer is a bytes.Buffer that a test may read while the process
+// still writes to it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) Bytes() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]byte(nil), l.b.Bytes()...)
+}
+
+func (l *lockedBuffer) String() string { return string(l.Bytes()) }
 
 // spawn starts the binary with args (prefix, e.g. "ip netns exec ns", goes
 // first) and stops it when the test ends.
