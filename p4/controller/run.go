@@ -112,7 +112,7 @@ func Run(ctx context.Context, cfg Config) error {
 		err := cl.SetPipeline(pctx, cfg.P4Info, cfg.DeviceConfig, 0)
 		cancel()
 		if err != nil {
-			return err
+			return fmt.Errorf("%w (does %s run a %s switch, and is the device config the program compiled for it?)", err, cfg.Target, cfg.Switch.Kind)
 		}
 	}
 	if cfg.SkipPipeline && cfg.P4Info != nil {
