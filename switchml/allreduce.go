@@ -2,6 +2,7 @@ package switchml
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"gorgonia.org/tensor"
@@ -194,7 +195,7 @@ func (s *Session) execute(h *Handle) error {
 		op := h.op.Slice(r)
 		op.Seq = seq
 		active++
-		go func(l *laneDriver) { errs <- l.run(h.ctx, s.quit, op, s.cfg.GiveUp) }(s.lanes[i])
+		go func(l *laneDriver) { errs <- l.run(h.ctx, s.quit, s.aborted, op, s.cfg.GiveUp) }(s.lanes[i])
 	}
 	var first error
 	for i := 0; i < active; i++ {
@@ -213,9 +214,16 @@ func (s *Session) execute(h *Handle) error {
 		s.stats.RTT, s.stats.Timeout = max(s.stats.RTT, rtt), max(s.stats.Timeout, rto)
 	}
 	if first != nil {
+		if errors.Is(first, errAborted) {
+			return s.broken
+		}
 		// Some lane stopped mid-op: its slots are out of step with the
-		// other workers, so no later call can be correct.
-		s.broken = fmt.Errorf("switchml: session unusable after a failed allreduce (close it and join again): %w", first)
+		// other workers, so no later call can be correct; the others
+		// learn it through the controller.
+		if s.broken == nil {
+			s.broken = fmt.Errorf("switchml: session unusable after a failed allreduce (close it and join again): %w", first)
+			go s.reportFailure(first)
+		}
 		return first
 	}
 	s.stats.AllReduces++

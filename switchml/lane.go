@@ -45,7 +45,10 @@ func (l *laneDriver) now() time.Duration { return time.Since(l.epoch) }
 //
 // An op abandoned by cancellation leaves the lane mid-op, out of step with
 // the other workers; the session then refuses further calls.
-func (l *laneDriver) run(ctx context.Context, quit <-chan struct{}, op engine.Op, giveUp time.Duration) error {
+// errAborted stops a lane whose session the controller ended.
+var errAborted = errors.New("switchml: session aborted")
+
+func (l *laneDriver) run(ctx context.Context, quit, aborted <-chan struct{}, op engine.Op, giveUp time.Duration) error {
 	if err := l.eng.Start(op, l.now()); err != nil {
 		return err
 	}
@@ -56,6 +59,8 @@ func (l *laneDriver) run(ctx context.Context, quit <-chan struct{}, op engine.Op
 			return ctx.Err()
 		case <-quit:
 			return ErrClosed
+		case <-aborted:
+			return errAborted
 		default:
 		}
 		if err := l.flush(); err != nil {

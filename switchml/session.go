@@ -33,6 +33,9 @@ var (
 	ErrJobMismatch = errors.New("switchml: job mismatch")
 	// ErrTimeoutBudget: the switch stopped answering; the retransmission budget ran out.
 	ErrTimeoutBudget = engine.ErrTimeoutBudget
+	// ErrAborted: the controller ended the session, because a rank died,
+	// lost its connection or failed; the error names the rank and cause.
+	ErrAborted = errors.New("switchml: job aborted")
 )
 
 // Session is a worker's membership in a job: its lane sockets, its slot
@@ -50,6 +53,12 @@ type Session struct {
 	ops  chan *Handle
 	quit chan struct{}
 	done chan struct{}
+	// aborted is closed when the controller ends the session; in-flight
+	// calls stop and fail with broken.
+	aborted   chan struct{}
+	abortOnce sync.Once
+	stopWatch context.CancelFunc
+	watchDone chan struct{}
 
 	mu     sync.Mutex
 	closed bool
@@ -90,8 +99,12 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 		}
 		bind = ip
 	}
-	s := &Session{cfg: cfg, ops: make(chan *Handle, 64), quit: make(chan struct{}), done: make(chan struct{})}
+	s := &Session{cfg: cfg, ops: make(chan *Handle, 64), quit: make(chan struct{}), done: make(chan struct{}),
+		aborted: make(chan struct{}), watchDone: make(chan struct{})}
 	fail := func(err error) (*Session, error) {
+		if s.stopWatch != nil {
+			s.stopWatch()
+		}
 		for _, l := range s.lanes {
 			l.conn.Close()
 		}
@@ -162,6 +175,9 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 	if resp.PoolSize < uint32(cfg.Lanes*cfg.Window) {
 		return fail(fmt.Errorf("switchml: controller granted %d slots, the job needs lanes*window = %d", resp.PoolSize, cfg.Lanes*cfg.Window))
 	}
+	if err := s.watch(); err != nil {
+		return fail(err)
+	}
 	for i, l := range s.lanes {
 		eng, err := engine.NewLane(engine.Config{
 			Rank: cfg.Rank, NumWorkers: cfg.Workers, Format: wf, Elements: cfg.PacketElements,
@@ -177,6 +193,66 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 	}
 	go s.run()
 	return s, nil
+}
+
+// watch opens this rank's lease on the session (controllerpb Watch) and
+// follows it in the background: if the controller ends the session, the
+// session becomes unusable with the controller's reason, and calls in flight
+// stop at once instead of waiting for the switch to give up.
+func (s *Session) watch() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopWatch = cancel
+	req := &controllerpb.WatchRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID}
+	stream, err := s.client.Watch(ctx, req)
+	var ev *controllerpb.WatchEvent
+	if err == nil {
+		ev, err = stream.Recv()
+	}
+	switch {
+	case status.Code(err) == codes.Unimplemented:
+		close(s.watchDone) // a controller that holds no leases
+		return nil
+	case err != nil:
+		cancel()
+		return s.rpcError("watch the session", err)
+	case ev.GetAborted():
+		cancel()
+		return fmt.Errorf("%w: %s", ErrAborted, ev.GetReason())
+	}
+	go func() {
+		defer close(s.watchDone)
+		for {
+			ev, err := stream.Recv()
+			if err != nil {
+				// The controller went away or this rank closed: the data
+				// plane does not depend on it.
+				return
+			}
+			if ev.GetAborted() {
+				s.abort(fmt.Errorf("%w: %s", ErrAborted, ev.GetReason()))
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+// abort makes the session unusable with err and stops calls in flight.
+func (s *Session) abort(err error) {
+	s.mu.Lock()
+	if s.broken == nil {
+		s.broken = err
+	}
+	s.mu.Unlock()
+	s.abortOnce.Do(func() { close(s.aborted) })
+}
+
+// reportFailure tells the controller that this rank can no longer take part
+// (its session broke), so that the other ranks learn why at once.
+func (s *Session) reportFailure(reason error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, _ = s.client.Abort(ctx, &controllerpb.AbortRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Reason: reason.Error()})
 }
 
 // macOf returns the Ethernet address of the interface that holds ip, or nil
@@ -246,6 +322,8 @@ func (s *Session) rpcError(what string, err error) error {
 		return fmt.Errorf("switchml: %s: timed out: %s (did every rank of job %q start?)", what, st.Message(), s.cfg.Job)
 	case codes.Canceled:
 		return fmt.Errorf("switchml: %s: %w", what, context.Canceled)
+	case codes.Aborted:
+		return fmt.Errorf("%w: %s: %s", ErrAborted, what, st.Message())
 	}
 	return fmt.Errorf("switchml: %s: %s: %s", what, st.Code(), st.Message())
 }
@@ -297,6 +375,10 @@ func (s *Session) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, err := s.client.Leave(ctx, &controllerpb.LeaveRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID})
+	// The lease ends after Leave, so the controller takes it for a
+	// departure, not a death.
+	s.stopWatch()
+	<-s.watchDone
 	s.conn.Close()
 	if err != nil {
 		return s.rpcError("leave", err)

@@ -54,6 +54,10 @@ type JobService struct {
 	swMu  sync.Mutex // one switch reprogramming at a time
 	mu    sync.Mutex
 	jobs  map[string]*job
+	// ended remembers why recent sessions ended, so that a rank asking
+	// about one learns the cause (bounded: the oldest are forgotten).
+	ended      map[uint64]string
+	endedOrder []uint64
 	jobID uint32 // last switch job id handed out
 }
 
@@ -74,6 +78,8 @@ type job struct {
 	entries JobEntries
 	left    map[uint32]bool
 	rounds  map[string]*roundSet // barriers and broadcasts by name
+	over    chan struct{}        // closed when the generation is retired
+	why     string               // why it was retired
 }
 
 // roundSet numbers the successive uses of one barrier or broadcast name: a
@@ -121,7 +127,7 @@ func NewJobService(sw Switch, cfg ServiceConfig) (*JobService, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &JobService{sw: sw, cfg: cfg, log: cfg.Logger, jobs: map[string]*job{}}, nil
+	return &JobService{sw: sw, cfg: cfg, log: cfg.Logger, jobs: map[string]*job{}, ended: map[uint64]string{}}, nil
 }
 
 func invalid(format string, args ...any) error {
@@ -238,6 +244,7 @@ func (s *JobService) Register(ctx context.Context, req *controllerpb.RegisterReq
 		j = &job{
 			name: req.GetJob(), params: req, ranks: make([]*controllerpb.RegisterRequest, req.GetWorldSize()),
 			ready: make(chan struct{}), left: map[uint32]bool{}, rounds: map[string]*roundSet{}, expired: map[uint32]bool{},
+			over: make(chan struct{}),
 		}
 		s.jobs[req.GetJob()] = j
 	} else if m := mismatch(j.params, req); m != "" {
@@ -295,7 +302,21 @@ func (s *JobService) retire(j *job, why string) {
 	if s.jobs[j.name] == j {
 		delete(s.jobs, j.name)
 	}
+	if j.gone {
+		return
+	}
 	j.gone = true
+	j.why = why
+	close(j.over)
+	if id := j.resp.GetSessionId(); id != 0 {
+		const remembered = 4096
+		s.ended[id] = fmt.Sprintf("job %q %s", j.name, why)
+		s.endedOrder = append(s.endedOrder, id)
+		if len(s.endedOrder) > remembered {
+			delete(s.ended, s.endedOrder[0])
+			s.endedOrder = s.endedOrder[1:]
+		}
+	}
 	select {
 	case <-j.ready:
 	default:
@@ -485,6 +506,9 @@ func (s *JobService) fail(j *job, err error) {
 
 // session finds the active generation a call refers to. Callers hold s.mu.
 func (s *JobService) session(name string, rank uint32, session uint64) (*job, error) {
+	if why, ok := s.ended[session]; ok {
+		return nil, status.Errorf(codes.Aborted, "session %d is over: %s", session, why)
+	}
 	j := s.jobs[name]
 	if j == nil || !j.active {
 		return nil, status.Errorf(codes.NotFound, "job %q has no active session (register first)", name)
@@ -541,7 +565,7 @@ func (s *JobService) Barrier(ctx context.Context, req *controllerpb.BarrierReque
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if !r.complete {
-			return nil, status.Errorf(codes.Aborted, "job %q ended during barrier %q", req.GetJob(), req.GetName())
+			return nil, status.Errorf(codes.Aborted, "barrier %q: job %q %s", req.GetName(), req.GetJob(), j.why)
 		}
 		return &controllerpb.BarrierResponse{}, nil
 	case <-ctx.Done():
@@ -587,7 +611,7 @@ func (s *JobService) Broadcast(ctx context.Context, req *controllerpb.BroadcastR
 	s.mu.Unlock()
 	finish := func() (*controllerpb.BroadcastResponse, error) {
 		if !r.complete {
-			return nil, status.Errorf(codes.Aborted, "job %q ended during broadcast %q", req.GetJob(), req.GetName())
+			return nil, status.Errorf(codes.Aborted, "broadcast %q: job %q %s", req.GetName(), req.GetJob(), j.why)
 		}
 		r.fetched++
 		if r.fetched == len(j.ranks) {
@@ -619,7 +643,7 @@ func (s *JobService) Leave(ctx context.Context, req *controllerpb.LeaveRequest) 
 	defer s.mu.Unlock()
 	j, err := s.session(req.GetJob(), req.GetRank(), req.GetSessionId())
 	if err != nil {
-		if status.Code(err) == codes.NotFound || status.Code(err) == codes.FailedPrecondition {
+		if c := status.Code(err); c == codes.NotFound || c == codes.FailedPrecondition || c == codes.Aborted {
 			// The session is already gone: leaving it again is fine.
 			return &controllerpb.LeaveResponse{}, nil
 		}
@@ -630,6 +654,54 @@ func (s *JobService) Leave(ctx context.Context, req *controllerpb.LeaveRequest) 
 		s.retire(j, "finished: every rank left")
 	}
 	return &controllerpb.LeaveResponse{}, nil
+}
+
+// Watch implements controllerpb.JobService: the stream is the rank's lease.
+func (s *JobService) Watch(req *controllerpb.WatchRequest, stream controllerpb.JobService_WatchServer) error {
+	s.mu.Lock()
+	j, err := s.session(req.GetJob(), req.GetRank(), req.GetSessionId())
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := stream.Send(&controllerpb.WatchEvent{}); err != nil {
+		return err
+	}
+	select {
+	case <-j.over:
+		s.mu.Lock()
+		why := j.why
+		s.mu.Unlock()
+		return stream.Send(&controllerpb.WatchEvent{Aborted: true, Reason: fmt.Sprintf("job %q %s", j.name, why)})
+	case <-stream.Context().Done():
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if !j.gone && !j.left[req.GetRank()] {
+			s.log.Warn("controller: rank lost", "job", j.name, "rank", req.GetRank())
+			s.retire(j, fmt.Sprintf("aborted: rank %d lost its connection to the controller (its process ended, or its host is unreachable)", req.GetRank()))
+		}
+		return nil
+	}
+}
+
+// Abort implements controllerpb.JobService.
+func (s *JobService) Abort(ctx context.Context, req *controllerpb.AbortRequest) (*controllerpb.AbortResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j, err := s.session(req.GetJob(), req.GetRank(), req.GetSessionId())
+	if c := status.Code(err); c == codes.NotFound || c == codes.FailedPrecondition || c == codes.Aborted {
+		return &controllerpb.AbortResponse{}, nil // already over
+	}
+	if err != nil {
+		return nil, err
+	}
+	reason := req.GetReason()
+	if len(reason) > 512 {
+		reason = reason[:512] + "..."
+	}
+	s.log.Warn("controller: rank aborted its job", "job", j.name, "rank", req.GetRank(), "reason", reason)
+	s.retire(j, fmt.Sprintf("aborted by rank %d: %s", req.GetRank(), reason))
+	return &controllerpb.AbortResponse{}, nil
 }
 
 // Jobs lists the active jobs' names and partitions, for logs and tests.

@@ -718,6 +718,222 @@ func (x *DescribeResponse) GetNeedsMac() bool {
 	return false
 }
 
+type WatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Rank          uint32                 `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
+	SessionId     uint64                 `protobuf:"varint,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRequest) Reset() {
+	*x = WatchRequest{}
+	mi := &file_controller_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRequest) ProtoMessage() {}
+
+func (x *WatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
+func (*WatchRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *WatchRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *WatchRequest) GetRank() uint32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *WatchRequest) GetSessionId() uint64 {
+	if x != nil {
+		return x.SessionId
+	}
+	return 0
+}
+
+type WatchEvent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Aborted       bool                   `protobuf:"varint,1,opt,name=aborted,proto3" json:"aborted,omitempty"` // false: the lease is held; true: the session is over
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`    // why it is over, naming the rank and the cause
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchEvent) Reset() {
+	*x = WatchEvent{}
+	mi := &file_controller_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchEvent) ProtoMessage() {}
+
+func (x *WatchEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
+func (*WatchEvent) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *WatchEvent) GetAborted() bool {
+	if x != nil {
+		return x.Aborted
+	}
+	return false
+}
+
+func (x *WatchEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type AbortRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Rank          uint32                 `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
+	SessionId     uint64                 `protobuf:"varint,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"` // the local failure, as the rank saw it
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbortRequest) Reset() {
+	*x = AbortRequest{}
+	mi := &file_controller_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbortRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbortRequest) ProtoMessage() {}
+
+func (x *AbortRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbortRequest.ProtoReflect.Descriptor instead.
+func (*AbortRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *AbortRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *AbortRequest) GetRank() uint32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *AbortRequest) GetSessionId() uint64 {
+	if x != nil {
+		return x.SessionId
+	}
+	return 0
+}
+
+func (x *AbortRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type AbortResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbortResponse) Reset() {
+	*x = AbortResponse{}
+	mi := &file_controller_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbortResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbortResponse) ProtoMessage() {}
+
+func (x *AbortResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbortResponse.ProtoReflect.Descriptor instead.
+func (*AbortResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{13}
+}
+
 var File_controller_proto protoreflect.FileDescriptor
 
 const file_controller_proto_rawDesc = "" +
@@ -774,16 +990,34 @@ const file_controller_proto_rawDesc = "" +
 	"\vmax_workers\x18\x04 \x01(\rR\n" +
 	"maxWorkers\x12\x14\n" +
 	"\x05slots\x18\x05 \x01(\rR\x05slots\x12\x1b\n" +
-	"\tneeds_mac\x18\x06 \x01(\bR\bneedsMac*0\n" +
+	"\tneeds_mac\x18\x06 \x01(\bR\bneedsMac\"S\n" +
+	"\fWatchRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
+	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\x04R\tsessionId\">\n" +
+	"\n" +
+	"WatchEvent\x12\x18\n" +
+	"\aaborted\x18\x01 \x01(\bR\aaborted\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"k\n" +
+	"\fAbortRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
+	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\x04R\tsessionId\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x0f\n" +
+	"\rAbortResponse*0\n" +
 	"\x06Format\x12\x11\n" +
 	"\rFORMAT_COMPAT\x10\x00\x12\x13\n" +
-	"\x0fFORMAT_EXTENDED\x10\x012\xde\x03\n" +
+	"\x0fFORMAT_EXTENDED\x10\x012\x89\x05\n" +
 	"\n" +
 	"JobService\x12]\n" +
 	"\bRegister\x12'.switchml.controller.v1.RegisterRequest\x1a(.switchml.controller.v1.RegisterResponse\x12Z\n" +
 	"\aBarrier\x12&.switchml.controller.v1.BarrierRequest\x1a'.switchml.controller.v1.BarrierResponse\x12`\n" +
 	"\tBroadcast\x12(.switchml.controller.v1.BroadcastRequest\x1a).switchml.controller.v1.BroadcastResponse\x12T\n" +
-	"\x05Leave\x12$.switchml.controller.v1.LeaveRequest\x1a%.switchml.controller.v1.LeaveResponse\x12]\n" +
+	"\x05Leave\x12$.switchml.controller.v1.LeaveRequest\x1a%.switchml.controller.v1.LeaveResponse\x12S\n" +
+	"\x05Watch\x12$.switchml.controller.v1.WatchRequest\x1a\".switchml.controller.v1.WatchEvent0\x01\x12T\n" +
+	"\x05Abort\x12$.switchml.controller.v1.AbortRequest\x1a%.switchml.controller.v1.AbortResponse\x12]\n" +
 	"\bDescribe\x12'.switchml.controller.v1.DescribeRequest\x1a(.switchml.controller.v1.DescribeResponseB<Z:github.com/switchml/switchml-go/p4/controller/controllerpbb\x06proto3"
 
 var (
@@ -799,7 +1033,7 @@ func file_controller_proto_rawDescGZIP() []byte {
 }
 
 var file_controller_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_controller_proto_goTypes = []any{
 	(Format)(0),               // 0: switchml.controller.v1.Format
 	(*RegisterRequest)(nil),   // 1: switchml.controller.v1.RegisterRequest
@@ -812,6 +1046,10 @@ var file_controller_proto_goTypes = []any{
 	(*LeaveResponse)(nil),     // 8: switchml.controller.v1.LeaveResponse
 	(*DescribeRequest)(nil),   // 9: switchml.controller.v1.DescribeRequest
 	(*DescribeResponse)(nil),  // 10: switchml.controller.v1.DescribeResponse
+	(*WatchRequest)(nil),      // 11: switchml.controller.v1.WatchRequest
+	(*WatchEvent)(nil),        // 12: switchml.controller.v1.WatchEvent
+	(*AbortRequest)(nil),      // 13: switchml.controller.v1.AbortRequest
+	(*AbortResponse)(nil),     // 14: switchml.controller.v1.AbortResponse
 }
 var file_controller_proto_depIdxs = []int32{
 	0,  // 0: switchml.controller.v1.RegisterRequest.format:type_name -> switchml.controller.v1.Format
@@ -819,14 +1057,18 @@ var file_controller_proto_depIdxs = []int32{
 	3,  // 2: switchml.controller.v1.JobService.Barrier:input_type -> switchml.controller.v1.BarrierRequest
 	5,  // 3: switchml.controller.v1.JobService.Broadcast:input_type -> switchml.controller.v1.BroadcastRequest
 	7,  // 4: switchml.controller.v1.JobService.Leave:input_type -> switchml.controller.v1.LeaveRequest
-	9,  // 5: switchml.controller.v1.JobService.Describe:input_type -> switchml.controller.v1.DescribeRequest
-	2,  // 6: switchml.controller.v1.JobService.Register:output_type -> switchml.controller.v1.RegisterResponse
-	4,  // 7: switchml.controller.v1.JobService.Barrier:output_type -> switchml.controller.v1.BarrierResponse
-	6,  // 8: switchml.controller.v1.JobService.Broadcast:output_type -> switchml.controller.v1.BroadcastResponse
-	8,  // 9: switchml.controller.v1.JobService.Leave:output_type -> switchml.controller.v1.LeaveResponse
-	10, // 10: switchml.controller.v1.JobService.Describe:output_type -> switchml.controller.v1.DescribeResponse
-	6,  // [6:11] is the sub-list for method output_type
-	1,  // [1:6] is the sub-list for method input_type
+	11, // 5: switchml.controller.v1.JobService.Watch:input_type -> switchml.controller.v1.WatchRequest
+	13, // 6: switchml.controller.v1.JobService.Abort:input_type -> switchml.controller.v1.AbortRequest
+	9,  // 7: switchml.controller.v1.JobService.Describe:input_type -> switchml.controller.v1.DescribeRequest
+	2,  // 8: switchml.controller.v1.JobService.Register:output_type -> switchml.controller.v1.RegisterResponse
+	4,  // 9: switchml.controller.v1.JobService.Barrier:output_type -> switchml.controller.v1.BarrierResponse
+	6,  // 10: switchml.controller.v1.JobService.Broadcast:output_type -> switchml.controller.v1.BroadcastResponse
+	8,  // 11: switchml.controller.v1.JobService.Leave:output_type -> switchml.controller.v1.LeaveResponse
+	12, // 12: switchml.controller.v1.JobService.Watch:output_type -> switchml.controller.v1.WatchEvent
+	14, // 13: switchml.controller.v1.JobService.Abort:output_type -> switchml.controller.v1.AbortResponse
+	10, // 14: switchml.controller.v1.JobService.Describe:output_type -> switchml.controller.v1.DescribeResponse
+	8,  // [8:15] is the sub-list for method output_type
+	1,  // [1:8] is the sub-list for method input_type
 	1,  // [1:1] is the sub-list for extension type_name
 	1,  // [1:1] is the sub-list for extension extendee
 	0,  // [0:1] is the sub-list for field type_name
@@ -843,7 +1085,7 @@ func file_controller_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_controller_proto_rawDesc), len(file_controller_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,8 @@ const (
 	JobService_Barrier_FullMethodName   = "/switchml.controller.v1.JobService/Barrier"
 	JobService_Broadcast_FullMethodName = "/switchml.controller.v1.JobService/Broadcast"
 	JobService_Leave_FullMethodName     = "/switchml.controller.v1.JobService/Leave"
+	JobService_Watch_FullMethodName     = "/switchml.controller.v1.JobService/Watch"
+	JobService_Abort_FullMethodName     = "/switchml.controller.v1.JobService/Abort"
 	JobService_Describe_FullMethodName  = "/switchml.controller.v1.JobService/Describe"
 )
 
@@ -46,6 +48,15 @@ type JobServiceClient interface {
 	Broadcast(ctx context.Context, in *BroadcastRequest, opts ...grpc.CallOption) (*BroadcastResponse, error)
 	// Leave removes the job's switch state once every rank has left.
 	Leave(ctx context.Context, in *LeaveRequest, opts ...grpc.CallOption) (*LeaveResponse, error)
+	// Watch holds a rank's lease on its session: the rank opens it right after
+	// Register and keeps it open. The first event acknowledges the lease. If
+	// the stream ends before the rank left (its process died, its host became
+	// unreachable), the controller aborts the session. Every open Watch of an
+	// aborted session receives one event naming the cause, then ends.
+	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error)
+	// Abort ends a session on a rank's behalf (a local failure that leaves it
+	// out of step with its peers); the others learn the reason through Watch.
+	Abort(ctx context.Context, in *AbortRequest, opts ...grpc.CallOption) (*AbortResponse, error)
 	// Describe says what the switch behind this controller takes, so that a
 	// worker can pick its packet size and header before it registers.
 	Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*DescribeResponse, error)
@@ -99,6 +110,35 @@ func (c *jobServiceClient) Leave(ctx context.Context, in *LeaveRequest, opts ...
 	return out, nil
 }
 
+func (c *jobServiceClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &JobService_ServiceDesc.Streams[0], JobService_Watch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchRequest, WatchEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type JobService_WatchClient = grpc.ServerStreamingClient[WatchEvent]
+
+func (c *jobServiceClient) Abort(ctx context.Context, in *AbortRequest, opts ...grpc.CallOption) (*AbortResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AbortResponse)
+	err := c.cc.Invoke(ctx, JobService_Abort_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *jobServiceClient) Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*DescribeResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DescribeResponse)
@@ -125,6 +165,15 @@ type JobServiceServer interface {
 	Broadcast(context.Context, *BroadcastRequest) (*BroadcastResponse, error)
 	// Leave removes the job's switch state once every rank has left.
 	Leave(context.Context, *LeaveRequest) (*LeaveResponse, error)
+	// Watch holds a rank's lease on its session: the rank opens it right after
+	// Register and keeps it open. The first event acknowledges the lease. If
+	// the stream ends before the rank left (its process died, its host became
+	// unreachable), the controller aborts the session. Every open Watch of an
+	// aborted session receives one event naming the cause, then ends.
+	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error
+	// Abort ends a session on a rank's behalf (a local failure that leaves it
+	// out of step with its peers); the others learn the reason through Watch.
+	Abort(context.Context, *AbortRequest) (*AbortResponse, error)
 	// Describe says what the switch behind this controller takes, so that a
 	// worker can pick its packet size and header before it registers.
 	Describe(context.Context, *DescribeRequest) (*DescribeResponse, error)
@@ -149,6 +198,12 @@ func (UnimplementedJobServiceServer) Broadcast(context.Context, *BroadcastReques
 }
 func (UnimplementedJobServiceServer) Leave(context.Context, *LeaveRequest) (*LeaveResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Leave not implemented")
+}
+func (UnimplementedJobServiceServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error {
+	return status.Error(codes.Unimplemented, "method Watch not implemented")
+}
+func (UnimplementedJobServiceServer) Abort(context.Context, *AbortRequest) (*AbortResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Abort not implemented")
 }
 func (UnimplementedJobServiceServer) Describe(context.Context, *DescribeRequest) (*DescribeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Describe not implemented")
@@ -246,6 +301,35 @@ func _JobService_Leave_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JobService_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(JobServiceServer).Watch(m, &grpc.GenericServerStream[WatchRequest, WatchEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type JobService_WatchServer = grpc.ServerStreamingServer[WatchEvent]
+
+func _JobService_Abort_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AbortRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).Abort(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_Abort_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).Abort(ctx, req.(*AbortRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _JobService_Describe_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(DescribeRequest)
 	if err := dec(in); err != nil {
@@ -288,10 +372,20 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _JobService_Leave_Handler,
 		},
 		{
+			MethodName: "Abort",
+			Handler:    _JobService_Abort_Handler,
+		},
+		{
 			MethodName: "Describe",
 			Handler:    _JobService_Describe_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Watch",
+			Handler:       _JobService_Watch_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "controller.proto",
 }
