@@ -48,17 +48,17 @@ type ServiceConfig struct {
 type JobService struct {
 	controllerpb.UnimplementedJobServiceServer
 
-	sw    Switch
-	cfg   ServiceConfig
-	log   *slog.Logger
-	swMu  sync.Mutex // one switch reprogramming at a time
-	mu    sync.Mutex
-	jobs  map[string]*job
+	sw   Switch
+	cfg  ServiceConfig
+	log  *slog.Logger
+	swMu sync.Mutex // one switch reprogramming at a time
+	mu   sync.Mutex
+	jobs map[string]*job
 	// ended remembers why recent sessions ended, so that a rank asking
 	// about one learns the cause (bounded: the oldest are forgotten).
 	ended      map[uint64]string
 	endedOrder []uint64
-	jobID uint32 // last switch job id handed out
+	jobID      uint32 // last switch job id handed out
 }
 
 // job is one generation of a named job: from the first registration of a
