@@ -121,6 +121,12 @@ type fabric struct {
 
 func startFabric(t *testing.T, prefix []string, host string, switchArgs ...string) fabric {
 	t.Helper()
+	return startFabricWith(t, prefix, host, switchArgs, nil)
+}
+
+// startFabricWith is startFabric with extra controller flags too.
+func startFabricWith(t *testing.T, prefix []string, host string, switchArgs, controllerArgs []string) fabric {
+	t.Helper()
 	f := fabric{}
 	if host == "" {
 		host = "127.0.0.1"
@@ -132,7 +138,7 @@ func startFabric(t *testing.T, prefix []string, host string, switchArgs ...strin
 		f = fabric{dataplane: host + ":48864", p4rt: host + ":9559", controller: host + ":50051"}
 	}
 	spawn(t, prefix, append([]string{"switch", "--dataplane", f.dataplane, "--p4rt", f.p4rt}, switchArgs...)...)
-	spawn(t, prefix, "controller", "--target", f.p4rt, "--listen", f.controller, "--dataplane", f.dataplane)
+	spawn(t, prefix, append([]string{"controller", "--target", f.p4rt, "--listen", f.controller, "--dataplane", f.dataplane}, controllerArgs...)...)
 	return f
 }
 

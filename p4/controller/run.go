@@ -13,6 +13,8 @@ import (
 	"github.com/switchml/switchml-go/p4/controller/controllerpb"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Default addresses of the controller daemon.
@@ -123,6 +125,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Registers != nil {
 		cl.SetRegisterBackend(cfg.Registers)
 	}
+	if err := checkSlots(ctx, cl, cfg); err != nil {
+		return err
+	}
 	if err := setupProgram(ctx, cl, cfg, dp); err != nil {
 		return err
 	}
@@ -154,6 +159,29 @@ func Run(ctx context.Context, cfg Config) error {
 	case err := <-served:
 		return fmt.Errorf("controller: job service: %w", err)
 	}
+}
+
+// checkSlots makes sure the switch has the slots the controller hands out:
+// a partition past the switch's pool would fail every job placed there. The
+// software switch answers register reads, so its last slot of the second set
+// is read; P4 switches hold the P4Info's 8192 (their P4Runtime servers read
+// no registers, and the P4Info fixes the size).
+func checkSlots(ctx context.Context, cl *Client, cfg Config) error {
+	if cfg.Switch.P4() {
+		if cfg.Slots > 8192 {
+			return fmt.Errorf("controller: --slots %d: the %s program has 8192 slots per set", cfg.Slots, cfg.Switch.Kind)
+		}
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	defer cancel()
+	if _, err := cl.ReadRegister(ctx, cl.IDs().RegisterPoolCount, 2*cfg.Slots-1, 1); err != nil {
+		if status.Code(err) == codes.OutOfRange || status.Code(err) == codes.InvalidArgument {
+			return fmt.Errorf("controller: the switch at %s has fewer slots than the controller's %d (reading slot %d of set 1: %v): give both the same --slots", cfg.Target, cfg.Slots, cfg.Slots-1, err)
+		}
+		return fmt.Errorf("controller: reading the switch's pool to check --slots: %w", err)
+	}
+	return nil
 }
 
 // setupProgram writes the program-specific entries the configuration asks

@@ -1,0 +1,157 @@
+package local_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/switchml"
+	"github.com/switchml/switchml-go/switchml/local"
+)
+
+// TestPeerLostMidAllReduce: two ranks are inside an allreduce that the
+// third will never contribute to; when the third's connection to the
+// controller ends (its process died), both calls fail with ErrAborted
+// naming it, although the switch's give-up is an hour away.
+func TestPeerLostMidAllReduce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fab, err := local.Start(ctx, local.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fab.Close()
+	const n, lanes, window = 3, 2, 8
+
+	// Rank 2 registers and holds its lease like a worker, then dies.
+	conn, err := grpc.NewClient(fab.ControllerAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	jobs := controllerpb.NewJobServiceClient(conn)
+	var laneAddrs []string
+	for range lanes {
+		c, err := net.ListenPacket("udp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		laneAddrs = append(laneAddrs, c.LocalAddr().String())
+	}
+	dead := make(chan error, 1)
+	leaseCtx, die := context.WithCancel(ctx)
+	defer die()
+	go func() {
+		resp, err := jobs.Register(ctx, &controllerpb.RegisterRequest{Job: "lost", Rank: 2, WorldSize: n, Lanes: lanes, Window: window,
+			Elements: switchml.DefaultPacketElements, LaneAddresses: laneAddrs}, grpc.WaitForReady(true))
+		if err != nil {
+			dead <- err
+			return
+		}
+		st, err := jobs.Watch(leaseCtx, &controllerpb.WatchRequest{Job: "lost", Rank: 2, SessionId: resp.GetSessionId()})
+		if err == nil {
+			_, err = st.Recv()
+		}
+		dead <- err
+	}()
+
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	inCall := make(chan struct{}, 2)
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sess, err := switchml.Join(ctx, switchml.Config{Controller: fab.ControllerAddr(), Job: "lost", Rank: r, Workers: n,
+				Lanes: lanes, Window: window, GiveUp: time.Hour})
+			if err != nil {
+				errs[r] = err
+				inCall <- struct{}{}
+				return
+			}
+			defer sess.Close()
+			inCall <- struct{}{}
+			errs[r] = sess.AllReduceFloat32(ctx, make([]float32, 100_000))
+		}()
+	}
+	if err := <-dead; err != nil {
+		t.Fatalf("rank 2's registration or lease: %v", err)
+	}
+	<-inCall
+	<-inCall
+	time.Sleep(200 * time.Millisecond) // both ranks are waiting for rank 2's contributions
+	killed := time.Now()
+	die()
+	wg.Wait()
+	for r, err := range errs {
+		if !errors.Is(err, switchml.ErrAborted) || !strings.Contains(err.Error(), "rank 2 lost its connection") {
+			t.Errorf("rank %d: %v, want ErrAborted naming rank 2", r, err)
+		}
+	}
+	t.Logf("both ranks failed %v after rank 2's connection ended", time.Since(killed).Round(time.Millisecond))
+}
+
+// TestBrokenRankTellsItsPeers: a rank whose call is cancelled mid-allreduce
+// cannot go on (its lanes stopped out of step); it reports this, and its
+// peer's call fails with the reason instead of waiting for the switch.
+func TestBrokenRankTellsItsPeers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fab, err := local.Start(ctx, local.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fab.Close()
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	joined := make(chan struct{}, 2)
+	callCtx, stop := context.WithCancel(ctx)
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sess, err := switchml.Join(ctx, switchml.Config{Controller: fab.ControllerAddr(), Job: "broken", Rank: r, Workers: 3,
+				Lanes: 1, Window: 8, GiveUp: time.Hour})
+			joined <- struct{}{}
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer sess.Close()
+			c := ctx
+			if r == 1 {
+				c = callCtx // rank 1's application gives up on the call
+			}
+			errs[r] = sess.AllReduceInt32(c, make([]int32, 50_000))
+		}()
+	}
+	// Rank 2 never calls: the job cannot complete; rank 1 is cancelled.
+	go func() {
+		sess, err := switchml.Join(ctx, switchml.Config{Controller: fab.ControllerAddr(), Job: "broken", Rank: 2, Workers: 3,
+			Lanes: 1, Window: 8, GiveUp: time.Hour})
+		if err == nil {
+			<-ctx.Done()
+			sess.Close()
+		}
+	}()
+	<-joined
+	<-joined
+	time.Sleep(300 * time.Millisecond)
+	stop()
+	wg.Wait()
+	if !errors.Is(errs[1], context.Canceled) {
+		t.Errorf("rank 1: %v, want its own cancellation", errs[1])
+	}
+	if !errors.Is(errs[0], switchml.ErrAborted) || !strings.Contains(errs[0].Error(), "aborted by rank 1") || !strings.Contains(errs[0].Error(), "context canceled") {
+		t.Errorf("rank 0: %v, want ErrAborted with rank 1's reason", errs[0])
+	}
+}
