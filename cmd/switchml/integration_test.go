@@ -327,4 +327,15 @@ func TestBadInput(t *testing.T) {
 			t.Fatalf("error does not say the switch is silent: %s", out)
 		}
 	})
+	t.Run("slots disagree", func(t *testing.T) {
+		// The controller would hand out slots the switch does not have.
+		p4, _ := freePort("tcp")
+		ctl, _ := freePort("tcp")
+		spawn(t, nil, "switch", "--dataplane", "127.0.0.1:0", "--p4rt", fmt.Sprintf("127.0.0.1:%d", p4), "--slots", "64")
+		c := spawn(t, nil, "controller", "--target", fmt.Sprintf("127.0.0.1:%d", p4), "--listen", fmt.Sprintf("127.0.0.1:%d", ctl),
+			"--dataplane", "127.0.0.1:48864", "--slots", "128")
+		if err := c.wait(t, 60*time.Second); err == nil || !strings.Contains(c.stderr.String(), "does not hold the controller's 128 slots per set") {
+			t.Fatalf("controller with more slots than the switch: exit %v, stderr:\n%s", err, c.stderr.String())
+		}
+	})
 }

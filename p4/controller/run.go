@@ -13,8 +13,6 @@ import (
 	"github.com/switchml/switchml-go/p4/controller/controllerpb"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // Default addresses of the controller daemon.
@@ -113,8 +111,11 @@ func Run(ctx context.Context, cfg Config) error {
 		pctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 		err := cl.SetPipeline(pctx, cfg.P4Info, cfg.DeviceConfig, 0)
 		cancel()
-		if err != nil {
+		if err != nil && ctx.Err() == nil {
 			return fmt.Errorf("%w (does %s run a %s switch, and is the device config the program compiled for it?)", err, cfg.Target, cfg.Switch.Kind)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	if cfg.SkipPipeline && cfg.P4Info != nil {
@@ -176,10 +177,7 @@ func checkSlots(ctx context.Context, cl *Client, cfg Config) error {
 	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
 	if _, err := cl.ReadRegister(ctx, cl.IDs().RegisterPoolCount, 2*cfg.Slots-1, 1); err != nil {
-		if status.Code(err) == codes.OutOfRange || status.Code(err) == codes.InvalidArgument {
-			return fmt.Errorf("controller: the switch at %s has fewer slots than the controller's %d (reading slot %d of set 1: %v): give both the same --slots", cfg.Target, cfg.Slots, cfg.Slots-1, err)
-		}
-		return fmt.Errorf("controller: reading the switch's pool to check --slots: %w", err)
+		return fmt.Errorf("controller: the switch at %s does not hold the controller's %d slots per set (reading slot %d of set 1: %v): give the switch and the controller the same --slots", cfg.Target, cfg.Slots, cfg.Slots-1, err)
 	}
 	return nil
 }
