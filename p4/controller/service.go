@@ -29,6 +29,11 @@ type Switch interface {
 	ResetPool(ctx context.Context, base, size, slots int) error
 }
 
+// switchRPCTimeout bounds each programming step on the switch, so that a
+// switch that stops answering fails the job that waits on it instead of
+// freezing the service.
+const switchRPCTimeout = 30 * time.Second
+
 // ServiceConfig configures the job service.
 type ServiceConfig struct {
 	// Dataplane is the switch's data plane address handed to workers
@@ -339,7 +344,10 @@ func (s *JobService) retire(j *job, why string) {
 		// Removal must not wait for s.mu holders; a job's partition is
 		// free for reuse only once its entries are gone, which swMu orders.
 		s.swMu.Lock()
-		if err := s.sw.RemoveJob(context.Background(), entries); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), switchRPCTimeout)
+		err := s.sw.RemoveJob(ctx, entries)
+		cancel()
+		if err != nil {
 			s.log.Warn("controller: removing job entries", "job", j.name, "err", err)
 		}
 		s.swMu.Unlock()
@@ -459,7 +467,8 @@ func (s *JobService) activate(j *job) {
 	s.mu.Unlock()
 
 	s.swMu.Lock()
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), switchRPCTimeout)
+	defer cancel()
 	err = s.sw.ResetPool(ctx, int(base), int(size), s.cfg.Slots)
 	if err == nil {
 		err = s.sw.InstallJob(ctx, entries)

@@ -28,6 +28,10 @@ type Processor interface {
 // Stats counts datagrams moved by Serve.
 type Stats struct {
 	Received, Sent atomic.Uint64
+	// SendErrors counts datagrams the kernel refused (the switch goes on
+	// with the rest of the batch); LastSendError is the latest refusal.
+	SendErrors    atomic.Uint64
+	LastSendError atomic.Value // error
 }
 
 // Serve processes datagrams from conn until ctx is done or conn fails.
@@ -96,15 +100,24 @@ func Serve(ctx context.Context, conn *transport.Conn, proc Processor, faults *tr
 		// per worker; order per destination is kept.
 		slices.SortStableFunc(out, func(a, b transport.Message) int { return a.Addr.Compare(b.Addr) })
 		send := faults.Apply(out)
-		if len(send) > 0 {
+		for len(send) > 0 {
 			sent, err := conn.WriteBatch(send)
 			stats.Sent.Add(uint64(sent))
-			if err != nil {
-				if errors.Is(err, net.ErrClosed) || ctx.Err() != nil {
-					return nil
-				}
-				return fmt.Errorf("dataplane: send: %w", err)
+			if err == nil {
+				break
 			}
+			if errors.Is(err, net.ErrClosed) || ctx.Err() != nil {
+				return nil
+			}
+			// One destination the kernel refuses (unreachable, a full
+			// buffer) must not stop the switch for every other job: drop
+			// that datagram, as a switch port would, and send the rest.
+			stats.SendErrors.Add(1)
+			stats.LastSendError.Store(fmt.Errorf("dataplane: send to %v: %w", send[min(sent, len(send)-1)].Addr, err))
+			if sent >= len(send) {
+				break
+			}
+			send = send[sent+1:]
 		}
 	}
 }

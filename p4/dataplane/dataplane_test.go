@@ -3,6 +3,7 @@ package dataplane
 import (
 	"context"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -88,5 +89,47 @@ func TestServeRepliesAndMulticasts(t *testing.T) {
 	}
 	if r, s := stats.Received.Load(), stats.Sent.Load(); r != 2 || s != 3 {
 		t.Fatalf("stats received=%d sent=%d, want 2 and 3", r, s)
+	}
+}
+
+// TestServeOutlivesARefusedSend: a destination the kernel refuses (UDP
+// port 0) costs that datagram only; the other copies go out and the switch
+// keeps serving.
+func TestServeOutlivesARefusedSend(t *testing.T) {
+	sw, err := transport.Listen("127.0.0.1:0", transport.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := transport.Listen("127.0.0.1:0", transport.Options{})
+	b, _ := transport.Listen("127.0.0.1:0", transport.Options{})
+	defer a.Close()
+	defer b.Close()
+	refused := netip.MustParseAddrPort("127.0.0.1:0")
+	proc := &fanout{dests: []netip.AddrPort{refused, a.LocalAddr(), b.LocalAddr()}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var stats Stats
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, sw, proc, nil, &stats) }()
+	for round := 0; round < 3; round++ {
+		if _, err := a.WriteBatch([]transport.Message{{Buf: []byte("abc"), Addr: sw.LocalAddr()}}); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []*transport.Conn{a, b} {
+			ms := []transport.Message{{Buf: make([]byte, 64)}}
+			n, err := c.ReadBatch(ms, time.Now().Add(5*time.Second))
+			if err != nil || n != 1 || string(ms[0].Buf) != "cba" {
+				t.Fatalf("round %d: %v got %d datagrams (%v), want the reply", round, c.LocalAddr(), n, err)
+			}
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	if stats.SendErrors.Load() == 0 {
+		t.Error("the refused sends were not counted")
+	}
+	if err, _ := stats.LastSendError.Load().(error); err == nil || !strings.Contains(err.Error(), "127.0.0.1:0") {
+		t.Errorf("last send error %v, want the refused destination named", stats.LastSendError.Load())
 	}
 }
