@@ -51,3 +51,56 @@ func TestKilledWorker(t *testing.T) {
 	// The name and the slots are free again.
 	runJob(t, f, nil, jobSpec{name: "killed", dtype: "int32", workers: workers, elements: 50_000, iters: 2, lanes: 2, window: 32})
 }
+
+// TestSwitchRestart: the software switch is killed and started again under
+// a running job. The ranks must fail with an error that says the switch was
+// lost (their give-up is ten minutes away), the controller must stay up and
+// program the new switch, and a new job must then run on it.
+func TestSwitchRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes; skipped in -short")
+	}
+	dp, _ := freePort("udp")
+	p4, _ := freePort("tcp")
+	ctl, _ := freePort("tcp")
+	f := fabric{dataplane: fmt.Sprintf("127.0.0.1:%d", dp), p4rt: fmt.Sprintf("127.0.0.1:%d", p4), controller: fmt.Sprintf("127.0.0.1:%d", ctl)}
+	sw := spawn(t, nil, "switch", "--dataplane", f.dataplane, "--p4rt", f.p4rt)
+	c := spawn(t, nil, "controller", "--target", f.p4rt, "--listen", f.controller, "--dataplane", f.dataplane)
+	const workers = 3
+	ps := make([]*proc, workers)
+	for r := range ps {
+		ps[r] = spawn(t, nil, "allreduce", "--controller", f.controller, "--job", "restart", "--rank", fmt.Sprint(r),
+			"--workers", fmt.Sprint(workers), "--elements", "1000000", "--iters", "100000", "--lanes", "2", "--window", "32",
+			"--give-up", "10m", "--verify=false")
+	}
+	time.Sleep(3 * time.Second)
+	for r, p := range ps {
+		select {
+		case <-p.done:
+			t.Fatalf("rank %d ended before the switch was killed: %v\n%s", r, p.err, p.stderr.String())
+		default:
+		}
+	}
+	killed := time.Now()
+	if err := sw.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	sw.wait(t, 10*time.Second)
+	spawn(t, nil, "switch", "--dataplane", f.dataplane, "--p4rt", f.p4rt)
+	for r, p := range ps {
+		err := p.wait(t, 2*time.Minute)
+		msg := p.stderr.String()
+		if err == nil || !strings.Contains(msg, "job aborted") || !strings.Contains(msg, "lost the switch") {
+			t.Errorf("rank %d: exit %v, stderr:\n%s\nwant a failure saying the switch was lost", r, err, msg)
+		}
+		t.Logf("rank %d failed %.2f s after the switch was killed: %s", r, time.Since(killed).Seconds(), strings.TrimSpace(msg))
+	}
+	select {
+	case <-c.done:
+		t.Fatalf("the controller exited: %v\n%s", c.err, c.stderr.String())
+	default:
+	}
+	// The controller programs the new switch; a new run of the job works
+	// (joins retry while the controller reconnects).
+	runJob(t, f, nil, jobSpec{name: "restart", dtype: "float32", workers: workers, elements: 50_000, iters: 2, lanes: 2, window: 32})
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -130,5 +131,38 @@ func TestAbortTellsThePeers(t *testing.T) {
 	}
 	if status.Code(err) != codes.NotFound {
 		t.Errorf("lease on an unknown job: %v, want NotFound", err)
+	}
+}
+
+// TestSwitchLostEndsJobsAndHoldsRegistrations: losing the switch ends every
+// job with that cause; a registration meanwhile waits until the switch is
+// back, then goes through.
+func TestSwitchLostEndsJobsAndHoldsRegistrations(t *testing.T) {
+	h := newJobHarness(t, testSlots)
+	ctx := testCtx(t)
+	streams, _, _ := joined(t, h, "before", 2)
+	h.svc.SwitchLost("aborted: the switch went away")
+	for r, st := range streams {
+		if why := abortedWith(t, st); !strings.Contains(why, "the switch went away") {
+			t.Errorf("rank %d heard %q", r, why)
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.jobs.Register(ctx, regReq("after", 0, 1, 1, 4, 2))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("registration went through while the switch was away: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	// Reconnecting pushes the pipeline afresh, which clears the tables.
+	if err := h.sw.SetPipeline(ctx, nil, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	h.svc.SwitchBack(h.sw)
+	if err := <-done; err != nil {
+		t.Fatalf("registration after the switch came back: %v", err)
 	}
 }

@@ -64,9 +64,10 @@ type Config struct {
 }
 
 // Run connects to the switch, becomes its primary controller, pushes the
-// pipeline and serves the job service until ctx is done (nil) or the switch
-// connection is lost (an error: a supervisor restarts the controller, which
-// then reprograms the switch from scratch).
+// pipeline and serves the job service until ctx is done. When the switch
+// connection is lost (the switch restarted, the link broke), the live jobs
+// are aborted with that cause and Run reconnects with back-off and programs
+// the switch afresh; registrations meanwhile fail with a clear error.
 func Run(ctx context.Context, cfg Config) error {
 	if cfg.Target == "" {
 		cfg.Target = DefaultTarget
@@ -97,13 +98,92 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	cl, err := connect(ctx, cfg, dp)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cl != nil {
+			cl.Close()
+		}
+	}()
+	svc, err := NewJobService(cl, ServiceConfig{Dataplane: dp, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger})
+	if err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("controller: listen %s: %w", cfg.Listen, err)
+	}
+	g := grpc.NewServer()
+	controllerpb.RegisterJobServiceServer(g, svc)
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(lis) }()
+	defer func() {
+		g.Stop() // Register calls block by design: do not wait for them
+		<-served
+	}()
+	cfg.Logger.Info("controller: serving", "jobs", lis.Addr().String(), "target", cfg.Target, "dataplane", dp.String(), "slots", cfg.Slots)
+	if cfg.Ready != nil {
+		cfg.Ready(lis.Addr())
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-served:
+			served <- err // for the deferred stop
+			return fmt.Errorf("controller: job service: %w", err)
+		case <-cl.done:
+		}
+		// The switch restarted or the link to it broke: whatever it
+		// aggregated is gone or unknowable, so the live jobs end with
+		// that reason, and the controller programs the switch afresh
+		// once it answers again.
+		lost := cl.streamError()
+		cfg.Logger.Warn("controller: lost the switch; reconnecting", "target", cfg.Target, "err", lost)
+		svc.SwitchLost(fmt.Sprintf("aborted: the controller lost the switch at %s (%v); what it held for the job is gone: join again", cfg.Target, lost))
+		cl.Close()
+		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+			cl, err = connect(ctx, cfg, dp)
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, ErrNotPrimary) {
+				return err
+			}
+			cfg.Logger.Warn("controller: switch not back yet", "target", cfg.Target, "err", err, "retry_in", backoff)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(backoff):
+			}
+		}
+		svc.SwitchBack(cl)
+		cfg.Logger.Info("controller: switch programmed again", "target", cfg.Target)
+	}
+}
+
+// connect dials the switch, becomes its primary controller, pushes the
+// pipeline and writes the program's own entries.
+func connect(ctx context.Context, cfg Config, dp netip.AddrPort) (*Client, error) {
 	dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	cl, err := Dial(dctx, ClientConfig{Target: cfg.Target, DeviceID: cfg.DeviceID, ElectionID: cfg.ElectionID, Logger: cfg.Logger})
 	cancel()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer cl.Close()
+	if err := program(ctx, cl, cfg, dp); err != nil {
+		cl.Close()
+		return nil, err
+	}
+	return cl, nil
+}
+
+func program(ctx context.Context, cl *Client, cfg Config, dp netip.AddrPort) error {
 	if !cl.Primary() {
 		return fmt.Errorf("controller: %w: another controller with a higher election id than %d programs %s", ErrNotPrimary, max(cfg.ElectionID, 1), cfg.Target)
 	}
@@ -129,37 +209,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := checkSlots(ctx, cl, cfg); err != nil {
 		return err
 	}
-	if err := setupProgram(ctx, cl, cfg, dp); err != nil {
-		return err
-	}
-	svc, err := NewJobService(cl, ServiceConfig{Dataplane: dp, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger})
-	if err != nil {
-		return err
-	}
-	lis, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("controller: listen %s: %w", cfg.Listen, err)
-	}
-	g := grpc.NewServer()
-	controllerpb.RegisterJobServiceServer(g, svc)
-	served := make(chan error, 1)
-	go func() { served <- g.Serve(lis) }()
-	cfg.Logger.Info("controller: serving", "jobs", lis.Addr().String(), "target", cfg.Target, "dataplane", dp.String(), "slots", cfg.Slots)
-	if cfg.Ready != nil {
-		cfg.Ready(lis.Addr())
-	}
-	select {
-	case <-ctx.Done():
-		g.Stop() // Register calls block by design: do not wait for them
-		<-served
-		return nil
-	case <-cl.done:
-		g.Stop()
-		<-served
-		return fmt.Errorf("controller: lost the P4Runtime stream to %s: %w", cfg.Target, cl.streamError())
-	case err := <-served:
-		return fmt.Errorf("controller: job service: %w", err)
-	}
+	return setupProgram(ctx, cl, cfg, dp)
 }
 
 // checkSlots makes sure the switch has the slots the controller hands out:

@@ -59,6 +59,10 @@ type JobService struct {
 	swMu sync.Mutex // one switch reprogramming at a time
 	mu   sync.Mutex
 	jobs map[string]*job
+	// offline says why the switch cannot be programmed now ("" when it
+	// can); back is closed when it can again.
+	offline string
+	back    chan struct{}
 	// ended remembers why recent sessions ended, so that a rank asking
 	// about one learns the cause (bounded: the oldest are forgotten).
 	ended      map[uint64]string
@@ -234,6 +238,21 @@ func (s *JobService) Register(ctx context.Context, req *controllerpb.RegisterReq
 	}
 	if err := s.cfg.Target.check(req, addrs); err != nil {
 		return nil, err
+	}
+	// While the controller reconnects to the switch, registrations wait
+	// for it as they wait for the other ranks.
+	s.mu.Lock()
+	offline, back := s.offline, s.back
+	s.mu.Unlock()
+	if offline != "" {
+		wctx, cancel := answerBefore(ctx)
+		select {
+		case <-back:
+			cancel()
+		case <-wctx.Done():
+			cancel()
+			return nil, status.Errorf(codes.Unavailable, "the switch did not come back before the deadline (%s); join again later", offline)
+		}
 	}
 	ctx, cancel := answerBefore(ctx)
 	defer cancel()
@@ -663,6 +682,36 @@ func (s *JobService) Leave(ctx context.Context, req *controllerpb.LeaveRequest) 
 		s.retire(j, "finished: every rank left")
 	}
 	return &controllerpb.LeaveResponse{}, nil
+}
+
+// SwitchLost ends every job: the switch restarted or the controller lost
+// it, so what the jobs had there is gone. Their entries are not removed
+// (there is nothing to remove them from); registrations fail until
+// SwitchBack.
+func (s *JobService) SwitchLost(why string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.offline == "" {
+		s.back = make(chan struct{})
+	}
+	s.offline = why
+	for _, j := range s.jobs {
+		j.active = false
+		s.retire(j, why)
+	}
+}
+
+// SwitchBack hands the service the reprogrammed switch.
+func (s *JobService) SwitchBack(sw Switch) {
+	s.swMu.Lock()
+	s.sw = sw
+	s.swMu.Unlock()
+	s.mu.Lock()
+	if s.offline != "" {
+		s.offline = ""
+		close(s.back)
+	}
+	s.mu.Unlock()
 }
 
 // Watch implements controllerpb.JobService: the stream is the rank's lease.
