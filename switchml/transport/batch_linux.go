@@ -180,20 +180,9 @@ func (b *batchIO) readGRO(ms []Message, nonblocking bool) (int, error) {
 			h := &b.rhdrs[i]
 			total := int(h.Len)
 			addr := sockaddrToAddrPort(&b.rnames[i])
-			seg := groSegmentSize(b.rctl[i][:h.Hdr.Controllen])
-			if seg <= 0 || seg > total {
-				seg = total
-			}
-			data := b.gbufs[i][:total]
-			if total == 0 {
-				b.pending = append(b.pending, segment{buf: data, addr: addr})
-			}
-			for off := 0; off < total; off += seg {
-				b.pending = append(b.pending, segment{buf: data[off:min(off+seg, total)], addr: addr})
-			}
-			if seg < total {
-				b.merged.Add(uint64((total + seg - 1) / seg))
-			}
+			var merged int
+			b.pending, merged = splitCoalesced(b.pending, b.gbufs[i][:total], addr, groSegmentSize(b.rctl[i][:h.Hdr.Controllen]))
+			b.merged.Add(uint64(merged))
 		}
 	}
 	got := 0
@@ -209,6 +198,27 @@ func (b *batchIO) readGRO(ms []Message, nonblocking bool) (int, error) {
 		got++
 	}
 	return got, nil
+}
+
+// splitCoalesced appends to pending the datagrams of one read: data cut
+// into segments of seg bytes (the last may be shorter), or data whole when
+// seg does not describe a split of it; an empty read is one empty datagram.
+// It returns how many datagrams arrived coalesced (0 for a single one).
+func splitCoalesced(pending []segment, data []byte, addr netip.AddrPort, seg int) ([]segment, int) {
+	total := len(data)
+	if seg <= 0 || seg > total {
+		seg = total
+	}
+	if total == 0 {
+		return append(pending, segment{buf: data, addr: addr}), 0
+	}
+	for off := 0; off < total; off += seg {
+		pending = append(pending, segment{buf: data[off:min(off+seg, total)], addr: addr})
+	}
+	if seg < total {
+		return pending, (total + seg - 1) / seg
+	}
+	return pending, 0
 }
 
 // groSegmentSize returns the segment size of a coalesced read from its
