@@ -97,7 +97,11 @@ func (l *laneDriver) run(ctx context.Context, quit, aborted <-chan struct{}, op 
 		if r := l.eng.Stats().Results; r != results {
 			results, lastProgress = r, now
 		} else if now-lastProgress > giveUp {
-			return fmt.Errorf("switchml: no answer from the switch at %s for %v (is it running and reachable, and does it take %d values per packet? a software switch takes up to its --max-elements): %w",
+			// A rank that died or failed would have been reported by the
+			// controller (ErrAborted) long before this: what is left is a
+			// switch that does not answer, or a peer that is alive but
+			// stopped sending.
+			return fmt.Errorf("switchml: no answer from the switch at %s for %v: it is down or unreachable, it drops these %d-value packets (a software switch takes up to its --max-elements), or a rank of the job is alive but stopped calling allreduce: %w",
 				l.peer, giveUp.Round(time.Millisecond), l.eng.Config().Elements, ErrTimeoutBudget)
 		}
 	}
