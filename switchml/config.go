@@ -58,6 +58,11 @@ type Config struct {
 	GiveUp time.Duration
 	// JoinTimeout bounds Join when the context has no deadline.
 	JoinTimeout time.Duration
+	// Token is the job owner's secret: every rank of a job uses the same,
+	// and while the job exists the controller refuses registrations under
+	// its name with another token, so that other clients cannot join,
+	// restart or take over the job. Empty is the shared default.
+	Token string
 	// Faults injects loss, duplication and reordering into what this
 	// worker sends (testing and demonstration).
 	Faults transport.Faults

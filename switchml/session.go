@@ -161,7 +161,7 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 	resp, err := s.client.Register(ctx, &controllerpb.RegisterRequest{
 		Job: cfg.Job, Rank: uint32(cfg.Rank), WorldSize: uint32(cfg.Workers),
 		Lanes: uint32(cfg.Lanes), Window: uint32(cfg.Window), Elements: uint32(cfg.PacketElements),
-		Format: format, LaneAddresses: addrs, Mac: macOf(bind),
+		Format: format, LaneAddresses: addrs, Mac: macOf(bind), Token: cfg.Token,
 	}, grpc.WaitForReady(true))
 	if err != nil {
 		return fail(s.rpcError("join", err))
@@ -313,7 +313,7 @@ func (s *Session) rpcError(what string, err error) error {
 	switch st.Code() {
 	case codes.Unavailable:
 		return fmt.Errorf("%w: %s at %s: %s (is `switchml controller` running there?)", ErrControllerUnreachable, what, s.cfg.Controller, st.Message())
-	case codes.FailedPrecondition, codes.InvalidArgument:
+	case codes.FailedPrecondition, codes.InvalidArgument, codes.PermissionDenied, codes.AlreadyExists:
 		return fmt.Errorf("%w: %s: %s", ErrJobMismatch, what, st.Message())
 	case codes.DeadlineExceeded:
 		if st := s.conn.GetState(); st == connectivity.TransientFailure || st == connectivity.Connecting {

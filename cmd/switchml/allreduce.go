@@ -58,6 +58,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.Job, "job", "demo", "job name, the same on every rank")
 	fs.IntVar(&cfg.Rank, "rank", 0, "this worker's rank, 0..workers-1")
 	fs.IntVar(&cfg.Workers, "workers", 1, "number of workers in the job")
+	fs.StringVar(&cfg.Token, "token", os.Getenv("SWITCHML_TOKEN"), "the job owner's secret, the same on every rank (default $SWITCHML_TOKEN): the controller refuses this job's name to clients without it")
 	fs.StringVar(&cfg.Bind, "bind", "", "local IP the switch sees for this worker (default: the address that reaches the controller)")
 	fs.IntVar(&cfg.Lanes, "lanes", switchml.DefaultLanes, "parallel lanes (sockets) per worker")
 	fs.IntVar(&cfg.Window, "window", switchml.DefaultWindow, "packets in flight per lane")

@@ -403,6 +403,7 @@ func TestRegisterProgramsTheSwitch(t *testing.T) {
 func TestRegisterMismatch(t *testing.T) {
 	h := newJobHarness(t, testSlots)
 	ctx := testCtx(t)
+	host := byte(10)
 	for _, c := range []struct {
 		name   string
 		change func(*controllerpb.RegisterRequest)
@@ -416,13 +417,16 @@ func TestRegisterMismatch(t *testing.T) {
 		{"elements", func(r *controllerpb.RegisterRequest) { r.Elements = 128 }},
 		{"format", func(r *controllerpb.RegisterRequest) { r.Format = controllerpb.Format_FORMAT_EXTENDED }},
 	} {
+		// Each case on addresses of its own: a cancelled registration
+		// leaves the controller a moment after its caller.
+		host++
 		t.Run(c.name, func(t *testing.T) {
 			job := "mismatch-" + c.name
 			first := make(chan error, 1)
 			rctx, cancel := context.WithCancel(ctx)
 			defer cancel()
 			go func() {
-				_, err := h.jobs.Register(rctx, regReq(job, 0, 2, 1, 4, 0))
+				_, err := h.jobs.Register(rctx, regReq(job, 0, 2, 1, 4, host))
 				first <- err
 			}()
 			// Wait until rank 0 is in, so rank 1's request is compared to it.
@@ -433,9 +437,13 @@ func TestRegisterMismatch(t *testing.T) {
 				if in {
 					break
 				}
-				time.Sleep(time.Millisecond)
+				select {
+				case err := <-first:
+					t.Fatalf("rank 0 did not get in: %v", err)
+				case <-time.After(time.Millisecond):
+				}
 			}
-			r1 := regReq(job, 1, 2, 1, 4, 0)
+			r1 := regReq(job, 1, 2, 1, 4, host)
 			c.change(r1)
 			_, err := h.jobs.Register(ctx, r1)
 			if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), c.name) {

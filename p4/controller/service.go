@@ -3,6 +3,8 @@ package controller
 import (
 	"context"
 	crand "crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -87,6 +89,7 @@ type job struct {
 	entries JobEntries
 	left    map[uint32]bool
 	rounds  map[string]*roundSet // barriers and broadcasts by name
+	owner   [32]byte             // hash of the registrants' token
 	over    chan struct{}        // closed when the generation is retired
 	why     string               // why it was retired
 }
@@ -225,6 +228,44 @@ func answerBefore(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(ctx, d.Add(-margin))
 }
 
+// Bounds on what clients can make the controller hold.
+const (
+	maxJobs         = 4096 // jobs gathering or active
+	maxRoundsPerJob = 1024 // barrier and broadcast names per job
+)
+
+func tooManyRounds() error {
+	return status.Errorf(codes.ResourceExhausted, "the job uses %d barrier and broadcast names, the controller's limit: reuse names", maxRoundsPerJob)
+}
+
+// addressesFree refuses lane addresses that another live job's workers
+// hold: a socket belongs to one live process, so such a registration is a
+// mistake or an attempt to take the other job's traffic. A job whose
+// process died is ended by its lease, which frees its addresses. Callers
+// hold s.mu.
+func (s *JobService) addressesFree(name string, addrs []netip.AddrPort) error {
+	mine := map[netip.AddrPort]bool{}
+	for _, a := range addrs {
+		mine[a] = true
+	}
+	for _, other := range s.jobs {
+		if other.name == name {
+			continue
+		}
+		for r, req := range other.ranks {
+			if req == nil {
+				continue
+			}
+			for _, la := range req.GetLaneAddresses() {
+				if a, err := netip.ParseAddrPort(la); err == nil && mine[netip.AddrPortFrom(a.Addr().Unmap(), a.Port())] {
+					return status.Errorf(codes.AlreadyExists, "lane address %v is held by rank %d of job %q, which is still running (if its process is gone, the controller ends that job as soon as its lease lapses)", a, r, other.name)
+				}
+			}
+		}
+	}
+	return nil
+}
+
 // Describe implements controllerpb.JobService.
 func (s *JobService) Describe(context.Context, *controllerpb.DescribeRequest) (*controllerpb.DescribeResponse, error) {
 	return s.cfg.Target.describe(s.cfg.Slots), nil
@@ -256,8 +297,21 @@ func (s *JobService) Register(ctx context.Context, req *controllerpb.RegisterReq
 	}
 	ctx, cancel := answerBefore(ctx)
 	defer cancel()
+	owner := sha256.Sum256([]byte(req.GetToken()))
 	s.mu.Lock()
 	j := s.jobs[req.GetJob()]
+	if j != nil && subtle.ConstantTimeCompare(j.owner[:], owner[:]) != 1 {
+		s.mu.Unlock()
+		return nil, status.Errorf(codes.PermissionDenied, "job %q belongs to another owner: its ranks registered with a different token (pick another job name, or use the job's token)", req.GetJob())
+	}
+	if err := s.addressesFree(req.GetJob(), addrs); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	if j == nil && len(s.jobs) >= maxJobs {
+		s.mu.Unlock()
+		return nil, status.Errorf(codes.ResourceExhausted, "the controller holds %d jobs, its limit; wait for one to end", maxJobs)
+	}
 	// A registration into a programmed job, or a second one from rank 0,
 	// is a new run of the job: the old generation goes away.
 	if j != nil && (j.active || j.err != nil || (req.GetRank() == 0 && j.ranks[0] != nil)) {
@@ -268,7 +322,7 @@ func (s *JobService) Register(ctx context.Context, req *controllerpb.RegisterReq
 		j = &job{
 			name: req.GetJob(), params: req, ranks: make([]*controllerpb.RegisterRequest, req.GetWorldSize()),
 			ready: make(chan struct{}), left: map[uint32]bool{}, rounds: map[string]*roundSet{}, expired: map[uint32]bool{},
-			over: make(chan struct{}),
+			over: make(chan struct{}), owner: owner,
 		}
 		s.jobs[req.GetJob()] = j
 	} else if m := mismatch(j.params, req); m != "" {
@@ -434,27 +488,6 @@ func (s *JobService) activate(j *job) {
 	}
 	p := j.params
 	size := p.GetLanes() * p.GetWindow()
-	// Lane sockets of a dead generation of another job may have been reused
-	// by this one: a socket cannot belong to two live processes, so that
-	// generation is over.
-	mine := map[netip.AddrPort]bool{}
-	for _, r := range j.ranks {
-		addrs, _ := checkRequest(r)
-		for _, a := range addrs {
-			mine[a] = true
-		}
-	}
-	for _, other := range s.jobs {
-		if other == j || !other.active {
-			continue
-		}
-		for _, w := range other.entries.Workers {
-			if mine[w.Addr] {
-				s.retire(other, fmt.Sprintf("superseded: its worker address %v now belongs to job %q", w.Addr, j.name))
-				break
-			}
-		}
-	}
 	base, mgid, jobID, err := s.allocate(size)
 	if err != nil {
 		s.fail(j, err)
@@ -555,6 +588,9 @@ func (s *JobService) session(name string, rank uint32, session uint64) (*job, er
 // Callers hold s.mu.
 func (j *job) join(name string, rank uint32) (*round, int, *roundSet) {
 	rs := j.rounds[name]
+	if rs == nil && len(j.rounds) >= maxRoundsPerJob {
+		return nil, 0, nil
+	}
 	if rs == nil {
 		rs = &roundSet{next: map[uint32]int{}, rounds: map[int]*round{}}
 		j.rounds[name] = rs
@@ -582,6 +618,10 @@ func (s *JobService) Barrier(ctx context.Context, req *controllerpb.BarrierReque
 	}
 	key := "barrier/" + req.GetName()
 	r, k, rs := j.join(key, req.GetRank())
+	if r == nil {
+		s.mu.Unlock()
+		return nil, tooManyRounds()
+	}
 	if len(r.arrived) == len(j.ranks) {
 		r.complete = true
 		close(r.done)
@@ -623,6 +663,10 @@ func (s *JobService) Broadcast(ctx context.Context, req *controllerpb.BroadcastR
 		return nil, err
 	}
 	r, k, rs := j.join("broadcast/"+req.GetName(), req.GetRank())
+	if r == nil {
+		s.mu.Unlock()
+		return nil, tooManyRounds()
+	}
 	if r.hasRoot && r.root != req.GetRoot() {
 		delete(r.arrived, req.GetRank())
 		rs.next[req.GetRank()]--

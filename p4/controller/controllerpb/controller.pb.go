@@ -88,7 +88,11 @@ type RegisterRequest struct {
 	// switches write it as the destination of results and need it; the
 	// software switch sends through the host stack and ignores it (empty is
 	// allowed there).
-	Mac           []byte `protobuf:"bytes,9,opt,name=mac,proto3" json:"mac,omitempty"`
+	Mac []byte `protobuf:"bytes,9,opt,name=mac,proto3" json:"mac,omitempty"`
+	// The job owner's secret: every rank of a job registers with the same
+	// token, and while the job exists a registration under its name with
+	// another token is refused. Empty is a token too (the shared default).
+	Token         string `protobuf:"bytes,10,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -184,6 +188,13 @@ func (x *RegisterRequest) GetMac() []byte {
 		return x.Mac
 	}
 	return nil
+}
+
+func (x *RegisterRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
 }
 
 type RegisterResponse struct {
@@ -938,7 +949,7 @@ var File_controller_proto protoreflect.FileDescriptor
 
 const file_controller_proto_rawDesc = "" +
 	"\n" +
-	"\x10controller.proto\x12\x16switchml.controller.v1\"\x91\x02\n" +
+	"\x10controller.proto\x12\x16switchml.controller.v1\"\xa7\x02\n" +
 	"\x0fRegisterRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x1d\n" +
@@ -949,7 +960,9 @@ const file_controller_proto_rawDesc = "" +
 	"\belements\x18\x06 \x01(\rR\belements\x126\n" +
 	"\x06format\x18\a \x01(\x0e2\x1e.switchml.controller.v1.FormatR\x06format\x12%\n" +
 	"\x0elane_addresses\x18\b \x03(\tR\rlaneAddresses\x12\x10\n" +
-	"\x03mac\x18\t \x01(\fR\x03mac\"\xca\x01\n" +
+	"\x03mac\x18\t \x01(\fR\x03mac\x12\x14\n" +
+	"\x05token\x18\n" +
+	" \x01(\tR\x05token\"\xca\x01\n" +
 	"\x10RegisterResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12)\n" +

@@ -1,0 +1,104 @@
+package controller
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+)
+
+// TestTokenBindsTheJob: while a job exists, registrations under its name
+// with another token are refused, whether they would join it while it
+// gathers or restart it once it runs; the owner's go through.
+func TestTokenBindsTheJob(t *testing.T) {
+	h := newJobHarness(t, testSlots)
+	ctx := testCtx(t)
+	owned := func(rank uint32, token string) *controllerpb.RegisterRequest {
+		r := regReq("owned", rank, 2, 1, 4, 3)
+		r.Token = token
+		return r
+	}
+	first := make(chan error, 1)
+	go func() {
+		_, err := h.jobs.Register(ctx, owned(0, "secret"))
+		first <- err
+	}()
+	for {
+		h.svc.mu.Lock()
+		in := h.svc.jobs["owned"] != nil
+		h.svc.mu.Unlock()
+		if in {
+			break
+		}
+	}
+	// Another client takes rank 1 of the gathering job: refused.
+	if _, err := h.jobs.Register(ctx, owned(1, "guess")); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "another owner") {
+		t.Fatalf("rank 1 with another token: %v, want PermissionDenied", err)
+	}
+	if _, err := h.jobs.Register(ctx, owned(1, "secret")); err != nil {
+		t.Fatalf("rank 1 with the owner's token: %v", err)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("rank 0: %v", err)
+	}
+	// Restarting the running job without its token: refused, job intact.
+	if _, err := h.jobs.Register(ctx, owned(0, "")); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("restart with the empty token: %v, want PermissionDenied", err)
+	}
+	if h.svc.Jobs()["owned"] == nil {
+		t.Fatal("the refused registration ended the job")
+	}
+}
+
+// TestAddressesOfARunningJobAreRefused: a registration that claims a lane
+// address of another running job is refused, and that job runs on.
+func TestAddressesOfARunningJobAreRefused(t *testing.T) {
+	h := newJobHarness(t, testSlots)
+	ctx := testCtx(t)
+	if _, err := h.jobs.Register(ctx, regReq("victim", 0, 1, 2, 4, 4)); err != nil {
+		t.Fatal(err)
+	}
+	thief := regReq("thief", 0, 1, 2, 4, 5)
+	thief.LaneAddresses[1] = regReq("victim", 0, 1, 2, 4, 4).LaneAddresses[1]
+	_, err := h.jobs.Register(ctx, thief)
+	if status.Code(err) != codes.AlreadyExists || !strings.Contains(err.Error(), `rank 0 of job "victim"`) {
+		t.Fatalf("claiming the victim's address: %v, want AlreadyExists naming it", err)
+	}
+	if h.svc.Jobs()["victim"] == nil {
+		t.Fatal("the victim job ended")
+	}
+	ws, err := h.sw.ReadWorkers(ctx)
+	if err != nil || len(ws) != 2 {
+		t.Fatalf("workers %v, %v: want the victim's two lanes", ws, err)
+	}
+}
+
+// TestBarrierNamesAreBounded: a job cannot make the controller hold
+// unbounded barrier names.
+func TestBarrierNamesAreBounded(t *testing.T) {
+	h := newJobHarness(t, testSlots)
+	ctx := testCtx(t)
+	resp, err := h.jobs.Register(ctx, regReq("names", 0, 1, 1, 4, 6))
+	if err != nil {
+		t.Fatal(err)
+	}
+	barrier := func(i int) error {
+		_, err := h.jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "names", SessionId: resp.GetSessionId(), Name: fmt.Sprint(i)})
+		return err
+	}
+	for i := 0; i < maxRoundsPerJob; i++ {
+		if err := barrier(i); err != nil {
+			t.Fatalf("barrier %d: %v", i, err)
+		}
+	}
+	if err := barrier(maxRoundsPerJob); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("barrier name %d: %v, want ResourceExhausted", maxRoundsPerJob+1, err)
+	}
+	if err := barrier(0); err != nil {
+		t.Fatalf("a known name again: %v", err)
+	}
+}
