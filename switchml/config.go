@@ -1,6 +1,7 @@
 package switchml
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"slices"
@@ -63,6 +64,9 @@ type Config struct {
 	// its name with another token, so that other clients cannot join,
 	// restart or take over the job. Empty is the shared default.
 	Token string
+	// TLS, if set, secures the link to the controller (see switchml/secure;
+	// with a client certificate for a controller that requires one).
+	TLS *tls.Config
 	// Faults injects loss, duplication and reordering into what this
 	// worker sends (testing and demonstration).
 	Faults transport.Faults

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -129,7 +130,11 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 		s.lanes = append(s.lanes, &laneDriver{conn: c, faults: inj})
 		addrs[i] = c.LocalAddr().String()
 	}
-	conn, err := grpc.NewClient(cfg.Controller, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := insecure.NewCredentials()
+	if cfg.TLS != nil {
+		creds = credentials.NewTLS(cfg.TLS)
+	}
+	conn, err := grpc.NewClient(cfg.Controller, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return fail(fmt.Errorf("%w: bad controller address %q: %v", ErrControllerUnreachable, cfg.Controller, err))
 	}
@@ -312,12 +317,12 @@ func (s *Session) rpcError(what string, err error) error {
 	}
 	switch st.Code() {
 	case codes.Unavailable:
-		return fmt.Errorf("%w: %s at %s: %s (is `switchml controller` running there?)", ErrControllerUnreachable, what, s.cfg.Controller, st.Message())
+		return fmt.Errorf("%w: %s at %s: %s (%s)", ErrControllerUnreachable, what, s.cfg.Controller, st.Message(), s.unreachableHint())
 	case codes.FailedPrecondition, codes.InvalidArgument, codes.PermissionDenied, codes.AlreadyExists:
 		return fmt.Errorf("%w: %s: %s", ErrJobMismatch, what, st.Message())
 	case codes.DeadlineExceeded:
 		if st := s.conn.GetState(); st == connectivity.TransientFailure || st == connectivity.Connecting {
-			return fmt.Errorf("%w: %s: no connection to %s before the deadline: %s (is `switchml controller` running there?)", ErrControllerUnreachable, what, s.cfg.Controller, st)
+			return fmt.Errorf("%w: %s: no connection to %s before the deadline: %s (%s)", ErrControllerUnreachable, what, s.cfg.Controller, st, s.unreachableHint())
 		}
 		return fmt.Errorf("switchml: %s: timed out: %s (did every rank of job %q start?)", what, st.Message(), s.cfg.Job)
 	case codes.Canceled:
@@ -326,6 +331,15 @@ func (s *Session) rpcError(what string, err error) error {
 		return fmt.Errorf("%w: %s: %s", ErrAborted, what, st.Message())
 	}
 	return fmt.Errorf("switchml: %s: %s: %s", what, st.Code(), st.Message())
+}
+
+// unreachableHint says what to check when no connection to the controller
+// comes up.
+func (s *Session) unreachableHint() string {
+	if s.cfg.TLS == nil {
+		return "is `switchml controller` running there? If it requires TLS, give its CA (and this worker's certificate)"
+	}
+	return "is `switchml controller` running there, and do its certificate and this worker's match the CAs each trusts?"
 }
 
 // Rank and Workers of this session.

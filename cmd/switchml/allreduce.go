@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/switchml"
+	"github.com/switchml/switchml-go/switchml/secure"
 )
 
 func init() {
@@ -70,6 +71,9 @@ func runAllReduce(ctx context.Context, args []string) error {
 	fs.Float64Var(&cfg.Faults.Drop, "drop", 0, "probability of dropping each packet this worker sends")
 	fs.Float64Var(&cfg.Faults.Duplicate, "duplicate", 0, "probability of duplicating each packet this worker sends")
 	fs.Float64Var(&cfg.Faults.Reorder, "reorder", 0, "probability of delaying each packet this worker sends behind later ones")
+	tlsCA := fs.String("tls-ca", "", "CA (PEM) of the controller's certificate: the link to the controller speaks TLS")
+	tlsCert := fs.String("tls-cert", "", "certificate (PEM) this worker presents to the controller (mutual TLS)")
+	tlsKey := fs.String("tls-key", "", "key (PEM) of --tls-cert")
 	elements := fs.Int("elements", 1<<20, "tensor elements")
 	dtype := fs.String("dtype", "float32", "element type: float32, int32, float16 or bfloat16")
 	iters := fs.Int("iters", 5, "timed allreduce calls")
@@ -82,6 +86,9 @@ func runAllReduce(ctx context.Context, args []string) error {
 		return err
 	}
 	defer stopProfile()
+	if cfg.TLS, err = secure.Client(*tlsCA, *tlsCert, *tlsKey); err != nil {
+		return fmt.Errorf("--tls-ca, --tls-cert, --tls-key: %w", err)
+	}
 	size, err := dtypeSize(*dtype)
 	if err != nil {
 		return err

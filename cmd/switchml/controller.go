@@ -11,6 +11,7 @@ import (
 
 	"github.com/switchml/switchml-go/p4/bmv2"
 	"github.com/switchml/switchml-go/p4/controller"
+	"github.com/switchml/switchml-go/switchml/secure"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/tna"
 	"github.com/switchml/switchml-go/p4/v1model"
@@ -65,6 +66,12 @@ func runController(ctx context.Context, args []string) error {
 	fs.Float64Var(&cfg.IngressLoss, "simulate-loss-in", 0, "bmv2, tofino: fraction of contributions the switch drops on arrival (tests loss recovery)")
 	fs.Float64Var(&cfg.EgressLoss, "simulate-loss-out", 0, "bmv2, tofino: fraction of result copies the switch drops on departure (tests loss recovery)")
 	thrift := fs.String("bmv2-thrift", "", "bmv2: address of BMv2's Thrift runtime server, through which the pool's registers are reset (its P4Runtime server writes no registers; default: the target's host, port 9090)")
+	tlsCert := fs.String("tls-cert", "", "certificate (PEM) of the job service; with --tls-key, workers must connect over TLS")
+	tlsKey := fs.String("tls-key", "", "key (PEM) of --tls-cert")
+	tlsClientCA := fs.String("tls-client-ca", "", "CA (PEM) whose certificates workers must present (mutual TLS)")
+	targetCA := fs.String("target-tls-ca", "", "CA (PEM) of the switch's P4Runtime certificate: the link to the switch speaks TLS")
+	targetCert := fs.String("target-tls-cert", "", "certificate (PEM) the controller presents to the switch (mutual TLS)")
+	targetKey := fs.String("target-tls-key", "", "key (PEM) of --target-tls-cert")
 	fs.DurationVar(&cfg.ConnectTimeout, "connect-timeout", 0, "how long to wait for the target at start (default 30s)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := parseFlags(fs, args); err != nil {
@@ -94,6 +101,12 @@ func runController(ctx context.Context, args []string) error {
 		}
 	case cfg.Switch.P4():
 		return fmt.Errorf("--target-kind %s needs --port-map FILE: one \"WORKER-IP PORT\" line per worker host (a P4 switch cannot learn which port reaches a worker)", *kind)
+	}
+	if cfg.TLS, err = secure.Server(*tlsCert, *tlsKey, *tlsClientCA); err != nil {
+		return fmt.Errorf("--tls-cert, --tls-key, --tls-client-ca: %w", err)
+	}
+	if cfg.TargetTLS, err = secure.Client(*targetCA, *targetCert, *targetKey); err != nil {
+		return fmt.Errorf("--target-tls-ca, --target-tls-cert, --target-tls-key: %w", err)
 	}
 	if *kind == controller.KindBMv2 {
 		addr := *thrift

@@ -2,10 +2,13 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/switchml/switchml-go/switchml/secure"
 )
 
 // TestKilledWorker: a worker killed (SIGKILL) in the middle of a run of
@@ -103,4 +106,68 @@ func TestSwitchRestart(t *testing.T) {
 	// The controller programs the new switch; a new run of the job works
 	// (joins retry while the controller reconnects).
 	runJob(t, f, nil, jobSpec{name: "restart", dtype: "float32", workers: workers, elements: 50_000, iters: 2, lanes: 2, window: 32})
+}
+
+// TestMutualTLS: switch, controller and workers authenticate each other
+// with certificates of one CA. A job runs; a worker without TLS, a worker
+// with a certificate of another CA and a controller that does not present
+// a certificate to the switch are all refused.
+func TestMutualTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes; skipped in -short")
+	}
+	dir := t.TempDir()
+	pki, err := secure.NewPKI(filepath.Join(dir, "pki"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	swCert, swKey, _ := pki.Issue("switch", "127.0.0.1")
+	ctlCert, ctlKey, _ := pki.Issue("controller", "127.0.0.1")
+	wCert, wKey, err := pki.Issue("worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rogue, err := secure.NewPKI(filepath.Join(dir, "rogue"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rCert, rKey, err := rogue.Issue("worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp, _ := freePort("udp")
+	p4, _ := freePort("tcp")
+	ctl, _ := freePort("tcp")
+	f := fabric{dataplane: fmt.Sprintf("127.0.0.1:%d", dp), p4rt: fmt.Sprintf("127.0.0.1:%d", p4), controller: fmt.Sprintf("127.0.0.1:%d", ctl)}
+	spawn(t, nil, "switch", "--dataplane", f.dataplane, "--p4rt", f.p4rt, "--tls-cert", swCert, "--tls-key", swKey, "--tls-client-ca", pki.CA)
+
+	// A controller that does not present a certificate is refused.
+	other, _ := freePort("tcp")
+	bad := spawn(t, nil, "controller", "--target", f.p4rt, "--listen", fmt.Sprintf("127.0.0.1:%d", other), "--dataplane", f.dataplane,
+		"--target-tls-ca", pki.CA, "--connect-timeout", "3s")
+	if err := bad.wait(t, time.Minute); err == nil {
+		t.Fatalf("a controller without a certificate programmed the switch:\n%s", bad.stderr.String())
+	}
+
+	spawn(t, nil, "controller", "--target", f.p4rt, "--listen", f.controller, "--dataplane", f.dataplane,
+		"--target-tls-ca", pki.CA, "--target-tls-cert", ctlCert, "--target-tls-key", ctlKey,
+		"--tls-cert", ctlCert, "--tls-key", ctlKey, "--tls-client-ca", pki.CA)
+	runJob(t, f, nil, jobSpec{name: "tls", dtype: "float32", workers: 3, elements: 30_000, iters: 2,
+		extra: []string{"--tls-ca", pki.CA, "--tls-cert", wCert, "--tls-key", wKey}})
+
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no TLS", nil, "If it requires TLS"},
+		{"certificate of another CA", []string{"--tls-ca", pki.CA, "--tls-cert", rCert, "--tls-key", rKey}, "controller unreachable"},
+		{"no client certificate", []string{"--tls-ca", pki.CA}, "controller unreachable"},
+	} {
+		w := spawn(t, nil, append([]string{"allreduce", "--controller", f.controller, "--job", "intruder", "--workers", "1",
+			"--elements", "100", "--join-timeout", "3s"}, c.args...)...)
+		if err := w.wait(t, time.Minute); err == nil || !strings.Contains(w.stderr.String(), c.want) {
+			t.Errorf("%s: exit %v, stderr:\n%s\nwant a refusal containing %q", c.name, err, w.stderr.String(), c.want)
+		}
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/switchml/switchml-go/p4/dataplane"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/softswitch"
+	"github.com/switchml/switchml-go/switchml/secure"
 	"github.com/switchml/switchml-go/switchml/transport"
 )
 
@@ -31,6 +32,9 @@ func runSwitch(ctx context.Context, args []string) error {
 	fs.Float64Var(&faults.Duplicate, "duplicate", 0, "probability of sending a packet twice")
 	fs.Float64Var(&faults.Reorder, "reorder", 0, "probability of holding a packet back behind later ones")
 	fs.Uint64Var(&faults.Seed, "seed", 1, "seed of the fault simulator")
+	tlsCert := fs.String("tls-cert", "", "certificate (PEM) of the P4Runtime service; with --tls-key, the service speaks TLS")
+	tlsKey := fs.String("tls-key", "", "key (PEM) of --tls-cert")
+	tlsClientCA := fs.String("tls-client-ca", "", "CA (PEM) whose certificates controllers must present (mutual TLS)")
 	statsEvery := fs.Duration("stats", 0, "log the pipeline counters at this interval (0: only at exit)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	stopProfile, err := parseFlagsProfiled(fs, args)
@@ -49,8 +53,12 @@ func runSwitch(ctx context.Context, args []string) error {
 	if !faults.Active() {
 		inj = nil
 	}
+	tlsCfg, err := secure.Server(*tlsCert, *tlsKey, *tlsClientCA)
+	if err != nil {
+		return fmt.Errorf("--tls-cert, --tls-key, --tls-client-ca: %w", err)
+	}
 	srv, err := softswitch.NewServer(softswitch.ServerConfig{
-		DeviceID: *deviceID,
+		DeviceID: *deviceID, TLS: tlsCfg,
 		Pipeline: pipeline.Config{Slots: *slots, MaxElements: *maxElements, MaxWorkers: *maxWorkers},
 		Logger:   log,
 	})
@@ -95,7 +103,11 @@ func runSwitch(ctx context.Context, args []string) error {
 	case first = <-errc:
 	}
 	cancel()
-	log.Info("software switch stopped", "received", st.Received.Load(), "sent", st.Sent.Load(), "pipeline", counterSummary(srv.Counters()))
+	stopped := []any{"received", st.Received.Load(), "sent", st.Sent.Load(), "pipeline", counterSummary(srv.Counters())}
+	if n := st.SendErrors.Load(); n > 0 {
+		stopped = append(stopped, "send_errors", n, "last_send_error", st.LastSendError.Load())
+	}
+	log.Info("software switch stopped", stopped...)
 	if first != nil && !errors.Is(first, context.Canceled) {
 		return first
 	}

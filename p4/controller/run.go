@@ -2,8 +2,11 @@ package controller
 
 import (
 	"context"
+	"crypto/tls"
+
 	"errors"
 	"fmt"
+	"google.golang.org/grpc/credentials"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -56,6 +59,10 @@ type Config struct {
 	// Registers, if set, writes the registers the P4Runtime server cannot
 	// (BMv2's Thrift server; see RegisterBackend).
 	Registers RegisterBackend
+	// TLS, if set, secures the job service (with ClientCAs, workers must
+	// present a certificate); TargetTLS secures the P4Runtime link to the
+	// switch. See switchml/secure.
+	TLS, TargetTLS *tls.Config
 	// ConnectTimeout bounds the wait for the switch at start (default 30s).
 	ConnectTimeout time.Duration
 	Logger         *slog.Logger
@@ -115,7 +122,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("controller: listen %s: %w", cfg.Listen, err)
 	}
-	g := grpc.NewServer()
+	var opts []grpc.ServerOption
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	g := grpc.NewServer(opts...)
 	controllerpb.RegisterJobServiceServer(g, svc)
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(lis) }()
@@ -171,7 +182,11 @@ func Run(ctx context.Context, cfg Config) error {
 // pipeline and writes the program's own entries.
 func connect(ctx context.Context, cfg Config, dp netip.AddrPort) (*Client, error) {
 	dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
-	cl, err := Dial(dctx, ClientConfig{Target: cfg.Target, DeviceID: cfg.DeviceID, ElectionID: cfg.ElectionID, Logger: cfg.Logger})
+	cc := ClientConfig{Target: cfg.Target, DeviceID: cfg.DeviceID, ElectionID: cfg.ElectionID, Logger: cfg.Logger}
+	if cfg.TargetTLS != nil {
+		cc.DialOptions = append(cc.DialOptions, grpc.WithTransportCredentials(credentials.NewTLS(cfg.TargetTLS)))
+	}
+	cl, err := Dial(dctx, cc)
 	cancel()
 	if err != nil {
 		return nil, err

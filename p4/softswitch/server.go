@@ -1,9 +1,12 @@
 package softswitch
 
 import (
+	"crypto/tls"
+
 	"context"
 	"errors"
 	"fmt"
+	"google.golang.org/grpc/credentials"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -29,7 +32,10 @@ type ServerConfig struct {
 	// Preconfigured commits the embedded P4Info at start, so a controller
 	// may write without SetForwardingPipelineConfig first.
 	Preconfigured bool
-	Logger        *slog.Logger
+	// TLS, if set, secures the P4Runtime service (with ClientCAs set,
+	// controllers must present a certificate: see switchml/secure).
+	TLS    *tls.Config
+	Logger *slog.Logger
 }
 
 // Server is the software switch: the SwitchML pipeline, the lock that
@@ -40,6 +46,7 @@ type Server struct {
 	pipe *pipeline.Pipeline
 	p4rt *P4Runtime
 	log  *slog.Logger
+	tls  *tls.Config
 }
 
 // NewServer builds a switch with empty tables and zeroed registers.
@@ -64,7 +71,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{pipe: pipe, log: cfg.Logger}
+	s := &Server{pipe: pipe, log: cfg.Logger, tls: cfg.TLS}
 	s.p4rt, err = NewP4Runtime(P4RuntimeConfig{
 		DeviceID: cfg.DeviceID, Target: PipelineTarget(pipe), Lock: &s.mu,
 		Preconfigured: cfg.Preconfigured, Logger: cfg.Logger,
@@ -99,7 +106,11 @@ func (s *Server) Counters() [pipeline.NumStats]uint64 {
 
 // ServeP4Runtime serves the P4Runtime gRPC service on lis until ctx is done.
 func (s *Server) ServeP4Runtime(ctx context.Context, lis net.Listener) error {
-	g := grpc.NewServer()
+	var opts []grpc.ServerOption
+	if s.tls != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls)))
+	}
+	g := grpc.NewServer(opts...)
 	s.p4rt.Register(g)
 	stop := context.AfterFunc(ctx, func() {
 		// Open StreamChannels never end by themselves: GracefulStop would

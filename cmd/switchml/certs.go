@@ -1,0 +1,40 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/switchml/switchml-go/switchml/secure"
+)
+
+func init() {
+	register("certs", "writes a throwaway CA and certificates for the switch, the controller and workers (PEM), to try the mutual-TLS setup", runCerts)
+}
+
+func runCerts(_ context.Context, args []string) error {
+	fs := newFlags("certs", "--dir DIR --hosts IP,...")
+	dir := fs.String("dir", "switchml-certs", "folder to write ca.pem and the certificates to")
+	hosts := fs.String("hosts", "127.0.0.1", "comma-separated addresses or names of the switch and controller hosts (put in their certificates)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	pki, err := secure.NewPKI(*dir)
+	if err != nil {
+		return fmt.Errorf("--dir %s: %w", *dir, err)
+	}
+	hs := strings.Split(*hosts, ",")
+	for _, name := range []string{"switch", "controller", "worker"} {
+		var h []string
+		if name != "worker" {
+			h = hs
+		}
+		cert, key, err := pki.Issue(name, h...)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%-10s %s %s\n", name, cert, key)
+	}
+	fmt.Printf("%-10s %s\n", "CA", pki.CA)
+	return nil
+}
