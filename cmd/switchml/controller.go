@@ -11,10 +11,10 @@ import (
 
 	"github.com/switchml/switchml-go/p4/bmv2"
 	"github.com/switchml/switchml-go/p4/controller"
-	"github.com/switchml/switchml-go/switchml/secure"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/tna"
 	"github.com/switchml/switchml-go/p4/v1model"
+	"github.com/switchml/switchml-go/switchml/secure"
 )
 
 func init() {
