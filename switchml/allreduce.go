@@ -45,6 +45,22 @@ func (h *Handle) Err() error {
 	}
 }
 
+// refuse fails a call this rank cannot take part in. Its peers are (or will
+// be) waiting for its share, so the session ends: the controller aborts the
+// job and tells them the reason.
+func (s *Session) refuse(err error) *Handle {
+	s.mu.Lock()
+	first := s.broken == nil
+	if first {
+		s.broken = fmt.Errorf("switchml: session ended after a refused allreduce (close it and join again): %w", err)
+	}
+	s.mu.Unlock()
+	if first {
+		go s.reportFailure(err)
+	}
+	return failed(err)
+}
+
 func (s *Session) start(ctx context.Context, op engine.Op, n int) *Handle {
 	h := &Handle{ctx: ctx, op: op, n: n, done: make(chan struct{})}
 	s.mu.Lock()
@@ -69,10 +85,11 @@ func (s *Session) start(ctx context.Context, op engine.Op, n int) *Handle {
 
 // StartFloat32 begins an in-place sum of x across all ranks. x must not be
 // touched until the handle is done. NaN or Inf in x fails the call before
-// anything is sent, naming the first bad index.
+// anything is sent, naming the first bad index; since the other ranks would
+// wait for this rank's share, the session ends and they learn why.
 func (s *Session) StartFloat32(ctx context.Context, x []float32) *Handle {
 	if err := quant.CheckFinite(x); err != nil {
-		return failed(fmt.Errorf("switchml: input not finite: %w", err))
+		return s.refuse(fmt.Errorf("switchml: input not finite: %w", err))
 	}
 	return s.start(ctx, engine.Op{DType: engine.Float32, F32: x, Checked: true}, len(x))
 }
@@ -86,7 +103,7 @@ func (s *Session) StartInt32(ctx context.Context, x []int32) *Handle {
 // as their bits.
 func (s *Session) StartFloat16(ctx context.Context, x []uint16) *Handle {
 	if err := quant.CheckFiniteF16(x); err != nil {
-		return failed(fmt.Errorf("switchml: input not finite: %w", err))
+		return s.refuse(fmt.Errorf("switchml: input not finite: %w", err))
 	}
 	return s.start(ctx, engine.Op{DType: engine.Float16, U16: x, Checked: true}, len(x))
 }
@@ -95,7 +112,7 @@ func (s *Session) StartFloat16(ctx context.Context, x []uint16) *Handle {
 // bits.
 func (s *Session) StartBFloat16(ctx context.Context, x []uint16) *Handle {
 	if err := quant.CheckFiniteBF16(x); err != nil {
-		return failed(fmt.Errorf("switchml: input not finite: %w", err))
+		return s.refuse(fmt.Errorf("switchml: input not finite: %w", err))
 	}
 	return s.start(ctx, engine.Op{DType: engine.BFloat16, U16: x, Checked: true}, len(x))
 }

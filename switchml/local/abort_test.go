@@ -155,3 +155,47 @@ func TestBrokenRankTellsItsPeers(t *testing.T) {
 		t.Errorf("rank 0: %v, want ErrAborted with rank 1's reason", errs[0])
 	}
 }
+
+// TestNaNRankTellsItsPeers: a rank whose input holds a NaN refuses the call
+// before sending anything; its peers, already inside the allreduce, fail
+// with the reason instead of waiting for its share.
+func TestNaNRankTellsItsPeers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fab, err := local.Start(ctx, local.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fab.Close()
+	const n = 3
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sess, err := switchml.Join(ctx, switchml.Config{Controller: fab.ControllerAddr(), Job: "nan", Rank: r, Workers: n,
+				Lanes: 2, Window: 8, GiveUp: time.Hour})
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer sess.Close()
+			x := make([]float32, 100_000)
+			if r == 1 {
+				time.Sleep(200 * time.Millisecond) // the others are inside the call
+				x[4242] = float32(0) / float32(zero())
+			}
+			errs[r] = sess.AllReduceFloat32(ctx, x)
+		}()
+	}
+	wg.Wait()
+	if errs[1] == nil || !strings.Contains(errs[1].Error(), "not finite") || !strings.Contains(errs[1].Error(), "4242") {
+		t.Errorf("rank 1: %v, want its input refused, naming element 4242", errs[1])
+	}
+	for _, r := range []int{0, 2} {
+		if !errors.Is(errs[r], switchml.ErrAborted) || !strings.Contains(errs[r].Error(), "aborted by rank 1") || !strings.Contains(errs[r].Error(), "4242") {
+			t.Errorf("rank %d: %v, want ErrAborted with rank 1's reason", r, errs[r])
+		}
+	}
+}
