@@ -212,7 +212,7 @@ func (s *Session) execute(h *Handle) error {
 		op := h.op.Slice(r)
 		op.Seq = seq
 		active++
-		go func(l *laneDriver) { errs <- l.run(h.ctx, s.quit, s.aborted, op, s.cfg.GiveUp) }(s.lanes[i])
+		go func(l *laneDriver) { errs <- l.run(h.ctx, s.quit, s.aborted, op) }(s.lanes[i])
 	}
 	var first error
 	for i := 0; i < active; i++ {

@@ -40,19 +40,18 @@ func (l *laneDriver) init(eng *engine.Lane, peer netip.AddrPort) {
 
 func (l *laneDriver) now() time.Duration { return time.Since(l.epoch) }
 
+// errAborted stops a lane whose session the controller ended.
+var errAborted = errors.New("switchml: session aborted")
+
 // run drives op to completion: send what the engine has, wait for replies
 // until the next timer, feed replies and timers back, repeat.
 //
 // An op abandoned by cancellation leaves the lane mid-op, out of step with
 // the other workers; the session then refuses further calls.
-// errAborted stops a lane whose session the controller ended.
-var errAborted = errors.New("switchml: session aborted")
-
-func (l *laneDriver) run(ctx context.Context, quit, aborted <-chan struct{}, op engine.Op, giveUp time.Duration) error {
+func (l *laneDriver) run(ctx context.Context, quit, aborted <-chan struct{}, op engine.Op) error {
 	if err := l.eng.Start(op, l.now()); err != nil {
 		return err
 	}
-	results, lastProgress := l.eng.Stats().Results, l.now()
 	for !l.eng.Done() {
 		select {
 		case <-ctx.Done():
@@ -92,22 +91,16 @@ func (l *laneDriver) run(ctx context.Context, quit, aborted <-chan struct{}, op 
 			}
 			l.receive(n)
 		}
-		now := l.now()
-		l.eng.Tick(now)
-		if r := l.eng.Stats().Results; r != results {
-			results, lastProgress = r, now
-		} else if now-lastProgress > giveUp {
+		l.eng.Tick(l.now())
+	}
+	if err := l.eng.Err(); err != nil {
+		if errors.Is(err, engine.ErrTimeoutBudget) {
 			// A rank that died or failed would have been reported by the
 			// controller (ErrAborted) long before this: what is left is a
 			// switch that does not answer, or a peer that is alive but
 			// stopped sending.
-			return fmt.Errorf("switchml: no answer from the switch at %s for %v: it is down or unreachable, it drops these %d-value packets (a software switch takes up to its --max-elements), or a rank of the job is alive but stopped calling allreduce: %w",
-				l.peer, giveUp.Round(time.Millisecond), l.eng.Config().Elements, ErrTimeoutBudget)
-		}
-	}
-	if err := l.eng.Err(); err != nil {
-		if errors.Is(err, engine.ErrTimeoutBudget) {
-			return fmt.Errorf("switchml: no answer from the switch at %s: %w", l.peer, err)
+			return fmt.Errorf("switchml: no answer from the switch at %s: it is down or unreachable, it drops these %d-value packets (a software switch takes up to its --max-elements), or a rank of the job is alive but stopped calling allreduce: %w",
+				l.peer, l.eng.Config().Elements, err)
 		}
 		return err
 	}

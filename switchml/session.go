@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"net/netip"
 	"strconv"
@@ -187,9 +186,10 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 		eng, err := engine.NewLane(engine.Config{
 			Rank: cfg.Rank, NumWorkers: cfg.Workers, Format: wf, Elements: cfg.PacketElements,
 			Window: cfg.Window, SlotBase: resp.PoolBase + uint32(i*cfg.Window),
-			// The lane driver gives up after GiveUp without progress, a
-			// bound in time that a loaded machine's stalls do not trip.
-			Timeout: cfg.Timeout, MaxTimeouts: math.MaxInt,
+			// The engine gives up after GiveUp without a result, a bound
+			// in time that a loaded machine's stalls do not trip; the
+			// simulator runs the same policy.
+			Timeout: cfg.Timeout, GiveUp: cfg.GiveUp,
 		})
 		if err != nil {
 			return fail(fmt.Errorf("switchml: lane %d: %w", i, err))

@@ -30,6 +30,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -96,6 +97,13 @@ type Config struct {
 	// timeouts without progress keeps long ops on lossy links alive while
 	// a dead switch or peer still ends the op.
 	MaxTimeouts int
+	// GiveUp, if set, bounds the op in time instead: it fails with
+	// ErrTimeoutBudget once no result has arrived for GiveUp on the clock
+	// the caller passes in (and MaxTimeouts, unless set too, no longer
+	// counts). A bound in time is what a worker on a loaded machine wants:
+	// stalls of its scheduler do not spend it the way a count of timeouts
+	// is spent.
+	GiveUp time.Duration
 	// FixedTimeout keeps the retransmission timeout at Timeout (doubled
 	// only by back-off), as the reference client does. By default the
 	// timeout follows the measured round-trip time of results (eight times
@@ -121,6 +129,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxTimeouts == 0 {
 		c.MaxTimeouts = DefaultMaxTimeouts
+		if c.GiveUp > 0 {
+			c.MaxTimeouts = math.MaxInt
+		}
 	}
 	switch {
 	case c.NumWorkers < 1:
@@ -131,8 +142,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("engine: Window = %d, want >= 1", c.Window)
 	case c.Timeout < 0 || c.MaxTimeout < c.Timeout:
 		return c, fmt.Errorf("engine: Timeout = %v, MaxTimeout = %v: want 0 < Timeout <= MaxTimeout", c.Timeout, c.MaxTimeout)
-	case c.BackoffAfter < 0 || c.MaxTimeouts < 0:
-		return c, fmt.Errorf("engine: BackoffAfter = %d, MaxTimeouts = %d: want >= 0", c.BackoffAfter, c.MaxTimeouts)
+	case c.BackoffAfter < 0 || c.MaxTimeouts < 0 || c.GiveUp < 0:
+		return c, fmt.Errorf("engine: BackoffAfter = %d, MaxTimeouts = %d, GiveUp = %v: want >= 0", c.BackoffAfter, c.MaxTimeouts, c.GiveUp)
 	}
 	maxSlot := uint64(wire.MaxExtendedSlot)
 	switch c.Format {
@@ -233,7 +244,8 @@ type Lane struct {
 	now          time.Duration
 	timeout      time.Duration
 	sinceBackoff int
-	noProgress   int // consecutive timeouts without a result
+	noProgress   int           // consecutive timeouts without a result
+	lastResult   time.Duration // when the op started or last got a result
 	// rttQ estimates the lower quartile of result round-trip times,
 	// carried across ops; zero until the first sample.
 	rttQ time.Duration
@@ -325,6 +337,7 @@ func (l *Lane) Start(op Op, now time.Duration) error {
 	l.timeout = l.rto()
 	l.sinceBackoff = 0
 	l.noProgress = 0
+	l.lastResult = l.now
 	l.qHead, l.qLen = 0, 0
 	l.timerHead, l.timerTail = -1, -1
 	l.stats.Ops++
@@ -418,6 +431,11 @@ func (l *Lane) Pending() bool { return l.active && l.qLen > 0 }
 // retransmission. Too many timeouts without progress fail the op.
 func (l *Lane) Tick(now time.Duration) {
 	l.now = max(l.now, now)
+	if l.active && l.cfg.GiveUp > 0 && l.now-l.lastResult > l.cfg.GiveUp {
+		l.fail(fmt.Errorf("%w: no result for %v (op %d, %d of %d results in)",
+			ErrTimeoutBudget, (l.now - l.lastResult).Round(time.Millisecond), l.op.Seq, l.received, l.total))
+		return
+	}
 	for l.active && l.timerHead >= 0 && l.slots[l.timerHead].deadline <= l.now {
 		s := int(l.timerHead)
 		l.timerRemove(s)
@@ -602,6 +620,7 @@ func (l *Lane) Receive(pkt []byte, now time.Duration) {
 	// Accepted.
 	l.stats.Results++
 	l.noProgress = 0
+	l.lastResult = l.now
 	l.timerRemove(s)
 	if !st.retried {
 		l.sampleRTT(l.now-st.sentAt, false)

@@ -554,3 +554,47 @@ func TestTimeoutFollowsRTT(t *testing.T) {
 		t.Fatalf("fixed timeout below the RTT resent nothing in the last op: %v", fixed)
 	}
 }
+
+// TestGiveUpInTime: with GiveUp, the op fails once no result arrived for
+// that long on the caller's clock, however many timeouts that took, and not
+// a tick before; the count budget no longer applies.
+func TestGiveUpInTime(t *testing.T) {
+	// Retries every millisecond on two slots: DefaultMaxTimeouts would run
+	// out after about 250 ms.
+	l, err := NewLane(Config{NumWorkers: 2, Elements: 32, Window: 2, Timeout: time.Millisecond, MaxTimeout: time.Millisecond, GiveUp: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(Op{Seq: 1, DType: Int32, I32: make([]int32, 100)}, 0); err != nil {
+		t.Fatal(err)
+	}
+	var now time.Duration
+	for !l.Done() {
+		for {
+			if _, ok := l.AppendPacket(nil); !ok {
+				break
+			}
+		}
+		d, ok := l.Deadline()
+		if !ok {
+			t.Fatal("no deadline while running")
+		}
+		now = d
+		l.Tick(now)
+		if !l.Done() && now > 500*time.Millisecond {
+			t.Fatalf("still running at %v, past GiveUp", now)
+		}
+	}
+	if !errors.Is(l.Err(), ErrTimeoutBudget) {
+		t.Fatalf("err = %v", l.Err())
+	}
+	if now <= 500*time.Millisecond {
+		t.Fatalf("gave up at %v, before GiveUp", now)
+	}
+	if st := l.Stats(); st.Timeouts <= DefaultMaxTimeouts {
+		t.Fatalf("stats %+v: the time bound, not a count, should have ended the op", st)
+	}
+	if _, err := NewLane(Config{NumWorkers: 1, Elements: 32, Window: 1, GiveUp: -time.Second}); err == nil {
+		t.Fatal("negative GiveUp accepted")
+	}
+}

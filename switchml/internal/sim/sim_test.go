@@ -10,6 +10,7 @@ import (
 
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/quant"
+	"github.com/switchml/switchml-go/switchml"
 	"github.com/switchml/switchml-go/switchml/engine"
 	"github.com/switchml/switchml-go/switchml/wire"
 )
@@ -115,7 +116,7 @@ func TestAllReduceClean(t *testing.T) {
 				w := makeWorkload(rng, c.n, sizes, []engine.DType{engine.Int32, engine.Float32})
 				s, err := New(Config{
 					Workers: c.n, Lanes: lanes, PoolBase: 7,
-					Engine: engine.Config{Format: c.f, Elements: 32, Window: 4, Timeout: time.Millisecond},
+					Engine: engine.Config{Format: c.f, Elements: 32, Window: 4, Timeout: time.Millisecond, GiveUp: sessionGiveUp},
 					Up:     lan, Down: lan, Seed: 1, StartSkew: 20 * time.Microsecond, CheckSetReuse: true,
 				})
 				if err != nil {
@@ -162,7 +163,7 @@ func lossyRunJitter(t *testing.T, seed uint64, loss float64, jitter time.Duratio
 	link := Link{Latency: 10 * time.Microsecond, Jitter: jitter, Bandwidth: 1e9, Loss: loss, Duplicate: 0.02}
 	s, err := New(Config{
 		Workers: n, Lanes: lanes,
-		Engine: engine.Config{Format: format, Elements: k, Window: 1 + rng.IntN(4), Timeout: time.Millisecond},
+		Engine: engine.Config{Format: format, Elements: k, Window: 1 + rng.IntN(4), Timeout: time.Millisecond, GiveUp: sessionGiveUp},
 		Up:     link, Down: link, Seed: seed, StartSkew: 50 * time.Microsecond, CheckSetReuse: true,
 	})
 	if err != nil {
@@ -216,7 +217,7 @@ func TestSetReuseHeavyLoss(t *testing.T) {
 	w := makeWorkload(rng, 6, []int{2000, 33, 1500}, []engine.DType{engine.Float32, engine.Int32})
 	s, err := New(Config{
 		Workers: 6, Lanes: 2,
-		Engine: engine.Config{Format: wire.FormatCompat, Elements: 32, Window: 3, Timeout: 100 * time.Microsecond},
+		Engine: engine.Config{Format: wire.FormatCompat, Elements: 32, Window: 3, Timeout: 100 * time.Microsecond, GiveUp: sessionGiveUp},
 		Up:     link, Down: link, Seed: 42, StartSkew: time.Millisecond, CheckSetReuse: true,
 	})
 	if err != nil {
@@ -241,7 +242,7 @@ func TestLostMulticastRecovered(t *testing.T) {
 	dropped := 0
 	s, err := New(Config{
 		Workers: 3, Lanes: 1,
-		Engine: engine.Config{Format: wire.FormatCompat, Elements: 32, Window: 2, Timeout: time.Millisecond},
+		Engine: engine.Config{Format: wire.FormatCompat, Elements: 32, Window: 2, Timeout: time.Millisecond, GiveUp: sessionGiveUp},
 		Up:     lan, Down: lan, Seed: 1, CheckSetReuse: true,
 		Drop: func(p Packet) bool {
 			if !p.ToSwitch && p.Worker == 1 && p.Header.PacketID == 2 && dropped == 0 {
@@ -277,14 +278,19 @@ func TestDeterministic(t *testing.T) {
 	}
 }
 
+// sessionGiveUp: the engines here give up as a worker's session does by
+// default, by time since the last result.
+const sessionGiveUp = switchml.DefaultGiveUp
+
 // TestDeadPeerFails cuts rank 2 off: the others must fail with the timeout
-// budget error instead of hanging.
+// budget error instead of hanging, under the policy switchml.Session runs
+// (a give-up in time since the last result; the simulator's clock).
 func TestDeadPeerFails(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
 	w := makeWorkload(rng, 3, []int{100}, []engine.DType{engine.Int32})
 	s, err := New(Config{
 		Workers: 3, Lanes: 2,
-		Engine: engine.Config{Format: wire.FormatExtended, Elements: 32, Window: 2, Timeout: time.Millisecond, MaxTimeouts: 50},
+		Engine: engine.Config{Format: wire.FormatExtended, Elements: 32, Window: 2, Timeout: time.Millisecond, GiveUp: 2 * time.Second},
 		Up:     lan, Down: lan, Seed: 1,
 		Drop: func(p Packet) bool { return p.Worker == 2 },
 	})
