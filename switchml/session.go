@@ -226,20 +226,57 @@ func (s *Session) watch() error {
 	}
 	go func() {
 		defer close(s.watchDone)
+		s.follow(ctx, stream, req)
+	}()
+	return nil
+}
+
+// follow reads the lease's events. When the stream breaks while the session
+// lives, it watches again, as long as it takes: the data plane does not
+// need the controller, and a controller that is back with the session still
+// known (a broken link) takes the lease up again; one that no longer knows
+// the session (it restarted, and reprogrammed the switch) ends it with that
+// cause, so that the calls in flight fail at once.
+func (s *Session) follow(ctx context.Context, stream controllerpb.JobService_WatchClient, req *controllerpb.WatchRequest) {
+	backoff := 50 * time.Millisecond
+	for {
 		for {
 			ev, err := stream.Recv()
 			if err != nil {
-				// The controller went away or this rank closed: the data
-				// plane does not depend on it.
-				return
+				break
 			}
 			if ev.GetAborted() {
 				s.abort(fmt.Errorf("%w: %s", ErrAborted, ev.GetReason()))
 				return
 			}
+			backoff = 50 * time.Millisecond
 		}
-	}()
-	return nil
+		for {
+			select {
+			case <-ctx.Done():
+				return // this rank closed
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 2*time.Second)
+			var err error
+			if stream, err = s.client.Watch(ctx, req, grpc.WaitForReady(true)); err == nil {
+				var ev *controllerpb.WatchEvent
+				if ev, err = stream.Recv(); err == nil {
+					if ev.GetAborted() {
+						s.abort(fmt.Errorf("%w: %s", ErrAborted, ev.GetReason()))
+						return
+					}
+					break // the lease is held again
+				}
+			}
+			switch status.Code(err) {
+			case codes.NotFound, codes.FailedPrecondition, codes.Aborted:
+				s.abort(fmt.Errorf("%w: the controller at %s no longer holds this session (it restarted, and a restarted controller reprograms the switch): join again (%s)",
+					ErrAborted, s.cfg.Controller, status.Convert(err).Message()))
+				return
+			}
+		}
+	}
 }
 
 // abort makes the session unusable with err and stops calls in flight.
@@ -355,20 +392,60 @@ func (s *Session) Stats() Stats {
 
 // Barrier returns once every rank called Barrier with the same name.
 func (s *Session) Barrier(ctx context.Context, name string) error {
-	_, err := s.client.Barrier(ctx, &controllerpb.BarrierRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Name: name})
+	ctx, done := s.sessionCall(ctx)
+	defer done()
+	_, err := s.client.Barrier(ctx, &controllerpb.BarrierRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Name: name}, grpc.WaitForReady(true))
 	if err != nil {
-		return s.rpcError("barrier "+name, err)
+		return s.sessionError("barrier "+name, err)
 	}
 	return nil
 }
 
 // Broadcast returns root's data on every rank.
 func (s *Session) Broadcast(ctx context.Context, name string, root int, data []byte) ([]byte, error) {
-	resp, err := s.client.Broadcast(ctx, &controllerpb.BroadcastRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Root: uint32(root), Data: data, Name: name})
+	ctx, done := s.sessionCall(ctx)
+	defer done()
+	resp, err := s.client.Broadcast(ctx, &controllerpb.BroadcastRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Root: uint32(root), Data: data, Name: name}, grpc.WaitForReady(true))
 	if err != nil {
-		return nil, s.rpcError("broadcast "+name, err)
+		return nil, s.sessionError("broadcast "+name, err)
 	}
 	return resp.Data, nil
+}
+
+// sessionCall bounds a call to the controller within the session: it ends
+// when the session is aborted, and waits for a controller that is briefly
+// away (restarting) no longer than JoinTimeout when ctx has no deadline.
+func (s *Session) sessionCall(ctx context.Context) (context.Context, context.CancelFunc) {
+	var cancel context.CancelFunc
+	if _, ok := ctx.Deadline(); ok {
+		ctx, cancel = context.WithCancel(ctx)
+	} else {
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.JoinTimeout)
+	}
+	stop := make(chan struct{})
+	go func() {
+		select {
+		case <-s.aborted:
+			cancel()
+		case <-stop:
+		}
+	}()
+	return ctx, func() { close(stop); cancel() }
+}
+
+// sessionError explains a failed call within the session: the session's
+// own end when it was aborted, else the controller's answer.
+func (s *Session) sessionError(what string, err error) error {
+	s.mu.Lock()
+	broken := s.broken
+	s.mu.Unlock()
+	if broken != nil && errors.Is(broken, ErrAborted) {
+		return fmt.Errorf("switchml: %s: %w", what, broken)
+	}
+	if status.Code(err) == codes.NotFound {
+		return fmt.Errorf("%w: %s: the controller at %s no longer holds this session (it restarted): join again (%s)", ErrAborted, what, s.cfg.Controller, status.Convert(err).Message())
+	}
+	return s.rpcError(what, err)
 }
 
 // Close stops the session after pending calls finish or fail, tells the

@@ -171,3 +171,51 @@ func TestMutualTLS(t *testing.T) {
 		}
 	}
 }
+
+// TestControllerRestart: the controller is killed and started again under a
+// running job. A restarted controller reprograms the switch, so the job
+// cannot go on: every rank must fail with an error that says the controller
+// no longer holds its session (their give-up is ten minutes away), and a
+// new run of the job must work.
+func TestControllerRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes; skipped in -short")
+	}
+	dp, _ := freePort("udp")
+	p4, _ := freePort("tcp")
+	ctl, _ := freePort("tcp")
+	f := fabric{dataplane: fmt.Sprintf("127.0.0.1:%d", dp), p4rt: fmt.Sprintf("127.0.0.1:%d", p4), controller: fmt.Sprintf("127.0.0.1:%d", ctl)}
+	spawn(t, nil, "switch", "--dataplane", f.dataplane, "--p4rt", f.p4rt)
+	controllerArgs := []string{"controller", "--target", f.p4rt, "--listen", f.controller, "--dataplane", f.dataplane}
+	c := spawn(t, nil, controllerArgs...)
+	const workers = 3
+	ps := make([]*proc, workers)
+	for r := range ps {
+		ps[r] = spawn(t, nil, "allreduce", "--controller", f.controller, "--job", "ctl-restart", "--rank", fmt.Sprint(r),
+			"--workers", fmt.Sprint(workers), "--elements", "1000000", "--iters", "100000", "--lanes", "2", "--window", "32",
+			"--give-up", "10m", "--verify=false")
+	}
+	time.Sleep(3 * time.Second)
+	for r, p := range ps {
+		select {
+		case <-p.done:
+			t.Fatalf("rank %d ended before the controller was killed: %v\n%s", r, p.err, p.stderr.String())
+		default:
+		}
+	}
+	killed := time.Now()
+	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	c.wait(t, 10*time.Second)
+	spawn(t, nil, controllerArgs...)
+	for r, p := range ps {
+		err := p.wait(t, 2*time.Minute)
+		msg := p.stderr.String()
+		if err == nil || !strings.Contains(msg, "job aborted") || !strings.Contains(msg, "no longer holds this session") {
+			t.Errorf("rank %d: exit %v, stderr:\n%s\nwant a failure saying the controller no longer holds the session", r, err, msg)
+		}
+		t.Logf("rank %d failed %.2f s after the controller was killed: %s", r, time.Since(killed).Seconds(), strings.TrimSpace(msg))
+	}
+	runJob(t, f, nil, jobSpec{name: "ctl-restart", dtype: "int32", workers: workers, elements: 50_000, iters: 2, lanes: 2, window: 32})
+}
