@@ -56,7 +56,7 @@ func (s *Session) refuse(err error) *Handle {
 	}
 	s.mu.Unlock()
 	if first {
-		go s.reportFailure(err)
+		s.reportAsync(err)
 	}
 	return failed(err)
 }
@@ -239,7 +239,7 @@ func (s *Session) execute(h *Handle) error {
 		// learn it through the controller.
 		if s.broken == nil {
 			s.broken = fmt.Errorf("switchml: session unusable after a failed allreduce (close it and join again): %w", first)
-			go s.reportFailure(first)
+			s.reportAsync(first)
 		}
 		return first
 	}

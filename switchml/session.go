@@ -57,6 +57,7 @@ type Session struct {
 	// calls stop and fail with broken.
 	aborted   chan struct{}
 	abortOnce sync.Once
+	reports   sync.WaitGroup // failure reports in flight
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
 
@@ -162,11 +163,16 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 		}
 		s.cfg.PacketElements = cfg.PacketElements
 	}
-	resp, err := s.client.Register(ctx, &controllerpb.RegisterRequest{
-		Job: cfg.Job, Rank: uint32(cfg.Rank), WorldSize: uint32(cfg.Workers),
-		Lanes: uint32(cfg.Lanes), Window: uint32(cfg.Window), Elements: uint32(cfg.PacketElements),
-		Format: format, LaneAddresses: addrs, Mac: macOf(bind), Token: cfg.Token,
-	}, grpc.WaitForReady(true))
+	var resp *controllerpb.RegisterResponse
+	err = retryUnavailable(ctx, nil, func() error {
+		var err error
+		resp, err = s.client.Register(ctx, &controllerpb.RegisterRequest{
+			Job: cfg.Job, Rank: uint32(cfg.Rank), WorldSize: uint32(cfg.Workers),
+			Lanes: uint32(cfg.Lanes), Window: uint32(cfg.Window), Elements: uint32(cfg.PacketElements),
+			Format: format, LaneAddresses: addrs, Mac: macOf(bind), Token: cfg.Token,
+		}, grpc.WaitForReady(true))
+		return err
+	})
 	if err != nil {
 		return fail(s.rpcError("join", err))
 	}
@@ -289,6 +295,17 @@ func (s *Session) abort(err error) {
 	s.abortOnce.Do(func() { close(s.aborted) })
 }
 
+// reportAsync reports a failure without blocking the caller; Close waits
+// for the report before it leaves, so that the peers learn the cause and
+// not a departure.
+func (s *Session) reportAsync(reason error) {
+	s.reports.Add(1)
+	go func() {
+		defer s.reports.Done()
+		s.reportFailure(reason)
+	}()
+}
+
 // reportFailure tells the controller that this rank can no longer take part
 // (its session broke), so that the other ranks learn why at once.
 func (s *Session) reportFailure(reason error) {
@@ -394,7 +411,10 @@ func (s *Session) Stats() Stats {
 func (s *Session) Barrier(ctx context.Context, name string) error {
 	ctx, done := s.sessionCall(ctx)
 	defer done()
-	_, err := s.client.Barrier(ctx, &controllerpb.BarrierRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Name: name}, grpc.WaitForReady(true))
+	err := retryUnavailable(ctx, s.aborted, func() error {
+		_, err := s.client.Barrier(ctx, &controllerpb.BarrierRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Name: name}, grpc.WaitForReady(true))
+		return err
+	})
 	if err != nil {
 		return s.sessionError("barrier "+name, err)
 	}
@@ -405,11 +425,39 @@ func (s *Session) Barrier(ctx context.Context, name string) error {
 func (s *Session) Broadcast(ctx context.Context, name string, root int, data []byte) ([]byte, error) {
 	ctx, done := s.sessionCall(ctx)
 	defer done()
-	resp, err := s.client.Broadcast(ctx, &controllerpb.BroadcastRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Root: uint32(root), Data: data, Name: name}, grpc.WaitForReady(true))
+	var resp *controllerpb.BroadcastResponse
+	err := retryUnavailable(ctx, s.aborted, func() error {
+		var err error
+		resp, err = s.client.Broadcast(ctx, &controllerpb.BroadcastRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Root: uint32(root), Data: data, Name: name}, grpc.WaitForReady(true))
+		return err
+	})
 	if err != nil {
 		return nil, s.sessionError("broadcast "+name, err)
 	}
 	return resp.Data, nil
+}
+
+// retryUnavailable runs call again while it fails because the connection
+// to the controller broke under it (the controller restarting): the call
+// waits for the controller instead of failing, until ctx ends or stop
+// closes. A controller that no longer knows the call's session answers
+// with an error that is not retried.
+func retryUnavailable(ctx context.Context, stop <-chan struct{}, call func() error) error {
+	backoff := 20 * time.Millisecond
+	for {
+		err := call()
+		if status.Code(err) != codes.Unavailable {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-stop:
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
 }
 
 // sessionCall bounds a call to the controller within the session: it ends
@@ -463,6 +511,7 @@ func (s *Session) Close() error {
 	for _, l := range s.lanes {
 		l.conn.Close()
 	}
+	s.reports.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, err := s.client.Leave(ctx, &controllerpb.LeaveRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID})

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -218,4 +220,31 @@ func TestControllerRestart(t *testing.T) {
 		t.Logf("rank %d failed %.2f s after the controller was killed: %s", r, time.Since(killed).Seconds(), strings.TrimSpace(msg))
 	}
 	runJob(t, f, nil, jobSpec{name: "ctl-restart", dtype: "int32", workers: workers, elements: 50_000, iters: 2, lanes: 2, window: 32})
+}
+
+// TestChaosShort runs `switchml chaos` briefly: whatever the schedule of
+// kills, restarts and loss, no sum may be wrong, no slot leak, and every
+// failure must name the fault that caused it (the command exits non-zero
+// otherwise).
+func TestChaosShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes; skipped in -short")
+	}
+	out := filepath.Join(t.TempDir(), "chaos.json")
+	p := spawn(t, nil, "chaos", "--duration", "15s", "--seed", "3", "--iters", "60", "--json", out)
+	if err := p.wait(t, 5*time.Minute); err != nil {
+		t.Fatalf("chaos: %v\n%s\n%s", err, p.stdout.String(), p.stderr.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum chaosSummary
+	if err := json.Unmarshal(b, &sum); err != nil {
+		t.Fatal(err)
+	}
+	if len(sum.Rounds) == 0 || sum.WrongSums != 0 || sum.LeakedSlots != 0 || sum.ByOutcome["unexpected"] != 0 {
+		t.Fatalf("summary %+v", sum)
+	}
+	t.Logf("%d rounds: %v, worst time to detect %.2f s\n%s", len(sum.Rounds), sum.ByOutcome, sum.WorstDetect, p.stdout.String())
 }

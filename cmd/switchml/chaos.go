@@ -1,0 +1,312 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+func init() {
+	register("chaos", "a bounded chaos run on loopback: jobs in a loop while workers are killed, the switch and the controller restarted and packets lost; reports failures by cause, time to detect, recoveries, wrong sums and leaked slots", runChaos)
+}
+
+// chaosFaults are what a round may do to its job.
+var chaosFaults = []string{"none", "loss", "kill-worker", "restart-switch", "restart-controller"}
+
+// chaosRound is one job and the fault done to it.
+type chaosRound struct {
+	Round    int            `json:"round"`
+	Fault    string         `json:"fault"`
+	Workers  int            `json:"workers"`
+	Outcome  string         `json:"outcome"` // ok, detected, missed (fault after the job), wrong-sum, unexpected
+	Causes   map[string]int `json:"causes,omitempty"`
+	DetectS  float64        `json:"detect_s,omitempty"` // fault to the last surviving rank's error
+	Seconds  float64        `json:"seconds"`
+	Messages []string       `json:"messages,omitempty"`
+}
+
+// chaosSummary is the --json output.
+type chaosSummary struct {
+	Seed        uint64         `json:"seed"`
+	DurationS   float64        `json:"duration_s"`
+	Rounds      []chaosRound   `json:"rounds"`
+	ByOutcome   map[string]int `json:"by_outcome"`
+	Recoveries  int            `json:"recoveries"`
+	WorstDetect float64        `json:"worst_detect_s"`
+	WrongSums   int            `json:"wrong_sums"`
+	LeakedSlots int            `json:"leaked_slots"`
+	LeakCheck   string         `json:"leak_check"`
+}
+
+// chaosCause names what a worker's error says happened.
+func chaosCause(msg string) string {
+	switch {
+	case msg == "":
+		return "ok"
+	case strings.Contains(msg, "verification failed"):
+		return "wrong sum"
+	case strings.Contains(msg, "lost its connection"):
+		return "rank lost"
+	case strings.Contains(msg, "lost the switch"):
+		return "switch lost"
+	case strings.Contains(msg, "no longer holds this session"):
+		return "controller restarted"
+	case strings.Contains(msg, "aborted by rank"):
+		return "rank failed"
+	case strings.Contains(msg, "no answer from the switch"):
+		return "switch silent"
+	}
+	return "other"
+}
+
+// chaosExpected lists the causes a fault may legitimately produce.
+var chaosExpected = map[string][]string{
+	"kill-worker":        {"rank lost", "rank failed"},
+	"restart-switch":     {"switch lost", "rank failed"},
+	"restart-controller": {"controller restarted", "rank failed"},
+}
+
+func runChaos(ctx context.Context, args []string) error {
+	fs := newFlags("chaos", "[--duration D] [--seed S] [flags]")
+	duration := fs.Duration("duration", 2*time.Minute, "how long to run rounds")
+	seed := fs.Uint64("seed", 1, "seed of the fault schedule")
+	maxWorkers := fs.Int("max-workers", 4, "largest job (2 to this many workers)")
+	elements := fs.Int("elements", 200_000, "tensor elements per worker")
+	iters := fs.Int("iters", 100, "allreduces per round (the fault lands while they run)")
+	slots := fs.Int("slots", 512, "slots of the switch (small, so that a leak shows)")
+	jsonOut := fs.String("json", "", "write the summary as JSON to this file")
+	verbose := fs.Bool("v", false, "show the logs of every process")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *maxWorkers < 2 || *elements < 1 || *iters < 1 || *slots < 64 {
+		return fmt.Errorf("want --max-workers >= 2, --elements >= 1, --iters >= 1 and --slots >= 64")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ports := make([]int, 3)
+	for i, n := range []string{"udp", "tcp", "tcp"} {
+		p, err := freePort(n)
+		if err != nil {
+			return err
+		}
+		ports[i] = p
+	}
+	dp, p4rt, ctl := "127.0.0.1:"+strconv.Itoa(ports[0]), "127.0.0.1:"+strconv.Itoa(ports[1]), "127.0.0.1:"+strconv.Itoa(ports[2])
+	slotsArg := strconv.Itoa(*slots)
+	startSwitch := func() (*child, error) {
+		return startChild(ctx, "switch", *verbose, "switch", "--dataplane", dp, "--p4rt", p4rt, "--slots", slotsArg)
+	}
+	startController := func() (*child, error) {
+		return startChild(ctx, "controller", *verbose, "controller", "--target", p4rt, "--listen", ctl, "--dataplane", dp, "--slots", slotsArg)
+	}
+	kill := func(c *child) {
+		_ = c.cmd.Process.Signal(syscall.SIGKILL)
+		_ = c.cmd.Wait()
+	}
+	sw, err := startSwitch()
+	if err != nil {
+		return err
+	}
+	defer func() { kill(sw) }()
+	ctlProc, err := startController()
+	if err != nil {
+		return err
+	}
+	defer func() { kill(ctlProc) }()
+
+	rng := rand.New(rand.NewPCG(*seed, *seed^0x5eed))
+	sum := chaosSummary{Seed: *seed, ByOutcome: map[string]int{}}
+	begin := time.Now()
+	lastFaulted := false
+	fmt.Printf("chaos: %v of jobs on loopback (switch %s, controller %s, %d slots), seed %d\n", *duration, dp, ctl, *slots, *seed)
+	fmt.Printf("%6s  %-19s  %7s  %-10s  %8s  %s\n", "round", "fault", "workers", "outcome", "detect", "causes")
+	for round := 1; time.Since(begin) < *duration && ctx.Err() == nil; round++ {
+		r := chaosRound{Round: round, Fault: chaosFaults[rng.IntN(len(chaosFaults))], Workers: 2 + rng.IntN(*maxWorkers-1), Causes: map[string]int{}}
+		dtype := []string{"float32", "int32"}[rng.IntN(2)]
+		start := time.Now()
+		ws := make([]*child, r.Workers)
+		for w := range ws {
+			a := []string{"allreduce", "--controller", ctl, "--job", fmt.Sprintf("chaos-%d", round), "--rank", strconv.Itoa(w),
+				"--workers", strconv.Itoa(r.Workers), "--elements", strconv.Itoa(*elements), "--dtype", dtype, "--iters", strconv.Itoa(*iters),
+				"--lanes", "2", "--window", "16", "--seed", strconv.Itoa(round), "--give-up", "60s", "--join-timeout", "60s", "--json"}
+			if r.Fault == "loss" {
+				a = append(a, "--drop", "0.01", "--duplicate", "0.005", "--reorder", "0.005")
+			}
+			if ws[w], err = startChild(ctx, fmt.Sprintf("rank%d", w), *verbose, a...); err != nil {
+				return err
+			}
+		}
+		exited := make([]time.Time, len(ws))
+		var wg sync.WaitGroup
+		for w, c := range ws {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_ = c.cmd.Wait()
+				exited[w] = time.Now()
+			}()
+		}
+		victim := -1
+		var faultAt time.Time
+		missed := false
+		if _, inject := chaosExpected[r.Fault]; inject {
+			time.Sleep(time.Duration(200+rng.IntN(1300)) * time.Millisecond)
+			faultAt = time.Now()
+			missed = true
+			for _, c := range ws {
+				if c.cmd.ProcessState == nil {
+					missed = false
+				}
+			}
+			switch r.Fault {
+			case "kill-worker":
+				victim = rng.IntN(len(ws))
+				_ = ws[victim].cmd.Process.Signal(syscall.SIGKILL)
+			case "restart-switch":
+				kill(sw)
+				if sw, err = startSwitch(); err != nil {
+					return err
+				}
+			case "restart-controller":
+				kill(ctlProc)
+				if ctlProc, err = startController(); err != nil {
+					return err
+				}
+			}
+		}
+		wg.Wait()
+		r.Seconds = time.Since(start).Seconds()
+		failed := false
+		for w, c := range ws {
+			if w == victim {
+				continue
+			}
+			var rep allreduceReport
+			_ = json.Unmarshal([]byte(strings.TrimSpace(c.out.String())), &rep)
+			msg := rep.Error
+			if rep.Error == "" && (c.cmd.ProcessState == nil || !c.cmd.ProcessState.Success() || !rep.Verified) {
+				msg = "exited without a verified result: " + lastLine(c.logs())
+			}
+			cause := chaosCause(msg)
+			r.Causes[cause]++
+			if cause != "ok" {
+				failed = true
+				r.Messages = append(r.Messages, fmt.Sprintf("rank %d: %s", w, msg))
+				if !faultAt.IsZero() && exited[w].After(faultAt) {
+					r.DetectS = max(r.DetectS, exited[w].Sub(faultAt).Seconds())
+				}
+			}
+		}
+		switch {
+		case r.Causes["wrong sum"] > 0:
+			r.Outcome = "wrong-sum"
+			sum.WrongSums += r.Causes["wrong sum"]
+		case !failed && missed:
+			r.Outcome = "missed" // the job ended before the fault
+		case !failed:
+			r.Outcome = "ok"
+		case expectedOnly(r.Causes, chaosExpected[r.Fault]):
+			r.Outcome = "detected"
+		default:
+			r.Outcome = "unexpected"
+		}
+		if !failed && lastFaulted {
+			sum.Recoveries++
+		}
+		lastFaulted = failed
+		sum.WorstDetect = max(sum.WorstDetect, r.DetectS)
+		sum.ByOutcome[r.Outcome]++
+		sum.Rounds = append(sum.Rounds, r)
+		detect := "-"
+		if r.DetectS > 0 {
+			detect = fmt.Sprintf("%.2f s", r.DetectS)
+		}
+		fmt.Printf("%6d  %-19s  %7d  %-10s  %8s  %s\n", round, r.Fault, r.Workers, r.Outcome, detect, causesText(r.Causes))
+		if r.Outcome == "unexpected" || r.Outcome == "wrong-sum" {
+			for _, m := range r.Messages {
+				fmt.Printf("        %s\n", m)
+			}
+		}
+	}
+	sum.DurationS = time.Since(begin).Seconds()
+
+	// No slot may be left behind: a job that needs every slot must run.
+	lanes, window := 2, *slots/2
+	leak := make([]*child, 2)
+	for w := range leak {
+		if leak[w], err = startChild(ctx, fmt.Sprintf("leak%d", w), *verbose, "allreduce", "--controller", ctl, "--job", "chaos-leak-check",
+			"--rank", strconv.Itoa(w), "--workers", "2", "--elements", "100000", "--iters", "2", "--lanes", strconv.Itoa(lanes),
+			"--window", strconv.Itoa(window), "--give-up", "60s", "--json"); err != nil {
+			return err
+		}
+	}
+	sum.LeakCheck = "a job holding all " + strconv.Itoa(*slots) + " slots ran"
+	for _, c := range leak {
+		if err := c.cmd.Wait(); err != nil {
+			sum.LeakedSlots = -1 // unknown how many: the job did not fit
+			sum.LeakCheck = "a job holding every slot failed: " + lastLine(c.logs())
+		}
+	}
+	fmt.Println()
+	fmt.Printf("| rounds | ok | detected | fault after the job | unexpected | wrong sums | recoveries | worst time to detect | leaked slots |\n|---|---|---|---|---|---|---|---|---|\n")
+	leaked := "0"
+	if sum.LeakedSlots != 0 {
+		leaked = "some (" + sum.LeakCheck + ")"
+	}
+	fmt.Printf("| %d | %d | %d | %d | %d | %d | %d | %.2f s | %s |\n", len(sum.Rounds), sum.ByOutcome["ok"], sum.ByOutcome["detected"],
+		sum.ByOutcome["missed"], sum.ByOutcome["unexpected"], sum.WrongSums, sum.Recoveries, sum.WorstDetect, leaked)
+	if *jsonOut != "" {
+		b, _ := json.MarshalIndent(sum, "", "  ")
+		if err := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	if sum.WrongSums > 0 || sum.LeakedSlots != 0 || sum.ByOutcome["unexpected"] > 0 {
+		return fmt.Errorf("chaos: %d wrong sums, leak check: %s, %d unexpected failures", sum.WrongSums, sum.LeakCheck, sum.ByOutcome["unexpected"])
+	}
+	return nil
+}
+
+func expectedOnly(causes map[string]int, expected []string) bool {
+	for c, n := range causes {
+		if n > 0 && c != "ok" && !contains(expected, c) {
+			return false
+		}
+	}
+	return true
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if x == y {
+			return true
+		}
+	}
+	return false
+}
+
+func causesText(causes map[string]int) string {
+	var parts []string
+	for c, n := range causes {
+		parts = append(parts, fmt.Sprintf("%s x%d", c, n))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	return s
+}
