@@ -389,6 +389,7 @@ func TestRegisterProgramsTheSwitch(t *testing.T) {
 	if _, err := h.jobs.Leave(ctx, &controllerpb.LeaveRequest{Job: "a", Rank: 1, SessionId: s2}); err != nil {
 		t.Fatal(err)
 	}
+	<-h.svc.Drained() // entries go in the background
 	workers, _ = h.sw.ReadWorkers(ctx)
 	replies, _ = h.sw.ReadReplies(ctx)
 	groups, _ = h.sw.ReadMulticastGroups(ctx)

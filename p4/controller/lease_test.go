@@ -68,6 +68,7 @@ func TestLostRankAbortsTheJob(t *testing.T) {
 			t.Errorf("rank %d heard %q, want the lost rank named", r, why)
 		}
 	}
+	<-h.svc.Drained()
 	if ws, err := h.sw.ReadWorkers(ctx); err != nil || len(ws) != 0 {
 		t.Errorf("workers after the abort: %v, %v; want none", ws, err)
 	}

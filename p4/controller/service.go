@@ -65,6 +65,11 @@ type JobService struct {
 	// can); back is closed when it can again.
 	offline string
 	back    chan struct{}
+	// draining are retired jobs whose switch entries are being removed:
+	// their partitions, groups and ids stay taken until then. drained is
+	// closed when the set becomes empty.
+	draining map[*job]bool
+	drained  chan struct{}
 	// ended remembers why recent sessions ended, so that a rank asking
 	// about one learns the cause (bounded: the oldest are forgotten).
 	ended      map[uint64]string
@@ -139,7 +144,8 @@ func NewJobService(sw Switch, cfg ServiceConfig) (*JobService, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &JobService{sw: sw, cfg: cfg, log: cfg.Logger, jobs: map[string]*job{}, ended: map[uint64]string{}}, nil
+	return &JobService{sw: sw, cfg: cfg, log: cfg.Logger, jobs: map[string]*job{}, ended: map[uint64]string{},
+		draining: map[*job]bool{}, drained: closedChan()}, nil
 }
 
 func invalid(format string, args ...any) error {
@@ -412,19 +418,55 @@ func (s *JobService) retire(j *job, why string) {
 	}
 	if j.active {
 		j.active = false
-		entries := j.entries
 		s.log.Info("controller: job removed", "job", j.name, "session", j.resp.GetSessionId(), "why", why)
-		// Removal must not wait for s.mu holders; a job's partition is
-		// free for reuse only once its entries are gone, which swMu orders.
-		s.swMu.Lock()
-		ctx, cancel := context.WithTimeout(context.Background(), switchRPCTimeout)
-		err := s.sw.RemoveJob(ctx, entries)
-		cancel()
-		if err != nil {
-			s.log.Warn("controller: removing job entries", "job", j.name, "err", err)
+		// The switch is not called under s.mu: the entries go in the
+		// background, and the partition stays taken until they are gone.
+		if len(s.draining) == 0 {
+			s.drained = make(chan struct{})
 		}
-		s.swMu.Unlock()
+		s.draining[j] = true
+		go s.remove(j)
 	}
+}
+
+// Drained is closed once no retired job's switch entries are still being
+// removed (tests, and callers that want the switch quiet).
+func (s *JobService) Drained() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.drained
+}
+
+// remove deletes a retired job's switch entries and frees its partition.
+func (s *JobService) remove(j *job) {
+	s.swMu.Lock()
+	ctx, cancel := context.WithTimeout(context.Background(), switchRPCTimeout)
+	err := s.sw.RemoveJob(ctx, j.entries)
+	cancel()
+	s.swMu.Unlock()
+	if err != nil {
+		s.log.Warn("controller: removing job entries", "job", j.name, "err", err)
+	}
+	s.mu.Lock()
+	s.undrain(j)
+	s.mu.Unlock()
+}
+
+// undrain frees a draining job's partition. Callers hold s.mu.
+func (s *JobService) undrain(j *job) {
+	if !s.draining[j] {
+		return
+	}
+	delete(s.draining, j)
+	if len(s.draining) == 0 {
+		close(s.drained)
+	}
+}
+
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
 }
 
 // allocate finds room for size slots among the active jobs' partitions and
@@ -434,12 +476,18 @@ func (s *JobService) allocate(size uint32) (base uint32, mgid uint16, jobID uint
 	var parts []part
 	groups := map[uint16]bool{}
 	ids := map[uint32]bool{}
+	taken := func(j *job) {
+		parts = append(parts, part{j.resp.GetPoolBase(), j.resp.GetPoolSize()})
+		groups[j.entries.MulticastGroup] = true
+		ids[j.resp.GetJobId()] = true
+	}
 	for _, j := range s.jobs {
 		if j.active {
-			parts = append(parts, part{j.resp.GetPoolBase(), j.resp.GetPoolSize()})
-			groups[j.entries.MulticastGroup] = true
-			ids[j.resp.GetJobId()] = true
+			taken(j)
 		}
+	}
+	for j := range s.draining {
+		taken(j)
 	}
 	sort.Slice(parts, func(a, b int) bool { return parts[a].base < parts[b].base })
 	next, found, largest := uint32(0), false, uint32(0)
@@ -488,6 +536,25 @@ func (s *JobService) activate(j *job) {
 	}
 	p := j.params
 	size := p.GetLanes() * p.GetWindow()
+	// Retired jobs' entries go first (their slots, groups and maybe the
+	// same worker addresses come free): wait for the removals in flight,
+	// without holding s.mu over the switch calls.
+	for len(s.draining) > 0 {
+		drained := s.drained
+		s.mu.Unlock()
+		select {
+		case <-drained:
+		case <-time.After(switchRPCTimeout):
+		}
+		s.mu.Lock()
+		if j.gone {
+			s.mu.Unlock()
+			return
+		}
+		if drained == s.drained && len(s.draining) > 0 {
+			break // removals that did not finish: their slots stay taken
+		}
+	}
 	base, mgid, jobID, err := s.allocate(size)
 	if err != nil {
 		s.fail(j, err)
@@ -739,6 +806,10 @@ func (s *JobService) SwitchLost(why string) {
 		s.back = make(chan struct{})
 	}
 	s.offline = why
+	// Whatever the jobs held on the switch is gone with it.
+	for j := range s.draining {
+		s.undrain(j)
+	}
 	for _, j := range s.jobs {
 		j.active = false
 		s.retire(j, why)
