@@ -146,13 +146,16 @@ func runChaos(ctx context.Context, args []string) error {
 			}
 		}
 		exited := make([]time.Time, len(ws))
+		done := make([]chan struct{}, len(ws))
 		var wg sync.WaitGroup
 		for w, c := range ws {
 			wg.Add(1)
+			done[w] = make(chan struct{})
 			go func() {
 				defer wg.Done()
 				_ = c.cmd.Wait()
 				exited[w] = time.Now()
+				close(done[w])
 			}()
 		}
 		victim := -1
@@ -162,8 +165,10 @@ func runChaos(ctx context.Context, args []string) error {
 			time.Sleep(time.Duration(200+rng.IntN(1300)) * time.Millisecond)
 			faultAt = time.Now()
 			missed = true
-			for _, c := range ws {
-				if c.cmd.ProcessState == nil {
+			for _, d := range done {
+				select {
+				case <-d:
+				default:
 					missed = false
 				}
 			}

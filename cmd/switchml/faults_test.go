@@ -33,7 +33,7 @@ func TestKilledWorker(t *testing.T) {
 			"--give-up", "10m", "--verify=false")
 	}
 	// Let the job run a while, then kill rank 2 as the OOM killer would.
-	time.Sleep(3 * time.Second)
+	waitRunning(t, f.ctl, "killed", 1)
 	for r, p := range ps {
 		select {
 		case <-p.done:
@@ -78,7 +78,7 @@ func TestSwitchRestart(t *testing.T) {
 			"--workers", fmt.Sprint(workers), "--elements", "1000000", "--iters", "100000", "--lanes", "2", "--window", "32",
 			"--give-up", "10m", "--verify=false")
 	}
-	time.Sleep(3 * time.Second)
+	waitRunning(t, c, "restart", 1)
 	for r, p := range ps {
 		select {
 		case <-p.done:
@@ -197,7 +197,7 @@ func TestControllerRestart(t *testing.T) {
 			"--workers", fmt.Sprint(workers), "--elements", "1000000", "--iters", "100000", "--lanes", "2", "--window", "32",
 			"--give-up", "10m", "--verify=false")
 	}
-	time.Sleep(3 * time.Second)
+	waitRunning(t, c, "ctl-restart", 1)
 	for r, p := range ps {
 		select {
 		case <-p.done:

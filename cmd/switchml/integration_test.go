@@ -117,6 +117,22 @@ func (p *proc) wait(t *testing.T, d time.Duration) error {
 // fabric is a running software switch and controller.
 type fabric struct {
 	dataplane, p4rt, controller string
+	sw, ctl                     *proc // when the test started them
+}
+
+// waitRunning waits until the controller has programmed job n times (its
+// log says so) and then a moment longer, so that a fault lands while the
+// job's allreduces run rather than while its ranks join.
+func waitRunning(t *testing.T, ctl *proc, job string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for strings.Count(ctl.stderr.String(), `msg="controller: job ready" job=`+job+" ") < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s never became ready:\n%s", job, ctl.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
 }
 
 func startFabric(t *testing.T, prefix []string, host string, switchArgs ...string) fabric {
@@ -137,8 +153,8 @@ func startFabricWith(t *testing.T, prefix []string, host string, switchArgs, con
 	} else {
 		f = fabric{dataplane: host + ":48864", p4rt: host + ":9559", controller: host + ":50051"}
 	}
-	spawn(t, prefix, append([]string{"switch", "--dataplane", f.dataplane, "--p4rt", f.p4rt}, switchArgs...)...)
-	spawn(t, prefix, append([]string{"controller", "--target", f.p4rt, "--listen", f.controller, "--dataplane", f.dataplane}, controllerArgs...)...)
+	f.sw = spawn(t, prefix, append([]string{"switch", "--dataplane", f.dataplane, "--p4rt", f.p4rt}, switchArgs...)...)
+	f.ctl = spawn(t, prefix, append([]string{"controller", "--target", f.p4rt, "--listen", f.controller, "--dataplane", f.dataplane}, controllerArgs...)...)
 	return f
 }
 

@@ -601,7 +601,9 @@ func (s *JobService) activate(j *job) {
 		code := status.Code(err)
 		if code == codes.InvalidArgument || code == codes.OutOfRange || code == codes.AlreadyExists {
 			code = codes.FailedPrecondition // the switch refused this job's shape
-		} else if code == codes.Unknown {
+		} else if code == codes.Unknown || code == codes.Canceled || code == codes.DeadlineExceeded {
+			// The switch went away or did not answer in time: nothing the
+			// registrants' own contexts did.
 			code = codes.Unavailable
 		}
 		s.fail(j, status.Errorf(code, "job %q: programming the switch failed: %v", j.name, err))
