@@ -39,6 +39,19 @@ if [[ -n "$bad" ]]; then echo "gofmt would change: $bad"; exit 1; fi
 echo "== go test -race ./... (library, switch, controller, CLI)"
 go test -race -timeout 30m ./...
 
+# The race detector makes allocation counts meaningless, so the tests that
+# prove the per-packet paths allocate nothing run again without it.
+echo "== allocation tests without -race"
+go test -count=1 -run 'NoAllocs|AllocatesNothing|DoesNotGrow' ./switchml/... ./p4/...
+
+# Each fuzz target for a few seconds: a smoke pass, not a campaign.
+echo "== fuzz smoke pass"
+while read -r pkg target; do
+	go test -run '^$' -fuzz "^${target}\$" -fuzztime 3s "$pkg"
+done < <(grep -rl --include='*_test.go' '^func Fuzz' . | while read -r f; do
+	for t in $(grep -o '^func Fuzz[A-Za-z0-9_]*' "$f" | sed 's/^func //'); do echo "./$(dirname "${f#./}") $t"; done
+done | sort -u)
+
 if [[ "${SWITCHML_SKIP_TRAINERS:-}" != 1 ]]; then
 	echo "== trainers (TensorFlow through graft)"
 	eval "$(trainers/setup.sh)"
