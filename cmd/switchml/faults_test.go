@@ -13,6 +13,59 @@ import (
 	"github.com/switchml/switchml-go/switchml/secure"
 )
 
+// faultJobWorkers is the size of the jobs the fault tests break.
+const faultJobWorkers = 3
+
+// longJob starts a job of many allreduces on f whose ranks would wait ten
+// minutes for the switch, and returns once the controller has programmed
+// it and it runs: only the fault handling can end it sooner.
+func longJob(t *testing.T, f fabric, job string) []*proc {
+	t.Helper()
+	ps := make([]*proc, faultJobWorkers)
+	for r := range ps {
+		ps[r] = spawn(t, nil, "allreduce", "--controller", f.controller, "--job", job, "--rank", fmt.Sprint(r),
+			"--workers", fmt.Sprint(faultJobWorkers), "--elements", "1000000", "--iters", "100000", "--lanes", "2", "--window", "32",
+			"--give-up", "10m", "--verify=false")
+	}
+	waitRunning(t, f.ctl, job, 1)
+	for r, p := range ps {
+		select {
+		case <-p.done:
+			t.Fatalf("rank %d ended before the fault: %v\n%s", r, p.err, p.stderr.String())
+		default:
+		}
+	}
+	return ps
+}
+
+// failNaming checks that each of ps exits with an error containing every
+// one of want, and logs how long after the fault it did.
+func failNaming(t *testing.T, ps []*proc, fault time.Time, want ...string) {
+	t.Helper()
+	for r, p := range ps {
+		err := p.wait(t, 2*time.Minute)
+		msg := p.stderr.String()
+		ok := err != nil
+		for _, w := range want {
+			ok = ok && strings.Contains(msg, w)
+		}
+		if !ok {
+			t.Errorf("rank %d: exit %v, stderr:\n%s\nwant a failure containing %q", r, err, msg, want)
+		}
+		t.Logf("rank %d failed %.2f s after the fault: %s", r, time.Since(fault).Seconds(), strings.TrimSpace(msg))
+	}
+}
+
+// restart kills p (SIGKILL) and starts the same command again.
+func restart(t *testing.T, p *proc) *proc {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, 10*time.Second)
+	return spawn(t, nil, p.args...)
+}
+
 // TestKilledWorker: a worker killed (SIGKILL) in the middle of a run of
 // allreduces. The other ranks must fail with an error that names the lost
 // rank, long before the switch's give-up (set to ten minutes here, so only
@@ -22,39 +75,18 @@ func TestKilledWorker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes; skipped in -short")
 	}
+	// lanes*window = 64: the job takes every slot of the switch, so the
+	// next run fits only if the dead job's partition was freed.
 	f := startFabricWith(t, nil, "", []string{"--slots", "64"}, []string{"--slots", "64"})
-	const workers = 3
-	ps := make([]*proc, workers)
-	for r := range ps {
-		// lanes*window = 64: the job takes every slot of the switch, so
-		// the next run fits only if the dead job's partition was freed.
-		ps[r] = spawn(t, nil, "allreduce", "--controller", f.controller, "--job", "killed", "--rank", fmt.Sprint(r),
-			"--workers", fmt.Sprint(workers), "--elements", "1000000", "--iters", "100000", "--lanes", "2", "--window", "32",
-			"--give-up", "10m", "--verify=false")
-	}
-	// Let the job run a while, then kill rank 2 as the OOM killer would.
-	waitRunning(t, f.ctl, "killed", 1)
-	for r, p := range ps {
-		select {
-		case <-p.done:
-			t.Fatalf("rank %d ended before the kill: %v\n%s", r, p.err, p.stderr.String())
-		default:
-		}
-	}
+	ps := longJob(t, f, "killed")
+	// Kill rank 2 as the OOM killer would.
 	killed := time.Now()
 	if err := ps[2].cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	for r := 0; r < 2; r++ {
-		err := ps[r].wait(t, 2*time.Minute)
-		msg := ps[r].stderr.String()
-		if err == nil || !strings.Contains(msg, "job aborted") || !strings.Contains(msg, "rank 2 lost its connection") {
-			t.Errorf("rank %d: exit %v, stderr:\n%s\nwant a failure naming the lost rank 2", r, err, msg)
-		}
-		t.Logf("rank %d failed %.2f s after rank 2 was killed: %s", r, time.Since(killed).Seconds(), strings.TrimSpace(msg))
-	}
+	failNaming(t, ps[:2], killed, "job aborted", "rank 2 lost its connection")
 	// The name and the slots are free again.
-	runJob(t, f, nil, jobSpec{name: "killed", dtype: "int32", workers: workers, elements: 50_000, iters: 2, lanes: 2, window: 32})
+	runJob(t, f, nil, jobSpec{name: "killed", dtype: "int32", workers: faultJobWorkers, elements: 50_000, iters: 2, lanes: 2, window: 32})
 }
 
 // TestSwitchRestart: the software switch is killed and started again under
@@ -65,49 +97,19 @@ func TestSwitchRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes; skipped in -short")
 	}
-	dp, _ := freePort("udp")
-	p4, _ := freePort("tcp")
-	ctl, _ := freePort("tcp")
-	f := fabric{dataplane: fmt.Sprintf("127.0.0.1:%d", dp), p4rt: fmt.Sprintf("127.0.0.1:%d", p4), controller: fmt.Sprintf("127.0.0.1:%d", ctl)}
-	sw := spawn(t, nil, "switch", "--dataplane", f.dataplane, "--p4rt", f.p4rt)
-	c := spawn(t, nil, "controller", "--target", f.p4rt, "--listen", f.controller, "--dataplane", f.dataplane)
-	const workers = 3
-	ps := make([]*proc, workers)
-	for r := range ps {
-		ps[r] = spawn(t, nil, "allreduce", "--controller", f.controller, "--job", "restart", "--rank", fmt.Sprint(r),
-			"--workers", fmt.Sprint(workers), "--elements", "1000000", "--iters", "100000", "--lanes", "2", "--window", "32",
-			"--give-up", "10m", "--verify=false")
-	}
-	waitRunning(t, c, "restart", 1)
-	for r, p := range ps {
-		select {
-		case <-p.done:
-			t.Fatalf("rank %d ended before the switch was killed: %v\n%s", r, p.err, p.stderr.String())
-		default:
-		}
-	}
+	f := startFabric(t, nil, "")
+	ps := longJob(t, f, "restart")
 	killed := time.Now()
-	if err := sw.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	sw.wait(t, 10*time.Second)
-	spawn(t, nil, "switch", "--dataplane", f.dataplane, "--p4rt", f.p4rt)
-	for r, p := range ps {
-		err := p.wait(t, 2*time.Minute)
-		msg := p.stderr.String()
-		if err == nil || !strings.Contains(msg, "job aborted") || !strings.Contains(msg, "lost the switch") {
-			t.Errorf("rank %d: exit %v, stderr:\n%s\nwant a failure saying the switch was lost", r, err, msg)
-		}
-		t.Logf("rank %d failed %.2f s after the switch was killed: %s", r, time.Since(killed).Seconds(), strings.TrimSpace(msg))
-	}
+	restart(t, f.sw)
+	failNaming(t, ps, killed, "job aborted", "lost the switch")
 	select {
-	case <-c.done:
-		t.Fatalf("the controller exited: %v\n%s", c.err, c.stderr.String())
+	case <-f.ctl.done:
+		t.Fatalf("the controller exited: %v\n%s", f.ctl.err, f.ctl.stderr.String())
 	default:
 	}
 	// The controller programs the new switch; a new run of the job works
 	// (joins retry while the controller reconnects).
-	runJob(t, f, nil, jobSpec{name: "restart", dtype: "float32", workers: workers, elements: 50_000, iters: 2, lanes: 2, window: 32})
+	runJob(t, f, nil, jobSpec{name: "restart", dtype: "float32", workers: faultJobWorkers, elements: 50_000, iters: 2, lanes: 2, window: 32})
 }
 
 // TestMutualTLS: switch, controller and workers authenticate each other
@@ -183,43 +185,12 @@ func TestControllerRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes; skipped in -short")
 	}
-	dp, _ := freePort("udp")
-	p4, _ := freePort("tcp")
-	ctl, _ := freePort("tcp")
-	f := fabric{dataplane: fmt.Sprintf("127.0.0.1:%d", dp), p4rt: fmt.Sprintf("127.0.0.1:%d", p4), controller: fmt.Sprintf("127.0.0.1:%d", ctl)}
-	spawn(t, nil, "switch", "--dataplane", f.dataplane, "--p4rt", f.p4rt)
-	controllerArgs := []string{"controller", "--target", f.p4rt, "--listen", f.controller, "--dataplane", f.dataplane}
-	c := spawn(t, nil, controllerArgs...)
-	const workers = 3
-	ps := make([]*proc, workers)
-	for r := range ps {
-		ps[r] = spawn(t, nil, "allreduce", "--controller", f.controller, "--job", "ctl-restart", "--rank", fmt.Sprint(r),
-			"--workers", fmt.Sprint(workers), "--elements", "1000000", "--iters", "100000", "--lanes", "2", "--window", "32",
-			"--give-up", "10m", "--verify=false")
-	}
-	waitRunning(t, c, "ctl-restart", 1)
-	for r, p := range ps {
-		select {
-		case <-p.done:
-			t.Fatalf("rank %d ended before the controller was killed: %v\n%s", r, p.err, p.stderr.String())
-		default:
-		}
-	}
+	f := startFabric(t, nil, "")
+	ps := longJob(t, f, "ctl-restart")
 	killed := time.Now()
-	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	c.wait(t, 10*time.Second)
-	spawn(t, nil, controllerArgs...)
-	for r, p := range ps {
-		err := p.wait(t, 2*time.Minute)
-		msg := p.stderr.String()
-		if err == nil || !strings.Contains(msg, "job aborted") || !strings.Contains(msg, "no longer holds this session") {
-			t.Errorf("rank %d: exit %v, stderr:\n%s\nwant a failure saying the controller no longer holds the session", r, err, msg)
-		}
-		t.Logf("rank %d failed %.2f s after the controller was killed: %s", r, time.Since(killed).Seconds(), strings.TrimSpace(msg))
-	}
-	runJob(t, f, nil, jobSpec{name: "ctl-restart", dtype: "int32", workers: workers, elements: 50_000, iters: 2, lanes: 2, window: 32})
+	restart(t, f.ctl)
+	failNaming(t, ps, killed, "job aborted", "no longer holds this session")
+	runJob(t, f, nil, jobSpec{name: "ctl-restart", dtype: "int32", workers: faultJobWorkers, elements: 50_000, iters: 2, lanes: 2, window: 32})
 }
 
 // TestChaosShort runs `switchml chaos` briefly: whatever the schedule of

@@ -41,6 +41,7 @@ func TestMain(m *testing.M) {
 }
 
 type proc struct {
+	args   []string // as given to spawn
 	cmd    *exec.Cmd
 	stdout lockedBuffer
 	stderr lockedBuffer
@@ -75,7 +76,7 @@ func spawn(t *testing.T, prefix []string, args ...string) *proc {
 	t.Helper()
 	full := append(append([]string{}, prefix...), binary)
 	full = append(full, args...)
-	p := &proc{cmd: exec.Command(full[0], full[1:]...), done: make(chan struct{})}
+	p := &proc{args: args, cmd: exec.Command(full[0], full[1:]...), done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %v: %v", full, err)
