@@ -1,0 +1,18 @@
+// Package switchml is the worker side of SwitchML, in-network aggregation
+// for data-parallel training: an allreduce whose sum is computed by a
+// switch (a P4 switch, or the software switch of this module) as the
+// workers' packets stream through it.
+//
+// A worker joins a job through the controller (Join, with the controller's
+// address, the job name, its rank and the world size) and then sums
+// []float32, []int32, float16/bfloat16 bits or gorgonia dense tensors in
+// place across all ranks (AllReduceFloat32 and friends, or the Start*
+// variants that return a Handle). Floats travel as block-scaled 32-bit
+// fixed point with a per-block exponent shared through the switch (package
+// quant); int32 is summed exactly, wrapping.
+//
+// Every rank must issue the same calls in the same order. A rank that dies,
+// loses the controller or fails a call ends the job for every rank with
+// ErrAborted and the cause; the switch not answering ends a call with
+// ErrTimeoutBudget after Config.GiveUp.
+package switchml
