@@ -47,6 +47,7 @@ type Session struct {
 	conn      *grpc.ClientConn
 	client    controllerpb.JobServiceClient
 	sessionID uint64
+	jobID     uint32 // the switch's id of the job (claims it back from a restarted controller)
 	switchDP  netip.AddrPort
 	lanes     []*laneDriver
 
@@ -176,7 +177,7 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 	if err != nil {
 		return fail(s.rpcError("join", err))
 	}
-	s.sessionID = resp.SessionId
+	s.sessionID, s.jobID = resp.SessionId, resp.JobId
 	s.seq = resp.FirstSeq
 	s.switchDP, err = netip.ParseAddrPort(resp.SwitchDataplane)
 	if err != nil {
@@ -213,7 +214,7 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 func (s *Session) watch() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopWatch = cancel
-	req := &controllerpb.WatchRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID}
+	req := &controllerpb.WatchRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, JobId: s.jobID, Token: s.cfg.Token}
 	stream, err := s.client.Watch(ctx, req)
 	var ev *controllerpb.WatchEvent
 	if err == nil {

@@ -459,7 +459,11 @@ func (c *Client) InstallARPReply(ctx context.Context, ip netip.Addr, mac [6]byte
 	te := &p4v1.TableEntry{TableId: ids.TableARPReply, Match: []*p4v1.FieldMatch{p4info.Exact(1, uint64(a))},
 		Action: &p4v1.TableAction{Type: &p4v1.TableAction_Action{Action: &p4v1.Action{
 			ActionId: ids.ActionSendARPReply, Params: []*p4v1.Action_Param{p4info.Param(1, m)}}}}}
-	if err := c.Write(ctx, tableUpdate(p4v1.Update_INSERT, te)); err != nil {
+	err = c.Write(ctx, tableUpdate(p4v1.Update_INSERT, te))
+	if status.Code(err) == codes.AlreadyExists { // a switch kept from an earlier controller
+		err = c.Write(ctx, tableUpdate(p4v1.Update_MODIFY, te))
+	}
+	if err != nil {
 		return fmt.Errorf("controller: install ARP reply for %v: %w", ip, err)
 	}
 	return nil

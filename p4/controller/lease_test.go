@@ -2,12 +2,17 @@ package controller
 
 import (
 	"context"
+	"net"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/switchml/switchml-go/p4/controller/controllerpb"
 )
@@ -16,9 +21,14 @@ import (
 func joined(t *testing.T, h *jobHarness, job string, n uint32) ([]controllerpb.JobService_WatchClient, []context.CancelFunc, *controllerpb.RegisterResponse) {
 	t.Helper()
 	ctx := testCtx(t)
+	// Lane addresses of the job's own, so that jobs can run side by side.
+	host := byte(10)
+	for _, c := range job {
+		host += byte(c)
+	}
 	reqs := make([]*controllerpb.RegisterRequest, n)
 	for r := range reqs {
-		reqs[r] = regReq(job, uint32(r), n, 1, 4, 1)
+		reqs[r] = regReq(job, uint32(r), n, 1, 4, host)
 	}
 	resps, errs := h.registerAll(ctx, reqs...)
 	for r, err := range errs {
@@ -165,5 +175,107 @@ func TestSwitchLostEndsJobsAndHoldsRegistrations(t *testing.T) {
 	h.svc.SwitchBack(h.sw)
 	if err := <-done; err != nil {
 		t.Fatalf("registration after the switch came back: %v", err)
+	}
+}
+
+// restarted serves a second job service over the same switch, as a
+// controller restarted beside running jobs would, adopting what the switch
+// holds.
+func restarted(t *testing.T, h *jobHarness, grace time.Duration) (*JobService, controllerpb.JobServiceClient) {
+	t.Helper()
+	svc, err := NewJobService(h.sw, ServiceConfig{Dataplane: netip.MustParseAddrPort("127.0.0.1:48864"), Slots: testSlots, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Adopt(testCtx(t), h.sw, grace); err != nil {
+		t.Fatal(err)
+	}
+	lis := bufconn.Listen(1 << 20)
+	g := grpc.NewServer()
+	controllerpb.RegisterJobServiceServer(g, svc)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient("passthrough:///jobs2",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return svc, controllerpb.NewJobServiceClient(conn)
+}
+
+// TestRestartedControllerTakesJobsBack: a job found on the switch is handed
+// back to its ranks when they watch their session with its switch job id;
+// barriers work again, and a new job gets slots of its own.
+func TestRestartedControllerTakesJobsBack(t *testing.T) {
+	h := newJobHarness(t, testSlots)
+	ctx := testCtx(t)
+	_, _, resp := joined(t, h, "kept", 2)
+	svc, jobs := restarted(t, h, time.Hour)
+	// Until its ranks are back, the session is not refused, only not yet
+	// there.
+	_, err := jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "kept", Rank: 0, SessionId: resp.GetSessionId(), Name: "b"})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("barrier before the claim: %v, want Unavailable", err)
+	}
+	for r := range uint32(2) {
+		st, err := jobs.Watch(ctx, &controllerpb.WatchRequest{Job: "kept", Rank: r, SessionId: resp.GetSessionId(), JobId: resp.GetJobId()})
+		if err == nil {
+			_, err = st.Recv()
+		}
+		if err != nil {
+			t.Fatalf("rank %d takes its lease up again: %v", r, err)
+		}
+	}
+	if got := svc.Jobs()["kept"]; got == nil || got.GetPoolBase() != resp.GetPoolBase() || got.GetPoolSize() != resp.GetPoolSize() {
+		t.Fatalf("taken-over job %v, want the partition of %v", got, resp)
+	}
+	done := make(chan error, 2)
+	for r := range uint32(2) {
+		go func() {
+			_, err := jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "kept", Rank: r, SessionId: resp.GetSessionId(), Name: "b"})
+			done <- err
+		}()
+	}
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatalf("barrier after the claim: %v", err)
+		}
+	}
+	r2, err := jobs.Register(ctx, regReq("new", 0, 1, 1, 4, 9))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2.GetPoolBase() < resp.GetPoolBase()+resp.GetPoolSize() && resp.GetPoolBase() < r2.GetPoolBase()+r2.GetPoolSize() {
+		t.Fatalf("new job's slots [%d, +%d) overlap the kept job's [%d, +%d)", r2.GetPoolBase(), r2.GetPoolSize(), resp.GetPoolBase(), resp.GetPoolSize())
+	}
+	if r2.GetJobId() == resp.GetJobId() {
+		t.Fatal("the new job got the kept job's switch id")
+	}
+}
+
+// TestRestartedControllerEndsWhatNobodyClaims: a job nobody takes back is
+// removed after the grace period; a job whose ranks do not all come back is
+// aborted, naming the missing rank.
+func TestRestartedControllerEndsWhatNobodyClaims(t *testing.T) {
+	h := newJobHarness(t, testSlots)
+	ctx := testCtx(t)
+	joined(t, h, "orphan", 2)
+	_, _, half := joined(t, h, "half", 2)
+	svc, jobs := restarted(t, h, 300*time.Millisecond)
+	st, err := jobs.Watch(ctx, &controllerpb.WatchRequest{Job: "half", Rank: 0, SessionId: half.GetSessionId(), JobId: half.GetJobId()})
+	if err == nil {
+		_, err = st.Recv()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if why := abortedWith(t, st); !strings.Contains(why, "rank 1 did not come back") {
+		t.Errorf("half-claimed job ended with %q", why)
+	}
+	<-svc.Drained()
+	if ws, err := h.sw.ReadWorkers(ctx); err != nil || len(ws) != 0 {
+		t.Errorf("workers after the grace period: %v, %v; want none", ws, err)
 	}
 }

@@ -2,7 +2,11 @@ package controller
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+
 	"crypto/tls"
+	"google.golang.org/protobuf/proto"
 
 	"errors"
 	"fmt"
@@ -63,6 +67,10 @@ type Config struct {
 	// present a certificate); TargetTLS secures the P4Runtime link to the
 	// switch. See switchml/secure.
 	TLS, TargetTLS *tls.Config
+	// AdoptGrace is how long a restarted controller waits for the ranks of
+	// the jobs it finds on the switch to take their leases up again
+	// (default 10s); jobs not claimed in time are removed.
+	AdoptGrace time.Duration
 	// ConnectTimeout bounds the wait for the switch at start (default 30s).
 	ConnectTimeout time.Duration
 	Logger         *slog.Logger
@@ -88,6 +96,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = 30 * time.Second
 	}
+	if cfg.AdoptGrace == 0 {
+		cfg.AdoptGrace = 10 * time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -105,7 +116,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	cl, err := connect(ctx, cfg, dp)
+	cl, adopted, err := connect(ctx, cfg, dp)
 	if err != nil {
 		return err
 	}
@@ -117,6 +128,11 @@ func Run(ctx context.Context, cfg Config) error {
 	svc, err := NewJobService(cl, ServiceConfig{Dataplane: dp, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger})
 	if err != nil {
 		return err
+	}
+	if adopted {
+		if err := svc.Adopt(ctx, cl, cfg.AdoptGrace); err != nil {
+			return err
+		}
 	}
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -156,7 +172,7 @@ func Run(ctx context.Context, cfg Config) error {
 		svc.SwitchLost(fmt.Sprintf("aborted: the controller lost the switch at %s (%v); what it held for the job is gone: join again", cfg.Target, lost))
 		cl.Close()
 		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
-			cl, err = connect(ctx, cfg, dp)
+			cl, adopted, err = connect(ctx, cfg, dp)
 			if err == nil {
 				break
 			}
@@ -174,13 +190,20 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		}
 		svc.SwitchBack(cl)
+		if adopted {
+			// The switch kept its tables: the aborted jobs' entries are
+			// still there, and go once no rank claims them.
+			if err := svc.Adopt(ctx, cl, cfg.AdoptGrace); err != nil {
+				cfg.Logger.Warn("controller: reading back the switch's jobs", "err", err)
+			}
+		}
 		cfg.Logger.Info("controller: switch programmed again", "target", cfg.Target)
 	}
 }
 
 // connect dials the switch, becomes its primary controller, pushes the
 // pipeline and writes the program's own entries.
-func connect(ctx context.Context, cfg Config, dp netip.AddrPort) (*Client, error) {
+func connect(ctx context.Context, cfg Config, dp netip.AddrPort) (*Client, bool, error) {
 	dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	cc := ClientConfig{Target: cfg.Target, DeviceID: cfg.DeviceID, ElectionID: cfg.ElectionID, Logger: cfg.Logger}
 	if cfg.TargetTLS != nil {
@@ -189,42 +212,76 @@ func connect(ctx context.Context, cfg Config, dp netip.AddrPort) (*Client, error
 	cl, err := Dial(dctx, cc)
 	cancel()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	if err := program(ctx, cl, cfg, dp); err != nil {
+	adopted, err := program(ctx, cl, cfg, dp)
+	if err != nil {
 		cl.Close()
-		return nil, err
+		return nil, false, err
 	}
-	return cl, nil
+	return cl, adopted, nil
 }
 
-func program(ctx context.Context, cl *Client, cfg Config, dp netip.AddrPort) error {
+// program makes the switch run the configured pipeline. A switch that
+// already runs it (same cookie: an earlier controller pushed it) keeps its
+// tables, and adopted reports so: its jobs can be taken over.
+func program(ctx context.Context, cl *Client, cfg Config, dp netip.AddrPort) (adopted bool, err error) {
 	if !cl.Primary() {
-		return fmt.Errorf("controller: %w: another controller with a higher election id than %d programs %s", ErrNotPrimary, max(cfg.ElectionID, 1), cfg.Target)
+		return false, fmt.Errorf("controller: %w: another controller with a higher election id than %d programs %s", ErrNotPrimary, max(cfg.ElectionID, 1), cfg.Target)
 	}
 	if !cfg.SkipPipeline {
-		pctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
-		err := cl.SetPipeline(pctx, cfg.P4Info, cfg.DeviceConfig, 0)
-		cancel()
-		if err != nil && ctx.Err() == nil {
-			return fmt.Errorf("%w (does %s run a %s switch, and is the device config the program compiled for it?)", err, cfg.Target, cfg.Switch.Kind)
+		info := cfg.P4Info
+		if info == nil {
+			if info, err = p4info.Load(); err != nil {
+				return false, err
+			}
 		}
+		cookie, err := pipelineCookie(info, cfg.DeviceConfig)
 		if err != nil {
-			return err
+			return false, err
+		}
+		pctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+		defer cancel()
+		if running, err := cl.Pipeline(pctx); err == nil && running.GetCookie().GetCookie() == cookie {
+			if err := cl.UseP4Info(info); err != nil {
+				return false, err
+			}
+			adopted = true
+		} else {
+			err := cl.SetPipeline(pctx, info, cfg.DeviceConfig, cookie)
+			if err != nil && ctx.Err() == nil {
+				return false, fmt.Errorf("%w (does %s run a %s switch, and is the device config the program compiled for it?)", err, cfg.Target, cfg.Switch.Kind)
+			}
+			if err != nil {
+				return false, err
+			}
 		}
 	}
 	if cfg.SkipPipeline && cfg.P4Info != nil {
 		if err := cl.UseP4Info(cfg.P4Info); err != nil {
-			return err
+			return false, err
 		}
 	}
 	if cfg.Registers != nil {
 		cl.SetRegisterBackend(cfg.Registers)
 	}
 	if err := checkSlots(ctx, cl, cfg); err != nil {
-		return err
+		return false, err
 	}
-	return setupProgram(ctx, cl, cfg, dp)
+	return adopted, setupProgram(ctx, cl, cfg, dp)
+}
+
+// pipelineCookie names a pipeline (P4Info and device config), so that a
+// restarted controller can tell the switch already runs it.
+func pipelineCookie(info *p4configv1.P4Info, deviceConfig []byte) (uint64, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(info)
+	if err != nil {
+		return 0, fmt.Errorf("controller: P4Info: %w", err)
+	}
+	h := sha256.New()
+	h.Write(b)
+	h.Write(deviceConfig)
+	return binary.BigEndian.Uint64(h.Sum(nil)) | 1, nil
 }
 
 // checkSlots makes sure the switch has the slots the controller hands out:

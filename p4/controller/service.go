@@ -70,6 +70,9 @@ type JobService struct {
 	// closed when the set becomes empty.
 	draining map[*job]bool
 	drained  chan struct{}
+	// detached are jobs a restarted controller found on the switch, by
+	// switch job id, until one of their ranks claims them (Watch).
+	detached map[uint32]*job
 	// ended remembers why recent sessions ended, so that a rank asking
 	// about one learns the cause (bounded: the oldest are forgotten).
 	ended      map[uint64]string
@@ -95,6 +98,8 @@ type job struct {
 	left    map[uint32]bool
 	rounds  map[string]*roundSet // barriers and broadcasts by name
 	owner   [32]byte             // hash of the registrants' token
+	adopted bool                 // found on the switch by a restarted controller
+	leased  map[uint32]bool      // ranks that took their lease on this controller
 	over    chan struct{}        // closed when the generation is retired
 	why     string               // why it was retired
 }
@@ -145,7 +150,7 @@ func NewJobService(sw Switch, cfg ServiceConfig) (*JobService, error) {
 		cfg.Logger = slog.Default()
 	}
 	return &JobService{sw: sw, cfg: cfg, log: cfg.Logger, jobs: map[string]*job{}, ended: map[uint64]string{},
-		draining: map[*job]bool{}, drained: closedChan()}, nil
+		draining: map[*job]bool{}, drained: closedChan(), detached: map[uint32]*job{}}, nil
 }
 
 func invalid(format string, args ...any) error {
@@ -328,7 +333,7 @@ func (s *JobService) Register(ctx context.Context, req *controllerpb.RegisterReq
 		j = &job{
 			name: req.GetJob(), params: req, ranks: make([]*controllerpb.RegisterRequest, req.GetWorldSize()),
 			ready: make(chan struct{}), left: map[uint32]bool{}, rounds: map[string]*roundSet{}, expired: map[uint32]bool{},
-			over: make(chan struct{}), owner: owner,
+			over: make(chan struct{}), owner: owner, leased: map[uint32]bool{},
 		}
 		s.jobs[req.GetJob()] = j
 	} else if m := mismatch(j.params, req); m != "" {
@@ -489,6 +494,9 @@ func (s *JobService) allocate(size uint32) (base uint32, mgid uint16, jobID uint
 	for j := range s.draining {
 		taken(j)
 	}
+	for _, j := range s.detached {
+		taken(j)
+	}
 	sort.Slice(parts, func(a, b int) bool { return parts[a].base < parts[b].base })
 	next, found, largest := uint32(0), false, uint32(0)
 	for _, p := range parts {
@@ -640,6 +648,11 @@ func (s *JobService) session(name string, rank uint32, session uint64) (*job, er
 		return nil, status.Errorf(codes.Aborted, "session %d is over: %s", session, why)
 	}
 	j := s.jobs[name]
+	if (j == nil || j.resp.GetSessionId() != session) && len(s.detached) > 0 {
+		// The session may be one of those found on the switch, whose
+		// ranks have not all taken their leases up again yet.
+		return nil, status.Errorf(codes.Unavailable, "the controller restarted and is taking its running jobs over; retry in a moment")
+	}
 	if j == nil || !j.active {
 		return nil, status.Errorf(codes.NotFound, "job %q has no active session (register first)", name)
 	}
@@ -812,6 +825,11 @@ func (s *JobService) SwitchLost(why string) {
 	for j := range s.draining {
 		s.undrain(j)
 	}
+	for id, j := range s.detached {
+		delete(s.detached, id)
+		j.active = false
+		s.retire(j, why)
+	}
 	for _, j := range s.jobs {
 		j.active = false
 		s.retire(j, why)
@@ -834,7 +852,14 @@ func (s *JobService) SwitchBack(sw Switch) {
 // Watch implements controllerpb.JobService: the stream is the rank's lease.
 func (s *JobService) Watch(req *controllerpb.WatchRequest, stream controllerpb.JobService_WatchServer) error {
 	s.mu.Lock()
+	if err := s.claim(req); err != nil {
+		s.mu.Unlock()
+		return err
+	}
 	j, err := s.session(req.GetJob(), req.GetRank(), req.GetSessionId())
+	if err == nil {
+		j.leased[req.GetRank()] = true
+	}
 	s.mu.Unlock()
 	if err != nil {
 		return err
@@ -856,6 +881,116 @@ func (s *JobService) Watch(req *controllerpb.WatchRequest, stream controllerpb.J
 			s.retire(j, fmt.Sprintf("aborted: rank %d lost its connection to the controller (its process ended, or its host is unreachable)", req.GetRank()))
 		}
 		return nil
+	}
+}
+
+// claim hands a job found on the switch to the first rank that names it
+// (by switch job id) after a controller restart. Callers hold s.mu.
+func (s *JobService) claim(req *controllerpb.WatchRequest) error {
+	j := s.detached[req.GetJobId()]
+	if j == nil || req.GetJobId() == 0 {
+		return nil
+	}
+	switch {
+	case req.GetRank() >= uint32(len(j.ranks)):
+		return invalid("rank %d outside 0..%d of the job on the switch", req.GetRank(), len(j.ranks)-1)
+	case req.GetJob() == "" || req.GetSessionId() == 0:
+		return invalid("a claim names the job and its session")
+	case s.jobs[req.GetJob()] != nil:
+		return status.Errorf(codes.AlreadyExists, "job %q already runs under another session", req.GetJob())
+	}
+	delete(s.detached, req.GetJobId())
+	j.name = req.GetJob()
+	j.owner = sha256.Sum256([]byte(req.GetToken()))
+	j.resp.SessionId = req.GetSessionId()
+	j.params = &controllerpb.RegisterRequest{Job: j.name, WorldSize: uint32(len(j.ranks))}
+	s.jobs[j.name] = j
+	s.log.Info("controller: job taken over from the switch", "job", j.name, "session", req.GetSessionId(), "job_id", req.GetJobId(), "workers", len(j.ranks))
+	return nil
+}
+
+// Adopt reads the jobs a switch holds (its tables, as an earlier controller
+// left them) and keeps them: their partitions stay taken, and their ranks
+// take them back by watching their sessions again (Watch with the switch
+// job id). Jobs nobody claims within grace are removed, and so are claimed
+// jobs whose ranks did not all come back.
+func (s *JobService) Adopt(ctx context.Context, sw interface {
+	ReadWorkers(context.Context) ([]WorkerEntry, error)
+	ReadReplies(context.Context) ([]ReplyEntry, error)
+	ReadMulticastGroups(context.Context) (map[uint16][]Replica, error)
+}, grace time.Duration) error {
+	workers, err := sw.ReadWorkers(ctx)
+	if err != nil {
+		return fmt.Errorf("controller: read back the switch's workers: %w", err)
+	}
+	replies, err := sw.ReadReplies(ctx)
+	if err != nil {
+		return fmt.Errorf("controller: read back the switch's replies: %w", err)
+	}
+	groups, err := sw.ReadMulticastGroups(ctx)
+	if err != nil {
+		return fmt.Errorf("controller: read back the switch's multicast groups: %w", err)
+	}
+	found := map[uint32]*job{}
+	for _, w := range workers {
+		j := found[w.Job]
+		if j == nil {
+			ready := make(chan struct{})
+			close(ready)
+			j = &job{
+				active: true, adopted: true, ready: ready, over: make(chan struct{}),
+				ranks: make([]*controllerpb.RegisterRequest, w.NumWorkers), left: map[uint32]bool{}, leased: map[uint32]bool{},
+				rounds: map[string]*roundSet{}, expired: map[uint32]bool{},
+				entries: JobEntries{MulticastGroup: w.MulticastGroup, Replicas: groups[w.MulticastGroup]},
+				resp:    &controllerpb.RegisterResponse{JobId: w.Job, PoolBase: w.PoolBase, PoolSize: w.PoolSize, SwitchDataplane: s.cfg.Dataplane.String()},
+			}
+			found[w.Job] = j
+		}
+		j.entries.Workers = append(j.entries.Workers, w)
+		if int(w.Rank) < len(j.ranks) {
+			r := j.ranks[w.Rank]
+			if r == nil {
+				r = &controllerpb.RegisterRequest{Rank: uint32(w.Rank), WorldSize: uint32(w.NumWorkers)}
+				j.ranks[w.Rank] = r
+			}
+			r.LaneAddresses = append(r.LaneAddresses, w.Addr.String())
+		}
+	}
+	for _, r := range replies {
+		if j := found[r.Job]; j != nil {
+			j.entries.Replies = append(j.entries.Replies, r)
+		}
+	}
+	s.mu.Lock()
+	for id, j := range found {
+		s.detached[id] = j
+		s.jobID = max(s.jobID, id)
+	}
+	s.mu.Unlock()
+	if len(found) > 0 {
+		s.log.Info("controller: jobs found on the switch, waiting for their ranks", "jobs", len(found), "grace", grace)
+	}
+	time.AfterFunc(grace, func() { s.endUnclaimed(found) })
+	return nil
+}
+
+// endUnclaimed removes the adopted jobs that nobody took back, and those
+// some of whose ranks did not take their leases up again.
+func (s *JobService) endUnclaimed(found map[uint32]*job) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, j := range found {
+		if s.detached[id] == j {
+			delete(s.detached, id)
+			s.retire(j, "removed: found on the switch after a controller restart, and no rank took it back")
+			continue
+		}
+		for r := range j.ranks {
+			if !j.leased[uint32(r)] && !j.gone {
+				s.retire(j, fmt.Sprintf("aborted: rank %d did not come back after the controller restarted", r))
+				break
+			}
+		}
 	}
 }
 

@@ -730,10 +730,15 @@ func (x *DescribeResponse) GetNeedsMac() bool {
 }
 
 type WatchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	Rank          uint32                 `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
-	SessionId     uint64                 `protobuf:"varint,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Job       string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Rank      uint32                 `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
+	SessionId uint64                 `protobuf:"varint,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The session's switch job id and the job's token: a restarted
+	// controller that found the job running on the switch hands it back to
+	// the ranks that can name it.
+	JobId         uint32 `protobuf:"varint,4,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Token         string `protobuf:"bytes,5,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -787,6 +792,20 @@ func (x *WatchRequest) GetSessionId() uint64 {
 		return x.SessionId
 	}
 	return 0
+}
+
+func (x *WatchRequest) GetJobId() uint32 {
+	if x != nil {
+		return x.JobId
+	}
+	return 0
+}
+
+func (x *WatchRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
 }
 
 type WatchEvent struct {
@@ -1003,12 +1022,14 @@ const file_controller_proto_rawDesc = "" +
 	"\vmax_workers\x18\x04 \x01(\rR\n" +
 	"maxWorkers\x12\x14\n" +
 	"\x05slots\x18\x05 \x01(\rR\x05slots\x12\x1b\n" +
-	"\tneeds_mac\x18\x06 \x01(\bR\bneedsMac\"S\n" +
+	"\tneeds_mac\x18\x06 \x01(\bR\bneedsMac\"\x80\x01\n" +
 	"\fWatchRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x03 \x01(\x04R\tsessionId\">\n" +
+	"session_id\x18\x03 \x01(\x04R\tsessionId\x12\x15\n" +
+	"\x06job_id\x18\x04 \x01(\rR\x05jobId\x12\x14\n" +
+	"\x05token\x18\x05 \x01(\tR\x05token\">\n" +
 	"\n" +
 	"WatchEvent\x12\x18\n" +
 	"\aaborted\x18\x01 \x01(\bR\aaborted\x12\x16\n" +
