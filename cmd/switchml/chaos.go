@@ -69,8 +69,8 @@ func chaosCause(msg string) string {
 
 // chaosExpected lists the causes a fault may legitimately produce.
 var chaosExpected = map[string][]string{
-	"kill-worker":        {"rank lost", "rank failed"},
-	"restart-switch":     {"switch lost", "rank failed"},
+	"kill-worker":    {"rank lost", "rank failed"},
+	"restart-switch": {"switch lost", "rank failed"},
 	// A restarted controller takes running jobs back from the switch; a
 	// job it could not take back must fail naming the restart.
 	"restart-controller": {"controller restarted", "rank failed"},
