@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -47,7 +48,8 @@ type Session struct {
 	conn      *grpc.ClientConn
 	client    controllerpb.JobServiceClient
 	sessionID uint64
-	jobID     uint32 // the switch's id of the job (claims it back from a restarted controller)
+	jobID     uint32        // the switch's id of the job (claims it back from a restarted controller)
+	barriers  atomic.Uint64 // barrier calls made, for BarrierRequest.Seq
 	switchDP  netip.AddrPort
 	lanes     []*laneDriver
 
@@ -412,8 +414,11 @@ func (s *Session) Stats() Stats {
 func (s *Session) Barrier(ctx context.Context, name string) error {
 	ctx, done := s.sessionCall(ctx)
 	defer done()
+	// The same count on every retry of this call: a controller restarted
+	// after the other ranks passed it releases it by the count.
+	seq := s.barriers.Add(1)
 	err := retryUnavailable(ctx, s.aborted, func() error {
-		_, err := s.client.Barrier(ctx, &controllerpb.BarrierRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Name: name}, grpc.WaitForReady(true))
+		_, err := s.client.Barrier(ctx, &controllerpb.BarrierRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Name: name, Seq: seq}, grpc.WaitForReady(true))
 		return err
 	})
 	if err != nil {

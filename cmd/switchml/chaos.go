@@ -63,13 +63,17 @@ func chaosCause(msg string) string {
 		return "rank failed"
 	case strings.Contains(msg, "no answer from the switch"):
 		return "switch silent"
+	case strings.Contains(msg, "never registered"):
+		return "rank missing at join"
 	}
 	return "other"
 }
 
 // chaosExpected lists the causes a fault may legitimately produce.
 var chaosExpected = map[string][]string{
-	"kill-worker":    {"rank lost", "rank failed"},
+	// A worker killed before it registered leaves the others waiting for
+	// it until their join timeout, which names it.
+	"kill-worker":    {"rank lost", "rank failed", "rank missing at join"},
 	"restart-switch": {"switch lost", "rank failed"},
 	// A restarted controller takes running jobs back from the switch; a
 	// job it could not take back must fail naming the restart.
@@ -139,7 +143,7 @@ func runChaos(ctx context.Context, args []string) error {
 		for w := range ws {
 			a := []string{"allreduce", "--controller", ctl, "--job", fmt.Sprintf("chaos-%d", round), "--rank", strconv.Itoa(w),
 				"--workers", strconv.Itoa(r.Workers), "--elements", strconv.Itoa(*elements), "--dtype", dtype, "--iters", strconv.Itoa(*iters),
-				"--lanes", "2", "--window", "16", "--seed", strconv.Itoa(round), "--give-up", "60s", "--join-timeout", "60s", "--json"}
+				"--lanes", "2", "--window", "16", "--seed", strconv.Itoa(round), "--give-up", "60s", "--join-timeout", "15s", "--json"}
 			if r.Fault == "loss" {
 				a = append(a, "--drop", "0.01", "--duplicate", "0.005", "--reorder", "0.005")
 			}

@@ -279,3 +279,51 @@ func TestRestartedControllerEndsWhatNobodyClaims(t *testing.T) {
 		t.Errorf("workers after the grace period: %v, %v; want none", ws, err)
 	}
 }
+
+// TestBarrierPassedBeforeTheRestart: a rank that re-sends a barrier its
+// peers passed on the controller before the restart is released, since they
+// have counted past it; on a job that was never taken over, counts release
+// nothing.
+func TestBarrierPassedBeforeTheRestart(t *testing.T) {
+	h := newJobHarness(t, testSlots)
+	ctx := testCtx(t)
+	_, _, resp := joined(t, h, "rounds", 2)
+	_, jobs := restarted(t, h, time.Hour)
+	for r := range uint32(2) {
+		st, err := jobs.Watch(ctx, &controllerpb.WatchRequest{Job: "rounds", Rank: r, SessionId: resp.GetSessionId(), JobId: resp.GetJobId()})
+		if err == nil {
+			_, err = st.Recv()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Rank 1 passed barrier 7 ("done-3") before the restart and now waits
+	// at barrier 8; rank 0 re-sends barrier 7, whose answer it lost.
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "rounds", Rank: 1, SessionId: resp.GetSessionId(), Name: "iter-4", Seq: 8})
+		waiting <- err
+	}()
+	if _, err := jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "rounds", Rank: 0, SessionId: resp.GetSessionId(), Name: "done-3", Seq: 7}); err != nil {
+		t.Fatalf("re-sent barrier: %v", err)
+	}
+	if _, err := jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "rounds", Rank: 0, SessionId: resp.GetSessionId(), Name: "iter-4", Seq: 8}); err != nil {
+		t.Fatalf("next barrier: %v", err)
+	}
+	if err := <-waiting; err != nil {
+		t.Fatalf("rank 1: %v", err)
+	}
+
+	// The same calls on a job that was never taken over: barrier 7 waits
+	// for rank 1's arrival, counts or not.
+	_, _, fresh := joined(t, h, "fresh", 2)
+	go func() {
+		_, _ = h.jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "fresh", Rank: 1, SessionId: fresh.GetSessionId(), Name: "iter-4", Seq: 8})
+	}()
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := h.jobs.Barrier(short, &controllerpb.BarrierRequest{Job: "fresh", Rank: 0, SessionId: fresh.GetSessionId(), Name: "done-3", Seq: 7}); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("barrier on a job never taken over: %v, want it to wait for rank 1", err)
+	}
+}

@@ -100,8 +100,12 @@ type job struct {
 	owner   [32]byte             // hash of the registrants' token
 	adopted bool                 // found on the switch by a restarted controller
 	leased  map[uint32]bool      // ranks that took their lease on this controller
-	over    chan struct{}        // closed when the generation is retired
-	why     string               // why it was retired
+	// barrierSeq is the highest barrier count each rank has shown; progressed
+	// is closed (and replaced) whenever one rises.
+	barrierSeq map[uint32]uint64
+	progressed chan struct{}
+	over       chan struct{} // closed when the generation is retired
+	why        string        // why it was retired
 }
 
 // roundSet numbers the successive uses of one barrier or broadcast name: a
@@ -666,6 +670,37 @@ func (s *JobService) session(name string, rank uint32, session uint64) (*job, er
 	return j, nil
 }
 
+// noteBarrier records that rank made its seq-th barrier call. Callers hold
+// s.mu.
+func (j *job) noteBarrier(rank uint32, seq uint64) {
+	if j.barrierSeq == nil {
+		j.barrierSeq, j.progressed = map[uint32]uint64{}, make(chan struct{})
+	}
+	if seq > j.barrierSeq[rank] {
+		j.barrierSeq[rank] = seq
+		close(j.progressed)
+		j.progressed = make(chan struct{})
+	}
+}
+
+// othersPast reports whether every rank but rank has made a later barrier
+// call than its seq-th, in a job taken over from the switch. Callers hold
+// s.mu.
+func (j *job) othersPast(rank uint32, seq uint64) bool {
+	// Only a job taken over after a controller restart can have lost a
+	// round; elsewhere a barrier completes by its arrivals alone (which
+	// also keeps concurrent barriers of one rank exact).
+	if seq == 0 || !j.adopted {
+		return false
+	}
+	for r := range j.ranks {
+		if uint32(r) != rank && j.barrierSeq[uint32(r)] <= seq {
+			return false
+		}
+	}
+	return true
+}
+
 // join enters rank into its next round of the named barrier or broadcast.
 // Callers hold s.mu.
 func (j *job) join(name string, rank uint32) (*round, int, *roundSet) {
@@ -709,25 +744,38 @@ func (s *JobService) Barrier(ctx context.Context, req *controllerpb.BarrierReque
 		close(r.done)
 		delete(rs.rounds, k)
 	}
+	j.noteBarrier(req.GetRank(), req.GetSeq())
 	s.mu.Unlock()
-	select {
-	case <-r.done:
+	for {
 		s.mu.Lock()
-		defer s.mu.Unlock()
-		if !r.complete {
-			return nil, status.Errorf(codes.Aborted, "barrier %q: job %q %s", req.GetName(), req.GetJob(), j.why)
-		}
-		return &controllerpb.BarrierResponse{}, nil
-	case <-ctx.Done():
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if r.complete {
+		passed := j.othersPast(req.GetRank(), req.GetSeq())
+		progressed := j.progressed
+		s.mu.Unlock()
+		if passed {
+			// Every other rank has passed this barrier, on a controller
+			// that has since restarted and lost the round.
 			return &controllerpb.BarrierResponse{}, nil
 		}
-		delete(r.arrived, req.GetRank())
-		rs.next[req.GetRank()]--
-		return nil, status.Errorf(status.FromContextError(ctx.Err()).Code(), "job %q barrier %q: %d of %d ranks arrived before rank %d's deadline",
-			req.GetJob(), req.GetName(), len(r.arrived), len(j.ranks), req.GetRank())
+		select {
+		case <-progressed:
+		case <-r.done:
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if !r.complete {
+				return nil, status.Errorf(codes.Aborted, "barrier %q: job %q %s", req.GetName(), req.GetJob(), j.why)
+			}
+			return &controllerpb.BarrierResponse{}, nil
+		case <-ctx.Done():
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if r.complete {
+				return &controllerpb.BarrierResponse{}, nil
+			}
+			delete(r.arrived, req.GetRank())
+			rs.next[req.GetRank()]--
+			return nil, status.Errorf(status.FromContextError(ctx.Err()).Code(), "job %q barrier %q: %d of %d ranks arrived before rank %d's deadline",
+				req.GetJob(), req.GetName(), len(r.arrived), len(j.ranks), req.GetRank())
+		}
 	}
 }
 

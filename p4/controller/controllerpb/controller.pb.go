@@ -282,11 +282,16 @@ func (x *RegisterResponse) GetFirstSeq() uint32 {
 }
 
 type BarrierRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	Rank          uint32                 `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
-	SessionId     uint64                 `protobuf:"varint,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Name          string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"` // barriers with different names are independent
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Job       string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Rank      uint32                 `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
+	SessionId uint64                 `protobuf:"varint,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Name      string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"` // barriers with different names are independent
+	// This rank's count of barrier calls in the session, this one included
+	// (1, 2, ...; 0: not counted). Every rank makes the same barrier calls in
+	// the same order, so a barrier that every other rank has counted past is
+	// one they all passed: a controller restarted in between releases it.
+	Seq           uint64 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -347,6 +352,13 @@ func (x *BarrierRequest) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *BarrierRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
 }
 
 type BarrierResponse struct {
@@ -989,13 +1001,14 @@ const file_controller_proto_rawDesc = "" +
 	"\x06job_id\x18\x03 \x01(\rR\x05jobId\x12\x1b\n" +
 	"\tpool_base\x18\x04 \x01(\rR\bpoolBase\x12\x1b\n" +
 	"\tpool_size\x18\x05 \x01(\rR\bpoolSize\x12\x1b\n" +
-	"\tfirst_seq\x18\x06 \x01(\rR\bfirstSeq\"i\n" +
+	"\tfirst_seq\x18\x06 \x01(\rR\bfirstSeq\"{\n" +
 	"\x0eBarrierRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x03 \x01(\x04R\tsessionId\x12\x12\n" +
-	"\x04name\x18\x04 \x01(\tR\x04name\"\x11\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\x12\x10\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\"\x11\n" +
 	"\x0fBarrierResponse\"\x93\x01\n" +
 	"\x10BroadcastRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
