@@ -79,6 +79,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 	iters := fs.Int("iters", 5, "timed allreduce calls")
 	warmup := fs.Int("warmup", 1, "untimed allreduce calls before the timed ones")
 	seed := fs.Uint64("seed", 1, "seed of the tensor contents")
+	nanAt := fs.Int("nan-at", -1, "put a NaN into this rank's input at this allreduce (0-based, warm-up included), to watch a bad input end the job")
 	asJSON := fs.Bool("json", false, "print one JSON object with the results on stdout")
 	verify := fs.Bool("verify", true, "check every result against the exact sum")
 	stopProfile, err := parseFlagsProfiled(fs, args)
@@ -100,7 +101,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 
 	rep := allreduceReport{Workers: cfg.Workers, Rank: cfg.Rank, Elements: *elements, DType: *dtype, Iters: *iters,
 		Lanes: cfg.Lanes, Window: cfg.Window, PacketElements: cfg.PacketElements}
-	err = allreduceRounds(ctx, cfg, *dtype, *elements, *iters, *warmup, *seed, *verify, &rep)
+	err = allreduceRounds(ctx, cfg, *dtype, *elements, *iters, *warmup, *seed, *verify, *nanAt, &rep)
 	if err != nil {
 		rep.Error = err.Error()
 	}
@@ -127,7 +128,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 	return err
 }
 
-func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, elements, iters, warmup int, seed uint64, verify bool, rep *allreduceReport) error {
+func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, elements, iters, warmup int, seed uint64, verify bool, nanAt int, rep *allreduceReport) error {
 	sess, err := switchml.Join(ctx, cfg)
 	if err != nil {
 		return err
@@ -169,6 +170,9 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, ele
 	defer meter.report(rep)
 	for it := 0; it < warmup+iters; it++ {
 		fillInput(dtype, seed, cfg.Rank, f32, i32, u16)
+		if it == nanAt && elements > 0 {
+			poison(dtype, f32, u16, elements/2)
+		}
 		// Start together, so a rank's time does not include waiting for
 		// a slower rank to finish filling its tensor.
 		if err := sess.Barrier(ctx, fmt.Sprintf("iter-%d", it)); err != nil {

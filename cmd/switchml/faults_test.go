@@ -2,14 +2,24 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/switchml/switchml-go/p4/controller/controllerpb"
 
 	"github.com/switchml/switchml-go/switchml/secure"
 )
@@ -236,4 +246,96 @@ func TestChaosShort(t *testing.T) {
 		t.Fatalf("summary %+v", sum)
 	}
 	t.Logf("%d rounds: %v, worst time to detect %.2f s\n%s", len(sum.Rounds), sum.ByOutcome, sum.WorstDetect, p.stdout.String())
+}
+
+// TestNaNRank: one rank's input holds a NaN at its fourth allreduce. It
+// refuses the call, and its peers, waiting for its share, fail with its
+// reason instead of waiting for the switch (ten minutes).
+func TestNaNRank(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes; skipped in -short")
+	}
+	f := startFabric(t, nil, "")
+	ps := make([]*proc, faultJobWorkers)
+	fault := time.Now()
+	for r := range ps {
+		args := []string{"allreduce", "--controller", f.controller, "--job", "nan", "--rank", fmt.Sprint(r),
+			"--workers", fmt.Sprint(faultJobWorkers), "--elements", "200000", "--iters", "10", "--give-up", "10m"}
+		if r == 1 {
+			args = append(args, "--nan-at", "3")
+		}
+		ps[r] = spawn(t, nil, args...)
+	}
+	failNaming(t, ps[1:2], fault, "input not finite")
+	failNaming(t, []*proc{ps[0], ps[2]}, fault, "job aborted", "aborted by rank 1", "input not finite")
+}
+
+// TestHijackAndFlood: while a job with a token runs, other clients try to
+// take its name (without the token, with a wrong one), and a flood of
+// registrations that give up piles on the controller. The intruders are
+// refused at once, the job runs to the end, verified, and the controller
+// still has room for new jobs.
+func TestHijackAndFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes; skipped in -short")
+	}
+	f := startFabric(t, nil, "")
+	ps := make([]*proc, faultJobWorkers)
+	for r := range ps {
+		ps[r] = spawn(t, nil, "allreduce", "--controller", f.controller, "--job", "owned", "--rank", fmt.Sprint(r),
+			"--workers", fmt.Sprint(faultJobWorkers), "--elements", "300000", "--iters", "60", "--token", "secret", "--json")
+	}
+	waitRunning(t, f.ctl, "owned", 1)
+	for _, token := range []string{"", "guess"} {
+		in := spawn(t, nil, "allreduce", "--controller", f.controller, "--job", "owned", "--rank", "0",
+			"--workers", fmt.Sprint(faultJobWorkers), "--elements", "1000", "--token", token, "--join-timeout", "10s")
+		if err := in.wait(t, time.Minute); err == nil || !strings.Contains(in.stderr.String(), "belongs to another owner") {
+			t.Errorf("intruder with token %q: exit %v, stderr:\n%s\nwant it refused", token, err, in.stderr.String())
+		}
+	}
+	// More registrations than the controller holds jobs, each giving up.
+	conn, err := grpc.NewClient(f.controller, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	jobs := controllerpb.NewJobServiceClient(conn)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	var refused, other atomic.Int64
+	for i := 0; i < 5000; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			_, err := jobs.Register(ctx, &controllerpb.RegisterRequest{Job: fmt.Sprintf("flood-%d", i), Rank: 0, WorldSize: 2, Lanes: 1, Window: 4,
+				Elements: 64, LaneAddresses: []string{fmt.Sprintf("127.9.%d.%d:%d", i/250, i%250+1, 1000+i)}})
+			switch status.Code(err) {
+			case codes.DeadlineExceeded:
+			case codes.ResourceExhausted:
+				refused.Add(1)
+			default:
+				other.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if other.Load() != 0 {
+		t.Errorf("%d flood registrations ended otherwise than by their deadline or a refusal", other.Load())
+	}
+	for r, p := range ps {
+		if err := p.wait(t, 3*time.Minute); err != nil {
+			t.Fatalf("rank %d of the owned job: %v\n%s", r, err, p.stderr.String())
+		}
+		var rep allreduceReport
+		if err := json.Unmarshal(bytes.TrimSpace(p.stdout.Bytes()), &rep); err != nil || !rep.Verified {
+			t.Fatalf("rank %d: %+v (%v): want verified results", r, rep, err)
+		}
+	}
+	// The flood left nothing behind: a new job still finds room.
+	runJob(t, f, nil, jobSpec{name: "after-flood", dtype: "int32", workers: 2, elements: 10_000, iters: 2})
+	t.Logf("flood: 5000 registrations, %d refused for want of room while they piled up", refused.Load())
 }

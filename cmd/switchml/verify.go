@@ -149,3 +149,15 @@ func (e expectation) check(dtype string, f32 []float32, i32 []int32, u16 []uint1
 	}
 	return nil
 }
+
+// poison puts a NaN at element i of a float input (int32 has none).
+func poison(dtype string, f32 []float32, u16 []uint16, i int) {
+	switch dtype {
+	case "float32":
+		f32[i] = float32(math.NaN())
+	case "float16":
+		u16[i] = 0x7e00
+	case "bfloat16":
+		u16[i] = 0x7fc0
+	}
+}

@@ -370,6 +370,11 @@ func (s *JobService) Register(ctx context.Context, req *controllerpb.RegisterReq
 				// this one as never registered.
 				j.expired[req.GetRank()] = true
 			}
+			if j.arrived == 0 && !j.active && s.jobs[j.name] == j {
+				// Nobody waits for this job any more: forget it, or
+				// registrations that give up would pile up jobs.
+				s.retire(j, "abandoned: every rank gave up waiting")
+			}
 			var missing []int
 			for r, x := range j.ranks {
 				if x == nil && !j.expired[uint32(r)] {
