@@ -253,6 +253,12 @@ func newJobHarnessFor(t *testing.T, slots int, kind Target) *jobHarness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return &jobHarness{svc: svc, jobs: serveJobs(t, svc), sw: c}
+}
+
+// serveJobs serves svc over an in-memory connection and returns a client.
+func serveJobs(t *testing.T, svc *JobService) controllerpb.JobServiceClient {
+	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	g := grpc.NewServer()
 	controllerpb.RegisterJobServiceServer(g, svc)
@@ -265,7 +271,7 @@ func newJobHarnessFor(t *testing.T, slots int, kind Target) *jobHarness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &jobHarness{svc: svc, jobs: controllerpb.NewJobServiceClient(conn), sw: c}
+	return controllerpb.NewJobServiceClient(conn)
 }
 
 func regReq(job string, rank, world, lanes, window uint32, host byte) *controllerpb.RegisterRequest {

@@ -2,17 +2,13 @@ package controller
 
 import (
 	"context"
-	"net"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/switchml/switchml-go/p4/controller/controllerpb"
 )
@@ -190,19 +186,7 @@ func restarted(t *testing.T, h *jobHarness, grace time.Duration) (*JobService, c
 	if err := svc.Adopt(testCtx(t), h.sw, grace); err != nil {
 		t.Fatal(err)
 	}
-	lis := bufconn.Listen(1 << 20)
-	g := grpc.NewServer()
-	controllerpb.RegisterJobServiceServer(g, svc)
-	go func() { _ = g.Serve(lis) }()
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient("passthrough:///jobs2",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return svc, controllerpb.NewJobServiceClient(conn)
+	return svc, serveJobs(t, svc)
 }
 
 // TestRestartedControllerTakesJobsBack: a job found on the switch is handed
