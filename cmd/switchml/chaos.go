@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -289,20 +290,11 @@ func runChaos(ctx context.Context, args []string) error {
 
 func expectedOnly(causes map[string]int, expected []string) bool {
 	for c, n := range causes {
-		if n > 0 && c != "ok" && !contains(expected, c) {
+		if n > 0 && c != "ok" && !slices.Contains(expected, c) {
 			return false
 		}
 	}
 	return true
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if x == y {
-			return true
-		}
-	}
-	return false
 }
 
 func causesText(causes map[string]int) string {

@@ -17,18 +17,26 @@ import (
 	"github.com/switchml/switchml-go/switchml/local"
 )
 
+// startFabric starts an embedded switch and controller for one test, with
+// a context bounding the test.
+func startFabric(t *testing.T) (context.Context, *local.Fabric) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	fab, err := local.Start(ctx, local.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fab.Close() })
+	return ctx, fab
+}
+
 // TestPeerLostMidAllReduce: two ranks are inside an allreduce that the
 // third will never contribute to; when the third's connection to the
 // controller ends (its process died), both calls fail with ErrAborted
 // naming it, although the switch's give-up is an hour away.
 func TestPeerLostMidAllReduce(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	fab, err := local.Start(ctx, local.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fab.Close()
+	ctx, fab := startFabric(t)
 	const n, lanes, window = 3, 2, 8
 
 	// Rank 2 registers and holds its lease like a worker, then dies.
@@ -104,13 +112,7 @@ func TestPeerLostMidAllReduce(t *testing.T) {
 // cannot go on (its lanes stopped out of step); it reports this, and its
 // peer's call fails with the reason instead of waiting for the switch.
 func TestBrokenRankTellsItsPeers(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	fab, err := local.Start(ctx, local.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fab.Close()
+	ctx, fab := startFabric(t)
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	joined := make(chan struct{}, 2)
@@ -160,13 +162,7 @@ func TestBrokenRankTellsItsPeers(t *testing.T) {
 // before sending anything; its peers, already inside the allreduce, fail
 // with the reason instead of waiting for its share.
 func TestNaNRankTellsItsPeers(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	fab, err := local.Start(ctx, local.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fab.Close()
+	ctx, fab := startFabric(t)
 	const n = 3
 	var wg sync.WaitGroup
 	errs := make([]error, n)
