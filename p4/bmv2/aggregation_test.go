@@ -147,15 +147,15 @@ func newRig(t *testing.T) *rig {
 	var replicas []pipeline.Replica
 	for r := 0; r < numRanks; r++ {
 		for lane := 0; lane < numLanes; lane++ {
-			w := controller.WorkerEntry{Addr: laneWorkerEP(r, lane).Addr, Job: testJobID, Rank: uint16(r), NumWorkers: numRanks,
+			w := controller.WorkerEntry{Addr: laneWorkerEP(r, lane).Addr, JobID: testJobID, Rank: uint16(r), NumWorkers: numRanks,
 				MulticastGroup: testMgid, Lane: uint8(lane), PoolBase: poolBase, PoolSize: poolSize}
-			rep := controller.ReplyEntry{Job: testJobID, Rank: uint16(r), Lane: uint8(lane), MAC: laneReplyEP(r, lane).MAC, Addr: laneReplyEP(r, lane).Addr}
+			rep := controller.ReplyEntry{JobID: testJobID, Rank: uint16(r), Lane: uint8(lane), MAC: laneReplyEP(r, lane).MAC, Addr: laneReplyEP(r, lane).Addr}
 			job.Workers = append(job.Workers, w)
 			job.Replies = append(job.Replies, rep)
 			g.rankOf[rep.Addr] = r
-			must(t, g.model.InsertWorker(pipeline.WorkerKey{Addr: w.Addr}, pipeline.Worker{Job: w.Job, Rank: w.Rank,
+			must(t, g.model.InsertWorker(pipeline.WorkerKey{Addr: w.Addr}, pipeline.Worker{Job: w.JobID, Rank: w.Rank,
 				NumWorkers: w.NumWorkers, MulticastGroup: w.MulticastGroup, Lane: w.Lane, PoolBase: w.PoolBase, PoolSize: w.PoolSize}))
-			must(t, g.model.InsertReply(pipeline.ReplyKey{Job: rep.Job, Rank: rep.Rank, Lane: rep.Lane}, pipeline.Reply{MAC: rep.MAC, Addr: rep.Addr}))
+			must(t, g.model.InsertReply(pipeline.ReplyKey{Job: rep.JobID, Rank: rep.Rank, Lane: rep.Lane}, pipeline.Reply{MAC: rep.MAC, Addr: rep.Addr}))
 		}
 		job.Replicas = append(job.Replicas, controller.Replica{Port: uint32(r + 1), Instance: uint16(r)})
 		replicas = append(replicas, pipeline.Replica{EgressPort: uint32(r + 1), Instance: uint16(r)})

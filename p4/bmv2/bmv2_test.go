@@ -112,12 +112,12 @@ func TestSwitchRoundTrip(t *testing.T) {
 		MulticastGroup: 7,
 		Replicas:       []controller.Replica{{Port: 1, Instance: 0}, {Port: 2, Instance: 1}},
 		Workers: []controller.WorkerEntry{
-			{Addr: netip.MustParseAddrPort("10.9.0.1:5000"), Job: 3, Rank: 0, NumWorkers: 2, MulticastGroup: 7, PoolBase: 16, PoolSize: 32},
-			{Addr: netip.MustParseAddrPort("10.9.0.2:5001"), Job: 3, Rank: 1, NumWorkers: 2, MulticastGroup: 7, PoolBase: 16, PoolSize: 32},
+			{Addr: netip.MustParseAddrPort("10.9.0.1:5000"), JobID: 3, Rank: 0, NumWorkers: 2, MulticastGroup: 7, PoolBase: 16, PoolSize: 32},
+			{Addr: netip.MustParseAddrPort("10.9.0.2:5001"), JobID: 3, Rank: 1, NumWorkers: 2, MulticastGroup: 7, PoolBase: 16, PoolSize: 32},
 		},
 		Replies: []controller.ReplyEntry{
-			{Job: 3, Rank: 0, MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: netip.MustParseAddrPort("10.9.0.1:5000")},
-			{Job: 3, Rank: 1, MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: netip.MustParseAddrPort("10.9.0.2:5001")},
+			{JobID: 3, Rank: 0, MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: netip.MustParseAddrPort("10.9.0.1:5000")},
+			{JobID: 3, Rank: 1, MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: netip.MustParseAddrPort("10.9.0.2:5001")},
 		},
 	}
 	if err := cl.InstallJob(ctx, job); err != nil {

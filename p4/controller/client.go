@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/netip"
 	"sync"
 
 	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
@@ -325,27 +324,4 @@ func (c *Client) Read(ctx context.Context, queries ...*p4v1.Entity) ([]*p4v1.Ent
 		}
 		out = append(out, r.GetEntities()...)
 	}
-}
-
-// ---- bytestrings ----
-
-func decode(b []byte) uint64 {
-	var v uint64
-	for _, c := range b {
-		v = v<<8 | uint64(c)
-	}
-	return v
-}
-
-func ipv4(a netip.Addr) (uint64, error) {
-	a = a.Unmap()
-	if !a.Is4() {
-		return 0, fmt.Errorf("controller: %v is not an IPv4 address (the workers table matches IPv4 sources)", a)
-	}
-	b := a.As4()
-	return uint64(b[0])<<24 | uint64(b[1])<<16 | uint64(b[2])<<8 | uint64(b[3]), nil
-}
-
-func addrOf(v uint64) netip.Addr {
-	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }

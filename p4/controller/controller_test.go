@@ -69,12 +69,12 @@ func sampleJob() JobEntries {
 	b := netip.MustParseAddrPort("127.0.0.2:40002")
 	return JobEntries{
 		Workers: []WorkerEntry{
-			{Addr: a, Job: 3, Rank: 0, NumWorkers: 2, MulticastGroup: 5, Lane: 0, PoolBase: 8, PoolSize: 4},
-			{Addr: b, Job: 3, Rank: 1, NumWorkers: 2, MulticastGroup: 5, Lane: 0, PoolBase: 8, PoolSize: 4},
+			{Addr: a, JobID: 3, Rank: 0, NumWorkers: 2, MulticastGroup: 5, Lane: 0, PoolBase: 8, PoolSize: 4},
+			{Addr: b, JobID: 3, Rank: 1, NumWorkers: 2, MulticastGroup: 5, Lane: 0, PoolBase: 8, PoolSize: 4},
 		},
 		Replies: []ReplyEntry{
-			{Job: 3, Rank: 0, Lane: 0, MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: a},
-			{Job: 3, Rank: 1, Lane: 0, Addr: b},
+			{JobID: 3, Rank: 0, Lane: 0, MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: a},
+			{JobID: 3, Rank: 1, Lane: 0, Addr: b},
 		},
 		MulticastGroup: 5,
 		Replicas:       []Replica{{Port: 0, Instance: 0}, {Port: 1, Instance: 1}},
@@ -320,7 +320,7 @@ func TestRegisterProgramsTheSwitch(t *testing.T) {
 	}
 	for _, w := range workers {
 		wantAddr := netip.MustParseAddrPort(fmt.Sprintf("127.0.0.%d:%d", w.Rank+1, 30000+int(w.Lane)))
-		if w.Addr != wantAddr || w.Job != r.GetJobId() || w.NumWorkers != 2 || w.PoolBase != r.GetPoolBase() || w.PoolSize != 8 {
+		if w.Addr != wantAddr || w.JobID != r.GetJobId() || w.NumWorkers != 2 || w.PoolBase != r.GetPoolBase() || w.PoolSize != 8 {
 			t.Errorf("worker entry %+v", w)
 		}
 	}

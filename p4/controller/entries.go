@@ -14,10 +14,10 @@ import (
 )
 
 // WorkerEntry is one SwitchMLIngress.workers entry: the lane socket Addr
-// belongs to rank Rank of job Job.
+// belongs to rank Rank of the job the switch knows as JobID.
 type WorkerEntry struct {
 	Addr           netip.AddrPort
-	Job            uint32
+	JobID          uint32
 	Rank           uint16
 	NumWorkers     uint16
 	MulticastGroup uint16
@@ -27,13 +27,13 @@ type WorkerEntry struct {
 }
 
 // ReplyEntry is one SwitchMLEgress.reply_address entry: results for lane Lane
-// of rank Rank of job Job go to Addr (and MAC, for targets that rewrite it).
+// of rank Rank of job JobID go to Addr (and MAC, for targets that rewrite it).
 type ReplyEntry struct {
-	Job  uint32
-	Rank uint16
-	Lane uint8
-	MAC  [6]byte
-	Addr netip.AddrPort
+	JobID uint32
+	Rank  uint16
+	Lane  uint8
+	MAC   [6]byte
+	Addr  netip.AddrPort
 }
 
 // Replica is one copy of a multicast group; Instance is the rank it is for.
@@ -61,13 +61,13 @@ func tableUpdate(typ p4v1.Update_Type, te *p4v1.TableEntry) *p4v1.Update {
 // WorkerUpdate builds the update of a workers entry (DELETE needs only the key)
 // with the ids of one P4Info.
 func WorkerUpdate(ids p4info.IDs, typ p4v1.Update_Type, w WorkerEntry) (*p4v1.Update, error) {
-	ip, err := ipv4(w.Addr.Addr())
+	ip, err := p4info.IPv4(w.Addr.Addr())
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("controller: worker %v: %w", w.Addr, err)
 	}
-	te := &p4v1.TableEntry{TableId: ids.TableWorkers, Match: p4info.WorkerKey(uint32(ip), w.Addr.Port())}
+	te := &p4v1.TableEntry{TableId: ids.TableWorkers, Match: p4info.WorkerKey(ip, w.Addr.Port())}
 	if typ != p4v1.Update_DELETE {
-		te.Action = p4info.SetWorker(w.Job, w.Rank, w.NumWorkers, w.MulticastGroup, w.Lane, w.PoolBase, w.PoolSize)
+		te.Action = p4info.SetWorker(w.JobID, w.Rank, w.NumWorkers, w.MulticastGroup, w.Lane, w.PoolBase, w.PoolSize)
 		te.Action.GetAction().ActionId = ids.ActionSetWorker
 	}
 	return tableUpdate(typ, te), nil
@@ -75,13 +75,13 @@ func WorkerUpdate(ids p4info.IDs, typ p4v1.Update_Type, w WorkerEntry) (*p4v1.Up
 
 // ReplyUpdate builds the update of a reply_address entry.
 func ReplyUpdate(ids p4info.IDs, typ p4v1.Update_Type, r ReplyEntry) (*p4v1.Update, error) {
-	te := &p4v1.TableEntry{TableId: ids.TableReplyAddress, Match: p4info.ReplyKey(r.Job, r.Rank, r.Lane)}
+	te := &p4v1.TableEntry{TableId: ids.TableReplyAddress, Match: p4info.ReplyKey(r.JobID, r.Rank, r.Lane)}
 	if typ != p4v1.Update_DELETE {
-		ip, err := ipv4(r.Addr.Addr())
+		ip, err := p4info.IPv4(r.Addr.Addr())
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("controller: reply address of job %d rank %d: %w", r.JobID, r.Rank, err)
 		}
-		te.Action = p4info.SetReply(r.MAC, uint32(ip), r.Addr.Port())
+		te.Action = p4info.SetReply(r.MAC, ip, r.Addr.Port())
 		te.Action.GetAction().ActionId = ids.ActionSetReply
 	}
 	return tableUpdate(typ, te), nil
@@ -299,11 +299,13 @@ func (c *Client) ReadWorkers(ctx context.Context) ([]WorkerEntry, error) {
 	}
 	var out []WorkerEntry
 	for _, e := range ents {
-		te := e.GetTableEntry()
-		m, p := matchValues(te), paramValues(te)
+		m, p, err := entryValues(e.GetTableEntry())
+		if err != nil {
+			return nil, fmt.Errorf("controller: read workers: %w", err)
+		}
 		out = append(out, WorkerEntry{
-			Addr:           netip.AddrPortFrom(addrOf(m[p4info.WorkersSrcAddrID]), uint16(m[p4info.WorkersSrcPortID])),
-			Job:            uint32(p[p4info.SetWorkerJobID]),
+			Addr:           netip.AddrPortFrom(p4info.AddrFromIPv4(uint32(m[p4info.WorkersSrcAddrID])), uint16(m[p4info.WorkersSrcPortID])),
+			JobID:          uint32(p[p4info.SetWorkerJobID]),
 			Rank:           uint16(p[p4info.SetWorkerRank]),
 			NumWorkers:     uint16(p[p4info.SetWorkerNumWorkers]),
 			MulticastGroup: uint16(p[p4info.SetWorkerMgid]),
@@ -324,23 +326,20 @@ func (c *Client) ReadReplies(ctx context.Context) ([]ReplyEntry, error) {
 	}
 	var out []ReplyEntry
 	for _, e := range ents {
-		te := e.GetTableEntry()
-		m, p := matchValues(te), paramValues(te)
-		r := ReplyEntry{
-			Job: uint32(m[p4info.ReplyJobID]), Rank: uint16(m[p4info.ReplyRankID]), Lane: uint8(m[p4info.ReplyLaneID]),
-			Addr: netip.AddrPortFrom(addrOf(p[p4info.SetReplyDstIPv4]), uint16(p[p4info.SetReplyDstPort])),
+		m, p, err := entryValues(e.GetTableEntry())
+		if err != nil {
+			return nil, fmt.Errorf("controller: read reply addresses: %w", err)
 		}
-		mac := p[p4info.SetReplyDstMAC]
-		for i := 5; i >= 0; i-- {
-			r.MAC[i] = byte(mac)
-			mac >>= 8
-		}
-		out = append(out, r)
+		out = append(out, ReplyEntry{
+			JobID: uint32(m[p4info.ReplyJobID]), Rank: uint16(m[p4info.ReplyRankID]), Lane: uint8(m[p4info.ReplyLaneID]),
+			MAC:  p4info.MACFrom(p[p4info.SetReplyDstMAC]),
+			Addr: netip.AddrPortFrom(p4info.AddrFromIPv4(uint32(p[p4info.SetReplyDstIPv4])), uint16(p[p4info.SetReplyDstPort])),
+		})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
-		if a.Job != b.Job {
-			return a.Job < b.Job
+		if a.JobID != b.JobID {
+			return a.JobID < b.JobID
 		}
 		if a.Rank != b.Rank {
 			return a.Rank < b.Rank
@@ -363,7 +362,11 @@ func (c *Client) ReadMulticastGroups(ctx context.Context) (map[uint16][]Replica,
 		for _, r := range mg.GetReplicas() {
 			port := r.GetEgressPort() //nolint:staticcheck // still what most targets return
 			if b := r.GetPort(); len(b) > 0 {
-				port = uint32(decode(b))
+				p, err := p4info.Uint(b, 32)
+				if err != nil {
+					return nil, fmt.Errorf("controller: read multicast group %d: replica port: %w", mg.GetMulticastGroupId(), err)
+				}
+				port = uint32(p)
 			}
 			reps = append(reps, Replica{Port: port, Instance: uint16(r.GetInstance())})
 		}
@@ -389,7 +392,11 @@ func (c *Client) ReadRegister(ctx context.Context, registerID uint32, first, cou
 	for _, e := range ents {
 		re := e.GetRegisterEntry()
 		if i := int(re.GetIndex().GetIndex()) - first; i >= 0 && i < count {
-			out[i] = decode(re.GetData().GetBitstring())
+			v, err := p4info.Uint(re.GetData().GetBitstring(), 64)
+			if err != nil {
+				return nil, fmt.Errorf("controller: read register %#x cell %d: %w", registerID, first+i, err)
+			}
+			out[i] = v
 		}
 	}
 	return out, nil
@@ -424,20 +431,21 @@ func (c *Client) ResetCounters(ctx context.Context) error {
 	return c.Write(ctx, ups...)
 }
 
-func matchValues(te *p4v1.TableEntry) map[uint32]uint64 {
-	m := map[uint32]uint64{}
+// entryValues returns a table entry's exact match values by field id and its
+// action's parameter values by parameter id.
+func entryValues(te *p4v1.TableEntry) (match, params map[uint32]uint64, err error) {
+	match, params = map[uint32]uint64{}, map[uint32]uint64{}
 	for _, f := range te.GetMatch() {
-		m[f.GetFieldId()] = decode(f.GetExact().GetValue())
+		if match[f.GetFieldId()], err = p4info.Uint(f.GetExact().GetValue(), 64); err != nil {
+			return nil, nil, fmt.Errorf("match field %d: %w", f.GetFieldId(), err)
+		}
 	}
-	return m
-}
-
-func paramValues(te *p4v1.TableEntry) map[uint32]uint64 {
-	m := map[uint32]uint64{}
 	for _, p := range te.GetAction().GetAction().GetParams() {
-		m[p.GetParamId()] = decode(p.GetValue())
+		if params[p.GetParamId()], err = p4info.Uint(p.GetValue(), 64); err != nil {
+			return nil, nil, fmt.Errorf("action parameter %d: %w", p.GetParamId(), err)
+		}
 	}
-	return m
+	return match, params, nil
 }
 
 // InstallARPReply makes the switch answer ARP requests for ip with mac, so
@@ -448,17 +456,13 @@ func (c *Client) InstallARPReply(ctx context.Context, ip netip.Addr, mac [6]byte
 	if ids.TableARPReply == 0 || ids.ActionSendARPReply == 0 {
 		return fmt.Errorf("controller: the pipeline has no %s table to answer ARP with", p4info.TableARPReply)
 	}
-	a, err := ipv4(ip)
+	a, err := p4info.IPv4(ip)
 	if err != nil {
-		return err
-	}
-	var m uint64
-	for _, b := range mac {
-		m = m<<8 | uint64(b)
+		return fmt.Errorf("controller: ARP reply: %w", err)
 	}
 	te := &p4v1.TableEntry{TableId: ids.TableARPReply, Match: []*p4v1.FieldMatch{p4info.Exact(1, uint64(a))},
 		Action: &p4v1.TableAction{Type: &p4v1.TableAction_Action{Action: &p4v1.Action{
-			ActionId: ids.ActionSendARPReply, Params: []*p4v1.Action_Param{p4info.Param(1, m)}}}}}
+			ActionId: ids.ActionSendARPReply, Params: []*p4v1.Action_Param{p4info.Param(1, p4info.MAC(mac))}}}}}
 	err = c.Write(ctx, tableUpdate(p4v1.Update_INSERT, te))
 	if status.Code(err) == codes.AlreadyExists { // a switch kept from an earlier controller
 		err = c.Write(ctx, tableUpdate(p4v1.Update_MODIFY, te))

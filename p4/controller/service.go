@@ -587,10 +587,10 @@ func (s *JobService) activate(j *job) {
 		entries.Replicas = append(entries.Replicas, Replica{Port: s.cfg.Target.portOf(addrs[0].Addr(), rank), Instance: uint16(rank)})
 		for lane, a := range addrs {
 			entries.Workers = append(entries.Workers, WorkerEntry{
-				Addr: a, Job: jobID, Rank: uint16(rank), NumWorkers: uint16(len(j.ranks)), MulticastGroup: mgid,
+				Addr: a, JobID: jobID, Rank: uint16(rank), NumWorkers: uint16(len(j.ranks)), MulticastGroup: mgid,
 				Lane: uint8(lane), PoolBase: base, PoolSize: size,
 			})
-			entries.Replies = append(entries.Replies, ReplyEntry{Job: jobID, Rank: uint16(rank), Lane: uint8(lane), MAC: mac, Addr: a})
+			entries.Replies = append(entries.Replies, ReplyEntry{JobID: jobID, Rank: uint16(rank), Lane: uint8(lane), MAC: mac, Addr: a})
 		}
 	}
 	resp := &controllerpb.RegisterResponse{
@@ -986,7 +986,7 @@ func (s *JobService) Adopt(ctx context.Context, sw interface {
 	}
 	found := map[uint32]*job{}
 	for _, w := range workers {
-		j := found[w.Job]
+		j := found[w.JobID]
 		if j == nil {
 			ready := make(chan struct{})
 			close(ready)
@@ -995,9 +995,9 @@ func (s *JobService) Adopt(ctx context.Context, sw interface {
 				ranks: make([]*controllerpb.RegisterRequest, w.NumWorkers), left: map[uint32]bool{}, leased: map[uint32]bool{},
 				rounds: map[string]*roundSet{}, expired: map[uint32]bool{},
 				entries: JobEntries{MulticastGroup: w.MulticastGroup, Replicas: groups[w.MulticastGroup]},
-				resp:    &controllerpb.RegisterResponse{JobId: w.Job, PoolBase: w.PoolBase, PoolSize: w.PoolSize, SwitchDataplane: s.cfg.Dataplane.String()},
+				resp:    &controllerpb.RegisterResponse{JobId: w.JobID, PoolBase: w.PoolBase, PoolSize: w.PoolSize, SwitchDataplane: s.cfg.Dataplane.String()},
 			}
-			found[w.Job] = j
+			found[w.JobID] = j
 		}
 		j.entries.Workers = append(j.entries.Workers, w)
 		if int(w.Rank) < len(j.ranks) {
@@ -1010,7 +1010,7 @@ func (s *JobService) Adopt(ctx context.Context, sw interface {
 		}
 	}
 	for _, r := range replies {
-		if j := found[r.Job]; j != nil {
+		if j := found[r.JobID]; j != nil {
 			j.entries.Replies = append(j.entries.Replies, r)
 		}
 	}

@@ -64,7 +64,7 @@ func TestP4TargetProgramsPortsAndMACs(t *testing.T) {
 		t.Fatalf("%d reply entries, want 4", len(replies))
 	}
 	for _, r := range replies {
-		if want := [6]byte{2, 0, 0, 0, 0, byte(0x10 + r.Rank)}; r.MAC != want || r.Job != resps[0].GetJobId() {
+		if want := [6]byte{2, 0, 0, 0, 0, byte(0x10 + r.Rank)}; r.MAC != want || r.JobID != resps[0].GetJobId() {
 			t.Errorf("reply entry %+v: want MAC %x of job %d", r, want, resps[0].GetJobId())
 		}
 	}

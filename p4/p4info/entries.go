@@ -4,20 +4,6 @@ import (
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
 )
 
-// Bytes returns the canonical (shortest) P4Runtime bytestring of v.
-func Bytes(v uint64) []byte {
-	n := 1
-	for x := v >> 8; x != 0; x >>= 8 {
-		n++
-	}
-	b := make([]byte, n)
-	for i := n - 1; i >= 0; i-- {
-		b[i] = byte(v)
-		v >>= 8
-	}
-	return b
-}
-
 // Exact is an exact match on field id.
 func Exact(id uint32, v uint64) *p4v1.FieldMatch {
 	return &p4v1.FieldMatch{FieldId: id, FieldMatchType: &p4v1.FieldMatch_Exact_{Exact: &p4v1.FieldMatch_Exact{Value: Bytes(v)}}}
@@ -34,11 +20,11 @@ func WorkerKey(srcIPv4 uint32, srcPort uint16) []*p4v1.FieldMatch {
 }
 
 // SetWorker is the set_worker action of a workers entry.
-func SetWorker(job uint32, rank, numWorkers, mgid uint16, lane uint8, poolBase, poolSize uint32) *p4v1.TableAction {
+func SetWorker(jobID uint32, rank, numWorkers, mgid uint16, lane uint8, poolBase, poolSize uint32) *p4v1.TableAction {
 	return &p4v1.TableAction{Type: &p4v1.TableAction_Action{Action: &p4v1.Action{
 		ActionId: ActionSetWorkerID,
 		Params: []*p4v1.Action_Param{
-			Param(SetWorkerJobID, uint64(job)),
+			Param(SetWorkerJobID, uint64(jobID)),
 			Param(SetWorkerRank, uint64(rank)),
 			Param(SetWorkerNumWorkers, uint64(numWorkers)),
 			Param(SetWorkerMgid, uint64(mgid)),
@@ -50,18 +36,14 @@ func SetWorker(job uint32, rank, numWorkers, mgid uint16, lane uint8, poolBase, 
 }
 
 // ReplyKey is the match of a SwitchMLEgress.reply_address entry.
-func ReplyKey(job uint32, rank uint16, lane uint8) []*p4v1.FieldMatch {
-	return []*p4v1.FieldMatch{Exact(ReplyJobID, uint64(job)), Exact(ReplyRankID, uint64(rank)), Exact(ReplyLaneID, uint64(lane))}
+func ReplyKey(jobID uint32, rank uint16, lane uint8) []*p4v1.FieldMatch {
+	return []*p4v1.FieldMatch{Exact(ReplyJobID, uint64(jobID)), Exact(ReplyRankID, uint64(rank)), Exact(ReplyLaneID, uint64(lane))}
 }
 
 // SetReply is the set_reply action of a reply_address entry.
 func SetReply(mac [6]byte, dstIPv4 uint32, dstPort uint16) *p4v1.TableAction {
-	var m uint64
-	for _, b := range mac {
-		m = m<<8 | uint64(b)
-	}
 	return &p4v1.TableAction{Type: &p4v1.TableAction_Action{Action: &p4v1.Action{
 		ActionId: ActionSetReplyID,
-		Params:   []*p4v1.Action_Param{Param(SetReplyDstMAC, m), Param(SetReplyDstIPv4, uint64(dstIPv4)), Param(SetReplyDstPort, uint64(dstPort))},
+		Params:   []*p4v1.Action_Param{Param(SetReplyDstMAC, MAC(mac)), Param(SetReplyDstIPv4, uint64(dstIPv4)), Param(SetReplyDstPort, uint64(dstPort))},
 	}}}
 }
