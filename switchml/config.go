@@ -2,9 +2,9 @@ package switchml
 
 import (
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/switchml/switchml-go/switchml/transport"
@@ -129,47 +129,145 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// Validate reports what Join would refuse in c, after giving zero fields
+// their defaults: nil, or a *ConfigError listing every invalid field. It
+// lets a program check its settings before it starts anything.
+func (c Config) Validate() error { return c.withDefaults().validate() }
+
+// ConfigError is a Config that Join cannot use: one FieldError per invalid
+// field. Its message names Config fields; programs that set a Config from
+// settings of their own (a command's flags) restate it with Describe.
+type ConfigError struct {
+	Fields []*FieldError
+}
+
+func (e *ConfigError) Error() string { return "switchml: bad config: " + e.Describe(nil) }
+
+// Unwrap gives the field errors to errors.As.
+func (e *ConfigError) Unwrap() []error {
+	errs := make([]error, len(e.Fields))
+	for i, f := range e.Fields {
+		errs[i] = f
+	}
+	return errs
+}
+
+// Describe is the list of field errors, one a line, with every field named
+// through name (nil keeps the Go field names); see FieldError.Describe.
+func (e *ConfigError) Describe(name func(field string) string) string {
+	lines := make([]string, len(e.Fields))
+	for i, f := range e.Fields {
+		lines[i] = f.Describe(name)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// FieldError is one invalid field of a Config: its name, its value and
+// advice on what to set instead.
+type FieldError struct {
+	// Field is the Config field, dotted for a nested one ("Faults.Drop").
+	Field string
+	// Value is the field's value.
+	Value any
+	// advice may name Config fields in braces ("{Extended}"), so that
+	// Describe can rename them; only text of this package goes in it, never
+	// a caller's string, so a brace is always such a name.
+	advice string
+}
+
+func (e *FieldError) Error() string { return e.Describe(nil) }
+
+// Advice says what the field accepts and what to do, naming any other
+// field through name (nil keeps the Go field names).
+func (e *FieldError) Advice(name func(field string) string) string {
+	var b strings.Builder
+	rest := e.advice
+	for {
+		open := strings.IndexByte(rest, '{')
+		end := strings.IndexByte(rest[open+1:], '}')
+		if open < 0 || end < 0 {
+			b.WriteString(rest)
+			return b.String()
+		}
+		field := rest[open+1 : open+1+end]
+		if name != nil {
+			field = name(field)
+		}
+		b.WriteString(rest[:open])
+		b.WriteString(field)
+		rest = rest[open+1+end+1:]
+	}
+}
+
+// Describe is the error's message with every field, its own and those the
+// advice names, named through name (nil keeps the Go field names). A
+// command that sets Config from flags passes a function that returns the
+// flag of a field, so that its users read the flags they can change.
+func (e *FieldError) Describe(name func(field string) string) string {
+	field := e.Field
+	if name != nil {
+		field = name(field)
+	}
+	if s, ok := e.Value.(string); ok && s == "" {
+		return fmt.Sprintf("%s is empty: %s", field, e.Advice(name))
+	}
+	return fmt.Sprintf("%s = %v: %s", field, e.Value, e.Advice(name))
+}
+
 func (c Config) validate() error {
-	var errs []error
+	var errs []*FieldError
+	bad := func(field string, value any, advice string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Value: value, advice: fmt.Sprintf(advice, args...)})
+	}
 	if c.Job == "" {
-		errs = append(errs, errors.New("Job is empty: name the job (every rank uses the same name)"))
+		bad("Job", c.Job, "name the job (every rank uses the same name)")
 	}
 	if c.Workers < 1 {
-		errs = append(errs, fmt.Errorf("Workers = %d: the world size must be at least 1", c.Workers))
+		bad("Workers", c.Workers, "the world size must be at least 1")
 	}
 	if c.Rank < 0 || c.Rank >= c.Workers {
-		errs = append(errs, fmt.Errorf("Rank = %d: want 0 <= rank < Workers (%d)", c.Rank, c.Workers))
+		bad("Rank", c.Rank, "want 0 <= rank < {Workers} (%d)", c.Workers)
 	}
 	if c.Lanes < 1 || c.Lanes > 64 {
-		errs = append(errs, fmt.Errorf("Lanes = %d: want 1..64", c.Lanes))
+		bad("Lanes", c.Lanes, "want 1..64")
 	}
 	if c.Window < 1 || c.Window > 4096 {
-		errs = append(errs, fmt.Errorf("Window = %d: want 1..4096 packets per lane", c.Window))
+		bad("Window", c.Window, "want 1..4096 packets per lane")
 	}
 	switch {
 	case c.PacketElements == 0: // chosen at Join from what the switch takes
 	case c.PacketElements < 0:
-		errs = append(errs, fmt.Errorf("PacketElements = %d: want 0 (what the switch takes) or a packet size", c.PacketElements))
+		bad("PacketElements", c.PacketElements, "want 0 (what the switch takes) or a packet size")
 	case c.Extended:
 		if c.PacketElements > wire.MaxElements {
-			errs = append(errs, fmt.Errorf("PacketElements = %d: the extended header carries 1..%d", c.PacketElements, wire.MaxElements))
+			bad("PacketElements", c.PacketElements, "the extended header carries 1..%d", wire.MaxElements)
 		}
 	default:
 		if _, ok := wire.CompatSizeCode(c.PacketElements); !ok {
-			errs = append(errs, fmt.Errorf("PacketElements = %d: the compatible header carries 32, 64, 128 or 256; set Extended for other sizes", c.PacketElements))
+			bad("PacketElements", c.PacketElements, "the compatible header carries 32, 64, 128 or 256; set {Extended} for other sizes")
 		}
 	}
 	if !c.Extended && c.Workers > MaxCompatWorkers {
-		errs = append(errs, fmt.Errorf("Workers = %d: the compatible format allows %d; set Extended for more", c.Workers, MaxCompatWorkers))
+		bad("Workers", c.Workers, "the compatible format allows %d; set {Extended} for more", MaxCompatWorkers)
 	}
-	if c.Timeout < 0 || c.GiveUp < 0 || c.JoinTimeout < 0 {
-		errs = append(errs, errors.New("Timeout, GiveUp and JoinTimeout must not be negative"))
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{{"Timeout", c.Timeout}, {"GiveUp", c.GiveUp}, {"JoinTimeout", c.JoinTimeout}} {
+		if d.v < 0 {
+			bad(d.field, d.v, "must not be negative (0 takes the default)")
+		}
 	}
-	if err := c.Faults.Validate(); err != nil {
-		errs = append(errs, err)
+	for _, p := range []struct {
+		field, what string
+		v           float64
+	}{{"Faults.Drop", "drop", c.Faults.Drop}, {"Faults.Duplicate", "duplicate", c.Faults.Duplicate}, {"Faults.Reorder", "reorder", c.Faults.Reorder}} {
+		if !(p.v >= 0 && p.v <= 1) {
+			bad(p.field, p.v, "a %s probability must lie in [0, 1]", p.what)
+		}
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("switchml: bad config: %w", errors.Join(errs...))
+		return &ConfigError{Fields: errs}
 	}
 	return nil
 }

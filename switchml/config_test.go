@@ -3,6 +3,7 @@ package switchml
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,8 +28,9 @@ func TestConfigValidation(t *testing.T) {
 		{"compat workers", func(c *Config) { c.Workers, c.Rank = 33, 0 }, "allows 32"},
 		{"lanes", func(c *Config) { c.Lanes = 65 }, "Lanes = 65"},
 		{"window", func(c *Config) { c.Window = 5000 }, "Window = 5000"},
-		{"faults", func(c *Config) { c.Faults.Drop = 2 }, "drop probability"},
-		{"negative timeout", func(c *Config) { c.Timeout = -time.Second }, "must not be negative"},
+		{"faults", func(c *Config) { c.Faults.Drop = 2 }, "Faults.Drop = 2: a drop probability"},
+		{"negative timeout", func(c *Config) { c.Timeout = -time.Second }, "Timeout = -1s: must not be negative"},
+		{"negative join timeout", func(c *Config) { c.JoinTimeout = -time.Second }, "JoinTimeout = -1s: must not be negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := good
@@ -43,6 +45,55 @@ func TestConfigValidation(t *testing.T) {
 	ext.Extended, ext.Workers, ext.PacketElements = true, 100, 1000
 	if err := ext.validate(); err != nil {
 		t.Fatalf("extended config with 100 workers and 1000 values rejected: %v", err)
+	}
+}
+
+// A ConfigError lists every invalid field with its value, and restates
+// itself under other names (a command's flags) without losing the advice.
+func TestConfigErrorNamesFields(t *testing.T) {
+	err := Config{Job: "j", Rank: 0, Workers: 40, PacketElements: 3000, GiveUp: -time.Second}.Validate()
+	var ce *ConfigError
+	if !errors.As(err, &ce) {
+		t.Fatalf("Validate() = %v (%T), want a *ConfigError", err, err)
+	}
+	var fields []string
+	for _, f := range ce.Fields {
+		fields = append(fields, f.Field)
+	}
+	if want := []string{"PacketElements", "Workers", "GiveUp"}; !slices.Equal(fields, want) {
+		t.Fatalf("invalid fields %v, want %v", fields, want)
+	}
+	if ce.Fields[0].Value != 3000 || ce.Fields[2].Value != -time.Second {
+		t.Errorf("values %v and %v, want 3000 and -1s", ce.Fields[0].Value, ce.Fields[2].Value)
+	}
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != "PacketElements" {
+		t.Errorf("errors.As(*FieldError) = %v, want the PacketElements error", fe)
+	}
+
+	const goText = "switchml: bad config: PacketElements = 3000: the compatible header carries 32, 64, 128 or 256; set Extended for other sizes\n" +
+		"Workers = 40: the compatible format allows 32; set Extended for more\n" +
+		"GiveUp = -1s: must not be negative (0 takes the default)"
+	if err.Error() != goText {
+		t.Errorf("Error() =\n%s\nwant\n%s", err, goText)
+	}
+	flag := func(field string) string { return "--" + strings.ToLower(field) }
+	const flagText = "--packetelements = 3000: the compatible header carries 32, 64, 128 or 256; set --extended for other sizes\n" +
+		"--workers = 40: the compatible format allows 32; set --extended for more\n" +
+		"--giveup = -1s: must not be negative (0 takes the default)"
+	if got := ce.Describe(flag); got != flagText {
+		t.Errorf("Describe(flags) =\n%s\nwant\n%s", got, flagText)
+	}
+
+	rank := Config{Job: "j", Rank: 4, Workers: 4}.Validate()
+	if !errors.As(rank, &fe) || fe.Describe(flag) != "--rank = 4: want 0 <= rank < --workers (4)" {
+		t.Errorf("rank error restated as %q", fe.Describe(flag))
+	}
+	if job := (Config{Workers: 1}).Validate(); !errors.As(job, &fe) || fe.Describe(flag) != "--job is empty: name the job (every rank uses the same name)" {
+		t.Errorf("job error restated as %q", fe.Describe(flag))
+	}
+	if err := (Config{Job: "j", Workers: 1}).Validate(); err != nil {
+		t.Errorf("Validate() of a config whose zero fields take defaults = %v", err)
 	}
 }
 
