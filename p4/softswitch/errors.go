@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
+	"github.com/switchml/switchml-go/p4/p4info"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
@@ -37,6 +38,8 @@ func codeOf(err error) codes.Code {
 		return codes.NotFound
 	case errors.Is(err, ErrFull):
 		return codes.ResourceExhausted
+	case errors.Is(err, p4info.ErrOutOfRange):
+		return codes.OutOfRange
 	}
 	if s, ok := status.FromError(err); ok && s.Code() != codes.Unknown {
 		return s.Code()

@@ -2,6 +2,7 @@ package softswitch
 
 import (
 	"context"
+	"encoding/binary"
 	"io"
 	"log/slog"
 	"net"
@@ -125,7 +126,7 @@ func (h *harness) read(ctx context.Context, ents ...*p4v1.Entity) ([]*p4v1.Entit
 func workerUpdate(typ p4v1.Update_Type, ip [4]byte, port uint16, rank uint64) *p4v1.Update {
 	return &p4v1.Update{Type: typ, Entity: &p4v1.Entity{Entity: &p4v1.Entity_TableEntry{TableEntry: &p4v1.TableEntry{
 		TableId: p4info.TableWorkersID,
-		Match:   []*p4v1.FieldMatch{p4info.Exact(p4info.WorkersSrcAddrID, uint64(ip[0])<<24|uint64(ip[1])<<16|uint64(ip[2])<<8|uint64(ip[3])), p4info.Exact(p4info.WorkersSrcPortID, uint64(port))},
+		Match:   p4info.WorkerKey(binary.BigEndian.Uint32(ip[:]), port),
 		Action: &p4v1.TableAction{Type: &p4v1.TableAction_Action{Action: &p4v1.Action{
 			ActionId: p4info.ActionSetWorkerID,
 			Params: []*p4v1.Action_Param{
@@ -548,49 +549,5 @@ func TestUnsupportedAndCapabilities(t *testing.T) {
 	m, err := st.Recv()
 	if err != nil || codes.Code(m.GetError().GetCanonicalCode()) != codes.Unimplemented || m.GetError().GetPacketOut() == nil {
 		t.Fatalf("packet-out answer = %v, %v", m, err)
-	}
-}
-
-func TestBytestrings(t *testing.T) {
-	for _, c := range []struct {
-		b     []byte
-		width int
-		v     uint64
-		ok    bool
-	}{
-		{[]byte{0x63}, 8, 99, true}, {[]byte{0, 0x63}, 16, 99, true}, {[]byte{0, 0, 0x63}, 12, 99, true},
-		{[]byte{1, 0x63}, 8, 0, false}, {nil, 8, 0, false}, {[]byte{0x10, 0x63}, 12, 0, false},
-		{[]byte{0, 0x40, 0x63}, 12, 0, false}, {[]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, 48, 1<<48 - 1, true},
-	} {
-		v, err := decodeUnsigned(c.b, c.width)
-		if (err == nil) != c.ok || (c.ok && v != c.v) {
-			t.Errorf("decodeUnsigned(%x, %d) = %d, %v", c.b, c.width, v, err)
-		}
-		if err != nil && codeOf(err) != codes.OutOfRange {
-			t.Errorf("decodeUnsigned(%x) code %v, want OUT_OF_RANGE", c.b, codeOf(err))
-		}
-	}
-	for _, c := range []struct {
-		b     []byte
-		width int
-		v     int64
-		ok    bool
-	}{
-		{[]byte{0x9d}, 8, -99, true}, {[]byte{0xff, 0x9d}, 8, -99, true}, {[]byte{0xfd, 0x1d}, 12, -739, true},
-		{[]byte{0, 0}, 16, 0, true}, {[]byte{0, 0x9d}, 8, 0, false}, {[]byte{0x8d, 0x1d}, 12, 0, false}, {nil, 16, 0, false},
-	} {
-		v, err := decodeSigned(c.b, c.width)
-		if (err == nil) != c.ok || (c.ok && v != c.v) {
-			t.Errorf("decodeSigned(%x, %d) = %d, %v", c.b, c.width, v, err)
-		}
-	}
-	for _, v := range []int64{0, 1, -1, 127, -128, 128, -129, 1 << 40, -(1 << 40)} {
-		got, err := decodeSigned(encodeSigned(v), 64)
-		if err != nil || got != v {
-			t.Errorf("signed round trip %d -> %x -> %d, %v", v, encodeSigned(v), got, err)
-		}
-	}
-	if b := p4info.Bytes(0); len(b) != 1 || b[0] != 0 {
-		t.Errorf("p4info.Bytes(0) = %x", b)
 	}
 }

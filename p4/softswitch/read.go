@@ -1,6 +1,7 @@
 package softswitch
 
 import (
+	"fmt"
 	"sort"
 
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
@@ -122,23 +123,31 @@ func (s *P4Runtime) readTables(q *p4v1.TableEntry, send func(*p4v1.Entity) error
 			only = &k
 		}
 		var ents []*p4v1.TableEntry
+		var bad error
 		s.dp.Lock()
 		if id == p4info.TableWorkersID {
 			s.target.Workers(func(k WorkerKey, w Worker) bool {
 				if only == nil || only.worker == k {
-					ents = append(ents, s.workerEntry(k, w))
+					var te *p4v1.TableEntry
+					te, bad = s.workerEntry(k, w)
+					ents = append(ents, te)
 				}
-				return true
+				return bad == nil
 			})
 		} else {
 			s.target.Replies(func(k ReplyKey, r Reply) bool {
 				if only == nil || only.reply == k {
-					ents = append(ents, s.replyEntry(k, r))
+					var te *p4v1.TableEntry
+					te, bad = s.replyEntry(k, r)
+					ents = append(ents, te)
 				}
-				return true
+				return bad == nil
 			})
 		}
 		s.dp.Unlock()
+		if bad != nil {
+			return errorf(codes.Internal, "table %s: %v", ts.t.GetPreamble().GetName(), bad)
+		}
 		for _, te := range ents {
 			if err := send(&p4v1.Entity{Entity: &p4v1.Entity_TableEntry{TableEntry: te}}); err != nil {
 				return err
@@ -148,31 +157,36 @@ func (s *P4Runtime) readTables(q *p4v1.TableEntry, send func(*p4v1.Entity) error
 	return nil
 }
 
-func ipv4Uint(k WorkerKey) uint64 {
-	a := k.Addr().As4()
-	return uint64(a[0])<<24 | uint64(a[1])<<16 | uint64(a[2])<<8 | uint64(a[3])
-}
-
-func (s *P4Runtime) workerEntry(k WorkerKey, w Worker) *p4v1.TableEntry {
+// workerEntry and replyEntry fail only on entries a P4Runtime write could not
+// have made (a target programmed directly with IPv6 addresses).
+func (s *P4Runtime) workerEntry(k WorkerKey, w Worker) (*p4v1.TableEntry, error) {
+	ip, err := p4info.IPv4(k.Addr())
+	if err != nil {
+		return nil, fmt.Errorf("worker %v: %w", k, err)
+	}
 	m := s.workerMeta[k]
 	return &p4v1.TableEntry{
 		TableId:            p4info.TableWorkersID,
-		Match:              p4info.WorkerKey(uint32(ipv4Uint(k)), k.Port()),
+		Match:              p4info.WorkerKey(ip, k.Port()),
 		Action:             p4info.SetWorker(w.Job, w.Rank, w.NumWorkers, w.MulticastGroup, w.Lane, w.PoolBase, w.PoolSize),
 		ControllerMetadata: m.controllerMetadata,
 		Metadata:           m.metadata,
-	}
+	}, nil
 }
 
-func (s *P4Runtime) replyEntry(k ReplyKey, r Reply) *p4v1.TableEntry {
+func (s *P4Runtime) replyEntry(k ReplyKey, r Reply) (*p4v1.TableEntry, error) {
+	ip, err := p4info.IPv4(r.Addr.Addr())
+	if err != nil {
+		return nil, fmt.Errorf("reply address of %+v: %w", k, err)
+	}
 	m := s.replyMeta[k]
 	return &p4v1.TableEntry{
 		TableId:            p4info.TableReplyAddressID,
 		Match:              p4info.ReplyKey(k.Job, k.Rank, k.Lane),
-		Action:             p4info.SetReply(r.MAC, uint32(ipv4Uint(r.Addr)), r.Addr.Port()),
+		Action:             p4info.SetReply(r.MAC, ip, r.Addr.Port()),
 		ControllerMetadata: m.controllerMetadata,
 		Metadata:           m.metadata,
-	}
+	}, nil
 }
 
 func (s *P4Runtime) readGroups(id uint32, send func(*p4v1.Entity) error) error {
@@ -247,7 +261,7 @@ func (s *P4Runtime) readRegisters(q *p4v1.RegisterEntry, send func(*p4v1.Entity)
 				}
 				var b []byte
 				if rs.signed {
-					b = encodeSigned(v)
+					b = p4info.IntBytes(v)
 				} else {
 					b = p4info.Bytes(uint64(v))
 				}

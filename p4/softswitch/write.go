@@ -100,7 +100,7 @@ func decodeMatch(ts *tableSchema, te *p4v1.TableEntry) (map[uint32]uint64, error
 		if ex == nil {
 			return nil, errorf(codes.InvalidArgument, "table %s: match field %s is exact, got another match kind", name, mf.GetName())
 		}
-		v, err := decodeUnsigned(ex.GetValue(), int(mf.GetBitwidth()))
+		v, err := p4info.Uint(ex.GetValue(), int(mf.GetBitwidth()))
 		if err != nil {
 			return nil, errorf(codeOf(err), "table %s: match field %s: %v", name, mf.GetName(), err)
 		}
@@ -116,8 +116,7 @@ func decodeMatch(ts *tableSchema, te *p4v1.TableEntry) (map[uint32]uint64, error
 
 func keyOf(tableID uint32, vals map[uint32]uint64) tableKey {
 	if tableID == p4info.TableWorkersID {
-		a := uint32(vals[p4info.WorkersSrcAddrID])
-		addr := netip.AddrFrom4([4]byte{byte(a >> 24), byte(a >> 16), byte(a >> 8), byte(a)})
+		addr := p4info.AddrFromIPv4(uint32(vals[p4info.WorkersSrcAddrID]))
 		return tableKey{worker: netip.AddrPortFrom(addr, uint16(vals[p4info.WorkersSrcPortID]))}
 	}
 	return tableKey{reply: ReplyKey{
@@ -163,7 +162,7 @@ func (s *P4Runtime) decodeAction(ts *tableSchema, act *p4v1.TableAction, isDefau
 		if _, dup := params[p.GetParamId()]; dup {
 			return 0, nil, errorf(codes.InvalidArgument, "action %s: parameter %s given twice", spec.GetPreamble().GetName(), ps.GetName())
 		}
-		v, err := decodeUnsigned(p.GetValue(), int(ps.GetBitwidth()))
+		v, err := p4info.Uint(p.GetValue(), int(ps.GetBitwidth()))
 		if err != nil {
 			return 0, nil, errorf(codeOf(err), "action %s: parameter %s: %v", spec.GetPreamble().GetName(), ps.GetName(), err)
 		}
@@ -249,10 +248,10 @@ func (s *P4Runtime) writeTable(typ p4v1.Update_Type, te *p4v1.TableEntry) error 
 		s.workerMeta[key.worker] = meta
 		return nil
 	}
-	mac := params[p4info.SetReplyDstMAC]
-	ip := uint32(params[p4info.SetReplyDstIPv4])
-	r := Reply{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{byte(ip >> 24), byte(ip >> 16), byte(ip >> 8), byte(ip)}), uint16(params[p4info.SetReplyDstPort]))}
-	copy(r.MAC[:], fixedBytes(mac, 6))
+	r := Reply{
+		MAC:  p4info.MACFrom(params[p4info.SetReplyDstMAC]),
+		Addr: netip.AddrPortFrom(p4info.AddrFromIPv4(uint32(params[p4info.SetReplyDstIPv4])), uint16(params[p4info.SetReplyDstPort])),
+	}
 	if typ == p4v1.Update_INSERT {
 		err = s.target.InsertReply(key.reply, r)
 	} else {
@@ -292,7 +291,7 @@ func (s *P4Runtime) writeGroup(typ p4v1.Update_Type, mg *p4v1.MulticastGroupEntr
 		case *p4v1.Replica_EgressPort:
 			port = pk.EgressPort
 		case *p4v1.Replica_Port:
-			v, err := decodeUnsigned(pk.Port, 32)
+			v, err := p4info.Uint(pk.Port, 32)
 			if err != nil {
 				return errorf(codes.InvalidArgument, "multicast group %d: replica port: %v", id, err)
 			}
@@ -337,13 +336,13 @@ func (s *P4Runtime) writeRegister(typ p4v1.Update_Type, re *p4v1.RegisterEntry) 
 	}
 	var v int64
 	if rs.signed {
-		x, err := decodeSigned(bs, rs.width)
+		x, err := p4info.Int(bs, rs.width)
 		if err != nil {
 			return errorf(codeOf(err), "register %s: %v", rs.name, err)
 		}
 		v = x
 	} else {
-		x, err := decodeUnsigned(bs, rs.width)
+		x, err := p4info.Uint(bs, rs.width)
 		if err != nil {
 			return errorf(codeOf(err), "register %s: %v", rs.name, err)
 		}
