@@ -14,6 +14,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,6 +31,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/switchml/switchml-go/switchml"
 	"github.com/switchml/switchml-go/trainers/collective"
 	"github.com/switchml/switchml-go/trainers/data"
 	"github.com/switchml/switchml-go/trainers/models"
@@ -102,21 +104,54 @@ func parseFlags(args []string) (*flags, error) {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if _, err := models.Lookup(f.model); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--model: %w", err)
 	}
 	if f.dataset != "fashion-mnist" && f.dataset != "synthetic" {
 		return nil, fmt.Errorf("unknown --dataset %q (want fashion-mnist or synthetic)", f.dataset)
 	}
-	if _, err := collective.ParseKind(f.backend); err != nil {
-		return nil, err
+	kind, err := collective.ParseKind(f.backend)
+	if err != nil {
+		return nil, fmt.Errorf("--backend: %w", err)
 	}
 	if f.workers < 1 || f.workers > 64 {
 		return nil, fmt.Errorf("--workers %d: want 1..64", f.workers)
+	}
+	if kind == collective.SwitchML {
+		// Every worker would refuse a bad packet size when it joins: refuse
+		// it once, before anything starts. The job name is the launcher's
+		// to choose when the flag leaves it empty.
+		cfg := switchml.Config{Job: cmp.Or(f.job, "train"), Workers: f.workers, PacketElements: f.packetElements,
+			Extended: switchml.NeedsExtended(f.workers, f.packetElements)}
+		if err := cfg.Validate(); err != nil {
+			return nil, inFlags(err)
+		}
 	}
 	if f.epochs < 1 || f.batch < 1 {
 		return nil, fmt.Errorf("--epochs and --batch must be positive")
 	}
 	return f, nil
+}
+
+// switchmlFlags names the flag that sets each switchml.Config field the
+// switchml backend takes from the command line.
+var switchmlFlags = map[string]string{
+	"Controller": "controller", "Job": "job", "Rank": "worker-rank", "Workers": "workers", "PacketElements": "packet-elements",
+}
+
+// inFlags restates a *switchml.ConfigError in this command's flags, so that
+// users read the flag to change rather than a Go field. Other errors pass
+// as they are.
+func inFlags(err error) error {
+	var ce *switchml.ConfigError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	return errors.New("bad flags: " + ce.Describe(func(field string) string {
+		if f, ok := switchmlFlags[field]; ok {
+			return "--" + f
+		}
+		return field
+	}))
 }
 
 func main() {
@@ -183,7 +218,7 @@ func runWorker(ctx context.Context, f *flags) error {
 	})
 	dcancel()
 	if err != nil {
-		return err
+		return inFlags(err)
 	}
 	defer be.Close()
 

@@ -82,6 +82,41 @@ func TestFlagsRejectNonsense(t *testing.T) {
 	}
 }
 
+// Bad flags are refused naming the flag, never a Go field or identifier,
+// and saying what to do.
+func TestFlagErrorsNameFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--backend", "switchml", "--packet-elements", "-1"}, []string{"--packet-elements = -1", "want 0"}},
+		{[]string{"--backend", "switchml", "--packet-elements", "4096"}, []string{"--packet-elements = 4096", "1..2048"}},
+		{[]string{"--model", "resnet"}, []string{"--model", "known:"}},
+		{[]string{"--backend", "mpi"}, []string{"--backend", "want exact, ring or switchml"}},
+		{[]string{"--workers", "0"}, []string{"--workers 0", "1..64"}},
+	} {
+		_, err := parseFlags(tc.args)
+		if err == nil {
+			t.Errorf("%v accepted", tc.args)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%v: error %q does not contain %q", tc.args, err, w)
+			}
+		}
+		for _, goName := range []string{"PacketElements", "Extended", "Workers", "Config"} {
+			if strings.Contains(err.Error(), goName) {
+				t.Errorf("%v: error %q names %s", tc.args, err, goName)
+			}
+		}
+	}
+	// The ring and exact backends do not use the packet size.
+	if _, err := parseFlags([]string{"--backend", "ring", "--packet-elements", "-1"}); err != nil {
+		t.Errorf("--packet-elements refused for the ring backend: %v", err)
+	}
+}
+
 func TestDescribe(t *testing.T) {
 	for model, want := range map[string]int64{"resnet50": 25557032, "vgg19": 143667240, "ssd": 35641826, "cnn": 206970} {
 		f, err := parseFlags([]string{"--model", model, "--describe"})
