@@ -15,10 +15,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/switchml/switchml-go/benchmarks/rack"
+	"github.com/switchml/switchml-go/p4/fabric"
 	"github.com/switchml/switchml-go/trainers/profile"
 )
 
@@ -130,26 +130,16 @@ func bench(ctx context.Context, args []string) error {
 		return err
 	}
 	defer r.Close()
-	sw := r.SwitchIP()
-	var fabric []*exec.Cmd
-	defer func() {
-		for _, c := range fabric {
-			c.Process.Signal(syscall.SIGTERM)
-			c.Wait()
-		}
-	}()
-	for _, args := range [][]string{
-		{"switch", "--dataplane", sw + ":48864", "--p4rt", "127.0.0.1:9559", "--log-level", "warn",
-			"--max-elements", strconv.Itoa(max(f.packetElems, 1024))},
-		{"controller", "--target", "127.0.0.1:9559", "--listen", sw + ":50051", "--dataplane", sw + ":48864", "--log-level", "warn"},
-	} {
-		c := r.Command(ctx, r.SwitchNS(), swbin, args...)
-		c.Stdout, c.Stderr = os.Stderr, os.Stderr
-		if err := c.Start(); err != nil {
-			return err
-		}
-		fabric = append(fabric, c)
+	// The switch and the controller run in the rack's switch namespace;
+	// their logs are echoed at warn level and above.
+	fab, err := fabric.Start(ctx, r.Fabric(ctx, swbin, fabric.Config{
+		MaxElements: max(f.packetElems, 1024), Echo: true,
+		SwitchArgs: []string{"--log-level", "warn"}, ControllerArgs: []string{"--log-level", "warn"},
+	}))
+	if err != nil {
+		return err
 	}
+	defer fab.Close()
 
 	rep := &Report{Date: time.Now().UTC().Format(time.RFC3339), Command: "replaybench " + strings.Join(args, " "),
 		Workers: f.workers, BucketElems: bucketElems, StepsTimed: f.steps, Warmup: f.warmup, CPUs: runtime.NumCPU(),

@@ -1,0 +1,414 @@
+// Package fabric starts a SwitchML switch side: a software switch and the
+// controller that programs it over P4Runtime and runs the job service
+// workers join through. It is the one place that brings the two up, for
+// the embedded default (switchml/local), the demo, the benchmarks, the
+// training harness and the tests.
+//
+// Start runs both inside the calling process, or, with Config.Command set,
+// as two `switchml switch` and `switchml controller` subprocesses (which
+// may be wrapped, for example to run inside a network namespace). Either
+// way it returns once the controller answers the job service's Describe
+// call over gRPC, that is once the switch is programmed and workers can
+// join.
+//
+// ListenSwitch and Switch are the software switch alone, as the `switchml
+// switch` command runs it; Proc is the subprocess handle the fabric, the
+// demo and the benchmark runner share.
+package fabric
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/switchml/switchml-go/p4/controller"
+	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/switchml/transport"
+)
+
+// DefaultReadyTimeout bounds how long Start waits for the controller.
+const DefaultReadyTimeout = 30 * time.Second
+
+// Config describes a switch and its controller. Zero values take defaults.
+type Config struct {
+	// Slots per set in the switch's pool (default 8192).
+	Slots int
+	// MaxElements is the largest number of values per packet the switch
+	// takes (default 1024).
+	MaxElements int
+	// MaxWorkers is the largest job (default 256).
+	MaxWorkers int
+	// Faults are injected into every packet the switch sends.
+	Faults transport.Faults
+
+	// Dataplane, P4Runtime and Controller are the switch's UDP address,
+	// its P4Runtime address and the job service's address. Empty: free
+	// ports on loopback.
+	Dataplane, P4Runtime, Controller string
+
+	// Command, when set, runs the switch and the controller as
+	// subprocesses: it returns the command that runs `switchml ARGS...`,
+	// for instance exec.Command(pathOfSwitchml, args...), or the same
+	// wrapped to run inside a network namespace.
+	Command func(args ...string) *exec.Cmd
+	// SwitchArgs and ControllerArgs are extra flags of the two
+	// subprocesses.
+	SwitchArgs, ControllerArgs []string
+	// Echo copies the subprocesses' logs to stderr, line by line behind
+	// their names.
+	Echo bool
+	// Dial reaches the controller for the readiness check (default: a
+	// net.Dialer from this process).
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// ProbeTLS, if set, is the client TLS configuration of the readiness
+	// check, for a controller started with --tls-cert.
+	ProbeTLS *tls.Config
+	// ReadyTimeout bounds the wait for the controller (default
+	// DefaultReadyTimeout).
+	ReadyTimeout time.Duration
+
+	// Logger receives the in-process switch's and controller's logs
+	// (default: discarded).
+	Logger *slog.Logger
+}
+
+// Fabric is a running switch and controller.
+type Fabric struct {
+	dataplane, p4rt, controller string
+
+	// in-process
+	sw     *Switch
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	err    error
+
+	// subprocesses
+	swProc, ctlProc *Proc
+	command         func(args ...string) *exec.Cmd
+	swArgs, ctlArgs []string
+	echo            bool
+}
+
+// Start brings up the switch and the controller and returns once workers
+// can join. Close stops both.
+func Start(ctx context.Context, cfg Config) (*Fabric, error) {
+	if cfg.Slots < 0 || cfg.MaxElements < 0 || cfg.MaxWorkers < 0 {
+		return nil, fmt.Errorf("fabric: Slots (%d), MaxElements (%d) and MaxWorkers (%d) must not be negative", cfg.Slots, cfg.MaxElements, cfg.MaxWorkers)
+	}
+	if cfg.Slots == 0 {
+		cfg.Slots = 8192
+	}
+	if cfg.MaxElements == 0 {
+		cfg.MaxElements = 1024
+	}
+	if cfg.MaxWorkers == 0 {
+		cfg.MaxWorkers = 256
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = DefaultReadyTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Command != nil {
+		return startProcs(ctx, cfg)
+	}
+	return startInProcess(ctx, cfg)
+}
+
+func startInProcess(ctx context.Context, cfg Config) (*Fabric, error) {
+	sw, err := ListenSwitch(SwitchConfig{
+		Dataplane: cfg.Dataplane, P4Runtime: cfg.P4Runtime, Faults: cfg.Faults, Logger: cfg.Logger,
+		Pipeline: pipeline.Config{Slots: cfg.Slots, MaxElements: cfg.MaxElements, MaxWorkers: cfg.MaxWorkers},
+	})
+	if err != nil {
+		return nil, err
+	}
+	target, err := controller.TargetFor(controller.KindSoftswitch, cfg.MaxElements)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Controller == "" {
+		cfg.Controller = "127.0.0.1:0"
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	f := &Fabric{sw: sw, cancel: cancel, dataplane: sw.DataplaneAddr(), p4rt: sw.P4RuntimeAddr()}
+	ready := make(chan string, 1)
+	f.goRun(func() error { return sw.Serve(runCtx) })
+	f.goRun(func() error {
+		return controller.Run(runCtx, controller.Config{
+			Target: f.p4rt, Listen: cfg.Controller, Dataplane: f.dataplane, Slots: cfg.Slots, Switch: target, Logger: cfg.Logger,
+			Ready: func(a net.Addr) { ready <- a.String() },
+		})
+	})
+	timer := time.NewTimer(cfg.ReadyTimeout)
+	defer timer.Stop()
+	select {
+	case f.controller = <-ready:
+		return f, nil
+	case <-ctx.Done():
+		f.Close()
+		return nil, ctx.Err()
+	case <-runCtx.Done():
+		return nil, fmt.Errorf("fabric: the switch or the controller stopped at start: %w", f.Close())
+	case <-timer.C:
+		err := f.Close()
+		return nil, fmt.Errorf("fabric: switch and controller not ready within %v: %v", cfg.ReadyTimeout, err)
+	}
+}
+
+func (f *Fabric) goRun(fn func() error) {
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		if err := fn(); err != nil && !errors.Is(err, context.Canceled) {
+			f.mu.Lock()
+			if f.err == nil {
+				f.err = err
+			}
+			f.mu.Unlock()
+			f.cancel()
+		}
+	}()
+}
+
+func startProcs(ctx context.Context, cfg Config) (*Fabric, error) {
+	addr := func(a *string, network string) error {
+		if *a != "" {
+			return nil
+		}
+		p, err := FreePort(network)
+		if err != nil {
+			return fmt.Errorf("fabric: a free %s port: %w", network, err)
+		}
+		*a = net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+		return nil
+	}
+	if err := errors.Join(addr(&cfg.Dataplane, "udp"), addr(&cfg.P4Runtime, "tcp"), addr(&cfg.Controller, "tcp")); err != nil {
+		return nil, err
+	}
+	f := &Fabric{dataplane: cfg.Dataplane, p4rt: cfg.P4Runtime, controller: cfg.Controller, command: cfg.Command, echo: cfg.Echo}
+	swArgs := []string{"switch", "--dataplane", cfg.Dataplane, "--p4rt", cfg.P4Runtime,
+		"--slots", strconv.Itoa(cfg.Slots), "--max-elements", strconv.Itoa(cfg.MaxElements), "--max-workers", strconv.Itoa(cfg.MaxWorkers)}
+	if cfg.Faults.Active() {
+		swArgs = append(swArgs, "--drop", fmt.Sprint(cfg.Faults.Drop), "--duplicate", fmt.Sprint(cfg.Faults.Duplicate),
+			"--reorder", fmt.Sprint(cfg.Faults.Reorder), "--seed", fmt.Sprint(cfg.Faults.Seed))
+	}
+	f.swArgs = append(swArgs, cfg.SwitchArgs...)
+	f.ctlArgs = append([]string{"controller", "--target", cfg.P4Runtime, "--listen", cfg.Controller, "--dataplane", cfg.Dataplane,
+		"--slots", strconv.Itoa(cfg.Slots), "--max-elements", strconv.Itoa(cfg.MaxElements)}, cfg.ControllerArgs...)
+	var err error
+	if f.swProc, err = StartProc("switch", cfg.Echo, cfg.Command(f.swArgs...)); err != nil {
+		return nil, err
+	}
+	if f.ctlProc, err = StartProc("controller", cfg.Echo, cfg.Command(f.ctlArgs...)); err != nil {
+		f.Close()
+		return nil, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, cfg.ReadyTimeout)
+	defer cancel()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-f.swProc.Done():
+		case <-f.ctlProc.Done():
+		case <-stop:
+		}
+		cancel()
+	}()
+	if err := WaitReady(rctx, cfg.Controller, cfg.Dial, cfg.ProbeTLS); err != nil {
+		f.Close()
+		why := err.Error()
+		if f.swProc.Exited() || f.ctlProc.Exited() {
+			why = "a process exited"
+		}
+		return nil, fmt.Errorf("fabric: the controller at %s did not come up (%s); switch log:\n%s\ncontroller log:\n%s",
+			cfg.Controller, why, indent(f.swProc.Logs()), indent(f.ctlProc.Logs()))
+	}
+	return f, nil
+}
+
+// WaitReady calls the job service's Describe at addr until it answers or
+// ctx ends. dial, if set, makes the connection; tlsCfg, if set, secures it.
+func WaitReady(ctx context.Context, addr string, dial func(context.Context, string) (net.Conn, error), tlsCfg *tls.Config) error {
+	creds := insecure.NewCredentials()
+	if tlsCfg != nil {
+		creds = credentials.NewTLS(tlsCfg)
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if dial != nil {
+		opts = append(opts, grpc.WithContextDialer(dial))
+	}
+	cc, err := grpc.NewClient("passthrough:///"+addr, opts...)
+	if err != nil {
+		return fmt.Errorf("fabric: controller address %q: %w", addr, err)
+	}
+	defer cc.Close()
+	client := controllerpb.NewJobServiceClient(cc)
+	var last error
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := client.Describe(cctx, &controllerpb.DescribeRequest{})
+		cancel()
+		if err == nil {
+			return nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last answer: %v)", ctx.Err(), last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func indent(s string) string {
+	s = strings.TrimRight(s, "\n")
+	if s == "" {
+		return "  (empty)"
+	}
+	return "  " + strings.ReplaceAll(s, "\n", "\n  ")
+}
+
+// ControllerAddr is the job service's address: what workers pass as
+// switchml.Config.Controller.
+func (f *Fabric) ControllerAddr() string { return f.controller }
+
+// DataplaneAddr is the switch's UDP address.
+func (f *Fabric) DataplaneAddr() string { return f.dataplane }
+
+// P4RuntimeAddr is the switch's P4Runtime address.
+func (f *Fabric) P4RuntimeAddr() string { return f.p4rt }
+
+// Switch is the in-process switch, or nil when the switch runs as a
+// subprocess.
+func (f *Fabric) Switch() *Switch { return f.sw }
+
+// Counters returns the in-process switch's counters, indexed by
+// pipeline.Stat (all zero when the switch runs as a subprocess: it logs
+// them when it stops, see Logs).
+func (f *Fabric) Counters() [pipeline.NumStats]uint64 {
+	if f.sw == nil {
+		return [pipeline.NumStats]uint64{}
+	}
+	return f.sw.Counters()
+}
+
+// Procs are the switch and controller subprocesses (nil in-process).
+func (f *Fabric) Procs() (sw, ctl *Proc) { return f.swProc, f.ctlProc }
+
+// Exited says whether the switch or the controller has stopped on its own.
+func (f *Fabric) Exited() bool {
+	if f.sw != nil {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.err != nil
+	}
+	return (f.swProc != nil && f.swProc.Exited()) || (f.ctlProc != nil && f.ctlProc.Exited())
+}
+
+// Crash kills the switch or the controller subprocess at once (SIGKILL:
+// it has no chance to clean up, as in a crash) and waits for it to end.
+func (f *Fabric) Crash(which string) error {
+	p, _, err := f.proc(which)
+	if err != nil {
+		return err
+	}
+	p.Cmd().Process.Kill()
+	p.Wait()
+	return nil
+}
+
+// Restart starts the switch or the controller subprocess again, with the
+// command line it started with, once the previous one has ended (see
+// Crash). It does not wait for readiness: the controller reconnects to a
+// restarted switch by itself, and workers retry a restarted controller.
+func (f *Fabric) Restart(which string) (*Proc, error) {
+	p, args, err := f.proc(which)
+	if err != nil {
+		return nil, err
+	}
+	if !p.Exited() {
+		return nil, fmt.Errorf("fabric: restart %s: it is still running (Crash it first)", which)
+	}
+	np, err := StartProc(which, f.echo, f.command(args...))
+	if err != nil {
+		return nil, err
+	}
+	if which == "switch" {
+		f.swProc = np
+	} else {
+		f.ctlProc = np
+	}
+	return np, nil
+}
+
+func (f *Fabric) proc(which string) (*Proc, []string, error) {
+	if f.command == nil {
+		return nil, nil, fmt.Errorf("fabric: %s runs in this process; only subprocesses crash and restart", which)
+	}
+	switch which {
+	case "switch":
+		return f.swProc, f.swArgs, nil
+	case "controller":
+		return f.ctlProc, f.ctlArgs, nil
+	}
+	return nil, nil, fmt.Errorf("fabric: no process %q: want \"switch\" or \"controller\"", which)
+}
+
+// Close stops the controller, then the switch, and reports the first
+// error either hit while running (in-process), or how a subprocess that
+// had already exited ended.
+func (f *Fabric) Close() error {
+	if f.cancel != nil {
+		f.cancel()
+		f.wg.Wait()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.err
+	}
+	var errs []error
+	for _, p := range []*Proc{f.ctlProc, f.swProc} {
+		if p == nil {
+			continue
+		}
+		if p.Exited() {
+			if err := p.Wait(); err != nil {
+				errs = append(errs, fmt.Errorf("%s exited: %w", p.Name(), err))
+			}
+			continue
+		}
+		p.Stop(5 * time.Second)
+	}
+	return errors.Join(errs...)
+}
+
+// Logs are the subprocesses' logs by name ("switch", "controller"); the
+// switch logs its counters when it stops, so after Close they are
+// complete. Nil in-process.
+func (f *Fabric) Logs() map[string]string {
+	if f.swProc == nil {
+		return nil
+	}
+	out := map[string]string{"switch": f.swProc.Logs()}
+	if f.ctlProc != nil {
+		out["controller"] = f.ctlProc.Logs()
+	}
+	return out
+}
