@@ -42,6 +42,14 @@ type allreduceReport struct {
 	CPULoopSysS  *float64 `json:"cpu_loop_sys_s,omitempty"`
 }
 
+// allreduceFlags names the flag that sets each switchml.Config field.
+var allreduceFlags = map[string]string{
+	"Controller": "controller", "Job": "job", "Rank": "rank", "Workers": "workers", "Token": "token", "Bind": "bind",
+	"Lanes": "lanes", "Window": "window", "PacketElements": "packet-elements", "Extended": "extended",
+	"Timeout": "timeout", "JoinTimeout": "join-timeout", "GiveUp": "give-up",
+	"Faults.Drop": "drop", "Faults.Duplicate": "duplicate", "Faults.Reorder": "reorder",
+}
+
 func dtypeSize(dtype string) (int, error) {
 	switch dtype {
 	case "float32", "int32":
@@ -131,7 +139,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, elements, iters, warmup int, seed uint64, verify bool, nanAt int, rep *allreduceReport) error {
 	sess, err := switchml.Join(ctx, cfg)
 	if err != nil {
-		return err
+		return inFlags(err, allreduceFlags)
 	}
 	defer sess.Close()
 	rep.PacketElements = sess.PacketElements()

@@ -1,6 +1,15 @@
 // Command switchml runs every part of SwitchML: the software switch, the
 // controller, one worker of an allreduce job, a one-command local demo and
-// the benchmark suite.
+// the benchmark suite, and beside them the ring allreduce baseline, a chaos
+// run, throwaway TLS certificates and the P4 toolchain's environment.
+//
+//	switchml demo --workers 4
+//	switchml <command> --help
+//
+// Each command is a thin layer over the library: allreduce over package
+// switchml, ring over switchml/ring, switch and controller over the
+// packages under p4/. Errors in a worker's configuration name the flag to
+// change, not the library's Config field.
 package main
 
 import (
@@ -14,6 +23,8 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+
+	"github.com/switchml/switchml-go/switchml"
 )
 
 type command struct {
@@ -102,4 +113,21 @@ func newLogger(level string) (*slog.Logger, error) {
 		return nil, fmt.Errorf("bad --log-level %q: want debug, info, warn or error", level)
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+// inFlags restates a *switchml.ConfigError in a command's flags, which
+// flags maps from Config fields (flag names without dashes), so that users
+// read the flag to change rather than a Go field. Other errors pass as they
+// are.
+func inFlags(err error, flags map[string]string) error {
+	var ce *switchml.ConfigError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	return errors.New("bad flags: " + ce.Describe(func(field string) string {
+		if f, ok := flags[field]; ok {
+			return "--" + f
+		}
+		return field
+	}))
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -77,7 +78,34 @@ func runRing(ctx context.Context, args []string) error {
 	return err
 }
 
+// checkRingFlags refuses what ring.Dial would, naming the flags to change
+// rather than ring.Config fields.
+func checkRingFlags(cfg ring.Config) error {
+	var bad []string
+	if cfg.Workers < 1 {
+		bad = append(bad, fmt.Sprintf("--workers = %d: the world size must be at least 1", cfg.Workers))
+	} else if cfg.Rank < 0 || cfg.Rank >= cfg.Workers {
+		bad = append(bad, fmt.Sprintf("--rank = %d: want 0 <= rank < --workers (%d)", cfg.Rank, cfg.Workers))
+	}
+	if cfg.Workers > 1 && len(cfg.Addrs) != cfg.Workers {
+		bad = append(bad, fmt.Sprintf("--addrs has %d addresses for --workers %d: give one listen address per rank, in rank order", len(cfg.Addrs), cfg.Workers))
+	}
+	if cfg.ChunkBytes < 0 {
+		bad = append(bad, fmt.Sprintf("--chunk-bytes = %d: must not be negative (0 takes the default)", cfg.ChunkBytes))
+	}
+	if cfg.DialTimeout < 0 {
+		bad = append(bad, fmt.Sprintf("--dial-timeout = %v: must not be negative (0 takes the default)", cfg.DialTimeout))
+	}
+	if len(bad) > 0 {
+		return errors.New("bad flags: " + strings.Join(bad, "\n"))
+	}
+	return nil
+}
+
 func ringRounds(ctx context.Context, cfg ring.Config, x []float32, iters, warmup int, seed uint64, rep *allreduceReport) error {
+	if err := checkRingFlags(cfg); err != nil {
+		return err
+	}
 	r, err := ring.Dial(ctx, cfg)
 	if err != nil {
 		return err

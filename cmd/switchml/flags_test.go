@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchml/switchml-go/switchml"
+	"github.com/switchml/switchml-go/switchml/ring"
+)
+
+// goFieldNames lists the exported field names of a struct type, nested
+// structs included: words a user of the command line must never read.
+func goFieldNames(t reflect.Type) []string {
+	var names []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		names = append(names, f.Name)
+		if f.Type.Kind() == reflect.Struct {
+			names = append(names, goFieldNames(f.Type)...)
+		}
+	}
+	return names
+}
+
+// checkFlagError runs a command in-process with bad flags and checks that
+// its error names every flag in want and no Go field of cfgType.
+func checkFlagError(t *testing.T, run func(context.Context, []string) error, cfgType reflect.Type, args []string, want ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := run(ctx, args)
+	if err == nil {
+		t.Fatalf("%v accepted", args)
+	}
+	msg := err.Error()
+	for _, w := range want {
+		if !strings.Contains(msg, w) {
+			t.Errorf("%v: error %q does not contain %q", args, msg, w)
+		}
+	}
+	for _, name := range goFieldNames(cfgType) {
+		if regexp.MustCompile(`\b` + name + `\b`).MatchString(msg) {
+			t.Errorf("%v: error %q names the Go field %s", args, msg, name)
+		}
+	}
+}
+
+func TestAllReduceFlagErrors(t *testing.T) {
+	cfg := reflect.TypeFor[switchml.Config]()
+	base := []string{"--elements", "10", "--join-timeout", "5s"}
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--packet-elements", "3000"}, []string{"--packet-elements = 3000", "32, 64, 128 or 256", "set --extended for other sizes"}},
+		{[]string{"--packet-elements", "-1"}, []string{"--packet-elements = -1", "want 0"}},
+		{[]string{"--packet-elements", "4096", "--extended"}, []string{"--packet-elements = 4096", "1..2048"}},
+		{[]string{"--workers", "40"}, []string{"--workers = 40", "set --extended for more"}},
+		{[]string{"--workers", "0"}, []string{"--workers = 0", "at least 1"}},
+		{[]string{"--workers", "2", "--rank", "2"}, []string{"--rank = 2", "rank < --workers (2)"}},
+		{[]string{"--job", ""}, []string{"--job is empty", "name the job"}},
+		{[]string{"--lanes", "65"}, []string{"--lanes = 65", "1..64"}},
+		{[]string{"--window", "5000"}, []string{"--window = 5000", "1..4096"}},
+		{[]string{"--timeout", "-1s", "--give-up", "-1s"}, []string{"--timeout = -1s", "--give-up = -1s", "must not be negative"}},
+		{[]string{"--join-timeout", "-1s"}, []string{"--join-timeout = -1s"}},
+		{[]string{"--drop", "2", "--duplicate", "-0.5", "--reorder", "1.5"}, []string{"--drop = 2", "--duplicate = -0.5", "--reorder = 1.5", "[0, 1]"}},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			checkFlagError(t, runAllReduce, cfg, append(append([]string(nil), base...), tc.args...), tc.want...)
+		})
+	}
+}
+
+func TestRingFlagErrors(t *testing.T) {
+	cfg := reflect.TypeFor[ring.Config]()
+	base := []string{"--elements", "10"}
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--workers", "0"}, []string{"--workers = 0", "at least 1"}},
+		{[]string{"--workers", "2", "--rank", "2", "--addrs", "127.0.0.1:1,127.0.0.1:2"}, []string{"--rank = 2", "rank < --workers (2)"}},
+		{[]string{"--workers", "3", "--addrs", "127.0.0.1:1,127.0.0.1:2"}, []string{"--addrs has 2 addresses for --workers 3", "one listen address per rank"}},
+		{[]string{"--chunk-bytes", "-1"}, []string{"--chunk-bytes = -1", "must not be negative"}},
+		{[]string{"--dial-timeout", "-1s"}, []string{"--dial-timeout = -1s", "must not be negative"}},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			checkFlagError(t, runRing, cfg, append(append([]string(nil), base...), tc.args...), tc.want...)
+		})
+	}
+}
+
+// Every Config field a validation error can name has a flag in the table
+// of the allreduce command.
+func TestAllReduceFlagsCoverConfig(t *testing.T) {
+	for _, name := range goFieldNames(reflect.TypeFor[switchml.Config]()) {
+		switch name {
+		case "TLS", "Faults", "Seed": // set from --tls-* and --seed, never named by validation
+			continue
+		case "Drop", "Duplicate", "Reorder":
+			name = "Faults." + name
+		}
+		if _, ok := allreduceFlags[name]; !ok {
+			t.Errorf("Config field %s has no flag in allreduceFlags", name)
+		}
+	}
+}
