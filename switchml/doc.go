@@ -15,4 +15,15 @@
 // loses the controller or fails a call ends the job for every rank with
 // ErrAborted and the cause; the switch not answering ends a call with
 // ErrTimeoutBudget after Config.GiveUp.
+//
+// Join refuses a bad Config before it contacts anyone, with a *ConfigError
+// that names each invalid field, its value and what to set instead;
+// Config.Validate runs the same checks ahead of time, and a program that
+// sets a Config from flags restates the error in its flags with
+// ConfigError.Describe.
+//
+// The switch side lives under p4/: the software switch, the controller that
+// programs a switch and runs the job service, and the P4 programs. Package
+// switchml/local runs a software switch and a controller inside the process,
+// which the examples use; cmd/switchml runs each part as a command.
 package switchml
