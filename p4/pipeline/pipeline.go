@@ -1,6 +1,8 @@
 // Package pipeline is the SwitchML switch data plane as a pure state
 // machine: tables, packet replication engine (multicast groups), registers
-// and counters, with the packet logic of design.md section 3.
+// and counters, with the packet logic of the SwitchML switch: per slot two
+// sets, each with a worker bitmap that makes retransmissions harmless, and
+// the result multicast once every worker of the job has contributed.
 //
 // It has no sockets, goroutines or clocks. A driver (the software switch, the
 // simulator, tests) hands it one packet at a time with Process and sends

@@ -1,7 +1,9 @@
 // Package engine is the SwitchML worker protocol for one lane, as a pure
 // state machine: packets and the current time go in, packets to send and
 // the next timer deadline come out. It has no sockets, goroutines or clocks,
-// so the UDP transport and the deterministic simulator drive the same code.
+// so the UDP transport and the deterministic simulator drive the same code:
+// switchml.Session runs one engine per lane on its own UDP socket, and
+// switchml/internal/sim runs many through a simulated lossy network.
 //
 // A lane owns a window of W consecutive switch slots starting at SlotBase.
 // An allreduce op on the lane's slice of the tensor is cut into blocks of
@@ -15,7 +17,8 @@
 // number of uses of every slot, so the workers agree on the set without
 // talking about it.
 //
-// Float types exchange exponents one window ahead (design.md section 4):
+// Float types exchange exponents one window ahead (the block-scaled format
+// of package quant):
 // packet p carries the exponent of block p and the data of block p-W'
 // quantized with the maximum exponent the switch returned for block p-W'.
 // The first W' packets carry only exponents, the last W' only data. int32
