@@ -1,4 +1,3 @@
-// Package bmv2example holds the test of run.sh, the BMv2 example.
 package bmv2example
 
 import (
