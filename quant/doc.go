@@ -88,7 +88,9 @@
 // variants read and write the big-endian int32 payload of a packet directly, so the
 // network path converts once without an intermediate []int32. Like copy, every
 // conversion processes min(len(dst), len(src)) elements (counting 4 bytes per
-// element in a byte slice) and returns that count.
+// element in a byte slice) and returns that count. int32 tensors need no
+// conversion here: their payloads go through the wire package's payload codec
+// (switchml/wire), the one the switch adds them with.
 //
 // On amd64 with AVX2 the float32 kernels run vectorised (8 elements per step)
 // with exactly the arithmetic of the portable loops, bit for bit; the build tag

@@ -133,25 +133,3 @@ func dequantizeBEGeneric(dst []float32, src []byte, g float64) {
 		dst[i] = float32(float64(int32(binary.BigEndian.Uint32(src[4*i:4*i+4]))) * g)
 	}
 }
-
-// Int32ToBE writes src as big-endian int32 into dst (an int32 tensor's packet
-// payload) and returns the number of elements written, min(len(dst)/4, len(src)).
-func Int32ToBE(dst []byte, src []int32) int {
-	k := min(len(dst)/4, len(src))
-	dst, src = dst[:4*k], src[:k]
-	for i, v := range src {
-		binary.BigEndian.PutUint32(dst[4*i:4*i+4], uint32(v))
-	}
-	return k
-}
-
-// BEToInt32 reads big-endian int32 from src into dst and returns the number of
-// elements read, min(len(dst), len(src)/4).
-func BEToInt32(dst []int32, src []byte) int {
-	k := min(len(dst), len(src)/4)
-	dst, src = dst[:k], src[:4*k]
-	for i := range dst {
-		dst[i] = int32(binary.BigEndian.Uint32(src[4*i : 4*i+4]))
-	}
-	return k
-}

@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/switchml/switchml-go/switchml/wire"
 )
 
 // withGeneric runs f with the vector kernels switched off.
@@ -66,11 +68,11 @@ func TestVectorMatchesGeneric(t *testing.T) {
 			pktV[i] = byte(rng.Uint32())
 		}
 		ints := make([]int32, k)
-		BEToInt32(ints, pktV)
+		wire.ReadPayload(ints, pktV)
 		if k > 0 {
 			ints[0] = math.MinInt32
 		}
-		Int32ToBE(pktV, ints)
+		wire.PutPayload(pktV, ints)
 		e = int8(rng.IntN(256) - 128)
 		outV, outG := make([]float32, k), make([]float32, k)
 		nV, nG := make([]float32, k), make([]float32, k)

@@ -7,6 +7,8 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/switchml/switchml-go/switchml/wire"
 )
 
 func TestBlockExponent(t *testing.T) {
@@ -276,7 +278,7 @@ func allReduceOnce(t *testing.T, rng *rand.Rand, n, k int, gen func(*rand.Rand, 
 		}
 		sum32[j] = int32(s)
 	}
-	Int32ToBE(pkt, sum32)
+	wire.PutPayload(pkt, sum32)
 	out := make([]float32, k)
 	outBE := make([]float32, k)
 	Dequantize(out, sum32, n, E)
@@ -405,26 +407,6 @@ func TestShortBuffers(t *testing.T) {
 	}
 	if k := Dequantize(out[:1], []int32{1, 2}, 1, 4); k != 1 {
 		t.Fatalf("Dequantize = %d", k)
-	}
-}
-
-func TestInt32BE(t *testing.T) {
-	src := []int32{0, 1, -1, math.MaxInt32, math.MinInt32, 0x01020304}
-	b := make([]byte, 4*len(src))
-	if Int32ToBE(b, src) != len(src) {
-		t.Fatal("short count")
-	}
-	if string(b[20:]) != "\x01\x02\x03\x04" || string(b[8:12]) != "\xff\xff\xff\xff" {
-		t.Fatalf("Int32ToBE = % x", b)
-	}
-	back := make([]int32, len(src))
-	if BEToInt32(back, b) != len(src) {
-		t.Fatal("short count")
-	}
-	for i := range src {
-		if back[i] != src[i] {
-			t.Fatalf("BEToInt32[%d] = %d, want %d", i, back[i], src[i])
-		}
 	}
 }
 

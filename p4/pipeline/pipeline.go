@@ -14,7 +14,6 @@
 package pipeline
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -655,11 +654,11 @@ func (p *Pipeline) Process(src netip.AddrPort, pkt []byte, out *Output) {
 		p.job[idx] = h.Job
 		p.packetID[idx] = h.PacketID
 		p.used[idx] = true
-		copyBE(vals, payload)
+		wire.ReadPayload(vals, payload)
 	} else {
 		p.count[idx]--
 		p.exponent[idx] = max(p.exponent[idx], h.Exp0)
-		addBE(vals, payload)
+		wire.AddPayload(vals, payload)
 	}
 	if p.count[idx] != 0 {
 		p.drop(out, StatDropWaiting)
@@ -698,7 +697,7 @@ func (p *Pipeline) reply(out *Output, req *wire.Header, vals []int32, exp int8) 
 		// Unreachable: h was parsed from a valid packet, so it re-encodes.
 		return
 	}
-	out.Packet = appendBE(b, vals)
+	out.Packet = wire.AppendPayload(b, vals)
 }
 
 // newer reports whether (job, id) comes after (job0, id0) in serial number
@@ -708,31 +707,4 @@ func newer(job, id, job0, id0 uint32) bool {
 		return int32(job-job0) > 0
 	}
 	return int32(id-id0) > 0
-}
-
-// copyBE sets vals from the big-endian payload (len(payload) == 4*len(vals)).
-func copyBE(vals []int32, payload []byte) {
-	payload = payload[:4*len(vals)] // one bounds check for the loops
-	for i := copyBEFast(vals, payload); i < len(vals); i++ {
-		vals[i] = int32(binary.BigEndian.Uint32(payload[4*i : 4*i+4]))
-	}
-}
-
-// addBE adds the big-endian payload to vals, wrapping like the switch ALU.
-func addBE(vals []int32, payload []byte) {
-	payload = payload[:4*len(vals)]
-	for i := addBEFast(vals, payload); i < len(vals); i++ {
-		vals[i] += int32(binary.BigEndian.Uint32(payload[4*i : 4*i+4]))
-	}
-}
-
-// appendBE appends vals as big-endian int32s.
-func appendBE(b []byte, vals []int32) []byte {
-	off := len(b)
-	b = slices.Grow(b, 4*len(vals))[:off+4*len(vals)]
-	dst := b[off:]
-	for i := storeBEFast(dst, vals); i < len(vals); i++ {
-		binary.BigEndian.PutUint32(dst[4*i:4*i+4], uint32(vals[i]))
-	}
-	return b
 }

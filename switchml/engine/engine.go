@@ -562,7 +562,7 @@ func (l *Lane) AppendPacket(b []byte) ([]byte, bool) {
 		n := l.cfg.NumWorkers
 		switch l.op.DType {
 		case Int32:
-			quant.Int32ToBE(dst, l.op.I32[lo:hi])
+			wire.PutPayload(dst, l.op.I32[lo:hi])
 		case Float32:
 			quant.QuantizeBE(dst, l.op.F32[lo:hi], n, st.dataExp)
 		case Float16:
@@ -639,7 +639,7 @@ func (l *Lane) Receive(pkt []byte, now time.Duration) {
 		n := l.cfg.NumWorkers
 		switch l.op.DType {
 		case Int32:
-			quant.BEToInt32(l.op.I32[lo:hi], payload)
+			wire.ReadPayload(l.op.I32[lo:hi], payload)
 		case Float32:
 			quant.DequantizeBE(l.op.F32[lo:hi], payload, n, st.dataExp)
 		case Float16:

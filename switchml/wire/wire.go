@@ -14,6 +14,13 @@
 // two's-complement int32 values. Parse validates the payload length; Append
 // writes only the header so the caller can quantize straight into the bytes
 // that follow it.
+//
+// The payload codec (ReadPayload, AddPayload, PutPayload, AppendPayload)
+// lives here too, because the payload layout is part of the packet format
+// and both ends convert it: the worker writes int32 tensors and reads their
+// sums, the switch reads contributions, adds them up and writes the result.
+// One codec, with one set of vector kernels on amd64, serves both. The
+// float kernels of package quant write the same layout straight from floats.
 package wire
 
 import (
