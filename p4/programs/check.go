@@ -5,7 +5,7 @@
 //
 // The compilers are the judge of the programs: the tests compile each
 // program (p4c-bm2-ss, bf-p4c) and compare the P4Info the compiler writes
-// with the checked-in one (FromP4Info reduces both to a Model, Compare
+// with the checked-in one (package shape reduces both to a Model and
 // reports every difference in names, ids, widths, match kinds, scopes and
 // sizes). What no compiler checks is checked here without one: each
 // program's P4Info against the main P4Info, with the deviations listed in
@@ -23,6 +23,10 @@ import (
 
 	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
 	"google.golang.org/protobuf/encoding/prototext"
+
+	"github.com/switchml/switchml-go/p4/p4info/shape"
+	// The Tofino P4Info extension messages, for the TNA program's externs.
+	_ "github.com/switchml/switchml-go/p4/tna"
 )
 
 // ProgramSpec describes one P4 program and how its P4Info may differ from
@@ -55,10 +59,10 @@ const MainP4Info = "p4info/switchml.p4info.txtpb"
 // drop simulator and the ARP responder, which the software switch does in
 // its own way (transport fault injection; it answers ARP through the host).
 var sharedExtra = []string{
-	KindTable + " SwitchMLIngress.drop_simulator",
-	KindAction + " SwitchMLIngress.set_drop_rates",
-	KindTable + " SwitchMLIngress.arp_reply",
-	KindAction + " SwitchMLIngress.send_arp_reply",
+	shape.KindTable + " SwitchMLIngress.drop_simulator",
+	shape.KindAction + " SwitchMLIngress.set_drop_rates",
+	shape.KindTable + " SwitchMLIngress.arp_reply",
+	shape.KindAction + " SwitchMLIngress.send_arp_reply",
 }
 
 // Programs lists the P4 programs and their deviations from the main P4Info.
@@ -80,11 +84,11 @@ var Programs = []ProgramSpec{
 		// the rank's bit in the other set), and the 64 sums are spread
 		// over 32 registers of element pairs.
 		Absent: []string{
-			KindRegister + " SwitchMLIngress.pool_bitmap",
-			KindRegister + " SwitchMLIngress.pool_values",
+			shape.KindRegister + " SwitchMLIngress.pool_bitmap",
+			shape.KindRegister + " SwitchMLIngress.pool_values",
 		},
 		Extra: append(append([]string{
-			KindRegister + " SwitchMLIngress.pool_bitmap_pair",
+			shape.KindRegister + " SwitchMLIngress.pool_bitmap_pair",
 		}, pairRegisterNames()...), sharedExtra...),
 		Prefix:             "pipe.",
 		GeneratedExternIDs: true,
@@ -94,7 +98,7 @@ var Programs = []ProgramSpec{
 func pairRegisterNames() []string {
 	var out []string
 	for _, p := range Data().Pairs {
-		out = append(out, KindRegister+" SwitchMLIngress.pool_values_"+p.N)
+		out = append(out, shape.KindRegister+" SwitchMLIngress.pool_values_"+p.N)
 	}
 	return out
 }
@@ -109,24 +113,24 @@ func LoadP4Info(text []byte) (*p4configv1.P4Info, error) {
 }
 
 // ModelFromText parses P4Info text into a Model.
-func ModelFromText(text []byte) (*Model, error) {
+func ModelFromText(text []byte) (*shape.Model, error) {
 	info, err := LoadP4Info(text)
 	if err != nil {
 		return nil, err
 	}
-	return FromP4Info(info)
+	return shape.FromP4Info(info)
 }
 
 // NoAction is core.p4's action. Its id is the compiler's own (p4c and
 // bf-p4c do not honour an @id on it, and the main P4Info pins another), so
 // no comparison looks at it; its presence, parameters and uses still count.
-const NoAction = KindAction + " NoAction"
+const NoAction = shape.KindAction + " NoAction"
 
 // ProgramModel reduces a program's P4Info to a Model named as the main
 // P4Info names things: without spec.Prefix, and without the ids that the
 // compiler chooses on its own (NoAction's, and with GeneratedExternIDs
 // those of registers and counters).
-func ProgramModel(info []byte, spec ProgramSpec) (*Model, error) {
+func ProgramModel(info []byte, spec ProgramSpec) (*shape.Model, error) {
 	m, err := ModelFromText(info)
 	if err != nil {
 		return nil, err
@@ -137,10 +141,10 @@ func ProgramModel(info []byte, spec ProgramSpec) (*Model, error) {
 	m.ForgetIDs(NoAction)
 	if spec.GeneratedExternIDs {
 		for n := range m.Registers {
-			m.ForgetIDs(KindRegister + " " + n)
+			m.ForgetIDs(shape.KindRegister + " " + n)
 		}
 		for n := range m.Counters {
-			m.ForgetIDs(KindCounter + " " + n)
+			m.ForgetIDs(shape.KindCounter + " " + n)
 		}
 	}
 	return m, nil
@@ -151,7 +155,7 @@ func ProgramModel(info []byte, spec ProgramSpec) (*Model, error) {
 // (prefix included), ids, match fields, action references and scopes, const
 // default actions, table sizes, parameters, register element types and
 // sizes, counter sizes and units. NoAction's id is not compared.
-func CheckCompiled(compiled, checkedIn []byte, spec ProgramSpec) ([]Diff, error) {
+func CheckCompiled(compiled, checkedIn []byte, spec ProgramSpec) ([]shape.Diff, error) {
 	c, err := ModelFromText(compiled)
 	if err != nil {
 		return nil, fmt.Errorf("compiled P4Info of %s: %w", spec.Source, err)
@@ -162,9 +166,9 @@ func CheckCompiled(compiled, checkedIn []byte, spec ProgramSpec) ([]Diff, error)
 	}
 	c.ForgetIDs(NoAction)
 	k.ForgetIDs(NoAction)
-	diffs := Compare(c, k, "the compiler's P4Info", spec.P4Info, nil)
+	diffs := shape.Compare(c, k, shape.Options{AName: "the compiler's P4Info", BName: spec.P4Info})
 	if c.Arch != spec.Arch {
-		diffs = append(diffs, Diff{Entity: "pkg_info", Msg: fmt.Sprintf("the compiler's P4Info has arch %q, want %q", c.Arch, spec.Arch)})
+		diffs = append(diffs, shape.Diff{Entity: "pkg_info", Msg: fmt.Sprintf("the compiler's P4Info has arch %q, want %q", c.Arch, spec.Arch)})
 	}
 	return diffs, nil
 }
@@ -173,7 +177,7 @@ func CheckCompiled(compiled, checkedIn []byte, spec ProgramSpec) ([]Diff, error)
 // entity of either must be in the other with the same shape and id, unless
 // spec lists it as Absent or Extra; and those lists must be exact (an
 // Absent entity really absent, an Extra one really present and new).
-func CheckAgainstMain(mainInfo, progInfo []byte, spec ProgramSpec) ([]Diff, error) {
+func CheckAgainstMain(mainInfo, progInfo []byte, spec ProgramSpec) ([]shape.Diff, error) {
 	mainModel, err := ModelFromText(mainInfo)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", MainP4Info, err)
@@ -187,30 +191,26 @@ func CheckAgainstMain(mainInfo, progInfo []byte, spec ProgramSpec) ([]Diff, erro
 		e := kind + " " + name
 		return slices.Contains(spec.Absent, e) || slices.Contains(spec.Extra, e)
 	}
-	var diffs []Diff
-	for _, d := range Compare(mainModel, prog, MainP4Info, spec.P4Info, listed) {
-		if d.Entity != "pkg_info" { // the architecture is the program's own
-			diffs = append(diffs, d)
-		}
-	}
+	// The architecture is the program's own, and checked against spec.
+	diffs := shape.Compare(mainModel, prog, shape.Options{AName: MainP4Info, BName: spec.P4Info, Skip: listed, IgnoreArch: true})
 	if prog.Arch != spec.Arch {
-		diffs = append(diffs, Diff{Entity: "pkg_info", Msg: fmt.Sprintf("%s has arch %q, want %q", spec.P4Info, prog.Arch, spec.Arch)})
+		diffs = append(diffs, shape.Diff{Entity: "pkg_info", Msg: fmt.Sprintf("%s has arch %q, want %q", spec.P4Info, prog.Arch, spec.Arch)})
 	}
 	mainNames, progNames := mainModel.Names(), prog.Names()
 	for _, e := range spec.Absent {
 		if !slices.Contains(mainNames, e) {
-			diffs = append(diffs, Diff{Entity: e, Msg: "listed as absent from " + spec.Name + " but not in " + MainP4Info})
+			diffs = append(diffs, shape.Diff{Entity: e, Msg: "listed as absent from " + spec.Name + " but not in " + MainP4Info})
 		}
 		if slices.Contains(progNames, e) {
-			diffs = append(diffs, Diff{Entity: e, Msg: "listed as absent but present in " + spec.P4Info})
+			diffs = append(diffs, shape.Diff{Entity: e, Msg: "listed as absent but present in " + spec.P4Info})
 		}
 	}
 	for _, e := range spec.Extra {
 		if !slices.Contains(progNames, e) {
-			diffs = append(diffs, Diff{Entity: e, Msg: "listed as specific to " + spec.Name + " but not in " + spec.P4Info})
+			diffs = append(diffs, shape.Diff{Entity: e, Msg: "listed as specific to " + spec.Name + " but not in " + spec.P4Info})
 		}
 		if slices.Contains(mainNames, e) {
-			diffs = append(diffs, Diff{Entity: e, Msg: "listed as specific to " + spec.Name + " but also in " + MainP4Info})
+			diffs = append(diffs, shape.Diff{Entity: e, Msg: "listed as specific to " + spec.Name + " but also in " + MainP4Info})
 		}
 	}
 	return diffs, nil
@@ -218,13 +218,13 @@ func CheckAgainstMain(mainInfo, progInfo []byte, spec ProgramSpec) ([]Diff, erro
 
 // CheckAll runs CheckAgainstMain for every program, with files read from
 // p4dir (the repository's p4 directory).
-func CheckAll(p4dir string) ([]Diff, error) {
+func CheckAll(p4dir string) ([]shape.Diff, error) {
 	read := func(rel string) ([]byte, error) { return os.ReadFile(filepath.Join(p4dir, rel)) }
 	mainInfo, err := read(MainP4Info)
 	if err != nil {
 		return nil, err
 	}
-	var all []Diff
+	var all []shape.Diff
 	for _, spec := range Programs {
 		info, err := read(spec.P4Info)
 		if err != nil {
@@ -237,22 +237,4 @@ func CheckAll(p4dir string) ([]Diff, error) {
 		all = append(all, d...)
 	}
 	return all, nil
-}
-
-func modelID(m *Model, entry string) uint32 {
-	var kind, name string
-	if _, err := fmt.Sscanf(entry, "%s %s", &kind, &name); err != nil {
-		return 0
-	}
-	switch kind {
-	case KindTable:
-		return m.Tables[name].ID
-	case KindAction:
-		return m.Actions[name].ID
-	case KindRegister:
-		return m.Registers[name].ID
-	case KindCounter:
-		return m.Counters[name].ID
-	}
-	return 0
 }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchml/switchml-go/p4/p4info"
+	"github.com/switchml/switchml-go/p4/p4info/shape"
 	"github.com/switchml/switchml-go/p4/p4tools"
 )
 
@@ -258,23 +259,23 @@ func TestTNACompiledHasControllerNames(t *testing.T) {
 	stripped := m.WithoutPrefix("pipe.")
 	names := stripped.Names()
 	want := []string{
-		KindTable + " " + p4info.TableWorkers,
-		KindTable + " " + p4info.TableReplyAddress,
-		KindAction + " " + p4info.ActionNoAction,
-		KindAction + " " + p4info.ActionSetWorker,
-		KindAction + " " + p4info.ActionDrop,
-		KindAction + " " + p4info.ActionSetReply,
-		KindCounter + " " + p4info.CounterStats,
-		KindRegister + " " + p4info.RegisterPoolCount,
-		KindRegister + " " + p4info.RegisterPoolExponent,
-		KindRegister + " " + p4info.RegisterPoolBitmapPair,
-		KindTable + " " + p4info.TableDropSimulator,
-		KindAction + " " + p4info.ActionSetDropRates,
-		KindTable + " " + p4info.TableARPReply,
-		KindAction + " " + p4info.ActionSendARPReply,
+		shape.KindTable + " " + p4info.TableWorkers,
+		shape.KindTable + " " + p4info.TableReplyAddress,
+		shape.KindAction + " " + p4info.ActionNoAction,
+		shape.KindAction + " " + p4info.ActionSetWorker,
+		shape.KindAction + " " + p4info.ActionDrop,
+		shape.KindAction + " " + p4info.ActionSetReply,
+		shape.KindCounter + " " + p4info.CounterStats,
+		shape.KindRegister + " " + p4info.RegisterPoolCount,
+		shape.KindRegister + " " + p4info.RegisterPoolExponent,
+		shape.KindRegister + " " + p4info.RegisterPoolBitmapPair,
+		shape.KindTable + " " + p4info.TableDropSimulator,
+		shape.KindAction + " " + p4info.ActionSetDropRates,
+		shape.KindTable + " " + p4info.TableARPReply,
+		shape.KindAction + " " + p4info.ActionSendARPReply,
 	}
 	for _, p := range Data().Pairs {
-		want = append(want, KindRegister+" SwitchMLIngress.pool_values_"+p.N)
+		want = append(want, shape.KindRegister+" SwitchMLIngress.pool_values_"+p.N)
 	}
 	for _, w := range want {
 		if !slices.Contains(names, w) {
@@ -282,7 +283,7 @@ func TestTNACompiledHasControllerNames(t *testing.T) {
 		}
 	}
 	for _, gone := range []string{p4info.RegisterPoolBitmap, p4info.RegisterPoolValues} {
-		if slices.Contains(names, KindRegister+" "+gone) {
+		if slices.Contains(names, shape.KindRegister+" "+gone) {
 			t.Errorf("compiled TNA P4Info has %s, which the pair registers replace", gone)
 		}
 	}

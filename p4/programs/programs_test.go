@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/switchml/switchml-go/p4/p4info"
+	"github.com/switchml/switchml-go/p4/p4info/shape"
 )
 
 const p4dir = ".."
@@ -34,7 +35,7 @@ func spec(t *testing.T, name string) ProgramSpec {
 	return ProgramSpec{}
 }
 
-func logDiffs(t *testing.T, diffs []Diff) {
+func logDiffs(t *testing.T, diffs []shape.Diff) {
 	t.Helper()
 	for _, d := range diffs {
 		t.Error(d)
@@ -114,7 +115,7 @@ func TestControllerNamesInEveryProgram(t *testing.T) {
 				t.Errorf("%s: missing %s", s.P4Info, entry)
 				continue
 			}
-			got := modelID(m, entry)
+			got := m.ID(entry)
 			if generated := s.GeneratedExternIDs && (strings.HasPrefix(entry, "register ") || strings.HasPrefix(entry, "counter ")); generated {
 				continue
 			}
@@ -136,33 +137,33 @@ func TestSharedShapes(t *testing.T) {
 		}
 		w := m.Tables[p4info.TableWorkers]
 		if w == nil || len(w.Keys) != 2 ||
-			w.Keys[0] != (Key{ID: 1, Name: "hdr.ipv4.src_addr", Width: 32, Match: "EXACT"}) ||
-			w.Keys[1] != (Key{ID: 2, Name: "hdr.udp.src_port", Width: 16, Match: "EXACT"}) ||
+			w.Keys[0] != (shape.Key{ID: 1, Name: "hdr.ipv4.src_addr", Width: 32, Match: "EXACT"}) ||
+			w.Keys[1] != (shape.Key{ID: 2, Name: "hdr.udp.src_port", Width: 16, Match: "EXACT"}) ||
 			w.ConstDefault != p4info.ActionDrop || w.Size != 16384 {
 			t.Errorf("%s: workers = %+v", s.Name, w)
 		}
 		r := m.Tables[p4info.TableReplyAddress]
 		if r == nil || len(r.Keys) != 3 ||
-			r.Keys[0] != (Key{ID: 1, Name: "meta.job_id", Width: 32, Match: "EXACT"}) ||
-			r.Keys[1] != (Key{ID: 2, Name: "meta.rank", Width: 16, Match: "EXACT"}) ||
-			r.Keys[2] != (Key{ID: 3, Name: "meta.lane", Width: 8, Match: "EXACT"}) {
+			r.Keys[0] != (shape.Key{ID: 1, Name: "meta.job_id", Width: 32, Match: "EXACT"}) ||
+			r.Keys[1] != (shape.Key{ID: 2, Name: "meta.rank", Width: 16, Match: "EXACT"}) ||
+			r.Keys[2] != (shape.Key{ID: 3, Name: "meta.lane", Width: 8, Match: "EXACT"}) {
 			t.Errorf("%s: reply_address = %+v", s.Name, r)
 		}
-		want := []Param{{1, "job_id", 32}, {2, "rank", 16}, {3, "num_workers", 16}, {4, "mgid", 16}, {5, "lane", 8}, {6, "pool_base", 32}, {7, "pool_size", 32}}
+		want := []shape.Param{{ID: 1, Name: "job_id", Width: 32}, {ID: 2, Name: "rank", Width: 16}, {ID: 3, Name: "num_workers", Width: 16}, {ID: 4, Name: "mgid", Width: 16}, {ID: 5, Name: "lane", Width: 8}, {ID: 6, Name: "pool_base", Width: 32}, {ID: 7, Name: "pool_size", Width: 32}}
 		if a := m.Actions[p4info.ActionSetWorker]; a == nil || !slices.Equal(a.Params, want) {
 			t.Errorf("%s: set_worker = %+v", s.Name, a)
 		}
-		want = []Param{{1, "dst_mac", 48}, {2, "dst_ipv4", 32}, {3, "dst_port", 16}}
+		want = []shape.Param{{ID: 1, Name: "dst_mac", Width: 48}, {ID: 2, Name: "dst_ipv4", Width: 32}, {ID: 3, Name: "dst_port", Width: 16}}
 		if a := m.Actions[p4info.ActionSetReply]; a == nil || !slices.Equal(a.Params, want) {
 			t.Errorf("%s: set_reply = %+v", s.Name, a)
 		}
 		if c := m.Counters[p4info.CounterStats]; c == nil || c.Size != p4info.StatsSize || c.Unit != "PACKETS" {
 			t.Errorf("%s: stats = %+v", s.Name, c)
 		}
-		if c := m.Registers[p4info.RegisterPoolCount]; c == nil || c.elemString() != "bit<16>" || c.Size != p4info.PoolIndices {
+		if c := m.Registers[p4info.RegisterPoolCount]; c == nil || c.ElemType() != "bit<16>" || c.Size != p4info.PoolIndices {
 			t.Errorf("%s: pool_count = %+v", s.Name, c)
 		}
-		if c := m.Registers[p4info.RegisterPoolExponent]; c == nil || c.elemString() != "int<8>" || c.Size != p4info.PoolIndices {
+		if c := m.Registers[p4info.RegisterPoolExponent]; c == nil || c.ElemType() != "int<8>" || c.Size != p4info.PoolIndices {
 			t.Errorf("%s: pool_exponent = %+v", s.Name, c)
 		}
 	}
@@ -170,18 +171,18 @@ func TestSharedShapes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := v1.Registers[p4info.RegisterPoolValues]; r == nil || r.Size != p4info.PoolIndices*p4info.ValuesPerIndex || r.elemString() != "bit<32>" {
+	if r := v1.Registers[p4info.RegisterPoolValues]; r == nil || r.Size != p4info.PoolIndices*p4info.ValuesPerIndex || r.ElemType() != "bit<32>" {
 		t.Errorf("v1model pool_values = %+v", r)
 	}
 	tna, err := ProgramModel(read(t, "tna/switchml.p4info.txtpb"), spec(t, "tna"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := tna.Registers["SwitchMLIngress.pool_bitmap_pair"]; r == nil || r.Size != p4info.Slots || r.elemString() != "{set0:bit<32>,set1:bit<32>}" {
+	if r := tna.Registers["SwitchMLIngress.pool_bitmap_pair"]; r == nil || r.Size != p4info.Slots || r.ElemType() != "{set0:bit<32>,set1:bit<32>}" {
 		t.Errorf("tna pool_bitmap_pair = %+v", r)
 	}
 	for _, p := range Data().Pairs {
-		if r := tna.Registers["SwitchMLIngress.pool_values_"+p.N]; r == nil || r.Size != p4info.PoolIndices || r.elemString() != "{first:bit<32>,second:bit<32>}" {
+		if r := tna.Registers["SwitchMLIngress.pool_values_"+p.N]; r == nil || r.Size != p4info.PoolIndices || r.ElemType() != "{first:bit<32>,second:bit<32>}" {
 			t.Errorf("tna pool_values_%s = %+v", p.N, r)
 		}
 	}
@@ -295,7 +296,7 @@ func TestCheckAgainstMainReportsDrift(t *testing.T) {
 	}
 }
 
-func reported(diffs []Diff, entity, msg string) bool {
+func reported(diffs []shape.Diff, entity, msg string) bool {
 	for _, d := range diffs {
 		if strings.Contains(d.Entity, entity) && strings.Contains(d.String(), msg) {
 			return true

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"google.golang.org/grpc"
@@ -260,6 +261,18 @@ func TestPipelineConfig(t *testing.T) {
 	narrow.Actions[1].Params[1].Bitwidth = 8
 	wantCode(t, set(p4v1.SetForwardingPipelineConfigRequest_VERIFY_AND_COMMIT, &p4v1.ForwardingPipelineConfig{P4Info: narrow}),
 		codes.InvalidArgument, "rank")
+	// The switch sizes its registers from its own configuration, and runs
+	// the pipeline whatever architecture a compiler named.
+	resized, _ := p4info.Load()
+	resized.Registers[0].Size = 16
+	resized.PkgInfo.Arch = "psa"
+	if err := set(p4v1.SetForwardingPipelineConfigRequest_VERIFY, &p4v1.ForwardingPipelineConfig{P4Info: resized}); err != nil {
+		t.Errorf("P4Info with other register sizes and architecture refused: %v", err)
+	}
+	metered, _ := p4info.Load()
+	metered.Meters = append(metered.Meters, &p4configv1.Meter{Preamble: &p4configv1.Preamble{Id: 0x15000001, Name: "m"}})
+	wantCode(t, set(p4v1.SetForwardingPipelineConfigRequest_VERIFY, &p4v1.ForwardingPipelineConfig{P4Info: metered}),
+		codes.InvalidArgument, "meters")
 	wantCode(t, set(p4v1.SetForwardingPipelineConfigRequest_VERIFY, nil), codes.InvalidArgument, "")
 	wantCode(t, set(p4v1.SetForwardingPipelineConfigRequest_COMMIT, nil), codes.NotFound, "VERIFY_AND_SAVE")
 

@@ -1,4 +1,11 @@
-package programs
+// Package shape reduces a P4Info to what a P4Runtime controller can name and
+// program (tables, actions, registers, counters, with their ids, keys,
+// parameters, types and sizes), so that two P4Infos compare field by field
+// whatever their order, documentation and annotations. The software switch
+// uses it to check a pushed pipeline against the one it executes; the
+// program checks use it to compare the compilers' P4Infos with the checked-in
+// ones.
+package shape
 
 import (
 	"fmt"
@@ -9,14 +16,9 @@ import (
 	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
-
-	// The Tofino P4Info extension messages, for the TNA program's externs.
-	_ "github.com/switchml/switchml-go/p4/tna"
 )
 
-// Model is the control-plane view of a pipeline: what a P4Runtime
-// controller can name. A P4Info (FromP4Info) is reduced to it, so that two
-// P4Infos (one a compiler wrote, one checked in) compare field by field.
+// Model is the control-plane view of a pipeline.
 type Model struct {
 	Arch      string
 	Tables    map[string]*Table
@@ -94,7 +96,9 @@ func newModel() *Model {
 }
 
 // FromP4Info reduces a P4Info to a Model. Ids that do not resolve are
-// reported as errors rather than silently dropped.
+// reported as errors rather than silently dropped. Tofino's Register and
+// Counter externs are read too, for which the program must link the package
+// that registers their info messages (p4/tna).
 func FromP4Info(info *p4configv1.P4Info) (*Model, error) {
 	m := newModel()
 	m.Arch = info.GetPkgInfo().GetArch()
@@ -259,7 +263,8 @@ func (m *Model) WithoutPrefix(prefix string) *Model {
 }
 
 // ForgetIDs sets the id of the named entities ("kind name") to 0, so that
-// Compare does not compare it; the rest of each entity still is.
+// Compare does not compare it (a compiler's own choice, such as core.p4's
+// NoAction); the rest of each entity still is.
 func (m *Model) ForgetIDs(entries ...string) {
 	for _, e := range entries {
 		kind, name, _ := strings.Cut(e, " ")
@@ -282,6 +287,31 @@ func (m *Model) ForgetIDs(entries ...string) {
 			}
 		}
 	}
+}
+
+// ID is the id of an entity named as ForgetIDs names it ("kind name"); 0
+// for an entity the model does not have or whose id it forgot.
+func (m *Model) ID(entity string) uint32 {
+	kind, name, _ := strings.Cut(entity, " ")
+	switch kind {
+	case KindTable:
+		if t := m.Tables[name]; t != nil {
+			return t.ID
+		}
+	case KindAction:
+		if a := m.Actions[name]; a != nil {
+			return a.ID
+		}
+	case KindRegister:
+		if r := m.Registers[name]; r != nil {
+			return r.ID
+		}
+	case KindCounter:
+		if c := m.Counters[name]; c != nil {
+			return c.ID
+		}
+	}
+	return 0
 }
 
 func bitstring(bs *p4configv1.P4BitstringLikeTypeSpec) Type {
@@ -331,19 +361,39 @@ func (m *Model) Names() []string {
 	return out
 }
 
+// Options are the tolerances of Compare; the zero value compares everything.
+type Options struct {
+	// AName and BName label the two sides in messages ("the compiler's
+	// P4Info"); empty, they are "a" and "b".
+	AName, BName string
+	// Skip, if not nil, exempts entities from the presence check (a
+	// program's documented deviations, checked on their own).
+	Skip func(kind, name string) bool
+	// IgnoreArch leaves pkg_info's architecture out.
+	IgnoreArch bool
+	// IgnoreSizes leaves table, register and counter sizes out (a software
+	// switch sizes its registers from its own configuration).
+	IgnoreSizes bool
+}
+
 // Compare reports every difference between a and b: entities present on
 // one side only, and for entities on both sides their ids (when both are
-// known), keys (name, width, match kind, id), action sets and scopes, const
-// default action, size, action parameters (name, width, id), register
-// element types and sizes, counter sizes and units. aName and bName label
-// the sides in messages. skip, if not nil, exempts "kind name" entries from
-// the presence check (documented deviations are checked separately).
-func Compare(a, b *Model, aName, bName string, skip func(kind, name string) bool) []Diff {
+// known: see ForgetIDs), keys (name, width, match kind, id), action sets and
+// scopes, const default action, size, action parameters (name, width, id),
+// register element types and sizes, counter sizes and units.
+func Compare(a, b *Model, opts Options) []Diff {
 	var diffs []Diff
 	add := func(entity, format string, args ...any) {
 		diffs = append(diffs, Diff{Entity: entity, Msg: fmt.Sprintf(format, args...)})
 	}
-	if a.Arch != b.Arch {
+	aName, bName, skip := opts.AName, opts.BName, opts.Skip
+	if aName == "" {
+		aName = "a"
+	}
+	if bName == "" {
+		bName = "b"
+	}
+	if !opts.IgnoreArch && a.Arch != b.Arch {
 		add("pkg_info", "architecture %q in %s, %q in %s", a.Arch, aName, b.Arch, bName)
 	}
 	presence := func(kind string, an, bn []string) []string {
@@ -407,7 +457,7 @@ func Compare(a, b *Model, aName, bName string, skip func(kind, name string) bool
 		if x.ConstDefault != y.ConstDefault {
 			add(n, "const default action %q in %s, %q in %s", x.ConstDefault, aName, y.ConstDefault, bName)
 		}
-		if x.Size != y.Size {
+		if !opts.IgnoreSizes && x.Size != y.Size {
 			add(n, "size %d in %s, %d in %s", x.Size, aName, y.Size, bName)
 		}
 	}
@@ -436,10 +486,10 @@ func Compare(a, b *Model, aName, bName string, skip func(kind, name string) bool
 	for _, n := range presence(KindRegister, keys(a.Registers), keys(b.Registers)) {
 		x, y := a.Registers[n], b.Registers[n]
 		ids(n, x.ID, y.ID)
-		if ex, ey := x.elemString(), y.elemString(); ex != ey {
+		if ex, ey := x.ElemType(), y.ElemType(); ex != ey {
 			add(n, "element type %s in %s, %s in %s", ex, aName, ey, bName)
 		}
-		if x.Size != y.Size {
+		if !opts.IgnoreSizes && x.Size != y.Size {
 			add(n, "size %d in %s, %d in %s", x.Size, aName, y.Size, bName)
 		}
 	}
@@ -447,7 +497,7 @@ func Compare(a, b *Model, aName, bName string, skip func(kind, name string) bool
 	for _, n := range presence(KindCounter, keys(a.Counters), keys(b.Counters)) {
 		x, y := a.Counters[n], b.Counters[n]
 		ids(n, x.ID, y.ID)
-		if x.Size != y.Size {
+		if !opts.IgnoreSizes && x.Size != y.Size {
 			add(n, "size %d in %s, %d in %s", x.Size, aName, y.Size, bName)
 		}
 		if normUnit(x.Unit) != normUnit(y.Unit) {
@@ -457,10 +507,11 @@ func Compare(a, b *Model, aName, bName string, skip func(kind, name string) bool
 	return diffs
 }
 
-// elemString renders a register element type: bit<32>, int<8> or
-// {first:bit<32>,second:bit<32>}. Struct type names are not compared (the
-// P4Info may name them after a typedef), member names and widths are.
-func (r *Register) elemString() string {
+// ElemType renders a register element type: bit<32>, int<8> or
+// {first:bit<32>,second:bit<32>}. Struct type names are left out (a P4Info
+// may name them after a typedef), so that Compare looks at member names and
+// widths only.
+func (r *Register) ElemType() string {
 	one := func(t Type) string {
 		if t.Signed {
 			return fmt.Sprintf("int<%d>", t.Width)
