@@ -22,10 +22,15 @@ func Bytes(v uint64) []byte {
 	for x := v >> 8; x != 0; x >>= 8 {
 		n++
 	}
+	return lowBytes(v, n)
+}
+
+// lowBytes is the n low-order bytes of u, big-endian.
+func lowBytes(u uint64, n int) []byte {
 	b := make([]byte, n)
 	for i := n - 1; i >= 0; i-- {
-		b[i] = byte(v)
-		v >>= 8
+		b[i] = byte(u)
+		u >>= 8
 	}
 	return b
 }
@@ -66,13 +71,7 @@ func IntBytes(v int64) []byte {
 		}
 		n++
 	}
-	b := make([]byte, n)
-	u := uint64(v)
-	for i := n - 1; i >= 0; i-- {
-		b[i] = byte(u)
-		u >>= 8
-	}
-	return b
+	return lowBytes(uint64(v), n)
 }
 
 // Int reads a two's complement bytestring (canonical or sign-extended to any

@@ -27,13 +27,30 @@ func TestBytesIsCanonical(t *testing.T) {
 	}
 }
 
+// decodeCase is a bytestring read for a width: the value it holds, or (ok
+// false) an error wrapping ErrOutOfRange.
+type decodeCase[T comparable] struct {
+	b     []byte
+	width int
+	want  T
+	ok    bool
+}
+
+func checkDecode[T comparable](t *testing.T, name string, decode func([]byte, int) (T, error), cases []decodeCase[T]) {
+	t.Helper()
+	for _, tc := range cases {
+		got, err := decode(tc.b, tc.width)
+		switch {
+		case tc.ok && (err != nil || got != tc.want):
+			t.Errorf("%s(%x, %d) = %v, %v; want %v", name, tc.b, tc.width, got, err, tc.want)
+		case !tc.ok && !errors.Is(err, ErrOutOfRange):
+			t.Errorf("%s(%x, %d) = %v, %v; want an error wrapping ErrOutOfRange", name, tc.b, tc.width, got, err)
+		}
+	}
+}
+
 func TestUint(t *testing.T) {
-	for _, tc := range []struct {
-		b     []byte
-		width int
-		want  uint64
-		ok    bool
-	}{
+	checkDecode(t, "Uint", Uint, []decodeCase[uint64]{
 		{[]byte{0x63}, 8, 99, true},
 		{[]byte{0, 0x63}, 16, 99, true},
 		{[]byte{0, 0, 0x63}, 12, 99, true}, // leading zeros are accepted beyond the width's bytes
@@ -49,15 +66,7 @@ func TestUint(t *testing.T) {
 		{[]byte{2}, 1, 0, false},
 		{[]byte{1, 0, 0, 0, 0, 0, 0, 0, 0}, 64, 0, false}, // more than 64 bits
 		{[]byte{1, 0, 0, 0, 0}, 32, 0, false},
-	} {
-		got, err := Uint(tc.b, tc.width)
-		switch {
-		case tc.ok && (err != nil || got != tc.want):
-			t.Errorf("Uint(%x, %d) = %d, %v; want %d", tc.b, tc.width, got, err, tc.want)
-		case !tc.ok && !errors.Is(err, ErrOutOfRange):
-			t.Errorf("Uint(%x, %d) = %d, %v; want an error wrapping ErrOutOfRange", tc.b, tc.width, got, err)
-		}
-	}
+	})
 }
 
 func TestUintReadsBytes(t *testing.T) {
@@ -90,12 +99,7 @@ func TestIntBytesIsCanonical(t *testing.T) {
 }
 
 func TestInt(t *testing.T) {
-	for _, tc := range []struct {
-		b     []byte
-		width int
-		want  int64
-		ok    bool
-	}{
+	checkDecode(t, "Int", Int, []decodeCase[int64]{
 		{[]byte{0x9d}, 8, -99, true},
 		{[]byte{0xff, 0x9d}, 8, -99, true}, // sign extension is accepted
 		{[]byte{0xfd, 0x1d}, 12, -739, true},
@@ -107,15 +111,7 @@ func TestInt(t *testing.T) {
 		{[]byte{0x08, 0x00}, 12, 0, false},
 		{[]byte{0x80, 0, 0, 0, 0, 0, 0, 0, 0}, 64, 0, false},
 		{nil, 16, 0, false},
-	} {
-		got, err := Int(tc.b, tc.width)
-		switch {
-		case tc.ok && (err != nil || got != tc.want):
-			t.Errorf("Int(%x, %d) = %d, %v; want %d", tc.b, tc.width, got, err, tc.want)
-		case !tc.ok && !errors.Is(err, ErrOutOfRange):
-			t.Errorf("Int(%x, %d) = %d, %v; want an error wrapping ErrOutOfRange", tc.b, tc.width, got, err)
-		}
-	}
+	})
 	for _, v := range []int64{0, 1, -1, 127, -128, 128, -129, 1 << 40, -(1 << 40), 1<<63 - 1, -1 << 63} {
 		if got, err := Int(IntBytes(v), 64); err != nil || got != v {
 			t.Errorf("Int(IntBytes(%d)) = %d, %v", v, got, err)

@@ -28,31 +28,14 @@ func model(t *testing.T, info *p4configv1.P4Info) *Model {
 	return m
 }
 
-func table(t *testing.T, info *p4configv1.P4Info, name string) *p4configv1.Table {
+// lookup is the entity a p4info finder (p4info.Table, ...) finds by name.
+func lookup[T any](t *testing.T, find func(*p4configv1.P4Info, string) (T, error), info *p4configv1.P4Info, name string) T {
 	t.Helper()
-	tab, err := p4info.Table(info, name)
+	v, err := find(info, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tab
-}
-
-func action(t *testing.T, info *p4configv1.P4Info, name string) *p4configv1.Action {
-	t.Helper()
-	a, err := p4info.Action(info, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
-}
-
-func register(t *testing.T, info *p4configv1.P4Info, name string) *p4configv1.Register {
-	t.Helper()
-	r, err := p4info.Register(info, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
+	return v
 }
 
 // Order, documentation and annotations are not part of a pipeline's shape.
@@ -82,45 +65,45 @@ func TestCompareReportsEachChange(t *testing.T) {
 		silence *Options // options under which the change is not reported
 	}{
 		{"table renamed", func(t *testing.T, i *p4configv1.P4Info) {
-			table(t, i, p4info.TableWorkers).Preamble.Name = "SwitchMLIngress.peers"
+			lookup(t, p4info.Table, i, p4info.TableWorkers).Preamble.Name = "SwitchMLIngress.peers"
 		}, p4info.TableWorkers, "table in A, missing in B", &Options{AName: "A", BName: "B", Skip: func(kind, name string) bool { return kind == KindTable }}},
 		{"table id", func(t *testing.T, i *p4configv1.P4Info) {
-			table(t, i, p4info.TableReplyAddress).Preamble.Id++
+			lookup(t, p4info.Table, i, p4info.TableReplyAddress).Preamble.Id++
 		}, p4info.TableReplyAddress, "id 0x2000002 in A, 0x2000003 in B", nil},
 		{"key width", func(t *testing.T, i *p4configv1.P4Info) {
-			table(t, i, p4info.TableWorkers).MatchFields[1].Bitwidth = 15
+			lookup(t, p4info.Table, i, p4info.TableWorkers).MatchFields[1].Bitwidth = 15
 		}, p4info.TableWorkers, "match field hdr.udp.src_port is 16 bits in A, 15 in B", nil},
 		{"key kind", func(t *testing.T, i *p4configv1.P4Info) {
-			table(t, i, p4info.TableWorkers).MatchFields[0].Match = &p4configv1.MatchField_MatchType_{MatchType: p4configv1.MatchField_LPM}
+			lookup(t, p4info.Table, i, p4info.TableWorkers).MatchFields[0].Match = &p4configv1.MatchField_MatchType_{MatchType: p4configv1.MatchField_LPM}
 		}, p4info.TableWorkers, "is EXACT in A, LPM in B", nil},
 		{"key id", func(t *testing.T, i *p4configv1.P4Info) {
-			table(t, i, p4info.TableReplyAddress).MatchFields[2].Id = 9
+			lookup(t, p4info.Table, i, p4info.TableReplyAddress).MatchFields[2].Id = 9
 		}, p4info.TableReplyAddress, "match field meta.lane has id 3 in A, 9 in B", nil},
 		{"action scope", func(t *testing.T, i *p4configv1.P4Info) {
-			table(t, i, p4info.TableWorkers).ActionRefs[0].Scope = p4configv1.ActionRef_TABLE_AND_DEFAULT
+			lookup(t, p4info.Table, i, p4info.TableWorkers).ActionRefs[0].Scope = p4configv1.ActionRef_TABLE_AND_DEFAULT
 		}, p4info.TableWorkers, "scope TABLE_ONLY in A, TABLE_AND_DEFAULT in B", nil},
 		{"const default", func(t *testing.T, i *p4configv1.P4Info) {
-			table(t, i, p4info.TableWorkers).ConstDefaultActionId = p4info.ActionNoActionID
+			lookup(t, p4info.Table, i, p4info.TableWorkers).ConstDefaultActionId = p4info.ActionNoActionID
 		}, p4info.TableWorkers, `const default action "SwitchMLIngress.drop" in A, "NoAction" in B`, nil},
 		{"table size", func(t *testing.T, i *p4configv1.P4Info) {
-			table(t, i, p4info.TableWorkers).Size++
+			lookup(t, p4info.Table, i, p4info.TableWorkers).Size++
 		}, p4info.TableWorkers, "size 16384 in A, 16385 in B", &Options{IgnoreSizes: true}},
 		{"parameter width", func(t *testing.T, i *p4configv1.P4Info) {
-			action(t, i, p4info.ActionSetWorker).Params[1].Bitwidth = 8
+			lookup(t, p4info.Action, i, p4info.ActionSetWorker).Params[1].Bitwidth = 8
 		}, p4info.ActionSetWorker, "parameter rank is 16 bits in A, 8 in B", nil},
 		{"parameter renamed", func(t *testing.T, i *p4configv1.P4Info) {
-			action(t, i, p4info.ActionSetReply).Params[2].Name = "port"
+			lookup(t, p4info.Action, i, p4info.ActionSetReply).Params[2].Name = "port"
 		}, p4info.ActionSetReply, `parameter 3 is "dst_port" in A, "port" in B`, nil},
 		{"parameter dropped", func(t *testing.T, i *p4configv1.P4Info) {
-			a := action(t, i, p4info.ActionSetWorker)
+			a := lookup(t, p4info.Action, i, p4info.ActionSetWorker)
 			a.Params = a.Params[:6]
 		}, p4info.ActionSetWorker, "7 parameters in A, 6 in B", nil},
 		{"register sign", func(t *testing.T, i *p4configv1.P4Info) {
-			bs := register(t, i, p4info.RegisterPoolExponent).TypeSpec.GetBitstring()
+			bs := lookup(t, p4info.Register, i, p4info.RegisterPoolExponent).TypeSpec.GetBitstring()
 			bs.TypeSpec = &p4configv1.P4BitstringLikeTypeSpec_Bit{Bit: &p4configv1.P4BitTypeSpec{Bitwidth: 8}}
 		}, p4info.RegisterPoolExponent, "element type int<8> in A, bit<8> in B", nil},
 		{"register size", func(t *testing.T, i *p4configv1.P4Info) {
-			register(t, i, p4info.RegisterPoolCount).Size = 16
+			lookup(t, p4info.Register, i, p4info.RegisterPoolCount).Size = 16
 		}, p4info.RegisterPoolCount, "size 16384 in A, 16 in B", &Options{IgnoreSizes: true}},
 		{"counter unit", func(t *testing.T, i *p4configv1.P4Info) {
 			i.Counters[0].Spec.Unit = p4configv1.CounterSpec_BYTES
@@ -174,10 +157,10 @@ func TestFromP4InfoRefusesBrokenReferences(t *testing.T) {
 		want   string
 	}{
 		{"dangling action ref", func(t *testing.T, i *p4configv1.P4Info) {
-			table(t, i, p4info.TableWorkers).ActionRefs[0].Id = 0x01000099
+			lookup(t, p4info.Table, i, p4info.TableWorkers).ActionRefs[0].Id = 0x01000099
 		}, "action id 0x1000099 is not in the P4Info"},
 		{"dangling const default", func(t *testing.T, i *p4configv1.P4Info) {
-			table(t, i, p4info.TableWorkers).ConstDefaultActionId = 0x01000099
+			lookup(t, p4info.Table, i, p4info.TableWorkers).ConstDefaultActionId = 0x01000099
 		}, "const default action id 0x1000099"},
 		{"table twice", func(t *testing.T, i *p4configv1.P4Info) {
 			i.Tables = append(i.Tables, i.Tables[0])
