@@ -1,0 +1,734 @@
+package controller
+
+import (
+	"fmt"
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+)
+
+// rig steps a core by hand: it hands out waiters, keeps the answers and
+// the switch work the core asks for, and lets the test set the time.
+type rig struct {
+	t        *testing.T
+	c        *core
+	now      time.Time
+	last     waiter
+	answers  map[waiter]answer
+	installs []install
+	removals []removal
+}
+
+const rigDrainWait = time.Minute
+
+func newRig(t *testing.T, slots int) *rig {
+	t.Helper()
+	target, err := TargetFor(KindSoftswitch, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var draws uint64
+	c := newCore(coreConfig{
+		Dataplane: netip.MustParseAddrPort("10.0.0.254:48864"), Slots: slots, Target: target, Logger: quiet,
+		Rand:      func() uint64 { draws++; return draws * 0x9e3779b97f4a7c15 },
+		DrainWait: rigDrainWait,
+	})
+	return &rig{t: t, c: c, now: time.Unix(1_000_000, 0), answers: map[waiter]answer{}}
+}
+
+// collect takes what the core asked for since the last step.
+func (r *rig) collect() {
+	r.t.Helper()
+	fx := r.c.Ready()
+	for _, a := range fx.answers {
+		if _, dup := r.answers[a.to]; dup {
+			r.t.Fatalf("waiter %d answered twice", a.to)
+		}
+		r.answers[a.to] = a
+	}
+	r.installs = append(r.installs, fx.installs...)
+	r.removals = append(r.removals, fx.removals...)
+}
+
+func (r *rig) waiter() waiter {
+	r.last++
+	return r.last
+}
+
+// register registers a rank of a job whose ranks use lanes 1 lane and
+// window 4 unless req says otherwise.
+func (r *rig) register(req *controllerpb.RegisterRequest) (waiter, error) {
+	r.t.Helper()
+	w := r.waiter()
+	err := r.c.Register(w, req, r.now)
+	r.collect()
+	return w, err
+}
+
+// mustRegister registers every request, which must be accepted.
+func (r *rig) mustRegister(reqs ...*controllerpb.RegisterRequest) []waiter {
+	r.t.Helper()
+	var ws []waiter
+	for _, req := range reqs {
+		w, err := r.register(req)
+		if err != nil {
+			r.t.Fatalf("register %s rank %d: %v", req.GetJob(), req.GetRank(), err)
+		}
+		ws = append(ws, w)
+	}
+	return ws
+}
+
+// takeInstall returns the one install the core asked for since the last
+// take.
+func (r *rig) takeInstall() install {
+	r.t.Helper()
+	if len(r.installs) != 1 {
+		r.t.Fatalf("%d installs asked for, want 1", len(r.installs))
+	}
+	in := r.installs[0]
+	r.installs = nil
+	return in
+}
+
+func (r *rig) takeRemoval() removal {
+	r.t.Helper()
+	if len(r.removals) != 1 {
+		r.t.Fatalf("%d removals asked for, want 1", len(r.removals))
+	}
+	rm := r.removals[0]
+	r.removals = nil
+	return rm
+}
+
+// run gathers a job of world ranks (lanes 1, window 4, addresses of host),
+// installs it and returns its response and the registrations' waiters.
+func (r *rig) run(job string, world uint32, host byte) *controllerpb.RegisterResponse {
+	r.t.Helper()
+	var reqs []*controllerpb.RegisterRequest
+	for rank := range world {
+		reqs = append(reqs, regReq(job, rank, world, 1, 4, host))
+	}
+	ws := r.mustRegister(reqs...)
+	in := r.takeInstall()
+	r.c.Installed(in.gen, nil)
+	r.collect()
+	resp := r.answer(ws[0]).resp
+	if resp == nil {
+		r.t.Fatalf("job %s installed, rank 0 answered %+v", job, r.answer(ws[0]))
+	}
+	return resp
+}
+
+// answer returns w's answer, which must have come.
+func (r *rig) answer(w waiter) answer {
+	r.t.Helper()
+	a, ok := r.answers[w]
+	if !ok {
+		r.t.Fatalf("waiter %d not answered", w)
+	}
+	return a
+}
+
+func (r *rig) pending(ws ...waiter) {
+	r.t.Helper()
+	for _, w := range ws {
+		if a, ok := r.answers[w]; ok {
+			r.t.Fatalf("waiter %d answered early: %+v", w, a)
+		}
+	}
+}
+
+// watch takes a rank's lease.
+func (r *rig) watch(req *controllerpb.WatchRequest) waiter {
+	r.t.Helper()
+	w := r.waiter()
+	if err := r.c.Watch(w, req); err != nil {
+		r.t.Fatalf("watch %s rank %d: %v", req.GetJob(), req.GetRank(), err)
+	}
+	r.collect()
+	return w
+}
+
+func (r *rig) barrier(job string, rank uint32, session uint64, name string, seq uint64) (waiter, error) {
+	r.t.Helper()
+	w := r.waiter()
+	err := r.c.Barrier(w, &controllerpb.BarrierRequest{Job: job, Rank: rank, SessionId: session, Name: name, Seq: seq})
+	r.collect()
+	return w, err
+}
+
+func wantRefusal(t *testing.T, err error, code codes.Code, text string) {
+	t.Helper()
+	if codeOf(err) != code || !strings.Contains(fmt.Sprint(err), text) {
+		t.Fatalf("got %v (%v), want %v containing %q", err, codeOf(err), code, text)
+	}
+}
+
+func TestCoreGathersThenInstalls(t *testing.T) {
+	r := newRig(t, 64)
+	w0, _ := r.register(regReq("a", 0, 3, 2, 4, 1))
+	w2, _ := r.register(regReq("a", 2, 3, 2, 4, 1))
+	if len(r.installs) != 0 || r.c.jobs["a"].state != jobGathering {
+		t.Fatalf("installs %v, state %v before the last rank, want none and gathering", r.installs, r.c.jobs["a"].state)
+	}
+	w1, _ := r.register(regReq("a", 1, 3, 2, 4, 1))
+	in := r.takeInstall()
+	if in.base != 0 || in.size != 8 || len(in.entries.Workers) != 6 || len(in.entries.Replies) != 6 || len(in.entries.Replicas) != 3 {
+		t.Fatalf("install %+v, want slots [0, 8) and 3 ranks x 2 lanes", in)
+	}
+	for _, w := range in.entries.Workers {
+		want := netip.MustParseAddrPort(fmt.Sprintf("127.0.1.%d:%d", w.Rank+1, 30000+int(w.Lane)))
+		if w.Addr != want || w.JobID != 1 || w.NumWorkers != 3 || w.MulticastGroup != 1 || w.PoolBase != 0 || w.PoolSize != 8 {
+			t.Errorf("worker entry %+v", w)
+		}
+	}
+	r.pending(w0, w1, w2)
+	if got := r.c.ActiveJobs(); len(got) != 0 {
+		t.Fatalf("active jobs while installing: %v", got)
+	}
+	r.c.Installed(in.gen, nil)
+	r.collect()
+	resp := r.answer(w0).resp
+	for _, w := range []waiter{w1, w2} {
+		if r.answer(w).resp != resp {
+			t.Fatalf("ranks got different answers: %v, %v", resp, r.answer(w))
+		}
+	}
+	if resp.GetSessionId()&1 == 0 || resp.GetJobId() != 1 || resp.GetPoolSize() != 8 || resp.GetSwitchDataplane() != "10.0.0.254:48864" {
+		t.Fatalf("response %v", resp)
+	}
+	if r.c.ActiveJobs()["a"] != resp {
+		t.Fatalf("active jobs %v", r.c.ActiveJobs())
+	}
+}
+
+// TestCoreIsDeterministic: the same steps give the same outputs.
+func TestCoreIsDeterministic(t *testing.T) {
+	script := func() []any {
+		r := newRig(t, 64)
+		var out []any
+		for i := range 3 {
+			out = append(out, r.run(fmt.Sprintf("job%d", i), 2, byte(i)))
+		}
+		r.c.Leave(&controllerpb.LeaveRequest{Job: "job1", Rank: 0, SessionId: out[1].(*controllerpb.RegisterResponse).GetSessionId()})
+		r.c.Leave(&controllerpb.LeaveRequest{Job: "job1", Rank: 1, SessionId: out[1].(*controllerpb.RegisterResponse).GetSessionId()})
+		r.collect()
+		r.c.SwitchLost("gone")
+		r.collect()
+		return append(out, r.installs, r.removals, r.answers)
+	}
+	if a, b := script(), script(); !reflect.DeepEqual(a, b) {
+		t.Fatalf("two runs differ:\n%v\n%v", a, b)
+	}
+}
+
+func TestCoreRefusesRegistrations(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		req  func() *controllerpb.RegisterRequest // against job "j", rank 0 gathering with token "t" on host 1
+		code codes.Code
+		text string
+	}{
+		{"world_size", func() *controllerpb.RegisterRequest { return tokened(regReq("j", 1, 3, 1, 4, 1)) }, codes.FailedPrecondition, "world_size 3 differs from 2"},
+		{"lanes", func() *controllerpb.RegisterRequest { return tokened(regReq("j", 1, 2, 2, 4, 1)) }, codes.FailedPrecondition, "lanes 2 differs"},
+		{"window", func() *controllerpb.RegisterRequest { return tokened(regReq("j", 1, 2, 1, 8, 1)) }, codes.FailedPrecondition, "window 8 differs"},
+		{"elements", func() *controllerpb.RegisterRequest {
+			q := tokened(regReq("j", 1, 2, 1, 4, 1))
+			q.Elements = 128
+			return q
+		}, codes.FailedPrecondition, "elements 128"},
+		{"format", func() *controllerpb.RegisterRequest {
+			q := tokened(regReq("j", 1, 2, 1, 4, 1))
+			q.Format = controllerpb.Format_FORMAT_EXTENDED
+			return q
+		}, codes.FailedPrecondition, "format"},
+		{"token", func() *controllerpb.RegisterRequest { return regReq("j", 1, 2, 1, 4, 1) }, codes.PermissionDenied, "another owner"},
+		{"address held", func() *controllerpb.RegisterRequest {
+			q := regReq("other", 0, 1, 1, 4, 2)
+			q.LaneAddresses = regReq("j", 0, 2, 1, 4, 1).LaneAddresses
+			return q
+		}, codes.AlreadyExists, `rank 0 of job "j"`},
+		{"rank outside", func() *controllerpb.RegisterRequest { return tokened(regReq("j", 2, 2, 1, 4, 1)) }, codes.InvalidArgument, "rank 2 outside"},
+		{"packet size", func() *controllerpb.RegisterRequest {
+			q := tokened(regReq("j", 1, 2, 1, 4, 1))
+			q.Elements = 100
+			return q
+		}, codes.InvalidArgument, "compatible header"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRig(t, 64)
+			w0 := r.mustRegister(tokened(regReq("j", 0, 2, 1, 4, 1)))[0]
+			_, err := r.register(c.req())
+			wantRefusal(t, err, c.code, c.text)
+			// The gathering job is untouched: its last rank completes it.
+			r.mustRegister(tokened(regReq("j", 1, 2, 1, 4, 1)))
+			r.takeInstall()
+			r.pending(w0)
+		})
+	}
+}
+
+func tokened(req *controllerpb.RegisterRequest) *controllerpb.RegisterRequest {
+	req.Token = "t"
+	return req
+}
+
+// TestCorePoolExhaustionAndFreeing: jobs get disjoint partitions; a job
+// that does not fit is refused; retired jobs' slots come free once their
+// entries are gone, and a job waiting for them is placed then.
+func TestCorePoolExhaustionAndFreeing(t *testing.T) {
+	r := newRig(t, 32)
+	var resps []*controllerpb.RegisterResponse
+	for i := range 3 {
+		resps = append(resps, r.run(fmt.Sprintf("job%d", i), 2, byte(i))) // 4 slots each
+	}
+	for i, resp := range resps {
+		if resp.GetPoolBase() != uint32(4*i) || resp.GetJobId() != uint32(i+1) {
+			t.Fatalf("job%d got base %d id %d, want base %d id %d", i, resp.GetPoolBase(), resp.GetJobId(), 4*i, i+1)
+		}
+	}
+	// 12 of 32 slots used: a job needing 24 does not fit.
+	big := r.mustRegister(regReq("big", 0, 1, 2, 12, 9))[0]
+	wantRefusal(t, r.answer(big).err, codes.ResourceExhausted, "largest free range has 20 of 32")
+	if r.c.jobs["big"] != nil {
+		t.Fatal("the refused job stays in the table")
+	}
+	// job0 and job1 leave: their entries go; the big job waits for them.
+	for i := range 2 {
+		for rank := range uint32(2) {
+			if err := r.c.Leave(&controllerpb.LeaveRequest{Job: fmt.Sprintf("job%d", i), Rank: rank, SessionId: resps[i].GetSessionId()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	r.collect()
+	if len(r.removals) != 2 || r.c.Draining() != 2 {
+		t.Fatalf("%d removals, %d draining, want 2 and 2", len(r.removals), r.c.Draining())
+	}
+	gone := r.removals
+	r.removals = nil
+	big = r.mustRegister(regReq("big", 0, 1, 2, 4, 9))[0]
+	if len(r.installs) != 0 || r.c.jobs["big"].state != jobQueued {
+		t.Fatalf("job placed while entries drain (%v)", r.c.jobs["big"].state)
+	}
+	r.c.Removed(gone[0].gen, r.now)
+	r.collect()
+	if len(r.installs) != 0 {
+		t.Fatal("job placed while one retired job's entries are still on the switch")
+	}
+	r.c.Removed(gone[1].gen, r.now)
+	r.collect()
+	in := r.takeInstall()
+	if in.base != 0 || in.size != 8 {
+		t.Fatalf("big job placed at [%d, +%d), want the freed [0, +8)", in.base, in.size)
+	}
+	r.pending(big)
+}
+
+// TestCoreQueuedJobIsPlacedAfterTheDrainWait: removals that do not finish
+// hold their slots, and a waiting job is placed beside them in time.
+func TestCoreQueuedJobIsPlacedAfterTheDrainWait(t *testing.T) {
+	r := newRig(t, 32)
+	old := r.run("old", 1, 1)
+	if err := r.c.Leave(&controllerpb.LeaveRequest{Job: "old", SessionId: old.GetSessionId()}); err != nil {
+		t.Fatal(err)
+	}
+	r.collect()
+	r.takeRemoval()
+	r.mustRegister(regReq("new", 0, 1, 1, 4, 2))
+	if len(r.installs) != 0 {
+		t.Fatal("placed at once")
+	}
+	if d, ok := r.c.Deadline(); !ok || !d.Equal(r.now.Add(rigDrainWait)) {
+		t.Fatalf("deadline %v, %v; want the drain wait's end", d, ok)
+	}
+	r.c.Tick(r.now.Add(rigDrainWait - time.Second))
+	r.collect()
+	if len(r.installs) != 0 {
+		t.Fatal("placed before the drain wait ended")
+	}
+	r.c.Tick(r.now.Add(rigDrainWait))
+	r.collect()
+	if in := r.takeInstall(); in.base != 4 {
+		t.Fatalf("placed at %d, want beside the draining job's [0, 4)", in.base)
+	}
+	if _, ok := r.c.Deadline(); ok {
+		t.Fatal("a deadline is left with nothing to wait for")
+	}
+}
+
+// TestCoreJobEnds: the ways an active job ends; its leases and waiting
+// calls hear why, and its entries go unless the switch went with them.
+func TestCoreJobEnds(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		end     func(r *rig, resp *controllerpb.RegisterResponse, leases []waiter)
+		why     string
+		removed bool
+	}{
+		{"abort by a rank", func(r *rig, resp *controllerpb.RegisterResponse, _ []waiter) {
+			long := strings.Repeat("x", 1000)
+			if err := r.c.Abort(&controllerpb.AbortRequest{Job: "j", Rank: 1, SessionId: resp.GetSessionId(), Reason: "NaN " + long}); err != nil {
+				r.t.Fatal(err)
+			}
+		}, "aborted by rank 1: NaN", true},
+		{"lease lost", func(r *rig, _ *controllerpb.RegisterResponse, leases []waiter) {
+			r.c.EndLease(leases[1], true)
+		}, "rank 1 lost its connection", true},
+		{"every rank left", func(r *rig, resp *controllerpb.RegisterResponse, _ []waiter) {
+			for rank := range uint32(2) {
+				if err := r.c.Leave(&controllerpb.LeaveRequest{Job: "j", Rank: rank, SessionId: resp.GetSessionId()}); err != nil {
+					r.t.Fatal(err)
+				}
+			}
+		}, "finished: every rank left", true},
+		{"restarted", func(r *rig, _ *controllerpb.RegisterResponse, _ []waiter) {
+			r.mustRegister(regReq("j", 0, 2, 1, 4, 1))
+		}, "restarted: rank 0 registered again", true},
+		{"switch lost", func(r *rig, _ *controllerpb.RegisterResponse, _ []waiter) {
+			r.c.SwitchLost("aborted: the switch went away")
+		}, "the switch went away", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRig(t, 64)
+			resp := r.run("j", 2, 1)
+			leases := []waiter{
+				r.watch(&controllerpb.WatchRequest{Job: "j", Rank: 0, SessionId: resp.GetSessionId()}),
+				r.watch(&controllerpb.WatchRequest{Job: "j", Rank: 1, SessionId: resp.GetSessionId()}),
+			}
+			waiting, err := r.barrier("j", 0, resp.GetSessionId(), "b", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.end(r, resp, leases)
+			r.collect()
+			if a := r.answer(leases[0]); !strings.Contains(a.ended, c.why) {
+				t.Errorf("lease heard %q, want %q", a.ended, c.why)
+			}
+			if a := r.answer(waiting).err; codeOf(a) != codes.Aborted || !strings.Contains(a.Error(), c.why) {
+				t.Errorf("waiting barrier got %v, want Aborted naming %q", a, c.why)
+			}
+			if c.removed != (len(r.removals) == 1) {
+				t.Errorf("removals %v, want removed=%v", r.removals, c.removed)
+			}
+			if c.removed && r.removals[0].entries.Workers[0].JobID != resp.GetJobId() {
+				t.Errorf("removal of %+v, want the job's entries", r.removals[0])
+			}
+			_, err = r.barrier("j", 0, resp.GetSessionId(), "b", 2)
+			wantRefusal(t, err, codes.Aborted, c.why)
+			if len(r.c.ActiveJobs()) != 0 {
+				t.Errorf("active jobs %v after the end", r.c.ActiveJobs())
+			}
+		})
+	}
+}
+
+// TestCoreLeaseOfALeftRankIsQuiet: a rank that left and then drops its
+// lease does not end the job.
+func TestCoreLeaseOfALeftRankIsQuiet(t *testing.T) {
+	r := newRig(t, 64)
+	resp := r.run("j", 2, 1)
+	lease := r.watch(&controllerpb.WatchRequest{Job: "j", Rank: 1, SessionId: resp.GetSessionId()})
+	if err := r.c.Leave(&controllerpb.LeaveRequest{Job: "j", Rank: 1, SessionId: resp.GetSessionId()}); err != nil {
+		t.Fatal(err)
+	}
+	r.c.EndLease(lease, true)
+	r.collect()
+	if r.c.ActiveJobs()["j"] == nil || len(r.removals) != 0 {
+		t.Fatal("the job ended when a rank that had left dropped its lease")
+	}
+	// Leave and Abort of a session that is over are no error.
+	for _, id := range []uint64{resp.GetSessionId() + 2, 12345} {
+		if err := r.c.Abort(&controllerpb.AbortRequest{Job: "j", SessionId: id}); err != nil {
+			t.Errorf("abort of session %d: %v", id, err)
+		}
+	}
+}
+
+// TestCoreGiveUpNamesMissingRanks: registrations that time out name the
+// ranks that never came, and a job nobody waits for is forgotten.
+func TestCoreGiveUpNamesMissingRanks(t *testing.T) {
+	r := newRig(t, 64)
+	ws := r.mustRegister(regReq("late", 0, 4, 1, 4, 1), regReq("late", 2, 4, 1, 4, 1))
+	wantRefusal(t, r.c.GiveUp(ws[0], codes.DeadlineExceeded), codes.DeadlineExceeded, "ranks [1 3] of 4 never registered before rank 0's deadline")
+	if r.c.jobs["late"] == nil {
+		t.Fatal("the job was forgotten while rank 2 still waits")
+	}
+	wantRefusal(t, r.c.GiveUp(ws[1], codes.Canceled), codes.Canceled, "ranks [1 3] of 4")
+	if r.c.jobs["late"] != nil {
+		t.Fatal("a job whose every rank gave up is kept")
+	}
+}
+
+// TestCoreQueuedJobLosingARankGathersAgain: a rank that gives up while its
+// job waits for room takes the job back to gathering.
+func TestCoreQueuedJobLosingARankGathersAgain(t *testing.T) {
+	r := newRig(t, 64)
+	old := r.run("old", 1, 1)
+	r.c.Leave(&controllerpb.LeaveRequest{Job: "old", SessionId: old.GetSessionId()})
+	r.collect()
+	rm := r.takeRemoval()
+	ws := r.mustRegister(regReq("q", 0, 2, 1, 4, 2), regReq("q", 1, 2, 1, 4, 2))
+	if r.c.jobs["q"].state != jobQueued {
+		t.Fatalf("state %v, want queued", r.c.jobs["q"].state)
+	}
+	r.c.GiveUp(ws[1], codes.DeadlineExceeded)
+	r.c.Removed(rm.gen, r.now)
+	r.collect()
+	if len(r.installs) != 0 || r.c.jobs["q"].state != jobGathering {
+		t.Fatalf("installs %v, state %v; want none and gathering", r.installs, r.c.jobs["q"].state)
+	}
+	r.mustRegister(regReq("q", 1, 2, 1, 4, 2))
+	r.takeInstall()
+	r.pending(ws[0])
+}
+
+// TestCoreRetiredWhileInstalling: a job replaced while the switch is being
+// programmed for it has its entries removed only once programming ended,
+// and its successor waits for that.
+func TestCoreRetiredWhileInstalling(t *testing.T) {
+	r := newRig(t, 64)
+	first := r.mustRegister(regReq("j", 0, 1, 1, 4, 1))[0]
+	in := r.takeInstall()
+	second := r.mustRegister(regReq("j", 0, 1, 1, 4, 1))[0]
+	wantRefusal(t, r.answer(first).err, codes.Aborted, "restarted: rank 0 registered again")
+	if len(r.removals) != 0 || len(r.installs) != 0 || r.c.Draining() != 1 {
+		t.Fatalf("removals %v, installs %v, draining %d; want the install to finish first", r.removals, r.installs, r.c.Draining())
+	}
+	r.c.Installed(in.gen, nil)
+	r.collect()
+	rm := r.takeRemoval()
+	if rm.gen != in.gen || len(r.installs) != 0 {
+		t.Fatalf("removal %+v, installs %v", rm, r.installs)
+	}
+	r.c.Removed(rm.gen, r.now)
+	r.collect()
+	in2 := r.takeInstall()
+	r.c.Installed(in2.gen, nil)
+	r.collect()
+	if r.answer(second).resp.GetJobId() != 2 {
+		t.Fatalf("second run answered %+v", r.answer(second))
+	}
+}
+
+// TestCoreSwitchLost: every job ends with the cause, nothing is removed,
+// draining jobs' room comes free, and late reports of the lost switch
+// change nothing.
+func TestCoreSwitchLost(t *testing.T) {
+	r := newRig(t, 64)
+	old := r.run("old", 1, 1)
+	r.c.Leave(&controllerpb.LeaveRequest{Job: "old", SessionId: old.GetSessionId()})
+	r.collect()
+	rm := r.takeRemoval()
+	gathering := r.mustRegister(regReq("g", 0, 2, 1, 4, 2))[0]
+	installing := r.mustRegister(regReq("i", 0, 1, 1, 4, 3))[0]
+	// "i" waits for old's entries; let it through on the drain wait.
+	r.c.Tick(r.now.Add(rigDrainWait))
+	r.collect()
+	in := r.takeInstall()
+	r.c.SwitchLost("aborted: the switch went away")
+	r.collect()
+	if r.c.Offline() == "" || r.c.Draining() != 0 || len(r.removals) != 0 || len(r.c.jobs) != 0 {
+		t.Fatalf("offline %q, draining %d, removals %v, jobs %v", r.c.Offline(), r.c.Draining(), r.removals, r.c.jobs)
+	}
+	for _, w := range []waiter{gathering, installing} {
+		wantRefusal(t, r.answer(w).err, codes.Aborted, "the switch went away")
+	}
+	r.c.Installed(in.gen, nil)
+	r.c.Removed(rm.gen, r.now)
+	r.collect()
+	if len(r.installs)+len(r.removals) != 0 || len(r.c.ActiveJobs()) != 0 {
+		t.Fatal("late reports from the lost switch brought work or jobs back")
+	}
+	r.c.SwitchBack()
+	if r.c.Offline() != "" {
+		t.Fatal("still offline")
+	}
+}
+
+// adoptedEntries are the entries of a 2-rank job as a switch keeps them.
+func adoptedEntries(id uint32, base uint32, host byte) ([]WorkerEntry, []ReplyEntry) {
+	var ws []WorkerEntry
+	var rs []ReplyEntry
+	for rank := range uint16(2) {
+		a := netip.MustParseAddrPort(fmt.Sprintf("127.0.%d.%d:30000", host, rank+1))
+		ws = append(ws, WorkerEntry{Addr: a, JobID: id, Rank: rank, NumWorkers: 2, MulticastGroup: uint16(id), PoolBase: base, PoolSize: 4})
+		rs = append(rs, ReplyEntry{JobID: id, Rank: rank, Addr: a})
+	}
+	return ws, rs
+}
+
+// TestCoreAdoption: jobs found on the switch keep their room; ranks claim
+// them by switch job id; at the end of the grace, unclaimed jobs are
+// removed and half-claimed ones aborted naming the missing rank.
+func TestCoreAdoption(t *testing.T) {
+	r := newRig(t, 64)
+	var workers []WorkerEntry
+	var replies []ReplyEntry
+	for i, id := range []uint32{7, 9, 11} {
+		ws, rs := adoptedEntries(id, uint32(4*i), byte(i+1))
+		workers, replies = append(workers, ws...), append(replies, rs...)
+	}
+	const grace = 10 * time.Second
+	r.c.Adopt(workers, replies, map[uint16][]Replica{7: {{0, 0}, {1, 1}}}, r.now, grace)
+	r.collect()
+
+	_, err := r.barrier("kept", 0, 77, "b", 1)
+	wantRefusal(t, err, codes.Unavailable, "taking its running jobs over")
+	claim := func(job string, rank uint32, session uint64, id uint32) waiter {
+		return r.watch(&controllerpb.WatchRequest{Job: job, Rank: rank, SessionId: session, JobId: id})
+	}
+	claim("kept", 0, 77, 7)
+	claim("kept", 1, 77, 7)
+	half := claim("half", 0, 99, 9)
+	if err := r.c.Watch(r.waiter(), &controllerpb.WatchRequest{Job: "kept", Rank: 0, SessionId: 5, JobId: 11}); codeOf(err) != codes.AlreadyExists {
+		t.Fatalf("claiming a second job under a running name: %v", err)
+	}
+	if got := r.c.ActiveJobs()["kept"]; got.GetPoolBase() != 0 || got.GetJobId() != 7 || got.GetSessionId() != 77 {
+		t.Fatalf("claimed job %v", got)
+	}
+
+	// A new job gets room and an id beside the adopted ones.
+	resp := r.run("new", 1, 9)
+	if resp.GetPoolBase() != 12 || resp.GetJobId() != 12 {
+		t.Fatalf("new job at base %d with id %d, want 12 and 12", resp.GetPoolBase(), resp.GetJobId())
+	}
+
+	if d, ok := r.c.Deadline(); !ok || !d.Equal(r.now.Add(grace)) {
+		t.Fatalf("deadline %v, %v; want the grace's end", d, ok)
+	}
+	r.c.Tick(r.now.Add(grace - time.Millisecond))
+	r.collect()
+	r.pending(half)
+	r.c.Tick(r.now.Add(grace))
+	r.collect()
+	if why := r.answer(half).ended; !strings.Contains(why, "rank 1 did not come back") {
+		t.Fatalf("half-claimed job ended with %q", why)
+	}
+	if len(r.removals) != 2 || r.removals[0].entries.Workers[0].JobID != 9 || r.removals[1].entries.Workers[0].JobID != 11 {
+		t.Fatalf("removals %+v, want jobs 9 and 11", r.removals)
+	}
+	if r.c.ActiveJobs()["kept"] == nil {
+		t.Fatal("the fully claimed job ended")
+	}
+}
+
+// TestCoreBarrierRounds: a barrier releases when every rank arrived, uses
+// of one name are counted apart, a rank that gives up is taken out, and
+// counts release a rank only on a job taken over from the switch.
+func TestCoreBarrierRounds(t *testing.T) {
+	r := newRig(t, 64)
+	s := r.run("j", 3, 1).GetSessionId()
+	b := func(rank uint32, name string, seq uint64) waiter {
+		t.Helper()
+		w, err := r.barrier("j", rank, s, name, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	first0 := b(0, "b", 1)
+	second0 := b(0, "b", 2) // a fast rank's next use of the name
+	first1 := b(1, "b", 1)
+	r.pending(first0, second0, first1)
+	first2 := b(2, "b", 1)
+	for _, w := range []waiter{first0, first1, first2} {
+		if a := r.answer(w); a.err != nil {
+			t.Fatalf("first round: %v", a.err)
+		}
+	}
+	r.pending(second0)
+	second1 := b(1, "b", 2)
+	wantRefusal(t, r.c.GiveUp(second1, codes.DeadlineExceeded), codes.DeadlineExceeded, "1 of 3 ranks arrived before rank 1's deadline")
+	second1 = b(1, "b", 2)
+	b(2, "b", 2)
+	for _, w := range []waiter{second0, second1} {
+		if a := r.answer(w); a.err != nil {
+			t.Fatalf("second round: %v", a.err)
+		}
+	}
+	// Counts alone release nothing on a job this controller ran.
+	w := b(0, "x", 10)
+	b(1, "y", 11)
+	b(2, "y", 11)
+	r.pending(w)
+
+	// Taken over: rank 1 passed barrier 7 before the restart and waits at
+	// 8; rank 0 re-sends 7 and is released by the count.
+	ws, rs := adoptedEntries(5, 32, 7)
+	r.c.Adopt(ws, rs, nil, r.now, time.Hour)
+	for rank := range uint32(2) {
+		r.watch(&controllerpb.WatchRequest{Job: "t", Rank: rank, SessionId: 55, JobId: 5})
+	}
+	waiting, _ := r.barrier("t", 1, 55, "iter-4", 8)
+	resent, _ := r.barrier("t", 0, 55, "done-3", 7)
+	if a := r.answer(resent); a.err != nil {
+		t.Fatalf("re-sent barrier: %v", a.err)
+	}
+	r.pending(waiting)
+	r.barrier("t", 0, 55, "iter-4", 8)
+	if a := r.answer(waiting); a.err != nil {
+		t.Fatalf("next barrier: %v", a.err)
+	}
+}
+
+func TestCoreBroadcast(t *testing.T) {
+	r := newRig(t, 64)
+	s := r.run("j", 3, 1).GetSessionId()
+	bc := func(rank, root uint32, data string) (waiter, error) {
+		w := r.waiter()
+		err := r.c.Broadcast(w, &controllerpb.BroadcastRequest{Job: "j", Rank: rank, SessionId: s, Root: root, Data: []byte(data)})
+		r.collect()
+		return w, err
+	}
+	early, _ := bc(0, 1, "")
+	_, err := bc(2, 0, "")
+	wantRefusal(t, err, codes.FailedPrecondition, "rank 2 names root 0, others named 1")
+	_, err = bc(2, 3, "")
+	wantRefusal(t, err, codes.InvalidArgument, "root 3 outside 0..2")
+	r.pending(early)
+	root, _ := bc(1, 1, "hello")
+	late, _ := bc(2, 1, "")
+	for _, w := range []waiter{early, root, late} {
+		if a := r.answer(w); a.err != nil || string(a.data) != "hello" {
+			t.Fatalf("broadcast answer %+v", a)
+		}
+	}
+	// Every rank fetched: the name starts afresh.
+	if rs := r.c.jobs["j"].rounds["broadcast/"]; len(rs.rounds) != 0 {
+		t.Fatalf("finished round kept: %v", rs.rounds)
+	}
+}
+
+func TestCoreLimits(t *testing.T) {
+	r := newRig(t, 64)
+	for i := range maxJobs {
+		req := regReq(fmt.Sprintf("j%d", i), 0, 2, 1, 4, 0)
+		req.LaneAddresses[0] = fmt.Sprintf("10.1.%d.%d:1", i/256, i%256)
+		if _, err := r.register(req); err != nil {
+			t.Fatalf("job %d: %v", i, err)
+		}
+	}
+	_, err := r.register(regReq("one-more", 0, 2, 1, 4, 0))
+	wantRefusal(t, err, codes.ResourceExhausted, "holds 4096 jobs")
+
+	r = newRig(t, 64)
+	s := r.run("names", 1, 1).GetSessionId()
+	for i := range maxRoundsPerJob {
+		if _, err := r.barrier("names", 0, s, fmt.Sprint(i), 0); err != nil {
+			t.Fatalf("barrier %d: %v", i, err)
+		}
+	}
+	_, err = r.barrier("names", 0, s, "one-more", 0)
+	wantRefusal(t, err, codes.ResourceExhausted, "barrier and broadcast names")
+	if _, err := r.barrier("names", 0, s, "0", 0); err != nil {
+		t.Fatalf("a known name again: %v", err)
+	}
+}
