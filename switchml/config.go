@@ -2,6 +2,7 @@ package switchml
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -161,6 +162,34 @@ func (e *ConfigError) Describe(name func(field string) string) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// InFlags restates a *ConfigError held in err in the flags of a command
+// that sets Config fields from them, so that its users read the flag to
+// change rather than a Go field: flags maps a field ("PacketElements",
+// "Faults.Drop") to its flag without dashes ("packet-elements"); a field it
+// lacks keeps its Go name. The result still unwraps to the ConfigError.
+// Other errors come back unchanged.
+func InFlags(err error, flags map[string]string) error {
+	var ce *ConfigError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	text := ce.Describe(func(field string) string {
+		if f, ok := flags[field]; ok {
+			return "--" + f
+		}
+		return field
+	})
+	return &flagsError{text: "bad flags: " + text, cause: ce}
+}
+
+type flagsError struct {
+	text  string
+	cause *ConfigError
+}
+
+func (e *flagsError) Error() string { return e.text }
+func (e *flagsError) Unwrap() error { return e.cause }
 
 // FieldError is one invalid field of a Config: its name, its value and
 // advice on what to set instead.

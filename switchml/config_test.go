@@ -3,6 +3,7 @@ package switchml
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -94,6 +95,25 @@ func TestConfigErrorNamesFields(t *testing.T) {
 	}
 	if err := (Config{Job: "j", Workers: 1}).Validate(); err != nil {
 		t.Errorf("Validate() of a config whose zero fields take defaults = %v", err)
+	}
+}
+
+func TestInFlags(t *testing.T) {
+	err := Config{Job: "j", Workers: 2, Rank: 0, PacketElements: 100, Lanes: 99}.Validate()
+	flags := map[string]string{"PacketElements": "packet-elements", "Extended": "extended"}
+	got := InFlags(fmt.Errorf("joining: %w", err), flags)
+	const want = "bad flags: Lanes = 99: want 1..64\n" +
+		"--packet-elements = 100: the compatible header carries 32, 64, 128 or 256; set --extended for other sizes"
+	if got.Error() != want {
+		t.Errorf("InFlags() =\n%s\nwant\n%s", got, want)
+	}
+	var ce *ConfigError
+	if !errors.As(got, &ce) || len(ce.Fields) != 2 {
+		t.Errorf("InFlags() does not unwrap to the ConfigError: %v", ce)
+	}
+	other := errors.New("controller unreachable")
+	if InFlags(other, flags) != other {
+		t.Errorf("InFlags changed an error that holds no ConfigError")
 	}
 }
 

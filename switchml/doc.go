@@ -18,9 +18,8 @@
 //
 // Join refuses a bad Config before it contacts anyone, with a *ConfigError
 // that names each invalid field, its value and what to set instead;
-// Config.Validate runs the same checks ahead of time, and a program that
-// sets a Config from flags restates the error in its flags with
-// ConfigError.Describe.
+// Config.Validate runs the same checks ahead of time, and a command that
+// sets a Config from flags restates the error in its flags with InFlags.
 //
 // The switch side lives under p4/: the software switch, the controller that
 // programs a switch and runs the job service, and the P4 programs. Package

@@ -2,6 +2,7 @@ package switchml_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -31,9 +32,7 @@ func Example() {
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
 	for rank := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			sess, err := switchml.Join(ctx, switchml.Config{
 				Controller: fab.ControllerAddr(), Job: "example", Rank: rank, Workers: workers,
 			})
@@ -49,14 +48,12 @@ func Example() {
 			}
 			errs[rank] = sess.AllReduceFloat32(ctx, g)
 			grads[rank] = g
-		}()
+		})
 	}
 	wg.Wait()
-	for rank, err := range errs {
-		if err != nil {
-			fmt.Printf("rank %d: %v\n", rank, err)
-			return
-		}
+	if err := errors.Join(errs...); err != nil {
+		fmt.Println(err)
+		return
 	}
 	// Every rank holds the same sum: 1+2+3+4 = 10 times the base values.
 	fmt.Println(grads[0])
@@ -65,105 +62,101 @@ func Example() {
 
 // StartFloat32 and its kind return at once with a Handle, so that a
 // training step can go on computing (the next layer's gradient) while an
-// earlier bucket is summed. Every rank starts the same calls in the same
-// order; Wait collects each result.
+// earlier bucket is summed. Here one goroutine drives both ranks, which
+// only the asynchronous calls allow: it starts every rank's calls, in the
+// same order on each, and then waits for them.
 func ExampleSession_StartFloat32() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	fab, err := local.Start(ctx, local.Options{})
+	sessions, closeAll, err := joinLocal(ctx, "async", 2)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer fab.Close()
+	defer closeAll()
 
-	const workers = 2
-	type buckets struct {
-		weights []float32
-		counts  []int32
+	weights := make([][]float32, len(sessions))
+	counts := make([][]int32, len(sessions))
+	var handles []*switchml.Handle
+	for rank, sess := range sessions {
+		weights[rank] = []float32{0.25, -1, 3}
+		counts[rank] = []int32{int32(rank), 100}
+		// Neither slice may be touched until its handle is done.
+		handles = append(handles, sess.StartFloat32(ctx, weights[rank]), sess.StartInt32(ctx, counts[rank]))
 	}
-	got := make([]buckets, workers)
-	errs := make([]error, workers)
-	var wg sync.WaitGroup
-	for rank := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sess, err := switchml.Join(ctx, switchml.Config{
-				Controller: fab.ControllerAddr(), Job: "async", Rank: rank, Workers: workers,
-			})
-			if err != nil {
-				errs[rank] = err
-				return
-			}
-			defer sess.Close()
-			b := buckets{weights: []float32{0.25, -1, 3}, counts: []int32{int32(rank), 100}}
-			weights := sess.StartFloat32(ctx, b.weights)
-			counts := sess.StartInt32(ctx, b.counts)
-			// Neither slice may be touched until its handle is done.
-			if err := weights.Wait(ctx); err != nil {
-				errs[rank] = err
-				return
-			}
-			errs[rank] = counts.Wait(ctx)
-			got[rank] = b
-		}()
-	}
-	wg.Wait()
-	for rank, err := range errs {
-		if err != nil {
-			fmt.Printf("rank %d: %v\n", rank, err)
+	for _, h := range handles {
+		if err := h.Wait(ctx); err != nil {
+			fmt.Println(err)
 			return
 		}
 	}
-	fmt.Println("weights", got[0].weights)
-	fmt.Println("counts", got[0].counts)
+	fmt.Println("weights", weights[0])
+	fmt.Println("counts", counts[0])
 	// Output:
 	// weights [0.5 -2 6]
 	// counts [1 200]
 }
 
 // A gorgonia dense tensor of float32 or int32 is summed in place, whatever
-// its shape.
+// its shape. AllReduceTensor blocks until every rank has contributed, so
+// each rank calls it from its own goroutine.
 func ExampleSession_AllReduceTensor() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	fab, err := local.Start(ctx, local.Options{})
+	sessions, closeAll, err := joinLocal(ctx, "tensor", 3)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer fab.Close()
+	defer closeAll()
 
-	const workers = 3
-	results := make([]*tensor.Dense, workers)
+	tensors := make([]*tensor.Dense, len(sessions))
+	errs := make([]error, len(sessions))
+	var wg sync.WaitGroup
+	for rank, sess := range sessions {
+		tensors[rank] = tensor.New(tensor.WithShape(2, 3), tensor.WithBacking([]float32{1, 2, 3, 4, 5, 6}))
+		wg.Go(func() { errs[rank] = sess.AllReduceTensor(ctx, tensors[rank]) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(tensors[0].Shape(), tensors[0].Data())
+	// Output: (2, 3) [3 6 9 12 15 18]
+}
+
+// joinLocal starts an embedded switch and joins every rank of a job to it,
+// as the package example does step by step. closeAll ends the sessions and
+// the switch.
+func joinLocal(ctx context.Context, job string, workers int) (sessions []*switchml.Session, closeAll func(), err error) {
+	fab, err := local.Start(ctx, local.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	sessions = make([]*switchml.Session, workers)
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
 	for rank := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sess, err := switchml.Join(ctx, switchml.Config{
-				Controller: fab.ControllerAddr(), Job: "tensor", Rank: rank, Workers: workers,
+		// Join returns once every rank has joined: the ranks join together.
+		wg.Go(func() {
+			sessions[rank], errs[rank] = switchml.Join(ctx, switchml.Config{
+				Controller: fab.ControllerAddr(), Job: job, Rank: rank, Workers: workers,
 			})
-			if err != nil {
-				errs[rank] = err
-				return
-			}
-			defer sess.Close()
-			t := tensor.New(tensor.WithShape(2, 3), tensor.WithBacking([]float32{1, 2, 3, 4, 5, 6}))
-			errs[rank] = sess.AllReduceTensor(ctx, t)
-			results[rank] = t
-		}()
+		})
 	}
 	wg.Wait()
-	for rank, err := range errs {
-		if err != nil {
-			fmt.Printf("rank %d: %v\n", rank, err)
-			return
+	closeAll = func() {
+		for _, s := range sessions {
+			if s != nil {
+				s.Close()
+			}
 		}
+		fab.Close()
 	}
-	t := results[0]
-	fmt.Println(t.Shape(), t.Data())
-	// Output: (2, 3) [3 6 9 12 15 18]
+	if err := errors.Join(errs...); err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	return sessions, closeAll, nil
 }

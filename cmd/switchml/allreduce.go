@@ -139,7 +139,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, elements, iters, warmup int, seed uint64, verify bool, nanAt int, rep *allreduceReport) error {
 	sess, err := switchml.Join(ctx, cfg)
 	if err != nil {
-		return inFlags(err, allreduceFlags)
+		return switchml.InFlags(err, allreduceFlags)
 	}
 	defer sess.Close()
 	rep.PacketElements = sess.PacketElements()

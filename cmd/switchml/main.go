@@ -23,8 +23,6 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
-
-	"github.com/switchml/switchml-go/switchml"
 )
 
 type command struct {
@@ -113,21 +111,4 @@ func newLogger(level string) (*slog.Logger, error) {
 		return nil, fmt.Errorf("bad --log-level %q: want debug, info, warn or error", level)
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
-}
-
-// inFlags restates a *switchml.ConfigError in a command's flags, which
-// flags maps from Config fields (flag names without dashes), so that users
-// read the flag to change rather than a Go field. Other errors pass as they
-// are.
-func inFlags(err error, flags map[string]string) error {
-	var ce *switchml.ConfigError
-	if !errors.As(err, &ce) {
-		return err
-	}
-	return errors.New("bad flags: " + ce.Describe(func(field string) string {
-		if f, ok := flags[field]; ok {
-			return "--" + f
-		}
-		return field
-	}))
 }

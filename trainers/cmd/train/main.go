@@ -123,7 +123,7 @@ func parseFlags(args []string) (*flags, error) {
 		cfg := switchml.Config{Job: cmp.Or(f.job, "train"), Workers: f.workers, PacketElements: f.packetElements,
 			Extended: switchml.NeedsExtended(f.workers, f.packetElements)}
 		if err := cfg.Validate(); err != nil {
-			return nil, inFlags(err)
+			return nil, switchml.InFlags(err, switchmlFlags)
 		}
 	}
 	if f.epochs < 1 || f.batch < 1 {
@@ -136,22 +136,6 @@ func parseFlags(args []string) (*flags, error) {
 // switchml backend takes from the command line.
 var switchmlFlags = map[string]string{
 	"Controller": "controller", "Job": "job", "Rank": "worker-rank", "Workers": "workers", "PacketElements": "packet-elements",
-}
-
-// inFlags restates a *switchml.ConfigError in this command's flags, so that
-// users read the flag to change rather than a Go field. Other errors pass
-// as they are.
-func inFlags(err error) error {
-	var ce *switchml.ConfigError
-	if !errors.As(err, &ce) {
-		return err
-	}
-	return errors.New("bad flags: " + ce.Describe(func(field string) string {
-		if f, ok := switchmlFlags[field]; ok {
-			return "--" + f
-		}
-		return field
-	}))
 }
 
 func main() {
@@ -218,7 +202,7 @@ func runWorker(ctx context.Context, f *flags) error {
 	})
 	dcancel()
 	if err != nil {
-		return inFlags(err)
+		return switchml.InFlags(err, switchmlFlags)
 	}
 	defer be.Close()
 
