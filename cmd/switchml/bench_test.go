@@ -1,140 +1,49 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
+	"errors"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/switchml/switchml-go/benchmarks"
 )
 
-func TestParseBytes(t *testing.T) {
-	for in, want := range map[string]int64{"64MiB": 64 << 20, "1MiB": 1 << 20, "512KiB": 512 << 10, "1GiB": 1 << 30, "1000": 1000, "0.5MiB": 512 << 10, "10B": 8} {
-		got, err := parseBytes(in)
-		if err != nil || got != want {
-			t.Errorf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "x", "-1MiB", "2B", "MiB"} {
-		if _, err := parseBytes(in); err == nil {
-			t.Errorf("parseBytes(%q) succeeded", in)
-		}
-	}
-	if s := fmtBytes(64 << 20); s != "64MiB" {
-		t.Errorf("fmtBytes = %q", s)
-	}
-}
-
-func TestPlanBench(t *testing.T) {
-	o := benchOptions{
-		Modes: []string{"rack", "loopback"}, Systems: benchSystems,
-		Sweeps:  []string{"workers", "sizes", "rates", "packet", "window", "loopback"},
-		Workers: []int{2, 4, 8}, Size: 64 << 20, Sizes: []int64{1 << 20, 64 << 20}, TuneSize: 16 << 20,
-		Rate: 200, Rates: []float64{100, 200}, BaseWorkers: 4, PacketElements: 256, PacketSweep: []int{64, 256},
-		Window: 64, Windows: []int{16, 64}, Lanes: 4, LoopbackWorkers: 4, LoopbackSize: 4 << 20,
-	}
-	points := planBench(&o)
-	seen := map[string]bool{}
-	count := map[string]int{}
-	for i, p := range points {
-		if seen[p.key()] {
-			t.Errorf("point %s planned twice", p)
-		}
-		seen[p.key()] = true
-		count[p.Mode+"/"+p.System]++
-		if p.System == "mpi" && p.Mode == "rack" {
-			t.Errorf("mpi planned on the rack")
-		}
-		if p.System != "switchml" && (p.PacketElements != 0 || p.Window != 0) {
-			t.Errorf("%s carries SwitchML knobs", p)
-		}
-		if i > 0 && points[i-1].Mode == "loopback" && p.Mode == "rack" {
-			t.Errorf("rack point %s after a loopback point", p)
-		}
-	}
-	// SwitchML on the rack: 3 worker counts + 1MiB + 16MiB (rates, packet,
-	// window at 200) + 16MiB at 100 + k=64 + W=16 = 8.
-	if count["rack/switchml"] != 8 || count["rack/gloo"] != 6 || count["loopback/mpi"] != 1 || count["rack/mpi"] != 0 {
-		t.Errorf("points per system: %v", count)
-	}
-	// The 4-worker, 64MiB point belongs to both the workers and sizes sweeps.
-	for _, p := range points {
-		if p.Mode == "rack" && p.System == "gloo" && p.Workers == 4 && p.Bytes == 64<<20 {
-			if strings.Join(p.Sweeps, ",") != "workers,sizes" {
-				t.Errorf("sweeps of %s: %v", p, p.Sweeps)
-			}
-		}
-	}
-	o.Systems = []string{"switchml"}
-	o.Sweeps = []string{"window"}
-	if n := len(planBench(&o)); n != 2 {
-		t.Errorf("window sweep alone: %d points, want 2", n)
-	}
-}
-
-func fakeResult(mode, system string, workers int, bytes int64, tat float64, sweeps ...string) benchResult {
-	r := benchResult{benchPoint: benchPoint{Mode: mode, System: system, Workers: workers, Bytes: bytes, RateMbit: 200, Sweeps: sweeps}}
-	if mode == "loopback" {
-		r.RateMbit = 0
-	}
-	if system == "switchml" {
-		r.PacketElements, r.Window, r.Lanes = 256, 64, 4
-		r.SwitchCPU = &benchCPU{User: 1, Sys: 0.5}
-		r.SwitchCPUPerOp = 0.25
-	}
-	for range 5 {
-		r.Runs = append(r.Runs, benchRun{TAT: tat, RankTATs: []float64{tat}})
-	}
-	r.MedianTAT, r.MinTAT, r.MaxTAT = tat, tat, tat
-	r.GoodputMbit = float64(bytes*8) / tat / 1e6
-	if r.RateMbit > 0 {
-		r.LinkEfficiency = r.GoodputMbit / r.RateMbit
-	}
-	r.Verified = true
-	return r
-}
-
-func TestBenchReport(t *testing.T) {
-	dir := t.TempDir()
-	const s = 64 << 20
-	f := &benchFile{
-		Options:     benchOptions{Name: "test", Size: s, Rate: 200, PacketElements: 256, Window: 64, Lanes: 4, BaseWorkers: 4, Iters: 5, Warmup: 1, LoopbackWorkers: 4, LoopbackSize: s},
-		Environment: map[string]any{"cpus": 2},
-		Results: []benchResult{
-			fakeResult("rack", "switchml", 2, s, 3.0, "workers"),
-			fakeResult("rack", "switchml", 4, s, 3.0, "workers", "sizes"),
-			fakeResult("rack", "switchml", 8, s, 3.1, "workers"),
-			fakeResult("rack", "gloo", 2, s, 3.0, "workers"),
-			fakeResult("rack", "gloo", 4, s, 4.5, "workers", "sizes"),
-			fakeResult("rack", "gloo", 8, s, 7.2, "workers"),
-			fakeResult("rack", "switchml", 4, 1<<20, 0.1, "sizes"),
-			fakeResult("rack", "gloo", 4, 1<<20, 0.12, "sizes"),
-			fakeResult("loopback", "switchml", 4, s, 1.0, "loopback"),
-			fakeResult("loopback", "ring", 4, s, 0.5, "loopback"),
-			{benchPoint: benchPoint{Mode: "loopback", System: "mpi", Workers: 4, Bytes: s, Sweeps: []string{"loopback"}}, Error: "skipped: mpicc not found"},
-		},
-	}
-	summary, err := writeBenchReport(dir, f)
+func TestBenchFlags(t *testing.T) {
+	var out strings.Builder
+	c, err := parseBenchFlags([]string{"--name", "x", "--modes", "loopback", "--sweeps", "loopback,workers", "--systems", "switchml,ring,ring",
+		"--loopback-size", "1MiB", "--sizes", "1MiB, 2MiB", "--rates", "100,400", "--iters", "3", "--dry-run"}, &out)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v: %s", err, out.String())
 	}
-	for _, want := range []string{
-		"| 4 | 3.000 | 4.500 | 0.895 | 1.50x | – | 1.50x |", // workers row: TATs, efficiency, speedup, ideal
-		"speedup over Gloo, 8 workers | ≥ 2.0x | 2.32x",
-		"8 workers against 2 | within 10% | +3.3%",
-		"| Ring (Go) | 0.500 |",
-		"mpicc not found",
+	o := c.opts
+	if !c.dryRun || c.report != "" || o.Name != "x" || o.Iters != 3 || o.LoopbackSize != 1<<20 || o.Size != 64<<20 {
+		t.Errorf("parsed %+v", c)
+	}
+	if !slices.Equal(o.Systems, []string{"switchml", "ring"}) || !slices.Equal(o.Sweeps, []string{"loopback", "workers"}) ||
+		!slices.Equal(o.Sizes, []int64{1 << 20, 2 << 20}) || !slices.Equal(o.Rates, []float64{100, 400}) || !slices.Equal(o.Workers, []int{2, 4, 8}) {
+		t.Errorf("lists parsed as %+v", o)
+	}
+	// Only the loopback mode is chosen: one point per system.
+	if n := len(benchmarks.Plan(&o)); n != 2 {
+		t.Errorf("%d points planned, want 2", n)
+	}
+
+	c, err = parseBenchFlags([]string{"--report", "benchmarks/results/default"}, &out)
+	if err != nil || c.report != "benchmarks/results/default" {
+		t.Errorf("--report: %+v, %v", c, err)
+	}
+
+	for flag, args := range map[string][]string{
+		"sizes":   {"--sizes", "1MiB,lots"},
+		"systems": {"--systems", "switchml,nccl"},
+		"rates":   {"--rates", "0"},
+		"flags":   {"--iters", "0"},
+		"sweeps":  {"--modes", "rack", "--systems", "mpi"}, // mpi runs on loopback only
 	} {
-		if !strings.Contains(summary, want) {
-			t.Errorf("summary lacks %q:\n%s", want, summary)
+		out.Reset()
+		if _, err := parseBenchFlags(args, &out); !errors.Is(err, errUsage) || !strings.Contains(out.String(), "bad --"+flag+":") {
+			t.Errorf("%v: %v, output %q; want a usage error naming --%s", args, err, out.String(), flag)
 		}
-	}
-	for _, png := range []string{"tat_vs_workers.png", "speedup_vs_workers.png", "goodput_vs_size.png"} {
-		b, err := os.ReadFile(filepath.Join(dir, png))
-		if err != nil || len(b) < 8 || string(b[1:4]) != "PNG" {
-			t.Errorf("%s: not a PNG (%v)", png, err)
-		}
-	}
-	if b, err := os.ReadFile(filepath.Join(dir, "summary.md")); err != nil || string(b) != summary {
-		t.Errorf("summary.md differs from the returned summary (%v)", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchml/switchml-go/benchmarks"
 	"github.com/switchml/switchml-go/p4/bmv2"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/p4tools"
@@ -157,7 +158,7 @@ func (r *bmv2Rack) stopController(t *testing.T, p *proc) {
 
 // job runs one job's ranks, one per worker namespace, bound to the data
 // interface, and checks every rank's verified result.
-func (r *bmv2Rack) job(t *testing.T, js jobSpec) []allreduceReport {
+func (r *bmv2Rack) job(t *testing.T, js jobSpec) []benchmarks.WorkerReport {
 	t.Helper()
 	js.workers = r.workers
 	prefixes := func(rank int) []string { return []string{"ip", "netns", "exec", r.workerNS(rank)} }

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/switchml/switchml-go/benchmarks"
 )
 
 func init() {
@@ -202,7 +204,7 @@ func runChaos(ctx context.Context, args []string) error {
 			if w == victim {
 				continue
 			}
-			var rep allreduceReport
+			var rep benchmarks.WorkerReport
 			_ = json.Unmarshal([]byte(strings.TrimSpace(c.out.String())), &rep)
 			msg := rep.Error
 			if rep.Error == "" && (c.cmd.ProcessState == nil || !c.cmd.ProcessState.Success() || !rep.Verified) {

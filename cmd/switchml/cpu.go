@@ -1,6 +1,10 @@
 package main
 
-import "syscall"
+import (
+	"syscall"
+
+	"github.com/switchml/switchml-go/benchmarks"
+)
 
 type cpuTimes struct{ user, sys float64 }
 
@@ -36,7 +40,7 @@ func (m *cpuMeter) end() {
 }
 
 // report stores the sums in rep.
-func (m *cpuMeter) report(rep *allreduceReport) {
+func (m *cpuMeter) report(rep *benchmarks.WorkerReport) {
 	u, s := m.user, m.sys
 	rep.CPULoopUserS, rep.CPULoopSysS = &u, &s
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/switchml/switchml-go/benchmarks"
 )
 
 func init() {
@@ -159,11 +161,11 @@ func runDemo(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	var reps []allreduceReport
+	var reps []benchmarks.WorkerReport
 	var failures []string
 	for r, w := range ws {
 		werr := w.cmd.Wait()
-		var rep allreduceReport
+		var rep benchmarks.WorkerReport
 		if jerr := json.Unmarshal(bytes.TrimSpace(w.out.Bytes()), &rep); jerr != nil || werr != nil {
 			msg := strings.TrimSpace(w.logs())
 			if rep.Error != "" {

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/switchml/switchml-go/benchmarks"
 	"github.com/switchml/switchml-go/p4/controller/controllerpb"
 
 	"github.com/switchml/switchml-go/switchml/secure"
@@ -210,7 +211,7 @@ func TestControllerRestart(t *testing.T) {
 			t.Errorf("rank %d: %v\n%s", r, err, p.stderr.String())
 			continue
 		}
-		var rep allreduceReport
+		var rep benchmarks.WorkerReport
 		if err := json.Unmarshal(bytes.TrimSpace(p.stdout.Bytes()), &rep); err != nil || !rep.Verified || len(rep.TATs) != 150 {
 			t.Errorf("rank %d: report %+v (%v): want 150 verified allreduces", r, rep, err)
 		}
@@ -330,7 +331,7 @@ func TestHijackAndFlood(t *testing.T) {
 		if err := p.wait(t, 3*time.Minute); err != nil {
 			t.Fatalf("rank %d of the owned job: %v\n%s", r, err, p.stderr.String())
 		}
-		var rep allreduceReport
+		var rep benchmarks.WorkerReport
 		if err := json.Unmarshal(bytes.TrimSpace(p.stdout.Bytes()), &rep); err != nil || !rep.Verified {
 			t.Fatalf("rank %d: %+v (%v): want verified results", r, rep, err)
 		}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/switchml/switchml-go/benchmarks"
 )
 
 // The integration tests run the real binary: a software switch, a
@@ -169,7 +171,7 @@ type jobSpec struct {
 }
 
 // runJob runs every rank of a job and returns their reports.
-func runJob(t *testing.T, f fabric, prefixes func(rank int) []string, js jobSpec) []allreduceReport {
+func runJob(t *testing.T, f fabric, prefixes func(rank int) []string, js jobSpec) []benchmarks.WorkerReport {
 	t.Helper()
 	if js.lanes == 0 {
 		js.lanes = 2
@@ -197,7 +199,7 @@ func runJob(t *testing.T, f fabric, prefixes func(rank int) []string, js jobSpec
 		}
 		ps[r] = spawn(t, prefix, append(args, js.extra...)...)
 	}
-	reps := make([]allreduceReport, js.workers)
+	reps := make([]benchmarks.WorkerReport, js.workers)
 	var wg sync.WaitGroup
 	errs := make([]error, js.workers)
 	for r, p := range ps {

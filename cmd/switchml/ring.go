@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchml/switchml-go/benchmarks"
 	"github.com/switchml/switchml-go/switchml/ring"
 )
 
@@ -42,7 +43,7 @@ func runRing(ctx context.Context, args []string) error {
 		cfg.Addrs = strings.Split(*addrs, ",")
 	}
 
-	rep := allreduceReport{Workers: cfg.Workers, Rank: cfg.Rank, Elements: *elements, DType: "float32", Iters: *iters}
+	rep := benchmarks.WorkerReport{Workers: cfg.Workers, Rank: cfg.Rank, Elements: *elements, DType: "float32", Iters: *iters}
 	x := make([]float32, *elements)
 	err := ringRounds(ctx, cfg, x, *iters, *warmup, *seed, &rep)
 	// CPU time of the allreduces, not of the verification that follows.
@@ -102,7 +103,7 @@ func checkRingFlags(cfg ring.Config) error {
 	return nil
 }
 
-func ringRounds(ctx context.Context, cfg ring.Config, x []float32, iters, warmup int, seed uint64, rep *allreduceReport) error {
+func ringRounds(ctx context.Context, cfg ring.Config, x []float32, iters, warmup int, seed uint64, rep *benchmarks.WorkerReport) error {
 	if err := checkRingFlags(cfg); err != nil {
 		return err
 	}

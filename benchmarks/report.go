@@ -1,4 +1,4 @@
-package main
+package benchmarks
 
 import (
 	"encoding/json"
@@ -10,21 +10,17 @@ import (
 	"strings"
 
 	"github.com/switchml/switchml-go/benchmarks/rack"
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
-	"gonum.org/v1/plot/vg"
 )
 
 var systemNames = map[string]string{"switchml": "SwitchML", "gloo": "Gloo", "ring": "Ring (Go)", "mpi": "OpenMPI"}
 
-// benchIndex finds results by their sweep and coordinates.
-type benchIndex struct {
-	f *benchFile
+// resultIndex finds results by their sweep and coordinates.
+type resultIndex struct {
+	f *resultsFile
 }
 
-func (x benchIndex) in(sweep, mode string) []benchResult {
-	var out []benchResult
+func (x resultIndex) in(sweep, mode string) []result {
+	var out []result
 	for _, r := range x.f.Results {
 		if r.Mode == mode && slices.Contains(r.Sweeps, sweep) {
 			out = append(out, r)
@@ -34,17 +30,17 @@ func (x benchIndex) in(sweep, mode string) []benchResult {
 }
 
 // one returns the successful result of system among rs where key(r) == v.
-func one[T comparable](rs []benchResult, system string, key func(benchResult) T, v T) (benchResult, bool) {
+func one[T comparable](rs []result, system string, key func(result) T, v T) (result, bool) {
 	for _, r := range rs {
 		if r.System == system && key(r) == v && r.Error == "" {
 			return r, true
 		}
 	}
-	return benchResult{}, false
+	return result{}, false
 }
 
 // values lists the distinct key values among rs, sorted.
-func values[T int | int64 | float64](rs []benchResult, key func(benchResult) T) []T {
+func values[T int | int64 | float64](rs []result, key func(result) T) []T {
 	var out []T
 	for _, r := range rs {
 		if !slices.Contains(out, key(r)) {
@@ -55,27 +51,27 @@ func values[T int | int64 | float64](rs []benchResult, key func(benchResult) T) 
 	return out
 }
 
-func systemsIn(rs []benchResult) []string {
+func systemsIn(rs []result) []string {
 	var out []string
-	for _, s := range benchSystems {
-		if slices.ContainsFunc(rs, func(r benchResult) bool { return r.System == s }) {
+	for _, s := range Systems {
+		if slices.ContainsFunc(rs, func(r result) bool { return r.System == s }) {
 			out = append(out, s)
 		}
 	}
 	return out
 }
 
-func byWorkers(r benchResult) int   { return r.Workers }
-func byBytes(r benchResult) int64   { return r.Bytes }
-func byRate(r benchResult) float64  { return r.RateMbit }
-func byPacket(r benchResult) int    { return r.PacketElements }
-func byWindow(r benchResult) int    { return r.Window }
-func bySystem(r benchResult) string { return r.System }
+func byWorkers(r result) int   { return r.Workers }
+func byBytes(r result) int64   { return r.Bytes }
+func byRate(r result) float64  { return r.RateMbit }
+func byPacket(r result) int    { return r.PacketElements }
+func byWindow(r result) int    { return r.Window }
+func bySystem(r result) string { return r.System }
 
 // systemTable writes a table with one row per value of key: each system's
 // TAT and metric, then Gloo's and the ring's TAT over SwitchML's.
-func systemTable[T int | int64 | float64](p func(string, ...any), rs []benchResult, keyHeader, metricHeader, metricFormat string,
-	metric func(benchResult) float64, key func(benchResult) T, label func(T) string) {
+func systemTable[T int | int64 | float64](p func(string, ...any), rs []result, keyHeader, metricHeader, metricFormat string,
+	metric func(result) float64, key func(result) T, label func(T) string) {
 	systems := systemsIn(rs)
 	p("| %s |", keyHeader)
 	for _, s := range systems {
@@ -99,43 +95,40 @@ func systemTable[T int | int64 | float64](p func(string, ...any), rs []benchResu
 	}
 }
 
-func cell(r benchResult, ok bool) string { return cellf(r, ok, "%.3f", r.MedianTAT) }
+func cell(r result, ok bool) string { return cellf(r, ok, "%.3f", r.MedianTAT) }
 
-func cellf(r benchResult, ok bool, format string, v float64) string {
+func cellf(r result, ok bool, format string, v float64) string {
 	if !ok {
 		return "–"
 	}
 	return fmt.Sprintf(format, v)
 }
 
-func ratio(base, ours benchResult, ok1, ok2 bool) string {
+func ratio(base, ours result, ok1, ok2 bool) string {
 	if !ok1 || !ok2 || ours.MedianTAT == 0 {
 		return "–"
 	}
 	return fmt.Sprintf("%.2fx", base.MedianTAT/ours.MedianTAT)
 }
 
-// rewriteBenchReport regenerates the summary and plots of the run in dir.
-func rewriteBenchReport(dir string) error {
-	data, err := os.ReadFile(filepath.Join(dir, "results.json"))
+// Report regenerates summary.md and the plots of an earlier run from
+// dir/results.json, and returns the summary.
+func Report(dir string) (string, error) {
+	path := filepath.Join(dir, "results.json")
+	data, err := os.ReadFile(path)
 	if err != nil {
-		return err
+		return "", fmt.Errorf("%w (want the directory of a run: it holds results.json)", err)
 	}
-	var f benchFile
+	var f resultsFile
 	if err := json.Unmarshal(data, &f); err != nil {
-		return fmt.Errorf("%s: %w", filepath.Join(dir, "results.json"), err)
+		return "", fmt.Errorf("%s is not a results file of the suite: %w", path, err)
 	}
-	s, err := writeBenchReport(dir, &f)
-	if err != nil {
-		return err
-	}
-	fmt.Print(s)
-	return nil
+	return writeReport(dir, &f)
 }
 
-// writeBenchReport writes summary.md and the plots, and returns the summary.
-func writeBenchReport(dir string, f *benchFile) (string, error) {
-	x := benchIndex{f}
+// writeReport writes summary.md and the plots, and returns the summary.
+func writeReport(dir string, f *resultsFile) (string, error) {
+	x := resultIndex{f}
 	o := f.Options
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
@@ -168,7 +161,7 @@ func writeBenchReport(dir string, f *benchFile) (string, error) {
 
 	// Workers sweep.
 	if rs := x.in("workers", "rack"); len(rs) > 0 {
-		p("## Rack: TAT against workers (%s, %g Mbit/s ports, SwitchML k=%d, W=%d, %d lanes)\n\n", fmtBytes(o.Size), o.Rate, o.PacketElements, o.Window, o.Lanes)
+		p("## Rack: TAT against workers (%s, %g Mbit/s ports, SwitchML k=%d, W=%d, %d lanes)\n\n", FormatSize(o.Size), o.Rate, o.PacketElements, o.Window, o.Lanes)
 		systems := systemsIn(rs)
 		p("| workers |")
 		for _, s := range systems {
@@ -192,8 +185,8 @@ func writeBenchReport(dir string, f *benchFile) (string, error) {
 				2*float64(n-1)/float64(n), cellf(sm, okS, "%.0f", float64(sm.Retransmits)), cellf(sm, okS, "%.0f", float64(sm.QdiscDrops)))
 		}
 		p("\n![TAT against workers](tat_vs_workers.png) ![speedup against workers](speedup_vs_workers.png)\n\n")
-		if err := plotSweep(filepath.Join(dir, "tat_vs_workers.png"), "TAT against workers ("+fmtBytes(o.Size)+fmt.Sprintf(", %g Mbit/s ports)", o.Rate),
-			"workers", "median TAT (s)", rs, func(r benchResult) float64 { return float64(r.Workers) }, func(r benchResult) float64 { return r.MedianTAT }, false); err != nil {
+		if err := plotSweep(filepath.Join(dir, "tat_vs_workers.png"), "TAT against workers ("+FormatSize(o.Size)+fmt.Sprintf(", %g Mbit/s ports)", o.Rate),
+			"workers", "median TAT (s)", rs, func(r result) float64 { return float64(r.Workers) }, func(r result) float64 { return r.MedianTAT }, false); err != nil {
 			return "", err
 		}
 		if err := plotSpeedup(filepath.Join(dir, "speedup_vs_workers.png"), rs, o); err != nil {
@@ -204,24 +197,24 @@ func writeBenchReport(dir string, f *benchFile) (string, error) {
 	// Sizes sweep.
 	if rs := x.in("sizes", "rack"); len(rs) > 0 {
 		p("## Rack: goodput against tensor size (%d workers, %g Mbit/s ports)\n\n", o.BaseWorkers, o.Rate)
-		systemTable(p, rs, "size", "Mbit/s", "%.1f", func(r benchResult) float64 { return r.GoodputMbit }, byBytes, fmtBytes)
+		systemTable(p, rs, "size", "Mbit/s", "%.1f", func(r result) float64 { return r.GoodputMbit }, byBytes, FormatSize)
 		p("\n![goodput against size](goodput_vs_size.png)\n\n")
 		if err := plotSweep(filepath.Join(dir, "goodput_vs_size.png"), fmt.Sprintf("Goodput against tensor size (%d workers, %g Mbit/s ports)", o.BaseWorkers, o.Rate),
-			"tensor size (MiB)", "goodput per worker (Mbit/s)", rs, func(r benchResult) float64 { return float64(r.Bytes) / (1 << 20) },
-			func(r benchResult) float64 { return r.GoodputMbit }, true); err != nil {
+			"tensor size (MiB)", "goodput per worker (Mbit/s)", rs, func(r result) float64 { return float64(r.Bytes) / (1 << 20) },
+			func(r result) float64 { return r.GoodputMbit }, true); err != nil {
 			return "", err
 		}
 	}
 
 	// Rates sweep.
 	if rs := x.in("rates", "rack"); len(rs) > 0 {
-		p("## Rack: port rate (%d workers, %s)\n\n", o.BaseWorkers, fmtBytes(o.TuneSize))
-		systemTable(p, rs, "rate (Mbit/s)", "efficiency", "%.3f", func(r benchResult) float64 { return r.LinkEfficiency }, byRate,
+		p("## Rack: port rate (%d workers, %s)\n\n", o.BaseWorkers, FormatSize(o.TuneSize))
+		systemTable(p, rs, "rate (Mbit/s)", "efficiency", "%.3f", func(r result) float64 { return r.LinkEfficiency }, byRate,
 			func(rate float64) string { return fmt.Sprintf("%g", rate) })
 		p("\n![link efficiency against rate](efficiency_vs_rate.png)\n\n")
-		if err := plotSweep(filepath.Join(dir, "efficiency_vs_rate.png"), fmt.Sprintf("Link efficiency against port rate (%d workers, %s)", o.BaseWorkers, fmtBytes(o.TuneSize)),
-			"port rate (Mbit/s)", "goodput / port rate", rs, func(r benchResult) float64 { return r.RateMbit },
-			func(r benchResult) float64 { return r.LinkEfficiency }, false); err != nil {
+		if err := plotSweep(filepath.Join(dir, "efficiency_vs_rate.png"), fmt.Sprintf("Link efficiency against port rate (%d workers, %s)", o.BaseWorkers, FormatSize(o.TuneSize)),
+			"port rate (Mbit/s)", "goodput / port rate", rs, func(r result) float64 { return r.RateMbit },
+			func(r result) float64 { return r.LinkEfficiency }, false); err != nil {
 			return "", err
 		}
 	}
@@ -229,7 +222,7 @@ func writeBenchReport(dir string, f *benchFile) (string, error) {
 	// SwitchML knobs.
 	for _, k := range []struct {
 		sweep, title, col, file string
-		key                     func(benchResult) int
+		key                     func(result) int
 	}{
 		{"packet", "values per packet", "k (payload bytes)", "efficiency_vs_packet_elements.png", byPacket},
 		{"window", "window (packets in flight per lane)", "window", "efficiency_vs_window.png", byWindow},
@@ -238,7 +231,7 @@ func writeBenchReport(dir string, f *benchFile) (string, error) {
 		if len(rs) == 0 {
 			continue
 		}
-		p("## SwitchML: %s (%d workers, %s, %g Mbit/s ports)\n\n", k.title, o.BaseWorkers, fmtBytes(o.TuneSize), o.Rate)
+		p("## SwitchML: %s (%d workers, %s, %g Mbit/s ports)\n\n", k.title, o.BaseWorkers, FormatSize(o.TuneSize), o.Rate)
 		p("| %s | TAT (s) | min–max (s) | efficiency | retransmits | tbf drops | switch CPU / TAT | machine busy |\n|---|---|---|---|---|---|---|---|\n", k.col)
 		for _, v := range values(rs, k.key) {
 			r, ok := one(rs, "switchml", k.key, v)
@@ -255,14 +248,14 @@ func writeBenchReport(dir string, f *benchFile) (string, error) {
 		}
 		p("\n![%s](%s)\n\n", k.title, k.file)
 		if err := plotSweep(filepath.Join(dir, k.file), "SwitchML link efficiency against "+k.title, k.col, "goodput / port rate", rs,
-			func(r benchResult) float64 { return float64(k.key(r)) }, func(r benchResult) float64 { return r.LinkEfficiency }, true); err != nil {
+			func(r result) float64 { return float64(k.key(r)) }, func(r result) float64 { return r.LinkEfficiency }, true); err != nil {
 			return "", err
 		}
 	}
 
 	// Loopback.
 	if rs := x.in("loopback", "loopback"); len(rs) > 0 {
-		p("## Loopback: CPU cost (%d workers on 127.0.0.1, %s)\n\n", o.LoopbackWorkers, fmtBytes(o.LoopbackSize))
+		p("## Loopback: CPU cost (%d workers on 127.0.0.1, %s)\n\n", o.LoopbackWorkers, FormatSize(o.LoopbackSize))
 		p("Here every process shares the machine's %v CPUs, so this measures CPU per byte, not the network. "+
 			"Worker CPU is that of the allreduce calls alone (warm-up included; input generation and verification left out) for every system. "+
 			"OpenMPI uses its TCP transport on lo.\n\n", env["cpus"])
@@ -292,7 +285,7 @@ func writeBenchReport(dir string, f *benchFile) (string, error) {
 	}
 
 	// Where SwitchML's time goes.
-	var sms []benchResult
+	var sms []result
 	for _, r := range f.Results {
 		if r.System == "switchml" && r.Mode == "rack" && r.Error == "" {
 			sms = append(sms, r)
@@ -313,13 +306,13 @@ func writeBenchReport(dir string, f *benchFile) (string, error) {
 					down += q.Drops
 				}
 			}
-			p("| %s | %.3f | %d | %s | %.2f | %.0f%% | %.0f%% | %d | %d |\n", strings.Join(strings.Fields(r.benchPoint.String())[1:], " "), r.LinkEfficiency, r.Retransmits,
+			p("| %s | %.3f | %d | %s | %.2f | %.0f%% | %.0f%% | %d | %d |\n", strings.Join(strings.Fields(r.Point.String())[1:], " "), r.LinkEfficiency, r.Retransmits,
 				switchShare(r), r.WorkerCPUPerOp, 100*r.MachineBusy, 100*r.MachineSoftirq, up, down)
 		}
 		p("\n")
 	}
 
-	var failed []benchResult
+	var failed []result
 	for _, r := range f.Results {
 		if r.Error != "" {
 			failed = append(failed, r)
@@ -328,7 +321,7 @@ func writeBenchReport(dir string, f *benchFile) (string, error) {
 	if len(failed) > 0 {
 		p("## Points that did not run\n\n")
 		for _, r := range failed {
-			p("- %s: %s\n", r.benchPoint, strings.ReplaceAll(firstLine(r.Error), "\n", " "))
+			p("- %s: %s\n", r.Point, strings.ReplaceAll(firstLine(r.Error), "\n", " "))
 		}
 		p("\n")
 	}
@@ -344,14 +337,14 @@ func writeBenchReport(dir string, f *benchFile) (string, error) {
 
 // switchShare is the switch's CPU time per allreduce over the median TAT:
 // the share of one core the switch needed.
-func switchShare(r benchResult) string {
+func switchShare(r result) string {
 	if r.SwitchCPU == nil || r.MedianTAT == 0 {
 		return "–"
 	}
 	return fmt.Sprintf("%.2f", r.SwitchCPUPerOp/r.MedianTAT)
 }
 
-func goals(b *strings.Builder, x benchIndex, o benchOptions) {
+func goals(b *strings.Builder, x resultIndex, o Options) {
 	rs := x.in("workers", "rack")
 	if len(rs) == 0 {
 		return
@@ -363,7 +356,7 @@ func goals(b *strings.Builder, x benchIndex, o benchOptions) {
 		}
 		return "**no**"
 	}
-	p("## Goals (rack, %s, %g Mbit/s, k=%d)\n\n| goal | target | measured | met |\n|---|---|---|---|\n", fmtBytes(o.Size), o.Rate, o.PacketElements)
+	p("## Goals (rack, %s, %g Mbit/s, k=%d)\n\n| goal | target | measured | met |\n|---|---|---|---|\n", FormatSize(o.Size), o.Rate, o.PacketElements)
 	if sm, ok := one(rs, "switchml", byWorkers, 4); ok {
 		p("| SwitchML link efficiency, 4 workers | ≥ 0.88 | %.3f | %s |\n", sm.LinkEfficiency, met(sm.LinkEfficiency >= 0.88))
 	}
@@ -385,85 +378,4 @@ func goals(b *strings.Builder, x benchIndex, o benchOptions) {
 		p("| SwitchML TAT, 8 workers against 2 | within 10%% | %+.1f%% (%.2f s / %.2f s) | %s |\n", 100*d, s8.MedianTAT, s2.MedianTAT, met(math.Abs(d) <= 0.10))
 	}
 	p("\n")
-}
-
-// plotSweep draws y against x for every system in rs.
-func plotSweep(path, title, xlabel, ylabel string, rs []benchResult, xf, yf func(benchResult) float64, logX bool) error {
-	pl := plot.New()
-	pl.Title.Text = title
-	pl.X.Label.Text = xlabel
-	pl.Y.Label.Text = ylabel
-	if logX {
-		pl.X.Scale = plot.LogScale{}
-		pl.X.Tick.Marker = plot.LogTicks{Prec: -1}
-	}
-	pl.Legend.Top = true
-	pl.Legend.Left = true
-	var args []any
-	for _, s := range systemsIn(rs) {
-		var pts plotter.XYs
-		for _, r := range rs {
-			if r.System == s && r.Error == "" {
-				pts = append(pts, plotter.XY{X: xf(r), Y: yf(r)})
-			}
-		}
-		slices.SortFunc(pts, func(a, b plotter.XY) int { return cmpFloat(a.X, b.X) })
-		if len(pts) > 0 {
-			args = append(args, systemNames[s], pts)
-		}
-	}
-	if len(args) == 0 {
-		return nil
-	}
-	if err := plotutil.AddLinePoints(pl, args...); err != nil {
-		return err
-	}
-	pl.Y.Min = 0
-	return pl.Save(7*vg.Inch, 4.5*vg.Inch, path)
-}
-
-func plotSpeedup(path string, rs []benchResult, o benchOptions) error {
-	pl := plot.New()
-	pl.Title.Text = fmt.Sprintf("SwitchML speedup against workers (%s, %g Mbit/s ports)", fmtBytes(o.Size), o.Rate)
-	pl.X.Label.Text = "workers"
-	pl.Y.Label.Text = "baseline TAT / SwitchML TAT"
-	pl.Legend.Top = true
-	pl.Legend.Left = true
-	var args []any
-	var ideal plotter.XYs
-	for _, base := range []string{"gloo", "ring"} {
-		var pts plotter.XYs
-		for _, n := range values(rs, byWorkers) {
-			sm, ok1 := one(rs, "switchml", byWorkers, n)
-			b, ok2 := one(rs, base, byWorkers, n)
-			if ok1 && ok2 {
-				pts = append(pts, plotter.XY{X: float64(n), Y: b.MedianTAT / sm.MedianTAT})
-			}
-		}
-		if len(pts) > 0 {
-			args = append(args, "over "+systemNames[base], pts)
-		}
-	}
-	for _, n := range values(rs, byWorkers) {
-		ideal = append(ideal, plotter.XY{X: float64(n), Y: 2 * float64(n-1) / float64(n)})
-	}
-	if len(args) == 0 {
-		return nil
-	}
-	args = append(args, "ideal over a line-rate ring, 2(n-1)/n", ideal)
-	if err := plotutil.AddLinePoints(pl, args...); err != nil {
-		return err
-	}
-	pl.Y.Min = 0
-	return pl.Save(7*vg.Inch, 4.5*vg.Inch, path)
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

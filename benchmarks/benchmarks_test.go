@@ -1,0 +1,195 @@
+package benchmarks
+
+import (
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/switchml/switchml-go/benchmarks/rack"
+)
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"64MiB": 64 << 20, "1MiB": 1 << 20, "512KiB": 512 << 10, "1GiB": 1 << 30, "1000": 1000, "0.5MiB": 512 << 10, "10B": 8} {
+		got, err := ParseSize(in)
+		if err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "x", "-1MiB", "2B", "MiB"} {
+		if _, err := ParseSize(in); err == nil {
+			t.Errorf("ParseSize(%q) succeeded", in)
+		}
+	}
+	for b, want := range map[int64]string{64 << 20: "64MiB", 1 << 30: "1GiB", 512 << 10: "512KiB", 1000: "1000B", 3 << 19: "1536KiB"} {
+		s := FormatSize(b)
+		if back, err := ParseSize(s); s != want || err != nil || back != b {
+			t.Errorf("FormatSize(%d) = %q, read back as %d, %v; want %q", b, s, back, err, want)
+		}
+	}
+}
+
+// The default run is every sweep of every system (mpi on loopback only).
+func TestPlanDefault(t *testing.T) {
+	o := DefaultOptions()
+	count := map[string]int{}
+	for _, p := range Plan(&o) {
+		count[p.Mode+"/"+p.System]++
+	}
+	// SwitchML: 3 worker counts + 3 more sizes + 2 more rates + 2 more
+	// packet sizes + 2 more windows; the others have no packet or window
+	// sweep.
+	want := map[string]int{"rack/switchml": 12, "rack/gloo": 8, "rack/ring": 8, "loopback/switchml": 1, "loopback/gloo": 1, "loopback/ring": 1, "loopback/mpi": 1}
+	if !maps.Equal(count, want) {
+		t.Errorf("points per system: %v, want %v", count, want)
+	}
+}
+
+func TestPlan(t *testing.T) {
+	o := Options{
+		Modes: []string{"rack", "loopback"}, Systems: Systems,
+		Sweeps:  []string{"workers", "sizes", "rates", "packet", "window", "loopback"},
+		Workers: []int{2, 4, 8}, Size: 64 << 20, Sizes: []int64{1 << 20, 64 << 20}, TuneSize: 16 << 20,
+		Rate: 200, Rates: []float64{100, 200}, BaseWorkers: 4, PacketElements: 256, PacketSweep: []int{64, 256},
+		Window: 64, Windows: []int{16, 64}, Lanes: 4, LoopbackWorkers: 4, LoopbackSize: 4 << 20,
+	}
+	points := Plan(&o)
+	seen := map[string]bool{}
+	count := map[string]int{}
+	for i, p := range points {
+		if seen[p.key()] {
+			t.Errorf("point %s planned twice", p)
+		}
+		seen[p.key()] = true
+		count[p.Mode+"/"+p.System]++
+		if p.System == "mpi" && p.Mode == "rack" {
+			t.Errorf("mpi planned on the rack")
+		}
+		if p.System != "switchml" && (p.PacketElements != 0 || p.Window != 0) {
+			t.Errorf("%s carries SwitchML knobs", p)
+		}
+		if i > 0 && points[i-1].Mode == "loopback" && p.Mode == "rack" {
+			t.Errorf("rack point %s after a loopback point", p)
+		}
+	}
+	// SwitchML on the rack: 3 worker counts + 1MiB + 16MiB (rates, packet,
+	// window at 200) + 16MiB at 100 + k=64 + W=16 = 8.
+	if count["rack/switchml"] != 8 || count["rack/gloo"] != 6 || count["loopback/mpi"] != 1 || count["rack/mpi"] != 0 {
+		t.Errorf("points per system: %v", count)
+	}
+	// The 4-worker, 64MiB point belongs to both the workers and sizes sweeps.
+	for _, p := range points {
+		if p.Mode == "rack" && p.System == "gloo" && p.Workers == 4 && p.Bytes == 64<<20 {
+			if strings.Join(p.Sweeps, ",") != "workers,sizes" {
+				t.Errorf("sweeps of %s: %v", p, p.Sweeps)
+			}
+		}
+	}
+	o.Systems = []string{"switchml"}
+	o.Sweeps = []string{"window"}
+	if n := len(Plan(&o)); n != 2 {
+		t.Errorf("window sweep alone: %d points, want 2", n)
+	}
+}
+
+func fakeResult(mode, system string, workers int, bytes int64, tat float64, sweeps ...string) result {
+	r := result{Point: Point{Mode: mode, System: system, Workers: workers, Bytes: bytes, RateMbit: 200, Sweeps: sweeps}}
+	if mode == "loopback" {
+		r.RateMbit = 0
+	}
+	if system == "switchml" {
+		r.PacketElements, r.Window, r.Lanes = 256, 64, 4
+		r.SwitchCPU = &cpuTime{User: 1, Sys: 0.5}
+		r.SwitchCPUPerOp = 0.25
+	}
+	for range 5 {
+		r.Runs = append(r.Runs, repetition{TAT: tat, RankTATs: []float64{tat}})
+	}
+	r.MedianTAT, r.MinTAT, r.MaxTAT = tat, tat, tat
+	r.GoodputMbit = float64(bytes*8) / tat / 1e6
+	if r.RateMbit > 0 {
+		r.LinkEfficiency = r.GoodputMbit / r.RateMbit
+	}
+	r.Verified = true
+	return r
+}
+
+// fakeFile is a run with a workers, a sizes and a loopback sweep, and one
+// skipped baseline.
+func fakeFile() *resultsFile {
+	const s = 64 << 20
+	return &resultsFile{
+		Options: Options{Name: "test", Size: s, Rate: 200, PacketElements: 256, Window: 64, Lanes: 4, BaseWorkers: 4, Iters: 5, Warmup: 1, LoopbackWorkers: 4, LoopbackSize: s},
+		Environment: map[string]any{"cpus": 2, "ports": []any{
+			map[string]any{"rate_mbit": 200.0, "tbf_burst_bytes": 25000, "tbf_limit_bytes": 525000, "udp_probe": rack.UDPProbe{Payload: 1034, FrameMbit: 199.9}},
+		}},
+		Results: []result{
+			fakeResult("rack", "switchml", 2, s, 3.0, "workers"),
+			fakeResult("rack", "switchml", 4, s, 3.0, "workers", "sizes"),
+			fakeResult("rack", "switchml", 8, s, 3.1, "workers"),
+			fakeResult("rack", "gloo", 2, s, 3.0, "workers"),
+			fakeResult("rack", "gloo", 4, s, 4.5, "workers", "sizes"),
+			fakeResult("rack", "gloo", 8, s, 7.2, "workers"),
+			fakeResult("rack", "switchml", 4, 1<<20, 0.1, "sizes"),
+			fakeResult("rack", "gloo", 4, 1<<20, 0.12, "sizes"),
+			fakeResult("loopback", "switchml", 4, s, 1.0, "loopback"),
+			fakeResult("loopback", "ring", 4, s, 0.5, "loopback"),
+			{Point: Point{Mode: "loopback", System: "mpi", Workers: 4, Bytes: s, Sweeps: []string{"loopback"}}, Error: "skipped: mpicc not found"},
+		},
+	}
+}
+
+func TestReport(t *testing.T) {
+	dir := t.TempDir()
+	f := fakeFile()
+	summary, err := writeReport(dir, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| 4 | 3.000 | 4.500 | 0.895 | 1.50x | – | 1.50x |", // workers row: TATs, efficiency, speedup, ideal
+		"speedup over Gloo, 8 workers | ≥ 2.0x | 2.32x",
+		"8 workers against 2 | within 10% | +3.3%",
+		"| Ring (Go) | 0.500 |",
+		"mpicc not found",
+		"| 200 Mbit/s | 25000 B | 525000 B | 199.9 Mbit/s |",
+	} {
+		if !strings.Contains(summary, want) {
+			t.Errorf("summary lacks %q:\n%s", want, summary)
+		}
+	}
+	for _, png := range []string{"tat_vs_workers.png", "speedup_vs_workers.png", "goodput_vs_size.png"} {
+		b, err := os.ReadFile(filepath.Join(dir, png))
+		if err != nil || len(b) < 8 || string(b[1:4]) != "PNG" {
+			t.Errorf("%s: not a PNG (%v)", png, err)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "summary.md")); err != nil || string(b) != summary {
+		t.Errorf("summary.md differs from the returned summary (%v)", err)
+	}
+}
+
+// A report rewritten from results.json, as the suite saved it during the
+// run, is the one the run wrote at its end.
+func TestReportFromResultsJSON(t *testing.T) {
+	dir := t.TempDir()
+	f := fakeFile()
+	if err := f.save(dir); err != nil {
+		t.Fatal(err)
+	}
+	want, err := writeReport(t.TempDir(), f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Report(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Errorf("report from results.json:\n%s\nwant:\n%s", got, want)
+	}
+	if _, err := Report(t.TempDir()); err == nil || !strings.Contains(err.Error(), "results.json") {
+		t.Errorf("Report of a directory without results.json: %v, want an error naming results.json", err)
+	}
+}

@@ -1,0 +1,309 @@
+package benchmarks
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Systems are the systems the suite knows, in the order tables show them.
+var Systems = []string{"switchml", "gloo", "ring", "mpi"}
+
+// Modes are the topologies the suite runs on: the emulated rack (network
+// namespaces, needs root) and loopback (127.0.0.1).
+var Modes = []string{"rack", "loopback"}
+
+// Sweeps are the sweeps the suite knows; each varies one factor around the
+// base point.
+var Sweeps = []string{"workers", "sizes", "rates", "packet", "window", "loopback"}
+
+// Options describe a run of the suite. They are recorded in results.json,
+// which is why every field that shapes the numbers has a JSON name.
+type Options struct {
+	// Name names the run; the default is the date and time.
+	Name string `json:"name"`
+	// Out is where results go; the default is benchmarks/results/<Name>.
+	Out     string   `json:"out"`
+	Modes   []string `json:"modes"`
+	Systems []string `json:"systems"`
+	Sweeps  []string `json:"sweeps"`
+	// Workers are the worker counts of the workers sweep.
+	Workers []int `json:"workers"`
+	// Size is the tensor size in bytes of the workers sweep and of the
+	// base point; Sizes those of the sizes sweep; TuneSize that of the
+	// rates, packet and window sweeps.
+	Size     int64   `json:"size_bytes"`
+	Sizes    []int64 `json:"sizes_bytes"`
+	TuneSize int64   `json:"tune_size_bytes"`
+	// Rate is every rack port's rate in Mbit/s, each direction; Rates are
+	// those of the rates sweep.
+	Rate  float64   `json:"rate_mbit"`
+	Rates []float64 `json:"rates_mbit"`
+
+	// BaseWorkers is the worker count of the sizes, rates, packet and
+	// window sweeps.
+	BaseWorkers    int   `json:"base_workers"`
+	PacketElements int   `json:"packet_elements"`
+	PacketSweep    []int `json:"packet_elements_sweep"`
+	Window         int   `json:"window"`
+	Windows        []int `json:"window_sweep"`
+	Lanes          int   `json:"lanes"`
+	// SMLTimeout is SwitchML's retransmission timeout; zero keeps the
+	// library's default.
+	SMLTimeout time.Duration `json:"switchml_timeout_ns"`
+
+	LoopbackWorkers int   `json:"loopback_workers"`
+	LoopbackSize    int64 `json:"loopback_size_bytes"`
+
+	// Iters timed repetitions follow Warmup untimed ones at every point.
+	Iters  int  `json:"iters"`
+	Warmup int  `json:"warmup"`
+	Verify bool `json:"verify"`
+	// MTU, Burst and Limit shape the rack's ports (zero Burst and Limit:
+	// derived from the rate, see rack.Shaping).
+	MTU   int `json:"mtu"`
+	Burst int `json:"tbf_burst_bytes"`
+	Limit int `json:"tbf_limit_bytes"`
+	// Prefix names the rack's namespaces; leftovers of a crashed run with
+	// it are removed first.
+	Prefix string `json:"prefix"`
+	Subnet string `json:"subnet"`
+	// Python runs the Gloo baseline; it needs PyTorch.
+	Python string `json:"python"`
+	// Timeout bounds each point; zero derives it from the size and rate.
+	Timeout time.Duration `json:"point_timeout_ns"`
+
+	// Verbose echoes every process's log to stderr.
+	Verbose bool `json:"-"`
+	// Exe is the switchml binary the suite runs for the switch, the
+	// controller and the SwitchML and ring workers; the default is this
+	// program.
+	Exe string `json:"-"`
+	// Progress receives a line per point and what the suite skips
+	// (default os.Stderr); Summary receives the Markdown summary at the
+	// end (default os.Stdout).
+	Progress io.Writer `json:"-"`
+	Summary  io.Writer `json:"-"`
+}
+
+// DefaultOptions are the options of the default run, the one
+// `switchml bench` makes without flags: every sweep of every system, on the
+// rack at 200 Mbit/s and on loopback.
+func DefaultOptions() Options {
+	return Options{
+		Modes:   slices.Clone(Modes),
+		Systems: slices.Clone(Systems),
+		Sweeps:  slices.Clone(Sweeps),
+		Workers: []int{2, 4, 8}, Size: 64 << 20, Sizes: []int64{1 << 20, 4 << 20, 16 << 20, 64 << 20}, TuneSize: 16 << 20,
+		Rate: 200, Rates: []float64{100, 200, 400},
+		BaseWorkers: 4, PacketElements: 256, PacketSweep: []int{64, 128, 256}, Window: 64, Windows: []int{16, 32, 64}, Lanes: 4,
+		LoopbackWorkers: 4, LoopbackSize: 64 << 20,
+		Iters: 5, Warmup: 1, Verify: true,
+		MTU: 1500, Prefix: "smlb", Subnet: "10.213.0.0/24", Python: "/usr/bin/python3",
+	}
+}
+
+// check rejects options no run can use; the CLI reports its flags' own
+// mistakes before, naming the flags.
+func (o *Options) check() error {
+	if o.Rate <= 0 || o.Iters < 1 || o.Warmup < 0 || o.BaseWorkers < 1 || o.LoopbackWorkers < 1 || o.Lanes < 1 || o.Window < 1 {
+		return errors.New("benchmarks: want Rate > 0, Iters >= 1, Warmup >= 0 and positive BaseWorkers, LoopbackWorkers, Lanes and Window")
+	}
+	return nil
+}
+
+// fill sets the defaults of the fields the zero value leaves unusable.
+func (o *Options) fill() {
+	if o.Name == "" {
+		o.Name = time.Now().Format("2006-01-02-150405")
+	}
+	if o.Out == "" {
+		o.Out = filepath.Join("benchmarks", "results", o.Name)
+	}
+	if o.Progress == nil {
+		o.Progress = os.Stderr
+	}
+	if o.Summary == nil {
+		o.Summary = os.Stdout
+	}
+}
+
+// Point is one configuration of one system.
+type Point struct {
+	Mode           string  `json:"mode"`
+	System         string  `json:"system"`
+	Workers        int     `json:"workers"`
+	Bytes          int64   `json:"bytes"`
+	RateMbit       float64 `json:"rate_mbit,omitempty"`
+	PacketElements int     `json:"packet_elements,omitempty"`
+	Window         int     `json:"window,omitempty"`
+	Lanes          int     `json:"lanes,omitempty"`
+	// Sweeps names the sweeps this point belongs to.
+	Sweeps []string `json:"sweeps"`
+}
+
+func (p Point) key() string {
+	return fmt.Sprintf("%s/%s/%d/%d/%g/%d/%d/%d", p.Mode, p.System, p.Workers, p.Bytes, p.RateMbit, p.PacketElements, p.Window, p.Lanes)
+}
+
+func (p Point) String() string {
+	s := fmt.Sprintf("%-8s %-8s n=%d %s", p.Mode, p.System, p.Workers, FormatSize(p.Bytes))
+	if p.RateMbit > 0 {
+		s += fmt.Sprintf(" %gMbit/s", p.RateMbit)
+	}
+	if p.System == "switchml" {
+		s += fmt.Sprintf(" k=%d W=%d L=%d", p.PacketElements, p.Window, p.Lanes)
+	}
+	return s
+}
+
+// Plan lists the points of the chosen sweeps, each once, rack points first
+// and grouped by rate.
+func Plan(o *Options) []Point {
+	var points []Point
+	index := map[string]int{}
+	add := func(sweep string, p Point) {
+		if !slices.Contains(o.Systems, p.System) || !slices.Contains(o.Modes, p.Mode) {
+			return
+		}
+		if p.System == "mpi" && p.Mode == "rack" {
+			return // mpirun would need a launcher across namespaces
+		}
+		if p.System == "switchml" {
+			p.PacketElements = cmp0(p.PacketElements, o.PacketElements)
+			p.Window = cmp0(p.Window, o.Window)
+			p.Lanes = o.Lanes
+		} else {
+			p.PacketElements, p.Window, p.Lanes = 0, 0, 0
+		}
+		if p.Mode == "loopback" {
+			p.RateMbit = 0
+		}
+		if i, ok := index[p.key()]; ok {
+			if !slices.Contains(points[i].Sweeps, sweep) {
+				points[i].Sweeps = append(points[i].Sweeps, sweep)
+			}
+			return
+		}
+		p.Sweeps = []string{sweep}
+		index[p.key()] = len(points)
+		points = append(points, p)
+	}
+	has := func(s string) bool { return slices.Contains(o.Sweeps, s) }
+	for _, sys := range Systems {
+		rack := Point{Mode: "rack", System: sys, Workers: o.BaseWorkers, Bytes: o.Size, RateMbit: o.Rate}
+		if has("workers") {
+			for _, n := range o.Workers {
+				p := rack
+				p.Workers = n
+				add("workers", p)
+			}
+		}
+		if has("sizes") {
+			for _, b := range o.Sizes {
+				p := rack
+				p.Bytes = b
+				add("sizes", p)
+			}
+		}
+		tune := rack
+		tune.Bytes = o.TuneSize
+		if has("rates") {
+			for _, r := range o.Rates {
+				p := tune
+				p.RateMbit = r
+				add("rates", p)
+			}
+		}
+		if sys == "switchml" && has("packet") {
+			for _, k := range o.PacketSweep {
+				p := tune
+				p.PacketElements = k
+				add("packet", p)
+			}
+		}
+		if sys == "switchml" && has("window") {
+			for _, w := range o.Windows {
+				p := tune
+				p.Window = w
+				add("window", p)
+			}
+		}
+		if has("loopback") {
+			add("loopback", Point{Mode: "loopback", System: sys, Workers: o.LoopbackWorkers, Bytes: o.LoopbackSize})
+		}
+	}
+	// Rack points by rate (fewer reshapes), then by system so that a
+	// system's points run back to back, then in plan order.
+	slices.SortStableFunc(points, func(a, b Point) int {
+		if a.Mode != b.Mode {
+			return strings.Compare(b.Mode, a.Mode) // rack before loopback
+		}
+		if a.RateMbit != b.RateMbit {
+			switch {
+			case a.RateMbit == o.Rate:
+				return -1
+			case b.RateMbit == o.Rate:
+				return 1
+			case a.RateMbit < b.RateMbit:
+				return -1
+			default:
+				return 1
+			}
+		}
+		return 0
+	})
+	return points
+}
+
+func cmp0(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// ParseSize reads sizes like 64MiB, 512KiB, 1GiB, 1000000 (bytes); the
+// result is a whole number of float32 elements.
+func ParseSize(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		m      int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1}} {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.m
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || v <= 0 {
+		return 0, fmt.Errorf("%q: want a size like 64MiB, 512KiB or a number of bytes", s)
+	}
+	b := int64(v*float64(mult)) / 4 * 4
+	if b < 4 {
+		return 0, fmt.Errorf("%q is less than one float32", s)
+	}
+	return b, nil
+}
+
+// FormatSize writes a size in bytes as ParseSize reads it, in the largest
+// binary unit that divides it.
+func FormatSize(b int64) string {
+	switch {
+	case b >= 1<<30 && b%(1<<30) == 0:
+		return fmt.Sprintf("%dGiB", b>>30)
+	case b >= 1<<20 && b%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", b>>20)
+	case b >= 1<<10 && b%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", b>>10)
+	}
+	return fmt.Sprintf("%dB", b)
+}

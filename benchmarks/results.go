@@ -1,0 +1,80 @@
+package benchmarks
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+)
+
+// repetition is one timed allreduce of a point.
+type repetition struct {
+	// TAT is the slowest worker's time: the result is on every worker.
+	TAT      float64   `json:"tat_s"`
+	RankTATs []float64 `json:"rank_tat_s"`
+}
+
+type cpuTime struct {
+	User float64 `json:"user_s"`
+	Sys  float64 `json:"sys_s"`
+}
+
+func (c cpuTime) total() float64 { return c.User + c.Sys }
+
+// qdiscDelta is what one shaped port counted during a point.
+type qdiscDelta struct {
+	Worker     int    `json:"worker"`
+	Direction  string `json:"direction"`
+	Packets    uint64 `json:"packets"`
+	Bytes      uint64 `json:"bytes"`
+	Drops      uint64 `json:"drops"`
+	Overlimits uint64 `json:"overlimits"`
+}
+
+// result is a point with everything measured on it.
+type result struct {
+	Point
+	Runs      []repetition `json:"runs"`
+	MedianTAT float64      `json:"median_tat_s"`
+	MinTAT    float64      `json:"min_tat_s"`
+	MaxTAT    float64      `json:"max_tat_s"`
+	// GoodputMbit is tensor bits over the median TAT, per worker.
+	GoodputMbit float64 `json:"goodput_mbit"`
+	// LinkEfficiency is GoodputMbit over the port rate (rack only).
+	LinkEfficiency float64 `json:"link_efficiency,omitempty"`
+	Verified       bool    `json:"verified"`
+	Retransmits    uint64  `json:"retransmits"`
+	// WorkerCPU is each worker's CPU time during its allreduce calls
+	// (warm-up included), the same measure for every system.
+	WorkerCPU []cpuTime `json:"worker_cpu"`
+	// WorkerCPUPerOp is the workers' CPU seconds summed, per allreduce
+	// (warm-up included in the count).
+	WorkerCPUPerOp float64 `json:"worker_cpu_per_allreduce_s"`
+	// SwitchCPU is the software switch's CPU time during the point.
+	SwitchCPU      *cpuTime `json:"switch_cpu,omitempty"`
+	SwitchCPUPerOp float64  `json:"switch_cpu_per_allreduce_s,omitempty"`
+	// MachineBusy is the fraction of all CPUs busy during the point, and
+	// MachineSoftirq the part of it spent in softirq (packet forwarding, tbf).
+	MachineBusy    float64      `json:"machine_busy"`
+	MachineSoftirq float64      `json:"machine_softirq"`
+	Qdisc          []qdiscDelta `json:"qdisc,omitempty"`
+	QdiscDrops     uint64       `json:"qdisc_drops"`
+	WallS          float64      `json:"wall_s"`
+	Error          string       `json:"error,omitempty"`
+}
+
+// resultsFile is results.json.
+type resultsFile struct {
+	Options     Options        `json:"options"`
+	Environment map[string]any `json:"environment"`
+	Results     []result       `json:"results"`
+	Fabric      map[string]any `json:"switch_logs,omitempty"`
+}
+
+// save writes f to dir/results.json.
+func (f *resultsFile) save(dir string) error {
+	data, err := json.MarshalIndent(f, "", " ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "results.json"), append(data, '\n'), 0o644)
+}

@@ -1,0 +1,292 @@
+package benchmarks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/switchml/switchml-go/benchmarks/rack"
+	"github.com/switchml/switchml-go/p4/fabric"
+)
+
+// Run runs the points Plan lists for o, one at a time: the rack ones on an
+// emulated rack it builds (needs root), then the loopback ones. After every
+// point it saves results.json under o.Out; at the end it writes summary.md
+// and the plots there and copies the summary to o.Summary. A baseline that
+// cannot run (no PyTorch, no OpenMPI) is skipped and named, not an error.
+//
+// When ctx ends, Run stops every process, tears the rack down and returns
+// an error, keeping the points done so far in results.json.
+func Run(ctx context.Context, o Options) error {
+	o.fill()
+	if err := o.check(); err != nil {
+		return err
+	}
+	points := Plan(&o)
+	if len(points) == 0 {
+		return errors.New("benchmarks: the chosen modes, sweeps and systems give no point to run")
+	}
+	if o.Exe == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("benchmarks: the switchml binary to run (set Options.Exe): %w", err)
+		}
+		o.Exe = exe
+	}
+	if err := os.MkdirAll(o.Out, 0o755); err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("", "switchml-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+
+	b := &driver{o: &o, exe: o.Exe, work: work, file: resultsFile{Options: o, Environment: environment(), Fabric: map[string]any{}}}
+	b.file.Environment["command"] = strings.Join(os.Args, " ")
+	b.prepareBaselines(ctx, points)
+
+	start := time.Now()
+	for i, p := range points {
+		if err := ctx.Err(); err != nil {
+			break
+		}
+		if p.Mode == "rack" && b.rack == nil {
+			if err := b.buildRack(ctx, points); err != nil {
+				b.close()
+				return err
+			}
+		}
+		if p.Mode == "loopback" && b.rack != nil {
+			b.closeRack()
+		}
+		fmt.Fprintf(o.Progress, "[%d/%d] %s ...", i+1, len(points), p)
+		res := b.runPoint(ctx, i, p)
+		if res.Error != "" {
+			fmt.Fprintf(o.Progress, " FAILED after %.0f s: %s\n", res.WallS, firstLine(res.Error))
+		} else {
+			fmt.Fprintf(o.Progress, " median %.3f s (min %.3f, max %.3f), %.1f Mbit/s", res.MedianTAT, res.MinTAT, res.MaxTAT, res.GoodputMbit)
+			if res.LinkEfficiency > 0 {
+				fmt.Fprintf(o.Progress, ", efficiency %.3f", res.LinkEfficiency)
+			}
+			fmt.Fprintf(o.Progress, " [%.0f s, %s elapsed]\n", res.WallS, time.Since(start).Round(time.Second))
+		}
+		b.file.Results = append(b.file.Results, res)
+		if err := b.file.save(o.Out); err != nil {
+			b.close()
+			return err
+		}
+	}
+	b.close()
+	b.file.Environment["loadavg_end"] = loadAvg()
+	if err := b.file.save(o.Out); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("interrupted; the rack is torn down and the points done so far are in %s: %w", o.Out, err)
+	}
+	summary, err := writeReport(o.Out, &b.file)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(o.Summary, summary)
+	fmt.Fprintf(o.Progress, "results in %s (%s)\n", o.Out, time.Since(start).Round(time.Second))
+	return nil
+}
+
+// driver runs the points and keeps what they share: the rack, a switch and
+// controller per topology, and the baselines' programs.
+type driver struct {
+	o         *Options
+	exe, work string
+	file      resultsFile
+	rack      *rack.Rack
+	rackFab   *fabric.Fabric
+	loopFab   *fabric.Fabric
+	gloo      string // path of the Gloo script, "" if unavailable
+	glooWhy   string
+	mpi       string // path of the compiled MPI program
+	mpiWhy    string
+	probed    map[float64]bool
+}
+
+// prepareBaselines writes the Gloo script and compiles the MPI program, and
+// notes why a baseline cannot run instead of failing the suite.
+func (b *driver) prepareBaselines(ctx context.Context, points []Point) {
+	need := func(sys string) bool {
+		return slices.ContainsFunc(points, func(p Point) bool { return p.System == sys })
+	}
+	env := b.file.Environment
+	if need("gloo") {
+		script := filepath.Join(b.work, "gloo_allreduce.py")
+		out, err := exec.CommandContext(ctx, b.o.Python, "-c", "import torch, torch.distributed as d; print(torch.__version__, d.is_gloo_available())").Output()
+		switch {
+		case err != nil:
+			b.glooWhy = fmt.Sprintf("%s cannot import torch: %v", b.o.Python, err)
+		case !strings.Contains(string(out), "True"):
+			b.glooWhy = "this PyTorch has no Gloo backend"
+		default:
+			env["torch"] = strings.Fields(string(out))[0]
+			if err := os.WriteFile(script, GlooAllReduce, 0o644); err != nil {
+				b.glooWhy = err.Error()
+			} else {
+				b.gloo = script
+			}
+		}
+	}
+	if need("mpi") {
+		src := filepath.Join(b.work, "allreduce.c")
+		bin := filepath.Join(b.work, "mpi_allreduce")
+		if _, err := exec.LookPath("mpicc"); err != nil {
+			b.mpiWhy = "mpicc not found (apt-get install openmpi-bin libopenmpi-dev)"
+		} else if _, err := exec.LookPath("mpirun"); err != nil {
+			b.mpiWhy = "mpirun not found (apt-get install openmpi-bin)"
+		} else if err := os.WriteFile(src, MPIAllReduce, 0o644); err != nil {
+			b.mpiWhy = err.Error()
+		} else if out, err := exec.CommandContext(ctx, "mpicc", "-O2", "-o", bin, src).CombinedOutput(); err != nil {
+			b.mpiWhy = fmt.Sprintf("mpicc: %v: %s", err, out)
+		} else {
+			b.mpi = bin
+			if v, err := exec.Command("mpirun", "--version").Output(); err == nil {
+				env["mpirun"] = firstLine(string(v))
+			}
+		}
+	}
+	if b.glooWhy != "" {
+		env["gloo_skipped"] = b.glooWhy
+		fmt.Fprintf(b.o.Progress, "gloo skipped: %s\n", b.glooWhy)
+	}
+	if b.mpiWhy != "" {
+		env["mpi_skipped"] = b.mpiWhy
+		fmt.Fprintf(b.o.Progress, "mpi skipped: %s\n", b.mpiWhy)
+	}
+}
+
+func (b *driver) pointTimeout(p Point) time.Duration {
+	if b.o.Timeout > 0 {
+		return b.o.Timeout
+	}
+	rate := p.RateMbit
+	if rate == 0 {
+		rate = 200
+	}
+	one := float64(p.Bytes*8) / (rate * 1e6) * 2
+	return time.Duration((float64(b.o.Warmup+b.o.Iters)*one*4+120)*float64(time.Second)) + 2*time.Minute
+}
+
+func (b *driver) runPoint(ctx context.Context, idx int, p Point) (res result) {
+	res.Point = p
+	start := time.Now()
+	defer func() { res.WallS = time.Since(start).Seconds() }()
+	fail := func(err error) result {
+		res.Error = err.Error()
+		return res
+	}
+	switch {
+	case p.System == "gloo" && b.gloo == "":
+		return fail(errors.New("skipped: " + b.glooWhy))
+	case p.System == "mpi" && b.mpi == "":
+		return fail(errors.New("skipped: " + b.mpiWhy))
+	}
+	if p.Mode == "rack" {
+		if err := b.setRate(ctx, p.RateMbit); err != nil {
+			return fail(err)
+		}
+	}
+	var fab *fabric.Fabric
+	switchPID := 0
+	if p.System == "switchml" {
+		var err error
+		if fab, err = b.fabric(ctx, p.Mode); err != nil {
+			return fail(err)
+		}
+		sw, _ := fab.Procs()
+		switchPID = sw.Cmd().Process.Pid
+	}
+	pctx, cancel := context.WithTimeout(ctx, b.pointTimeout(p))
+	defer cancel()
+
+	var q0 []rack.QdiscStats
+	if p.Mode == "rack" {
+		q0, _ = b.rack.Stats()
+	}
+	var sw0 cpuTime
+	if fab != nil {
+		sw0, _ = procCPU(switchPID)
+	}
+	m0 := readMachineCPU()
+
+	reps, err := b.runSystem(pctx, idx, p, fab)
+
+	m1 := readMachineCPU()
+	res.MachineBusy, res.MachineSoftirq = m1.since(m0)
+	if fab != nil {
+		if sw1, ok := procCPU(switchPID); ok {
+			d := cpuTime{User: sw1.User - sw0.User, Sys: sw1.Sys - sw0.Sys}
+			res.SwitchCPU = &d
+			res.SwitchCPUPerOp = d.total() / float64(b.o.Warmup+b.o.Iters)
+		}
+	}
+	if p.Mode == "rack" {
+		if q1, qerr := b.rack.Stats(); qerr == nil && len(q1) == len(q0) {
+			for i := range q1 {
+				d := qdiscDelta{Worker: q1[i].Worker, Direction: "download", Packets: q1[i].Packets - q0[i].Packets,
+					Bytes: q1[i].Bytes - q0[i].Bytes, Drops: q1[i].Drops - q0[i].Drops, Overlimits: q1[i].Overlimits - q0[i].Overlimits}
+				if q1[i].Up {
+					d.Direction = "upload"
+				}
+				if d.Worker < p.Workers {
+					res.Qdisc = append(res.Qdisc, d)
+					res.QdiscDrops += d.Drops
+				}
+			}
+		}
+	}
+	if err != nil {
+		return fail(err)
+	}
+	res.Verified = true
+	for r, rep := range reps {
+		if len(rep.TATs) != b.o.Iters {
+			return fail(fmt.Errorf("rank %d reported %d timings, want %d", r, len(rep.TATs), b.o.Iters))
+		}
+		res.Verified = res.Verified && rep.Verified
+		res.Retransmits += rep.Retransmits
+		res.WorkerCPU = append(res.WorkerCPU, rep.cpu)
+		res.WorkerCPUPerOp += rep.cpu.total() / float64(b.o.Warmup+b.o.Iters)
+	}
+	for it := 0; it < b.o.Iters; it++ {
+		run := repetition{}
+		for _, rep := range reps {
+			run.RankTATs = append(run.RankTATs, rep.TATs[it])
+			run.TAT = max(run.TAT, rep.TATs[it])
+		}
+		res.Runs = append(res.Runs, run)
+	}
+	tats := make([]float64, len(res.Runs))
+	for i, r := range res.Runs {
+		tats[i] = r.TAT
+	}
+	sort.Float64s(tats)
+	res.MedianTAT, res.MinTAT, res.MaxTAT = median(tats), tats[0], tats[len(tats)-1]
+	res.GoodputMbit = float64(p.Bytes*8) / res.MedianTAT / 1e6
+	if p.RateMbit > 0 {
+		res.LinkEfficiency = res.GoodputMbit / p.RateMbit
+	}
+	return res
+}
+
+func median(sorted []float64) float64 {
+	n := len(sorted)
+	if n%2 == 1 {
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
+}

@@ -1,0 +1,216 @@
+package benchmarks
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/switchml/switchml-go/p4/fabric"
+)
+
+// rankReport is what the driver keeps of one worker's report.
+type rankReport struct {
+	TATs        []float64
+	Verified    bool
+	Retransmits uint64
+	cpu         cpuTime
+}
+
+// runSystem starts one process per rank (one mpirun for mpi) and collects
+// their reports.
+func (b *driver) runSystem(ctx context.Context, idx int, p Point, fab *fabric.Fabric) ([]rankReport, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	elements := strconv.FormatInt(p.Bytes/4, 10)
+	iters, warmup := strconv.Itoa(b.o.Iters), strconv.Itoa(b.o.Warmup)
+	rackMode := p.Mode == "rack"
+	command := func(rank int, name string, args ...string) *exec.Cmd {
+		if rackMode {
+			return b.rack.Command(ctx, b.rack.WorkerNS(rank), name, args...)
+		}
+		return exec.CommandContext(ctx, name, args...)
+	}
+	hostOf := func(rank int) string {
+		if rackMode {
+			return b.rack.WorkerIP(rank)
+		}
+		return "127.0.0.1"
+	}
+	var cmds []*exec.Cmd
+	switch p.System {
+	case "switchml":
+		verify := b.o.Verify && rackMode
+		for r := 0; r < p.Workers; r++ {
+			args := []string{"allreduce", "--controller", fab.ControllerAddr(), "--job", fmt.Sprintf("p%d", idx),
+				"--rank", strconv.Itoa(r), "--workers", strconv.Itoa(p.Workers), "--elements", elements, "--dtype", "float32",
+				"--iters", iters, "--warmup", warmup, "--lanes", strconv.Itoa(p.Lanes), "--window", strconv.Itoa(p.Window),
+				"--packet-elements", strconv.Itoa(p.PacketElements), fmt.Sprintf("--verify=%v", verify), "--json"}
+			if b.o.SMLTimeout > 0 {
+				args = append(args, "--timeout", b.o.SMLTimeout.String())
+			}
+			if p.PacketElements > 256 {
+				args = append(args, "--extended")
+			}
+			if rackMode {
+				args = append(args, "--bind", hostOf(r))
+			}
+			cmds = append(cmds, command(r, b.exe, args...))
+		}
+	case "ring":
+		addrs := make([]string, p.Workers)
+		for r := range addrs {
+			port := 41000 + r
+			if !rackMode {
+				var err error
+				if port, err = fabric.FreePort("tcp"); err != nil {
+					return nil, err
+				}
+			}
+			addrs[r] = fmt.Sprintf("%s:%d", hostOf(r), port)
+		}
+		for r := 0; r < p.Workers; r++ {
+			cmds = append(cmds, command(r, b.exe, "ring", "--rank", strconv.Itoa(r), "--workers", strconv.Itoa(p.Workers),
+				"--addrs", strings.Join(addrs, ","), "--elements", elements, "--iters", iters, "--warmup", warmup,
+				fmt.Sprintf("--verify=%v", b.o.Verify), "--json"))
+		}
+	case "gloo":
+		port, ifname := 29500+idx%1000, "eth0"
+		if !rackMode {
+			var err error
+			if port, err = fabric.FreePort("tcp"); err != nil {
+				return nil, err
+			}
+			ifname = "lo"
+		}
+		for r := 0; r < p.Workers; r++ {
+			cmds = append(cmds, command(r, b.o.Python, b.gloo, "--rank", strconv.Itoa(r), "--world", strconv.Itoa(p.Workers),
+				"--master-addr", hostOf(0), "--master-port", strconv.Itoa(port), "--ifname", ifname,
+				"--elements", elements, "--iters", iters, "--warmup", warmup))
+		}
+	case "mpi":
+		cmds = append(cmds, exec.CommandContext(ctx, "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", strconv.Itoa(p.Workers),
+			"--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo", b.mpi, elements, iters, warmup))
+	default:
+		return nil, fmt.Errorf("unknown system %q: want one of %s", p.System, strings.Join(Systems, ", "))
+	}
+	outs, err := runAll(ctx, cancel, cmds, b.o.Verbose, p.System)
+	if err != nil {
+		return nil, err
+	}
+	if p.System == "mpi" {
+		var m struct {
+			TATs     []float64   `json:"tat_s"`
+			Verified bool        `json:"verified"`
+			CPU      [][]float64 `json:"cpu"`
+		}
+		if err := json.Unmarshal(lastJSONLine(outs[0]), &m); err != nil {
+			return nil, fmt.Errorf("mpirun output: %v: %q", err, outs[0])
+		}
+		reps := make([]rankReport, p.Workers)
+		for r := range reps {
+			// mpi reports the slowest rank's time per repetition.
+			reps[r] = rankReport{TATs: m.TATs, Verified: m.Verified}
+			if r < len(m.CPU) && len(m.CPU[r]) == 2 {
+				reps[r].cpu = cpuTime{User: m.CPU[r][0], Sys: m.CPU[r][1]}
+			}
+		}
+		return reps, nil
+	}
+	reps := make([]rankReport, len(outs))
+	for r, out := range outs {
+		var j WorkerReport
+		if err := json.Unmarshal(lastJSONLine(out), &j); err != nil {
+			return nil, fmt.Errorf("rank %d output: %v: %q", r, err, out)
+		}
+		if j.Error != "" {
+			return nil, fmt.Errorf("rank %d: %s", r, j.Error)
+		}
+		reps[r] = rankReport{TATs: j.TATs, Verified: j.Verified, Retransmits: j.Retransmits, cpu: cpuTime{User: j.CPUUserS, Sys: j.CPUSysS}}
+		if j.CPULoopUserS != nil && j.CPULoopSysS != nil {
+			reps[r].cpu = cpuTime{User: *j.CPULoopUserS, Sys: *j.CPULoopSysS}
+		}
+		if !b.o.Verify || (p.System == "switchml" && !rackMode) {
+			reps[r].Verified = false
+		}
+	}
+	return reps, nil
+}
+
+func lastJSONLine(out []byte) []byte {
+	lines := bytes.Split(bytes.TrimSpace(out), []byte("\n"))
+	for i := len(lines) - 1; i >= 0; i-- {
+		if l := bytes.TrimSpace(lines[i]); len(l) > 0 && l[0] == '{' {
+			return l
+		}
+	}
+	return nil
+}
+
+// runAll runs the commands together and returns their stdouts. When one
+// fails, the others get 15 s to finish before they are stopped: a missing
+// rank would otherwise keep them waiting until the point's timeout.
+// The commands must have been made with a context that cancel ends.
+func runAll(ctx context.Context, cancel context.CancelFunc, cmds []*exec.Cmd, verbose bool, name string) ([][]byte, error) {
+	procs := make([]*fabric.Proc, len(cmds))
+	for i, c := range cmds {
+		c.Cancel = func() error { return c.Process.Signal(os.Interrupt) }
+		c.WaitDelay = 5 * time.Second
+		p, err := fabric.StartProc(fmt.Sprintf("%s %d", name, i), verbose, c)
+		if err != nil {
+			for _, s := range procs[:i] {
+				s.Cmd().Process.Kill()
+				s.Wait()
+			}
+			return nil, fmt.Errorf("%w (command: %s)", err, strings.Join(c.Args, " "))
+		}
+		procs[i] = p
+	}
+	errs := make([]error, len(procs))
+	var wg sync.WaitGroup
+	var once sync.Once
+	for i, p := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = p.Wait()
+			if errs[i] != nil {
+				once.Do(func() { time.AfterFunc(15*time.Second, cancel) })
+			}
+		}()
+	}
+	wg.Wait()
+	var failed []string
+	for i, err := range errs {
+		if err != nil {
+			msg := strings.TrimSpace(procs[i].Logs())
+			if j := lastJSONLine(procs[i].Stdout()); j != nil {
+				var e struct {
+					Error string `json:"error"`
+				}
+				if json.Unmarshal(j, &e) == nil && e.Error != "" {
+					msg = e.Error
+				}
+			}
+			failed = append(failed, fmt.Sprintf("%s %d: %v: %s", name, i, err, tail(msg, 600)))
+		}
+	}
+	if len(failed) > 0 {
+		if err := ctx.Err(); err != nil && len(failed) == len(cmds) {
+			failed = append(failed, "(stopped: "+err.Error()+")")
+		}
+		return nil, errors.New(strings.Join(failed, "\n"))
+	}
+	res := make([][]byte, len(procs))
+	for i, p := range procs {
+		res[i] = p.Stdout()
+	}
+	return res, nil
+}

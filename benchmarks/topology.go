@@ -1,0 +1,120 @@
+package benchmarks
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/switchml/switchml-go/benchmarks/rack"
+	"github.com/switchml/switchml-go/p4/fabric"
+)
+
+func (b *driver) buildRack(ctx context.Context, points []Point) error {
+	n := 0
+	for _, p := range points {
+		if p.Mode == "rack" {
+			n = max(n, p.Workers)
+		}
+	}
+	fmt.Fprintf(b.o.Progress, "building the rack: %d workers, %g Mbit/s ports, MTU %d (namespaces %s*)\n", n, b.o.Rate, b.o.MTU, b.o.Prefix)
+	r, err := rack.New(ctx, rack.Config{Workers: n, RateMbit: b.o.Rate, MTU: b.o.MTU, Prefix: b.o.Prefix,
+		Subnet: b.o.Subnet, BurstBytes: b.o.Burst, LimitBytes: b.o.Limit})
+	if err != nil {
+		return err
+	}
+	b.rack = r
+	b.probed = map[float64]bool{}
+	b.file.Environment["rack"] = map[string]any{"workers": n, "mtu": b.o.MTU, "switch_ip": r.SwitchIP(), "prefix": b.o.Prefix}
+	return nil
+}
+
+// setRate reshapes the rack and measures what a port delivers for UDP.
+func (b *driver) setRate(ctx context.Context, rate float64) error {
+	if cur, _, _ := b.rack.Shape(); cur != rate {
+		if err := b.rack.SetRate(rate); err != nil {
+			return err
+		}
+	}
+	if !b.probed[rate] {
+		b.probed[rate] = true
+		_, burst, limit := b.rack.Shape()
+		probe, err := b.rack.MeasureUDP(ctx, 0, 1024+10, time.Second)
+		entry := map[string]any{"rate_mbit": rate, "tbf_burst_bytes": burst, "tbf_limit_bytes": limit, "udp_probe": probe}
+		if err != nil {
+			entry["udp_probe_error"] = err.Error()
+		}
+		probes, _ := b.file.Environment["ports"].([]any)
+		b.file.Environment["ports"] = append(probes, entry)
+		fmt.Fprintf(b.o.Progress, "ports at %g Mbit/s: tbf burst %d B, limit %d B; UDP probe %.1f Mbit/s of frames\n", rate, burst, limit, probe.FrameMbit)
+	}
+	return nil
+}
+
+// fabric returns the software switch and controller of a topology, started
+// on first use and kept up across its points; one that crashed is replaced.
+// On the rack both run in the switch's namespace on the bridge's address,
+// so that SwitchML traffic crosses each worker's port once each way.
+func (b *driver) fabric(ctx context.Context, mode string) (*fabric.Fabric, error) {
+	cur := &b.loopFab
+	if mode == "rack" {
+		cur = &b.rackFab
+	}
+	if f := *cur; f != nil {
+		if !f.Exited() {
+			return f, nil
+		}
+		b.file.Fabric[mode+"-crashed"] = stopFabric(f)
+		*cur = nil
+	}
+	// The switch must take the largest packet a sweep may ask for.
+	cfg := fabric.Config{MaxElements: 2048, Echo: b.o.Verbose,
+		Command: func(args ...string) *exec.Cmd { return exec.Command(b.exe, args...) }}
+	if mode == "rack" {
+		// The fabric outlives the point that starts it: the driver stops
+		// it when the topology is done.
+		cfg = b.rack.Fabric(context.WithoutCancel(ctx), b.exe, cfg)
+	}
+	f, err := fabric.Start(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	*cur = f
+	return f, nil
+}
+
+// stopFabric stops the switch and the controller and returns their last
+// log lines (the switch logs its counters when it stops).
+func stopFabric(f *fabric.Fabric) map[string]string {
+	err := f.Close()
+	out := map[string]string{}
+	for name, logs := range f.Logs() {
+		out[name] = tail(strings.TrimSpace(logs), 2000)
+	}
+	if err != nil {
+		out["error"] = err.Error()
+	}
+	return out
+}
+
+func (b *driver) close() {
+	if b.loopFab != nil {
+		b.file.Fabric["loopback"] = stopFabric(b.loopFab)
+		b.loopFab = nil
+	}
+	b.closeRack()
+}
+
+func (b *driver) closeRack() {
+	if b.rackFab != nil {
+		b.file.Fabric["rack"] = stopFabric(b.rackFab)
+		b.rackFab = nil
+	}
+	if b.rack != nil {
+		if err := b.rack.Close(); err != nil {
+			fmt.Fprintf(b.o.Progress, "tearing down the rack: %v\n", err)
+		}
+		b.rack = nil
+	}
+}

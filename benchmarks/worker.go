@@ -1,0 +1,30 @@
+package benchmarks
+
+// WorkerReport is the JSON object one worker prints on stdout with --json,
+// both `switchml allreduce` (SwitchML) and `switchml ring` (the Go ring
+// baseline): the suite, the demo and the chaos run read it.
+type WorkerReport struct {
+	Workers        int       `json:"workers"`
+	Rank           int       `json:"rank"`
+	Elements       int       `json:"elements"`
+	DType          string    `json:"dtype"`
+	Iters          int       `json:"iters"`
+	Lanes          int       `json:"lanes"`
+	Window         int       `json:"window"`
+	PacketElements int       `json:"packet_elements"`
+	TATs           []float64 `json:"tat_s"`
+	MedianTAT      float64   `json:"median_tat_s"`
+	GoodputGbps    float64   `json:"goodput_gbps"`
+	Verified       bool      `json:"verified"`
+	Error          string    `json:"error,omitempty"`
+	Retransmits    uint64    `json:"retransmits"`
+	RTTMillis      float64   `json:"rtt_ms"`
+	TimeoutMillis  float64   `json:"timeout_ms"`
+	// CPUUserS and CPUSysS are the process's whole CPU time.
+	CPUUserS float64 `json:"cpu_user_s"`
+	CPUSysS  float64 `json:"cpu_sys_s"`
+	// CPULoop* is the process's CPU time during the allreduce calls alone
+	// (warm-up included); nil when the worker did not measure it.
+	CPULoopUserS *float64 `json:"cpu_loop_user_s,omitempty"`
+	CPULoopSysS  *float64 `json:"cpu_loop_sys_s,omitempty"`
+}
