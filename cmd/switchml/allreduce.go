@@ -8,38 +8,13 @@ import (
 	"sort"
 	"time"
 
+	"github.com/switchml/switchml-go/benchmarks"
 	"github.com/switchml/switchml-go/switchml"
 	"github.com/switchml/switchml-go/switchml/secure"
 )
 
 func init() {
 	register("allreduce", "one worker of an allreduce job: fills a tensor from --seed and its rank, runs --iters allreduces and verifies the global sum", runAllReduce)
-}
-
-// allreduceReport is the --json output of one worker.
-type allreduceReport struct {
-	Workers        int       `json:"workers"`
-	Rank           int       `json:"rank"`
-	Elements       int       `json:"elements"`
-	DType          string    `json:"dtype"`
-	Iters          int       `json:"iters"`
-	Lanes          int       `json:"lanes"`
-	Window         int       `json:"window"`
-	PacketElements int       `json:"packet_elements"`
-	TATs           []float64 `json:"tat_s"`
-	MedianTAT      float64   `json:"median_tat_s"`
-	GoodputGbps    float64   `json:"goodput_gbps"`
-	Verified       bool      `json:"verified"`
-	Error          string    `json:"error,omitempty"`
-	Retransmits    uint64    `json:"retransmits"`
-	RTTMillis      float64   `json:"rtt_ms"`
-	TimeoutMillis  float64   `json:"timeout_ms"`
-	CPUUserS       float64   `json:"cpu_user_s"`
-	CPUSysS        float64   `json:"cpu_sys_s"`
-	// CPULoop* is the process's CPU time during the allreduce calls alone
-	// (warm-up included).
-	CPULoopUserS *float64 `json:"cpu_loop_user_s,omitempty"`
-	CPULoopSysS  *float64 `json:"cpu_loop_sys_s,omitempty"`
 }
 
 // allreduceFlags names the flag that sets each switchml.Config field.
@@ -107,7 +82,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 	}
 	cfg.Faults.Seed = *seed*1000 + uint64(cfg.Rank)
 
-	rep := allreduceReport{Workers: cfg.Workers, Rank: cfg.Rank, Elements: *elements, DType: *dtype, Iters: *iters,
+	rep := benchmarks.WorkerReport{Workers: cfg.Workers, Rank: cfg.Rank, Elements: *elements, DType: *dtype, Iters: *iters,
 		Lanes: cfg.Lanes, Window: cfg.Window, PacketElements: cfg.PacketElements}
 	err = allreduceRounds(ctx, cfg, *dtype, *elements, *iters, *warmup, *seed, *verify, *nanAt, &rep)
 	if err != nil {
@@ -136,7 +111,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 	return err
 }
 
-func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, elements, iters, warmup int, seed uint64, verify bool, nanAt int, rep *allreduceReport) error {
+func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, elements, iters, warmup int, seed uint64, verify bool, nanAt int, rep *benchmarks.WorkerReport) error {
 	sess, err := switchml.Join(ctx, cfg)
 	if err != nil {
 		return switchml.InFlags(err, allreduceFlags)
