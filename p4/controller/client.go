@@ -2,6 +2,13 @@
 // programs any target running the SwitchML pipeline (the software switch,
 // BMv2 or a Tofino with the matching program), and the job service workers
 // register with (controllerpb.JobService).
+//
+// The job service is a deterministic core (core.go: jobs, partitions,
+// leases, rounds, adoption; no I/O, goroutines or clock) driven by
+// JobService, which serves the RPCs, carries the core's decisions to the
+// switch and feeds it the switch's reports and the time. Run is the daemon:
+// it connects to the switch, serves the job service and reconnects when the
+// switch is lost.
 package controller
 
 import (

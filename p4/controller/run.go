@@ -3,23 +3,23 @@ package controller
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
-
 	"crypto/tls"
-	"google.golang.org/protobuf/proto"
-
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"google.golang.org/grpc/credentials"
 	"log/slog"
 	"net"
 	"net/netip"
+	"strconv"
 	"time"
 
 	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
 	"github.com/switchml/switchml-go/p4/controller/controllerpb"
 	"github.com/switchml/switchml-go/p4/p4info"
+	"github.com/switchml/switchml-go/switchml/wire"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/proto"
 )
 
 // Default addresses of the controller daemon.
@@ -129,6 +129,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	defer svc.stop()
 	if adopted {
 		if err := svc.Adopt(ctx, cl, cfg.AdoptGrace); err != nil {
 			return err
@@ -333,4 +334,28 @@ func (c *Client) streamError() error {
 		return errors.New("stream ended")
 	}
 	return c.streamErr
+}
+
+// DataplaneFor returns the switch data plane address to hand to workers: the
+// explicit address if given, else the P4Runtime target's host with the
+// SwitchML UDP port. Host names are resolved, since workers need an IP.
+func DataplaneFor(explicit, target string) (netip.AddrPort, error) {
+	addr := explicit
+	if addr == "" {
+		host, _, err := net.SplitHostPort(target)
+		if err != nil {
+			return netip.AddrPort{}, fmt.Errorf("controller: target %q: %v", target, err)
+		}
+		addr = net.JoinHostPort(host, strconv.Itoa(wire.UDPPort))
+	}
+	ua, err := net.ResolveUDPAddr("udp4", addr)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("controller: data plane address %q: %v", addr, err)
+	}
+	ap := ua.AddrPort()
+	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	if ap.Addr().IsUnspecified() {
+		return netip.AddrPort{}, fmt.Errorf("controller: data plane address %q is unspecified; give the address workers send to", addr)
+	}
+	return ap, nil
 }

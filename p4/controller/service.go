@@ -7,15 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/switchml/switchml-go/p4/controller/controllerpb"
 	"github.com/switchml/switchml-go/p4/p4info"
-	"github.com/switchml/switchml-go/switchml/wire"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -71,8 +68,9 @@ type JobService struct {
 	back chan struct{}
 	// drained is closed while no retired job's entries are being removed.
 	drained chan struct{}
-	// timer ticks the core at its next deadline.
-	timer *time.Timer
+	// timer ticks the core at its next deadline, until stop.
+	timer   *time.Timer
+	stopped bool
 }
 
 // NewJobService returns a job service programming sw.
@@ -142,13 +140,18 @@ func (s *JobService) step(f func(c *core)) {
 	}
 }
 
-// newWaiter names a call that is about to wait for the core. Callers hold
-// s.mu.
-func (s *JobService) newWaiter() (waiter, chan answer) {
-	s.lastWaiter++
-	ch := make(chan answer, 1)
-	s.waiters[s.lastWaiter] = ch
-	return s.lastWaiter, ch
+// enter makes a call that may wait for the core's answer: f hands it to
+// the core as w, and its answer comes on ch unless f refuses it.
+func (s *JobService) enter(f func(c *core, w waiter) error) (w waiter, ch chan answer, err error) {
+	s.step(func(c *core) {
+		s.lastWaiter++
+		w, ch = s.lastWaiter, make(chan answer, 1)
+		s.waiters[w] = ch
+		if err = f(c, w); err != nil {
+			delete(s.waiters, w)
+		}
+	})
+	return w, ch, err
 }
 
 // await waits for the core's answer to w until ctx is done; then the core
@@ -192,7 +195,7 @@ func (s *JobService) noteDrained() {
 func (s *JobService) rearm() {
 	next, ok := s.core.Deadline()
 	switch {
-	case !ok:
+	case !ok || s.stopped:
 		if s.timer != nil {
 			s.timer.Stop()
 		}
@@ -204,6 +207,17 @@ func (s *JobService) rearm() {
 }
 
 func (s *JobService) tick() { s.step(func(c *core) { c.Tick(time.Now()) }) }
+
+// stop ends the timer, so that a grace period or drain wait running out
+// after the service is done changes nothing.
+func (s *JobService) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopped = true
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+}
 
 // install programs the switch for a job the core placed, and reports.
 func (s *JobService) install(in install) {
@@ -290,14 +304,7 @@ func (s *JobService) Register(ctx context.Context, req *controllerpb.RegisterReq
 	}
 	ctx, cancel := answerBefore(ctx)
 	defer cancel()
-	var w waiter
-	var ch chan answer
-	s.step(func(c *core) {
-		w, ch = s.newWaiter()
-		if err = c.Register(w, req, time.Now()); err != nil {
-			delete(s.waiters, w)
-		}
-	})
+	w, ch, err := s.enter(func(c *core, w waiter) error { return c.Register(w, req, time.Now()) })
 	if err != nil {
 		return nil, err
 	}
@@ -312,15 +319,7 @@ func (s *JobService) Register(ctx context.Context, req *controllerpb.RegisterReq
 func (s *JobService) Barrier(ctx context.Context, req *controllerpb.BarrierRequest) (*controllerpb.BarrierResponse, error) {
 	ctx, cancel := answerBefore(ctx)
 	defer cancel()
-	var w waiter
-	var ch chan answer
-	var err error
-	s.step(func(c *core) {
-		w, ch = s.newWaiter()
-		if err = c.Barrier(w, req); err != nil {
-			delete(s.waiters, w)
-		}
-	})
+	w, ch, err := s.enter(func(c *core, w waiter) error { return c.Barrier(w, req) })
 	if err != nil {
 		return nil, err
 	}
@@ -334,15 +333,7 @@ func (s *JobService) Barrier(ctx context.Context, req *controllerpb.BarrierReque
 func (s *JobService) Broadcast(ctx context.Context, req *controllerpb.BroadcastRequest) (*controllerpb.BroadcastResponse, error) {
 	ctx, cancel := answerBefore(ctx)
 	defer cancel()
-	var w waiter
-	var ch chan answer
-	var err error
-	s.step(func(c *core) {
-		w, ch = s.newWaiter()
-		if err = c.Broadcast(w, req); err != nil {
-			delete(s.waiters, w)
-		}
-	})
+	w, ch, err := s.enter(func(c *core, w waiter) error { return c.Broadcast(w, req) })
 	if err != nil {
 		return nil, err
 	}
@@ -375,15 +366,7 @@ func (s *JobService) Abort(ctx context.Context, req *controllerpb.AbortRequest) 
 
 // Watch implements controllerpb.JobService: the stream is the rank's lease.
 func (s *JobService) Watch(req *controllerpb.WatchRequest, stream controllerpb.JobService_WatchServer) error {
-	var w waiter
-	var ch chan answer
-	var err error
-	s.step(func(c *core) {
-		w, ch = s.newWaiter()
-		if err = c.Watch(w, req); err != nil {
-			delete(s.waiters, w)
-		}
-	})
+	w, ch, err := s.enter(func(c *core, w waiter) error { return c.Watch(w, req) })
 	if err != nil {
 		return err
 	}
@@ -468,28 +451,4 @@ func (s *JobService) Jobs() map[string]*controllerpb.RegisterResponse {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.core.ActiveJobs()
-}
-
-// DataplaneFor returns the switch data plane address to hand to workers: the
-// explicit address if given, else the P4Runtime target's host with the
-// SwitchML UDP port. Host names are resolved, since workers need an IP.
-func DataplaneFor(explicit, target string) (netip.AddrPort, error) {
-	addr := explicit
-	if addr == "" {
-		host, _, err := net.SplitHostPort(target)
-		if err != nil {
-			return netip.AddrPort{}, fmt.Errorf("controller: target %q: %v", target, err)
-		}
-		addr = net.JoinHostPort(host, strconv.Itoa(wire.UDPPort))
-	}
-	ua, err := net.ResolveUDPAddr("udp4", addr)
-	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("controller: data plane address %q: %v", addr, err)
-	}
-	ap := ua.AddrPort()
-	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-	if ap.Addr().IsUnspecified() {
-		return netip.AddrPort{}, fmt.Errorf("controller: data plane address %q is unspecified; give the address workers send to", addr)
-	}
-	return ap, nil
 }
