@@ -847,11 +847,14 @@ func (c *core) Barrier(w waiter, req *controllerpb.BarrierRequest) error {
 	if req.GetSeq() > j.barrierSeq[rank] {
 		j.barrierSeq[rank] = req.GetSeq()
 	}
-	// Waiting ranks whose peers have all counted past their barrier, on a
-	// controller that has since restarted and lost the round, are through.
-	for _, o := range j.waitsOf(waitBarrier) {
-		if wt := j.waits[o]; j.othersPast(wt.rank, wt.seq) {
-			c.reply(o, answer{})
+	if j.adopted {
+		// Waiting ranks whose peers have all counted past their barrier,
+		// on a controller that has since restarted and lost the round,
+		// are through.
+		for _, o := range j.waitsOf(waitBarrier) {
+			if wt := j.waits[o]; j.othersPast(wt.rank, wt.seq) {
+				c.reply(o, answer{})
+			}
 		}
 	}
 	return nil
@@ -898,24 +901,22 @@ func (c *core) Broadcast(w waiter, req *controllerpb.BroadcastRequest) error {
 	return nil
 }
 
-// alreadyOver reports whether a session lookup failed because the session
-// ended, which Leave and Abort take as done.
-func alreadyOver(err error) bool {
+// ongoing finds the session a Leave or Abort refers to: nil, and no
+// error, when the session is already over, which they take as done.
+func (c *core) ongoing(name string, rank uint32, session uint64) (*job, error) {
+	j, err := c.session(name, rank, session)
 	switch codeOf(err) {
 	case codes.NotFound, codes.FailedPrecondition, codes.Aborted:
-		return true
+		return nil, nil
 	}
-	return false
+	return j, err
 }
 
 // Leave records that a rank is done with its session; the job ends when
 // every rank left.
 func (c *core) Leave(req *controllerpb.LeaveRequest) error {
-	j, err := c.session(req.GetJob(), req.GetRank(), req.GetSessionId())
-	if err != nil {
-		if alreadyOver(err) {
-			return nil
-		}
+	j, err := c.ongoing(req.GetJob(), req.GetRank(), req.GetSessionId())
+	if j == nil {
 		return err
 	}
 	j.left[req.GetRank()] = true
@@ -927,11 +928,8 @@ func (c *core) Leave(req *controllerpb.LeaveRequest) error {
 
 // Abort ends a session on behalf of one of its ranks.
 func (c *core) Abort(req *controllerpb.AbortRequest) error {
-	j, err := c.session(req.GetJob(), req.GetRank(), req.GetSessionId())
-	if err != nil {
-		if alreadyOver(err) {
-			return nil
-		}
+	j, err := c.ongoing(req.GetJob(), req.GetRank(), req.GetSessionId())
+	if j == nil {
 		return err
 	}
 	reason := req.GetReason()

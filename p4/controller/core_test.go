@@ -61,8 +61,7 @@ func (r *rig) waiter() waiter {
 	return r.last
 }
 
-// register registers a rank of a job whose ranks use lanes 1 lane and
-// window 4 unless req says otherwise.
+// register hands the core a registration at the rig's time.
 func (r *rig) register(req *controllerpb.RegisterRequest) (waiter, error) {
 	r.t.Helper()
 	w := r.waiter()
@@ -85,30 +84,30 @@ func (r *rig) mustRegister(reqs ...*controllerpb.RegisterRequest) []waiter {
 	return ws
 }
 
-// takeInstall returns the one install the core asked for since the last
-// take.
+// takeOne returns the one piece of switch work of a kind the core asked
+// for since the last take.
+func takeOne[W any](t *testing.T, what string, asked *[]W) W {
+	t.Helper()
+	if len(*asked) != 1 {
+		t.Fatalf("%d %s asked for, want 1", len(*asked), what)
+	}
+	w := (*asked)[0]
+	*asked = nil
+	return w
+}
+
 func (r *rig) takeInstall() install {
 	r.t.Helper()
-	if len(r.installs) != 1 {
-		r.t.Fatalf("%d installs asked for, want 1", len(r.installs))
-	}
-	in := r.installs[0]
-	r.installs = nil
-	return in
+	return takeOne(r.t, "installs", &r.installs)
 }
 
 func (r *rig) takeRemoval() removal {
 	r.t.Helper()
-	if len(r.removals) != 1 {
-		r.t.Fatalf("%d removals asked for, want 1", len(r.removals))
-	}
-	rm := r.removals[0]
-	r.removals = nil
-	return rm
+	return takeOne(r.t, "removals", &r.removals)
 }
 
 // run gathers a job of world ranks (lanes 1, window 4, addresses of host),
-// installs it and returns its response and the registrations' waiters.
+// installs it and returns the response its ranks got.
 func (r *rig) run(job string, world uint32, host byte) *controllerpb.RegisterResponse {
 	r.t.Helper()
 	var reqs []*controllerpb.RegisterRequest
