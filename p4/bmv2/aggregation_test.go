@@ -38,7 +38,7 @@ const (
 var sharedStats = []pipeline.Stat{
 	pipeline.StatReceived, pipeline.StatAggregated, pipeline.StatMulticast, pipeline.StatRetransmitReply,
 	pipeline.StatDropNotWorker, pipeline.StatDropMalformed, pipeline.StatDropOutOfPartition,
-	pipeline.StatDropIncompleteRetransmit, pipeline.StatDropWaiting, pipeline.StatDropStale,
+	pipeline.StatDropIncompleteRetransmit, pipeline.StatAbsorbed, pipeline.StatDropStale,
 }
 
 // Full names of the v1model program's pool registers (Thrift names them).
@@ -351,7 +351,7 @@ func (g *rig) compareModel(got [][][]byte) []string {
 		if len(got[r]) != want[r] {
 			why := ""
 			if len(g.out.Dests) == 0 {
-				why = fmt.Sprintf(" (the model dropped it: %v)", g.out.Drop)
+				why = fmt.Sprintf(" (the model sent nothing: %v)", g.out.Reason)
 			}
 			out = append(out, fmt.Sprintf("rank %d: BMv2 sent %d frames, the model %d%s", r, len(got[r]), want[r], why))
 			continue

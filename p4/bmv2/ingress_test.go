@@ -192,9 +192,9 @@ func TestARPAndSimulatedLoss(t *testing.T) {
 	if err := g.cl.SetSimulatedLoss(g.ctx, 0, 0.99998); err != nil {
 		t.Fatal(err)
 	}
-	waiting := map[pipeline.Stat]int64{pipeline.StatReceived: 1, pipeline.StatAggregated: 1, pipeline.StatDropWaiting: 1}
-	g.step("egress loss: rank 1 contributes", lossy(1, waiting), nothing())
-	g.step("egress loss: rank 2 contributes", lossy(2, waiting), nothing())
+	absorbed := map[pipeline.Stat]int64{pipeline.StatReceived: 1, pipeline.StatAggregated: 1, pipeline.StatAbsorbed: 1}
+	g.step("egress loss: rank 1 contributes", lossy(1, absorbed), nothing())
+	g.step("egress loss: rank 2 contributes", lossy(2, absorbed), nothing())
 	g.step("egress loss: rank 0 completes, every copy of the result is lost", lossy(0,
 		map[pipeline.Stat]int64{pipeline.StatReceived: 1, pipeline.StatAggregated: 1, pipeline.StatMulticast: 1}), nothing())
 	if err := g.cl.SetSimulatedLoss(g.ctx, 0, 0); err != nil {

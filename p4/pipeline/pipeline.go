@@ -95,7 +95,7 @@ const (
 	StatDropMalformed                        // header or payload rejected by wire.Parse, or too many elements
 	StatDropOutOfPartition                   // slot outside the worker's pool partition
 	StatDropIncompleteRetransmit             // retransmission for a slot still aggregating
-	StatDropWaiting                          // contribution added, slot not complete yet
+	StatAbsorbed                             // contribution added to a slot still waiting for others: no packet out, nothing lost
 	StatDropMismatch                         // element count differs from the slot use in progress
 	StatDropNoGroup                          // completed, but the multicast group is missing
 	StatReplicas                             // reply packets emitted by multicast
@@ -107,7 +107,7 @@ const (
 var statNames = [NumStats]string{
 	"received", "aggregated", "multicast", "retransmit_reply", "drop_not_worker",
 	"drop_malformed", "drop_out_of_partition", "drop_incomplete_retransmit",
-	"drop_waiting", "drop_mismatch", "drop_no_group", "replicas", "drop_no_reply", "drop_stale",
+	"absorbed", "drop_mismatch", "drop_no_group", "replicas", "drop_no_reply", "drop_stale",
 }
 
 // String returns the counter name used in logs and metrics.
@@ -129,8 +129,10 @@ type Output struct {
 	// Dests are the destinations of Packet: every rank's reply address for a
 	// multicast, the sender's for a retransmission reply.
 	Dests []netip.AddrPort
-	// Drop is the reason no packet went out (meaningful when Dests is empty).
-	Drop Stat
+	// Reason is the counter that says why no packet went out (meaningful
+	// when Dests is empty): a drop, or StatAbsorbed for a contribution the
+	// slot keeps until the others arrive.
+	Reason Stat
 }
 
 // Pipeline is the switch state. It is not safe for concurrent use.
@@ -540,36 +542,38 @@ func (p *Pipeline) SetCounter(s Stat, v uint64) error {
 	return nil
 }
 
-func (p *Pipeline) drop(out *Output, s Stat) {
+// noReply counts a packet that sends nothing under s, which also tells the
+// driver why (out.Reason).
+func (p *Pipeline) noReply(out *Output, s Stat) {
 	p.stats[s]++
-	out.Drop = s
+	out.Reason = s
 }
 
 // Process runs one packet from src through the pipeline. The reply, if any,
 // is left in out.Packet with its destinations in out.Dests; otherwise
-// out.Drop says why nothing went out. The reply has the request's format and
-// header (job number, packet id, slot and set echoed) with Exp0 replaced by
+// out.Reason says why nothing went out. The reply has the request's format
+// and header (job number, packet id, slot and set echoed) with Exp0 replaced by
 // the slot's maximum exponent and the payload by the slot's sums.
 func (p *Pipeline) Process(src netip.AddrPort, pkt []byte, out *Output) {
 	out.Packet = out.Packet[:0]
 	out.Dests = out.Dests[:0]
-	out.Drop = StatReceived
+	out.Reason = StatReceived
 	p.stats[StatReceived]++
 
 	w, ok := p.workers[WorkerKey{normalize(src)}]
 	if !ok {
-		p.drop(out, StatDropNotWorker)
+		p.noReply(out, StatDropNotWorker)
 		return
 	}
 	h, payload, err := wire.Parse(pkt)
 	if err != nil || h.Elements > p.cfg.MaxElements {
-		p.drop(out, StatDropMalformed)
+		p.noReply(out, StatDropMalformed)
 		return
 	}
 	// The slot is absolute; a job may only touch its own partition, which is
 	// what isolates concurrent jobs from each other.
 	if h.Slot < w.PoolBase || h.Slot-w.PoolBase >= w.PoolSize {
-		p.drop(out, StatDropOutOfPartition)
+		p.noReply(out, StatDropOutOfPartition)
 		return
 	}
 	slots := p.cfg.Slots
@@ -590,7 +594,7 @@ func (p *Pipeline) Process(src netip.AddrPort, pkt []byte, out *Output) {
 	// delayed from an earlier use of this (slot, set) or a confused sender;
 	// adding it would corrupt the sum.
 	if !fresh && (int(p.elements[idx]) != h.Elements || p.job[idx] != h.Job || p.packetID[idx] != h.PacketID) {
-		p.drop(out, StatDropMismatch)
+		p.noReply(out, StatDropMismatch)
 		return
 	}
 	// In the extended format job numbers are 32 bits and never wrap in
@@ -608,7 +612,7 @@ func (p *Pipeline) Process(src netip.AddrPort, pkt []byte, out *Output) {
 	// slot, so this only drops stale copies.
 	if fresh && p.used[idx] && (h.Job == p.job[idx] && h.PacketID == p.packetID[idx] ||
 		h.Format == wire.FormatExtended && !newer(h.Job, h.PacketID, p.job[idx], p.packetID[idx])) {
-		p.drop(out, StatDropStale)
+		p.noReply(out, StatDropStale)
 		return
 	}
 	// A new contributor to a completed use can only be a duplicate from a
@@ -616,7 +620,7 @@ func (p *Pipeline) Process(src netip.AddrPort, pkt []byte, out *Output) {
 	// the other set). Touching the bitmaps would undo that worker's mark in
 	// the set it is using now, so leave all state alone.
 	if !seen && !fresh && p.count[idx] == 0 {
-		p.drop(out, StatDropStale)
+		p.noReply(out, StatDropStale)
 		return
 	}
 
@@ -629,7 +633,7 @@ func (p *Pipeline) Process(src netip.AddrPort, pkt []byte, out *Output) {
 	vals := p.values[idx*p.cfg.MaxElements : idx*p.cfg.MaxElements+h.Elements]
 	if seen {
 		if p.count[idx] != 0 {
-			p.drop(out, StatDropIncompleteRetransmit)
+			p.noReply(out, StatDropIncompleteRetransmit)
 			return
 		}
 		// The sender lost the multicast: answer it alone.
@@ -640,7 +644,7 @@ func (p *Pipeline) Process(src netip.AddrPort, pkt []byte, out *Output) {
 		} else {
 			p.stats[StatDropNoReply]++
 			out.Packet = out.Packet[:0]
-			out.Drop = StatDropNoReply
+			out.Reason = StatDropNoReply
 		}
 		return
 	}
@@ -661,14 +665,14 @@ func (p *Pipeline) Process(src netip.AddrPort, pkt []byte, out *Output) {
 		wire.AddPayload(vals, payload)
 	}
 	if p.count[idx] != 0 {
-		p.drop(out, StatDropWaiting)
+		p.noReply(out, StatAbsorbed)
 		return
 	}
 
 	p.stats[StatMulticast]++
 	group, ok := p.groups[w.MulticastGroup]
 	if !ok {
-		p.drop(out, StatDropNoGroup)
+		p.noReply(out, StatDropNoGroup)
 		return
 	}
 	p.reply(out, &h, vals, p.exponent[idx])
@@ -683,7 +687,7 @@ func (p *Pipeline) Process(src netip.AddrPort, pkt []byte, out *Output) {
 	p.stats[StatReplicas] += uint64(len(out.Dests))
 	if len(out.Dests) == 0 {
 		out.Packet = out.Packet[:0]
-		out.Drop = StatDropNoReply
+		out.Reason = StatDropNoReply
 	}
 }
 

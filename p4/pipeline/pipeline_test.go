@@ -91,8 +91,8 @@ func TestAggregateMulticast(t *testing.T) {
 		vals[0] = 1<<31 - 1 // wraps on the second add
 		p.Process(addr(r), mkpkt(t, h, vals), &out)
 		if r < 2 {
-			if len(out.Dests) != 0 || out.Drop != StatDropWaiting {
-				t.Fatalf("rank %d: dests %v drop %v, want waiting", r, out.Dests, out.Drop)
+			if len(out.Dests) != 0 || out.Reason != StatAbsorbed {
+				t.Fatalf("rank %d: dests %v reason %v, want absorbed", r, out.Dests, out.Reason)
 			}
 			continue
 		}
@@ -120,7 +120,7 @@ func TestAggregateMulticast(t *testing.T) {
 		}
 	}
 	c := p.Counters()
-	if c[StatReceived] != 3 || c[StatAggregated] != 3 || c[StatMulticast] != 1 || c[StatReplicas] != 3 || c[StatDropWaiting] != 2 {
+	if c[StatReceived] != 3 || c[StatAggregated] != 3 || c[StatMulticast] != 1 || c[StatReplicas] != 3 || c[StatAbsorbed] != 2 {
 		t.Fatalf("counters %v", c)
 	}
 }
@@ -133,8 +133,8 @@ func TestRetransmissions(t *testing.T) {
 	pkt := mkpkt(t, h, []int32{1, 2, 3})
 	p.Process(addr(0), pkt, &out)
 	p.Process(addr(0), pkt, &out) // retransmission before completion
-	if out.Drop != StatDropIncompleteRetransmit || len(out.Dests) != 0 {
-		t.Fatalf("early retransmission: %v %v", out.Drop, out.Dests)
+	if out.Reason != StatDropIncompleteRetransmit || len(out.Dests) != 0 {
+		t.Fatalf("early retransmission: %v %v", out.Reason, out.Dests)
 	}
 	p.Process(addr(1), pkt, &out)
 	if len(out.Dests) != 2 {
@@ -155,8 +155,8 @@ func TestRetransmissions(t *testing.T) {
 	next.Set, next.PacketID = 1, 4
 	p.Process(addr(0), mkpkt(t, next, []int32{5, 5, 5}), &out)
 	p.Process(addr(0), pkt, &out)
-	if out.Drop != StatDropStale {
-		t.Fatalf("late duplicate after moving on: %v", out.Drop)
+	if out.Reason != StatDropStale {
+		t.Fatalf("late duplicate after moving on: %v", out.Reason)
 	}
 	p.Process(addr(1), pkt, &out)
 	if _, rv := decode(t, out.Packet); len(out.Dests) != 1 || rv[0] != 2 {
@@ -197,8 +197,8 @@ func TestDrops(t *testing.T) {
 		"beyond switch":   {addr(10), mkpkt(t, wire.Header{Format: wire.FormatCompat, Slot: 9000, Elements: 32}, nil), StatDropOutOfPartition},
 	} {
 		p.Process(c.src, c.pkt, &out)
-		if out.Drop != c.want || len(out.Dests) != 0 {
-			t.Errorf("%s: drop %v dests %v, want %v", name, out.Drop, out.Dests, c.want)
+		if out.Reason != c.want || len(out.Dests) != 0 {
+			t.Errorf("%s: drop %v dests %v, want %v", name, out.Reason, out.Dests, c.want)
 		}
 	}
 	// A contribution with another size than the use in progress.
@@ -206,20 +206,20 @@ func TestDrops(t *testing.T) {
 	bad := good
 	bad.Elements = 64
 	p.Process(addr(1), mkpkt(t, bad, nil), &out)
-	if out.Drop != StatDropMismatch {
-		t.Fatalf("size mismatch: %v", out.Drop)
+	if out.Reason != StatDropMismatch {
+		t.Fatalf("size mismatch: %v", out.Reason)
 	}
 	bad = good
 	bad.PacketID = 77
 	p.Process(addr(1), mkpkt(t, bad, nil), &out)
-	if out.Drop != StatDropMismatch {
-		t.Fatalf("packet id mismatch: %v", out.Drop)
+	if out.Reason != StatDropMismatch {
+		t.Fatalf("packet id mismatch: %v", out.Reason)
 	}
 	// An IPv4-mapped source matches the IPv4 entry.
 	mapped := netip.AddrPortFrom(netip.AddrFrom16(addr(1).Addr().As16()), addr(1).Port())
 	p.Process(mapped, mkpkt(t, good, nil), &out)
 	if len(out.Dests) != 2 {
-		t.Fatalf("mapped source: %v %v", out.Drop, out.Dests)
+		t.Fatalf("mapped source: %v %v", out.Reason, out.Dests)
 	}
 	checkInvariants(t, p)
 }
@@ -267,8 +267,8 @@ func TestMissingReplyAndGroup(t *testing.T) {
 	h.Slot = 1
 	p.Process(addr(0), mkpkt(t, h, nil), &out)
 	p.Process(addr(1), mkpkt(t, h, nil), &out)
-	if out.Drop != StatDropNoGroup {
-		t.Fatalf("drop %v", out.Drop)
+	if out.Reason != StatDropNoGroup {
+		t.Fatalf("drop %v", out.Reason)
 	}
 	checkInvariants(t, p)
 }
@@ -453,12 +453,12 @@ func checkCounters(t testing.TB, p *Pipeline) {
 	t.Helper()
 	c := p.Counters()
 	outcomes := c[StatDropNotWorker] + c[StatDropMalformed] + c[StatDropOutOfPartition] + c[StatDropMismatch] +
-		c[StatDropStale] + c[StatDropIncompleteRetransmit] + c[StatDropWaiting] + c[StatMulticast] + c[StatRetransmitReply]
+		c[StatDropStale] + c[StatDropIncompleteRetransmit] + c[StatAbsorbed] + c[StatMulticast] + c[StatRetransmitReply]
 	if c[StatReceived] != outcomes {
 		t.Fatalf("received %d != sum of outcomes %d (%v)", c[StatReceived], outcomes, c)
 	}
-	if c[StatAggregated] != c[StatDropWaiting]+c[StatMulticast] {
-		t.Fatalf("aggregated %d != waiting %d + multicast %d", c[StatAggregated], c[StatDropWaiting], c[StatMulticast])
+	if c[StatAggregated] != c[StatAbsorbed]+c[StatMulticast] {
+		t.Fatalf("aggregated %d != absorbed %d + multicast %d", c[StatAggregated], c[StatAbsorbed], c[StatMulticast])
 	}
 }
 
@@ -551,7 +551,7 @@ func FuzzProcess(f *testing.F) {
 				if err != nil || rh.Format != qh.Format || rh.Slot != qh.Slot || rh.Set != qh.Set || rh.PacketID != qh.PacketID {
 					t.Fatalf("reply %+v (%v) to request %+v", rh, err, qh)
 				}
-			} else if out.Drop == StatReceived {
+			} else if out.Reason == StatReceived {
 				t.Fatal("no destination and no drop reason")
 			}
 			checkCounters(t, p)
@@ -581,8 +581,8 @@ func TestExtendedRejectsDelayedRequest(t *testing.T) {
 	}
 	// Set 0 is idle now; the delayed copy of the old request arrives.
 	p.Process(addr(1), old, &out)
-	if out.Drop != StatDropStale {
-		t.Fatalf("delayed request: %v", out.Drop)
+	if out.Reason != StatDropStale {
+		t.Fatalf("delayed request: %v", out.Reason)
 	}
 	// The next genuine use (a later op, lower packet id) proceeds.
 	for r := 0; r < 2; r++ {
@@ -596,8 +596,8 @@ func TestExtendedRejectsDelayedRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.Process(addr(0), use(1, 1, 0), &out)
-	if out.Drop != StatDropWaiting {
-		t.Fatalf("after reset: %v", out.Drop)
+	if out.Reason != StatAbsorbed {
+		t.Fatalf("after reset: %v", out.Reason)
 	}
 	// The same through the registers, as a controller resets a partition
 	// over P4Runtime: zero bitmaps and counts make the slot's next use
@@ -614,8 +614,8 @@ func TestExtendedRejectsDelayedRequest(t *testing.T) {
 		}
 	}
 	p.Process(addr(0), use(0, 3, 0), &out)
-	if out.Drop != StatDropWaiting {
-		t.Fatalf("after a register reset, a lower job number was dropped as %v", out.Drop)
+	if out.Reason != StatAbsorbed {
+		t.Fatalf("after a register reset, a lower job number was dropped as %v", out.Reason)
 	}
 	checkInvariants(t, p)
 }
@@ -635,8 +635,8 @@ func TestCompatRejectsOvertakenRetransmission(t *testing.T) {
 	p.Process(addr(0), use(1, 12), &out)
 	p.Process(addr(1), use(1, 12), &out)
 	p.Process(addr(1), use(0, 10), &out)
-	if out.Drop != StatDropStale {
-		t.Fatalf("overtaken retransmission: %v", out.Drop)
+	if out.Reason != StatDropStale {
+		t.Fatalf("overtaken retransmission: %v", out.Reason)
 	}
 	p.Process(addr(0), use(0, 14), &out)
 	p.Process(addr(1), use(0, 14), &out)

@@ -34,7 +34,7 @@
  *  - A counter is updated once per pass, so stats counts only each
  *    packet's final outcome: indices 0 (received) and 1 (aggregated) stay
  *    zero on this target; received = the sum of the outcome indices
- *    (2..8, 13, 31) and aggregated = multicast + drop_waiting.
+ *    (2..8, 13, 31) and aggregated = multicast + absorbed.
  *  - Stale contributions (a new rank for a completed set) are detected by
  *    the countdown, after the bitmap update: their values are not added,
  *    but the bitmaps are updated as for any packet.
@@ -143,7 +143,7 @@ const stat_t STAT_DROP_NOT_WORKER = 4;
 const stat_t STAT_DROP_MALFORMED = 5;
 const stat_t STAT_DROP_OUT_OF_PARTITION = 6;
 const stat_t STAT_DROP_INCOMPLETE_RETRANSMIT = 7;
-const stat_t STAT_DROP_WAITING = 8;
+const stat_t STAT_ABSORBED = 8;  // added to a set that still waits for others: no packet out, nothing lost
 const stat_t STAT_DROP_STALE = 13;
 const stat_t STAT_DROP_SIMULATED = 31;
 
@@ -3150,8 +3150,8 @@ control SwitchMLIngress(inout headers_t hdr,
             // The n-th distinct contribution.
             (OP_ADD, 1, _) : recirculate(PASS_MULTICAST);
             (OP_WRITE, _, 1) : recirculate(PASS_MULTICAST);
-            (OP_ADD, _, _) : drop_with(STAT_DROP_WAITING);
-            (OP_WRITE, _, _) : drop_with(STAT_DROP_WAITING);
+            (OP_ADD, _, _) : drop_with(STAT_ABSORBED);
+            (OP_WRITE, _, _) : drop_with(STAT_ABSORBED);
         }
     }
 

@@ -67,7 +67,7 @@ const bit<32> STAT_DROP_NOT_WORKER = 4;
 const bit<32> STAT_DROP_MALFORMED = 5;
 const bit<32> STAT_DROP_OUT_OF_PARTITION = 6;
 const bit<32> STAT_DROP_INCOMPLETE_RETRANSMIT = 7;
-const bit<32> STAT_DROP_WAITING = 8;
+const bit<32> STAT_ABSORBED = 8;  // added to a set that still waits for others: no packet out, nothing lost
 const bit<32> STAT_DROP_STALE = 13;
 const bit<32> STAT_DROP_SIMULATED = 31;
 
@@ -913,7 +913,7 @@ control SwitchMLIngress(inout headers_t hdr,
         pool_count.write(meta.idx, count);
 
         if (count != 0) {
-            stats.count(STAT_DROP_WAITING);
+            stats.count(STAT_ABSORBED);
             drop();
             return;
         }
