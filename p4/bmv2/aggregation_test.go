@@ -224,7 +224,7 @@ type packet struct {
 }
 
 func (p packet) String() string {
-	return fmt.Sprintf("rank %d slot %d set %d job %d packet %#x exp %d", p.rank, p.hdr.Slot, p.hdr.Set, p.hdr.Job, p.hdr.PacketID, p.hdr.Exp0)
+	return fmt.Sprintf("rank %d slot %d set %d seq %d packet %#x exp %d", p.rank, p.hdr.Slot, p.hdr.Set, p.hdr.Seq, p.hdr.PacketID, p.hdr.Exp0)
 }
 
 // step sends p, waits until BMv2 has processed it, and checks what every
@@ -451,7 +451,7 @@ type use struct {
 	slot uint32
 	set  uint8
 	lane int // the ranks' lane sockets the use comes from and goes to
-	job  uint8
+	seq  uint8
 	pid  uint32
 	exps [numRanks]int8
 	vals [numRanks][]int32
@@ -460,7 +460,7 @@ type use struct {
 func (u *use) packet(r int) packet {
 	from := laneWorkerEP(r, u.lane)
 	return packet{rank: r, vals: u.vals[r], from: &from, hdr: wire.Header{
-		Format: wire.FormatCompat, Job: uint32(u.job), PacketID: u.pid, Set: u.set, Slot: u.slot,
+		Format: wire.FormatCompat, Seq: uint32(u.seq), PacketID: u.pid, Set: u.set, Slot: u.slot,
 		Exp0: u.exps[r], Exp1: int8(3*r + 1), Elements: elements,
 	}}
 }
@@ -580,7 +580,7 @@ func TestAggregationOrders(t *testing.T) {
 	for _, c := range exponentCases {
 		for _, order := range permutations {
 			slot := slots[uses%len(slots)]
-			u := &use{slot: slot, set: nextSet[slot], lane: uses / len(slots) % numLanes, job: uint8(uses * 37), pid: pid, exps: c.exps}
+			u := &use{slot: slot, set: nextSet[slot], lane: uses / len(slots) % numLanes, seq: uint8(uses * 37), pid: pid, exps: c.exps}
 			nextSet[slot] ^= 1
 			pid += 0x10001
 			for r := range u.vals {
@@ -644,9 +644,9 @@ func TestAggregationOrders(t *testing.T) {
 // and the old set starts afresh once every rank moved on).
 func (g *rig) retransmissions(rng *rand.Rand) {
 	const slot = poolBase + 5
-	a := &use{slot: slot, set: 0, job: 200, pid: 0xA0A0A0A0, exps: [numRanks]int8{-9, -4, -6}}
-	b := &use{slot: slot, set: 1, job: 201, pid: 0xB0B0B0B0, exps: [numRanks]int8{-2, -8, -8}}
-	c := &use{slot: slot, set: 0, job: 202, pid: 0xC0C0C0C0, exps: [numRanks]int8{-30, -31, -29}}
+	a := &use{slot: slot, set: 0, seq: 200, pid: 0xA0A0A0A0, exps: [numRanks]int8{-9, -4, -6}}
+	b := &use{slot: slot, set: 1, seq: 201, pid: 0xB0B0B0B0, exps: [numRanks]int8{-2, -8, -8}}
+	c := &use{slot: slot, set: 0, seq: 202, pid: 0xC0C0C0C0, exps: [numRanks]int8{-30, -31, -29}}
 	for r := 0; r < numRanks; r++ {
 		a.vals[r] = blockValues(rng, r, false)
 		b.vals[r] = blockValues(rng, r, false)
@@ -783,7 +783,7 @@ func checkTheChecker(t *testing.T, got [][][]byte, want []*result) {
 		{"first value off by one", func(w []*result) []*result { w[0].Vals[0]--; return w }},
 		{"exponent one higher", func(w []*result) []*result { w[2].Hdr.Exp0++; return w }},
 		{"packet id", func(w []*result) []*result { w[0].Hdr.PacketID ^= 1; return w }},
-		{"job number", func(w []*result) []*result { w[1].Hdr.Job ^= 1; return w }},
+		{"sequence number", func(w []*result) []*result { w[1].Hdr.Seq ^= 1; return w }},
 		{"set", func(w []*result) []*result { w[2].Hdr.Set ^= 1; return w }},
 		{"reply port", func(w []*result) []*result { w[0].Dst.Addr = netip.AddrPortFrom(w[0].Dst.Addr.Addr(), 1); return w }},
 		{"reply MAC", func(w []*result) []*result { w[1].Dst.MAC[0] ^= 2; return w }},

@@ -153,8 +153,8 @@ func parseFrame(b []byte) frame {
 }
 
 func (f frame) String() string {
-	return fmt.Sprintf("%v -> %v job %d packet %#x slot %d set %d exp %d/%d, %d values",
-		f.Src, f.Dst, f.Hdr.Job, f.Hdr.PacketID, f.Hdr.Slot, f.Hdr.Set, f.Hdr.Exp0, f.Hdr.Exp1, len(f.Vals))
+	return fmt.Sprintf("%v -> %v seq %d packet %#x slot %d set %d exp %d/%d, %d values",
+		f.Src, f.Dst, f.Hdr.Seq, f.Hdr.PacketID, f.Hdr.Slot, f.Hdr.Set, f.Hdr.Exp0, f.Hdr.Exp1, len(f.Vals))
 }
 
 // result is what one rank must receive: from the switch, to its reply

@@ -12,7 +12,7 @@ import (
 func TestCheckReplyCatchesCorruption(t *testing.T) {
 	sw := endpoint{MAC: [6]byte{2, 0x53, 0x4d, 0x4c, 0, 0xfe}, Addr: netip.MustParseAddrPort("10.0.0.254:48864")}
 	dst := endpoint{MAC: [6]byte{2, 0, 0, 0, 1, 1}, Addr: netip.MustParseAddrPort("10.0.1.1:41000")}
-	h := wire.Header{Format: wire.FormatCompat, Job: 7, PacketID: 0xdeadbeef, Set: 1, Slot: 100, Exp0: -5, Exp1: 1, Elements: elements}
+	h := wire.Header{Format: wire.FormatCompat, Seq: 7, PacketID: 0xdeadbeef, Set: 1, Slot: 100, Exp0: -5, Exp1: 1, Elements: elements}
 	vals := make([]int32, elements)
 	for i := range vals {
 		vals[i] = int32(i*7919) - 1<<20
@@ -43,7 +43,7 @@ func TestCheckReplyCatchesCorruption(t *testing.T) {
 		{"UDP destination port", ethLen + ipv4Len + 3, 1},
 		{"UDP length", ethLen + ipv4Len + 5, 1},
 		{"UDP checksum", ethLen + ipv4Len + 7, 1},
-		{"job number", ethLen + ipv4Len + udpLen + 1, 1},
+		{"sequence number", ethLen + ipv4Len + udpLen + 1, 1},
 		{"packet id", ethLen + ipv4Len + udpLen + 5, 1},
 		{"set", ethLen + ipv4Len + udpLen + 6, 0x80},
 		{"exponent", ethLen + ipv4Len + udpLen + 8, 1},

@@ -38,7 +38,7 @@ func fixLengths(fr []byte) []byte {
 func TestIngressChecks(t *testing.T) {
 	g := newRig(t)
 	rng := rand.New(rand.NewPCG(3, 4))
-	u := &use{slot: poolBase + 9, job: 17, pid: 0x5151, exps: [numRanks]int8{-6, -2, -4}}
+	u := &use{slot: poolBase + 9, seq: 17, pid: 0x5151, exps: [numRanks]int8{-6, -2, -4}}
 	for r := range u.vals {
 		u.vals[r] = blockValues(rng, r, false)
 	}
@@ -172,7 +172,7 @@ func TestARPAndSimulatedLoss(t *testing.T) {
 	g.stats = ctr()
 
 	rng := rand.New(rand.NewPCG(5, 6))
-	u := &use{slot: poolBase + 12, job: 33, pid: 0x7777, exps: [numRanks]int8{-11, -13, -12}}
+	u := &use{slot: poolBase + 12, seq: 33, pid: 0x7777, exps: [numRanks]int8{-11, -13, -12}}
 	for r := range u.vals {
 		u.vals[r] = blockValues(rng, r, false)
 	}

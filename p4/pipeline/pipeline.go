@@ -149,9 +149,9 @@ type Pipeline struct {
 	count    []uint16 // countdown of missing contributions; 0 = idle or complete
 	exponent []int8
 	elements []uint16 // element count of the slot use in progress
-	job      []uint32 // job number and packet id of the slot use in progress
+	seq      []uint32 // sequence number and packet id of the slot use in progress
 	packetID []uint32
-	used     []bool  // job and packetID hold a use since the last reset
+	used     []bool  // seq and packetID hold a use since the last reset
 	values   []int32 // MaxElements per idx
 
 	stats [NumStats]uint64
@@ -180,7 +180,7 @@ func New(cfg Config) (*Pipeline, error) {
 		count:    make([]uint16, idxs),
 		exponent: make([]int8, idxs),
 		elements: make([]uint16, idxs),
-		job:      make([]uint32, idxs),
+		seq:      make([]uint32, idxs),
 		packetID: make([]uint32, idxs),
 		used:     make([]bool, idxs),
 		values:   make([]int32, idxs*cfg.MaxElements),
@@ -468,11 +468,11 @@ func (p *Pipeline) WriteRegister(name string, index int, values []int64) error {
 		}
 		if idle {
 			// A controller zeroing a bitmap resets the slot for a new
-			// job, whose job numbers and packet ids start anywhere: the
-			// identity of the last use must go too, or the new job's
+			// job, whose sequence numbers and packet ids start anywhere:
+			// the identity of the last use must go too, or the new job's
 			// first packets would be taken for delayed old ones.
 			p.used[index] = false
-			p.job[index], p.packetID[index], p.elements[index] = 0, 0, 0
+			p.seq[index], p.packetID[index], p.elements[index] = 0, 0, 0
 		}
 		return nil
 	}
@@ -502,7 +502,7 @@ func (p *Pipeline) ResetPool(first, count int) error {
 		clear(p.bitmap[lo*p.words : (lo+count)*p.words])
 		clear(p.count[lo : lo+count])
 		clear(p.elements[lo : lo+count])
-		clear(p.job[lo : lo+count])
+		clear(p.seq[lo : lo+count])
 		clear(p.packetID[lo : lo+count])
 		clear(p.used[lo : lo+count])
 	}
@@ -516,7 +516,7 @@ func (p *Pipeline) ClearRegisters() {
 	clear(p.count)
 	clear(p.exponent)
 	clear(p.elements)
-	clear(p.job)
+	clear(p.seq)
 	clear(p.packetID)
 	clear(p.used)
 	clear(p.values)
@@ -552,8 +552,8 @@ func (p *Pipeline) noReply(out *Output, s Stat) {
 // Process runs one packet from src through the pipeline. The reply, if any,
 // is left in out.Packet with its destinations in out.Dests; otherwise
 // out.Reason says why nothing went out. The reply has the request's format
-// and header (job number, packet id, slot and set echoed) with Exp0 replaced by
-// the slot's maximum exponent and the payload by the slot's sums.
+// and header (sequence number, packet id, slot and set echoed) with Exp0
+// replaced by the slot's maximum exponent and the payload by the slot's sums.
 func (p *Pipeline) Process(src netip.AddrPort, pkt []byte, out *Output) {
 	out.Packet = out.Packet[:0]
 	out.Dests = out.Dests[:0]
@@ -590,28 +590,29 @@ func (p *Pipeline) Process(src netip.AddrPort, pkt []byte, out *Output) {
 		}
 	}
 	// All contributions to one slot use describe the same block: same
-	// element count, job number and packet id. Anything else is a packet
+	// element count, sequence number and packet id. Anything else is a packet
 	// delayed from an earlier use of this (slot, set) or a confused sender;
 	// adding it would corrupt the sum.
-	if !fresh && (int(p.elements[idx]) != h.Elements || p.job[idx] != h.Job || p.packetID[idx] != h.PacketID) {
+	if !fresh && (int(p.elements[idx]) != h.Elements || p.seq[idx] != h.Seq || p.packetID[idx] != h.PacketID) {
 		p.noReply(out, StatDropMismatch)
 		return
 	}
-	// In the extended format job numbers are 32 bits and never wrap in
-	// practice, so uses of one (slot, set) carry strictly increasing
-	// (job, packet id) until the pool is reset. A "fresh" packet that is
-	// not newer than the last use is a request delayed in the network
+	// In the extended format sequence numbers are 32 bits and never wrap
+	// in practice, so uses of one (slot, set) carry strictly increasing
+	// (sequence, packet id) until the pool is reset. A "fresh" packet that
+	// is not newer than the last use is a request delayed in the network
 	// beyond that use; starting a use with it would corrupt or stall the
-	// next genuine one. The compatible format's 8-bit job number wraps, so
-	// there only the case below is caught, and (as on the reference switch)
-	// the network must not hold packets for several round trips.
+	// next genuine one. The compatible format's 8-bit sequence number
+	// wraps, so there only the case below is caught, and (as on the
+	// reference switch) the network must not hold packets for several
+	// round trips.
 	//
 	// In both formats a fresh packet identical to the last use is a
 	// retransmission that was overtaken by its sender's next packet (which
 	// cleared the sender's bit); our workers never reuse a packet id on a
 	// slot, so this only drops stale copies.
-	if fresh && p.used[idx] && (h.Job == p.job[idx] && h.PacketID == p.packetID[idx] ||
-		h.Format == wire.FormatExtended && !newer(h.Job, h.PacketID, p.job[idx], p.packetID[idx])) {
+	if fresh && p.used[idx] && (h.Seq == p.seq[idx] && h.PacketID == p.packetID[idx] ||
+		h.Format == wire.FormatExtended && !newer(h.Seq, h.PacketID, p.seq[idx], p.packetID[idx])) {
 		p.noReply(out, StatDropStale)
 		return
 	}
@@ -655,7 +656,7 @@ func (p *Pipeline) Process(src netip.AddrPort, pkt []byte, out *Output) {
 		p.count[idx] = w.NumWorkers - 1
 		p.exponent[idx] = h.Exp0
 		p.elements[idx] = uint16(h.Elements)
-		p.job[idx] = h.Job
+		p.seq[idx] = h.Seq
 		p.packetID[idx] = h.PacketID
 		p.used[idx] = true
 		wire.ReadPayload(vals, payload)
@@ -704,11 +705,11 @@ func (p *Pipeline) reply(out *Output, req *wire.Header, vals []int32, exp int8) 
 	out.Packet = wire.AppendPayload(b, vals)
 }
 
-// newer reports whether (job, id) comes after (job0, id0) in serial number
+// newer reports whether (seq, id) comes after (seq0, id0) in serial number
 // arithmetic (RFC 1982), which survives wrapping of either counter.
-func newer(job, id, job0, id0 uint32) bool {
-	if job != job0 {
-		return int32(job-job0) > 0
+func newer(seq, id, seq0, id0 uint32) bool {
+	if seq != seq0 {
+		return int32(seq-seq0) > 0
 	}
 	return int32(id-id0) > 0
 }

@@ -80,7 +80,7 @@ func TestAggregateMulticast(t *testing.T) {
 	p := newPipe(t, 16, 64, 32)
 	setupJob(t, p, 7, 0, 3, 1, 4, 8)
 	var out Output
-	h := wire.Header{Format: wire.FormatCompat, Job: 9, PacketID: 42, Set: 1, Slot: 5, Elements: 32}
+	h := wire.Header{Format: wire.FormatCompat, Seq: 9, PacketID: 42, Set: 1, Slot: 5, Elements: 32}
 	exps := []int8{-3, 4, 1}
 	for r := 0; r < 3; r++ {
 		h.Exp0 = exps[r]
@@ -129,7 +129,7 @@ func TestRetransmissions(t *testing.T) {
 	p := newPipe(t, 8, 32, 4)
 	setupJob(t, p, 1, 0, 2, 3, 0, 8)
 	var out Output
-	h := wire.Header{Format: wire.FormatExtended, Job: 1 << 20, PacketID: 3, Slot: 2, Exp0: 1, Elements: 3}
+	h := wire.Header{Format: wire.FormatExtended, Seq: 1 << 20, PacketID: 3, Slot: 2, Exp0: 1, Elements: 3}
 	pkt := mkpkt(t, h, []int32{1, 2, 3})
 	p.Process(addr(0), pkt, &out)
 	p.Process(addr(0), pkt, &out) // retransmission before completion
@@ -146,7 +146,7 @@ func TestRetransmissions(t *testing.T) {
 		t.Fatalf("retransmission reply to %v", out.Dests)
 	}
 	rh, rv := decode(t, out.Packet)
-	if rh.Format != wire.FormatExtended || rh.Job != 1<<20 || rv[2] != 6 {
+	if rh.Format != wire.FormatExtended || rh.Seq != 1<<20 || rv[2] != 6 {
 		t.Fatalf("reply %+v %v", rh, rv)
 	}
 	// Rank 0 moves on to the other set: a late duplicate of its old packet
@@ -532,7 +532,7 @@ func FuzzProcess(f *testing.F) {
 				a, b2, e := next(), next(), next()
 				h := wire.Header{
 					Format:   wire.Format(a >> 7),
-					Job:      uint32(a & 3),
+					Seq:      uint32(a & 3),
 					PacketID: uint32(b2 >> 4),
 					Slot:     uint32(a>>2) & 7,
 					Set:      (a >> 5) & 1,
@@ -570,8 +570,8 @@ func TestExtendedRejectsDelayedRequest(t *testing.T) {
 	p := newPipe(t, 4, 8, 4)
 	setupJob(t, p, 1, 0, 2, 1, 0, 4)
 	var out Output
-	use := func(set uint8, job, id uint32) []byte {
-		return mkpkt(t, wire.Header{Format: wire.FormatExtended, Job: job, PacketID: id, Set: set, Slot: 1, Elements: 2}, []int32{1, 1})
+	use := func(set uint8, seq, id uint32) []byte {
+		return mkpkt(t, wire.Header{Format: wire.FormatExtended, Seq: seq, PacketID: id, Set: set, Slot: 1, Elements: 2}, []int32{1, 1})
 	}
 	old := use(0, 7, 10)
 	p.Process(addr(0), old, &out)
@@ -591,7 +591,7 @@ func TestExtendedRejectsDelayedRequest(t *testing.T) {
 	if _, rv := decode(t, out.Packet); len(out.Dests) != 2 || rv[0] != 2 {
 		t.Fatalf("next use: %v %v", out.Dests, rv)
 	}
-	// After a pool reset any job number starts a use again.
+	// After a pool reset any sequence number starts a use again.
 	if err := p.ResetPool(0, 4); err != nil {
 		t.Fatal(err)
 	}
@@ -601,7 +601,7 @@ func TestExtendedRejectsDelayedRequest(t *testing.T) {
 	}
 	// The same through the registers, as a controller resets a partition
 	// over P4Runtime: zero bitmaps and counts make the slot's next use
-	// free to start at any job number.
+	// free to start at any sequence number.
 	for r := 0; r < 2; r++ {
 		p.Process(addr(r), use(0, 50, 100), &out)
 	}
@@ -615,7 +615,7 @@ func TestExtendedRejectsDelayedRequest(t *testing.T) {
 	}
 	p.Process(addr(0), use(0, 3, 0), &out)
 	if out.Reason != StatAbsorbed {
-		t.Fatalf("after a register reset, a lower job number was dropped as %v", out.Reason)
+		t.Fatalf("after a register reset, a lower sequence number was refused as %v", out.Reason)
 	}
 	checkInvariants(t, p)
 }
@@ -628,7 +628,7 @@ func TestCompatRejectsOvertakenRetransmission(t *testing.T) {
 	setupJob(t, p, 1, 0, 2, 1, 0, 4)
 	var out Output
 	use := func(set uint8, id uint32) []byte {
-		return mkpkt(t, wire.Header{Format: wire.FormatCompat, Job: 3, PacketID: id, Set: set, Slot: 2, Elements: 32}, []int32{1})
+		return mkpkt(t, wire.Header{Format: wire.FormatCompat, Seq: 3, PacketID: id, Set: set, Slot: 2, Elements: 32}, []int32{1})
 	}
 	p.Process(addr(0), use(0, 10), &out)
 	p.Process(addr(1), use(0, 10), &out)

@@ -75,7 +75,7 @@ func TestServerEndToEnd(t *testing.T) {
 	}
 
 	send := func(r int, v int32) {
-		hd := wire.Header{Format: wire.FormatCompat, Job: 1, PacketID: 77, Set: 0, Slot: 6, Exp0: 3, Elements: 64}
+		hd := wire.Header{Format: wire.FormatCompat, Seq: 1, PacketID: 77, Set: 0, Slot: 6, Exp0: 3, Elements: 64}
 		pkt, err := hd.Append(nil)
 		if err != nil {
 			t.Fatal(err)

@@ -120,7 +120,7 @@ header switchml_h {
     bit<4> msg_type;
     bit<1> unused;
     bit<3> size_code;
-    bit<8> job_number;
+    bit<8> job_number; // the published name; it holds the low 8 bits of the allreduce sequence number
     bit<32> tsi;
     bit<1> set;
     bit<1> pool_unused;

@@ -76,12 +76,9 @@ const (
 // Config describes one lane of one worker.
 type Config struct {
 	Rank, NumWorkers int
-	// Job is not used by the engine: every op carries its own job number
-	// (Op.Seq). It is kept so callers can describe a lane in one value.
-	Job      uint32
-	Format   wire.Format
-	Elements int // values per packet; compat: 32, 64, 128 or 256
-	Window   int // slots (packets in flight) of this lane
+	Format           wire.Format
+	Elements         int // values per packet; compat: 32, 64, 128 or 256
+	Window           int // slots (packets in flight) of this lane
 	// SlotBase is the first absolute slot of the lane (lane l of a job:
 	// PoolBase + l*Window).
 	SlotBase uint32
@@ -172,9 +169,9 @@ func (c Config) withDefaults() (Config, error) {
 // the input and receives the sum in place; the caller must leave it alone
 // until the lane is Done (retransmissions re-read it).
 type Op struct {
-	// Seq is the job number of the op; all workers use the same value and
-	// increment it per allreduce. The compatible format carries its low 8
-	// bits.
+	// Seq numbers the op among the job's allreduce calls (wire.Header.Seq);
+	// all workers use the same value and increment it per allreduce. The
+	// compatible format carries its low 8 bits.
 	Seq   uint32
 	DType DType
 	F32   []float32
@@ -200,7 +197,7 @@ type LaneStats struct {
 	Timeouts    uint64
 	Backoffs    uint64 // times the timeout doubled
 	Results     uint64 // results accepted
-	Stale       uint64 // results of another job number (an earlier op)
+	Stale       uint64 // results of another sequence number (an earlier op)
 	Duplicates  uint64 // results of this op already received or not yet asked for
 	Malformed   uint64 // packets that do not parse or do not fit the op
 }
@@ -238,8 +235,8 @@ type Lane struct {
 	active   bool // an op was started and has not finished
 	// Packet ids: packet p of the op travels as pidBase+p. The counter runs
 	// on across ops (identically on every worker), so every use of a slot
-	// carries a different id even in the compatible format, whose job
-	// number has only 8 bits. The switch uses that to recognise a
+	// carries a different id even in the compatible format, whose
+	// sequence number has only 8 bits. The switch uses that to recognise a
 	// retransmission that arrives after everyone moved on.
 	pidBase, nextPID uint32
 	err              error
@@ -523,7 +520,7 @@ func (l *Lane) AppendPacket(b []byte) ([]byte, bool) {
 
 	h := wire.Header{
 		Format:   l.cfg.Format,
-		Job:      l.op.Seq,
+		Seq:      l.op.Seq,
 		PacketID: l.pidBase + uint32(p),
 		Set:      st.set,
 		Slot:     l.cfg.SlotBase + uint32(s),
@@ -595,11 +592,11 @@ func (l *Lane) Receive(pkt []byte, now time.Duration) {
 		l.stats.Malformed++
 		return
 	}
-	job := l.op.Seq
+	seq := l.op.Seq
 	if h.Format == wire.FormatCompat {
-		job &= 0xff
+		seq &= 0xff
 	}
-	if h.Job != job {
+	if h.Seq != seq {
 		l.stats.Stale++
 		return
 	}

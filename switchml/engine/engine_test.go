@@ -308,7 +308,7 @@ func TestRetransmitAndDuplicates(t *testing.T) {
 	h.drop = func(toSwitch bool, rank int, hd wire.Header) bool {
 		// Drop the first copy of every third packet up and of packet 1's
 		// result to rank 2.
-		key := fmt.Sprint(toSwitch, rank, hd.Job, hd.PacketID)
+		key := fmt.Sprint(toSwitch, rank, hd.Seq, hd.PacketID)
 		if seen[key] {
 			return false
 		}
@@ -336,7 +336,7 @@ func TestRetransmitAndDuplicates(t *testing.T) {
 	if h.p.Counter(pipeline.StatRetransmitReply) == 0 {
 		t.Fatal("lost result not recovered by a unicast reply")
 	}
-	// Stale (other job number), duplicate and malformed results are ignored.
+	// Stale (other sequence number), duplicate and malformed results are ignored.
 	l := h.lanes[0]
 	if err := l.Start(Op{Seq: 6, DType: Int32, I32: make([]int32, 64)}, h.now); err != nil {
 		t.Fatal(err)
@@ -344,7 +344,7 @@ func TestRetransmitAndDuplicates(t *testing.T) {
 	pkt, _ := l.AppendPacket(nil)
 	hd, _, _ := wire.Parse(pkt)
 	old := hd
-	old.Job = 5
+	old.Seq = 5
 	b, _ := old.Append(nil)
 	l.Receive(append(b, make([]byte, 128)...), h.now)
 	l.Receive([]byte{1, 2, 3}, h.now)

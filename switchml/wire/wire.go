@@ -3,9 +3,9 @@
 // Two layouts exist. The compatible layout is the 10-byte header of the
 // published Tofino program, so a worker speaking it can aggregate on a real
 // switch. The extended layout is a versioned header understood only by our
-// software switch: it carries a 32-bit job number, a wider slot index and an
-// explicit element count, which lifts the limits of the compatible layout
-// (fixed payload sizes, 8-bit job numbers, 14-bit slots).
+// software switch: it carries a 32-bit sequence number, a wider slot index
+// and an explicit element count, which lifts the limits of the compatible
+// layout (fixed payload sizes, 8-bit sequence numbers, 14-bit slots).
 //
 // The first nibble of either header is the message type (1 compatible, 2
 // extended), so a receiver can always tell them apart from the first byte.
@@ -110,13 +110,16 @@ var (
 )
 
 // Header is a decoded aggregation header. The same type describes requests
-// (worker to switch) and replies (switch to worker): the switch echoes Job,
+// (worker to switch) and replies (switch to worker): the switch echoes Seq,
 // PacketID, Slot and Set and puts the maximum exponent in Exp0.
 type Header struct {
 	Format Format
-	// Job is the job number (the allreduce sequence). The compatible layout
-	// carries only its low 8 bits.
-	Job uint32
+	// Seq says which allreduce call of the job the packet belongs to:
+	// workers number their calls and match results by it, and the switch
+	// tells a slot's successive uses apart by it (with PacketID). The
+	// compatible layout carries only its low 8 bits (the published header
+	// calls that byte the job number).
+	Seq uint32
 	// PacketID is opaque to the switch and echoed. The reference client
 	// writes it in host order; we write it big-endian and never interpret
 	// a peer's value.
@@ -147,7 +150,7 @@ func (h *Header) PacketLen() int { return h.Len() + 4*h.Elements }
 
 // Append appends the header (not the payload) to b. It returns b unchanged
 // and an error if a field cannot be represented in h.Format. In the
-// compatible layout only the low 8 bits of Job are written.
+// compatible layout only the low 8 bits of Seq are written.
 func (h *Header) Append(b []byte) ([]byte, error) {
 	if h.Set > 1 {
 		return b, ErrSet
@@ -165,7 +168,7 @@ func (h *Header) Append(b []byte) ([]byte, error) {
 		if h.Set == 1 {
 			idx |= setBitCompat
 		}
-		b = append(b, msgTypeCompat<<4|code, byte(h.Job))
+		b = append(b, msgTypeCompat<<4|code, byte(h.Seq))
 		b = binary.BigEndian.AppendUint32(b, h.PacketID)
 		b = binary.BigEndian.AppendUint16(b, idx)
 		return append(b, byte(h.Exp0), byte(h.Exp1)), nil
@@ -181,7 +184,7 @@ func (h *Header) Append(b []byte) ([]byte, error) {
 			idx |= setBitExtended
 		}
 		b = append(b, msgTypeExtended<<4, ExtendedVersion)
-		b = binary.BigEndian.AppendUint32(b, h.Job)
+		b = binary.BigEndian.AppendUint32(b, h.Seq)
 		b = binary.BigEndian.AppendUint32(b, h.PacketID)
 		b = binary.BigEndian.AppendUint32(b, idx)
 		b = append(b, byte(h.Exp0), byte(h.Exp1))
@@ -217,7 +220,7 @@ func Parse(b []byte) (Header, []byte, error) {
 		}
 		h = Header{
 			Format:   FormatCompat,
-			Job:      uint32(b[1]),
+			Seq:      uint32(b[1]),
 			PacketID: binary.BigEndian.Uint32(b[2:6]),
 			Set:      uint8(idx >> 15),
 			Slot:     uint32(idx & MaxCompatSlot),
@@ -239,7 +242,7 @@ func Parse(b []byte) (Header, []byte, error) {
 		idx := binary.BigEndian.Uint32(b[10:14])
 		h = Header{
 			Format:   FormatExtended,
-			Job:      binary.BigEndian.Uint32(b[2:6]),
+			Seq:      binary.BigEndian.Uint32(b[2:6]),
 			PacketID: binary.BigEndian.Uint32(b[6:10]),
 			Set:      uint8(idx >> 31),
 			Slot:     idx &^ setBitExtended,

@@ -19,12 +19,12 @@ func packet(t testing.TB, h Header) []byte {
 }
 
 func TestCompatLayout(t *testing.T) {
-	h := Header{Format: FormatCompat, Job: 0x1ab, PacketID: 0x01020304, Set: 1, Slot: 0x1234, Exp0: -3, Exp1: 5, Elements: 64}
+	h := Header{Format: FormatCompat, Seq: 0x1ab, PacketID: 0x01020304, Set: 1, Slot: 0x1234, Exp0: -3, Exp1: 5, Elements: 64}
 	b, err := h.Append(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// msg_type 1, size code 1 (256 B); job low byte; id BE; set bit 15 + slot; exps.
+	// msg_type 1, size code 1 (256 B); sequence low byte; id BE; set bit 15 + slot; exps.
 	want := []byte{0x11, 0xab, 1, 2, 3, 4, 0x92, 0x34, 0xfd, 5}
 	if !bytes.Equal(b, want) {
 		t.Fatalf("compat header = % x, want % x", b, want)
@@ -35,7 +35,7 @@ func TestCompatLayout(t *testing.T) {
 }
 
 func TestExtendedLayout(t *testing.T) {
-	h := Header{Format: FormatExtended, Job: 0xdeadbeef, PacketID: 7, Set: 1, Slot: 70000, Exp0: 127, Exp1: -128, Elements: 2048}
+	h := Header{Format: FormatExtended, Seq: 0xdeadbeef, PacketID: 7, Set: 1, Slot: 70000, Exp0: 127, Exp1: -128, Elements: 2048}
 	b, err := h.Append(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -48,11 +48,11 @@ func TestExtendedLayout(t *testing.T) {
 
 func TestRoundTrip(t *testing.T) {
 	for _, h := range []Header{
-		{Format: FormatCompat, Job: 3, PacketID: 1, Slot: 0, Elements: 32},
-		{Format: FormatCompat, Job: 255, PacketID: 1<<32 - 1, Set: 1, Slot: MaxCompatSlot, Exp0: -126, Elements: 256},
+		{Format: FormatCompat, Seq: 3, PacketID: 1, Slot: 0, Elements: 32},
+		{Format: FormatCompat, Seq: 255, PacketID: 1<<32 - 1, Set: 1, Slot: MaxCompatSlot, Exp0: -126, Elements: 256},
 		{Format: FormatCompat, Elements: 128, Exp1: 9},
-		{Format: FormatExtended, Job: 1 << 31, Slot: MaxExtendedSlot, Set: 1, Elements: 0},
-		{Format: FormatExtended, Job: 5, Slot: 9, Elements: 1},
+		{Format: FormatExtended, Seq: 1 << 31, Slot: MaxExtendedSlot, Set: 1, Elements: 0},
+		{Format: FormatExtended, Seq: 5, Slot: 9, Elements: 1},
 	} {
 		b := packet(t, h)
 		got, payload, err := Parse(b)
@@ -132,7 +132,7 @@ func TestNoAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are meaningless under the race detector")
 	}
-	h := Header{Format: FormatExtended, Job: 1, Slot: 2, Elements: 64}
+	h := Header{Format: FormatExtended, Seq: 1, Slot: 2, Elements: 64}
 	buf := make([]byte, 0, MaxPacket)
 	pkt := packet(t, h)
 	allocs := testing.AllocsPerRun(100, func() {
@@ -149,8 +149,8 @@ func TestNoAllocs(t *testing.T) {
 // FuzzParse checks that Parse never panics and that everything it accepts
 // re-encodes to exactly the same bytes (the layouts have no slack).
 func FuzzParse(f *testing.F) {
-	f.Add(packet(f, Header{Format: FormatCompat, Job: 1, PacketID: 2, Set: 1, Slot: 3, Exp0: -1, Elements: 32}))
-	f.Add(packet(f, Header{Format: FormatExtended, Job: 1 << 20, Slot: 1 << 20, Elements: 5}))
+	f.Add(packet(f, Header{Format: FormatCompat, Seq: 1, PacketID: 2, Set: 1, Slot: 3, Exp0: -1, Elements: 32}))
+	f.Add(packet(f, Header{Format: FormatExtended, Seq: 1 << 20, Slot: 1 << 20, Elements: 5}))
 	f.Add(packet(f, Header{Format: FormatExtended}))
 	f.Add([]byte{0x10})
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -123,7 +123,7 @@ func (q *eventQueue) Pop() any {
 
 type useKey struct {
 	idx      int
-	job, pid uint32
+	seq, pid uint32
 }
 
 type worker struct {
@@ -382,12 +382,12 @@ func (s *Sim) checkReuse(h wire.Header) {
 			return
 		}
 	}
-	cur := useKey{idx, h.Job, h.PacketID}
+	cur := useKey{idx, h.Seq, h.PacketID}
 	if prev, ok := s.lastUse[idx]; ok {
 		s.stats.SetReuses++
 		if got := s.accepted[prev]; got != s.cfg.Workers && s.err == nil {
-			s.err = fmt.Errorf("sim: (slot %d, set %d) reused by job %d packet %d while only %d of %d workers had the result of job %d packet %d",
-				h.Slot, h.Set, h.Job, h.PacketID, got, s.cfg.Workers, prev.job, prev.pid)
+			s.err = fmt.Errorf("sim: (slot %d, set %d) reused by sequence %d packet %d while only %d of %d workers had the result of sequence %d packet %d",
+				h.Slot, h.Set, h.Seq, h.PacketID, got, s.cfg.Workers, prev.seq, prev.pid)
 		}
 	}
 	s.lastUse[idx] = cur
@@ -401,7 +401,7 @@ func (s *Sim) atWorker(e event) {
 		s.stats.ResultsAcceptedByWorkers++
 		if s.cfg.CheckSetReuse {
 			h, _, _ := wire.Parse(e.pkt)
-			k := useKey{int(h.Set)*s.pipe.Config().Slots + int(h.Slot), h.Job, h.PacketID}
+			k := useKey{int(h.Set)*s.pipe.Config().Slots + int(h.Slot), h.Seq, h.PacketID}
 			if !s.ws[e.worker].accepted[k] {
 				s.ws[e.worker].accepted[k] = true
 				s.accepted[k]++
@@ -412,7 +412,7 @@ func (s *Sim) atWorker(e event) {
 }
 
 // Run executes ops[r] on worker r, in order (every worker must get the same
-// sequence of shapes and job numbers, as the protocol requires). Each op's
+// sequence of shapes and sequence numbers, as the protocol requires). Each op's
 // tensor is split across the lanes with engine.SplitLanes and the result is
 // written in place. Run returns the first lane error, ErrHung if the run
 // did not finish, or nil.

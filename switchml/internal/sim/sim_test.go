@@ -304,7 +304,7 @@ func TestDeadPeerFails(t *testing.T) {
 }
 
 // TestExtendedLongDelays holds packets up to 30 link latencies (far beyond a
-// round trip): the extended format's monotonic job numbers let the switch
+// round trip): the extended format's monotonic sequence numbers let the switch
 // recognise requests delayed past the reuse of their set, so runs still
 // finish with correct sums.
 func TestExtendedLongDelays(t *testing.T) {
