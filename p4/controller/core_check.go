@@ -1,0 +1,133 @@
+package controller
+
+// Registrations checked on their own, against the target, and against the
+// jobs that hold lane addresses.
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/switchml/wire"
+	"google.golang.org/grpc/codes"
+)
+
+// Check validates a registration on its own and against the target; it
+// changes nothing.
+func (c *core) Check(r *controllerpb.RegisterRequest) ([]netip.AddrPort, error) {
+	addrs, err := checkRequest(r)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.cfg.Target.check(r, addrs); err != nil {
+		return nil, err
+	}
+	return addrs, nil
+}
+
+// checkRequest validates a registration on its own.
+func checkRequest(r *controllerpb.RegisterRequest) ([]netip.AddrPort, error) {
+	switch {
+	case r.GetJob() == "":
+		return nil, invalid("job name is empty")
+	case r.GetWorldSize() < 1 || r.GetWorldSize() > 0xffff:
+		return nil, invalid("world_size %d, want 1..65535", r.GetWorldSize())
+	case r.GetRank() >= r.GetWorldSize():
+		return nil, invalid("rank %d outside 0..%d (world_size %d)", r.GetRank(), r.GetWorldSize()-1, r.GetWorldSize())
+	case r.GetLanes() < 1 || r.GetLanes() > 256:
+		return nil, invalid("lanes %d, want 1..256", r.GetLanes())
+	case r.GetWindow() < 1:
+		return nil, invalid("window %d, want at least 1", r.GetWindow())
+	case r.GetElements() < 1:
+		return nil, invalid("elements %d, want at least 1", r.GetElements())
+	case len(r.GetLaneAddresses()) != int(r.GetLanes()):
+		return nil, invalid("%d lane addresses for %d lanes", len(r.GetLaneAddresses()), r.GetLanes())
+	case len(r.GetMac()) != 0 && len(r.GetMac()) != 6:
+		return nil, invalid("mac has %d bytes, want 6 or none", len(r.GetMac()))
+	}
+	switch r.GetFormat() {
+	case controllerpb.Format_FORMAT_COMPAT:
+		if _, ok := wire.CompatSizeCode(int(r.GetElements())); !ok {
+			return nil, invalid("elements %d cannot travel in the compatible header (32, 64, 128 or 256)", r.GetElements())
+		}
+	case controllerpb.Format_FORMAT_EXTENDED:
+		if r.GetElements() > wire.MaxElements {
+			return nil, invalid("elements %d exceeds the extended header's %d", r.GetElements(), wire.MaxElements)
+		}
+	default:
+		return nil, invalid("unknown format %v", r.GetFormat())
+	}
+	addrs := make([]netip.AddrPort, len(r.GetLaneAddresses()))
+	for i, s := range r.GetLaneAddresses() {
+		a, err := netip.ParseAddrPort(s)
+		if err != nil {
+			return nil, invalid("lane %d address %q: %v (want ipv4:port)", i, s, err)
+		}
+		a = netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
+		if !a.Addr().Is4() || a.Addr().IsUnspecified() || a.Port() == 0 {
+			return nil, invalid("lane %d address %v: want the IPv4 address and port the switch sees as the source", i, a)
+		}
+		addrs[i] = a
+	}
+	return addrs, nil
+}
+
+// mismatch names the first parameter on which r disagrees with the job.
+func mismatch(j, r *controllerpb.RegisterRequest) string {
+	type p struct {
+		name string
+		a, b uint32
+	}
+	for _, x := range []p{
+		{"world_size", j.GetWorldSize(), r.GetWorldSize()},
+		{"lanes", j.GetLanes(), r.GetLanes()},
+		{"window", j.GetWindow(), r.GetWindow()},
+		{"elements", j.GetElements(), r.GetElements()},
+		{"format", uint32(j.GetFormat()), uint32(r.GetFormat())},
+	} {
+		if x.a != x.b {
+			if x.name == "format" {
+				return fmt.Sprintf("format %v differs from %v registered by rank %d", r.GetFormat(), j.GetFormat(), j.GetRank())
+			}
+			return fmt.Sprintf("%s %d differs from %d registered by rank %d", x.name, x.b, x.a, j.GetRank())
+		}
+	}
+	return ""
+}
+
+// addressesFree refuses lane addresses that another live job's workers
+// hold: a socket belongs to one live process, so such a registration is a
+// mistake or an attempt to take the other job's traffic. A job whose
+// process died is ended by its lease, which frees its addresses.
+func (c *core) addressesFree(name string, addrs []netip.AddrPort) error {
+	mine := make(map[netip.AddrPort]bool, len(addrs))
+	for _, a := range addrs {
+		mine[a] = true
+	}
+	// Of several holders the one first by name is named, so that the
+	// answer does not depend on map order.
+	var holder *job
+	var rank int
+	var addr netip.AddrPort
+	for _, other := range c.jobs {
+		if other.name == name || (holder != nil && other.name > holder.name) {
+			continue
+		}
+	search:
+		for r, reg := range other.ranks {
+			if reg == nil {
+				continue
+			}
+			for _, a := range reg.addrs {
+				if mine[a] {
+					holder, rank, addr = other, r, a
+					break search
+				}
+			}
+		}
+	}
+	if holder != nil {
+		return refuse(codes.AlreadyExists, "lane address %v is held by rank %d of job %q, which is still running (if its process is gone, the controller ends that job as soon as its lease lapses)", addr, rank, holder.name)
+	}
+	return nil
+}
