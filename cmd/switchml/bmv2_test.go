@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/benchmarks"
+	"github.com/switchml/switchml-go/benchmarks/rack"
 	"github.com/switchml/switchml-go/p4/bmv2"
+	"github.com/switchml/switchml-go/p4/fabric"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/p4tools"
 	"github.com/switchml/switchml-go/p4/v1model"
@@ -136,23 +138,24 @@ func (r *bmv2Rack) startController(t *testing.T, extra ...string) *proc {
 		"--device-config", r.json, "--port-map", r.portMap, "--switch-mac", bmv2SwitchMAC,
 		"--dataplane", bmv2SwitchIP + ":48864", "--listen", r.controller}, extra...)
 	p := spawn(t, []string{"ip", "netns", "exec", r.sw}, args...)
-	deadline := time.Now().Add(time.Minute)
-	for !strings.Contains(p.stderr.String(), "controller ready") {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	go func() {
 		select {
-		case <-p.done:
-			t.Fatalf("controller exited: %v\n%s", p.err, p.stderr.String())
-		case <-time.After(50 * time.Millisecond):
+		case <-p.Done():
+			cancel()
+		case <-ctx.Done():
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("controller not ready within a minute:\n%s", p.stderr.String())
-		}
+	}()
+	if err := fabric.WaitReady(ctx, r.controller, rack.DialIn(r.sw), nil); err != nil {
+		t.Fatalf("controller not ready (%v):\n%s", err, p.Logs())
 	}
 	return p
 }
 
 func (r *bmv2Rack) stopController(t *testing.T, p *proc) {
 	t.Helper()
-	p.cmd.Process.Signal(os.Interrupt)
+	p.Cmd().Process.Signal(os.Interrupt)
 	p.wait(t, 10*time.Second)
 }
 
@@ -168,7 +171,7 @@ func (r *bmv2Rack) job(t *testing.T, js jobSpec) []benchmarks.WorkerReport {
 	}
 	js.bind = binds
 	start := time.Now()
-	reps := runJob(t, fabric{controller: r.controller}, prefixes, js)
+	reps := runJob(t, switchSide{controller: r.controller}, prefixes, js)
 	var retx uint64
 	var tat float64
 	for _, rep := range reps {
@@ -271,10 +274,10 @@ func (r *bmv2Rack) badInput(t *testing.T) {
 			"--device-config", r.json, "--port-map", r.portMap, "--listen", r.controller, "--connect-timeout", "20s"}, c.args...)
 		p := spawn(t, []string{"ip", "netns", "exec", r.sw}, args...)
 		err := p.wait(t, time.Minute)
-		if err == nil || !strings.Contains(p.stderr.String(), c.want) {
-			t.Errorf("%s: exit %v, stderr:\n%s\nwant a failure naming %q", c.name, err, p.stderr.String(), c.want)
+		if err == nil || !strings.Contains(p.Logs(), c.want) {
+			t.Errorf("%s: exit %v, stderr:\n%s\nwant a failure naming %q", c.name, err, p.Logs(), c.want)
 		}
-		if strings.Contains(p.stderr.String(), "controller ready") {
+		if strings.Contains(p.Logs(), "controller ready") {
 			t.Errorf("%s: the controller served workers", c.name)
 		}
 	}
@@ -297,8 +300,8 @@ func (r *bmv2Rack) refusedWorkers(t *testing.T) {
 			"--elements", "64", "--join-timeout", "30s"}, c.args...)
 		p := spawn(t, []string{"ip", "netns", "exec", r.workerNS(0)}, args...)
 		err := p.wait(t, time.Minute)
-		if err == nil || !strings.Contains(p.stderr.String(), c.want) {
-			t.Errorf("%s: exit %v, stderr:\n%s\nwant a failure naming %q", c.name, err, p.stderr.String(), c.want)
+		if err == nil || !strings.Contains(p.Logs(), c.want) {
+			t.Errorf("%s: exit %v, stderr:\n%s\nwant a failure naming %q", c.name, err, p.Logs(), c.want)
 		}
 	}
 }

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"slices"
 	"sort"
 	"strconv"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/benchmarks"
+	"github.com/switchml/switchml-go/p4/fabric"
 )
 
 func init() {
@@ -101,36 +104,24 @@ func runChaos(ctx context.Context, args []string) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ports := make([]int, 3)
-	for i, n := range []string{"udp", "tcp", "tcp"} {
-		p, err := freePort(n)
-		if err != nil {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	self := func(args ...string) *exec.Cmd { return exec.CommandContext(ctx, exe, args...) }
+	fab, err := fabric.Start(ctx, fabric.Config{Command: self, Slots: *slots, Echo: *verbose})
+	if err != nil {
+		return err
+	}
+	defer fab.Close()
+	dp, ctl := fab.DataplaneAddr(), fab.ControllerAddr()
+	restart := func(which string) error {
+		if err := fab.Crash(which); err != nil {
 			return err
 		}
-		ports[i] = p
-	}
-	dp, p4rt, ctl := "127.0.0.1:"+strconv.Itoa(ports[0]), "127.0.0.1:"+strconv.Itoa(ports[1]), "127.0.0.1:"+strconv.Itoa(ports[2])
-	slotsArg := strconv.Itoa(*slots)
-	startSwitch := func() (*child, error) {
-		return startChild(ctx, "switch", *verbose, "switch", "--dataplane", dp, "--p4rt", p4rt, "--slots", slotsArg)
-	}
-	startController := func() (*child, error) {
-		return startChild(ctx, "controller", *verbose, "controller", "--target", p4rt, "--listen", ctl, "--dataplane", dp, "--slots", slotsArg)
-	}
-	kill := func(c *child) {
-		_ = c.cmd.Process.Signal(syscall.SIGKILL)
-		_ = c.cmd.Wait()
-	}
-	sw, err := startSwitch()
-	if err != nil {
+		_, err := fab.Restart(which)
 		return err
 	}
-	defer func() { kill(sw) }()
-	ctlProc, err := startController()
-	if err != nil {
-		return err
-	}
-	defer func() { kill(ctlProc) }()
 
 	rng := rand.New(rand.NewPCG(*seed, *seed^0x5eed))
 	sum := chaosSummary{Seed: *seed, ByOutcome: map[string]int{}}
@@ -142,7 +133,7 @@ func runChaos(ctx context.Context, args []string) error {
 		r := chaosRound{Round: round, Fault: chaosFaults[rng.IntN(len(chaosFaults))], Workers: 2 + rng.IntN(*maxWorkers-1), Causes: map[string]int{}}
 		dtype := []string{"float32", "int32"}[rng.IntN(2)]
 		start := time.Now()
-		ws := make([]*child, r.Workers)
+		ws := make([]*fabric.Proc, r.Workers)
 		for w := range ws {
 			a := []string{"allreduce", "--controller", ctl, "--job", fmt.Sprintf("chaos-%d", round), "--rank", strconv.Itoa(w),
 				"--workers", strconv.Itoa(r.Workers), "--elements", strconv.Itoa(*elements), "--dtype", dtype, "--iters", strconv.Itoa(*iters),
@@ -150,7 +141,7 @@ func runChaos(ctx context.Context, args []string) error {
 			if r.Fault == "loss" {
 				a = append(a, "--drop", "0.01", "--duplicate", "0.005", "--reorder", "0.005")
 			}
-			if ws[w], err = startChild(ctx, fmt.Sprintf("rank%d", w), *verbose, a...); err != nil {
+			if ws[w], err = fabric.StartProc(fmt.Sprintf("rank%d", w), *verbose, self(a...)); err != nil {
 				return err
 			}
 		}
@@ -162,7 +153,7 @@ func runChaos(ctx context.Context, args []string) error {
 			done[w] = make(chan struct{})
 			go func() {
 				defer wg.Done()
-				_ = c.cmd.Wait()
+				_ = c.Wait()
 				exited[w] = time.Now()
 				close(done[w])
 			}()
@@ -184,15 +175,13 @@ func runChaos(ctx context.Context, args []string) error {
 			switch r.Fault {
 			case "kill-worker":
 				victim = rng.IntN(len(ws))
-				_ = ws[victim].cmd.Process.Signal(syscall.SIGKILL)
+				_ = ws[victim].Cmd().Process.Signal(syscall.SIGKILL)
 			case "restart-switch":
-				kill(sw)
-				if sw, err = startSwitch(); err != nil {
+				if err := restart("switch"); err != nil {
 					return err
 				}
 			case "restart-controller":
-				kill(ctlProc)
-				if ctlProc, err = startController(); err != nil {
+				if err := restart("controller"); err != nil {
 					return err
 				}
 			}
@@ -205,10 +194,10 @@ func runChaos(ctx context.Context, args []string) error {
 				continue
 			}
 			var rep benchmarks.WorkerReport
-			_ = json.Unmarshal([]byte(strings.TrimSpace(c.out.String())), &rep)
+			_ = json.Unmarshal(bytes.TrimSpace(c.Stdout()), &rep)
 			msg := rep.Error
-			if rep.Error == "" && (c.cmd.ProcessState == nil || !c.cmd.ProcessState.Success() || !rep.Verified) {
-				msg = "exited without a verified result: " + lastLine(c.logs())
+			if rep.Error == "" && (c.Wait() != nil || !rep.Verified) {
+				msg = "exited without a verified result: " + lastLine(c.Logs())
 			}
 			cause := chaosCause(msg)
 			r.Causes[cause]++
@@ -255,19 +244,19 @@ func runChaos(ctx context.Context, args []string) error {
 
 	// No slot may be left behind: a job that needs every slot must run.
 	lanes, window := 2, *slots/2
-	leak := make([]*child, 2)
+	leak := make([]*fabric.Proc, 2)
 	for w := range leak {
-		if leak[w], err = startChild(ctx, fmt.Sprintf("leak%d", w), *verbose, "allreduce", "--controller", ctl, "--job", "chaos-leak-check",
+		if leak[w], err = fabric.StartProc(fmt.Sprintf("leak%d", w), *verbose, self("allreduce", "--controller", ctl, "--job", "chaos-leak-check",
 			"--rank", strconv.Itoa(w), "--workers", "2", "--elements", "100000", "--iters", "2", "--lanes", strconv.Itoa(lanes),
-			"--window", strconv.Itoa(window), "--give-up", "60s", "--json"); err != nil {
+			"--window", strconv.Itoa(window), "--give-up", "60s", "--json")); err != nil {
 			return err
 		}
 	}
 	sum.LeakCheck = "a job holding all " + strconv.Itoa(*slots) + " slots ran"
 	for _, c := range leak {
-		if err := c.cmd.Wait(); err != nil {
+		if err := c.Wait(); err != nil {
 			sum.LeakedSlots = -1 // unknown how many: the job did not fit
-			sum.LeakCheck = "a job holding every slot failed: " + lastLine(c.logs())
+			sum.LeakCheck = "a job holding every slot failed: " + lastLine(c.Logs())
 		}
 	}
 	fmt.Println()

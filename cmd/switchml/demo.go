@@ -5,99 +5,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/switchml/switchml-go/benchmarks"
+	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/switchml/transport"
 )
 
 func init() {
 	register("demo", "run a whole SwitchML job on this machine: software switch, controller and N worker processes on loopback, with a short report", runDemo)
-}
-
-// freePort asks the kernel for a free port on loopback.
-func freePort(network string) (int, error) {
-	switch network {
-	case "tcp":
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		defer l.Close()
-		return l.Addr().(*net.TCPAddr).Port, nil
-	default:
-		c, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		defer c.Close()
-		return c.LocalAddr().(*net.UDPAddr).Port, nil
-	}
-}
-
-// child is a subprocess whose stderr is kept for the report and, with -v,
-// shown line by line with its name.
-type child struct {
-	name string
-	cmd  *exec.Cmd
-	out  bytes.Buffer
-	log  prefixWriter
-}
-
-// prefixWriter keeps everything written to it and, when echo is set,
-// copies complete lines to stderr behind a name.
-type prefixWriter struct {
-	mu      sync.Mutex
-	name    string
-	echo    bool
-	all     bytes.Buffer
-	partial []byte
-}
-
-func (w *prefixWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.all.Write(p)
-	if w.echo {
-		w.partial = append(w.partial, p...)
-		for {
-			i := bytes.IndexByte(w.partial, '\n')
-			if i < 0 {
-				break
-			}
-			fmt.Fprintf(os.Stderr, "[%s] %s\n", w.name, w.partial[:i])
-			w.partial = w.partial[i+1:]
-		}
-	}
-	return len(p), nil
-}
-
-func startChild(ctx context.Context, name string, verbose bool, args ...string) (*child, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	c := &child{name: name, cmd: exec.CommandContext(ctx, exe, args...)}
-	c.log.name, c.log.echo = name, verbose
-	c.cmd.Stdout = &c.out
-	c.cmd.Stderr = &c.log
-	c.cmd.Cancel = func() error { return c.cmd.Process.Signal(os.Interrupt) }
-	c.cmd.WaitDelay = 5 * time.Second
-	if err := c.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	return c, nil
-}
-
-func (c *child) logs() string {
-	c.log.mu.Lock()
-	defer c.log.mu.Unlock()
-	return c.log.all.String()
 }
 
 func runDemo(ctx context.Context, args []string) error {
@@ -121,53 +40,39 @@ func runDemo(ctx context.Context, args []string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	dpPort, err := freePort("udp")
+	exe, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	p4Port, err := freePort("tcp")
-	if err != nil {
-		return err
-	}
-	ctlPort, err := freePort("tcp")
-	if err != nil {
-		return err
-	}
-	dp := "127.0.0.1:" + strconv.Itoa(dpPort)
-	p4rt := "127.0.0.1:" + strconv.Itoa(p4Port)
-	ctl := "127.0.0.1:" + strconv.Itoa(ctlPort)
+	self := func(args ...string) *exec.Cmd { return exec.CommandContext(ctx, exe, args...) }
 	fmt.Printf("SwitchML demo: %d workers, %d x %s each (%.1f MiB), %d iterations\n", *workers, *elements, *dtype,
 		float64(*elements*mustSize(*dtype))/(1<<20), *iters)
-	fmt.Printf("  software switch  data plane udp://%s, P4Runtime %s\n", dp, p4rt)
-	fmt.Printf("  controller       %s\n", ctl)
-
-	sw, err := startChild(ctx, "switch", *verbose, "switch", "--dataplane", dp, "--p4rt", p4rt, "--drop", fmt.Sprint(*drop),
-		"--max-elements", fmt.Sprint(max(*pe, 1024)))
+	fab, err := fabric.Start(ctx, fabric.Config{Command: self, Echo: *verbose, MaxElements: max(*pe, 1024),
+		Faults: transport.Faults{Drop: *drop, Seed: 1}})
 	if err != nil {
 		return err
 	}
-	ctlc, err := startChild(ctx, "controller", *verbose, "controller", "--target", p4rt, "--listen", ctl, "--dataplane", dp)
-	if err != nil {
-		return err
-	}
+	fmt.Printf("  software switch  data plane udp://%s, P4Runtime %s\n", fab.DataplaneAddr(), fab.P4RuntimeAddr())
+	fmt.Printf("  controller       %s\n", fab.ControllerAddr())
 	start := time.Now()
-	ws := make([]*child, *workers)
+	ws := make([]*fabric.Proc, *workers)
 	for r := range ws {
-		ws[r], err = startChild(ctx, fmt.Sprintf("worker %d", r), *verbose, "allreduce", "--controller", ctl, "--job", "demo",
+		ws[r], err = fabric.StartProc(fmt.Sprintf("worker %d", r), *verbose, self("allreduce", "--controller", fab.ControllerAddr(), "--job", "demo",
 			"--rank", fmt.Sprint(r), "--workers", fmt.Sprint(*workers), "--elements", fmt.Sprint(*elements),
 			"--dtype", *dtype, "--iters", fmt.Sprint(*iters), "--lanes", fmt.Sprint(*lanes), "--window", fmt.Sprint(*window),
-			"--packet-elements", fmt.Sprint(*pe), fmt.Sprintf("--extended=%v", *extended), "--json")
+			"--packet-elements", fmt.Sprint(*pe), fmt.Sprintf("--extended=%v", *extended), "--json"))
 		if err != nil {
+			fab.Close()
 			return err
 		}
 	}
 	var reps []benchmarks.WorkerReport
 	var failures []string
 	for r, w := range ws {
-		werr := w.cmd.Wait()
+		werr := w.Wait()
 		var rep benchmarks.WorkerReport
-		if jerr := json.Unmarshal(bytes.TrimSpace(w.out.Bytes()), &rep); jerr != nil || werr != nil {
-			msg := strings.TrimSpace(w.logs())
+		if jerr := json.Unmarshal(bytes.TrimSpace(w.Stdout()), &rep); jerr != nil || werr != nil {
+			msg := strings.TrimSpace(w.Logs())
 			if rep.Error != "" {
 				msg = rep.Error
 			}
@@ -177,16 +82,18 @@ func runDemo(ctx context.Context, args []string) error {
 		reps = append(reps, rep)
 	}
 	wall := time.Since(start)
-	cancel()
-	sw.cmd.Wait()
-	ctlc.cmd.Wait()
+	fabErr := fab.Close()
+	logs := fab.Logs()
 	if len(failures) > 0 {
 		fmt.Println("\nFAILED:")
 		for _, f := range failures {
 			fmt.Println("  " + f)
 		}
-		fmt.Printf("\nswitch log:\n%s\ncontroller log:\n%s", indent(sw.logs()), indent(ctlc.logs()))
+		fmt.Printf("\nswitch log:\n%s\ncontroller log:\n%s", indent(logs["switch"]), indent(logs["controller"]))
 		return fmt.Errorf("%d of %d workers failed", len(failures), *workers)
+	}
+	if fabErr != nil {
+		return fmt.Errorf("the switch or the controller failed: %w", fabErr)
 	}
 	fmt.Printf("\n  rank  median TAT   goodput      verified  retransmits  CPU (user+sys)\n")
 	for _, r := range reps {

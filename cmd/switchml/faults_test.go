@@ -22,6 +22,7 @@ import (
 	"github.com/switchml/switchml-go/benchmarks"
 	"github.com/switchml/switchml-go/p4/controller/controllerpb"
 
+	"github.com/switchml/switchml-go/p4/fabric"
 	"github.com/switchml/switchml-go/switchml/secure"
 )
 
@@ -31,7 +32,7 @@ const faultJobWorkers = 3
 // longJob starts a job of many allreduces on f whose ranks would wait ten
 // minutes for the switch, and returns once the controller has programmed
 // it and it runs: only the fault handling can end it sooner.
-func longJob(t *testing.T, f fabric, job string) []*proc {
+func longJob(t *testing.T, f switchSide, job string) []*proc {
 	t.Helper()
 	ps := make([]*proc, faultJobWorkers)
 	for r := range ps {
@@ -42,8 +43,8 @@ func longJob(t *testing.T, f fabric, job string) []*proc {
 	waitRunning(t, f.ctl, job, 1)
 	for r, p := range ps {
 		select {
-		case <-p.done:
-			t.Fatalf("rank %d ended before the fault: %v\n%s", r, p.err, p.stderr.String())
+		case <-p.Done():
+			t.Fatalf("rank %d ended before the fault: %v\n%s", r, p.Wait(), p.Logs())
 		default:
 		}
 	}
@@ -56,7 +57,7 @@ func failNaming(t *testing.T, ps []*proc, fault time.Time, want ...string) {
 	t.Helper()
 	for r, p := range ps {
 		err := p.wait(t, 2*time.Minute)
-		msg := p.stderr.String()
+		msg := p.Logs()
 		ok := err != nil
 		for _, w := range want {
 			ok = ok && strings.Contains(msg, w)
@@ -68,14 +69,24 @@ func failNaming(t *testing.T, ps []*proc, fault time.Time, want ...string) {
 	}
 }
 
-// restart kills p (SIGKILL) and starts the same command again.
-func restart(t *testing.T, p *proc) *proc {
+// restart kills the switch or the controller (SIGKILL, as in a crash) and
+// starts the same command again.
+func (f *switchSide) restart(t *testing.T, which string) *proc {
 	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := f.fab.Crash(which); err != nil {
 		t.Fatal(err)
 	}
-	p.wait(t, 10*time.Second)
-	return spawn(t, nil, p.args...)
+	np, err := f.fab.Restart(which)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := adopt(t, np)
+	if which == "switch" {
+		f.sw = p
+	} else {
+		f.ctl = p
+	}
+	return p
 }
 
 // TestKilledWorker: a worker killed (SIGKILL) in the middle of a run of
@@ -93,7 +104,7 @@ func TestKilledWorker(t *testing.T) {
 	ps := longJob(t, f, "killed")
 	// Kill rank 2 as the OOM killer would.
 	killed := time.Now()
-	if err := ps[2].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := ps[2].Cmd().Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	failNaming(t, ps[:2], killed, "job aborted", "rank 2 lost its connection")
@@ -112,11 +123,11 @@ func TestSwitchRestart(t *testing.T) {
 	f := startFabric(t, nil, "")
 	ps := longJob(t, f, "restart")
 	killed := time.Now()
-	restart(t, f.sw)
+	f.restart(t, "switch")
 	failNaming(t, ps, killed, "job aborted", "lost the switch")
 	select {
-	case <-f.ctl.done:
-		t.Fatalf("the controller exited: %v\n%s", f.ctl.err, f.ctl.stderr.String())
+	case <-f.ctl.Done():
+		t.Fatalf("the controller exited: %v\n%s", f.ctl.Wait(), f.ctl.Logs())
 	default:
 	}
 	// The controller programs the new switch; a new run of the job works
@@ -151,18 +162,18 @@ func TestMutualTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dp, _ := freePort("udp")
-	p4, _ := freePort("tcp")
-	ctl, _ := freePort("tcp")
-	f := fabric{dataplane: fmt.Sprintf("127.0.0.1:%d", dp), p4rt: fmt.Sprintf("127.0.0.1:%d", p4), controller: fmt.Sprintf("127.0.0.1:%d", ctl)}
+	dp, _ := fabric.FreePort("udp")
+	p4, _ := fabric.FreePort("tcp")
+	ctl, _ := fabric.FreePort("tcp")
+	f := switchSide{dataplane: fmt.Sprintf("127.0.0.1:%d", dp), p4rt: fmt.Sprintf("127.0.0.1:%d", p4), controller: fmt.Sprintf("127.0.0.1:%d", ctl)}
 	spawn(t, nil, "switch", "--dataplane", f.dataplane, "--p4rt", f.p4rt, "--tls-cert", swCert, "--tls-key", swKey, "--tls-client-ca", pki.CA)
 
 	// A controller that does not present a certificate is refused.
-	other, _ := freePort("tcp")
+	other, _ := fabric.FreePort("tcp")
 	bad := spawn(t, nil, "controller", "--target", f.p4rt, "--listen", fmt.Sprintf("127.0.0.1:%d", other), "--dataplane", f.dataplane,
 		"--target-tls-ca", pki.CA, "--connect-timeout", "3s")
 	if err := bad.wait(t, time.Minute); err == nil {
-		t.Fatalf("a controller without a certificate programmed the switch:\n%s", bad.stderr.String())
+		t.Fatalf("a controller without a certificate programmed the switch:\n%s", bad.Logs())
 	}
 
 	spawn(t, nil, "controller", "--target", f.p4rt, "--listen", f.controller, "--dataplane", f.dataplane,
@@ -182,8 +193,8 @@ func TestMutualTLS(t *testing.T) {
 	} {
 		w := spawn(t, nil, append([]string{"allreduce", "--controller", f.controller, "--job", "intruder", "--workers", "1",
 			"--elements", "100", "--join-timeout", "3s"}, c.args...)...)
-		if err := w.wait(t, time.Minute); err == nil || !strings.Contains(w.stderr.String(), c.want) {
-			t.Errorf("%s: exit %v, stderr:\n%s\nwant a refusal containing %q", c.name, err, w.stderr.String(), c.want)
+		if err := w.wait(t, time.Minute); err == nil || !strings.Contains(w.Logs(), c.want) {
+			t.Errorf("%s: exit %v, stderr:\n%s\nwant a refusal containing %q", c.name, err, w.Logs(), c.want)
 		}
 	}
 }
@@ -205,19 +216,19 @@ func TestControllerRestart(t *testing.T) {
 			"--give-up", "10m", "--json")
 	}
 	waitRunning(t, f.ctl, "ctl-restart", 1)
-	c := restart(t, f.ctl)
+	c := f.restart(t, "controller")
 	for r, p := range ps {
 		if err := p.wait(t, 5*time.Minute); err != nil {
-			t.Errorf("rank %d: %v\n%s", r, err, p.stderr.String())
+			t.Errorf("rank %d: %v\n%s", r, err, p.Logs())
 			continue
 		}
 		var rep benchmarks.WorkerReport
-		if err := json.Unmarshal(bytes.TrimSpace(p.stdout.Bytes()), &rep); err != nil || !rep.Verified || len(rep.TATs) != 150 {
+		if err := json.Unmarshal(bytes.TrimSpace(p.Stdout()), &rep); err != nil || !rep.Verified || len(rep.TATs) != 150 {
 			t.Errorf("rank %d: report %+v (%v): want 150 verified allreduces", r, rep, err)
 		}
 	}
-	if !strings.Contains(c.stderr.String(), "job taken over from the switch") {
-		t.Errorf("the restarted controller did not take the job over:\n%s", c.stderr.String())
+	if !strings.Contains(c.Logs(), "job taken over from the switch") {
+		t.Errorf("the restarted controller did not take the job over:\n%s", c.Logs())
 	}
 	runJob(t, f, nil, jobSpec{name: "after-restart", dtype: "int32", workers: faultJobWorkers, elements: 50_000, iters: 2, lanes: 2, window: 32})
 }
@@ -233,7 +244,7 @@ func TestChaosShort(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "chaos.json")
 	p := spawn(t, nil, "chaos", "--duration", "15s", "--seed", "3", "--iters", "60", "--json", out)
 	if err := p.wait(t, 5*time.Minute); err != nil {
-		t.Fatalf("chaos: %v\n%s\n%s", err, p.stdout.String(), p.stderr.String())
+		t.Fatalf("chaos: %v\n%s\n%s", err, string(p.Stdout()), p.Logs())
 	}
 	b, err := os.ReadFile(out)
 	if err != nil {
@@ -246,7 +257,7 @@ func TestChaosShort(t *testing.T) {
 	if len(sum.Rounds) == 0 || sum.WrongSums != 0 || sum.LeakedSlots != 0 || sum.ByOutcome["unexpected"] != 0 {
 		t.Fatalf("summary %+v", sum)
 	}
-	t.Logf("%d rounds: %v, worst time to detect %.2f s\n%s", len(sum.Rounds), sum.ByOutcome, sum.WorstDetect, p.stdout.String())
+	t.Logf("%d rounds: %v, worst time to detect %.2f s\n%s", len(sum.Rounds), sum.ByOutcome, sum.WorstDetect, string(p.Stdout()))
 }
 
 // TestNaNRank: one rank's input holds a NaN at its fourth allreduce. It
@@ -290,8 +301,8 @@ func TestHijackAndFlood(t *testing.T) {
 	for _, token := range []string{"", "guess"} {
 		in := spawn(t, nil, "allreduce", "--controller", f.controller, "--job", "owned", "--rank", "0",
 			"--workers", fmt.Sprint(faultJobWorkers), "--elements", "1000", "--token", token, "--join-timeout", "10s")
-		if err := in.wait(t, time.Minute); err == nil || !strings.Contains(in.stderr.String(), "belongs to another owner") {
-			t.Errorf("intruder with token %q: exit %v, stderr:\n%s\nwant it refused", token, err, in.stderr.String())
+		if err := in.wait(t, time.Minute); err == nil || !strings.Contains(in.Logs(), "belongs to another owner") {
+			t.Errorf("intruder with token %q: exit %v, stderr:\n%s\nwant it refused", token, err, in.Logs())
 		}
 	}
 	// More registrations than the controller holds jobs, each giving up.
@@ -329,10 +340,10 @@ func TestHijackAndFlood(t *testing.T) {
 	}
 	for r, p := range ps {
 		if err := p.wait(t, 3*time.Minute); err != nil {
-			t.Fatalf("rank %d of the owned job: %v\n%s", r, err, p.stderr.String())
+			t.Fatalf("rank %d of the owned job: %v\n%s", r, err, p.Logs())
 		}
 		var rep benchmarks.WorkerReport
-		if err := json.Unmarshal(bytes.TrimSpace(p.stdout.Bytes()), &rep); err != nil || !rep.Verified {
+		if err := json.Unmarshal(bytes.TrimSpace(p.Stdout()), &rep); err != nil || !rep.Verified {
 			t.Fatalf("rank %d: %+v (%v): want verified results", r, rep, err)
 		}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/benchmarks"
+	"github.com/switchml/switchml-go/benchmarks/rack"
+	"github.com/switchml/switchml-go/p4/fabric"
 )
 
 // The integration tests run the real binary: a software switch, a
@@ -42,85 +45,57 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// proc is a running switchml process the test started.
 type proc struct {
-	args   []string // as given to spawn
-	cmd    *exec.Cmd
-	stdout lockedBuffer
-	stderr lockedBuffer
-	done   chan struct{}
-	err    error
+	*fabric.Proc
 }
 
-// lockedBuffer is a bytes.Buffer that a test may read while the process
-// still writes to it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// binaryCmd is the binary with args, behind prefix (e.g. "ip netns exec ns").
+func binaryCmd(prefix []string, args ...string) *exec.Cmd {
+	full := append(append(append([]string{}, prefix...), binary), args...)
+	return exec.Command(full[0], full[1:]...)
 }
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) Bytes() []byte {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]byte(nil), l.b.Bytes()...)
-}
-
-func (l *lockedBuffer) String() string { return string(l.Bytes()) }
 
 // spawn starts the binary with args (prefix, e.g. "ip netns exec ns", goes
 // first) and stops it when the test ends.
 func spawn(t *testing.T, prefix []string, args ...string) *proc {
 	t.Helper()
-	full := append(append([]string{}, prefix...), binary)
-	full = append(full, args...)
-	p := &proc{args: args, cmd: exec.Command(full[0], full[1:]...), done: make(chan struct{})}
-	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %v: %v", full, err)
+	fp, err := fabric.StartProc(args[0], false, binaryCmd(prefix, args...))
+	if err != nil {
+		t.Fatal(err)
 	}
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	return adopt(t, fp)
+}
+
+// adopt stops p when the test ends and shows its log if the test failed.
+func adopt(t *testing.T, fp *fabric.Proc) *proc {
 	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			p.cmd.Process.Signal(os.Interrupt)
-			select {
-			case <-p.done:
-			case <-time.After(5 * time.Second):
-				p.cmd.Process.Kill()
-				<-p.done
-			}
-		}
+		fp.Stop(5 * time.Second)
 		if t.Failed() {
-			t.Logf("%v stderr:\n%s", args[:1], p.stderr.String())
+			t.Logf("%s stderr:\n%s", fp.Name(), fp.Logs())
 		}
 	})
-	return p
+	return &proc{Proc: fp}
 }
 
 // wait waits for the process to exit within d.
 func (p *proc) wait(t *testing.T, d time.Duration) error {
 	t.Helper()
 	select {
-	case <-p.done:
-		return p.err
+	case <-p.Done():
+		return p.Wait()
 	case <-time.After(d):
-		p.cmd.Process.Kill()
-		<-p.done
-		t.Fatalf("%v did not finish within %v; stderr:\n%s", p.cmd.Args, d, p.stderr.String())
+		p.Cmd().Process.Kill()
+		t.Fatalf("%v did not finish within %v; stderr:\n%s", p.Cmd().Args, d, p.Logs())
 		return nil
 	}
 }
 
-// fabric is a running software switch and controller.
-type fabric struct {
+// switchSide is a running software switch and controller.
+type switchSide struct {
 	dataplane, p4rt, controller string
 	sw, ctl                     *proc // when the test started them
+	fab                         *fabric.Fabric
 }
 
 // waitRunning waits until the controller has programmed job n times (its
@@ -129,36 +104,41 @@ type fabric struct {
 func waitRunning(t *testing.T, ctl *proc, job string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
-	for strings.Count(ctl.stderr.String(), `msg="controller: job ready" job=`+job+" ") < n {
+	for strings.Count(ctl.Logs(), `msg="controller: job ready" job=`+job+" ") < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("job %s never became ready:\n%s", job, ctl.stderr.String())
+			t.Fatalf("job %s never became ready:\n%s", job, ctl.Logs())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	time.Sleep(time.Second)
 }
 
-func startFabric(t *testing.T, prefix []string, host string, switchArgs ...string) fabric {
+func startFabric(t *testing.T, prefix []string, host string, switchArgs ...string) switchSide {
 	t.Helper()
 	return startFabricWith(t, prefix, host, switchArgs, nil)
 }
 
-// startFabricWith is startFabric with extra controller flags too.
-func startFabricWith(t *testing.T, prefix []string, host string, switchArgs, controllerArgs []string) fabric {
+// startFabricWith is startFabric with extra controller flags too. With a
+// host, the two run behind prefix (a network namespace) at fixed ports of
+// host, and the readiness check dials from inside namespace ns.
+func startFabricWith(t *testing.T, prefix []string, host string, switchArgs, controllerArgs []string) switchSide {
 	t.Helper()
-	f := fabric{}
-	if host == "" {
-		host = "127.0.0.1"
-		dp, _ := freePort("udp")
-		p4, _ := freePort("tcp")
-		ctl, _ := freePort("tcp")
-		f = fabric{dataplane: fmt.Sprintf("%s:%d", host, dp), p4rt: fmt.Sprintf("%s:%d", host, p4), controller: fmt.Sprintf("%s:%d", host, ctl)}
-	} else {
-		f = fabric{dataplane: host + ":48864", p4rt: host + ":9559", controller: host + ":50051"}
+	cfg := fabric.Config{
+		Command:    func(args ...string) *exec.Cmd { return binaryCmd(prefix, args...) },
+		SwitchArgs: switchArgs, ControllerArgs: controllerArgs, ReadyTimeout: time.Minute,
 	}
-	f.sw = spawn(t, prefix, append([]string{"switch", "--dataplane", f.dataplane, "--p4rt", f.p4rt}, switchArgs...)...)
-	f.ctl = spawn(t, prefix, append([]string{"controller", "--target", f.p4rt, "--listen", f.controller, "--dataplane", f.dataplane}, controllerArgs...)...)
-	return f
+	if host != "" {
+		cfg.Dataplane, cfg.P4Runtime, cfg.Controller = host+":48864", host+":9559", host+":50051"
+		cfg.Dial = rack.DialIn(prefix[len(prefix)-1])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fab, err := fabric.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, ctl := fab.Procs()
+	return switchSide{dataplane: fab.DataplaneAddr(), p4rt: fab.P4RuntimeAddr(), controller: fab.ControllerAddr(), sw: adopt(t, sw), ctl: adopt(t, ctl), fab: fab}
 }
 
 type jobSpec struct {
@@ -171,7 +151,7 @@ type jobSpec struct {
 }
 
 // runJob runs every rank of a job and returns their reports.
-func runJob(t *testing.T, f fabric, prefixes func(rank int) []string, js jobSpec) []benchmarks.WorkerReport {
+func runJob(t *testing.T, f switchSide, prefixes func(rank int) []string, js jobSpec) []benchmarks.WorkerReport {
 	t.Helper()
 	if js.lanes == 0 {
 		js.lanes = 2
@@ -207,17 +187,17 @@ func runJob(t *testing.T, f fabric, prefixes func(rank int) []string, js jobSpec
 		go func() {
 			defer wg.Done()
 			select {
-			case <-p.done:
+			case <-p.Done():
 			case <-time.After(3 * time.Minute):
-				p.cmd.Process.Kill()
-				<-p.done
+				p.Cmd().Process.Kill()
+				<-p.Done()
 			}
-			if err := json.Unmarshal(bytes.TrimSpace(p.stdout.Bytes()), &reps[r]); err != nil {
-				errs[r] = fmt.Errorf("rank %d: no JSON report (%v): exit %v, stderr:\n%s", r, err, p.err, p.stderr.String())
+			if err := json.Unmarshal(bytes.TrimSpace(p.Stdout()), &reps[r]); err != nil {
+				errs[r] = fmt.Errorf("rank %d: no JSON report (%v): exit %v, stderr:\n%s", r, err, p.Wait(), p.Logs())
 				return
 			}
-			if p.err != nil {
-				errs[r] = fmt.Errorf("rank %d exited with %v: %s\n%s", r, p.err, reps[r].Error, p.stderr.String())
+			if p.Wait() != nil {
+				errs[r] = fmt.Errorf("rank %d exited with %v: %s\n%s", r, p.Wait(), reps[r].Error, p.Logs())
 			}
 		}()
 	}
@@ -254,7 +234,7 @@ func TestLoopbackJobs(t *testing.T) {
 		{name: "bfloat16", dtype: "bfloat16", workers: 4, elements: 40_000, iters: 2, lanes: 2},
 		{name: "float32-ext", dtype: "float32", workers: 4, elements: 300_000, iters: 2, lanes: 2, pe: 1024, extra: []string{"--extended"}},
 		// A second extended job on the same slots: the controller's reset
-		// must let its fresh job numbers through.
+		// must let its fresh sequence numbers through.
 		{name: "int32-ext-again", dtype: "int32", workers: 3, elements: 100_000, iters: 2, lanes: 2, pe: 512, extra: []string{"--extended"}},
 	} {
 		t.Run(fmt.Sprintf("%d-%s", i, js.name), func(t *testing.T) { runJob(t, f, nil, js) })
@@ -303,8 +283,8 @@ func TestBadInput(t *testing.T) {
 		if err := b.wait(t, 30*time.Second); err == nil {
 			t.Fatalf("rank with the wrong world size succeeded")
 		}
-		if !strings.Contains(b.stdout.String()+b.stderr.String(), "world") {
-			t.Fatalf("error does not name the world size: %s %s", b.stdout.String(), b.stderr.String())
+		if !strings.Contains(string(b.Stdout())+b.Logs(), "world") {
+			t.Fatalf("error does not name the world size: %s %s", string(b.Stdout()), b.Logs())
 		}
 		a.wait(t, 30*time.Second)
 	})
@@ -313,26 +293,26 @@ func TestBadInput(t *testing.T) {
 		if err := a.wait(t, 20*time.Second); err == nil {
 			t.Fatalf("join without the other rank succeeded")
 		}
-		if out := a.stdout.String() + a.stderr.String(); !strings.Contains(out, "did every rank") {
+		if out := string(a.Stdout()) + a.Logs(); !strings.Contains(out, "did every rank") {
 			t.Fatalf("error does not say ranks are missing: %s", out)
 		}
 	})
 	t.Run("no controller", func(t *testing.T) {
-		port, _ := freePort("tcp")
+		port, _ := fabric.FreePort("tcp")
 		a := spawn(t, nil, "allreduce", "--controller", fmt.Sprintf("127.0.0.1:%d", port), "--job", "x", "--workers", "1", "--join-timeout", "2s", "--json")
 		if err := a.wait(t, 20*time.Second); err == nil {
 			t.Fatalf("join without a controller succeeded")
 		}
-		if out := a.stdout.String() + a.stderr.String(); !strings.Contains(out, "controller") {
+		if out := string(a.Stdout()) + a.Logs(); !strings.Contains(out, "controller") {
 			t.Fatalf("error does not name the controller: %s", out)
 		}
 	})
 	t.Run("switch not there", func(t *testing.T) {
 		// A controller that points workers at a data plane address where
 		// no switch listens.
-		p4, _ := freePort("tcp")
-		ctl, _ := freePort("tcp")
-		dead, _ := freePort("udp")
+		p4, _ := fabric.FreePort("tcp")
+		ctl, _ := fabric.FreePort("tcp")
+		dead, _ := fabric.FreePort("udp")
 		sw := spawn(t, nil, "switch", "--dataplane", "127.0.0.1:0", "--p4rt", fmt.Sprintf("127.0.0.1:%d", p4))
 		_ = sw
 		spawn(t, nil, "controller", "--target", fmt.Sprintf("127.0.0.1:%d", p4), "--listen", fmt.Sprintf("127.0.0.1:%d", ctl),
@@ -342,19 +322,19 @@ func TestBadInput(t *testing.T) {
 		if err := a.wait(t, 30*time.Second); err == nil {
 			t.Fatalf("allreduce without a switch succeeded")
 		}
-		if out := a.stdout.String() + a.stderr.String(); !strings.Contains(out, "no answer from the switch") {
+		if out := string(a.Stdout()) + a.Logs(); !strings.Contains(out, "no answer from the switch") {
 			t.Fatalf("error does not say the switch is silent: %s", out)
 		}
 	})
 	t.Run("slots disagree", func(t *testing.T) {
 		// The controller would hand out slots the switch does not have.
-		p4, _ := freePort("tcp")
-		ctl, _ := freePort("tcp")
+		p4, _ := fabric.FreePort("tcp")
+		ctl, _ := fabric.FreePort("tcp")
 		spawn(t, nil, "switch", "--dataplane", "127.0.0.1:0", "--p4rt", fmt.Sprintf("127.0.0.1:%d", p4), "--slots", "64")
 		c := spawn(t, nil, "controller", "--target", fmt.Sprintf("127.0.0.1:%d", p4), "--listen", fmt.Sprintf("127.0.0.1:%d", ctl),
 			"--dataplane", "127.0.0.1:48864", "--slots", "128")
-		if err := c.wait(t, 60*time.Second); err == nil || !strings.Contains(c.stderr.String(), "does not hold the controller's 128 slots per set") {
-			t.Fatalf("controller with more slots than the switch: exit %v, stderr:\n%s", err, c.stderr.String())
+		if err := c.wait(t, 60*time.Second); err == nil || !strings.Contains(c.Logs(), "does not hold the controller's 128 slots per set") {
+			t.Fatalf("controller with more slots than the switch: exit %v, stderr:\n%s", err, c.Logs())
 		}
 	})
 }

@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
-	"strings"
 	"time"
 
-	"github.com/switchml/switchml-go/p4/dataplane"
+	"github.com/switchml/switchml-go/p4/fabric"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/softswitch"
 	"github.com/switchml/switchml-go/switchml/secure"
@@ -46,43 +43,22 @@ func runSwitch(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	inj, err := transport.NewInjector(faults)
-	if err != nil {
-		return err
-	}
-	if !faults.Active() {
-		inj = nil
-	}
 	tlsCfg, err := secure.Server(*tlsCert, *tlsKey, *tlsClientCA)
 	if err != nil {
 		return fmt.Errorf("--tls-cert, --tls-key, --tls-client-ca: %w", err)
 	}
-	srv, err := softswitch.NewServer(softswitch.ServerConfig{
-		DeviceID: *deviceID, TLS: tlsCfg,
+	sw, err := fabric.ListenSwitch(fabric.SwitchConfig{
+		Dataplane: *dp, P4Runtime: *p4rt, DeviceID: *deviceID, TLS: tlsCfg, Faults: faults, Logger: log,
 		Pipeline: pipeline.Config{Slots: *slots, MaxElements: *maxElements, MaxWorkers: *maxWorkers},
-		Logger:   log,
 	})
 	if err != nil {
 		return err
 	}
-	conn, err := transport.Listen(*dp, transport.Options{Batch: 128, SocketBuffer: 4 << 20})
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	lis, err := net.Listen("tcp", *p4rt)
-	if err != nil {
-		return fmt.Errorf("P4Runtime listener: %w", err)
-	}
-	log.Info("software switch up", "dataplane", conn.LocalAddr().String(), "p4runtime", lis.Addr().String(),
+	log.Info("software switch up", "dataplane", sw.DataplaneAddr(), "p4runtime", sw.P4RuntimeAddr(),
 		"slots", *slots, "max_elements", *maxElements, "drop", faults.Drop, "duplicate", faults.Duplicate, "reorder", faults.Reorder)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, 2)
-	go func() { errc <- srv.ServeP4Runtime(ctx, lis) }()
-	var st dataplane.Stats
-	go func() { errc <- dataplane.Serve(ctx, conn, srv, inj, &st) }()
 	if *statsEvery > 0 {
 		go func() {
 			t := time.NewTicker(*statsEvery)
@@ -92,34 +68,12 @@ func runSwitch(ctx context.Context, args []string) error {
 				case <-ctx.Done():
 					return
 				case <-t.C:
-					log.Info("counters", "received", st.Received.Load(), "sent", st.Sent.Load(), "pipeline", counterSummary(srv.Counters()))
+					log.Info("counters", sw.Summary()...)
 				}
 			}
 		}()
 	}
-	var first error
-	select {
-	case <-ctx.Done():
-	case first = <-errc:
-	}
-	cancel()
-	stopped := []any{"received", st.Received.Load(), "sent", st.Sent.Load(), "pipeline", counterSummary(srv.Counters())}
-	if n := st.SendErrors.Load(); n > 0 {
-		stopped = append(stopped, "send_errors", n, "last_send_error", st.LastSendError.Load())
-	}
-	log.Info("software switch stopped", stopped...)
-	if first != nil && !errors.Is(first, context.Canceled) {
-		return first
-	}
-	return nil
-}
-
-func counterSummary(c [pipeline.NumStats]uint64) string {
-	var parts []string
-	for i, v := range c {
-		if v != 0 {
-			parts = append(parts, fmt.Sprintf("%s=%d", pipeline.Stat(i), v))
-		}
-	}
-	return strings.Join(parts, " ")
+	err = sw.Serve(ctx)
+	log.Info("software switch stopped", sw.Summary()...)
+	return err
 }

@@ -86,7 +86,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Fabric is a running switch and controller.
+// Fabric is a running switch and controller. Its methods may be called
+// from several goroutines, except Crash, Restart and Close, which the
+// goroutine that owns the fabric calls.
 type Fabric struct {
 	dataplane, p4rt, controller string
 
@@ -223,15 +225,18 @@ func startProcs(ctx context.Context, cfg Config) (*Fabric, error) {
 	rctx, cancel := context.WithTimeout(ctx, cfg.ReadyTimeout)
 	defer cancel()
 	stop := make(chan struct{})
-	defer close(stop)
+	swDone, ctlDone := f.swProc.Done(), f.ctlProc.Done()
+	exited := make(chan struct{})
 	go func() {
+		defer close(exited)
 		select {
-		case <-f.swProc.Done():
-		case <-f.ctlProc.Done():
+		case <-swDone:
+		case <-ctlDone:
 		case <-stop:
 		}
 		cancel()
 	}()
+	defer func() { close(stop); <-exited }()
 	if err := WaitReady(rctx, cfg.Controller, cfg.Dial, cfg.ProbeTLS); err != nil {
 		f.Close()
 		why := err.Error()
