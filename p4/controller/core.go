@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"slices"
 	"sort"
@@ -553,11 +554,7 @@ func (c *core) end(j *job, why string, switchGone bool) {
 			c.endedOrder = c.endedOrder[1:]
 		}
 	}
-	ws := make([]waiter, 0, len(j.waits))
-	for w := range j.waits {
-		ws = append(ws, w)
-	}
-	slices.Sort(ws)
+	ws := slices.Sorted(maps.Keys(j.waits))
 	for _, w := range ws {
 		wt := j.waits[w]
 		switch wt.kind {
@@ -684,21 +681,13 @@ func (c *core) SwitchLost(why string) {
 		j.state = jobGone
 		delete(c.draining, gen)
 	}
-	ids := make([]uint32, 0, len(c.detached))
-	for id := range c.detached {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	ids := slices.Sorted(maps.Keys(c.detached))
 	for _, id := range ids {
 		j := c.detached[id]
 		delete(c.detached, id)
 		c.end(j, why, true)
 	}
-	names := make([]string, 0, len(c.jobs))
-	for n := range c.jobs {
-		names = append(names, n)
-	}
-	slices.Sort(names)
+	names := slices.Sorted(maps.Keys(c.jobs))
 	for _, n := range names {
 		c.end(c.jobs[n], why, true)
 	}

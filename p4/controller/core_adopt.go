@@ -6,6 +6,7 @@ package controller
 import (
 	"crypto/sha256"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -83,11 +84,7 @@ func (c *core) Adopt(workers []WorkerEntry, replies []ReplyEntry, groups map[uin
 // endUnclaimed removes the adopted jobs that nobody took back, and those
 // some of whose ranks did not take their leases up again.
 func (c *core) endUnclaimed(a adoption) {
-	ids := make([]uint32, 0, len(a.found))
-	for id := range a.found {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	ids := slices.Sorted(maps.Keys(a.found))
 	for _, id := range ids {
 		j := a.found[id]
 		if c.detached[id] == j {

@@ -231,40 +231,32 @@ func TestCoreIsDeterministic(t *testing.T) {
 func TestCoreRefusesRegistrations(t *testing.T) {
 	for _, c := range []struct {
 		name string
-		req  func() *controllerpb.RegisterRequest // against job "j", rank 0 gathering with token "t" on host 1
-		code codes.Code
-		text string
+		// change turns rank 1 of job "j" (whose rank 0 gathers with token
+		// "t" on host 1) into the refused registration.
+		change func(q *controllerpb.RegisterRequest)
+		code   codes.Code
+		text   string
 	}{
-		{"world_size", func() *controllerpb.RegisterRequest { return tokened(regReq("j", 1, 3, 1, 4, 1)) }, codes.FailedPrecondition, "world_size 3 differs from 2"},
-		{"lanes", func() *controllerpb.RegisterRequest { return tokened(regReq("j", 1, 2, 2, 4, 1)) }, codes.FailedPrecondition, "lanes 2 differs"},
-		{"window", func() *controllerpb.RegisterRequest { return tokened(regReq("j", 1, 2, 1, 8, 1)) }, codes.FailedPrecondition, "window 8 differs"},
-		{"elements", func() *controllerpb.RegisterRequest {
-			q := tokened(regReq("j", 1, 2, 1, 4, 1))
-			q.Elements = 128
-			return q
-		}, codes.FailedPrecondition, "elements 128"},
-		{"format", func() *controllerpb.RegisterRequest {
-			q := tokened(regReq("j", 1, 2, 1, 4, 1))
-			q.Format = controllerpb.Format_FORMAT_EXTENDED
-			return q
-		}, codes.FailedPrecondition, "format"},
-		{"token", func() *controllerpb.RegisterRequest { return regReq("j", 1, 2, 1, 4, 1) }, codes.PermissionDenied, "another owner"},
-		{"address held", func() *controllerpb.RegisterRequest {
-			q := regReq("other", 0, 1, 1, 4, 2)
-			q.LaneAddresses = regReq("j", 0, 2, 1, 4, 1).LaneAddresses
-			return q
+		{"world_size", func(q *controllerpb.RegisterRequest) { q.WorldSize = 3 }, codes.FailedPrecondition, "world_size 3 differs from 2"},
+		{"lanes", func(q *controllerpb.RegisterRequest) {
+			q.Lanes, q.LaneAddresses = 2, append(q.LaneAddresses, "127.0.1.9:1")
+		}, codes.FailedPrecondition, "lanes 2 differs"},
+		{"window", func(q *controllerpb.RegisterRequest) { q.Window = 8 }, codes.FailedPrecondition, "window 8 differs"},
+		{"elements", func(q *controllerpb.RegisterRequest) { q.Elements = 128 }, codes.FailedPrecondition, "elements 128"},
+		{"format", func(q *controllerpb.RegisterRequest) { q.Format = controllerpb.Format_FORMAT_EXTENDED }, codes.FailedPrecondition, "format"},
+		{"token", func(q *controllerpb.RegisterRequest) { q.Token = "" }, codes.PermissionDenied, "another owner"},
+		{"address held", func(q *controllerpb.RegisterRequest) {
+			q.Job, q.Rank, q.WorldSize, q.LaneAddresses = "other", 0, 1, regReq("j", 0, 2, 1, 4, 1).LaneAddresses
 		}, codes.AlreadyExists, `rank 0 of job "j"`},
-		{"rank outside", func() *controllerpb.RegisterRequest { return tokened(regReq("j", 2, 2, 1, 4, 1)) }, codes.InvalidArgument, "rank 2 outside"},
-		{"packet size", func() *controllerpb.RegisterRequest {
-			q := tokened(regReq("j", 1, 2, 1, 4, 1))
-			q.Elements = 100
-			return q
-		}, codes.InvalidArgument, "compatible header"},
+		{"rank outside", func(q *controllerpb.RegisterRequest) { q.Rank = 2 }, codes.InvalidArgument, "rank 2 outside"},
+		{"packet size", func(q *controllerpb.RegisterRequest) { q.Elements = 100 }, codes.InvalidArgument, "compatible header"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := newRig(t, 64)
 			w0 := r.mustRegister(tokened(regReq("j", 0, 2, 1, 4, 1)))[0]
-			_, err := r.register(c.req())
+			q := tokened(regReq("j", 1, 2, 1, 4, 1))
+			c.change(q)
+			_, err := r.register(q)
 			wantRefusal(t, err, c.code, c.text)
 			// The gathering job is untouched: its last rank completes it.
 			r.mustRegister(tokened(regReq("j", 1, 2, 1, 4, 1)))
