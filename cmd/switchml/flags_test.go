@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchml/switchml-go/p4/fabric"
 	"github.com/switchml/switchml-go/switchml"
 	"github.com/switchml/switchml-go/switchml/ring"
 )
@@ -107,5 +108,23 @@ func TestAllReduceFlagsCoverConfig(t *testing.T) {
 		if _, ok := allreduceFlags[name]; !ok {
 			t.Errorf("Config field %s has no flag in allreduceFlags", name)
 		}
+	}
+}
+
+func TestSwitchFlagErrors(t *testing.T) {
+	cfg := reflect.TypeFor[fabric.SwitchConfig]()
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--slots", "0"}, []string{"--slots 0", "want 1.."}},
+		{[]string{"--max-elements", "5000"}, []string{"--max-elements 5000", "want 1..2048"}},
+		{[]string{"--max-workers", "-3"}, []string{"--max-workers -3"}},
+		{[]string{"--drop", "2", "--reorder", "-0.5"}, []string{"--drop 2", "--reorder -0.5", "[0, 1]"}},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			args := append([]string{"--dataplane", "127.0.0.1:0", "--p4rt", "127.0.0.1:0"}, tc.args...)
+			checkFlagError(t, runSwitch, cfg, args, tc.want...)
+		})
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/switchml/switchml-go/p4/softswitch"
 	"github.com/switchml/switchml-go/switchml/secure"
 	"github.com/switchml/switchml-go/switchml/transport"
+	"github.com/switchml/switchml-go/switchml/wire"
 )
 
 func init() {
@@ -41,6 +43,9 @@ func runSwitch(ctx context.Context, args []string) error {
 	defer stopProfile()
 	log, err := newLogger(*logLevel)
 	if err != nil {
+		return err
+	}
+	if err := switchFlagsValid(*slots, *maxElements, *maxWorkers, faults); err != nil {
 		return err
 	}
 	tlsCfg, err := secure.Server(*tlsCert, *tlsKey, *tlsClientCA)
@@ -76,4 +81,27 @@ func runSwitch(ctx context.Context, args []string) error {
 	err = sw.Serve(ctx)
 	log.Info("software switch stopped", sw.Summary()...)
 	return err
+}
+
+// switchFlagsValid checks the pool and fault flags, naming them, before the
+// pipeline would refuse the same values in its own terms.
+func switchFlagsValid(slots, maxElements, maxWorkers int, f transport.Faults) error {
+	var errs []error
+	for _, c := range []struct {
+		flag     string
+		v, limit int
+	}{{"--slots", slots, pipeline.MaxSlots}, {"--max-elements", maxElements, wire.MaxElements}, {"--max-workers", maxWorkers, pipeline.MaxWorkersCap}} {
+		if c.v < 1 || c.v > c.limit {
+			errs = append(errs, fmt.Errorf("%s %d: want 1..%d", c.flag, c.v, c.limit))
+		}
+	}
+	for _, c := range []struct {
+		flag string
+		p    float64
+	}{{"--drop", f.Drop}, {"--duplicate", f.Duplicate}, {"--reorder", f.Reorder}} {
+		if !(c.p >= 0 && c.p <= 1) {
+			errs = append(errs, fmt.Errorf("%s %g: a probability lies in [0, 1]", c.flag, c.p))
+		}
+	}
+	return errors.Join(errs...)
 }
