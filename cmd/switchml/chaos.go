@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"slices"
 	"sort"
 	"strconv"
@@ -104,11 +103,10 @@ func runChaos(ctx context.Context, args []string) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	exe, err := os.Executable()
+	self, err := selfCommand(ctx)
 	if err != nil {
 		return err
 	}
-	self := func(args ...string) *exec.Cmd { return exec.CommandContext(ctx, exe, args...) }
 	fab, err := fabric.Start(ctx, fabric.Config{Command: self, Slots: *slots, Echo: *verbose})
 	if err != nil {
 		return err

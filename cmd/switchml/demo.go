@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
 	"strings"
 	"time"
 
@@ -40,11 +38,10 @@ func runDemo(ctx context.Context, args []string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	exe, err := os.Executable()
+	self, err := selfCommand(ctx)
 	if err != nil {
 		return err
 	}
-	self := func(args ...string) *exec.Cmd { return exec.CommandContext(ctx, exe, args...) }
 	fmt.Printf("SwitchML demo: %d workers, %d x %s each (%.1f MiB), %d iterations\n", *workers, *elements, *dtype,
 		float64(*elements*mustSize(*dtype))/(1<<20), *iters)
 	fab, err := fabric.Start(ctx, fabric.Config{Command: self, Echo: *verbose, MaxElements: max(*pe, 1024),

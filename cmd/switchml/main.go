@@ -20,6 +20,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
 	"sort"
 	"syscall"
@@ -111,4 +112,15 @@ func newLogger(level string) (*slog.Logger, error) {
 		return nil, fmt.Errorf("bad --log-level %q: want debug, info, warn or error", level)
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+// selfCommand returns what runs this program again with other arguments
+// (the switch, the controller and workers of the demo and the chaos run),
+// stopped when ctx ends.
+func selfCommand(ctx context.Context) (func(args ...string) *exec.Cmd, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("finding this program to start its processes: %w", err)
+	}
+	return func(args ...string) *exec.Cmd { return exec.CommandContext(ctx, exe, args...) }, nil
 }
