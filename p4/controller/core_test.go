@@ -125,6 +125,18 @@ func (r *rig) run(job string, world uint32, host byte) *controllerpb.RegisterRes
 	return resp
 }
 
+// retiredOne runs a one-rank job "old" at slots [0, 4) on host 1 and lets
+// it finish: its entries are then draining, and the removal is returned.
+func (r *rig) retiredOne() removal {
+	r.t.Helper()
+	old := r.run("old", 1, 1)
+	if err := r.c.Leave(&controllerpb.LeaveRequest{Job: "old", SessionId: old.GetSessionId()}); err != nil {
+		r.t.Fatal(err)
+	}
+	r.collect()
+	return r.takeRemoval()
+}
+
 // answer returns w's answer, which must have come.
 func (r *rig) answer(w waiter) answer {
 	r.t.Helper()
@@ -327,12 +339,7 @@ func TestCorePoolExhaustionAndFreeing(t *testing.T) {
 // hold their slots, and a waiting job is placed beside them in time.
 func TestCoreQueuedJobIsPlacedAfterTheDrainWait(t *testing.T) {
 	r := newRig(t, 32)
-	old := r.run("old", 1, 1)
-	if err := r.c.Leave(&controllerpb.LeaveRequest{Job: "old", SessionId: old.GetSessionId()}); err != nil {
-		t.Fatal(err)
-	}
-	r.collect()
-	r.takeRemoval()
+	r.retiredOne()
 	r.mustRegister(regReq("new", 0, 1, 1, 4, 2))
 	if len(r.installs) != 0 {
 		t.Fatal("placed at once")
@@ -462,10 +469,7 @@ func TestCoreGiveUpNamesMissingRanks(t *testing.T) {
 // job waits for room takes the job back to gathering.
 func TestCoreQueuedJobLosingARankGathersAgain(t *testing.T) {
 	r := newRig(t, 64)
-	old := r.run("old", 1, 1)
-	r.c.Leave(&controllerpb.LeaveRequest{Job: "old", SessionId: old.GetSessionId()})
-	r.collect()
-	rm := r.takeRemoval()
+	rm := r.retiredOne()
 	ws := r.mustRegister(regReq("q", 0, 2, 1, 4, 2), regReq("q", 1, 2, 1, 4, 2))
 	if r.c.jobs["q"].state != jobQueued {
 		t.Fatalf("state %v, want queued", r.c.jobs["q"].state)
@@ -514,10 +518,7 @@ func TestCoreRetiredWhileInstalling(t *testing.T) {
 // change nothing.
 func TestCoreSwitchLost(t *testing.T) {
 	r := newRig(t, 64)
-	old := r.run("old", 1, 1)
-	r.c.Leave(&controllerpb.LeaveRequest{Job: "old", SessionId: old.GetSessionId()})
-	r.collect()
-	rm := r.takeRemoval()
+	rm := r.retiredOne()
 	gathering := r.mustRegister(regReq("g", 0, 2, 1, 4, 2))[0]
 	installing := r.mustRegister(regReq("i", 0, 1, 1, 4, 3))[0]
 	// "i" waits for old's entries; let it through on the drain wait.
