@@ -204,7 +204,7 @@ type RegisterResponse struct {
 	JobId           uint32                 `protobuf:"varint,3,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`                              // switch-side job id (extended header job field)
 	PoolBase        uint32                 `protobuf:"varint,4,opt,name=pool_base,json=poolBase,proto3" json:"pool_base,omitempty"`                     // first slot of the job's partition
 	PoolSize        uint32                 `protobuf:"varint,5,opt,name=pool_size,json=poolSize,proto3" json:"pool_size,omitempty"`                     // slots in the partition: lanes*window; lane l starts at pool_base + l*window
-	FirstSeq        uint32                 `protobuf:"varint,6,opt,name=first_seq,json=firstSeq,proto3" json:"first_seq,omitempty"`                     // job number of the session's first allreduce
+	FirstSeq        uint32                 `protobuf:"varint,6,opt,name=first_seq,json=firstSeq,proto3" json:"first_seq,omitempty"`                     // sequence number (wire Seq) of the session's first allreduce
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
