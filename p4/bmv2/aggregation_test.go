@@ -153,9 +153,9 @@ func newRig(t *testing.T) *rig {
 			job.Workers = append(job.Workers, w)
 			job.Replies = append(job.Replies, rep)
 			g.rankOf[rep.Addr] = r
-			must(t, g.model.InsertWorker(pipeline.WorkerKey{Addr: w.Addr}, pipeline.Worker{Job: w.JobID, Rank: w.Rank,
+			must(t, g.model.InsertWorker(pipeline.WorkerKey{Addr: w.Addr}, pipeline.Worker{JobID: w.JobID, Rank: w.Rank,
 				NumWorkers: w.NumWorkers, MulticastGroup: w.MulticastGroup, Lane: w.Lane, PoolBase: w.PoolBase, PoolSize: w.PoolSize}))
-			must(t, g.model.InsertReply(pipeline.ReplyKey{Job: rep.JobID, Rank: rep.Rank, Lane: rep.Lane}, pipeline.Reply{MAC: rep.MAC, Addr: rep.Addr}))
+			must(t, g.model.InsertReply(pipeline.ReplyKey{JobID: rep.JobID, Rank: rep.Rank, Lane: rep.Lane}, pipeline.Reply{MAC: rep.MAC, Addr: rep.Addr}))
 		}
 		job.Replicas = append(job.Replicas, controller.Replica{Port: uint32(r + 1), Instance: uint16(r)})
 		replicas = append(replicas, pipeline.Replica{EgressPort: uint32(r + 1), Instance: uint16(r)})

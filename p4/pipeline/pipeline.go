@@ -52,7 +52,7 @@ type WorkerKey struct{ Addr netip.AddrPort }
 
 // Worker is the action data of set_worker.
 type Worker struct {
-	Job            uint32 // job id (partition owner), not the allreduce sequence
+	JobID          uint32 // the switch's id of the job (partition owner), not the allreduce sequence
 	Rank           uint16
 	NumWorkers     uint16
 	MulticastGroup uint16
@@ -63,9 +63,9 @@ type Worker struct {
 
 // ReplyKey is the match key of the reply_address table.
 type ReplyKey struct {
-	Job  uint32
-	Rank uint16
-	Lane uint8
+	JobID uint32
+	Rank  uint16
+	Lane  uint8
 }
 
 // Reply is the action data of set_reply: where results for one lane of one
@@ -312,8 +312,8 @@ func (p *Pipeline) Replies(fn func(ReplyKey, Reply) bool) {
 	}
 	slices.SortFunc(keys, func(a, b ReplyKey) int {
 		switch {
-		case a.Job != b.Job:
-			return cmp3(a.Job, b.Job)
+		case a.JobID != b.JobID:
+			return cmp3(a.JobID, b.JobID)
 		case a.Rank != b.Rank:
 			return cmp3(a.Rank, b.Rank)
 		}
@@ -640,7 +640,7 @@ func (p *Pipeline) Process(src netip.AddrPort, pkt []byte, out *Output) {
 		// The sender lost the multicast: answer it alone.
 		p.stats[StatRetransmitReply]++
 		p.reply(out, &h, vals, p.exponent[idx])
-		if r, ok := p.replies[ReplyKey{Job: w.Job, Rank: w.Rank, Lane: w.Lane}]; ok {
+		if r, ok := p.replies[ReplyKey{JobID: w.JobID, Rank: w.Rank, Lane: w.Lane}]; ok {
 			out.Dests = append(out.Dests, r.Addr)
 		} else {
 			p.stats[StatDropNoReply]++
@@ -678,7 +678,7 @@ func (p *Pipeline) Process(src netip.AddrPort, pkt []byte, out *Output) {
 	}
 	p.reply(out, &h, vals, p.exponent[idx])
 	for _, r := range group {
-		ra, ok := p.replies[ReplyKey{Job: w.Job, Rank: r.Instance, Lane: w.Lane}]
+		ra, ok := p.replies[ReplyKey{JobID: w.JobID, Rank: r.Instance, Lane: w.Lane}]
 		if !ok {
 			p.stats[StatDropNoReply]++
 			continue

@@ -24,11 +24,11 @@ func setupJob(t testing.TB, p *Pipeline, job uint32, first, n int, mgid uint16, 
 	t.Helper()
 	var reps []Replica
 	for r := 0; r < n; r++ {
-		w := Worker{Job: job, Rank: uint16(r), NumWorkers: uint16(n), MulticastGroup: mgid, PoolBase: base, PoolSize: size}
+		w := Worker{JobID: job, Rank: uint16(r), NumWorkers: uint16(n), MulticastGroup: mgid, PoolBase: base, PoolSize: size}
 		if err := p.InsertWorker(WorkerKey{addr(first + r)}, w); err != nil {
 			t.Fatal(err)
 		}
-		if err := p.InsertReply(ReplyKey{Job: job, Rank: uint16(r)}, Reply{Addr: replyAddr(first + r)}); err != nil {
+		if err := p.InsertReply(ReplyKey{JobID: job, Rank: uint16(r)}, Reply{Addr: replyAddr(first + r)}); err != nil {
 			t.Fatal(err)
 		}
 		reps = append(reps, Replica{EgressPort: uint32(r), Instance: uint16(r)})
@@ -251,7 +251,7 @@ func TestManyWorkers(t *testing.T) {
 func TestMissingReplyAndGroup(t *testing.T) {
 	p := newPipe(t, 4, 32, 4)
 	setupJob(t, p, 1, 0, 2, 1, 0, 4)
-	if err := p.DeleteReply(ReplyKey{Job: 1, Rank: 1}); err != nil {
+	if err := p.DeleteReply(ReplyKey{JobID: 1, Rank: 1}); err != nil {
 		t.Fatal(err)
 	}
 	var out Output

@@ -329,10 +329,10 @@ func TestTableEntriesRoundTripAndErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := netip.MustParseAddrPort("10.1.2.3:40000")
-	if w := h.target.workers[k]; w != (Worker{Job: 5, Rank: 1, NumWorkers: 2, MulticastGroup: 9, Lane: 1, PoolBase: 4, PoolSize: 8}) {
+	if w := h.target.workers[k]; w != (Worker{JobID: 5, Rank: 1, NumWorkers: 2, MulticastGroup: 9, Lane: 1, PoolBase: 4, PoolSize: 8}) {
 		t.Fatalf("target worker = %+v", w)
 	}
-	if r := h.target.replies[ReplyKey{Job: 5, Rank: 1, Lane: 1}]; r.Addr != k || r.MAC != [6]byte{0, 0, 0, 0, 0xbe, 0xef} {
+	if r := h.target.replies[ReplyKey{JobID: 5, Rank: 1, Lane: 1}]; r.Addr != k || r.MAC != [6]byte{0, 0, 0, 0, 0xbe, 0xef} {
 		t.Fatalf("target reply = %+v", r)
 	}
 	ents, err := h.read(ctx, &p4v1.Entity{Entity: &p4v1.Entity_TableEntry{TableEntry: &p4v1.TableEntry{}}})

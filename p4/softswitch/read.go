@@ -168,7 +168,7 @@ func (s *P4Runtime) workerEntry(k WorkerKey, w Worker) (*p4v1.TableEntry, error)
 	return &p4v1.TableEntry{
 		TableId:            p4info.TableWorkersID,
 		Match:              p4info.WorkerKey(ip, k.Port()),
-		Action:             p4info.SetWorker(w.Job, w.Rank, w.NumWorkers, w.MulticastGroup, w.Lane, w.PoolBase, w.PoolSize),
+		Action:             p4info.SetWorker(w.JobID, w.Rank, w.NumWorkers, w.MulticastGroup, w.Lane, w.PoolBase, w.PoolSize),
 		ControllerMetadata: m.controllerMetadata,
 		Metadata:           m.metadata,
 	}, nil
@@ -182,7 +182,7 @@ func (s *P4Runtime) replyEntry(k ReplyKey, r Reply) (*p4v1.TableEntry, error) {
 	m := s.replyMeta[k]
 	return &p4v1.TableEntry{
 		TableId:            p4info.TableReplyAddressID,
-		Match:              p4info.ReplyKey(k.Job, k.Rank, k.Lane),
+		Match:              p4info.ReplyKey(k.JobID, k.Rank, k.Lane),
 		Action:             p4info.SetReply(r.MAC, ip, r.Addr.Port()),
 		ControllerMetadata: m.controllerMetadata,
 		Metadata:           m.metadata,

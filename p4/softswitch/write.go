@@ -120,9 +120,9 @@ func keyOf(tableID uint32, vals map[uint32]uint64) tableKey {
 		return tableKey{worker: netip.AddrPortFrom(addr, uint16(vals[p4info.WorkersSrcPortID]))}
 	}
 	return tableKey{reply: ReplyKey{
-		Job:  uint32(vals[p4info.ReplyJobID]),
-		Rank: uint16(vals[p4info.ReplyRankID]),
-		Lane: uint8(vals[p4info.ReplyLaneID]),
+		JobID: uint32(vals[p4info.ReplyJobID]),
+		Rank:  uint16(vals[p4info.ReplyRankID]),
+		Lane:  uint8(vals[p4info.ReplyLaneID]),
 	}}
 }
 
@@ -229,7 +229,7 @@ func (s *P4Runtime) writeTable(typ p4v1.Update_Type, te *p4v1.TableEntry) error 
 			return errorf(codes.InvalidArgument, "table %s: key is not an IPv4 address", name)
 		}
 		w := Worker{
-			Job:            uint32(params[p4info.SetWorkerJobID]),
+			JobID:          uint32(params[p4info.SetWorkerJobID]),
 			Rank:           uint16(params[p4info.SetWorkerRank]),
 			NumWorkers:     uint16(params[p4info.SetWorkerNumWorkers]),
 			MulticastGroup: uint16(params[p4info.SetWorkerMgid]),

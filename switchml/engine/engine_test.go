@@ -36,11 +36,11 @@ func newHarness(t testing.TB, n int, cfg Config) *harness {
 	h := &harness{p: p}
 	var reps []pipeline.Replica
 	for r := 0; r < n; r++ {
-		w := pipeline.Worker{Job: 1, Rank: uint16(r), NumWorkers: uint16(n), MulticastGroup: 1, PoolBase: cfg.SlotBase, PoolSize: uint32(cfg.Window)}
+		w := pipeline.Worker{JobID: 1, Rank: uint16(r), NumWorkers: uint16(n), MulticastGroup: 1, PoolBase: cfg.SlotBase, PoolSize: uint32(cfg.Window)}
 		if err := p.InsertWorker(pipeline.WorkerKey{Addr: addr(r)}, w); err != nil {
 			t.Fatal(err)
 		}
-		if err := p.InsertReply(pipeline.ReplyKey{Job: 1, Rank: uint16(r)}, pipeline.Reply{Addr: addr(r)}); err != nil {
+		if err := p.InsertReply(pipeline.ReplyKey{JobID: 1, Rank: uint16(r)}, pipeline.Reply{Addr: addr(r)}); err != nil {
 			t.Fatal(err)
 		}
 		reps = append(reps, pipeline.Replica{Instance: uint16(r)})

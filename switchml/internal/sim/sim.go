@@ -192,12 +192,12 @@ func New(cfg Config) (*Sim, error) {
 			wk.addrs = append(wk.addrs, a)
 			s.byAddr[a] = [2]int{r, l}
 			if err := pipe.InsertWorker(pipeline.WorkerKey{Addr: a}, pipeline.Worker{
-				Job: job, Rank: uint16(r), NumWorkers: uint16(cfg.Workers), MulticastGroup: mgid,
+				JobID: job, Rank: uint16(r), NumWorkers: uint16(cfg.Workers), MulticastGroup: mgid,
 				Lane: uint8(l), PoolBase: cfg.PoolBase, PoolSize: pool,
 			}); err != nil {
 				return nil, err
 			}
-			if err := pipe.InsertReply(pipeline.ReplyKey{Job: job, Rank: uint16(r), Lane: uint8(l)}, pipeline.Reply{Addr: a}); err != nil {
+			if err := pipe.InsertReply(pipeline.ReplyKey{JobID: job, Rank: uint16(r), Lane: uint8(l)}, pipeline.Reply{Addr: a}); err != nil {
 				return nil, err
 			}
 			ec := cfg.Engine
