@@ -480,7 +480,7 @@ func TestRegisterMismatch(t *testing.T) {
 func TestRegisterDeadlineNamesMissingRanks(t *testing.T) {
 	h := newJobHarness(t, testSlots)
 	ctx := testCtx(t)
-	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	resps, errs := h.registerAll(short, regReq("late", 0, 4, 1, 4, 0), regReq("late", 2, 4, 1, 4, 0))
 	for i, err := range errs {
