@@ -131,37 +131,6 @@ func (s *Server) ServeP4Runtime(ctx context.Context, lis net.Listener) error {
 	return err
 }
 
-// ServeDataplane is a plain one-datagram-at-a-time UDP loop around Process,
-// for platforms or tests without the batched data path (p4/dataplane). It
-// returns nil when ctx ends, or the socket's error.
-func (s *Server) ServeDataplane(ctx context.Context, conn *net.UDPConn) error {
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Unix(1, 0)) })
-	defer stop()
-	buf := make([]byte, 65536)
-	var out pipeline.Output
-	for {
-		n, src, err := conn.ReadFromUDPAddrPort(buf)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			return fmt.Errorf("softswitch: data plane read: %w", err)
-		}
-		s.Process(src, buf[:n], &out)
-		for _, d := range out.Dests {
-			if _, err := conn.WriteToUDPAddrPort(out.Packet, d); err != nil {
-				// One unreachable worker must not stop the switch; the
-				// worker's timeout recovers the lost reply.
-				s.log.Debug("softswitch: send failed", "dest", d, "err", err)
-			}
-		}
-	}
-}
-
 // PipelineTarget adapts a pipeline to the Target the P4Runtime service
 // programs. The P4Info declares pool_bitmap 32 bits wide: through P4Runtime a
 // switch built for more than 32 workers shows and sets ranks 0..31 only

@@ -9,16 +9,18 @@ import (
 	"time"
 
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
+	"github.com/switchml/switchml-go/p4/dataplane"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/switchml/transport"
 	"github.com/switchml/switchml-go/switchml/wire"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
 // TestServerEndToEnd programs a real pipeline over P4Runtime on a TCP
-// listener and aggregates one slot from two UDP "workers" through
-// ServeDataplane.
+// listener and aggregates one slot from two UDP "workers" through the
+// data plane loop the switch command runs (p4/dataplane).
 func TestServerEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -33,13 +35,13 @@ func TestServerEndToEnd(t *testing.T) {
 	}
 	p4done := make(chan error, 1)
 	go func() { p4done <- srv.ServeP4Runtime(ctx, lis) }()
-	dp, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	dp, err := transport.Listen("127.0.0.1:0", transport.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dp.Close()
 	dpdone := make(chan error, 1)
-	go func() { dpdone <- srv.ServeDataplane(ctx, dp) }()
+	go func() { dpdone <- dataplane.Serve(ctx, dp, srv, nil, nil) }()
 
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -83,7 +85,7 @@ func TestServerEndToEnd(t *testing.T) {
 		for i := 0; i < 64; i++ {
 			pkt = binary.BigEndian.AppendUint32(pkt, uint32(v+int32(i)))
 		}
-		if _, err := workers[r].WriteToUDP(pkt, dp.LocalAddr().(*net.UDPAddr)); err != nil {
+		if _, err := workers[r].WriteToUDPAddrPort(pkt, dp.LocalAddr()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -131,7 +133,7 @@ func TestServerEndToEnd(t *testing.T) {
 
 	cancel()
 	if err := <-dpdone; err != nil {
-		t.Errorf("ServeDataplane: %v", err)
+		t.Errorf("data plane: %v", err)
 	}
 	if err := <-p4done; err != nil {
 		t.Errorf("ServeP4Runtime: %v", err)
