@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"github.com/switchml/switchml-go/switchml"
+)
+
+func TestStatusOf(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want int
+	}{
+		{nil, statusOK},
+		{invalid("x"), statusInvalid},
+		{switchml.Config{Workers: 2, Rank: 5}.Validate(), statusConfig},
+		{noHandle("session", 9), statusHandle},
+		{fmt.Errorf("join: %w", switchml.ErrControllerUnreachable), statusUnreachable},
+		{fmt.Errorf("%w: world size", switchml.ErrJobMismatch), statusMismatch},
+		{fmt.Errorf("%w: sizes", errMismatch), statusMismatch},
+		{context.DeadlineExceeded, statusTimeout},
+		{switchml.ErrTimeoutBudget, statusTimeout},
+		// An abort whose cause is a timeout is an abort.
+		{fmt.Errorf("%w: rank 1: %w", switchml.ErrAborted, switchml.ErrTimeoutBudget), statusAborted},
+		{switchml.ErrClosed, statusClosed},
+		{errors.New("disk on fire"), statusOther},
+	} {
+		if got := statusOf(c.err); got != c.want {
+			t.Errorf("statusOf(%v) = %s, want %s", c.err, statusNames[got], statusNames[c.want])
+		}
+	}
+}
+
+func TestHandlesAreNotReused(t *testing.T) {
+	var h handles[string]
+	a := h.add("a")
+	if v, ok := h.take(a); !ok || v != "a" {
+		t.Fatalf("take(%d) = %q, %v", a, v, ok)
+	}
+	if _, ok := h.take(a); ok {
+		t.Fatalf("second take of %d succeeded", a)
+	}
+	if b := h.add("b"); b == a {
+		t.Fatalf("handle %d given out twice", a)
+	}
+}
+
+// TestJobThroughHandles runs a job through the functions behind the
+// exports, as C callers reach them: two ranks, an allreduce on memory the
+// caller owns, a broadcast, and closes.
+func TestJobThroughHandles(t *testing.T) {
+	sw, addr, err := localStart()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer localStop(sw)
+	const ranks, n = 2, 5000
+	var wg sync.WaitGroup
+	errs := make([]error, ranks)
+	for r := range ranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = func() error {
+				id, err := join(switchml.Config{Controller: addr, Job: "capi", Rank: r, Workers: ranks})
+				if err != nil {
+					return err
+				}
+				x := make([]int32, n)
+				for i := range x {
+					x[i] = int32(i * (r + 1))
+				}
+				if err := allreduce(id, unsafe.Pointer(&x[0]), n, dtypeInt32, 0); err != nil {
+					return err
+				}
+				for i, v := range x {
+					if v != int32(3*i) {
+						return fmt.Errorf("x[%d] = %d, want %d", i, v, 3*i)
+					}
+				}
+				buf := []byte("......")
+				if r == 1 {
+					copy(buf, "from 1")
+				}
+				if err := broadcast(id, "b", 1, buf, 0); err != nil {
+					return err
+				}
+				if string(buf) != "from 1" {
+					return fmt.Errorf("broadcast gave %q", buf)
+				}
+				if err := allreduce(id, unsafe.Pointer(&x[0]), n, 42, 0); statusOf(err) != statusInvalid {
+					return fmt.Errorf("dtype 42: got %v, want an invalid-argument error", err)
+				}
+				if err := closeSession(id); err != nil {
+					return err
+				}
+				if err := barrier(id, "after", 0); statusOf(err) != statusHandle {
+					return fmt.Errorf("barrier after close: got %v, want an unknown-handle error", err)
+				}
+				return nil
+			}()
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}

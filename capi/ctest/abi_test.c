@@ -1,0 +1,226 @@
+/*
+ * Tests libswitchml through its C interface alone: argument checks, the
+ * statuses and messages of failures, and a job of three ranks (one thread
+ * each) on an embedded switch summing every dtype, with a barrier and a
+ * broadcast. Exits non-zero on the first failed check.
+ *
+ *     go build -buildmode=c-shared -o build/libswitchml.so ./capi
+ *     gcc -Wall -Werror -Icapi -o build/abi_test capi/ctest/abi_test.c -Lbuild -lswitchml -lpthread
+ *     LD_LIBRARY_PATH=build build/abi_test
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "switchml.h"
+
+#define RANKS 3
+#define N 10000
+
+static _Atomic int failures; /* the rank threads count theirs too */
+
+#define CHECK(cond, ...)                                                       \
+	do {                                                                   \
+		if (!(cond)) {                                                 \
+			fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+			fprintf(stderr, __VA_ARGS__);                          \
+			fprintf(stderr, "\n");                                 \
+			failures++;                                            \
+		}                                                              \
+	} while (0)
+
+static char controller[128];
+
+/* A status and a message that says something. */
+static void expect(int got, int want, const char *msg, const char *what) {
+	CHECK(got == want, "%s: got %s, want %s (message: %s)", what, switchml_status_name(got), switchml_status_name(want), msg);
+	if (want != SWITCHML_OK) {
+		CHECK(strlen(msg) > 10, "%s: message too short: \"%s\"", what, msg);
+	}
+}
+
+static void test_arguments(void) {
+	char err[512] = "";
+	int64_t s = 0;
+	CHECK(switchml_abi_version() == SWITCHML_ABI_VERSION, "abi %d, header %d", switchml_abi_version(), SWITCHML_ABI_VERSION);
+	CHECK(strcmp(switchml_status_name(SWITCHML_ERR_TIMEOUT), "SWITCHML_ERR_TIMEOUT") == 0, "%s", switchml_status_name(SWITCHML_ERR_TIMEOUT));
+	CHECK(switchml_status_name(-5) != NULL && switchml_status_name(1000) != NULL, "unknown statuses need a name too");
+
+	expect(switchml_join(NULL, &s, err, sizeof err), SWITCHML_ERR_INVALID, err, "join(NULL)");
+	switchml_config cfg = {0};
+	cfg.job = "j";
+	cfg.workers = 1;
+	expect(switchml_join(&cfg, &s, err, sizeof err), SWITCHML_ERR_INVALID, err, "join without controller");
+	CHECK(strstr(err, "controller") != NULL, "message names the field: %s", err);
+
+	cfg.controller = controller;
+	cfg.rank = 3;
+	cfg.workers = 2;
+	expect(switchml_join(&cfg, &s, err, sizeof err), SWITCHML_ERR_CONFIG, err, "rank >= workers");
+	CHECK(strstr(err, "Rank") != NULL, "message names the field: %s", err);
+
+	/* A short buffer gets a truncated, terminated message. */
+	char tiny[8];
+	memset(tiny, 'x', sizeof tiny);
+	expect(switchml_close(424242, tiny, sizeof tiny), SWITCHML_ERR_HANDLE, "(truncated)   ", "close of an unknown handle");
+	CHECK(tiny[7] == 0 && strlen(tiny) == 7, "truncated message: %.8s", tiny);
+	/* NULL buffers are allowed. */
+	CHECK(switchml_barrier(424242, "b", 0, NULL, 0) == SWITCHML_ERR_HANDLE, "barrier on an unknown handle");
+
+	float x[4] = {0};
+	expect(switchml_allreduce(424242, x, 4, SWITCHML_FLOAT32, 0, err, sizeof err), SWITCHML_ERR_HANDLE, err, "allreduce on an unknown handle");
+	expect(switchml_allreduce(1, x, 4, 17, 0, err, sizeof err), SWITCHML_ERR_INVALID, err, "unknown dtype");
+	expect(switchml_allreduce(1, x, -1, SWITCHML_FLOAT32, 0, err, sizeof err), SWITCHML_ERR_INVALID, err, "negative count");
+	expect(switchml_allreduce(1, (char *)x + 1, 2, SWITCHML_FLOAT32, 0, err, sizeof err), SWITCHML_ERR_INVALID, err, "misaligned data");
+	expect(switchml_allreduce(1, NULL, 2, SWITCHML_FLOAT32, 0, err, sizeof err), SWITCHML_ERR_INVALID, err, "NULL data");
+	expect(switchml_allreduce(1, x, 4, SWITCHML_FLOAT32, -1, err, sizeof err), SWITCHML_ERR_HANDLE, err, "handle checked first");
+}
+
+static void test_unreachable(void) {
+	char err[512] = "";
+	int64_t s = 0;
+	switchml_config cfg = {0};
+	cfg.controller = "127.0.0.1:1"; /* nothing listens on port 1 */
+	cfg.job = "nobody";
+	cfg.workers = 1;
+	cfg.join_timeout_ms = 2000;
+	time_t t0 = time(NULL);
+	int st = switchml_join(&cfg, &s, err, sizeof err);
+	CHECK(st == SWITCHML_ERR_UNREACHABLE || st == SWITCHML_ERR_TIMEOUT, "join of an absent controller: %s: %s", switchml_status_name(st), err);
+	CHECK(strstr(err, "127.0.0.1:1") != NULL, "message names the address: %s", err);
+	CHECK(time(NULL) - t0 < 20, "join took %ld s with a 2 s timeout", (long)(time(NULL) - t0));
+}
+
+struct rank {
+	int rank;
+	int64_t session;
+	int failed;
+};
+
+static uint16_t f32_to_bf16(float f) {
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return (uint16_t)(u >> 16);
+}
+
+static float bf16_to_f32(uint16_t h) {
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static void *run_rank(void *arg) {
+	struct rank *r = arg;
+	char err[512] = "";
+	int before = failures;
+	switchml_config cfg = {0};
+	cfg.controller = controller;
+	cfg.job = "abi-test";
+	cfg.rank = r->rank;
+	cfg.workers = RANKS;
+	cfg.join_timeout_ms = 60000;
+	expect(switchml_join(&cfg, &r->session, err, sizeof err), SWITCHML_OK, err, "join");
+	if (failures > before) {
+		r->failed = 1;
+		return NULL;
+	}
+	int64_t s = r->session;
+	const int want_sum = RANKS * (RANKS + 1) / 2;
+
+	float *f = malloc(N * sizeof *f);
+	for (int i = 0; i < N; i++)
+		f[i] = (float)(r->rank + 1) * 0.5f + (float)(i % 7);
+	expect(switchml_allreduce(s, f, N, SWITCHML_FLOAT32, 60000, err, sizeof err), SWITCHML_OK, err, "float32 allreduce");
+	for (int i = 0; i < N; i++) {
+		float want = 0.5f * want_sum + RANKS * (float)(i % 7);
+		if (fabsf(f[i] - want) > 1e-4f * want) {
+			CHECK(0, "float32 [%d] = %g, want %g", i, f[i], want);
+			break;
+		}
+	}
+	free(f);
+
+	int32_t *n = malloc(N * sizeof *n);
+	for (int i = 0; i < N; i++)
+		n[i] = (r->rank + 1) * (i - N / 2);
+	expect(switchml_allreduce(s, n, N, SWITCHML_INT32, 0, err, sizeof err), SWITCHML_OK, err, "int32 allreduce");
+	for (int i = 0; i < N; i++) {
+		if (n[i] != want_sum * (i - N / 2)) {
+			CHECK(0, "int32 [%d] = %d, want %d", i, n[i], want_sum * (i - N / 2));
+			break;
+		}
+	}
+	free(n);
+
+	/* 1.0 in IEEE half precision is 0x3c00; the sum 1+2+3 = 6 is 0x4600. */
+	uint16_t h[64], b[64];
+	for (int i = 0; i < 64; i++) {
+		h[i] = r->rank == 0 ? 0x3c00 : r->rank == 1 ? 0x4000 : 0x4200;
+		b[i] = f32_to_bf16((float)(r->rank + 1) * 0.25f);
+	}
+	expect(switchml_allreduce(s, h, 64, SWITCHML_FLOAT16, 0, err, sizeof err), SWITCHML_OK, err, "float16 allreduce");
+	expect(switchml_allreduce(s, b, 64, SWITCHML_BFLOAT16, 0, err, sizeof err), SWITCHML_OK, err, "bfloat16 allreduce");
+	CHECK(h[0] == 0x4600 && h[63] == 0x4600, "float16 sum %#x, want 0x4600", h[0]);
+	CHECK(bf16_to_f32(b[0]) == 1.5f && bf16_to_f32(b[63]) == 1.5f, "bfloat16 sum %g, want 1.5", bf16_to_f32(b[0]));
+
+	expect(switchml_barrier(s, "middle", 60000, err, sizeof err), SWITCHML_OK, err, "barrier");
+
+	char msg[32];
+	memset(msg, 0, sizeof msg);
+	if (r->rank == 1)
+		snprintf(msg, sizeof msg, "hello from rank 1");
+	expect(switchml_broadcast(s, "greeting", 1, msg, sizeof msg, 60000, err, sizeof err), SWITCHML_OK, err, "broadcast");
+	CHECK(strcmp(msg, "hello from rank 1") == 0, "rank %d got \"%s\"", r->rank, msg);
+
+	/* A rank that expects another size learns it; the root is served. */
+	char other[48] = {0};
+	int64_t size = r->rank == 2 ? sizeof other : sizeof msg;
+	int st = switchml_broadcast(s, "sizes", 0, other, size, 60000, err, sizeof err);
+	expect(st, r->rank == 2 ? SWITCHML_ERR_MISMATCH : SWITCHML_OK, err, "broadcast of another size");
+
+	expect(switchml_close(s, err, sizeof err), SWITCHML_OK, err, "close");
+	expect(switchml_close(s, err, sizeof err), SWITCHML_ERR_HANDLE, err, "second close");
+	expect(switchml_allreduce(s, h, 64, SWITCHML_FLOAT16, 0, err, sizeof err), SWITCHML_ERR_HANDLE, err, "allreduce after close");
+	r->failed = failures > before;
+	return NULL;
+}
+
+int main(void) {
+	char err[512] = "";
+	int64_t sw = 0;
+	strcpy(controller, "127.0.0.1:1");
+	test_arguments();
+	test_unreachable();
+
+	char tiny[4];
+	expect(switchml_local_start(&sw, tiny, sizeof tiny, err, sizeof err), SWITCHML_ERR_INVALID, err, "address buffer too small");
+	expect(switchml_local_start(&sw, controller, sizeof controller, err, sizeof err), SWITCHML_OK, err, "local start");
+	if (failures) {
+		fprintf(stderr, "cannot go on without a switch\n");
+		return 1;
+	}
+	printf("embedded switch %lld, controller at %s\n", (long long)sw, controller);
+
+	pthread_t threads[RANKS];
+	struct rank ranks[RANKS];
+	for (int i = 0; i < RANKS; i++) {
+		ranks[i] = (struct rank){.rank = i};
+		pthread_create(&threads[i], NULL, run_rank, &ranks[i]);
+	}
+	for (int i = 0; i < RANKS; i++)
+		pthread_join(threads[i], NULL);
+
+	expect(switchml_local_stop(sw, err, sizeof err), SWITCHML_OK, err, "local stop");
+	expect(switchml_local_stop(sw, err, sizeof err), SWITCHML_ERR_HANDLE, err, "second stop");
+
+	if (failures) {
+		printf("abi_test: %d checks failed\n", failures);
+		return 1;
+	}
+	printf("abi_test: all checks passed\n");
+	return 0;
+}

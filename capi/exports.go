@@ -1,0 +1,157 @@
+package main
+
+/*
+#include <stdlib.h>
+#include "switchml.h"
+
+// cgo writes char* for a Go *C.char; these keep the const of switchml.h in
+// the header cgo generates, so that the two headers agree.
+typedef const char switchml_cchar;
+typedef const switchml_config switchml_cconfig;
+*/
+import "C"
+
+import (
+	"fmt"
+	"time"
+	"unsafe"
+
+	"github.com/switchml/switchml-go/switchml"
+)
+
+// statusNamesC are allocated once and never freed: switchml_status_name
+// returns them as constants.
+var statusNamesC = func() []*C.char {
+	names := make([]*C.char, len(statusNames)+1)
+	for i, n := range statusNames {
+		names[i] = C.CString(n)
+	}
+	names[len(statusNames)] = C.CString("SWITCHML_UNKNOWN_STATUS")
+	return names
+}()
+
+// finish writes err's message into the caller's buffer and returns its
+// status. A panic inside the call becomes SWITCHML_ERR_OTHER rather than
+// a crash of the caller's process.
+func finish(err error, buf *C.char, n C.size_t) C.int {
+	st := statusOf(err)
+	if err != nil {
+		writeString(buf, n, err.Error())
+	}
+	return C.int(st)
+}
+
+func recovered(buf *C.char, n C.size_t, st *C.int) {
+	if r := recover(); r != nil {
+		*st = finish(fmt.Errorf("internal error in libswitchml (please report it): %v", r), buf, n)
+	}
+}
+
+// writeString copies s into the C buffer buf of n bytes, truncated and
+// NUL-terminated.
+func writeString(buf *C.char, n C.size_t, s string) {
+	if buf == nil || n == 0 {
+		return
+	}
+	dst := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(n))
+	m := copy(dst[:len(dst)-1], s)
+	dst[m] = 0
+}
+
+func goString(s *C.switchml_cchar) string {
+	if s == nil {
+		return ""
+	}
+	return C.GoString((*C.char)(unsafe.Pointer(s)))
+}
+
+//export switchml_abi_version
+func switchml_abi_version() C.int { return C.SWITCHML_ABI_VERSION }
+
+//export switchml_status_name
+func switchml_status_name(status C.int) *C.switchml_cchar {
+	i := int(status)
+	if i < 0 || i >= len(statusNames) {
+		i = len(statusNames)
+	}
+	return (*C.switchml_cchar)(unsafe.Pointer(statusNamesC[i]))
+}
+
+//export switchml_join
+func switchml_join(cfg *C.switchml_cconfig, out *C.int64_t, errBuf *C.char, errLen C.size_t) (st C.int) {
+	defer recovered(errBuf, errLen, &st)
+	if cfg == nil || out == nil {
+		return finish(invalid("cfg and session must not be NULL"), errBuf, errLen)
+	}
+	if cfg.join_timeout_ms < 0 || cfg.give_up_ms < 0 {
+		return finish(invalid("join_timeout_ms (%d) and give_up_ms (%d) must not be negative: 0 takes the default", cfg.join_timeout_ms, cfg.give_up_ms), errBuf, errLen)
+	}
+	id, err := join(switchml.Config{
+		Controller: goString(cfg.controller), Job: goString(cfg.job),
+		Rank: int(cfg.rank), Workers: int(cfg.workers),
+		Bind: goString(cfg.bind), Token: goString(cfg.token),
+		Lanes: int(cfg.lanes), Window: int(cfg.window), PacketElements: int(cfg.packet_elements),
+		JoinTimeout: time.Duration(cfg.join_timeout_ms) * time.Millisecond,
+		GiveUp:      time.Duration(cfg.give_up_ms) * time.Millisecond,
+	})
+	if err == nil {
+		*out = C.int64_t(id)
+	}
+	return finish(err, errBuf, errLen)
+}
+
+//export switchml_allreduce
+func switchml_allreduce(session C.int64_t, data unsafe.Pointer, count C.int64_t, dtype C.int, timeoutMS C.int64_t, errBuf *C.char, errLen C.size_t) (st C.int) {
+	defer recovered(errBuf, errLen, &st)
+	return finish(allreduce(int64(session), data, int64(count), int(dtype), int64(timeoutMS)), errBuf, errLen)
+}
+
+//export switchml_barrier
+func switchml_barrier(session C.int64_t, name *C.switchml_cchar, timeoutMS C.int64_t, errBuf *C.char, errLen C.size_t) (st C.int) {
+	defer recovered(errBuf, errLen, &st)
+	return finish(barrier(int64(session), goString(name), int64(timeoutMS)), errBuf, errLen)
+}
+
+//export switchml_broadcast
+func switchml_broadcast(session C.int64_t, name *C.switchml_cchar, root C.int32_t, data unsafe.Pointer, size C.int64_t, timeoutMS C.int64_t, errBuf *C.char, errLen C.size_t) (st C.int) {
+	defer recovered(errBuf, errLen, &st)
+	if size < 0 || (size > 0 && data == nil) {
+		return finish(invalid("broadcast of %d bytes at %p: want a size of 0 or more and data for it", int64(size), data), errBuf, errLen)
+	}
+	var buf []byte
+	if size > 0 {
+		buf = unsafe.Slice((*byte)(data), int(size))
+	}
+	return finish(broadcast(int64(session), goString(name), int(root), buf, int64(timeoutMS)), errBuf, errLen)
+}
+
+//export switchml_close
+func switchml_close(session C.int64_t, errBuf *C.char, errLen C.size_t) (st C.int) {
+	defer recovered(errBuf, errLen, &st)
+	return finish(closeSession(int64(session)), errBuf, errLen)
+}
+
+//export switchml_local_start
+func switchml_local_start(out *C.int64_t, addr *C.char, addrLen C.size_t, errBuf *C.char, errLen C.size_t) (st C.int) {
+	defer recovered(errBuf, errLen, &st)
+	if out == nil || addr == nil || addrLen == 0 {
+		return finish(invalid("sw and addr must not be NULL, addr_len not 0"), errBuf, errLen)
+	}
+	id, a, err := localStart()
+	if err != nil {
+		return finish(err, errBuf, errLen)
+	}
+	if len(a)+1 > int(addrLen) {
+		localStop(id)
+		return finish(invalid("addr_len %d cannot hold the controller address %q: pass at least %d bytes", int(addrLen), a, len(a)+1), errBuf, errLen)
+	}
+	writeString(addr, addrLen, a)
+	*out = C.int64_t(id)
+	return C.SWITCHML_OK
+}
+
+//export switchml_local_stop
+func switchml_local_stop(sw C.int64_t, errBuf *C.char, errLen C.size_t) (st C.int) {
+	defer recovered(errBuf, errLen, &st)
+	return finish(localStop(int64(sw)), errBuf, errLen)
+}

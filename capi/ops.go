@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+	"unsafe"
+
+	"github.com/switchml/switchml-go/switchml"
+	"github.com/switchml/switchml-go/switchml/local"
+)
+
+// Data types, as switchml.h numbers them.
+const (
+	dtypeFloat32  = 0
+	dtypeFloat16  = 1
+	dtypeBFloat16 = 2
+	dtypeInt32    = 3
+)
+
+// elementSize is the width in bytes of dtype, 0 for an unknown one.
+func elementSize(dtype int) int {
+	switch dtype {
+	case dtypeFloat32, dtypeInt32:
+		return 4
+	case dtypeFloat16, dtypeBFloat16:
+		return 2
+	}
+	return 0
+}
+
+func join(cfg switchml.Config) (int64, error) {
+	if cfg.Controller == "" {
+		return 0, invalid("no controller address: set switchml_config.controller to the controller's host:port")
+	}
+	if cfg.Job == "" {
+		return 0, invalid("no job name: set switchml_config.job to the same name on every rank")
+	}
+	s, err := switchml.Join(context.Background(), cfg)
+	if err != nil {
+		return 0, err
+	}
+	return sessions.add(s), nil
+}
+
+// allreduce sums count values at data in place. data is the caller's
+// memory: it is only used until the library's call returns, and the
+// library's calls return only once every lane has stopped touching it.
+func allreduce(id int64, data unsafe.Pointer, count int64, dtype int, timeoutMS int64) error {
+	size := elementSize(dtype)
+	switch {
+	case size == 0:
+		return invalid("dtype %d: want SWITCHML_FLOAT32 (0), SWITCHML_FLOAT16 (1), SWITCHML_BFLOAT16 (2) or SWITCHML_INT32 (3)", dtype)
+	case count < 0:
+		return invalid("count is %d: want the number of values, 0 or more", count)
+	case count > 0 && data == nil:
+		return invalid("data is NULL for %d values", count)
+	case uintptr(data)%uintptr(size) != 0:
+		return invalid("data at %#x is not aligned to its %d-byte values", uintptr(data), size)
+	}
+	s, err := session(id)
+	if err != nil {
+		return err
+	}
+	ctx, cancel, err := callContext(timeoutMS)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	n := int(count)
+	if n == 0 {
+		return nil
+	}
+	switch dtype {
+	case dtypeFloat32:
+		return s.AllReduceFloat32(ctx, unsafe.Slice((*float32)(data), n))
+	case dtypeInt32:
+		return s.AllReduceInt32(ctx, unsafe.Slice((*int32)(data), n))
+	case dtypeFloat16:
+		return s.AllReduceFloat16(ctx, unsafe.Slice((*uint16)(data), n))
+	default:
+		return s.AllReduceBFloat16(ctx, unsafe.Slice((*uint16)(data), n))
+	}
+}
+
+func barrier(id int64, name string, timeoutMS int64) error {
+	s, err := session(id)
+	if err != nil {
+		return err
+	}
+	ctx, cancel, err := callContext(timeoutMS)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	return s.Barrier(ctx, name)
+}
+
+// broadcast fills buf on every rank with root's buf.
+func broadcast(id int64, name string, root int, buf []byte, timeoutMS int64) error {
+	s, err := session(id)
+	if err != nil {
+		return err
+	}
+	if root < 0 || root >= s.Workers() {
+		return invalid("root %d is not a rank of this %d-rank job", root, s.Workers())
+	}
+	ctx, cancel, err := callContext(timeoutMS)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	var send []byte
+	if s.Rank() == root {
+		send = buf
+	}
+	got, err := s.Broadcast(ctx, name, root, send)
+	if err != nil {
+		return err
+	}
+	if len(got) != len(buf) {
+		return fmt.Errorf("%w: broadcast %q: root %d sent %d bytes, this rank expects %d: every rank must pass the same size", errMismatch, name, root, len(got), len(buf))
+	}
+	copy(buf, got)
+	return nil
+}
+
+func closeSession(id int64) error {
+	s, ok := sessions.take(id)
+	if !ok {
+		return noHandle("session", id)
+	}
+	return s.Close()
+}
+
+// localStartTimeout bounds the start of an embedded switch, which needs
+// no network beyond loopback and is ready within a second when well.
+const localStartTimeout = 30 * time.Second
+
+func localStart() (int64, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), localStartTimeout)
+	defer cancel()
+	f, err := local.Start(ctx, local.Options{})
+	if err != nil {
+		return 0, "", fmt.Errorf("start the embedded switch and controller: %w", err)
+	}
+	return switches.add(f), f.ControllerAddr(), nil
+}
+
+func localStop(id int64) error {
+	f, ok := switches.take(id)
+	if !ok {
+		return noHandle("embedded switch", id)
+	}
+	return f.Close()
+}

@@ -1,0 +1,128 @@
+/*
+ * switchml.h: the C interface of libswitchml, the SwitchML worker library
+ * (github.com/switchml/switchml-go) built with
+ *
+ *     go build -buildmode=c-shared -o libswitchml.so ./capi
+ *
+ * Sessions and embedded switches are named by integer handles (> 0); no
+ * pointer into the library's memory is ever handed out. Every function may
+ * be called from any thread, and several threads may share a handle: calls
+ * on one session run one after another in the order they were made, so all
+ * ranks of a job must make the same calls in the same order.
+ *
+ * Every function returns a switchml_status. Those that can fail take a
+ * caller buffer `err` of `err_len` bytes (NULL or 0: no message) that
+ * receives a NUL-terminated message saying what went wrong and what to do;
+ * it is truncated to fit and left untouched on success.
+ *
+ * Blocking calls take `timeout_ms`: 0 leaves the library's own bounds
+ * (the join timeout, the switch's give-up time), a positive value also
+ * ends the call after that many milliseconds with SWITCHML_ERR_TIMEOUT.
+ * A call that fails during an allreduce leaves the session out of step
+ * with its peers: close it and join again.
+ *
+ * The header only grows: functions, statuses and dtypes keep their values,
+ * and SWITCHML_ABI_VERSION changes when an existing signature would.
+ */
+#ifndef SWITCHML_H
+#define SWITCHML_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SWITCHML_ABI_VERSION 1
+
+typedef enum switchml_status {
+	SWITCHML_OK = 0,
+	/* A bad argument: a NULL pointer, a negative count, an unknown
+	   dtype, misaligned data. Nothing was sent. */
+	SWITCHML_ERR_INVALID = 1,
+	/* The library refused the configuration (the message names each
+	   field). Nothing was sent. */
+	SWITCHML_ERR_CONFIG = 2,
+	/* No open session or switch has this handle (never opened, or
+	   already closed). */
+	SWITCHML_ERR_HANDLE = 3,
+	/* No controller answered at the address. */
+	SWITCHML_ERR_UNREACHABLE = 4,
+	/* Ranks disagree about the job: world size, packet size, data size. */
+	SWITCHML_ERR_MISMATCH = 5,
+	/* timeout_ms passed, or the switch stopped answering. */
+	SWITCHML_ERR_TIMEOUT = 6,
+	/* The job was aborted: a rank died, failed or left; the message
+	   names the rank and the cause. */
+	SWITCHML_ERR_ABORTED = 7,
+	/* The session was closed while the call waited. */
+	SWITCHML_ERR_CLOSED = 8,
+	/* Anything else; the message says what. */
+	SWITCHML_ERR_OTHER = 9
+} switchml_status;
+
+typedef enum switchml_dtype {
+	SWITCHML_FLOAT32 = 0,
+	SWITCHML_FLOAT16 = 1,  /* IEEE half precision, as 16-bit words */
+	SWITCHML_BFLOAT16 = 2, /* bfloat16, as 16-bit words */
+	SWITCHML_INT32 = 3     /* summed exactly, wrapping */
+} switchml_dtype;
+
+/* One worker of a job. Zero fields (NULL strings) take the library's
+   defaults; controller and job are required. */
+typedef struct switchml_config {
+	const char *controller; /* the controller's host:port */
+	const char *job;        /* the job's name, the same on every rank */
+	int32_t rank;           /* 0 <= rank < workers */
+	int32_t workers;        /* the world size */
+	const char *bind;       /* local IP for the lane sockets */
+	const char *token;      /* the job owner's secret */
+	int32_t lanes;          /* parallel lanes (sockets) */
+	int32_t window;         /* packets in flight per lane */
+	int32_t packet_elements; /* values per packet (0: what the switch takes) */
+	int64_t join_timeout_ms; /* bounds the join and controller calls */
+	int64_t give_up_ms;     /* an allreduce fails when the switch is silent this long */
+} switchml_config;
+
+/* SWITCHML_ABI_VERSION of the library actually loaded. */
+int switchml_abi_version(void);
+
+/* A constant name for a status ("SWITCHML_ERR_TIMEOUT"); never NULL. */
+const char *switchml_status_name(int status);
+
+/* Joins a job: returns once every rank has joined. On success *session
+   holds the new session's handle. */
+int switchml_join(const switchml_config *cfg, int64_t *session, char *err, size_t err_len);
+
+/* Sums count values of dtype at data across all ranks, in place. data
+   must stay valid until the call returns, and is not touched after.
+   Float input with NaN or Inf is refused, naming the first bad index,
+   and ends the job for every rank. */
+int switchml_allreduce(int64_t session, void *data, int64_t count, int dtype, int64_t timeout_ms, char *err, size_t err_len);
+
+/* Returns once every rank called switchml_barrier with the same name. */
+int switchml_barrier(int64_t session, const char *name, int64_t timeout_ms, char *err, size_t err_len);
+
+/* Copies root's size bytes at data into every rank's data, through the
+   controller (meant for small data: a few MiB at most). Every rank
+   passes the same size; a different size on a rank fails there with
+   SWITCHML_ERR_MISMATCH. */
+int switchml_broadcast(int64_t session, const char *name, int32_t root, void *data, int64_t size, int64_t timeout_ms, char *err, size_t err_len);
+
+/* Leaves the job after calls in flight end, and frees the handle. */
+int switchml_close(int64_t session, char *err, size_t err_len);
+
+/* Starts a software switch and a controller inside this process, on
+   loopback (package switchml/local). *sw receives its handle and addr
+   the controller's host:port, for switchml_config.controller. */
+int switchml_local_start(int64_t *sw, char *addr, size_t addr_len, char *err, size_t err_len);
+
+/* Stops an embedded switch and controller; its jobs end. */
+int switchml_local_stop(int64_t sw, char *err, size_t err_len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SWITCHML_H */
