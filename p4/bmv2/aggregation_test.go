@@ -147,8 +147,8 @@ func newRig(t *testing.T) *rig {
 	var replicas []pipeline.Replica
 	for r := 0; r < numRanks; r++ {
 		for lane := 0; lane < numLanes; lane++ {
-			w := controller.WorkerEntry{Addr: laneWorkerEP(r, lane).Addr, JobID: testJobID, Rank: uint16(r), NumWorkers: numRanks,
-				MulticastGroup: testMgid, Lane: uint8(lane), PoolBase: poolBase, PoolSize: poolSize}
+			w := controller.WorkerEntry{Addr: laneWorkerEP(r, lane).Addr, Worker: pipeline.Worker{JobID: testJobID, Rank: uint16(r), NumWorkers: numRanks,
+				MulticastGroup: testMgid, Lane: uint8(lane), PoolBase: poolBase, PoolSize: poolSize}}
 			rep := controller.ReplyEntry{JobID: testJobID, Rank: uint16(r), Lane: uint8(lane), MAC: laneReplyEP(r, lane).MAC, Addr: laneReplyEP(r, lane).Addr}
 			job.Workers = append(job.Workers, w)
 			job.Replies = append(job.Replies, rep)

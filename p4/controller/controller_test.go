@@ -69,8 +69,8 @@ func sampleJob() JobEntries {
 	b := netip.MustParseAddrPort("127.0.0.2:40002")
 	return JobEntries{
 		Workers: []WorkerEntry{
-			{Addr: a, JobID: 3, Rank: 0, NumWorkers: 2, MulticastGroup: 5, Lane: 0, PoolBase: 8, PoolSize: 4},
-			{Addr: b, JobID: 3, Rank: 1, NumWorkers: 2, MulticastGroup: 5, Lane: 0, PoolBase: 8, PoolSize: 4},
+			{Addr: a, Worker: pipeline.Worker{JobID: 3, Rank: 0, NumWorkers: 2, MulticastGroup: 5, Lane: 0, PoolBase: 8, PoolSize: 4}},
+			{Addr: b, Worker: pipeline.Worker{JobID: 3, Rank: 1, NumWorkers: 2, MulticastGroup: 5, Lane: 0, PoolBase: 8, PoolSize: 4}},
 		},
 		Replies: []ReplyEntry{
 			{JobID: 3, Rank: 0, Lane: 0, MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: a},

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/p4/pipeline"
 	"google.golang.org/grpc/codes"
 )
 
@@ -185,12 +186,15 @@ type job struct {
 	// not run.
 	err error
 
-	params   *controllerpb.RegisterRequest // the first registrant's; others must agree
-	owner    [32]byte                      // hash of the registrants' token
-	ranks    []*registration
-	arrived  int
-	expired  map[uint32]bool // ranks whose registration timed out
-	queuedAt time.Time
+	params  *controllerpb.RegisterRequest // the first registrant's; others must agree
+	owner   [32]byte                      // hash of the registrants' token
+	ranks   []*registration
+	arrived int
+	expired map[uint32]bool // ranks whose registration timed out
+	// registeredAt is the first registration (zero for a job found on the
+	// switch), queuedAt when the last rank came in.
+	registeredAt time.Time
+	queuedAt     time.Time
 
 	resp    *controllerpb.RegisterResponse
 	entries JobEntries
@@ -266,6 +270,8 @@ type core struct {
 	lastGen uint64
 	jobID   uint32 // last switch job id handed out
 	out     effects
+	// endings counts the generations that ended, by cause.
+	endings [numEndCauses]uint64
 }
 
 func newCore(cfg coreConfig) *core {
@@ -315,12 +321,12 @@ func (c *core) Register(w waiter, req *controllerpb.RegisterRequest, now time.Ti
 		return refuse(codes.ResourceExhausted, "the controller holds %d jobs, its limit; wait for one to end", maxJobs)
 	}
 	if j != nil && (j.state >= jobInstalling || (rank == 0 && j.ranks[0] != nil)) {
-		c.retire(j, "restarted: rank "+strconv.Itoa(int(rank))+" registered again")
+		c.retire(j, endRestarted, "restarted: rank "+strconv.Itoa(int(rank))+" registered again")
 		j = nil
 	}
 	if j == nil {
 		j = c.newJob(name, int(req.GetWorldSize()))
-		j.params, j.owner = req, owner
+		j.params, j.owner, j.registeredAt = req, owner, now
 		c.jobs[name] = j
 	} else if m := mismatch(j.params, req); m != "" {
 		return refuse(codes.FailedPrecondition, "job %q rank %d: %s", name, rank, m)
@@ -402,10 +408,10 @@ func (c *core) activate(j *job) {
 		// Every lane of a rank binds the same address (Config.Bind).
 		entries.Replicas = append(entries.Replicas, Replica{Port: c.cfg.Target.portOf(reg.addrs[0].Addr(), rank), Instance: uint16(rank)})
 		for lane, a := range reg.addrs {
-			entries.Workers = append(entries.Workers, WorkerEntry{
-				Addr: a, JobID: jobID, Rank: uint16(rank), NumWorkers: uint16(len(j.ranks)), MulticastGroup: mgid,
+			entries.Workers = append(entries.Workers, WorkerEntry{Addr: a, Worker: pipeline.Worker{
+				JobID: jobID, Rank: uint16(rank), NumWorkers: uint16(len(j.ranks)), MulticastGroup: mgid,
 				Lane: uint8(lane), PoolBase: base, PoolSize: size,
-			})
+			}})
 			entries.Replies = append(entries.Replies, ReplyEntry{JobID: jobID, Rank: uint16(rank), Lane: uint8(lane), MAC: mac, Addr: a})
 		}
 	}
@@ -480,6 +486,7 @@ func (c *core) fail(j *job, err error) {
 		delete(c.jobs, j.name)
 	}
 	j.state, j.err, j.cause = jobGone, err, err.Error()
+	c.endings[endFailed]++
 	c.log.Warn("controller: job failed", "job", j.name, "err", err)
 	for _, w := range j.waitsOf(waitRegister) {
 		c.reply(w, answer{err: err})
@@ -532,18 +539,19 @@ func (c *core) Removed(gen uint64, now time.Time) {
 func (c *core) Draining() int { return len(c.draining) }
 
 // retire ends a generation: its waiting calls hear why, and its switch
-// entries are removed.
-func (c *core) retire(j *job, why string) { c.end(j, why, false) }
+// entries are removed; cause classifies why for the counters.
+func (c *core) retire(j *job, cause endCause, why string) { c.end(j, cause, why, false) }
 
 // end retires a generation; with switchGone its entries went with the
 // switch, and nothing is removed.
-func (c *core) end(j *job, why string, switchGone bool) {
+func (c *core) end(j *job, cause endCause, why string, switchGone bool) {
 	if c.jobs[j.name] == j {
 		delete(c.jobs, j.name)
 	}
 	if j.state.retired() {
 		return
 	}
+	c.endings[cause]++
 	was := j.state
 	j.cause = why
 	if id := j.resp.GetSessionId(); id != 0 {
@@ -609,7 +617,7 @@ func (c *core) GiveUp(w waiter, code codes.Code) error {
 		if j.arrived == 0 && j.state == jobGathering && c.jobs[j.name] == j {
 			// Nobody waits for this job any more: forget it, or
 			// registrations that give up would pile up jobs.
-			c.retire(j, "abandoned: every rank gave up waiting")
+			c.retire(j, endAbandoned, "abandoned: every rank gave up waiting")
 		}
 		var missing []int
 		for r, reg := range j.ranks {
@@ -685,11 +693,11 @@ func (c *core) SwitchLost(why string) {
 	for _, id := range ids {
 		j := c.detached[id]
 		delete(c.detached, id)
-		c.end(j, why, true)
+		c.end(j, endSwitchLost, why, true)
 	}
 	names := slices.Sorted(maps.Keys(c.jobs))
 	for _, n := range names {
-		c.end(c.jobs[n], why, true)
+		c.end(c.jobs[n], endSwitchLost, why, true)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/p4/pipeline"
 )
 
 // rig steps a core by hand: it hands out waiters, keeps the answers and
@@ -551,7 +552,7 @@ func adoptedEntries(id uint32, base uint32, host byte) ([]WorkerEntry, []ReplyEn
 	var rs []ReplyEntry
 	for rank := range uint16(2) {
 		a := netip.MustParseAddrPort(fmt.Sprintf("127.0.%d.%d:30000", host, rank+1))
-		ws = append(ws, WorkerEntry{Addr: a, JobID: id, Rank: rank, NumWorkers: 2, MulticastGroup: uint16(id), PoolBase: base, PoolSize: 4})
+		ws = append(ws, WorkerEntry{Addr: a, Worker: pipeline.Worker{JobID: id, Rank: rank, NumWorkers: 2, MulticastGroup: uint16(id), PoolBase: base, PoolSize: 4}})
 		rs = append(rs, ReplyEntry{JobID: id, Rank: rank, Addr: a})
 	}
 	return ws, rs

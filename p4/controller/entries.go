@@ -9,6 +9,7 @@ import (
 
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
 	"github.com/switchml/switchml-go/p4/p4info"
+	"github.com/switchml/switchml-go/p4/pipeline"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -16,14 +17,8 @@ import (
 // WorkerEntry is one SwitchMLIngress.workers entry: the lane socket Addr
 // belongs to rank Rank of the job the switch knows as JobID.
 type WorkerEntry struct {
-	Addr           netip.AddrPort
-	JobID          uint32
-	Rank           uint16
-	NumWorkers     uint16
-	MulticastGroup uint16
-	Lane           uint8
-	PoolBase       uint32
-	PoolSize       uint32
+	Addr netip.AddrPort
+	pipeline.Worker
 }
 
 // ReplyEntry is one SwitchMLEgress.reply_address entry: results for lane Lane
@@ -67,7 +62,7 @@ func WorkerUpdate(ids p4info.IDs, typ p4v1.Update_Type, w WorkerEntry) (*p4v1.Up
 	}
 	te := &p4v1.TableEntry{TableId: ids.TableWorkers, Match: p4info.WorkerKey(ip, w.Addr.Port())}
 	if typ != p4v1.Update_DELETE {
-		te.Action = p4info.SetWorker(w.JobID, w.Rank, w.NumWorkers, w.MulticastGroup, w.Lane, w.PoolBase, w.PoolSize)
+		te.Action = p4info.SetWorker(w.Worker)
 		te.Action.GetAction().ActionId = ids.ActionSetWorker
 	}
 	return tableUpdate(typ, te), nil
@@ -304,14 +299,8 @@ func (c *Client) ReadWorkers(ctx context.Context) ([]WorkerEntry, error) {
 			return nil, fmt.Errorf("controller: read workers: %w", err)
 		}
 		out = append(out, WorkerEntry{
-			Addr:           netip.AddrPortFrom(p4info.AddrFromIPv4(uint32(m[p4info.WorkersSrcAddrID])), uint16(m[p4info.WorkersSrcPortID])),
-			JobID:          uint32(p[p4info.SetWorkerJobID]),
-			Rank:           uint16(p[p4info.SetWorkerRank]),
-			NumWorkers:     uint16(p[p4info.SetWorkerNumWorkers]),
-			MulticastGroup: uint16(p[p4info.SetWorkerMgid]),
-			Lane:           uint8(p[p4info.SetWorkerLane]),
-			PoolBase:       uint32(p[p4info.SetWorkerPoolBase]),
-			PoolSize:       uint32(p[p4info.SetWorkerPoolSize]),
+			Addr:   netip.AddrPortFrom(p4info.AddrFromIPv4(uint32(m[p4info.WorkersSrcAddrID])), uint16(m[p4info.WorkersSrcPortID])),
+			Worker: p4info.WorkerFromParams(p),
 		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Addr.Compare(out[j].Addr) < 0 })

@@ -2,6 +2,8 @@ package p4info
 
 import (
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
+
+	"github.com/switchml/switchml-go/p4/pipeline"
 )
 
 // Exact is an exact match on field id.
@@ -20,19 +22,34 @@ func WorkerKey(srcIPv4 uint32, srcPort uint16) []*p4v1.FieldMatch {
 }
 
 // SetWorker is the set_worker action of a workers entry.
-func SetWorker(jobID uint32, rank, numWorkers, mgid uint16, lane uint8, poolBase, poolSize uint32) *p4v1.TableAction {
+func SetWorker(w pipeline.Worker) *p4v1.TableAction {
 	return &p4v1.TableAction{Type: &p4v1.TableAction_Action{Action: &p4v1.Action{
 		ActionId: ActionSetWorkerID,
 		Params: []*p4v1.Action_Param{
-			Param(SetWorkerJobID, uint64(jobID)),
-			Param(SetWorkerRank, uint64(rank)),
-			Param(SetWorkerNumWorkers, uint64(numWorkers)),
-			Param(SetWorkerMgid, uint64(mgid)),
-			Param(SetWorkerLane, uint64(lane)),
-			Param(SetWorkerPoolBase, uint64(poolBase)),
-			Param(SetWorkerPoolSize, uint64(poolSize)),
+			Param(SetWorkerJobID, uint64(w.JobID)),
+			Param(SetWorkerRank, uint64(w.Rank)),
+			Param(SetWorkerNumWorkers, uint64(w.NumWorkers)),
+			Param(SetWorkerMgid, uint64(w.MulticastGroup)),
+			Param(SetWorkerLane, uint64(w.Lane)),
+			Param(SetWorkerPoolBase, uint64(w.PoolBase)),
+			Param(SetWorkerPoolSize, uint64(w.PoolSize)),
 		},
 	}}}
+}
+
+// WorkerFromParams reads set_worker's parameters, by parameter id, as
+// decoded from a write or a read (each value already checked against its
+// width in the P4Info).
+func WorkerFromParams(p map[uint32]uint64) pipeline.Worker {
+	return pipeline.Worker{
+		JobID:          uint32(p[SetWorkerJobID]),
+		Rank:           uint16(p[SetWorkerRank]),
+		NumWorkers:     uint16(p[SetWorkerNumWorkers]),
+		MulticastGroup: uint16(p[SetWorkerMgid]),
+		Lane:           uint8(p[SetWorkerLane]),
+		PoolBase:       uint32(p[SetWorkerPoolBase]),
+		PoolSize:       uint32(p[SetWorkerPoolSize]),
+	}
 }
 
 // ReplyKey is the match of a SwitchMLEgress.reply_address entry.

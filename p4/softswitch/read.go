@@ -168,7 +168,7 @@ func (s *P4Runtime) workerEntry(k WorkerKey, w Worker) (*p4v1.TableEntry, error)
 	return &p4v1.TableEntry{
 		TableId:            p4info.TableWorkersID,
 		Match:              p4info.WorkerKey(ip, k.Port()),
-		Action:             p4info.SetWorker(w.JobID, w.Rank, w.NumWorkers, w.MulticastGroup, w.Lane, w.PoolBase, w.PoolSize),
+		Action:             p4info.SetWorker(w),
 		ControllerMetadata: m.controllerMetadata,
 		Metadata:           m.metadata,
 	}, nil

@@ -228,15 +228,7 @@ func (s *P4Runtime) writeTable(typ p4v1.Update_Type, te *p4v1.TableEntry) error 
 		if !key.worker.Addr().Is4() {
 			return errorf(codes.InvalidArgument, "table %s: key is not an IPv4 address", name)
 		}
-		w := Worker{
-			JobID:          uint32(params[p4info.SetWorkerJobID]),
-			Rank:           uint16(params[p4info.SetWorkerRank]),
-			NumWorkers:     uint16(params[p4info.SetWorkerNumWorkers]),
-			MulticastGroup: uint16(params[p4info.SetWorkerMgid]),
-			Lane:           uint8(params[p4info.SetWorkerLane]),
-			PoolBase:       uint32(params[p4info.SetWorkerPoolBase]),
-			PoolSize:       uint32(params[p4info.SetWorkerPoolSize]),
-		}
+		w := p4info.WorkerFromParams(params)
 		if typ == p4v1.Update_INSERT {
 			err = s.target.InsertWorker(key.worker, w)
 		} else {
