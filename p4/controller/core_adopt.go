@@ -89,12 +89,12 @@ func (c *core) endUnclaimed(a adoption) {
 		j := a.found[id]
 		if c.detached[id] == j {
 			delete(c.detached, id)
-			c.retire(j, "removed: found on the switch after a controller restart, and no rank took it back")
+			c.retire(j, endUnclaimed, "removed: found on the switch after a controller restart, and no rank took it back")
 			continue
 		}
 		for r := range j.ranks {
 			if !j.leased[uint32(r)] && !j.state.retired() {
-				c.retire(j, fmt.Sprintf("aborted: rank %d did not come back after the controller restarted", r))
+				c.retire(j, endRankLost, fmt.Sprintf("aborted: rank %d did not come back after the controller restarted", r))
 				break
 			}
 		}

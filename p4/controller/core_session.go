@@ -175,7 +175,7 @@ func (c *core) Leave(req *controllerpb.LeaveRequest) error {
 	}
 	j.left[req.GetRank()] = true
 	if len(j.left) == len(j.ranks) {
-		c.retire(j, "finished: every rank left")
+		c.retire(j, endFinished, "finished: every rank left")
 	}
 	return nil
 }
@@ -191,7 +191,7 @@ func (c *core) Abort(req *controllerpb.AbortRequest) error {
 		reason = reason[:512] + "..."
 	}
 	c.log.Warn("controller: rank aborted its job", "job", j.name, "rank", req.GetRank(), "reason", reason)
-	c.retire(j, fmt.Sprintf("aborted by rank %d: %s", req.GetRank(), reason))
+	c.retire(j, endRankFailed, fmt.Sprintf("aborted by rank %d: %s", req.GetRank(), reason))
 	return nil
 }
 
@@ -222,6 +222,6 @@ func (c *core) EndLease(w waiter, lost bool) {
 	j := wt.job
 	if lost && !j.state.retired() && !j.left[wt.rank] {
 		c.log.Warn("controller: rank lost", "job", j.name, "rank", wt.rank)
-		c.retire(j, fmt.Sprintf("aborted: rank %d lost its connection to the controller (its process ended, or its host is unreachable)", wt.rank))
+		c.retire(j, endRankLost, fmt.Sprintf("aborted: rank %d lost its connection to the controller (its process ended, or its host is unreachable)", wt.rank))
 	}
 }

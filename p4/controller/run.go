@@ -14,6 +14,7 @@ import (
 	"time"
 
 	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/switchml/switchml-go/p4/controller/controllerpb"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/switchml/wire"
@@ -76,6 +77,9 @@ type Config struct {
 	Logger         *slog.Logger
 	// Ready, if set, is called with the job service's address once it serves.
 	Ready func(addr net.Addr)
+	// Metrics, if set, receives the job service's collector (see
+	// JobService.Collector).
+	Metrics prometheus.Registerer
 }
 
 // Run connects to the switch, becomes its primary controller, pushes the
@@ -130,6 +134,13 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer svc.stop()
+	if cfg.Metrics != nil {
+		col := svc.Collector()
+		if err := cfg.Metrics.Register(col); err != nil {
+			return fmt.Errorf("controller: metrics: %w", err)
+		}
+		defer cfg.Metrics.Unregister(col)
+	}
 	if adopted {
 		if err := svc.Adopt(ctx, cl, cfg.AdoptGrace); err != nil {
 			return err

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/switchml/switchml-go/p4/controller/controllerpb"
@@ -56,6 +57,11 @@ type JobService struct {
 
 	swMu sync.Mutex // one switch reprogramming at a time
 	sw   Switch
+	// current is sw for readers that must not wait behind programming
+	// (Status reads the switch's counters through it).
+	current atomic.Pointer[switchRef]
+
+	metrics *serviceMetrics
 
 	mu   sync.Mutex // guards the core and the fields below
 	core *core
@@ -104,7 +110,9 @@ func NewJobService(sw Switch, cfg ServiceConfig) (*JobService, error) {
 		Rand: randUint64, DrainWait: switchRPCTimeout})
 	drained := make(chan struct{})
 	close(drained)
-	return &JobService{sw: sw, cfg: cfg, log: cfg.Logger, core: c, waiters: map[waiter]chan answer{}, drained: drained}, nil
+	s := &JobService{sw: sw, cfg: cfg, log: cfg.Logger, core: c, waiters: map[waiter]chan answer{}, drained: drained, metrics: newServiceMetrics()}
+	s.current.Store(&switchRef{sw})
+	return s, nil
 }
 
 func randUint64() uint64 {
@@ -230,6 +238,7 @@ func (s *JobService) install(in install) {
 	cancel()
 	s.swMu.Unlock()
 	if err != nil {
+		s.metrics.switchErrors.WithLabelValues("install").Inc()
 		code := status.Code(err)
 		if code == codes.InvalidArgument || code == codes.OutOfRange || code == codes.AlreadyExists {
 			code = codes.FailedPrecondition // the switch refused this job's shape
@@ -240,7 +249,13 @@ func (s *JobService) install(in install) {
 		}
 		err = status.Errorf(code, "job %q: programming the switch failed: %v", in.job, err)
 	}
-	s.step(func(c *core) { c.Installed(in.gen, err) })
+	s.step(func(c *core) {
+		j := c.installing[in.gen]
+		c.Installed(in.gen, err)
+		if j != nil && j.state == jobActive && !j.registeredAt.IsZero() {
+			s.metrics.ready.Observe(time.Since(j.registeredAt).Seconds())
+		}
+	})
 }
 
 // remove deletes a retired job's switch entries, and reports.
@@ -251,6 +266,7 @@ func (s *JobService) remove(rm removal) {
 	cancel()
 	s.swMu.Unlock()
 	if err != nil {
+		s.metrics.switchErrors.WithLabelValues("remove").Inc()
 		s.log.Warn("controller: removing job entries", "job", rm.job, "err", err)
 	}
 	s.step(func(c *core) { c.Removed(rm.gen, time.Now()) })
@@ -282,9 +298,10 @@ func (s *JobService) Describe(context.Context, *controllerpb.DescribeRequest) (*
 }
 
 // Register implements controllerpb.JobService.
-func (s *JobService) Register(ctx context.Context, req *controllerpb.RegisterRequest) (*controllerpb.RegisterResponse, error) {
+func (s *JobService) Register(ctx context.Context, req *controllerpb.RegisterRequest) (resp *controllerpb.RegisterResponse, err error) {
+	defer func() { s.metrics.registrations.WithLabelValues(status.Code(err).String()).Inc() }()
 	s.mu.Lock()
-	_, err := s.core.Check(req)
+	_, err = s.core.Check(req)
 	offline, back := s.core.Offline(), s.back
 	s.mu.Unlock()
 	if err != nil {
@@ -399,6 +416,7 @@ func (s *JobService) Watch(req *controllerpb.WatchRequest, stream controllerpb.J
 // (there is nothing to remove them from); registrations wait until
 // SwitchBack.
 func (s *JobService) SwitchLost(why string) {
+	s.metrics.switchLost.Inc()
 	s.step(func(c *core) {
 		if c.Offline() == "" {
 			s.back = make(chan struct{})
@@ -411,6 +429,7 @@ func (s *JobService) SwitchLost(why string) {
 func (s *JobService) SwitchBack(sw Switch) {
 	s.swMu.Lock()
 	s.sw = sw
+	s.current.Store(&switchRef{sw})
 	s.swMu.Unlock()
 	s.step(func(c *core) {
 		if c.Offline() != "" {

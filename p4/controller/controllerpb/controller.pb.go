@@ -976,6 +976,421 @@ func (*AbortResponse) Descriptor() ([]byte, []int) {
 	return file_controller_proto_rawDescGZIP(), []int{13}
 }
 
+type StatusRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Skip reading the switch's counters (one P4Runtime read).
+	SkipSwitchCounters bool `protobuf:"varint,1,opt,name=skip_switch_counters,json=skipSwitchCounters,proto3" json:"skip_switch_counters,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *StatusRequest) Reset() {
+	*x = StatusRequest{}
+	mi := &file_controller_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusRequest) ProtoMessage() {}
+
+func (x *StatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
+func (*StatusRequest) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *StatusRequest) GetSkipSwitchCounters() bool {
+	if x != nil {
+		return x.SkipSwitchCounters
+	}
+	return false
+}
+
+type StatusResponse struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	TargetKind string                 `protobuf:"bytes,1,opt,name=target_kind,json=targetKind,proto3" json:"target_kind,omitempty"`    // softswitch, bmv2 or tofino
+	Dataplane  string                 `protobuf:"bytes,2,opt,name=dataplane,proto3" json:"dataplane,omitempty"`                        // the switch data plane address workers send to
+	Slots      uint32                 `protobuf:"varint,3,opt,name=slots,proto3" json:"slots,omitempty"`                               // slots per set in the switch's pool
+	SlotsInUse uint32                 `protobuf:"varint,4,opt,name=slots_in_use,json=slotsInUse,proto3" json:"slots_in_use,omitempty"` // held by live jobs (installing, active, draining, unclaimed)
+	// Why the switch cannot be programmed now; empty when it can.
+	Offline string       `protobuf:"bytes,5,opt,name=offline,proto3" json:"offline,omitempty"`
+	Jobs    []*JobStatus `protobuf:"bytes,6,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	// The switch's stats counter over P4Runtime: global to the switch, not
+	// per job (the SwitchML programs count by outcome only), since the
+	// controller last pushed the pipeline.
+	SwitchCounters []*SwitchCounter `protobuf:"bytes,7,rep,name=switch_counters,json=switchCounters,proto3" json:"switch_counters,omitempty"`
+	// Why the counters could not be read; empty when they were (or were
+	// not asked for).
+	SwitchCountersError string `protobuf:"bytes,8,opt,name=switch_counters_error,json=switchCountersError,proto3" json:"switch_counters_error,omitempty"`
+	// Generations that ended since the controller started, by cause
+	// (finished, restarted, rank_failed, rank_lost, abandoned, switch_lost,
+	// unclaimed, failed).
+	Ended         map[string]uint64 `protobuf:"bytes,9,rep,name=ended,proto3" json:"ended,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusResponse) Reset() {
+	*x = StatusResponse{}
+	mi := &file_controller_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusResponse) ProtoMessage() {}
+
+func (x *StatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
+func (*StatusResponse) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *StatusResponse) GetTargetKind() string {
+	if x != nil {
+		return x.TargetKind
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetDataplane() string {
+	if x != nil {
+		return x.Dataplane
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetSlots() uint32 {
+	if x != nil {
+		return x.Slots
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetSlotsInUse() uint32 {
+	if x != nil {
+		return x.SlotsInUse
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetOffline() string {
+	if x != nil {
+		return x.Offline
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetJobs() []*JobStatus {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetSwitchCounters() []*SwitchCounter {
+	if x != nil {
+		return x.SwitchCounters
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetSwitchCountersError() string {
+	if x != nil {
+		return x.SwitchCountersError
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetEnded() map[string]uint64 {
+	if x != nil {
+		return x.Ended
+	}
+	return nil
+}
+
+type JobStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // empty for a job found on the switch and not claimed yet
+	// gathering, queued, installing, active, draining or unclaimed.
+	State          string        `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	WorldSize      uint32        `protobuf:"varint,3,opt,name=world_size,json=worldSize,proto3" json:"world_size,omitempty"`
+	Lanes          uint32        `protobuf:"varint,4,opt,name=lanes,proto3" json:"lanes,omitempty"`
+	Window         uint32        `protobuf:"varint,5,opt,name=window,proto3" json:"window,omitempty"`
+	PacketElements uint32        `protobuf:"varint,6,opt,name=packet_elements,json=packetElements,proto3" json:"packet_elements,omitempty"`
+	JobId          uint32        `protobuf:"varint,7,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`                  // switch-side job id; 0 before the job is placed
+	PoolBase       uint32        `protobuf:"varint,8,opt,name=pool_base,json=poolBase,proto3" json:"pool_base,omitempty"`         // first slot of the partition
+	PoolSize       uint32        `protobuf:"varint,9,opt,name=pool_size,json=poolSize,proto3" json:"pool_size,omitempty"`         // slots of the partition (0 before the job is placed)
+	AgeSeconds     float64       `protobuf:"fixed64,10,opt,name=age_seconds,json=ageSeconds,proto3" json:"age_seconds,omitempty"` // since the first registration (0 for a job found on the switch)
+	Ranks          []*RankStatus `protobuf:"bytes,11,rep,name=ranks,proto3" json:"ranks,omitempty"`                               // the ranks registered so far
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *JobStatus) Reset() {
+	*x = JobStatus{}
+	mi := &file_controller_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobStatus) ProtoMessage() {}
+
+func (x *JobStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobStatus.ProtoReflect.Descriptor instead.
+func (*JobStatus) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *JobStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *JobStatus) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *JobStatus) GetWorldSize() uint32 {
+	if x != nil {
+		return x.WorldSize
+	}
+	return 0
+}
+
+func (x *JobStatus) GetLanes() uint32 {
+	if x != nil {
+		return x.Lanes
+	}
+	return 0
+}
+
+func (x *JobStatus) GetWindow() uint32 {
+	if x != nil {
+		return x.Window
+	}
+	return 0
+}
+
+func (x *JobStatus) GetPacketElements() uint32 {
+	if x != nil {
+		return x.PacketElements
+	}
+	return 0
+}
+
+func (x *JobStatus) GetJobId() uint32 {
+	if x != nil {
+		return x.JobId
+	}
+	return 0
+}
+
+func (x *JobStatus) GetPoolBase() uint32 {
+	if x != nil {
+		return x.PoolBase
+	}
+	return 0
+}
+
+func (x *JobStatus) GetPoolSize() uint32 {
+	if x != nil {
+		return x.PoolSize
+	}
+	return 0
+}
+
+func (x *JobStatus) GetAgeSeconds() float64 {
+	if x != nil {
+		return x.AgeSeconds
+	}
+	return 0
+}
+
+func (x *JobStatus) GetRanks() []*RankStatus {
+	if x != nil {
+		return x.Ranks
+	}
+	return nil
+}
+
+type RankStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rank          uint32                 `protobuf:"varint,1,opt,name=rank,proto3" json:"rank,omitempty"`
+	LaneAddresses []string               `protobuf:"bytes,2,rep,name=lane_addresses,json=laneAddresses,proto3" json:"lane_addresses,omitempty"` // source address of each lane socket
+	Leased        bool                   `protobuf:"varint,3,opt,name=leased,proto3" json:"leased,omitempty"`                                   // it holds its lease (Watch) on this controller
+	Left          bool                   `protobuf:"varint,4,opt,name=left,proto3" json:"left,omitempty"`                                       // it called Leave
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RankStatus) Reset() {
+	*x = RankStatus{}
+	mi := &file_controller_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RankStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RankStatus) ProtoMessage() {}
+
+func (x *RankStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RankStatus.ProtoReflect.Descriptor instead.
+func (*RankStatus) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RankStatus) GetRank() uint32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *RankStatus) GetLaneAddresses() []string {
+	if x != nil {
+		return x.LaneAddresses
+	}
+	return nil
+}
+
+func (x *RankStatus) GetLeased() bool {
+	if x != nil {
+		return x.Leased
+	}
+	return false
+}
+
+func (x *RankStatus) GetLeft() bool {
+	if x != nil {
+		return x.Left
+	}
+	return false
+}
+
+type SwitchCounter struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"` // received, aggregated, ..., drop_*; stat(N) for unnamed indices
+	Packets       uint64                 `protobuf:"varint,3,opt,name=packets,proto3" json:"packets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SwitchCounter) Reset() {
+	*x = SwitchCounter{}
+	mi := &file_controller_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SwitchCounter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SwitchCounter) ProtoMessage() {}
+
+func (x *SwitchCounter) ProtoReflect() protoreflect.Message {
+	mi := &file_controller_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SwitchCounter.ProtoReflect.Descriptor instead.
+func (*SwitchCounter) Descriptor() ([]byte, []int) {
+	return file_controller_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *SwitchCounter) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *SwitchCounter) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SwitchCounter) GetPackets() uint64 {
+	if x != nil {
+		return x.Packets
+	}
+	return 0
+}
+
 var File_controller_proto protoreflect.FileDescriptor
 
 const file_controller_proto_rawDesc = "" +
@@ -1053,10 +1468,53 @@ const file_controller_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x03 \x01(\x04R\tsessionId\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x0f\n" +
-	"\rAbortResponse*0\n" +
+	"\rAbortResponse\"A\n" +
+	"\rStatusRequest\x120\n" +
+	"\x14skip_switch_counters\x18\x01 \x01(\bR\x12skipSwitchCounters\"\xdf\x03\n" +
+	"\x0eStatusResponse\x12\x1f\n" +
+	"\vtarget_kind\x18\x01 \x01(\tR\n" +
+	"targetKind\x12\x1c\n" +
+	"\tdataplane\x18\x02 \x01(\tR\tdataplane\x12\x14\n" +
+	"\x05slots\x18\x03 \x01(\rR\x05slots\x12 \n" +
+	"\fslots_in_use\x18\x04 \x01(\rR\n" +
+	"slotsInUse\x12\x18\n" +
+	"\aoffline\x18\x05 \x01(\tR\aoffline\x125\n" +
+	"\x04jobs\x18\x06 \x03(\v2!.switchml.controller.v1.JobStatusR\x04jobs\x12N\n" +
+	"\x0fswitch_counters\x18\a \x03(\v2%.switchml.controller.v1.SwitchCounterR\x0eswitchCounters\x122\n" +
+	"\x15switch_counters_error\x18\b \x01(\tR\x13switchCountersError\x12G\n" +
+	"\x05ended\x18\t \x03(\v21.switchml.controller.v1.StatusResponse.EndedEntryR\x05ended\x1a8\n" +
+	"\n" +
+	"EndedEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xd7\x02\n" +
+	"\tJobStatus\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1d\n" +
+	"\n" +
+	"world_size\x18\x03 \x01(\rR\tworldSize\x12\x14\n" +
+	"\x05lanes\x18\x04 \x01(\rR\x05lanes\x12\x16\n" +
+	"\x06window\x18\x05 \x01(\rR\x06window\x12'\n" +
+	"\x0fpacket_elements\x18\x06 \x01(\rR\x0epacketElements\x12\x15\n" +
+	"\x06job_id\x18\a \x01(\rR\x05jobId\x12\x1b\n" +
+	"\tpool_base\x18\b \x01(\rR\bpoolBase\x12\x1b\n" +
+	"\tpool_size\x18\t \x01(\rR\bpoolSize\x12\x1f\n" +
+	"\vage_seconds\x18\n" +
+	" \x01(\x01R\n" +
+	"ageSeconds\x128\n" +
+	"\x05ranks\x18\v \x03(\v2\".switchml.controller.v1.RankStatusR\x05ranks\"s\n" +
+	"\n" +
+	"RankStatus\x12\x12\n" +
+	"\x04rank\x18\x01 \x01(\rR\x04rank\x12%\n" +
+	"\x0elane_addresses\x18\x02 \x03(\tR\rlaneAddresses\x12\x16\n" +
+	"\x06leased\x18\x03 \x01(\bR\x06leased\x12\x12\n" +
+	"\x04left\x18\x04 \x01(\bR\x04left\"S\n" +
+	"\rSwitchCounter\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
+	"\apackets\x18\x03 \x01(\x04R\apackets*0\n" +
 	"\x06Format\x12\x11\n" +
 	"\rFORMAT_COMPAT\x10\x00\x12\x13\n" +
-	"\x0fFORMAT_EXTENDED\x10\x012\x89\x05\n" +
+	"\x0fFORMAT_EXTENDED\x10\x012\xe2\x05\n" +
 	"\n" +
 	"JobService\x12]\n" +
 	"\bRegister\x12'.switchml.controller.v1.RegisterRequest\x1a(.switchml.controller.v1.RegisterResponse\x12Z\n" +
@@ -1065,7 +1523,8 @@ const file_controller_proto_rawDesc = "" +
 	"\x05Leave\x12$.switchml.controller.v1.LeaveRequest\x1a%.switchml.controller.v1.LeaveResponse\x12S\n" +
 	"\x05Watch\x12$.switchml.controller.v1.WatchRequest\x1a\".switchml.controller.v1.WatchEvent0\x01\x12T\n" +
 	"\x05Abort\x12$.switchml.controller.v1.AbortRequest\x1a%.switchml.controller.v1.AbortResponse\x12]\n" +
-	"\bDescribe\x12'.switchml.controller.v1.DescribeRequest\x1a(.switchml.controller.v1.DescribeResponseB<Z:github.com/switchml/switchml-go/p4/controller/controllerpbb\x06proto3"
+	"\bDescribe\x12'.switchml.controller.v1.DescribeRequest\x1a(.switchml.controller.v1.DescribeResponse\x12W\n" +
+	"\x06Status\x12%.switchml.controller.v1.StatusRequest\x1a&.switchml.controller.v1.StatusResponseB<Z:github.com/switchml/switchml-go/p4/controller/controllerpbb\x06proto3"
 
 var (
 	file_controller_proto_rawDescOnce sync.Once
@@ -1080,7 +1539,7 @@ func file_controller_proto_rawDescGZIP() []byte {
 }
 
 var file_controller_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_controller_proto_goTypes = []any{
 	(Format)(0),               // 0: switchml.controller.v1.Format
 	(*RegisterRequest)(nil),   // 1: switchml.controller.v1.RegisterRequest
@@ -1097,28 +1556,40 @@ var file_controller_proto_goTypes = []any{
 	(*WatchEvent)(nil),        // 12: switchml.controller.v1.WatchEvent
 	(*AbortRequest)(nil),      // 13: switchml.controller.v1.AbortRequest
 	(*AbortResponse)(nil),     // 14: switchml.controller.v1.AbortResponse
+	(*StatusRequest)(nil),     // 15: switchml.controller.v1.StatusRequest
+	(*StatusResponse)(nil),    // 16: switchml.controller.v1.StatusResponse
+	(*JobStatus)(nil),         // 17: switchml.controller.v1.JobStatus
+	(*RankStatus)(nil),        // 18: switchml.controller.v1.RankStatus
+	(*SwitchCounter)(nil),     // 19: switchml.controller.v1.SwitchCounter
+	nil,                       // 20: switchml.controller.v1.StatusResponse.EndedEntry
 }
 var file_controller_proto_depIdxs = []int32{
 	0,  // 0: switchml.controller.v1.RegisterRequest.format:type_name -> switchml.controller.v1.Format
-	1,  // 1: switchml.controller.v1.JobService.Register:input_type -> switchml.controller.v1.RegisterRequest
-	3,  // 2: switchml.controller.v1.JobService.Barrier:input_type -> switchml.controller.v1.BarrierRequest
-	5,  // 3: switchml.controller.v1.JobService.Broadcast:input_type -> switchml.controller.v1.BroadcastRequest
-	7,  // 4: switchml.controller.v1.JobService.Leave:input_type -> switchml.controller.v1.LeaveRequest
-	11, // 5: switchml.controller.v1.JobService.Watch:input_type -> switchml.controller.v1.WatchRequest
-	13, // 6: switchml.controller.v1.JobService.Abort:input_type -> switchml.controller.v1.AbortRequest
-	9,  // 7: switchml.controller.v1.JobService.Describe:input_type -> switchml.controller.v1.DescribeRequest
-	2,  // 8: switchml.controller.v1.JobService.Register:output_type -> switchml.controller.v1.RegisterResponse
-	4,  // 9: switchml.controller.v1.JobService.Barrier:output_type -> switchml.controller.v1.BarrierResponse
-	6,  // 10: switchml.controller.v1.JobService.Broadcast:output_type -> switchml.controller.v1.BroadcastResponse
-	8,  // 11: switchml.controller.v1.JobService.Leave:output_type -> switchml.controller.v1.LeaveResponse
-	12, // 12: switchml.controller.v1.JobService.Watch:output_type -> switchml.controller.v1.WatchEvent
-	14, // 13: switchml.controller.v1.JobService.Abort:output_type -> switchml.controller.v1.AbortResponse
-	10, // 14: switchml.controller.v1.JobService.Describe:output_type -> switchml.controller.v1.DescribeResponse
-	8,  // [8:15] is the sub-list for method output_type
-	1,  // [1:8] is the sub-list for method input_type
-	1,  // [1:1] is the sub-list for extension type_name
-	1,  // [1:1] is the sub-list for extension extendee
-	0,  // [0:1] is the sub-list for field type_name
+	17, // 1: switchml.controller.v1.StatusResponse.jobs:type_name -> switchml.controller.v1.JobStatus
+	19, // 2: switchml.controller.v1.StatusResponse.switch_counters:type_name -> switchml.controller.v1.SwitchCounter
+	20, // 3: switchml.controller.v1.StatusResponse.ended:type_name -> switchml.controller.v1.StatusResponse.EndedEntry
+	18, // 4: switchml.controller.v1.JobStatus.ranks:type_name -> switchml.controller.v1.RankStatus
+	1,  // 5: switchml.controller.v1.JobService.Register:input_type -> switchml.controller.v1.RegisterRequest
+	3,  // 6: switchml.controller.v1.JobService.Barrier:input_type -> switchml.controller.v1.BarrierRequest
+	5,  // 7: switchml.controller.v1.JobService.Broadcast:input_type -> switchml.controller.v1.BroadcastRequest
+	7,  // 8: switchml.controller.v1.JobService.Leave:input_type -> switchml.controller.v1.LeaveRequest
+	11, // 9: switchml.controller.v1.JobService.Watch:input_type -> switchml.controller.v1.WatchRequest
+	13, // 10: switchml.controller.v1.JobService.Abort:input_type -> switchml.controller.v1.AbortRequest
+	9,  // 11: switchml.controller.v1.JobService.Describe:input_type -> switchml.controller.v1.DescribeRequest
+	15, // 12: switchml.controller.v1.JobService.Status:input_type -> switchml.controller.v1.StatusRequest
+	2,  // 13: switchml.controller.v1.JobService.Register:output_type -> switchml.controller.v1.RegisterResponse
+	4,  // 14: switchml.controller.v1.JobService.Barrier:output_type -> switchml.controller.v1.BarrierResponse
+	6,  // 15: switchml.controller.v1.JobService.Broadcast:output_type -> switchml.controller.v1.BroadcastResponse
+	8,  // 16: switchml.controller.v1.JobService.Leave:output_type -> switchml.controller.v1.LeaveResponse
+	12, // 17: switchml.controller.v1.JobService.Watch:output_type -> switchml.controller.v1.WatchEvent
+	14, // 18: switchml.controller.v1.JobService.Abort:output_type -> switchml.controller.v1.AbortResponse
+	10, // 19: switchml.controller.v1.JobService.Describe:output_type -> switchml.controller.v1.DescribeResponse
+	16, // 20: switchml.controller.v1.JobService.Status:output_type -> switchml.controller.v1.StatusResponse
+	13, // [13:21] is the sub-list for method output_type
+	5,  // [5:13] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_controller_proto_init() }
@@ -1132,7 +1603,7 @@ func file_controller_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_controller_proto_rawDesc), len(file_controller_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -30,6 +30,7 @@ const (
 	JobService_Watch_FullMethodName     = "/switchml.controller.v1.JobService/Watch"
 	JobService_Abort_FullMethodName     = "/switchml.controller.v1.JobService/Abort"
 	JobService_Describe_FullMethodName  = "/switchml.controller.v1.JobService/Describe"
+	JobService_Status_FullMethodName    = "/switchml.controller.v1.JobService/Status"
 )
 
 // JobServiceClient is the client API for JobService service.
@@ -60,6 +61,10 @@ type JobServiceClient interface {
 	// Describe says what the switch behind this controller takes, so that a
 	// worker can pick its packet size and header before it registers.
 	Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*DescribeResponse, error)
+	// Status is the operator's view: the job table (live jobs with their
+	// ranks and pool partitions, and jobs still gathering), the pool's use
+	// and the switch's counters. It reveals no token and no session id.
+	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 }
 
 type jobServiceClient struct {
@@ -149,6 +154,16 @@ func (c *jobServiceClient) Describe(ctx context.Context, in *DescribeRequest, op
 	return out, nil
 }
 
+func (c *jobServiceClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatusResponse)
+	err := c.cc.Invoke(ctx, JobService_Status_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JobServiceServer is the server API for JobService service.
 // All implementations must embed UnimplementedJobServiceServer
 // for forward compatibility.
@@ -177,6 +192,10 @@ type JobServiceServer interface {
 	// Describe says what the switch behind this controller takes, so that a
 	// worker can pick its packet size and header before it registers.
 	Describe(context.Context, *DescribeRequest) (*DescribeResponse, error)
+	// Status is the operator's view: the job table (live jobs with their
+	// ranks and pool partitions, and jobs still gathering), the pool's use
+	// and the switch's counters. It reveals no token and no session id.
+	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	mustEmbedUnimplementedJobServiceServer()
 }
 
@@ -207,6 +226,9 @@ func (UnimplementedJobServiceServer) Abort(context.Context, *AbortRequest) (*Abo
 }
 func (UnimplementedJobServiceServer) Describe(context.Context, *DescribeRequest) (*DescribeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Describe not implemented")
+}
+func (UnimplementedJobServiceServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
 }
 func (UnimplementedJobServiceServer) mustEmbedUnimplementedJobServiceServer() {}
 func (UnimplementedJobServiceServer) testEmbeddedByValue()                    {}
@@ -348,6 +370,24 @@ func _JobService_Describe_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JobService_Status_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JobServiceServer).Status(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JobService_Status_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JobServiceServer).Status(ctx, req.(*StatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // JobService_ServiceDesc is the grpc.ServiceDesc for JobService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -378,6 +418,10 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Describe",
 			Handler:    _JobService_Describe_Handler,
+		},
+		{
+			MethodName: "Status",
+			Handler:    _JobService_Status_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
