@@ -28,6 +28,9 @@ type Processor interface {
 // Stats counts datagrams moved by Serve.
 type Stats struct {
 	Received, Sent atomic.Uint64
+	// ReceivedBytes and SentBytes are the UDP payload bytes of those
+	// datagrams.
+	ReceivedBytes, SentBytes atomic.Uint64
 	// SendErrors counts datagrams the kernel refused (the switch goes on
 	// with the rest of the batch); LastSendError is the latest refusal.
 	SendErrors    atomic.Uint64
@@ -76,8 +79,13 @@ func Serve(ctx context.Context, conn *transport.Conn, proc Processor, faults *tr
 			return fmt.Errorf("dataplane: receive: %w", err)
 		}
 		out = out[:0]
+		var inBytes uint64
 		for i := 0; i < n; i++ {
-			stats.Received.Add(1)
+			inBytes += uint64(len(in[i].Buf))
+		}
+		stats.Received.Add(uint64(n))
+		stats.ReceivedBytes.Add(inBytes)
+		for i := 0; i < n; i++ {
 			// The pipeline writes its reply straight into this
 			// datagram's reply buffer.
 			res.Packet = replies[i][:0]
@@ -103,6 +111,11 @@ func Serve(ctx context.Context, conn *transport.Conn, proc Processor, faults *tr
 		for len(send) > 0 {
 			sent, err := conn.WriteBatch(send)
 			stats.Sent.Add(uint64(sent))
+			var outBytes uint64
+			for _, m := range send[:sent] {
+				outBytes += uint64(len(m.Buf))
+			}
+			stats.SentBytes.Add(outBytes)
 			if err == nil {
 				break
 			}

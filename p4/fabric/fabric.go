@@ -30,6 +30,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -84,6 +85,10 @@ type Config struct {
 	// Logger receives the in-process switch's and controller's logs
 	// (default: discarded).
 	Logger *slog.Logger
+	// Metrics, if set, receives the in-process switch's and controller's
+	// collectors (Switch.Collector, controller.JobService.Collector);
+	// subprocesses take --metrics ADDR in SwitchArgs and ControllerArgs.
+	Metrics prometheus.Registerer
 }
 
 // Fabric is a running switch and controller. Its methods may be called
@@ -98,6 +103,8 @@ type Fabric struct {
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	err    error
+	// unregister takes the switch's collector back from Config.Metrics.
+	unregister func()
 
 	// subprocesses
 	swProc, ctlProc *Proc
@@ -155,6 +162,7 @@ func startInProcess(ctx context.Context, cfg Config) (*Fabric, error) {
 	f.goRun(func() error {
 		return controller.Run(runCtx, controller.Config{
 			Target: f.p4rt, Listen: cfg.Controller, Dataplane: f.dataplane, Slots: cfg.Slots, Switch: target, Logger: cfg.Logger,
+			Metrics: cfg.Metrics,
 			Ready: func(a net.Addr) { ready <- a.String() },
 		})
 	})
@@ -162,6 +170,14 @@ func startInProcess(ctx context.Context, cfg Config) (*Fabric, error) {
 	defer timer.Stop()
 	select {
 	case f.controller = <-ready:
+		if cfg.Metrics != nil {
+			col := sw.Collector()
+			if err := cfg.Metrics.Register(col); err != nil {
+				f.Close()
+				return nil, fmt.Errorf("fabric: switch metrics: %w", err)
+			}
+			f.unregister = func() { cfg.Metrics.Unregister(col) }
+		}
 		return f, nil
 	case <-ctx.Done():
 		f.Close()
@@ -384,6 +400,9 @@ func (f *Fabric) Close() error {
 	if f.cancel != nil {
 		f.cancel()
 		f.wg.Wait()
+		if f.unregister != nil {
+			f.unregister()
+		}
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		return f.err

@@ -1,0 +1,109 @@
+package fabric
+
+import (
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchml/switchml-go/p4/pipeline"
+)
+
+// switchCollector exposes a software switch's counters to Prometheus. It
+// reads them at scrape time, so the packet path pays nothing for it.
+type switchCollector struct {
+	sw *Switch
+
+	received, sent, receivedBytes, sentBytes, sendErrors *prometheus.Desc
+	socketDrops, slots, maxElements                      *prometheus.Desc
+	drops                                                *prometheus.Desc
+	// pipeline holds the description of every pipeline.Stat that is not a
+	// drop (nil for drops, which share the drops family).
+	pipeline [pipeline.NumStats]*prometheus.Desc
+}
+
+// pipelineMetrics names the pipeline counters that are not drops, with
+// their help text; drops become switchml_switch_drops_total{reason}.
+var pipelineMetrics = map[pipeline.Stat][2]string{
+	pipeline.StatReceived:        {"switchml_switch_pipeline_packets_total", "Packets handed to the switch pipeline."},
+	pipeline.StatAggregated:      {"switchml_switch_contributions_aggregated_total", "Contributions added to a slot."},
+	pipeline.StatAbsorbed:        {"switchml_switch_contributions_absorbed_total", "Contributions added to a slot that still waits for other workers (no packet out, nothing lost)."},
+	pipeline.StatMulticast:       {"switchml_switch_results_multicast_total", "Slot uses completed by every worker and multicast."},
+	pipeline.StatReplicas:        {"switchml_switch_result_replicas_total", "Result copies emitted by multicast, one per worker lane."},
+	pipeline.StatRetransmitReply: {"switchml_switch_retransmissions_answered_total", "Retransmissions answered by unicast from a completed slot."},
+}
+
+// dropReason is the reason label of a drop counter, or "" for a counter
+// that is not a drop.
+func dropReason(s pipeline.Stat) string {
+	name, ok := strings.CutPrefix(s.String(), "drop_")
+	if !ok {
+		return ""
+	}
+	return name
+}
+
+// Collector returns a prometheus.Collector of the switch's data plane and
+// pipeline counters: packets and bytes in and out, drops by reason, kernel
+// socket drops, retransmissions answered. Register it once per switch.
+func (s *Switch) Collector() prometheus.Collector {
+	c := &switchCollector{
+		sw:            s,
+		received:      prometheus.NewDesc("switchml_switch_received_packets_total", "Datagrams the data plane received.", nil, nil),
+		sent:          prometheus.NewDesc("switchml_switch_sent_packets_total", "Datagrams the data plane handed to the kernel (after injected faults).", nil, nil),
+		receivedBytes: prometheus.NewDesc("switchml_switch_received_bytes_total", "UDP payload bytes the data plane received.", nil, nil),
+		sentBytes:     prometheus.NewDesc("switchml_switch_sent_bytes_total", "UDP payload bytes the data plane handed to the kernel.", nil, nil),
+		sendErrors:    prometheus.NewDesc("switchml_switch_send_errors_total", "Datagrams the kernel refused to send.", nil, nil),
+		socketDrops:   prometheus.NewDesc("switchml_switch_socket_drops_total", "Datagrams the kernel dropped at the data plane socket (receive queue full), as /proc/net/udp counts them.", nil, nil),
+		slots:         prometheus.NewDesc("switchml_switch_slots", "Aggregation slots per set in the switch's pool.", nil, nil),
+		maxElements:   prometheus.NewDesc("switchml_switch_max_packet_elements", "Largest number of values per packet the switch takes.", nil, nil),
+		drops:         prometheus.NewDesc("switchml_switch_drops_total", "Packets the pipeline dropped, by reason (the pipeline's drop_* counters).", []string{"reason"}, nil),
+	}
+	for st := range pipeline.NumStats {
+		if dropReason(st) != "" {
+			continue
+		}
+		m, ok := pipelineMetrics[st]
+		if !ok {
+			m = [2]string{"switchml_switch_pipeline_" + st.String() + "_total", "Pipeline counter " + st.String() + "."}
+		}
+		c.pipeline[st] = prometheus.NewDesc(m[0], m[1], nil, nil)
+	}
+	return c
+}
+
+func (c *switchCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.received, c.sent, c.receivedBytes, c.sentBytes, c.sendErrors, c.socketDrops, c.slots, c.maxElements, c.drops} {
+		ch <- d
+	}
+	for _, d := range c.pipeline {
+		if d != nil {
+			ch <- d
+		}
+	}
+}
+
+func (c *switchCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.sw.Stats()
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	counter(c.received, st.Received.Load())
+	counter(c.sent, st.Sent.Load())
+	counter(c.receivedBytes, st.ReceivedBytes.Load())
+	counter(c.sentBytes, st.SentBytes.Load())
+	counter(c.sendErrors, st.SendErrors.Load())
+	if n, ok := udpSocketDrops(c.sw.conn.LocalAddr()); ok {
+		counter(c.socketDrops, n)
+	}
+	cfg := c.sw.srv.PipelineConfig()
+	ch <- prometheus.MustNewConstMetric(c.slots, prometheus.GaugeValue, float64(cfg.Slots))
+	ch <- prometheus.MustNewConstMetric(c.maxElements, prometheus.GaugeValue, float64(cfg.MaxElements))
+	for i, v := range c.sw.Counters() {
+		s := pipeline.Stat(i)
+		if r := dropReason(s); r != "" {
+			counter(c.drops, v, r)
+		} else {
+			counter(c.pipeline[s], v)
+		}
+	}
+}

@@ -1,0 +1,172 @@
+package fabric_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/switchml"
+	"github.com/switchml/switchml-go/switchml/transport"
+)
+
+// gathered is one scrape: value by series, "name" or "name{label=value}".
+type gathered map[string]float64
+
+func gather(t *testing.T, g prometheus.Gatherer) gathered {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := gathered{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			key := mf.GetName()
+			if ls := m.GetLabel(); len(ls) > 0 {
+				var parts []string
+				for _, l := range ls {
+					parts = append(parts, l.GetName()+"="+l.GetValue())
+				}
+				key += "{" + strings.Join(parts, ",") + "}"
+			}
+			out[key] = value(m)
+		}
+	}
+	return out
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.GetCounter().GetValue()
+	case m.Gauge != nil:
+		return m.GetGauge().GetValue()
+	case m.Histogram != nil:
+		return float64(m.GetHistogram().GetSampleCount())
+	}
+	return 0
+}
+
+// TestMetricsDuringAJob scrapes the switch's and the controller's
+// collectors while a job runs through a switch that loses results, and
+// checks that the counters agree with what the job did.
+func TestMetricsDuringAJob(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	reg := prometheus.NewPedanticRegistry()
+	f, err := fabric.Start(ctx, fabric.Config{Slots: 256, Metrics: reg, Faults: transport.Faults{Drop: 0.05, Seed: 7}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	before := gather(t, reg)
+	for _, reason := range []string{"not_worker", "malformed", "out_of_partition", "stale", "mismatch"} {
+		if _, ok := before["switchml_switch_drops_total{reason="+reason+"}"]; !ok {
+			t.Errorf("no drop counter for reason %s: %v", reason, before)
+		}
+	}
+	if before["switchml_switch_slots"] != 256 || before["switchml_controller_slots_free"] != 256 {
+		t.Errorf("an idle switch of 256 slots: %v", before)
+	}
+
+	const workers, elements, iters = 2, 50_000, 3
+	sessions := make([]*switchml.Session, workers)
+	var wg sync.WaitGroup
+	errs := make([]error, workers)
+	for r := range sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sessions[r], errs[r] = switchml.Join(ctx, switchml.Config{Controller: f.ControllerAddr(), Job: "scraped", Rank: r, Workers: workers, Lanes: 2, Window: 16})
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	for it := range iters {
+		for r, s := range sessions {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				x := make([]int32, elements)
+				for i := range x {
+					x[i] = int32(r + i)
+				}
+				errs[r] = s.AllReduceInt32(ctx, x)
+			}()
+		}
+		wg.Wait()
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("allreduce %d rank %d: %v", it, r, err)
+			}
+		}
+	}
+	during := gather(t, reg)
+	for _, s := range sessions {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+
+	pe := sessions[0].PacketElements()
+	packets := float64(iters * workers * ((elements + pe - 1) / pe))
+	if got := during["switchml_switch_received_packets_total"]; got < packets {
+		t.Errorf("switch received %v packets, want at least %v (%d x %d elements in %d-value packets from %d workers)", got, packets, iters, elements, pe, workers)
+	}
+	if got := during["switchml_switch_received_bytes_total"]; got < float64(iters*workers*elements*4) {
+		t.Errorf("switch received %v bytes, want at least %d", got, iters*workers*elements*4)
+	}
+	if got, in := during["switchml_switch_pipeline_packets_total"], during["switchml_switch_received_packets_total"]; got != in {
+		t.Errorf("pipeline saw %v packets, the data plane received %v", got, in)
+	}
+	if during["switchml_switch_results_multicast_total"] < packets/workers {
+		t.Errorf("%v results multicast, want at least %v", during["switchml_switch_results_multicast_total"], packets/workers)
+	}
+	// The switch drops 5% of what it sends: workers time out and the
+	// switch answers their retransmissions from completed slots.
+	if during["switchml_switch_retransmissions_answered_total"] == 0 {
+		t.Errorf("no retransmission answered under 5%% loss: %v", during)
+	}
+	if sent, replicas := during["switchml_switch_sent_packets_total"], during["switchml_switch_result_replicas_total"]+during["switchml_switch_retransmissions_answered_total"]; sent >= replicas || sent < 0.8*replicas {
+		t.Errorf("sent %v packets of %v replies made: want about 95%% of them after loss", sent, replicas)
+	}
+	if during["switchml_controller_jobs{state=active}"] != 1 || during["switchml_controller_job_slots{job=scraped}"] != 2*16 ||
+		during["switchml_controller_job_workers{job=scraped}"] != workers || during["switchml_controller_slots_free"] != 256-2*16 {
+		t.Errorf("controller during the job: %v", during)
+	}
+	if during["switchml_controller_registrations_total{code=OK}"] != workers || during["switchml_controller_job_ready_seconds"] != 1 {
+		t.Errorf("controller registrations: %v", during)
+	}
+	// Labels of a job last as long as the job.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		after := gather(t, reg)
+		_, still := after["switchml_controller_job_slots{job=scraped}"]
+		if !still && after["switchml_controller_jobs_ended_total{cause=finished}"] == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the finished job is still labelled or not counted: %v", after)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i := range pipeline.NumStats {
+		if i == pipeline.StatReceived {
+			continue
+		}
+		if _, ok := during["switchml_switch_drops_total{reason="+strings.TrimPrefix(i.String(), "drop_")+"}"]; !ok && strings.HasPrefix(i.String(), "drop_") {
+			t.Errorf("counter %s is not exposed", i)
+		}
+	}
+}
