@@ -86,20 +86,21 @@ func (s *Star) Err() error {
 
 func (s *Star) serve(ctx context.Context) error {
 	conns := make([]net.Conn, s.workers)
-	defer func() {
+	// conns fills up here while a Close may already be closing them.
+	var connsMu sync.Mutex
+	closeAll := func() {
+		connsMu.Lock()
+		defer connsMu.Unlock()
 		for _, c := range conns {
 			if c != nil {
 				c.Close()
 			}
 		}
-	}()
+	}
+	defer closeAll()
 	go func() {
 		<-s.done
-		for _, c := range conns {
-			if c != nil {
-				c.Close()
-			}
-		}
+		closeAll()
 	}()
 	for joined := 0; joined < s.workers; {
 		c, err := s.ln.Accept()
@@ -119,7 +120,9 @@ func (s *Star) serve(ctx context.Context) error {
 			c.Close()
 			return fmt.Errorf("star: bad hello rank %d of %d (server has %d workers)", rank, n, s.workers)
 		}
+		connsMu.Lock()
 		conns[rank] = c
+		connsMu.Unlock()
 		joined++
 	}
 	readers := make([]*bufio.Reader, s.workers)
