@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"gorgonia.org/tensor"
 
@@ -13,11 +14,12 @@ import (
 
 // Handle is an allreduce in progress.
 type Handle struct {
-	ctx  context.Context
-	op   engine.Op
-	n    int
-	err  error
-	done chan struct{}
+	ctx    context.Context
+	op     engine.Op
+	n      int
+	queued time.Time // when the call was made
+	err    error
+	done   chan struct{}
 }
 
 // Wait blocks until the allreduce finished, failed or ctx ended. Ending ctx
@@ -62,7 +64,7 @@ func (s *Session) refuse(err error) *Handle {
 }
 
 func (s *Session) start(ctx context.Context, op engine.Op, n int) *Handle {
-	h := &Handle{ctx: ctx, op: op, n: n, done: make(chan struct{})}
+	h := &Handle{ctx: ctx, op: op, n: n, queued: time.Now(), done: make(chan struct{})}
 	s.mu.Lock()
 	closed := s.closed
 	s.mu.Unlock()
@@ -202,6 +204,7 @@ func (s *Session) execute(h *Handle) error {
 	seq := s.seq
 	s.seq++
 	s.mu.Unlock()
+	begin := time.Now()
 	ranges := engine.SplitLanes(h.n, len(s.lanes), s.cfg.PacketElements)
 	errs := make(chan error, len(s.lanes))
 	active := 0
@@ -220,17 +223,33 @@ func (s *Session) execute(h *Handle) error {
 			first = err
 		}
 	}
+	end := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.stats.Packets, s.stats.Retransmits, s.stats.RTT, s.stats.Timeout = 0, 0, 0, 0
+	before := s.stats
+	s.stats.Packets, s.stats.Retransmits, s.stats.Timeouts, s.stats.SentBytes, s.stats.RTT, s.stats.Timeout = 0, 0, 0, 0, 0, 0
 	for _, l := range s.lanes {
 		st := l.eng.Stats()
 		s.stats.Packets += st.Sent + st.Retransmits
 		s.stats.Retransmits += st.Retransmits
+		s.stats.Timeouts += st.Timeouts
+		s.stats.SentBytes += l.bytes
 		rtt, rto := l.eng.RTT()
 		s.stats.RTT, s.stats.Timeout = max(s.stats.RTT, rtt), max(s.stats.Timeout, rto)
 	}
+	if s.trace != nil {
+		detail := ""
+		if first != nil {
+			detail = first.Error()
+		}
+		s.trace.span(0, "allreduce", "allreduce", detail, begin, end,
+			traceArg{"seq", int64(seq)}, traceArg{"elements", int64(h.n)},
+			traceArg{"packets", int64(s.stats.Packets - before.Packets)},
+			traceArg{"retransmits", int64(s.stats.Retransmits - before.Retransmits)},
+			traceArg{"queued_us", begin.Sub(h.queued).Microseconds()})
+	}
 	if first != nil {
+		s.stats.Failed++
 		if errors.Is(first, errAborted) {
 			return s.broken
 		}
@@ -245,5 +264,6 @@ func (s *Session) execute(h *Handle) error {
 	}
 	s.stats.AllReduces++
 	s.stats.Elements += uint64(h.n)
+	s.durations.Observe(end.Sub(begin).Seconds())
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -71,6 +72,15 @@ type Config struct {
 	// Faults injects loss, duplication and reordering into what this
 	// worker sends (testing and demonstration).
 	Faults transport.Faults
+	// Trace, if set, receives the session's timeline when it closes, as
+	// Chrome trace-event JSON (Perfetto and chrome://tracing open it): a
+	// span per allreduce call and per lane, retransmission bursts, and
+	// waits for the slowest peer (a lane's first result coming late,
+	// barriers). Only the latest TraceEvents events are kept.
+	Trace io.Writer
+	// TraceEvents bounds the events the timeline keeps (0:
+	// DefaultTraceEvents); older ones are overwritten.
+	TraceEvents int
 }
 
 // MaxCompatWorkers is the largest job the compatible format (a 32-bit
@@ -294,6 +304,9 @@ func (c Config) validate() error {
 		if !(p.v >= 0 && p.v <= 1) {
 			bad(p.field, p.v, "a %s probability must lie in [0, 1]", p.what)
 		}
+	}
+	if c.TraceEvents < 0 || c.TraceEvents > maxTraceEvents {
+		bad("TraceEvents", c.TraceEvents, "want 0 (the default, %d) up to %d events", DefaultTraceEvents, maxTraceEvents)
 	}
 	if len(errs) > 0 {
 		return &ConfigError{Fields: errs}

@@ -21,6 +21,12 @@
 // Config.Validate runs the same checks ahead of time, and a command that
 // sets a Config from flags restates the error in its flags with InFlags.
 //
+// To watch a job, register Session.Collector with a Prometheus registry
+// (allreduce durations, packets, bytes, retransmissions, timeouts, round
+// trips), and set Config.Trace to write the session's timeline as Chrome
+// trace-event JSON when it closes: a span per allreduce call and per lane,
+// retransmission bursts, and waits for the slowest peer.
+//
 // The switch side lives under p4/: the software switch, the controller that
 // programs a switch and runs the job service, and the P4 programs. Package
 // switchml/local runs a software switch and a controller inside the process,

@@ -24,7 +24,12 @@ type laneDriver struct {
 	out []transport.Message
 	in  []transport.Message
 
-	packets, retransmits uint64
+	// bytes counts what the lane sent, headers included.
+	bytes uint64
+
+	// trace, if set, receives the lane's spans on thread tid.
+	trace *tracer
+	tid   int
 }
 
 func (l *laneDriver) init(eng *engine.Lane, peer netip.AddrPort) {
@@ -49,6 +54,17 @@ var errAborted = errors.New("switchml: session aborted")
 // An op abandoned by cancellation leaves the lane mid-op, out of step with
 // the other workers; the session then refuses further calls.
 func (l *laneDriver) run(ctx context.Context, quit, aborted <-chan struct{}, op engine.Op) error {
+	if l.trace == nil {
+		return l.drive(ctx, quit, aborted, op, nil)
+	}
+	m := l.beginMark()
+	err := l.drive(ctx, quit, aborted, op, &m)
+	l.endMark(&m, len(op.F32)+len(op.I32)+len(op.U16), err)
+	return err
+}
+
+// drive is run; m, when tracing, follows the op's progress.
+func (l *laneDriver) drive(ctx context.Context, quit, aborted <-chan struct{}, op engine.Op, m *laneMark) error {
 	if err := l.eng.Start(op, l.now()); err != nil {
 		return err
 	}
@@ -92,6 +108,9 @@ func (l *laneDriver) run(ctx context.Context, quit, aborted <-chan struct{}, op 
 			l.receive(n)
 		}
 		l.eng.Tick(l.now())
+		if m != nil {
+			l.noteMark(m)
+		}
 	}
 	if err := l.eng.Err(); err != nil {
 		if errors.Is(err, engine.ErrTimeoutBudget) {
@@ -129,6 +148,7 @@ func (l *laneDriver) flush() error {
 				break
 			}
 			l.out[n].Buf = b
+			l.bytes += uint64(len(b))
 			n++
 		}
 		if n == 0 && !l.faults.Pending() {
@@ -140,7 +160,6 @@ func (l *laneDriver) flush() error {
 				return fmt.Errorf("switchml: lane send to %s: %w", l.peer, err)
 			}
 		}
-		l.packets += uint64(n)
 		if n < len(l.out) {
 			return nil
 		}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
@@ -69,13 +70,21 @@ type Session struct {
 	broken error
 	seq    uint32
 	stats  Stats
+
+	// trace, if set, keeps the timeline (Config.Trace); durations is the
+	// histogram of completed calls that Collector exposes.
+	trace     *tracer
+	durations prometheus.Histogram
 }
 
 // Stats counts a session's protocol activity.
 type Stats struct {
 	AllReduces  uint64 // completed calls
+	Failed      uint64 // calls that failed once started
 	Packets     uint64 // packets sent, first transmissions and retransmissions
 	Retransmits uint64 // packets sent again after a timeout
+	Timeouts    uint64 // retransmission timers that expired
+	SentBytes   uint64 // bytes of the packets sent, SwitchML headers included
 	Elements    uint64 // elements reduced
 	// RTT is the largest lane estimate of the lower quartile of result
 	// round trips, Timeout the largest lane retransmission timeout.
@@ -205,6 +214,13 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 		}
 		l.init(eng, s.switchDP)
 	}
+	if cfg.Trace != nil {
+		s.trace = newTracer(cfg.Trace, cfg.TraceEvents, cfg.Rank, cfg.Lanes, fmt.Sprintf("job %s rank %d of %d", cfg.Job, cfg.Rank, cfg.Workers))
+		for i, l := range s.lanes {
+			l.trace, l.tid = s.trace, i+1
+		}
+	}
+	s.durations = newDurations(cfg)
 	go s.run()
 	return s, nil
 }
@@ -417,6 +433,8 @@ func (s *Session) Barrier(ctx context.Context, name string) error {
 	// The same count on every retry of this call: a controller restarted
 	// after the other ranks passed it releases it by the count.
 	seq := s.barriers.Add(1)
+	start := time.Now()
+	defer s.traceWait("barrier", name, start)
 	err := retryUnavailable(ctx, s.aborted, func() error {
 		_, err := s.client.Barrier(ctx, &controllerpb.BarrierRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Name: name, Seq: seq}, grpc.WaitForReady(true))
 		return err
@@ -432,6 +450,8 @@ func (s *Session) Broadcast(ctx context.Context, name string, root int, data []b
 	ctx, done := s.sessionCall(ctx)
 	defer done()
 	var resp *controllerpb.BroadcastResponse
+	start := time.Now()
+	defer s.traceWait("broadcast", name, start)
 	err := retryUnavailable(ctx, s.aborted, func() error {
 		var err error
 		resp, err = s.client.Broadcast(ctx, &controllerpb.BroadcastRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Root: uint32(root), Data: data, Name: name}, grpc.WaitForReady(true))
@@ -527,7 +547,20 @@ func (s *Session) Close() error {
 	<-s.watchDone
 	s.conn.Close()
 	if err != nil {
-		return s.rpcError("leave", err)
+		err = s.rpcError("leave", err)
 	}
-	return nil
+	if s.trace != nil {
+		if terr := s.trace.flush(); terr != nil {
+			err = errors.Join(err, fmt.Errorf("switchml: writing the trace: %w", terr))
+		}
+	}
+	return err
+}
+
+// traceWait records a call that waits for every rank (a barrier, a
+// broadcast) on the timeline.
+func (s *Session) traceWait(what, name string, start time.Time) {
+	if s.trace != nil {
+		s.trace.span(0, "wait", what, name, start, time.Now())
+	}
 }
