@@ -5,11 +5,14 @@ package data
 import (
 	"bufio"
 	"compress/gzip"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -234,4 +237,26 @@ func (b *Batches) Epoch(epoch int) {
 func (b *Batches) Indices(step int) []int {
 	start := (step*b.Workers + b.Rank) * b.Batch
 	return b.perm[start : start+b.Batch]
+}
+
+// Fingerprint is a short digest of the set's shape, labels and pixels: two
+// hosts that load the same examples get the same string, whatever files
+// they came from.
+func (s *Set) Fingerprint() string {
+	h := sha256.New()
+	var buf []byte
+	for _, v := range []int{s.H, s.W, s.C, s.Classes, s.Len()} {
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(v))
+	}
+	buf = append(buf, s.Labels...)
+	h.Write(buf)
+	const chunk = 1 << 14
+	for i := 0; i < len(s.Images); i += chunk {
+		buf = buf[:0]
+		for _, v := range s.Images[i:min(i+chunk, len(s.Images))] {
+			buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
+		}
+		h.Write(buf)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
 }

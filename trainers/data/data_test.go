@@ -154,3 +154,28 @@ func equal(a, b []int) bool {
 	}
 	return true
 }
+
+func TestFingerprint(t *testing.T) {
+	a := Synthetic(200, 28, 28, 10, 1)
+	b := Synthetic(200, 28, 28, 10, 1)
+	if a.Fingerprint() != b.Fingerprint() {
+		t.Fatal("the same examples give different fingerprints")
+	}
+	for name, other := range map[string]*Set{
+		"fewer examples": a.Subset(199),
+		"another seed":   Synthetic(200, 28, 28, 10, 2),
+	} {
+		if other.Fingerprint() == a.Fingerprint() {
+			t.Errorf("%s: same fingerprint", name)
+		}
+	}
+	b.Images[5000] += 1.0 / 255
+	if a.Fingerprint() == b.Fingerprint() {
+		t.Error("one pixel changed: same fingerprint")
+	}
+	b = Synthetic(200, 28, 28, 10, 1)
+	b.Labels[7] = (b.Labels[7] + 1) % 10
+	if a.Fingerprint() == b.Fingerprint() {
+		t.Error("one label changed: same fingerprint")
+	}
+}

@@ -7,14 +7,19 @@ package train
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/gob"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/switchml/switchml-go/trainers/collective"
@@ -41,6 +46,14 @@ type Options struct {
 	// CheckpointDir, when set, gets a checkpoint after each epoch (rank 0)
 	// and is resumed from when it holds one.
 	CheckpointDir string
+	// PerRankCheckpoint makes every rank write and resume from its own file
+	// in CheckpointDir (RankCheckpointFile), for ranks on hosts with their
+	// own disks; the files hold the same model.
+	PerRankCheckpoint bool
+	// Resume, when set, is the checkpoint to start from, already read (the
+	// caller checked it against the other ranks'); CheckpointDir is then
+	// only written.
+	Resume *Checkpoint
 	// Progress receives a status line now and then (rank 0 only; may be nil).
 	Progress io.Writer
 	// OnEpoch is called with each epoch's result (every rank).
@@ -135,22 +148,26 @@ func Run(ctx context.Context, o Options, be collective.Backend) ([]EpochResult, 
 		}
 	}()
 	startEpoch, step := 0, 0
-	if o.CheckpointDir != "" {
-		ck, err := LoadCheckpoint(o.CheckpointDir)
-		switch {
-		case err == nil && ck.Model != o.Model:
-			return nil, nil, fmt.Errorf("train: checkpoint in %s is of model %q, not %q", o.CheckpointDir, ck.Model, o.Model)
-		case err == nil:
-			if err := p.SetValues(ck.Values); err != nil {
-				return nil, nil, fmt.Errorf("train: restoring %s: %w", o.CheckpointDir, err)
-			}
-			startEpoch, step = ck.Epoch+1, ck.Step
-			if o.Progress != nil {
-				fmt.Fprintf(o.Progress, "resumed from %s after epoch %d\n", o.CheckpointDir, ck.Epoch+1)
-			}
-		case errors.Is(err, fs.ErrNotExist):
-		default:
+	ckPath := o.checkpointPath()
+	ck := o.Resume
+	if ck == nil && ckPath != "" {
+		if ck, err = LoadCheckpointFile(ckPath); errors.Is(err, fs.ErrNotExist) {
+			ck, err = nil, nil
+		}
+		if err != nil {
 			return nil, nil, err
+		}
+	}
+	if ck != nil {
+		if ck.Model != o.Model {
+			return nil, nil, fmt.Errorf("train: checkpoint in %s is of model %q, not %q", o.CheckpointDir, ck.Model, o.Model)
+		}
+		if err := p.SetValues(ck.Values); err != nil {
+			return nil, nil, fmt.Errorf("train: restoring %s: %w", o.CheckpointDir, err)
+		}
+		startEpoch, step = ck.Epoch+1, ck.Step
+		if o.Progress != nil {
+			fmt.Fprintf(o.Progress, "resumed from %s after epoch %d\n", o.CheckpointDir, ck.Epoch+1)
 		}
 	}
 
@@ -248,12 +265,12 @@ func Run(ctx context.Context, o Options, be collective.Backend) ([]EpochResult, 
 			fmt.Fprintf(o.Progress, "\repoch %d/%d  train loss %.4f  test loss %.4f  test accuracy %.2f%%  %.1f ms/step  comm %.1fs\n",
 				r.Epoch, o.Epochs, r.TrainLoss, r.TestLoss, 100*r.TestAccuracy, 1e3*r.StepS, r.CommS)
 		}
-		if o.CheckpointDir != "" && o.Rank == 0 {
+		if ckPath != "" && (o.Rank == 0 || o.PerRankCheckpoint) {
 			vals, err := p.Values(nil)
 			if err != nil {
 				return nil, nil, err
 			}
-			if err := SaveCheckpoint(o.CheckpointDir, &Checkpoint{Model: o.Model, Epoch: epoch, Step: step, Values: vals}); err != nil {
+			if err := saveCheckpointFile(ckPath, &Checkpoint{Model: o.Model, Epoch: epoch, Step: step, Values: vals}); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -339,9 +356,33 @@ type Checkpoint struct {
 
 const checkpointFile = "checkpoint.gob"
 
-// SaveCheckpoint writes atomically (temp file + rename) so a crash never
-// leaves a torn checkpoint.
+// RankCheckpointFile is rank's own checkpoint file in dir, where every rank
+// keeps one (Options.PerRankCheckpoint).
+func RankCheckpointFile(dir string, rank int) string {
+	return filepath.Join(dir, fmt.Sprintf("checkpoint-rank%d.gob", rank))
+}
+
+// checkpointPath is the file this rank resumes from and writes; empty
+// without a CheckpointDir.
+func (o *Options) checkpointPath() string {
+	switch {
+	case o.CheckpointDir == "":
+		return ""
+	case o.PerRankCheckpoint:
+		return RankCheckpointFile(o.CheckpointDir, o.Rank)
+	}
+	return filepath.Join(o.CheckpointDir, checkpointFile)
+}
+
+// SaveCheckpoint writes dir's shared checkpoint (the one rank 0 writes).
 func SaveCheckpoint(dir string, ck *Checkpoint) error {
+	return saveCheckpointFile(filepath.Join(dir, checkpointFile), ck)
+}
+
+// saveCheckpointFile writes atomically (temp file + rename) so a crash
+// never leaves a torn checkpoint.
+func saveCheckpointFile(path string, ck *Checkpoint) error {
+	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -358,19 +399,44 @@ func SaveCheckpoint(dir string, ck *Checkpoint) error {
 		os.Remove(f.Name())
 		return err
 	}
-	return os.Rename(f.Name(), filepath.Join(dir, checkpointFile))
+	return os.Rename(f.Name(), path)
 }
 
-// LoadCheckpoint reads dir's checkpoint; fs.ErrNotExist when there is none.
+// LoadCheckpoint reads dir's shared checkpoint; fs.ErrNotExist when there
+// is none.
 func LoadCheckpoint(dir string) (*Checkpoint, error) {
-	f, err := os.Open(filepath.Join(dir, checkpointFile))
+	return LoadCheckpointFile(filepath.Join(dir, checkpointFile))
+}
+
+// LoadCheckpointFile reads one checkpoint file; fs.ErrNotExist when there
+// is none.
+func LoadCheckpointFile(path string) (*Checkpoint, error) {
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
 	var ck Checkpoint
 	if err := gob.NewDecoder(f).Decode(&ck); err != nil {
-		return nil, fmt.Errorf("train: reading checkpoint in %s: %w", dir, err)
+		return nil, fmt.Errorf("train: reading checkpoint %s: %w (remove it, or start without --resume)", path, err)
 	}
 	return &ck, nil
+}
+
+// Fingerprint is a short digest of the checkpoint's variables: ranks that
+// resume the same model from their own files get the same string.
+func (ck *Checkpoint) Fingerprint() string {
+	h := sha256.New()
+	var buf []byte
+	for _, name := range slices.Sorted(maps.Keys(ck.Values)) {
+		v := ck.Values[name]
+		buf = binary.LittleEndian.AppendUint64(buf[:0], uint64(len(name)))
+		buf = append(buf, name...)
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(len(v)))
+		for _, x := range v {
+			buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(x))
+		}
+		h.Write(buf)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
 }

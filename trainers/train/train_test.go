@@ -118,3 +118,46 @@ type nopBackend struct{}
 
 func (nopBackend) AllReduceFloat32(context.Context, []float32) error { return nil }
 func (nopBackend) Close() error                                      { return nil }
+
+// With per-rank checkpoints every rank writes its own file, and the files
+// hold the same model.
+func TestPerRankCheckpoints(t *testing.T) {
+	dir := t.TempDir()
+	set := data.Synthetic(700, 28, 28, 10, 5)
+	o := Options{Model: "mlp", Train: set.Subset(600), Test: set.Shard(0, 7), Epochs: 1, Batch: 25,
+		Optimizer: "adam", Seed: 4, Backend: "exact", CheckpointDir: dir, PerRankCheckpoint: true}
+	trainInProcess(t, o, 2)
+	if _, err := os.Stat(filepath.Join(dir, checkpointFile)); err == nil {
+		t.Error("per-rank checkpoints also wrote the shared file")
+	}
+	var cks [2]*Checkpoint
+	for r := range cks {
+		ck, err := LoadCheckpointFile(RankCheckpointFile(dir, r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ck.Epoch != 0 || ck.Step != 12 {
+			t.Fatalf("rank %d: checkpoint after epoch %d step %d, want 0 and 12", r, ck.Epoch, ck.Step)
+		}
+		cks[r] = ck
+	}
+	if a, b := cks[0].Fingerprint(), cks[1].Fingerprint(); a != b {
+		t.Fatalf("the ranks' checkpoints differ: %s and %s", a, b)
+	}
+	// One changed weight changes the fingerprint.
+	before := cks[1].Fingerprint()
+	cks[1].Values["fc1/kernel"][3] += 1e-3
+	if cks[1].Fingerprint() == before {
+		t.Error("a changed weight left the fingerprint as it was")
+	}
+	// Each rank resumes from its own file.
+	o.Epochs = 2
+	res := trainInProcess(t, o, 2)
+	if len(res[1]) != 1 || res[1][0].Epoch != 2 {
+		t.Fatalf("resumed run: %+v", res[1])
+	}
+	ck, err := LoadCheckpointFile(RankCheckpointFile(dir, 1))
+	if err != nil || ck.Epoch != 1 || ck.Step != 24 {
+		t.Fatalf("rank 1's checkpoint after resuming: %v, %v", ck, err)
+	}
+}
