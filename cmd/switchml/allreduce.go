@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"sort"
 	"time"
@@ -22,7 +23,7 @@ var allreduceFlags = map[string]string{
 	"Controller": "controller", "Job": "job", "Rank": "rank", "Workers": "workers", "Token": "token", "Bind": "bind",
 	"Lanes": "lanes", "Window": "window", "PacketElements": "packet-elements", "Extended": "extended",
 	"Timeout": "timeout", "JoinTimeout": "join-timeout", "GiveUp": "give-up",
-	"Faults.Drop": "drop", "Faults.Duplicate": "duplicate", "Faults.Reorder": "reorder",
+	"Faults.Drop": "drop", "Faults.Duplicate": "duplicate", "Faults.Reorder": "reorder", "Trace": "trace", "TraceEvents": "trace-events",
 }
 
 func dtypeSize(dtype string) (int, error) {
@@ -65,6 +66,9 @@ func runAllReduce(ctx context.Context, args []string) error {
 	nanAt := fs.Int("nan-at", -1, "put a NaN into this rank's input at this allreduce (0-based, warm-up included), to watch a bad input end the job")
 	asJSON := fs.Bool("json", false, "print one JSON object with the results on stdout")
 	verify := fs.Bool("verify", true, "check every result against the exact sum")
+	metricsAddr := fs.String("metrics", "", metricsFlagHelp)
+	tracePath := fs.String("trace", "", "write this worker's timeline to this file when it ends, as Chrome trace-event JSON (open it in Perfetto or chrome://tracing)")
+	fs.IntVar(&cfg.TraceEvents, "trace-events", 0, fmt.Sprintf("latest events the timeline keeps (0: %d)", switchml.DefaultTraceEvents))
 	stopProfile, err := parseFlagsProfiled(fs, args)
 	if err != nil {
 		return err
@@ -84,7 +88,19 @@ func runAllReduce(ctx context.Context, args []string) error {
 
 	rep := benchmarks.WorkerReport{Workers: cfg.Workers, Rank: cfg.Rank, Elements: *elements, DType: *dtype, Iters: *iters,
 		Lanes: cfg.Lanes, Window: cfg.Window, PacketElements: cfg.PacketElements}
-	err = allreduceRounds(ctx, cfg, *dtype, *elements, *iters, *warmup, *seed, *verify, *nanAt, &rep)
+	var trace *traceFile
+	if *tracePath != "" {
+		if trace, err = createTrace(*tracePath); err != nil {
+			return err
+		}
+		cfg.Trace = trace
+	}
+	err = allreduceRounds(ctx, cfg, *dtype, *elements, *iters, *warmup, *seed, *verify, *nanAt, *metricsAddr, &rep)
+	if trace != nil {
+		if terr := trace.Close(); terr != nil && err == nil {
+			err = terr
+		}
+	}
 	if err != nil {
 		rep.Error = err.Error()
 	}
@@ -111,12 +127,23 @@ func runAllReduce(ctx context.Context, args []string) error {
 	return err
 }
 
-func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, elements, iters, warmup int, seed uint64, verify bool, nanAt int, rep *benchmarks.WorkerReport) error {
+func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, elements, iters, warmup int, seed uint64, verify bool, nanAt int, metricsAddr string, rep *benchmarks.WorkerReport) error {
 	sess, err := switchml.Join(ctx, cfg)
 	if err != nil {
 		return switchml.InFlags(err, allreduceFlags)
 	}
 	defer sess.Close()
+	if metricsAddr != "" {
+		reg, err := newMetricsRegistry(sess.Collector())
+		if err != nil {
+			return err
+		}
+		mctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		if _, err := serveMetrics(mctx, metricsAddr, reg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))); err != nil {
+			return err
+		}
+	}
 	rep.PacketElements = sess.PacketElements()
 	var exp expectation
 	if verify {

@@ -74,6 +74,7 @@ func runController(ctx context.Context, args []string) error {
 	targetKey := fs.String("target-tls-key", "", "key (PEM) of --target-tls-cert")
 	fs.DurationVar(&cfg.ConnectTimeout, "connect-timeout", 0, "how long to wait for the target at start (default 30s)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	metricsAddr := fs.String("metrics", "", metricsFlagHelp)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -82,6 +83,16 @@ func runController(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg.Logger = log
+	if *metricsAddr != "" {
+		reg, err := newMetricsRegistry()
+		if err != nil {
+			return err
+		}
+		if _, err := serveMetrics(ctx, *metricsAddr, reg, log); err != nil {
+			return err
+		}
+		cfg.Metrics = reg
+	}
 	if cfg.P4Info, err = targetP4Info(*kind, *p4infoPath); err != nil {
 		return err
 	}

@@ -35,6 +35,7 @@ func runSwitch(ctx context.Context, args []string) error {
 	tlsKey := fs.String("tls-key", "", "key (PEM) of --tls-cert")
 	tlsClientCA := fs.String("tls-client-ca", "", "CA (PEM) whose certificates controllers must present (mutual TLS)")
 	statsEvery := fs.Duration("stats", 0, "log the pipeline counters at this interval (0: only at exit)")
+	metricsAddr := fs.String("metrics", "", metricsFlagHelp)
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	stopProfile, err := parseFlagsProfiled(fs, args)
 	if err != nil {
@@ -64,6 +65,15 @@ func runSwitch(ctx context.Context, args []string) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if *metricsAddr != "" {
+		reg, err := newMetricsRegistry(sw.Collector())
+		if err != nil {
+			return err
+		}
+		if _, err := serveMetrics(ctx, *metricsAddr, reg, log); err != nil {
+			return err
+		}
+	}
 	if *statsEvery > 0 {
 		go func() {
 			t := time.NewTicker(*statsEvery)
