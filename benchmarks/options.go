@@ -90,6 +90,9 @@ type Options struct {
 	// end (default os.Stdout).
 	Progress io.Writer `json:"-"`
 	Summary  io.Writer `json:"-"`
+	// Starting, if set, hears of each point as it starts: its index, the
+	// number of points, and the time since the suite's first point.
+	Starting func(i, n int, p Point, elapsed time.Duration) `json:"-"`
 }
 
 // DefaultOptions are the options of the default run, the one

@@ -67,6 +67,9 @@ func Run(ctx context.Context, o Options) error {
 		if p.Mode == "loopback" && b.rack != nil {
 			b.closeRack()
 		}
+		if o.Starting != nil {
+			o.Starting(i, len(points), p, time.Since(start))
+		}
 		fmt.Fprintf(o.Progress, "[%d/%d] %s ...", i+1, len(points), p)
 		res := b.runPoint(ctx, i, p)
 		if res.Error != "" {

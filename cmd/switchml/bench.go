@@ -11,8 +11,10 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/switchml/switchml-go/benchmarks"
+	"github.com/switchml/switchml-go/benchmarks/progress"
 )
 
 func init() {
@@ -44,6 +46,7 @@ type benchCommand struct {
 	opts   benchmarks.Options
 	dryRun bool
 	report string
+	quiet  bool
 }
 
 func runBench(ctx context.Context, args []string) error {
@@ -70,6 +73,26 @@ func runBench(ctx context.Context, args []string) error {
 	// a rack behind either.
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGHUP)
 	defer stop()
+	// Echoed process logs (-v) would write through the status line.
+	line := progress.New(os.Stderr, c.quiet || c.opts.Verbose)
+	defer line.Done()
+	if c.quiet {
+		c.opts.Progress = io.Discard
+	} else {
+		c.opts.Progress = line
+	}
+	c.opts.Starting = func(i, n int, p benchmarks.Point, elapsed time.Duration) {
+		began := time.Now()
+		line.Show(func() string {
+			// Points differ in size: the time left is a rough guess
+			// from the points done so far.
+			left := progress.Left(float64(i)/float64(n), elapsed)
+			if left == "" {
+				left = "time left unknown until a point is done"
+			}
+			return fmt.Sprintf("[%d/%d] %s: %s; %s", i+1, n, p, progress.Round(time.Since(began)), left)
+		})
+	}
 	return benchmarks.Run(ctx, c.opts)
 }
 
@@ -113,6 +136,7 @@ func parseBenchFlags(args []string, out io.Writer) (benchCommand, error) {
 	fs.BoolVar(&c.dryRun, "dry-run", false, "print the points and exit")
 	fs.StringVar(&c.report, "report", "", "rewrite summary.md and the plots of an earlier run from its directory's results.json, and exit")
 	fs.BoolVar(&o.Verbose, "v", false, "show every process's log")
+	fs.BoolVar(&c.quiet, "quiet", false, "print no progress (neither the line per point nor, on a terminal, the status line of the running point)")
 	if err := parseFlags(fs, args); err != nil {
 		return c, err
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/benchmarks"
+	"github.com/switchml/switchml-go/benchmarks/progress"
 	"github.com/switchml/switchml-go/p4/fabric"
 )
 
@@ -95,6 +96,7 @@ func runChaos(ctx context.Context, args []string) error {
 	slots := fs.Int("slots", 512, "slots of the switch (small, so that a leak shows)")
 	jsonOut := fs.String("json", "", "write the summary as JSON to this file")
 	verbose := fs.Bool("v", false, "show the logs of every process")
+	quiet := fs.Bool("quiet", false, "no status line (it is drawn only on a terminal, and not with -v)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -121,16 +123,26 @@ func runChaos(ctx context.Context, args []string) error {
 		return err
 	}
 
+	line := progress.New(os.Stderr, *quiet || *verbose)
+	defer line.Done()
+	stdout := line.Above(os.Stdout)
 	rng := rand.New(rand.NewPCG(*seed, *seed^0x5eed))
 	sum := chaosSummary{Seed: *seed, ByOutcome: map[string]int{}}
 	begin := time.Now()
 	lastFaulted := false
-	fmt.Printf("chaos: %v of jobs on loopback (switch %s, controller %s, %d slots), seed %d\n", *duration, dp, ctl, *slots, *seed)
-	fmt.Printf("%6s  %-19s  %7s  %-10s  %8s  %s\n", "round", "fault", "workers", "outcome", "detect", "causes")
+	fmt.Fprintf(stdout, "chaos: %v of jobs on loopback (switch %s, controller %s, %d slots), seed %d\n", *duration, dp, ctl, *slots, *seed)
+	fmt.Fprintf(stdout, "%6s  %-19s  %7s  %-10s  %8s  %s\n", "round", "fault", "workers", "outcome", "detect", "causes")
 	for round := 1; time.Since(begin) < *duration && ctx.Err() == nil; round++ {
 		r := chaosRound{Round: round, Fault: chaosFaults[rng.IntN(len(chaosFaults))], Workers: 2 + rng.IntN(*maxWorkers-1), Causes: map[string]int{}}
 		dtype := []string{"float32", "int32"}[rng.IntN(2)]
 		start := time.Now()
+		fault, workers := r.Fault, r.Workers
+		line.Show(func() string {
+			run := time.Since(begin)
+			left := max(*duration-run, 0)
+			return fmt.Sprintf("chaos: round %d (%s, %d workers, %s); %s of %s, %s left, then the leak check",
+				round, fault, workers, progress.Round(time.Since(start)), progress.Round(run), *duration, progress.Round(left))
+		})
 		ws := make([]*fabric.Proc, r.Workers)
 		for w := range ws {
 			a := []string{"allreduce", "--controller", ctl, "--job", fmt.Sprintf("chaos-%d", round), "--rank", strconv.Itoa(w),
@@ -231,16 +243,17 @@ func runChaos(ctx context.Context, args []string) error {
 		if r.DetectS > 0 {
 			detect = fmt.Sprintf("%.2f s", r.DetectS)
 		}
-		fmt.Printf("%6d  %-19s  %7d  %-10s  %8s  %s\n", round, r.Fault, r.Workers, r.Outcome, detect, causesText(r.Causes))
+		fmt.Fprintf(stdout, "%6d  %-19s  %7d  %-10s  %8s  %s\n", round, r.Fault, r.Workers, r.Outcome, detect, causesText(r.Causes))
 		if r.Outcome == "unexpected" || r.Outcome == "wrong-sum" {
 			for _, m := range r.Messages {
-				fmt.Printf("        %s\n", m)
+				fmt.Fprintf(stdout, "        %s\n", m)
 			}
 		}
 	}
 	sum.DurationS = time.Since(begin).Seconds()
 
 	// No slot may be left behind: a job that needs every slot must run.
+	line.Show(func() string { return "chaos: leak check, a job holding every slot" })
 	lanes, window := 2, *slots/2
 	leak := make([]*fabric.Proc, 2)
 	for w := range leak {
@@ -257,6 +270,7 @@ func runChaos(ctx context.Context, args []string) error {
 			sum.LeakCheck = "a job holding every slot failed: " + lastLine(c.Logs())
 		}
 	}
+	line.Done()
 	fmt.Println()
 	fmt.Printf("| rounds | ok | detected | fault after the job | unexpected | wrong sums | recoveries | worst time to detect | leaked slots |\n|---|---|---|---|---|---|---|---|---|\n")
 	leaked := "0"
