@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/switchml/switchml-go/benchmarks/progress"
 	"github.com/switchml/switchml-go/benchmarks/rack"
 	"github.com/switchml/switchml-go/p4/fabric"
 	"github.com/switchml/switchml-go/trainers/profile"
@@ -57,6 +58,7 @@ type benchFlags struct {
 	workers, steps, warmup, lanes, window, packetElems, mtu                    int
 	bucketMB                                                                   float64
 	pointTimeout                                                               time.Duration
+	quiet                                                                      bool
 }
 
 func bench(ctx context.Context, args []string) error {
@@ -80,6 +82,7 @@ func bench(ctx context.Context, args []string) error {
 	fs.IntVar(&f.mtu, "mtu", 1500, "MTU of every rack port (9000 for jumbo frames; --packet-elements 2048 needs it)")
 	fs.Float64Var(&f.bucketMB, "bucket-mb", 25, "gradient bucket size in MB (DDP's default is 25)")
 	fs.DurationVar(&f.pointTimeout, "point-timeout", 30*time.Minute, "give up on one point after this long")
+	fs.BoolVar(&f.quiet, "quiet", false, "no status line of the running point (it is drawn only on a terminal)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -148,6 +151,10 @@ func bench(ctx context.Context, args []string) error {
 		rep.RatesMbit = append(rep.RatesMbit, strconv.FormatFloat(rate, 'f', -1, 64))
 	}
 	run := 0
+	total := len(rates) * len(models) * len(backends)
+	line := progress.New(os.Stderr, f.quiet)
+	defer line.Done()
+	begin := time.Now()
 	for _, rate := range rates {
 		if err := r.SetRate(rate); err != nil {
 			return err
@@ -156,7 +163,12 @@ func bench(ctx context.Context, args []string) error {
 			p := profs[m]
 			for _, be := range backends {
 				run++
-				fmt.Fprintf(os.Stderr, "== %g Mbit/s, %s, %s\n", rate, m, be)
+				fmt.Fprintf(line, "== %g Mbit/s, %s, %s\n", rate, m, be)
+				n, started, elapsed, done := run, time.Now(), time.Since(begin), float64(run-1)/float64(total)
+				line.Show(func() string {
+					return fmt.Sprintf("[%d/%d] %g Mbit/s, %s, %s: %s; %s", n, total, rate, m, be,
+						progress.Round(time.Since(started)), progress.Left(done, elapsed))
+				})
 				pt := Point{RateMbit: rate, Model: m, Backend: be, Workers: f.workers, Parameters: p.Parameters}
 				pctx, cancel := context.WithTimeout(ctx, f.pointTimeout)
 				res, err := runPoint(pctx, r, &f, exe, filepath.Join(f.profiles, m+".json"), be, run, bucketElems)
@@ -166,11 +178,11 @@ func bench(ctx context.Context, args []string) error {
 						return ctx.Err()
 					}
 					pt.Error = err.Error()
-					fmt.Fprintf(os.Stderr, "   failed: %v\n", err)
+					fmt.Fprintf(line, "   failed: %v\n", err)
 				} else {
 					pt.Buckets, pt.Steps = res.Buckets, res.Steps
 					pt.StepS, pt.ComputeS, pt.ExposedCommS = medians(res.Steps)
-					fmt.Fprintf(os.Stderr, "   step %.3fs, compute %.3fs, exposed comm %.3fs\n", pt.StepS, pt.ComputeS, pt.ExposedCommS)
+					fmt.Fprintf(line, "   step %.3fs, compute %.3fs, exposed comm %.3fs\n", pt.StepS, pt.ComputeS, pt.ExposedCommS)
 				}
 				rep.Points = append(rep.Points, pt)
 				if err := writeReport(f.out, rep, models, backends, rates); err != nil {
