@@ -6,6 +6,7 @@ package collective
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 )
 
@@ -51,6 +52,9 @@ type Config struct {
 	Job        string
 	// SwitchML tuning; zero values take the library's defaults.
 	Lanes, Window, PacketElements int
+	// Trace, if set, receives the SwitchML session's timeline when the
+	// backend closes (switchml.Config.Trace).
+	Trace io.Writer
 }
 
 // Dial connects this worker to its backend.

@@ -18,7 +18,7 @@ func dialSwitchML(ctx context.Context, cfg Config) (Backend, error) {
 	// one cannot: other packet sizes, larger jobs.
 	extended := switchml.NeedsExtended(cfg.Workers, cfg.PacketElements)
 	s, err := switchml.Join(ctx, switchml.Config{Controller: cfg.Controller, Job: cfg.Job, Rank: cfg.Rank, Workers: cfg.Workers,
-		Lanes: cfg.Lanes, Window: cfg.Window, PacketElements: cfg.PacketElements, Extended: extended})
+		Lanes: cfg.Lanes, Window: cfg.Window, PacketElements: cfg.PacketElements, Extended: extended, Trace: cfg.Trace})
 	if err != nil {
 		return nil, fmt.Errorf("collective: switchml: %w", err)
 	}

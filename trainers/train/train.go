@@ -227,9 +227,11 @@ func Run(ctx context.Context, o Options, be collective.Backend) ([]EpochResult, 
 			lossSum += float64(loss)
 			if o.Progress != nil && (s%20 == 0 || s == steps-1) {
 				el := time.Since(t0)
-				fmt.Fprintf(o.Progress, "\repoch %d/%d  step %4d/%d  loss %.4f  %6.1f ms/step  comm %4.1f%%  ",
+				// The steps left at this epoch's pace; evaluation is extra.
+				left := el / time.Duration(s+1) * time.Duration(steps-s-1+(o.Epochs-epoch-1)*steps)
+				fmt.Fprintf(o.Progress, "\repoch %d/%d  step %4d/%d  loss %.4f  %6.1f ms/step  comm %4.1f%%  about %v left  ",
 					epoch+1, o.Epochs, s+1, steps, lossSum/float64(s+1),
-					1e3*el.Seconds()/float64(s+1), 100*comm.Seconds()/math.Max(el.Seconds(), 1e-9))
+					1e3*el.Seconds()/float64(s+1), 100*comm.Seconds()/math.Max(el.Seconds(), 1e-9), left.Round(time.Second))
 			}
 		}
 		trainTime := time.Since(t0)
