@@ -8,6 +8,22 @@ import (
 	"time"
 )
 
+// TraceJSON is the part of the trace-event format the tests read (exported
+// for the package's external tests).
+type TraceJSON struct {
+	TraceEvents []struct {
+		Ph   string         `json:"ph"`
+		Pid  int            `json:"pid"`
+		Tid  int            `json:"tid"`
+		Cat  string         `json:"cat"`
+		Name string         `json:"name"`
+		Ts   float64        `json:"ts"`
+		Dur  float64        `json:"dur"`
+		Args map[string]any `json:"args"`
+	} `json:"traceEvents"`
+	OtherData map[string]any `json:"otherData"`
+}
+
 // TestTraceSpanNoAllocs: recording an event costs no allocation, so a
 // traced lane's loop stays allocation-free.
 func TestTraceSpanNoAllocs(t *testing.T) {
@@ -33,15 +49,7 @@ func TestTraceRingKeepsTheLatest(t *testing.T) {
 	if err := tr.flush(); err != nil {
 		t.Fatal(err)
 	}
-	var got struct {
-		TraceEvents []struct {
-			Ph   string         `json:"ph"`
-			Ts   float64        `json:"ts"`
-			Dur  float64        `json:"dur"`
-			Args map[string]any `json:"args"`
-		} `json:"traceEvents"`
-		OtherData map[string]any `json:"otherData"`
-	}
+	var got TraceJSON
 	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}

@@ -17,21 +17,6 @@ import (
 	"github.com/switchml/switchml-go/switchml/transport"
 )
 
-// chromeTrace is the part of the trace-event format the test reads.
-type chromeTrace struct {
-	TraceEvents []struct {
-		Ph   string         `json:"ph"`
-		Pid  int            `json:"pid"`
-		Tid  int            `json:"tid"`
-		Cat  string         `json:"cat"`
-		Name string         `json:"name"`
-		Ts   float64        `json:"ts"`
-		Dur  float64        `json:"dur"`
-		Args map[string]any `json:"args"`
-	} `json:"traceEvents"`
-	OtherData map[string]any `json:"otherData"`
-}
-
 // TestTraceAndCollector runs a job whose rank 1 loses packets and comes
 // late to one call, and checks each rank's timeline and counters: a span
 // per call and per lane, barriers, retransmission bursts on the lossy
@@ -115,7 +100,7 @@ switchml_worker_reduced_elements_total{job="traced",rank="1"} `+itoa(calls*eleme
 	}
 
 	for r := range workers {
-		var tr chromeTrace
+		var tr switchml.TraceJSON
 		if err := json.Unmarshal(traces[r].Bytes(), &tr); err != nil {
 			t.Fatalf("rank %d: trace is not JSON: %v\n%s", r, err, traces[r].String())
 		}
