@@ -8,7 +8,9 @@
 // JobService, which serves the RPCs, carries the core's decisions to the
 // switch and feeds it the switch's reports and the time. Run is the daemon:
 // it connects to the switch, serves the job service and reconnects when the
-// switch is lost.
+// switch is lost. What operators see, the Status RPC and the Prometheus
+// collector (JobService.Collector), is read from the core under the
+// driver's lock; the switch's counters are read after, outside it.
 package controller
 
 import (
