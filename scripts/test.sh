@@ -10,6 +10,10 @@ need_apt=()
 command -v ip >/dev/null || need_apt+=(iproute2)
 command -v ethtool >/dev/null || need_apt+=(ethtool) # the BMv2 test turns off segmentation offload on its veth ports
 command -v protoc >/dev/null || true # generated code is checked in; protoc is only for regeneration
+command -v gcc >/dev/null || need_apt+=(gcc) # cgo: the C interface in capi/ and its C test
+# The PyTorch backend's tests run on Debian's PyTorch (1.13, CPU, gloo).
+/usr/bin/python3 -c 'import torch' 2>/dev/null || need_apt+=(python3-torch)
+/usr/bin/python3 -m pytest --version >/dev/null 2>&1 || need_apt+=(python3-pytest)
 if [[ ${#need_apt[@]} -gt 0 ]]; then
 	if [[ $(id -u) -eq 0 ]]; then
 		apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need_apt[@]}" >&2
@@ -51,6 +55,18 @@ while read -r pkg target; do
 done < <(grep -rl --include='*_test.go' '^func Fuzz' . | while read -r f; do
 	for t in $(grep -o '^func Fuzz[A-Za-z0-9_]*' "$f" | sed 's/^func //'); do echo "./$(dirname "${f#./}") $t"; done
 done | sort -u)
+
+# The C interface: libswitchml.so, its header checked against the one cgo
+# generates, the C test program; then the PyTorch backend's tests (each
+# rank a process, against gloo on the same inputs) on that library.
+echo "== libswitchml (capi) and the PyTorch backend (python/)"
+capi_build=$(mktemp -d)
+go build -buildmode=c-shared -o "$capi_build/libswitchml.so" ./capi
+gcc -fsyntax-only -Wall -Werror -Icapi -include "$capi_build/libswitchml.h" capi/ctest/abi_test.c
+gcc -Wall -Werror -Icapi -o "$capi_build/abi_test" capi/ctest/abi_test.c -L"$capi_build" -lswitchml -lpthread -lm
+LD_LIBRARY_PATH="$capi_build" "$capi_build/abi_test"
+SWITCHML_LIBRARY="$capi_build/libswitchml.so" /usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests
+rm -rf "$capi_build"
 
 if [[ "${SWITCHML_SKIP_TRAINERS:-}" != 1 ]]; then
 	echo "== trainers (TensorFlow through graft)"

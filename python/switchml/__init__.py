@@ -1,0 +1,38 @@
+"""switchml: a torch.distributed backend that sums gradients in the network.
+
+Importing it registers the backend "switchml":
+
+    import switchml
+    import torch.distributed as dist
+    dist.init_process_group("switchml", rank=r, world_size=n, init_method="tcp://host:29500")
+
+SWITCHML_CONTROLLER=host:port selects a running controller; without it,
+rank 0 runs a software switch and controller inside its process, on
+loopback, which serves a job of processes on one host.
+
+The backend implements all_reduce (SUM, and AVG for floats),
+broadcast, all_gather (also all_gather_into_tensor) and barrier on
+contiguous CPU tensors; all_reduce takes float32, float16, bfloat16 and
+int32, the others any dtype. Other collectives raise NotImplementedError.
+Session and LocalSwitch expose the library without torch.
+"""
+from ._lib import (ConfigError, ControllerUnreachable, JobAborted, JobMismatch, LocalSwitch, Session,
+                   SwitchMLError, SwitchMLTimeout, library_path)
+
+__all__ = ["BACKEND", "Session", "LocalSwitch", "SwitchMLError", "ConfigError",
+           "ControllerUnreachable", "JobMismatch", "SwitchMLTimeout", "JobAborted", "library_path"]
+
+BACKEND = "switchml"
+
+try:
+    import torch.distributed as _dist
+except ImportError:  # the library alone, without torch
+    _dist = None
+
+if _dist is not None and _dist.is_available():
+    from ._pg import ProcessGroupSwitchML, create as _create
+
+    __all__.append("ProcessGroupSwitchML")
+
+    if not hasattr(_dist.Backend, BACKEND.upper()):
+        _dist.Backend.register_backend(BACKEND, _create)

@@ -1,0 +1,207 @@
+"""ctypes binding of libswitchml (capi/switchml.h).
+
+The library is loaded on first use, not at import, so that a process may
+import switchml and still fork before it touches the Go runtime (which
+does not survive a fork). ctypes releases the GIL for the length of every
+call, so a blocking allreduce leaves other Python threads running.
+"""
+import ctypes
+import os
+import threading
+
+ABI_VERSION = 1
+
+# switchml_status
+OK = 0
+ERR_INVALID = 1
+ERR_CONFIG = 2
+ERR_HANDLE = 3
+ERR_UNREACHABLE = 4
+ERR_MISMATCH = 5
+ERR_TIMEOUT = 6
+ERR_ABORTED = 7
+ERR_CLOSED = 8
+ERR_OTHER = 9
+
+# switchml_dtype
+FLOAT32 = 0
+FLOAT16 = 1
+BFLOAT16 = 2
+INT32 = 3
+
+_ERR_LEN = 4096
+
+
+class SwitchMLError(RuntimeError):
+    """A failed library call: `status` is the switchml_status code,
+    `status_name` its name, the message the library's own."""
+
+    def __init__(self, status, status_name, message):
+        super().__init__(message)
+        self.status = status
+        self.status_name = status_name
+
+
+class ControllerUnreachable(SwitchMLError):
+    """No controller answered at the address."""
+
+
+class JobMismatch(SwitchMLError):
+    """The ranks disagree about the job (world size, sizes)."""
+
+
+class SwitchMLTimeout(SwitchMLError, TimeoutError):
+    """A deadline passed, or the switch stopped answering."""
+
+
+class JobAborted(SwitchMLError):
+    """The controller ended the job: a rank died, failed or left."""
+
+
+class ConfigError(SwitchMLError, ValueError):
+    """The library refused a setting; the message names each one."""
+
+
+_CLASSES = {
+    ERR_CONFIG: ConfigError,
+    ERR_UNREACHABLE: ControllerUnreachable,
+    ERR_MISMATCH: JobMismatch,
+    ERR_TIMEOUT: SwitchMLTimeout,
+    ERR_ABORTED: JobAborted,
+}
+
+
+class _Config(ctypes.Structure):
+    _fields_ = [
+        ("controller", ctypes.c_char_p),
+        ("job", ctypes.c_char_p),
+        ("rank", ctypes.c_int32),
+        ("workers", ctypes.c_int32),
+        ("bind", ctypes.c_char_p),
+        ("token", ctypes.c_char_p),
+        ("lanes", ctypes.c_int32),
+        ("window", ctypes.c_int32),
+        ("packet_elements", ctypes.c_int32),
+        ("join_timeout_ms", ctypes.c_int64),
+        ("give_up_ms", ctypes.c_int64),
+    ]
+
+
+_lock = threading.Lock()
+_lib = None
+
+
+def library_path():
+    """Where the library is loaded from: $SWITCHML_LIBRARY, else the copy
+    that `pip install` built into the package."""
+    return os.environ.get("SWITCHML_LIBRARY") or os.path.join(os.path.dirname(__file__), "libswitchml.so")
+
+
+def lib():
+    global _lib
+    with _lock:
+        if _lib is not None:
+            return _lib
+        path = library_path()
+        if not os.path.exists(path):
+            raise ImportError(
+                "switchml: no libswitchml.so at %s: install the package with `pip install ./python` from the "
+                "switchml-go checkout (it runs `go build -buildmode=c-shared`), or build it yourself with "
+                "`go build -buildmode=c-shared -o libswitchml.so ./capi` and set SWITCHML_LIBRARY to its path" % path)
+        l = ctypes.CDLL(path)
+        i64, i32, ptr, buf, size = ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t
+        sigs = {
+            "switchml_abi_version": [],
+            "switchml_join": [ctypes.POINTER(_Config), ctypes.POINTER(i64), buf, size],
+            "switchml_allreduce": [i64, ptr, i64, ctypes.c_int, i64, buf, size],
+            "switchml_barrier": [i64, buf, i64, buf, size],
+            "switchml_broadcast": [i64, buf, i32, ptr, i64, i64, buf, size],
+            "switchml_close": [i64, buf, size],
+            "switchml_local_start": [ctypes.POINTER(i64), buf, size, buf, size],
+            "switchml_local_stop": [i64, buf, size],
+        }
+        for name, args in sigs.items():
+            f = getattr(l, name)
+            f.argtypes, f.restype = args, ctypes.c_int
+        l.switchml_status_name.argtypes, l.switchml_status_name.restype = [ctypes.c_int], ctypes.c_char_p
+        if l.switchml_abi_version() != ABI_VERSION:
+            raise ImportError("switchml: %s has C ABI version %d, this package speaks %d: rebuild the library from "
+                              "the same checkout as the package" % (path, l.switchml_abi_version(), ABI_VERSION))
+        _lib = l
+        return l
+
+
+def call(fn, *args):
+    """Calls fn(*args, err, err_len) and raises the library's error."""
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    st = fn(*args, err, _ERR_LEN)
+    if st == OK:
+        return
+    msg = err.value.decode(errors="replace")
+    if st == ERR_INVALID:
+        raise ValueError(msg)
+    raise _CLASSES.get(st, SwitchMLError)(st, lib().switchml_status_name(st).decode(), msg)
+
+
+def _ms(seconds):
+    if seconds is None:
+        return 0
+    return max(1, int(seconds * 1000))
+
+
+class Session:
+    """One rank's membership in a SwitchML job (switchml.Join).
+
+    All ranks must make the same calls in the same order. A Session may be
+    shared by threads; its calls run one after another.
+    """
+
+    def __init__(self, controller, job, rank, workers, *, bind=None, token=None, lanes=0, window=0,
+                 packet_elements=0, join_timeout=None, give_up=None):
+        enc = lambda s: s.encode() if s else None  # noqa: E731
+        cfg = _Config(enc(controller), enc(job), rank, workers, enc(bind), enc(token), lanes, window,
+                      packet_elements, _ms(join_timeout), _ms(give_up))
+        h = ctypes.c_int64(0)
+        l = lib()
+        call(l.switchml_join, ctypes.byref(cfg), ctypes.byref(h))
+        self.handle = h.value
+        self.rank, self.workers = rank, workers
+
+    def allreduce(self, address, count, dtype, timeout=None):
+        """Sums count values of dtype at address (memory the caller keeps
+        alive for the call) across all ranks, in place."""
+        call(lib().switchml_allreduce, self.handle, address, count, dtype, _ms(timeout))
+
+    def barrier(self, name, timeout=None):
+        call(lib().switchml_barrier, self.handle, name.encode(), _ms(timeout))
+
+    def broadcast_bytes(self, name, root, data, timeout=None):
+        """Returns root's bytes on every rank, through the controller (small
+        data). data is root's payload on root, a buffer of the same size
+        elsewhere (bytes or bytearray)."""
+        b = ctypes.create_string_buffer(bytes(data), len(data))
+        call(lib().switchml_broadcast, self.handle, name.encode(), root, ctypes.cast(b, ctypes.c_void_p),
+             len(data), _ms(timeout))
+        return b.raw
+
+    def close(self):
+        h, self.handle = self.handle, 0
+        if h:
+            call(lib().switchml_close, h)
+
+
+class LocalSwitch:
+    """A software switch and controller running inside this process, on
+    loopback (switchml/local). `address` is the controller's host:port."""
+
+    def __init__(self):
+        h = ctypes.c_int64(0)
+        addr = ctypes.create_string_buffer(256)
+        l = lib()
+        call(l.switchml_local_start, ctypes.byref(h), addr, len(addr))
+        self.handle, self.address = h.value, addr.value.decode()
+
+    def stop(self):
+        h, self.handle = self.handle, 0
+        if h:
+            call(lib().switchml_local_stop, h)

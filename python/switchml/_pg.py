@@ -1,0 +1,490 @@
+"""The "switchml" torch.distributed backend: a ProcessGroup written in
+Python over the library's ctypes binding.
+
+torch 1.13 lets a Python class derive from torch.distributed.ProcessGroup
+(pybind11 trampolines PyProcessGroup and PyWork): C++ callers such as
+DistributedDataParallel's reducer reach the Python methods, and a Python
+Work's get_future() hands them a torch.futures.Future. Collectives run in
+call order on one thread per group, so the caller (the autograd engine
+during DDP's backward pass) goes on while the switch sums.
+"""
+import atexit
+import datetime
+import os
+import queue
+import secrets
+import socket
+import threading
+import time
+import weakref
+
+import torch
+import torch.distributed as dist
+
+from . import _lib
+
+BACKEND = "switchml"
+
+_DTYPES = {
+    torch.float32: _lib.FLOAT32,
+    torch.float16: _lib.FLOAT16,
+    torch.bfloat16: _lib.BFLOAT16,
+    torch.int32: _lib.INT32,
+}
+
+# How long a rank tries to reach the controller before it gives up: the
+# controller may still be starting, but a wrong address must not hang.
+CONNECT_TIMEOUT = float(os.environ.get("SWITCHML_CONNECT_TIMEOUT", "30"))
+# Bounds the join (every rank arriving), whatever the group's timeout.
+JOIN_TIMEOUT = float(os.environ.get("SWITCHML_JOIN_TIMEOUT", "120"))
+
+_JOB_KEY = "switchml/job"
+_ARRIVED_KEY = "switchml/arrived"
+_FAILURES_KEY = "switchml/failures"
+_FAILED_KEY = "switchml/failed"
+
+
+def _mismatch(msg):
+    return _lib.JobMismatch(_lib.ERR_MISMATCH, "SWITCHML_ERR_MISMATCH", msg)
+
+
+def _supported():
+    return ", ".join(str(d).replace("torch.", "") for d in _DTYPES)
+
+
+def check_tensor(t, what="tensor"):
+    """The tensors the backend takes: dense, contiguous, on the CPU, of a
+    dtype the switch sums. Anything else is refused rather than copied."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError("switchml: %s is a %s, not a torch.Tensor" % (what, type(t).__name__))
+    if t.device.type != "cpu":
+        raise ValueError("switchml: %s is on device %s: the switchml backend reduces CPU tensors only; "
+                         "move it with .cpu() (or use nccl for GPU tensors)" % (what, t.device))
+    if t.layout != torch.strided:
+        raise ValueError("switchml: %s has layout %s: only dense (strided) tensors are supported" % (what, t.layout))
+    if not t.is_contiguous():
+        raise ValueError("switchml: %s of shape %s is not contiguous (strides %s): pass .contiguous() of it "
+                         "(the backend never copies a tensor silently)" % (what, tuple(t.shape), t.stride()))
+
+
+def _check_reducible(t, what="tensor"):
+    check_tensor(t, what)
+    if t.dtype not in _DTYPES:
+        raise TypeError("switchml: %s has dtype %s, which the switch cannot sum: use one of %s"
+                        % (what, str(t.dtype).replace("torch.", ""), _supported()))
+
+
+def _op_name(op):
+    for name in ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM"):
+        if hasattr(dist.ReduceOp, name) and op == getattr(dist.ReduceOp, name):
+            return name
+    return str(op)
+
+
+def _not_implemented(op):
+    raise NotImplementedError("switchml: the switchml backend does not implement %s; it has allreduce (SUM, AVG), "
+                              "broadcast, allgather and barrier" % op)
+
+
+class _LiveWorks:
+    """Keeps Work objects alive until their caller is done with them.
+
+    In torch 1.13 the C++ side holds a Python Work through its C++ base
+    alone: once no Python reference is left, the Python object goes, and
+    C++ calls to wait() or getFuture() reach the base class, whose wait()
+    never returns. C++ callers (DDP's reducer, parameter broadcast and
+    checks) keep no Python reference, so the group does: each Work stays
+    here until it has completed and been claimed, by wait() or by
+    get_future() (whose future C++ holds on its own)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._works = {}
+
+    def add(self, w):
+        with self._lock:
+            self._works[id(w)] = w
+
+    def _release_if_done(self, w):
+        with self._lock:
+            if w._completed and w._claimed:
+                self._works.pop(id(w), None)
+
+    def completed(self, w):
+        w._completed = True
+        self._release_if_done(w)
+
+    def claimed(self, w):
+        w._claimed = True
+        self._release_if_done(w)
+
+    def __len__(self):
+        with self._lock:
+            return len(self._works)
+
+
+class _Work(dist.Work):
+    """A collective in flight. Its future completes with the result
+    tensors, or with the library's exception."""
+
+    def __init__(self, future, live):
+        super().__init__()
+        self._future = future
+        self._live = live
+        self._completed = self._claimed = False
+        live.add(self)
+
+    def wait(self, timeout=None):
+        try:
+            self._future.wait()
+        finally:
+            self._live.claimed(self)
+        return True
+
+    def is_completed(self):
+        return self._future.done()
+
+    def is_success(self):
+        if not self._future.done():
+            raise RuntimeError("switchml: is_success() on a collective still in flight: wait() for it first")
+        try:
+            self._future.value()
+            return True
+        except Exception:
+            return False
+
+    def exception(self):
+        try:
+            self._future.value()
+        except Exception as e:
+            return e
+        return None
+
+    def result(self):
+        return self._future.value()
+
+    def get_future(self):
+        self._live.claimed(self)
+        return self._future
+
+    def synchronize(self):
+        pass
+
+
+class _LocalSwitch:
+    """The embedded switch rank 0 runs when no controller is named: one per
+    process, shared by its groups, stopped at exit."""
+
+    lock = threading.Lock()
+    switch = None
+
+    @classmethod
+    def address(cls):
+        with cls.lock:
+            if cls.switch is None:
+                cls.switch = _lib.LocalSwitch()
+            return cls.switch.address
+
+
+_groups = weakref.WeakSet()
+
+
+@atexit.register
+def _shutdown():
+    for g in list(_groups):
+        g.shutdown()
+    with _LocalSwitch.lock:
+        if _LocalSwitch.switch is not None:
+            _LocalSwitch.switch.stop()
+            _LocalSwitch.switch = None
+
+
+def _wait_reachable(address, deadline):
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError("switchml: controller address %r: want host:port (SWITCHML_CONTROLLER)" % address)
+    host = host.strip("[]")
+    last = None
+    while True:
+        try:
+            socket.create_connection((host, int(port)), timeout=min(5.0, max(0.1, deadline - time.monotonic()))).close()
+            return
+        except OSError as e:
+            last = e
+        if time.monotonic() >= deadline:
+            raise _lib.ControllerUnreachable(
+                _lib.ERR_UNREACHABLE, "SWITCHML_ERR_UNREACHABLE",
+                "switchml: no controller answers at %s (%s): start one (`switchml controller ...`) or fix "
+                "SWITCHML_CONTROLLER; unset it to have rank 0 run an embedded switch" % (address, last))
+        time.sleep(0.2)
+
+
+class ProcessGroupSwitchML(dist.ProcessGroup):
+    """A process group whose collectives run through a SwitchML switch.
+
+    Rank 0 names the job (and a token that keeps others out of it) and
+    shares them through the store; with no SWITCHML_CONTROLLER it also
+    starts an embedded switch and shares its address the same way.
+    """
+
+    def __init__(self, store, rank, size, timeout=datetime.timedelta(minutes=30), controller=None):
+        super().__init__(rank, size)
+        self._timeout_s = timeout.total_seconds() if timeout else None
+        self._closed = False
+        self._ops = 0
+        self._ops_lock = threading.Lock()
+        self._queue = queue.Queue()
+        self._live = _LiveWorks()
+        join_timeout = min(JOIN_TIMEOUT, self._timeout_s or JOIN_TIMEOUT)
+        self.controller, job, token = self._rendezvous(store, rank, size, controller, time.monotonic() + join_timeout)
+        _wait_reachable(self.controller, time.monotonic() + CONNECT_TIMEOUT)
+        self._session = _lib.Session(self.controller, job, rank, size, token=token, join_timeout=join_timeout)
+        self._thread = threading.Thread(target=self._run, name="switchml-pg-%s" % job, daemon=True)
+        self._thread.start()
+        _groups.add(self)
+
+    @staticmethod
+    def _rendezvous(store, rank, size, controller, deadline):
+        """Rank 0 names the controller, the job and its token; every rank
+        checks that it was started with rank 0's world size and waits
+        until all have arrived, so that a rank started wrong fails every
+        rank at once with the reason, instead of leaving them waiting
+        for a join that cannot complete."""
+        controller = controller or os.environ.get("SWITCHML_CONTROLLER", "")
+
+        def fail(msg, make=RuntimeError):
+            store.set(_FAILED_KEY, msg)
+            store.add(_FAILURES_KEY, 1)
+            raise make(msg)
+
+        if rank == 0:
+            try:
+                if not controller:
+                    controller = _LocalSwitch.address()
+            except Exception as e:
+                fail("switchml: rank 0 could not start the embedded switch: %s" % e)
+            store.set(_JOB_KEY, "%s %d %s %s" % (controller, size, "torch-" + secrets.token_hex(6), secrets.token_hex(16)))
+        value = store.get(_JOB_KEY).decode()
+        addr, size0, job, token = value.split(" ")
+        if int(size0) != size:
+            fail("switchml: world sizes differ: rank %d was started with world_size=%d, rank 0 with %d: start "
+                 "every rank with the same world size" % (rank, size, int(size0)), _mismatch)
+        store.add(_ARRIVED_KEY, 1)
+        while True:
+            if store.add(_FAILURES_KEY, 0) > 0:
+                msg = store.get(_FAILED_KEY).decode()
+                raise (_mismatch if "world sizes differ" in msg else RuntimeError)(msg)
+            arrived = store.add(_ARRIVED_KEY, 0)
+            if arrived >= size:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError("switchml: only %d of %d ranks arrived within %.0f s: start every rank (and "
+                                   "check world_size)" % (arrived, size, JOIN_TIMEOUT))
+            time.sleep(0.05)
+        # Every rank follows rank 0's controller: the job lives where
+        # rank 0 registered it.
+        return addr, job, token
+
+    def getBackendName(self):
+        return BACKEND
+
+    def _get_backend_name(self):
+        return BACKEND
+
+    def name(self):
+        return BACKEND
+
+    # --- the worker thread ---
+
+    def _run(self):
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            fn, work = item
+            try:
+                res = fn()
+            except BaseException as e:  # handed to the waiter, never lost
+                work._future.set_exception(e)
+            else:
+                work._future.set_result(res)
+            self._live.completed(work)
+
+    def _submit(self, fn):
+        if self._closed:
+            raise RuntimeError("switchml: the process group is shut down")
+        w = _Work(torch.futures.Future(), self._live)
+        self._queue.put((fn, w))
+        return w
+
+    def _name(self, what):
+        with self._ops_lock:
+            self._ops += 1
+            return "%s-%d" % (what, self._ops)
+
+    def shutdown(self):
+        """Leaves the job once queued collectives are done. Called at exit;
+        call it to leave earlier."""
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(None)
+        self._thread.join()
+        try:
+            self._session.close()
+        except _lib.SwitchMLError:
+            pass  # peers or the switch gone already: nothing left to leave
+
+    def __del__(self):
+        try:
+            self.shutdown()
+        except Exception:
+            pass
+
+    # --- collectives ---
+
+    def _reduce_into(self, t):
+        if t.numel():
+            self._session.allreduce(t.data_ptr(), t.numel(), _DTYPES[t.dtype], self._timeout_s)
+
+    def _sum_bytes(self, buf):
+        """Sums an int32 tensor exactly: the transport of the byte-level
+        collectives, where all but one rank contribute zeros."""
+        if buf.numel():
+            self._session.allreduce(buf.data_ptr(), buf.numel(), _lib.INT32, self._timeout_s)
+
+    def allreduce(self, tensors, opts=None):
+        if isinstance(tensors, torch.Tensor):
+            tensors = [tensors]
+        op = opts.reduceOp if opts is not None and not isinstance(opts, dist.ReduceOp) else (opts or dist.ReduceOp.SUM)
+        name = _op_name(op)
+        if name not in ("SUM", "AVG"):
+            _not_implemented("allreduce with ReduceOp.%s (only SUM and AVG)" % name)
+        for i, t in enumerate(tensors):
+            _check_reducible(t, "tensor %d of allreduce" % i)
+            if name == "AVG" and not t.is_floating_point():
+                raise TypeError("switchml: allreduce AVG of %s tensor %d: averages need a floating dtype; use SUM "
+                                "and divide yourself" % (str(t.dtype).replace("torch.", ""), i))
+        size = self.size()
+
+        def run():
+            for t in tensors:
+                self._reduce_into(t)
+                if name == "AVG":
+                    t.div_(size)
+            return tensors
+        return self._submit(run)
+
+    def broadcast(self, tensors, opts=None):
+        if isinstance(tensors, torch.Tensor):
+            tensors = [tensors]
+        root = opts.rootRank if opts is not None else 0
+        if opts is not None and opts.rootTensor != 0:
+            _not_implemented("broadcast with rootTensor != 0 (one tensor per rank)")
+        if not 0 <= root < self.size():
+            raise ValueError("switchml: broadcast root %d is not a rank of this %d-rank group" % (root, self.size()))
+        for i, t in enumerate(tensors):
+            check_tensor(t, "tensor %d of broadcast" % i)
+        me = self.rank()
+
+        def run():
+            # Any dtype travels as its bytes, summed exactly as int32 with
+            # zeros from every rank but the root.
+            for t in tensors:
+                flat = t.reshape(-1).view(torch.uint8)
+                buf = torch.zeros((flat.numel() + 3) // 4, dtype=torch.int32)
+                if me == root:
+                    buf.view(torch.uint8)[:flat.numel()].copy_(flat)
+                self._sum_bytes(buf)
+                if me != root:
+                    flat.copy_(buf.view(torch.uint8)[:flat.numel()])
+            return tensors
+        return self._submit(run)
+
+    def allgather(self, output_lists, input_tensors, opts=None):
+        if len(input_tensors) != 1 or len(output_lists) != 1:
+            _not_implemented("allgather of several tensors per rank (%d inputs)" % len(input_tensors))
+        inp, outs = input_tensors[0], output_lists[0]
+        check_tensor(inp, "allgather input")
+        if len(outs) != self.size():
+            raise ValueError("switchml: allgather needs %d output tensors (one per rank), got %d" % (self.size(), len(outs)))
+        for i, o in enumerate(outs):
+            check_tensor(o, "allgather output %d" % i)
+            if o.dtype != inp.dtype or o.numel() != inp.numel():
+                raise ValueError("switchml: allgather output %d is %s[%d], the input %s[%d]: they must match"
+                                 % (i, o.dtype, o.numel(), inp.dtype, inp.numel()))
+        return self._submit(lambda: self._gather(inp, outs) and output_lists)
+
+    def _allgather_base(self, output, inp, opts=None):
+        check_tensor(inp, "allgather input")
+        check_tensor(output, "allgather output")
+        if output.dtype != inp.dtype or output.numel() != inp.numel() * self.size():
+            raise ValueError("switchml: allgather output is %s[%d], want %s[%d] (world size times the input)"
+                             % (output.dtype, output.numel(), inp.dtype, inp.numel() * self.size()))
+        outs = list(output.reshape(-1).chunk(self.size())) if inp.numel() else [output] * self.size()
+        return self._submit(lambda: self._gather(inp, outs) and [output])
+
+    def _gather(self, inp, outs):
+        # Each rank writes its bytes into its own stretch of a zeroed
+        # buffer; one exact int32 sum then gives every rank all of them.
+        nbytes = inp.numel() * inp.element_size()
+        stride = (nbytes + 3) // 4
+        buf = torch.zeros(stride * self.size(), dtype=torch.int32)
+        raw = buf.view(torch.uint8)
+        me = self.rank()
+        raw[me * stride * 4:me * stride * 4 + nbytes].copy_(inp.reshape(-1).view(torch.uint8))
+        self._sum_bytes(buf)
+        for r, o in enumerate(outs):
+            if nbytes:
+                o.reshape(-1).view(torch.uint8).copy_(raw[r * stride * 4:r * stride * 4 + nbytes])
+        return True
+
+    def barrier(self, opts=None):
+        name = self._name("barrier")
+        return self._submit(lambda: self._session.barrier(name, self._timeout_s) or [])
+
+    # --- what the switch cannot do ---
+
+    def reduce(self, *args, **kwargs):
+        _not_implemented("reduce")
+
+    def gather(self, *args, **kwargs):
+        _not_implemented("gather")
+
+    def scatter(self, *args, **kwargs):
+        _not_implemented("scatter")
+
+    def reduce_scatter(self, *args, **kwargs):
+        _not_implemented("reduce_scatter")
+
+    def _reduce_scatter_base(self, *args, **kwargs):
+        _not_implemented("reduce_scatter_tensor")
+
+    def alltoall(self, *args, **kwargs):
+        _not_implemented("all_to_all")
+
+    def alltoall_base(self, *args, **kwargs):
+        _not_implemented("all_to_all_single")
+
+    def allreduce_coalesced(self, *args, **kwargs):
+        _not_implemented("all_reduce_coalesced")
+
+    def allgather_coalesced(self, *args, **kwargs):
+        _not_implemented("all_gather_coalesced")
+
+    def send(self, *args, **kwargs):
+        _not_implemented("send")
+
+    def recv(self, *args, **kwargs):
+        _not_implemented("recv")
+
+    def recv_anysource(self, *args, **kwargs):
+        _not_implemented("recv from any source")
+
+    def monitored_barrier(self, *args, **kwargs):
+        _not_implemented("monitored_barrier")
+
+
+def create(store, rank, size, timeout):
+    """The creator torch.distributed calls for init_process_group("switchml")."""
+    return ProcessGroupSwitchML(store, rank, size, timeout)

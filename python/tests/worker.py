@@ -1,0 +1,140 @@
+"""One rank of a test scenario, run by the tests as a subprocess:
+
+    python3 worker.py SCENARIO BACKEND RANK WORLD PORT OUT
+
+It saves what the scenario produced to OUT (torch.save of a dict); a
+failure ends it with a traceback and a non-zero status.
+"""
+import datetime
+import sys
+
+import torch
+import torch.distributed as dist
+
+import switchml  # noqa: F401  (registers the backend)
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int32]
+
+
+def inputs(rank, dtype, n=3001):
+    """The same inputs on every backend: seeded by the rank alone."""
+    g = torch.Generator().manual_seed(1000 + rank)
+    if dtype == torch.int32:
+        return torch.randint(-1000, 1000, (n,), generator=g, dtype=torch.int32)
+    return (torch.randn(n, generator=g) * 4).to(dtype)
+
+
+def ops(backend, rank, world):
+    out = {}
+    for dt in DTYPES:
+        # gloo sums no bfloat16: its reference sum is taken in float32
+        # and rounded once.
+        ref = backend == "gloo" and dt == torch.bfloat16
+        x = inputs(rank, dt).float() if ref else inputs(rank, dt)
+        dist.all_reduce(x)
+        out["sum", dt] = x.to(dt)
+        if dt.is_floating_point:
+            y = inputs(rank, dt).float() if ref else inputs(rank, dt)
+            if backend == "gloo":  # gloo has no AVG: the reference divides
+                dist.all_reduce(y)
+                y /= world
+            else:
+                dist.all_reduce(y, op=dist.ReduceOp.AVG)
+            out["avg", dt] = y.to(dt)
+    # A 2-D tensor, an async call and a zero-element tensor.
+    m = inputs(rank, torch.float32).narrow(0, 0, 3000).reshape(30, 100).contiguous()
+    dist.all_reduce(m, async_op=True).wait()
+    out["sum2d"] = m
+    e = torch.empty(0)
+    dist.all_reduce(e)
+    out["empty"] = e
+    # Broadcast of dtypes the switch cannot sum and of odd byte counts.
+    for root in range(world):
+        b = torch.arange(7, dtype=torch.float64) * (root + 1) if rank == root else torch.zeros(7, dtype=torch.float64)
+        dist.broadcast(b, root)
+        out["bcast", root] = b
+    u = torch.arange(5, dtype=torch.uint8) + 10 * rank
+    dist.broadcast(u, world - 1)
+    out["bcast_u8"] = u
+    g = torch.arange(6, dtype=torch.int64).reshape(2, 3) * (rank + 1)
+    gl = [torch.empty_like(g) for _ in range(world)]
+    dist.all_gather(gl, g)
+    out["gather"] = gl
+    h = torch.full((3,), float(rank), dtype=torch.float16)
+    flat = torch.empty(3 * world, dtype=torch.float16)
+    if backend == "gloo":  # gloo has no all_gather_into_tensor
+        parts = [torch.empty_like(h) for _ in range(world)]
+        dist.all_gather(parts, h)
+        flat = torch.cat(parts)
+    else:
+        dist.all_gather_into_tensor(flat, h)
+    out["gather_flat"] = flat
+    dist.barrier()
+    return out
+
+
+def errors(backend, rank, world):
+    """What each bad call raises; the group must stay usable after all."""
+    out = {}
+
+    def catch(key, fn):
+        try:
+            fn()
+            out[key] = None
+        except Exception as e:  # recorded for the test to judge
+            out[key] = (type(e).__name__, str(e))
+
+    t = torch.ones(4, 4)
+    catch("noncontiguous", lambda: dist.all_reduce(t.t()))
+    catch("meta", lambda: dist.all_reduce(torch.empty(3, device="meta")))
+    catch("float64", lambda: dist.all_reduce(torch.ones(3, dtype=torch.float64)))
+    # torch hands complex tensors over as real views: complex128 arrives
+    # as float64, complex64 as float32 (and is summed).
+    catch("complex", lambda: dist.all_reduce(torch.ones(3, dtype=torch.complex128)))
+    c = torch.full((3,), complex(rank, 1), dtype=torch.complex64)
+    dist.all_reduce(c)
+    out["complex64"] = c
+    catch("max", lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.MAX))
+    catch("product", lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.PRODUCT))
+    catch("avg_int", lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist.ReduceOp.AVG))
+    catch("reduce", lambda: dist.reduce(torch.ones(3), 0))
+    catch("reduce_scatter", lambda: dist.reduce_scatter(torch.ones(1), [torch.ones(1)] * world))
+    catch("all_to_all", lambda: dist.all_to_all([torch.ones(1)] * world, [torch.ones(1)] * world))
+    catch("send", lambda: dist.send(torch.ones(1), (rank + 1) % world))
+    catch("bcast_meta", lambda: dist.broadcast(torch.empty(3, device="meta"), 0))
+    x = torch.full((5,), float(rank + 1))
+    dist.all_reduce(x)
+    out["after"] = x
+    return out
+
+
+def ddp(backend, rank, world):
+    """A few steps of DDP on a small model; every rank gets other data."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(20, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    net = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(rank)
+    losses = []
+    for _ in range(6):
+        x, y = torch.randn(16, 20, generator=g), torch.randint(0, 4, (16,), generator=g)
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return {"params": [p.detach().clone() for p in model.parameters()], "losses": losses}
+
+
+def main():
+    scenario, backend, rank, world, port, path = sys.argv[1:7]
+    rank, world = int(rank), int(world)
+    dist.init_process_group(backend, rank=rank, world_size=world, init_method="tcp://127.0.0.1:%s" % port,
+                            timeout=datetime.timedelta(seconds=120))
+    out = globals()[scenario](backend, rank, world)
+    torch.save(out, path)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
