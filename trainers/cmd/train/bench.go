@@ -93,13 +93,13 @@ func benchNames() []string {
 }
 
 // runBenchWorker is a worker of a benchmark model: synthetic input, timed
-// steps, rank 0 prints one JSON object.
-func runBenchWorker(ctx context.Context, f *flags, b *models.Bench, o train.Options, be collective.Backend) error {
+// steps; when report is set it prints one JSON object.
+func runBenchWorker(ctx context.Context, f *flags, b *models.Bench, o train.Options, be collective.Backend, report bool) error {
 	res, err := train.RunSynthetic(ctx, o, b, f.warmupSteps, f.steps, be)
 	if err != nil {
 		return err
 	}
-	if f.workerRank == 0 {
+	if report {
 		if f.jsonOut {
 			return json.NewEncoder(os.Stdout).Encode(res)
 		}

@@ -3,13 +3,17 @@
 //
 //	go run ./cmd/train --model cnn --dataset fashion-mnist --workers 4 --backend switchml --epochs 5 --json
 //
-// The command starts what the backend needs (a float64 star server, ring
-// addresses, or an in-process software switch and controller) and then
-// re-executes itself once per worker with a hidden --worker-rank flag. Each
-// worker has its own TensorFlow session with thread pools sized so the
-// workers share the machine's cores. Rank 0 prints the per-epoch results
-// (one JSON object per line with --json) on stdout and its progress on
-// stderr.
+// On one host, the command starts what the backend needs (a float64 star
+// server, ring addresses, or an in-process software switch and controller)
+// and then re-executes itself once per worker with a hidden --worker-rank
+// flag. Each worker has its own TensorFlow session with thread pools sized
+// so the workers share the machine's cores. Rank 0 prints the per-epoch
+// results (one JSON object per line with --json) on stdout and its progress
+// on stderr.
+//
+// Across hosts, each host runs one rank with --rank R --workers N, and the
+// ranks meet through a SwitchML controller (--controller) or, for the ring
+// and exact backends, at each other's addresses (--peers); see multihost.go.
 package main
 
 import (
@@ -56,6 +60,11 @@ type flags struct {
 	steps, warmupSteps int
 	packetElements     int
 
+	// One rank of a job across hosts.
+	rank          int
+	peers, listen string
+	joinTimeout   time.Duration
+
 	// Set by the launcher for the worker processes.
 	workerRank int
 	starAddr   string
@@ -70,10 +79,14 @@ func parseFlags(args []string) (*flags, error) {
 	fs.StringVar(&f.dataDir, "data-dir", data.FashionMNISTDir, "directory of the Fashion-MNIST IDX files")
 	fs.IntVar(&f.trainLimit, "train-limit", 0, "use only the first N training examples (0 = all)")
 	fs.IntVar(&f.testLimit, "test-limit", 0, "use only the first N test examples (0 = all)")
-	fs.IntVar(&f.workers, "workers", 1, "number of worker processes")
+	fs.IntVar(&f.workers, "workers", 1, "number of worker processes (with --rank: of ranks, on all hosts together)")
 	fs.StringVar(&f.backend, "backend", "exact", "allreduce backend: exact (float64 TCP star), ring (TCP ring) or switchml")
-	fs.StringVar(&f.controller, "controller", "", "switchml: controller address; empty starts an in-process software switch and controller")
-	fs.StringVar(&f.job, "job", "", "switchml: job name (default derived from the process id)")
+	fs.StringVar(&f.controller, "controller", "", "switchml: controller address; empty starts an in-process software switch and controller (not with --rank). With --rank, ring and exact may meet there instead of at --peers")
+	fs.StringVar(&f.job, "job", "", "switchml, and ring or exact meeting at --controller: job name (default derived from the process id; with --rank, \""+defaultRankJob+"\": give each job sharing a controller its own)")
+	fs.IntVar(&f.rank, "rank", -1, "run only this rank (0..workers-1) of a job whose ranks run on several hosts, each started the same way with its own --rank")
+	fs.StringVar(&f.peers, "peers", "", "ring and exact with --rank: comma-separated host:port of every rank in rank order, where each listens (exact: rank 0's alone is enough); the ranks meet at the first")
+	fs.StringVar(&f.listen, "listen", "", "ring and exact with --rank and --controller: host:port this rank listens on (default: this host's address toward the controller, any port)")
+	fs.DurationVar(&f.joinTimeout, "join-timeout", 2*time.Minute, "with --rank: how long to wait at start for the other ranks and the controller before giving up")
 	fs.IntVar(&f.epochs, "epochs", 3, "training epochs")
 	fs.IntVar(&f.batch, "batch", 64, "batch size per worker (the global batch is workers × batch)")
 	fs.StringVar(&f.optimizer, "optimizer", "adam", "optimizer: adam or momentum")
@@ -129,13 +142,16 @@ func parseFlags(args []string) (*flags, error) {
 	if f.epochs < 1 || f.batch < 1 {
 		return nil, fmt.Errorf("--epochs and --batch must be positive")
 	}
+	if err := checkRankFlags(f, kind); err != nil {
+		return nil, err
+	}
 	return f, nil
 }
 
 // switchmlFlags names the flag that sets each switchml.Config field the
 // switchml backend takes from the command line.
 var switchmlFlags = map[string]string{
-	"Controller": "controller", "Job": "job", "Rank": "worker-rank", "Workers": "workers", "PacketElements": "packet-elements",
+	"Controller": "controller", "Job": "job", "Rank": "rank", "Workers": "workers", "PacketElements": "packet-elements",
 }
 
 func main() {
@@ -156,6 +172,8 @@ func main() {
 		err = describe(f, os.Stdout)
 	case f.profileOut != "":
 		err = profileModel(ctx, f)
+	case f.rank >= 0:
+		err = runRank(ctx, f)
 	case f.workerRank >= 0:
 		err = runWorker(ctx, f)
 	default:
@@ -181,9 +199,8 @@ func loadData(f *flags) (tr, te *data.Set, err error) {
 
 func runWorker(ctx context.Context, f *flags) error {
 	runtime.GOMAXPROCS(max(1, runtime.NumCPU()/f.workers))
-	bench := models.LookupBench(f.model)
 	var tr, te *data.Set
-	if bench == nil {
+	if models.LookupBench(f.model) == nil {
 		var err error
 		if tr, te, err = loadData(f); err != nil {
 			return err
@@ -205,25 +222,38 @@ func runWorker(ctx context.Context, f *flags) error {
 		return switchml.InFlags(err, switchmlFlags)
 	}
 	defer be.Close()
+	o := workerOptions(f, f.workerRank, f.workers)
+	o.Train, o.Test = tr, te
+	return trainWorker(ctx, f, o, be, f.workerRank == 0)
+}
 
+// workerOptions are the training options of rank, one of localWorkers
+// worker processes sharing this host's cores.
+func workerOptions(f *flags, rank, localWorkers int) train.Options {
 	intra, inter := f.intra, f.inter
 	if intra == 0 {
-		intra = max(1, runtime.NumCPU()/f.workers)
+		intra = max(1, runtime.NumCPU()/localWorkers)
 	}
 	if inter == 0 {
 		inter = 1
 	}
-	o := train.Options{
-		Model: f.model, Train: tr, Test: te, Epochs: f.epochs, Batch: f.batch,
+	return train.Options{
+		Model: f.model, Epochs: f.epochs, Batch: f.batch,
 		Optimizer: f.optimizer, LR: float32(f.lr), Seed: f.seed,
-		Rank: f.workerRank, Workers: f.workers, BucketElems: f.bucketElems,
+		Rank: rank, Workers: f.workers, BucketElems: f.bucketElems,
 		IntraOpThreads: intra, InterOpThreads: inter,
 		CheckpointDir: f.checkpointDir, Backend: f.backend,
 	}
-	if f.workerRank == 0 {
-		if !f.quiet {
-			o.Progress = os.Stderr
-		}
+}
+
+// trainWorker trains one worker over be; when report is set it prints the
+// results on stdout. Rank 0 also shows progress and writes the ONNX file.
+func trainWorker(ctx context.Context, f *flags, o train.Options, be collective.Backend, report bool) error {
+	rank0 := o.Rank == 0
+	if rank0 && !f.quiet {
+		o.Progress = os.Stderr
+	}
+	if report {
 		enc := json.NewEncoder(os.Stdout)
 		o.OnEpoch = func(r train.EpochResult) {
 			if f.jsonOut {
@@ -231,27 +261,25 @@ func runWorker(ctx context.Context, f *flags) error {
 			}
 		}
 	}
-	if bench != nil {
-		return runBenchWorker(ctx, f, bench, o, be)
+	if bench := models.LookupBench(f.model); bench != nil {
+		return runBenchWorker(ctx, f, bench, o, be, report)
 	}
 	res, p, err := train.Run(ctx, o, be)
 	if err != nil {
 		return err
 	}
 	defer p.Close()
-	if f.workerRank == 0 {
-		if !f.jsonOut && len(res) > 0 {
-			last := res[len(res)-1]
-			fmt.Printf("%s on %s, %d workers over %s: test accuracy %.2f%% after %d epochs, %.1f ms/step (comm %.1fs of %.1fs in the last epoch)\n",
-				f.model, f.dataset, f.workers, f.backend, 100*last.TestAccuracy, last.Epoch, 1e3*last.StepS, last.CommS, last.EpochS)
+	if report && !f.jsonOut && len(res) > 0 {
+		last := res[len(res)-1]
+		fmt.Printf("%s on %s, %d workers over %s: test accuracy %.2f%% after %d epochs, %.1f ms/step (comm %.1fs of %.1fs in the last epoch)\n",
+			f.model, f.dataset, f.workers, f.backend, 100*last.TestAccuracy, last.Epoch, 1e3*last.StepS, last.CommS, last.EpochS)
+	}
+	if rank0 && f.onnxOut != "" {
+		if err := onnx.ExportFile(f.onnxOut, p); err != nil {
+			return err
 		}
-		if f.onnxOut != "" {
-			if err := onnx.ExportFile(f.onnxOut, p); err != nil {
-				return err
-			}
-			if !f.quiet {
-				fmt.Fprintf(os.Stderr, "wrote %s\n", f.onnxOut)
-			}
+		if !f.quiet {
+			fmt.Fprintf(os.Stderr, "wrote %s\n", f.onnxOut)
 		}
 	}
 	return nil
