@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Training across hosts, on one machine: every worker is a network namespace
+# (its own "host", with its own address), cabled by a veth pair to a bridge
+# in a switch namespace, where the software switch and the controller run.
+# Each worker runs one `train --rank R`, as a host of a real cluster would.
+#
+# The Fashion-MNIST CNN trains for EPOCHS epochs with each backend of
+# BACKENDS in turn: switchml (the ranks join through the controller) and
+# ring (the ranks meet at --peers, one address per worker namespace).
+# Every rank prints its own results; the script checks that all ranks
+# finished with the same test accuracy.
+#
+# Usage, as root, from anywhere in the checkout:
+#
+#   examples/multihost/run.sh [WORKERS]
+#
+# WORKERS defaults to 2. Environment: EPOCHS (1), TRAIN_LIMIT and
+# TEST_LIMIT (0 = the whole data set), BACKENDS ("switchml ring"), THREADS
+# (TensorFlow threads per rank; default the cores shared out among the
+# ranks, which all run on this machine), OUT (keep each rank's output
+# there), TRAIN and SWITCHML (prebuilt binaries; default: built here, the
+# trainers module through trainers/setup.sh).
+set -euo pipefail
+
+workers=${1:-2}
+epochs=${EPOCHS:-1}
+train_limit=${TRAIN_LIMIT:-0}
+test_limit=${TEST_LIMIT:-0}
+backends=${BACKENDS:-switchml ring}
+threads=${THREADS:-$(($(nproc) / workers > 0 ? $(nproc) / workers : 1))}
+
+if [[ $(id -u) -ne 0 ]]; then
+	echo "run.sh: needs root (network namespaces)" >&2
+	exit 1
+fi
+command -v ip >/dev/null || { echo "run.sh: needs ip (apt-get install iproute2)" >&2; exit 1; }
+if ((workers < 1 || workers > 32)); then
+	echo "run.sh: WORKERS=$workers: want 1 to 32" >&2
+	exit 1
+fi
+if [[ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]]; then
+	echo "run.sh: Fashion-MNIST is missing: apt-get install dataset-fashion-mnist" >&2
+	exit 1
+fi
+
+cd "$(dirname "$0")/../.."
+work=$(mktemp -d)
+out=${OUT:-$work/out}
+mkdir -p "$out"
+# Names carry the process id, so two runs (or a run's leftovers) never meet.
+tag="smh$$"
+sw="${tag}s"
+subnet=10.81.0
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	for ((w = 0; w < workers; w++)); do ip netns del "${tag}w$w" 2>/dev/null || true; done
+	ip netns del "$sw" 2>/dev/null || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+train=${TRAIN:-}
+switchml=${SWITCHML:-}
+if [[ -z "$switchml" ]]; then
+	echo "== building switchml"
+	go build -o "$work/switchml" ./cmd/switchml
+	switchml=$work/switchml
+fi
+if [[ -z "$train" ]]; then
+	echo "== building train (trainers/setup.sh prepares libtensorflow)"
+	(cd trainers && eval "$(./setup.sh)" && go build -o "$work/train" ./cmd/train)
+	train=$work/train
+fi
+
+echo "== a switch namespace and $workers worker namespaces on a bridge, $subnet.0/24"
+ip netns add "$sw"
+ip -n "$sw" link set lo up
+ip -n "$sw" link add br0 type bridge
+ip -n "$sw" addr add "$subnet.1/24" dev br0
+ip -n "$sw" link set br0 up
+peers=()
+for ((w = 0; w < workers; w++)); do
+	ns="${tag}w$w"
+	ip netns add "$ns"
+	ip -n "$ns" link set lo up
+	ip link add "${tag}e$w" netns "$ns" type veth peer name "p$w" netns "$sw"
+	ip -n "$ns" link set "${tag}e$w" name eth0
+	ip -n "$ns" addr add "$subnet.$((10 + w))/24" dev eth0
+	ip -n "$ns" link set eth0 up
+	ip -n "$sw" link set "p$w" master br0
+	ip -n "$sw" link set "p$w" up
+	peers+=("$subnet.$((10 + w)):29500")
+done
+
+echo "== the software switch and the controller in the switch namespace"
+ip netns exec "$sw" "$switchml" switch --dataplane "$subnet.1:48864" --p4rt 127.0.0.1:9559 >"$work/switch.log" 2>&1 &
+pids+=($!)
+ip netns exec "$sw" "$switchml" controller --target 127.0.0.1:9559 --listen "$subnet.1:50051" \
+	--dataplane "$subnet.1:48864" >"$work/controller.log" 2>&1 &
+pids+=($!)
+for ((i = 0; ; i++)); do
+	grep -q "controller ready" "$work/controller.log" && break
+	if ((i > 600)) || ! kill -0 "${pids[-1]}" 2>/dev/null; then
+		echo "run.sh: the controller did not come up:" >&2
+		cat "$work/controller.log" "$work/switch.log" >&2
+		exit 1
+	fi
+	sleep 0.1
+done
+
+status=0
+for backend in $backends; do
+	case $backend in
+	switchml) meet=(--controller "$subnet.1:50051" --job "multihost-$$") ;;
+	ring | exact) meet=(--peers "$(IFS=,; echo "${peers[*]}")") ;;
+	*)
+		echo "run.sh: unknown backend $backend (want switchml, ring or exact)" >&2
+		exit 1
+		;;
+	esac
+	echo "== $backend: $workers ranks, one per worker namespace, $epochs epoch(s) of the CNN on Fashion-MNIST"
+	ranks=()
+	for ((w = 0; w < workers; w++)); do
+		ip netns exec "${tag}w$w" "$train" --rank "$w" --workers "$workers" --backend "$backend" "${meet[@]}" \
+			--model cnn --dataset fashion-mnist --epochs "$epochs" --train-limit "$train_limit" --test-limit "$test_limit" \
+			--intra-op-threads "$threads" --join-timeout 2m --json --quiet \
+			>"$out/$backend-rank$w.jsonl" 2>"$out/$backend-rank$w.log" &
+		ranks+=($!)
+		pids+=($!)
+	done
+	failed=0
+	for p in "${ranks[@]}"; do wait "$p" || failed=1; done
+	if ((failed)); then
+		echo "run.sh: $backend: a rank failed:" >&2
+		tail -n 5 "$out/$backend"-rank*.log >&2
+		status=1
+		continue
+	fi
+	accuracies=$(for ((w = 0; w < workers; w++)); do
+		tail -n 1 "$out/$backend-rank$w.jsonl" | grep -o '"test_accuracy":[^,}]*' | cut -d: -f2
+	done | sort -u)
+	if [[ $(wc -l <<<"$accuracies") -ne 1 || -z "$accuracies" ]]; then
+		echo "run.sh: $backend: the ranks finished with different test accuracies:" $accuracies >&2
+		status=1
+		continue
+	fi
+	echo "$backend: all $workers ranks finished, test accuracy $accuracies on every rank"
+done
+exit $status
