@@ -8,6 +8,7 @@ require (
 	github.com/switchml/switchml-go v0.0.0-00010101000000-000000000000
 	github.com/wamuir/graft v0.10.0
 	github.com/yalue/onnxruntime_go v1.27.0
+	golang.org/x/term v0.48.0
 	gonum.org/v1/plot v0.17.0
 	google.golang.org/protobuf v1.36.12
 )
@@ -39,7 +40,6 @@ require (
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
-	golang.org/x/term v0.48.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/xerrors v0.0.0-20200804184101-5ec99f83aff1 // indirect
 	gonum.org/v1/gonum v0.17.0 // indirect

@@ -35,6 +35,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/term"
+
 	"github.com/switchml/switchml-go/switchml"
 	"github.com/switchml/switchml-go/trainers/collective"
 	"github.com/switchml/switchml-go/trainers/data"
@@ -49,6 +51,7 @@ type flags struct {
 	lr                                            float64
 	seed                                          int64
 	jsonOut, quiet, resume                        bool
+	trace                                         string
 	checkpointDir, onnxOut, controller, job       string
 	bucketElems, intra, inter                     int
 	timeout                                       time.Duration
@@ -96,7 +99,8 @@ func parseFlags(args []string) (*flags, error) {
 	fs.IntVar(&f.intra, "intra-op-threads", 0, "TensorFlow intra-op threads per worker (0 = cores / workers)")
 	fs.IntVar(&f.inter, "inter-op-threads", 0, "TensorFlow inter-op threads per worker (0 = 1)")
 	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON object per epoch on stdout")
-	fs.BoolVar(&f.quiet, "quiet", false, "no progress on stderr")
+	fs.BoolVar(&f.quiet, "quiet", false, "no progress on stderr (there is none either when stderr is not a terminal)")
+	fs.StringVar(&f.trace, "trace", "", "switchml: each rank writes its timeline (Chrome trace-event JSON, for Perfetto or chrome://tracing) to this file, with .rankR before the extension")
 	fs.StringVar(&f.checkpointDir, "checkpoint-dir", "", "save a checkpoint here after each epoch")
 	fs.BoolVar(&f.resume, "resume", false, "resume from the checkpoint in --checkpoint-dir (otherwise an old one is removed)")
 	fs.StringVar(&f.onnxOut, "onnx", "", "export the trained model to this ONNX file")
@@ -211,11 +215,16 @@ func runWorker(ctx context.Context, f *flags) error {
 	if f.ringAddrs != "" {
 		ring = strings.Split(f.ringAddrs, ",")
 	}
+	trace, closeTrace, err := rankTrace(f.trace, f.workerRank)
+	if err != nil {
+		return err
+	}
+	defer closeTrace()
 	dctx, dcancel := context.WithTimeout(ctx, 2*time.Minute)
 	be, err := collective.Dial(dctx, collective.Config{
 		Kind: kind, Rank: f.workerRank, Workers: f.workers,
 		StarAddr: f.starAddr, RingAddrs: ring, Controller: f.controller, Job: f.job,
-		PacketElements: f.packetElements,
+		PacketElements: f.packetElements, Trace: trace,
 	})
 	dcancel()
 	if err != nil {
@@ -250,7 +259,7 @@ func workerOptions(f *flags, rank, localWorkers int) train.Options {
 // results on stdout. Rank 0 also shows progress and writes the ONNX file.
 func trainWorker(ctx context.Context, f *flags, o train.Options, be collective.Backend, report bool) error {
 	rank0 := o.Rank == 0
-	if rank0 && !f.quiet {
+	if rank0 && !f.quiet && term.IsTerminal(int(os.Stderr.Fd())) {
 		o.Progress = os.Stderr
 	}
 	if report {

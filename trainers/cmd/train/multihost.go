@@ -110,10 +110,15 @@ func runRank(ctx context.Context, f *flags) error {
 		return fmt.Errorf("rank %d: %w", f.rank, err)
 	}
 	kind, _ := collective.ParseKind(f.backend)
+	trace, closeTrace, err := rankTrace(f.trace, f.rank)
+	if err != nil {
+		return err
+	}
+	defer closeTrace()
 	jctx, cancel := context.WithTimeout(ctx, f.joinTimeout)
 	be, err := collective.Join(jctx, collective.JoinConfig{
 		Config: collective.Config{Kind: kind, Rank: f.rank, Workers: f.workers,
-			Controller: f.controller, Job: cmp.Or(f.job, defaultRankJob), PacketElements: f.packetElements},
+			Controller: f.controller, Job: cmp.Or(f.job, defaultRankJob), PacketElements: f.packetElements, Trace: trace},
 		Peers: f.peerList(), Listen: f.listen, Settings: jobSettings(f, tr, te, ck),
 	})
 	expired := jctx.Err() != nil && ctx.Err() == nil
