@@ -2,11 +2,12 @@ package benchmarks
 
 import _ "embed"
 
-// GlooAllReduce is gloo_allreduce.py, the Gloo baseline, which
-// Options.Python runs with PyTorch.
+// TorchAllReduce is torch_allreduce.py, which Options.Python runs with
+// PyTorch: the Gloo baseline, and with --backend switchml the
+// torch-switchml system.
 //
-//go:embed gloo_allreduce.py
-var GlooAllReduce []byte
+//go:embed torch_allreduce.py
+var TorchAllReduce []byte
 
 // MPIAllReduce is mpi/allreduce.c, the OpenMPI baseline, compiled with
 // mpicc at run time.

@@ -1,9 +1,11 @@
 package benchmarks
 
 import (
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -66,8 +68,8 @@ func TestPlan(t *testing.T) {
 		if p.System == "mpi" && p.Mode == "rack" {
 			t.Errorf("mpi planned on the rack")
 		}
-		if p.System != "switchml" && (p.PacketElements != 0 || p.Window != 0) {
-			t.Errorf("%s carries SwitchML knobs", p)
+		if runsOnSwitch(p.System) != (p.PacketElements != 0 && p.Window != 0 && p.Lanes != 0) {
+			t.Errorf("%s: SwitchML knobs k=%d W=%d L=%d on a system that runs on the switch: %v", p, p.PacketElements, p.Window, p.Lanes, runsOnSwitch(p.System))
 		}
 		if i > 0 && points[i-1].Mode == "loopback" && p.Mode == "rack" {
 			t.Errorf("rack point %s after a loopback point", p)
@@ -75,7 +77,8 @@ func TestPlan(t *testing.T) {
 	}
 	// SwitchML on the rack: 3 worker counts + 1MiB + 16MiB (rates, packet,
 	// window at 200) + 16MiB at 100 + k=64 + W=16 = 8.
-	if count["rack/switchml"] != 8 || count["rack/gloo"] != 6 || count["loopback/mpi"] != 1 || count["rack/mpi"] != 0 {
+	// PyTorch over switchml has the points of PyTorch over Gloo.
+	if count["rack/switchml"] != 8 || count["rack/gloo"] != 6 || count["rack/torch-switchml"] != 6 || count["loopback/mpi"] != 1 || count["rack/mpi"] != 0 {
 		t.Errorf("points per system: %v", count)
 	}
 	// The 4-worker, 64MiB point belongs to both the workers and sizes sweeps.
@@ -191,5 +194,38 @@ func TestReportFromResultsJSON(t *testing.T) {
 	}
 	if _, err := Report(t.TempDir()); err == nil || !strings.Contains(err.Error(), "results.json") {
 		t.Errorf("Report of a directory without results.json: %v, want an error naming results.json", err)
+	}
+}
+
+// With PyTorch over switchml in a run, the tables gain Gloo's time over
+// its time: the gain of changing the backend's name.
+func TestSystemTableWithTorchSwitchML(t *testing.T) {
+	const s = 64 << 20
+	rs := []result{
+		fakeResult("rack", "switchml", 4, s, 3.0, "workers"),
+		fakeResult("rack", "torch-switchml", 4, s, 3.2, "workers"),
+		fakeResult("rack", "gloo", 4, s, 4.8, "workers"),
+		fakeResult("rack", "switchml", 8, s, 3.1, "workers"),
+		{Point: Point{Mode: "rack", System: "torch-switchml", Workers: 8, Bytes: s, Sweeps: []string{"workers"}}, Error: "rank 3: boom"},
+		fakeResult("rack", "gloo", 8, s, 5.4, "workers"),
+	}
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	systemTable(p, rs, "workers", "efficiency", "%.3f", func(r result) float64 { return r.LinkEfficiency }, byWorkers, func(n int) string { return strconv.Itoa(n) })
+	table := b.String()
+	for _, want := range []string{
+		"| PyTorch-SwitchML TAT (s) |",
+		"| Gloo / SwitchML | Ring / SwitchML | Gloo / PyTorch-SwitchML |",
+		"| 4 | 3.000 | 0.895 | 3.200 | 0.839 | 4.800 | 0.559 | 1.60x | – | 1.50x |",
+		"| 8 | 3.100 | 0.866 | – | – | 5.400 | 0.497 | 1.74x | – | – |",
+	} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+	for i, line := range strings.Split(strings.TrimSpace(table), "\n") {
+		if n := strings.Count(line, "|"); n != 11 {
+			t.Errorf("line %d has %d cells borders, want 11: %s", i, n, line)
+		}
 	}
 }

@@ -12,8 +12,17 @@ import (
 	"time"
 )
 
-// Systems are the systems the suite knows, in the order tables show them.
-var Systems = []string{"switchml", "gloo", "ring", "mpi"}
+// Systems are the systems the suite knows, in the order tables show them:
+// torch-switchml is PyTorch over the switchml backend (python/), beside
+// PyTorch over Gloo.
+var Systems = []string{"switchml", "torch-switchml", "gloo", "ring", "mpi"}
+
+// DefaultSystems are those the default run compares; torch-switchml runs
+// when named.
+var DefaultSystems = []string{"switchml", "gloo", "ring", "mpi"}
+
+// runsOnSwitch tells the systems whose workers join the suite's switch.
+func runsOnSwitch(system string) bool { return system == "switchml" || system == "torch-switchml" }
 
 // Modes are the topologies the suite runs on: the emulated rack (network
 // namespaces, needs root) and loopback (127.0.0.1).
@@ -74,7 +83,7 @@ type Options struct {
 	// it are removed first.
 	Prefix string `json:"prefix"`
 	Subnet string `json:"subnet"`
-	// Python runs the Gloo baseline; it needs PyTorch.
+	// Python runs the Gloo baseline and torch-switchml; it needs PyTorch.
 	Python string `json:"python"`
 	// Timeout bounds each point; zero derives it from the size and rate.
 	Timeout time.Duration `json:"point_timeout_ns"`
@@ -101,7 +110,7 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{
 		Modes:   slices.Clone(Modes),
-		Systems: slices.Clone(Systems),
+		Systems: slices.Clone(DefaultSystems),
 		Sweeps:  slices.Clone(Sweeps),
 		Workers: []int{2, 4, 8}, Size: 64 << 20, Sizes: []int64{1 << 20, 4 << 20, 16 << 20, 64 << 20}, TuneSize: 16 << 20,
 		Rate: 200, Rates: []float64{100, 200, 400},
@@ -160,7 +169,7 @@ func (p Point) String() string {
 	if p.RateMbit > 0 {
 		s += fmt.Sprintf(" %gMbit/s", p.RateMbit)
 	}
-	if p.System == "switchml" {
+	if runsOnSwitch(p.System) {
 		s += fmt.Sprintf(" k=%d W=%d L=%d", p.PacketElements, p.Window, p.Lanes)
 	}
 	return s
@@ -178,7 +187,7 @@ func Plan(o *Options) []Point {
 		if p.System == "mpi" && p.Mode == "rack" {
 			return // mpirun would need a launcher across namespaces
 		}
-		if p.System == "switchml" {
+		if runsOnSwitch(p.System) {
 			p.PacketElements = cmp0(p.PacketElements, o.PacketElements)
 			p.Window = cmp0(p.Window, o.Window)
 			p.Lanes = o.Lanes

@@ -12,7 +12,7 @@ import (
 	"github.com/switchml/switchml-go/benchmarks/rack"
 )
 
-var systemNames = map[string]string{"switchml": "SwitchML", "gloo": "Gloo", "ring": "Ring (Go)", "mpi": "OpenMPI"}
+var systemNames = map[string]string{"switchml": "SwitchML", "torch-switchml": "PyTorch-SwitchML", "gloo": "Gloo", "ring": "Ring (Go)", "mpi": "OpenMPI"}
 
 // resultIndex finds results by their sweep and coordinates.
 type resultIndex struct {
@@ -69,19 +69,30 @@ func byWindow(r result) int    { return r.Window }
 func bySystem(r result) string { return r.System }
 
 // systemTable writes a table with one row per value of key: each system's
-// TAT and metric, then Gloo's and the ring's TAT over SwitchML's.
+// TAT and metric, then Gloo's and the ring's TAT over SwitchML's, and
+// Gloo's over PyTorch-SwitchML's when it ran (the gain of a PyTorch user
+// who changes the backend's name).
 func systemTable[T int | int64 | float64](p func(string, ...any), rs []result, keyHeader, metricHeader, metricFormat string,
 	metric func(result) float64, key func(result) T, label func(T) string) {
 	systems := systemsIn(rs)
+	torch := slices.Contains(systems, "torch-switchml")
 	p("| %s |", keyHeader)
 	for _, s := range systems {
 		p(" %s TAT (s) | %s %s |", systemNames[s], systemNames[s], metricHeader)
 	}
-	p(" Gloo / SwitchML | Ring / SwitchML |\n|---|")
+	p(" Gloo / SwitchML | Ring / SwitchML |")
+	if torch {
+		p(" Gloo / PyTorch-SwitchML |")
+	}
+	p("\n|---|")
 	for range systems {
 		p("---|---|")
 	}
-	p("---|---|\n")
+	p("---|---|")
+	if torch {
+		p("---|")
+	}
+	p("\n")
 	for _, v := range values(rs, key) {
 		p("| %s |", label(v))
 		for _, s := range systems {
@@ -91,7 +102,12 @@ func systemTable[T int | int64 | float64](p func(string, ...any), rs []result, k
 		sm, okS := one(rs, "switchml", key, v)
 		gl, okG := one(rs, "gloo", key, v)
 		rg, okR := one(rs, "ring", key, v)
-		p(" %s | %s |\n", ratio(gl, sm, okG, okS), ratio(rg, sm, okR, okS))
+		p(" %s | %s |", ratio(gl, sm, okG, okS), ratio(rg, sm, okR, okS))
+		if torch {
+			ts, okT := one(rs, "torch-switchml", key, v)
+			p(" %s |", ratio(gl, ts, okG, okT))
+		}
+		p("\n")
 	}
 }
 

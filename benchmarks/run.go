@@ -113,11 +113,16 @@ type driver struct {
 	rack      *rack.Rack
 	rackFab   *fabric.Fabric
 	loopFab   *fabric.Fabric
-	gloo      string // path of the Gloo script, "" if unavailable
+	gloo      string // path of the PyTorch script, "" if Gloo is unavailable
 	glooWhy   string
 	mpi       string // path of the compiled MPI program
 	mpiWhy    string
 	probed    map[float64]bool
+
+	// torchSML is the environment that gives the PyTorch script the
+	// switchml backend (nil: torch-switchml cannot run, for torchSMLWhy).
+	torchSML    []string
+	torchSMLWhy string
 }
 
 // prepareBaselines writes the Gloo script and compiles the MPI program, and
@@ -127,8 +132,8 @@ func (b *driver) prepareBaselines(ctx context.Context, points []Point) {
 		return slices.ContainsFunc(points, func(p Point) bool { return p.System == sys })
 	}
 	env := b.file.Environment
-	if need("gloo") {
-		script := filepath.Join(b.work, "gloo_allreduce.py")
+	if need("gloo") || need("torch-switchml") {
+		script := filepath.Join(b.work, "torch_allreduce.py")
 		out, err := exec.CommandContext(ctx, b.o.Python, "-c", "import torch, torch.distributed as d; print(torch.__version__, d.is_gloo_available())").Output()
 		switch {
 		case err != nil:
@@ -137,11 +142,18 @@ func (b *driver) prepareBaselines(ctx context.Context, points []Point) {
 			b.glooWhy = "this PyTorch has no Gloo backend"
 		default:
 			env["torch"] = strings.Fields(string(out))[0]
-			if err := os.WriteFile(script, GlooAllReduce, 0o644); err != nil {
+			if err := os.WriteFile(script, TorchAllReduce, 0o644); err != nil {
 				b.glooWhy = err.Error()
 			} else {
 				b.gloo = script
 			}
+		}
+	}
+	if need("torch-switchml") {
+		if b.gloo == "" {
+			b.torchSMLWhy = b.glooWhy
+		} else if b.torchSML, b.torchSMLWhy = switchmlBackend(ctx, b.o.Python, b.work); b.torchSMLWhy == "" {
+			env["torch_switchml"] = strings.Join(b.torchSML, " ")
 		}
 	}
 	if need("mpi") {
@@ -162,9 +174,13 @@ func (b *driver) prepareBaselines(ctx context.Context, points []Point) {
 			}
 		}
 	}
-	if b.glooWhy != "" {
+	if b.glooWhy != "" && need("gloo") {
 		env["gloo_skipped"] = b.glooWhy
 		fmt.Fprintf(b.o.Progress, "gloo skipped: %s\n", b.glooWhy)
+	}
+	if b.torchSMLWhy != "" {
+		env["torch_switchml_skipped"] = b.torchSMLWhy
+		fmt.Fprintf(b.o.Progress, "torch-switchml skipped: %s\n", b.torchSMLWhy)
 	}
 	if b.mpiWhy != "" {
 		env["mpi_skipped"] = b.mpiWhy
@@ -195,6 +211,8 @@ func (b *driver) runPoint(ctx context.Context, idx int, p Point) (res result) {
 	switch {
 	case p.System == "gloo" && b.gloo == "":
 		return fail(errors.New("skipped: " + b.glooWhy))
+	case p.System == "torch-switchml" && b.torchSML == nil:
+		return fail(errors.New("skipped: " + b.torchSMLWhy))
 	case p.System == "mpi" && b.mpi == "":
 		return fail(errors.New("skipped: " + b.mpiWhy))
 	}
@@ -205,7 +223,7 @@ func (b *driver) runPoint(ctx context.Context, idx int, p Point) (res result) {
 	}
 	var fab *fabric.Fabric
 	switchPID := 0
-	if p.System == "switchml" {
+	if runsOnSwitch(p.System) {
 		var err error
 		if fab, err = b.fabric(ctx, p.Mode); err != nil {
 			return fail(err)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -81,7 +82,7 @@ func (b *driver) runSystem(ctx context.Context, idx int, p Point, fab *fabric.Fa
 				"--addrs", strings.Join(addrs, ","), "--elements", elements, "--iters", iters, "--warmup", warmup,
 				fmt.Sprintf("--verify=%v", b.o.Verify), "--json"))
 		}
-	case "gloo":
+	case "gloo", "torch-switchml":
 		port, ifname := 29500+idx%1000, "eth0"
 		if !rackMode {
 			var err error
@@ -90,10 +91,25 @@ func (b *driver) runSystem(ctx context.Context, idx int, p Point, fab *fabric.Fa
 			}
 			ifname = "lo"
 		}
+		backend := "gloo"
+		var env []string
+		if p.System == "torch-switchml" {
+			// The same script with one string changed, on the suite's
+			// switch and with SwitchML's settings of this point.
+			backend = "switchml"
+			env = append(os.Environ(), b.torchSML...)
+			env = append(env, "SWITCHML_CONTROLLER="+fab.ControllerAddr(), "SWITCHML_LANES="+strconv.Itoa(p.Lanes),
+				"SWITCHML_WINDOW="+strconv.Itoa(p.Window), "SWITCHML_PACKET_ELEMENTS="+strconv.Itoa(p.PacketElements))
+			if p.PacketElements > 256 {
+				env = append(env, "SWITCHML_EXTENDED=1")
+			}
+		}
 		for r := 0; r < p.Workers; r++ {
-			cmds = append(cmds, command(r, b.o.Python, b.gloo, "--rank", strconv.Itoa(r), "--world", strconv.Itoa(p.Workers),
+			c := command(r, b.o.Python, b.gloo, "--rank", strconv.Itoa(r), "--world", strconv.Itoa(p.Workers),
 				"--master-addr", hostOf(0), "--master-port", strconv.Itoa(port), "--ifname", ifname,
-				"--elements", elements, "--iters", iters, "--warmup", warmup))
+				"--elements", elements, "--iters", iters, "--warmup", warmup, "--backend", backend)
+			c.Env = env
+			cmds = append(cmds, c)
 		}
 	case "mpi":
 		cmds = append(cmds, exec.CommandContext(ctx, "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", strconv.Itoa(p.Workers),
@@ -213,4 +229,45 @@ func runAll(ctx context.Context, cancel context.CancelFunc, cmds []*exec.Cmd, ve
 		res[i] = p.Stdout()
 	}
 	return res, nil
+}
+
+// switchmlBackend finds the switchml Python package for python: installed
+// (pip install ./python), or else built from the checkout the suite runs
+// in, with libswitchml.so compiled into work. It returns the environment
+// that makes the package importable (empty when installed), or why it
+// cannot.
+func switchmlBackend(ctx context.Context, python, work string) (env []string, why string) {
+	probe := func(env []string) error {
+		cmd := exec.CommandContext(ctx, python, "-c", "import switchml, torch.distributed as d; d.Backend.SWITCHML")
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, tail(string(out), 300))
+		}
+		return nil
+	}
+	if probe(nil) == nil {
+		return []string{}, ""
+	}
+	checkout, err := filepath.Abs(".")
+	if err != nil {
+		return nil, err.Error()
+	}
+	pkg := filepath.Join(checkout, "python")
+	if _, err := os.Stat(filepath.Join(pkg, "switchml", "__init__.py")); err != nil {
+		return nil, fmt.Sprintf("%s has no switchml package (pip install ./python from the checkout), and %s is not a checkout to build it from", python, checkout)
+	}
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		goCmd = "/usr/local/go/bin/go"
+	}
+	lib := filepath.Join(work, "libswitchml.so")
+	if out, err := exec.CommandContext(ctx, goCmd, "build", "-buildmode=c-shared", "-o", lib, "./capi").CombinedOutput(); err != nil {
+		return nil, fmt.Sprintf("building libswitchml.so (go build -buildmode=c-shared ./capi): %v: %s", err, tail(string(out), 600))
+	}
+	env = []string{"PYTHONPATH=" + pkg, "SWITCHML_LIBRARY=" + lib}
+	if err := probe(env); err != nil {
+		return nil, fmt.Sprintf("the switchml package of %s does not load: %v", checkout, err)
+	}
+	return env, ""
 }

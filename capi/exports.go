@@ -93,6 +93,7 @@ func switchml_join(cfg *C.switchml_cconfig, out *C.int64_t, errBuf *C.char, errL
 		Lanes: int(cfg.lanes), Window: int(cfg.window), PacketElements: int(cfg.packet_elements),
 		JoinTimeout: time.Duration(cfg.join_timeout_ms) * time.Millisecond,
 		GiveUp:      time.Duration(cfg.give_up_ms) * time.Millisecond,
+		Extended:    cfg.extended != 0,
 	})
 	if err == nil {
 		*out = C.int64_t(id)

@@ -83,6 +83,8 @@ typedef struct switchml_config {
 	int32_t packet_elements; /* values per packet (0: what the switch takes) */
 	int64_t join_timeout_ms; /* bounds the join and controller calls */
 	int64_t give_up_ms;     /* an allreduce fails when the switch is silent this long */
+	int32_t extended;       /* nonzero: the software switch's extended header
+	                           (packets above 256 values, jobs above 32 ranks) */
 } switchml_config;
 
 /* SWITCHML_ABI_VERSION of the library actually loaded. */

@@ -84,6 +84,7 @@ class _Config(ctypes.Structure):
         ("packet_elements", ctypes.c_int32),
         ("join_timeout_ms", ctypes.c_int64),
         ("give_up_ms", ctypes.c_int64),
+        ("extended", ctypes.c_int32),
     ]
 
 
@@ -157,10 +158,10 @@ class Session:
     """
 
     def __init__(self, controller, job, rank, workers, *, bind=None, token=None, lanes=0, window=0,
-                 packet_elements=0, join_timeout=None, give_up=None):
+                 packet_elements=0, join_timeout=None, give_up=None, extended=False):
         enc = lambda s: s.encode() if s else None  # noqa: E731
         cfg = _Config(enc(controller), enc(job), rank, workers, enc(bind), enc(token), lanes, window,
-                      packet_elements, _ms(join_timeout), _ms(give_up))
+                      packet_elements, _ms(join_timeout), _ms(give_up), 1 if extended else 0)
         h = ctypes.c_int64(0)
         l = lib()
         call(l.switchml_join, ctypes.byref(cfg), ctypes.byref(h))

@@ -48,6 +48,21 @@ def _mismatch(msg):
     return _lib.JobMismatch(_lib.ERR_MISMATCH, "SWITCHML_ERR_MISMATCH", msg)
 
 
+def _session_settings():
+    """The library's settings from the environment (unset: its defaults)."""
+    def number(name, parse=int):
+        v = os.environ.get(name, "")
+        try:
+            return parse(v) if v else None
+        except ValueError:
+            raise ValueError("switchml: %s=%r: want a number" % (name, v)) from None
+    s = {"lanes": number("SWITCHML_LANES"), "window": number("SWITCHML_WINDOW"),
+         "packet_elements": number("SWITCHML_PACKET_ELEMENTS"), "give_up": number("SWITCHML_GIVE_UP", float),
+         "bind": os.environ.get("SWITCHML_BIND") or None,
+         "extended": os.environ.get("SWITCHML_EXTENDED", "") not in ("", "0")}
+    return {k: v for k, v in s.items() if v is not None}
+
+
 def _supported():
     return ", ".join(str(d).replace("torch.", "") for d in _DTYPES)
 
@@ -238,7 +253,8 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
         join_timeout = min(JOIN_TIMEOUT, self._timeout_s or JOIN_TIMEOUT)
         self.controller, job, token = self._rendezvous(store, rank, size, controller, time.monotonic() + join_timeout)
         _wait_reachable(self.controller, time.monotonic() + CONNECT_TIMEOUT)
-        self._session = _lib.Session(self.controller, job, rank, size, token=token, join_timeout=join_timeout)
+        self._session = _lib.Session(self.controller, job, rank, size, token=token, join_timeout=join_timeout,
+                                     **_session_settings())
         self._thread = threading.Thread(target=self._run, name="switchml-pg-%s" % job, daemon=True)
         self._thread.start()
         _groups.add(self)

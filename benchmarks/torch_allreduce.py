@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""One rank of a Gloo allreduce benchmark through torch.distributed.
+"""One rank of an allreduce benchmark through torch.distributed, over gloo
+or over the switchml backend (the Python package in python/): the same
+script with one string changed.
 
 Every rank fills a float32 tensor with rank+1, waits at a barrier, times
 dist.all_reduce, and checks that every element holds world*(world+1)/2.
@@ -9,8 +11,12 @@ cpu_user_s, cpu_sys_s for the whole process, and cpu_loop_user_s,
 cpu_loop_sys_s: the CPU time of the warm-up and timed all_reduce calls
 alone, as the Go commands report it).
 
-    python3 gloo_allreduce.py --rank R --world N --master-addr IP \
-        --master-port P --elements E --iters K [--warmup W] [--ifname eth0]
+    python3 torch_allreduce.py --rank R --world N --master-addr IP \
+        --master-port P --elements E --iters K [--warmup W] [--ifname eth0] \
+        [--backend gloo|switchml]
+
+With --backend switchml, SWITCHML_CONTROLLER names the controller (else
+rank 0 runs an embedded switch).
 """
 import argparse
 import datetime
@@ -32,6 +38,7 @@ def main():
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--ifname", default="", help="interface Gloo binds (GLOO_SOCKET_IFNAME)")
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    p.add_argument("--backend", choices=["gloo", "switchml"], default="gloo")
     a = p.parse_args()
     if a.ifname:
         os.environ["GLOO_SOCKET_IFNAME"] = a.ifname
@@ -41,11 +48,15 @@ def main():
 
     if a.threads > 0:
         torch.set_num_threads(a.threads)
-    rep = {"system": "gloo", "torch": torch.__version__, "workers": a.world, "rank": a.rank,
+    system = "gloo"
+    if a.backend == "switchml":
+        import switchml  # noqa: F401  (registers the backend)
+        system = "torch-switchml"
+    rep = {"system": system, "torch": torch.__version__, "workers": a.world, "rank": a.rank,
            "elements": a.elements, "dtype": "float32", "iters": a.iters, "tat_s": [],
            "median_tat_s": 0.0, "goodput_gbps": 0.0, "verified": False, "retransmits": 0}
     try:
-        dist.init_process_group("gloo", init_method="tcp://%s:%d" % (a.master_addr, a.master_port),
+        dist.init_process_group(a.backend, init_method="tcp://%s:%d" % (a.master_addr, a.master_port),
                                 rank=a.rank, world_size=a.world, timeout=datetime.timedelta(minutes=10))
         x = torch.empty(a.elements, dtype=torch.float32)
         want = float(a.world * (a.world + 1) // 2)
