@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/switchml/switchml-go/trainers/internal/freeport"
 )
 
 func runWorkers(t *testing.T, n int, dial func(ctx context.Context, rank int) (Backend, error), length int) [][]float32 {
@@ -103,15 +105,7 @@ func TestStarLengthMismatch(t *testing.T) {
 
 func TestRingBackendSums(t *testing.T) {
 	const n = 3
-	addrs := make([]string, n)
-	for i := range addrs {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs[i] = ln.Addr().String()
-		ln.Close()
-	}
+	addrs := freeport.Loopback(t, n)
 	out := runWorkers(t, n, func(ctx context.Context, r int) (Backend, error) {
 		return Dial(ctx, Config{Kind: Ring, Rank: r, Workers: n, RingAddrs: addrs})
 	}, 5000)

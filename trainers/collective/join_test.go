@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/switchml/local"
+	"github.com/switchml/switchml-go/trainers/internal/freeport"
 )
 
 func TestCheckAgreement(t *testing.T) {
@@ -49,21 +50,6 @@ func TestCheckAgreement(t *testing.T) {
 			}
 		}
 	}
-}
-
-// freeAddrs reserves n loopback ports for ranks that listen on them later.
-func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	addrs := make([]string, n)
-	for i := range addrs {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs[i] = ln.Addr().String()
-		ln.Close()
-	}
-	return addrs
 }
 
 // eachRank runs f for ranks 0..n-1 at once and returns their errors.
@@ -174,7 +160,7 @@ func TestPeerRendezvousRefusesOtherWorldSize(t *testing.T) {
 // A rank whose rank 0 never comes up fails when its context ends, naming
 // the address it tried; rank 0 names the rank that did not come.
 func TestPeerRendezvousNamesWhoIsMissing(t *testing.T) {
-	addr := freeAddrs(t, 1)[0]
+	addr := freeport.Loopback(t, 1)[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	_, err := JoinPeers(ctx, 1, 2, addr, nil)
@@ -211,13 +197,13 @@ func settings(seed string) []Setting {
 func TestJoinAcrossPeers(t *testing.T) {
 	const n = 3
 	for _, kind := range []Kind{Ring, Exact} {
-		peers := freeAddrs(t, n)
+		peers := freeport.Loopback(t, n)
 		allReduceAll(t, n, func(r int) JoinConfig {
 			return JoinConfig{Config: Config{Kind: kind, Rank: r, Workers: n}, Peers: peers, Settings: settings("1")}
 		})
 	}
 	// exact needs only rank 0's address.
-	peers := freeAddrs(t, 1)
+	peers := freeport.Loopback(t, 1)
 	allReduceAll(t, n, func(r int) JoinConfig {
 		return JoinConfig{Config: Config{Kind: Exact, Rank: r, Workers: n}, Peers: peers, Settings: settings("1")}
 	})
@@ -239,17 +225,31 @@ func TestJoinAtController(t *testing.T) {
 		})
 	}
 	// Ranks that disagree are refused over the controller too.
-	errs := eachRank(2, func(r int) error {
-		be, err := Join(ctx, JoinConfig{Config: Config{Kind: SwitchML, Rank: r, Workers: 2, Controller: fab.ControllerAddr(), Job: "join-disagree"},
-			Settings: settings(fmt.Sprint(r + 1))})
+	checkEveryRankRefused(t, joinEach(ctx, 2, func(r int) JoinConfig {
+		return JoinConfig{Config: Config{Kind: SwitchML, Rank: r, Workers: 2, Controller: fab.ControllerAddr(), Job: "join-disagree"},
+			Settings: settings(fmt.Sprint(r + 1))}
+	}), "rank 1 has --seed 2, rank 0 has --seed 1")
+}
+
+// joinEach joins n ranks with cfg(rank) at once, closes the backends that
+// came up and returns the ranks' errors.
+func joinEach(ctx context.Context, n int, cfg func(rank int) JoinConfig) []error {
+	return eachRank(n, func(r int) error {
+		be, err := Join(ctx, cfg(r))
 		if err == nil {
 			be.Close()
 		}
 		return err
 	})
+}
+
+// checkEveryRankRefused checks that every rank failed with ErrDisagree
+// saying want.
+func checkEveryRankRefused(t *testing.T, errs []error, want string) {
+	t.Helper()
 	for r, err := range errs {
-		if !errors.Is(err, ErrDisagree) || !strings.Contains(err.Error(), "rank 1 has --seed 2, rank 0 has --seed 1") {
-			t.Errorf("rank %d: error %v, want the seeds named", r, err)
+		if !errors.Is(err, ErrDisagree) || !strings.Contains(err.Error(), want) {
+			t.Errorf("rank %d: error %v, want ErrDisagree saying %q", r, err, want)
 		}
 	}
 }
@@ -260,27 +260,18 @@ func TestJoinRefusesDisagreement(t *testing.T) {
 	const n = 3
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	peers := freeAddrs(t, n)
-	errs := eachRank(n, func(r int) error {
+	peers := freeport.Loopback(t, n)
+	checkEveryRankRefused(t, joinEach(ctx, n, func(r int) JoinConfig {
 		seed := "1"
 		if r == 2 {
 			seed = "7"
 		}
-		be, err := Join(ctx, JoinConfig{Config: Config{Kind: Ring, Rank: r, Workers: n}, Peers: peers, Settings: settings(seed)})
-		if err == nil {
-			be.Close()
-		}
-		return err
-	})
-	for r, err := range errs {
-		if !errors.Is(err, ErrDisagree) || !strings.Contains(err.Error(), "rank 2 has --seed 7, rank 0 has --seed 1") {
-			t.Errorf("rank %d: error %v, want the seeds named", r, err)
-		}
-	}
+		return JoinConfig{Config: Config{Kind: Ring, Rank: r, Workers: n}, Peers: peers, Settings: settings(seed)}
+	}), "rank 2 has --seed 7, rank 0 has --seed 1")
 }
 
 func TestJoinControllerUnreachable(t *testing.T) {
-	addr := freeAddrs(t, 1)[0]
+	addr := freeport.Loopback(t, 1)[0]
 	for _, kind := range []Kind{SwitchML, Ring} {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_, err := Join(ctx, JoinConfig{Config: Config{Kind: kind, Rank: 0, Workers: 2, Controller: addr, Job: "nobody"}})

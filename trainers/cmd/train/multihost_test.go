@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/switchml/local"
+	"github.com/switchml/switchml-go/trainers/internal/freeport"
 	"github.com/switchml/switchml-go/trainers/train"
 )
 
@@ -54,21 +54,6 @@ func runRanks(t *testing.T, n int, args func(rank int) []string) []*rankOutput {
 	}
 	wg.Wait()
 	return out
-}
-
-// freePorts reserves n loopback addresses for ranks that listen on them.
-func freePorts(t *testing.T, n int) []string {
-	t.Helper()
-	addrs := make([]string, n)
-	for i := range addrs {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs[i] = ln.Addr().String()
-		ln.Close()
-	}
-	return addrs
 }
 
 // smallCNN is a short Fashion-MNIST run; synthetic data when the data set
@@ -149,8 +134,10 @@ func TestRanksTrainTogether(t *testing.T) {
 		name string
 		meet func() []string
 	}{
-		{"ring over --peers", func() []string { return []string{"--backend", "ring", "--peers", strings.Join(freePorts(t, n), ",")} }},
-		{"exact over --peers", func() []string { return []string{"--backend", "exact", "--peers", freePorts(t, 1)[0]} }},
+		{"ring over --peers", func() []string {
+			return []string{"--backend", "ring", "--peers", strings.Join(freeport.Loopback(t, n), ",")}
+		}},
+		{"exact over --peers", func() []string { return []string{"--backend", "exact", "--peers", freeport.Loopback(t, 1)[0]} }},
 		{"switchml", func() []string {
 			return []string{"--backend", "switchml", "--controller", fab.ControllerAddr(), "--job", "ranks-switchml"}
 		}},
@@ -176,7 +163,7 @@ func TestRanksResume(t *testing.T) {
 	const n = 2
 	ckDir := t.TempDir()
 	run := func(epochs int, resume bool) []*rankOutput {
-		args := append(smallCNN(t, epochs), "--backend", "ring", "--peers", strings.Join(freePorts(t, n), ","),
+		args := append(smallCNN(t, epochs), "--backend", "ring", "--peers", strings.Join(freeport.Loopback(t, n), ","),
 			"--workers", fmt.Sprint(n), "--checkpoint-dir", ckDir)
 		if resume {
 			args = append(args, "--resume")
@@ -214,7 +201,7 @@ func TestRanksThatDisagreeStop(t *testing.T) {
 		{"--model", "mlp", "rank 2 has --model mlp, rank 0 has --model cnn"},
 		{"--train-limit", "320", "rank 2 has --train-limit 320, rank 0 has --train-limit 640"},
 	} {
-		peers := strings.Join(freePorts(t, n), ",")
+		peers := strings.Join(freeport.Loopback(t, n), ",")
 		outs := runRanks(t, n, func(r int) []string {
 			args := append(smallCNN(t, 1), "--backend", "ring", "--peers", peers, "--workers", fmt.Sprint(n))
 			if r == 2 {
@@ -234,7 +221,7 @@ func TestRanksThatDisagreeStop(t *testing.T) {
 	// The same flags over data that differ in one label: the hosts' copies
 	// of the data set are not the same.
 	dirs := [2]string{writeIDXSet(t, 0), writeIDXSet(t, 1)}
-	peers := strings.Join(freePorts(t, 2), ",")
+	peers := strings.Join(freeport.Loopback(t, 2), ",")
 	outs := runRanks(t, 2, func(r int) []string {
 		return []string{"--model", "mlp", "--epochs", "1", "--data-dir", dirs[r], "--backend", "exact", "--peers", peers, "--workers", "2", "--quiet"}
 	})
@@ -305,7 +292,7 @@ func TestRankWithoutDataSet(t *testing.T) {
 // A rank that cannot reach its peers or the controller gives up when
 // --join-timeout has passed, naming what it could not reach.
 func TestRankCannotReachTheOthers(t *testing.T) {
-	dead := freePorts(t, 2)
+	dead := freeport.Loopback(t, 2)
 	for _, tc := range []struct {
 		args []string
 		want string
