@@ -163,7 +163,7 @@ func startInProcess(ctx context.Context, cfg Config) (*Fabric, error) {
 		return controller.Run(runCtx, controller.Config{
 			Target: f.p4rt, Listen: cfg.Controller, Dataplane: f.dataplane, Slots: cfg.Slots, Switch: target, Logger: cfg.Logger,
 			Metrics: cfg.Metrics,
-			Ready: func(a net.Addr) { ready <- a.String() },
+			Ready:   func(a net.Addr) { ready <- a.String() },
 		})
 	})
 	timer := time.NewTimer(cfg.ReadyTimeout)
