@@ -74,12 +74,16 @@ func joinSwitchML(ctx context.Context, cfg JoinConfig) (Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := be.(*switchml.Session)
+	s, ok := be.(Broadcaster)
+	if !ok {
+		be.Close()
+		return nil, fmt.Errorf("collective: the switchml backend (%T) cannot relay the ranks' settings", be)
+	}
 	if _, err := agree(ctx, SessionRendezvous(s), cfg.Settings, ""); err != nil {
-		s.Close()
+		be.Close()
 		return nil, err
 	}
-	return s, nil
+	return be, nil
 }
 
 func joinPeers(ctx context.Context, cfg JoinConfig) (Backend, error) {
