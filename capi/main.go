@@ -65,25 +65,22 @@ var (
 	switches handles[*local.Fabric]
 )
 
-// callContext bounds a blocking call by timeoutMS (0: no bound of its own).
-func callContext(timeoutMS int64) (context.Context, context.CancelFunc, error) {
-	if timeoutMS < 0 {
-		return nil, nil, invalid("timeout_ms is %d: pass 0 for the library's own bounds or a positive number of milliseconds", timeoutMS)
-	}
-	if timeoutMS == 0 {
-		ctx, cancel := context.WithCancel(context.Background())
-		return ctx, cancel, nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(timeoutMS)*time.Millisecond)
-	return ctx, cancel, nil
-}
-
-func session(id int64) (*switchml.Session, error) {
+// sessionCall finds session id and bounds a blocking call on it by
+// timeoutMS (0: no bound of its own, the library's apply).
+func sessionCall(id, timeoutMS int64) (*switchml.Session, context.Context, context.CancelFunc, error) {
 	s, ok := sessions.get(id)
 	if !ok {
-		return nil, noHandle("session", id)
+		return nil, nil, nil, noHandle("session", id)
 	}
-	return s, nil
+	switch {
+	case timeoutMS < 0:
+		return nil, nil, nil, invalid("timeout_ms is %d: pass 0 for the library's own bounds or a positive number of milliseconds", timeoutMS)
+	case timeoutMS == 0:
+		ctx, cancel := context.WithCancel(context.Background())
+		return s, ctx, cancel, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(timeoutMS)*time.Millisecond)
+	return s, ctx, cancel, nil
 }
 
 func noHandle(what string, id int64) error {

@@ -58,11 +58,7 @@ func allreduce(id int64, data unsafe.Pointer, count int64, dtype int, timeoutMS 
 	case uintptr(data)%uintptr(size) != 0:
 		return invalid("data at %#x is not aligned to its %d-byte values", uintptr(data), size)
 	}
-	s, err := session(id)
-	if err != nil {
-		return err
-	}
-	ctx, cancel, err := callContext(timeoutMS)
+	s, ctx, cancel, err := sessionCall(id, timeoutMS)
 	if err != nil {
 		return err
 	}
@@ -84,11 +80,7 @@ func allreduce(id int64, data unsafe.Pointer, count int64, dtype int, timeoutMS 
 }
 
 func barrier(id int64, name string, timeoutMS int64) error {
-	s, err := session(id)
-	if err != nil {
-		return err
-	}
-	ctx, cancel, err := callContext(timeoutMS)
+	s, ctx, cancel, err := sessionCall(id, timeoutMS)
 	if err != nil {
 		return err
 	}
@@ -98,18 +90,14 @@ func barrier(id int64, name string, timeoutMS int64) error {
 
 // broadcast fills buf on every rank with root's buf.
 func broadcast(id int64, name string, root int, buf []byte, timeoutMS int64) error {
-	s, err := session(id)
-	if err != nil {
-		return err
-	}
-	if root < 0 || root >= s.Workers() {
-		return invalid("root %d is not a rank of this %d-rank job", root, s.Workers())
-	}
-	ctx, cancel, err := callContext(timeoutMS)
+	s, ctx, cancel, err := sessionCall(id, timeoutMS)
 	if err != nil {
 		return err
 	}
 	defer cancel()
+	if root < 0 || root >= s.Workers() {
+		return invalid("root %d is not a rank of this %d-rank job", root, s.Workers())
+	}
 	var send []byte
 	if s.Rank() == root {
 		send = buf
