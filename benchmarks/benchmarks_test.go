@@ -198,7 +198,8 @@ func TestReportFromResultsJSON(t *testing.T) {
 }
 
 // With PyTorch over switchml in a run, the tables gain Gloo's time over
-// its time: the gain of changing the backend's name.
+// its time (the gain of changing the backend's name), and its own table
+// its time over the Go command's (the cost of the Python layer).
 func TestSystemTableWithTorchSwitchML(t *testing.T) {
 	const s = 64 << 20
 	rs := []result{
@@ -227,5 +228,18 @@ func TestSystemTableWithTorchSwitchML(t *testing.T) {
 		if n := strings.Count(line, "|"); n != 11 {
 			t.Errorf("line %d has %d cells borders, want 11: %s", i, n, line)
 		}
+	}
+
+	b.Reset()
+	torchTable(&b, rs)
+	for _, want := range []string{
+		"| rack 200Mbit/s n=4 64MiB | 3.200 | 4.800 | 3.000 | 1.50x | 1.07x |",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("PyTorch table lacks %q:\n%s", want, b.String())
+		}
+	}
+	if strings.Contains(b.String(), "n=8") {
+		t.Errorf("PyTorch table shows the failed 8-worker point:\n%s", b.String())
 	}
 }

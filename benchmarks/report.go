@@ -174,6 +174,7 @@ func writeReport(dir string, f *resultsFile) (string, error) {
 	}
 
 	goals(&b, x, o)
+	torchTable(&b, f.Results)
 
 	// Workers sweep.
 	if rs := x.in("workers", "rack"); len(rs) > 0 {
@@ -394,4 +395,43 @@ func goals(b *strings.Builder, x resultIndex, o Options) {
 		p("| SwitchML TAT, 8 workers against 2 | within 10%% | %+.1f%% (%.2f s / %.2f s) | %s |\n", 100*d, s8.MedianTAT, s2.MedianTAT, met(math.Abs(d) <= 0.10))
 	}
 	p("\n")
+}
+
+// torchTable compares PyTorch over switchml with what a PyTorch user has
+// (Gloo) and with the library called from Go at the same points: the
+// first ratio is the gain of changing the backend's name, the second what
+// the Python layer costs.
+func torchTable(b *strings.Builder, rs []result) {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	same := func(sys string, t result) (result, bool) {
+		for _, r := range rs {
+			if r.System == sys && r.Error == "" && r.Mode == t.Mode && r.Workers == t.Workers && r.Bytes == t.Bytes && r.RateMbit == t.RateMbit {
+				return r, true
+			}
+		}
+		return result{}, false
+	}
+	header := false
+	for _, t := range rs {
+		if t.System != "torch-switchml" || t.Error != "" {
+			continue
+		}
+		if !header {
+			p("## PyTorch: the switchml backend against Gloo\n\n")
+			p("The same script (`torch_allreduce.py`) over both backends; SwitchML is the Go command on the same switch. Worker CPU is that of the allreduce calls alone, all workers.\n\n")
+			p("| point | PyTorch-SwitchML TAT (s) | Gloo TAT (s) | SwitchML TAT (s) | Gloo / PyTorch-SwitchML | PyTorch-SwitchML / SwitchML | worker CPU per allreduce, PyTorch-SwitchML / SwitchML (s) |\n|---|---|---|---|---|---|---|\n")
+			header = true
+		}
+		gl, okG := same("gloo", t)
+		sm, okS := same("switchml", t)
+		where := t.Mode
+		if t.RateMbit > 0 {
+			where = fmt.Sprintf("%s %gMbit/s", t.Mode, t.RateMbit)
+		}
+		p("| %s n=%d %s | %.3f | %s | %s | %s | %s | %.2f / %s |\n", where, t.Workers, FormatSize(t.Bytes), t.MedianTAT, cell(gl, okG), cell(sm, okS),
+			ratio(gl, t, okG, true), ratio(t, sm, true, okS), t.WorkerCPUPerOp, cellf(sm, okS, "%.2f", sm.WorkerCPUPerOp))
+	}
+	if header {
+		p("\n")
+	}
 }
