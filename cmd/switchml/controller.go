@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -12,9 +13,11 @@ import (
 	"github.com/switchml/switchml-go/p4/bmv2"
 	"github.com/switchml/switchml-go/p4/controller"
 	"github.com/switchml/switchml-go/p4/p4info"
+	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/tna"
 	"github.com/switchml/switchml-go/p4/v1model"
 	"github.com/switchml/switchml-go/switchml/secure"
+	"github.com/switchml/switchml-go/switchml/wire"
 )
 
 func init() {
@@ -76,6 +79,9 @@ func runController(ctx context.Context, args []string) error {
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	metricsAddr := fs.String("metrics", "", metricsFlagHelp)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := controllerFlagsValid(cfg.Slots, *maxElements, cfg.IngressLoss, cfg.EgressLoss); err != nil {
 		return err
 	}
 	log, err := newLogger(*logLevel)
@@ -172,4 +178,25 @@ func (a thriftRegisters) RegisterWriteRange(ctx context.Context, name string, fi
 	}
 	defer th.Close()
 	return th.RegisterWriteRange(ctx, name, first, end, value)
+}
+
+// controllerFlagsValid checks the flags whose bad values would otherwise
+// surface only once the switch answers, in the controller's own terms.
+func controllerFlagsValid(slots, maxElements int, lossIn, lossOut float64) error {
+	var errs []error
+	if slots < 1 || slots > pipeline.MaxSlots {
+		errs = append(errs, fmt.Errorf("--slots %d: want 1..%d (and the switch's own --slots)", slots, pipeline.MaxSlots))
+	}
+	if maxElements < 1 || maxElements > wire.MaxElements {
+		errs = append(errs, fmt.Errorf("--max-elements %d: want 1..%d (the software switch's own --max-elements)", maxElements, wire.MaxElements))
+	}
+	for _, c := range []struct {
+		flag string
+		p    float64
+	}{{"--simulate-loss-in", lossIn}, {"--simulate-loss-out", lossOut}} {
+		if !(c.p >= 0 && c.p < 1) {
+			errs = append(errs, fmt.Errorf("%s %g: a fraction lies in [0, 1)", c.flag, c.p))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchml/switchml-go/p4/controller"
 	"github.com/switchml/switchml-go/p4/fabric"
 	"github.com/switchml/switchml-go/switchml"
 	"github.com/switchml/switchml-go/switchml/ring"
@@ -125,6 +126,24 @@ func TestSwitchFlagErrors(t *testing.T) {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			args := append([]string{"--dataplane", "127.0.0.1:0", "--p4rt", "127.0.0.1:0"}, tc.args...)
 			checkFlagError(t, runSwitch, cfg, args, tc.want...)
+		})
+	}
+}
+
+func TestControllerFlagErrors(t *testing.T) {
+	cfg := reflect.TypeFor[controller.Config]()
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--slots", "-5"}, []string{"--slots -5", "want 1.."}},
+		{[]string{"--max-elements", "0"}, []string{"--max-elements 0", "want 1..2048"}},
+		{[]string{"--simulate-loss-in", "3", "--simulate-loss-out", "1"}, []string{"--simulate-loss-in 3", "--simulate-loss-out 1", "[0, 1)"}},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			// No switch answers at the target: a flag error must come first.
+			args := append([]string{"--target", "127.0.0.1:1", "--connect-timeout", "1s"}, tc.args...)
+			checkFlagError(t, runController, cfg, args, tc.want...)
 		})
 	}
 }
