@@ -79,11 +79,14 @@ func chaosCause(msg string) string {
 var chaosExpected = map[string][]string{
 	// A worker killed before it registered leaves the others waiting for
 	// it until their join timeout, which names it.
-	"kill-worker":    {"rank lost", "rank failed", "rank missing at join"},
-	"restart-switch": {"switch lost", "rank failed"},
+	"kill-worker": {"rank lost", "rank failed", "rank missing at join"},
+	// A restart that lands while the ranks join ends the ranks that had
+	// registered; one that registers afterwards waits for them until its
+	// join timeout, which names them.
+	"restart-switch": {"switch lost", "rank failed", "rank missing at join"},
 	// A restarted controller takes running jobs back from the switch; a
 	// job it could not take back must fail naming the restart.
-	"restart-controller": {"controller restarted", "rank failed"},
+	"restart-controller": {"controller restarted", "rank failed", "rank missing at join"},
 }
 
 func runChaos(ctx context.Context, args []string) error {
