@@ -24,11 +24,7 @@ import (
 func TestTraceAndCollector(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	fab, err := local.Start(ctx, local.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fab.Close()
+	fab := local.ForTest(t, local.Options{})
 	const workers, lanes, elements, calls, late = 2, 2, 20_000, 4, 2
 	traces := make([]bytes.Buffer, workers)
 	sessions := make([]*switchml.Session, workers)

@@ -23,11 +23,7 @@ func startFabric(t *testing.T) (context.Context, *local.Fabric) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	fab, err := local.Start(ctx, local.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fab.Close() })
+	fab := local.ForTest(t, local.Options{})
 	return ctx, fab
 }
 

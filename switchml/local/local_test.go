@@ -20,15 +20,7 @@ import (
 func TestJobOnEmbeddedFabric(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	fab, err := local.Start(ctx, local.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := fab.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	}()
+	fab := local.ForTest(t, local.Options{})
 	const n = 3
 	const size = 10_000
 	var wg sync.WaitGroup
@@ -117,11 +109,7 @@ func zero() int { return 0 }
 func TestMemoryDoesNotGrowWithTensor(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	fab, err := local.Start(ctx, local.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fab.Close()
+	fab := local.ForTest(t, local.Options{})
 	const n = 2
 	sessions := make([]*switchml.Session, n)
 	var wg sync.WaitGroup

@@ -212,11 +212,7 @@ func TestJoinAcrossPeers(t *testing.T) {
 func TestJoinAtController(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	fab, err := local.Start(ctx, local.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fab.Close()
+	fab := local.ForTest(t, local.Options{})
 	const n = 3
 	for _, kind := range []Kind{Ring, Exact, SwitchML} {
 		allReduceAll(t, n, func(r int) JoinConfig {

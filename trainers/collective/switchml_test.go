@@ -4,7 +4,6 @@ import (
 	"context"
 	"math"
 	"testing"
-	"time"
 
 	"github.com/switchml/switchml-go/quant"
 	"github.com/switchml/switchml-go/switchml/local"
@@ -13,13 +12,7 @@ import (
 // TestSwitchMLBackendSums aggregates through the embedded software switch:
 // real UDP, a controller programming the switch over P4Runtime.
 func TestSwitchMLBackendSums(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	fab, err := local.Start(ctx, local.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fab.Close()
+	fab := local.ForTest(t, local.Options{})
 	const n, length = 3, 5000
 	// The library's default packet, and one only the extended header carries.
 	for _, pe := range []int{0, 1000} {

@@ -122,13 +122,7 @@ func checkRanksAgree(t *testing.T, res [][]train.EpochResult, ckDir string, epoc
 // Three processes, each one rank, train together over every backend and
 // way of meeting, and end with the same model.
 func TestRanksTrainTogether(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	fab, err := local.Start(ctx, local.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fab.Close()
+	fab := local.ForTest(t, local.Options{})
 	const n = 3
 	for _, tc := range []struct {
 		name string
