@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -60,7 +61,9 @@ func TestReplayOverStar(t *testing.T) {
 				return
 			}
 			defer be.Close()
-			rp := NewReplayer(p, 350, be, r, 2)
+			// Bucket a (600 values) goes through a 250-value buffer in
+			// three pieces.
+			rp := NewReplayer(p, 350, be, r, 2, 250)
 			for s := 0; s < 2; s++ {
 				if res[r], errs[r] = rp.Step(ctx); errs[r] != nil {
 					return
@@ -128,5 +131,74 @@ func TestCheckedInProfiles(t *testing.T) {
 		if sum != b.Parameters || p.Parameters != b.Parameters {
 			t.Errorf("%s: units hold %d parameters, profile says %d, model has %d", path, sum, p.Parameters, b.Parameters)
 		}
+	}
+}
+
+// recorder is a one-worker backend that notes when each allreduce starts.
+type recorder struct {
+	mu     sync.Mutex
+	starts []time.Time
+	sizes  []int
+}
+
+func (r *recorder) AllReduceFloat32(ctx context.Context, buf []float32) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.starts = append(r.starts, time.Now())
+	r.sizes = append(r.sizes, len(buf))
+	return nil
+}
+
+func (r *recorder) Close() error { return nil }
+
+// A sequential replay starts no allreduce before the backward pass is
+// over; an overlapping one starts the first bucket's during it.
+func TestSequentialReplayWaitsForBackward(t *testing.T) {
+	p := testProfile()
+	p.BackwardS = 0.3
+	for i := range p.Units {
+		p.Units[i].BackwardS = 0.1
+	}
+	for _, seq := range []bool{false, true} {
+		rec := &recorder{}
+		rp := NewReplayer(p, 0, rec, 0, 1, 0)
+		rp.Sequential = seq
+		start := time.Now()
+		if _, err := rp.Step(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := rp.Check(); err != nil {
+			t.Fatal(err)
+		}
+		if len(rec.starts) != 3 {
+			t.Fatalf("sequential=%v: %d allreduces, want one per unit (3)", seq, len(rec.starts))
+		}
+		first := rec.starts[0].Sub(start).Seconds()
+		end := p.ForwardS + p.BackwardS
+		if seq && first < end {
+			t.Errorf("sequential replay started an allreduce %.3fs into the step, before the backward pass ended (%.3fs)", first, end)
+		}
+		if !seq && first >= end {
+			t.Errorf("overlapping replay started its first allreduce %.3fs into the step, after the backward pass (%.3fs)", first, end)
+		}
+	}
+}
+
+// Buckets larger than the buffer go through it in pieces that cover the
+// bucket exactly, in order.
+func TestReplayInPieces(t *testing.T) {
+	p := testProfile()
+	rec := &recorder{}
+	rp := NewReplayer(p, 0, rec, 0, 1, 250)
+	if _, err := rp.Step(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := rp.Check(); err != nil {
+		t.Fatal(err)
+	}
+	// Buckets from the last unit down: c (100), b (300), a (600).
+	want := []int{100, 250, 50, 250, 250, 100}
+	if !slices.Equal(rec.sizes, want) {
+		t.Errorf("allreduce sizes %v, want %v", rec.sizes, want)
 	}
 }

@@ -31,17 +31,55 @@ type Replayer struct {
 	// Rank fills the gradients with rank-dependent values; Workers is the
 	// job size, which Check needs.
 	Rank, Workers int
+	// Sequential holds every allreduce back until the whole backward pass
+	// is over, as the train command's loop does (gradients, then the
+	// buckets' allreduces one after the other, then the update), instead
+	// of overlapping them with the backward pass.
+	Sequential bool
 
 	bufs [][]float32
 }
 
-// NewReplayer prepares the gradient buffers of the buckets.
-func NewReplayer(p *Profile, bucketElems int, be collective.Backend, rank, workers int) *Replayer {
+// NewReplayer prepares the gradient buffers of the buckets. A bucket of
+// more than maxBuffer values (when maxBuffer > 0) gets a buffer of
+// maxBuffer values and is allreduced through it piece by piece: the
+// paper-size models' gradients (over a GB) would not fit in memory once
+// per worker of the rack.
+func NewReplayer(p *Profile, bucketElems int, be collective.Backend, rank, workers, maxBuffer int) *Replayer {
 	r := &Replayer{Profile: p, Buckets: p.Buckets(bucketElems), Backend: be, Rank: rank, Workers: workers}
 	for _, b := range r.Buckets {
-		r.bufs = append(r.bufs, make([]float32, b.Elems))
+		n := b.Elems
+		if maxBuffer > 0 {
+			n = min(n, maxBuffer)
+		}
+		r.bufs = append(r.bufs, make([]float32, n))
 	}
 	return r
+}
+
+// fill sets bucket i's buffer to this rank's contribution.
+func (r *Replayer) fill(i int) {
+	v := float32(r.Rank+1) / float32(1+i)
+	b := r.bufs[i]
+	for j := range b {
+		b[j] = v
+	}
+}
+
+// allReduce sums bucket i, through its buffer in pieces when the buffer is
+// smaller than the bucket.
+func (r *Replayer) allReduce(ctx context.Context, i int) error {
+	buf := r.bufs[i]
+	for off := 0; off < r.Buckets[i].Elems; off += len(buf) {
+		piece := buf[:min(len(buf), r.Buckets[i].Elems-off)]
+		if off > 0 {
+			r.fill(i)
+		}
+		if err := r.Backend.AllReduceFloat32(ctx, piece); err != nil {
+			return fmt.Errorf("profile: allreduce of bucket %d (values %d..%d of %d): %w", i, off, off+len(piece), r.Buckets[i].Elems, err)
+		}
+	}
+	return nil
 }
 
 func sleepUntil(ctx context.Context, t time.Time) error {
@@ -63,11 +101,8 @@ func sleepUntil(ctx context.Context, t time.Time) error {
 // same buckets.
 func (r *Replayer) Step(ctx context.Context) (StepResult, error) {
 	p := r.Profile
-	for i, b := range r.bufs {
-		v := float32(r.Rank+1) / float32(1+i)
-		for j := range b {
-			b[j] = v
-		}
+	for i := range r.bufs {
+		r.fill(i)
 	}
 	ready := make(chan int, len(r.Buckets))
 	type commDone struct {
@@ -90,8 +125,8 @@ func (r *Replayer) Step(ctx context.Context) (StepResult, error) {
 			if n == 0 {
 				c.first = t
 			}
-			if err := r.Backend.AllReduceFloat32(ctx, r.bufs[i]); err != nil {
-				c.err = fmt.Errorf("profile: allreduce of bucket %d (%d values): %w", i, len(r.bufs[i]), err)
+			if err := r.allReduce(ctx, i); err != nil {
+				c.err = err
 				done <- c
 				return
 			}
@@ -103,7 +138,11 @@ func (r *Replayer) Step(ctx context.Context) (StepResult, error) {
 	start := time.Now()
 	bwdStart := start.Add(seconds(p.ForwardS))
 	for i, b := range r.Buckets {
-		if err := sleepUntil(ctx, bwdStart.Add(seconds(b.ReadyS))); err != nil {
+		at := b.ReadyS
+		if r.Sequential {
+			at = p.BackwardS
+		}
+		if err := sleepUntil(ctx, bwdStart.Add(seconds(at))); err != nil {
 			return StepResult{}, err
 		}
 		ready <- i
@@ -126,10 +165,14 @@ func (r *Replayer) Step(ctx context.Context) (StepResult, error) {
 }
 
 // Check verifies that the last step's allreduces summed: rank r
-// contributes (r+1)/(i+1) to every value of bucket i.
+// contributes (r+1)/(i+1) to every value of bucket i (of its last piece
+// when it went through its buffer in pieces).
 func (r *Replayer) Check() error {
 	w := float64(r.Workers * (r.Workers + 1) / 2)
 	for i, b := range r.bufs {
+		if last := r.Buckets[i].Elems % len(b); last > 0 {
+			b = b[:last]
+		}
 		want := w / float64(i+1)
 		for j := 0; j < len(b); j += max(1, len(b)/97) {
 			if d := float64(b[j]) - want; d > 1e-3*want || d < -1e-3*want {

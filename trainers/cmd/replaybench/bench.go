@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,12 +13,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/switchml/switchml-go/benchmarks/progress"
 	"github.com/switchml/switchml-go/benchmarks/rack"
 	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/trainers/internal/rackrun"
 	"github.com/switchml/switchml-go/trainers/profile"
 )
 
@@ -37,26 +36,42 @@ type Point struct {
 	ExposedCommS float64              `json:"exposed_comm_s"`
 	Steps        []profile.StepResult `json:"steps"`
 	Error        string               `json:"error,omitempty"`
+	// Run is the index in Report.Runs of the run that measured the point.
+	Run int `json:"run"`
+	// Others are the heavy processes that ran on the machine at the start
+	// or the end of the point: they shared its CPUs.
+	Others []string `json:"others,omitempty"`
 }
 
-// Report is the file replaybench writes.
+// RunInfo says how a run was made: the command and the commit of the code.
+type RunInfo struct {
+	Command string `json:"command"`
+	Commit  string `json:"commit"`
+	Date    string `json:"date"`
+}
+
+// Report is the file replaybench writes. Date, Command and Commit are
+// those of the last run; Runs lists every run whose points it holds (more
+// than one after merge).
 type Report struct {
-	Date        string   `json:"date"`
-	Command     string   `json:"command"`
-	Workers     int      `json:"workers"`
-	RatesMbit   []string `json:"rates_mbit"`
-	BucketElems int      `json:"bucket_elems"`
-	StepsTimed  int      `json:"steps_timed"`
-	Warmup      int      `json:"warmup_steps"`
-	CPUs        int      `json:"cpus"`
-	SwitchML    string   `json:"switchml_settings"`
-	Points      []Point  `json:"points"`
+	Date        string    `json:"date"`
+	Command     string    `json:"command"`
+	Commit      string    `json:"commit"`
+	Runs        []RunInfo `json:"runs"`
+	Workers     int       `json:"workers"`
+	RatesMbit   []string  `json:"rates_mbit"`
+	BucketElems int       `json:"bucket_elems"`
+	StepsTimed  int       `json:"steps_timed"`
+	Warmup      int       `json:"warmup_steps"`
+	CPUs        int       `json:"cpus"`
+	SwitchML    string    `json:"switchml_settings"`
+	Points      []Point   `json:"points"`
 }
 
 type benchFlags struct {
 	models, backends, rates, profiles, out, python, glooScript, prefix, subnet string
 	workers, steps, warmup, lanes, window, packetElems, mtu                    int
-	bucketMB                                                                   float64
+	bucketMB, maxBufferMB                                                      float64
 	pointTimeout                                                               time.Duration
 	quiet                                                                      bool
 }
@@ -81,6 +96,7 @@ func bench(ctx context.Context, args []string) error {
 	fs.IntVar(&f.packetElems, "packet-elements", 256, "switchml values per packet (256 = 1 KiB payload, what a Tofino takes with recirculation)")
 	fs.IntVar(&f.mtu, "mtu", 1500, "MTU of every rack port (9000 for jumbo frames; --packet-elements 2048 needs it)")
 	fs.Float64Var(&f.bucketMB, "bucket-mb", 25, "gradient bucket size in MB (DDP's default is 25)")
+	fs.Float64Var(&f.maxBufferMB, "max-buffer-mb", 0, "switchml and ring: allreduce a bucket larger than this many MB in pieces through one buffer of this size, so that gradients of hundreds of millions of values fit in memory on every worker (0 = whole buckets)")
 	fs.DurationVar(&f.pointTimeout, "point-timeout", 30*time.Minute, "give up on one point after this long")
 	fs.BoolVar(&f.quiet, "quiet", false, "no status line of the running point (it is drawn only on a terminal)")
 	if err := fs.Parse(args); err != nil {
@@ -115,36 +131,18 @@ func bench(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.MkdirTemp("", "replaybench")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	// The switch and controller are the project's switchml command.
-	swbin := filepath.Join(tmp, "switchml")
-	build := exec.CommandContext(ctx, "go", "build", "-o", swbin, "github.com/switchml/switchml-go/cmd/switchml")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("building cmd/switchml: %w", err)
-	}
-
-	r, err := rack.New(ctx, rack.Config{Workers: f.workers, RateMbit: rates[0], MTU: f.mtu, Prefix: f.prefix, Subnet: f.subnet})
+	// The switch and the controller run in the rack's switch namespace;
+	// their logs are echoed at warn level and above.
+	r, err := rackrun.Start(ctx, rack.Config{Workers: f.workers, RateMbit: rates[0], MTU: f.mtu, Prefix: f.prefix, Subnet: f.subnet},
+		fabric.Config{MaxElements: max(f.packetElems, 1024), Echo: true,
+			SwitchArgs: []string{"--log-level", "warn"}, ControllerArgs: []string{"--log-level", "warn"}})
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	// The switch and the controller run in the rack's switch namespace;
-	// their logs are echoed at warn level and above.
-	fab, err := fabric.Start(ctx, r.Fabric(ctx, swbin, fabric.Config{
-		MaxElements: max(f.packetElems, 1024), Echo: true,
-		SwitchArgs: []string{"--log-level", "warn"}, ControllerArgs: []string{"--log-level", "warn"},
-	}))
-	if err != nil {
-		return err
-	}
-	defer fab.Close()
 
-	rep := &Report{Date: time.Now().UTC().Format(time.RFC3339), Command: "replaybench " + strings.Join(args, " "),
+	run0 := RunInfo{Command: "replaybench " + strings.Join(args, " "), Commit: rackrun.Commit(ctx), Date: time.Now().UTC().Format(time.RFC3339)}
+	rep := &Report{Date: run0.Date, Command: run0.Command, Commit: run0.Commit, Runs: []RunInfo{run0},
 		Workers: f.workers, BucketElems: bucketElems, StepsTimed: f.steps, Warmup: f.warmup, CPUs: runtime.NumCPU(),
 		SwitchML: fmt.Sprintf("%d lanes, window %d, %d values per packet, MTU %d", f.lanes, f.window, f.packetElems, f.mtu)}
 	for _, rate := range rates {
@@ -169,7 +167,7 @@ func bench(ctx context.Context, args []string) error {
 					return fmt.Sprintf("[%d/%d] %g Mbit/s, %s, %s: %s; %s", n, total, rate, m, be,
 						progress.Round(time.Since(started)), progress.Left(done, elapsed))
 				})
-				pt := Point{RateMbit: rate, Model: m, Backend: be, Workers: f.workers, Parameters: p.Parameters}
+				pt := Point{RateMbit: rate, Model: m, Backend: be, Workers: f.workers, Parameters: p.Parameters, Others: rackrun.Others()}
 				pctx, cancel := context.WithTimeout(ctx, f.pointTimeout)
 				res, err := runPoint(pctx, r, &f, exe, filepath.Join(f.profiles, m+".json"), be, run, bucketElems)
 				cancel()
@@ -184,6 +182,11 @@ func bench(ctx context.Context, args []string) error {
 					pt.StepS, pt.ComputeS, pt.ExposedCommS = medians(res.Steps)
 					fmt.Fprintf(line, "   step %.3fs, compute %.3fs, exposed comm %.3fs\n", pt.StepS, pt.ComputeS, pt.ExposedCommS)
 				}
+				for _, o := range rackrun.Others() {
+					if !slices.Contains(pt.Others, o) {
+						pt.Others = append(pt.Others, o)
+					}
+				}
 				rep.Points = append(rep.Points, pt)
 				if err := writeReport(f.out, rep, models, backends, rates); err != nil {
 					return err
@@ -197,11 +200,10 @@ func bench(ctx context.Context, args []string) error {
 
 // runPoint runs every worker of one backend in its namespace and returns
 // rank 0's result.
-func runPoint(ctx context.Context, r *rack.Rack, f *benchFlags, exe, prof, backend string, run, bucketElems int) (*WorkerResult, error) {
+func runPoint(ctx context.Context, r *rackrun.Rack, f *benchFlags, exe, prof, backend string, run, bucketElems int) (*WorkerResult, error) {
 	n := f.workers
 	cmds := make([]*exec.Cmd, n)
 	outs := make([]bytes.Buffer, n)
-	errs := make([]bytes.Buffer, n)
 	var ring []string
 	for i := 0; i < n; i++ {
 		ring = append(ring, fmt.Sprintf("%s:%d", r.WorkerIP(i), 21000+run%500*8+i))
@@ -217,60 +219,23 @@ func runPoint(ctx context.Context, r *rack.Rack, f *benchFlags, exe, prof, backe
 		case "switchml", "ring":
 			c = r.Command(ctx, r.WorkerNS(i), exe, append([]string{"worker", "--profile", prof, "--backend", backend,
 				"--rank", strconv.Itoa(i), "--workers", strconv.Itoa(n), "--ring-addrs", strings.Join(ring, ","),
-				"--controller", r.SwitchIP() + ":50051", "--job", fmt.Sprintf("replay-%d", run),
-				"--lanes", strconv.Itoa(f.lanes), "--window", strconv.Itoa(f.window), "--packet-elements", strconv.Itoa(f.packetElems)}, common...)...)
+				"--controller", r.Controller(), "--job", fmt.Sprintf("replay-%d", run),
+				"--lanes", strconv.Itoa(f.lanes), "--window", strconv.Itoa(f.window), "--packet-elements", strconv.Itoa(f.packetElems),
+				"--max-buffer-elems", strconv.Itoa(int(f.maxBufferMB * 1e6 / 4))}, common...)...)
 		default:
 			return nil, fmt.Errorf("unknown backend %q", backend)
 		}
 		c.Stdout = &outs[i]
-		if i == 0 {
-			c.Stderr = io.MultiWriter(os.Stderr, &errs[i])
-		} else {
-			c.Stderr = &errs[i]
-		}
-		c.Cancel = func() error { return c.Process.Kill() }
-		c.WaitDelay = 5 * time.Second
-		if err := c.Start(); err != nil {
-			return nil, err
-		}
 		cmds[i] = c
 	}
-	var wg sync.WaitGroup
-	werr := make([]error, n)
-	for i, c := range cmds {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			werr[i] = c.Wait()
-			if werr[i] != nil {
-				// One rank failing leaves the others waiting: stop them.
-				for _, o := range cmds {
-					if o.ProcessState == nil {
-						o.Process.Kill()
-					}
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	for i, err := range werr {
-		if err != nil {
-			return nil, fmt.Errorf("rank %d: %v: %s", i, err, lastLines(errs[i].String(), 5))
-		}
+	if err := rackrun.Run(cmds, os.Stderr); err != nil {
+		return nil, err
 	}
 	var res WorkerResult
 	if err := json.Unmarshal(outs[0].Bytes(), &res); err != nil {
 		return nil, fmt.Errorf("rank 0 printed %q: %w", outs[0].String(), err)
 	}
 	return &res, nil
-}
-
-func lastLines(s string, n int) string {
-	l := strings.Split(strings.TrimSpace(s), "\n")
-	if len(l) > n {
-		l = l[len(l)-n:]
-	}
-	return strings.Join(l, " | ")
 }
 
 func writeReport(dir string, rep *Report, models, backends []string, rates []float64) error {
@@ -294,32 +259,33 @@ func report(dirs []string) error {
 		return fmt.Errorf("replaybench report: name the result directories (each holding replay.json)")
 	}
 	for _, dir := range dirs {
-		b, err := os.ReadFile(filepath.Join(dir, "replay.json"))
+		rep, err := loadReport(filepath.Join(dir, "replay.json"))
 		if err != nil {
 			return err
 		}
-		var rep Report
-		if err := json.Unmarshal(b, &rep); err != nil {
-			return fmt.Errorf("%s/replay.json: %w", dir, err)
-		}
-		var models, backends []string
-		var rates []float64
-		for _, p := range rep.Points {
-			if !slices.Contains(models, p.Model) {
-				models = append(models, p.Model)
-			}
-			if !slices.Contains(backends, p.Backend) {
-				backends = append(backends, p.Backend)
-			}
-			if !slices.Contains(rates, p.RateMbit) {
-				rates = append(rates, p.RateMbit)
-			}
-		}
-		if err := writeReport(dir, &rep, models, backends, rates); err != nil {
+		models, backends, rates := rep.axes()
+		if err := writeReport(dir, rep, models, backends, rates); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// axes lists the models, backends and rates of the points, in the order
+// they were measured.
+func (rep *Report) axes() (models, backends []string, rates []float64) {
+	for _, p := range rep.Points {
+		if !slices.Contains(models, p.Model) {
+			models = append(models, p.Model)
+		}
+		if !slices.Contains(backends, p.Backend) {
+			backends = append(backends, p.Backend)
+		}
+		if !slices.Contains(rates, p.RateMbit) {
+			rates = append(rates, p.RateMbit)
+		}
+	}
+	return models, backends, rates
 }
 
 func find(rep *Report, rate float64, model, backend string) *Point {
@@ -336,16 +302,32 @@ func markdown(rep *Report, models, backends []string, rates []float64) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "Profile replay, %d workers on the emulated rack, %d timed steps per point after %d warm-up (medians), buckets of %d values; switchml: %s.\n\n",
 		rep.Workers, rep.StepsTimed, rep.Warmup, rep.BucketElems, rep.SwitchML)
+	runs := rep.Runs
+	if len(runs) == 0 {
+		runs = []RunInfo{{Command: rep.Command, Commit: rep.Commit, Date: rep.Date}}
+	}
+	for i, r := range runs {
+		fmt.Fprintf(&sb, "Run %d, commit %s, %s:\n\n```sh\n%s\n```\n\n", i+1, r.Commit, r.Date, r.Command)
+	}
+	multi := len(runs) > 1
 	for _, rate := range rates {
 		fmt.Fprintf(&sb, "### %g Mbit/s per port\n\n| model | parameters | compute/step (s) |", rate)
 		for _, b := range backends {
 			fmt.Fprintf(&sb, " %s step (s) |", b)
 		}
-		sb.WriteString(" switchml vs gloo | switchml vs ring |\n|---|---:|---:|")
+		sb.WriteString(" switchml vs gloo | switchml vs ring |")
+		if multi {
+			sb.WriteString(" run |")
+		}
+		sb.WriteString("\n|---|---:|---:|")
 		for range backends {
 			sb.WriteString("---:|")
 		}
-		sb.WriteString("---:|---:|\n")
+		sb.WriteString("---:|---:|")
+		if multi {
+			sb.WriteString("---|")
+		}
+		sb.WriteString("\n")
 		for _, m := range models {
 			var params int64
 			compute := 0.0
@@ -370,9 +352,27 @@ func markdown(rep *Report, models, backends []string, rates []float64) string {
 					sb.WriteString(" — |")
 				}
 			}
+			if multi {
+				var ids []string
+				for _, b := range backends {
+					if p := find(rep, rate, m, b); p != nil && !slices.Contains(ids, strconv.Itoa(p.Run+1)) {
+						ids = append(ids, strconv.Itoa(p.Run+1))
+					}
+				}
+				fmt.Fprintf(&sb, " %s |", strings.Join(ids, ", "))
+			}
 			sb.WriteString("\n")
 		}
 		sb.WriteString("\n")
+	}
+	var shared []string
+	for _, p := range rep.Points {
+		if len(p.Others) > 0 {
+			shared = append(shared, fmt.Sprintf("- %g Mbit/s, %s, %s: %s", p.RateMbit, p.Model, p.Backend, strings.Join(p.Others, "; ")))
+		}
+	}
+	if len(shared) > 0 {
+		sb.WriteString("Other heavy processes on the machine at the start or the end of a point (they shared the CPUs):\n\n" + strings.Join(shared, "\n") + "\n")
 	}
 	return sb.String()
 }

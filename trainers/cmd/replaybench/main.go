@@ -10,7 +10,9 @@
 //	go build -o /tmp/replaybench ./cmd/replaybench && sudo /tmp/replaybench --out results/replay
 //
 // The worker subcommand is what runs in each worker namespace; `replaybench
-// report DIR...` rewrites the table and the plot from DIR/replay.json.
+// report DIR...` rewrites the table and the plot from DIR/replay.json, and
+// `replaybench merge --out DIR A/replay.json B/replay.json...` combines
+// runs into one table that names each run's command and commit.
 package main
 
 import (
@@ -39,6 +41,8 @@ func main() {
 		err = worker(ctx, os.Args[2:])
 	} else if len(os.Args) > 1 && os.Args[1] == "report" {
 		err = report(os.Args[2:])
+	} else if len(os.Args) > 1 && os.Args[1] == "merge" {
+		err = merge(os.Args[2:])
 	} else {
 		err = bench(ctx, os.Args[1:])
 	}
@@ -74,6 +78,8 @@ func worker(ctx context.Context, args []string) error {
 	bucketElems := fs.Int("bucket-elems", 25<<20/4, "values per gradient bucket")
 	steps := fs.Int("steps", 3, "timed steps")
 	warmup := fs.Int("warmup", 1, "untimed steps first")
+	maxBuffer := fs.Int("max-buffer-elems", 0, "allreduce a bucket larger than this in pieces through one buffer of this many values (0 = whole buckets)")
+	sequential := fs.Bool("sequential", false, "allreduce the buckets only after the whole backward pass, as the train command does, instead of overlapping them with it")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -99,7 +105,8 @@ func worker(ctx context.Context, args []string) error {
 		return err
 	}
 	defer be.Close()
-	rp := profile.NewReplayer(p, *bucketElems, be, *rank, *workers)
+	rp := profile.NewReplayer(p, *bucketElems, be, *rank, *workers, *maxBuffer)
+	rp.Sequential = *sequential
 	out := WorkerResult{Backend: *backend, Model: p.Model, Rank: *rank, Workers: *workers, Buckets: len(rp.Buckets)}
 	one := make([]float32, 1)
 	for s := 0; s < *warmup+*steps; s++ {

@@ -1,0 +1,365 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/switchml/switchml-go/trainers/internal/rackrun"
+	"github.com/switchml/switchml-go/trainers/profile"
+	"github.com/switchml/switchml-go/trainers/train"
+)
+
+// Measured is a point's real training: medians over rank 0's timed steps.
+type Measured struct {
+	StepS    float64   `json:"step_s"`
+	ComputeS float64   `json:"compute_s"`
+	CommS    float64   `json:"comm_s"`
+	Steps    []float64 `json:"steps_s"`
+	Loss     float64   `json:"loss"`
+}
+
+// Replayed is the profile replay of the same point: medians over rank 0's
+// timed steps.
+type Replayed struct {
+	StepS    float64              `json:"step_s"`
+	ComputeS float64              `json:"compute_s"`
+	CommS    float64              `json:"comm_s"`
+	Steps    []profile.StepResult `json:"steps"`
+}
+
+// StepPoint is one (rate, model, backend) of the step-time table.
+type StepPoint struct {
+	RateMbit   float64   `json:"rate_mbit"`
+	Workers    int       `json:"workers"`
+	Model      string    `json:"model"`
+	Backend    string    `json:"backend"`
+	Batch      int       `json:"batch"`
+	Parameters int64     `json:"parameters"`
+	Measured   *Measured `json:"measured,omitempty"`
+	Replayed   *Replayed `json:"replayed,omitempty"`
+	Others     []string  `json:"others,omitempty"`
+	Error      string    `json:"error,omitempty"`
+}
+
+// StepsReport is steps.json.
+type StepsReport struct {
+	Date        string      `json:"date"`
+	Command     string      `json:"command"`
+	Commit      string      `json:"commit"`
+	CPUs        int         `json:"cpus"`
+	StepsTimed  int         `json:"steps_timed"`
+	Warmup      int         `json:"warmup_steps"`
+	BucketElems int         `json:"bucket_elems"`
+	Threads     int         `json:"intra_op_threads"`
+	Settings    string      `json:"settings"`
+	Points      []StepPoint `json:"points"`
+}
+
+func steps(ctx context.Context, args []string) error {
+	var rf rackFlags
+	fs := flag.NewFlagSet("rackbench steps", flag.ContinueOnError)
+	rf.register(fs)
+	models := fs.String("models", "ncf,deeplight,lstm,resnet50", "benchmark models (each with profiles/<model>.json; the batch is the profile's)")
+	rates := fs.String("rates", "200,1000", "port rates in Mbit/s")
+	workerCounts := fs.String("worker-counts", "", "job sizes to run (comma-separated, each at most --workers; default --workers)")
+	backends := fs.String("backends", "switchml,ring", "backends: switchml, ring")
+	profiles := fs.String("profiles", "profiles", "directory of the profiles")
+	timed := fs.Int("steps", 5, "timed steps per point")
+	warmup := fs.Int("warmup", 1, "untimed steps before them")
+	bucketElems := fs.Int("bucket-elems", 25e6/4, "gradient values per allreduce bucket, for training and replay alike (DDP's 25 MB)")
+	threads := fs.Int("threads", 1, "TensorFlow intra-op threads per rank")
+	out := fs.String("out", "results/rack-e2e", "output directory")
+	name := fs.String("name", "steps", "results file names: NAME.json and NAME.md in --out")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *timed < 1 || *warmup < 0 {
+		return fmt.Errorf("--steps %d --warmup %d: want at least one timed step", *timed, *warmup)
+	}
+	rateList, err := parseFloats(*rates)
+	if err != nil {
+		return fmt.Errorf("--rates: %w", err)
+	}
+	counts := []int{rf.workers}
+	if *workerCounts != "" {
+		counts = nil
+		for _, s := range strings.Split(*workerCounts, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || n < 1 || n > rf.workers {
+				return fmt.Errorf("--worker-counts: %q: want job sizes from 1 to --workers (%d)", s, rf.workers)
+			}
+			counts = append(counts, n)
+		}
+	}
+	bes := strings.Split(*backends, ",")
+	for _, b := range bes {
+		if b != "switchml" && b != "ring" {
+			return fmt.Errorf("--backends: unknown backend %q (want switchml or ring)", b)
+		}
+	}
+	profs := map[string]*profile.Profile{}
+	modelList := strings.Split(*models, ",")
+	for _, m := range modelList {
+		p, err := profile.Load(filepath.Join(*profiles, m+".json"))
+		if err != nil {
+			return fmt.Errorf("--models %s: %w (measure it with `train --model %s --profile-out`)", m, err, m)
+		}
+		profs[m] = p
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "rackbench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	trainBin, replayBin := filepath.Join(tmp, "train"), filepath.Join(tmp, "replaybench")
+	if err := rackrun.Build(ctx, trainBin, "./cmd/train"); err != nil {
+		return err
+	}
+	if err := rackrun.Build(ctx, replayBin, "./cmd/replaybench"); err != nil {
+		return err
+	}
+	r, err := rf.start(ctx, rateList[0])
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+
+	rep := &StepsReport{Date: time.Now().UTC().Format(time.RFC3339), Command: "rackbench steps " + strings.Join(args, " "),
+		Commit: rackrun.Commit(ctx), CPUs: runtime.NumCPU(), StepsTimed: *timed, Warmup: *warmup, BucketElems: *bucketElems, Threads: *threads,
+		Settings: fmt.Sprintf("MTU %d; switchml: the library's 4 lanes and window 64, %d values per packet (0 = 256); momentum update; replay without overlap (--sequential)", rf.mtu, rf.packetElems)}
+	run := 0
+	for _, rate := range rateList {
+		if err := r.SetRate(rate); err != nil {
+			return err
+		}
+		for _, n := range counts {
+			for _, m := range modelList {
+				p := profs[m]
+				for _, be := range bes {
+					run++
+					pt := StepPoint{RateMbit: rate, Workers: n, Model: m, Backend: be, Batch: p.Batch, Parameters: p.Parameters, Others: rackrun.Others()}
+					fmt.Fprintf(os.Stderr, "== %g Mbit/s, %d workers, %s (batch %d), %s\n", rate, n, m, p.Batch, be)
+					common := []string{"--backend", be, "--workers", strconv.Itoa(n), "--bucket-elems", strconv.Itoa(*bucketElems)}
+					meas, err := measureSteps(ctx, r, trainBin, n, append(common, "--model", m, "--batch", strconv.Itoa(p.Batch),
+						"--steps", strconv.Itoa(*timed), "--warmup-steps", strconv.Itoa(*warmup), "--optimizer", "momentum",
+						"--intra-op-threads", strconv.Itoa(*threads), "--packet-elements", strconv.Itoa(rf.packetElems),
+						"--join-timeout", "2m", "--json", "--quiet"), be, 2*run)
+					if err == nil {
+						pt.Measured = meas
+						fmt.Fprintf(os.Stderr, "   measured: step %.3fs (TensorFlow %.3fs, allreduce %.3fs)\n", meas.StepS, meas.ComputeS, meas.CommS)
+						var rp *Replayed
+						rp, err = replaySteps(ctx, r, replayBin, n, filepath.Join(*profiles, m+".json"), be, 2*run+1, *timed, *warmup, *bucketElems, rf.packetElems)
+						if err == nil {
+							pt.Replayed = rp
+							fmt.Fprintf(os.Stderr, "   replayed: step %.3fs (compute %.3fs, allreduce %.3fs)\n", rp.StepS, rp.ComputeS, rp.CommS)
+						}
+					}
+					if err != nil {
+						if ctx.Err() != nil {
+							return ctx.Err()
+						}
+						pt.Error = err.Error()
+						fmt.Fprintf(os.Stderr, "   failed: %v\n", err)
+					}
+					pt.Others = mergeOthers(pt.Others, rackrun.Others())
+					rep.Points = append(rep.Points, pt)
+					if err := writeSteps(filepath.Join(*out, *name), rep); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	fmt.Print(stepsMarkdown(rep))
+	return nil
+}
+
+func parseFloats(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || v <= 0 {
+			return nil, fmt.Errorf("bad value %q: want positive numbers separated by commas", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// rankCommands returns one command per rank of an n-rank job, each in its
+// worker namespace, with --rank i appended to args.
+func rankCommands(ctx context.Context, r *rackrun.Rack, bin string, n int, args func(rank int) []string) ([]*exec.Cmd, []bytes.Buffer) {
+	cmds := make([]*exec.Cmd, n)
+	outs := make([]bytes.Buffer, n)
+	for i := range cmds {
+		cmds[i] = r.Command(ctx, r.WorkerNS(i), bin, args(i)...)
+		cmds[i].Stdout = &outs[i]
+	}
+	return cmds, outs
+}
+
+// measureSteps runs `train --rank` on n ranks and returns rank 0's timed
+// steps.
+func measureSteps(ctx context.Context, r *rackrun.Rack, bin string, n int, args []string, backend string, run int) (*Measured, error) {
+	if backend != "switchml" {
+		args = slicesWithout(args, "--packet-elements")
+	}
+	args = append(args, meetFlagsN(r, backend, run, n)...)
+	cmds, outs := rankCommands(ctx, r, bin, n, func(i int) []string { return append([]string{"--rank", strconv.Itoa(i)}, args...) })
+	if err := rackrun.Run(cmds, os.Stderr); err != nil {
+		return nil, err
+	}
+	var res train.ThroughputResult
+	if err := json.Unmarshal(outs[0].Bytes(), &res); err != nil {
+		return nil, fmt.Errorf("rank 0 printed %q: %w", outs[0].String(), err)
+	}
+	return &Measured{StepS: res.MedianStepS, ComputeS: res.MedianComputeS, CommS: res.MedianCommS, Steps: res.StepS, Loss: res.Loss}, nil
+}
+
+// replaySteps runs the replay worker of replaybench on n ranks with the
+// same buckets, allreduces after the backward pass as train does.
+func replaySteps(ctx context.Context, r *rackrun.Rack, bin string, n int, prof, backend string, run, timed, warmup, bucketElems, pe int) (*Replayed, error) {
+	ring := make([]string, n)
+	for i := range ring {
+		ring[i] = fmt.Sprintf("%s:%d", r.WorkerIP(i), 23000+run%1000)
+	}
+	cmds, outs := rankCommands(ctx, r, bin, n, func(i int) []string {
+		return []string{"worker", "--profile", prof, "--backend", backend, "--rank", strconv.Itoa(i), "--workers", strconv.Itoa(n),
+			"--ring-addrs", strings.Join(ring, ","), "--controller", r.Controller(), "--job", fmt.Sprintf("rackbench-%d-%d", os.Getpid(), run),
+			"--packet-elements", strconv.Itoa(pe), "--bucket-elems", strconv.Itoa(bucketElems),
+			"--steps", strconv.Itoa(timed), "--warmup", strconv.Itoa(warmup), "--sequential"}
+	})
+	if err := rackrun.Run(cmds, nil); err != nil {
+		return nil, err
+	}
+	var res struct {
+		Steps []profile.StepResult `json:"steps"`
+	}
+	if err := json.Unmarshal(outs[0].Bytes(), &res); err != nil {
+		return nil, fmt.Errorf("replay rank 0 printed %q: %w", outs[0].String(), err)
+	}
+	var st, co, cm []float64
+	for _, s := range res.Steps {
+		st, co, cm = append(st, s.StepS), append(co, s.ComputeS), append(cm, s.ExposedCommS)
+	}
+	return &Replayed{StepS: train.Median(st), ComputeS: train.Median(co), CommS: train.Median(cm), Steps: res.Steps}, nil
+}
+
+// meetFlagsN is meetFlags for a job of the first n workers.
+func meetFlagsN(r *rackrun.Rack, backend string, run, n int) []string {
+	f := meetFlags(r, backend, run)
+	if backend != "switchml" {
+		peers := strings.Split(f[1], ",")
+		f[1] = strings.Join(peers[:n], ",")
+	}
+	return f
+}
+
+// writeSteps writes base.json and base.md.
+func writeSteps(base string, rep *StepsReport) error {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(base+".json", append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(base+".md", []byte(stepsMarkdown(rep)), 0o644)
+}
+
+// relErr is (predicted - measured) / measured.
+func relErr(pred, meas float64) float64 {
+	if meas == 0 {
+		return math.NaN()
+	}
+	return (pred - meas) / meas
+}
+
+func stepsMarkdown(rep *StepsReport) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "Step time of real TensorFlow training on the emulated rack (one `train --rank` per worker namespace, synthetic input of the profile's batch) beside the profile replay of the same configuration on the same rack: %d timed steps after %d warm-up, medians of rank 0; buckets of %d values; %d TensorFlow thread(s) per rank on %d CPUs; %s.\n\n",
+		rep.StepsTimed, rep.Warmup, rep.BucketElems, rep.Threads, rep.CPUs, rep.Settings)
+	fmt.Fprintf(&sb, "```sh\n%s\n```\n\ncommit %s, %s\n\n", rep.Command, rep.Commit, rep.Date)
+	sb.WriteString("| rate (Mbit/s) | workers | model | batch | backend | measured step (s) | TensorFlow (s) | allreduce (s) | replayed step (s) | replayed compute (s) | replayed allreduce (s) | step error | allreduce error |\n")
+	sb.WriteString("|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, p := range rep.Points {
+		fmt.Fprintf(&sb, "| %g | %d | %s | %d | %s |", p.RateMbit, p.Workers, p.Model, p.Batch, p.Backend)
+		switch {
+		case p.Measured != nil && p.Replayed != nil:
+			m, q := p.Measured, p.Replayed
+			fmt.Fprintf(&sb, " %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %+.0f%% | %+.0f%% |\n", m.StepS, m.ComputeS, m.CommS,
+				q.StepS, q.ComputeS, q.CommS, 100*relErr(q.StepS, m.StepS), 100*relErr(q.CommS, m.CommS))
+		default:
+			fmt.Fprintf(&sb, " failed: %s | | | | | | | |\n", strings.ReplaceAll(p.Error, "|", "/"))
+		}
+	}
+	sb.WriteString("\nError is (replayed - measured) / measured. The replay sleeps for the profile's compute, measured once on an otherwise idle machine; the measured TensorFlow time is that of ranks sharing the CPUs.\n")
+	var shared []string
+	for _, p := range rep.Points {
+		if len(p.Others) > 0 {
+			shared = append(shared, fmt.Sprintf("- %g Mbit/s, %d workers, %s, %s: %s", p.RateMbit, p.Workers, p.Model, p.Backend, strings.Join(p.Others, "; ")))
+		}
+	}
+	if len(shared) > 0 {
+		sb.WriteString("\nOther heavy processes on the machine at the start or the end of a point (they shared the CPUs):\n\n" + strings.Join(shared, "\n") + "\n")
+	} else {
+		sb.WriteString("\nNo other benchmark, test or training process was running at the start or the end of any point.\n")
+	}
+	return sb.String()
+}
+
+// report rewrites the table (and plot) of each results file from its JSON:
+// an accuracy run has "runs", a step-time run "points".
+func report(files []string) error {
+	if len(files) == 0 {
+		return fmt.Errorf("rackbench report: name the results files (NAME.json written by accuracy or steps)")
+	}
+	for _, path := range files {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		var kind struct {
+			Runs   json.RawMessage `json:"runs"`
+			Points json.RawMessage `json:"points"`
+		}
+		if err := json.Unmarshal(b, &kind); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		base := strings.TrimSuffix(path, ".json")
+		switch {
+		case kind.Runs != nil:
+			var rep AccuracyReport
+			if err := json.Unmarshal(b, &rep); err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
+			err = writeAccuracy(base, &rep)
+		case kind.Points != nil:
+			var rep StepsReport
+			if err := json.Unmarshal(b, &rep); err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
+			err = writeSteps(base, &rep)
+		default:
+			err = fmt.Errorf("%s is neither an accuracy nor a steps results file (no \"runs\" or \"points\")", path)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,42 @@
+package rackrun
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+func TestShortNamesWhatRan(t *testing.T) {
+	for in, want := range map[string]string{
+		"/tmp/switchml allreduce --controller 10.0.0.1:50051 --job p1 --rank 3 --workers 8 --elements 16": "switchml allreduce --workers 8",
+		"ip netns exec smltw0 /usr/bin/python3 torch_allreduce.py --rank 0":                               "python3 torch_allreduce.py",
+		"/tmp/go-build1/b515/train.test -test.testlogfile=/tmp/x -test.paniconexit0":                      "train.test",
+		"/tmp/switchml bench --name torch-switchml --sweeps workers --systems switchml,gloo":              "switchml bench --name torch-switchml --systems switchml,gloo",
+	} {
+		if got := short(in); got != want {
+			t.Errorf("short(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// A failing rank stops the others, and the error names it with its last
+// words.
+func TestRunStopsTheOthersWhenOneFails(t *testing.T) {
+	cmds := []*exec.Cmd{
+		exec.Command("sleep", "60"),
+		exec.Command("sh", "-c", "echo 'cannot reach rank 0' >&2; exit 3"),
+	}
+	err := Run(cmds, nil)
+	if err == nil || !strings.Contains(err.Error(), "rank 1") || !strings.Contains(err.Error(), "cannot reach rank 0") {
+		t.Fatalf("Run = %v, want rank 1's failure with its message", err)
+	}
+	if cmds[0].ProcessState == nil || cmds[0].ProcessState.Success() {
+		t.Errorf("rank 0 was not stopped: %v", cmds[0].ProcessState)
+	}
+}
+
+func TestRunSucceeds(t *testing.T) {
+	if err := Run([]*exec.Cmd{exec.Command("true"), exec.Command("true")}, nil); err != nil {
+		t.Fatal(err)
+	}
+}
