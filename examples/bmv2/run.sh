@@ -39,16 +39,7 @@ fi
 cd "$(dirname "$0")/../.."
 work=$(mktemp -d)
 tag="smx$$"
-sw="${tag}s"
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	for ((w = 0; w < workers; w++)); do ip netns del "${tag}w$w" 2>/dev/null || true; done
-	ip netns del "$sw" 2>/dev/null || true
-	rm -rf "$work"
-}
-trap cleanup EXIT
+source examples/netns.sh
 
 echo "== building switchml and compiling p4/v1model/switchml.p4 with p4c"
 go build -o "$work/switchml" ./cmd/switchml
@@ -56,31 +47,17 @@ eval "$("$work/switchml" p4tools)"
 p4c-bm2-ss --arch v1model --std p4-16 -o "$work/switchml.json" p4/v1model/switchml.p4
 
 echo "== $workers worker namespaces, each cabled to a BMv2 port"
-ip netns add "$sw"
-ip -n "$sw" link set lo up
-ip -n "$sw" link add br0 type bridge
-ip -n "$sw" addr add 10.79.0.1/24 dev br0
-ip -n "$sw" link set br0 up
+netns_switch 10.79.0.1/24
 ports=()
 : >"$work/ports.txt"
 for ((w = 0; w < workers; w++)); do
 	ns="${tag}w$w"
-	ip netns add "$ns"
-	ip -n "$ns" link set lo up
-	ip link add "${tag}d$w" netns "$ns" type veth peer name "d$w" netns "$sw"
-	ip -n "$ns" link set "${tag}d$w" name eth0
-	ip -n "$ns" addr add "10.78.0.$((10 + w))/24" dev eth0
-	ip -n "$ns" link set eth0 up
-	ip -n "$sw" link set "d$w" up
+	netns_worker "$w"
+	netns_link "$w" eth0 "10.78.0.$((10 + w))/24" "d$w"
 	# BMv2 reads frames as the kernel hands them to the veth: without this a
 	# segmentation-offloaded run of datagrams reaches it as one frame.
 	ip netns exec "$ns" ethtool -K eth0 tx-udp-segmentation off >/dev/null
-	ip link add "${tag}m$w" netns "$ns" type veth peer name "m$w" netns "$sw"
-	ip -n "$ns" link set "${tag}m$w" name mgmt0
-	ip -n "$ns" addr add "10.79.0.$((10 + w))/24" dev mgmt0
-	ip -n "$ns" link set mgmt0 up
-	ip -n "$sw" link set "m$w" master br0
-	ip -n "$sw" link set "m$w" up
+	netns_link "$w" mgmt0 "10.79.0.$((10 + w))/24" "m$w" bridge
 	ports+=(-i "$((w + 1))@d$w")
 	echo "10.78.0.$((10 + w)) $((w + 1))" >>"$work/ports.txt"
 done
@@ -94,15 +71,7 @@ ip netns exec "$sw" "$work/switchml" controller --target 127.0.0.1:9559 --target
 	--dataplane 10.78.0.254:48864 --switch-mac 02:53:4d:4c:00:fe --listen 10.79.0.1:50051 \
 	--simulate-loss-in "$loss" --simulate-loss-out "$loss" >"$work/controller.log" 2>&1 &
 pids+=($!)
-for ((i = 0; ; i++)); do
-	grep -q "controller ready" "$work/controller.log" && break
-	if ((i > 600)) || ! kill -0 "${pids[-1]}" 2>/dev/null; then
-		echo "run.sh: the controller did not come up:" >&2
-		cat "$work/controller.log" "$work/bmv2.log" >&2
-		exit 1
-	fi
-	sleep 0.1
-done
+netns_wait_controller "$work/switchml" 10.79.0.1:50051 "$work/controller.log" "$work/bmv2.log"
 
 echo "== $workers workers x $elements $dtype, $iters allreduces, loss $loss each way"
 ranks=()

@@ -49,17 +49,8 @@ out=${OUT:-$work/out}
 mkdir -p "$out"
 # Names carry the process id, so two runs (or a run's leftovers) never meet.
 tag="smh$$"
-sw="${tag}s"
 subnet=10.81.0
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	for ((w = 0; w < workers; w++)); do ip netns del "${tag}w$w" 2>/dev/null || true; done
-	ip netns del "$sw" 2>/dev/null || true
-	rm -rf "$work"
-}
-trap cleanup EXIT
+source examples/netns.sh
 
 train=${TRAIN:-}
 switchml=${SWITCHML:-}
@@ -75,22 +66,11 @@ if [[ -z "$train" ]]; then
 fi
 
 echo "== a switch namespace and $workers worker namespaces on a bridge, $subnet.0/24"
-ip netns add "$sw"
-ip -n "$sw" link set lo up
-ip -n "$sw" link add br0 type bridge
-ip -n "$sw" addr add "$subnet.1/24" dev br0
-ip -n "$sw" link set br0 up
+netns_switch "$subnet.1/24"
 peers=()
 for ((w = 0; w < workers; w++)); do
-	ns="${tag}w$w"
-	ip netns add "$ns"
-	ip -n "$ns" link set lo up
-	ip link add "${tag}e$w" netns "$ns" type veth peer name "p$w" netns "$sw"
-	ip -n "$ns" link set "${tag}e$w" name eth0
-	ip -n "$ns" addr add "$subnet.$((10 + w))/24" dev eth0
-	ip -n "$ns" link set eth0 up
-	ip -n "$sw" link set "p$w" master br0
-	ip -n "$sw" link set "p$w" up
+	netns_worker "$w"
+	netns_link "$w" eth0 "$subnet.$((10 + w))/24" "p$w" bridge
 	peers+=("$subnet.$((10 + w)):29500")
 done
 
@@ -100,15 +80,7 @@ pids+=($!)
 ip netns exec "$sw" "$switchml" controller --target 127.0.0.1:9559 --listen "$subnet.1:50051" \
 	--dataplane "$subnet.1:48864" >"$work/controller.log" 2>&1 &
 pids+=($!)
-for ((i = 0; ; i++)); do
-	grep -q "controller ready" "$work/controller.log" && break
-	if ((i > 600)) || ! kill -0 "${pids[-1]}" 2>/dev/null; then
-		echo "run.sh: the controller did not come up:" >&2
-		cat "$work/controller.log" "$work/switch.log" >&2
-		exit 1
-	fi
-	sleep 0.1
-done
+netns_wait_controller "$switchml" "$subnet.1:50051" "$work/controller.log" "$work/switch.log"
 
 status=0
 for backend in $backends; do
