@@ -338,3 +338,28 @@ func TestBadInput(t *testing.T) {
 		}
 	})
 }
+
+// TestWait: switchml wait returns once a controller serves, and fails,
+// naming the address, where none does.
+func TestWait(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes; skipped in -short")
+	}
+	f := startFabric(t, nil, "")
+	ctx := context.Background()
+	if err := runWait(ctx, []string{"--controller", f.controller, "--timeout", "30s"}); err != nil {
+		t.Fatalf("wait for a serving controller: %v", err)
+	}
+	dead := fmt.Sprintf("127.0.0.1:%d", must(fabric.FreePort("tcp")))
+	err := runWait(ctx, []string{"--controller", dead, "--timeout", "500ms"})
+	if err == nil || !strings.Contains(err.Error(), dead) || !strings.Contains(err.Error(), "--timeout") {
+		t.Fatalf("wait for nothing: %v", err)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
