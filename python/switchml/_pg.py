@@ -319,12 +319,16 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
                 return
             fn, work = item
             try:
-                res = fn()
+                res, err = fn(), None
             except BaseException as e:  # handed to the waiter, never lost
-                work._future.set_exception(e)
+                res, err = None, e
+            # Marked before the future completes, so that a waiter who
+            # wakes up finds the Work's bookkeeping done.
+            self._live.completed(work)
+            if err is not None:
+                work._future.set_exception(err)
             else:
                 work._future.set_result(res)
-            self._live.completed(work)
 
     def _submit(self, fn):
         if self._closed:

@@ -110,6 +110,7 @@ class OpsAgainstGloo(unittest.TestCase):
             for r, t in enumerate(got["gather"]):
                 self.assertTrue(torch.equal(t, want["gather"][r]), "allgather slot %d" % r)
             self.assertTrue(torch.equal(got["gather_flat"], want["gather_flat"]))
+            self.assertEqual(got["live"], 0, "Work objects left alive after every collective was waited for")
 
 
 class Refusals(unittest.TestCase):
@@ -146,6 +147,17 @@ class Refusals(unittest.TestCase):
         self.assertIn("no controller answers at 127.0.0.1:1", outp)
         self.assertLess(time.monotonic() - t0, 60)
 
+    def test_bad_input_on_one_rank_ends_the_job_for_all(self):
+        t0 = time.monotonic()
+        outs = results("abort", "switchml", 2)
+        self.assertLess(time.monotonic() - t0, 60)
+        cls, msg = outs[0]["error"]
+        self.assertIn("not finite", msg)
+        self.assertIn("123", msg)
+        cls, msg = outs[1]["error"]
+        self.assertEqual(cls, "JobAborted", msg)
+        self.assertIn("rank 0", msg)
+
     def test_mismatched_world_sizes(self):
         res = run_ranks("ops", "switchml", 2, worlds=[2, 3])
         for code, outp, _ in res:
@@ -164,6 +176,9 @@ class DDP(unittest.TestCase):
                 self.assertTrue(torch.equal(p, q), "ranks hold different parameters")
         # The losses fell: the model learned through the switch.
         self.assertLess(sml[0]["losses"][-1], sml[0]["losses"][0])
+        # DDP's reducer held its Work objects only through C++; the group
+        # let each go once its future was taken and done.
+        self.assertEqual(sml[0]["live"], 0)
 
 
 if __name__ == "__main__":

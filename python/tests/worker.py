@@ -70,6 +70,7 @@ def ops(backend, rank, world):
         dist.all_gather_into_tensor(flat, h)
     out["gather_flat"] = flat
     dist.barrier()
+    out["live"] = live_works()
     return out
 
 
@@ -108,6 +109,26 @@ def errors(backend, rank, world):
     return out
 
 
+def live_works():
+    """Work objects the switchml group still keeps alive (0 once every
+    collective has completed and been waited for)."""
+    pg = dist.distributed_c10d._get_default_group()
+    return len(pg._live) if hasattr(pg, "_live") else 0
+
+
+def abort(backend, rank, world):
+    """Rank 0 hands the switch a NaN; every rank must learn it and none
+    may hang."""
+    x = torch.ones(1000)
+    if rank == 0:
+        x[123] = float("nan")
+    try:
+        dist.all_reduce(x)
+        return {"error": None}
+    except Exception as e:  # recorded for the test to judge
+        return {"error": (type(e).__name__, str(e))}
+
+
 def ddp(backend, rank, world):
     """A few steps of DDP on a small model; every rank gets other data."""
     torch.manual_seed(0)
@@ -123,7 +144,7 @@ def ddp(backend, rank, world):
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    return {"params": [p.detach().clone() for p in model.parameters()], "losses": losses}
+    return {"params": [p.detach().clone() for p in model.parameters()], "losses": losses, "live": live_works()}
 
 
 def main():
