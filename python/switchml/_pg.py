@@ -319,7 +319,10 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
                 return
             fn, work = item
             try:
-                res, err = fn(), None
+                # In place, as gloo writes them: a Parameter's data
+                # changes without autograd taking note.
+                with torch.no_grad():
+                    res, err = fn(), None
             except BaseException as e:  # handed to the waiter, never lost
                 res, err = None, e
             # Marked before the future completes, so that a waiter who
@@ -376,7 +379,12 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
     def allreduce(self, tensors, opts=None):
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
-        op = opts.reduceOp if opts is not None and not isinstance(opts, dist.ReduceOp) else (opts or dist.ReduceOp.SUM)
+        if opts is None:
+            op = dist.ReduceOp.SUM
+        elif hasattr(opts, "reduceOp"):
+            op = opts.reduceOp
+        else:  # the op itself, as ProcessGroup.allreduce(tensors, op) takes it
+            op = opts
         name = _op_name(op)
         if name not in ("SUM", "AVG"):
             _not_implemented("allreduce with ReduceOp.%s (only SUM and AVG)" % name)

@@ -105,6 +105,8 @@ class OpsAgainstGloo(unittest.TestCase):
             for root in range(self.world):
                 self.assertTrue(torch.equal(got["bcast", root], want["bcast", root]), "broadcast from %d" % root)
                 self.assertTrue(torch.equal(got["bcast", root], torch.arange(7, dtype=torch.float64) * (root + 1)))
+            for g, w in zip(got["params"], want["params"]):
+                self.assertTrue(torch.equal(g, w), "parameters: %s, gloo %s" % (g, w))
             self.assertTrue(torch.equal(got["bcast_u8"], torch.arange(5, dtype=torch.uint8) + 10 * (self.world - 1)))
             self.assertEqual(len(got["gather"]), self.world)
             for r, t in enumerate(got["gather"]):

@@ -56,6 +56,17 @@ def ops(backend, rank, world):
     u = torch.arange(5, dtype=torch.uint8) + 10 * rank
     dist.broadcast(u, world - 1)
     out["bcast_u8"] = u
+    # Parameters are written in place, as gloo does, autograd or not.
+    w = torch.nn.Parameter(torch.full((3,), float(rank + 1)))
+    dist.broadcast(w, 1)
+    v = torch.nn.Parameter(torch.full((3,), float(rank + 1)))
+    if backend == "gloo":
+        dist.all_reduce(v)
+        with torch.no_grad():
+            v /= world
+    else:
+        dist.all_reduce(v, op=dist.ReduceOp.AVG)
+    out["params"] = (w.detach().clone(), v.detach().clone())
     g = torch.arange(6, dtype=torch.int64).reshape(2, 3) * (rank + 1)
     gl = [torch.empty_like(g) for _ in range(world)]
     dist.all_gather(gl, g)
