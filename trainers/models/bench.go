@@ -87,6 +87,7 @@ func init() {
 	registerBench(lstmLM)
 	registerBench(deepLight)
 	registerBench(ssd300)
+	registerBench(ugatit)
 }
 
 // ---- ResNet-50 -----------------------------------------------------------

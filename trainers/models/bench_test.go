@@ -1,6 +1,8 @@
 package models
 
 import (
+	"maps"
+	"strings"
 	"testing"
 
 	tf "github.com/wamuir/graft/tensorflow"
@@ -12,7 +14,8 @@ import (
 // The published figures: torchvision's resnet50 (25,557,032) and vgg19
 // (143,667,240), bert-base-uncased without a head (109,482,240), MLPerf's
 // NeuMF on MovieLens-20M, Zaremba et al.'s large PTB LSTM (66M),
-// torchvision's ssd300_vgg16 (35,641,826).
+// torchvision's ssd300_vgg16 (35,641,826), the full U-GAT-IT of the
+// reference PyTorch code (670,761,088).
 func TestBenchParameterCounts(t *testing.T) {
 	want := map[string]int64{
 		"resnet50":  25557032,
@@ -22,6 +25,7 @@ func TestBenchParameterCounts(t *testing.T) {
 		"lstm":      66022000,
 		"deeplight": 12012679,
 		"ssd":       35641826,
+		"ugatit":    670761088,
 	}
 	for name, n := range want {
 		b := LookupBench(name)
@@ -72,7 +76,7 @@ func TestBertBackboneIsPublishedCount(t *testing.T) {
 // Each benchmark model's forward pass has the output shape of its labels
 // and every trainable variable gets a gradient.
 func TestBenchGraphsBuild(t *testing.T) {
-	for _, name := range []string{"resnet50", "vgg19", "bert", "ncf", "lstm", "deeplight", "ssd"} {
+	for _, name := range []string{"resnet50", "vgg19", "bert", "ncf", "lstm", "deeplight", "ssd", "ugatit"} {
 		b := LookupBench(name)
 		g := nn.NewGraph(1)
 		q := b.Build(g)
@@ -95,5 +99,32 @@ func TestBenchGraphsBuild(t *testing.T) {
 				t.Errorf("%s: no gradient for %s", name, g.VariablesWith(nn.Trainable)[i].Name)
 			}
 		}
+	}
+}
+
+// Each U-GAT-IT network has the count of its reference definition: the
+// generators 278,959,808 (of which the full version's first gamma/beta
+// layer, 64*64*256 x 256, is 268,435,456), the global discriminators
+// 53,130,176 and the local ones 3,290,560.
+func TestUGATITNetworks(t *testing.T) {
+	g := nn.NewGraph(1)
+	buildUGATIT(g)
+	if err := g.Scope.Err(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, v := range g.VariablesWith(nn.Trainable) {
+		got[strings.SplitN(v.Name, "/", 2)[0]] += int64(v.Size())
+	}
+	want := map[string]int64{
+		"genA2B": ugatitGenerator, "genB2A": ugatitGenerator,
+		"disGA": ugatitGlobalDisc, "disGB": ugatitGlobalDisc,
+		"disLA": ugatitLocalDisc, "disLB": ugatitLocalDisc,
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("parameters per network %v, want %v", got, want)
+	}
+	if fc := g.Variable("genA2B/fc1"); fc == nil || fc.Size() != 64*64*256*256 {
+		t.Errorf("genA2B/fc1 is %v, want the 1048576 x 256 layer of the full version", fc)
 	}
 }

@@ -1,6 +1,6 @@
 // Package models holds the classifiers the training driver knows by name:
 // the small Fashion-MNIST models (mlp, cnn) and the benchmark models of the
-// SwitchML evaluation (resnet50, vgg19, bert, ncf, lstm, deeplight, ssd) with the
+// SwitchML evaluation (resnet50, vgg19, bert, ncf, lstm, deeplight, ssd, ugatit) with the
 // layer shapes of their standard definitions.
 package models
 

@@ -8,20 +8,26 @@ soon as its gradients exist (buckets filled like DDP's, from the last unit
 down, closed once they hold --bucket-elems values). The step ends when the
 last allreduce is done and the update has been replayed. The buckets are
 the ones trainers/profile.Profile.Buckets makes, so the Go backends and
-Gloo move the same tensors in the same order.
+Gloo move the same tensors in the same order. With --max-buffer-elems, a
+bucket larger than that goes through one buffer of that size piece by
+piece, on a communication thread that takes the buckets in order, as the
+Go replayer does: gradients of hundreds of millions of values would not
+fit in memory once per rank.
 
 Prints one JSON object: the inputs and every timed step's step_s,
 compute_s, exposed_comm_s and comm_s.
 
     python3 replay_gloo.py --profile P.json --rank R --world N \
         --master-addr IP --master-port PORT [--bucket-elems E] \
-        [--steps S] [--warmup W] [--ifname eth0]
+        [--steps S] [--warmup W] [--ifname eth0] [--max-buffer-elems M]
 """
 import argparse
 import datetime
 import json
 import os
+import queue
 import sys
+import threading
 import time
 
 
@@ -59,6 +65,8 @@ def main():
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--ifname", default="", help="interface Gloo binds (GLOO_SOCKET_IFNAME)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    p.add_argument("--max-buffer-elems", type=int, default=0,
+                   help="allreduce a bucket larger than this in pieces through one buffer of this many values (0 = whole buckets)")
     a = p.parse_args()
     if a.ifname:
         os.environ["GLOO_SOCKET_IFNAME"] = a.ifname
@@ -72,28 +80,54 @@ def main():
     dist.init_process_group("gloo", init_method="tcp://%s:%d" % (a.master_addr, a.master_port),
                             rank=a.rank, world_size=a.world, timeout=datetime.timedelta(minutes=30))
     bs = buckets(prof, a.bucket_elems)
-    bufs = [torch.empty(b["elems"], dtype=torch.float32) for b in bs]
+    cap = a.max_buffer_elems
+    bufs = [torch.empty(min(b["elems"], cap) if cap > 0 else b["elems"], dtype=torch.float32) for b in bs]
+    pieces = any(t.numel() < b["elems"] for t, b in zip(bufs, bs))
     compute = prof["forward_s"] + prof["backward_s"] + prof["update_s"]
+
+    def fill(i):
+        bufs[i].fill_(float(a.rank + 1) / (1 + i))
+
+    def reduce_in_pieces(i):
+        n, size = bs[i]["elems"], bufs[i].numel()
+        for off in range(0, n, size):
+            if off > 0:
+                fill(i)
+            dist.all_reduce(bufs[i][:min(size, n - off)])
+
     steps = []
     for it in range(a.warmup + a.steps):
-        for i, t in enumerate(bufs):
-            t.fill_(float(a.rank + 1) / (1 + i))
+        for i in range(len(bufs)):
+            fill(i)
         dist.barrier()
         start = time.perf_counter()
         bwd = start + prof["forward_s"]
         works, first = [], None
+        ready, done = queue.Queue(), threading.Event()
+        if pieces:
+            def comm():
+                for _ in bs:
+                    reduce_in_pieces(ready.get())
+                done.set()
+            threading.Thread(target=comm, daemon=True).start()
         for i, b in enumerate(bs):
             sleep_until(bwd + b["ready_s"])
             if first is None:
                 first = time.perf_counter()
-            works.append(dist.all_reduce(bufs[i], async_op=True))
+            if pieces:
+                ready.put(i)
+            else:
+                works.append(dist.all_reduce(bufs[i], async_op=True))
         sleep_until(bwd + prof["backward_s"])
         for w in works:
             w.wait()
+        if pieces:
+            done.wait()
         last = time.perf_counter()
         time.sleep(prof["update_s"])
         step = time.perf_counter() - start
-        # The sum of rank+1 over ranks, scaled per bucket.
+        # The sum of rank+1 over ranks, scaled per bucket (of its last
+        # piece when it went through its buffer in pieces).
         want = a.world * (a.world + 1) / 2
         for i, t in enumerate(bufs):
             if t.numel() and abs(float(t[0]) * (1 + i) - want) > 1e-3 * want:

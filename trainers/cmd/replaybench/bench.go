@@ -61,11 +61,14 @@ type Report struct {
 	Workers     int       `json:"workers"`
 	RatesMbit   []string  `json:"rates_mbit"`
 	BucketElems int       `json:"bucket_elems"`
-	StepsTimed  int       `json:"steps_timed"`
-	Warmup      int       `json:"warmup_steps"`
-	CPUs        int       `json:"cpus"`
-	SwitchML    string    `json:"switchml_settings"`
-	Points      []Point   `json:"points"`
+	// MaxBufferElems, when positive, is the buffer larger buckets went
+	// through in pieces.
+	MaxBufferElems int     `json:"max_buffer_elems,omitempty"`
+	StepsTimed     int     `json:"steps_timed"`
+	Warmup         int     `json:"warmup_steps"`
+	CPUs           int     `json:"cpus"`
+	SwitchML       string  `json:"switchml_settings"`
+	Points         []Point `json:"points"`
 }
 
 type benchFlags struct {
@@ -96,7 +99,7 @@ func bench(ctx context.Context, args []string) error {
 	fs.IntVar(&f.packetElems, "packet-elements", 256, "switchml values per packet (256 = 1 KiB payload, what a Tofino takes with recirculation)")
 	fs.IntVar(&f.mtu, "mtu", 1500, "MTU of every rack port (9000 for jumbo frames; --packet-elements 2048 needs it)")
 	fs.Float64Var(&f.bucketMB, "bucket-mb", 25, "gradient bucket size in MB (DDP's default is 25)")
-	fs.Float64Var(&f.maxBufferMB, "max-buffer-mb", 0, "switchml and ring: allreduce a bucket larger than this many MB in pieces through one buffer of this size, so that gradients of hundreds of millions of values fit in memory on every worker (0 = whole buckets)")
+	fs.Float64Var(&f.maxBufferMB, "max-buffer-mb", 0, "allreduce a bucket larger than this many MB in pieces through one buffer of this size (every backend), so that gradients of hundreds of millions of values fit in memory on every worker (0 = whole buckets)")
 	fs.DurationVar(&f.pointTimeout, "point-timeout", 30*time.Minute, "give up on one point after this long")
 	fs.BoolVar(&f.quiet, "quiet", false, "no status line of the running point (it is drawn only on a terminal)")
 	if err := fs.Parse(args); err != nil {
@@ -143,7 +146,7 @@ func bench(ctx context.Context, args []string) error {
 
 	run0 := RunInfo{Command: "replaybench " + strings.Join(args, " "), Commit: rackrun.Commit(ctx), Date: time.Now().UTC().Format(time.RFC3339)}
 	rep := &Report{Date: run0.Date, Command: run0.Command, Commit: run0.Commit, Runs: []RunInfo{run0},
-		Workers: f.workers, BucketElems: bucketElems, StepsTimed: f.steps, Warmup: f.warmup, CPUs: runtime.NumCPU(),
+		Workers: f.workers, BucketElems: bucketElems, MaxBufferElems: maxBufferElems(&f), StepsTimed: f.steps, Warmup: f.warmup, CPUs: runtime.NumCPU(),
 		SwitchML: fmt.Sprintf("%d lanes, window %d, %d values per packet, MTU %d", f.lanes, f.window, f.packetElems, f.mtu)}
 	for _, rate := range rates {
 		rep.RatesMbit = append(rep.RatesMbit, strconv.FormatFloat(rate, 'f', -1, 64))
@@ -198,6 +201,8 @@ func bench(ctx context.Context, args []string) error {
 	return nil
 }
 
+func maxBufferElems(f *benchFlags) int { return int(f.maxBufferMB * 1e6 / 4) }
+
 // runPoint runs every worker of one backend in its namespace and returns
 // rank 0's result.
 func runPoint(ctx context.Context, r *rackrun.Rack, f *benchFlags, exe, prof, backend string, run, bucketElems int) (*WorkerResult, error) {
@@ -210,7 +215,8 @@ func runPoint(ctx context.Context, r *rackrun.Rack, f *benchFlags, exe, prof, ba
 	}
 	for i := 0; i < n; i++ {
 		var c *exec.Cmd
-		common := []string{"--steps", strconv.Itoa(f.steps), "--warmup", strconv.Itoa(f.warmup), "--bucket-elems", strconv.Itoa(bucketElems)}
+		common := []string{"--steps", strconv.Itoa(f.steps), "--warmup", strconv.Itoa(f.warmup), "--bucket-elems", strconv.Itoa(bucketElems),
+			"--max-buffer-elems", strconv.Itoa(maxBufferElems(f))}
 		switch backend {
 		case "gloo":
 			c = r.Command(ctx, r.WorkerNS(i), f.python, append([]string{f.glooScript, "--profile", prof, "--rank", strconv.Itoa(i),
@@ -220,8 +226,7 @@ func runPoint(ctx context.Context, r *rackrun.Rack, f *benchFlags, exe, prof, ba
 			c = r.Command(ctx, r.WorkerNS(i), exe, append([]string{"worker", "--profile", prof, "--backend", backend,
 				"--rank", strconv.Itoa(i), "--workers", strconv.Itoa(n), "--ring-addrs", strings.Join(ring, ","),
 				"--controller", r.Controller(), "--job", fmt.Sprintf("replay-%d", run),
-				"--lanes", strconv.Itoa(f.lanes), "--window", strconv.Itoa(f.window), "--packet-elements", strconv.Itoa(f.packetElems),
-				"--max-buffer-elems", strconv.Itoa(int(f.maxBufferMB * 1e6 / 4))}, common...)...)
+				"--lanes", strconv.Itoa(f.lanes), "--window", strconv.Itoa(f.window), "--packet-elements", strconv.Itoa(f.packetElems)}, common...)...)
 		default:
 			return nil, fmt.Errorf("unknown backend %q", backend)
 		}
@@ -302,6 +307,9 @@ func markdown(rep *Report, models, backends []string, rates []float64) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "Profile replay, %d workers on the emulated rack, %d timed steps per point after %d warm-up (medians), buckets of %d values; switchml: %s.\n\n",
 		rep.Workers, rep.StepsTimed, rep.Warmup, rep.BucketElems, rep.SwitchML)
+	if rep.MaxBufferElems > 0 {
+		fmt.Fprintf(&sb, "Buckets of more than %d values went through one buffer of that size in pieces, one allreduce per piece, with every backend.\n\n", rep.MaxBufferElems)
+	}
 	runs := rep.Runs
 	if len(runs) == 0 {
 		runs = []RunInfo{{Command: rep.Command, Commit: rep.Commit, Date: rep.Date}}

@@ -45,7 +45,7 @@ func Merge(reps []*Report) (*Report, error) {
 		return nil, errors.New("nothing to merge")
 	}
 	first := reps[0]
-	out := &Report{Workers: first.Workers, BucketElems: first.BucketElems, StepsTimed: first.StepsTimed,
+	out := &Report{Workers: first.Workers, BucketElems: first.BucketElems, MaxBufferElems: first.MaxBufferElems, StepsTimed: first.StepsTimed,
 		Warmup: first.Warmup, CPUs: first.CPUs, SwitchML: first.SwitchML}
 	for k, r := range reps {
 		for _, d := range []struct {
@@ -56,6 +56,7 @@ func Merge(reps []*Report) (*Report, error) {
 			{"timed steps", first.StepsTimed, r.StepsTimed},
 			{"warm-up steps", first.Warmup, r.Warmup},
 			{"bucket values", first.BucketElems, r.BucketElems},
+			{"largest buffer", first.MaxBufferElems, r.MaxBufferElems},
 			{"switchml settings", first.SwitchML, r.SwitchML},
 		} {
 			if d.a != d.b {
