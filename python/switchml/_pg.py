@@ -32,11 +32,11 @@ _DTYPES = {
     torch.int32: _lib.INT32,
 }
 
-# How long a rank tries to reach the controller before it gives up: the
-# controller may still be starting, but a wrong address must not hang.
-CONNECT_TIMEOUT = float(os.environ.get("SWITCHML_CONNECT_TIMEOUT", "30"))
-# Bounds the join (every rank arriving), whatever the group's timeout.
-JOIN_TIMEOUT = float(os.environ.get("SWITCHML_JOIN_TIMEOUT", "120"))
+# How long a rank tries to reach the controller before it gives up (the
+# controller may still be starting, but a wrong address must not hang),
+# and how long the ranks wait for each other, whatever the group's timeout.
+CONNECT_TIMEOUT = 30.0
+JOIN_TIMEOUT = 120.0
 
 _JOB_KEY = "switchml/job"
 _ARRIVED_KEY = "switchml/arrived"
@@ -48,14 +48,17 @@ def _mismatch(msg):
     return _lib.JobMismatch(_lib.ERR_MISMATCH, "SWITCHML_ERR_MISMATCH", msg)
 
 
+def _number(name, parse=int):
+    v = os.environ.get(name, "")
+    try:
+        return parse(v) if v else None
+    except ValueError:
+        raise ValueError("switchml: %s=%r: want a number" % (name, v)) from None
+
+
 def _session_settings():
     """The library's settings from the environment (unset: its defaults)."""
-    def number(name, parse=int):
-        v = os.environ.get(name, "")
-        try:
-            return parse(v) if v else None
-        except ValueError:
-            raise ValueError("switchml: %s=%r: want a number" % (name, v)) from None
+    number = _number
     s = {"lanes": number("SWITCHML_LANES"), "window": number("SWITCHML_WINDOW"),
          "packet_elements": number("SWITCHML_PACKET_ELEMENTS"), "give_up": number("SWITCHML_GIVE_UP", float),
          "bind": os.environ.get("SWITCHML_BIND") or None,
@@ -68,8 +71,8 @@ def _supported():
 
 
 def check_tensor(t, what="tensor"):
-    """The tensors the backend takes: dense, contiguous, on the CPU, of a
-    dtype the switch sums. Anything else is refused rather than copied."""
+    """The tensors the backend takes: dense, contiguous and on the CPU.
+    Anything else is refused rather than copied."""
     if not isinstance(t, torch.Tensor):
         raise TypeError("switchml: %s is a %s, not a torch.Tensor" % (what, type(t).__name__))
     if t.device.type != "cpu":
@@ -250,9 +253,11 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
         self._ops_lock = threading.Lock()
         self._queue = queue.Queue()
         self._live = _LiveWorks()
-        join_timeout = min(JOIN_TIMEOUT, self._timeout_s or JOIN_TIMEOUT)
-        self.controller, job, token = self._rendezvous(store, rank, size, controller, time.monotonic() + join_timeout)
-        _wait_reachable(self.controller, time.monotonic() + CONNECT_TIMEOUT)
+        join_timeout = _number("SWITCHML_JOIN_TIMEOUT", float) or JOIN_TIMEOUT
+        join_timeout = min(join_timeout, self._timeout_s or join_timeout)
+        connect_timeout = _number("SWITCHML_CONNECT_TIMEOUT", float) or CONNECT_TIMEOUT
+        self.controller, job, token = self._rendezvous(store, rank, size, controller, join_timeout)
+        _wait_reachable(self.controller, time.monotonic() + connect_timeout)
         self._session = _lib.Session(self.controller, job, rank, size, token=token, join_timeout=join_timeout,
                                      **_session_settings())
         self._thread = threading.Thread(target=self._run, name="switchml-pg-%s" % job, daemon=True)
@@ -260,7 +265,7 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
         _groups.add(self)
 
     @staticmethod
-    def _rendezvous(store, rank, size, controller, deadline):
+    def _rendezvous(store, rank, size, controller, timeout_s):
         """Rank 0 names the controller, the job and its token; every rank
         checks that it was started with rank 0's world size and waits
         until all have arrived, so that a rank started wrong fails every
@@ -280,6 +285,11 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
             except Exception as e:
                 fail("switchml: rank 0 could not start the embedded switch: %s" % e)
             store.set(_JOB_KEY, "%s %d %s %s" % (controller, size, "torch-" + secrets.token_hex(6), secrets.token_hex(16)))
+        deadline = time.monotonic() + timeout_s
+        try:
+            store.wait([_JOB_KEY], datetime.timedelta(seconds=timeout_s))
+        except RuntimeError as e:
+            raise TimeoutError("switchml: rank 0 named no job within %g s (%s): is rank 0 running?" % (timeout_s, e)) from None
         value = store.get(_JOB_KEY).decode()
         addr, size0, job, token = value.split(" ")
         if int(size0) != size:
@@ -294,8 +304,8 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
             if arrived >= size:
                 break
             if time.monotonic() > deadline:
-                raise TimeoutError("switchml: only %d of %d ranks arrived within %.0f s: start every rank (and "
-                                   "check world_size)" % (arrived, size, JOIN_TIMEOUT))
+                raise TimeoutError("switchml: only %d of %d ranks arrived within %g s: start every rank (and "
+                                   "check world_size)" % (arrived, size, timeout_s))
             time.sleep(0.05)
         # Every rank follows rank 0's controller: the job lives where
         # rank 0 registered it.
