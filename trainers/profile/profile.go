@@ -59,6 +59,11 @@ type Profile struct {
 	// StepS is one measured training step's compute (forward, backward
 	// and fetching the fused gradients), for comparison with the sum.
 	StepS float64 `json:"step_s"`
+	// DerivedFrom names the measured profile a derived one (Derive) was
+	// scaled from, and Scaling says how; both are empty for a measured
+	// profile.
+	DerivedFrom string `json:"derived_from,omitempty"`
+	Scaling     string `json:"scaling,omitempty"`
 }
 
 // ComputeS is the compute of one step: forward, backward and update.
@@ -314,4 +319,49 @@ func (p *Profile) Buckets(capElems int) []Bucket {
 		out = append(out, cur)
 	}
 	return slices.Clip(out)
+}
+
+// Derive returns a profile of model name with the same layers as p but
+// other parameter counts: sizes maps unit names to their new count (0
+// drops the unit). The compute is scaled from p: a resized unit's backward
+// time in proportion to its parameters (its dense gradient is built value
+// by value), its forward time unchanged (an embedding lookup costs the
+// same whatever the table size), the update in proportion to the total.
+// It is how the paper-size models are replayed: gradient buffers of their
+// real size, compute extrapolated from the measured model.
+func Derive(p *Profile, name, note string, sizes map[string]int64) (*Profile, error) {
+	q := *p
+	q.Model, q.DerivedFrom, q.Scaling = name, p.Model, note
+	q.Units, q.Parameters, q.BackwardS = nil, 0, 0
+	seen := map[string]bool{}
+	for _, u := range p.Units {
+		if n, ok := sizes[u.Name]; ok {
+			seen[u.Name] = true
+			if n < 0 {
+				return nil, fmt.Errorf("profile: unit %s: %d parameters", u.Name, n)
+			}
+			if n == 0 {
+				continue
+			}
+			if u.Parameters == 0 {
+				return nil, fmt.Errorf("profile: unit %s of %s has no parameters to scale from", u.Name, p.Model)
+			}
+			u.BackwardS *= float64(n) / float64(u.Parameters)
+			u.Parameters = n
+		}
+		q.Units = append(q.Units, u)
+		q.Parameters += u.Parameters
+		q.BackwardS += u.BackwardS
+	}
+	for unit := range sizes {
+		if !seen[unit] {
+			return nil, fmt.Errorf("profile: %s has no unit %q", p.Model, unit)
+		}
+	}
+	if len(q.Units) == 0 {
+		return nil, fmt.Errorf("profile: %s would have no units left", name)
+	}
+	q.UpdateS = p.UpdateS * float64(q.Parameters) / float64(p.Parameters)
+	q.StepS = 0
+	return &q, nil
 }

@@ -2,6 +2,7 @@ package profile
 
 import (
 	"context"
+	"math"
 	"net"
 	"path/filepath"
 	"slices"
@@ -119,14 +120,21 @@ func TestCheckedInProfiles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		var sum int64
+		for _, u := range p.Units {
+			sum += u.Parameters
+		}
+		if p.DerivedFrom != "" {
+			// A paper-size model: scaled from a measured one.
+			if models.LookupBench(p.DerivedFrom) == nil || p.Scaling == "" || sum != p.Parameters {
+				t.Errorf("%s: derived from %q (%q): units hold %d parameters, profile says %d", path, p.DerivedFrom, p.Scaling, sum, p.Parameters)
+			}
+			continue
+		}
 		b := models.LookupBench(p.Model)
 		if b == nil {
 			t.Errorf("%s: unknown model %q", path, p.Model)
 			continue
-		}
-		var sum int64
-		for _, u := range p.Units {
-			sum += u.Parameters
 		}
 		if sum != b.Parameters || p.Parameters != b.Parameters {
 			t.Errorf("%s: units hold %d parameters, profile says %d, model has %d", path, sum, p.Parameters, b.Parameters)
@@ -200,5 +208,30 @@ func TestReplayInPieces(t *testing.T) {
 	want := []int{100, 250, 50, 250, 250, 100}
 	if !slices.Equal(rec.sizes, want) {
 		t.Errorf("allreduce sizes %v, want %v", rec.sizes, want)
+	}
+}
+
+// A derived profile resizes and drops units, scales their backward time
+// and the update with their parameters, and keeps the forward time.
+func TestDerive(t *testing.T) {
+	p := testProfile() // a 600, b 300, c 100; backward 0.01 each
+	q, err := Derive(p, "t-big", "test", map[string]int64{"a": 6000, "c": 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Model != "t-big" || q.DerivedFrom != "t" || q.Parameters != 6300 || len(q.Units) != 2 {
+		t.Fatalf("derived %+v", q)
+	}
+	if a := q.Units[0]; a.Parameters != 6000 || math.Abs(a.BackwardS-0.1) > 1e-12 || a.ForwardS != 0.004 {
+		t.Errorf("unit a %+v, want 6000 parameters, backward 0.1 s, forward 0.004 s", a)
+	}
+	if math.Abs(q.BackwardS-0.11) > 1e-12 || math.Abs(q.UpdateS-0.005*6.3) > 1e-12 || q.ForwardS != p.ForwardS {
+		t.Errorf("backward %g, update %g, forward %g; want 0.11, %g, %g", q.BackwardS, q.UpdateS, q.ForwardS, 0.005*6.3, p.ForwardS)
+	}
+	if p.Units[0].Parameters != 600 {
+		t.Errorf("Derive changed the measured profile: %+v", p.Units[0])
+	}
+	if _, err := Derive(p, "x", "", map[string]int64{"nope": 1}); err == nil {
+		t.Error("an unknown unit was accepted")
 	}
 }

@@ -193,6 +193,16 @@ func (run *AccuracyRun) reached(target float64) {
 	}
 }
 
+// runOf is the run of backend, or nil.
+func runOf(rep *AccuracyReport, backend string) *AccuracyRun {
+	for i := range rep.Runs {
+		if rep.Runs[i].Backend == backend && rep.Runs[i].Error == "" {
+			return &rep.Runs[i]
+		}
+	}
+	return nil
+}
+
 // slicesWithout drops flag name and its value from args.
 func slicesWithout(args []string, name string) []string {
 	var out []string
@@ -336,14 +346,22 @@ func accuracyMarkdown(rep *AccuracyReport) string {
 	for _, run := range rep.Runs {
 		fmt.Fprintf(&sb, " %s | %s (s) |", run.Backend, run.Backend)
 	}
+	sml, ring := runOf(rep, "switchml"), runOf(rep, "ring")
+	pair := sml != nil && ring != nil
 	if len(rep.Runs) >= 2 {
 		sb.WriteString(" largest difference (points) |")
+	}
+	if pair {
+		sb.WriteString(" switchml - ring (points) |")
 	}
 	sb.WriteString("\n|---:|")
 	for range rep.Runs {
 		sb.WriteString("---:|---:|")
 	}
 	if len(rep.Runs) >= 2 {
+		sb.WriteString("---:|")
+	}
+	if pair {
 		sb.WriteString("---:|")
 	}
 	sb.WriteString("\n")
@@ -371,16 +389,23 @@ func accuracyMarkdown(rep *AccuracyReport) string {
 				sb.WriteString(" — |")
 			}
 		}
+		if pair {
+			if k < len(sml.Epochs) && k < len(ring.Epochs) {
+				fmt.Fprintf(&sb, " %+.2f |", 100*(sml.Epochs[k].TestAccuracy-ring.Epochs[k].TestAccuracy))
+			} else {
+				sb.WriteString(" — |")
+			}
+		}
 		sb.WriteString("\n")
 	}
 	shared := false
 	for _, run := range rep.Runs {
-		if len(run.Others) > 0 {
+		if others := rackrun.Heavy(run.Others); len(others) > 0 {
 			if !shared {
 				sb.WriteString("\nOther heavy processes on the machine at the start or the end of a run (they shared the CPUs):\n\n")
 				shared = true
 			}
-			fmt.Fprintf(&sb, "- %s: %s\n", run.Backend, strings.Join(run.Others, "; "))
+			fmt.Fprintf(&sb, "- %s: %s\n", run.Backend, strings.Join(others, "; "))
 		}
 	}
 	if !shared {

@@ -310,8 +310,8 @@ func stepsMarkdown(rep *StepsReport) string {
 	sb.WriteString("\nError is (replayed - measured) / measured. The replay sleeps for the profile's compute, measured once on an otherwise idle machine; the measured TensorFlow time is that of ranks sharing the CPUs.\n")
 	var shared []string
 	for _, p := range rep.Points {
-		if len(p.Others) > 0 {
-			shared = append(shared, fmt.Sprintf("- %g Mbit/s, %d workers, %s, %s: %s", p.RateMbit, p.Workers, p.Model, p.Backend, strings.Join(p.Others, "; ")))
+		if others := rackrun.Heavy(p.Others); len(others) > 0 {
+			shared = append(shared, fmt.Sprintf("- %g Mbit/s, %d workers, %s, %s: %s", p.RateMbit, p.Workers, p.Model, p.Backend, strings.Join(others, "; ")))
 		}
 	}
 	if len(shared) > 0 {

@@ -375,8 +375,8 @@ func markdown(rep *Report, models, backends []string, rates []float64) string {
 	}
 	var shared []string
 	for _, p := range rep.Points {
-		if len(p.Others) > 0 {
-			shared = append(shared, fmt.Sprintf("- %g Mbit/s, %s, %s: %s", p.RateMbit, p.Model, p.Backend, strings.Join(p.Others, "; ")))
+		if others := rackrun.Heavy(p.Others); len(others) > 0 {
+			shared = append(shared, fmt.Sprintf("- %g Mbit/s, %s, %s: %s", p.RateMbit, p.Model, p.Backend, strings.Join(others, "; ")))
 		}
 	}
 	if len(shared) > 0 {

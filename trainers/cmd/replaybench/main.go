@@ -13,6 +13,8 @@
 // report DIR...` rewrites the table and the plot from DIR/replay.json, and
 // `replaybench merge --out DIR A/replay.json B/replay.json...` combines
 // runs into one table that names each run's command and commit.
+// `replaybench derive` writes the profile of a larger model scaled from a
+// measured one (the paper-size models).
 package main
 
 import (
@@ -43,6 +45,8 @@ func main() {
 		err = report(os.Args[2:])
 	} else if len(os.Args) > 1 && os.Args[1] == "merge" {
 		err = merge(os.Args[2:])
+	} else if len(os.Args) > 1 && os.Args[1] == "derive" {
+		err = derive(os.Args[2:])
 	} else {
 		err = bench(ctx, os.Args[1:])
 	}

@@ -199,7 +199,16 @@ func Others() []string {
 		b, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		cmdline[pid] = strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
 	}
+	// This process's children are the measurement; its ancestors wait
+	// for it (a lock, a queue script).
+	ancestors := map[int]bool{}
+	for pid, n := parent[self], 0; pid > 1 && n < 64; pid, n = parent[pid], n+1 {
+		ancestors[pid] = true
+	}
 	mine := func(pid int) bool {
+		if ancestors[pid] {
+			return true
+		}
 		for n := 0; pid > 1 && n < 64; n++ {
 			if pid == self {
 				return true
@@ -228,6 +237,22 @@ func Others() []string {
 		out = append(out, c)
 	}
 	slices.Sort(out)
+	return Heavy(out)
+}
+
+// wrappers start or wait for other programs and use no CPU themselves;
+// what they run is listed on its own when it is heavy.
+var wrappers = []string{"flock", "bash", "sh", "timeout", "nice", "env", "sudo", "sleep", "nohup"}
+
+// Heavy drops the wrappers from a list that Others made: a lock or a
+// queue script waiting to run a benchmark does not share the CPUs.
+func Heavy(others []string) []string {
+	var out []string
+	for _, o := range others {
+		if !slices.Contains(wrappers, strings.Fields(o + " ")[0]) {
+			out = append(out, o)
+		}
+	}
 	return out
 }
 

@@ -19,6 +19,13 @@ func TestShortNamesWhatRan(t *testing.T) {
 	}
 }
 
+func TestHeavyDropsWrappers(t *testing.T) {
+	got := Heavy([]string{"flock /tmp/switchml-heavy.lock --workers 4", "bash /tmp/wait.sh --workers 4", "go test", "switchml bench --name x"})
+	if len(got) != 2 || got[0] != "go test" || got[1] != "switchml bench --name x" {
+		t.Errorf("Heavy = %q, want the test run and the benchmark only", got)
+	}
+}
+
 // A failing rank stops the others, and the error names it with its last
 // words.
 func TestRunStopsTheOthersWhenOneFails(t *testing.T) {
