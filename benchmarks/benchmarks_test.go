@@ -150,18 +150,14 @@ func TestReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{
+	wantLines(t, "summary", summary,
 		"| 4 | 3.000 | 4.500 | 0.895 | 1.50x | – | 1.50x |", // workers row: TATs, efficiency, speedup, ideal
 		"speedup over Gloo, 8 workers | ≥ 2.0x | 2.32x",
 		"8 workers against 2 | within 10% | +3.3%",
 		"| Ring (Go) | 0.500 |",
 		"mpicc not found",
 		"| 200 Mbit/s | 25000 B | 525000 B | 199.9 Mbit/s |",
-	} {
-		if !strings.Contains(summary, want) {
-			t.Errorf("summary lacks %q:\n%s", want, summary)
-		}
-	}
+	)
 	for _, png := range []string{"tat_vs_workers.png", "speedup_vs_workers.png", "goodput_vs_size.png"} {
 		b, err := os.ReadFile(filepath.Join(dir, png))
 		if err != nil || len(b) < 8 || string(b[1:4]) != "PNG" {
@@ -214,16 +210,12 @@ func TestSystemTableWithTorchSwitchML(t *testing.T) {
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	systemTable(p, rs, "workers", "efficiency", "%.3f", func(r result) float64 { return r.LinkEfficiency }, byWorkers, func(n int) string { return strconv.Itoa(n) })
 	table := b.String()
-	for _, want := range []string{
+	wantLines(t, "table", table,
 		"| PyTorch-SwitchML TAT (s) |",
 		"| Gloo / SwitchML | Ring / SwitchML | Gloo / PyTorch-SwitchML |",
 		"| 4 | 3.000 | 0.895 | 3.200 | 0.839 | 4.800 | 0.559 | 1.60x | – | 1.50x |",
 		"| 8 | 3.100 | 0.866 | – | – | 5.400 | 0.497 | 1.74x | – | – |",
-	} {
-		if !strings.Contains(table, want) {
-			t.Errorf("table lacks %q:\n%s", want, table)
-		}
-	}
+	)
 	for i, line := range strings.Split(strings.TrimSpace(table), "\n") {
 		if n := strings.Count(line, "|"); n != 11 {
 			t.Errorf("line %d has %d cells borders, want 11: %s", i, n, line)
@@ -232,14 +224,18 @@ func TestSystemTableWithTorchSwitchML(t *testing.T) {
 
 	b.Reset()
 	torchTable(&b, rs)
-	for _, want := range []string{
-		"| rack 200Mbit/s n=4 64MiB | 3.200 | 4.800 | 3.000 | 1.50x | 1.07x |",
-	} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("PyTorch table lacks %q:\n%s", want, b.String())
-		}
-	}
+	wantLines(t, "PyTorch table", b.String(), "| rack 200Mbit/s n=4 64MiB | 3.200 | 4.800 | 3.000 | 1.50x | 1.07x |")
 	if strings.Contains(b.String(), "n=8") {
 		t.Errorf("PyTorch table shows the failed 8-worker point:\n%s", b.String())
+	}
+}
+
+// wantLines reports each of wants that text lacks.
+func wantLines(t *testing.T, what, text string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(text, want) {
+			t.Errorf("%s lacks %q:\n%s", what, want, text)
+		}
 	}
 }
