@@ -28,6 +28,7 @@ import (
 type rackFlags struct {
 	workers, mtu, packetElems int
 	prefix, subnet            string
+	waitQuiet                 time.Duration
 }
 
 func (f *rackFlags) register(fs *flag.FlagSet) {
@@ -36,6 +37,12 @@ func (f *rackFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.packetElems, "packet-elements", 0, "switchml: values per packet (0 = the library's default, 256)")
 	fs.StringVar(&f.prefix, "rack-prefix", "smle", "name prefix of the rack's namespaces (a rack of the same prefix is removed first)")
 	fs.StringVar(&f.subnet, "rack-subnet", "10.215.0.0/24", "the rack's subnet")
+	fs.DurationVar(&f.waitQuiet, "wait-quiet", 30*time.Minute, "before each measurement, wait up to this long for other benchmarks, tests and training on the machine to end (0: do not wait)")
+}
+
+// quiet waits for the machine to be quiet before a measurement.
+func (f *rackFlags) quiet(ctx context.Context) {
+	rackrun.WaitQuiet(ctx, f.waitQuiet, func(s string) { fmt.Fprintln(os.Stderr, "   "+s) })
 }
 
 // start builds the rack at rateMbit with the switch side in it.
@@ -159,6 +166,7 @@ func accuracy(ctx context.Context, args []string) error {
 			args = slicesWithout(args, "--packet-elements")
 		}
 		args = append(args, meetFlags(r, be, i)...)
+		rf.quiet(ctx)
 		run := AccuracyRun{Backend: be, Others: rackrun.Others()}
 		epochs, err := trainRanks(ctx, r, trainBin, args)
 		run.Epochs = epochs

@@ -151,6 +151,7 @@ func steps(ctx context.Context, args []string) error {
 				p := profs[m]
 				for _, be := range bes {
 					run++
+					rf.quiet(ctx)
 					pt := StepPoint{RateMbit: rate, Workers: n, Model: m, Backend: be, Batch: p.Batch, Parameters: p.Parameters, Others: rackrun.Others()}
 					fmt.Fprintf(os.Stderr, "== %g Mbit/s, %d workers, %s (batch %d), %s\n", rate, n, m, p.Batch, be)
 					common := []string{"--backend", be, "--workers", strconv.Itoa(n), "--bucket-elems", strconv.Itoa(*bucketElems)}
@@ -307,7 +308,7 @@ func stepsMarkdown(rep *StepsReport) string {
 			fmt.Fprintf(&sb, " failed: %s | | | | | | | |\n", strings.ReplaceAll(p.Error, "|", "/"))
 		}
 	}
-	sb.WriteString("\nError is (replayed - measured) / measured. The replay sleeps for the profile's compute, measured once on an otherwise idle machine; the measured TensorFlow time is that of ranks sharing the CPUs.\n")
+	sb.WriteString("\nError is (replayed - measured) / measured. The replay sleeps for the profile's compute (profiles/<model>.json, measured once by `train --profile-out` with 2 threads and the machine to itself); the measured TensorFlow time is rank 0's gradients and update while the ranks share the CPUs.\n")
 	var shared []string
 	for _, p := range rep.Points {
 		if others := rackrun.Heavy(p.Others); len(others) > 0 {

@@ -75,7 +75,7 @@ type benchFlags struct {
 	models, backends, rates, profiles, out, python, glooScript, prefix, subnet string
 	workers, steps, warmup, lanes, window, packetElems, mtu                    int
 	bucketMB, maxBufferMB                                                      float64
-	pointTimeout                                                               time.Duration
+	pointTimeout, waitQuiet                                                    time.Duration
 	quiet                                                                      bool
 }
 
@@ -101,6 +101,7 @@ func bench(ctx context.Context, args []string) error {
 	fs.Float64Var(&f.bucketMB, "bucket-mb", 25, "gradient bucket size in MB (DDP's default is 25)")
 	fs.Float64Var(&f.maxBufferMB, "max-buffer-mb", 0, "allreduce a bucket larger than this many MB in pieces through one buffer of this size (every backend), so that gradients of hundreds of millions of values fit in memory on every worker (0 = whole buckets)")
 	fs.DurationVar(&f.pointTimeout, "point-timeout", 30*time.Minute, "give up on one point after this long")
+	fs.DurationVar(&f.waitQuiet, "wait-quiet", 30*time.Minute, "before each point, wait up to this long for other benchmarks, tests and training on the machine to end (0: do not wait)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no status line of the running point (it is drawn only on a terminal)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -170,6 +171,7 @@ func bench(ctx context.Context, args []string) error {
 					return fmt.Sprintf("[%d/%d] %g Mbit/s, %s, %s: %s; %s", n, total, rate, m, be,
 						progress.Round(time.Since(started)), progress.Left(done, elapsed))
 				})
+				rackrun.WaitQuiet(ctx, f.waitQuiet, func(s string) { fmt.Fprintln(line, "   "+s) })
 				pt := Point{RateMbit: rate, Model: m, Backend: be, Workers: f.workers, Parameters: p.Parameters, Others: rackrun.Others()}
 				pctx, cancel := context.WithTimeout(ctx, f.pointTimeout)
 				res, err := runPoint(pctx, r, &f, exe, filepath.Join(f.profiles, m+".json"), be, run, bucketElems)

@@ -278,3 +278,25 @@ func short(cmdline string) string {
 	}
 	return strings.Join(out, " ")
 }
+
+// WaitQuiet waits, up to max, until no other heavy process runs (Others
+// is empty), checking every few seconds, and returns those still running
+// when it gives up (nil once the machine is quiet). A measurement taken
+// beside another benchmark on a small machine measures both badly; say
+// is told what it waits for.
+func WaitQuiet(ctx context.Context, max time.Duration, say func(string)) []string {
+	deadline := time.Now().Add(max)
+	others := Others()
+	for len(others) > 0 && time.Now().Before(deadline) {
+		if say != nil {
+			say(fmt.Sprintf("waiting for other heavy processes to end: %s", strings.Join(others, "; ")))
+		}
+		select {
+		case <-ctx.Done():
+			return others
+		case <-time.After(10 * time.Second):
+		}
+		others = Others()
+	}
+	return others
+}
