@@ -58,6 +58,12 @@ type Options struct {
 	Progress io.Writer
 	// OnEpoch is called with each epoch's result (every rank).
 	OnEpoch func(EpochResult)
+	// EvalEvery, when positive, also evaluates on the test set after every
+	// EvalEvery steps within an epoch and hands the result to OnEval
+	// (every rank), for curves finer than one point per epoch. The time
+	// it takes is left out of StepS.
+	EvalEvery int
+	OnEval    func(EvalResult)
 	// Backend names the allreduce backend in results.
 	Backend string
 }
@@ -82,6 +88,24 @@ type EpochResult struct {
 	EpochS   float64 `json:"epoch_s"`
 	// GradElems is the number of gradient values allreduced per step.
 	GradElems int `json:"grad_elems"`
+}
+
+// EvalResult is a test evaluation within an epoch (Options.EvalEvery).
+type EvalResult struct {
+	// Kind is "eval", which tells these lines from epoch results in a
+	// stream of JSON lines.
+	Kind string `json:"kind"`
+	// Epoch is the epoch in progress (from 1), after Step of its Steps.
+	Epoch int `json:"epoch"`
+	Step  int `json:"step"`
+	Steps int `json:"steps"`
+	// Progress is the training done in epochs, such as 1.25.
+	Progress     float64 `json:"progress"`
+	TrainLoss    float64 `json:"train_loss"`
+	TestLoss     float64 `json:"test_loss"`
+	TestAccuracy float64 `json:"test_accuracy"`
+	// ElapsedS is the time since the epoch started.
+	ElapsedS float64 `json:"elapsed_s"`
 }
 
 func optimizer(name string, lr float32) (nn.Optimizer, error) {
@@ -190,7 +214,7 @@ func Run(ctx context.Context, o Options, be collective.Backend) ([]EpochResult, 
 	for epoch := startEpoch; epoch < o.Epochs; epoch++ {
 		batches.Epoch(epoch)
 		t0 := time.Now()
-		var comm, compute time.Duration
+		var comm, compute, evalTime time.Duration
 		lossSum := 0.0
 		for s := 0; s < steps; s++ {
 			if err := ctx.Err(); err != nil {
@@ -225,6 +249,19 @@ func Run(ctx context.Context, o Options, be collective.Backend) ([]EpochResult, 
 			}
 			compute += time.Since(ta)
 			lossSum += float64(loss)
+			if o.EvalEvery > 0 && (s+1)%o.EvalEvery == 0 && s+1 < steps {
+				te := time.Now()
+				trainLoss, testLoss, testAcc, err := evaluateAll(ctx, p, be, o.Workers, testShard, lossSum, s+1)
+				if err != nil {
+					return nil, nil, err
+				}
+				evalTime += time.Since(te)
+				if o.OnEval != nil {
+					o.OnEval(EvalResult{Kind: "eval", Epoch: epoch + 1, Step: s + 1, Steps: steps,
+						Progress: float64(epoch) + float64(s+1)/float64(steps), TrainLoss: trainLoss, TestLoss: testLoss,
+						TestAccuracy: testAcc, ElapsedS: time.Since(t0).Seconds()})
+				}
+			}
 			if o.Progress != nil && (s%20 == 0 || s == steps-1) {
 				el := time.Since(t0)
 				// The steps left at this epoch's pace; evaluation is extra.
@@ -234,29 +271,17 @@ func Run(ctx context.Context, o Options, be collective.Backend) ([]EpochResult, 
 					1e3*el.Seconds()/float64(s+1), 100*comm.Seconds()/math.Max(el.Seconds(), 1e-9), left.Round(time.Second))
 			}
 		}
-		trainTime := time.Since(t0)
+		trainTime := time.Since(t0) - evalTime
 
-		// Batch-norm statistics drift apart across workers (each sees its
-		// own batches); average them so evaluation uses one model.
-		if err := syncState(ctx, p, be, o.Workers); err != nil {
-			return nil, nil, err
-		}
-		tl, correct, n, err := evaluate(p, testShard, 500)
+		trainLoss, testLoss, testAcc, err := evaluateAll(ctx, p, be, o.Workers, testShard, lossSum, steps)
 		if err != nil {
 			return nil, nil, err
 		}
-		agg := []float32{float32(tl), float32(correct), float32(n), float32(lossSum), float32(steps)}
-		if err := be.AllReduceFloat32(ctx, agg); err != nil {
-			return nil, nil, fmt.Errorf("train: allreduce of evaluation: %w", err)
-		}
-		// Counts travel as floats (exact below 2^24) and may come back with
-		// quantisation noise from the switch: round them.
-		total := math.Round(float64(agg[2]))
 		r := EpochResult{
 			Epoch: epoch + 1, Model: o.Model, Backend: o.Backend, Workers: o.Workers, Steps: steps,
-			TrainLoss:    float64(agg[3]) / math.Round(float64(agg[4])),
-			TestLoss:     float64(agg[0]) / total,
-			TestAccuracy: math.Round(float64(agg[1])) / total,
+			TrainLoss:    trainLoss,
+			TestLoss:     testLoss,
+			TestAccuracy: testAcc,
 			StepS:        trainTime.Seconds() / float64(steps),
 			CommS:        comm.Seconds(),
 			ComputeS:     compute.Seconds(),
@@ -283,6 +308,29 @@ func Run(ctx context.Context, o Options, be collective.Backend) ([]EpochResult, 
 	}
 	ok = true
 	return results, p, nil
+}
+
+// evaluateAll evaluates the model on every rank's test shard and returns
+// the mean training loss over the steps so far and the test loss and
+// accuracy over the whole test set, the same on every rank.
+func evaluateAll(ctx context.Context, p *nn.Program, be collective.Backend, workers int, testShard *data.Set, lossSum float64, steps int) (trainLoss, testLoss, testAcc float64, err error) {
+	// Batch-norm statistics drift apart across workers (each sees its
+	// own batches); average them so evaluation uses one model.
+	if err := syncState(ctx, p, be, workers); err != nil {
+		return 0, 0, 0, err
+	}
+	tl, correct, n, err := evaluate(p, testShard, 500)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	agg := []float32{float32(tl), float32(correct), float32(n), float32(lossSum), float32(steps)}
+	if err := be.AllReduceFloat32(ctx, agg); err != nil {
+		return 0, 0, 0, fmt.Errorf("train: allreduce of evaluation: %w", err)
+	}
+	// Counts travel as floats (exact below 2^24) and may come back with
+	// quantisation noise from the switch: round them.
+	total := math.Round(float64(agg[2]))
+	return float64(agg[3]) / math.Round(float64(agg[4])), float64(agg[0]) / total, math.Round(float64(agg[1])) / total, nil
 }
 
 // syncState replaces every worker's state variables by their average.

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -159,5 +160,41 @@ func TestPerRankCheckpoints(t *testing.T) {
 	ck, err := LoadCheckpointFile(RankCheckpointFile(dir, 1))
 	if err != nil || ck.Epoch != 1 || ck.Step != 24 {
 		t.Fatalf("rank 1's checkpoint after resuming: %v, %v", ck, err)
+	}
+}
+
+// EvalEvery evaluates within each epoch: every N steps but not at the
+// epoch's last step (the epoch's own result covers it), in order, with
+// the same figures on every rank.
+func TestEvalEvery(t *testing.T) {
+	train, test := data.Synthetic(400, 28, 28, 10, 5), data.Synthetic(200, 28, 28, 10, 6)
+	var mu sync.Mutex
+	var got []EvalResult // both ranks' evaluations
+	o := Options{Model: "mlp", Train: train, Test: test, Epochs: 2, Batch: 20, Optimizer: "adam", Seed: 3, Backend: "exact",
+		EvalEvery: 4}
+	o.OnEval = func(r EvalResult) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, r)
+	}
+	res := trainInProcess(t, o, 2)
+	// 400 examples, a global batch of 40: 10 steps per epoch, evaluated
+	// after steps 4 and 8 of each epoch, on both ranks.
+	if len(got) != 8 {
+		t.Fatalf("%d evaluations, want 2 per epoch per rank (8): %+v", len(got), got)
+	}
+	var progress []float64
+	for _, e := range got {
+		if e.Kind != "eval" || e.Steps != 10 || e.TestAccuracy < 0 || e.TestAccuracy > 1 {
+			t.Errorf("evaluation %+v", e)
+		}
+		progress = append(progress, e.Progress)
+	}
+	slices.Sort(progress)
+	if want := []float64{0.4, 0.4, 0.8, 0.8, 1.4, 1.4, 1.8, 1.8}; !slices.Equal(progress, want) {
+		t.Errorf("evaluated at %v epochs, want %v", progress, want)
+	}
+	if len(res[0]) != 2 || res[0][1].Steps != 10 {
+		t.Errorf("epoch results %+v", res[0])
 	}
 }

@@ -19,6 +19,7 @@ import (
 )
 
 type record struct {
+	Kind         string  `json:"kind"`
 	Epoch        int     `json:"epoch"`
 	Backend      string  `json:"backend"`
 	Workers      int     `json:"workers"`
@@ -43,6 +44,10 @@ func read(path string) ([]record, error) {
 		var r record
 		if err := json.Unmarshal([]byte(t), &r); err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+		}
+		if r.Kind == "eval" {
+			// An evaluation within an epoch (train --eval-every).
+			continue
 		}
 		out = append(out, r)
 	}

@@ -74,14 +74,25 @@ type Epoch struct {
 	WallS float64 `json:"wall_s"`
 }
 
+// Eval is an evaluation within an epoch (train --eval-every) and when it
+// arrived.
+type Eval struct {
+	train.EvalResult
+	WallS float64 `json:"wall_s"`
+}
+
 // AccuracyRun is one backend's training.
 type AccuracyRun struct {
 	Backend string  `json:"backend"`
 	Epochs  []Epoch `json:"epochs"`
+	Evals   []Eval  `json:"evals,omitempty"`
 	// TargetEpoch is the first epoch at or above the target accuracy (0:
-	// never); TimeToTargetS its WallS; TrainToTargetS the sum of epoch_s
-	// up to it (training and evaluation, without start-up).
+	// never). TargetProgress is the first evaluation at or above it, in
+	// epochs (the same as TargetEpoch without evaluations within epochs);
+	// TimeToTargetS its WallS; TrainToTargetS the training and evaluation
+	// time up to it, without start-up.
 	TargetEpoch    int     `json:"target_epoch"`
+	TargetProgress float64 `json:"target_progress"`
 	TimeToTargetS  float64 `json:"time_to_target_s"`
 	TrainToTargetS float64 `json:"train_to_target_s"`
 	// Others are the heavy processes that ran beside it on the machine.
@@ -91,19 +102,21 @@ type AccuracyRun struct {
 
 // AccuracyReport is accuracy.json.
 type AccuracyReport struct {
-	Date     string        `json:"date"`
-	Command  string        `json:"command"`
-	Commit   string        `json:"commit"`
-	CPUs     int           `json:"cpus"`
-	Workers  int           `json:"workers"`
-	RateMbit float64       `json:"rate_mbit"`
-	Model    string        `json:"model"`
-	Batch    int           `json:"batch"`
-	Seed     int64         `json:"seed"`
-	Target   float64       `json:"target"`
-	Threads  int           `json:"intra_op_threads"`
-	Settings string        `json:"settings"`
-	Runs     []AccuracyRun `json:"runs"`
+	Date     string  `json:"date"`
+	Command  string  `json:"command"`
+	Commit   string  `json:"commit"`
+	CPUs     int     `json:"cpus"`
+	Workers  int     `json:"workers"`
+	RateMbit float64 `json:"rate_mbit"`
+	Model    string  `json:"model"`
+	Batch    int     `json:"batch"`
+	Seed     int64   `json:"seed"`
+	Target   float64 `json:"target"`
+	Threads  int     `json:"intra_op_threads"`
+	// EvalEvery is train's --eval-every (0: at the end of each epoch).
+	EvalEvery int           `json:"eval_every,omitempty"`
+	Settings  string        `json:"settings"`
+	Runs      []AccuracyRun `json:"runs"`
 }
 
 func accuracy(ctx context.Context, args []string) error {
@@ -120,6 +133,7 @@ func accuracy(ctx context.Context, args []string) error {
 	threads := fs.Int("threads", 1, "TensorFlow intra-op threads per rank (the ranks share this machine's cores)")
 	trainLimit := fs.Int("train-limit", 0, "first N training examples only (0 = all; for a quick try)")
 	testLimit := fs.Int("test-limit", 0, "first N test examples only (0 = all)")
+	evalEvery := fs.Int("eval-every", 0, "also evaluate every N steps within an epoch (train --eval-every), for a finer time to the target")
 	out := fs.String("out", "results/rack-e2e", "output directory")
 	name := fs.String("name", "accuracy", "results file names: NAME.json, NAME.md and NAME.png in --out")
 	if err := fs.Parse(args); err != nil {
@@ -154,22 +168,22 @@ func accuracy(ctx context.Context, args []string) error {
 
 	rep := &AccuracyReport{Date: time.Now().UTC().Format(time.RFC3339), Command: "rackbench accuracy " + strings.Join(args, " "),
 		Commit: rackrun.Commit(ctx), CPUs: runtime.NumCPU(), Workers: rf.workers, RateMbit: *rate, Model: *model,
-		Batch: *batch, Seed: *seed, Target: *target, Threads: *threads,
+		Batch: *batch, Seed: *seed, Target: *target, Threads: *threads, EvalEvery: *evalEvery,
 		Settings: fmt.Sprintf("MTU %d; switchml %d values per packet (0 = default), library's lanes and window", rf.mtu, rf.packetElems)}
 	for i, be := range bes {
 		fmt.Fprintf(os.Stderr, "== %s: %d ranks, %g Mbit/s, %s, %d epochs\n", be, rf.workers, *rate, *model, *epochs)
 		args := []string{"--workers", strconv.Itoa(rf.workers), "--backend", be, "--model", *model, "--dataset", "fashion-mnist",
 			"--epochs", strconv.Itoa(*epochs), "--batch", strconv.Itoa(*batch), "--seed", strconv.FormatInt(*seed, 10),
 			"--intra-op-threads", strconv.Itoa(*threads), "--train-limit", strconv.Itoa(*trainLimit), "--test-limit", strconv.Itoa(*testLimit),
-			"--packet-elements", strconv.Itoa(rf.packetElems), "--join-timeout", "2m", "--json", "--quiet"}
+			"--packet-elements", strconv.Itoa(rf.packetElems), "--eval-every", strconv.Itoa(*evalEvery), "--join-timeout", "2m", "--json", "--quiet"}
 		if be != "switchml" {
 			args = slicesWithout(args, "--packet-elements")
 		}
 		args = append(args, meetFlags(r, be, i)...)
 		rf.quiet(ctx)
 		run := AccuracyRun{Backend: be, Others: rackrun.Others()}
-		epochs, err := trainRanks(ctx, r, trainBin, args)
-		run.Epochs = epochs
+		epochs, evals, err := trainRanks(ctx, r, trainBin, args)
+		run.Epochs, run.Evals = epochs, evals
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -188,17 +202,81 @@ func accuracy(ctx context.Context, args []string) error {
 	return nil
 }
 
-// reached sets the first epoch at or above target and the times to it.
-func (run *AccuracyRun) reached(target float64) {
-	run.TargetEpoch, run.TimeToTargetS, run.TrainToTargetS = 0, 0, 0
-	sum := 0.0
+// point is one evaluation of a run, within an epoch or at its end.
+type point struct {
+	progress, accuracy, wallS, trainS float64
+}
+
+// points are the run's evaluations in training order.
+func (run *AccuracyRun) points() []point {
+	var out []point
+	done, k := 0.0, 0 // training time of the finished epochs
 	for _, e := range run.Epochs {
-		sum += e.EpochS
+		for ; k < len(run.Evals) && run.Evals[k].Epoch == e.Epoch; k++ {
+			v := run.Evals[k]
+			out = append(out, point{v.Progress, v.TestAccuracy, v.WallS, done + v.ElapsedS})
+		}
+		done += e.EpochS
+		out = append(out, point{float64(e.Epoch), e.TestAccuracy, e.WallS, done})
+	}
+	return out
+}
+
+// reached sets the first epoch and the first evaluation at or above
+// target and the times to it.
+func (run *AccuracyRun) reached(target float64) {
+	run.TargetEpoch, run.TargetProgress, run.TimeToTargetS, run.TrainToTargetS = 0, 0, 0, 0
+	for _, e := range run.Epochs {
 		if e.TestAccuracy >= target {
-			run.TargetEpoch, run.TimeToTargetS, run.TrainToTargetS = e.Epoch, e.WallS, sum
+			run.TargetEpoch = e.Epoch
+			break
+		}
+	}
+	for _, p := range run.points() {
+		if p.accuracy >= target {
+			run.TargetProgress, run.TimeToTargetS, run.TrainToTargetS = p.progress, p.wallS, p.trainS
 			return
 		}
 	}
+}
+
+// evalsMarkdown is the table of every evaluation of every run, by training
+// progress.
+func evalsMarkdown(rep *AccuracyReport) string {
+	var progress []float64
+	acc := map[string]map[float64]point{}
+	for _, run := range rep.Runs {
+		acc[run.Backend] = map[float64]point{}
+		for _, p := range run.points() {
+			acc[run.Backend][p.progress] = p
+			if !slices.Contains(progress, p.progress) {
+				progress = append(progress, p.progress)
+			}
+		}
+	}
+	slices.Sort(progress)
+	var sb strings.Builder
+	sb.WriteString("\n| epochs done |")
+	for _, run := range rep.Runs {
+		fmt.Fprintf(&sb, " %s (%%) | %s (s) |", run.Backend, run.Backend)
+	}
+	sb.WriteString("\n|---:|")
+	for range rep.Runs {
+		sb.WriteString("---:|---:|")
+	}
+	sb.WriteString("\n")
+	for _, pr := range progress {
+		fmt.Fprintf(&sb, "| %.2f |", pr)
+		for _, run := range rep.Runs {
+			if p, ok := acc[run.Backend][pr]; ok {
+				fmt.Fprintf(&sb, " %.2f | %.1f |", 100*p.accuracy, p.wallS)
+			} else {
+				sb.WriteString(" — | — |")
+			}
+		}
+		sb.WriteString("\n")
+	}
+	return sb.String()
 }
 
 // runOf is the run of backend, or nil.
@@ -236,12 +314,13 @@ func mergeOthers(a, b []string) []string {
 // trainRanks runs `train --rank i` in every worker namespace and returns
 // rank 0's epochs, timed as they arrive. It checks that every rank
 // reports the same accuracies (they evaluate one model together).
-func trainRanks(ctx context.Context, r *rackrun.Rack, bin string, args []string) ([]Epoch, error) {
+func trainRanks(ctx context.Context, r *rackrun.Rack, bin string, args []string) ([]Epoch, []Eval, error) {
 	n := r.Workers()
 	cmds := make([]*exec.Cmd, n)
 	outs := make([]bytes.Buffer, n)
 	pr, pw := io.Pipe()
 	var epochs []Epoch
+	var evals []Eval
 	var parseErr error
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -252,12 +331,26 @@ func trainRanks(ctx context.Context, r *rackrun.Rack, bin string, args []string)
 		for sc.Scan() {
 			line := sc.Bytes()
 			outs[0].Write(append(line, '\n'))
+			wall := time.Since(start).Seconds()
+			var kind struct {
+				Kind string `json:"kind"`
+			}
+			json.Unmarshal(line, &kind)
+			if kind.Kind == "eval" {
+				v := Eval{WallS: wall}
+				if err := json.Unmarshal(line, &v.EvalResult); err != nil {
+					parseErr = fmt.Errorf("rank 0 printed %q: %w", line, err)
+				}
+				fmt.Fprintf(os.Stderr, "   epoch %.2f: test accuracy %.2f%%, %.0fs since start\n", v.Progress, 100*v.TestAccuracy, v.WallS)
+				evals = append(evals, v)
+				continue
+			}
 			var e Epoch
 			if err := json.Unmarshal(line, &e.EpochResult); err != nil {
 				parseErr = fmt.Errorf("rank 0 printed %q: %w", line, err)
 				continue
 			}
-			e.WallS = time.Since(start).Seconds()
+			e.WallS = wall
 			fmt.Fprintf(os.Stderr, "   epoch %d: test accuracy %.2f%%, %.1f ms/step, comm %.1fs, %.0fs since start\n",
 				e.Epoch, 100*e.TestAccuracy, 1e3*e.StepS, e.CommS, e.WallS)
 			epochs = append(epochs, e)
@@ -277,37 +370,57 @@ func trainRanks(ctx context.Context, r *rackrun.Rack, bin string, args []string)
 	pw.Close()
 	wg.Wait()
 	if err != nil {
-		return epochs, err
+		return epochs, evals, err
 	}
 	if parseErr != nil {
-		return epochs, parseErr
+		return epochs, evals, parseErr
 	}
 	for i := 1; i < n; i++ {
-		if err := sameAccuracies(epochs, outs[i].Bytes()); err != nil {
-			return epochs, fmt.Errorf("rank %d: %w", i, err)
+		if err := sameAccuracies(outs[0].Bytes(), outs[i].Bytes()); err != nil {
+			return epochs, evals, fmt.Errorf("rank %d: %w", i, err)
 		}
 	}
-	return epochs, nil
+	return epochs, evals, nil
 }
 
-// sameAccuracies checks that another rank's epoch lines carry rank 0's
-// test accuracies.
-func sameAccuracies(epochs []Epoch, other []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(other))
-	for k := 0; ; k++ {
-		var e train.EpochResult
-		if err := dec.Decode(&e); err == io.EOF {
-			if k != len(epochs) {
-				return fmt.Errorf("printed %d epochs, rank 0 %d", k, len(epochs))
+// sameAccuracies checks that another rank printed rank 0's test
+// accuracies, line by line (they evaluate one model together).
+func sameAccuracies(rank0, other []byte) error {
+	type line struct {
+		Epoch        int     `json:"epoch"`
+		Step         int     `json:"step"`
+		TestAccuracy float64 `json:"test_accuracy"`
+	}
+	read := func(b []byte) ([]line, error) {
+		var out []line
+		dec := json.NewDecoder(bytes.NewReader(b))
+		for {
+			var l line
+			if err := dec.Decode(&l); err == io.EOF {
+				return out, nil
+			} else if err != nil {
+				return nil, fmt.Errorf("output: %w", err)
 			}
-			return nil
-		} else if err != nil {
-			return fmt.Errorf("output: %w", err)
-		}
-		if k >= len(epochs) || e.TestAccuracy != epochs[k].TestAccuracy {
-			return fmt.Errorf("epoch %d: test accuracy %v differs from rank 0's", e.Epoch, e.TestAccuracy)
+			out = append(out, l)
 		}
 	}
+	a, err := read(rank0)
+	if err != nil {
+		return err
+	}
+	b, err := read(other)
+	if err != nil {
+		return err
+	}
+	if len(a) != len(b) {
+		return fmt.Errorf("printed %d results, rank 0 %d", len(b), len(a))
+	}
+	for k := range a {
+		if a[k] != b[k] {
+			return fmt.Errorf("epoch %d step %d: test accuracy %v differs from rank 0's %v", b[k].Epoch, b[k].Step, b[k].TestAccuracy, a[k].TestAccuracy)
+		}
+	}
+	return nil
 }
 
 // writeAccuracy writes base.json, base.md and base.png.
@@ -345,10 +458,14 @@ func accuracyMarkdown(rep *AccuracyReport) string {
 		}
 		k := float64(max(1, len(run.Epochs)))
 		reached, tt, tr := "not reached", "—", "—"
-		if run.TargetEpoch > 0 {
-			reached, tt, tr = strconv.Itoa(run.TargetEpoch), fmt.Sprintf("%.1f", run.TimeToTargetS), fmt.Sprintf("%.1f", run.TrainToTargetS)
+		if run.TargetProgress > 0 {
+			reached, tt, tr = strconv.FormatFloat(run.TargetProgress, 'f', -1, 64), fmt.Sprintf("%.1f", run.TimeToTargetS), fmt.Sprintf("%.1f", run.TrainToTargetS)
 		}
 		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %.3f | %.1f | %.1f |\n", run.Backend, reached, tt, tr, step/k, comm/k, compute/k)
+	}
+	if rep.EvalEvery > 0 {
+		fmt.Fprintf(&sb, "\nEvaluated every %d steps and at the end of each epoch; \"reached at epoch\" is the training done, in epochs, at the first evaluation at or above the target.\n", rep.EvalEvery)
+		sb.WriteString(evalsMarkdown(rep))
 	}
 	sb.WriteString("\nTest accuracy (%) after each epoch, and wall clock since start (s):\n\n| epoch |")
 	for _, run := range rep.Runs {

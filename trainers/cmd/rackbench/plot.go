@@ -22,13 +22,13 @@ func plotAccuracy(path string, rep *AccuracyReport) error {
 		if len(run.Epochs) == 0 {
 			continue
 		}
-		pts := make(plotter.XYs, len(run.Epochs))
-		for i, e := range run.Epochs {
-			pts[i] = plotter.XY{X: e.WallS, Y: 100 * e.TestAccuracy}
-			lo = min(lo, pts[i].Y)
+		var pts plotter.XYs
+		for _, p := range run.points() {
+			pts = append(pts, plotter.XY{X: p.wallS, Y: 100 * p.accuracy})
+			lo = min(lo, 100*p.accuracy)
 		}
 		name := run.Backend
-		if run.TargetEpoch > 0 {
+		if run.TargetProgress > 0 {
 			name = fmt.Sprintf("%s: %.0f%% after %.0f s", run.Backend, 100*rep.Target, run.TimeToTargetS)
 		}
 		lines = append(lines, name, pts)

@@ -53,7 +53,7 @@ type flags struct {
 	jsonOut, quiet, resume                        bool
 	trace                                         string
 	checkpointDir, onnxOut, controller, job       string
-	bucketElems, intra, inter                     int
+	bucketElems, intra, inter, evalEvery          int
 	timeout                                       time.Duration
 
 	// Benchmark models.
@@ -99,6 +99,7 @@ func parseFlags(args []string) (*flags, error) {
 	fs.IntVar(&f.intra, "intra-op-threads", 0, "TensorFlow intra-op threads per worker (0 = cores / workers)")
 	fs.IntVar(&f.inter, "inter-op-threads", 0, "TensorFlow inter-op threads per worker (0 = 1)")
 	fs.BoolVar(&f.jsonOut, "json", false, "print one JSON object per epoch on stdout")
+	fs.IntVar(&f.evalEvery, "eval-every", 0, "also evaluate on the test set every N steps within an epoch; with --json each prints a line of kind \"eval\" (0: at the end of each epoch only)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress on stderr (there is none either when stderr is not a terminal)")
 	fs.StringVar(&f.trace, "trace", "", "switchml: each rank writes its timeline (Chrome trace-event JSON, for Perfetto or chrome://tracing) to this file, with .rankR before the extension")
 	fs.StringVar(&f.checkpointDir, "checkpoint-dir", "", "save a checkpoint here after each epoch (with --rank, every rank its own file)")
@@ -145,6 +146,9 @@ func parseFlags(args []string) (*flags, error) {
 	}
 	if f.epochs < 1 || f.batch < 1 {
 		return nil, fmt.Errorf("--epochs and --batch must be positive")
+	}
+	if f.evalEvery < 0 {
+		return nil, fmt.Errorf("--eval-every %d: want a number of steps, or 0 for the end of each epoch only", f.evalEvery)
 	}
 	if err := checkRankFlags(f, kind); err != nil {
 		return nil, err
@@ -251,7 +255,7 @@ func workerOptions(f *flags, rank, localWorkers int) train.Options {
 		Optimizer: f.optimizer, LR: float32(f.lr), Seed: f.seed,
 		Rank: rank, Workers: f.workers, BucketElems: f.bucketElems,
 		IntraOpThreads: intra, InterOpThreads: inter,
-		CheckpointDir: f.checkpointDir, Backend: f.backend,
+		CheckpointDir: f.checkpointDir, Backend: f.backend, EvalEvery: f.evalEvery,
 	}
 }
 
@@ -265,6 +269,11 @@ func trainWorker(ctx context.Context, f *flags, o train.Options, be collective.B
 	if report {
 		enc := json.NewEncoder(os.Stdout)
 		o.OnEpoch = func(r train.EpochResult) {
+			if f.jsonOut {
+				enc.Encode(r)
+			}
+		}
+		o.OnEval = func(r train.EvalResult) {
 			if f.jsonOut {
 				enc.Encode(r)
 			}

@@ -74,6 +74,7 @@ func TestFlagsRejectNonsense(t *testing.T) {
 		{"--backend", "mpi"},
 		{"--dataset", "imagenet"},
 		{"--workers", "0"},
+		{"--eval-every", "-1"},
 		{"stray"},
 	} {
 		if _, err := parseFlags(args); err == nil {

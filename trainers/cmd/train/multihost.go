@@ -194,6 +194,7 @@ func jobSettings(f *flags, tr, te *data.Set, ck *train.Checkpoint) []collective.
 	}
 	return append(s,
 		collective.Setting{Name: "--epochs", Value: strconv.Itoa(f.epochs)},
+		collective.Setting{Name: "--eval-every", Value: strconv.Itoa(f.evalEvery)},
 		collective.Setting{Name: "--dataset", Value: f.dataset},
 		collective.Setting{Name: "--train-limit", Value: strconv.Itoa(f.trainLimit)},
 		collective.Setting{Name: "--test-limit", Value: strconv.Itoa(f.testLimit)},
