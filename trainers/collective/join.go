@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/switchml/switchml-go/switchml"
 	"github.com/switchml/switchml-go/switchml/ring"
@@ -191,9 +192,22 @@ type hostedStar struct {
 
 func (h *hostedStar) Close() error {
 	err := h.StarClient.Close()
+	// The server may still be sending the last round's sums to the other
+	// ranks; closing it now would cut them off mid-round. It ends by itself
+	// once every rank has closed; wait for that, within a bound.
+	t := time.NewTimer(starDrain)
+	defer t.Stop()
+	select {
+	case <-h.star.done:
+	case <-t.C:
+	}
 	h.star.Close()
 	return err
 }
+
+// starDrain bounds how long rank 0's Close waits for the other ranks to
+// leave the exact backend's server.
+const starDrain = 10 * time.Second
 
 // rendezvousHello is what a rank tells the others while joining.
 type rendezvousHello struct {
