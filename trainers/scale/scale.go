@@ -131,14 +131,15 @@ func Predict(m Model, comm func(bytes float64) float64) Step {
 
 // Point is one prediction: both systems' steps and SwitchML's speedup.
 type Point struct {
-	Model    string  `json:"model"`
-	Workers  int     `json:"workers"`
-	RateGbit float64 `json:"rate_gbit"`
-	Scenario string  `json:"scenario"`
-	RingS    float64 `json:"ring_step_s"`
-	SwitchS  float64 `json:"switchml_step_s"`
-	ComputeS float64 `json:"compute_s"`
-	Speedup  float64 `json:"speedup"`
+	Model      string  `json:"model"`
+	Parameters int64   `json:"parameters"`
+	Workers    int     `json:"workers"`
+	RateGbit   float64 `json:"rate_gbit"`
+	Scenario   string  `json:"scenario"`
+	RingS      float64 `json:"ring_step_s"`
+	SwitchS    float64 `json:"switchml_step_s"`
+	ComputeS   float64 `json:"compute_s"`
+	Speedup    float64 `json:"speedup"`
 }
 
 // Compare predicts one model at one size and rate with both transports.
@@ -155,6 +156,6 @@ func Compare(m Model, n int, rateGbit float64, ring, sml Transport, scenario str
 	rate := rateGbit * 1e9 / 8
 	r := Predict(m, func(b float64) float64 { return RingTime(ring, b, n, rate) })
 	s := Predict(m, func(b float64) float64 { return SwitchMLTime(sml, b, n, rate) })
-	return Point{Model: m.Name, Workers: n, RateGbit: rateGbit, Scenario: scenario,
+	return Point{Model: m.Name, Parameters: int64(m.Bytes() / 4), Workers: n, RateGbit: rateGbit, Scenario: scenario,
 		RingS: r.StepS, SwitchS: s.StepS, ComputeS: s.ComputeS, Speedup: r.StepS / s.StepS}, nil
 }

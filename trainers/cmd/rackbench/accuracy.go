@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -459,7 +460,10 @@ func accuracyMarkdown(rep *AccuracyReport) string {
 		k := float64(max(1, len(run.Epochs)))
 		reached, tt, tr := "not reached", "—", "—"
 		if run.TargetProgress > 0 {
-			reached, tt, tr = strconv.FormatFloat(run.TargetProgress, 'f', -1, 64), fmt.Sprintf("%.1f", run.TimeToTargetS), fmt.Sprintf("%.1f", run.TrainToTargetS)
+			reached, tt, tr = strconv.FormatFloat(run.TargetProgress, 'f', 2, 64), fmt.Sprintf("%.1f", run.TimeToTargetS), fmt.Sprintf("%.1f", run.TrainToTargetS)
+			if run.TargetProgress == math.Trunc(run.TargetProgress) {
+				reached = strconv.Itoa(int(run.TargetProgress))
+			}
 		}
 		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %.3f | %.1f | %.1f |\n", run.Backend, reached, tt, tr, step/k, comm/k, compute/k)
 	}
