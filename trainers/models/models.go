@@ -1,5 +1,5 @@
 // Package models holds the classifiers the training driver knows by name:
-// the small Fashion-MNIST models (mlp, cnn) and the benchmark models of the
+// the small Fashion-MNIST models (mlp, cnn, cnn-wide) and the benchmark models of the
 // SwitchML evaluation (resnet50, vgg19, bert, ncf, lstm, deeplight, ssd, ugatit) with the
 // layer shapes of their standard definitions.
 package models
@@ -25,8 +25,9 @@ type Def struct {
 }
 
 var registry = map[string]Def{
-	"mlp": {Name: "mlp", Build: MLP, InputType: tf.Float},
-	"cnn": {Name: "cnn", Build: CNN, InputType: tf.Float},
+	"mlp":      {Name: "mlp", Build: MLP, InputType: tf.Float},
+	"cnn":      {Name: "cnn", Build: CNN, InputType: tf.Float},
+	"cnn-wide": {Name: "cnn-wide", Build: CNNWide, InputType: tf.Float},
 }
 
 // Lookup returns the named model.
@@ -61,9 +62,19 @@ func MLP(g *nn.Graph, h, w, c, classes int) nn.Layer {
 }
 
 // CNN is the Fashion-MNIST convolutional network: two conv/batch-norm/ReLU/
-// max-pool stages, a dense layer with dropout and the classifier. It is
-// sized for CPUs (about 7 MFLOP per image for forward and backward).
-func CNN(g *nn.Graph, h, w, c, classes int) nn.Layer {
+// max-pool stages, a dense layer of 128 units with dropout and the
+// classifier: 206,970 parameters. It is sized for CPUs (about 7 MFLOP per
+// image for forward and backward).
+func CNN(g *nn.Graph, h, w, c, classes int) nn.Layer { return cnn(g, h, w, c, classes, 128) }
+
+// CNNWide is CNN with a dense layer of 1024 units: 1,621,754 parameters
+// (6.5 MB of gradient, eight times CNN's) for about 16 MFLOP per image, the
+// size of the common Fashion-MNIST CNNs whose dense layer dominates the
+// parameters. Its gradient, not its compute, sets a step's time on slow
+// links.
+func CNNWide(g *nn.Graph, h, w, c, classes int) nn.Layer { return cnn(g, h, w, c, classes, 1024) }
+
+func cnn(g *nn.Graph, h, w, c, classes, dense int) nn.Layer {
 	flat := (h / 4) * (w / 4) * 32
 	return nn.Sequential{
 		nn.NewConv2D(g, "conv1", 3, c, 16, 1, "SAME", nn.Linear, false),
@@ -75,8 +86,8 @@ func CNN(g *nn.Graph, h, w, c, classes int) nn.Layer {
 		&nn.Act{Name: "relu2", Fn: nn.ReLU},
 		&nn.Pool2D{Name: "pool2", Max: true, Size: 2, Stride: 2, Padding: "VALID"},
 		&nn.Flatten{Name: "flatten", Size: flat},
-		nn.NewDense(g, "fc1", flat, 128, nn.ReLU),
+		nn.NewDense(g, "fc1", flat, dense, nn.ReLU),
 		&nn.Dropout{Name: "drop1", Rate: 0.3},
-		nn.NewDense(g, "logits", 128, classes, nn.Linear),
+		nn.NewDense(g, "logits", dense, classes, nn.Linear),
 	}
 }

@@ -126,7 +126,7 @@ func accuracy(ctx context.Context, args []string) error {
 	rf.register(fs)
 	rate := fs.Float64("rate", 200, "port rate in Mbit/s")
 	backends := fs.String("backends", "switchml,ring", "backends, run one after the other: switchml, ring, exact")
-	model := fs.String("model", "cnn", "model (a Fashion-MNIST one: cnn or mlp)")
+	model := fs.String("model", "cnn", "model (a Fashion-MNIST one: cnn, cnn-wide or mlp)")
 	epochs := fs.Int("epochs", 5, "epochs per backend (every epoch is evaluated)")
 	batch := fs.Int("batch", 64, "batch per worker")
 	seed := fs.Int64("seed", 1, "seed (the same for every backend)")

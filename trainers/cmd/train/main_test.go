@@ -119,7 +119,7 @@ func TestFlagErrorsNameFlags(t *testing.T) {
 }
 
 func TestDescribe(t *testing.T) {
-	for model, want := range map[string]int64{"resnet50": 25557032, "vgg19": 143667240, "ssd": 35641826, "cnn": 206970} {
+	for model, want := range map[string]int64{"resnet50": 25557032, "vgg19": 143667240, "ssd": 35641826, "cnn": 206970, "cnn-wide": 1621754} {
 		f, err := parseFlags([]string{"--model", model, "--describe"})
 		if err != nil {
 			t.Fatal(err)
