@@ -14,7 +14,8 @@
 // `replaybench merge --out DIR A/replay.json B/replay.json...` combines
 // runs into one table that names each run's command and commit.
 // `replaybench derive` writes the profile of a larger model scaled from a
-// measured one (the paper-size models).
+// measured one (the paper-size models); `replaybench profiles` lists the
+// captured profiles as a table.
 package main
 
 import (
@@ -47,6 +48,8 @@ func main() {
 		err = merge(os.Args[2:])
 	} else if len(os.Args) > 1 && os.Args[1] == "derive" {
 		err = derive(os.Args[2:])
+	} else if len(os.Args) > 1 && os.Args[1] == "profiles" {
+		err = profiles(os.Args[2:])
 	} else {
 		err = bench(ctx, os.Args[1:])
 	}

@@ -67,3 +67,19 @@ func TestLoadOldReport(t *testing.T) {
 		t.Errorf("runs %+v", r.Runs)
 	}
 }
+
+func TestProfilesTable(t *testing.T) {
+	var sb strings.Builder
+	if err := writeProfiles(&sb, "../../profiles"); err != nil {
+		t.Fatal(err)
+	}
+	out := sb.String()
+	for _, want := range []string{"| resnet50 | 25,557,032 | 8 |", "| ugatit | 670,761,088 |", "derived from lstm"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("profiles table lacks %q:\n%s", want, out)
+		}
+	}
+	if err := writeProfiles(&sb, t.TempDir()); err == nil {
+		t.Error("an empty directory gave no error")
+	}
+}
