@@ -217,9 +217,10 @@ func Others() []string {
 		}
 		return false
 	}
+	idle := waiters()
 	count := map[string]int{}
 	for pid, c := range cmdline {
-		if c == "" || mine(pid) {
+		if _, waiting := idle[pid]; c == "" || waiting || mine(pid) {
 			continue
 		}
 		for _, h := range heavy {
@@ -279,24 +280,85 @@ func short(cmdline string) string {
 	return strings.Join(out, " ")
 }
 
+// waitDir holds one file per process waiting in WaitQuiet, named by its
+// process id and holding the time it began to wait: a benchmark that waits
+// for the machine uses no CPU, so the others do not wait for it, and the
+// one that waited longest goes first.
+var waitDir = filepath.Join(os.TempDir(), "switchml-waiting")
+
+// waiters are the live processes waiting in WaitQuiet, with the time each
+// began to wait (Unix nanoseconds).
+func waiters() map[int]int64 {
+	ents, err := os.ReadDir(waitDir)
+	if err != nil {
+		return nil
+	}
+	out := map[int]int64{}
+	for _, e := range ents {
+		var pid int
+		if _, err := fmt.Sscan(e.Name(), &pid); err != nil || pid <= 0 {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(waitDir, e.Name()))
+		if err != nil {
+			continue
+		}
+		var since int64
+		if _, err := fmt.Sscan(string(b), &since); err != nil {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join("/proc", e.Name())); err != nil {
+			os.Remove(filepath.Join(waitDir, e.Name())) // a waiter that died
+			continue
+		}
+		out[pid] = since
+	}
+	return out
+}
+
+// ahead lists the waiters that began to wait before this one (or at the
+// same time with a lower process id).
+func ahead(all map[int]int64, self int, since int64) []string {
+	var out []string
+	for pid, t := range all {
+		if pid != self && (t < since || t == since && pid < self) {
+			out = append(out, fmt.Sprintf("process %d (waiting since %s)", pid, time.Unix(0, t).Format(time.TimeOnly)))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // WaitQuiet waits, up to max, until no other heavy process runs (Others
-// is empty), checking every few seconds, and returns those still running
-// when it gives up (nil once the machine is quiet). A measurement taken
-// beside another benchmark on a small machine measures both badly; say
-// is told what it waits for.
+// is empty) and no benchmark that began to wait earlier is still waiting,
+// checking every few seconds, and returns the heavy processes still
+// running when it gives up (nil once the machine is quiet). A measurement
+// taken beside another benchmark on a small machine measures both badly;
+// say is told what it waits for. While it waits, other benchmarks do not
+// count this process as heavy.
 func WaitQuiet(ctx context.Context, max time.Duration, say func(string)) []string {
+	self, since := os.Getpid(), time.Now().UnixNano()
+	mark := filepath.Join(waitDir, fmt.Sprint(self))
+	if os.MkdirAll(waitDir, 0o777) == nil && os.WriteFile(mark, []byte(fmt.Sprint(since)), 0o644) == nil {
+		defer os.Remove(mark)
+	}
 	deadline := time.Now().Add(max)
-	others := Others()
-	for len(others) > 0 && time.Now().Before(deadline) {
+	for {
+		others := Others()
+		first := ahead(waiters(), self, since)
+		if len(others) == 0 && len(first) == 0 {
+			return nil
+		}
 		if say != nil {
-			say(fmt.Sprintf("waiting for other heavy processes to end: %s", strings.Join(others, "; ")))
+			say(fmt.Sprintf("waiting for other heavy processes to end: %s", strings.Join(append(others, first...), "; ")))
+		}
+		if !time.Now().Before(deadline) {
+			return others
 		}
 		select {
 		case <-ctx.Done():
 			return others
 		case <-time.After(10 * time.Second):
 		}
-		others = Others()
 	}
-	return others
 }

@@ -1,9 +1,14 @@
 package rackrun
 
 import (
+	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestShortNamesWhatRan(t *testing.T) {
@@ -45,5 +50,52 @@ func TestRunStopsTheOthersWhenOneFails(t *testing.T) {
 func TestRunSucceeds(t *testing.T) {
 	if err := Run([]*exec.Cmd{exec.Command("true"), exec.Command("true")}, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Benchmarks waiting for the machine do not count as heavy, and the one
+// that waited longest goes first.
+func TestWaitersTakeTurns(t *testing.T) {
+	old := waitDir
+	waitDir = t.TempDir()
+	defer func() { waitDir = old }()
+	self := os.Getpid()
+	sleeper := exec.Command("sleep", "60")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer sleeper.Process.Kill()
+	other := sleeper.Process.Pid
+	write := func(pid int, since int64) {
+		if err := os.WriteFile(filepath.Join(waitDir, strconv.Itoa(pid)), []byte(strconv.FormatInt(since, 10)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(other, 100)
+	write(1<<30, 50) // no such process: a waiter that died
+	w := waiters()
+	if len(w) != 1 || w[other] != 100 {
+		t.Fatalf("waiters = %v, want only the live one", w)
+	}
+	if _, err := os.Stat(filepath.Join(waitDir, strconv.Itoa(1<<30))); err == nil {
+		t.Error("the dead waiter's file was not removed")
+	}
+	if got := ahead(w, self, 200); len(got) != 1 || !strings.Contains(got[0], strconv.Itoa(other)) {
+		t.Errorf("ahead of a later waiter = %q, want the earlier one", got)
+	}
+	if got := ahead(w, self, 50); len(got) != 0 {
+		t.Errorf("ahead of an earlier waiter = %q, want none", got)
+	}
+	// Earlier waiters are waited for; the wait gives up at its limit.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	write(other, 1)
+	var said []string
+	WaitQuiet(ctx, time.Millisecond, func(s string) { said = append(said, s) })
+	if len(said) == 0 || !strings.Contains(said[0], strconv.Itoa(other)) {
+		t.Errorf("WaitQuiet said %q, want it to wait for process %d", said, other)
+	}
+	if _, err := os.Stat(filepath.Join(waitDir, strconv.Itoa(self))); err == nil {
+		t.Error("WaitQuiet left its own file behind")
 	}
 }
