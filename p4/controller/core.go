@@ -141,6 +141,7 @@ type answer struct {
 	resp  *controllerpb.RegisterResponse // a registration's
 	data  []byte                         // a broadcast's
 	ended string                         // a lease's: why the job ended
+	cause endCause                       // a lease's: the cause's class
 	err   error
 }
 
@@ -185,6 +186,9 @@ type job struct {
 	// err is what the registrations were answered with when the job could
 	// not run.
 	err error
+	// ringWhy says why the switch cannot take the job at all (a refusal
+	// a registration that may fall back to the ring was let through with).
+	ringWhy string
 
 	params  *controllerpb.RegisterRequest // the first registrant's; others must agree
 	owner   [32]byte                      // hash of the registrants' token
@@ -304,7 +308,7 @@ func (c *core) newJob(name string, world int) *job {
 // programmed. A registration into a programmed job, or a second one from
 // rank 0, is a new run of the job: the old generation goes away.
 func (c *core) Register(w waiter, req *controllerpb.RegisterRequest, now time.Time) error {
-	addrs, err := c.Check(req)
+	addrs, ringWhy, err := c.Check(req)
 	if err != nil {
 		return err
 	}
@@ -336,12 +340,54 @@ func (c *core) Register(w waiter, req *controllerpb.RegisterRequest, now time.Ti
 	}
 	delete(j.expired, rank)
 	j.ranks[rank] = &registration{req: req, addrs: addrs, by: w}
+	if ringWhy != "" {
+		j.ringWhy = ringWhy
+	}
 	c.addWait(w, &wait{kind: waitRegister, job: j, rank: rank})
 	if j.state == jobGathering && j.arrived == len(j.ranks) {
 		j.state, j.queuedAt = jobQueued, now
 		c.place(now)
 	}
 	return nil
+}
+
+// ringAddresses lists every rank's ring address in rank order, or nil
+// unless every rank gave one.
+func (j *job) ringAddresses() []string {
+	addrs := make([]string, len(j.ranks))
+	for r, reg := range j.ranks {
+		if reg == nil || reg.req.GetFallbackAddress() == "" {
+			return nil
+		}
+		addrs[r] = reg.req.GetFallbackAddress()
+	}
+	return addrs
+}
+
+// cannotPlace ends a generation the switch cannot take: over the ring, if
+// every rank may go there, else as a failure.
+func (c *core) cannotPlace(j *job, err error) {
+	if addrs := j.ringAddresses(); addrs != nil {
+		c.fallback(j, err.Error(), addrs)
+		return
+	}
+	c.fail(j, err)
+}
+
+// fallback answers every rank of a generation the switch cannot take with
+// the reason and the ring's addresses: the job runs over the ring, without
+// the switch or a session on this controller.
+func (c *core) fallback(j *job, why string, addrs []string) {
+	if c.jobs[j.name] == j {
+		delete(c.jobs, j.name)
+	}
+	j.state, j.cause = jobGone, "fell back to the ring: "+why
+	c.endings[endFallback]++
+	c.log.Warn("controller: job runs over the ring", "job", j.name, "workers", len(j.ranks), "why", why)
+	resp := &controllerpb.RegisterResponse{Fallback: why, FallbackAddresses: addrs}
+	for _, w := range j.waitsOf(waitRegister) {
+		c.reply(w, answer{resp: resp})
+	}
 }
 
 func (c *core) addWait(w waiter, wt *wait) {
@@ -387,7 +433,16 @@ func (c *core) place(now time.Time) {
 	}
 	sort.Slice(queued, func(a, b int) bool { return queued[a].gen < queued[b].gen })
 	for _, j := range queued {
-		c.activate(j)
+		switch {
+		case j.ringWhy != "":
+			c.cannotPlace(j, refuse(codes.InvalidArgument, "%s", j.ringWhy))
+		case c.offline != "":
+			// Only registrations that may go to the ring enter while the
+			// switch is away (the others wait for it outside the core).
+			c.cannotPlace(j, refuse(codes.Unavailable, "the switch is offline: %s", c.offline))
+		default:
+			c.activate(j)
+		}
 	}
 }
 
@@ -398,7 +453,7 @@ func (c *core) activate(j *job) {
 	size := p.GetLanes() * p.GetWindow()
 	base, mgid, jobID, err := c.allocate(size)
 	if err != nil {
-		c.fail(j, err)
+		c.cannotPlace(j, err)
 		return
 	}
 	entries := JobEntries{MulticastGroup: mgid}
@@ -419,6 +474,7 @@ func (c *core) activate(j *job) {
 	j.resp = &controllerpb.RegisterResponse{
 		SessionId: c.cfg.Rand() | 1, SwitchDataplane: c.cfg.Dataplane.String(), JobId: jobID,
 		PoolBase: base, PoolSize: size, FirstSeq: uint32(c.cfg.Rand()),
+		FallbackAddresses: j.ringAddresses(),
 	}
 	c.installing[j.gen] = j
 	c.out.installs = append(c.out.installs, install{gen: j.gen, job: j.name, base: int(base), size: int(size), entries: entries})
@@ -505,7 +561,9 @@ func (c *core) Installed(gen uint64, err error) {
 	switch j.state {
 	case jobInstalling:
 		if err != nil {
-			c.fail(j, err)
+			// Its room goes back: the switch did not take the entries,
+			// or went away with them.
+			c.cannotPlace(j, err)
 			return
 		}
 		j.state = jobActive
@@ -574,7 +632,7 @@ func (c *core) end(j *job, cause endCause, why string, switchGone bool) {
 		case waitBroadcast:
 			c.reply(w, answer{err: refuse(codes.Aborted, "broadcast %q: job %q %s", wt.name, j.name, why)})
 		case waitLease:
-			c.reply(w, answer{ended: fmt.Sprintf("job %q %s", j.name, why)})
+			c.reply(w, answer{ended: fmt.Sprintf("job %q %s", j.name, why), cause: cause})
 		}
 	}
 	switch {
@@ -697,8 +755,25 @@ func (c *core) SwitchLost(why string) {
 	}
 	names := slices.Sorted(maps.Keys(c.jobs))
 	for _, n := range names {
+		if j := c.jobs[n]; j.state == jobGathering && j.mayFallBack() {
+			// Nothing of it is on the switch, and its ranks may go to
+			// the ring: it gathers on, and goes there if the switch is
+			// still away when every rank is in.
+			continue
+		}
 		c.end(c.jobs[n], endSwitchLost, why, true)
 	}
+}
+
+// mayFallBack reports whether every rank registered so far gave a ring
+// address.
+func (j *job) mayFallBack() bool {
+	for _, reg := range j.ranks {
+		if reg != nil && reg.req.GetFallbackAddress() == "" {
+			return false
+		}
+	}
+	return true
 }
 
 // SwitchBack says the switch can be programmed again.

@@ -4,8 +4,11 @@ package controller
 // jobs that hold lane addresses.
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"net/netip"
+	"strconv"
 
 	"github.com/switchml/switchml-go/p4/controller/controllerpb"
 	"github.com/switchml/switchml-go/switchml/wire"
@@ -13,16 +16,43 @@ import (
 )
 
 // Check validates a registration on its own and against the target; it
-// changes nothing.
-func (c *core) Check(r *controllerpb.RegisterRequest) ([]netip.AddrPort, error) {
-	addrs, err := checkRequest(r)
+// changes nothing. A registration that may run over the ring
+// (fallback_address) is not refused for a job larger than the switch
+// serves: ringWhy says why its job cannot have the switch instead.
+func (c *core) Check(r *controllerpb.RegisterRequest) (addrs []netip.AddrPort, ringWhy string, err error) {
+	addrs, err = checkRequest(r)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if err := c.cfg.Target.check(r, addrs); err != nil {
-		return nil, err
+		var tooBig *tooManyWorkers
+		if r.GetFallbackAddress() != "" && errors.As(err, &tooBig) {
+			return addrs, err.Error(), nil
+		}
+		return nil, "", err
 	}
-	return addrs, nil
+	return addrs, "", nil
+}
+
+// maxFallbackAddress bounds a registration's ring address.
+const maxFallbackAddress = 256
+
+// checkFallbackAddress validates a ring address (host:port with a port).
+func checkFallbackAddress(a string) error {
+	if a == "" {
+		return nil
+	}
+	if len(a) > maxFallbackAddress {
+		return invalid("fallback_address of %d bytes, want at most %d", len(a), maxFallbackAddress)
+	}
+	host, port, err := net.SplitHostPort(a)
+	if err != nil || host == "" {
+		return invalid("fallback_address %q: want host:port", a)
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
+		return invalid("fallback_address %q: want a port in 1..65535", a)
+	}
+	return nil
 }
 
 // checkRequest validates a registration on its own.
@@ -44,6 +74,9 @@ func checkRequest(r *controllerpb.RegisterRequest) ([]netip.AddrPort, error) {
 		return nil, invalid("%d lane addresses for %d lanes", len(r.GetLaneAddresses()), r.GetLanes())
 	case len(r.GetMac()) != 0 && len(r.GetMac()) != 6:
 		return nil, invalid("mac has %d bytes, want 6 or none", len(r.GetMac()))
+	}
+	if err := checkFallbackAddress(r.GetFallbackAddress()); err != nil {
+		return nil, err
 	}
 	switch r.GetFormat() {
 	case controllerpb.Format_FORMAT_COMPAT:

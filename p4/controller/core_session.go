@@ -190,8 +190,12 @@ func (c *core) Abort(req *controllerpb.AbortRequest) error {
 	if len(reason) > 512 {
 		reason = reason[:512] + "..."
 	}
-	c.log.Warn("controller: rank aborted its job", "job", j.name, "rank", req.GetRank(), "reason", reason)
-	c.retire(j, endRankFailed, fmt.Sprintf("aborted by rank %d: %s", req.GetRank(), reason))
+	c.log.Warn("controller: rank aborted its job", "job", j.name, "rank", req.GetRank(), "reason", reason, "switch_unreachable", req.GetSwitchUnreachable())
+	cause := endRankFailed
+	if req.GetSwitchUnreachable() {
+		cause = endSwitchLost
+	}
+	c.retire(j, cause, fmt.Sprintf("aborted by rank %d: %s", req.GetRank(), reason))
 	return nil
 }
 

@@ -23,11 +23,12 @@ const (
 	endSwitchLost                 // the controller lost the switch
 	endUnclaimed                  // found on the switch after a restart, and no rank took it back
 	endFailed                     // it could not be placed or the switch refused it
+	endFallback                   // the switch could not take it, and its ranks went to the ring
 	numEndCauses
 )
 
 var endCauseNames = [numEndCauses]string{
-	"finished", "restarted", "rank_failed", "rank_lost", "abandoned", "switch_lost", "unclaimed", "failed",
+	"finished", "restarted", "rank_failed", "rank_lost", "abandoned", "switch_lost", "unclaimed", "failed", "fallback",
 }
 
 func (c endCause) String() string { return endCauseNames[c] }

@@ -57,7 +57,7 @@ func (s *JobService) Collector() prometheus.Collector {
 		slotsFree:  prometheus.NewDesc("switchml_controller_slots_free", "Slots no job holds.", nil, nil),
 		jobSlots:   prometheus.NewDesc("switchml_controller_job_slots", "Slots of a live job's partition.", []string{"job"}, nil),
 		jobWorkers: prometheus.NewDesc("switchml_controller_job_workers", "Ranks of a live job.", []string{"job"}, nil),
-		ended:      prometheus.NewDesc("switchml_controller_jobs_ended_total", "Jobs that ended, by cause (finished, restarted, rank_failed, rank_lost, abandoned, switch_lost, unclaimed, failed).", []string{"cause"}, nil),
+		ended:      prometheus.NewDesc("switchml_controller_jobs_ended_total", "Jobs that ended, by cause (finished, restarted, rank_failed, rank_lost, abandoned, switch_lost, unclaimed, failed, fallback).", []string{"cause"}, nil),
 	}
 }
 

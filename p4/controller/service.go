@@ -301,15 +301,17 @@ func (s *JobService) Describe(context.Context, *controllerpb.DescribeRequest) (*
 func (s *JobService) Register(ctx context.Context, req *controllerpb.RegisterRequest) (resp *controllerpb.RegisterResponse, err error) {
 	defer func() { s.metrics.registrations.WithLabelValues(status.Code(err).String()).Inc() }()
 	s.mu.Lock()
-	_, err = s.core.Check(req)
+	_, _, err = s.core.Check(req)
 	offline, back := s.core.Offline(), s.back
 	s.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
 	// While the controller reconnects to the switch, registrations wait
-	// for it as they wait for the other ranks.
-	if offline != "" {
+	// for it as they wait for the other ranks; those that may run over the
+	// ring go on, and their job goes there if the switch is still away
+	// when every rank is in.
+	if offline != "" && req.GetFallbackAddress() == "" {
 		wctx, cancel := answerBefore(ctx)
 		select {
 		case <-back:
@@ -404,7 +406,7 @@ func (s *JobService) Watch(req *controllerpb.WatchRequest, stream controllerpb.J
 	}
 	select {
 	case a := <-ch:
-		return stream.Send(&controllerpb.WatchEvent{Aborted: true, Reason: a.ended})
+		return stream.Send(&controllerpb.WatchEvent{Aborted: true, Reason: a.ended, Cause: a.cause.String()})
 	case <-stream.Context().Done():
 		end(true)
 		return nil

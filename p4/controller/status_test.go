@@ -97,10 +97,11 @@ func TestStatusListsLiveJobs(t *testing.T) {
 		t.Errorf("after alpha left: %v", st)
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP switchml_controller_jobs_ended_total Jobs that ended, by cause (finished, restarted, rank_failed, rank_lost, abandoned, switch_lost, unclaimed, failed).
+# HELP switchml_controller_jobs_ended_total Jobs that ended, by cause (finished, restarted, rank_failed, rank_lost, abandoned, switch_lost, unclaimed, failed, fallback).
 # TYPE switchml_controller_jobs_ended_total counter
 switchml_controller_jobs_ended_total{cause="abandoned"} 0
 switchml_controller_jobs_ended_total{cause="failed"} 0
+switchml_controller_jobs_ended_total{cause="fallback"} 0
 switchml_controller_jobs_ended_total{cause="finished"} 1
 switchml_controller_jobs_ended_total{cause="rank_failed"} 0
 switchml_controller_jobs_ended_total{cause="rank_lost"} 0

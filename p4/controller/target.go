@@ -12,6 +12,7 @@ import (
 	"github.com/switchml/switchml-go/p4/controller/controllerpb"
 	"github.com/switchml/switchml-go/p4/programs"
 	"github.com/switchml/switchml-go/switchml/wire"
+	"google.golang.org/grpc/codes"
 )
 
 // Kinds of target the controller programs.
@@ -105,7 +106,7 @@ func (t Target) check(r *controllerpb.RegisterRequest, addrs []netip.AddrPort) e
 			return invalid("%d values per packet: the %s switch aggregates %s with the compatible header; join with that packet size", k, t.Kind, sizesText(t.PacketElements))
 		}
 		if int(r.GetWorldSize()) > t.MaxWorkers {
-			return invalid("world size %d: the %s switch serves at most %d workers per job with the compatible header", r.GetWorldSize(), t.Kind, t.MaxWorkers)
+			return &tooManyWorkers{refuse(codes.InvalidArgument, "world size %d: the %s switch serves at most %d workers per job with the compatible header", r.GetWorldSize(), t.Kind, t.MaxWorkers).(*refusal)}
 		}
 	}
 	if t.NeedsMAC && len(r.GetMac()) != 6 {
@@ -123,6 +124,12 @@ func (t Target) check(r *controllerpb.RegisterRequest, addrs []netip.AddrPort) e
 	}
 	return nil
 }
+
+// tooManyWorkers is the target's refusal of a job larger than it serves: a
+// job that may run over the ring goes there instead.
+type tooManyWorkers struct{ *refusal }
+
+func (e *tooManyWorkers) Unwrap() error { return e.refusal }
 
 // portOf is the switch port that reaches addr (the rank on the software
 // switch, whose replicas carry no port).

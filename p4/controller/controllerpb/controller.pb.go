@@ -92,9 +92,17 @@ type RegisterRequest struct {
 	// The job owner's secret: every rank of a job registers with the same
 	// token, and while the job exists a registration under its name with
 	// another token is refused. Empty is a token too (the shared default).
-	Token         string `protobuf:"bytes,10,opt,name=token,proto3" json:"token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Token string `protobuf:"bytes,10,opt,name=token,proto3" json:"token,omitempty"`
+	// The rank's ring allreduce address (host:port, TCP), given by a rank
+	// that may run over a ring instead of the switch (switchml
+	// Config.Fallback). When every rank of a job gives one, the job's
+	// answer lists them all (fallback_addresses), and a job the switch
+	// cannot take (no room, too many workers, the switch offline or failing
+	// to take the job's entries) is answered with the reason (fallback)
+	// instead of an error, so that every rank moves to the ring together.
+	FallbackAddress string `protobuf:"bytes,11,opt,name=fallback_address,json=fallbackAddress,proto3" json:"fallback_address,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RegisterRequest) Reset() {
@@ -197,6 +205,13 @@ func (x *RegisterRequest) GetToken() string {
 	return ""
 }
 
+func (x *RegisterRequest) GetFallbackAddress() string {
+	if x != nil {
+		return x.FallbackAddress
+	}
+	return ""
+}
+
 type RegisterResponse struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	SessionId       uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`                  // fresh per job start
@@ -205,8 +220,16 @@ type RegisterResponse struct {
 	PoolBase        uint32                 `protobuf:"varint,4,opt,name=pool_base,json=poolBase,proto3" json:"pool_base,omitempty"`                     // first slot of the job's partition
 	PoolSize        uint32                 `protobuf:"varint,5,opt,name=pool_size,json=poolSize,proto3" json:"pool_size,omitempty"`                     // slots in the partition: lanes*window; lane l starts at pool_base + l*window
 	FirstSeq        uint32                 `protobuf:"varint,6,opt,name=first_seq,json=firstSeq,proto3" json:"first_seq,omitempty"`                     // sequence number (wire Seq) of the session's first allreduce
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Non-empty: the switch cannot take the job, and this says why; the job
+	// has no session, partition or switch entries, and its ranks run over
+	// the ring at fallback_addresses. Only a job whose every rank gave a
+	// fallback_address is answered so.
+	Fallback string `protobuf:"bytes,7,opt,name=fallback,proto3" json:"fallback,omitempty"`
+	// Every rank's fallback_address in rank order, when every rank gave one
+	// (also on a job the switch took, for moving to the ring later).
+	FallbackAddresses []string `protobuf:"bytes,8,rep,name=fallback_addresses,json=fallbackAddresses,proto3" json:"fallback_addresses,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *RegisterResponse) Reset() {
@@ -279,6 +302,20 @@ func (x *RegisterResponse) GetFirstSeq() uint32 {
 		return x.FirstSeq
 	}
 	return 0
+}
+
+func (x *RegisterResponse) GetFallback() string {
+	if x != nil {
+		return x.Fallback
+	}
+	return ""
+}
+
+func (x *RegisterResponse) GetFallbackAddresses() []string {
+	if x != nil {
+		return x.FallbackAddresses
+	}
+	return nil
 }
 
 type BarrierRequest struct {
@@ -821,9 +858,12 @@ func (x *WatchRequest) GetToken() string {
 }
 
 type WatchEvent struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Aborted       bool                   `protobuf:"varint,1,opt,name=aborted,proto3" json:"aborted,omitempty"` // false: the lease is held; true: the session is over
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`    // why it is over, naming the rank and the cause
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Aborted bool                   `protobuf:"varint,1,opt,name=aborted,proto3" json:"aborted,omitempty"` // false: the lease is held; true: the session is over
+	Reason  string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`    // why it is over, naming the rank and the cause
+	// Why it is over, as a word of StatusResponse.ended (switch_lost,
+	// rank_failed, ...); empty while the lease is held.
+	Cause         string `protobuf:"bytes,3,opt,name=cause,proto3" json:"cause,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -872,14 +912,25 @@ func (x *WatchEvent) GetReason() string {
 	return ""
 }
 
+func (x *WatchEvent) GetCause() string {
+	if x != nil {
+		return x.Cause
+	}
+	return ""
+}
+
 type AbortRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	Rank          uint32                 `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
-	SessionId     uint64                 `protobuf:"varint,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"` // the local failure, as the rank saw it
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Job       string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Rank      uint32                 `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
+	SessionId uint64                 `protobuf:"varint,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Reason    string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"` // the local failure, as the rank saw it
+	// The failure is the switch's: it stopped answering this rank. The
+	// session ends with the cause switch_lost, which tells ranks that may
+	// move to the ring (switchml Config.FallbackOnLoss) to do so.
+	SwitchUnreachable bool `protobuf:"varint,5,opt,name=switch_unreachable,json=switchUnreachable,proto3" json:"switch_unreachable,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *AbortRequest) Reset() {
@@ -938,6 +989,13 @@ func (x *AbortRequest) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *AbortRequest) GetSwitchUnreachable() bool {
+	if x != nil {
+		return x.SwitchUnreachable
+	}
+	return false
 }
 
 type AbortResponse struct {
@@ -1039,7 +1097,7 @@ type StatusResponse struct {
 	SwitchCountersError string `protobuf:"bytes,8,opt,name=switch_counters_error,json=switchCountersError,proto3" json:"switch_counters_error,omitempty"`
 	// Generations that ended since the controller started, by cause
 	// (finished, restarted, rank_failed, rank_lost, abandoned, switch_lost,
-	// unclaimed, failed).
+	// unclaimed, failed, fallback: the job went to the ring).
 	Ended         map[string]uint64 `protobuf:"bytes,9,rep,name=ended,proto3" json:"ended,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1395,7 +1453,7 @@ var File_controller_proto protoreflect.FileDescriptor
 
 const file_controller_proto_rawDesc = "" +
 	"\n" +
-	"\x10controller.proto\x12\x16switchml.controller.v1\"\xa7\x02\n" +
+	"\x10controller.proto\x12\x16switchml.controller.v1\"\xd2\x02\n" +
 	"\x0fRegisterRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x1d\n" +
@@ -1408,7 +1466,8 @@ const file_controller_proto_rawDesc = "" +
 	"\x0elane_addresses\x18\b \x03(\tR\rlaneAddresses\x12\x10\n" +
 	"\x03mac\x18\t \x01(\fR\x03mac\x12\x14\n" +
 	"\x05token\x18\n" +
-	" \x01(\tR\x05token\"\xca\x01\n" +
+	" \x01(\tR\x05token\x12)\n" +
+	"\x10fallback_address\x18\v \x01(\tR\x0ffallbackAddress\"\x95\x02\n" +
 	"\x10RegisterResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12)\n" +
@@ -1416,7 +1475,9 @@ const file_controller_proto_rawDesc = "" +
 	"\x06job_id\x18\x03 \x01(\rR\x05jobId\x12\x1b\n" +
 	"\tpool_base\x18\x04 \x01(\rR\bpoolBase\x12\x1b\n" +
 	"\tpool_size\x18\x05 \x01(\rR\bpoolSize\x12\x1b\n" +
-	"\tfirst_seq\x18\x06 \x01(\rR\bfirstSeq\"{\n" +
+	"\tfirst_seq\x18\x06 \x01(\rR\bfirstSeq\x12\x1a\n" +
+	"\bfallback\x18\a \x01(\tR\bfallback\x12-\n" +
+	"\x12fallback_addresses\x18\b \x03(\tR\x11fallbackAddresses\"{\n" +
 	"\x0eBarrierRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x1d\n" +
@@ -1457,17 +1518,19 @@ const file_controller_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x03 \x01(\x04R\tsessionId\x12\x15\n" +
 	"\x06job_id\x18\x04 \x01(\rR\x05jobId\x12\x14\n" +
-	"\x05token\x18\x05 \x01(\tR\x05token\">\n" +
+	"\x05token\x18\x05 \x01(\tR\x05token\"T\n" +
 	"\n" +
 	"WatchEvent\x12\x18\n" +
 	"\aaborted\x18\x01 \x01(\bR\aaborted\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"k\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05cause\x18\x03 \x01(\tR\x05cause\"\x9a\x01\n" +
 	"\fAbortRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x03 \x01(\x04R\tsessionId\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x0f\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12-\n" +
+	"\x12switch_unreachable\x18\x05 \x01(\bR\x11switchUnreachable\"\x0f\n" +
 	"\rAbortResponse\"A\n" +
 	"\rStatusRequest\x120\n" +
 	"\x14skip_switch_counters\x18\x01 \x01(\bR\x12skipSwitchCounters\"\xdf\x03\n" +
