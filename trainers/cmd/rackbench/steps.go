@@ -40,16 +40,19 @@ type Replayed struct {
 
 // StepPoint is one (rate, model, backend) of the step-time table.
 type StepPoint struct {
-	RateMbit   float64   `json:"rate_mbit"`
-	Workers    int       `json:"workers"`
-	Model      string    `json:"model"`
-	Backend    string    `json:"backend"`
-	Batch      int       `json:"batch"`
-	Parameters int64     `json:"parameters"`
-	Measured   *Measured `json:"measured,omitempty"`
-	Replayed   *Replayed `json:"replayed,omitempty"`
-	Others     []string  `json:"others,omitempty"`
-	Error      string    `json:"error,omitempty"`
+	RateMbit   float64 `json:"rate_mbit"`
+	Workers    int     `json:"workers"`
+	Model      string  `json:"model"`
+	Backend    string  `json:"backend"`
+	Batch      int     `json:"batch"`
+	Parameters int64   `json:"parameters"`
+	// ProfileCPUs is the CPUs the profile's compute had: its TensorFlow
+	// threads, at most the machine's CPUs.
+	ProfileCPUs float64   `json:"profile_cpus,omitempty"`
+	Measured    *Measured `json:"measured,omitempty"`
+	Replayed    *Replayed `json:"replayed,omitempty"`
+	Others      []string  `json:"others,omitempty"`
+	Error       string    `json:"error,omitempty"`
 }
 
 // StepsReport is steps.json.
@@ -152,7 +155,7 @@ func steps(ctx context.Context, args []string) error {
 				for _, be := range bes {
 					run++
 					rf.quiet(ctx)
-					pt := StepPoint{RateMbit: rate, Workers: n, Model: m, Backend: be, Batch: p.Batch, Parameters: p.Parameters, Others: rackrun.Others()}
+					pt := StepPoint{RateMbit: rate, Workers: n, Model: m, Backend: be, Batch: p.Batch, Parameters: p.Parameters, ProfileCPUs: profileCPUs(p), Others: rackrun.Others()}
 					fmt.Fprintf(os.Stderr, "== %g Mbit/s, %d workers, %s (batch %d), %s\n", rate, n, m, p.Batch, be)
 					common := []string{"--backend", be, "--workers", strconv.Itoa(n), "--bucket-elems", strconv.Itoa(*bucketElems)}
 					meas, err := measureSteps(ctx, r, trainBin, n, append(common, "--model", m, "--batch", strconv.Itoa(p.Batch),
@@ -309,6 +312,7 @@ func stepsMarkdown(rep *StepsReport) string {
 		}
 	}
 	sb.WriteString("\nError is (replayed - measured) / measured. The replay sleeps for the profile's compute (profiles/<model>.json, measured once by `train --profile-out` with 2 threads and the machine to itself); the measured TensorFlow time is rank 0's gradients and update while the ranks share the CPUs.\n")
+	shareTable(&sb, rep)
 	var shared []string
 	for _, p := range rep.Points {
 		if others := rackrun.Heavy(p.Others); len(others) > 0 {
@@ -321,6 +325,66 @@ func stepsMarkdown(rep *StepsReport) string {
 		sb.WriteString("\nNo other benchmark, test or training process was running at the start or the end of any point.\n")
 	}
 	return sb.String()
+}
+
+// cpuShare is how many times longer a rank's compute takes on the rack
+// than in its profile: the profile had ProfileCPUs, a rank gets its
+// threads but at most its share of the machine's CPUs (0 when unknown).
+func cpuShare(rep *StepsReport, p StepPoint) float64 {
+	if p.ProfileCPUs <= 0 || rep.CPUs <= 0 || p.Workers <= 0 {
+		return 0
+	}
+	threads := float64(max(1, rep.Threads))
+	return p.ProfileCPUs / min(threads, float64(rep.CPUs)/float64(p.Workers))
+}
+
+// shareTable adds the replay's prediction with its compute stretched by
+// the CPU share (cpuShare): the ranks of the rack share the machine's CPUs,
+// the profile had them to itself. The replay runs sequentially (compute,
+// then the allreduces), so the stretched step is the replayed allreduce
+// plus the stretched compute.
+func shareTable(sb *strings.Builder, rep *StepsReport) {
+	var rows []string
+	for _, p := range rep.Points {
+		k := cpuShare(rep, p)
+		if k == 0 || p.Measured == nil || p.Replayed == nil {
+			continue
+		}
+		m, q := p.Measured, p.Replayed
+		step := q.CommS + k*q.ComputeS
+		rows = append(rows, fmt.Sprintf("| %g | %d | %s | %s | %.3f | %.3f | %.1f | %.3f | %+.0f%% | %+.0f%% |", p.RateMbit, p.Workers, p.Model, p.Backend,
+			m.StepS, m.ComputeS, k, k*q.ComputeS, 100*relErr(k*q.ComputeS, m.ComputeS), 100*relErr(step, m.StepS)))
+	}
+	if len(rows) == 0 {
+		return
+	}
+	sb.WriteString("\nThe same replay with its compute stretched by the ranks' share of the CPUs (a profile had its threads' CPUs to itself; a rank gets its threads, at most CPUs / workers of them), its step being the replayed allreduce plus the stretched compute:\n\n")
+	sb.WriteString("| rate (Mbit/s) | workers | model | backend | measured step (s) | TensorFlow (s) | stretch | stretched compute (s) | compute error | step error |\n")
+	sb.WriteString("|---:|---:|---|---|---:|---:|---:|---:|---:|---:|\n")
+	sb.WriteString(strings.Join(rows, "\n") + "\n")
+}
+
+// fillProfileCPUs sets ProfileCPUs of the points of a results file written
+// before it was recorded, from the profiles in dir (the profiles it was
+// measured with, if they have not been taken again since).
+func fillProfileCPUs(rep *StepsReport, dir string) {
+	for i := range rep.Points {
+		p := &rep.Points[i]
+		if p.ProfileCPUs > 0 {
+			continue
+		}
+		if prof, err := profile.Load(filepath.Join(dir, p.Model+".json")); err == nil {
+			p.ProfileCPUs = profileCPUs(prof)
+		}
+	}
+}
+
+func profileCPUs(p *profile.Profile) float64 {
+	t := p.Threads
+	if p.CPUs > 0 && (t <= 0 || t > p.CPUs) {
+		t = p.CPUs
+	}
+	return float64(t)
 }
 
 // report rewrites the table (and plot) of each results file from its JSON:
@@ -354,6 +418,7 @@ func report(files []string) error {
 			if err := json.Unmarshal(b, &rep); err != nil {
 				return fmt.Errorf("%s: %w", path, err)
 			}
+			fillProfileCPUs(&rep, "profiles")
 			err = writeSteps(base, &rep)
 		default:
 			err = fmt.Errorf("%s is neither an accuracy nor a steps results file (no \"runs\" or \"points\")", path)

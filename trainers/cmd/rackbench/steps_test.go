@@ -20,3 +20,25 @@ func TestStepsTableErrors(t *testing.T) {
 		}
 	}
 }
+
+// The stretched replay multiplies the profile's compute by the CPUs the
+// profile had over a rank's share: 2 CPUs against 1 thread on 2 CPUs among
+// 4 ranks (half a CPU) is 4.
+func TestStepsStretchedByCPUShare(t *testing.T) {
+	rep := &StepsReport{CPUs: 2, Threads: 1, Points: []StepPoint{{
+		RateMbit: 200, Workers: 4, Model: "resnet50", Backend: "ring", ProfileCPUs: 2,
+		Measured: &Measured{StepS: 10, ComputeS: 6, CommS: 4},
+		Replayed: &Replayed{StepS: 5.5, ComputeS: 1.5, CommS: 4},
+	}}}
+	if k := cpuShare(rep, rep.Points[0]); k != 4 {
+		t.Fatalf("cpuShare = %g, want 4", k)
+	}
+	md := stepsMarkdown(rep)
+	if want := "| 200 | 4 | resnet50 | ring | 10.000 | 6.000 | 4.0 | 6.000 | +0% | +0% |"; !strings.Contains(md, want) {
+		t.Errorf("table lacks %q:\n%s", want, md)
+	}
+	rep.Points[0].ProfileCPUs = 0
+	if md := stepsMarkdown(rep); strings.Contains(md, "stretched") {
+		t.Errorf("a point without the profile's CPUs got a stretched row:\n%s", md)
+	}
+}
