@@ -27,4 +27,9 @@ type WorkerReport struct {
 	// (warm-up included); nil when the worker did not measure it.
 	CPULoopUserS *float64 `json:"cpu_loop_user_s,omitempty"`
 	CPULoopSysS  *float64 `json:"cpu_loop_sys_s,omitempty"`
+	// Fallback says why the worker ran over the ring instead of the
+	// switch (--fallback ring), RingCalls how many calls did; empty and 0
+	// on the switch.
+	Fallback  string `json:"fallback,omitempty"`
+	RingCalls uint64 `json:"ring_calls,omitempty"`
 }

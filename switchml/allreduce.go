@@ -59,6 +59,9 @@ func (s *Session) refuse(err error) *Handle {
 	s.mu.Unlock()
 	if first {
 		s.reportAsync(err)
+		// Ring peers would wait for this rank's share without end: the
+		// broken ring tells them.
+		s.closeRing()
 	}
 	return failed(err)
 }
@@ -192,10 +195,8 @@ func (s *Session) run() {
 	}
 }
 
-func (s *Session) execute(h *Handle) error {
-	if err := h.ctx.Err(); err != nil {
-		return err
-	}
+// executeSwitch runs a call on the switch.
+func (s *Session) executeSwitch(h *Handle) error {
 	s.mu.Lock()
 	if s.broken != nil {
 		s.mu.Unlock()

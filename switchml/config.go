@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -81,7 +83,39 @@ type Config struct {
 	// TraceEvents bounds the events the timeline keeps (0:
 	// DefaultTraceEvents); older ones are overwritten.
 	TraceEvents int
+
+	// Fallback chooses what a job does when the switch cannot serve it:
+	// "" (the default) fails Join, FallbackRing runs the job over the ring
+	// allreduce of switchml/ring instead, through the same calls. The
+	// controller decides for every rank of the job at once when the switch
+	// has no room for it, serves fewer workers than it has, is offline or
+	// refuses its entries; when the controller cannot be reached at all,
+	// each rank falls back on its own with FallbackPeers. Session.Fallback
+	// and Stats say whether it did, and why; the reason is logged once.
+	Fallback string
+	// FallbackOnLoss moves a job that began on the switch to the ring when
+	// the switch is lost mid-training (the controller reports it lost, or
+	// it stops answering for GiveUp): the call that met the loss and every
+	// later one run over the ring, with nothing lost or counted twice. It
+	// needs Fallback = FallbackRing, keeps a copy of each call's input and
+	// of the last result (twice the memory of the largest tensor), and
+	// runs Barrier and Broadcast as collectives on the data path, in order
+	// with the allreduce calls. Without it, a lost switch fails the call
+	// with ErrSwitchLost or ErrTimeoutBudget.
+	FallbackOnLoss bool
+	// FallbackListen is the host:port this rank's ring listens on (TCP).
+	// Empty: FallbackPeers[Rank] if given, else the Bind address and a free
+	// port, which the controller hands to the other ranks.
+	FallbackListen string
+	// FallbackPeers lists every rank's ring address (host:port) in rank
+	// order, for a job whose ranks must meet without the controller: when
+	// it cannot be reached, the ranks form the ring at these addresses.
+	FallbackPeers []string
 }
+
+// FallbackRing is the Config.Fallback that runs a job the switch cannot
+// serve over the ring allreduce.
+const FallbackRing = "ring"
 
 // MaxCompatWorkers is the largest job the compatible format (a 32-bit
 // bitmap per slot) can serve.
@@ -253,6 +287,23 @@ func (e *FieldError) Describe(name func(field string) string) string {
 	return fmt.Sprintf("%s = %v: %s", field, e.Value, e.Advice(name))
 }
 
+// checkHostPort checks a ring address: host:port, the port 0 (any) only
+// where anyPort.
+func checkHostPort(a string, anyPort bool) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("want host:port (%v)", err)
+	}
+	if host == "" && !anyPort {
+		return fmt.Errorf("want host:port with a host")
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || (p == 0 && !anyPort) {
+		return fmt.Errorf("want host:port with a port in 1..65535")
+	}
+	return nil
+}
+
 func (c Config) validate() error {
 	var errs []*FieldError
 	bad := func(field string, value any, advice string, args ...any) {
@@ -286,7 +337,7 @@ func (c Config) validate() error {
 			bad("PacketElements", c.PacketElements, "the compatible header carries 32, 64, 128 or 256; set {Extended} for other sizes")
 		}
 	}
-	if !c.Extended && c.Workers > MaxCompatWorkers {
+	if !c.Extended && c.Workers > MaxCompatWorkers && c.Fallback != FallbackRing {
 		bad("Workers", c.Workers, "the compatible format allows %d; set {Extended} for more", MaxCompatWorkers)
 	}
 	for _, d := range []struct {
@@ -303,6 +354,37 @@ func (c Config) validate() error {
 	}{{"Faults.Drop", "drop", c.Faults.Drop}, {"Faults.Duplicate", "duplicate", c.Faults.Duplicate}, {"Faults.Reorder", "reorder", c.Faults.Reorder}} {
 		if !(p.v >= 0 && p.v <= 1) {
 			bad(p.field, p.v, "a %s probability must lie in [0, 1]", p.what)
+		}
+	}
+	switch c.Fallback {
+	case "", FallbackRing:
+	default:
+		bad("Fallback", c.Fallback, "want \"\" (fail when the switch cannot serve the job) or %q", FallbackRing)
+	}
+	needsRing := func(field string, v any) {
+		if c.Fallback != FallbackRing {
+			bad(field, v, "needs {Fallback} = %q", FallbackRing)
+		}
+	}
+	if c.FallbackOnLoss {
+		needsRing("FallbackOnLoss", c.FallbackOnLoss)
+	}
+	if c.FallbackListen != "" {
+		needsRing("FallbackListen", c.FallbackListen)
+		if err := checkHostPort(c.FallbackListen, true); err != nil {
+			bad("FallbackListen", c.FallbackListen, "%v", err)
+		}
+	}
+	if len(c.FallbackPeers) > 0 {
+		needsRing("FallbackPeers", c.FallbackPeers)
+		if len(c.FallbackPeers) != c.Workers {
+			bad("FallbackPeers", c.FallbackPeers, "give one ring address per rank, in rank order: %d for {Workers} = %d", len(c.FallbackPeers), c.Workers)
+		}
+		for i, p := range c.FallbackPeers {
+			if err := checkHostPort(p, false); err != nil {
+				bad("FallbackPeers", c.FallbackPeers, "rank %d's address: %v", i, err)
+				break
+			}
 		}
 	}
 	if c.TraceEvents < 0 || c.TraceEvents > maxTraceEvents {

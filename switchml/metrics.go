@@ -49,6 +49,7 @@ func (s *Session) Collector() prometheus.Collector {
 	add("switchml_worker_retransmissions_total", "Packets sent again after their timer expired.", counter, func(st Stats) float64 { return float64(st.Retransmits) })
 	add("switchml_worker_timeouts_total", "Retransmission timers that expired.", counter, func(st Stats) float64 { return float64(st.Timeouts) })
 	add("switchml_worker_reduced_elements_total", "Elements summed by completed allreduce calls.", counter, func(st Stats) float64 { return float64(st.Elements) })
+	add("switchml_worker_ring_allreduces_total", "Allreduce calls completed over the ring instead of the switch (Config.Fallback).", counter, func(st Stats) float64 { return float64(st.Ring) })
 	add("switchml_worker_rtt_lower_quartile_seconds", "The lanes' largest estimate of the lower quartile of result round trips (the estimate the retransmission timeout follows).", gauge, func(st Stats) float64 { return st.RTT.Seconds() })
 	add("switchml_worker_retransmission_timeout_seconds", "The lanes' largest retransmission timeout.", gauge, func(st Stats) float64 { return st.Timeout.Seconds() })
 	return c

@@ -38,6 +38,11 @@ var (
 	// ErrAborted: the controller ended the session, because a rank died,
 	// lost its connection or failed; the error names the rank and cause.
 	ErrAborted = errors.New("switchml: job aborted")
+	// ErrSwitchLost: the switch that served the session is gone: the
+	// controller lost it (or restarted and reprogrammed it), or a rank
+	// found it no longer answering. With Config.FallbackOnLoss the session
+	// moves to the ring instead of failing.
+	ErrSwitchLost = errors.New("switchml: switch lost")
 )
 
 // Session is a worker's membership in a job: its lane sockets, its slot
@@ -75,6 +80,8 @@ type Session struct {
 	// histogram of completed calls that Collector exposes.
 	trace     *tracer
 	durations prometheus.Histogram
+
+	fallbackState
 }
 
 // Stats counts a session's protocol activity.
@@ -86,6 +93,9 @@ type Stats struct {
 	Timeouts    uint64 // retransmission timers that expired
 	SentBytes   uint64 // bytes of the packets sent, SwitchML headers included
 	Elements    uint64 // elements reduced
+	// Ring counts the completed calls that ran over the ring
+	// (Config.Fallback); Session.Fallback says why.
+	Ring uint64
 	// RTT is the largest lane estimate of the lower quartile of result
 	// round trips, Timeout the largest lane retransmission timeout.
 	RTT, Timeout time.Duration
@@ -124,7 +134,15 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 		if s.conn != nil {
 			s.conn.Close()
 		}
+		if s.ringLn != nil {
+			s.ringLn.Close()
+		}
 		return nil, err
+	}
+	if cfg.Fallback == FallbackRing {
+		if err := s.listenRing(bind); err != nil {
+			return fail(err)
+		}
 	}
 	addrs := make([]string, cfg.Lanes)
 	for i := 0; i < cfg.Lanes; i++ {
@@ -157,8 +175,18 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 	if cfg.Extended {
 		format, wf = controllerpb.Format_FORMAT_EXTENDED, wire.FormatExtended
 	}
+	var probed *controllerpb.DescribeResponse
+	if cfg.Fallback == FallbackRing {
+		var unreachable error
+		if probed, unreachable = s.probe(ctx); unreachable != nil {
+			return s.joinRingWithoutController(ctx, unreachable, fail)
+		}
+	}
 	if cfg.PacketElements == 0 {
-		d, err := s.client.Describe(ctx, &controllerpb.DescribeRequest{}, grpc.WaitForReady(true))
+		d := probed
+		if d == nil {
+			d, err = s.client.Describe(ctx, &controllerpb.DescribeRequest{}, grpc.WaitForReady(true))
+		}
 		switch {
 		case status.Code(err) == codes.Unimplemented: // a controller that predates Describe serves the software switch
 			cfg.PacketElements = DefaultPacketElements
@@ -182,11 +210,18 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 			Job: cfg.Job, Rank: uint32(cfg.Rank), WorldSize: uint32(cfg.Workers),
 			Lanes: uint32(cfg.Lanes), Window: uint32(cfg.Window), Elements: uint32(cfg.PacketElements),
 			Format: format, LaneAddresses: addrs, Mac: macOf(bind), Token: cfg.Token,
+			FallbackAddress: s.ringAddress(),
 		}, grpc.WaitForReady(true))
 		return err
 	})
 	if err != nil {
 		return fail(s.rpcError("join", err))
+	}
+	if resp.GetFallback() != "" {
+		return s.joinRing(ctx, resp.GetFallbackAddresses(), "the controller could not place the job on the switch: "+resp.GetFallback(), fail)
+	}
+	if err := s.keepRing(resp.GetFallbackAddresses()); err != nil {
+		return fail(err)
 	}
 	s.sessionID, s.jobID = resp.SessionId, resp.JobId
 	s.seq = resp.FirstSeq
@@ -247,7 +282,7 @@ func (s *Session) watch() error {
 		return s.rpcError("watch the session", err)
 	case ev.GetAborted():
 		cancel()
-		return fmt.Errorf("%w: %s", ErrAborted, ev.GetReason())
+		return abortedBy(ev)
 	}
 	go func() {
 		defer close(s.watchDone)
@@ -271,7 +306,7 @@ func (s *Session) follow(ctx context.Context, stream controllerpb.JobService_Wat
 				break
 			}
 			if ev.GetAborted() {
-				s.abort(fmt.Errorf("%w: %s", ErrAborted, ev.GetReason()))
+				s.abort(abortedBy(ev))
 				return
 			}
 			backoff = 50 * time.Millisecond
@@ -288,7 +323,7 @@ func (s *Session) follow(ctx context.Context, stream controllerpb.JobService_Wat
 				var ev *controllerpb.WatchEvent
 				if ev, err = stream.Recv(); err == nil {
 					if ev.GetAborted() {
-						s.abort(fmt.Errorf("%w: %s", ErrAborted, ev.GetReason()))
+						s.abort(abortedBy(ev))
 						return
 					}
 					break // the lease is held again
@@ -296,8 +331,8 @@ func (s *Session) follow(ctx context.Context, stream controllerpb.JobService_Wat
 			}
 			switch status.Code(err) {
 			case codes.NotFound, codes.FailedPrecondition, codes.Aborted:
-				s.abort(fmt.Errorf("%w: the controller at %s no longer holds this session (it restarted, and a restarted controller reprograms the switch): join again (%s)",
-					ErrAborted, s.cfg.Controller, status.Convert(err).Message()))
+				s.abort(fmt.Errorf("%w: %w: the controller at %s no longer holds this session (it restarted, and a restarted controller reprograms the switch): join again (%s)",
+					ErrAborted, ErrSwitchLost, s.cfg.Controller, status.Convert(err).Message()))
 				return
 			}
 		}
@@ -318,6 +353,9 @@ func (s *Session) abort(err error) {
 // for the report before it leaves, so that the peers learn the cause and
 // not a departure.
 func (s *Session) reportAsync(reason error) {
+	if s.client == nil || s.sessionID == 0 {
+		return // no session on a controller (the ring since Join)
+	}
 	s.reports.Add(1)
 	go func() {
 		defer s.reports.Done()
@@ -330,7 +368,8 @@ func (s *Session) reportAsync(reason error) {
 func (s *Session) reportFailure(reason error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_, _ = s.client.Abort(ctx, &controllerpb.AbortRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Reason: reason.Error()})
+	_, _ = s.client.Abort(ctx, &controllerpb.AbortRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Reason: reason.Error(),
+		SwitchUnreachable: errors.Is(reason, ErrTimeoutBudget)})
 }
 
 // macOf returns the Ethernet address of the interface that holds ip, or nil
@@ -427,7 +466,16 @@ func (s *Session) Stats() Stats {
 }
 
 // Barrier returns once every rank called Barrier with the same name.
+//
+// On the ring (Config.Fallback), and in a session that may move there
+// (Config.FallbackOnLoss), it is a collective on the data path, in order
+// with the allreduce calls: every rank then makes its Barrier and
+// Broadcast calls in the same order as its allreduce calls, and the name
+// is not matched.
 func (s *Session) Barrier(ctx context.Context, name string) error {
+	if s.dataCollectives {
+		return s.dataBarrier(ctx)
+	}
 	ctx, done := s.sessionCall(ctx)
 	defer done()
 	// The same count on every retry of this call: a controller restarted
@@ -446,7 +494,11 @@ func (s *Session) Barrier(ctx context.Context, name string) error {
 }
 
 // Broadcast returns root's data on every rank.
+// On the ring it is a collective on the data path, as Barrier is.
 func (s *Session) Broadcast(ctx context.Context, name string, root int, data []byte) ([]byte, error) {
+	if s.dataCollectives {
+		return s.dataBroadcast(ctx, root, data)
+	}
 	ctx, done := s.sessionCall(ctx)
 	defer done()
 	var resp *controllerpb.BroadcastResponse
@@ -537,17 +589,25 @@ func (s *Session) Close() error {
 	for _, l := range s.lanes {
 		l.conn.Close()
 	}
+	s.closeRing()
 	s.reports.Wait()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_, err := s.client.Leave(ctx, &controllerpb.LeaveRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID})
+	var err error
+	if s.sessionID != 0 && !s.movedOff() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err = s.client.Leave(ctx, &controllerpb.LeaveRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID})
+		if err != nil {
+			err = s.rpcError("leave", err)
+		}
+	}
 	// The lease ends after Leave, so the controller takes it for a
 	// departure, not a death.
-	s.stopWatch()
-	<-s.watchDone
-	s.conn.Close()
-	if err != nil {
-		err = s.rpcError("leave", err)
+	if s.stopWatch != nil {
+		s.stopWatch()
+		<-s.watchDone
+	}
+	if s.conn != nil {
+		s.conn.Close()
 	}
 	if s.trace != nil {
 		if terr := s.trace.flush(); terr != nil {

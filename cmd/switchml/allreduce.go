@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/switchml/switchml-go/benchmarks"
@@ -24,6 +25,7 @@ var allreduceFlags = map[string]string{
 	"Lanes": "lanes", "Window": "window", "PacketElements": "packet-elements", "Extended": "extended",
 	"Timeout": "timeout", "JoinTimeout": "join-timeout", "GiveUp": "give-up",
 	"Faults.Drop": "drop", "Faults.Duplicate": "duplicate", "Faults.Reorder": "reorder", "Trace": "trace", "TraceEvents": "trace-events",
+	"Fallback": "fallback", "FallbackOnLoss": "fallback-on-loss", "FallbackListen": "fallback-listen", "FallbackPeers": "fallback-peers",
 }
 
 func dtypeSize(dtype string) (int, error) {
@@ -55,6 +57,10 @@ func runAllReduce(ctx context.Context, args []string) error {
 	fs.Float64Var(&cfg.Faults.Drop, "drop", 0, "probability of dropping each packet this worker sends")
 	fs.Float64Var(&cfg.Faults.Duplicate, "duplicate", 0, "probability of duplicating each packet this worker sends")
 	fs.Float64Var(&cfg.Faults.Reorder, "reorder", 0, "probability of delaying each packet this worker sends behind later ones")
+	fs.StringVar(&cfg.Fallback, "fallback", "", `"ring": when the switch cannot serve the job (no room, too many workers, switch or controller unreachable), run it over the TCP ring allreduce instead`)
+	fs.BoolVar(&cfg.FallbackOnLoss, "fallback-on-loss", false, "with --fallback ring: move to the ring when the switch is lost mid-job (instead of failing); barriers then run on the data path")
+	fs.StringVar(&cfg.FallbackListen, "fallback-listen", "", "host:port this rank's ring listens on (default: --fallback-peers' entry for this rank, else the --bind address and a free port)")
+	peers := fs.String("fallback-peers", "", "every rank's ring address, comma-separated in rank order: lets the ranks meet without the controller when it cannot be reached")
 	tlsCA := fs.String("tls-ca", "", "CA (PEM) of the controller's certificate: the link to the controller speaks TLS")
 	tlsCert := fs.String("tls-cert", "", "certificate (PEM) this worker presents to the controller (mutual TLS)")
 	tlsKey := fs.String("tls-key", "", "key (PEM) of --tls-cert")
@@ -74,6 +80,9 @@ func runAllReduce(ctx context.Context, args []string) error {
 		return err
 	}
 	defer stopProfile()
+	if *peers != "" {
+		cfg.FallbackPeers = strings.Split(*peers, ",")
+	}
 	if cfg.TLS, err = secure.Client(*tlsCA, *tlsCert, *tlsKey); err != nil {
 		return fmt.Errorf("--tls-ca, --tls-cert, --tls-key: %w", err)
 	}
@@ -123,6 +132,9 @@ func runAllReduce(ctx context.Context, args []string) error {
 	} else if err == nil {
 		fmt.Printf("rank %d/%d: %d x %s, %d iterations, median %.4f s, %.3f Gbit/s, verified=%v, retransmits=%d\n",
 			cfg.Rank, cfg.Workers, *elements, *dtype, *iters, rep.MedianTAT, rep.GoodputGbps, rep.Verified, rep.Retransmits)
+		if rep.Fallback != "" {
+			fmt.Printf("rank %d/%d: ran %d calls over the ring: %s\n", cfg.Rank, cfg.Workers, rep.RingCalls, rep.Fallback)
+		}
 	}
 	return err
 }
@@ -214,6 +226,9 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, ele
 		}
 	}
 	st := sess.Stats()
+	if _, why := sess.Fallback(); why != "" {
+		rep.Fallback, rep.RingCalls = why, st.Ring
+	}
 	rep.Retransmits = st.Retransmits
 	rep.RTTMillis, rep.TimeoutMillis = st.RTT.Seconds()*1e3, st.Timeout.Seconds()*1e3
 	return nil
