@@ -152,3 +152,35 @@ func TestNeedsExtended(t *testing.T) {
 		}
 	}
 }
+
+func TestFallbackConfigValidation(t *testing.T) {
+	good := Config{Job: "j", Rank: 1, Workers: 3, Fallback: FallbackRing, FallbackOnLoss: true,
+		FallbackListen: "127.0.0.1:0", FallbackPeers: []string{"h0:4000", "h1:4000", "h2:4000"}}.withDefaults()
+	if err := good.validate(); err != nil {
+		t.Fatalf("fallback config rejected: %v", err)
+	}
+	big := Config{Job: "j", Workers: 40, Fallback: FallbackRing}.withDefaults()
+	if err := big.validate(); err != nil {
+		t.Fatalf("40 workers with the ring to fall back to rejected: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{"unknown fallback", func(c *Config) { c.Fallback = "tree" }, `Fallback = tree: want "" `},
+		{"on loss without the ring", func(c *Config) { c.Fallback = ""; c.FallbackPeers, c.FallbackListen = nil, "" }, `FallbackOnLoss = true: needs Fallback = "ring"`},
+		{"listen without a port", func(c *Config) { c.FallbackListen = "127.0.0.1" }, "FallbackListen = 127.0.0.1: want host:port"},
+		{"too few peers", func(c *Config) { c.FallbackPeers = c.FallbackPeers[:2] }, "one ring address per rank"},
+		{"peer without a port", func(c *Config) { c.FallbackPeers = []string{"h0:4000", "h1:0", "h2:4000"} }, "rank 1's address"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := good
+			tc.mod(&c)
+			err := c.validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("validate() = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
