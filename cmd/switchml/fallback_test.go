@@ -84,3 +84,30 @@ func TestFallbackOnLossCLI(t *testing.T) {
 		t.Logf("rank %d: %d calls over the ring (barriers included), median TAT %.4f s: %s", r, rep.RingCalls, rep.MedianTAT, rep.Fallback)
 	}
 }
+
+// TestFallbackSwitchDownAtJoinCLI: the switch process is gone and its
+// controller lives on; a job that may fall back gathers at the controller
+// and runs over the ring instead of waiting for the switch.
+func TestFallbackSwitchDownAtJoinCLI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes; skipped in -short")
+	}
+	f := startFabric(t, nil, "")
+	if err := f.fab.Crash("switch"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(f.ctl.Logs(), "controller: lost the switch") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the controller never noticed the switch had gone:\n%s", f.ctl.Logs())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	reps := runJob(t, f, nil, jobSpec{name: "switchless", dtype: "bfloat16", workers: 3, elements: 20_000, iters: 2,
+		extra: []string{"--fallback", "ring", "--join-timeout", "20s"}})
+	for r, rep := range reps {
+		if !strings.Contains(rep.Fallback, "switch is offline") {
+			t.Fatalf("rank %d: fallback %q, want the ring for an offline switch", r, rep.Fallback)
+		}
+	}
+}
