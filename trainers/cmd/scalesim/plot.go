@@ -16,7 +16,7 @@ import (
 func plotScale(path string, rep *Report, models []string, ns []int, rate float64) error {
 	const scenario = "line rate, vs TCP ring"
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("Predicted SwitchML speedup over a ring allreduce, %g Gbit/s, GPU compute", rate)
+	p.Title.Text = fmt.Sprintf("Predicted SwitchML speedup over a TCP ring allreduce, both at line rate, %g Gbit/s, GPU compute", rate)
 	p.X.Label.Text = "workers"
 	p.Y.Label.Text = "ring step time / SwitchML step time"
 	var lines []any
