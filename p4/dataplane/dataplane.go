@@ -20,9 +20,17 @@ import (
 
 // Processor is the packet pipeline: one datagram in, replies out. The
 // software switch's server implements it with the pipeline behind a lock
-// shared with its P4Runtime service.
+// shared with its P4Runtime service, and so do its shards (softswitch.Shard),
+// one per Serve loop, which are Batchers.
 type Processor interface {
 	Process(src netip.AddrPort, pkt []byte, out *pipeline.Output)
+}
+
+// Batcher is a Processor that wants each batch of Process calls bracketed,
+// to take its lock once per batch rather than once per packet.
+type Batcher interface {
+	BeginBatch()
+	EndBatch()
 }
 
 // Stats counts datagrams moved by Serve.
@@ -54,6 +62,7 @@ func Serve(ctx context.Context, conn *transport.Conn, proc Processor, faults *tr
 	}
 	out := make([]transport.Message, 0, 4*batch)
 	var res pipeline.Output
+	batcher, _ := proc.(Batcher)
 
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
@@ -85,6 +94,9 @@ func Serve(ctx context.Context, conn *transport.Conn, proc Processor, faults *tr
 		}
 		stats.Received.Add(uint64(n))
 		stats.ReceivedBytes.Add(inBytes)
+		if batcher != nil && n > 0 {
+			batcher.BeginBatch()
+		}
 		for i := 0; i < n; i++ {
 			// The pipeline writes its reply straight into this
 			// datagram's reply buffer.
@@ -102,6 +114,9 @@ func Serve(ctx context.Context, conn *transport.Conn, proc Processor, faults *tr
 				}
 			}
 			in[i].Buf = in[i].Buf[:cap(in[i].Buf)]
+		}
+		if batcher != nil && n > 0 {
+			batcher.EndBatch()
 		}
 		// Grouped by destination, the copies of consecutive multicasts
 		// form runs that the transport sends as one segmented datagram

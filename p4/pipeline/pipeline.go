@@ -19,6 +19,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/switchml/switchml-go/switchml/wire"
 )
@@ -101,6 +102,7 @@ const (
 	StatReplicas                             // reply packets emitted by multicast
 	StatDropNoReply                          // a reply skipped: no reply_address entry for (job, rank, lane)
 	StatDropStale                            // a request older than the slot use it reaches (delayed or duplicated in the network)
+	StatDropWrongShard                       // reached a data-plane shard other than the one whose loop serves its slot
 	NumStats
 )
 
@@ -108,6 +110,7 @@ var statNames = [NumStats]string{
 	"received", "aggregated", "multicast", "retransmit_reply", "drop_not_worker",
 	"drop_malformed", "drop_out_of_partition", "drop_incomplete_retransmit",
 	"absorbed", "drop_mismatch", "drop_no_group", "replicas", "drop_no_reply", "drop_stale",
+	"drop_wrong_shard",
 }
 
 // String returns the counter name used in logs and metrics.
@@ -135,7 +138,8 @@ type Output struct {
 	Reason Stat
 }
 
-// Pipeline is the switch state. It is not safe for concurrent use.
+// Pipeline is the switch state. It is not safe for concurrent use, except
+// for its Shards' Process calls among themselves (see Shard).
 type Pipeline struct {
 	cfg   Config
 	words int // uint64 words per bitmap
@@ -155,6 +159,12 @@ type Pipeline struct {
 	values   []int32 // MaxElements per idx
 
 	stats [NumStats]uint64
+
+	// shards are the data-plane loops that may run Shard.Process
+	// concurrently; owner[slot] is 1 + the index of the shard whose loop
+	// serves the slot, 0 while none does.
+	shards []*Shard
+	owner  []atomic.Int32
 }
 
 // New returns an empty switch with all registers zero.
@@ -184,7 +194,52 @@ func New(cfg Config) (*Pipeline, error) {
 		packetID: make([]uint32, idxs),
 		used:     make([]bool, idxs),
 		values:   make([]int32, idxs*cfg.MaxElements),
+		owner:    make([]atomic.Int32, cfg.Slots),
 	}, nil
+}
+
+// Shard is one data-plane loop's entry into a Pipeline that several loops
+// serve at once: each has its own counters, and each (slot, set pair) is
+// served by one shard at a time, the first whose Process reaches it after a
+// reset of the slot; a packet for that slot reaching another shard is
+// dropped (StatDropWrongShard), so no two loops ever touch one slot's
+// registers. Steering (which socket a lane sends to) keeps every packet of
+// a slot on one shard; the ownership check is what makes that safe against
+// packets that go astray.
+//
+// Shards' Process calls may run concurrently with each other, but not with
+// any other method of the Pipeline: the software switch holds a read lock
+// over a batch of Shard.Process calls and a write lock over control-plane
+// calls.
+type Shard struct {
+	p     *Pipeline
+	id    int32
+	stats [NumStats]uint64
+}
+
+// NewShard adds a data-plane shard. With a single shard Process skips the
+// ownership check: there is no other loop to collide with.
+func (p *Pipeline) NewShard() *Shard {
+	s := &Shard{p: p, id: int32(len(p.shards)) + 1}
+	p.shards = append(p.shards, s)
+	return s
+}
+
+// Process runs one packet through the pipeline like Pipeline.Process,
+// counting in the shard's own counters.
+func (s *Shard) Process(src netip.AddrPort, pkt []byte, out *Output) {
+	id := s.id
+	if len(s.p.shards) < 2 {
+		id = 0
+	}
+	s.p.process(&s.stats, id, src, pkt, out)
+}
+
+// disown makes slots [first, first+count) free for any shard to take.
+func (p *Pipeline) disown(first, count int) {
+	for i := first; i < first+count; i++ {
+		p.owner[i].Store(0)
+	}
 }
 
 // Config returns the configuration the pipeline was built with.
@@ -473,6 +528,7 @@ func (p *Pipeline) WriteRegister(name string, index int, values []int64) error {
 			// first packets would be taken for delayed old ones.
 			p.used[index] = false
 			p.seq[index], p.packetID[index], p.elements[index] = 0, 0, 0
+			p.disown(index%p.cfg.Slots, 1)
 		}
 		return nil
 	}
@@ -506,6 +562,7 @@ func (p *Pipeline) ResetPool(first, count int) error {
 		clear(p.packetID[lo : lo+count])
 		clear(p.used[lo : lo+count])
 	}
+	p.disown(first, count)
 	return nil
 }
 
@@ -520,18 +577,27 @@ func (p *Pipeline) ClearRegisters() {
 	clear(p.packetID)
 	clear(p.used)
 	clear(p.values)
+	p.disown(0, p.cfg.Slots)
 }
 
-// Counter returns one stats counter.
+// Counter returns one stats counter, summed over the shards.
 func (p *Pipeline) Counter(s Stat) uint64 {
 	if s >= NumStats {
 		return 0
 	}
-	return p.stats[s]
+	return p.Counters()[s]
 }
 
-// Counters returns all stats counters.
-func (p *Pipeline) Counters() [NumStats]uint64 { return p.stats }
+// Counters returns all stats counters, summed over the shards.
+func (p *Pipeline) Counters() [NumStats]uint64 {
+	c := p.stats
+	for _, sh := range p.shards {
+		for i, v := range sh.stats {
+			c[i] += v
+		}
+	}
+	return c
+}
 
 // SetCounter overwrites a counter (P4Runtime counter writes, resets).
 func (p *Pipeline) SetCounter(s Stat, v uint64) error {
@@ -539,13 +605,16 @@ func (p *Pipeline) SetCounter(s Stat, v uint64) error {
 		return fmt.Errorf("%w: counter index %d, have %d", ErrInvalid, s, NumStats)
 	}
 	p.stats[s] = v
+	for _, sh := range p.shards {
+		sh.stats[s] = 0
+	}
 	return nil
 }
 
 // noReply counts a packet that sends nothing under s, which also tells the
 // driver why (out.Reason).
-func (p *Pipeline) noReply(out *Output, s Stat) {
-	p.stats[s]++
+func noReply(st *[NumStats]uint64, out *Output, s Stat) {
+	st[s]++
 	out.Reason = s
 }
 
@@ -555,26 +624,41 @@ func (p *Pipeline) noReply(out *Output, s Stat) {
 // and header (sequence number, packet id, slot and set echoed) with Exp0
 // replaced by the slot's maximum exponent and the payload by the slot's sums.
 func (p *Pipeline) Process(src netip.AddrPort, pkt []byte, out *Output) {
+	p.process(&p.stats, 0, src, pkt, out)
+}
+
+// process is Process counting in st; shard, unless 0, is the id of the
+// calling Shard, which must own the packet's slot.
+func (p *Pipeline) process(st *[NumStats]uint64, shard int32, src netip.AddrPort, pkt []byte, out *Output) {
 	out.Packet = out.Packet[:0]
 	out.Dests = out.Dests[:0]
 	out.Reason = StatReceived
-	p.stats[StatReceived]++
+	st[StatReceived]++
 
 	w, ok := p.workers[WorkerKey{normalize(src)}]
 	if !ok {
-		p.noReply(out, StatDropNotWorker)
+		noReply(st, out, StatDropNotWorker)
 		return
 	}
 	h, payload, err := wire.Parse(pkt)
 	if err != nil || h.Elements > p.cfg.MaxElements {
-		p.noReply(out, StatDropMalformed)
+		noReply(st, out, StatDropMalformed)
 		return
 	}
 	// The slot is absolute; a job may only touch its own partition, which is
 	// what isolates concurrent jobs from each other.
 	if h.Slot < w.PoolBase || h.Slot-w.PoolBase >= w.PoolSize {
-		p.noReply(out, StatDropOutOfPartition)
+		noReply(st, out, StatDropOutOfPartition)
 		return
+	}
+	if shard != 0 {
+		// Take the slot if no shard serves it; a slot another shard
+		// serves is not ours to touch.
+		o := &p.owner[h.Slot]
+		if cur := o.Load(); cur != shard && (cur != 0 || !o.CompareAndSwap(0, shard)) {
+			noReply(st, out, StatDropWrongShard)
+			return
+		}
 	}
 	slots := p.cfg.Slots
 	idx := int(h.Set)*slots + int(h.Slot)
@@ -594,7 +678,7 @@ func (p *Pipeline) Process(src netip.AddrPort, pkt []byte, out *Output) {
 	// delayed from an earlier use of this (slot, set) or a confused sender;
 	// adding it would corrupt the sum.
 	if !fresh && (int(p.elements[idx]) != h.Elements || p.seq[idx] != h.Seq || p.packetID[idx] != h.PacketID) {
-		p.noReply(out, StatDropMismatch)
+		noReply(st, out, StatDropMismatch)
 		return
 	}
 	// In the extended format sequence numbers are 32 bits and never wrap
@@ -613,7 +697,7 @@ func (p *Pipeline) Process(src netip.AddrPort, pkt []byte, out *Output) {
 	// slot, so this only drops stale copies.
 	if fresh && p.used[idx] && (h.Seq == p.seq[idx] && h.PacketID == p.packetID[idx] ||
 		h.Format == wire.FormatExtended && !newer(h.Seq, h.PacketID, p.seq[idx], p.packetID[idx])) {
-		p.noReply(out, StatDropStale)
+		noReply(st, out, StatDropStale)
 		return
 	}
 	// A new contributor to a completed use can only be a duplicate from a
@@ -621,7 +705,7 @@ func (p *Pipeline) Process(src netip.AddrPort, pkt []byte, out *Output) {
 	// the other set). Touching the bitmaps would undo that worker's mark in
 	// the set it is using now, so leave all state alone.
 	if !seen && !fresh && p.count[idx] == 0 {
-		p.noReply(out, StatDropStale)
+		noReply(st, out, StatDropStale)
 		return
 	}
 
@@ -634,23 +718,23 @@ func (p *Pipeline) Process(src netip.AddrPort, pkt []byte, out *Output) {
 	vals := p.values[idx*p.cfg.MaxElements : idx*p.cfg.MaxElements+h.Elements]
 	if seen {
 		if p.count[idx] != 0 {
-			p.noReply(out, StatDropIncompleteRetransmit)
+			noReply(st, out, StatDropIncompleteRetransmit)
 			return
 		}
 		// The sender lost the multicast: answer it alone.
-		p.stats[StatRetransmitReply]++
+		st[StatRetransmitReply]++
 		p.reply(out, &h, vals, p.exponent[idx])
 		if r, ok := p.replies[ReplyKey{JobID: w.JobID, Rank: w.Rank, Lane: w.Lane}]; ok {
 			out.Dests = append(out.Dests, r.Addr)
 		} else {
-			p.stats[StatDropNoReply]++
+			st[StatDropNoReply]++
 			out.Packet = out.Packet[:0]
 			out.Reason = StatDropNoReply
 		}
 		return
 	}
 
-	p.stats[StatAggregated]++
+	st[StatAggregated]++
 	if fresh {
 		// Overwrite instead of add: no reset is ever needed between uses.
 		p.count[idx] = w.NumWorkers - 1
@@ -666,26 +750,26 @@ func (p *Pipeline) Process(src netip.AddrPort, pkt []byte, out *Output) {
 		wire.AddPayload(vals, payload)
 	}
 	if p.count[idx] != 0 {
-		p.noReply(out, StatAbsorbed)
+		noReply(st, out, StatAbsorbed)
 		return
 	}
 
-	p.stats[StatMulticast]++
+	st[StatMulticast]++
 	group, ok := p.groups[w.MulticastGroup]
 	if !ok {
-		p.noReply(out, StatDropNoGroup)
+		noReply(st, out, StatDropNoGroup)
 		return
 	}
 	p.reply(out, &h, vals, p.exponent[idx])
 	for _, r := range group {
 		ra, ok := p.replies[ReplyKey{JobID: w.JobID, Rank: r.Instance, Lane: w.Lane}]
 		if !ok {
-			p.stats[StatDropNoReply]++
+			st[StatDropNoReply]++
 			continue
 		}
 		out.Dests = append(out.Dests, ra.Addr)
 	}
-	p.stats[StatReplicas] += uint64(len(out.Dests))
+	st[StatReplicas] += uint64(len(out.Dests))
 	if len(out.Dests) == 0 {
 		out.Packet = out.Packet[:0]
 		out.Reason = StatDropNoReply

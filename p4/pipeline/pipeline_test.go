@@ -453,7 +453,8 @@ func checkCounters(t testing.TB, p *Pipeline) {
 	t.Helper()
 	c := p.Counters()
 	outcomes := c[StatDropNotWorker] + c[StatDropMalformed] + c[StatDropOutOfPartition] + c[StatDropMismatch] +
-		c[StatDropStale] + c[StatDropIncompleteRetransmit] + c[StatAbsorbed] + c[StatMulticast] + c[StatRetransmitReply]
+		c[StatDropStale] + c[StatDropIncompleteRetransmit] + c[StatAbsorbed] + c[StatMulticast] + c[StatRetransmitReply] +
+		c[StatDropWrongShard]
 	if c[StatReceived] != outcomes {
 		t.Fatalf("received %d != sum of outcomes %d (%v)", c[StatReceived], outcomes, c)
 	}

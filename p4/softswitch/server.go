@@ -40,9 +40,12 @@ type ServerConfig struct {
 
 // Server is the software switch: the SwitchML pipeline, the lock that
 // serialises its data path with its control plane, and the P4Runtime service
-// that programs it. Any packet I/O loop can drive it through Process.
+// that programs it. Any packet I/O loop can drive it through Process, or
+// several loops at once through Shards.
 type Server struct {
-	mu   sync.Mutex
+	// mu is held for writing by the control plane and by Process, and
+	// for reading by a Shard over a batch of packets.
+	mu   sync.RWMutex
 	pipe *pipeline.Pipeline
 	p4rt *P4Runtime
 	log  *slog.Logger
@@ -94,6 +97,35 @@ func (s *Server) Process(src netip.AddrPort, pkt []byte, out *pipeline.Output) {
 	s.mu.Lock()
 	s.pipe.Process(src, pkt, out)
 	s.mu.Unlock()
+}
+
+// Shard is one of several data-plane loops serving the switch at once (see
+// pipeline.Shard): the loop brackets each batch of Process calls with
+// BeginBatch and EndBatch, which hold the switch's lock for reading, so
+// shards run side by side and the control plane waits for a batch to end.
+type Shard struct {
+	mu *sync.RWMutex
+	sh *pipeline.Shard
+}
+
+// Shard adds a data-plane shard. Make every shard before any runs.
+func (s *Server) Shard() *Shard {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return &Shard{mu: &s.mu, sh: s.pipe.NewShard()}
+}
+
+// BeginBatch takes the switch's lock for reading, for the Process calls
+// until EndBatch.
+func (s *Shard) BeginBatch() { s.mu.RLock() }
+
+// EndBatch lets the control plane in again.
+func (s *Shard) EndBatch() { s.mu.RUnlock() }
+
+// Process runs one datagram through the pipeline; call it between BeginBatch
+// and EndBatch.
+func (s *Shard) Process(src netip.AddrPort, pkt []byte, out *pipeline.Output) {
+	s.sh.Process(src, pkt, out)
 }
 
 // Counters returns the pipeline's stats counters (not affected by P4Runtime
