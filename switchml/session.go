@@ -229,6 +229,22 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 	if err != nil {
 		return fail(fmt.Errorf("switchml: controller gave a bad switch address %q: %v", resp.SwitchDataplane, err))
 	}
+	// A software switch with several data-plane shards serves each lane
+	// at its shard's address.
+	peers := make([]netip.AddrPort, len(s.lanes))
+	for i := range peers {
+		peers[i] = s.switchDP
+	}
+	if lds := resp.GetLaneDataplanes(); len(lds) > 0 {
+		if len(lds) != len(s.lanes) {
+			return fail(fmt.Errorf("switchml: controller gave %d lane data-plane addresses for %d lanes; it and this worker disagree on the job", len(lds), len(s.lanes)))
+		}
+		for i, a := range lds {
+			if peers[i], err = netip.ParseAddrPort(a); err != nil {
+				return fail(fmt.Errorf("switchml: controller gave a bad data-plane address %q for lane %d: %v", a, i, err))
+			}
+		}
+	}
 	if resp.PoolSize < uint32(cfg.Lanes*cfg.Window) {
 		return fail(fmt.Errorf("switchml: controller granted %d slots, the job needs lanes*window = %d", resp.PoolSize, cfg.Lanes*cfg.Window))
 	}
@@ -247,7 +263,7 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 		if err != nil {
 			return fail(fmt.Errorf("switchml: lane %d: %w", i, err))
 		}
-		l.init(eng, s.switchDP)
+		l.init(eng, peers[i])
 	}
 	if cfg.Trace != nil {
 		s.trace = newTracer(cfg.Trace, cfg.TraceEvents, cfg.Rank, cfg.Lanes, fmt.Sprintf("job %s rank %d of %d", cfg.Job, cfg.Rank, cfg.Workers))

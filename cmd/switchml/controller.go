@@ -55,7 +55,7 @@ func runController(ctx context.Context, args []string) error {
 	var cfg controller.Config
 	fs.StringVar(&cfg.Target, "target", controller.DefaultTarget, "P4Runtime address of the switch")
 	fs.StringVar(&cfg.Listen, "listen", controller.DefaultListen, "gRPC address of the job service workers join through")
-	fs.StringVar(&cfg.Dataplane, "dataplane", "", "switch data plane address handed to workers (default: the target's host, port 48864)")
+	fs.StringVar(&cfg.Dataplane, "dataplane", "", "switch data plane address handed to workers (default: the target's host, port 48864); for a software switch with --shards N, every shard's address, comma-separated in shard order")
 	fs.IntVar(&cfg.Slots, "slots", 8192, "slots per set in the switch's pool")
 	fs.Uint64Var(&cfg.DeviceID, "device-id", 1, "P4Runtime device id of the target")
 	fs.Uint64Var(&cfg.ElectionID, "election-id", 1, "election id (the highest connected controller is primary)")

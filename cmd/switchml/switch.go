@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/switchml/switchml-go/p4/fabric"
@@ -20,7 +21,8 @@ func init() {
 
 func runSwitch(ctx context.Context, args []string) error {
 	fs := newFlags("switch", "--dataplane ADDR --p4rt ADDR [flags]")
-	dp := fs.String("dataplane", "127.0.0.1:48864", "UDP address of the data plane (workers send here)")
+	dp := fs.String("dataplane", "127.0.0.1:48864", "UDP address of the data plane (workers send here); with --shards N, shard k listens at port+k, or give N addresses comma-separated")
+	shards := fs.Int("shards", 1, "data-plane shards: loops on cores of their own, each with its own UDP port, serving one pipeline (give the controller every shard's address)")
 	p4rt := fs.String("p4rt", "127.0.0.1:9559", "TCP address of the P4Runtime gRPC service")
 	slots := fs.Int("slots", softswitch.DefaultPipeline.Slots, "aggregation slots per set in the pool")
 	maxElements := fs.Int("max-elements", 1024, "largest number of values per packet (up to 2048); the pool holds slots x 2 x this many int32")
@@ -49,18 +51,21 @@ func runSwitch(ctx context.Context, args []string) error {
 	if err := switchFlagsValid(*slots, *maxElements, *maxWorkers, faults); err != nil {
 		return err
 	}
+	if *shards < 1 || *shards > fabric.MaxShards {
+		return fmt.Errorf("--shards %d: want 1..%d", *shards, fabric.MaxShards)
+	}
 	tlsCfg, err := secure.Server(*tlsCert, *tlsKey, *tlsClientCA)
 	if err != nil {
 		return fmt.Errorf("--tls-cert, --tls-key, --tls-client-ca: %w", err)
 	}
 	sw, err := fabric.ListenSwitch(fabric.SwitchConfig{
-		Dataplane: *dp, P4Runtime: *p4rt, DeviceID: *deviceID, TLS: tlsCfg, Faults: faults, Logger: log,
+		Dataplane: *dp, Shards: *shards, P4Runtime: *p4rt, DeviceID: *deviceID, TLS: tlsCfg, Faults: faults, Logger: log,
 		Pipeline: pipeline.Config{Slots: *slots, MaxElements: *maxElements, MaxWorkers: *maxWorkers},
 	})
 	if err != nil {
 		return err
 	}
-	log.Info("software switch up", "dataplane", sw.DataplaneAddr(), "p4runtime", sw.P4RuntimeAddr(),
+	log.Info("software switch up", "dataplane", strings.Join(sw.DataplaneAddrs(), ","), "shards", *shards, "p4runtime", sw.P4RuntimeAddr(),
 		"slots", *slots, "max_elements", *maxElements, "drop", faults.Drop, "duplicate", faults.Duplicate, "reorder", faults.Reorder)
 
 	ctx, cancel := context.WithCancel(ctx)

@@ -238,9 +238,12 @@ type adoption struct {
 // coreConfig configures the core.
 type coreConfig struct {
 	Dataplane netip.AddrPort
-	Slots     int
-	Target    Target
-	Logger    *slog.Logger
+	// Shards are the data-plane addresses of a switch with several
+	// shards, Dataplane first; a job's lanes are spread over them.
+	Shards []netip.AddrPort
+	Slots  int
+	Target Target
+	Logger *slog.Logger
 	// Rand draws session ids and first sequence numbers.
 	Rand func() uint64
 	// DrainWait is how long a job whose ranks are all in waits for retired
@@ -474,10 +477,26 @@ func (c *core) activate(j *job) {
 	j.resp = &controllerpb.RegisterResponse{
 		SessionId: c.cfg.Rand() | 1, SwitchDataplane: c.cfg.Dataplane.String(), JobId: jobID,
 		PoolBase: base, PoolSize: size, FirstSeq: uint32(c.cfg.Rand()),
-		FallbackAddresses: j.ringAddresses(),
+		FallbackAddresses: j.ringAddresses(), LaneDataplanes: c.laneDataplanes(jobID, len(j.ranks[0].addrs)),
 	}
 	c.installing[j.gen] = j
 	c.out.installs = append(c.out.installs, install{gen: j.gen, job: j.name, base: int(base), size: int(size), entries: entries})
+}
+
+// laneDataplanes says which shard each of a job's lanes sends to, or nil
+// for a switch with one data-plane address. Lane l of every rank uses the
+// same slots, so it goes to the same shard; jobs start at different shards
+// so that one-lane jobs spread too.
+func (c *core) laneDataplanes(jobID uint32, lanes int) []string {
+	n := len(c.cfg.Shards)
+	if n < 2 {
+		return nil
+	}
+	out := make([]string, lanes)
+	for l := range out {
+		out[l] = c.cfg.Shards[(int(jobID)+l)%n].String()
+	}
+	return out
 }
 
 // allocate finds room for size slots beside the partitions of the jobs on

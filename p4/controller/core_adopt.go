@@ -72,6 +72,11 @@ func (c *core) Adopt(workers []WorkerEntry, replies []ReplyEntry, groups map[uin
 		}
 	}
 	for id, j := range found {
+		lanes := 0
+		for _, w := range j.entries.Workers {
+			lanes = max(lanes, int(w.Lane)+1)
+		}
+		j.resp.LaneDataplanes = c.laneDataplanes(id, lanes)
 		c.detached[id] = j
 		c.jobID = max(c.jobID, id)
 	}

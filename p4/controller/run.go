@@ -10,7 +10,9 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
@@ -38,7 +40,9 @@ type Config struct {
 	// Listen is the job service's gRPC address (default DefaultListen).
 	Listen string
 	// Dataplane is the switch data plane address handed to workers; empty
-	// means the target's host with port 48864.
+	// means the target's host with port 48864. A software switch with
+	// several shards (--shards) has one address per shard: list them all,
+	// comma-separated, in shard order.
 	Dataplane string
 	// Slots is the switch's pool size per set (default 8192).
 	Slots int
@@ -116,10 +120,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Switch.P4() && len(cfg.Switch.Ports) == 0 {
 		return fmt.Errorf("controller: a %s switch needs a port map: which switch port reaches each worker address (--port-map)", cfg.Switch.Kind)
 	}
-	dp, err := DataplaneFor(cfg.Dataplane, cfg.Target)
+	shards, err := DataplanesFor(cfg.Dataplane, cfg.Target)
 	if err != nil {
 		return err
 	}
+	dp := shards[0]
 	cl, adopted, err := connect(ctx, cfg, dp)
 	if err != nil {
 		return err
@@ -129,7 +134,7 @@ func Run(ctx context.Context, cfg Config) error {
 			cl.Close()
 		}
 	}()
-	svc, err := NewJobService(cl, ServiceConfig{Dataplane: dp, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger})
+	svc, err := NewJobService(cl, ServiceConfig{Dataplane: dp, Shards: shards, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger})
 	if err != nil {
 		return err
 	}
@@ -162,7 +167,7 @@ func Run(ctx context.Context, cfg Config) error {
 		g.Stop() // Register calls block by design: do not wait for them
 		<-served
 	}()
-	cfg.Logger.Info("controller: serving", "jobs", lis.Addr().String(), "target", cfg.Target, "dataplane", dp.String(), "slots", cfg.Slots)
+	cfg.Logger.Info("controller: serving", "jobs", lis.Addr().String(), "target", cfg.Target, "dataplane", dp.String(), "shards", len(shards), "slots", cfg.Slots)
 	if cfg.Ready != nil {
 		cfg.Ready(lis.Addr())
 	}
@@ -345,6 +350,35 @@ func (c *Client) streamError() error {
 		return errors.New("stream ended")
 	}
 	return c.streamErr
+}
+
+// DataplanesFor returns the data plane addresses of a switch's shards:
+// explicit split at commas (one address each), or DataplaneFor's one
+// address when explicit has none.
+func DataplanesFor(explicit, target string) ([]netip.AddrPort, error) {
+	if !strings.Contains(explicit, ",") {
+		dp, err := DataplaneFor(explicit, target)
+		if err != nil {
+			return nil, err
+		}
+		return []netip.AddrPort{dp}, nil
+	}
+	var out []netip.AddrPort
+	for _, a := range strings.Split(explicit, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			return nil, fmt.Errorf("controller: data plane addresses %q: an empty entry; give ip:port per shard, comma-separated", explicit)
+		}
+		dp, err := DataplaneFor(a, target)
+		if err != nil {
+			return nil, err
+		}
+		if slices.Contains(out, dp) {
+			return nil, fmt.Errorf("controller: data plane addresses %q: %v twice; give each shard's address once", explicit, dp)
+		}
+		out = append(out, dp)
+	}
+	return out, nil
 }
 
 // DataplaneFor returns the switch data plane address to hand to workers: the

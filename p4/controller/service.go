@@ -36,6 +36,10 @@ type ServiceConfig struct {
 	// Dataplane is the switch's data plane address handed to workers
 	// (ip:port, resolved by the caller).
 	Dataplane netip.AddrPort
+	// Shards, for a software switch with several data-plane shards, are
+	// their addresses, Dataplane's first: the service spreads each job's
+	// lanes over them (RegisterResponse.lane_dataplanes).
+	Shards []netip.AddrPort
 	// Slots is the switch's pool size per set (default p4info.Slots); jobs
 	// get disjoint partitions of it.
 	Slots int
@@ -103,10 +107,18 @@ func NewJobService(sw Switch, cfg ServiceConfig) (*JobService, error) {
 	if cfg.Target.P4() && len(cfg.Target.Ports) == 0 {
 		return nil, fmt.Errorf("controller: a %s switch needs a port map (which switch port reaches which worker address)", cfg.Target.Kind)
 	}
+	if len(cfg.Shards) > 1 {
+		if cfg.Target.P4() {
+			return nil, fmt.Errorf("controller: %d data-plane addresses for a %s switch: several are for a software switch with --shards; give one", len(cfg.Shards), cfg.Target.Kind)
+		}
+		if cfg.Shards[0] != cfg.Dataplane {
+			return nil, fmt.Errorf("controller: NewJobService: the first shard %v is not the data plane address %v", cfg.Shards[0], cfg.Dataplane)
+		}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	c := newCore(coreConfig{Dataplane: cfg.Dataplane, Slots: cfg.Slots, Target: cfg.Target, Logger: cfg.Logger,
+	c := newCore(coreConfig{Dataplane: cfg.Dataplane, Shards: cfg.Shards, Slots: cfg.Slots, Target: cfg.Target, Logger: cfg.Logger,
 		Rand: randUint64, DrainWait: switchRPCTimeout})
 	drained := make(chan struct{})
 	close(drained)

@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"net"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,10 +56,14 @@ type Config struct {
 	MaxWorkers int
 	// Faults are injected into every packet the switch sends.
 	Faults transport.Faults
+	// Shards is the number of the switch's data-plane loops, each on its
+	// own UDP port (default 1; see SwitchConfig.Shards).
+	Shards int
 
-	// Dataplane, P4Runtime and Controller are the switch's UDP address,
-	// its P4Runtime address and the job service's address. Empty: free
-	// ports on loopback.
+	// Dataplane, P4Runtime and Controller are the switch's UDP address
+	// (with several shards, the first shard's, or all of them
+	// comma-separated), its P4Runtime address and the job service's
+	// address. Empty: free ports on loopback.
 	Dataplane, P4Runtime, Controller string
 
 	// Command, when set, runs the switch and the controller as
@@ -142,7 +147,7 @@ func Start(ctx context.Context, cfg Config) (*Fabric, error) {
 
 func startInProcess(ctx context.Context, cfg Config) (*Fabric, error) {
 	sw, err := ListenSwitch(SwitchConfig{
-		Dataplane: cfg.Dataplane, P4Runtime: cfg.P4Runtime, Faults: cfg.Faults, Logger: cfg.Logger,
+		Dataplane: cfg.Dataplane, Shards: cfg.Shards, P4Runtime: cfg.P4Runtime, Faults: cfg.Faults, Logger: cfg.Logger,
 		Pipeline: pipeline.Config{Slots: cfg.Slots, MaxElements: cfg.MaxElements, MaxWorkers: cfg.MaxWorkers},
 	})
 	if err != nil {
@@ -161,7 +166,7 @@ func startInProcess(ctx context.Context, cfg Config) (*Fabric, error) {
 	f.goRun(func() error { return sw.Serve(runCtx) })
 	f.goRun(func() error {
 		return controller.Run(runCtx, controller.Config{
-			Target: f.p4rt, Listen: cfg.Controller, Dataplane: f.dataplane, Slots: cfg.Slots, Switch: target, Logger: cfg.Logger,
+			Target: f.p4rt, Listen: cfg.Controller, Dataplane: strings.Join(sw.DataplaneAddrs(), ","), Slots: cfg.Slots, Switch: target, Logger: cfg.Logger,
 			Metrics: cfg.Metrics,
 			Ready:   func(a net.Addr) { ready <- a.String() },
 		})
@@ -220,8 +225,25 @@ func startProcs(ctx context.Context, cfg Config) (*Fabric, error) {
 	if err := errors.Join(addr(&cfg.Dataplane, "udp"), addr(&cfg.P4Runtime, "tcp"), addr(&cfg.Controller, "tcp")); err != nil {
 		return nil, err
 	}
-	f := &Fabric{dataplane: cfg.Dataplane, p4rt: cfg.P4Runtime, controller: cfg.Controller, command: cfg.Command, echo: cfg.Echo}
-	swArgs := []string{"switch", "--dataplane", cfg.Dataplane, "--p4rt", cfg.P4Runtime,
+	shards := max(cfg.Shards, 1)
+	if shards > 1 && !strings.Contains(cfg.Dataplane, ",") {
+		// Every shard on a free port of its own, listed for both
+		// processes.
+		dps := []string{cfg.Dataplane}
+		for len(dps) < shards {
+			var a string
+			if err := addr(&a, "udp"); err != nil {
+				return nil, err
+			}
+			if !slices.Contains(dps, a) {
+				dps = append(dps, a)
+			}
+		}
+		cfg.Dataplane = strings.Join(dps, ",")
+	}
+	first, _, _ := strings.Cut(cfg.Dataplane, ",")
+	f := &Fabric{dataplane: first, p4rt: cfg.P4Runtime, controller: cfg.Controller, command: cfg.Command, echo: cfg.Echo}
+	swArgs := []string{"switch", "--dataplane", cfg.Dataplane, "--shards", strconv.Itoa(shards), "--p4rt", cfg.P4Runtime,
 		"--slots", strconv.Itoa(cfg.Slots), "--max-elements", strconv.Itoa(cfg.MaxElements), "--max-workers", strconv.Itoa(cfg.MaxWorkers)}
 	if cfg.Faults.Active() {
 		swArgs = append(swArgs, "--drop", fmt.Sprint(cfg.Faults.Drop), "--duplicate", fmt.Sprint(cfg.Faults.Duplicate),
@@ -311,7 +333,7 @@ func indent(s string) string {
 // switchml.Config.Controller.
 func (f *Fabric) ControllerAddr() string { return f.controller }
 
-// DataplaneAddr is the switch's UDP address.
+// DataplaneAddr is the switch's UDP address (its first shard's).
 func (f *Fabric) DataplaneAddr() string { return f.dataplane }
 
 // P4RuntimeAddr is the switch's P4Runtime address.

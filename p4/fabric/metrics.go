@@ -92,8 +92,15 @@ func (c *switchCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.receivedBytes, st.ReceivedBytes.Load())
 	counter(c.sentBytes, st.SentBytes.Load())
 	counter(c.sendErrors, st.SendErrors.Load())
-	if n, ok := udpSocketDrops(c.sw.conn.LocalAddr()); ok {
-		counter(c.socketDrops, n)
+	var drops uint64
+	found := false
+	for _, conn := range c.sw.conns {
+		if n, ok := udpSocketDrops(conn.LocalAddr()); ok {
+			drops, found = drops+n, true
+		}
+	}
+	if found {
+		counter(c.socketDrops, drops)
 	}
 	cfg := c.sw.srv.PipelineConfig()
 	ch <- prometheus.MustNewConstMetric(c.slots, prometheus.GaugeValue, float64(cfg.Slots))

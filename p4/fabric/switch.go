@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 
 	"github.com/switchml/switchml-go/p4/dataplane"
@@ -19,8 +20,14 @@ import (
 // SwitchConfig describes a software switch.
 type SwitchConfig struct {
 	// Dataplane is the UDP address workers send to (default: a free port
-	// on loopback).
+	// on loopback). With several shards it is the first shard's, and shard
+	// k listens on the same host at port+k (or on a free port each, when
+	// the port is 0); or it lists every shard's address, comma-separated.
 	Dataplane string
+	// Shards is the number of data-plane loops (default 1), each with its
+	// own socket, serving one pipeline: P4Runtime sees one switch. The
+	// controller spreads a job's lanes over the shards' addresses.
+	Shards int
 	// P4Runtime is the TCP address of the P4Runtime service (default: a
 	// free port on loopback).
 	P4Runtime string
@@ -41,11 +48,49 @@ type SwitchConfig struct {
 // pipeline behind a P4Runtime service and a UDP data plane.
 type Switch struct {
 	srv    *softswitch.Server
-	conn   *transport.Conn
+	conns  []*transport.Conn // one per shard
+	shards []*softswitch.Shard
 	lis    net.Listener
-	inj    *transport.Injector
-	stats  dataplane.Stats
+	injs   []*transport.Injector // one per shard; nil without faults
+	stats  []dataplane.Stats     // one per shard: no counter shared between cores
 	logger *slog.Logger
+}
+
+// MaxShards bounds SwitchConfig.Shards: the SwitchML port range
+// 0xBEE0-0xBEEF has 16 ports.
+const MaxShards = 16
+
+// shardAddrs returns the data-plane addresses of n shards: addr, then the
+// following ports, or free ports when addr's port is 0; or addr's
+// comma-separated list of n addresses.
+func shardAddrs(addr string, n int) ([]string, error) {
+	if strings.Contains(addr, ",") {
+		list := strings.Split(addr, ",")
+		if len(list) != n {
+			return nil, fmt.Errorf("switch data plane %q: %d addresses for %d shards; give one per shard, or one to count ports up from", addr, len(list), n)
+		}
+		return list, nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("switch data plane %q: %v", addr, err)
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return nil, fmt.Errorf("switch data plane %q: port %q: want a number 0..65535", addr, port)
+	}
+	out := make([]string, n)
+	for k := range out {
+		q := 0
+		if p != 0 {
+			q = int(p) + k
+			if q > 0xffff {
+				return nil, fmt.Errorf("switch data plane %q: %d shards need ports up to %d, beyond 65535", addr, n, q)
+			}
+		}
+		out[k] = net.JoinHostPort(host, fmt.Sprint(q))
+	}
+	return out, nil
 }
 
 // ListenSwitch builds the switch and binds its sockets; Serve runs it.
@@ -62,12 +107,15 @@ func ListenSwitch(cfg SwitchConfig) (*Switch, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	inj, err := transport.NewInjector(cfg.Faults)
+	if cfg.Shards == 0 {
+		cfg.Shards = strings.Count(cfg.Dataplane, ",") + 1
+	}
+	if cfg.Shards < 1 || cfg.Shards > MaxShards {
+		return nil, fmt.Errorf("switch: %d shards, want 1..%d", cfg.Shards, MaxShards)
+	}
+	addrs, err := shardAddrs(cfg.Dataplane, cfg.Shards)
 	if err != nil {
 		return nil, err
-	}
-	if !cfg.Faults.Active() {
-		inj = nil
 	}
 	srv, err := softswitch.NewServer(softswitch.ServerConfig{
 		DeviceID: cfg.DeviceID, TLS: cfg.TLS, Pipeline: cfg.Pipeline, Logger: cfg.Logger,
@@ -75,20 +123,58 @@ func ListenSwitch(cfg SwitchConfig) (*Switch, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := transport.Listen(cfg.Dataplane, transport.Options{Batch: 128, SocketBuffer: 4 << 20})
-	if err != nil {
-		return nil, fmt.Errorf("switch data plane %s: %w", cfg.Dataplane, err)
+	s := &Switch{srv: srv, logger: cfg.Logger}
+	for k, addr := range addrs {
+		if cfg.Faults.Active() {
+			f := cfg.Faults
+			f.Seed += uint64(k) // shards draw their own faults
+			inj, err := transport.NewInjector(f)
+			if err != nil {
+				s.closeConns()
+				return nil, err
+			}
+			s.injs = append(s.injs, inj)
+		} else {
+			s.injs = append(s.injs, nil)
+		}
+		conn, err := transport.Listen(addr, transport.Options{Batch: 128, SocketBuffer: 4 << 20})
+		if err != nil {
+			s.closeConns()
+			if cfg.Shards > 1 {
+				return nil, fmt.Errorf("switch data plane shard %d of %d at %s: %w", k, cfg.Shards, addr, err)
+			}
+			return nil, fmt.Errorf("switch data plane %s: %w", addr, err)
+		}
+		s.conns = append(s.conns, conn)
+		s.shards = append(s.shards, srv.Shard())
 	}
-	lis, err := net.Listen("tcp", cfg.P4Runtime)
+	s.stats = make([]dataplane.Stats, len(s.conns))
+	s.lis, err = net.Listen("tcp", cfg.P4Runtime)
 	if err != nil {
-		conn.Close()
+		s.closeConns()
 		return nil, fmt.Errorf("switch P4Runtime listener %s: %w", cfg.P4Runtime, err)
 	}
-	return &Switch{srv: srv, conn: conn, lis: lis, inj: inj, logger: cfg.Logger}, nil
+	return s, nil
 }
 
-// DataplaneAddr is the UDP address workers send to.
-func (s *Switch) DataplaneAddr() string { return s.conn.LocalAddr().String() }
+func (s *Switch) closeConns() {
+	for _, c := range s.conns {
+		c.Close()
+	}
+}
+
+// DataplaneAddr is the UDP address workers send to: the first shard's.
+func (s *Switch) DataplaneAddr() string { return s.conns[0].LocalAddr().String() }
+
+// DataplaneAddrs are the UDP addresses of the shards, in shard order: what
+// the controller hands out (controller.Config.Dataplane, comma-separated).
+func (s *Switch) DataplaneAddrs() []string {
+	out := make([]string, len(s.conns))
+	for k, c := range s.conns {
+		out[k] = c.LocalAddr().String()
+	}
+	return out
+}
 
 // P4RuntimeAddr is the address of the P4Runtime service.
 func (s *Switch) P4RuntimeAddr() string { return s.lis.Addr().String() }
@@ -96,20 +182,43 @@ func (s *Switch) P4RuntimeAddr() string { return s.lis.Addr().String() }
 // Counters returns the pipeline's counters, indexed by pipeline.Stat.
 func (s *Switch) Counters() [pipeline.NumStats]uint64 { return s.srv.Counters() }
 
-// Stats are the data plane's datagram counts.
-func (s *Switch) Stats() *dataplane.Stats { return &s.stats }
+// Stats are the data plane's datagram counts, summed over the shards at
+// the time of the call.
+func (s *Switch) Stats() *dataplane.Stats {
+	sum := new(dataplane.Stats)
+	for k := range s.stats {
+		st := s.ShardStats(k)
+		sum.Received.Add(st.Received.Load())
+		sum.Sent.Add(st.Sent.Load())
+		sum.ReceivedBytes.Add(st.ReceivedBytes.Load())
+		sum.SentBytes.Add(st.SentBytes.Load())
+		sum.SendErrors.Add(st.SendErrors.Load())
+		if e := st.LastSendError.Load(); e != nil {
+			sum.LastSendError.Store(e)
+		}
+	}
+	return sum
+}
+
+// Shards is the number of data-plane shards.
+func (s *Switch) Shards() int { return len(s.conns) }
+
+// ShardStats are shard k's datagram counts, live.
+func (s *Switch) ShardStats(k int) *dataplane.Stats { return &s.stats[k] }
 
 // Serve runs the P4Runtime service and the data plane until ctx ends
 // (then it returns nil) or either fails. It closes the sockets on return.
 func (s *Switch) Serve(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	defer s.conn.Close()
-	errc := make(chan error, 2)
+	defer s.closeConns()
+	errc := make(chan error, 1+len(s.conns))
 	go func() { errc <- s.srv.ServeP4Runtime(ctx, s.lis) }()
-	go func() { errc <- dataplane.Serve(ctx, s.conn, s.srv, s.inj, &s.stats) }()
+	for k, conn := range s.conns {
+		go func() { errc <- dataplane.Serve(ctx, conn, s.shards[k], s.injs[k], &s.stats[k]) }()
+	}
 	var first error
-	pending := 2
+	pending := 1 + len(s.conns)
 	select {
 	case <-ctx.Done():
 	case first = <-errc:
@@ -135,9 +244,17 @@ func (s *Switch) Summary() []any {
 			parts = append(parts, fmt.Sprintf("%s=%d", pipeline.Stat(i), v))
 		}
 	}
-	out := []any{"received", s.stats.Received.Load(), "sent", s.stats.Sent.Load(), "pipeline", strings.Join(parts, " ")}
-	if n := s.stats.SendErrors.Load(); n > 0 {
-		out = append(out, "send_errors", n, "last_send_error", s.stats.LastSendError.Load())
+	st := s.Stats()
+	out := []any{"received", st.Received.Load(), "sent", st.Sent.Load(), "pipeline", strings.Join(parts, " ")}
+	if len(s.stats) > 1 {
+		per := make([]string, len(s.stats))
+		for k := range s.stats {
+			per[k] = fmt.Sprint(s.stats[k].Received.Load())
+		}
+		out = append(out, "received_per_shard", strings.Join(per, ","))
+	}
+	if n := st.SendErrors.Load(); n > 0 {
+		out = append(out, "send_errors", n, "last_send_error", st.LastSendError.Load())
 	}
 	return out
 }

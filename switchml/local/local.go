@@ -27,6 +27,10 @@ type Options struct {
 	MaxWorkers int
 	// Faults are injected into every packet the switch sends.
 	Faults transport.Faults
+	// Shards is the number of the switch's data-plane loops (default 1):
+	// each has a UDP port of its own, and a job's lanes are spread over
+	// them, so that the switch may use as many cores.
+	Shards int
 	// Logger receives the switch's and controller's logs (default: discarded).
 	Logger *slog.Logger
 }
@@ -40,6 +44,6 @@ type Fabric = fabric.Fabric
 func Start(ctx context.Context, opts Options) (*Fabric, error) {
 	return fabric.Start(ctx, fabric.Config{
 		Slots: opts.Slots, MaxElements: opts.MaxElements, MaxWorkers: opts.MaxWorkers,
-		Faults: opts.Faults, Logger: opts.Logger,
+		Faults: opts.Faults, Shards: opts.Shards, Logger: opts.Logger,
 	})
 }

@@ -228,8 +228,13 @@ type RegisterResponse struct {
 	// Every rank's fallback_address in rank order, when every rank gave one
 	// (also on a job the switch took, for moving to the ring later).
 	FallbackAddresses []string `protobuf:"bytes,8,rep,name=fallback_addresses,json=fallbackAddresses,proto3" json:"fallback_addresses,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Where each lane sends, by lane index, when the switch has several
+	// data-plane shards (a software switch with --shards): all ranks' lane l
+	// share its slots and so its shard. Empty: every lane sends to
+	// switch_dataplane.
+	LaneDataplanes []string `protobuf:"bytes,9,rep,name=lane_dataplanes,json=laneDataplanes,proto3" json:"lane_dataplanes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RegisterResponse) Reset() {
@@ -314,6 +319,13 @@ func (x *RegisterResponse) GetFallback() string {
 func (x *RegisterResponse) GetFallbackAddresses() []string {
 	if x != nil {
 		return x.FallbackAddresses
+	}
+	return nil
+}
+
+func (x *RegisterResponse) GetLaneDataplanes() []string {
+	if x != nil {
+		return x.LaneDataplanes
 	}
 	return nil
 }
@@ -1467,7 +1479,7 @@ const file_controller_proto_rawDesc = "" +
 	"\x03mac\x18\t \x01(\fR\x03mac\x12\x14\n" +
 	"\x05token\x18\n" +
 	" \x01(\tR\x05token\x12)\n" +
-	"\x10fallback_address\x18\v \x01(\tR\x0ffallbackAddress\"\x95\x02\n" +
+	"\x10fallback_address\x18\v \x01(\tR\x0ffallbackAddress\"\xbe\x02\n" +
 	"\x10RegisterResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12)\n" +
@@ -1477,7 +1489,8 @@ const file_controller_proto_rawDesc = "" +
 	"\tpool_size\x18\x05 \x01(\rR\bpoolSize\x12\x1b\n" +
 	"\tfirst_seq\x18\x06 \x01(\rR\bfirstSeq\x12\x1a\n" +
 	"\bfallback\x18\a \x01(\tR\bfallback\x12-\n" +
-	"\x12fallback_addresses\x18\b \x03(\tR\x11fallbackAddresses\"{\n" +
+	"\x12fallback_addresses\x18\b \x03(\tR\x11fallbackAddresses\x12'\n" +
+	"\x0flane_dataplanes\x18\t \x03(\tR\x0elaneDataplanes\"{\n" +
 	"\x0eBarrierRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x1d\n" +

@@ -1,0 +1,86 @@
+package controller
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+)
+
+// TestShardLaneDataplanes: with several shard addresses, every rank of a
+// job is told the same shard for each lane, lanes are spread over the
+// shards, and jobs start at different shards; with one address the answer
+// names no lanes (workers send everything to switch_dataplane).
+func TestShardLaneDataplanes(t *testing.T) {
+	r := newRig(t, 64)
+	one := r.run("one-address", 1, 1)
+	if len(one.GetLaneDataplanes()) != 0 {
+		t.Fatalf("one data-plane address, lane addresses %v", one.GetLaneDataplanes())
+	}
+
+	r = newRig(t, 64)
+	shards := []netip.AddrPort{netip.MustParseAddrPort("10.0.0.254:48864"), netip.MustParseAddrPort("10.0.0.254:48865")}
+	r.c.cfg.Shards = shards
+	var reqs []*controllerpb.RegisterRequest
+	for rank := range uint32(3) {
+		reqs = append(reqs, regReq("four-lanes", rank, 3, 4, 4, 1))
+	}
+	ws := r.mustRegister(reqs...)
+	r.c.Installed(r.takeInstall().gen, nil)
+	r.collect()
+	var first []string
+	for i, w := range ws {
+		lds := r.answer(w).resp.GetLaneDataplanes()
+		if i == 0 {
+			first = lds
+		}
+		if !slices.Equal(lds, first) {
+			t.Fatalf("rank %d lanes at %v, rank 0 at %v: a slot's packets would split", i, lds, first)
+		}
+	}
+	if len(first) != 4 || first[0] == first[1] || first[0] != first[2] || first[1] != first[3] {
+		t.Fatalf("lane addresses %v, want 4 alternating over both shards", first)
+	}
+	if resp := r.answer(ws[0]).resp; resp.GetSwitchDataplane() != shards[0].String() {
+		t.Fatalf("switch_dataplane %q, want the first shard's", resp.GetSwitchDataplane())
+	}
+	other := r.run("one-lane", 1, 2)
+	if lds := other.GetLaneDataplanes(); len(lds) != 1 || lds[0] == first[0] {
+		t.Fatalf("next job's one lane at %v, want the shard after %s", lds, first[0])
+	}
+}
+
+func TestShardDataplanesFor(t *testing.T) {
+	got, err := DataplanesFor("127.0.0.1:48864, 127.0.0.1:48865", "127.0.0.1:9559")
+	if err != nil || len(got) != 2 || got[1].Port() != 48865 {
+		t.Fatalf("DataplanesFor(two) = %v, %v", got, err)
+	}
+	got, err = DataplanesFor("", "10.1.2.3:9559")
+	if err != nil || len(got) != 1 || got[0].String() != "10.1.2.3:48864" {
+		t.Fatalf("DataplanesFor(default) = %v, %v", got, err)
+	}
+	for _, bad := range []string{"127.0.0.1:1,,127.0.0.1:2", "127.0.0.1:1,127.0.0.1:1", "127.0.0.1:1,0.0.0.0:2"} {
+		if _, err := DataplanesFor(bad, "127.0.0.1:9559"); err == nil {
+			t.Errorf("DataplanesFor(%q) accepted", bad)
+		}
+	}
+	target, err := TargetFor(KindBMv2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target.Ports = map[netip.Addr]uint32{netip.MustParseAddr("10.0.0.1"): 1}
+	dp := netip.MustParseAddrPort("127.0.0.1:48864")
+	shards := []netip.AddrPort{dp, netip.MustParseAddrPort("127.0.0.1:48865")}
+	_, err = NewJobService(noSwitch{}, ServiceConfig{Dataplane: dp, Shards: shards, Target: target, Logger: quiet})
+	if err == nil || !strings.Contains(err.Error(), "--shards") {
+		t.Fatalf("a BMv2 switch with two data-plane addresses: %v, want a refusal naming --shards", err)
+	}
+	if _, err := NewJobService(noSwitch{}, ServiceConfig{Dataplane: dp, Shards: shards, Logger: quiet}); err != nil {
+		t.Fatalf("a software switch with two shards: %v", err)
+	}
+}
+
+// noSwitch is a Switch the test never calls.
+type noSwitch struct{ Switch }
