@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"net/netip"
 	"slices"
 	"strings"
@@ -77,8 +78,13 @@ func TestShardDataplanesFor(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--shards") {
 		t.Fatalf("a BMv2 switch with two data-plane addresses: %v, want a refusal naming --shards", err)
 	}
-	if _, err := NewJobService(noSwitch{}, ServiceConfig{Dataplane: dp, Shards: shards, Logger: quiet}); err != nil {
+	svc, err := NewJobService(noSwitch{}, ServiceConfig{Dataplane: dp, Shards: shards, Logger: quiet})
+	if err != nil {
 		t.Fatalf("a software switch with two shards: %v", err)
+	}
+	st, err := svc.Status(context.Background(), &controllerpb.StatusRequest{SkipSwitchCounters: true})
+	if err != nil || st.GetDataplane() != "127.0.0.1:48864,127.0.0.1:48865" {
+		t.Fatalf("status data plane %q (%v), want both shards", st.GetDataplane(), err)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/switchml/switchml-go/p4/controller/controllerpb"
@@ -23,12 +24,25 @@ type counterReader interface {
 // statusReadTimeout bounds the read of the switch's counters for Status.
 const statusReadTimeout = 5 * time.Second
 
+// dataplanes is the switch's data plane address, or its shards' addresses
+// comma-separated.
+func (s *JobService) dataplanes() string {
+	if len(s.cfg.Shards) < 2 {
+		return s.cfg.Dataplane.String()
+	}
+	out := make([]string, len(s.cfg.Shards))
+	for i, a := range s.cfg.Shards {
+		out[i] = a.String()
+	}
+	return strings.Join(out, ",")
+}
+
 // Status implements controllerpb.JobService: the job table as the core
 // holds it, and the switch's counters read afterwards, outside the lock.
 func (s *JobService) Status(ctx context.Context, req *controllerpb.StatusRequest) (*controllerpb.StatusResponse, error) {
 	s.mu.Lock()
 	resp := &controllerpb.StatusResponse{
-		TargetKind: s.cfg.Target.Kind, Dataplane: s.cfg.Dataplane.String(), Slots: uint32(s.cfg.Slots),
+		TargetKind: s.cfg.Target.Kind, Dataplane: s.dataplanes(), Slots: uint32(s.cfg.Slots),
 		SlotsInUse: uint32(s.core.slotsInUse()), Offline: s.core.Offline(), Jobs: s.core.statusJobs(time.Now()),
 		Ended: map[string]uint64{},
 	}

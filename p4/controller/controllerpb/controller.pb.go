@@ -1094,7 +1094,7 @@ func (x *StatusRequest) GetSkipSwitchCounters() bool {
 type StatusResponse struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	TargetKind string                 `protobuf:"bytes,1,opt,name=target_kind,json=targetKind,proto3" json:"target_kind,omitempty"`    // softswitch, bmv2 or tofino
-	Dataplane  string                 `protobuf:"bytes,2,opt,name=dataplane,proto3" json:"dataplane,omitempty"`                        // the switch data plane address workers send to
+	Dataplane  string                 `protobuf:"bytes,2,opt,name=dataplane,proto3" json:"dataplane,omitempty"`                        // the switch data plane address workers send to (a sharded software switch's: every shard's, comma-separated)
 	Slots      uint32                 `protobuf:"varint,3,opt,name=slots,proto3" json:"slots,omitempty"`                               // slots per set in the switch's pool
 	SlotsInUse uint32                 `protobuf:"varint,4,opt,name=slots_in_use,json=slotsInUse,proto3" json:"slots_in_use,omitempty"` // held by live jobs (installing, active, draining, unclaimed)
 	// Why the switch cannot be programmed now; empty when it can.
