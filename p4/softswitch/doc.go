@@ -2,6 +2,9 @@
 // (p4/pipeline) behind a lock shared by its data path and its P4Runtime
 // service, so a controller programs it exactly as it would program BMv2 or a
 // Tofino running the matching P4 program (same P4Info, p4/p4info).
+// Several data-plane loops may serve one switch at once through its Shards,
+// each holding the lock for reading over a batch of packets; the control
+// plane takes it for writing, so P4Runtime still sees one switch.
 //
 // P4Runtime coverage (p4.v1, version 1.5.0): stream channel arbitration with
 // election ids and roles (the highest election id is primary; only the
