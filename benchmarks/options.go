@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/switchml/switchml-go/p4/fabric"
 )
 
 // Systems are the systems the suite knows, in the order tables show them:
@@ -66,6 +68,9 @@ type Options struct {
 	// SMLTimeout is SwitchML's retransmission timeout; zero keeps the
 	// library's default.
 	SMLTimeout time.Duration `json:"switchml_timeout_ns"`
+	// SwitchShards is the software switch's number of data-plane shards
+	// (switch --shards; zero or one: one).
+	SwitchShards int `json:"switch_shards,omitempty"`
 
 	LoopbackWorkers int   `json:"loopback_workers"`
 	LoopbackSize    int64 `json:"loopback_size_bytes"`
@@ -126,6 +131,9 @@ func DefaultOptions() Options {
 func (o *Options) check() error {
 	if o.Rate <= 0 || o.Iters < 1 || o.Warmup < 0 || o.BaseWorkers < 1 || o.LoopbackWorkers < 1 || o.Lanes < 1 || o.Window < 1 {
 		return errors.New("benchmarks: want Rate > 0, Iters >= 1, Warmup >= 0 and positive BaseWorkers, LoopbackWorkers, Lanes and Window")
+	}
+	if o.SwitchShards < 0 || o.SwitchShards > fabric.MaxShards {
+		return fmt.Errorf("benchmarks: SwitchShards %d, want 0..%d", o.SwitchShards, fabric.MaxShards)
 	}
 	return nil
 }

@@ -69,7 +69,7 @@ func (b *driver) fabric(ctx context.Context, mode string) (*fabric.Fabric, error
 		*cur = nil
 	}
 	// The switch must take the largest packet a sweep may ask for.
-	cfg := fabric.Config{MaxElements: 2048, Echo: b.o.Verbose,
+	cfg := fabric.Config{MaxElements: 2048, Shards: b.o.SwitchShards, Echo: b.o.Verbose,
 		Command: func(args ...string) *exec.Cmd { return exec.Command(b.exe, args...) }}
 	if mode == "rack" {
 		// The fabric outlives the point that starts it: the driver stops

@@ -15,6 +15,7 @@ import (
 
 	"github.com/switchml/switchml-go/benchmarks"
 	"github.com/switchml/switchml-go/benchmarks/progress"
+	"github.com/switchml/switchml-go/p4/fabric"
 )
 
 func init() {
@@ -120,6 +121,7 @@ func parseBenchFlags(args []string, out io.Writer) (benchCommand, error) {
 	fs.IntVar(&o.Window, "window", o.Window, "SwitchML packets in flight per lane")
 	windowSweep := fs.String("window-sweep", joinList(o.Windows, strconv.Itoa), "windows of the window sweep")
 	fs.IntVar(&o.Lanes, "lanes", o.Lanes, "SwitchML lanes per worker")
+	fs.IntVar(&o.SwitchShards, "switch-shards", 1, "data-plane shards of the software switch (switch --shards); a job needs as many lanes to use them all")
 	fs.DurationVar(&o.SMLTimeout, "switchml-timeout", o.SMLTimeout, "SwitchML retransmission timeout (default: the library's)")
 	fs.IntVar(&o.LoopbackWorkers, "loopback-workers", o.LoopbackWorkers, "workers of the loopback comparison")
 	loopbackSize := fs.String("loopback-size", benchmarks.FormatSize(o.LoopbackSize), "tensor size of the loopback comparison")
@@ -183,6 +185,9 @@ func parseBenchFlags(args []string, out io.Writer) (benchCommand, error) {
 	}
 	if o.Rate <= 0 || o.Iters < 1 || o.Warmup < 0 || o.BaseWorkers < 1 || o.LoopbackWorkers < 1 || o.Lanes < 1 || o.Window < 1 {
 		return bad("flags", errors.New("want --rate > 0, --iters >= 1, --warmup >= 0 and positive worker, lane and window counts"))
+	}
+	if o.SwitchShards < 1 || o.SwitchShards > fabric.MaxShards {
+		return bad("switch-shards", fmt.Errorf("%d: want 1..%d", o.SwitchShards, fabric.MaxShards))
 	}
 	if len(benchmarks.Plan(o)) == 0 {
 		return bad("sweeps", errors.New("the chosen modes, sweeps and systems give no point to run"))

@@ -195,6 +195,38 @@ func startInProcess(ctx context.Context, cfg Config) (*Fabric, error) {
 	}
 }
 
+// procDataplanes returns the data-plane addresses of a switch process with
+// shards shards, comma-separated, for both its --dataplane and the
+// controller's: dataplane as it is if it lists them or there is one shard;
+// else, when the caller gave it, the ports counted up from its port (what
+// the switch does); else dataplane and further free ports.
+func procDataplanes(dataplane string, explicit bool, shards int, free func() (string, error)) (string, error) {
+	if shards == 1 || strings.Contains(dataplane, ",") {
+		return dataplane, nil
+	}
+	if explicit {
+		dps, err := shardAddrs(dataplane, shards)
+		if err != nil {
+			return "", fmt.Errorf("fabric: %w", err)
+		}
+		if strings.HasSuffix(dps[0], ":0") {
+			return "", fmt.Errorf("fabric: Dataplane %q with %d shards: give a port (shard k takes port+k), every shard's address comma-separated, or no address", dataplane, shards)
+		}
+		return strings.Join(dps, ","), nil
+	}
+	dps := []string{dataplane}
+	for len(dps) < shards {
+		a, err := free()
+		if err != nil {
+			return "", err
+		}
+		if !slices.Contains(dps, a) {
+			dps = append(dps, a)
+		}
+	}
+	return strings.Join(dps, ","), nil
+}
+
 func (f *Fabric) goRun(fn func() error) {
 	f.wg.Add(1)
 	go func() {
@@ -222,24 +254,18 @@ func startProcs(ctx context.Context, cfg Config) (*Fabric, error) {
 		*a = net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
 		return nil
 	}
+	explicitDataplane := cfg.Dataplane != ""
 	if err := errors.Join(addr(&cfg.Dataplane, "udp"), addr(&cfg.P4Runtime, "tcp"), addr(&cfg.Controller, "tcp")); err != nil {
 		return nil, err
 	}
 	shards := max(cfg.Shards, 1)
-	if shards > 1 && !strings.Contains(cfg.Dataplane, ",") {
-		// Every shard on a free port of its own, listed for both
-		// processes.
-		dps := []string{cfg.Dataplane}
-		for len(dps) < shards {
-			var a string
-			if err := addr(&a, "udp"); err != nil {
-				return nil, err
-			}
-			if !slices.Contains(dps, a) {
-				dps = append(dps, a)
-			}
-		}
-		cfg.Dataplane = strings.Join(dps, ",")
+	var err error
+	cfg.Dataplane, err = procDataplanes(cfg.Dataplane, explicitDataplane, shards, func() (string, error) {
+		var a string
+		return a, addr(&a, "udp")
+	})
+	if err != nil {
+		return nil, err
 	}
 	first, _, _ := strings.Cut(cfg.Dataplane, ",")
 	f := &Fabric{dataplane: first, p4rt: cfg.P4Runtime, controller: cfg.Controller, command: cfg.Command, echo: cfg.Echo}
@@ -252,7 +278,6 @@ func startProcs(ctx context.Context, cfg Config) (*Fabric, error) {
 	f.swArgs = append(swArgs, cfg.SwitchArgs...)
 	f.ctlArgs = append([]string{"controller", "--target", cfg.P4Runtime, "--listen", cfg.Controller, "--dataplane", cfg.Dataplane,
 		"--slots", strconv.Itoa(cfg.Slots), "--max-elements", strconv.Itoa(cfg.MaxElements)}, cfg.ControllerArgs...)
-	var err error
 	if f.swProc, err = StartProc("switch", cfg.Echo, cfg.Command(f.swArgs...)); err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package fabric
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -49,5 +50,29 @@ func TestShardListenSwitch(t *testing.T) {
 		if _, err := ListenSwitch(SwitchConfig{Shards: n}); err == nil || !strings.Contains(err.Error(), "shards") {
 			t.Errorf("Shards %d: %v, want a refusal", n, err)
 		}
+	}
+}
+
+func TestShardProcDataplanes(t *testing.T) {
+	n := 0
+	free := func() (string, error) { n++; return "127.0.0.1:" + strconv.Itoa(40000+n), nil }
+	for _, c := range []struct {
+		dp       string
+		explicit bool
+		shards   int
+		want     string
+	}{
+		{"10.0.0.1:48864", true, 1, "10.0.0.1:48864"},
+		{"10.0.0.1:48864", true, 2, "10.0.0.1:48864,10.0.0.1:48865"},
+		{"127.0.0.1:7,127.0.0.1:9", true, 2, "127.0.0.1:7,127.0.0.1:9"},
+		{"127.0.0.1:39999", false, 3, "127.0.0.1:39999,127.0.0.1:40001,127.0.0.1:40002"},
+	} {
+		got, err := procDataplanes(c.dp, c.explicit, c.shards, free)
+		if err != nil || got != c.want {
+			t.Errorf("procDataplanes(%q, %v, %d) = %q, %v; want %q", c.dp, c.explicit, c.shards, got, err, c.want)
+		}
+	}
+	if _, err := procDataplanes("127.0.0.1:0", true, 2, free); err == nil {
+		t.Error("an explicit port 0 with 2 shards was accepted: the controller could not be told the ports")
 	}
 }
