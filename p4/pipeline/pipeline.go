@@ -199,9 +199,9 @@ func New(cfg Config) (*Pipeline, error) {
 }
 
 // Shard is one data-plane loop's entry into a Pipeline that several loops
-// serve at once: each has its own counters, and each (slot, set pair) is
-// served by one shard at a time, the first whose Process reaches it after a
-// reset of the slot; a packet for that slot reaching another shard is
+// serve at once: each has its own counters, and each slot (both its sets)
+// is served by one shard at a time, the first whose Process reaches it
+// after a reset of the slot; a packet for that slot reaching another shard is
 // dropped (StatDropWrongShard), so no two loops ever touch one slot's
 // registers. Steering (which socket a lane sends to) keeps every packet of
 // a slot on one shard; the ownership check is what makes that safe against
