@@ -13,7 +13,8 @@
 # Prints per arm: the median TAT, elements/s (ELEMENTS / TAT: the vector
 # rate every worker sees; the switch adds WORKERS times as many), the
 # switch's CPU per packet received and per element aggregated, its share of
-# a core while the job ran, and the machine's load average.
+# a core while the job ran, the workers' CPU, how busy the machine's CPUs
+# were and its load average.
 #
 #   scripts/shards-bench.sh            # WORKERS=8 ELEMENTS=4194304 ITERS=10 WARMUP=2 REPS=5 SHARDS=2
 set -euo pipefail
@@ -35,10 +36,11 @@ for arm in 1 "$N"; do
 	"$B" controller --target "$rt" --listen "${ctl[$arm]}" --dataplane "$list" 2>"$dir/ctl$arm.log" &
 	"$B" wait --controller "${ctl[$arm]}" --timeout 1m
 done
-snap() { # arm: cpu ticks, received, sent
+snap() { # arm: switch cpu ticks, received, sent, machine busy and total ticks
 	local pid=${sw[$1]}
 	awk '{print $14+$15}' "/proc/$pid/stat"
 	curl -s "http://${met[$1]}/metrics" | awk '/^switchml_switch_(received|sent)_packets_total/ {print $2}'
+	awk '/^cpu / {t=0; for (i=2; i<=NF; i++) t+=$i; print t-$5-$6, t}' /proc/stat | tr ' ' '\n'
 }
 for rep in $(seq 1 "$REP"); do
 	for arm in 1 "$N"; do
@@ -59,15 +61,18 @@ done
 python3 - "$dir" "$(getconf CLK_TCK)" "$E" "$W" <<'PY'
 import glob, json, os, statistics as st, sys
 d, tck, E, W = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-tats, cost = {}, {}
+tats, cost, wcpu = {}, {}, {}
 for f in glob.glob(os.path.join(d, "s*-*-*.out")):
     arm, rep, rank = os.path.basename(f)[1:-4].split("-")
-    tats.setdefault(int(arm), {}).setdefault(int(rep), []).append(json.load(open(f))["tat_s"])
+    r = json.load(open(f))
+    tats.setdefault(int(arm), {}).setdefault(int(rep), []).append(r["tat_s"])
+    wcpu[int(arm)] = wcpu.get(int(arm), 0) + r["cpu_user_s"] + r["cpu_sys_s"]
 for line in open(os.path.join(d, "snaps")):
-    arm, rep, c0, r0, s0, c1, r1, s1, t0, t1, load = line.split()
+    arm, rep, c0, r0, s0, b0, a0, c1, r1, s1, b1, a1, t0, t1, load = line.split()
     cpu = (int(c1) - int(c0)) / tck
     rx, tx = float(r1) - float(r0), float(s1) - float(s0)
-    cost.setdefault(int(arm), []).append((cpu, rx, tx, float(t1) - float(t0), float(load)))
+    busy = (int(b1) - int(b0)) / max(1, int(a1) - int(a0))
+    cost.setdefault(int(arm), []).append((cpu, rx, tx, float(t1) - float(t0), float(load), busy))
 med = {}
 for arm in sorted(tats):
     slowest = [max(t) for rep in sorted(tats[arm]) for t in zip(*tats[arm][rep])]
@@ -80,6 +85,7 @@ for arm in sorted(tats):
           f"(switch aggregates {W*E/med[arm]/1e6:.0f} M/s); per repetition (ms) {[round(m*1e3, 1) for m in per_rep]}")
     print(f"   switch: {cpu:.2f} CPU s for {rx/1e6:.2f} M packets in, {tx/1e6:.2f} M out: {cpu/rx*1e9:.0f} ns per packet in, "
           f"{cpu/elems*1e9:.2f} ns per element; {cpu/wall:.2f} cores while the jobs ran; load {[c[4] for c in cost[arm]]}")
+    print(f"   workers: {wcpu[arm]:.2f} CPU s ({wcpu[arm]/wall:.2f} cores); machine busy {[round(c[5], 2) for c in cost[arm]]} of its CPUs")
 arms = sorted(tats)
 print(f"TAT shards=1 / shards={arms[-1]}: {med[arms[0]]/med[arms[-1]]:.3f}")
 PY
