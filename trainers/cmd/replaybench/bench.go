@@ -340,11 +340,14 @@ func markdown(rep *Report, models, backends []string, rates []float64) string {
 		sb.WriteString("\n")
 		for _, m := range models {
 			var params int64
-			compute := 0.0
+			compute, any := 0.0, false
 			for _, b := range backends {
 				if p := find(rep, rate, m, b); p != nil {
-					params, compute = p.Parameters, p.ComputeS
+					params, compute, any = p.Parameters, p.ComputeS, true
 				}
+			}
+			if !any {
+				continue // not measured at this rate (yet)
 			}
 			fmt.Fprintf(&sb, "| %s | %s | %.3f |", m, commas(params), compute)
 			for _, b := range backends {
