@@ -90,7 +90,7 @@ func steps(ctx context.Context, args []string) error {
 	if *timed < 1 || *warmup < 0 {
 		return fmt.Errorf("--steps %d --warmup %d: want at least one timed step", *timed, *warmup)
 	}
-	rateList, err := parseFloats(*rates)
+	rateList, err := rackrun.Floats(*rates)
 	if err != nil {
 		return fmt.Errorf("--rates: %w", err)
 	}
@@ -190,18 +190,6 @@ func steps(ctx context.Context, args []string) error {
 	}
 	fmt.Print(stepsMarkdown(rep))
 	return nil
-}
-
-func parseFloats(s string) ([]float64, error) {
-	var out []float64
-	for _, f := range strings.Split(s, ",") {
-		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-		if err != nil || v <= 0 {
-			return nil, fmt.Errorf("bad value %q: want positive numbers separated by commas", f)
-		}
-		out = append(out, v)
-	}
-	return out, nil
 }
 
 // rankCommands returns one command per rank of an n-rank job, each in its

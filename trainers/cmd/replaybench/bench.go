@@ -110,13 +110,9 @@ func bench(ctx context.Context, args []string) error {
 		return fmt.Errorf("the emulated rack needs root")
 	}
 	bucketElems := int(f.bucketMB * 1e6 / 4)
-	var rates []float64
-	for _, s := range strings.Split(f.rates, ",") {
-		v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-		if err != nil || v <= 0 {
-			return fmt.Errorf("bad rate %q", s)
-		}
-		rates = append(rates, v)
+	rates, err := rackrun.Floats(f.rates)
+	if err != nil {
+		return fmt.Errorf("--rates: %w", err)
 	}
 	models := strings.Split(f.models, ",")
 	backends := strings.Split(f.backends, ",")

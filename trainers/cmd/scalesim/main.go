@@ -96,7 +96,7 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("--workers: %w", err)
 	}
-	rs, err := floats(*rates)
+	rs, err := rackrun.Floats(*rates)
 	if err != nil {
 		return fmt.Errorf("--rates: %w", err)
 	}
@@ -344,18 +344,6 @@ func ints(s string) ([]int, error) {
 		v, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || v < 1 {
 			return nil, fmt.Errorf("bad value %q: want positive integers separated by commas", f)
-		}
-		out = append(out, v)
-	}
-	return out, nil
-}
-
-func floats(s string) ([]float64, error) {
-	var out []float64
-	for _, f := range strings.Split(s, ",") {
-		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-		if err != nil || v <= 0 {
-			return nil, fmt.Errorf("bad value %q: want positive numbers separated by commas", f)
 		}
 		out = append(out, v)
 	}

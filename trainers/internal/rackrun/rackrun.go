@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -364,4 +365,17 @@ func WaitQuiet(ctx context.Context, max time.Duration, say func(string)) []strin
 		case <-time.After(10 * time.Second):
 		}
 	}
+}
+
+// Floats parses a comma-separated list of positive numbers (--rates).
+func Floats(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || v <= 0 {
+			return nil, fmt.Errorf("bad value %q: want positive numbers separated by commas", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }
