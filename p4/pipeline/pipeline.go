@@ -76,6 +76,26 @@ type Reply struct {
 	Addr netip.AddrPort
 }
 
+// Uplink is the action data of set_parent: it makes this switch a leaf of
+// a parent switch for one job. Once all of the job's workers here have
+// contributed to a slot use, the partial sums (still int32, with the
+// exponent maximum) go to Parent instead of back to the workers; the
+// parent sees this switch as one worker of its own job. The parent's result
+// replaces the partial sums in the slot and is multicast to the workers.
+type Uplink struct {
+	// Parent is the parent switch's data-plane address. Results coming from
+	// it are recognised by this source address.
+	Parent netip.AddrPort
+	// ParentBase is the first slot of the job's partition at the parent;
+	// slot PoolBase+i here is slot ParentBase+i there.
+	ParentBase uint32
+	// PoolBase and PoolSize repeat the job's partition here, and
+	// MulticastGroup its group, so a result from the parent finds its slot
+	// and its workers without a workers-table entry.
+	PoolBase, PoolSize uint32
+	MulticastGroup     uint16
+}
+
 // Replica is one copy made by a multicast group; Instance (the replication
 // id) is the rank the copy is for.
 type Replica struct {
@@ -103,6 +123,9 @@ const (
 	StatDropNoReply                          // a reply skipped: no reply_address entry for (job, rank, lane)
 	StatDropStale                            // a request older than the slot use it reaches (delayed or duplicated in the network)
 	StatDropWrongShard                       // reached a data-plane shard other than the one whose loop serves its slot
+	StatUpstream                             // a leaf's completed partial sums sent to its parent switch
+	StatUpstreamResend                       // partial sums sent again: a worker retransmitted while the parent's result was missing
+	StatFromParent                           // results from the parent switch, multicast to the leaf's workers
 	NumStats
 )
 
@@ -110,7 +133,7 @@ var statNames = [NumStats]string{
 	"received", "aggregated", "multicast", "retransmit_reply", "drop_not_worker",
 	"drop_malformed", "drop_out_of_partition", "drop_incomplete_retransmit",
 	"absorbed", "drop_mismatch", "drop_no_group", "replicas", "drop_no_reply", "drop_stale",
-	"drop_wrong_shard",
+	"drop_wrong_shard", "upstream", "upstream_resend", "from_parent",
 }
 
 // String returns the counter name used in logs and metrics.
@@ -147,6 +170,7 @@ type Pipeline struct {
 	workers map[WorkerKey]Worker
 	replies map[ReplyKey]Reply
 	groups  map[uint16][]Replica
+	uplinks map[uint32]Uplink // by JobID
 
 	// Registers, indexed by idx = set*Slots + slot.
 	bitmap   []uint64 // words per idx
@@ -156,6 +180,8 @@ type Pipeline struct {
 	seq      []uint32 // sequence number and packet id of the slot use in progress
 	packetID []uint32
 	used     []bool  // seq and packetID hold a use since the last reset
+	waiting  []bool  // a leaf's use complete here, the parent's result still missing
+	lane     []uint8 // lane of the use's workers: where a parent's result goes
 	values   []int32 // MaxElements per idx
 
 	stats [NumStats]uint64
@@ -186,6 +212,7 @@ func New(cfg Config) (*Pipeline, error) {
 		workers:  make(map[WorkerKey]Worker),
 		replies:  make(map[ReplyKey]Reply),
 		groups:   make(map[uint16][]Replica),
+		uplinks:  make(map[uint32]Uplink),
 		bitmap:   make([]uint64, idxs*words),
 		count:    make([]uint16, idxs),
 		exponent: make([]int8, idxs),
@@ -193,6 +220,8 @@ func New(cfg Config) (*Pipeline, error) {
 		seq:      make([]uint32, idxs),
 		packetID: make([]uint32, idxs),
 		used:     make([]bool, idxs),
+		waiting:  make([]bool, idxs),
+		lane:     make([]uint8, idxs),
 		values:   make([]int32, idxs*cfg.MaxElements),
 		owner:    make([]atomic.Int32, cfg.Slots),
 	}, nil
@@ -433,6 +462,69 @@ func (p *Pipeline) MulticastGroups(fn func(uint16, []Replica) bool) {
 	}
 }
 
+func (p *Pipeline) checkUplink(u Uplink) error {
+	switch {
+	case !u.Parent.IsValid():
+		return fmt.Errorf("%w: parent address %v", ErrInvalid, u.Parent)
+	case u.PoolSize < 1 || uint64(u.PoolBase)+uint64(u.PoolSize) > uint64(p.cfg.Slots):
+		return fmt.Errorf("%w: pool [%d, %d+%d) outside the switch's %d slots", ErrInvalid, u.PoolBase, u.PoolBase, u.PoolSize, p.cfg.Slots)
+	case uint64(u.ParentBase)+uint64(u.PoolSize) > 1<<32-1:
+		return fmt.Errorf("%w: parent pool [%d, %d+%d) beyond 32-bit slot numbers", ErrInvalid, u.ParentBase, u.ParentBase, u.PoolSize)
+	}
+	return nil
+}
+
+// InsertUplink makes this switch a leaf of u.Parent for job jobID.
+func (p *Pipeline) InsertUplink(jobID uint32, u Uplink) error {
+	if err := p.checkUplink(u); err != nil {
+		return err
+	}
+	if _, ok := p.uplinks[jobID]; ok {
+		return fmt.Errorf("%w: uplink of job %d", ErrExists, jobID)
+	}
+	u.Parent = normalize(u.Parent)
+	p.uplinks[jobID] = u
+	return nil
+}
+
+// ModifyUplink replaces the uplink of job jobID.
+func (p *Pipeline) ModifyUplink(jobID uint32, u Uplink) error {
+	if err := p.checkUplink(u); err != nil {
+		return err
+	}
+	if _, ok := p.uplinks[jobID]; !ok {
+		return fmt.Errorf("%w: uplink of job %d", ErrNotFound, jobID)
+	}
+	u.Parent = normalize(u.Parent)
+	p.uplinks[jobID] = u
+	return nil
+}
+
+// DeleteUplink makes job jobID's workers get their results from this
+// switch again.
+func (p *Pipeline) DeleteUplink(jobID uint32) error {
+	if _, ok := p.uplinks[jobID]; !ok {
+		return fmt.Errorf("%w: uplink of job %d", ErrNotFound, jobID)
+	}
+	delete(p.uplinks, jobID)
+	return nil
+}
+
+// Uplinks calls fn for every uplink entry in job order until fn returns
+// false.
+func (p *Pipeline) Uplinks(fn func(uint32, Uplink) bool) {
+	ids := make([]uint32, 0, len(p.uplinks))
+	for id := range p.uplinks {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		if !fn(id, p.uplinks[id]) {
+			return
+		}
+	}
+}
+
 // Register names (the P4Info aliases; the full names with the
 // "SwitchMLIngress." prefix are accepted too).
 const (
@@ -526,7 +618,7 @@ func (p *Pipeline) WriteRegister(name string, index int, values []int64) error {
 			// job, whose sequence numbers and packet ids start anywhere:
 			// the identity of the last use must go too, or the new job's
 			// first packets would be taken for delayed old ones.
-			p.used[index] = false
+			p.used[index], p.waiting[index] = false, false
 			p.seq[index], p.packetID[index], p.elements[index] = 0, 0, 0
 			p.disown(index%p.cfg.Slots, 1)
 		}
@@ -561,6 +653,7 @@ func (p *Pipeline) ResetPool(first, count int) error {
 		clear(p.seq[lo : lo+count])
 		clear(p.packetID[lo : lo+count])
 		clear(p.used[lo : lo+count])
+		clear(p.waiting[lo : lo+count])
 	}
 	p.disown(first, count)
 	return nil
@@ -576,6 +669,7 @@ func (p *Pipeline) ClearRegisters() {
 	clear(p.seq)
 	clear(p.packetID)
 	clear(p.used)
+	clear(p.waiting)
 	clear(p.values)
 	p.disown(0, p.cfg.Slots)
 }
@@ -637,7 +731,9 @@ func (p *Pipeline) process(st *[NumStats]uint64, shard int32, src netip.AddrPort
 
 	w, ok := p.workers[WorkerKey{normalize(src)}]
 	if !ok {
-		noReply(st, out, StatDropNotWorker)
+		if len(p.uplinks) == 0 || !p.fromParent(st, shard, normalize(src), pkt, out) {
+			noReply(st, out, StatDropNotWorker)
+		}
 		return
 	}
 	h, payload, err := wire.Parse(pkt)
@@ -721,6 +817,13 @@ func (p *Pipeline) process(st *[NumStats]uint64, shard int32, src netip.AddrPort
 			noReply(st, out, StatDropIncompleteRetransmit)
 			return
 		}
+		if p.waiting[idx] {
+			// The partial sums or the parent's result were lost on the
+			// hop above (or are late): ask the parent again. It answers a
+			// repeated contribution to a completed use with the result.
+			p.upstream(st, StatUpstreamResend, w.JobID, &h, vals, p.exponent[idx], out)
+			return
+		}
 		// The sender lost the multicast: answer it alone.
 		st[StatRetransmitReply]++
 		p.reply(out, &h, vals, p.exponent[idx])
@@ -743,6 +846,8 @@ func (p *Pipeline) process(st *[NumStats]uint64, shard int32, src netip.AddrPort
 		p.seq[idx] = h.Seq
 		p.packetID[idx] = h.PacketID
 		p.used[idx] = true
+		p.waiting[idx] = false
+		p.lane[idx] = w.Lane
 		wire.ReadPayload(vals, payload)
 	} else {
 		p.count[idx]--
@@ -754,15 +859,27 @@ func (p *Pipeline) process(st *[NumStats]uint64, shard int32, src netip.AddrPort
 		return
 	}
 
+	if len(p.uplinks) != 0 {
+		if _, ok := p.uplinks[w.JobID]; ok {
+			p.waiting[idx] = true
+			p.upstream(st, StatUpstream, w.JobID, &h, vals, p.exponent[idx], out)
+			return
+		}
+	}
+	p.multicast(st, w.JobID, w.MulticastGroup, w.Lane, &h, vals, p.exponent[idx], out)
+}
+
+// multicast sends a completed use's result to every rank of the group.
+func (p *Pipeline) multicast(st *[NumStats]uint64, jobID uint32, mgid uint16, lane uint8, h *wire.Header, vals []int32, exp int8, out *Output) {
 	st[StatMulticast]++
-	group, ok := p.groups[w.MulticastGroup]
+	group, ok := p.groups[mgid]
 	if !ok {
 		noReply(st, out, StatDropNoGroup)
 		return
 	}
-	p.reply(out, &h, vals, p.exponent[idx])
+	p.reply(out, h, vals, exp)
 	for _, r := range group {
-		ra, ok := p.replies[ReplyKey{JobID: w.JobID, Rank: r.Instance, Lane: w.Lane}]
+		ra, ok := p.replies[ReplyKey{JobID: jobID, Rank: r.Instance, Lane: lane}]
 		if !ok {
 			st[StatDropNoReply]++
 			continue
@@ -774,6 +891,76 @@ func (p *Pipeline) process(st *[NumStats]uint64, shard int32, src netip.AddrPort
 		out.Packet = out.Packet[:0]
 		out.Reason = StatDropNoReply
 	}
+}
+
+// upstream sends a leaf's partial sums for the use of h to the job's
+// parent, in the parent's slot numbering.
+func (p *Pipeline) upstream(st *[NumStats]uint64, why Stat, jobID uint32, h *wire.Header, vals []int32, exp int8, out *Output) {
+	u := p.uplinks[jobID]
+	st[why]++
+	up := *h
+	up.Slot = h.Slot - u.PoolBase + u.ParentBase
+	p.reply(out, &up, vals, exp)
+	out.Dests = append(out.Dests, u.Parent)
+}
+
+// fromParent handles a packet from a source that is no worker: if it is a
+// result from the parent of a job whose use is waiting for it, the result
+// replaces the partial sums and goes to the job's workers. It reports
+// whether the packet was a parent's (and counted).
+func (p *Pipeline) fromParent(st *[NumStats]uint64, shard int32, src netip.AddrPort, pkt []byte, out *Output) bool {
+	var jobID uint32
+	var u Uplink
+	found := false
+	for id, c := range p.uplinks {
+		if c.Parent == src {
+			jobID, u, found = id, c, true
+			break
+		}
+	}
+	if !found {
+		return false
+	}
+	h, payload, err := wire.Parse(pkt)
+	if err != nil || h.Elements > p.cfg.MaxElements {
+		noReply(st, out, StatDropMalformed)
+		return true
+	}
+	// Several jobs may share a parent; their partitions there are
+	// disjoint, so the slot says whose result this is.
+	if h.Slot < u.ParentBase || h.Slot-u.ParentBase >= u.PoolSize {
+		found = false
+		for id, c := range p.uplinks {
+			if c.Parent == src && h.Slot >= c.ParentBase && h.Slot-c.ParentBase < c.PoolSize {
+				jobID, u, found = id, c, true
+				break
+			}
+		}
+		if !found {
+			noReply(st, out, StatDropOutOfPartition)
+			return true
+		}
+	}
+	h.Slot = h.Slot - u.ParentBase + u.PoolBase
+	if shard != 0 && p.owner[h.Slot].Load() != shard {
+		noReply(st, out, StatDropWrongShard)
+		return true
+	}
+	idx := int(h.Set)*p.cfg.Slots + int(h.Slot)
+	// Only the use that is waiting takes a result, and only the result of
+	// that use: a copy delayed or duplicated on the hop above must not
+	// overwrite a later use's sums.
+	if !p.waiting[idx] || p.count[idx] != 0 || int(p.elements[idx]) != h.Elements || p.seq[idx] != h.Seq || p.packetID[idx] != h.PacketID {
+		noReply(st, out, StatDropStale)
+		return true
+	}
+	p.waiting[idx] = false
+	vals := p.values[idx*p.cfg.MaxElements : idx*p.cfg.MaxElements+h.Elements]
+	wire.ReadPayload(vals, payload)
+	p.exponent[idx] = h.Exp0
+	st[StatFromParent]++
+	p.multicast(st, jobID, u.MulticastGroup, p.lane[idx], &h, vals, h.Exp0, out)
+	return true
 }
 
 // reply writes the result packet: the request header with the slot's
