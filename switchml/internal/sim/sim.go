@@ -1,5 +1,6 @@
 // Package sim is a deterministic network simulator for the SwitchML
-// protocol: n worker engines with L lanes each and one switch pipeline,
+// protocol: n worker engines with L lanes each and one switch pipeline (or
+// a two-level tree: leaf switches whose partial sums go up to a spine),
 // connected by links with latency, bandwidth, jitter (reordering), loss and
 // duplication, driven by a virtual clock. The same seed always gives the
 // same run, so thousands of lossy runs are cheap and reproducible.
@@ -38,7 +39,11 @@ type Link struct {
 
 // Packet describes a packet in flight, for Config.Drop.
 type Packet struct {
-	ToSwitch     bool
+	ToSwitch bool // towards a switch; on a trunk, towards the spine
+	// Trunk marks a packet between leaf Leaf and the spine; Worker and
+	// Lane are then -1.
+	Trunk        bool
+	Leaf         int
 	Worker, Lane int
 	Header       wire.Header
 }
@@ -54,7 +59,15 @@ type Config struct {
 	// one and any packet there would be counted as out of partition.
 	PoolBase uint32
 	Up, Down Link
-	Seed     uint64
+	// Leaves, when 2 or more, builds a two-level tree: worker r attaches
+	// to leaf r*Leaves/Workers, each leaf aggregates its workers and sends
+	// the partial sums to a spine over TrunkUp, and the spine's result
+	// comes back over TrunkDown. The spine numbers the job's slots from
+	// SpineBase.
+	Leaves             int
+	TrunkUp, TrunkDown Link
+	SpineBase          uint32
+	Seed               uint64
 	// StartSkew delays each worker's start of each op by a random amount
 	// up to StartSkew, so workers are out of step.
 	StartSkew time.Duration
@@ -74,10 +87,12 @@ type Stats struct {
 	End                      time.Duration // virtual time when the last op finished
 	Events                   int
 	Sent, Lost, Duplicated   int
+	TrunkLost                int // of Lost: between a leaf and the spine
 	Delivered                int
 	SetReuses                int // fresh overwrites of a previously used (slot, set)
 	Lanes                    engine.LaneStats
-	Switch                   [pipeline.NumStats]uint64
+	Switch                   [pipeline.NumStats]uint64 // summed over the leaves in a tree
+	Spine                    [pipeline.NumStats]uint64
 	ResultsAcceptedByWorkers int
 }
 
@@ -100,6 +115,8 @@ type event struct {
 	kind   eventKind
 	worker int
 	lane   int
+	node   int            // evToSwitch: which switch
+	src    netip.AddrPort // evToSwitch: the sender's address
 	pkt    []byte
 }
 
@@ -121,31 +138,46 @@ func (q *eventQueue) Pop() any {
 	return e
 }
 
+// useKey names one use of a (slot, set), in the workers' slot numbering.
 type useKey struct {
 	idx      int
 	seq, pid uint32
 }
 
+// node is one switch: the only one, a leaf or the spine.
+type node struct {
+	pipe     *pipeline.Pipeline
+	addr     netip.AddrPort // its data-plane address (a leaf's is its source towards the spine)
+	workers  int            // workers below it
+	slotBase uint32         // its slot of the workers' slot PoolBase
+	upBusy   time.Duration  // a leaf's trunk towards the spine
+	downBusy time.Duration  // the trunk from the spine to this leaf
+	// Set-reuse check: the last fresh use of each idx.
+	lastUse map[int]useKey
+}
+
 type worker struct {
-	lanes     []*engine.Lane
-	timers    []time.Duration // scheduled timer event per lane (-1: none)
-	upBusy    time.Duration   // serialisation: link busy until
-	downBusy  time.Duration
-	ops       []engine.Op
-	next      int // index of the op to start next
-	laneOps   int // lanes still running the current op
-	addrs     []netip.AddrPort
-	accepted  map[useKey]bool
-	lastStart time.Duration
+	leaf     int // its switch
+	lanes    []*engine.Lane
+	timers   []time.Duration // scheduled timer event per lane (-1: none)
+	upBusy   time.Duration   // serialisation: link busy until
+	downBusy time.Duration
+	ops      []engine.Op
+	next     int // index of the op to start next
+	laneOps  int // lanes still running the current op
+	addrs    []netip.AddrPort
+	accepted map[useKey]bool
 }
 
 // Sim is one simulated job. Create it with New and call Run once.
 type Sim struct {
-	cfg    Config
-	rng    *rand.Rand
-	pipe   *pipeline.Pipeline
-	ws     []*worker
+	cfg   Config
+	rng   *rand.Rand
+	nodes []*node // the switch, or the leaves then the spine
+	ws    []*worker
+	// byAddr finds a worker lane, byNode a switch, by address.
 	byAddr map[netip.AddrPort][2]int
+	byNode map[netip.AddrPort]int
 	q      eventQueue
 	seq    uint64
 	now    time.Duration
@@ -154,52 +186,57 @@ type Sim struct {
 	stats  Stats
 	err    error
 
-	// Set-reuse check: the last fresh use of each idx and how many workers
-	// accepted its result.
-	lastUse  map[int]useKey
-	accepted map[useKey]int
+	// Set-reuse check: how many workers, and how many of each leaf,
+	// accepted each use's result.
+	accepted     map[useKey]int
+	leafAccepted []map[useKey]int
 }
 
-// New builds the switch and the engines.
+// New builds the switches and the engines.
 func New(cfg Config) (*Sim, error) {
 	if cfg.Workers < 1 || cfg.Lanes < 1 {
 		return nil, fmt.Errorf("sim: Workers = %d, Lanes = %d, want >= 1", cfg.Workers, cfg.Lanes)
+	}
+	if cfg.Leaves > cfg.Workers {
+		return nil, fmt.Errorf("sim: Leaves = %d for %d workers, want at most one leaf per worker", cfg.Leaves, cfg.Workers)
 	}
 	if cfg.MaxTime == 0 {
 		cfg.MaxTime = time.Hour
 	}
 	w := cfg.Engine.Window
 	pool := uint32(cfg.Lanes * w)
-	pipe, err := pipeline.New(pipeline.Config{Slots: int(cfg.PoolBase + pool), MaxElements: cfg.Engine.Elements, MaxWorkers: cfg.Workers})
-	if err != nil {
-		return nil, err
-	}
 	s := &Sim{
 		cfg:      cfg,
 		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
-		pipe:     pipe,
 		byAddr:   make(map[netip.AddrPort][2]int),
+		byNode:   make(map[netip.AddrPort]int),
 		buf:      make([]byte, 0, wire.MaxPacket),
-		lastUse:  make(map[int]useKey),
 		accepted: make(map[useKey]int),
 	}
+	leaves := max(cfg.Leaves, 1)
+	for l := 0; l < leaves; l++ {
+		pipe, err := pipeline.New(pipeline.Config{Slots: int(cfg.PoolBase + pool), MaxElements: cfg.Engine.Elements, MaxWorkers: cfg.Workers})
+		if err != nil {
+			return nil, err
+		}
+		nd := &node{pipe: pipe, addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 2, 0, byte(l)}), 48864), slotBase: cfg.PoolBase, lastUse: make(map[int]useKey)}
+		s.nodes = append(s.nodes, nd)
+		s.byNode[nd.addr] = l
+		s.leafAccepted = append(s.leafAccepted, make(map[useKey]int))
+	}
 	const job, mgid = 1, 1
-	var reps []pipeline.Replica
+	reps := make([][]pipeline.Replica, leaves)
 	for r := 0; r < cfg.Workers; r++ {
-		wk := &worker{accepted: make(map[useKey]bool)}
+		leaf := r * leaves / cfg.Workers
+		nd := s.nodes[leaf]
+		local := nd.workers
+		nd.workers++
+		wk := &worker{leaf: leaf, accepted: make(map[useKey]bool)}
 		for l := 0; l < cfg.Lanes; l++ {
 			a := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, byte(r >> 8), byte(r)}), uint16(40000+l))
 			wk.addrs = append(wk.addrs, a)
 			s.byAddr[a] = [2]int{r, l}
-			if err := pipe.InsertWorker(pipeline.WorkerKey{Addr: a}, pipeline.Worker{
-				JobID: job, Rank: uint16(r), NumWorkers: uint16(cfg.Workers), MulticastGroup: mgid,
-				Lane: uint8(l), PoolBase: cfg.PoolBase, PoolSize: pool,
-			}); err != nil {
-				return nil, err
-			}
-			if err := pipe.InsertReply(pipeline.ReplyKey{JobID: job, Rank: uint16(r), Lane: uint8(l)}, pipeline.Reply{Addr: a}); err != nil {
-				return nil, err
-			}
+			wk.timers = append(wk.timers, -1)
 			ec := cfg.Engine
 			ec.Rank, ec.NumWorkers = r, cfg.Workers
 			ec.SlotBase = cfg.PoolBase + uint32(l*w)
@@ -208,19 +245,79 @@ func New(cfg Config) (*Sim, error) {
 				return nil, err
 			}
 			wk.lanes = append(wk.lanes, lane)
-			wk.timers = append(wk.timers, -1)
 		}
-		reps = append(reps, pipeline.Replica{EgressPort: uint32(r), Instance: uint16(r)})
+		reps[leaf] = append(reps[leaf], pipeline.Replica{EgressPort: uint32(local), Instance: uint16(local)})
 		s.ws = append(s.ws, wk)
 	}
-	if err := pipe.InsertMulticastGroup(mgid, reps); err != nil {
+	// Ranks at a switch are the workers' places under it.
+	next := make([]int, leaves)
+	for r, wk := range s.ws {
+		nd := s.nodes[wk.leaf]
+		local := next[wk.leaf]
+		next[wk.leaf]++
+		for l, a := range wk.addrs {
+			if err := nd.pipe.InsertWorker(pipeline.WorkerKey{Addr: a}, pipeline.Worker{
+				JobID: job, Rank: uint16(local), NumWorkers: uint16(nd.workers), MulticastGroup: mgid,
+				Lane: uint8(l), PoolBase: cfg.PoolBase, PoolSize: pool,
+			}); err != nil {
+				return nil, fmt.Errorf("sim: worker %d: %w", r, err)
+			}
+			if err := nd.pipe.InsertReply(pipeline.ReplyKey{JobID: job, Rank: uint16(local), Lane: uint8(l)}, pipeline.Reply{Addr: a}); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for l := 0; l < leaves; l++ {
+		if err := s.nodes[l].pipe.InsertMulticastGroup(mgid, reps[l]); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Leaves < 2 {
+		return s, nil
+	}
+	// The spine: each leaf is one worker of its job.
+	spine, err := pipeline.New(pipeline.Config{Slots: int(cfg.SpineBase + pool), MaxElements: cfg.Engine.Elements, MaxWorkers: leaves})
+	if err != nil {
 		return nil, err
 	}
+	sn := &node{pipe: spine, addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 3, 0, 1}), 48864), workers: cfg.Workers, slotBase: cfg.SpineBase, lastUse: make(map[int]useKey)}
+	var spineReps []pipeline.Replica
+	for l := 0; l < leaves; l++ {
+		la := s.nodes[l].addr
+		if err := spine.InsertWorker(pipeline.WorkerKey{Addr: la}, pipeline.Worker{
+			JobID: job, Rank: uint16(l), NumWorkers: uint16(leaves), MulticastGroup: mgid, PoolBase: cfg.SpineBase, PoolSize: pool,
+		}); err != nil {
+			return nil, err
+		}
+		if err := spine.InsertReply(pipeline.ReplyKey{JobID: job, Rank: uint16(l)}, pipeline.Reply{Addr: la}); err != nil {
+			return nil, err
+		}
+		spineReps = append(spineReps, pipeline.Replica{EgressPort: uint32(l), Instance: uint16(l)})
+		if err := s.nodes[l].pipe.InsertUplink(job, pipeline.Uplink{
+			Parent: sn.addr, ParentBase: cfg.SpineBase, PoolBase: cfg.PoolBase, PoolSize: pool, MulticastGroup: mgid,
+		}); err != nil {
+			return nil, err
+		}
+	}
+	if err := spine.InsertMulticastGroup(mgid, spineReps); err != nil {
+		return nil, err
+	}
+	s.byNode[sn.addr] = len(s.nodes)
+	s.nodes = append(s.nodes, sn)
 	return s, nil
 }
 
-// Pipeline returns the simulated switch (for counters and registers).
-func (s *Sim) Pipeline() *pipeline.Pipeline { return s.pipe }
+// Pipeline returns the simulated switch, or the first leaf of a tree (for
+// counters and registers).
+func (s *Sim) Pipeline() *pipeline.Pipeline { return s.nodes[0].pipe }
+
+// Spine returns the spine of a tree, or nil.
+func (s *Sim) Spine() *pipeline.Pipeline {
+	if s.cfg.Leaves < 2 {
+		return nil
+	}
+	return s.nodes[len(s.nodes)-1].pipe
+}
 
 // Lane returns lane l of worker r.
 func (s *Sim) Lane(r, l int) *engine.Lane { return s.ws[r].lanes[l] }
@@ -240,12 +337,11 @@ func (s *Sim) transmit(link *Link, busy *time.Duration, e event, pkt []byte, hdr
 		dep = max(dep, *busy) + time.Duration(float64(8*len(pkt))/link.Bandwidth*1e9)
 		*busy = dep
 	}
-	if s.rng.Float64() < link.Loss {
+	if s.rng.Float64() < link.Loss || s.cfg.Drop != nil && s.cfg.Drop(s.describe(e, hdr)) {
 		s.stats.Lost++
-		return
-	}
-	if s.cfg.Drop != nil && s.cfg.Drop(Packet{ToSwitch: e.kind == evToSwitch, Worker: e.worker, Lane: e.lane, Header: hdr}) {
-		s.stats.Lost++
+		if e.worker < 0 {
+			s.stats.TrunkLost++
+		}
 		return
 	}
 	copies := 1
@@ -264,6 +360,24 @@ func (s *Sim) transmit(link *Link, busy *time.Duration, e event, pkt []byte, hdr
 	}
 }
 
+// describe says what a packet about to be delivered by e is, for Drop.
+func (s *Sim) describe(e event, hdr wire.Header) Packet {
+	p := Packet{ToSwitch: e.kind == evToSwitch, Worker: e.worker, Lane: e.lane, Header: hdr}
+	if e.worker >= 0 {
+		p.Leaf = s.ws[e.worker].leaf
+		return p
+	}
+	// On a trunk: up to the spine from the sending leaf, or down to leaf
+	// e.node.
+	p.Trunk, p.Lane = true, -1
+	p.ToSwitch = e.node == len(s.nodes)-1
+	p.Leaf = e.node
+	if p.ToSwitch {
+		p.Leaf = s.byNode[e.src]
+	}
+	return p
+}
+
 // drain sends everything lane l of worker r has queued and re-arms its
 // timer.
 func (s *Sim) drain(r, l int) {
@@ -276,7 +390,7 @@ func (s *Sim) drain(r, l int) {
 			break
 		}
 		hdr, _, _ := wire.Parse(s.buf)
-		s.transmit(&s.cfg.Up, &wk.upBusy, event{kind: evToSwitch, worker: r, lane: l}, s.buf, hdr)
+		s.transmit(&s.cfg.Up, &wk.upBusy, event{kind: evToSwitch, worker: r, lane: l, node: wk.leaf, src: wk.addrs[l]}, s.buf, hdr)
 	}
 	if d, ok := lane.Deadline(); ok && d != wk.timers[l] {
 		wk.timers[l] = d
@@ -343,37 +457,50 @@ func (s *Sim) startOp(r int) {
 }
 
 func (s *Sim) atSwitch(e event) {
+	nd := s.nodes[e.node]
 	hdr, _, perr := wire.Parse(e.pkt)
-	src := s.ws[e.worker].addrs[e.lane]
 	if s.cfg.CheckSetReuse && perr == nil {
-		s.checkReuse(hdr)
+		s.checkReuse(e.node, e.src, hdr)
 	}
-	s.pipe.Process(src, e.pkt, &s.out)
+	nd.pipe.Process(e.src, e.pkt, &s.out)
 	if len(s.out.Dests) == 0 {
 		return
 	}
 	rh, _, _ := wire.Parse(s.out.Packet)
 	for _, d := range s.out.Dests {
-		wl, ok := s.byAddr[d]
+		if wl, ok := s.byAddr[d]; ok {
+			wk := s.ws[wl[0]]
+			s.transmit(&s.cfg.Down, &wk.downBusy, event{kind: evToWorker, worker: wl[0], lane: wl[1]}, s.out.Packet, rh)
+			continue
+		}
+		to, ok := s.byNode[d]
 		if !ok {
 			continue
 		}
-		wk := s.ws[wl[0]]
-		s.transmit(&s.cfg.Down, &wk.downBusy, event{kind: evToWorker, worker: wl[0], lane: wl[1]}, s.out.Packet, rh)
+		// On a trunk: a leaf's partial sums up, or the spine's result down.
+		if to == len(s.nodes)-1 {
+			s.transmit(&s.cfg.TrunkUp, &nd.upBusy, event{kind: evToSwitch, worker: -1, lane: -1, node: to, src: nd.addr}, s.out.Packet, rh)
+		} else {
+			s.transmit(&s.cfg.TrunkDown, &s.nodes[to].downBusy, event{kind: evToSwitch, worker: -1, lane: -1, node: to, src: nd.addr}, s.out.Packet, rh)
+		}
 	}
 }
 
-// checkReuse runs before the switch sees a request: if the packet is about
+// checkReuse runs before a switch sees a request: if the packet is about
 // to start a fresh use of a (slot, set) that was used before, every worker
-// must already hold the result of that previous use, or a worker that lost
-// it could never recover it.
-func (s *Sim) checkReuse(h wire.Header) {
-	slots := s.pipe.Config().Slots
-	if int(h.Slot) >= slots {
+// under that switch must already hold the result of that previous use, or
+// a worker that lost it could never recover it.
+func (s *Sim) checkReuse(n int, src netip.AddrPort, h wire.Header) {
+	nd := s.nodes[n]
+	slots := nd.pipe.Config().Slots
+	if int(h.Slot) >= slots || h.Slot < nd.slotBase {
 		return
 	}
+	if _, fromSwitch := s.byNode[src]; fromSwitch && n < len(s.leafAccepted) {
+		return // a result from the spine, not a request
+	}
 	idx := int(h.Set)*slots + int(h.Slot)
-	bm, err := s.pipe.ReadRegister(pipeline.RegPoolBitmap, idx)
+	bm, err := nd.pipe.ReadRegister(pipeline.RegPoolBitmap, idx)
 	if err != nil {
 		return
 	}
@@ -382,15 +509,21 @@ func (s *Sim) checkReuse(h wire.Header) {
 			return
 		}
 	}
-	cur := useKey{idx, h.Seq, h.PacketID}
-	if prev, ok := s.lastUse[idx]; ok {
+	// Uses are named in the workers' slot numbering.
+	wslot := int(h.Slot-nd.slotBase) + int(s.cfg.PoolBase)
+	cur := useKey{int(h.Set)*int(s.cfg.PoolBase+uint32(s.cfg.Lanes*s.cfg.Engine.Window)) + wslot, h.Seq, h.PacketID}
+	if prev, ok := nd.lastUse[idx]; ok {
 		s.stats.SetReuses++
-		if got := s.accepted[prev]; got != s.cfg.Workers && s.err == nil {
-			s.err = fmt.Errorf("sim: (slot %d, set %d) reused by sequence %d packet %d while only %d of %d workers had the result of sequence %d packet %d",
-				h.Slot, h.Set, h.Seq, h.PacketID, got, s.cfg.Workers, prev.seq, prev.pid)
+		got := s.accepted[prev]
+		if n < len(s.leafAccepted) {
+			got = s.leafAccepted[n][prev]
+		}
+		if got != nd.workers && s.err == nil {
+			s.err = fmt.Errorf("sim: switch %d: (slot %d, set %d) reused by sequence %d packet %d while only %d of %d workers had the result of sequence %d packet %d",
+				n, h.Slot, h.Set, h.Seq, h.PacketID, got, nd.workers, prev.seq, prev.pid)
 		}
 	}
-	s.lastUse[idx] = cur
+	nd.lastUse[idx] = cur
 }
 
 func (s *Sim) atWorker(e event) {
@@ -401,10 +534,11 @@ func (s *Sim) atWorker(e event) {
 		s.stats.ResultsAcceptedByWorkers++
 		if s.cfg.CheckSetReuse {
 			h, _, _ := wire.Parse(e.pkt)
-			k := useKey{int(h.Set)*s.pipe.Config().Slots + int(h.Slot), h.Seq, h.PacketID}
-			if !s.ws[e.worker].accepted[k] {
-				s.ws[e.worker].accepted[k] = true
+			k := useKey{int(h.Set)*int(s.cfg.PoolBase+uint32(s.cfg.Lanes*s.cfg.Engine.Window)) + int(h.Slot), h.Seq, h.PacketID}
+			if wk := s.ws[e.worker]; !wk.accepted[k] {
+				wk.accepted[k] = true
 				s.accepted[k]++
+				s.leafAccepted[wk.leaf][k]++
 			}
 		}
 	}
@@ -462,7 +596,16 @@ func (s *Sim) Run(ops [][]engine.Op) (Stats, error) {
 			s.stats.Lanes.Malformed += st.Malformed
 		}
 	}
-	s.stats.Switch = s.pipe.Counters()
+	for i, nd := range s.nodes {
+		c := nd.pipe.Counters()
+		if s.cfg.Leaves >= 2 && i == len(s.nodes)-1 {
+			s.stats.Spine = c
+			continue
+		}
+		for k, v := range c {
+			s.stats.Switch[k] += v
+		}
+	}
 	if s.err != nil {
 		return s.stats, s.err
 	}
