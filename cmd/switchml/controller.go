@@ -78,8 +78,20 @@ func runController(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.ConnectTimeout, "connect-timeout", 0, "how long to wait for the target at start (default 30s)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	metricsAddr := fs.String("metrics", "", metricsFlagHelp)
+	topology := fs.String("topology", "", "JSON file of a two-level tree of software switches to program as one, instead of --target: {\"spine\": {\"p4runtime\": ADDR, \"dataplane\": ADDR}, \"leaves\": [{\"p4runtime\": ADDR, \"dataplane\": ADDR, \"workers\": [PREFIX, ...]}, ...]}; each leaf runs `switchml switch --parent` with the spine's dataplane")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *topology != "" {
+		f, err := os.Open(*topology)
+		if err != nil {
+			return fmt.Errorf("read --topology: %w", err)
+		}
+		cfg.Topology, err = controller.ParseTopology(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("--topology %s: %w", *topology, err)
+		}
 	}
 	if err := controllerFlagsValid(cfg.Slots, *maxElements, cfg.IngressLoss, cfg.EgressLoss); err != nil {
 		return err

@@ -84,6 +84,10 @@ type Config struct {
 	// Metrics, if set, receives the job service's collector (see
 	// JobService.Collector).
 	Metrics prometheus.Registerer
+	// Topology, if set, makes the controller program a two-level tree of
+	// software switches instead of the one at Target (see Topology); Target
+	// and Dataplane are then unused.
+	Topology *Topology
 }
 
 // Run connects to the switch, becomes its primary controller, pushes the
@@ -119,6 +123,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.Switch.P4() && len(cfg.Switch.Ports) == 0 {
 		return fmt.Errorf("controller: a %s switch needs a port map: which switch port reaches each worker address (--port-map)", cfg.Switch.Kind)
+	}
+	if cfg.Topology != nil {
+		return runTree(ctx, cfg)
 	}
 	shards, err := DataplanesFor(cfg.Dataplane, cfg.Target)
 	if err != nil {

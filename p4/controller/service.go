@@ -16,6 +16,7 @@ import (
 	"github.com/switchml/switchml-go/p4/p4info"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // Switch is what the job service needs from the switch: a P4Runtime Client
@@ -313,11 +314,20 @@ func (s *JobService) Describe(context.Context, *controllerpb.DescribeRequest) (*
 func (s *JobService) Register(ctx context.Context, req *controllerpb.RegisterRequest) (resp *controllerpb.RegisterResponse, err error) {
 	defer func() { s.metrics.registrations.WithLabelValues(status.Code(err).String()).Inc() }()
 	s.mu.Lock()
-	_, _, err = s.core.Check(req)
+	addrs, _, err := s.core.Check(req)
 	offline, back := s.core.Offline(), s.back
 	s.mu.Unlock()
 	if err != nil {
 		return nil, err
+	}
+	tree, _ := s.current.Load().Switch.(*Tree)
+	var leafDP netip.AddrPort
+	if tree != nil && len(addrs) > 0 {
+		var ok bool
+		if leafDP, ok = tree.DataplaneOf(addrs[0].Addr()); !ok {
+			return nil, status.Errorf(codes.InvalidArgument, "rank %d sends from %v, which is under no leaf of the controller's topology (%s); add its prefix to a leaf's workers, or bind the worker to a listed address",
+				req.GetRank(), addrs[0].Addr(), tree.topo)
+		}
 	}
 	// While the controller reconnects to the switch, registrations wait
 	// for it as they wait for the other ranks; those that may run over the
@@ -342,6 +352,12 @@ func (s *JobService) Register(ctx context.Context, req *controllerpb.RegisterReq
 	a, err := s.await(ctx, w, ch)
 	if err != nil {
 		return nil, err
+	}
+	if tree != nil && a.resp.GetSwitchDataplane() != "" {
+		// Each rank sends to its own leaf.
+		resp := proto.Clone(a.resp).(*controllerpb.RegisterResponse)
+		resp.SwitchDataplane, resp.LaneDataplanes = leafDP.String(), nil
+		return resp, nil
 	}
 	return a.resp, nil
 }

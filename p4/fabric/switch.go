@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 
@@ -42,6 +43,12 @@ type SwitchConfig struct {
 	Faults transport.Faults
 	// Logger receives the switch's logs (default: discarded).
 	Logger *slog.Logger
+	// Parent, if set, is the data-plane address (ip:port) of the switch
+	// this one is a leaf of: each job's partial sums go up to it, and the
+	// parent's result comes down to the job's workers. The parent must
+	// see this switch's packets come from its data-plane address, so bind
+	// Dataplane to a specific address. One shard only.
+	Parent string
 }
 
 // Switch is a software switch bound to its addresses: the SwitchML
@@ -117,8 +124,22 @@ func ListenSwitch(cfg SwitchConfig) (*Switch, error) {
 	if err != nil {
 		return nil, err
 	}
+	var parent netip.AddrPort
+	if cfg.Parent != "" {
+		if cfg.Shards > 1 {
+			return nil, fmt.Errorf("switch: a leaf (parent %s) runs one data-plane shard, not %d: the parent answers one address per leaf", cfg.Parent, cfg.Shards)
+		}
+		ua, err := net.ResolveUDPAddr("udp4", cfg.Parent)
+		if err != nil {
+			return nil, fmt.Errorf("switch: parent %q: %v (give the parent's data-plane ip:port)", cfg.Parent, err)
+		}
+		parent = ua.AddrPort()
+		if parent.Addr().IsUnspecified() || parent.Port() == 0 {
+			return nil, fmt.Errorf("switch: parent %q: give the address and port the parent's data plane sends from", cfg.Parent)
+		}
+	}
 	srv, err := softswitch.NewServer(softswitch.ServerConfig{
-		DeviceID: cfg.DeviceID, TLS: cfg.TLS, Pipeline: cfg.Pipeline, Logger: cfg.Logger,
+		DeviceID: cfg.DeviceID, TLS: cfg.TLS, Pipeline: cfg.Pipeline, Logger: cfg.Logger, Parent: parent,
 	})
 	if err != nil {
 		return nil, err

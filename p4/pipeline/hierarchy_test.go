@@ -227,3 +227,41 @@ func TestHierarchUplinkTable(t *testing.T) {
 		t.Fatalf("second delete: %v, want ErrNotFound", err)
 	}
 }
+
+// TestHierarchParentFollowsWorkers: with a parent set, each job's workers
+// entries make its uplink, at the same partition, and the last entry's
+// removal takes it away.
+func TestHierarchParentFollowsWorkers(t *testing.T) {
+	p := newPipe(t, 16, 64, 32)
+	p.SetParent(parentAddr)
+	setupJob(t, p, 7, 0, 2, 1, 4, 8)
+	var got []Uplink
+	p.Uplinks(func(id uint32, u Uplink) bool { got = append(got, u); return true })
+	want := Uplink{Parent: parentAddr, ParentBase: 4, PoolBase: 4, PoolSize: 8, MulticastGroup: 1}
+	if len(got) != 1 || got[0] != want {
+		t.Fatalf("uplinks %+v, want [%+v]", got, want)
+	}
+	var out Output
+	h := wire.Header{Format: wire.FormatExtended, Seq: 1, PacketID: 1, Slot: 4, Elements: 1}
+	p.Process(addr(0), mkpkt(t, h, []int32{1}), &out)
+	p.Process(addr(1), mkpkt(t, h, []int32{2}), &out)
+	if len(out.Dests) != 1 || out.Dests[0] != parentAddr {
+		t.Fatalf("completion went to %v, want the parent", out.Dests)
+	}
+	if err := p.DeleteWorker(WorkerKey{addr(0)}); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	p.Uplinks(func(uint32, Uplink) bool { n++; return true })
+	if n != 1 {
+		t.Fatalf("%d uplinks after one of two workers left, want 1", n)
+	}
+	if err := p.DeleteWorker(WorkerKey{addr(1)}); err != nil {
+		t.Fatal(err)
+	}
+	n = 0
+	p.Uplinks(func(uint32, Uplink) bool { n++; return true })
+	if n != 0 {
+		t.Fatalf("%d uplinks after the job's workers left, want 0", n)
+	}
+}

@@ -171,6 +171,9 @@ type Pipeline struct {
 	replies map[ReplyKey]Reply
 	groups  map[uint16][]Replica
 	uplinks map[uint32]Uplink // by JobID
+	// parent, when valid, is the switch every job here is a leaf of: its
+	// workers entries keep each job's uplink (see SetParent).
+	parent netip.AddrPort
 
 	// Registers, indexed by idx = set*Slots + slot.
 	bitmap   []uint64 // words per idx
@@ -304,7 +307,50 @@ func (p *Pipeline) InsertWorker(k WorkerKey, w Worker) error {
 		return fmt.Errorf("%w: worker %v", ErrExists, k.Addr)
 	}
 	p.workers[k] = w
+	p.followParent(w)
 	return nil
+}
+
+// SetParent makes this switch a leaf of the switch at parent for every
+// job: the workers table's entries give each job an uplink with the same
+// partition at the parent as here (a controller that programs the whole
+// tree places a job at the same slots on every switch). An invalid
+// parent makes the switch a root again; explicit uplinks stay.
+func (p *Pipeline) SetParent(parent netip.AddrPort) {
+	if parent.IsValid() {
+		parent = normalize(parent)
+	}
+	p.parent = parent
+	if !parent.IsValid() {
+		return
+	}
+	for _, w := range p.workers {
+		p.followParent(w)
+	}
+}
+
+// Parent returns the switch set by SetParent, if any.
+func (p *Pipeline) Parent() (netip.AddrPort, bool) { return p.parent, p.parent.IsValid() }
+
+// followParent keeps the uplink of w's job in step with its workers entry.
+func (p *Pipeline) followParent(w Worker) {
+	if !p.parent.IsValid() {
+		return
+	}
+	p.uplinks[w.JobID] = Uplink{Parent: p.parent, ParentBase: w.PoolBase, PoolBase: w.PoolBase, PoolSize: w.PoolSize, MulticastGroup: w.MulticastGroup}
+}
+
+// forgetParent drops the uplink of a job whose last workers entry went.
+func (p *Pipeline) forgetParent(jobID uint32) {
+	if !p.parent.IsValid() {
+		return
+	}
+	for _, w := range p.workers {
+		if w.JobID == jobID {
+			return
+		}
+	}
+	delete(p.uplinks, jobID)
 }
 
 // ModifyWorker replaces an existing workers table entry.
@@ -313,20 +359,27 @@ func (p *Pipeline) ModifyWorker(k WorkerKey, w Worker) error {
 	if err := p.checkWorker(k, w); err != nil {
 		return err
 	}
-	if _, ok := p.workers[k]; !ok {
+	old, ok := p.workers[k]
+	if !ok {
 		return fmt.Errorf("%w: worker %v", ErrNotFound, k.Addr)
 	}
 	p.workers[k] = w
+	p.followParent(w)
+	if old.JobID != w.JobID {
+		p.forgetParent(old.JobID)
+	}
 	return nil
 }
 
 // DeleteWorker removes a workers table entry.
 func (p *Pipeline) DeleteWorker(k WorkerKey) error {
 	k.Addr = normalize(k.Addr)
-	if _, ok := p.workers[k]; !ok {
+	old, ok := p.workers[k]
+	if !ok {
 		return fmt.Errorf("%w: worker %v", ErrNotFound, k.Addr)
 	}
 	delete(p.workers, k)
+	p.forgetParent(old.JobID)
 	return nil
 }
 

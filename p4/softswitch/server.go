@@ -36,6 +36,10 @@ type ServerConfig struct {
 	// controllers must present a certificate: see switchml/secure).
 	TLS    *tls.Config
 	Logger *slog.Logger
+	// Parent, if valid, makes the switch a leaf of the switch whose data
+	// plane is at Parent: every job's partial sums go up to it, and its
+	// results come back down to the job's workers (pipeline.SetParent).
+	Parent netip.AddrPort
 }
 
 // Server is the software switch: the SwitchML pipeline, the lock that
@@ -68,6 +72,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("softswitch: %w", err)
 	}
+	pipe.SetParent(cfg.Parent)
 	if cfg.DeviceID == 0 {
 		cfg.DeviceID = 1
 	}

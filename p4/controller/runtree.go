@@ -1,0 +1,189 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"reflect"
+	"time"
+
+	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+)
+
+// runTree is Run for a Topology: it programs the spine and every leaf, and
+// serves one job service for the tree. Losing any switch aborts the live
+// jobs, as losing the one switch does, and the controller programs the
+// whole tree afresh once every switch answers again.
+func runTree(ctx context.Context, cfg Config) error {
+	if cfg.Switch.P4() {
+		return fmt.Errorf("controller: a topology is for software switches (a leaf must run `switchml switch --parent`), not %s", cfg.Switch.Kind)
+	}
+	tree, clients, err := dialTree(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, cl := range clients {
+			cl.Close()
+		}
+	}()
+	svc, err := NewJobService(tree, ServiceConfig{Dataplane: cfg.Topology.Spine.dataplane, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger})
+	if err != nil {
+		return err
+	}
+	defer svc.stop()
+	if cfg.Metrics != nil {
+		col := svc.Collector()
+		if err := cfg.Metrics.Register(col); err != nil {
+			return fmt.Errorf("controller: metrics: %w", err)
+		}
+		defer cfg.Metrics.Unregister(col)
+	}
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("controller: listen %s: %w", cfg.Listen, err)
+	}
+	var opts []grpc.ServerOption
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	g := grpc.NewServer(opts...)
+	controllerpb.RegisterJobServiceServer(g, svc)
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(lis) }()
+	defer func() {
+		g.Stop()
+		<-served
+	}()
+	cfg.Logger.Info("controller: serving a tree", "jobs", lis.Addr().String(), "topology", cfg.Topology.String(), "slots", cfg.Slots)
+	if cfg.Ready != nil {
+		cfg.Ready(lis.Addr())
+	}
+	for {
+		cases := []reflect.SelectCase{
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(served)},
+		}
+		for _, cl := range clients {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(cl.done)})
+		}
+		chosen, v, _ := reflect.Select(cases)
+		switch chosen {
+		case 0:
+			return nil
+		case 1:
+			err, _ := v.Interface().(error)
+			served <- err
+			return fmt.Errorf("controller: job service: %w", err)
+		}
+		lostCl := clients[chosen-2]
+		name := treeName(cfg.Topology, chosen-2)
+		lost := lostCl.streamError()
+		cfg.Logger.Warn("controller: lost a switch of the tree; reconnecting", "switch", name, "err", lost)
+		svc.SwitchLost(fmt.Sprintf("aborted: the controller lost %s of the tree (%v); what it held for the job is gone: join again", name, lost))
+		for _, cl := range clients {
+			cl.Close()
+		}
+		clients = nil
+		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+			tree, clients, err = dialTree(ctx, cfg)
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, ErrNotPrimary) {
+				return err
+			}
+			cfg.Logger.Warn("controller: tree not back yet", "err", err, "retry_in", backoff)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(backoff):
+			}
+		}
+		svc.SwitchBack(tree)
+		cfg.Logger.Info("controller: tree programmed again")
+	}
+}
+
+// treeName names switch i of dialTree's order: the spine, then the leaves.
+func treeName(t *Topology, i int) string {
+	if i == 0 {
+		return t.Spine.Name
+	}
+	return t.Leaves[i-1].Name
+}
+
+// dialTree connects to every switch of the topology and programs it: the
+// spine first, then the leaves.
+func dialTree(ctx context.Context, cfg Config) (*Tree, []*Client, error) {
+	t := cfg.Topology
+	var clients []*Client
+	fail := func(err error) (*Tree, []*Client, error) {
+		for _, cl := range clients {
+			cl.Close()
+		}
+		return nil, nil, err
+	}
+	sws := append([]TopologySwitch{t.Spine}, t.Leaves...)
+	for i, sw := range sws {
+		c := cfg
+		c.Target = sw.P4Runtime
+		cl, adopted, err := connect(ctx, c, sw.dataplane)
+		if err != nil {
+			return fail(fmt.Errorf("%s: %w", treeName(t, i), err))
+		}
+		clients = append(clients, cl)
+		if adopted {
+			// The switch kept an earlier controller's entries; a tree
+			// controller takes no jobs over, so they go, or they would
+			// collide with the jobs placed now.
+			if err := clearJobs(ctx, cl, cfg.ConnectTimeout); err != nil {
+				return fail(fmt.Errorf("%s: removing an earlier controller's jobs: %w", treeName(t, i), err))
+			}
+			cfg.Logger.Warn("controller: removed the jobs an earlier controller left on a switch of the tree", "switch", treeName(t, i))
+		}
+	}
+	leaves := make([]Switch, len(t.Leaves))
+	for i := range leaves {
+		leaves[i] = clients[i+1]
+	}
+	tree, err := NewTree(t, clients[0], leaves)
+	if err != nil {
+		return fail(err)
+	}
+	return tree, clients, nil
+}
+
+// clearJobs deletes every job entry on the switch: workers, replies and
+// multicast groups.
+func clearJobs(ctx context.Context, cl *Client, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	workers, err := cl.ReadWorkers(ctx)
+	if err != nil {
+		return err
+	}
+	replies, err := cl.ReadReplies(ctx)
+	if err != nil {
+		return err
+	}
+	groups, err := cl.ReadMulticastGroups(ctx)
+	if err != nil {
+		return err
+	}
+	if err := cl.RemoveJob(ctx, JobEntries{Workers: workers, Replies: replies}); err != nil {
+		return err
+	}
+	for id := range groups {
+		if err := cl.RemoveJob(ctx, JobEntries{MulticastGroup: id}); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,327 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/switchml/switchml-go/p4/pipeline"
+)
+
+// Topology describes a two-level tree of switches that one controller
+// programs as one: leaves aggregate the workers attached to them and pass
+// their partial sums up to the spine, whose result comes back down. Each
+// leaf must run as a leaf of the spine (`switchml switch --parent` with the
+// spine's data-plane address); the controller places every job at the same
+// slots on every switch.
+//
+// The file is JSON:
+//
+//	{"spine":  {"p4runtime": "10.0.0.1:9559", "dataplane": "10.0.0.1:48864"},
+//	 "leaves": [{"p4runtime": "10.0.1.1:9559", "dataplane": "10.0.1.1:48864", "workers": ["10.0.1.0/24"]},
+//	            {"p4runtime": "10.0.2.1:9559", "dataplane": "10.0.2.1:48864", "workers": ["10.0.2.0/24"]}]}
+//
+// A leaf's workers are the address prefixes its workers send from.
+type Topology struct {
+	Spine  TopologySwitch   `json:"spine"`
+	Leaves []TopologySwitch `json:"leaves"`
+}
+
+// TopologySwitch is one switch of a Topology.
+type TopologySwitch struct {
+	// Name labels the switch in logs and errors (default: spine, leaf0, ...).
+	Name string `json:"name,omitempty"`
+	// P4Runtime is the switch's P4Runtime address.
+	P4Runtime string `json:"p4runtime"`
+	// Dataplane is the address workers (or, for the spine, the leaves) send
+	// to, and the switch sends from.
+	Dataplane string `json:"dataplane"`
+	// Workers are the address prefixes of a leaf's workers.
+	Workers []string `json:"workers,omitempty"`
+
+	dataplane netip.AddrPort
+	prefixes  []netip.Prefix
+}
+
+// ParseTopology reads and checks a topology file.
+func ParseTopology(r io.Reader) (*Topology, error) {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	var t Topology
+	if err := dec.Decode(&t); err != nil {
+		return nil, fmt.Errorf("topology: %w (see the controller's --topology help for the format)", err)
+	}
+	if err := t.check(); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+func (t *Topology) check() error {
+	if t.Spine.Name == "" {
+		t.Spine.Name = "spine"
+	}
+	if len(t.Leaves) == 0 {
+		return errors.New("topology: no leaves; a tree needs at least one leaf under the spine (for one switch, leave --topology out)")
+	}
+	if len(t.Spine.Workers) != 0 {
+		return fmt.Errorf("topology: the spine lists workers %v; workers attach to leaves", t.Spine.Workers)
+	}
+	seen := map[netip.AddrPort]string{}
+	check := func(sw *TopologySwitch) error {
+		if sw.P4Runtime == "" {
+			return fmt.Errorf("topology: %s has no p4runtime address", sw.Name)
+		}
+		dp, err := netip.ParseAddrPort(sw.Dataplane)
+		if err != nil || dp.Addr().IsUnspecified() || dp.Port() == 0 {
+			return fmt.Errorf("topology: %s: dataplane %q: want the ip:port the switch's data plane is bound to", sw.Name, sw.Dataplane)
+		}
+		sw.dataplane = netip.AddrPortFrom(dp.Addr().Unmap(), dp.Port())
+		if other, ok := seen[sw.dataplane]; ok {
+			return fmt.Errorf("topology: %s and %s share the data plane %v", other, sw.Name, sw.dataplane)
+		}
+		seen[sw.dataplane] = sw.Name
+		return nil
+	}
+	if err := check(&t.Spine); err != nil {
+		return err
+	}
+	for i := range t.Leaves {
+		l := &t.Leaves[i]
+		if l.Name == "" {
+			l.Name = fmt.Sprintf("leaf%d", i)
+		}
+		if err := check(l); err != nil {
+			return err
+		}
+		if len(l.Workers) == 0 {
+			return fmt.Errorf("topology: %s lists no workers: give the address prefixes its workers send from", l.Name)
+		}
+		l.prefixes = nil
+		for _, w := range l.Workers {
+			p, err := netip.ParsePrefix(w)
+			if err != nil {
+				if a, aerr := netip.ParseAddr(w); aerr == nil {
+					p, err = a.Prefix(a.BitLen())
+				}
+			}
+			if err != nil {
+				return fmt.Errorf("topology: %s: workers entry %q: want an address or a prefix like 10.0.1.0/24", l.Name, w)
+			}
+			p = p.Masked()
+			for j := range i + 1 {
+				for _, q := range t.Leaves[j].prefixes {
+					if q.Overlaps(p) {
+						return fmt.Errorf("topology: %s's workers %v overlap %s's %v: a worker attaches to one leaf", l.Name, p, t.Leaves[j].Name, q)
+					}
+				}
+			}
+			l.prefixes = append(l.prefixes, p)
+		}
+	}
+	return nil
+}
+
+// LeafOf returns the index of the leaf a worker address attaches to.
+func (t *Topology) LeafOf(a netip.Addr) (int, bool) {
+	a = a.Unmap()
+	for i, l := range t.Leaves {
+		for _, p := range l.prefixes {
+			if p.Contains(a) {
+				return i, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// String summarises the tree for logs.
+func (t *Topology) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %v <-", t.Spine.Name, t.Spine.dataplane)
+	for _, l := range t.Leaves {
+		fmt.Fprintf(&b, " %s %v %v", l.Name, l.dataplane, l.Workers)
+	}
+	return b.String()
+}
+
+// Tree programs a Topology's switches as one Switch for the job service:
+// a job's entries, made for one switch with every rank, are split into each
+// leaf's (its workers, ranked among themselves) and the spine's (one worker
+// per leaf the job uses, sending from the leaf's data plane).
+type Tree struct {
+	topo   *Topology
+	spine  Switch
+	leaves []Switch
+}
+
+// NewTree returns the tree of spine and leaves (in the topology's order).
+func NewTree(topo *Topology, spine Switch, leaves []Switch) (*Tree, error) {
+	if len(leaves) != len(topo.Leaves) {
+		return nil, fmt.Errorf("controller: NewTree: %d leaf switches for %d topology leaves", len(leaves), len(topo.Leaves))
+	}
+	return &Tree{topo: topo, spine: spine, leaves: leaves}, nil
+}
+
+// split makes each switch's entries from a job's. Leaves without workers
+// of the job get none (nil entries).
+func (t *Tree) split(j JobEntries) (spine JobEntries, leaves []*JobEntries, err error) {
+	leaves = make([]*JobEntries, len(t.leaves))
+	leafOf := map[uint16]int{}   // global rank -> leaf
+	local := map[uint16]uint16{} // global rank -> rank at its leaf
+	ranks := map[uint16]bool{}
+	for _, w := range j.Workers {
+		ranks[w.Rank] = true
+	}
+	order := make([]uint16, 0, len(ranks))
+	for r := range ranks {
+		order = append(order, r)
+	}
+	slices.Sort(order)
+	counts := make([]uint16, len(t.leaves))
+	for _, r := range order {
+		var addr netip.AddrPort
+		for _, w := range j.Workers {
+			if w.Rank == r {
+				addr = w.Addr
+				break
+			}
+		}
+		l, ok := t.topo.LeafOf(addr.Addr())
+		if !ok {
+			return spine, nil, fmt.Errorf("rank %d's address %v is under no leaf of the topology (%s); add its prefix to a leaf's workers", r, addr.Addr(), t.topo)
+		}
+		leafOf[r], local[r] = l, counts[l]
+		counts[l]++
+	}
+	for _, w := range j.Workers {
+		l := leafOf[w.Rank]
+		if leaves[l] == nil {
+			leaves[l] = &JobEntries{MulticastGroup: j.MulticastGroup}
+		}
+		lw := w
+		lw.Rank, lw.NumWorkers = local[w.Rank], counts[l]
+		leaves[l].Workers = append(leaves[l].Workers, lw)
+	}
+	for _, r := range j.Replies {
+		l := leafOf[r.Rank]
+		if leaves[l] == nil {
+			return spine, nil, fmt.Errorf("reply entry for rank %d, which has no worker entry", r.Rank)
+		}
+		lr := r
+		lr.Rank = local[r.Rank]
+		leaves[l].Replies = append(leaves[l].Replies, lr)
+	}
+	for _, rep := range j.Replicas {
+		l := leafOf[rep.Instance]
+		if leaves[l] == nil {
+			return spine, nil, fmt.Errorf("replica for rank %d, which has no worker entry", rep.Instance)
+		}
+		lrep := rep
+		lrep.Instance = local[rep.Instance]
+		leaves[l].Replicas = append(leaves[l].Replicas, lrep)
+	}
+	// The spine: one worker per leaf in use, all lanes from the leaf's one
+	// data-plane address.
+	used := 0
+	for _, e := range leaves {
+		if e != nil {
+			used++
+		}
+	}
+	spine.MulticastGroup = j.MulticastGroup
+	rank := uint16(0)
+	for l, e := range leaves {
+		if e == nil {
+			continue
+		}
+		w0 := e.Workers[0].Worker
+		dp := t.topo.Leaves[l].dataplane
+		spine.Workers = append(spine.Workers, WorkerEntry{Addr: dp, Worker: pipeline.Worker{
+			JobID: w0.JobID, Rank: rank, NumWorkers: uint16(used), MulticastGroup: w0.MulticastGroup, PoolBase: w0.PoolBase, PoolSize: w0.PoolSize,
+		}})
+		spine.Replies = append(spine.Replies, ReplyEntry{JobID: w0.JobID, Rank: rank, Addr: dp})
+		spine.Replicas = append(spine.Replicas, Replica{Instance: rank})
+		rank++
+	}
+	return spine, leaves, nil
+}
+
+// InstallJob installs the job's entries on its leaves, then on the spine;
+// on failure it removes what went in.
+func (t *Tree) InstallJob(ctx context.Context, j JobEntries) error {
+	spine, leaves, err := t.split(j)
+	if err != nil {
+		return invalid("%v", err)
+	}
+	var done []int
+	undo := func() {
+		for _, l := range done {
+			_ = t.leaves[l].RemoveJob(ctx, *leaves[l])
+		}
+	}
+	for l, e := range leaves {
+		if e == nil {
+			continue
+		}
+		if err := t.leaves[l].InstallJob(ctx, *e); err != nil {
+			undo()
+			return fmt.Errorf("%s: %w", t.topo.Leaves[l].Name, err)
+		}
+		done = append(done, l)
+	}
+	if err := t.spine.InstallJob(ctx, spine); err != nil {
+		undo()
+		return fmt.Errorf("%s: %w", t.topo.Spine.Name, err)
+	}
+	return nil
+}
+
+// RemoveJob removes the job's entries from the spine and its leaves.
+func (t *Tree) RemoveJob(ctx context.Context, j JobEntries) error {
+	spine, leaves, err := t.split(j)
+	if err != nil {
+		return invalid("%v", err)
+	}
+	var errs []error
+	if err := t.spine.RemoveJob(ctx, spine); err != nil {
+		errs = append(errs, fmt.Errorf("%s: %w", t.topo.Spine.Name, err))
+	}
+	for l, e := range leaves {
+		if e == nil {
+			continue
+		}
+		if err := t.leaves[l].RemoveJob(ctx, *e); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", t.topo.Leaves[l].Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ResetPool makes the slots idle on every switch of the tree.
+func (t *Tree) ResetPool(ctx context.Context, base, size, slots int) error {
+	if err := t.spine.ResetPool(ctx, base, size, slots); err != nil {
+		return fmt.Errorf("%s: %w", t.topo.Spine.Name, err)
+	}
+	for l, sw := range t.leaves {
+		if err := sw.ResetPool(ctx, base, size, slots); err != nil {
+			return fmt.Errorf("%s: %w", t.topo.Leaves[l].Name, err)
+		}
+	}
+	return nil
+}
+
+// DataplaneOf returns the data plane a worker sending from a sends to: its
+// leaf's.
+func (t *Tree) DataplaneOf(a netip.Addr) (netip.AddrPort, bool) {
+	l, ok := t.topo.LeafOf(a)
+	if !ok {
+		return netip.AddrPort{}, false
+	}
+	return t.topo.Leaves[l].dataplane, true
+}

@@ -1,0 +1,175 @@
+package fabric_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/switchml/switchml-go/p4/controller"
+	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/switchml"
+	"github.com/switchml/switchml-go/switchml/transport"
+)
+
+// tree is a spine and two leaf software switches on loopback addresses
+// (127.0.1.1 and 127.0.2.1 for the leaves), with a controller programming
+// them from a topology.
+type tree struct {
+	spine      *fabric.Switch
+	leaves     []*fabric.Switch
+	controller string
+}
+
+func startTree(t *testing.T, ctx context.Context, faults transport.Faults) *tree {
+	t.Helper()
+	pc := pipeline.Config{Slots: 512, MaxElements: 256, MaxWorkers: 32}
+	spine, err := fabric.ListenSwitch(fabric.SwitchConfig{Dataplane: "127.0.0.1:0", Pipeline: pc, Faults: faults})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &tree{spine: spine}
+	var leafJSON []string
+	for l := 1; l <= 2; l++ {
+		f := faults
+		f.Seed += uint64(10 * l)
+		leaf, err := fabric.ListenSwitch(fabric.SwitchConfig{Dataplane: fmt.Sprintf("127.0.%d.1:0", l), Pipeline: pc, Faults: f, Parent: spine.DataplaneAddr()})
+		if err != nil {
+			t.Skipf("no loopback address 127.0.%d.1 to bind a leaf to: %v", l, err)
+		}
+		tr.leaves = append(tr.leaves, leaf)
+		leafJSON = append(leafJSON, fmt.Sprintf(`{"p4runtime": %q, "dataplane": %q, "workers": ["127.0.%d.0/24"]}`, leaf.P4RuntimeAddr(), leaf.DataplaneAddr(), l))
+	}
+	topo, err := controller.ParseTopology(strings.NewReader(fmt.Sprintf(`{"spine": {"p4runtime": %q, "dataplane": %q}, "leaves": [%s]}`,
+		spine.P4RuntimeAddr(), spine.DataplaneAddr(), strings.Join(leafJSON, ","))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	target, err := controller.TargetFor(controller.KindSoftswitch, pc.MaxElements)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	runCtx, cancel := context.WithCancel(ctx)
+	for _, sw := range append([]*fabric.Switch{spine}, tr.leaves...) {
+		wg.Go(func() { _ = sw.Serve(runCtx) })
+	}
+	ready := make(chan string, 1)
+	ctlErr := make(chan error, 1)
+	wg.Go(func() {
+		ctlErr <- controller.Run(runCtx, controller.Config{
+			Topology: topo, Listen: "127.0.0.1:0", Slots: pc.Slots, Switch: target,
+			Ready: func(a net.Addr) { ready <- a.String() },
+		})
+	})
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	select {
+	case tr.controller = <-ready:
+	case err := <-ctlErr:
+		t.Fatalf("controller of the tree stopped at start: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("controller of the tree not ready in 30 s")
+	}
+	return tr
+}
+
+// runJob runs n workers, ranks 0..n/2-1 under the first leaf and the rest
+// under the second, through ops allreduces of size elements each, and
+// checks every int32 sum exactly and every float32 sum within quantization
+// error.
+func runJob(t *testing.T, ctx context.Context, tr *tree, n, size, ops int, job string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for r := 0; r < n; r++ {
+		wg.Go(func() {
+			leaf := 1 + r*2/n
+			sess, err := switchml.Join(ctx, switchml.Config{
+				Controller: tr.controller, Job: job, Rank: r, Workers: n, Bind: fmt.Sprintf("127.0.%d.%d", leaf, 10+r),
+				Lanes: 2, Window: 16, PacketElements: 64, Timeout: 5 * time.Millisecond, Extended: true,
+			})
+			if err != nil {
+				errs[r] = fmt.Errorf("rank %d join: %w", r, err)
+				return
+			}
+			defer sess.Close()
+			for op := 0; op < ops; op++ {
+				xi := make([]int32, size)
+				xf := make([]float32, size)
+				for i := range xi {
+					xi[i] = int32(op*1000003 + i*(r+1))
+					xf[i] = float32(r+1) * float32(i%97) / 8
+				}
+				if err := sess.AllReduceInt32(ctx, xi); err != nil {
+					errs[r] = fmt.Errorf("rank %d op %d int32: %w", r, op, err)
+					return
+				}
+				if err := sess.AllReduceFloat32(ctx, xf); err != nil {
+					errs[r] = fmt.Errorf("rank %d op %d float32: %w", r, op, err)
+					return
+				}
+				tri := int32(n * (n + 1) / 2)
+				for i := range xi {
+					if want := int32(n)*int32(op*1000003) + int32(i)*tri; xi[i] != want {
+						errs[r] = fmt.Errorf("rank %d op %d: int32 sum [%d] = %d, want %d", r, op, i, xi[i], want)
+						return
+					}
+					want := float64(tri) * float64(i%97) / 8
+					if d := float64(xf[i]) - want; d > 1e-3 || d < -1e-3 {
+						errs[r] = fmt.Errorf("rank %d op %d: float32 sum [%d] = %g, want %g", r, op, i, xf[i], want)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestHierarchTreeOnLoopback runs 8 workers across two leaf software
+// switches and a spine, over real UDP and P4Runtime: each leaf's counters
+// show partial sums going up and results coming down, the spine's show one
+// multicast per slot use, and every sum is exact.
+func TestHierarchTreeOnLoopback(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tr := startTree(t, ctx, transport.Faults{})
+	runJob(t, ctx, tr, 8, 10000, 3, "tree")
+	sc := tr.spine.Counters()
+	if sc[pipeline.StatMulticast] == 0 || sc[pipeline.StatReplicas] != 2*sc[pipeline.StatMulticast] {
+		t.Fatalf("spine: %d multicasts, %d replicas; want each slot use sent to both leaves", sc[pipeline.StatMulticast], sc[pipeline.StatReplicas])
+	}
+	for l, leaf := range tr.leaves {
+		c := leaf.Counters()
+		if c[pipeline.StatUpstream] != sc[pipeline.StatMulticast] || c[pipeline.StatFromParent] < c[pipeline.StatUpstream] {
+			t.Fatalf("leaf %d: %d partial sums up, %d results from the spine; the spine completed %d uses", l, c[pipeline.StatUpstream], c[pipeline.StatFromParent], sc[pipeline.StatMulticast])
+		}
+	}
+}
+
+// TestHierarchTreeUnderLoss drops, duplicates and reorders packets at every
+// switch of the tree (both hops, both directions): the sums stay exact.
+func TestHierarchTreeUnderLoss(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	tr := startTree(t, ctx, transport.Faults{Drop: 0.02, Duplicate: 0.01, Reorder: 0.01, Seed: 7})
+	runJob(t, ctx, tr, 4, 5000, 2, "lossy-tree")
+	var resent uint64
+	for _, leaf := range tr.leaves {
+		resent += leaf.Counters()[pipeline.StatUpstreamResend]
+	}
+	// About 2% of some 1,300 packets on the trunks are lost: the leaves
+	// must have asked the spine again.
+	if resent == 0 {
+		t.Fatal("no partial sums were sent up again: loss on the upper hop was not exercised")
+	}
+}
