@@ -94,6 +94,20 @@ func TestPlan(t *testing.T) {
 	if n := len(Plan(&o)); n != 2 {
 		t.Errorf("window sweep alone: %d points, want 2", n)
 	}
+	// Two levels run on a rack built as a tree only, and need a worker
+	// under each leaf.
+	o.Systems, o.Sweeps = []string{"switchml", "switchml-tree"}, []string{"workers", "loopback"}
+	if n := len(Plan(&o)); n != 4 {
+		t.Errorf("a flat rack: %d points, want switchml's 3 rack and 1 loopback, no tree", n)
+	}
+	o.RackLeaves = 4
+	count = map[string]int{}
+	for _, p := range Plan(&o) {
+		count[p.Mode+"/"+p.System]++
+	}
+	if want := map[string]int{"rack/switchml": 3, "loopback/switchml": 1, "rack/switchml-tree": 2}; !maps.Equal(count, want) {
+		t.Errorf("a rack of 4 leaves: points %v, want %v (no tree of 2 workers on 4 leaves)", count, want)
+	}
 }
 
 func fakeResult(mode, system string, workers int, bytes int64, tat float64, sweeps ...string) result {

@@ -11,6 +11,18 @@ import (
 )
 
 // procCPU reads a process's CPU time from /proc/<pid>/stat.
+// procsCPU sums procCPU over pids (those that have ended count nothing).
+func procsCPU(pids []int) cpuTime {
+	var t cpuTime
+	for _, pid := range pids {
+		if c, ok := procCPU(pid); ok {
+			t.User += c.User
+			t.Sys += c.Sys
+		}
+	}
+	return t
+}
+
 func procCPU(pid int) (cpuTime, bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {

@@ -17,14 +17,18 @@ import (
 // Systems are the systems the suite knows, in the order tables show them:
 // torch-switchml is PyTorch over the switchml backend (python/), beside
 // PyTorch over Gloo.
-var Systems = []string{"switchml", "torch-switchml", "gloo", "ring", "mpi"}
+// switchml-tree is SwitchML through two levels of switches (leaves and a
+// spine), on a rack built with RackLeaves.
+var Systems = []string{"switchml", "switchml-tree", "torch-switchml", "gloo", "ring", "mpi"}
 
 // DefaultSystems are those the default run compares; torch-switchml runs
 // when named.
 var DefaultSystems = []string{"switchml", "gloo", "ring", "mpi"}
 
 // runsOnSwitch tells the systems whose workers join the suite's switch.
-func runsOnSwitch(system string) bool { return system == "switchml" || system == "torch-switchml" }
+func runsOnSwitch(system string) bool {
+	return system == "switchml" || system == "switchml-tree" || system == "torch-switchml"
+}
 
 // Modes are the topologies the suite runs on: the emulated rack (network
 // namespaces, needs root) and loopback (127.0.0.1).
@@ -71,6 +75,10 @@ type Options struct {
 	// SwitchShards is the software switch's number of data-plane shards
 	// (switch --shards; zero or one: one).
 	SwitchShards int `json:"switch_shards,omitempty"`
+	// RackLeaves, when 2 or more, builds the rack as a two-level tree
+	// (rack.Config.Leaves) with non-blocking trunks: every system crosses
+	// it, and switchml-tree aggregates at the leaves and the spine.
+	RackLeaves int `json:"rack_leaves,omitempty"`
 
 	LoopbackWorkers int   `json:"loopback_workers"`
 	LoopbackSize    int64 `json:"loopback_size_bytes"`
@@ -131,6 +139,9 @@ func DefaultOptions() Options {
 func (o *Options) check() error {
 	if o.Rate <= 0 || o.Iters < 1 || o.Warmup < 0 || o.BaseWorkers < 1 || o.LoopbackWorkers < 1 || o.Lanes < 1 || o.Window < 1 {
 		return errors.New("benchmarks: want Rate > 0, Iters >= 1, Warmup >= 0 and positive BaseWorkers, LoopbackWorkers, Lanes and Window")
+	}
+	if slices.Contains(o.Systems, "switchml-tree") && o.RackLeaves < 2 {
+		return errors.New("benchmarks: switchml-tree runs on a rack built as a tree: set RackLeaves (--rack-leaves) to 2 or more")
 	}
 	if o.SwitchShards < 0 || o.SwitchShards > fabric.MaxShards {
 		return fmt.Errorf("benchmarks: SwitchShards %d, want 0..%d", o.SwitchShards, fabric.MaxShards)
@@ -194,6 +205,9 @@ func Plan(o *Options) []Point {
 		}
 		if p.System == "mpi" && p.Mode == "rack" {
 			return // mpirun would need a launcher across namespaces
+		}
+		if p.System == "switchml-tree" && (p.Mode != "rack" || o.RackLeaves < 2 || p.Workers < o.RackLeaves) {
+			return // a tree needs the rack's leaves, and a worker under each
 		}
 		if runsOnSwitch(p.System) {
 			p.PacketElements = cmp0(p.PacketElements, o.PacketElements)

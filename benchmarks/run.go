@@ -112,6 +112,7 @@ type driver struct {
 	file      resultsFile
 	rack      *rack.Rack
 	rackFab   *fabric.Fabric
+	treeFab   *fabric.Fabric
 	loopFab   *fabric.Fabric
 	gloo      string // path of the PyTorch script, "" if Gloo is unavailable
 	glooWhy   string
@@ -222,14 +223,17 @@ func (b *driver) runPoint(ctx context.Context, idx int, p Point) (res result) {
 		}
 	}
 	var fab *fabric.Fabric
-	switchPID := 0
+	var switchPIDs []int // the switch, or every switch of a tree
 	if runsOnSwitch(p.System) {
 		var err error
-		if fab, err = b.fabric(ctx, p.Mode); err != nil {
+		if fab, err = b.fabric(ctx, p.Mode, p.System); err != nil {
 			return fail(err)
 		}
 		sw, _ := fab.Procs()
-		switchPID = sw.Cmd().Process.Pid
+		switchPIDs = append(switchPIDs, sw.Cmd().Process.Pid)
+		for _, l := range fab.LeafProcs() {
+			switchPIDs = append(switchPIDs, l.Cmd().Process.Pid)
+		}
 	}
 	pctx, cancel := context.WithTimeout(ctx, b.pointTimeout(p))
 	defer cancel()
@@ -240,7 +244,7 @@ func (b *driver) runPoint(ctx context.Context, idx int, p Point) (res result) {
 	}
 	var sw0 cpuTime
 	if fab != nil {
-		sw0, _ = procCPU(switchPID)
+		sw0 = procsCPU(switchPIDs)
 	}
 	m0 := readMachineCPU()
 
@@ -249,7 +253,7 @@ func (b *driver) runPoint(ctx context.Context, idx int, p Point) (res result) {
 	m1 := readMachineCPU()
 	res.MachineBusy, res.MachineSoftirq = m1.since(m0)
 	if fab != nil {
-		if sw1, ok := procCPU(switchPID); ok {
+		if sw1 := procsCPU(switchPIDs); sw1.User+sw1.Sys > 0 {
 			d := cpuTime{User: sw1.User - sw0.User, Sys: sw1.Sys - sw0.Sys}
 			res.SwitchCPU = &d
 			res.SwitchCPUPerOp = d.total() / float64(b.o.Warmup+b.o.Iters)
@@ -262,6 +266,9 @@ func (b *driver) runPoint(ctx context.Context, idx int, p Point) (res result) {
 					Bytes: q1[i].Bytes - q0[i].Bytes, Drops: q1[i].Drops - q0[i].Drops, Overlimits: q1[i].Overlimits - q0[i].Overlimits}
 				if q1[i].Up {
 					d.Direction = "upload"
+				}
+				if q1[i].Trunk() {
+					d.Direction = "trunk-" + d.Direction
 				}
 				if d.Worker < p.Workers {
 					res.Qdisc = append(res.Qdisc, d)

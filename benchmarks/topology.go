@@ -20,13 +20,17 @@ func (b *driver) buildRack(ctx context.Context, points []Point) error {
 	}
 	fmt.Fprintf(b.o.Progress, "building the rack: %d workers, %g Mbit/s ports, MTU %d (namespaces %s*)\n", n, b.o.Rate, b.o.MTU, b.o.Prefix)
 	r, err := rack.New(ctx, rack.Config{Workers: n, RateMbit: b.o.Rate, MTU: b.o.MTU, Prefix: b.o.Prefix,
-		Subnet: b.o.Subnet, BurstBytes: b.o.Burst, LimitBytes: b.o.Limit})
+		Subnet: b.o.Subnet, BurstBytes: b.o.Burst, LimitBytes: b.o.Limit, Leaves: b.o.RackLeaves})
 	if err != nil {
 		return err
 	}
 	b.rack = r
 	b.probed = map[float64]bool{}
-	b.file.Environment["rack"] = map[string]any{"workers": n, "mtu": b.o.MTU, "switch_ip": r.SwitchIP(), "prefix": b.o.Prefix}
+	b.file.Environment["rack"] = map[string]any{"workers": n, "mtu": b.o.MTU, "switch_ip": r.SwitchIP(), "prefix": b.o.Prefix,
+		"leaves": r.Leaves(), "trunk_ratio": r.TrunkRatio()}
+	if r.Leaves() > 0 {
+		fmt.Fprintf(b.o.Progress, "the rack is a tree: %d leaves, trunks at %g times the port rate\n", r.Leaves(), r.TrunkRatio())
+	}
 	return nil
 }
 
@@ -56,10 +60,13 @@ func (b *driver) setRate(ctx context.Context, rate float64) error {
 // on first use and kept up across its points; one that crashed is replaced.
 // On the rack both run in the switch's namespace on the bridge's address,
 // so that SwitchML traffic crosses each worker's port once each way.
-func (b *driver) fabric(ctx context.Context, mode string) (*fabric.Fabric, error) {
+func (b *driver) fabric(ctx context.Context, mode, system string) (*fabric.Fabric, error) {
 	cur := &b.loopFab
 	if mode == "rack" {
 		cur = &b.rackFab
+	}
+	if system == "switchml-tree" {
+		cur = &b.treeFab
 	}
 	if f := *cur; f != nil {
 		if !f.Exited() {
@@ -71,7 +78,14 @@ func (b *driver) fabric(ctx context.Context, mode string) (*fabric.Fabric, error
 	// The switch must take the largest packet a sweep may ask for.
 	cfg := fabric.Config{MaxElements: 2048, Shards: b.o.SwitchShards, Echo: b.o.Verbose,
 		Command: func(args ...string) *exec.Cmd { return exec.Command(b.exe, args...) }}
-	if mode == "rack" {
+	switch {
+	case system == "switchml-tree":
+		cfg.Shards = 0
+		var err error
+		if cfg, err = b.rack.TreeFabric(context.WithoutCancel(ctx), b.exe, cfg); err != nil {
+			return nil, err
+		}
+	case mode == "rack":
 		// The fabric outlives the point that starts it: the driver stops
 		// it when the topology is done.
 		cfg = b.rack.Fabric(context.WithoutCancel(ctx), b.exe, cfg)
@@ -107,6 +121,10 @@ func (b *driver) close() {
 }
 
 func (b *driver) closeRack() {
+	if b.treeFab != nil {
+		b.file.Fabric["rack-tree"] = stopFabric(b.treeFab)
+		b.treeFab = nil
+	}
 	if b.rackFab != nil {
 		b.file.Fabric["rack"] = stopFabric(b.rackFab)
 		b.rackFab = nil

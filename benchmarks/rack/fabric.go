@@ -2,6 +2,7 @@ package rack
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os/exec"
 
@@ -39,4 +40,45 @@ func DialIn(ns string) func(ctx context.Context, addr string) (net.Conn, error) 
 		})
 		return c, err
 	}
+}
+
+// Ports of a tree fabric's spine, beside the one switch's in the same
+// namespace; each leaf serves on LeafIP with the one switch's ports.
+const (
+	TreeDataplanePort  = "48872"
+	TreeControllerPort = "50061"
+	TreeP4RuntimeAddr  = "127.0.0.1:9569"
+)
+
+// TreeFabric completes cfg so that fabric.Start runs a two-level tree in a
+// rack built with leaves: the spine and the controller in the switch
+// namespace, leaf k's switch in leaf k's namespace on LeafIP(k), with the
+// workers under it.
+func (r *Rack) TreeFabric(ctx context.Context, exe string, cfg fabric.Config) (fabric.Config, error) {
+	if r.Leaves() < 2 {
+		return cfg, fmt.Errorf("rack: a tree fabric needs a rack with 2 or more leaves (this one has %d)", r.Leaves())
+	}
+	ns := r.SwitchNS()
+	cfg.Dataplane = net.JoinHostPort(r.SwitchIP(), TreeDataplanePort)
+	cfg.Controller = net.JoinHostPort(r.SwitchIP(), TreeControllerPort)
+	cfg.P4Runtime = TreeP4RuntimeAddr
+	cfg.Command = func(args ...string) *exec.Cmd { return r.Command(ctx, ns, exe, args...) }
+	cfg.Dial = DialIn(ns)
+	cfg.Leaves = nil
+	for k := range r.Leaves() {
+		var workers []string
+		for i := range r.Workers() {
+			if r.LeafOf(i) == k {
+				workers = append(workers, r.WorkerIP(i)+"/32")
+			}
+		}
+		leafNS := r.LeafNS(k)
+		cfg.Leaves = append(cfg.Leaves, fabric.Leaf{
+			Dataplane: net.JoinHostPort(r.LeafIP(k), DataplanePort),
+			P4Runtime: net.JoinHostPort(r.LeafIP(k), "9559"),
+			Workers:   workers,
+			Command:   func(args ...string) *exec.Cmd { return r.Command(ctx, leafNS, exe, args...) },
+		})
+	}
+	return cfg, nil
 }

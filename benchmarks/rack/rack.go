@@ -9,6 +9,13 @@
 // an aggregation engine would, and traffic between two workers crosses the
 // bridge through both of their shaped ports, as it would cross a ToR switch.
 //
+// With Config.Leaves the rack is a two-level tree: each leaf has a
+// namespace with a bridge of its own, its workers' ports join that bridge,
+// and a shaped trunk joins it to the switch namespace's bridge (the spine).
+// All addresses stay in one subnet: a worker reaches SwitchIP through its
+// leaf and the trunk, and a process in leaf k's namespace listening on
+// LeafIP(k) sits where a leaf switch's aggregation engine would.
+//
 // Everything is named from Config.Prefix, so a rack can be torn down by name:
 // Close removes what New built, and New (or Cleanup) first removes the leftovers
 // of an earlier run with the same prefix that could not clean up after itself.
@@ -66,7 +73,20 @@ type Config struct {
 	// BurstBytes and LimitBytes override the tbf bucket size and queue length
 	// that Shaping derives from the rate; zero means derived.
 	BurstBytes, LimitBytes int
+	// Leaves, when 2 or more, builds a two-level tree: worker i sits under
+	// leaf i*Leaves/Workers, each leaf (namespace <prefix>l<k>, address
+	// LeafIP(k)) joined to the spine's bridge by a trunk. Zero or one: the
+	// flat rack.
+	Leaves int
+	// TrunkRatio sets each trunk's rate to TrunkRatio times the port rate,
+	// both ways; zero means the leaf's most workers, a non-blocking tree
+	// (a trunk carries what all of its leaf's ports can).
+	TrunkRatio float64
 }
+
+// MaxLeaves bounds Config.Leaves: leaf addresses sit between the bridge's
+// and the workers'.
+const MaxLeaves = 8
 
 // Shaping returns the tbf bucket (burst) and queue limit, in bytes, for a rate.
 //
@@ -90,12 +110,16 @@ func Shaping(rateMbit float64, mtu int) (burst, limit int) {
 }
 
 // Port is one shaped interface: Dev in namespace NS shapes traffic leaving
-// it, which is Worker's upload (Up) or download (!Up).
+// it, which is Worker's upload (Up) or download (!Up). A trunk of a tree has
+// Worker -1-k for leaf k; Up is then towards the spine.
 type Port struct {
 	NS, Dev string
 	Worker  int
 	Up      bool
 }
+
+// Trunk reports whether p joins a leaf to the spine.
+func (p Port) Trunk() bool { return p.Worker < 0 }
 
 // Rack is a built rack. Its methods are safe for concurrent use.
 type Rack struct {
@@ -103,6 +127,7 @@ type Rack struct {
 	base       netip.Addr
 	switchNS   string
 	workerNS   []string
+	leafNS     []string
 	ports      []Port
 	mu         sync.Mutex
 	rate       float64
@@ -141,6 +166,18 @@ func (c *Config) fill() (netip.Addr, error) {
 	if c.BurstBytes < 0 || c.LimitBytes < 0 {
 		return netip.Addr{}, fmt.Errorf("rack: BurstBytes and LimitBytes must not be negative")
 	}
+	if c.Leaves < 0 || c.Leaves > MaxLeaves || c.Leaves > c.Workers {
+		return netip.Addr{}, fmt.Errorf("rack: Leaves = %d, want 0..%d and at most one per worker (%d workers)", c.Leaves, MaxLeaves, c.Workers)
+	}
+	if c.Leaves == 1 {
+		c.Leaves = 0
+	}
+	if c.TrunkRatio < 0 {
+		return netip.Addr{}, fmt.Errorf("rack: TrunkRatio = %v must not be negative", c.TrunkRatio)
+	}
+	if c.Leaves > 1 && c.TrunkRatio == 0 {
+		c.TrunkRatio = float64((c.Workers + c.Leaves - 1) / c.Leaves)
+	}
 	return p.Masked().Addr(), nil
 }
 
@@ -166,6 +203,9 @@ func New(ctx context.Context, cfg Config) (*Rack, error) {
 	for i := range cfg.Workers {
 		r.workerNS = append(r.workerNS, fmt.Sprintf("%sw%d", cfg.Prefix, i))
 	}
+	for k := range cfg.Leaves {
+		r.leafNS = append(r.leafNS, fmt.Sprintf("%sl%d", cfg.Prefix, k))
+	}
 	if err := r.build(ctx); err != nil {
 		r.Close()
 		return nil, err
@@ -182,20 +222,43 @@ func (r *Rack) build(ctx context.Context) error {
 		{"ip", "-n", sw, "link", "add", "br0", "mtu", mtu, "type", "bridge", "stp_state", "0", "forward_delay", "0"},
 		{"ip", "-n", sw, "addr", "add", r.SwitchIP() + "/24", "dev", "br0"},
 	}
-	for i, ns := range r.workerNS {
-		tmp := fmt.Sprintf("%sv%d", r.cfg.Prefix, i)
-		port := fmt.Sprintf("p%d", i)
+	for k, ns := range r.leafNS {
+		tmp := fmt.Sprintf("%st%d", r.cfg.Prefix, k)
+		up := fmt.Sprintf("u%d", k)
 		steps = append(steps,
 			[]string{"ip", "netns", "add", ns},
 			[]string{"ip", "-n", ns, "link", "set", "lo", "up"},
-			[]string{"ip", "link", "add", tmp, "mtu", mtu, "netns", ns, "type", "veth", "peer", "name", port, "mtu", mtu, "netns", sw},
+			[]string{"ip", "-n", ns, "link", "add", "br0", "mtu", mtu, "type", "bridge", "stp_state", "0", "forward_delay", "0"},
+			[]string{"ip", "-n", ns, "addr", "add", r.LeafIP(k) + "/24", "dev", "br0"},
+			[]string{"ip", "link", "add", tmp, "mtu", mtu, "netns", ns, "type", "veth", "peer", "name", up, "mtu", mtu, "netns", sw},
+			[]string{"ip", "-n", ns, "link", "set", tmp, "name", "trunk"},
+			[]string{"ip", "-n", ns, "link", "set", "trunk", "master", "br0"},
+			[]string{"ip", "-n", ns, "link", "set", "trunk", "up"},
+			[]string{"ip", "-n", sw, "link", "set", up, "master", "br0"},
+			[]string{"ip", "-n", sw, "link", "set", up, "up"},
+			[]string{"ip", "-n", ns, "link", "set", "br0", "up"},
+		)
+		// Leaf k's trunk: upward from the leaf, downward from the spine.
+		r.ports = append(r.ports, Port{NS: ns, Dev: "trunk", Worker: -1 - k, Up: true}, Port{NS: sw, Dev: up, Worker: -1 - k})
+	}
+	for i, ns := range r.workerNS {
+		tmp := fmt.Sprintf("%sv%d", r.cfg.Prefix, i)
+		port := fmt.Sprintf("p%d", i)
+		bridgeNS := sw
+		if len(r.leafNS) > 0 {
+			bridgeNS = r.leafNS[r.LeafOf(i)]
+		}
+		steps = append(steps,
+			[]string{"ip", "netns", "add", ns},
+			[]string{"ip", "-n", ns, "link", "set", "lo", "up"},
+			[]string{"ip", "link", "add", tmp, "mtu", mtu, "netns", ns, "type", "veth", "peer", "name", port, "mtu", mtu, "netns", bridgeNS},
 			[]string{"ip", "-n", ns, "link", "set", tmp, "name", "eth0"},
 			[]string{"ip", "-n", ns, "addr", "add", r.WorkerIP(i) + "/24", "dev", "eth0"},
 			[]string{"ip", "-n", ns, "link", "set", "eth0", "up"},
-			[]string{"ip", "-n", sw, "link", "set", port, "master", "br0"},
-			[]string{"ip", "-n", sw, "link", "set", port, "up"},
+			[]string{"ip", "-n", bridgeNS, "link", "set", port, "master", "br0"},
+			[]string{"ip", "-n", bridgeNS, "link", "set", port, "up"},
 		)
-		r.ports = append(r.ports, Port{NS: ns, Dev: "eth0", Worker: i, Up: true}, Port{NS: sw, Dev: port, Worker: i})
+		r.ports = append(r.ports, Port{NS: ns, Dev: "eth0", Worker: i, Up: true}, Port{NS: bridgeNS, Dev: port, Worker: i})
 	}
 	steps = append(steps, []string{"ip", "-n", sw, "link", "set", "br0", "up"})
 	for _, s := range steps {
@@ -223,15 +286,19 @@ func (r *Rack) SetRate(rateMbit float64) error {
 	if r.closed {
 		return errors.New("rack: closed")
 	}
-	burst, limit := r.shaping(rateMbit)
 	for _, p := range r.ports {
+		rate := rateMbit
+		if p.Trunk() {
+			rate *= r.cfg.TrunkRatio
+		}
+		burst, limit := r.shaping(rate)
 		var err error
 		if rateMbit == 0 {
 			// Deleting a root qdisc that is not there fails; that is fine.
 			_ = run("tc", "-n", p.NS, "qdisc", "del", "dev", p.Dev, "root")
 		} else {
 			err = run("tc", "-n", p.NS, "qdisc", "replace", "dev", p.Dev, "root", "tbf",
-				"rate", fmtRate(rateMbit), "burst", strconv.Itoa(burst), "limit", strconv.Itoa(limit))
+				"rate", fmtRate(rate), "burst", strconv.Itoa(burst), "limit", strconv.Itoa(limit))
 		}
 		if err != nil {
 			return err
@@ -276,8 +343,34 @@ func (r *Rack) SwitchNS() string { return r.switchNS }
 // WorkerNS is the name of worker i's namespace.
 func (r *Rack) WorkerNS(i int) string { return r.workerNS[i] }
 
-// SwitchIP is the bridge's address, reachable from every worker.
+// SwitchIP is the bridge's address, reachable from every worker (the
+// spine's, in a tree).
 func (r *Rack) SwitchIP() string { return r.addr(1) }
+
+// Leaves is the number of leaves (0: a flat rack).
+func (r *Rack) Leaves() int { return len(r.leafNS) }
+
+// LeafNS is the name of leaf k's namespace.
+func (r *Rack) LeafNS(k int) string { return r.leafNS[k] }
+
+// LeafIP is the address of leaf k's bridge.
+func (r *Rack) LeafIP(k int) string { return r.addr(2 + k) }
+
+// LeafOf is the leaf worker i sits under (0 in a flat rack).
+func (r *Rack) LeafOf(i int) int {
+	if len(r.leafNS) == 0 {
+		return 0
+	}
+	return i * len(r.leafNS) / len(r.workerNS)
+}
+
+// TrunkRatio is the trunks' rate over the ports' (0 in a flat rack).
+func (r *Rack) TrunkRatio() float64 {
+	if len(r.leafNS) == 0 {
+		return 0
+	}
+	return r.cfg.TrunkRatio
+}
 
 // WorkerIP is worker i's address (on its eth0).
 func (r *Rack) WorkerIP(i int) string { return r.addr(10 + i) }
@@ -288,8 +381,8 @@ func (r *Rack) addr(host int) string {
 	return netip.AddrFrom4(b).String()
 }
 
-// Ports lists the shaped interfaces: for each worker, its upload port then
-// its download port.
+// Ports lists the shaped interfaces: each leaf's trunk up then down, then
+// for each worker, its upload port then its download port.
 func (r *Rack) Ports() []Port { return append([]Port(nil), r.ports...) }
 
 // Command returns a command that runs name in namespace ns (through
@@ -395,7 +488,7 @@ func Cleanup(prefix string) error {
 	if !prefixRE.MatchString(prefix) {
 		return fmt.Errorf("rack: Prefix %q: want 1..8 characters of [a-z0-9], starting with a letter", prefix)
 	}
-	mine := regexp.MustCompile(`^` + prefix + `(s|w[0-9]+)$`)
+	mine := regexp.MustCompile(`^` + prefix + `(s|[wl][0-9]+)$`)
 	var errs []error
 	for _, ns := range namespaces() {
 		if !mine.MatchString(ns) {
@@ -409,7 +502,7 @@ func Cleanup(prefix string) error {
 	// A veth pair is created in the root namespace only if a build failed
 	// between creating and moving it; normally there is nothing to do.
 	if b, err := output("ip", "-o", "link", "show"); err == nil {
-		dev := regexp.MustCompile(`^\d+: (` + prefix + `v[0-9]+)[@:]`)
+		dev := regexp.MustCompile(`^\d+: (` + prefix + `[vt][0-9]+)[@:]`)
 		for _, line := range strings.Split(string(b), "\n") {
 			if m := dev.FindStringSubmatch(line); m != nil {
 				if err := run("ip", "link", "del", m[1]); err != nil {
@@ -423,7 +516,7 @@ func Cleanup(prefix string) error {
 
 // Namespaces lists the rack namespaces that exist with this prefix.
 func Namespaces(prefix string) []string {
-	mine := regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `(s|w[0-9]+)$`)
+	mine := regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `(s|[wl][0-9]+)$`)
 	var out []string
 	for _, ns := range namespaces() {
 		if mine.MatchString(ns) {

@@ -213,3 +213,45 @@ func TestCleanupLeftovers(t *testing.T) {
 		t.Errorf("interfaces named %s left in the root namespace", prefix)
 	}
 }
+
+// TestRackTree builds a rack of two leaves: workers reach the spine, their
+// leaf and a worker under the other leaf; the trunks are shaped at the leaf's
+// worker count times the port rate, and Close removes the leaves too.
+func TestRackTree(t *testing.T) {
+	needRoot(t)
+	prefix := testPrefix("t")
+	ctx := context.Background()
+	r, err := New(ctx, Config{Workers: 4, RateMbit: 100, Prefix: prefix, Subnet: "10.214.9.0/24", Leaves: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	if r.Leaves() != 2 || r.LeafOf(1) != 0 || r.LeafOf(2) != 1 || r.TrunkRatio() != 2 || r.LeafIP(1) != "10.214.9.3" {
+		t.Fatalf("leaves %d, worker 1 under %d, worker 2 under %d, trunk ratio %g, leaf 1 at %s",
+			r.Leaves(), r.LeafOf(1), r.LeafOf(2), r.TrunkRatio(), r.LeafIP(1))
+	}
+	reach(t, r, r.WorkerNS(0), r.SwitchNS(), r.SwitchIP())
+	reach(t, r, r.WorkerNS(1), r.LeafNS(0), r.LeafIP(0))
+	reach(t, r, r.WorkerNS(0), r.WorkerNS(3), r.WorkerIP(3))
+	reach(t, r, r.SwitchNS(), r.LeafNS(1), r.LeafIP(1))
+	trunks := 0
+	for _, p := range r.Ports() {
+		if !p.Trunk() {
+			continue
+		}
+		trunks++
+		out, err := exec.Command("tc", "-n", p.NS, "qdisc", "show", "dev", p.Dev, "root").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "rate 200Mbit") {
+			t.Errorf("trunk %s/%s: %v: %s, want a 200Mbit tbf (2 workers x 100)", p.NS, p.Dev, err, out)
+		}
+	}
+	if trunks != 4 {
+		t.Errorf("%d trunk ports, want 4 (2 leaves, both ways)", trunks)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if left := Namespaces(prefix); len(left) > 0 {
+		t.Errorf("namespaces left after Close: %v", left)
+	}
+}

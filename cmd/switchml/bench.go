@@ -15,6 +15,7 @@ import (
 
 	"github.com/switchml/switchml-go/benchmarks"
 	"github.com/switchml/switchml-go/benchmarks/progress"
+	"github.com/switchml/switchml-go/benchmarks/rack"
 	"github.com/switchml/switchml-go/p4/fabric"
 )
 
@@ -107,7 +108,7 @@ func parseBenchFlags(args []string, out io.Writer) (benchCommand, error) {
 	fs.StringVar(&o.Name, "name", "", "run name; results go to benchmarks/results/<name> (default: the date and time)")
 	fs.StringVar(&o.Out, "out", "", "output directory (default benchmarks/results/<name>)")
 	modes := fs.String("modes", strings.Join(o.Modes, ","), "topologies: rack (network namespaces), loopback (127.0.0.1)")
-	systems := fs.String("systems", strings.Join(o.Systems, ","), "systems to run: switchml, torch-switchml (PyTorch over the switchml backend), gloo, ring, mpi (mpi runs on loopback only)")
+	systems := fs.String("systems", strings.Join(o.Systems, ","), "systems to run: switchml, switchml-tree (two levels of switches; needs --rack-leaves), torch-switchml (PyTorch over the switchml backend), gloo, ring, mpi (mpi runs on loopback only)")
 	sweeps := fs.String("sweeps", strings.Join(o.Sweeps, ","), "sweeps to run (see above)")
 	workers := fs.String("workers", joinList(o.Workers, strconv.Itoa), "worker counts of the workers sweep")
 	size := fs.String("size", benchmarks.FormatSize(o.Size), "tensor size of the workers sweep and of the base point")
@@ -122,6 +123,7 @@ func parseBenchFlags(args []string, out io.Writer) (benchCommand, error) {
 	windowSweep := fs.String("window-sweep", joinList(o.Windows, strconv.Itoa), "windows of the window sweep")
 	fs.IntVar(&o.Lanes, "lanes", o.Lanes, "SwitchML lanes per worker")
 	fs.IntVar(&o.SwitchShards, "switch-shards", 1, "data-plane shards of the software switch (switch --shards); a job needs as many lanes to use them all")
+	fs.IntVar(&o.RackLeaves, "rack-leaves", 0, "build the rack as a two-level tree with this many leaves (2..8), each joined to the spine by a non-blocking trunk; every system crosses it, switchml-tree aggregates at the leaves")
 	fs.DurationVar(&o.SMLTimeout, "switchml-timeout", o.SMLTimeout, "SwitchML retransmission timeout (default: the library's)")
 	fs.IntVar(&o.LoopbackWorkers, "loopback-workers", o.LoopbackWorkers, "workers of the loopback comparison")
 	loopbackSize := fs.String("loopback-size", benchmarks.FormatSize(o.LoopbackSize), "tensor size of the loopback comparison")
@@ -188,6 +190,12 @@ func parseBenchFlags(args []string, out io.Writer) (benchCommand, error) {
 	}
 	if o.SwitchShards < 1 || o.SwitchShards > fabric.MaxShards {
 		return bad("switch-shards", fmt.Errorf("%d: want 1..%d", o.SwitchShards, fabric.MaxShards))
+	}
+	if o.RackLeaves != 0 && (o.RackLeaves < 2 || o.RackLeaves > rack.MaxLeaves) {
+		return bad("rack-leaves", fmt.Errorf("%d: want 2..%d (0: a flat rack)", o.RackLeaves, rack.MaxLeaves))
+	}
+	if slices.Contains(o.Systems, "switchml-tree") && o.RackLeaves < 2 {
+		return bad("systems", errors.New("switchml-tree runs on a tree: give --rack-leaves 2 or more"))
 	}
 	if len(benchmarks.Plan(o)) == 0 {
 		return bad("sweeps", errors.New("the chosen modes, sweeps and systems give no point to run"))

@@ -19,11 +19,13 @@ package fabric
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -94,6 +96,25 @@ type Config struct {
 	// collectors (Switch.Collector, controller.JobService.Collector);
 	// subprocesses take --metrics ADDR in SwitchArgs and ControllerArgs.
 	Metrics prometheus.Registerer
+
+	// Leaves, if set, make the fabric a two-level tree (subprocesses
+	// only): the switch at Dataplane is the spine, each leaf a switch
+	// started with --parent, and the controller programs them all from a
+	// topology file (controller --topology). Workers join at Controller as
+	// always and are sent to their leaf.
+	Leaves []Leaf
+}
+
+// Leaf is one leaf switch of a tree fabric.
+type Leaf struct {
+	// Dataplane and P4Runtime are the leaf's addresses, both required:
+	// the spine and the controller reach it there.
+	Dataplane, P4Runtime string
+	// Workers are the address prefixes of the workers under the leaf.
+	Workers []string
+	// Command, if set, runs the leaf's switch process (default:
+	// Config.Command), for instance inside the leaf's namespace.
+	Command func(args ...string) *exec.Cmd
 }
 
 // Fabric is a running switch and controller. Its methods may be called
@@ -113,6 +134,8 @@ type Fabric struct {
 
 	// subprocesses
 	swProc, ctlProc *Proc
+	leafProcs       []*Proc
+	topologyFile    string
 	command         func(args ...string) *exec.Cmd
 	swArgs, ctlArgs []string
 	echo            bool
@@ -141,6 +164,9 @@ func Start(ctx context.Context, cfg Config) (*Fabric, error) {
 	}
 	if cfg.Command != nil {
 		return startProcs(ctx, cfg)
+	}
+	if len(cfg.Leaves) > 0 {
+		return nil, errors.New("fabric: a tree (Leaves) runs as subprocesses: set Command")
 	}
 	return startInProcess(ctx, cfg)
 }
@@ -278,8 +304,33 @@ func startProcs(ctx context.Context, cfg Config) (*Fabric, error) {
 	f.swArgs = append(swArgs, cfg.SwitchArgs...)
 	f.ctlArgs = append([]string{"controller", "--target", cfg.P4Runtime, "--listen", cfg.Controller, "--dataplane", cfg.Dataplane,
 		"--slots", strconv.Itoa(cfg.Slots), "--max-elements", strconv.Itoa(cfg.MaxElements)}, cfg.ControllerArgs...)
+	if len(cfg.Leaves) > 0 {
+		if shards > 1 {
+			return nil, errors.New("fabric: a tree's spine runs one shard")
+		}
+		if f.topologyFile, err = writeTopology(first, cfg.P4Runtime, cfg.Leaves); err != nil {
+			return nil, err
+		}
+		f.ctlArgs = append([]string{"controller", "--topology", f.topologyFile, "--listen", cfg.Controller,
+			"--slots", strconv.Itoa(cfg.Slots), "--max-elements", strconv.Itoa(cfg.MaxElements)}, cfg.ControllerArgs...)
+	}
 	if f.swProc, err = StartProc("switch", cfg.Echo, cfg.Command(f.swArgs...)); err != nil {
+		f.Close()
 		return nil, err
+	}
+	for k, l := range cfg.Leaves {
+		command := l.Command
+		if command == nil {
+			command = cfg.Command
+		}
+		args := append([]string{"switch", "--dataplane", l.Dataplane, "--p4rt", l.P4Runtime, "--parent", first,
+			"--slots", strconv.Itoa(cfg.Slots), "--max-elements", strconv.Itoa(cfg.MaxElements), "--max-workers", strconv.Itoa(cfg.MaxWorkers)}, cfg.SwitchArgs...)
+		p, err := StartProc(fmt.Sprintf("leaf%d", k), cfg.Echo, command(args...))
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		f.leafProcs = append(f.leafProcs, p)
 	}
 	if f.ctlProc, err = StartProc("controller", cfg.Echo, cfg.Command(f.ctlArgs...)); err != nil {
 		f.Close()
@@ -288,26 +339,30 @@ func startProcs(ctx context.Context, cfg Config) (*Fabric, error) {
 	rctx, cancel := context.WithTimeout(ctx, cfg.ReadyTimeout)
 	defer cancel()
 	stop := make(chan struct{})
-	swDone, ctlDone := f.swProc.Done(), f.ctlProc.Done()
 	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		select {
-		case <-swDone:
-		case <-ctlDone:
-		case <-stop:
-		}
-		cancel()
-	}()
+	var watch sync.WaitGroup
+	for _, p := range append([]*Proc{f.swProc, f.ctlProc}, f.leafProcs...) {
+		watch.Go(func() {
+			select {
+			case <-p.Done():
+				cancel()
+			case <-stop:
+			}
+		})
+	}
+	go func() { watch.Wait(); close(exited) }()
 	defer func() { close(stop); <-exited }()
 	if err := WaitReady(rctx, cfg.Controller, cfg.Dial, cfg.ProbeTLS); err != nil {
 		f.Close()
 		why := err.Error()
-		if f.swProc.Exited() || f.ctlProc.Exited() {
+		if f.Exited() {
 			why = "a process exited"
 		}
-		return nil, fmt.Errorf("fabric: the controller at %s did not come up (%s); switch log:\n%s\ncontroller log:\n%s",
-			cfg.Controller, why, indent(f.swProc.Logs()), indent(f.ctlProc.Logs()))
+		var logs strings.Builder
+		for _, p := range append([]*Proc{f.swProc, f.ctlProc}, f.leafProcs...) {
+			fmt.Fprintf(&logs, "; %s log:\n%s", p.Name(), indent(p.Logs()))
+		}
+		return nil, fmt.Errorf("fabric: the controller at %s did not come up (%s)%s", cfg.Controller, why, logs.String())
 	}
 	return f, nil
 }
@@ -381,6 +436,9 @@ func (f *Fabric) Counters() [pipeline.NumStats]uint64 {
 // Procs are the switch and controller subprocesses (nil in-process).
 func (f *Fabric) Procs() (sw, ctl *Proc) { return f.swProc, f.ctlProc }
 
+// LeafProcs are a tree's leaf switch subprocesses (nil otherwise).
+func (f *Fabric) LeafProcs() []*Proc { return f.leafProcs }
+
 // Exited says whether the switch or the controller has stopped on its own.
 func (f *Fabric) Exited() bool {
 	if f.sw != nil {
@@ -388,7 +446,12 @@ func (f *Fabric) Exited() bool {
 		defer f.mu.Unlock()
 		return f.err != nil
 	}
-	return (f.swProc != nil && f.swProc.Exited()) || (f.ctlProc != nil && f.ctlProc.Exited())
+	for _, p := range append([]*Proc{f.swProc, f.ctlProc}, f.leafProcs...) {
+		if p != nil && p.Exited() {
+			return true
+		}
+	}
+	return false
 }
 
 // Crash kills the switch or the controller subprocess at once (SIGKILL:
@@ -455,7 +518,10 @@ func (f *Fabric) Close() error {
 		return f.err
 	}
 	var errs []error
-	for _, p := range []*Proc{f.ctlProc, f.swProc} {
+	if f.topologyFile != "" {
+		defer os.Remove(f.topologyFile)
+	}
+	for _, p := range append([]*Proc{f.ctlProc, f.swProc}, f.leafProcs...) {
 		if p == nil {
 			continue
 		}
@@ -481,5 +547,40 @@ func (f *Fabric) Logs() map[string]string {
 	if f.ctlProc != nil {
 		out["controller"] = f.ctlProc.Logs()
 	}
+	for _, p := range f.leafProcs {
+		out[p.Name()] = p.Logs()
+	}
 	return out
+}
+
+// writeTopology writes the controller's topology file of a tree fabric.
+func writeTopology(spineDP, spineP4RT string, leaves []Leaf) (string, error) {
+	type sw struct {
+		P4Runtime string   `json:"p4runtime"`
+		Dataplane string   `json:"dataplane"`
+		Workers   []string `json:"workers,omitempty"`
+	}
+	topo := struct {
+		Spine  sw   `json:"spine"`
+		Leaves []sw `json:"leaves"`
+	}{Spine: sw{P4Runtime: spineP4RT, Dataplane: spineDP}}
+	for k, l := range leaves {
+		if l.Dataplane == "" || l.P4Runtime == "" || len(l.Workers) == 0 {
+			return "", fmt.Errorf("fabric: leaf %d needs Dataplane, P4Runtime and Workers", k)
+		}
+		topo.Leaves = append(topo.Leaves, sw{P4Runtime: l.P4Runtime, Dataplane: l.Dataplane, Workers: l.Workers})
+	}
+	b, err := json.MarshalIndent(topo, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	fh, err := os.CreateTemp("", "switchml-topology-*.json")
+	if err != nil {
+		return "", fmt.Errorf("fabric: topology file: %w", err)
+	}
+	defer fh.Close()
+	if _, err := fh.Write(b); err != nil {
+		return "", fmt.Errorf("fabric: topology file: %w", err)
+	}
+	return fh.Name(), nil
 }
