@@ -3,6 +3,7 @@ package benchmarks
 import (
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -251,5 +252,38 @@ func wantLines(t *testing.T, what, text string, wants ...string) {
 		if !strings.Contains(text, want) {
 			t.Errorf("%s lacks %q:\n%s", what, want, text)
 		}
+	}
+}
+
+// TestJobStats: two jobs of two ranks; the second twice as slow and
+// starting later. Per-job medians, Jain's index and the overlap follow.
+func TestJobStats(t *testing.T) {
+	rep := func(start, end float64, tats ...float64) rankReport {
+		return rankReport{TATs: tats, Verified: true, start: start, end: end}
+	}
+	reps := []rankReport{
+		rep(100, 110, 1, 2, 1), rep(100, 110.5, 1.5, 1, 1),
+		rep(104, 120, 2, 2, 2), rep(105, 120, 2, 3, 2),
+	}
+	reps[3].Verified = false
+	var res result
+	p := Point{Workers: 2, Jobs: 2, Bytes: 1e6 / 8 * 4, RateMbit: 10}
+	jobStats(&res, reps, p)
+	if len(res.JobResults) != 2 {
+		t.Fatalf("%d jobs", len(res.JobResults))
+	}
+	j0, j1 := res.JobResults[0], res.JobResults[1]
+	if j0.MedianTAT != 1.5 || j1.MedianTAT != 2 || !j0.Verified || j1.Verified {
+		t.Errorf("jobs %+v %+v: want medians 1.5 and 2 (slowest rank per call), the second not verified", j0, j1)
+	}
+	if j0.Start != 0 || j1.Start != 4 || j1.End != 20 {
+		t.Errorf("windows %+v %+v: want the second from 4 to 20 s", j0, j1)
+	}
+	g0, g1 := 4/1.5, 4/2.0
+	if want := (g0 + g1) * (g0 + g1) / (2 * (g0*g0 + g1*g1)); math.Abs(res.Fairness-want) > 1e-12 || math.Abs(res.AggregateGoodputMbit-(g0+g1)) > 1e-12 {
+		t.Errorf("fairness %v, aggregate %v; want %v and %v", res.Fairness, res.AggregateGoodputMbit, want, g0+g1)
+	}
+	if want := (110.5 - 104) / 20; math.Abs(res.Overlap-want) > 1e-12 {
+		t.Errorf("overlap %v, want %v", res.Overlap, want)
 	}
 }

@@ -36,7 +36,12 @@ var Modes = []string{"rack", "loopback"}
 
 // Sweeps are the sweeps the suite knows; each varies one factor around the
 // base point.
-var Sweeps = []string{"workers", "sizes", "rates", "packet", "window", "loopback"}
+// "jobs" (concurrent jobs on one switch, sharing the workers' ports) runs
+// when named.
+var Sweeps = []string{"workers", "sizes", "rates", "packet", "window", "loopback", "jobs"}
+
+// DefaultSweeps are those the default run makes.
+var DefaultSweeps = []string{"workers", "sizes", "rates", "packet", "window", "loopback"}
 
 // Options describe a run of the suite. They are recorded in results.json,
 // which is why every field that shapes the numbers has a JSON name.
@@ -69,6 +74,10 @@ type Options struct {
 	Window         int   `json:"window"`
 	Windows        []int `json:"window_sweep"`
 	Lanes          int   `json:"lanes"`
+	// JobCounts are the numbers of concurrent jobs of the jobs sweep: each
+	// job has BaseWorkers ranks, one in every worker's namespace, so the
+	// jobs share the ports; int32 tensors of TuneSize, checked exactly.
+	JobCounts []int `json:"jobs_sweep,omitempty"`
 	// SMLTimeout is SwitchML's retransmission timeout; zero keeps the
 	// library's default.
 	SMLTimeout time.Duration `json:"switchml_timeout_ns"`
@@ -124,9 +133,10 @@ func DefaultOptions() Options {
 	return Options{
 		Modes:   slices.Clone(Modes),
 		Systems: slices.Clone(DefaultSystems),
-		Sweeps:  slices.Clone(Sweeps),
+		Sweeps:  slices.Clone(DefaultSweeps),
 		Workers: []int{2, 4, 8}, Size: 64 << 20, Sizes: []int64{1 << 20, 4 << 20, 16 << 20, 64 << 20}, TuneSize: 16 << 20,
 		Rate: 200, Rates: []float64{100, 200, 400},
+		JobCounts:   []int{1, 2, 4},
 		BaseWorkers: 4, PacketElements: 256, PacketSweep: []int{64, 128, 256}, Window: 64, Windows: []int{16, 32, 64}, Lanes: 4,
 		LoopbackWorkers: 4, LoopbackSize: 64 << 20,
 		Iters: 5, Warmup: 1, Verify: true,
@@ -139,6 +149,11 @@ func DefaultOptions() Options {
 func (o *Options) check() error {
 	if o.Rate <= 0 || o.Iters < 1 || o.Warmup < 0 || o.BaseWorkers < 1 || o.LoopbackWorkers < 1 || o.Lanes < 1 || o.Window < 1 {
 		return errors.New("benchmarks: want Rate > 0, Iters >= 1, Warmup >= 0 and positive BaseWorkers, LoopbackWorkers, Lanes and Window")
+	}
+	for _, j := range o.JobCounts {
+		if j < 1 {
+			return fmt.Errorf("benchmarks: JobCounts %v: every count must be at least 1", o.JobCounts)
+		}
 	}
 	if slices.Contains(o.Systems, "switchml-tree") && o.RackLeaves < 2 {
 		return errors.New("benchmarks: switchml-tree runs on a rack built as a tree: set RackLeaves (--rack-leaves) to 2 or more")
@@ -175,12 +190,15 @@ type Point struct {
 	PacketElements int     `json:"packet_elements,omitempty"`
 	Window         int     `json:"window,omitempty"`
 	Lanes          int     `json:"lanes,omitempty"`
+	// Jobs, in the jobs sweep, is the number of jobs running at once
+	// (their ranks in the same namespaces); 0 elsewhere.
+	Jobs int `json:"jobs,omitempty"`
 	// Sweeps names the sweeps this point belongs to.
 	Sweeps []string `json:"sweeps"`
 }
 
 func (p Point) key() string {
-	return fmt.Sprintf("%s/%s/%d/%d/%g/%d/%d/%d", p.Mode, p.System, p.Workers, p.Bytes, p.RateMbit, p.PacketElements, p.Window, p.Lanes)
+	return fmt.Sprintf("%s/%s/%d/%d/%g/%d/%d/%d/%d", p.Mode, p.System, p.Workers, p.Bytes, p.RateMbit, p.PacketElements, p.Window, p.Lanes, p.Jobs)
 }
 
 func (p Point) String() string {
@@ -190,6 +208,9 @@ func (p Point) String() string {
 	}
 	if runsOnSwitch(p.System) {
 		s += fmt.Sprintf(" k=%d W=%d L=%d", p.PacketElements, p.Window, p.Lanes)
+	}
+	if p.Jobs > 0 {
+		s += fmt.Sprintf(" jobs=%d", p.Jobs)
 	}
 	return s
 }
@@ -271,6 +292,13 @@ func Plan(o *Options) []Point {
 		}
 		if has("loopback") {
 			add("loopback", Point{Mode: "loopback", System: sys, Workers: o.LoopbackWorkers, Bytes: o.LoopbackSize})
+		}
+		if has("jobs") && (sys == "switchml" || sys == "switchml-tree") {
+			for _, j := range o.JobCounts {
+				p := tune
+				p.Jobs = j
+				add("jobs", p)
+			}
 		}
 	}
 	// Rack points by rate (fewer reshapes), then by system so that a

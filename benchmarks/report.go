@@ -211,6 +211,17 @@ func writeReport(dir string, f *resultsFile) (string, error) {
 		}
 	}
 
+	treeTable(p, x.in("workers", "rack"), o)
+	if rs := x.in("jobs", "rack"); len(rs) > 0 {
+		jobsTable(p, rs, o)
+		p("\n![aggregate goodput against concurrent jobs](goodput_vs_jobs.png)\n\n")
+		if err := plotSweep(filepath.Join(dir, "goodput_vs_jobs.png"), fmt.Sprintf("Concurrent jobs (%d ranks each, %s, %g Mbit/s ports)", o.BaseWorkers, FormatSize(o.TuneSize), o.Rate),
+			"jobs at once", "goodput per port, all jobs (Mbit/s)", rs, func(r result) float64 { return float64(r.Jobs) },
+			func(r result) float64 { return r.AggregateGoodputMbit }, false); err != nil {
+			return "", err
+		}
+	}
+
 	// Sizes sweep.
 	if rs := x.in("sizes", "rack"); len(rs) > 0 {
 		p("## Rack: goodput against tensor size (%d workers, %g Mbit/s ports)\n\n", o.BaseWorkers, o.Rate)
@@ -434,4 +445,51 @@ func torchTable(b *strings.Builder, rs []result) {
 	if header {
 		p("\n")
 	}
+}
+
+// treeTable sets two levels of switches beside one switch and Gloo, from
+// the workers sweep of a rack built as a tree.
+func treeTable(p func(string, ...any), rs []result, o Options) {
+	if !slices.ContainsFunc(rs, func(r result) bool { return r.System == "switchml-tree" }) {
+		return
+	}
+	p("## Rack: two levels of switches against one (%s, %g Mbit/s ports, %d leaves)\n\n", FormatSize(o.Size), o.Rate, o.RackLeaves)
+	p("Every system ran on the same tree: workers split evenly over the leaves, each leaf joined to the spine by a trunk of (workers per leaf) times the port rate. ")
+	p("SwitchML on one switch aggregates at the spine, through the leaves' bridges; with two levels each leaf's switch aggregates its workers and the spine the leaves.\n\n")
+	p("| workers | one switch TAT (s) | two levels TAT (s) | two levels / one switch | Gloo TAT (s) | Gloo / two levels | two levels' efficiency | two levels' retransmits |\n|---|---|---|---|---|---|---|---|\n")
+	for _, n := range values(rs, byWorkers) {
+		one1, ok1 := one(rs, "switchml", byWorkers, n)
+		two, ok2 := one(rs, "switchml-tree", byWorkers, n)
+		gl, okG := one(rs, "gloo", byWorkers, n)
+		if !ok2 {
+			continue
+		}
+		p("| %d | %s | %s | %s | %s | %s | %s | %s |\n", n, cell(one1, ok1), cell(two, ok2), ratio(one1, two, ok1, ok2),
+			cell(gl, okG), ratio(gl, two, okG, ok2), cellf(two, ok2, "%.3f", two.LinkEfficiency), cellf(two, ok2, "%.0f", float64(two.Retransmits)))
+	}
+	p("\n")
+}
+
+// jobsTable shows concurrent jobs: each job's TAT, their sum of goodputs
+// and how evenly they shared the ports.
+func jobsTable(p func(string, ...any), rs []result, o Options) {
+	p("## Rack: concurrent jobs on one switch (%d ranks each, %s int32, %g Mbit/s ports)\n\n", o.BaseWorkers, FormatSize(o.TuneSize), o.Rate)
+	p("Rank r of every job runs in worker r's namespace, so the jobs share each port. Each job sums its own data (a seed per job), checked exactly. ")
+	p("Fairness is Jain's index of the jobs' goodputs (1 = equal shares); overlap is the part of the span during which every job was in its timed calls.\n\n")
+	p("| system | jobs | each job's median TAT (s) | goodput per port, all jobs (Mbit/s) | efficiency | fairness | overlap | sums exact |\n|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rs {
+		if r.Error != "" {
+			p("| %s | %d | %s | | | | | |\n", systemNames[r.System], r.Jobs, r.Error)
+			continue
+		}
+		tats := make([]string, len(r.JobResults))
+		exact := r.Verified
+		for i, j := range r.JobResults {
+			tats[i] = fmt.Sprintf("%.3f", j.MedianTAT)
+			exact = exact && j.Verified
+		}
+		p("| %s | %d | %s | %.1f | %.3f | %.3f | %.2f | %v |\n", systemNames[r.System], r.Jobs, strings.Join(tats, ", "),
+			r.AggregateGoodputMbit, r.LinkEfficiency, r.Fairness, r.Overlap, exact)
+	}
+	p("\n")
 }

@@ -60,6 +60,27 @@ type result struct {
 	QdiscDrops     uint64       `json:"qdisc_drops"`
 	WallS          float64      `json:"wall_s"`
 	Error          string       `json:"error,omitempty"`
+	// JobResults are the jobs of a jobs-sweep point, each on its own.
+	JobResults []jobResult `json:"jobs,omitempty"`
+	// AggregateGoodputMbit is the jobs' goodputs summed (per worker port),
+	// Fairness Jain's index of their goodputs (1: equal shares), and
+	// Overlap the part of the span from the first job's first timed call
+	// to the last job's last during which all jobs were in their timed
+	// calls.
+	AggregateGoodputMbit float64 `json:"aggregate_goodput_mbit,omitempty"`
+	Fairness             float64 `json:"fairness,omitempty"`
+	Overlap              float64 `json:"overlap,omitempty"`
+}
+
+// jobResult is one job of a jobs-sweep point.
+type jobResult struct {
+	MedianTAT   float64 `json:"median_tat_s"`
+	GoodputMbit float64 `json:"goodput_mbit"`
+	// Start and End bound its timed calls, in seconds from the point's
+	// first timed call.
+	Start    float64 `json:"start_s"`
+	End      float64 `json:"end_s"`
+	Verified bool    `json:"verified"`
 }
 
 // resultsFile is results.json.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -308,7 +309,53 @@ func (b *driver) runPoint(ctx context.Context, idx int, p Point) (res result) {
 	if p.RateMbit > 0 {
 		res.LinkEfficiency = res.GoodputMbit / p.RateMbit
 	}
+	if p.Jobs > 0 && len(reps) == p.Jobs*p.Workers {
+		jobStats(&res, reps, p)
+	}
 	return res
+}
+
+// jobStats splits a jobs-sweep point's ranks (job-major) into its jobs.
+func jobStats(res *result, reps []rankReport, p Point) {
+	first, last := math.Inf(1), math.Inf(-1)
+	latestStart, earliestEnd := math.Inf(-1), math.Inf(1)
+	var sum, sumSq float64
+	for j := 0; j < p.Jobs; j++ {
+		ranks := reps[j*p.Workers : (j+1)*p.Workers]
+		jr := jobResult{Verified: true}
+		tats := make([]float64, len(ranks[0].TATs))
+		start, end := math.Inf(1), math.Inf(-1)
+		for _, rep := range ranks {
+			for it, v := range rep.TATs {
+				if it < len(tats) {
+					tats[it] = max(tats[it], v)
+				}
+			}
+			start, end = min(start, rep.start), max(end, rep.end)
+			jr.Verified = jr.Verified && rep.Verified
+		}
+		sort.Float64s(tats)
+		jr.MedianTAT = median(tats)
+		jr.GoodputMbit = float64(p.Bytes*8) / jr.MedianTAT / 1e6
+		jr.Start, jr.End = start, end
+		first, last = min(first, start), max(last, end)
+		latestStart, earliestEnd = max(latestStart, start), min(earliestEnd, end)
+		sum += jr.GoodputMbit
+		sumSq += jr.GoodputMbit * jr.GoodputMbit
+		res.JobResults = append(res.JobResults, jr)
+	}
+	for i := range res.JobResults {
+		res.JobResults[i].Start -= first
+		res.JobResults[i].End -= first
+	}
+	res.AggregateGoodputMbit = sum
+	if p.RateMbit > 0 {
+		res.LinkEfficiency = sum / p.RateMbit
+	}
+	res.Fairness = sum * sum / (float64(p.Jobs) * sumSq)
+	if last > first {
+		res.Overlap = max(0, earliestEnd-latestStart) / (last - first)
+	}
 }
 
 func median(sorted []float64) float64 {

@@ -23,6 +23,7 @@ type rankReport struct {
 	Verified    bool
 	Retransmits uint64
 	cpu         cpuTime
+	start, end  float64 // the timed calls, Unix seconds (SwitchML)
 }
 
 // runSystem starts one process per rank (one mpirun for mpi) and collects
@@ -47,23 +48,37 @@ func (b *driver) runSystem(ctx context.Context, idx int, p Point, fab *fabric.Fa
 	}
 	var cmds []*exec.Cmd
 	switch p.System {
-	case "switchml":
+	case "switchml", "switchml-tree":
 		verify := b.o.Verify && rackMode
-		for r := 0; r < p.Workers; r++ {
-			args := []string{"allreduce", "--controller", fab.ControllerAddr(), "--job", fmt.Sprintf("p%d", idx),
-				"--rank", strconv.Itoa(r), "--workers", strconv.Itoa(p.Workers), "--elements", elements, "--dtype", "float32",
-				"--iters", iters, "--warmup", warmup, "--lanes", strconv.Itoa(p.Lanes), "--window", strconv.Itoa(p.Window),
-				"--packet-elements", strconv.Itoa(p.PacketElements), fmt.Sprintf("--verify=%v", verify), "--json"}
-			if b.o.SMLTimeout > 0 {
-				args = append(args, "--timeout", b.o.SMLTimeout.String())
+		// The jobs sweep runs several jobs at once, rank r of every job in
+		// worker r's namespace; int32 with a seed per job, so that one
+		// job's values in another's sums would show.
+		jobs, dtype := 1, "float32"
+		if p.Jobs > 0 {
+			jobs, dtype, verify = p.Jobs, "int32", b.o.Verify
+		}
+		for j := 0; j < jobs; j++ {
+			name := fmt.Sprintf("p%d", idx)
+			if p.Jobs > 0 {
+				name = fmt.Sprintf("p%d-j%d", idx, j)
 			}
-			if p.PacketElements > 256 {
-				args = append(args, "--extended")
+			for r := 0; r < p.Workers; r++ {
+				args := []string{"allreduce", "--controller", fab.ControllerAddr(), "--job", name,
+					"--rank", strconv.Itoa(r), "--workers", strconv.Itoa(p.Workers), "--elements", elements, "--dtype", dtype,
+					"--iters", iters, "--warmup", warmup, "--lanes", strconv.Itoa(p.Lanes), "--window", strconv.Itoa(p.Window),
+					"--packet-elements", strconv.Itoa(p.PacketElements), fmt.Sprintf("--verify=%v", verify), "--json",
+					"--seed", strconv.Itoa(j + 1)}
+				if b.o.SMLTimeout > 0 {
+					args = append(args, "--timeout", b.o.SMLTimeout.String())
+				}
+				if p.PacketElements > 256 {
+					args = append(args, "--extended")
+				}
+				if rackMode {
+					args = append(args, "--bind", hostOf(r))
+				}
+				cmds = append(cmds, command(r, b.exe, args...))
 			}
-			if rackMode {
-				args = append(args, "--bind", hostOf(r))
-			}
-			cmds = append(cmds, command(r, b.exe, args...))
 		}
 	case "ring":
 		addrs := make([]string, p.Workers)
@@ -149,11 +164,12 @@ func (b *driver) runSystem(ctx context.Context, idx int, p Point, fab *fabric.Fa
 		if j.Error != "" {
 			return nil, fmt.Errorf("rank %d: %s", r, j.Error)
 		}
-		reps[r] = rankReport{TATs: j.TATs, Verified: j.Verified, Retransmits: j.Retransmits, cpu: cpuTime{User: j.CPUUserS, Sys: j.CPUSysS}}
+		reps[r] = rankReport{TATs: j.TATs, Verified: j.Verified, Retransmits: j.Retransmits, cpu: cpuTime{User: j.CPUUserS, Sys: j.CPUSysS},
+			start: j.TimedStart, end: j.TimedEnd}
 		if j.CPULoopUserS != nil && j.CPULoopSysS != nil {
 			reps[r].cpu = cpuTime{User: *j.CPULoopUserS, Sys: *j.CPULoopSysS}
 		}
-		if !b.o.Verify || (p.System == "switchml" && !rackMode) {
+		if !b.o.Verify || (p.System == "switchml" && !rackMode && p.Jobs == 0) {
 			reps[r].Verified = false
 		}
 	}

@@ -32,4 +32,8 @@ type WorkerReport struct {
 	// on the switch.
 	Fallback  string `json:"fallback,omitempty"`
 	RingCalls uint64 `json:"ring_calls,omitempty"`
+	// TimedStart and TimedEnd bound the timed calls (Unix seconds): when
+	// several jobs run at once, they show how long the jobs overlapped.
+	TimedStart float64 `json:"timed_start_unix_s,omitempty"`
+	TimedEnd   float64 `json:"timed_end_unix_s,omitempty"`
 }

@@ -211,6 +211,10 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, ele
 		}
 		if it >= warmup {
 			rep.TATs = append(rep.TATs, tat.Seconds())
+			if it == warmup {
+				rep.TimedStart = unixSeconds(start)
+			}
+			rep.TimedEnd = unixSeconds(start.Add(tat))
 		}
 		// Checking and refilling the tensor is CPU-heavy: start it only
 		// when every rank is done, or ranks that finish first slow down
@@ -233,3 +237,5 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, ele
 	rep.RTTMillis, rep.TimeoutMillis = st.RTT.Seconds()*1e3, st.Timeout.Seconds()*1e3
 	return nil
 }
+
+func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }

@@ -39,6 +39,10 @@ Sweeps vary one factor around the base point (--base-workers, --size or
   packet    --packet-sweep at --tune-size (switchml)
   window    --window-sweep at --tune-size (switchml)
   loopback  --loopback-workers on 127.0.0.1 at --loopback-size, CPU per system
+  jobs      --jobs concurrent jobs at --tune-size, int32, ranks sharing the
+            ports (switchml, switchml-tree; not in the default run)
+With --rack-leaves N the rack is a two-level tree and switchml-tree runs a
+leaf switch per leaf under a spine; the other systems cross the same tree.
 Example: switchml bench --sweeps workers --systems switchml,gloo,ring --workers 2,4,8 --size 64MiB --rate 200`
 
 // benchCommand is what the flags of switchml bench ask for: a run, its
@@ -121,6 +125,7 @@ func parseBenchFlags(args []string, out io.Writer) (benchCommand, error) {
 	packetSweep := fs.String("packet-sweep", joinList(o.PacketSweep, strconv.Itoa), "values per packet of the packet sweep")
 	fs.IntVar(&o.Window, "window", o.Window, "SwitchML packets in flight per lane")
 	windowSweep := fs.String("window-sweep", joinList(o.Windows, strconv.Itoa), "windows of the window sweep")
+	jobCounts := fs.String("jobs", joinList(o.JobCounts, strconv.Itoa), "numbers of concurrent jobs of the jobs sweep")
 	fs.IntVar(&o.Lanes, "lanes", o.Lanes, "SwitchML lanes per worker")
 	fs.IntVar(&o.SwitchShards, "switch-shards", 1, "data-plane shards of the software switch (switch --shards); a job needs as many lanes to use them all")
 	fs.IntVar(&o.RackLeaves, "rack-leaves", 0, "build the rack as a two-level tree with this many leaves (2..8), each joined to the spine by a non-blocking trunk; every system crosses it, switchml-tree aggregates at the leaves")
@@ -169,6 +174,9 @@ func parseBenchFlags(args []string, out io.Writer) (benchCommand, error) {
 	}
 	if o.Windows, err = parseInts(*windowSweep, 1); err != nil {
 		return bad("window-sweep", err)
+	}
+	if o.JobCounts, err = parseInts(*jobCounts, 1); err != nil {
+		return bad("jobs", err)
 	}
 	if o.Size, err = benchmarks.ParseSize(*size); err != nil {
 		return bad("size", err)
