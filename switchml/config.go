@@ -59,7 +59,9 @@ type Config struct {
 	// Timeout is the retransmission timeout of a packet.
 	Timeout time.Duration
 	// GiveUp fails an allreduce with ErrTimeoutBudget when a packet has
-	// gone unanswered for this long, retransmissions included.
+	// gone unanswered for this long, retransmissions included. Over the
+	// ring fallback it is the ring's stall timeout: a call fails when
+	// nothing has moved to or from a neighbour for this long.
 	GiveUp time.Duration
 	// JoinTimeout bounds Join when the context has no deadline.
 	JoinTimeout time.Duration

@@ -212,7 +212,7 @@ func (s *Session) joinRing(ctx context.Context, addrs []string, why string, fail
 	ln := s.ringLn
 	s.ringLn = nil
 	start := time.Now()
-	r, err := ring.Dial(ctx, ring.Config{Rank: s.cfg.Rank, Workers: s.cfg.Workers, Addrs: addrs, Listener: ln, DialTimeout: s.cfg.JoinTimeout})
+	r, err := ring.Dial(ctx, ring.Config{Rank: s.cfg.Rank, Workers: s.cfg.Workers, Addrs: addrs, Listener: ln, DialTimeout: s.cfg.JoinTimeout, StallTimeout: s.cfg.GiveUp})
 	if err != nil {
 		return fail(fmt.Errorf("switchml: %s; running over the ring instead failed: %w", why, err))
 	}
@@ -400,7 +400,7 @@ func (s *Session) moveToRing(h *Handle, cause error, started bool) error {
 		return fail(errors.New("the ring's listener is closed"))
 	}
 	ctx, cancel := context.WithTimeout(h.ctx, s.cfg.JoinTimeout)
-	r, err := ring.Dial(ctx, ring.Config{Rank: s.cfg.Rank, Workers: s.cfg.Workers, Addrs: s.ringAddrs, Listener: ln, DialTimeout: s.cfg.JoinTimeout})
+	r, err := ring.Dial(ctx, ring.Config{Rank: s.cfg.Rank, Workers: s.cfg.Workers, Addrs: s.ringAddrs, Listener: ln, DialTimeout: s.cfg.JoinTimeout, StallTimeout: s.cfg.GiveUp})
 	cancel()
 	if err != nil {
 		return fail(err)

@@ -9,6 +9,8 @@ import (
 	"math"
 	"math/bits"
 	"net"
+	"os"
+	"time"
 	"unsafe"
 )
 
@@ -224,6 +226,9 @@ func (r *Ring) writeElems(job sendJob, lo, hi int) error {
 }
 
 func (r *Ring) write(job sendJob, b []byte) error {
+	if r.stall > 0 {
+		r.next.SetWriteDeadline(time.Now().Add(r.stall))
+	}
 	if _, err := r.next.Write(b); err != nil {
 		return r.ioError(job, "sending to", (r.rank+1)%r.n, r.nextAddr, err)
 	}
@@ -342,6 +347,9 @@ func elemBytes(job sendJob, lo, hi int) []byte {
 }
 
 func (r *Ring) read(job sendJob, b []byte) error {
+	if r.stall > 0 {
+		r.prev.SetReadDeadline(time.Now().Add(r.stall))
+	}
 	if _, err := readFull(r.prev, b); err != nil {
 		return r.ioError(job, "receiving from", (r.rank-1+r.n)%r.n, r.prevAddr, err)
 	}
@@ -355,6 +363,10 @@ func readFull(c net.Conn, b []byte) (int, error) { return io.ReadFull(c, b) }
 func (r *Ring) ioError(job sendJob, what string, peer int, addr string, err error) error {
 	if prior := r.failure(); prior != nil {
 		return prior
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("ring: rank %d: %s rank %d (%s) during %v #%d: nothing moved for %v (StallTimeout): that rank, or one before it in the ring, stopped or has not made the call",
+			r.rank, what, peer, addr, job.dt, job.seq, r.stall)
 	}
 	return fmt.Errorf("ring: rank %d: %s rank %d (%s) during %v #%d: %v; that rank failed, was closed or canceled, or called with different arguments",
 		r.rank, what, peer, addr, job.dt, job.seq, err)

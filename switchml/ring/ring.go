@@ -59,6 +59,14 @@ type Config struct {
 	// DialTimeout bounds the whole of Dial (listen, connect with retries, accept,
 	// handshakes); zero means DefaultDialTimeout. A ctx deadline may cut it shorter.
 	DialTimeout time.Duration
+	// StallTimeout, if positive, fails an allreduce when no byte moves to or
+	// from a neighbour for that long: a rank that stopped (or one before
+	// it in the ring) then breaks the ring with an error naming the
+	// neighbour, instead of leaving its peers blocked. A rank that starts a
+	// call later than the others by more than this fails them too, so keep
+	// it above the ranks' differences in time between calls. Zero: wait
+	// for as long as ctx allows.
+	StallTimeout time.Duration
 	// Listener, if set, is used instead of listening on Addrs[Rank]; Dial takes
 	// ownership of it. It lets callers (and tests) reserve ports race-free: open it
 	// on port 0 and publish its address as Addrs[Rank] to the other ranks.
@@ -70,6 +78,7 @@ type Config struct {
 type Ring struct {
 	rank, n    int
 	chunkElems int
+	stall      time.Duration
 	prev, next net.Conn // nil when n == 1
 	prevAddr   string   // for error messages
 	nextAddr   string
@@ -157,6 +166,7 @@ func Dial(ctx context.Context, cfg Config) (*Ring, error) {
 		rank:       cfg.Rank,
 		n:          cfg.Workers,
 		chunkElems: max(1, chunk/4),
+		stall:      max(cfg.StallTimeout, 0),
 		viewIO:     nativeLittleEndian && !raceEnabled,
 		dead:       make(chan struct{}),
 	}

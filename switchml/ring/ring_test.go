@@ -534,3 +534,56 @@ func TestSegments(t *testing.T) {
 		}
 	}
 }
+
+// TestStallTimeout: rank 2 of 3 is connected but never makes the call. With
+// StallTimeout the others fail with an error that says so, instead of
+// blocking until their context ends; without it they would wait.
+func TestStallTimeout(t *testing.T) {
+	lns, addrs := listeners(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rings := make([]*Ring, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Go(func() {
+			rings[i], errs[i] = Dial(ctx, Config{Rank: i, Workers: 3, Addrs: addrs, Listener: lns[i], StallTimeout: 300 * time.Millisecond})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("Dial rank %d: %v", i, err)
+		}
+	}
+	defer func() {
+		for _, r := range rings {
+			r.Close()
+		}
+	}()
+	// A first call with everyone in works: the timeout does not fire on a
+	// healthy ring.
+	x := make([][]int32, 3)
+	if errs := onAll(rings, func(rank int, r *Ring) error {
+		x[rank] = []int32{int32(rank), 1}
+		return r.AllReduceInt32(ctx, x[rank])
+	}); errors.Join(errs...) != nil {
+		t.Fatal(errs)
+	}
+	if x[0][0] != 3 || x[2][1] != 3 {
+		t.Fatalf("sums %v", x)
+	}
+	start := time.Now()
+	errs = onAll(rings[:2], func(rank int, r *Ring) error { return r.AllReduceInt32(ctx, make([]int32, 1000)) })
+	if ctx.Err() != nil {
+		t.Fatalf("the call waited for the test's deadline (%v): %v", time.Since(start), errs)
+	}
+	for r, err := range errs {
+		if err == nil {
+			t.Fatalf("rank %d returned without its stalled peer", r)
+		}
+	}
+	if !strings.Contains(errs[0].Error(), "nothing moved for 300ms") {
+		t.Errorf("rank 0 (whose previous rank stalled): %v; want the stall named", errs[0])
+	}
+}
