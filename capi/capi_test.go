@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/switchml/switchml-go/switchml"
@@ -111,5 +114,67 @@ func TestJobThroughHandles(t *testing.T) {
 		if err != nil {
 			t.Errorf("rank %d: %v", r, err)
 		}
+	}
+}
+
+// TestFallbackThroughHandles: the controller is unreachable, so two ranks
+// configured with the ring fallback and each other's ring addresses run
+// their allreduce over the ring; switchml_fallback's function says so.
+func TestFallbackThroughHandles(t *testing.T) {
+	var peers []string
+	for range 2 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		peers = append(peers, ln.Addr().String())
+		ln.Close()
+	}
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	controller := dead.Addr().String()
+	dead.Close() // nothing listens there now
+	const n = 3000
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for r := range 2 {
+		wg.Go(func() {
+			errs[r] = func() error {
+				id, err := join(switchml.Config{Controller: controller, Job: "capi-ring", Rank: r, Workers: 2,
+					JoinTimeout: 5 * time.Second, Fallback: "ring", FallbackPeers: splitPeers(strings.Join(peers, " , "))})
+				if err != nil {
+					return err
+				}
+				defer closeSession(id)
+				on, why, err := fallbackOf(id)
+				if err != nil || !on || !strings.Contains(why, "controller") {
+					return fmt.Errorf("fallbackOf = %v, %q, %v; want the ring, and the controller named as the reason", on, why, err)
+				}
+				x := make([]int32, n)
+				for i := range x {
+					x[i] = int32(i + r)
+				}
+				if err := allreduce(id, unsafe.Pointer(&x[0]), n, dtypeInt32, 0); err != nil {
+					return err
+				}
+				for i, v := range x {
+					if v != int32(2*i+1) {
+						return fmt.Errorf("x[%d] = %d, want %d", i, v, 2*i+1)
+					}
+				}
+				return nil
+			}()
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	if _, _, err := fallbackOf(12345); statusOf(err) != statusHandle {
+		t.Errorf("fallbackOf of no session: %v, want a handle error", err)
 	}
 }

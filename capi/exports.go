@@ -94,6 +94,8 @@ func switchml_join(cfg *C.switchml_cconfig, out *C.int64_t, errBuf *C.char, errL
 		JoinTimeout: time.Duration(cfg.join_timeout_ms) * time.Millisecond,
 		GiveUp:      time.Duration(cfg.give_up_ms) * time.Millisecond,
 		Extended:    cfg.extended != 0,
+		Fallback:    goString(cfg.fallback), FallbackOnLoss: cfg.fallback_on_loss != 0,
+		FallbackListen: goString(cfg.fallback_listen), FallbackPeers: splitPeers(goString(cfg.fallback_peers)),
 	})
 	if err == nil {
 		*out = C.int64_t(id)
@@ -130,6 +132,23 @@ func switchml_broadcast(session C.int64_t, name *C.switchml_cchar, root C.int32_
 func switchml_close(session C.int64_t, errBuf *C.char, errLen C.size_t) (st C.int) {
 	defer recovered(errBuf, errLen, &st)
 	return finish(closeSession(int64(session)), errBuf, errLen)
+}
+
+//export switchml_fallback
+func switchml_fallback(session C.int64_t, onRing *C.int32_t, why *C.char, whyLen C.size_t, errBuf *C.char, errLen C.size_t) (st C.int) {
+	defer recovered(errBuf, errLen, &st)
+	if onRing == nil {
+		return finish(invalid("on_ring must not be NULL"), errBuf, errLen)
+	}
+	active, reason, err := fallbackOf(int64(session))
+	if err == nil {
+		*onRing = 0
+		if active {
+			*onRing = 1
+		}
+		writeString(why, whyLen, reason)
+	}
+	return finish(err, errBuf, errLen)
 }
 
 //export switchml_local_start

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -111,6 +112,29 @@ func broadcast(id int64, name string, root int, buf []byte, timeoutMS int64) err
 	}
 	copy(buf, got)
 	return nil
+}
+
+// splitPeers reads switchml_config.fallback_peers: comma-separated, nil
+// when empty.
+func splitPeers(s string) []string {
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
+	peers := strings.Split(s, ",")
+	for i := range peers {
+		peers[i] = strings.TrimSpace(peers[i])
+	}
+	return peers
+}
+
+// fallbackOf says whether session id runs over the ring, and why.
+func fallbackOf(id int64) (bool, string, error) {
+	s, ok := sessions.get(id)
+	if !ok {
+		return false, "", noHandle("session", id)
+	}
+	active, why := s.Fallback()
+	return active, why, nil
 }
 
 func closeSession(id int64) error {

@@ -34,7 +34,7 @@
 extern "C" {
 #endif
 
-#define SWITCHML_ABI_VERSION 1
+#define SWITCHML_ABI_VERSION 2
 
 typedef enum switchml_status {
 	SWITCHML_OK = 0,
@@ -85,6 +85,18 @@ typedef struct switchml_config {
 	int64_t give_up_ms;     /* an allreduce fails when the switch is silent this long */
 	int32_t extended;       /* nonzero: the software switch's extended header
 	                           (packets above 256 values, jobs above 32 ranks) */
+	/* Since ABI version 2: when the switch cannot serve the job (no room,
+	   too many workers, switch or controller unreachable), "ring" runs it
+	   over a TCP ring allreduce instead, through the same calls; NULL
+	   fails the join. switchml_fallback says whether it happened, and why. */
+	const char *fallback;
+	int32_t fallback_on_loss;      /* nonzero: move to the ring when the switch
+	                                  is lost mid-job, instead of failing */
+	const char *fallback_listen;   /* host:port this rank's ring listens on
+	                                  (NULL: the bind address, a free port) */
+	const char *fallback_peers;    /* every rank's ring address, comma-separated
+	                                  in rank order, to meet without the
+	                                  controller (NULL: the controller tells) */
 } switchml_config;
 
 /* SWITCHML_ABI_VERSION of the library actually loaded. */
@@ -114,6 +126,11 @@ int switchml_broadcast(int64_t session, const char *name, int32_t root, void *da
 
 /* Leaves the job after calls in flight end, and frees the handle. */
 int switchml_close(int64_t session, char *err, size_t err_len);
+
+/* Whether the session runs over the ring fallback: *on_ring is set to 1
+   and `why` (why_len bytes, NUL-terminated) receives the reason, or 0 and
+   an empty string while it runs on the switch. */
+int switchml_fallback(int64_t session, int32_t *on_ring, char *why, size_t why_len, char *err, size_t err_len);
 
 /* Starts a software switch and a controller inside this process, on
    loopback (package switchml/local). *sw receives its handle and addr

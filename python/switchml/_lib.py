@@ -9,7 +9,7 @@ import ctypes
 import os
 import threading
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 # switchml_status
 OK = 0
@@ -85,6 +85,10 @@ class _Config(ctypes.Structure):
         ("join_timeout_ms", ctypes.c_int64),
         ("give_up_ms", ctypes.c_int64),
         ("extended", ctypes.c_int32),
+        ("fallback", ctypes.c_char_p),
+        ("fallback_on_loss", ctypes.c_int32),
+        ("fallback_listen", ctypes.c_char_p),
+        ("fallback_peers", ctypes.c_char_p),
     ]
 
 
@@ -120,14 +124,17 @@ def lib():
             "switchml_close": [i64, buf, size],
             "switchml_local_start": [ctypes.POINTER(i64), buf, size, buf, size],
             "switchml_local_stop": [i64, buf, size],
+            "switchml_fallback": [i64, ctypes.POINTER(i32), buf, size, buf, size],
         }
+        # The version first: an older library lacks the newer functions.
+        l.switchml_abi_version.argtypes, l.switchml_abi_version.restype = [], ctypes.c_int
+        if l.switchml_abi_version() != ABI_VERSION:
+            raise ImportError("switchml: %s has C ABI version %d, this package speaks %d: rebuild the library from "
+                              "the same checkout as the package" % (path, l.switchml_abi_version(), ABI_VERSION))
         for name, args in sigs.items():
             f = getattr(l, name)
             f.argtypes, f.restype = args, ctypes.c_int
         l.switchml_status_name.argtypes, l.switchml_status_name.restype = [ctypes.c_int], ctypes.c_char_p
-        if l.switchml_abi_version() != ABI_VERSION:
-            raise ImportError("switchml: %s has C ABI version %d, this package speaks %d: rebuild the library from "
-                              "the same checkout as the package" % (path, l.switchml_abi_version(), ABI_VERSION))
         _lib = l
         return l
 
@@ -158,10 +165,14 @@ class Session:
     """
 
     def __init__(self, controller, job, rank, workers, *, bind=None, token=None, lanes=0, window=0,
-                 packet_elements=0, join_timeout=None, give_up=None, extended=False):
+                 packet_elements=0, join_timeout=None, give_up=None, extended=False, fallback=None,
+                 fallback_on_loss=False, fallback_listen=None, fallback_peers=None):
         enc = lambda s: s.encode() if s else None  # noqa: E731
+        if isinstance(fallback_peers, (list, tuple)):
+            fallback_peers = ",".join(fallback_peers)
         cfg = _Config(enc(controller), enc(job), rank, workers, enc(bind), enc(token), lanes, window,
-                      packet_elements, _ms(join_timeout), _ms(give_up), 1 if extended else 0)
+                      packet_elements, _ms(join_timeout), _ms(give_up), 1 if extended else 0,
+                      enc(fallback), 1 if fallback_on_loss else 0, enc(fallback_listen), enc(fallback_peers))
         h = ctypes.c_int64(0)
         l = lib()
         call(l.switchml_join, ctypes.byref(cfg), ctypes.byref(h))
@@ -172,6 +183,14 @@ class Session:
         """Sums count values of dtype at address (memory the caller keeps
         alive for the call) across all ranks, in place."""
         call(lib().switchml_allreduce, self.handle, address, count, dtype, _ms(timeout))
+
+    def fallback(self):
+        """Why the session runs over the ring fallback, or None while it
+        runs on the switch."""
+        on = ctypes.c_int32(0)
+        why = ctypes.create_string_buffer(1024)
+        call(lib().switchml_fallback, self.handle, ctypes.byref(on), why, len(why))
+        return why.value.decode() if on.value else None
 
     def barrier(self, name, timeout=None):
         call(lib().switchml_barrier, self.handle, name.encode(), _ms(timeout))

@@ -62,7 +62,11 @@ def _session_settings():
     s = {"lanes": number("SWITCHML_LANES"), "window": number("SWITCHML_WINDOW"),
          "packet_elements": number("SWITCHML_PACKET_ELEMENTS"), "give_up": number("SWITCHML_GIVE_UP", float),
          "bind": os.environ.get("SWITCHML_BIND") or None,
-         "extended": os.environ.get("SWITCHML_EXTENDED", "") not in ("", "0")}
+         "extended": os.environ.get("SWITCHML_EXTENDED", "") not in ("", "0"),
+         "fallback": os.environ.get("SWITCHML_FALLBACK") or None,
+         "fallback_on_loss": os.environ.get("SWITCHML_FALLBACK_ON_LOSS", "") not in ("", "0"),
+         "fallback_listen": os.environ.get("SWITCHML_FALLBACK_LISTEN") or None,
+         "fallback_peers": os.environ.get("SWITCHML_FALLBACK_PEERS") or None}
     return {k: v for k, v in s.items() if v is not None}
 
 
@@ -257,9 +261,16 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
         join_timeout = min(join_timeout, self._timeout_s or join_timeout)
         connect_timeout = _number("SWITCHML_CONNECT_TIMEOUT", float) or CONNECT_TIMEOUT
         self.controller, job, token = self._rendezvous(store, rank, size, controller, join_timeout)
-        _wait_reachable(self.controller, time.monotonic() + connect_timeout)
+        settings = _session_settings()
+        try:
+            _wait_reachable(self.controller, time.monotonic() + connect_timeout)
+        except _lib.ControllerUnreachable:
+            # With the ring fallback and every rank's ring address, the
+            # ranks meet without the controller.
+            if not (settings.get("fallback") and settings.get("fallback_peers")):
+                raise
         self._session = _lib.Session(self.controller, job, rank, size, token=token, join_timeout=join_timeout,
-                                     **_session_settings())
+                                     **settings)
         self._thread = threading.Thread(target=self._run, name="switchml-pg-%s" % job, daemon=True)
         self._thread.start()
         _groups.add(self)

@@ -92,6 +92,24 @@ class OpsAgainstGloo(unittest.TestCase):
             self.assertLessEqual(err2d, 1e-5 * want["sum2d"].abs().max().item())
             self.assertEqual(got["empty"].numel(), 0)
 
+    def test_unreachable_controller_falls_back_to_the_ring(self):
+        # SWITCHML_FALLBACK=ring with every rank's ring address: the ranks
+        # meet without the controller and run the same collectives over
+        # the Go ring; int32 sums are exact, the others as gloo's.
+        peers = ",".join("127.0.0.1:%d" % free_port() for _ in range(self.world))
+        res = run_ranks("ops", "switchml", self.world, SWITCHML_CONTROLLER="127.0.0.1:1", SWITCHML_CONNECT_TIMEOUT="1",
+                        SWITCHML_FALLBACK="ring", SWITCHML_FALLBACK_PEERS=peers)
+        for rank, (code, outp, got) in enumerate(res):
+            self.assertEqual(code, 0, outp[-3000:])
+            self.assertIn("runs over the ring instead of the switch", outp)
+            for key, w in self.gloo[rank].items():
+                if isinstance(key, tuple) and key[0] == "sum" and w.dtype in (torch.int32, torch.float32):
+                    g = got[key]
+                    if w.dtype == torch.int32:
+                        self.assertTrue(torch.equal(g, w), "int32 sums differ at rank %d" % rank)
+                    else:
+                        self.assertLessEqual((g - w).abs().max().item(), 1e-5 * w.abs().max().item(), "%s rank %d" % (key, rank))
+
     def test_ranks_agree(self):
         # Every rank gets the same bits: the switch multicasts one sum.
         for key, v in self.sml[0].items():
