@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"time"
 
+	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
 	"github.com/switchml/switchml-go/p4/controller/controllerpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -146,7 +147,7 @@ func dialTree(ctx context.Context, cfg Config) (*Tree, []*Client, error) {
 			if err := clearJobs(ctx, cl, cfg.ConnectTimeout); err != nil {
 				return fail(fmt.Errorf("%s: removing an earlier controller's jobs: %w", treeName(t, i), err))
 			}
-			cfg.Logger.Warn("controller: removed the jobs an earlier controller left on a switch of the tree", "switch", treeName(t, i))
+			cfg.Logger.Warn("controller: removed the job entries left on a switch of the tree", "switch", treeName(t, i))
 		}
 	}
 	leaves := make([]Switch, len(t.Leaves))
@@ -177,13 +178,26 @@ func clearJobs(ctx context.Context, cl *Client, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
-	if err := cl.RemoveJob(ctx, JobEntries{Workers: workers, Replies: replies}); err != nil {
-		return err
-	}
-	for id := range groups {
-		if err := cl.RemoveJob(ctx, JobEntries{MulticastGroup: id}); err != nil {
+	var dels []*p4v1.Update
+	for _, w := range workers {
+		u, err := WorkerUpdate(cl.IDs(), p4v1.Update_DELETE, w)
+		if err != nil {
 			return err
 		}
+		dels = append(dels, u)
 	}
-	return nil
+	for _, r := range replies {
+		u, err := ReplyUpdate(cl.IDs(), p4v1.Update_DELETE, r)
+		if err != nil {
+			return err
+		}
+		dels = append(dels, u)
+	}
+	for id := range groups {
+		dels = append(dels, GroupUpdate(p4v1.Update_DELETE, id, nil))
+	}
+	if len(dels) == 0 {
+		return nil
+	}
+	return ignoreNotFound(cl.Write(ctx, dels...))
 }

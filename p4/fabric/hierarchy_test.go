@@ -2,6 +2,7 @@ package fabric_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -23,6 +24,11 @@ type tree struct {
 	spine      *fabric.Switch
 	leaves     []*fabric.Switch
 	controller string
+	// stop ends leaf k's switch (as a crash would, to its controller).
+	stop   []context.CancelFunc
+	stops  []chan struct{}
+	runCtx context.Context
+	wg     *sync.WaitGroup
 }
 
 func startTree(t *testing.T, ctx context.Context, faults transport.Faults) *tree {
@@ -53,10 +59,12 @@ func startTree(t *testing.T, ctx context.Context, faults transport.Faults) *tree
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
+	wg := &sync.WaitGroup{}
 	runCtx, cancel := context.WithCancel(ctx)
-	for _, sw := range append([]*fabric.Switch{spine}, tr.leaves...) {
-		wg.Go(func() { _ = sw.Serve(runCtx) })
+	tr.runCtx, tr.wg = runCtx, wg
+	wg.Go(func() { _ = spine.Serve(runCtx) })
+	for _, sw := range tr.leaves {
+		tr.serveLeaf(sw)
 	}
 	ready := make(chan string, 1)
 	ctlErr := make(chan error, 1)
@@ -83,6 +91,16 @@ func startTree(t *testing.T, ctx context.Context, faults transport.Faults) *tree
 // error.
 func runJob(t *testing.T, ctx context.Context, tr *tree, n, size, ops int, job string) {
 	t.Helper()
+	if err := tryJobOps(ctx, tr, n, size, ops, job); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func tryJob(ctx context.Context, tr *tree, n, size int, job string) error {
+	return tryJobOps(ctx, tr, n, size, 1, job)
+}
+
+func tryJobOps(ctx context.Context, tr *tree, n, size, ops int, job string) error {
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for r := 0; r < n; r++ {
@@ -90,7 +108,7 @@ func runJob(t *testing.T, ctx context.Context, tr *tree, n, size, ops int, job s
 			leaf := 1 + r*2/n
 			sess, err := switchml.Join(ctx, switchml.Config{
 				Controller: tr.controller, Job: job, Rank: r, Workers: n, Bind: fmt.Sprintf("127.0.%d.%d", leaf, 10+r),
-				Lanes: 2, Window: 16, PacketElements: 64, Timeout: 5 * time.Millisecond, Extended: true,
+				Lanes: 2, Window: 16, PacketElements: 64, Timeout: 5 * time.Millisecond, Extended: true, JoinTimeout: 15 * time.Second,
 			})
 			if err != nil {
 				errs[r] = fmt.Errorf("rank %d join: %w", r, err)
@@ -128,11 +146,7 @@ func runJob(t *testing.T, ctx context.Context, tr *tree, n, size, ops int, job s
 		})
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	return errors.Join(errs...)
 }
 
 // TestHierarchTreeOnLoopback runs 8 workers across two leaf software
@@ -171,5 +185,57 @@ func TestHierarchTreeUnderLoss(t *testing.T) {
 	// must have asked the spine again.
 	if resent == 0 {
 		t.Fatal("no partial sums were sent up again: loss on the upper hop was not exercised")
+	}
+}
+
+// serveLeaf runs a leaf switch until the tree stops or stop is called.
+func (tr *tree) serveLeaf(sw *fabric.Switch) {
+	ctx, cancel := context.WithCancel(tr.runCtx)
+	done := make(chan struct{})
+	tr.stop = append(tr.stop, cancel)
+	tr.stops = append(tr.stops, done)
+	tr.wg.Go(func() { defer close(done); _ = sw.Serve(ctx) })
+}
+
+// TestHierarchLeafRestart stops a leaf mid-life: the controller aborts the
+// tree's jobs and programs the tree again once a leaf answers at the same
+// addresses, and the next job runs with exact sums.
+func TestHierarchLeafRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tr := startTree(t, ctx, transport.Faults{})
+	runJob(t, ctx, tr, 4, 2000, 1, "before")
+	old := tr.leaves[1]
+	dp, p4rt := old.DataplaneAddr(), old.P4RuntimeAddr()
+	tr.stop[1]()
+	<-tr.stops[1]
+	var leaf *fabric.Switch
+	var err error
+	for i := 0; i < 50; i++ { // the ports are free once the old leaf closed them
+		leaf, err = fabric.ListenSwitch(fabric.SwitchConfig{Dataplane: dp, P4Runtime: p4rt, Pipeline: pipeline.Config{Slots: 512, MaxElements: 256, MaxWorkers: 32},
+			Parent: tr.spine.DataplaneAddr()})
+		if err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("leaf back at %s: %v", dp, err)
+	}
+	tr.leaves[1] = leaf
+	tr.serveLeaf(leaf)
+	// Joins fail while the controller programs the tree again; retry the
+	// job until it runs.
+	deadline := time.Now().Add(60 * time.Second)
+	for attempt := 0; ; attempt++ {
+		if err := tryJob(ctx, tr, 4, 2000, fmt.Sprintf("after-%d", attempt)); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("no job ran on the tree within 60 s of the leaf's restart: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if c := leaf.Counters(); c[pipeline.StatUpstream] == 0 || c[pipeline.StatFromParent] == 0 {
+		t.Fatalf("the restarted leaf sent %d partial sums up and took %d results: the job did not go through it", c[pipeline.StatUpstream], c[pipeline.StatFromParent])
 	}
 }
