@@ -158,22 +158,11 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
-	lis, err := net.Listen("tcp", cfg.Listen)
+	lis, served, stop, err := listenJobs(cfg, svc)
 	if err != nil {
-		return fmt.Errorf("controller: listen %s: %w", cfg.Listen, err)
+		return err
 	}
-	var opts []grpc.ServerOption
-	if cfg.TLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
-	}
-	g := grpc.NewServer(opts...)
-	controllerpb.RegisterJobServiceServer(g, svc)
-	served := make(chan error, 1)
-	go func() { served <- g.Serve(lis) }()
-	defer func() {
-		g.Stop() // Register calls block by design: do not wait for them
-		<-served
-	}()
+	defer stop()
 	cfg.Logger.Info("controller: serving", "jobs", lis.Addr().String(), "target", cfg.Target, "dataplane", dp.String(), "shards", len(shards), "slots", cfg.Slots)
 	if cfg.Ready != nil {
 		cfg.Ready(lis.Addr())
@@ -223,6 +212,28 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		cfg.Logger.Info("controller: switch programmed again", "target", cfg.Target)
 	}
+}
+
+// listenJobs serves the job service on cfg.Listen; stop ends it. served
+// reports the server's end (put back what you take from it, for stop).
+func listenJobs(cfg Config, svc *JobService) (lis net.Listener, served chan error, stop func(), err error) {
+	lis, err = net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("controller: listen %s: %w", cfg.Listen, err)
+	}
+	var opts []grpc.ServerOption
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	g := grpc.NewServer(opts...)
+	controllerpb.RegisterJobServiceServer(g, svc)
+	served = make(chan error, 1)
+	go func() { served <- g.Serve(lis) }()
+	stop = func() {
+		g.Stop() // Register calls block by design: do not wait for them
+		<-served
+	}
+	return lis, served, stop, nil
 }
 
 // connect dials the switch, becomes its primary controller, pushes the

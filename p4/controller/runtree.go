@@ -4,14 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"reflect"
 	"time"
 
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 )
 
 // runTree is Run for a Topology: it programs the spine and every leaf, and
@@ -43,22 +39,11 @@ func runTree(ctx context.Context, cfg Config) error {
 		}
 		defer cfg.Metrics.Unregister(col)
 	}
-	lis, err := net.Listen("tcp", cfg.Listen)
+	lis, served, stop, err := listenJobs(cfg, svc)
 	if err != nil {
-		return fmt.Errorf("controller: listen %s: %w", cfg.Listen, err)
+		return err
 	}
-	var opts []grpc.ServerOption
-	if cfg.TLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
-	}
-	g := grpc.NewServer(opts...)
-	controllerpb.RegisterJobServiceServer(g, svc)
-	served := make(chan error, 1)
-	go func() { served <- g.Serve(lis) }()
-	defer func() {
-		g.Stop()
-		<-served
-	}()
+	defer stop()
 	cfg.Logger.Info("controller: serving a tree", "jobs", lis.Addr().String(), "topology", cfg.Topology.String(), "slots", cfg.Slots)
 	if cfg.Ready != nil {
 		cfg.Ready(lis.Addr())
