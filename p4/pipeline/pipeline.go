@@ -184,6 +184,7 @@ type Pipeline struct {
 	packetID []uint32
 	used     []bool  // seq and packetID hold a use since the last reset
 	waiting  []bool  // a leaf's use complete here, the parent's result still missing
+	asked    []uint16 // retransmissions a waiting use has seen
 	lane     []uint8 // lane of the use's workers: where a parent's result goes
 	values   []int32 // MaxElements per idx
 
@@ -224,6 +225,7 @@ func New(cfg Config) (*Pipeline, error) {
 		packetID: make([]uint32, idxs),
 		used:     make([]bool, idxs),
 		waiting:  make([]bool, idxs),
+		asked:    make([]uint16, idxs),
 		lane:     make([]uint8, idxs),
 		values:   make([]int32, idxs*cfg.MaxElements),
 		owner:    make([]atomic.Int32, cfg.Slots),
@@ -874,6 +876,14 @@ func (p *Pipeline) process(st *[NumStats]uint64, shard int32, src netip.AddrPort
 			// The partial sums or the parent's result were lost on the
 			// hop above (or are late): ask the parent again. It answers a
 			// repeated contribution to a completed use with the result.
+			// Every worker here times out on the same loss, so only the
+			// first of each round of their retransmissions goes up: the
+			// hop above carries one copy per round, not one per worker.
+			p.asked[idx]++
+			if (p.asked[idx]-1)%w.NumWorkers != 0 {
+				noReply(st, out, StatDropIncompleteRetransmit)
+				return
+			}
 			p.upstream(st, StatUpstreamResend, w.JobID, &h, vals, p.exponent[idx], out)
 			return
 		}
@@ -914,7 +924,7 @@ func (p *Pipeline) process(st *[NumStats]uint64, shard int32, src netip.AddrPort
 
 	if len(p.uplinks) != 0 {
 		if _, ok := p.uplinks[w.JobID]; ok {
-			p.waiting[idx] = true
+			p.waiting[idx], p.asked[idx] = true, 0
 			p.upstream(st, StatUpstream, w.JobID, &h, vals, p.exponent[idx], out)
 			return
 		}
