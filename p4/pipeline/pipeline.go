@@ -182,11 +182,11 @@ type Pipeline struct {
 	elements []uint16 // element count of the slot use in progress
 	seq      []uint32 // sequence number and packet id of the slot use in progress
 	packetID []uint32
-	used     []bool  // seq and packetID hold a use since the last reset
-	waiting  []bool  // a leaf's use complete here, the parent's result still missing
+	used     []bool   // seq and packetID hold a use since the last reset
+	waiting  []bool   // a leaf's use complete here, the parent's result still missing
 	asked    []uint16 // retransmissions a waiting use has seen
-	lane     []uint8 // lane of the use's workers: where a parent's result goes
-	values   []int32 // MaxElements per idx
+	lane     []uint8  // lane of the use's workers: where a parent's result goes
+	values   []int32  // MaxElements per idx
 
 	stats [NumStats]uint64
 
