@@ -54,6 +54,17 @@ func TestHierarchLeafSendsPartialSumsUpAndResultDown(t *testing.T) {
 	if _, v := decode(t, out.Packet); !slices.Equal(v, []int32{3, 6, 9, 3}) {
 		t.Fatalf("resent partial sums %v changed", v)
 	}
+	// The other workers' retransmissions of the same round stay here: one
+	// copy per round goes up, not one per worker.
+	p.Process(addr(0), mkpkt(t, h, []int32{1, 2, 3, 0}), &out)
+	p.Process(addr(2), mkpkt(t, h, []int32{1, 2, 3, 2}), &out)
+	if len(out.Dests) != 0 {
+		t.Fatalf("a second retransmission of the round went to %v, want none", out.Dests)
+	}
+	p.Process(addr(1), mkpkt(t, h, []int32{1, 2, 3, 1}), &out)
+	if len(out.Dests) != 1 || out.Dests[0] != parentAddr {
+		t.Fatalf("the next round's first retransmission went to %v, want the parent", out.Dests)
+	}
 
 	// The parent's result: slot in the parent's numbering, the job-wide
 	// exponent maximum and sums.
@@ -84,8 +95,8 @@ func TestHierarchLeafSendsPartialSumsUpAndResultDown(t *testing.T) {
 		t.Fatalf("duplicate result: dests %v reason %v, want dropped as stale", out.Dests, out.Reason)
 	}
 	c := p.Counters()
-	if c[StatUpstream] != 1 || c[StatUpstreamResend] != 1 || c[StatFromParent] != 1 {
-		t.Fatalf("counters upstream %d, resend %d, from parent %d; want 1, 1, 1", c[StatUpstream], c[StatUpstreamResend], c[StatFromParent])
+	if c[StatUpstream] != 1 || c[StatUpstreamResend] != 2 || c[StatFromParent] != 1 {
+		t.Fatalf("counters upstream %d, resend %d, from parent %d; want 1, 2, 1", c[StatUpstream], c[StatUpstreamResend], c[StatFromParent])
 	}
 }
 
