@@ -280,8 +280,10 @@ func TestJobStats(t *testing.T) {
 		t.Errorf("windows %+v %+v: want the second from 4 to 20 s", j0, j1)
 	}
 	g0, g1 := 4/1.5, 4/2.0
-	if want := (g0 + g1) * (g0 + g1) / (2 * (g0*g0 + g1*g1)); math.Abs(res.Fairness-want) > 1e-12 || math.Abs(res.AggregateGoodputMbit-(g0+g1)) > 1e-12 {
-		t.Errorf("fairness %v, aggregate %v; want %v and %v", res.Fairness, res.AggregateGoodputMbit, want, g0+g1)
+	// 2 jobs x 3 calls x 4 Mbit over the 20 s from the first start to the
+	// last end.
+	if want := (g0 + g1) * (g0 + g1) / (2 * (g0*g0 + g1*g1)); math.Abs(res.Fairness-want) > 1e-12 || math.Abs(res.AggregateGoodputMbit-1.2) > 1e-12 {
+		t.Errorf("fairness %v, aggregate %v; want %v and 1.2", res.Fairness, res.AggregateGoodputMbit, want)
 	}
 	if want := (110.5 - 104) / 20; math.Abs(res.Overlap-want) > 1e-12 {
 		t.Errorf("overlap %v, want %v", res.Overlap, want)

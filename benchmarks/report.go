@@ -475,6 +475,7 @@ func treeTable(p func(string, ...any), rs []result, o Options) {
 func jobsTable(p func(string, ...any), rs []result, o Options) {
 	p("## Rack: concurrent jobs on one switch (%d ranks each, %s int32, %g Mbit/s ports)\n\n", o.BaseWorkers, FormatSize(o.TuneSize), o.Rate)
 	p("Rank r of every job runs in worker r's namespace, so the jobs share each port. Each job sums its own data (a seed per job), checked exactly. ")
+	p("Goodput per port, all jobs: every job's timed tensors over the span from the first job's first timed call to the last job's last (the barriers and checks between calls count, so it is a lower bound). ")
 	p("Fairness is Jain's index of the jobs' goodputs (1 = equal shares); overlap is the part of the span during which every job was in its timed calls.\n\n")
 	p("| system | jobs | each job's median TAT (s) | goodput per port, all jobs (Mbit/s) | efficiency | fairness | overlap | sums exact |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {

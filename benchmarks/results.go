@@ -62,8 +62,10 @@ type result struct {
 	Error          string       `json:"error,omitempty"`
 	// JobResults are the jobs of a jobs-sweep point, each on its own.
 	JobResults []jobResult `json:"jobs,omitempty"`
-	// AggregateGoodputMbit is the jobs' goodputs summed (per worker port),
-	// Fairness Jain's index of their goodputs (1: equal shares), and
+	// AggregateGoodputMbit is every job's timed tensors over the span from
+	// the first job's first timed call to the last job's last (per worker
+	// port; the gaps between calls count, so it is a lower bound),
+	// Fairness Jain's index of the jobs' goodputs (1: equal shares), and
 	// Overlap the part of the span from the first job's first timed call
 	// to the last job's last during which all jobs were in their timed
 	// calls.

@@ -319,7 +319,7 @@ func (b *driver) runPoint(ctx context.Context, idx int, p Point) (res result) {
 func jobStats(res *result, reps []rankReport, p Point) {
 	first, last := math.Inf(1), math.Inf(-1)
 	latestStart, earliestEnd := math.Inf(-1), math.Inf(1)
-	var sum, sumSq float64
+	var sum, sumSq, bits float64
 	for j := 0; j < p.Jobs; j++ {
 		ranks := reps[j*p.Workers : (j+1)*p.Workers]
 		jr := jobResult{Verified: true}
@@ -342,19 +342,23 @@ func jobStats(res *result, reps []rankReport, p Point) {
 		latestStart, earliestEnd = max(latestStart, start), min(earliestEnd, end)
 		sum += jr.GoodputMbit
 		sumSq += jr.GoodputMbit * jr.GoodputMbit
+		bits += float64(len(tats)) * float64(p.Bytes*8)
 		res.JobResults = append(res.JobResults, jr)
 	}
 	for i := range res.JobResults {
 		res.JobResults[i].Start -= first
 		res.JobResults[i].End -= first
 	}
-	res.AggregateGoodputMbit = sum
-	if p.RateMbit > 0 {
-		res.LinkEfficiency = sum / p.RateMbit
-	}
 	res.Fairness = sum * sum / (float64(p.Jobs) * sumSq)
 	if last > first {
+		// What the ports carried: every job's timed calls over the span
+		// from the first one's start to the last one's end (barriers
+		// and the checks between calls included, so a lower bound).
+		res.AggregateGoodputMbit = bits / (last - first) / 1e6
 		res.Overlap = max(0, earliestEnd-latestStart) / (last - first)
+	}
+	if p.RateMbit > 0 {
+		res.LinkEfficiency = res.AggregateGoodputMbit / p.RateMbit
 	}
 }
 
