@@ -74,9 +74,9 @@ type Config struct {
 	// that Shaping derives from the rate; zero means derived.
 	BurstBytes, LimitBytes int
 	// Leaves, when 2 or more, builds a two-level tree: worker i sits under
-	// leaf i*Leaves/Workers, each leaf (namespace <prefix>l<k>, address
-	// LeafIP(k)) joined to the spine's bridge by a trunk. Zero or one: the
-	// flat rack.
+	// leaf i mod Leaves (so the first n workers of any job spread evenly),
+	// each leaf (namespace <prefix>l<k>, address LeafIP(k)) joined to the
+	// spine's bridge by a trunk. Zero or one: the flat rack.
 	Leaves int
 	// TrunkRatio sets each trunk's rate to TrunkRatio times the port rate,
 	// both ways; zero means the leaf's most workers, a non-blocking tree
@@ -361,7 +361,7 @@ func (r *Rack) LeafOf(i int) int {
 	if len(r.leafNS) == 0 {
 		return 0
 	}
-	return i * len(r.leafNS) / len(r.workerNS)
+	return i % len(r.leafNS)
 }
 
 // TrunkRatio is the trunks' rate over the ports' (0 in a flat rack).

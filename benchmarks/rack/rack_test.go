@@ -226,12 +226,12 @@ func TestRackTree(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
-	if r.Leaves() != 2 || r.LeafOf(1) != 0 || r.LeafOf(2) != 1 || r.TrunkRatio() != 2 || r.LeafIP(1) != "10.214.9.3" {
+	if r.Leaves() != 2 || r.LeafOf(1) != 1 || r.LeafOf(2) != 0 || r.TrunkRatio() != 2 || r.LeafIP(1) != "10.214.9.3" {
 		t.Fatalf("leaves %d, worker 1 under %d, worker 2 under %d, trunk ratio %g, leaf 1 at %s",
 			r.Leaves(), r.LeafOf(1), r.LeafOf(2), r.TrunkRatio(), r.LeafIP(1))
 	}
 	reach(t, r, r.WorkerNS(0), r.SwitchNS(), r.SwitchIP())
-	reach(t, r, r.WorkerNS(1), r.LeafNS(0), r.LeafIP(0))
+	reach(t, r, r.WorkerNS(2), r.LeafNS(0), r.LeafIP(0))
 	reach(t, r, r.WorkerNS(0), r.WorkerNS(3), r.WorkerIP(3))
 	reach(t, r, r.SwitchNS(), r.LeafNS(1), r.LeafIP(1))
 	trunks := 0
