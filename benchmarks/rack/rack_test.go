@@ -6,6 +6,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -192,6 +194,17 @@ func TestCleanupLeftovers(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- sleeper.Wait() }()
 	t.Cleanup(func() { sleeper.Process.Kill() })
+	// ip netns exec enters the namespace after it starts: wait until the
+	// sleeper is in it, or the cleanup below could run first and miss it.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		out, _ := exec.Command("ip", "netns", "pids", r1.WorkerNS(1)).Output()
+		if slices.Contains(strings.Fields(string(out)), strconv.Itoa(sleeper.Process.Pid)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sleeper never showed in its namespace")
+		}
+	}
 
 	r2, err := New(ctx, cfg) // r1 was never closed
 	if err != nil {
