@@ -130,6 +130,10 @@ def live_works():
 def abort(backend, rank, world):
     """Rank 0 hands the switch a NaN; every rank must learn it and none
     may hang."""
+    # Every rank past init_process_group first: rank 0's bad input fails at
+    # once, and rank 0 also serves the TCP store that a slower rank may
+    # still be polling in init's own barrier.
+    dist.barrier()
     x = torch.ones(1000)
     if rank == 0:
         x[123] = float("nan")
