@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"time"
@@ -31,11 +32,13 @@ func runTree(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer svc.stop()
-	unregister, err := registerMetrics(cfg, svc)
-	if err != nil {
-		return err
+	if cfg.Metrics != nil {
+		col := svc.Collector()
+		if err := cfg.Metrics.Register(col); err != nil {
+			return fmt.Errorf("controller: metrics: %w", err)
+		}
+		defer cfg.Metrics.Unregister(col)
 	}
-	defer unregister()
 	lis, served, stop, err := listenJobs(cfg, svc)
 	if err != nil {
 		return err
@@ -71,11 +74,23 @@ func runTree(ctx context.Context, cfg Config) error {
 			cl.Close()
 		}
 		clients = nil
-		if back, err := redial(ctx, cfg.Logger, "tree", func() (err error) {
+		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
 			tree, clients, err = dialTree(ctx, cfg)
-			return err
-		}); !back {
-			return err
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, ErrNotPrimary) {
+				return err
+			}
+			cfg.Logger.Warn("controller: tree not back yet", "err", err, "retry_in", backoff)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(backoff):
+			}
 		}
 		svc.SwitchBack(tree)
 		cfg.Logger.Info("controller: tree programmed again")

@@ -972,14 +972,16 @@ func (p *Pipeline) upstream(st *[NumStats]uint64, why Stat, jobID uint32, h *wir
 // replaces the partial sums and goes to the job's workers. It reports
 // whether the packet was a parent's (and counted).
 func (p *Pipeline) fromParent(st *[NumStats]uint64, shard int32, src netip.AddrPort, pkt []byte, out *Output) bool {
-	fromParent := false
-	for _, c := range p.uplinks {
+	var jobID uint32
+	var u Uplink
+	found := false
+	for id, c := range p.uplinks {
 		if c.Parent == src {
-			fromParent = true
+			jobID, u, found = id, c, true
 			break
 		}
 	}
-	if !fromParent {
+	if !found {
 		return false
 	}
 	h, payload, err := wire.Parse(pkt)
@@ -989,18 +991,18 @@ func (p *Pipeline) fromParent(st *[NumStats]uint64, shard int32, src netip.AddrP
 	}
 	// Several jobs may share a parent; their partitions there are
 	// disjoint, so the slot says whose result this is.
-	var jobID uint32
-	var u Uplink
-	found := false
-	for id, c := range p.uplinks {
-		if c.Parent == src && h.Slot >= c.ParentBase && h.Slot-c.ParentBase < c.PoolSize {
-			jobID, u, found = id, c, true
-			break
+	if h.Slot < u.ParentBase || h.Slot-u.ParentBase >= u.PoolSize {
+		found = false
+		for id, c := range p.uplinks {
+			if c.Parent == src && h.Slot >= c.ParentBase && h.Slot-c.ParentBase < c.PoolSize {
+				jobID, u, found = id, c, true
+				break
+			}
 		}
-	}
-	if !found {
-		noReply(st, out, StatDropOutOfPartition)
-		return true
+		if !found {
+			noReply(st, out, StatDropOutOfPartition)
+			return true
+		}
 	}
 	h.Slot = h.Slot - u.ParentBase + u.PoolBase
 	if shard != 0 && p.owner[h.Slot].Load() != shard {
