@@ -15,7 +15,7 @@ import (
 // laneDriver runs one lane's protocol engine on its own socket. Only the
 // goroutine running an op touches it; buffers live as long as the session.
 type laneDriver struct {
-	conn   *transport.Conn
+	conn   transport.PacketConn
 	faults *transport.Injector
 	eng    *engine.Lane
 	peer   netip.AddrPort

@@ -48,7 +48,7 @@ type Stats struct {
 // Serve processes datagrams from conn until ctx is done or conn fails.
 // faults, if non-nil, is applied to every outgoing batch (the software
 // switch's drop/duplicate/reorder simulator). It returns nil when ctx ends.
-func Serve(ctx context.Context, conn *transport.Conn, proc Processor, faults *transport.Injector, stats *Stats) error {
+func Serve(ctx context.Context, conn transport.PacketConn, proc Processor, faults *transport.Injector, stats *Stats) error {
 	batch := conn.Batch()
 	in := make([]transport.Message, batch)
 	for i := range in {

@@ -72,6 +72,24 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// PacketConn is what the worker's lanes and the software switch read and
+// write datagrams through: a Conn (UDP sockets) or a kernel-bypass socket
+// with the same semantics (package afxdp). ReadBatch and SetReadDeadline
+// report an expired deadline with an error for which IsTimeout is true, and
+// a closed connection with net.ErrClosed.
+type PacketConn interface {
+	LocalAddr() netip.AddrPort
+	Batch() int
+	ReadBatch(ms []Message, deadline time.Time) (int, error)
+	TryReadBatch(ms []Message) (int, error)
+	WriteBatch(ms []Message) (int, error)
+	SetReadDeadline(t time.Time) error
+	Coalesced() uint64
+	Close() error
+}
+
+var _ PacketConn = (*Conn)(nil)
+
 // Conn is a UDP socket with batched I/O.
 type Conn struct {
 	udp   *net.UDPConn
