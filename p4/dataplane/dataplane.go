@@ -62,6 +62,7 @@ func Serve(ctx context.Context, conn transport.PacketConn, proc Processor, fault
 	}
 	out := make([]transport.Message, 0, 4*batch)
 	var res pipeline.Output
+	var grouped grouper
 	batcher, _ := proc.(Batcher)
 
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Unix(1, 0)) })
@@ -121,7 +122,7 @@ func Serve(ctx context.Context, conn transport.PacketConn, proc Processor, fault
 		// Grouped by destination, the copies of consecutive multicasts
 		// form runs that the transport sends as one segmented datagram
 		// per worker; order per destination is kept.
-		slices.SortStableFunc(out, func(a, b transport.Message) int { return a.Addr.Compare(b.Addr) })
+		out, grouped = grouped.group(out)
 		send := faults.Apply(out)
 		for len(send) > 0 {
 			sent, err := conn.WriteBatch(send)
@@ -153,4 +154,64 @@ func Serve(ctx context.Context, conn transport.PacketConn, proc Processor, fault
 // sameStart reports whether a and b start at the same byte of memory.
 func sameStart(a, b []byte) bool {
 	return cap(a) > 0 && cap(b) > 0 && &a[:1][0] == &b[:1][0]
+}
+
+// grouper puts the messages of a batch to one destination next to each
+// other, destinations in the order they first appear and each one's
+// messages in their order, in time linear in the batch. Its buffers are
+// reused from batch to batch.
+type grouper struct {
+	dests []netip.AddrPort
+	count []int
+	of    []uint8 // each message's index in dests
+	buf   []transport.Message
+}
+
+// maxGroups bounds the destinations grouped by counting; a batch to more
+// (a job wider than that) is sorted instead.
+const maxGroups = 64
+
+// group returns ms grouped, and the grouper to use next, which holds ms's
+// backing array as its spare buffer.
+func (g grouper) group(ms []transport.Message) ([]transport.Message, grouper) {
+	if len(ms) < 2 {
+		return ms, g
+	}
+	g.dests, g.count, g.of = g.dests[:0], g.count[:0], g.of[:0]
+	last := -1
+	for i := range ms {
+		a := ms[i].Addr
+		if last < 0 || g.dests[last] != a {
+			last = slices.Index(g.dests, a)
+			if last < 0 {
+				if len(g.dests) == maxGroups {
+					slices.SortStableFunc(ms, func(a, b transport.Message) int { return a.Addr.Compare(b.Addr) })
+					return ms, g
+				}
+				last = len(g.dests)
+				g.dests = append(g.dests, a)
+				g.count = append(g.count, 0)
+			}
+		}
+		g.of = append(g.of, uint8(last))
+		g.count[last]++
+	}
+	if len(g.dests) == 1 {
+		return ms, g
+	}
+	// count becomes each destination's next position.
+	pos := 0
+	for k, c := range g.count {
+		g.count[k] = pos
+		pos += c
+	}
+	g.buf = slices.Grow(g.buf[:0], len(ms))[:len(ms)]
+	for i := range ms {
+		k := g.of[i]
+		g.buf[g.count[k]] = ms[i]
+		g.count[k]++
+	}
+	out := g.buf
+	g.buf = ms[:0]
+	return out, g
 }

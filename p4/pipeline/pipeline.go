@@ -168,9 +168,13 @@ type Pipeline struct {
 	words int // uint64 words per bitmap
 
 	workers map[WorkerKey]Worker
-	replies map[ReplyKey]Reply
-	groups  map[uint16][]Replica
-	uplinks map[uint32]Uplink // by JobID
+	// workersGen counts changes to workers: a workerCache filled at an
+	// older generation is stale.
+	workersGen uint64
+	cache      workerCache // Process's; each Shard has its own
+	replies    map[ReplyKey]Reply
+	groups     map[uint16][]Replica
+	uplinks    map[uint32]Uplink // by JobID
 	// parent, when valid, is the switch every job here is a leaf of: its
 	// workers entries keep each job's uplink (see SetParent).
 	parent netip.AddrPort
@@ -249,6 +253,29 @@ type Shard struct {
 	p     *Pipeline
 	id    int32
 	stats [NumStats]uint64
+	cache workerCache
+}
+
+// workerCache remembers the last workers entry a packet matched: a batch's
+// packets come in runs from one sender, and the lookup by address is a
+// large share of a packet's cost otherwise.
+type workerCache struct {
+	gen   uint64
+	valid bool
+	src   netip.AddrPort
+	w     Worker
+}
+
+// lookupWorker is p.workers[src] through c.
+func (p *Pipeline) lookupWorker(c *workerCache, src netip.AddrPort) (Worker, bool) {
+	if c.valid && c.gen == p.workersGen && c.src == src {
+		return c.w, true
+	}
+	w, ok := p.workers[WorkerKey{src}]
+	if ok {
+		*c = workerCache{gen: p.workersGen, valid: true, src: src, w: w}
+	}
+	return w, ok
 }
 
 // NewShard adds a data-plane shard. With a single shard Process skips the
@@ -266,7 +293,7 @@ func (s *Shard) Process(src netip.AddrPort, pkt []byte, out *Output) {
 	if len(s.p.shards) < 2 {
 		id = 0
 	}
-	s.p.process(&s.stats, id, src, pkt, out)
+	s.p.process(&s.stats, &s.cache, id, src, pkt, out)
 }
 
 // disown makes slots [first, first+count) free for any shard to take.
@@ -309,6 +336,7 @@ func (p *Pipeline) InsertWorker(k WorkerKey, w Worker) error {
 		return fmt.Errorf("%w: worker %v", ErrExists, k.Addr)
 	}
 	p.workers[k] = w
+	p.workersGen++
 	p.followParent(w)
 	return nil
 }
@@ -366,6 +394,7 @@ func (p *Pipeline) ModifyWorker(k WorkerKey, w Worker) error {
 		return fmt.Errorf("%w: worker %v", ErrNotFound, k.Addr)
 	}
 	p.workers[k] = w
+	p.workersGen++
 	p.followParent(w)
 	if old.JobID != w.JobID {
 		p.forgetParent(old.JobID)
@@ -381,6 +410,7 @@ func (p *Pipeline) DeleteWorker(k WorkerKey) error {
 		return fmt.Errorf("%w: worker %v", ErrNotFound, k.Addr)
 	}
 	delete(p.workers, k)
+	p.workersGen++
 	p.forgetParent(old.JobID)
 	return nil
 }
@@ -773,18 +803,18 @@ func noReply(st *[NumStats]uint64, out *Output, s Stat) {
 // and header (sequence number, packet id, slot and set echoed) with Exp0
 // replaced by the slot's maximum exponent and the payload by the slot's sums.
 func (p *Pipeline) Process(src netip.AddrPort, pkt []byte, out *Output) {
-	p.process(&p.stats, 0, src, pkt, out)
+	p.process(&p.stats, &p.cache, 0, src, pkt, out)
 }
 
 // process is Process counting in st; shard, unless 0, is the id of the
 // calling Shard, which must own the packet's slot.
-func (p *Pipeline) process(st *[NumStats]uint64, shard int32, src netip.AddrPort, pkt []byte, out *Output) {
+func (p *Pipeline) process(st *[NumStats]uint64, cache *workerCache, shard int32, src netip.AddrPort, pkt []byte, out *Output) {
 	out.Packet = out.Packet[:0]
 	out.Dests = out.Dests[:0]
 	out.Reason = StatReceived
 	st[StatReceived]++
 
-	w, ok := p.workers[WorkerKey{normalize(src)}]
+	w, ok := p.lookupWorker(cache, normalize(src))
 	if !ok {
 		if len(p.uplinks) == 0 || !p.fromParent(st, shard, normalize(src), pkt, out) {
 			noReply(st, out, StatDropNotWorker)

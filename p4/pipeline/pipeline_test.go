@@ -682,3 +682,61 @@ func TestClearRegisters(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkerLookupFollowsTableChanges checks that the remembered workers
+// entry of the last sender is not used once the table changed: a deleted
+// worker's packets are dropped, and a re-added one counts in its new job.
+func TestWorkerLookupFollowsTableChanges(t *testing.T) {
+	for _, sharded := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shard=%v", sharded), func(t *testing.T) {
+			p := newPipe(t, 16, 64, 32)
+			process := p.Process
+			if sharded {
+				process = p.NewShard().Process
+			}
+			setupJob(t, p, 7, 0, 2, 1, 0, 8)
+			var out Output
+			h := wire.Header{Format: wire.FormatCompat, Seq: 1, PacketID: 1, Slot: 2, Elements: 32}
+			process(addr(0), mkpkt(t, h, nil), &out)
+			if out.Reason != StatAbsorbed {
+				t.Fatalf("first packet: reason %v, want absorbed", out.Reason)
+			}
+			if err := p.DeleteWorker(WorkerKey{addr(0)}); err != nil {
+				t.Fatal(err)
+			}
+			h.PacketID = 2
+			process(addr(0), mkpkt(t, h, nil), &out)
+			if out.Reason != StatDropNotWorker {
+				t.Fatalf("after delete: reason %v, want dropped as not a worker", out.Reason)
+			}
+			// Back as the only worker of job 9 on slots [8, 16): its
+			// packet completes a slot of that partition at once.
+			if err := p.InsertWorker(WorkerKey{addr(0)}, Worker{JobID: 9, NumWorkers: 1, MulticastGroup: 2, PoolBase: 8, PoolSize: 8}); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.InsertReply(ReplyKey{JobID: 9}, Reply{Addr: replyAddr(0)}); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.InsertMulticastGroup(2, []Replica{{EgressPort: 0, Instance: 0}}); err != nil {
+				t.Fatal(err)
+			}
+			h.Slot, h.PacketID = 10, 3
+			process(addr(0), mkpkt(t, h, []int32{5}), &out)
+			if len(out.Dests) != 1 || out.Dests[0] != replyAddr(0) {
+				t.Fatalf("re-added worker: dests %v reason %v, want its result multicast to %v", out.Dests, out.Reason, replyAddr(0))
+			}
+			if _, v := decode(t, out.Packet); v[0] != 5 {
+				t.Fatalf("re-added worker's sum %d, want 5", v[0])
+			}
+			// Modified to job 7's partition again: slot 10 is no longer its.
+			if err := p.ModifyWorker(WorkerKey{addr(0)}, Worker{JobID: 7, NumWorkers: 2, MulticastGroup: 1, PoolBase: 0, PoolSize: 8}); err != nil {
+				t.Fatal(err)
+			}
+			h.PacketID = 4
+			process(addr(0), mkpkt(t, h, nil), &out)
+			if len(out.Dests) != 0 || out.Reason == StatAbsorbed {
+				t.Fatalf("modified worker sent to a slot outside its partition: dests %v reason %v", out.Dests, out.Reason)
+			}
+		})
+	}
+}
