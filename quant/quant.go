@@ -148,6 +148,34 @@ func CheckFinite(x []float32) error {
 	return nil
 }
 
+// BlockExponents is CheckFinite and BlockExponent in one pass: it writes
+// BlockExponent of every k-element block of x (the last one may be shorter)
+// into dst and returns a *NonFiniteError for the first NaN or ±Inf, as
+// CheckFinite does. A sender that computes them once, before sending, reads
+// its tensor once for both instead of once to check it and again for every
+// packet's exponent. dst must hold ceil(len(x)/k) exponents; k must be
+// positive.
+func BlockExponents(dst []int8, x []float32, k int) error {
+	if k <= 0 {
+		return fmt.Errorf("quant: BlockExponents: block size %d, want > 0", k)
+	}
+	if blocks := (len(x) + k - 1) / k; len(dst) < blocks {
+		return fmt.Errorf("quant: BlockExponents: %d exponents for %d blocks of %d", len(dst), blocks, k)
+	}
+	for b, lo := 0, 0; lo < len(x); b, lo = b+1, lo+k {
+		m := maxAbsBits(x[lo:min(lo+k, len(x))])
+		if m >= 0x7f800000 { // the exponent field all ones: NaN or Inf
+			err := CheckFinite(x[lo:min(lo+k, len(x))])
+			if nf, ok := err.(*NonFiniteError); ok {
+				nf.Index += lo
+			}
+			return err
+		}
+		dst[b] = exponentOfBits(m)
+	}
+	return nil
+}
+
 // anyNonFinite reports whether x holds a NaN or an Inf: with AVX2 from the
 // largest magnitude's bits (non-finite ones are the largest), otherwise two
 // elements per 64-bit word: an element is non-finite exactly when its

@@ -3,6 +3,7 @@ package quant
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"math/big"
 	"math/rand/v2"
@@ -489,5 +490,47 @@ func TestMaxAbsBitsEveryPosition(t *testing.T) {
 				t.Fatalf("n=%d, largest at %d: maxAbsBits = %#x, want %#x", n, at, got, want)
 			}
 		}
+	}
+}
+
+// TestBlockExponents checks the one-pass scan against BlockExponent per
+// block and CheckFinite over the whole tensor, for block sizes that do and
+// do not divide the length, with a NaN or Inf placed anywhere.
+func TestBlockExponents(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for trial := 0; trial < 300; trial++ {
+		n := rng.IntN(5000)
+		k := []int{1, 7, 8, 64, 256, 2048}[rng.IntN(6)]
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(math.Ldexp(rng.NormFloat64(), rng.IntN(60)-30))
+		}
+		if n > 0 && trial%3 == 0 {
+			bad := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))}[trial%9/3]
+			x[rng.IntN(n)] = bad
+			if trial%2 == 0 {
+				x[rng.IntN(n)] = bad
+			}
+		}
+		exps := make([]int8, (n+k-1)/k)
+		err := BlockExponents(exps, x, k)
+		want := CheckFinite(x)
+		if fmt.Sprint(err) != fmt.Sprint(want) {
+			t.Fatalf("trial %d (n %d, k %d): error %v, want %v", trial, n, k, err, want)
+		}
+		if err != nil {
+			continue
+		}
+		for b := range exps {
+			if w := BlockExponent(x[b*k : min(b*k+k, n)]); exps[b] != w {
+				t.Fatalf("trial %d (n %d, k %d): block %d exponent %d, want %d", trial, n, k, b, exps[b], w)
+			}
+		}
+	}
+	if err := BlockExponents(make([]int8, 1), make([]float32, 10), 8); err == nil {
+		t.Fatal("too few exponents accepted")
+	}
+	if err := BlockExponents(nil, nil, 0); err == nil {
+		t.Fatal("block size 0 accepted")
 	}
 }

@@ -93,10 +93,13 @@ func (s *Session) start(ctx context.Context, op engine.Op, n int) *Handle {
 // anything is sent, naming the first bad index; since the other ranks would
 // wait for this rank's share, the session ends and they learn why.
 func (s *Session) StartFloat32(ctx context.Context, x []float32) *Handle {
-	if err := quant.CheckFinite(x); err != nil {
+	// One pass finds a bad value and every packet's block exponent.
+	k := max(s.cfg.PacketElements, 1)
+	exps := make([]int8, (len(x)+k-1)/k)
+	if err := quant.BlockExponents(exps, x, k); err != nil {
 		return s.refuse(fmt.Errorf("switchml: input not finite: %w", err))
 	}
-	return s.start(ctx, engine.Op{DType: engine.Float32, F32: x, Checked: true}, len(x))
+	return s.start(ctx, engine.Op{DType: engine.Float32, F32: x, Checked: true, Exps: exps, ExpBlock: k}, len(x))
 }
 
 // StartInt32 begins an in-place, exact (wrapping) sum of x across all ranks.

@@ -181,6 +181,13 @@ type Op struct {
 	// (quant.CheckFinite and its 16-bit variants); Start then skips its
 	// own pass over the data.
 	Checked bool
+	// Exps, for Float32, may hold every ExpBlock-element block's exponent
+	// (quant.BlockExponents, which also checks finiteness): then packets
+	// take their exponent from it instead of scanning their block. It is
+	// used only when ExpBlock is the lane's Elements and it covers every
+	// block; Slice keeps it in step with the data.
+	Exps     []int8
+	ExpBlock int
 }
 
 // Errors of the engine.
@@ -320,6 +327,9 @@ func (l *Lane) Start(op Op, now time.Duration) error {
 		return fmt.Errorf("engine: input of op %d: %w", op.Seq, err)
 	}
 	k := l.cfg.Elements
+	if op.Exps != nil && (op.DType != Float32 || op.ExpBlock != k || len(op.Exps) < (n+k-1)/k) {
+		op.Exps = nil
+	}
 	l.op = op
 	l.length = n
 	l.blocks = (n + k - 1) / k
@@ -531,7 +541,11 @@ func (l *Lane) AppendPacket(b []byte) ([]byte, bool) {
 		lo, hi := l.block(p)
 		switch l.op.DType {
 		case Float32:
-			h.Exp0 = quant.BlockExponent(l.op.F32[lo:hi])
+			if l.op.Exps != nil {
+				h.Exp0 = l.op.Exps[p]
+			} else {
+				h.Exp0 = quant.BlockExponent(l.op.F32[lo:hi])
+			}
 		case Float16:
 			h.Exp0 = quant.BlockExponentF16(l.op.U16[lo:hi])
 		case BFloat16:
@@ -708,6 +722,13 @@ func (op Op) Slice(r Range) Op {
 		op.I32 = op.I32[r.Off : r.Off+r.Len]
 	case Float32:
 		op.F32 = op.F32[r.Off : r.Off+r.Len]
+		if op.Exps != nil {
+			if op.ExpBlock <= 0 || r.Off%op.ExpBlock != 0 || r.Off/op.ExpBlock > len(op.Exps) {
+				op.Exps = nil // not cut on block boundaries: packets scan
+			} else {
+				op.Exps = op.Exps[r.Off/op.ExpBlock:]
+			}
+		}
 	default:
 		op.U16 = op.U16[r.Off : r.Off+r.Len]
 	}

@@ -1,11 +1,13 @@
 package engine
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -596,5 +598,65 @@ func TestGiveUpInTime(t *testing.T) {
 	}
 	if _, err := NewLane(Config{NumWorkers: 1, Elements: 32, Window: 1, GiveUp: -time.Second}); err == nil {
 		t.Fatal("negative GiveUp accepted")
+	}
+}
+
+// TestPrecomputedExponents checks that an op carrying its block exponents
+// (quant.BlockExponents) sends exactly the packets of one that scans each
+// block, whole and cut into lanes, and that exponents of the wrong block
+// size are ignored rather than used.
+func TestPrecomputedExponents(t *testing.T) {
+	const k = 64
+	rng := rand.New(rand.NewPCG(5, 6))
+	data := make([]float32, 64*37+19)
+	for i := range data {
+		data[i] = float32(math.Ldexp(rng.NormFloat64(), rng.IntN(40)-20))
+	}
+	exps := make([]int8, (len(data)+k-1)/k)
+	if err := quant.BlockExponents(exps, data, k); err != nil {
+		t.Fatal(err)
+	}
+	// sent drains every packet a lane sends for op, answering each as
+	// the switch of a one-worker job would (the request is the result).
+	sent := func(op Op) [][]byte {
+		l, err := NewLane(Config{NumWorkers: 1, Elements: k, Window: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Start(op, 0); err != nil {
+			t.Fatal(err)
+		}
+		var pkts [][]byte
+		for !l.Done() {
+			b, ok := l.AppendPacket(nil)
+			if !ok {
+				t.Fatal("lane not done and nothing to send")
+			}
+			pkts = append(pkts, b)
+			l.Receive(b, 0)
+		}
+		return pkts
+	}
+	base := Op{Seq: 1, DType: Float32, F32: slices.Clone(data)}
+	withExps := Op{Seq: 1, DType: Float32, F32: slices.Clone(data), Exps: exps, ExpBlock: k}
+	for _, r := range append(SplitLanes(len(data), 3, k), Range{Off: 0, Len: len(data)}) {
+		want, got := sent(base.Slice(r)), sent(withExps.Slice(r))
+		if len(got) != len(want) {
+			t.Fatalf("range %+v: %d packets with exponents given, %d without", r, len(got), len(want))
+		}
+		for i := range want {
+			if !bytes.Equal(got[i], want[i]) {
+				t.Fatalf("range %+v: packet %d differs with exponents given", r, i)
+			}
+		}
+	}
+	// Wrong exponents of the right size would change the packets; given
+	// for another block size they must be ignored.
+	wrong := slices.Repeat([]int8{quant.MinExponent}, len(data))
+	if got, want := sent(Op{Seq: 1, DType: Float32, F32: slices.Clone(data), Exps: wrong, ExpBlock: 1}), sent(base); !slices.EqualFunc(got, want, bytes.Equal) {
+		t.Fatal("exponents computed for another block size were used")
+	}
+	if got, want := sent(Op{Seq: 1, DType: Float32, F32: slices.Clone(data), Exps: wrong[:len(exps)], ExpBlock: k}), sent(base); slices.EqualFunc(got, want, bytes.Equal) {
+		t.Fatal("the given exponents were not used")
 	}
 }
