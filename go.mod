@@ -3,6 +3,7 @@ module github.com/switchml/switchml-go
 go 1.26.8
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	github.com/p4lang/p4runtime v1.5.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3

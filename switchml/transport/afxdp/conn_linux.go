@@ -1,0 +1,687 @@
+package afxdp
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/switchml/switchml-go/switchml/transport"
+)
+
+// Message is transport.Message.
+type Message = transport.Message
+
+var _ transport.PacketConn = (*Conn)(nil)
+
+// Conn is a UDP endpoint whose datagrams move through an AF_XDP socket.
+//
+// A read points each message's Buf at the datagram inside the Conn's own
+// memory (the UMEM frame it arrived in, or the buffer of a datagram that
+// came through the kernel), valid until the next read on the Conn and not
+// after Close. A Conn is not safe for concurrent ReadBatch calls, nor for
+// concurrent WriteBatch calls; one reader and one writer may run at the
+// same time, and SetReadDeadline, Stats and Close may be called from any
+// goroutine.
+type Conn struct {
+	dev    *device
+	local  netip.AddrPort
+	ip4    [4]byte
+	port   uint16
+	batch  int
+	udpSum bool
+	udpfd  int // kernel socket: reserves the port, carries the slow path
+	evfd   int // wakes a reader blocked in poll
+	epoch  time.Time
+
+	closed   atomic.Bool
+	use      sync.RWMutex // read-held by calls, write-held by Close
+	deadline atomic.Int64 // unix nanoseconds, 0 for none
+	waiting  atomic.Bool  // the reader is (about to be) in poll
+
+	// Reader state. q is guarded by the device's RX lock, held is
+	// touched by the reader and, after Close, by the device.
+	q         rxQueue
+	held      []uint64
+	wake      []*Conn
+	pfd       [3]unix.PollFd
+	ts        unix.Timespec
+	evbuf     [8]byte
+	slow      slowReader
+	slowTick  uint32
+	slowReady bool
+
+	// Writer state.
+	hdr      header
+	ipID     uint16
+	hops     map[netip.Addr]hop
+	lastAddr netip.Addr
+	lastHop  hop
+	lastMiss time.Duration
+	pend     []int
+	pendMAC  [][6]byte
+	slowSA   unix.SockaddrInet4
+	wpfd     [1]unix.PollFd
+
+	rx, tx, slowRX, slowTX, dropped atomic.Uint64
+}
+
+// hop is a cached next-hop decision for a destination.
+type hop struct {
+	mac     [6]byte
+	fast    bool
+	expires time.Duration // since the Conn's epoch
+}
+
+const (
+	hopTTL       = time.Second          // how long a next hop is trusted
+	missInterval = 5 * time.Millisecond // least time between neighbour reads after a miss
+	maxHops      = 4096                 // destinations cached before the cache starts over
+	slowBatch    = 8                    // datagrams per read from the kernel socket
+	slowBufSize  = 9216                 // largest datagram read from the kernel socket
+	slowEvery    = 16                   // reads between looks at the kernel socket
+	queueMin     = 256                  // least hand-off queue length
+)
+
+// Listen opens a Conn on addr, an IPv4 address configured on a network
+// interface; port 0 picks a free port. The port is also bound by an
+// ordinary UDP socket for the Conn's lifetime: it keeps the port taken and
+// carries what cannot take the AF_XDP path. Listen must run in the network
+// namespace of the interface; the Conn can be used from any thread after.
+func Listen(addr netip.AddrPort, opts Options) (*Conn, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ip := addr.Addr().Unmap()
+	if !ip.Is4() {
+		return nil, fmt.Errorf("afxdp: %s is not an IPv4 address; the AF_XDP transport handles IPv4 only", addr.Addr())
+	}
+	if ip.IsUnspecified() {
+		return nil, errors.New("afxdp: cannot listen on 0.0.0.0; give the address of the interface to use")
+	}
+	ifc, err := interfaceOf(ip)
+	if err != nil {
+		return nil, err
+	}
+	if ifc.Flags&net.FlagLoopback != 0 {
+		return nil, fmt.Errorf("afxdp: %s is on the loopback interface %s, which has no XDP path; use an address of a network device", ip, ifc.Name)
+	}
+	if ifc.Flags&net.FlagUp == 0 {
+		return nil, fmt.Errorf("afxdp: interface %s is down; bring it up (ip link set dev %s up)", ifc.Name, ifc.Name)
+	}
+	if len(ifc.HardwareAddr) != 6 {
+		return nil, fmt.Errorf("afxdp: interface %s has no Ethernet address; AF_XDP here needs an Ethernet device", ifc.Name)
+	}
+	frameSize, err := frameSizeFor(opts.FrameSize, ifc.MTU, ifc.Name)
+	if err != nil {
+		return nil, err
+	}
+	udpfd, port, err := bindUDP(ip.As4(), addr.Port())
+	if err != nil {
+		return nil, err
+	}
+	evfd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		unix.Close(udpfd)
+		return nil, fmt.Errorf("afxdp: cannot create an eventfd: %w", err)
+	}
+	d, err := acquireDevice(devKey{netns: netnsID(), ifindex: ifc.Index, queue: opts.Queue}, ifc, opts, frameSize)
+	if err != nil {
+		unix.Close(evfd)
+		unix.Close(udpfd)
+		return nil, err
+	}
+	local := netip.AddrPortFrom(ip, port)
+	qlen := max(queueMin, 2*opts.Batch)
+	c := &Conn{
+		dev:     d,
+		local:   local,
+		ip4:     ip.As4(),
+		port:    port,
+		batch:   opts.Batch,
+		udpSum:  opts.UDPChecksum,
+		udpfd:   udpfd,
+		evfd:    evfd,
+		epoch:   time.Now(),
+		q:       newRxQueue(qlen),
+		held:    make([]uint64, 0, opts.Batch),
+		slow:    newSlowReader(slowBatch, slowBufSize),
+		hdr:     newHeader(d.mac, local),
+		hops:    make(map[netip.Addr]hop),
+		pend:    make([]int, 0, opts.Batch),
+		pendMAC: make([][6]byte, 0, opts.Batch),
+	}
+	c.pfd[0] = unix.PollFd{Fd: int32(d.x.fd), Events: unix.POLLIN}
+	c.pfd[1] = unix.PollFd{Fd: int32(evfd), Events: unix.POLLIN}
+	c.pfd[2] = unix.PollFd{Fd: int32(udpfd), Events: unix.POLLIN}
+	c.wpfd[0] = unix.PollFd{Fd: int32(udpfd), Events: unix.POLLOUT}
+	if err := d.add(c); err != nil {
+		unix.Close(evfd)
+		unix.Close(udpfd)
+		releaseDevice(d)
+		return nil, err
+	}
+	return c, nil
+}
+
+// Supported reports whether this kernel and process can use AF_XDP: nil,
+// or why not.
+func Supported() error {
+	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("afxdp: cannot open an AF_XDP socket: %w (needs Linux 5.4 or later built with CONFIG_XDP_SOCKETS, and CAP_NET_RAW)", err)
+	}
+	unix.Close(fd)
+	if err := probeProgram(); err != nil {
+		return fmt.Errorf("afxdp: cannot load an XDP program: %w (needs CAP_BPF and CAP_NET_ADMIN, or root)", err)
+	}
+	return nil
+}
+
+func interfaceOf(ip netip.Addr) (*net.Interface, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, fmt.Errorf("afxdp: cannot list network interfaces: %w", err)
+	}
+	for i := range ifs {
+		addrs, err := ifs[i].Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			n, ok := a.(*net.IPNet)
+			if !ok {
+				continue
+			}
+			if x, ok := netip.AddrFromSlice(n.IP); ok && x.Unmap() == ip {
+				return &ifs[i], nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("afxdp: no interface has the address %s; give an IPv4 address configured on the interface to use (ip -4 addr)", ip)
+}
+
+// frameSizeFor picks the smallest frame size from want up that holds a
+// whole Ethernet frame of the MTU after the kernel's headroom.
+func frameSizeFor(want, mtu int, name string) (int, error) {
+	page := unix.Getpagesize()
+	if want > page {
+		return 0, fmt.Errorf("afxdp: frame size %d exceeds the page size %d; use at most %d", want, page, page)
+	}
+	for fs := want; fs <= page; fs <<= 1 {
+		if fs-unix.XDP_PACKET_HEADROOM >= mtu+ethHeaderLen {
+			return fs, nil
+		}
+	}
+	most := page - unix.XDP_PACKET_HEADROOM - ethHeaderLen
+	return 0, fmt.Errorf("afxdp: %s has MTU %d but AF_XDP frames here hold packets of MTU %d at most (a %d-byte page less %d bytes of headroom); lower the MTU (ip link set dev %s mtu %d) or use UDP sockets",
+		name, mtu, most, page, unix.XDP_PACKET_HEADROOM, name, most)
+}
+
+func bindUDP(ip [4]byte, port uint16) (int, uint16, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, 0, fmt.Errorf("afxdp: cannot open a UDP socket: %w", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: int(port), Addr: ip}); err != nil {
+		unix.Close(fd)
+		return -1, 0, fmt.Errorf("afxdp: cannot bind UDP %s: %w; pick a free port or 0", netip.AddrPortFrom(netip.AddrFrom4(ip), port), err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		unix.Close(fd)
+		return -1, 0, fmt.Errorf("afxdp: cannot read the bound UDP port: %w", err)
+	}
+	in4, ok := sa.(*unix.SockaddrInet4)
+	if !ok {
+		unix.Close(fd)
+		return -1, 0, errors.New("afxdp: the UDP socket is not bound to an IPv4 address")
+	}
+	// The slow path takes bursts too; failing to grow the buffers only
+	// costs drops that the protocol recovers from.
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20)
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, 4<<20)
+	return fd, uint16(in4.Port), nil
+}
+
+// netnsID names the calling thread's network namespace.
+func netnsID() uint64 {
+	var st unix.Stat_t
+	if unix.Stat("/proc/thread-self/ns/net", &st) != nil {
+		return 0
+	}
+	return st.Ino
+}
+
+// LocalAddr is the address the Conn is bound to.
+func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
+
+// Batch is the most datagrams moved per call.
+func (c *Conn) Batch() int { return c.batch }
+
+// Coalesced is 0: datagrams are never coalesced on this path.
+func (c *Conn) Coalesced() uint64 { return 0 }
+
+// Interface is the name of the interface the Conn uses.
+func (c *Conn) Interface() string { return c.dev.name }
+
+// Mode is how the XDP program is attached: Native or Generic.
+func (c *Conn) Mode() Mode { return c.dev.mode }
+
+// ZeroCopy reports whether the socket runs in zero-copy mode (else the
+// kernel copies between the device and the UMEM).
+func (c *Conn) ZeroCopy() bool { return c.dev.x.zeroCopy }
+
+// Stats returns the Conn's counters.
+func (c *Conn) Stats() Stats {
+	s := Stats{
+		RX:      c.rx.Load(),
+		TX:      c.tx.Load(),
+		SlowRX:  c.slowRX.Load(),
+		SlowTX:  c.slowTX.Load(),
+		Dropped: c.dropped.Load(),
+	}
+	if c.use.TryRLock() {
+		if !c.closed.Load() {
+			s.DeviceDropped = c.dev.kernelDropped()
+		}
+		c.use.RUnlock()
+	}
+	return s
+}
+
+var evOne = func() (b [8]byte) {
+	binary.NativeEndian.PutUint64(b[:], 1)
+	return b
+}()
+
+// signal wakes the reader if it is in poll. The caller makes sure the
+// eventfd is open: it holds the device's RX lock with c registered, or
+// c.use.
+func (c *Conn) signal() { _, _ = unix.Write(c.evfd, evOne[:]) }
+
+// SetReadDeadline sets the deadline of reads (zero: none) and wakes a
+// blocked reader to look at it.
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	c.use.RLock()
+	defer c.use.RUnlock()
+	if c.closed.Load() {
+		return net.ErrClosed
+	}
+	c.setDeadline(t)
+	if c.waiting.Load() {
+		c.signal()
+	}
+	return nil
+}
+
+func (c *Conn) setDeadline(t time.Time) {
+	if t.IsZero() {
+		c.deadline.Store(0)
+		return
+	}
+	ns := t.UnixNano()
+	if ns == 0 {
+		ns = 1
+	}
+	c.deadline.Store(ns)
+}
+
+// Close closes the Conn: a blocked read returns net.ErrClosed, as do all
+// later calls. The last Conn of an interface and queue detaches the XDP
+// program and frees the socket.
+func (c *Conn) Close() error {
+	if !c.closed.CompareAndSwap(false, true) {
+		return net.ErrClosed
+	}
+	c.signal()
+	c.use.Lock()
+	defer c.use.Unlock()
+	c.dev.remove(c)
+	unix.Close(c.evfd)
+	unix.Close(c.udpfd)
+	releaseDevice(c.dev)
+	return nil
+}
+
+// ReadBatch waits until at least one datagram arrives or the deadline
+// passes (zero: no deadline) and fills ms[:n], one datagram per message.
+// On a deadline it returns 0 and os.ErrDeadlineExceeded (for which
+// transport.IsTimeout is true); after Close, net.ErrClosed. A deadline set
+// by SetReadDeadline while the read waits replaces this one.
+func (c *Conn) ReadBatch(ms []Message, deadline time.Time) (int, error) {
+	if len(ms) == 0 {
+		return 0, nil
+	}
+	c.use.RLock()
+	defer c.use.RUnlock()
+	c.setDeadline(deadline)
+	for {
+		if c.closed.Load() {
+			return 0, net.ErrClosed
+		}
+		n, err := c.read(ms)
+		if n > 0 || err != nil {
+			return n, err
+		}
+		c.waiting.Store(true)
+		if c.q.count.Load() > 0 || c.closed.Load() {
+			c.waiting.Store(false)
+			continue
+		}
+		var ts *unix.Timespec
+		if dl := c.deadline.Load(); dl != 0 {
+			left := dl - time.Now().UnixNano()
+			if left <= 0 {
+				c.waiting.Store(false)
+				return 0, os.ErrDeadlineExceeded
+			}
+			c.ts = unix.NsecToTimespec(left)
+			ts = &c.ts
+		}
+		for i := range c.pfd {
+			c.pfd[i].Revents = 0
+		}
+		_, err = unix.Ppoll(c.pfd[:], ts, nil)
+		c.waiting.Store(false)
+		if err != nil && err != unix.EINTR {
+			return 0, fmt.Errorf("afxdp: waiting for datagrams: %w", err)
+		}
+		if c.pfd[1].Revents != 0 {
+			_, _ = unix.Read(c.evfd, c.evbuf[:])
+		}
+		if c.pfd[2].Revents != 0 {
+			c.slowReady = true
+		}
+	}
+}
+
+// TryReadBatch is ReadBatch without waiting: it returns what has already
+// arrived, possibly nothing.
+func (c *Conn) TryReadBatch(ms []Message) (int, error) {
+	if len(ms) == 0 {
+		return 0, nil
+	}
+	c.use.RLock()
+	defer c.use.RUnlock()
+	if c.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	return c.read(ms)
+}
+
+// read returns the frames of the previous read to the fill ring and
+// collects what is there without waiting: hand-offs from other Conns'
+// readers, the shared RX ring, and now and then the kernel socket.
+func (c *Conn) read(ms []Message) (int, error) {
+	d := c.dev
+	d.rxMu.Lock()
+	if d.closed {
+		d.rxMu.Unlock()
+		return 0, net.ErrClosed
+	}
+	for _, f := range c.held {
+		d.recycle(f)
+	}
+	c.held = c.held[:0]
+	n := 0
+	for n < len(ms) {
+		e, ok := c.q.pop()
+		if !ok {
+			break
+		}
+		ms[n] = Message{Buf: d.umem[e.off : e.off+uint64(e.n) : e.off+uint64(e.n)], N: e.n, Addr: e.src}
+		c.held = append(c.held, e.frame)
+		n++
+	}
+	if n < len(ms) {
+		n = d.drain(c, ms, n)
+	}
+	d.refill()
+	d.rxMu.Unlock()
+	if n > 0 {
+		c.rx.Add(uint64(n))
+	}
+
+	c.slowTick++
+	if c.slowTick%slowEvery == 0 {
+		c.slowReady = true
+	}
+	if c.slowReady && n < len(ms) {
+		k, err := c.slow.read(c.udpfd, ms[n:])
+		if k < min(len(ms)-n, slowBatch) {
+			c.slowReady = false
+		}
+		if k > 0 {
+			c.slowRX.Add(uint64(k))
+			n += k
+		}
+		if err != nil && n == 0 {
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
+// WriteBatch sends every message in ms, each Buf to its Addr, and returns
+// how many were sent. Datagrams whose next hop's MAC address is known go
+// through the AF_XDP socket; the rest through the kernel.
+func (c *Conn) WriteBatch(ms []Message) (int, error) {
+	if len(ms) == 0 {
+		return 0, nil
+	}
+	c.use.RLock()
+	defer c.use.RUnlock()
+	if c.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	now := time.Since(c.epoch)
+	sent := 0
+	idx, macs := c.pend[:0], c.pendMAC[:0]
+	flush := func() error {
+		if len(idx) == 0 {
+			return nil
+		}
+		k, err := c.dev.transmit(c, ms, idx, macs)
+		sent += k
+		c.tx.Add(uint64(k))
+		idx, macs = idx[:0], macs[:0]
+		return err
+	}
+	for i := range ms {
+		m := &ms[i]
+		mac, fast, err := c.nextHop(m.Addr, len(m.Buf), now)
+		if err != nil {
+			if ferr := flush(); ferr != nil {
+				return sent, ferr
+			}
+			return sent, err
+		}
+		if !fast {
+			// Keep the order: what is pending leaves first.
+			if err := flush(); err != nil {
+				return sent, err
+			}
+			if err := c.slowSend(m); err != nil {
+				return sent, err
+			}
+			sent++
+			continue
+		}
+		idx = append(idx, i)
+		macs = append(macs, mac)
+		if len(idx) == c.batch {
+			if err := flush(); err != nil {
+				return sent, err
+			}
+		}
+	}
+	err := flush()
+	c.pend, c.pendMAC = idx[:0], macs[:0]
+	return sent, err
+}
+
+// nextHop decides how a datagram of n bytes to dst leaves: through the
+// socket to the returned MAC address (fast) or through the kernel.
+func (c *Conn) nextHop(dst netip.AddrPort, n int, now time.Duration) ([6]byte, bool, error) {
+	a := dst.Addr().Unmap()
+	if !a.Is4() {
+		return [6]byte{}, false, fmt.Errorf("afxdp: cannot send to %s: only IPv4 destinations are supported", dst)
+	}
+	if n+ipv4HeaderLen+udpHeaderLen > c.dev.mtu {
+		return [6]byte{}, false, nil
+	}
+	if a == c.lastAddr && now < c.lastHop.expires {
+		return c.lastHop.mac, c.lastHop.fast, nil
+	}
+	h, ok := c.hops[a]
+	if !ok || now >= h.expires {
+		if now-c.lastMiss < missInterval && c.lastMiss != 0 {
+			return [6]byte{}, false, nil
+		}
+		h, ok = c.resolve(a, now)
+		if !ok {
+			c.lastMiss = now
+			delete(c.hops, a)
+			if a == c.lastAddr {
+				c.lastAddr = netip.Addr{}
+			}
+			return [6]byte{}, false, nil
+		}
+		if len(c.hops) >= maxHops {
+			clear(c.hops)
+		}
+		c.hops[a] = h
+	}
+	c.lastAddr, c.lastHop = a, h
+	return h.mac, h.fast, nil
+}
+
+// resolve asks the kernel for the route to a and its next hop's MAC
+// address. It reports false when the neighbour is not known yet: the
+// datagram goes through the kernel, which resolves it.
+func (c *Conn) resolve(a netip.Addr, now time.Duration) (hop, bool) {
+	d := c.dev
+	slow := hop{expires: now + hopTTL}
+	if a.IsLoopback() || a.IsMulticast() || a == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
+		return slow, true
+	}
+	rt, err := d.nl.routeTo(a.As4())
+	if err != nil {
+		return hop{}, false
+	}
+	if rt.typ != unix.RTN_UNICAST || rt.oif != d.ifindex {
+		// Local, broadcast, or out of another interface.
+		return slow, true
+	}
+	next := a.As4()
+	if rt.via {
+		next = rt.gw
+	}
+	mac, ok, err := d.nl.neighbour(d.ifindex, next)
+	if err != nil || !ok {
+		return hop{}, false
+	}
+	return hop{mac: mac, fast: true, expires: now + hopTTL}, true
+}
+
+// slowSend sends one datagram through the kernel socket, waiting for room
+// in its buffer if need be.
+func (c *Conn) slowSend(m *Message) error {
+	c.slowSA.Port = int(m.Addr.Port())
+	c.slowSA.Addr = m.Addr.Addr().Unmap().As4()
+	for {
+		err := unix.Sendto(c.udpfd, m.Buf, 0, &c.slowSA)
+		switch err {
+		case nil:
+			c.slowTX.Add(1)
+			return nil
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			c.wpfd[0].Revents = 0
+			if n, perr := unix.Poll(c.wpfd[:], 1000); perr != nil && perr != unix.EINTR {
+				return fmt.Errorf("afxdp: waiting to send to %s: %w", m.Addr, perr)
+			} else if n == 0 {
+				return fmt.Errorf("afxdp: the kernel socket did not take a datagram to %s for 1s; check the route", m.Addr)
+			}
+			continue
+		}
+		return fmt.Errorf("afxdp: sending %d bytes to %s through the kernel: %w", len(m.Buf), m.Addr, err)
+	}
+}
+
+// slowReader reads datagrams from the kernel socket with recvmmsg into
+// buffers of its own.
+type slowReader struct {
+	bufs  [][]byte
+	hdrs  []unix.Mmsghdr
+	iovs  []unix.Iovec
+	names []unix.RawSockaddrInet4
+}
+
+func newSlowReader(n, size int) slowReader {
+	s := slowReader{
+		bufs:  make([][]byte, n),
+		hdrs:  make([]unix.Mmsghdr, n),
+		iovs:  make([]unix.Iovec, n),
+		names: make([]unix.RawSockaddrInet4, n),
+	}
+	for i := range s.bufs {
+		s.bufs[i] = make([]byte, size)
+		s.iovs[i].Base = &s.bufs[i][0]
+		s.iovs[i].SetLen(size)
+		s.hdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&s.names[i]))
+		s.hdrs[i].Hdr.Iov = &s.iovs[i]
+		s.hdrs[i].Hdr.SetIovlen(1)
+	}
+	return s
+}
+
+// read takes what the socket holds without waiting. A datagram longer
+// than the buffers is cut.
+func (s *slowReader) read(fd int, ms []Message) (int, error) {
+	k := min(len(ms), len(s.hdrs))
+	if k == 0 {
+		return 0, nil
+	}
+	for i := 0; i < k; i++ {
+		s.hdrs[i].Hdr.Namelen = unix.SizeofSockaddrInet4
+		s.hdrs[i].Hdr.Flags = 0
+		s.hdrs[i].Len = 0
+	}
+	var r uintptr
+	for {
+		var e unix.Errno
+		r, _, e = unix.Syscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&s.hdrs[0])), uintptr(k), unix.MSG_DONTWAIT, 0, 0)
+		if e == unix.EINTR {
+			continue
+		}
+		if e == unix.EAGAIN {
+			return 0, nil
+		}
+		if e != 0 {
+			return 0, fmt.Errorf("afxdp: reading the kernel UDP socket: %w", e)
+		}
+		break
+	}
+	for i := 0; i < int(r); i++ {
+		n := int(s.hdrs[i].Len)
+		if n > len(s.bufs[i]) {
+			n = len(s.bufs[i])
+		}
+		nm := &s.names[i]
+		port := binary.BigEndian.Uint16((*[2]byte)(unsafe.Pointer(&nm.Port))[:])
+		ms[i] = Message{Buf: s.bufs[i][:n:n], N: n, Addr: netip.AddrPortFrom(netip.AddrFrom4(nm.Addr), port)}
+	}
+	return int(r), nil
+}
