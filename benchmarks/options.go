@@ -19,7 +19,9 @@ import (
 // PyTorch over Gloo.
 // switchml-tree is SwitchML through two levels of switches (leaves and a
 // spine), on a rack built with RackLeaves.
-var Systems = []string{"switchml", "switchml-tree", "torch-switchml", "gloo", "ring", "mpi"}
+// switchml-afxdp is SwitchML with the workers and the switch on AF_XDP
+// sockets (rack only: loopback has no XDP path).
+var Systems = []string{"switchml", "switchml-afxdp", "switchml-tree", "torch-switchml", "gloo", "ring", "mpi"}
 
 // DefaultSystems are those the default run compares; torch-switchml runs
 // when named.
@@ -27,7 +29,7 @@ var DefaultSystems = []string{"switchml", "gloo", "ring", "mpi"}
 
 // runsOnSwitch tells the systems whose workers join the suite's switch.
 func runsOnSwitch(system string) bool {
-	return system == "switchml" || system == "switchml-tree" || system == "torch-switchml"
+	return system == "switchml" || system == "switchml-afxdp" || system == "switchml-tree" || system == "torch-switchml"
 }
 
 // Modes are the topologies the suite runs on: the emulated rack (network
@@ -226,6 +228,9 @@ func Plan(o *Options) []Point {
 		}
 		if p.System == "mpi" && p.Mode == "rack" {
 			return // mpirun would need a launcher across namespaces
+		}
+		if p.System == "switchml-afxdp" && p.Mode != "rack" {
+			return // the loopback device has no XDP path: AF_XDP needs the rack's ports
 		}
 		if p.System == "switchml-tree" && (p.Mode != "rack" || o.RackLeaves < 2 || p.Workers < o.RackLeaves) {
 			return // a tree needs the rack's leaves, and a worker under each

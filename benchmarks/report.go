@@ -12,7 +12,7 @@ import (
 	"github.com/switchml/switchml-go/benchmarks/rack"
 )
 
-var systemNames = map[string]string{"switchml": "SwitchML", "switchml-tree": "SwitchML (2 levels)", "torch-switchml": "PyTorch-SwitchML", "gloo": "Gloo", "ring": "Ring (Go)", "mpi": "OpenMPI"}
+var systemNames = map[string]string{"switchml": "SwitchML", "switchml-afxdp": "SwitchML (AF_XDP)", "switchml-tree": "SwitchML (2 levels)", "torch-switchml": "PyTorch-SwitchML", "gloo": "Gloo", "ring": "Ring (Go)", "mpi": "OpenMPI"}
 
 // resultIndex finds results by their sweep and coordinates.
 type resultIndex struct {

@@ -43,6 +43,13 @@ type result struct {
 	LinkEfficiency float64 `json:"link_efficiency,omitempty"`
 	Verified       bool    `json:"verified"`
 	Retransmits    uint64  `json:"retransmits"`
+	// Packets is what the workers sent to the switch, all calls (warm-up
+	// and retransmissions included); the switch received as many and sent
+	// about as many results (SwitchML).
+	Packets uint64 `json:"packets,omitempty"`
+	// Transports are the workers' and (last) the switch's transports
+	// ("udp", "afxdp") where a system chooses one.
+	Transports []string `json:"transports,omitempty"`
 	// WorkerCPU is each worker's CPU time during its allreduce calls
 	// (warm-up included), the same measure for every system.
 	WorkerCPU []cpuTime `json:"worker_cpu"`

@@ -113,6 +113,7 @@ type driver struct {
 	file      resultsFile
 	rack      *rack.Rack
 	rackFab   *fabric.Fabric
+	xdpFab    *fabric.Fabric // the rack's switch on AF_XDP (switchml-afxdp)
 	treeFab   *fabric.Fabric
 	loopFab   *fabric.Fabric
 	gloo      string // path of the PyTorch script, "" if Gloo is unavailable
@@ -288,8 +289,15 @@ func (b *driver) runPoint(ctx context.Context, idx int, p Point) (res result) {
 		}
 		res.Verified = res.Verified && rep.Verified
 		res.Retransmits += rep.Retransmits
+		res.Packets += rep.Packets
+		if rep.Transport != "" {
+			res.Transports = append(res.Transports, rep.Transport)
+		}
 		res.WorkerCPU = append(res.WorkerCPU, rep.cpu)
 		res.WorkerCPUPerOp += rep.cpu.total() / float64(b.o.Warmup+b.o.Iters)
+	}
+	if p.System == "switchml-afxdp" && fab != nil {
+		res.Transports = append(res.Transports, "switch:"+switchTransport(fab.Logs()["switch"]))
 	}
 	for it := 0; it < b.o.Iters; it++ {
 		run := repetition{}

@@ -22,6 +22,8 @@ type rankReport struct {
 	TATs        []float64
 	Verified    bool
 	Retransmits uint64
+	Packets     uint64
+	Transport   string
 	cpu         cpuTime
 	start, end  float64 // the timed calls, Unix seconds (SwitchML)
 }
@@ -48,7 +50,7 @@ func (b *driver) runSystem(ctx context.Context, idx int, p Point, fab *fabric.Fa
 	}
 	var cmds []*exec.Cmd
 	switch p.System {
-	case "switchml", "switchml-tree":
+	case "switchml", "switchml-tree", "switchml-afxdp":
 		verify := b.o.Verify && rackMode
 		// The jobs sweep runs several jobs at once, rank r of every job in
 		// worker r's namespace; int32 with a seed per job, so that one
@@ -76,6 +78,9 @@ func (b *driver) runSystem(ctx context.Context, idx int, p Point, fab *fabric.Fa
 				}
 				if rackMode {
 					args = append(args, "--bind", hostOf(r))
+				}
+				if p.System == "switchml-afxdp" {
+					args = append(args, "--transport", "afxdp")
 				}
 				cmds = append(cmds, command(r, b.exe, args...))
 			}
@@ -164,7 +169,8 @@ func (b *driver) runSystem(ctx context.Context, idx int, p Point, fab *fabric.Fa
 		if j.Error != "" {
 			return nil, fmt.Errorf("rank %d: %s", r, j.Error)
 		}
-		reps[r] = rankReport{TATs: j.TATs, Verified: j.Verified, Retransmits: j.Retransmits, cpu: cpuTime{User: j.CPUUserS, Sys: j.CPUSysS},
+		reps[r] = rankReport{TATs: j.TATs, Verified: j.Verified, Retransmits: j.Retransmits, Packets: j.Packets, Transport: j.Transport,
+			cpu:   cpuTime{User: j.CPUUserS, Sys: j.CPUSysS},
 			start: j.TimedStart, end: j.TimedEnd}
 		if j.CPULoopUserS != nil && j.CPULoopSysS != nil {
 			reps[r].cpu = cpuTime{User: *j.CPULoopUserS, Sys: *j.CPULoopSysS}

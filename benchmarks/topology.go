@@ -68,6 +68,16 @@ func (b *driver) fabric(ctx context.Context, mode, system string) (*fabric.Fabri
 	if system == "switchml-tree" {
 		cur = &b.treeFab
 	}
+	if system == "switchml-afxdp" {
+		cur = &b.xdpFab
+	}
+	// The rack's one switch serves UDP or AF_XDP on the same ports: only
+	// one of the two runs at a time.
+	if other := map[*(*fabric.Fabric)]*(*fabric.Fabric){&b.rackFab: &b.xdpFab, &b.xdpFab: &b.rackFab}[cur]; other != nil && *other != nil {
+		name := map[bool]string{true: "rack", false: "rack-afxdp"}[other == &b.rackFab]
+		b.file.Fabric[name] = stopFabric(*other)
+		*other = nil
+	}
 	if f := *cur; f != nil {
 		if !f.Exited() {
 			return f, nil
@@ -89,6 +99,9 @@ func (b *driver) fabric(ctx context.Context, mode, system string) (*fabric.Fabri
 		// The fabric outlives the point that starts it: the driver stops
 		// it when the topology is done.
 		cfg = b.rack.Fabric(context.WithoutCancel(ctx), b.exe, cfg)
+		if system == "switchml-afxdp" {
+			cfg.SwitchArgs = append(cfg.SwitchArgs, "--transport", "afxdp")
+		}
 	}
 	f, err := fabric.Start(ctx, cfg)
 	if err != nil {
@@ -129,10 +142,30 @@ func (b *driver) closeRack() {
 		b.file.Fabric["rack"] = stopFabric(b.rackFab)
 		b.rackFab = nil
 	}
+	if b.xdpFab != nil {
+		b.file.Fabric["rack-afxdp"] = stopFabric(b.xdpFab)
+		b.xdpFab = nil
+	}
 	if b.rack != nil {
 		if err := b.rack.Close(); err != nil {
 			fmt.Fprintf(b.o.Progress, "tearing down the rack: %v\n", err)
 		}
 		b.rack = nil
 	}
+}
+
+// switchTransport reads the transport a software switch serves on from its
+// start-up log line ("transport=afxdp"), or "unknown".
+func switchTransport(logs string) string {
+	for line := range strings.Lines(logs) {
+		if !strings.Contains(line, "software switch up") {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "transport="); ok {
+				return v
+			}
+		}
+	}
+	return "unknown"
 }

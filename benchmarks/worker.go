@@ -4,22 +4,28 @@ package benchmarks
 // both `switchml allreduce` (SwitchML) and `switchml ring` (the Go ring
 // baseline): the suite, the demo and the chaos run read it.
 type WorkerReport struct {
-	Workers        int       `json:"workers"`
-	Rank           int       `json:"rank"`
-	Elements       int       `json:"elements"`
-	DType          string    `json:"dtype"`
-	Iters          int       `json:"iters"`
-	Lanes          int       `json:"lanes"`
-	Window         int       `json:"window"`
-	PacketElements int       `json:"packet_elements"`
-	TATs           []float64 `json:"tat_s"`
-	MedianTAT      float64   `json:"median_tat_s"`
-	GoodputGbps    float64   `json:"goodput_gbps"`
-	Verified       bool      `json:"verified"`
-	Error          string    `json:"error,omitempty"`
-	Retransmits    uint64    `json:"retransmits"`
-	RTTMillis      float64   `json:"rtt_ms"`
-	TimeoutMillis  float64   `json:"timeout_ms"`
+	Workers        int    `json:"workers"`
+	Rank           int    `json:"rank"`
+	Elements       int    `json:"elements"`
+	DType          string `json:"dtype"`
+	Iters          int    `json:"iters"`
+	Lanes          int    `json:"lanes"`
+	Window         int    `json:"window"`
+	PacketElements int    `json:"packet_elements"`
+	// Transport is what the lanes used: "udp" or "afxdp" (empty: an
+	// older worker, or another system).
+	Transport   string    `json:"transport,omitempty"`
+	TATs        []float64 `json:"tat_s"`
+	MedianTAT   float64   `json:"median_tat_s"`
+	GoodputGbps float64   `json:"goodput_gbps"`
+	Verified    bool      `json:"verified"`
+	Error       string    `json:"error,omitempty"`
+	Retransmits uint64    `json:"retransmits"`
+	// Packets counts the packets the worker sent to the switch over all
+	// its calls, warm-up and retransmissions included.
+	Packets       uint64  `json:"packets,omitempty"`
+	RTTMillis     float64 `json:"rtt_ms"`
+	TimeoutMillis float64 `json:"timeout_ms"`
 	// CPUUserS and CPUSysS are the process's whole CPU time.
 	CPUUserS float64 `json:"cpu_user_s"`
 	CPUSysS  float64 `json:"cpu_sys_s"`

@@ -44,6 +44,15 @@ type Config struct {
 	// Lanes is the number of parallel lanes (sockets), each with its own
 	// window of slots.
 	Lanes int
+	// Transport is how lanes move packets: TransportUDP ("" is the same),
+	// UDP sockets through the kernel's network stack, or TransportAFXDP,
+	// AF_XDP sockets that take the job's packets off the interface of the
+	// Bind address before the stack (package transport/afxdp: Linux, root
+	// or CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF). Where AF_XDP cannot be
+	// used (no kernel support, no privilege, a loopback or busy interface)
+	// the lanes use UDP sockets and the reason is logged;
+	// Session.Transport says what they use.
+	Transport string
 	// Window is the number of packets in flight per lane.
 	Window int
 	// PacketElements is the number of 32-bit values per packet. 0 picks
@@ -118,6 +127,12 @@ type Config struct {
 // FallbackRing is the Config.Fallback that runs a job the switch cannot
 // serve over the ring allreduce.
 const FallbackRing = "ring"
+
+// The Config.Transport values.
+const (
+	TransportUDP   = "udp"
+	TransportAFXDP = "afxdp"
+)
 
 // MaxCompatWorkers is the largest job the compatible format (a 32-bit
 // bitmap per slot) can serve.
@@ -322,6 +337,9 @@ func (c Config) validate() error {
 	}
 	if c.Lanes < 1 || c.Lanes > 64 {
 		bad("Lanes", c.Lanes, "want 1..64")
+	}
+	if c.Transport != "" && c.Transport != TransportUDP && c.Transport != TransportAFXDP {
+		bad("Transport", c.Transport, "want %q (the default) or %q", TransportUDP, TransportAFXDP)
 	}
 	if c.Window < 1 || c.Window > 4096 {
 		bad("Window", c.Window, "want 1..4096 packets per lane")

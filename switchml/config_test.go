@@ -28,6 +28,7 @@ func TestConfigValidation(t *testing.T) {
 		{"extended packet size", func(c *Config) { c.Extended, c.PacketElements = true, 4096 }, "1..2048"},
 		{"compat workers", func(c *Config) { c.Workers, c.Rank = 33, 0 }, "allows 32"},
 		{"lanes", func(c *Config) { c.Lanes = 65 }, "Lanes = 65"},
+		{"transport", func(c *Config) { c.Transport = "dpdk" }, "Transport = dpdk"},
 		{"window", func(c *Config) { c.Window = 5000 }, "Window = 5000"},
 		{"faults", func(c *Config) { c.Faults.Drop = 2 }, "Faults.Drop = 2: a drop probability"},
 		{"negative timeout", func(c *Config) { c.Timeout = -time.Second }, "Timeout = -1s: must not be negative"},

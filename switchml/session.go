@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"strconv"
@@ -22,6 +23,7 @@ import (
 	"github.com/switchml/switchml-go/p4/controller/controllerpb"
 	"github.com/switchml/switchml-go/switchml/engine"
 	"github.com/switchml/switchml-go/switchml/transport"
+	"github.com/switchml/switchml-go/switchml/transport/afxdp"
 	"github.com/switchml/switchml-go/switchml/wire"
 )
 
@@ -145,8 +147,15 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 		}
 	}
 	addrs := make([]string, cfg.Lanes)
+	var xdpWarned bool
+	xdpWarn := func(format string, args ...any) { // once, not once per lane
+		if !xdpWarned {
+			xdpWarned = true
+			slog.Warn("switchml: "+fmt.Sprintf(format, args...), "job", cfg.Job, "rank", cfg.Rank, "bind", bind)
+		}
+	}
 	for i := 0; i < cfg.Lanes; i++ {
-		c, err := transport.Listen(net.JoinHostPort(bind, "0"), transport.Options{})
+		c, err := listenLane(cfg.Transport, bind, xdpWarn)
 		if err != nil {
 			return fail(fmt.Errorf("switchml: lane %d socket on %s: %w (check --bind)", i, bind, err))
 		}
@@ -419,6 +428,34 @@ func macOf(ip string) []byte {
 // PacketElements is the number of values per packet the session uses (the
 // switch's choice when Config.PacketElements was 0).
 func (s *Session) PacketElements() int { return s.cfg.PacketElements }
+
+// Transport is what the lanes move packets through: TransportAFXDP when
+// every lane got an AF_XDP socket, else TransportUDP.
+func (s *Session) Transport() string {
+	if len(s.lanes) == 0 {
+		return TransportUDP
+	}
+	for _, l := range s.lanes {
+		if _, ok := l.conn.(*afxdp.Conn); !ok {
+			return TransportUDP
+		}
+	}
+	return TransportAFXDP
+}
+
+// listenLane opens a lane's socket on a free port of the bind address:
+// AF_XDP when asked for and possible (else UDP, telling logf why), UDP
+// otherwise.
+func listenLane(kind, bind string, logf func(format string, args ...any)) (transport.PacketConn, error) {
+	if kind != TransportAFXDP {
+		return transport.Listen(net.JoinHostPort(bind, "0"), transport.Options{})
+	}
+	ip, err := netip.ParseAddr(bind)
+	if err != nil {
+		return nil, fmt.Errorf("AF_XDP needs an IP address to bind, not %q: %v", bind, err)
+	}
+	return afxdp.ListenOrUDP(netip.AddrPortFrom(ip, 0), afxdp.Options{}, transport.Options{}, logf)
+}
 
 // localAddressToward returns the local IP the routing table picks to reach
 // target (host:port); no packet is sent.

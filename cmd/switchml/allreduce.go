@@ -22,7 +22,7 @@ func init() {
 // allreduceFlags names the flag that sets each switchml.Config field.
 var allreduceFlags = map[string]string{
 	"Controller": "controller", "Job": "job", "Rank": "rank", "Workers": "workers", "Token": "token", "Bind": "bind",
-	"Lanes": "lanes", "Window": "window", "PacketElements": "packet-elements", "Extended": "extended",
+	"Lanes": "lanes", "Transport": "transport", "Window": "window", "PacketElements": "packet-elements", "Extended": "extended",
 	"Timeout": "timeout", "JoinTimeout": "join-timeout", "GiveUp": "give-up",
 	"Faults.Drop": "drop", "Faults.Duplicate": "duplicate", "Faults.Reorder": "reorder", "Trace": "trace", "TraceEvents": "trace-events",
 	"Fallback": "fallback", "FallbackOnLoss": "fallback-on-loss", "FallbackListen": "fallback-listen", "FallbackPeers": "fallback-peers",
@@ -48,6 +48,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.Token, "token", os.Getenv("SWITCHML_TOKEN"), "the job owner's secret, the same on every rank (default $SWITCHML_TOKEN): the controller refuses this job's name to clients without it")
 	fs.StringVar(&cfg.Bind, "bind", "", "local IP the switch sees for this worker (default: the address that reaches the controller)")
 	fs.IntVar(&cfg.Lanes, "lanes", switchml.DefaultLanes, "parallel lanes (sockets) per worker")
+	fs.StringVar(&cfg.Transport, "transport", switchml.TransportUDP, `how lanes move packets: "udp" (kernel sockets) or "afxdp" (AF_XDP sockets on the --bind address's interface, bypassing the kernel's stack; falls back to UDP, saying why, where it cannot; Linux, root)`)
 	fs.IntVar(&cfg.Window, "window", switchml.DefaultWindow, "packets in flight per lane")
 	fs.IntVar(&cfg.PacketElements, "packet-elements", 0, "int32 values per packet (32/64/128/256; up to 2048 with --extended); 0: what the switch takes (256 on the software switch, 64 on the P4 programs)")
 	fs.BoolVar(&cfg.Extended, "extended", false, "use the software switch's extended header (needed above 256 values per packet or 32 workers)")
@@ -157,6 +158,7 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, ele
 		}
 	}
 	rep.PacketElements = sess.PacketElements()
+	rep.Transport = sess.Transport()
 	var exp expectation
 	if verify {
 		exp = expect(dtype, seed, cfg.Workers, elements, sess.PacketElements())
@@ -233,7 +235,7 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, ele
 	if _, why := sess.Fallback(); why != "" {
 		rep.Fallback, rep.RingCalls = why, st.Ring
 	}
-	rep.Retransmits = st.Retransmits
+	rep.Retransmits, rep.Packets = st.Retransmits, st.Packets
 	rep.RTTMillis, rep.TimeoutMillis = st.RTT.Seconds()*1e3, st.Timeout.Seconds()*1e3
 	return nil
 }

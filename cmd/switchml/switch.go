@@ -22,6 +22,7 @@ func init() {
 func runSwitch(ctx context.Context, args []string) error {
 	fs := newFlags("switch", "--dataplane ADDR --p4rt ADDR [flags]")
 	dp := fs.String("dataplane", "127.0.0.1:48864", "UDP address of the data plane (workers send here); with --shards N, shard k listens at port+k, or give N addresses comma-separated")
+	transportKind := fs.String("transport", "udp", `how the data plane moves packets: "udp" (kernel sockets) or "afxdp" (AF_XDP sockets on the --dataplane address's interface, bypassing the kernel's stack; falls back to UDP, saying why, where it cannot; Linux, root)`)
 	shards := fs.Int("shards", 1, "data-plane shards: loops on cores of their own, each with its own UDP port, serving one pipeline (give the controller every shard's address)")
 	parent := fs.String("parent", "", "make this switch a leaf of the switch whose data plane is at ADDR (ip:port): jobs' partial sums go up to it and its results come down; the controller's --topology programs the tree")
 	p4rt := fs.String("p4rt", "127.0.0.1:9559", "TCP address of the P4Runtime gRPC service")
@@ -60,13 +61,13 @@ func runSwitch(ctx context.Context, args []string) error {
 		return fmt.Errorf("--tls-cert, --tls-key, --tls-client-ca: %w", err)
 	}
 	sw, err := fabric.ListenSwitch(fabric.SwitchConfig{
-		Dataplane: *dp, Shards: *shards, Parent: *parent, P4Runtime: *p4rt, DeviceID: *deviceID, TLS: tlsCfg, Faults: faults, Logger: log,
+		Dataplane: *dp, Shards: *shards, Parent: *parent, Transport: *transportKind, P4Runtime: *p4rt, DeviceID: *deviceID, TLS: tlsCfg, Faults: faults, Logger: log,
 		Pipeline: pipeline.Config{Slots: *slots, MaxElements: *maxElements, MaxWorkers: *maxWorkers},
 	})
 	if err != nil {
 		return err
 	}
-	log.Info("software switch up", "dataplane", strings.Join(sw.DataplaneAddrs(), ","), "shards", *shards, "p4runtime", sw.P4RuntimeAddr(),
+	log.Info("software switch up", "dataplane", strings.Join(sw.DataplaneAddrs(), ","), "shards", *shards, "transport", sw.Transport(), "p4runtime", sw.P4RuntimeAddr(),
 		"slots", *slots, "max_elements", *maxElements, "parent", *parent, "drop", faults.Drop, "duplicate", faults.Duplicate, "reorder", faults.Reorder)
 
 	ctx, cancel := context.WithCancel(ctx)

@@ -16,6 +16,7 @@ import (
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/softswitch"
 	"github.com/switchml/switchml-go/switchml/transport"
+	"github.com/switchml/switchml-go/switchml/transport/afxdp"
 )
 
 // SwitchConfig describes a software switch.
@@ -49,13 +50,18 @@ type SwitchConfig struct {
 	// see this switch's packets come from its data-plane address, so bind
 	// Dataplane to a specific address. One shard only.
 	Parent string
+	// Transport is how the data plane moves packets: "udp" ("" is the
+	// same) or "afxdp", AF_XDP sockets on the interface of the Dataplane
+	// address (which must then be a specific IPv4 address), falling back
+	// to UDP with a logged reason where AF_XDP cannot be used.
+	Transport string
 }
 
 // Switch is a software switch bound to its addresses: the SwitchML
 // pipeline behind a P4Runtime service and a UDP data plane.
 type Switch struct {
 	srv    *softswitch.Server
-	conns  []*transport.Conn // one per shard
+	conns  []transport.PacketConn // one per shard
 	shards []*softswitch.Shard
 	lis    net.Listener
 	injs   []*transport.Injector // one per shard; nil without faults
@@ -158,7 +164,7 @@ func ListenSwitch(cfg SwitchConfig) (*Switch, error) {
 		} else {
 			s.injs = append(s.injs, nil)
 		}
-		conn, err := transport.Listen(addr, transport.Options{Batch: 128, SocketBuffer: 4 << 20})
+		conn, err := listenDataplane(cfg.Transport, addr, cfg.Logger)
 		if err != nil {
 			s.closeConns()
 			if cfg.Shards > 1 {
@@ -278,4 +284,37 @@ func (s *Switch) Summary() []any {
 		out = append(out, "send_errors", n, "last_send_error", st.LastSendError.Load())
 	}
 	return out
+}
+
+// listenDataplane opens a shard's data-plane socket of the given transport.
+func listenDataplane(kind, addr string, logger *slog.Logger) (transport.PacketConn, error) {
+	udpOpts := transport.Options{Batch: 128, SocketBuffer: 4 << 20}
+	switch kind {
+	case "", "udp":
+		return transport.Listen(addr, udpOpts)
+	case "afxdp":
+	default:
+		return nil, fmt.Errorf("transport %q: want udp or afxdp", kind)
+	}
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil || !ap.Addr().Is4() || ap.Addr().IsUnspecified() {
+		return nil, fmt.Errorf("AF_XDP data plane at %q: give a specific IPv4 address and port (the interface is found from the address)", addr)
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return afxdp.ListenOrUDP(ap, afxdp.Options{Batch: 128}, udpOpts, func(format string, args ...any) {
+		logger.Warn(fmt.Sprintf(format, args...), "dataplane", addr)
+	})
+}
+
+// Transport is what the data plane moves packets through: "afxdp" when
+// every shard got an AF_XDP socket, else "udp".
+func (s *Switch) Transport() string {
+	for _, c := range s.conns {
+		if _, ok := c.(*afxdp.Conn); !ok {
+			return "udp"
+		}
+	}
+	return "afxdp"
 }
