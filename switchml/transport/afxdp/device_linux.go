@@ -93,8 +93,8 @@ func releaseDevice(d *device) {
 	}
 }
 
-func newDevice(key devKey, ifc *net.Interface, opts Options, frameSize int) (d *device, err error) {
-	d = &device{
+func newDevice(key devKey, ifc *net.Interface, opts Options, frameSize int) (_ *device, err error) {
+	d := &device{
 		key:       key,
 		name:      ifc.Name,
 		ifindex:   ifc.Index,

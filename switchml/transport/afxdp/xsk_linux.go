@@ -41,12 +41,12 @@ func getsockoptPtr(fd, level, opt int, p unsafe.Pointer, size uintptr) error {
 // openXSK creates an AF_XDP socket over umem (frames of frameSize bytes),
 // with rings of ringSize entries each, and binds it to the queue of the
 // interface with bind flags (XDP_COPY or XDP_ZEROCOPY, XDP_USE_NEED_WAKEUP).
-func openXSK(ifindex, queue int, umem []byte, frameSize, ringSize uint32, flags uint16) (x *xsk, err error) {
+func openXSK(ifindex, queue int, umem []byte, frameSize, ringSize uint32, flags uint16) (_ *xsk, err error) {
 	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("cannot open an AF_XDP socket: %w", err)
 	}
-	x = &xsk{fd: fd}
+	x := &xsk{fd: fd}
 	defer func() {
 		if err != nil {
 			x.close()
