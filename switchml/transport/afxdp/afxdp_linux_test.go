@@ -368,12 +368,34 @@ func runExchange(t *testing.T, conns []*Conn, peers []*net.UDPConn, sz sizes, n 
 			t.Errorf("conn %v: sent %d+%d and received %d+%d, want %d each", c.LocalAddr(), s.TX, s.SlowTX, s.RX, s.SlowRX, n)
 		}
 		// Only the datagrams over the MTU and those sent before the
-		// neighbour was known may leave through the kernel.
-		if s.SlowTX > uint64(overReq)+256 || s.SlowTX < uint64(overReq) {
-			t.Errorf("conn %v: %d sends through the kernel, want %d over-MTU ones and few others", c.LocalAddr(), s.SlowTX, overReq)
+		// neighbour was known may leave through the kernel; the bound is
+		// loose because how many windows pass before the neighbour is
+		// read again depends on the machine's speed.
+		if s.SlowTX > uint64(overReq+n/10) || s.SlowTX < uint64(overReq) {
+			t.Errorf("conn %v: %d sends through the kernel, want the %d over-MTU ones and few others", c.LocalAddr(), s.SlowTX, overReq)
 		}
-		if s.SlowRX != uint64(overResp) {
+		// Received through the kernel: the fragmented datagrams, and in
+		// generic mode the rare datagram whose complete checksum happens
+		// to equal an unfinished one (one in 65536).
+		slack := uint64(0)
+		if c.Mode() == Generic {
+			slack = 8
+		}
+		if s.SlowRX < uint64(overResp) || s.SlowRX > uint64(overResp)+slack {
 			t.Errorf("conn %v: %d receipts through the kernel, want the %d fragmented ones", c.LocalAddr(), s.SlowRX, overResp)
+		}
+		// Now that the neighbour is known, a batch leaves through the
+		// socket as a whole.
+		before := c.Stats().TX
+		final := make([]transport.Message, 32)
+		for j := range final {
+			final[j] = transport.Message{Buf: make([]byte, 100), Addr: peers[i].LocalAddr().(*net.UDPAddr).AddrPort()}
+		}
+		if k, err := c.WriteBatch(final); k != len(final) || err != nil {
+			t.Fatalf("final batch: %d, %v", k, err)
+		}
+		if got := c.Stats().TX - before; got != uint64(len(final)) {
+			t.Errorf("conn %v: %d of a final batch of %d left through the AF_XDP socket", c.LocalAddr(), got, len(final))
 		}
 		if s.Dropped != 0 {
 			t.Errorf("conn %v: %d dropped from a full hand-off queue", c.LocalAddr(), s.Dropped)
@@ -468,6 +490,13 @@ func TestVethExchange(t *testing.T) {
 			if out := ipCmd(t, "-n", a, "link", "show", "dev", "va"); !strings.Contains(out, "xdp") {
 				t.Fatalf("ip link show does not list the XDP program:\n%s", out)
 			}
+			if c1.Mode() == Generic {
+				// Datagrams from this host's own stack carry unfinished
+				// checksums, which generic mode leaves to the kernel;
+				// with checksum offload off the peer finishes them and
+				// its datagrams take the fast path.
+				noTxOffload(t, b, "vb")
+			}
 			p1 := udpIn(t, b, "10.219.1.2:0")
 			p2 := udpIn(t, b, "10.219.1.2:0")
 			runExchange(t, []*Conn{c1, c2}, []*net.UDPConn{p1, p2}, sizes{maxFast: 1472, over: 3000}, 20000)
@@ -488,6 +517,74 @@ func TestVethExchange(t *testing.T) {
 			if out := ipCmd(t, "-n", a, "link", "show", "dev", "va"); strings.Contains(out, "xdp") {
 				t.Fatalf("ip link show still lists an XDP program after the last Close:\n%s", out)
 			}
+		})
+	}
+}
+
+// noTxOffload turns off checksum (and so segmentation) offload on dev in
+// namespace ns.
+func noTxOffload(t *testing.T, ns, dev string) {
+	t.Helper()
+	if _, err := exec.LookPath("ethtool"); err != nil {
+		t.Skip("the test needs ethtool to turn off checksum offload: ", err)
+	}
+	if out, err := exec.Command("ip", "netns", "exec", ns, "ethtool", "-K", dev, "tx", "off").CombinedOutput(); err != nil {
+		t.Fatalf("ethtool -K %s tx off: %v\n%s", dev, err, out)
+	}
+}
+
+// TestVethSegmentedSends has the peer send runs of equal datagrams with
+// UDP segmentation offload, which cross the veth as one super-packet:
+// every datagram must still arrive whole and on its own, in both modes.
+func TestVethSegmentedSends(t *testing.T) {
+	requireAFXDP(t)
+	for _, mode := range []Mode{Native, Generic} {
+		t.Run(mode.String(), func(t *testing.T) {
+			a, b := newNamespaces(t)
+			vethPair(t, a, b, 1500, "10.219.5.1", "10.219.5.2")
+			c := listenIn(t, a, "10.219.5.1:0", Options{Mode: mode})
+			var u *transport.Conn
+			mustInNS(t, b, func() (err error) {
+				u, err = transport.Listen("10.219.5.2:0", transport.Options{})
+				return err
+			})
+			defer u.Close()
+			from := u.LocalAddr()
+			in := make([]transport.Message, 64)
+			seq := uint32(0)
+			for _, size := range []int{100, 200, 1000, 1472} {
+				for _, run := range []int{2, 8, 40} {
+					out := make([]transport.Message, run)
+					first := seq
+					for i := range out {
+						b := make([]byte, size)
+						fillPayload(b, seq, 0)
+						seq++
+						out[i] = transport.Message{Buf: b, Addr: c.LocalAddr()}
+					}
+					if n, err := u.WriteBatch(out); n != run || err != nil {
+						t.Fatalf("peer WriteBatch: %d of %d, %v", n, run, err)
+					}
+					seen := make(map[uint32]bool)
+					for len(seen) < run {
+						n, err := c.ReadBatch(in, time.Now().Add(5*time.Second))
+						if err != nil {
+							t.Fatalf("size %d run %d: %d datagrams arrived, then %v (stats %+v)", size, run, len(seen), err, c.Stats())
+						}
+						for i := 0; i < n; i++ {
+							s, err := checkPayload(in[i].Buf[:in[i].N], 0, func(uint32) int { return size })
+							if err != nil {
+								t.Fatalf("size %d run %d: %v", size, run, err)
+							}
+							if in[i].Addr != from || s < first || s >= first+uint32(run) || seen[s] {
+								t.Fatalf("size %d run %d: seq %d from %v", size, run, s, in[i].Addr)
+							}
+							seen[s] = true
+						}
+					}
+				}
+			}
+			t.Logf("%s mode: %+v", c.Mode(), c.Stats())
 		})
 	}
 }
@@ -598,11 +695,14 @@ func TestVethRefusals(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		o, err := loadProgram(1)
+		o, err := newProgObjects(1)
 		if err != nil {
 			return err
 		}
 		defer o.close()
+		if err := o.load(progConfig{maxLen: 1500}); err != nil {
+			return err
+		}
 		l, err := link.AttachXDP(link.XDPOptions{Program: o.prog, Interface: ifc.Index, Flags: link.XDPGenericMode})
 		if err != nil {
 			return err
@@ -664,6 +764,7 @@ func TestBridgeExchange(t *testing.T) {
 		ipCmd(t, "-n", a, "link", "set", d, "up")
 	}
 	ipCmd(t, "-n", b, "link", "set", "vb", "up")
+	noTxOffload(t, b, "vb")
 
 	c1 := listenIn(t, a, "10.219.4.1:0", Options{})
 	c2 := listenIn(t, a, "10.219.4.1:0", Options{})

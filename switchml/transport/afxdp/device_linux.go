@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 )
@@ -118,10 +117,11 @@ func newDevice(key devKey, ifc *net.Interface, opts Options, frameSize int) (_ *
 	if st.attached != 0 {
 		return nil, fmt.Errorf("afxdp: %s already has an XDP program attached (id %d, %s mode); detach it (ip link set dev %s xdp off) or use UDP sockets", d.name, st.progID, st.mode(), d.name)
 	}
-	if d.obj, err = loadProgram(key.queue + 1); err != nil {
+	if d.obj, err = newProgObjects(key.queue + 1); err != nil {
 		return nil, fmt.Errorf("afxdp: %w", err)
 	}
-	if d.lnk, d.mode, err = attach(d.obj.prog, d.ifindex, d.name, opts.Mode); err != nil {
+	maxLen := frameSize - unix.XDP_PACKET_HEADROOM
+	if d.lnk, d.mode, err = attach(d.obj, d.ifindex, d.name, opts.Mode, maxLen, d.mtu); err != nil {
 		return nil, err
 	}
 
@@ -164,15 +164,25 @@ func newDevice(key devKey, ifc *net.Interface, opts Options, frameSize int) (_ *
 	return d, nil
 }
 
-// attach attaches prog to the interface in mode (Auto: Native, else
-// Generic) and reports the mode used.
-func attach(prog *ebpf.Program, ifindex int, name string, mode Mode) (link.Link, Mode, error) {
+// attach loads the program for mode and attaches it to the interface
+// (Auto: Native, else Generic); it reports the mode used. Frames longer
+// than maxLen, and in generic mode longer than the MTU allows, are left to
+// the kernel.
+func attach(obj *progObjects, ifindex int, name string, mode Mode, maxLen, mtu int) (link.Link, Mode, error) {
 	try := func(m Mode) (link.Link, error) {
 		flags := link.XDPDriverMode
+		cfg := progConfig{maxLen: maxLen}
 		if m == Generic {
 			flags = link.XDPGenericMode
+			cfg.generic = true
+			// A socket buffer longer than the MTU allows is a
+			// segmentation-offload or receive-offload super-packet.
+			cfg.maxLen = min(maxLen, mtu+ethHeaderLen+vlanTagLen)
 		}
-		l, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: ifindex, Flags: flags})
+		if err := obj.load(cfg); err != nil {
+			return nil, err
+		}
+		l, err := link.AttachXDP(link.XDPOptions{Program: obj.prog, Interface: ifindex, Flags: flags})
 		if err != nil {
 			hint := ""
 			if errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EEXIST) {

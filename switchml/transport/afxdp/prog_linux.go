@@ -36,13 +36,28 @@ const (
 	mdRxQueueIndex = 16
 )
 
+// progConfig are the choices baked into the program.
+type progConfig struct {
+	// maxLen is the longest frame steered to the socket; longer ones
+	// (which the socket could not take) go to the kernel.
+	maxLen int
+	// generic: the program runs on socket buffers, which may be
+	// segmentation-offload super-packets of a sender on this host (one
+	// IPv4 and UDP header for many datagrams). Those always carry an
+	// unfinished UDP checksum (the pseudo-header sum that offload
+	// completes), so packets whose checksum field holds exactly that go
+	// to the kernel, which splits them.
+	generic bool
+}
+
 // program is the XDP program: it sends UDP over IPv4 (after at most one
 // 802.1Q tag, unfragmented) whose destination address and port are in
 // ports to the AF_XDP socket of the receive queue in xsks, and passes
 // everything else to the kernel. The halfword loads read network byte
 // order, so constants compared against them are byte-swapped on a little-
-// endian machine.
-func program(ports, xsks *ebpf.Map) asm.Instructions {
+// endian machine; one's complement sums come out byte-swapped the same
+// way (RFC 1071), so they compare directly with loaded checksums.
+func program(ports, xsks *ebpf.Map, cfg progConfig) asm.Instructions {
 	be16 := func(v uint16) int32 {
 		var b [2]byte
 		binary.BigEndian.PutUint16(b[:], v)
@@ -52,11 +67,17 @@ func program(ports, xsks *ebpf.Map) asm.Instructions {
 		ctx  = asm.R6
 		data = asm.R7
 		end  = asm.R8
+		sum  = asm.R9
 	)
-	return asm.Instructions{
+	insns := asm.Instructions{
 		asm.Mov.Reg(ctx, asm.R1),
 		asm.LoadMem(data, ctx, mdData, asm.Word),
 		asm.LoadMem(end, ctx, mdDataEnd, asm.Word),
+
+		// Too long for a frame of the socket: the kernel's.
+		asm.Mov.Reg(asm.R2, data),
+		asm.Add.Imm(asm.R2, int32(cfg.maxLen)),
+		asm.JGT.Reg(end, asm.R2, "pass"),
 
 		// Ethernet header, then possibly one VLAN tag.
 		asm.Mov.Reg(asm.R2, data),
@@ -91,7 +112,19 @@ func program(ports, xsks *ebpf.Map) asm.Instructions {
 		// Key: destination address, then destination port.
 		asm.LoadMem(asm.R4, data, ethHeaderLen+16, asm.Word),
 		asm.StoreMem(asm.RFP, -8, asm.R4, asm.Word),
-
+	}
+	if cfg.generic {
+		// Pseudo-header sum: addresses and protocol (the UDP length
+		// follows below).
+		insns = append(insns, asm.Mov.Imm(sum, be16(protoUDP)))
+		for off := int16(12); off < 20; off += 2 {
+			insns = append(insns,
+				asm.LoadMem(asm.R4, data, ethHeaderLen+off, asm.Half),
+				asm.Add.Reg(sum, asm.R4),
+			)
+		}
+	}
+	insns = append(insns,
 		// Skip the IPv4 header by its length (20 to 60 bytes).
 		asm.LSh.Imm(asm.R3, 2),
 		asm.Add.Reg(data, asm.R3),
@@ -100,8 +133,26 @@ func program(ports, xsks *ebpf.Map) asm.Instructions {
 		asm.JGT.Reg(asm.R2, end, "pass"),
 		asm.LoadMem(asm.R4, data, ethHeaderLen+2, asm.Half),
 		asm.StoreMem(asm.RFP, -4, asm.R4, asm.Half),
-
-		asm.LoadMapPtr(asm.R1, ports.FD()),
+	)
+	if cfg.generic {
+		insns = append(insns,
+			asm.LoadMem(asm.R5, data, ethHeaderLen+6, asm.Half),
+			asm.JEq.Imm(asm.R5, 0, "lookup"), // no checksum: not offloaded
+			asm.LoadMem(asm.R4, data, ethHeaderLen+4, asm.Half),
+			asm.Add.Reg(sum, asm.R4),
+			asm.Mov.Reg(asm.R4, sum),
+			asm.RSh.Imm(asm.R4, 16),
+			asm.And.Imm(sum, 0xffff),
+			asm.Add.Reg(sum, asm.R4),
+			asm.Mov.Reg(asm.R4, sum),
+			asm.RSh.Imm(asm.R4, 16),
+			asm.And.Imm(sum, 0xffff),
+			asm.Add.Reg(sum, asm.R4),
+			asm.JEq.Reg(asm.R5, sum, "pass"),
+		)
+	}
+	insns = append(insns,
+		asm.LoadMapPtr(asm.R1, ports.FD()).WithSymbol("lookup"),
 		asm.Mov.Reg(asm.R2, asm.RFP),
 		asm.Add.Imm(asm.R2, -8),
 		asm.FnMapLookupElem.Call(),
@@ -117,7 +168,8 @@ func program(ports, xsks *ebpf.Map) asm.Instructions {
 
 		asm.Mov.Imm(asm.R0, xdpPass).WithSymbol("pass"),
 		asm.Return(),
-	}
+	)
+	return insns
 }
 
 // progObjects are the XDP program and its maps.
@@ -139,9 +191,9 @@ func (o *progObjects) close() {
 	}
 }
 
-// loadProgram creates the maps and loads the program; queues bounds the
-// receive queue numbers the socket map can hold.
-func loadProgram(queues int) (*progObjects, error) {
+// newProgObjects creates the maps; queues bounds the receive queue
+// numbers the socket map can hold.
+func newProgObjects(queues int) (*progObjects, error) {
 	o := &progObjects{}
 	var err error
 	o.ports, err = ebpf.NewMap(&ebpf.MapSpec{
@@ -165,17 +217,26 @@ func loadProgram(queues int) (*progObjects, error) {
 		o.close()
 		return nil, fmt.Errorf("cannot create the BPF socket map: %w", err)
 	}
-	o.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{
+	return o, nil
+}
+
+// load loads the program for cfg, replacing one loaded before.
+func (o *progObjects) load(cfg progConfig) error {
+	if o.prog != nil {
+		o.prog.Close()
+		o.prog = nil
+	}
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Name:         "smlx_steer",
 		Type:         ebpf.XDP,
-		Instructions: program(o.ports, o.xsks),
+		Instructions: program(o.ports, o.xsks, cfg),
 		License:      "Dual MIT/GPL",
 	})
 	if err != nil {
-		o.close()
-		return nil, fmt.Errorf("cannot load the XDP program: %w", err)
+		return fmt.Errorf("cannot load the XDP program: %w", err)
 	}
-	return o, nil
+	o.prog = p
+	return nil
 }
 
 // probeProgram loads a program that passes everything, to see whether
