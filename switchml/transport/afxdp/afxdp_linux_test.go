@@ -589,6 +589,79 @@ func TestVethSegmentedSends(t *testing.T) {
 	}
 }
 
+// TestVethNoAllocs checks that steady-state reads and writes on the fast
+// path allocate nothing.
+func TestVethNoAllocs(t *testing.T) {
+	requireAFXDP(t)
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector")
+	}
+	a, b := newNamespaces(t)
+	vethPair(t, a, b, 1500, "10.219.6.1", "10.219.6.2")
+	c := listenIn(t, a, "10.219.6.1:0", Options{})
+	p := udpIn(t, b, "10.219.6.2:0")
+	peer := p.LocalAddr().(*net.UDPAddr).AddrPort()
+
+	// A short exchange first: the neighbour gets known.
+	stop := make(chan struct{})
+	var count atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		echo(t, p, c.LocalAddr(), sizes{maxFast: 200}, stop, &count)
+	}()
+	if err := pingPong(c, peer, sizes{maxFast: 200}, 64, 32); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	<-done
+
+	out := make([]transport.Message, 64)
+	for i := range out {
+		out[i] = transport.Message{Buf: make([]byte, 512), Addr: peer}
+	}
+	c.WriteBatch(out) // warm the next-hop cache
+	if allocs := testing.AllocsPerRun(100, func() {
+		if n, err := c.WriteBatch(out); n != len(out) || err != nil {
+			t.Fatalf("WriteBatch: %d, %v", n, err)
+		}
+	}); allocs != 0 {
+		t.Errorf("WriteBatch allocates %.1f times per batch", allocs)
+	}
+	if s := c.Stats(); s.TX < 100*64 {
+		t.Fatalf("the batches did not take the fast path: %+v", s)
+	}
+
+	// Fill the receive ring from the peer, then read it back.
+	msg := make([]byte, 300)
+	for i := 0; i < 1024; i++ {
+		if _, err := p.WriteToUDPAddrPort(msg, c.LocalAddr()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in := make([]transport.Message, 64)
+	got := 0
+	deadline := time.Now().Add(5 * time.Second)
+	if allocs := testing.AllocsPerRun(10, func() {
+		n, err := c.ReadBatch(in, deadline)
+		if err != nil {
+			t.Fatalf("ReadBatch after %d: %v", got, err)
+		}
+		got += n
+	}); allocs != 0 {
+		t.Errorf("ReadBatch allocates %.1f times per batch", allocs)
+	}
+	if allocs := testing.AllocsPerRun(10, func() {
+		n, _ := c.TryReadBatch(in)
+		got += n
+	}); allocs != 0 {
+		t.Errorf("TryReadBatch allocates %.1f times per batch", allocs)
+	}
+	if got == 0 {
+		t.Fatalf("nothing read")
+	}
+}
+
 func localPingPong(t *testing.T, c1, c2 *Conn) {
 	t.Helper()
 	before1, before2 := c1.Stats(), c2.Stats()

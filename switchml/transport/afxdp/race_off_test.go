@@ -1,0 +1,5 @@
+//go:build !race
+
+package afxdp
+
+const raceEnabled = false
