@@ -178,7 +178,7 @@ func Listen(addr netip.AddrPort, opts Options) (*Conn, error) {
 func Supported() error {
 	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("afxdp: cannot open an AF_XDP socket: %w (needs Linux 5.4 or later built with CONFIG_XDP_SOCKETS, and CAP_NET_RAW)", err)
+		return fmt.Errorf("afxdp: cannot open an AF_XDP socket: %w (needs Linux 5.9 or later built with CONFIG_XDP_SOCKETS, and CAP_NET_RAW)", err)
 	}
 	unix.Close(fd)
 	if err := probeProgram(); err != nil {
