@@ -9,6 +9,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -39,25 +40,31 @@ type Conn struct {
 	batch  int
 	udpSum bool
 	udpfd  int // kernel socket: reserves the port, carries the slow path
-	evfd   int // wakes a reader blocked in poll
+	evfd   int // signalled when another Conn's reader hands datagrams over
 	epoch  time.Time
 
-	closed   atomic.Bool
-	use      sync.RWMutex // read-held by calls, write-held by Close
-	deadline atomic.Int64 // unix nanoseconds, 0 for none
-	waiting  atomic.Bool  // the reader is (about to be) in poll
+	// A blocked reader parks in the Go runtime's network poller on an
+	// epoll instance that watches the AF_XDP socket, the eventfd and
+	// the kernel socket; the poller's deadlines and Close wake it.
+	ep     *os.File
+	rc     syscall.RawConn
+	readFn func(fd uintptr) bool
+
+	closed  atomic.Bool
+	use     sync.RWMutex // read-held by calls, write-held by Close
+	waiting atomic.Bool  // the reader is about to park
 
 	// Reader state. q is guarded by the device's RX lock, held is
 	// touched by the reader and, after Close, by the device.
-	q         rxQueue
-	held      []uint64
-	wake      []*Conn
-	pfd       [3]unix.PollFd
-	ts        unix.Timespec
-	evbuf     [8]byte
-	slow      slowReader
-	slowTick  uint32
-	slowReady bool
+	q        rxQueue
+	held     []uint64
+	wake     []*Conn
+	evbuf    [8]byte
+	slow     slowReader
+	slowTick uint32
+	rms      []Message
+	rn       int
+	rerr     error
 
 	// Writer state.
 	hdr      header
@@ -160,17 +167,55 @@ func Listen(addr netip.AddrPort, opts Options) (*Conn, error) {
 		pend:    make([]int, 0, opts.Batch),
 		pendMAC: make([][6]byte, 0, opts.Batch),
 	}
-	c.pfd[0] = unix.PollFd{Fd: int32(d.x.fd), Events: unix.POLLIN}
-	c.pfd[1] = unix.PollFd{Fd: int32(evfd), Events: unix.POLLIN}
-	c.pfd[2] = unix.PollFd{Fd: int32(udpfd), Events: unix.POLLIN}
 	c.wpfd[0] = unix.PollFd{Fd: int32(udpfd), Events: unix.POLLOUT}
+	c.readFn = c.readOrPark
+	if err := c.openPoller(); err != nil {
+		unix.Close(evfd)
+		unix.Close(udpfd)
+		releaseDevice(d)
+		return nil, err
+	}
 	if err := d.add(c); err != nil {
+		c.ep.Close()
 		unix.Close(evfd)
 		unix.Close(udpfd)
 		releaseDevice(d)
 		return nil, err
 	}
 	return c, nil
+}
+
+// openPoller creates the epoll instance a blocked reader waits on and
+// hands it to the Go runtime's poller.
+func (c *Conn) openPoller() error {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("afxdp: cannot create an epoll instance: %w", err)
+	}
+	for _, fd := range []int{c.dev.x.fd, c.evfd, c.udpfd} {
+		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
+		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+			unix.Close(epfd)
+			return fmt.Errorf("afxdp: cannot watch a socket with epoll: %w", err)
+		}
+	}
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return fmt.Errorf("afxdp: cannot make the epoll instance non-blocking: %w", err)
+	}
+	c.ep = os.NewFile(uintptr(epfd), "afxdp-epoll")
+	// Deadlines work only on files the runtime polls: this checks it.
+	if err := c.ep.SetReadDeadline(time.Time{}); err != nil {
+		c.ep.Close()
+		return fmt.Errorf("afxdp: the Go runtime cannot poll an epoll instance: %w", err)
+	}
+	rc, err := c.ep.SyscallConn()
+	if err != nil {
+		c.ep.Close()
+		return fmt.Errorf("afxdp: raw access to the epoll instance: %w", err)
+	}
+	c.rc = rc
+	return nil
 }
 
 // Supported reports whether this kernel and process can use AF_XDP: nil,
@@ -304,36 +349,23 @@ var evOne = func() (b [8]byte) {
 	return b
 }()
 
-// signal wakes the reader if it is in poll. The caller makes sure the
-// eventfd is open: it holds the device's RX lock with c registered, or
-// c.use.
+// signal wakes the reader if it is parked. The caller makes sure the
+// eventfd is open: it holds the device's RX lock with c registered.
 func (c *Conn) signal() { _, _ = unix.Write(c.evfd, evOne[:]) }
 
-// SetReadDeadline sets the deadline of reads (zero: none) and wakes a
-// blocked reader to look at it.
+// SetReadDeadline sets the deadline of reads (zero: none); a blocked read
+// wakes to look at it.
 func (c *Conn) SetReadDeadline(t time.Time) error {
-	c.use.RLock()
-	defer c.use.RUnlock()
-	if c.closed.Load() {
-		return net.ErrClosed
-	}
-	c.setDeadline(t)
-	if c.waiting.Load() {
-		c.signal()
-	}
-	return nil
+	return c.closedErr(c.ep.SetReadDeadline(t))
 }
 
-func (c *Conn) setDeadline(t time.Time) {
-	if t.IsZero() {
-		c.deadline.Store(0)
-		return
+// closedErr reports the poller's errors after Close as net.ErrClosed,
+// like a socket's.
+func (c *Conn) closedErr(err error) error {
+	if err != nil && (c.closed.Load() || errors.Is(err, os.ErrClosed)) {
+		return net.ErrClosed
 	}
-	ns := t.UnixNano()
-	if ns == 0 {
-		ns = 1
-	}
-	c.deadline.Store(ns)
+	return err
 }
 
 // Close closes the Conn: a blocked read returns net.ErrClosed, as do all
@@ -343,7 +375,9 @@ func (c *Conn) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return net.ErrClosed
 	}
-	c.signal()
+	// Closing the poller's file wakes a parked reader and waits for it
+	// to leave the runtime's poller.
+	c.ep.Close()
 	c.use.Lock()
 	defer c.use.Unlock()
 	c.dev.remove(c)
@@ -364,44 +398,47 @@ func (c *Conn) ReadBatch(ms []Message, deadline time.Time) (int, error) {
 	}
 	c.use.RLock()
 	defer c.use.RUnlock()
-	c.setDeadline(deadline)
+	if c.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	if err := c.ep.SetReadDeadline(deadline); err != nil {
+		return 0, c.closedErr(err)
+	}
+	c.rms, c.rn, c.rerr = ms, 0, nil
+	err := c.rc.Read(c.readFn)
+	c.rms = nil
+	if err != nil {
+		return 0, c.closedErr(err)
+	}
+	return c.rn, c.rerr
+}
+
+// readOrPark is the body of a blocking read, run by the runtime's poller:
+// it reports true with datagrams (or an error) in c.rn and c.rerr, or
+// false to park until the epoll instance signals. Before parking it
+// empties every source the epoll instance watches, so that it signals
+// again only for something new.
+func (c *Conn) readOrPark(uintptr) bool {
+	c.waiting.Store(false)
 	for {
 		if c.closed.Load() {
-			return 0, net.ErrClosed
+			c.rerr = net.ErrClosed
+			return true
 		}
-		n, err := c.read(ms)
+		n, err := c.read(c.rms)
+		if n == 0 && err == nil {
+			n, err = c.readSlow(c.rms)
+		}
 		if n > 0 || err != nil {
-			return n, err
+			c.rn, c.rerr = n, err
+			return true
 		}
+		_, _ = unix.Read(c.evfd, c.evbuf[:])
 		c.waiting.Store(true)
-		if c.q.count.Load() > 0 || c.closed.Load() {
-			c.waiting.Store(false)
-			continue
+		if c.q.count.Load() == 0 {
+			return false
 		}
-		var ts *unix.Timespec
-		if dl := c.deadline.Load(); dl != 0 {
-			left := dl - time.Now().UnixNano()
-			if left <= 0 {
-				c.waiting.Store(false)
-				return 0, os.ErrDeadlineExceeded
-			}
-			c.ts = unix.NsecToTimespec(left)
-			ts = &c.ts
-		}
-		for i := range c.pfd {
-			c.pfd[i].Revents = 0
-		}
-		_, err = unix.Ppoll(c.pfd[:], ts, nil)
 		c.waiting.Store(false)
-		if err != nil && err != unix.EINTR {
-			return 0, fmt.Errorf("afxdp: waiting for datagrams: %w", err)
-		}
-		if c.pfd[1].Revents != 0 {
-			_, _ = unix.Read(c.evfd, c.evbuf[:])
-		}
-		if c.pfd[2].Revents != 0 {
-			c.slowReady = true
-		}
 	}
 }
 
@@ -452,24 +489,26 @@ func (c *Conn) read(ms []Message) (int, error) {
 		c.rx.Add(uint64(n))
 	}
 
+	// The kernel socket is looked at now and then, so that a busy ring
+	// does not starve it, and always before a reader parks.
 	c.slowTick++
-	if c.slowTick%slowEvery == 0 {
-		c.slowReady = true
-	}
-	if c.slowReady && n < len(ms) {
-		k, err := c.slow.read(c.udpfd, ms[n:])
-		if k < min(len(ms)-n, slowBatch) {
-			c.slowReady = false
-		}
-		if k > 0 {
-			c.slowRX.Add(uint64(k))
-			n += k
-		}
+	if c.slowTick%slowEvery == 0 && n < len(ms) {
+		k, err := c.readSlow(ms[n:])
+		n += k
 		if err != nil && n == 0 {
 			return 0, err
 		}
 	}
 	return n, nil
+}
+
+// readSlow reads what the kernel socket holds into ms.
+func (c *Conn) readSlow(ms []Message) (int, error) {
+	k, err := c.slow.read(c.udpfd, ms)
+	if k > 0 {
+		c.slowRX.Add(uint64(k))
+	}
+	return k, err
 }
 
 // WriteBatch sends every message in ms, each Buf to its Addr, and returns
