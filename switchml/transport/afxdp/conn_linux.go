@@ -61,7 +61,7 @@ type Conn struct {
 	wake     []*Conn
 	evbuf    [8]byte
 	slow     slowReader
-	slowTick uint32
+	lastSlow time.Duration // since epoch
 	rms      []Message
 	rn       int
 	rerr     error
@@ -89,13 +89,13 @@ type hop struct {
 }
 
 const (
-	hopTTL       = time.Second          // how long a next hop is trusted
-	missInterval = 5 * time.Millisecond // least time between neighbour reads after a miss
-	maxHops      = 4096                 // destinations cached before the cache starts over
-	slowBatch    = 8                    // datagrams per read from the kernel socket
-	slowBufSize  = 9216                 // largest datagram read from the kernel socket
-	slowEvery    = 16                   // reads between looks at the kernel socket
-	queueMin     = 256                  // least hand-off queue length
+	hopTTL       = time.Second            // how long a next hop is trusted
+	missInterval = 5 * time.Millisecond   // least time between neighbour reads after a miss
+	maxHops      = 4096                   // destinations cached before the cache starts over
+	slowBatch    = 8                      // datagrams per read from the kernel socket
+	slowBufSize  = 9216                   // largest datagram read from the kernel socket
+	slowInterval = 100 * time.Microsecond // least time between looks at the kernel socket while the ring is busy
+	queueMin     = 256                    // least hand-off queue length
 )
 
 // Listen opens a Conn on addr, an IPv4 address configured on a network
@@ -461,6 +461,17 @@ func (c *Conn) TryReadBatch(ms []Message) (int, error) {
 // readers, the shared RX ring, and now and then the kernel socket.
 func (c *Conn) read(ms []Message) (int, error) {
 	d := c.dev
+	n := 0
+	// The kernel socket is looked at now and then, first, so that a
+	// busy ring does not starve it; and always before a reader parks.
+	if now := time.Since(c.epoch); now-c.lastSlow >= slowInterval {
+		c.lastSlow = now
+		k, err := c.readSlow(ms[:min(len(ms), slowBatch)])
+		if err != nil {
+			return 0, err
+		}
+		n = k
+	}
 	d.rxMu.Lock()
 	if d.closed {
 		d.rxMu.Unlock()
@@ -470,7 +481,7 @@ func (c *Conn) read(ms []Message) (int, error) {
 		d.recycle(f)
 	}
 	c.held = c.held[:0]
-	n := 0
+	fast := n
 	for n < len(ms) {
 		e, ok := c.q.pop()
 		if !ok {
@@ -485,19 +496,8 @@ func (c *Conn) read(ms []Message) (int, error) {
 	}
 	d.refill()
 	d.rxMu.Unlock()
-	if n > 0 {
-		c.rx.Add(uint64(n))
-	}
-
-	// The kernel socket is looked at now and then, so that a busy ring
-	// does not starve it, and always before a reader parks.
-	c.slowTick++
-	if c.slowTick%slowEvery == 0 && n < len(ms) {
-		k, err := c.readSlow(ms[n:])
-		n += k
-		if err != nil && n == 0 {
-			return 0, err
-		}
+	if n > fast {
+		c.rx.Add(uint64(n - fast))
 	}
 	return n, nil
 }

@@ -107,6 +107,10 @@ func openXSK(ifindex, queue int, umem []byte, frameSize, ringSize uint32, flags 
 	if err := unix.Bind(fd, sa); err != nil {
 		return nil, fmt.Errorf("cannot bind the AF_XDP socket to queue %d: %w", queue, err)
 	}
+	// Copy mode sends at most this many packets per wakeup (32 unless
+	// raised, on kernels that allow it): a whole ring's worth lets one
+	// wakeup send a batch.
+	_ = unix.SetsockoptInt(fd, unix.SOL_XDP, unix.XDP_MAX_TX_SKB_BUDGET, int(ringSize))
 	var opts uint32
 	if getsockoptPtr(fd, unix.SOL_XDP, unix.XDP_OPTIONS, unsafe.Pointer(&opts), unsafe.Sizeof(opts)) == nil {
 		x.zeroCopy = opts&unix.XDP_OPTIONS_ZEROCOPY != 0
