@@ -662,6 +662,52 @@ func TestVethNoAllocs(t *testing.T) {
 	}
 }
 
+// TestVethListenCloseCycles opens and closes Conns on one interface from
+// two goroutines at once: the shared socket and program come and go with
+// the first and last Conn, and a Listen never trips over a teardown.
+func TestVethListenCloseCycles(t *testing.T) {
+	requireAFXDP(t)
+	a, b := newNamespaces(t)
+	vethPair(t, a, b, 1500, "10.219.8.1", "10.219.8.2")
+	p := udpIn(t, b, "10.219.8.2:0")
+	peer := p.LocalAddr().(*net.UDPAddr).AddrPort()
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for g := 0; g < 2; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 25; i++ {
+				var c *Conn
+				if err := inNS(t, a, func() (err error) {
+					c, err = Listen(netip.MustParseAddrPort("10.219.8.1:0"), Options{Frames: 256})
+					return err
+				}); err != nil {
+					errs <- fmt.Errorf("cycle %d: %v", i, err)
+					return
+				}
+				if _, err := c.WriteBatch([]transport.Message{{Buf: []byte("cycle"), Addr: peer}}); err != nil {
+					errs <- fmt.Errorf("cycle %d: write: %v", i, err)
+					c.Close()
+					return
+				}
+				if err := c.Close(); err != nil {
+					errs <- fmt.Errorf("cycle %d: close: %v", i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if st := xdpOn(t, a, "va"); st.attached != 0 {
+		t.Fatalf("XDP program attached after every Conn closed")
+	}
+}
+
 func localPingPong(t *testing.T, c1, c2 *Conn) {
 	t.Helper()
 	before1, before2 := c1.Stats(), c2.Stats()

@@ -268,7 +268,7 @@ func frameSizeFor(want, mtu int, name string) (int, error) {
 		}
 	}
 	most := page - unix.XDP_PACKET_HEADROOM - ethHeaderLen
-	return 0, fmt.Errorf("afxdp: %s has MTU %d but AF_XDP frames here hold packets of MTU %d at most (a %d-byte page less %d bytes of headroom); lower the MTU (ip link set dev %s mtu %d) or use UDP sockets",
+	return 0, fmt.Errorf("afxdp: %s has MTU %d but AF_XDP frames here hold packets of MTU %d at most (a %d-byte page less %d bytes of headroom); lower the MTU to use AF_XDP (ip link set dev %s mtu %d)",
 		name, mtu, most, page, unix.XDP_PACKET_HEADROOM, name, most)
 }
 

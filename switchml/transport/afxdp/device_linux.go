@@ -78,16 +78,13 @@ func acquireDevice(key devKey, ifc *net.Interface, opts Options, frameSize int) 
 }
 
 // releaseDevice drops a reference and tears the device down after the
-// last.
+// last, before another Listen can set the interface up again.
 func releaseDevice(d *device) {
 	devices.Lock()
+	defer devices.Unlock()
 	d.refs--
-	last := d.refs == 0
-	if last {
+	if d.refs == 0 {
 		delete(devices.m, d.key)
-	}
-	devices.Unlock()
-	if last {
 		d.teardown()
 	}
 }
@@ -115,7 +112,7 @@ func newDevice(key devKey, ifc *net.Interface, opts Options, frameSize int) (_ *
 		return nil, fmt.Errorf("afxdp: cannot read the XDP state of %s: %w", d.name, err)
 	}
 	if st.attached != 0 {
-		return nil, fmt.Errorf("afxdp: %s already has an XDP program attached (id %d, %s mode); detach it (ip link set dev %s xdp off) or use UDP sockets", d.name, st.progID, st.mode(), d.name)
+		return nil, fmt.Errorf("afxdp: %s already has an XDP program attached (id %d, %s mode); detach it first (ip link set dev %s xdp off)", d.name, st.progID, st.mode(), d.name)
 	}
 	if d.obj, err = newProgObjects(key.queue + 1); err != nil {
 		return nil, fmt.Errorf("afxdp: %w", err)

@@ -4,10 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
+
+// bindRetry is how long a bind to a busy queue is retried.
+const bindRetry = 2 * time.Second
 
 // xsk is an AF_XDP socket with its UMEM registered and its four rings
 // mapped.
@@ -104,7 +108,21 @@ func openXSK(ifindex, queue int, umem []byte, frameSize, ringSize uint32, flags 
 	x.tx = descRing{ringAt(m, off.Tx.Producer, off.Tx.Consumer, off.Tx.Flags, ringSize), descsAt(m, off.Tx.Desc, ringSize)}
 
 	sa := &unix.SockaddrXDP{Flags: flags, Ifindex: uint32(ifindex), QueueID: uint32(queue)}
-	if err := unix.Bind(fd, sa); err != nil {
+	// The kernel lets go of a closed socket's queue a little after the
+	// close returns: a queue that is busy just after a teardown is
+	// retried for a while.
+	for start := time.Now(); ; {
+		err := unix.Bind(fd, sa)
+		if err == nil {
+			break
+		}
+		if err == unix.EBUSY && time.Since(start) < bindRetry {
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		if err == unix.EBUSY {
+			return nil, fmt.Errorf("cannot bind the AF_XDP socket to queue %d: %w (another AF_XDP socket holds it)", queue, err)
+		}
 		return nil, fmt.Errorf("cannot bind the AF_XDP socket to queue %d: %w", queue, err)
 	}
 	// Copy mode sends at most this many packets per wakeup (32 unless
