@@ -602,7 +602,7 @@ func TestVethNoAllocs(t *testing.T) {
 	p := udpIn(t, b, "10.219.6.2:0")
 	peer := p.LocalAddr().(*net.UDPAddr).AddrPort()
 
-	// A short exchange first: the neighbour gets known.
+	// A short exchange first, then wait until the neighbour is known.
 	stop := make(chan struct{})
 	var count atomic.Int64
 	done := make(chan struct{})
@@ -615,6 +615,7 @@ func TestVethNoAllocs(t *testing.T) {
 	}
 	close(stop)
 	<-done
+	waitFastPath(t, c, peer)
 
 	out := make([]transport.Message, 64)
 	for i := range out {
@@ -706,6 +707,24 @@ func TestVethListenCloseCycles(t *testing.T) {
 	if st := xdpOn(t, a, "va"); st.attached != 0 {
 		t.Fatalf("XDP program attached after every Conn closed")
 	}
+}
+
+// waitFastPath sends single datagrams to peer until one leaves through the
+// AF_XDP socket: the kernel has resolved the neighbour and the Conn has
+// read it.
+func waitFastPath(t *testing.T, c *Conn, peer netip.AddrPort) {
+	t.Helper()
+	msg := []transport.Message{{Buf: []byte("probe"), Addr: peer}}
+	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(time.Millisecond) {
+		before := c.Stats().TX
+		if _, err := c.WriteBatch(msg); err != nil {
+			t.Fatal(err)
+		}
+		if c.Stats().TX > before {
+			return
+		}
+	}
+	t.Fatalf("the neighbour %v never became known: %+v", peer.Addr(), c.Stats())
 }
 
 func localPingPong(t *testing.T, c1, c2 *Conn) {

@@ -584,7 +584,10 @@ func (c *Conn) nextHop(dst netip.AddrPort, n int, now time.Duration) ([6]byte, b
 	}
 	h, ok := c.hops[a]
 	if !ok || now >= h.expires {
-		if now-c.lastMiss < missInterval && c.lastMiss != 0 {
+		// A destination not known is looked up at most every few
+		// milliseconds while lookups miss; a known one whose entry
+		// expired is looked up again at once.
+		if !ok && c.lastMiss != 0 && now-c.lastMiss < missInterval {
 			return [6]byte{}, false, nil
 		}
 		h, ok = c.resolve(a, now)
