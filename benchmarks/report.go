@@ -312,6 +312,29 @@ func writeReport(dir string, f *resultsFile) (string, error) {
 		p("\n")
 	}
 
+	// CPU per byte, every system, on the rack's workers sweep.
+	if rs := x.in("workers", "rack"); len(rs) > 0 {
+		p("## Rack: CPU per byte\n\n")
+		p("CPU-seconds per GiB reduced, per worker: one worker's CPU during its allreduce calls (warm-up included) over the bytes of its tensor, the mean over the workers. " +
+			"Switch packets per core-second: the packets the workers sent to the switch plus as many results, over the switch's CPU time (both directions counted, as a switch port would).\n\n")
+		p("| system | workers | TAT (s) | worker CPU-s per GiB | switch CPU per allreduce (s) | switch packets per core-second | transports |\n|---|---|---|---|---|---|---|\n")
+		for _, r := range rs {
+			if r.Error != "" || r.Bytes == 0 || r.Workers == 0 {
+				continue
+			}
+			perGiB := r.WorkerCPUPerOp / float64(r.Workers) / (float64(r.Bytes) / (1 << 30))
+			sw, pps := "–", "–"
+			if r.SwitchCPU != nil {
+				sw = fmt.Sprintf("%.3f", r.SwitchCPUPerOp)
+				if t := r.SwitchCPU.total(); t > 0 && r.Packets > 0 {
+					pps = fmt.Sprintf("%.2f M", 2*float64(r.Packets)/t/1e6)
+				}
+			}
+			p("| %s | %d | %.3f | %.2f | %s | %s | %s |\n", systemNames[r.System], r.Workers, r.MedianTAT, perGiB, sw, pps, transportsSummary(r.Transports))
+		}
+		p("\n")
+	}
+
 	// Where SwitchML's time goes.
 	var sms []result
 	for _, r := range f.Results {
@@ -493,4 +516,29 @@ func jobsTable(p func(string, ...any), rs []result, o Options) {
 			r.AggregateGoodputMbit, r.LinkEfficiency, r.Fairness, r.Overlap, exact)
 	}
 	p("\n")
+}
+
+// transportsSummary condenses the workers' and the switch's transports
+// ("udp" x4, "switch:afxdp") for a table cell.
+func transportsSummary(ts []string) string {
+	if len(ts) == 0 {
+		return "–"
+	}
+	count := map[string]int{}
+	var order []string
+	for _, t := range ts {
+		if count[t] == 0 {
+			order = append(order, t)
+		}
+		count[t]++
+	}
+	var parts []string
+	for _, t := range order {
+		if strings.HasPrefix(t, "switch:") {
+			parts = append(parts, t)
+		} else {
+			parts = append(parts, fmt.Sprintf("%d workers %s", count[t], t))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
