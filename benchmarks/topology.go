@@ -73,10 +73,13 @@ func (b *driver) fabric(ctx context.Context, mode, system string) (*fabric.Fabri
 	}
 	// The rack's one switch serves UDP or AF_XDP on the same ports: only
 	// one of the two runs at a time.
-	if other := map[*(*fabric.Fabric)]*(*fabric.Fabric){&b.rackFab: &b.xdpFab, &b.xdpFab: &b.rackFab}[cur]; other != nil && *other != nil {
-		name := map[bool]string{true: "rack", false: "rack-afxdp"}[other == &b.rackFab]
-		b.file.Fabric[name] = stopFabric(*other)
-		*other = nil
+	if cur == &b.rackFab && b.xdpFab != nil {
+		b.file.Fabric["rack-afxdp"] = stopFabric(b.xdpFab)
+		b.xdpFab = nil
+	}
+	if cur == &b.xdpFab && b.rackFab != nil {
+		b.file.Fabric["rack"] = stopFabric(b.rackFab)
+		b.rackFab = nil
 	}
 	if f := *cur; f != nil {
 		if !f.Exited() {

@@ -32,10 +32,10 @@ func TestNetworkNamespaces(t *testing.T) {
 // (float32), with every socket on AF_XDP, none fallen back to UDP.
 func TestNetworkNamespacesAFXDP(t *testing.T) {
 	const workers = 3
-	sw, prefix := netnsRack(t, workers, 78)
 	if err := afxdp.Supported(); err != nil {
 		t.Skipf("AF_XDP unavailable: %v", err)
 	}
+	sw, prefix := netnsRack(t, workers, 78)
 	f := startFabric(t, []string{"ip", "netns", "exec", sw}, "10.78.0.1", "--transport", "afxdp")
 	if logs := f.fab.Logs()["switch"]; !strings.Contains(logs, "transport=afxdp") {
 		t.Fatalf("the switch is not serving on AF_XDP; its log:\n%s", logs)
