@@ -1,0 +1,655 @@
+//go:build linux
+
+package shm
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/switchml/switchml-go/switchml/transport"
+	"golang.org/x/sys/unix"
+)
+
+type Message = transport.Message
+
+var _ transport.PacketConn = (*Conn)(nil)
+
+// recheck is how often a sender looks an address's inbox up again and an
+// owner looks for producers that are gone.
+const recheck = time.Second
+
+// udpEvery is how many reads that found the rings busy may pass before the
+// UDP socket is read anyway.
+const udpEvery = 16
+
+// Conn is a UDP socket with a shared-memory inbox; see the package
+// documentation. One reader and one writer may run at the same time.
+type Conn struct {
+	udp   *transport.Conn
+	bell  *net.UDPConn // sends doorbells
+	local netip.AddrPort
+	opts  Options
+	ns    uint64
+	token uint64 // names this Conn in the entries it claims
+
+	mu     sync.RWMutex // shared by reads and writes, exclusive in Close
+	closed atomic.Bool
+
+	// The inbox, read by this Conn.
+	in   region
+	fd   int
+	path string
+
+	// Reader state.
+	gen      uint64
+	active   []int
+	heads    []uint64 // next slot to read, per entry
+	pend     []pending
+	rr       int
+	reads    int
+	nextReap time.Time
+
+	// Writer state.
+	peers    map[netip.AddrPort]*peer
+	last     *peer
+	touched  []*peer
+	viaUDP   []Message
+	srcAddr  [16]byte
+	srcFam   uint16
+	srcPort  uint16
+	peerList []*peer // for Close
+
+	shmTX, shmRX, udpTX, udpRX, dropped, bells atomic.Uint64
+	npeers                                     atomic.Int64
+}
+
+type pending struct {
+	entry int
+	head  uint64
+}
+
+// region is a mapped inbox.
+type region struct {
+	mem []byte
+	g   geometry
+}
+
+func (r region) u32(off int) *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&r.mem[off])) }
+func (r region) u64(off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer(&r.mem[off])) }
+
+// peer is a destination as this Conn's writer knows it: an inbox it holds
+// an entry in, or (in == nil) one to reach over UDP until checked again.
+type peer struct {
+	addr    netip.AddrPort
+	in      region
+	fd      int
+	ino     uint64
+	entry   int
+	tail    uint64
+	head    uint64 // last head seen
+	checked time.Time
+	dirty   bool
+}
+
+// Listen opens a UDP socket on addr (port 0 picks a free one) and creates
+// the Conn's inbox. addr must name a specific address.
+func Listen(addr netip.AddrPort, opts Options, udpOpts transport.Options) (*Conn, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if !addr.Addr().IsValid() || addr.Addr().IsUnspecified() {
+		return nil, errNoAddr
+	}
+	st, err := os.Stat(opts.Dir)
+	if err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("shm: inbox directory %s is not usable (%v): give Options.Dir a directory on a memory file system", opts.Dir, err)
+	}
+	udp, err := transport.Listen(addr.String(), udpOpts)
+	if err != nil {
+		return nil, &listenError{err}
+	}
+	c := &Conn{udp: udp, local: udp.LocalAddr(), opts: opts, ns: netnsID(), fd: -1, peers: map[netip.AddrPort]*peer{}}
+	c.local = netip.AddrPortFrom(c.local.Addr().Unmap(), c.local.Port())
+	if err := c.open(); err != nil {
+		udp.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Conn) open() error {
+	var tok [8]byte
+	_, _ = rand.Read(tok[:])
+	c.token = binary.LittleEndian.Uint64(tok[:]) | 1
+	a := c.local.Addr()
+	if a.Is4() {
+		c.srcFam = 4
+	} else {
+		c.srcFam = 6
+	}
+	c.srcAddr = a.As16()
+	c.srcPort = c.local.Port()
+	bell, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(a, 0)))
+	if err != nil {
+		return fmt.Errorf("shm: cannot open the doorbell socket on %s: %v", a, err)
+	}
+	c.bell = bell
+
+	g := newGeometry(c.opts)
+	c.path = filepath.Join(c.opts.Dir, inboxName(c.ns, c.local))
+	// The UDP socket holds the address, so a file left under its name is
+	// a dead owner's.
+	_ = os.Remove(c.path)
+	fd, err := unix.Open(c.path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		bell.Close()
+		return fmt.Errorf("shm: cannot create inbox %s: %v", c.path, err)
+	}
+	fail := func(what string, err error) error {
+		unix.Close(fd)
+		os.Remove(c.path)
+		bell.Close()
+		return fmt.Errorf("shm: %s inbox %s: %v", what, c.path, err)
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return fail("cannot lock", err)
+	}
+	if err := unix.Ftruncate(fd, int64(g.size())); err != nil {
+		return fail("cannot size", err)
+	}
+	mem, err := unix.Mmap(fd, 0, g.size(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fail("cannot map", err)
+	}
+	c.fd, c.in = fd, region{mem: mem, g: g}
+	binary.LittleEndian.PutUint32(mem[hVersion:], version)
+	binary.LittleEndian.PutUint32(mem[hProducers:], uint32(g.producers))
+	binary.LittleEndian.PutUint32(mem[hSlots:], uint32(g.slots))
+	binary.LittleEndian.PutUint32(mem[hStride:], uint32(g.stride))
+	binary.LittleEndian.PutUint32(mem[hMaxDgram:], uint32(g.maxDgram))
+	binary.LittleEndian.PutUint32(mem[hOwnerPID:], uint32(os.Getpid()))
+	c.in.u64(hMagic).Store(magic)
+	c.heads = make([]uint64, g.producers)
+	return nil
+}
+
+// netnsID names the calling thread's network namespace.
+func netnsID() uint64 {
+	var st unix.Stat_t
+	if unix.Stat("/proc/thread-self/ns/net", &st) != nil {
+		return 0
+	}
+	return st.Ino
+}
+
+// LocalAddr is the address the Conn is bound to.
+func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
+
+// Batch is the most datagrams the UDP socket moves per call.
+func (c *Conn) Batch() int { return c.udp.Batch() }
+
+// Coalesced counts datagrams the UDP socket received coalesced.
+func (c *Conn) Coalesced() uint64 { return c.udp.Coalesced() }
+
+// Inbox is the path of the Conn's inbox file.
+func (c *Conn) Inbox() string { return c.path }
+
+// SetReadDeadline sets the deadline for reads; it may be called from any
+// goroutine to wake a blocked reader.
+func (c *Conn) SetReadDeadline(t time.Time) error { return c.udp.SetReadDeadline(t) }
+
+// Stats returns the Conn's counters.
+func (c *Conn) Stats() Stats {
+	return Stats{ShmTX: c.shmTX.Load(), ShmRX: c.shmRX.Load(), UDPTX: c.udpTX.Load(), UDPRX: c.udpRX.Load(),
+		Dropped: c.dropped.Load(), Doorbells: c.bells.Load(), Peers: int(c.npeers.Load())}
+}
+
+// Close closes the socket and the inbox; blocked reads return
+// net.ErrClosed. Messages from earlier reads read as zeros afterwards.
+func (c *Conn) Close() error {
+	if !c.closed.CompareAndSwap(false, true) {
+		return net.ErrClosed
+	}
+	err := c.udp.Close()
+	c.bell.Close()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.peerList {
+		c.detach(p)
+	}
+	_ = os.Remove(c.path)
+	// Put anonymous memory where the inbox was, so that messages a caller
+	// still holds stay readable, then let the file and its lock go.
+	if len(c.in.mem) > 0 {
+		_, _ = unix.MmapPtr(-1, 0, unsafe.Pointer(&c.in.mem[0]), uintptr(len(c.in.mem)), unix.PROT_READ,
+			unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED|unix.MAP_NORESERVE)
+	}
+	unix.Close(c.fd)
+	return err
+}
+
+// ReadBatch waits until at least one datagram arrives, from the inbox or
+// the UDP socket, or the deadline passes (a zero deadline waits forever),
+// and fills ms[:n]. Each message points at the whole datagram in memory of
+// the Conn's, valid until the next read. On a deadline it returns 0 and an
+// error for which transport.IsTimeout is true.
+func (c *Conn) ReadBatch(ms []Message, deadline time.Time) (n int, err error) {
+	if len(ms) == 0 {
+		return 0, nil
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			if !faulted(r) {
+				panic(r)
+			}
+			n, err = 0, fmt.Errorf("shm: reading inbox %s failed (%v); close the Conn", c.path, r)
+		}
+	}()
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	c.release()
+	sleeping := c.in.u32(hSleeping)
+	for {
+		if n = c.drain(ms); n > 0 {
+			return c.maybeUDP(ms, n), nil
+		}
+		c.reap()
+		// Raise the flag, then look again: a producer that published
+		// before seeing it is found here, one after rings the doorbell.
+		sleeping.Store(1)
+		if n = c.drain(ms); n > 0 {
+			sleeping.Store(0)
+			return n, nil
+		}
+		k, rerr := c.udp.ReadBatch(ms, deadline)
+		sleeping.Store(0)
+		if k = c.dropBells(ms[:k]); k > 0 {
+			return k + c.drain(ms[k:]), nil
+		}
+		if rerr != nil {
+			if c.closed.Load() {
+				return 0, net.ErrClosed
+			}
+			return 0, rerr
+		}
+	}
+}
+
+// TryReadBatch is ReadBatch without waiting: it returns what the inbox and
+// the socket already hold, possibly nothing.
+func (c *Conn) TryReadBatch(ms []Message) (n int, err error) {
+	if len(ms) == 0 {
+		return 0, nil
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			if !faulted(r) {
+				panic(r)
+			}
+			n, err = 0, fmt.Errorf("shm: reading inbox %s failed (%v); close the Conn", c.path, r)
+		}
+	}()
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	c.release()
+	n = c.drain(ms)
+	if n < len(ms) {
+		k, err := c.udp.TryReadBatch(ms[n:])
+		n += c.dropBells(ms[n : n+k])
+		if err != nil && n == 0 {
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
+// faulted tells whether a recovered panic is a memory fault, which with
+// debug.SetPanicOnFault on is what touching shared memory that cannot be
+// backed (a file system out of space, a file cut short by someone else)
+// raises.
+func faulted(r any) bool {
+	_, ok := r.(interface{ Addr() uintptr })
+	return ok
+}
+
+// maybeUDP reads the UDP socket too every udpEvery reads that found the
+// rings busy, so that peers without an inbox are served.
+func (c *Conn) maybeUDP(ms []Message, n int) int {
+	c.reads++
+	if c.reads%udpEvery != 0 || n == len(ms) {
+		return n
+	}
+	k, _ := c.udp.TryReadBatch(ms[n:])
+	return n + c.dropBells(ms[n:n+k])
+}
+
+// dropBells removes doorbells (empty datagrams) from ms and returns how
+// many messages are left.
+func (c *Conn) dropBells(ms []Message) int {
+	n := 0
+	for i := range ms {
+		if ms[i].N == 0 {
+			continue
+		}
+		if n != i {
+			ms[n] = ms[i]
+		}
+		n++
+	}
+	c.udpRX.Add(uint64(n))
+	return n
+}
+
+// release hands the slots of the last read back to their producers.
+func (c *Conn) release() {
+	for _, p := range c.pend {
+		c.in.u64(c.in.g.entry(p.entry) + eHead).Store(p.head)
+	}
+	c.pend = c.pend[:0]
+}
+
+// drain takes what the producers' rings hold, round robin, into ms.
+func (c *Conn) drain(ms []Message) int {
+	g := c.in.g
+	if gen := c.in.u64(hAttachGen).Load(); gen != c.gen {
+		c.gen = gen
+		c.active = c.active[:0]
+		for e := 0; e < g.producers; e++ {
+			if c.in.u64(g.entry(e)+eToken).Load() != 0 {
+				c.active = append(c.active, e)
+			}
+		}
+	}
+	n := 0
+	na := len(c.active)
+	for k := 0; k < na && n < len(ms); k++ {
+		e := c.active[(c.rr+k)%na]
+		head := c.heads[e]
+		tail := c.in.u64(g.entry(e) + eTail).Load()
+		if tail-head > uint64(g.slots) {
+			// Not a tail this package writes: skip the damage.
+			head = tail
+		}
+		start := head
+		for head != tail && n < len(ms) {
+			off := g.slot(e, int(head%uint64(g.slots)))
+			head++
+			s := c.in.mem[off : off+g.stride : off+g.stride]
+			l := int(binary.LittleEndian.Uint32(s[sLen:]))
+			if l < 1 || l > g.maxDgram {
+				continue
+			}
+			var ip netip.Addr
+			if s[sFamily] == 4 {
+				ip = netip.AddrFrom4([4]byte(s[sAddr+12 : sAddr+16]))
+			} else {
+				ip = netip.AddrFrom16([16]byte(s[sAddr : sAddr+16]))
+			}
+			m := &ms[n]
+			m.Buf = s[slotHeader : slotHeader+l : slotHeader+l]
+			m.N = l
+			m.Addr = netip.AddrPortFrom(ip, binary.LittleEndian.Uint16(s[sPort:]))
+			n++
+		}
+		if head != start {
+			c.heads[e] = head
+			c.pend = append(c.pend, pending{e, head})
+		}
+	}
+	c.rr++
+	c.shmRX.Add(uint64(n))
+	return n
+}
+
+// reap frees the entries of producers that closed or whose process is
+// gone, at most once per recheck interval.
+func (c *Conn) reap() {
+	now := time.Now()
+	if now.Before(c.nextReap) {
+		return
+	}
+	c.nextReap = now.Add(recheck)
+	g := c.in.g
+	freed := false
+	for _, e := range c.active {
+		base := g.entry(e)
+		pid := int(c.in.u32(base + ePID).Load())
+		state := c.in.u32(base + eState).Load()
+		gone := pid != 0 && unix.Kill(pid, 0) == unix.ESRCH
+		drained := c.heads[e] == c.in.u64(base+eTail).Load()
+		if !(gone || state == entryClosed && drained) {
+			continue
+		}
+		c.in.u64(base + eTail).Store(0)
+		c.in.u64(base + eHead).Store(0)
+		c.in.u32(base + ePID).Store(0)
+		c.in.u32(base + eState).Store(entryFree)
+		c.heads[e] = 0
+		c.in.u64(base + eToken).Store(0)
+		freed = true
+	}
+	if freed {
+		c.in.u64(hAttachGen).Add(1)
+	}
+}
+
+// WriteBatch sends every message in ms: into the inbox of a destination
+// that has one, through the UDP socket otherwise. It returns how many were
+// handed on; datagrams dropped at a full ring count as handed on, as with
+// a socket.
+func (c *Conn) WriteBatch(ms []Message) (n int, err error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	now := time.Now()
+	c.viaUDP = c.viaUDP[:0]
+	var p *peer
+	defer func() {
+		if r := recover(); r != nil {
+			if !faulted(r) {
+				panic(r)
+			}
+			// A fault writing a peer's inbox: forget the inbox, so that
+			// the destination goes over UDP from the next batch on.
+			for _, t := range c.touched {
+				t.dirty = false
+			}
+			c.touched = c.touched[:0]
+			dst := netip.AddrPort{}
+			if p != nil {
+				dst = p.addr
+				c.unmap(p) // without touching the inbox again
+			}
+			err = fmt.Errorf("shm: writing the inbox of %v failed (%v); that destination goes over UDP from now on", dst, r)
+		}
+	}()
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	var shm, drops uint64
+	for i := range ms {
+		m := &ms[i]
+		p = c.last
+		if p == nil || p.addr != m.Addr || now.Sub(p.checked) >= recheck {
+			p = c.peer(m.Addr, now)
+			c.last = p
+		}
+		g := p.in.g
+		if p.in.mem == nil || len(m.Buf) > g.maxDgram || len(m.Buf) == 0 {
+			c.viaUDP = append(c.viaUDP, *m)
+			continue
+		}
+		base := g.entry(p.entry)
+		if p.tail-p.head >= uint64(g.slots) {
+			p.head = p.in.u64(base + eHead).Load()
+			if p.tail-p.head >= uint64(g.slots) {
+				drops++
+				continue
+			}
+		}
+		off := g.slot(p.entry, int(p.tail%uint64(g.slots)))
+		s := p.in.mem[off : off+g.stride : off+g.stride]
+		binary.LittleEndian.PutUint32(s[sLen:], uint32(len(m.Buf)))
+		binary.LittleEndian.PutUint16(s[sPort:], c.srcPort)
+		binary.LittleEndian.PutUint16(s[sFamily:], c.srcFam)
+		copy(s[sAddr:sAddr+16], c.srcAddr[:])
+		copy(s[slotHeader:], m.Buf)
+		p.tail++
+		shm++
+		if !p.dirty {
+			p.dirty = true
+			c.touched = append(c.touched, p)
+		}
+	}
+	p = nil
+	for _, t := range c.touched {
+		t.dirty = false
+		t.in.u64(t.in.g.entry(t.entry) + eTail).Store(t.tail)
+		if sl := t.in.u32(hSleeping); sl.Load() == 1 && sl.CompareAndSwap(1, 0) {
+			if _, err := c.bell.WriteToUDPAddrPort(nil, t.addr); err == nil {
+				c.bells.Add(1)
+			}
+		}
+	}
+	c.touched = c.touched[:0]
+	c.shmTX.Add(shm)
+	c.dropped.Add(drops)
+	if len(c.viaUDP) > 0 {
+		k, err := c.udp.WriteBatch(c.viaUDP)
+		c.udpTX.Add(uint64(k))
+		if err != nil {
+			return len(ms) - len(c.viaUDP) + k, err
+		}
+	}
+	return len(ms), nil
+}
+
+// peer returns the writer's view of dst, looking its inbox up when it has
+// not been checked for a while.
+func (c *Conn) peer(dst netip.AddrPort, now time.Time) *peer {
+	p := c.peers[dst]
+	if p == nil {
+		p = &peer{addr: dst, fd: -1}
+		c.peers[dst] = p
+		c.peerList = append(c.peerList, p)
+	} else if now.Sub(p.checked) < recheck {
+		return p
+	}
+	p.checked = now
+	if p.in.mem != nil {
+		if c.stillThere(p) {
+			return p
+		}
+		c.detach(p)
+	}
+	c.attach(p)
+	return p
+}
+
+// stillThere tells whether p's inbox is still its address's and its owner
+// alive.
+func (c *Conn) stillThere(p *peer) bool {
+	var st unix.Stat_t
+	if unix.Stat(filepath.Join(c.opts.Dir, inboxName(c.ns, p.addr)), &st) != nil || st.Ino != p.ino {
+		return false
+	}
+	return !ownerGone(p.fd)
+}
+
+// ownerGone tells whether nobody holds the inbox open behind fd any more.
+func ownerGone(fd int) bool {
+	if unix.Flock(fd, unix.LOCK_SH|unix.LOCK_NB) != nil {
+		return false
+	}
+	_ = unix.Flock(fd, unix.LOCK_UN)
+	return true
+}
+
+// attach maps dst's inbox and claims an entry in it, if it has one free.
+func (c *Conn) attach(p *peer) {
+	fd, err := unix.Open(filepath.Join(c.opts.Dir, inboxName(c.ns, p.addr)), unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Size < headerSize || ownerGone(fd) {
+		unix.Close(fd)
+		return
+	}
+	mem, err := unix.Mmap(fd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		unix.Close(fd)
+		return
+	}
+	r := region{mem: mem}
+	le := binary.LittleEndian
+	r.g = geometry{producers: int(le.Uint32(mem[hProducers:])), slots: int(le.Uint32(mem[hSlots:])),
+		stride: int(le.Uint32(mem[hStride:])), maxDgram: int(le.Uint32(mem[hMaxDgram:]))}
+	if r.u64(hMagic).Load() != magic || le.Uint32(mem[hVersion:]) != version || !r.g.valid(st.Size) {
+		unix.Munmap(mem)
+		unix.Close(fd)
+		return
+	}
+	for e := 0; e < r.g.producers; e++ {
+		base := r.g.entry(e)
+		if r.u64(base+eToken).Load() != 0 || !r.u64(base+eToken).CompareAndSwap(0, c.token) {
+			continue
+		}
+		r.u32(base + ePID).Store(uint32(os.Getpid()))
+		r.u32(base + eState).Store(entryOpen)
+		p.tail = r.u64(base + eTail).Load()
+		p.head = r.u64(base + eHead).Load()
+		r.u64(hAttachGen).Add(1)
+		p.in, p.fd, p.ino, p.entry = r, fd, st.Ino, e
+		c.npeers.Add(1)
+		return
+	}
+	// Every entry is taken: this destination goes over UDP.
+	unix.Munmap(mem)
+	unix.Close(fd)
+}
+
+// detach gives p's entry back and unmaps its inbox.
+func (c *Conn) detach(p *peer) {
+	if p.in.mem == nil {
+		return
+	}
+	base := p.in.g.entry(p.entry)
+	if p.in.u64(base+eToken).Load() == c.token {
+		p.in.u32(base + eState).Store(entryClosed)
+	}
+	c.unmap(p)
+}
+
+// unmap forgets p's inbox.
+func (c *Conn) unmap(p *peer) {
+	if p.in.mem == nil {
+		return
+	}
+	unix.Munmap(p.in.mem)
+	unix.Close(p.fd)
+	p.in, p.fd = region{}, -1
+	c.npeers.Add(-1)
+	if c.last == p {
+		c.last = nil
+	}
+}

@@ -1,0 +1,53 @@
+// Package shm moves SwitchML datagrams between processes of one host
+// through shared memory, behind the same PacketConn interface as package
+// transport's UDP sockets, so that workers and a software switch on one
+// machine exchange packets without a system call per batch.
+//
+// # How it works
+//
+// Every Conn is a UDP socket on its address plus an inbox: a file in
+// shared memory (Options.Dir, /dev/shm by default) named after the
+// network namespace and the address, which the Conn creates, maps and
+// holds an exclusive lock on for its lifetime. The inbox has a table of
+// producer entries, each with its own single-producer, single-consumer
+// ring of fixed-size slots. A Conn that sends to an address looks for that
+// address's inbox in the same directory and network namespace; when it
+// finds one whose owner is alive (its lock is held) and that has a free
+// producer entry, it claims the entry and from then on copies datagrams to
+// that address into its ring, with its own address as the source, and
+// publishes each batch with one atomic store. Datagrams to any other
+// destination, larger than the inbox's slots, or beyond a full entry
+// table go through the UDP socket, as does everything a peer without an
+// inbox sends. A full ring drops the datagram, as a full socket buffer
+// would; the protocol recovers it.
+//
+// Reads are zero-copy: each message points into the slot the datagram sits
+// in, valid until the next read on the Conn, which hands the slots back to
+// their producers. A reader drains the rings without a system call. When
+// they are empty it raises a flag in the inbox, looks once more, and
+// blocks in the UDP socket's read; a producer that finds the flag raised
+// after publishing lowers it and sends one empty datagram, a doorbell, to
+// wake the reader, which discards it. So a busy reader costs no system
+// calls, and an idle one costs one wake-up per batch that finds it
+// asleep. While the rings stay busy, the UDP socket is still read every
+// sixteenth read, so datagrams from peers without an inbox are not
+// starved. Deadlines, SetReadDeadline and Close work through the UDP
+// socket.
+//
+// Senders look an address up again every second: a new inbox is found, and
+// one whose owner closed it or died (its lock is gone) is dropped, and
+// traffic goes back to UDP. The owner frees the entries of producers that
+// closed or whose process is gone.
+//
+// # Requirements and limits
+//
+// Linux. A Conn needs a specific address (not 0.0.0.0 or ::): it is the
+// source address written into the rings and the inbox's name. Only
+// processes of the same user (the inbox is mode 0600) in the same network
+// namespace and with the same Dir find each other; everything else is
+// plain UDP. A producer that dies in the middle of a batch loses that
+// batch, nothing more. The inbox file is sparse: only the slots used take
+// memory, at most Producers × Slots × about 9 KiB; if the file system
+// holding Dir runs out of space, the sender that touches a new page falls
+// back to UDP for that destination instead of crashing.
+package shm

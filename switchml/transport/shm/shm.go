@@ -1,0 +1,171 @@
+package shm
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/switchml/switchml-go/switchml/transport"
+)
+
+// Options tune a Conn's inbox.
+type Options struct {
+	// Dir is the directory inboxes live in (default /dev/shm). Conns find
+	// each other only in the same directory.
+	Dir string
+	// Producers is how many senders can write into the inbox at once, each
+	// a Conn of this or another process (default 32). Senders beyond it
+	// reach the Conn over UDP.
+	Producers int
+	// Slots is the depth of each sender's ring in datagrams (default 256).
+	// A full ring drops, as a full socket buffer would.
+	Slots int
+	// MaxDatagram is the largest datagram carried through the inbox
+	// (default transport.MaxDatagram); larger ones come over UDP.
+	MaxDatagram int
+}
+
+// Limits on Options, so that an inbox stays addressable.
+const (
+	maxProducers = 4096
+	maxSlots     = 1 << 16
+)
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Dir == "" {
+		o.Dir = "/dev/shm"
+	}
+	if o.Producers == 0 {
+		o.Producers = 32
+	}
+	if o.Slots == 0 {
+		o.Slots = 256
+	}
+	if o.MaxDatagram == 0 {
+		o.MaxDatagram = transport.MaxDatagram
+	}
+	switch {
+	case o.Producers < 1 || o.Producers > maxProducers:
+		return o, fmt.Errorf("shm: Producers %d out of range: want 1 to %d", o.Producers, maxProducers)
+	case o.Slots < 1 || o.Slots > maxSlots:
+		return o, fmt.Errorf("shm: Slots %d out of range: want 1 to %d", o.Slots, maxSlots)
+	case o.MaxDatagram < 1 || o.MaxDatagram > 65507:
+		return o, fmt.Errorf("shm: MaxDatagram %d out of range: want 1 to 65507", o.MaxDatagram)
+	}
+	return o, nil
+}
+
+// Stats counts what a Conn moved, by path.
+type Stats struct {
+	// ShmTX and ShmRX count datagrams written into peers' inboxes and read
+	// from this Conn's.
+	ShmTX, ShmRX uint64
+	// UDPTX and UDPRX count datagrams sent and received through the UDP
+	// socket (doorbells not included).
+	UDPTX, UDPRX uint64
+	// Dropped counts datagrams not written because the peer's ring was
+	// full.
+	Dropped uint64
+	// Doorbells counts the wake-ups this Conn sent to sleeping readers.
+	Doorbells uint64
+	// Peers is the number of inboxes this Conn writes into now.
+	Peers int
+}
+
+var errNoAddr = errors.New("shm: needs a specific IP address to bind (not 0.0.0.0 or ::): it names the inbox and is the source address of every datagram")
+
+// ListenOrUDP opens a Conn on addr, or, if shared memory cannot be used,
+// logs "shm: <reason>; using UDP sockets" through logf (when not nil) and
+// returns a UDP socket from transport.Listen instead.
+func ListenOrUDP(addr netip.AddrPort, opts Options, udpOpts transport.Options, logf func(format string, args ...any)) (transport.PacketConn, error) {
+	c, err := Listen(addr, opts, udpOpts)
+	if err == nil {
+		return c, nil
+	}
+	var le *listenError
+	if errors.As(err, &le) {
+		return nil, err // the UDP socket itself failed: UDP alone would too
+	}
+	if logf != nil {
+		logf("shm: %s; using UDP sockets", strings.TrimPrefix(err.Error(), "shm: "))
+	}
+	return transport.Listen(addr.String(), udpOpts)
+}
+
+// listenError is a failure of the Conn's UDP socket, which a fallback to
+// UDP would meet as well.
+type listenError struct{ err error }
+
+func (e *listenError) Error() string { return e.err.Error() }
+func (e *listenError) Unwrap() error { return e.err }
+
+// Layout of an inbox file. All integers are little-endian (native on the
+// hosts this runs on) and the ones shared between processes are accessed
+// atomically.
+const (
+	magic      = 0x31304d4853534d53 // "SMSSHM01"
+	version    = 1
+	headerSize = 4096
+	entrySize  = 192
+	slotHeader = 24
+
+	// Header fields.
+	hMagic     = 0
+	hVersion   = 8
+	hProducers = 12
+	hSlots     = 16
+	hStride    = 20
+	hMaxDgram  = 24
+	hOwnerPID  = 28
+	hSleeping  = 64  // the reader is about to block: producers ring the doorbell
+	hAttachGen = 128 // bumped when a producer claims an entry
+
+	// Producer entry fields, each entry at headerSize + i*entrySize.
+	eToken = 0  // nonzero while claimed
+	ePID   = 8  // the producer's process
+	eState = 12 // entryFree, entryOpen, entryClosed
+	eTail  = 64 // written by the producer
+	eHead  = 128
+
+	// Slot fields: datagram length, source port, address family (4 or 6),
+	// source address (16 bytes), then the datagram.
+	sLen    = 0
+	sPort   = 4
+	sFamily = 6
+	sAddr   = 8
+)
+
+const (
+	entryFree   = 0
+	entryOpen   = 1
+	entryClosed = 2
+)
+
+// geometry is an inbox's shape.
+type geometry struct {
+	producers, slots, stride, maxDgram int
+}
+
+func newGeometry(o Options) geometry {
+	return geometry{producers: o.Producers, slots: o.Slots, stride: (slotHeader + o.MaxDatagram + 63) &^ 63, maxDgram: o.MaxDatagram}
+}
+
+func (g geometry) ringsOffset() int { return (headerSize + g.producers*entrySize + 4095) &^ 4095 }
+func (g geometry) size() int        { return g.ringsOffset() + g.producers*g.slots*g.stride }
+func (g geometry) entry(i int) int  { return headerSize + i*entrySize }
+func (g geometry) slot(e, i int) int {
+	return g.ringsOffset() + (e*g.slots+i)*g.stride
+}
+
+// valid tells whether a geometry read from a file is one this package
+// could have written, and sized as the file is.
+func (g geometry) valid(fileSize int64) bool {
+	return g.producers >= 1 && g.producers <= maxProducers && g.slots >= 1 && g.slots <= maxSlots &&
+		g.maxDgram >= 1 && g.maxDgram <= 65507 && g.stride == (slotHeader+g.maxDgram+63)&^63 && int64(g.size()) == fileSize
+}
+
+// inboxName is the file name of the inbox of addr in network namespace ns.
+func inboxName(ns uint64, addr netip.AddrPort) string {
+	return fmt.Sprintf("switchml-%x-%s-%d", ns, addr.Addr().Unmap().String(), addr.Port())
+}
