@@ -21,7 +21,10 @@ import (
 // spine), on a rack built with RackLeaves.
 // switchml-afxdp is SwitchML with the workers and the switch on AF_XDP
 // sockets (rack only: loopback has no XDP path).
-var Systems = []string{"switchml", "switchml-afxdp", "switchml-tree", "torch-switchml", "gloo", "ring", "mpi"}
+// switchml-shm is SwitchML with the workers and the switch exchanging
+// packets through shared-memory inboxes (loopback only: on the rack it
+// would bypass the emulated links).
+var Systems = []string{"switchml", "switchml-afxdp", "switchml-shm", "switchml-tree", "torch-switchml", "gloo", "ring", "mpi"}
 
 // DefaultSystems are those the default run compares; torch-switchml runs
 // when named.
@@ -29,7 +32,7 @@ var DefaultSystems = []string{"switchml", "gloo", "ring", "mpi"}
 
 // runsOnSwitch tells the systems whose workers join the suite's switch.
 func runsOnSwitch(system string) bool {
-	return system == "switchml" || system == "switchml-afxdp" || system == "switchml-tree" || system == "torch-switchml"
+	return system == "switchml" || system == "switchml-afxdp" || system == "switchml-shm" || system == "switchml-tree" || system == "torch-switchml"
 }
 
 // Modes are the topologies the suite runs on: the emulated rack (network
@@ -231,6 +234,9 @@ func Plan(o *Options) []Point {
 		}
 		if p.System == "switchml-afxdp" && p.Mode != "rack" {
 			return // the loopback device has no XDP path: AF_XDP needs the rack's ports
+		}
+		if p.System == "switchml-shm" && p.Mode != "loopback" {
+			return // shared memory between namespaces would bypass the rack's links
 		}
 		if p.System == "switchml-tree" && (p.Mode != "rack" || o.RackLeaves < 2 || p.Workers < o.RackLeaves) {
 			return // a tree needs the rack's leaves, and a worker under each

@@ -12,7 +12,7 @@ import (
 	"github.com/switchml/switchml-go/benchmarks/rack"
 )
 
-var systemNames = map[string]string{"switchml": "SwitchML", "switchml-afxdp": "SwitchML (AF_XDP)", "switchml-tree": "SwitchML (2 levels)", "torch-switchml": "PyTorch-SwitchML", "gloo": "Gloo", "ring": "Ring (Go)", "mpi": "OpenMPI"}
+var systemNames = map[string]string{"switchml": "SwitchML", "switchml-afxdp": "SwitchML (AF_XDP)", "switchml-shm": "SwitchML (shared memory)", "switchml-tree": "SwitchML (2 levels)", "torch-switchml": "PyTorch-SwitchML", "gloo": "Gloo", "ring": "Ring (Go)", "mpi": "OpenMPI"}
 
 // resultIndex finds results by their sweep and coordinates.
 type resultIndex struct {
@@ -287,7 +287,8 @@ func writeReport(dir string, f *resultsFile) (string, error) {
 		p("Here every process shares the machine's %v CPUs, so this measures CPU per byte, not the network. "+
 			"Worker CPU is that of the allreduce calls alone (warm-up included; input generation and verification left out) for every system. "+
 			"OpenMPI uses its TCP transport on lo.\n\n", env["cpus"])
-		p("| system | TAT (s) | min–max (s) | goodput (Mbit/s) | worker CPU per allreduce (s, all workers) | switch CPU per allreduce (s) | CPU s per GiB reduced | machine busy | TAT / SwitchML |\n|---|---|---|---|---|---|---|---|---|\n")
+		p("Worker CPU-s per GiB is one worker's CPU per GiB of its tensor, the mean over the workers; CPU-s per GiB reduced adds the switch's and divides by the tensor once.\n\n")
+		p("| system | TAT (s) | min–max (s) | goodput (Mbit/s) | worker CPU per allreduce (s, all workers) | switch CPU per allreduce (s) | worker CPU-s per GiB | CPU s per GiB reduced | machine busy | TAT / SwitchML | transports |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		sm, okS := one(rs, "switchml", bySystem, "switchml")
 		for _, s := range systemsIn(rs) {
 			r, ok := one(rs, s, bySystem, s)
@@ -298,7 +299,7 @@ func writeReport(dir string, f *resultsFile) (string, error) {
 						msg = firstLine(e.Error)
 					}
 				}
-				p("| %s | %s | | | | | | | |\n", systemNames[s], strings.ReplaceAll(msg, "|", "/"))
+				p("| %s | %s | | | | | | | | | |\n", systemNames[s], strings.ReplaceAll(msg, "|", "/"))
 				continue
 			}
 			cpu := r.WorkerCPUPerOp + r.SwitchCPUPerOp
@@ -306,8 +307,9 @@ func writeReport(dir string, f *resultsFile) (string, error) {
 			if r.SwitchCPU != nil {
 				sw = fmt.Sprintf("%.3f", r.SwitchCPUPerOp)
 			}
-			p("| %s | %.3f | %.3f–%.3f | %.0f | %.3f | %s | %.2f | %.0f%% | %s |\n", systemNames[s], r.MedianTAT, r.MinTAT, r.MaxTAT, r.GoodputMbit,
-				r.WorkerCPUPerOp, sw, cpu/(float64(r.Bytes)/(1<<30)), 100*r.MachineBusy, ratio(r, sm, ok, okS))
+			gib := float64(r.Bytes) / (1 << 30)
+			p("| %s | %.3f | %.3f–%.3f | %.0f | %.3f | %s | %.2f | %.2f | %.0f%% | %s | %s |\n", systemNames[s], r.MedianTAT, r.MinTAT, r.MaxTAT, r.GoodputMbit,
+				r.WorkerCPUPerOp, sw, r.WorkerCPUPerOp/float64(max(r.Workers, 1))/gib, cpu/gib, 100*r.MachineBusy, ratio(r, sm, ok, okS), transportsSummary(r.Transports))
 		}
 		p("\n")
 	}

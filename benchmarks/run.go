@@ -114,6 +114,7 @@ type driver struct {
 	rack      *rack.Rack
 	rackFab   *fabric.Fabric
 	xdpFab    *fabric.Fabric // the rack's switch on AF_XDP (switchml-afxdp)
+	shmFab    *fabric.Fabric // the loopback switch with shared-memory inboxes (switchml-shm)
 	treeFab   *fabric.Fabric
 	loopFab   *fabric.Fabric
 	gloo      string // path of the PyTorch script, "" if Gloo is unavailable
@@ -296,7 +297,7 @@ func (b *driver) runPoint(ctx context.Context, idx int, p Point) (res result) {
 		res.WorkerCPU = append(res.WorkerCPU, rep.cpu)
 		res.WorkerCPUPerOp += rep.cpu.total() / float64(b.o.Warmup+b.o.Iters)
 	}
-	if p.System == "switchml-afxdp" && fab != nil {
+	if (p.System == "switchml-afxdp" || p.System == "switchml-shm") && fab != nil {
 		res.Transports = append(res.Transports, "switch:"+switchTransport(fab.Logs()["switch"]))
 	}
 	for it := 0; it < b.o.Iters; it++ {

@@ -50,7 +50,7 @@ func (b *driver) runSystem(ctx context.Context, idx int, p Point, fab *fabric.Fa
 	}
 	var cmds []*exec.Cmd
 	switch p.System {
-	case "switchml", "switchml-tree", "switchml-afxdp":
+	case "switchml", "switchml-tree", "switchml-afxdp", "switchml-shm":
 		verify := b.o.Verify && rackMode
 		// The jobs sweep runs several jobs at once, rank r of every job in
 		// worker r's namespace; int32 with a seed per job, so that one
@@ -79,8 +79,11 @@ func (b *driver) runSystem(ctx context.Context, idx int, p Point, fab *fabric.Fa
 				if rackMode {
 					args = append(args, "--bind", hostOf(r))
 				}
-				if p.System == "switchml-afxdp" {
+				switch p.System {
+				case "switchml-afxdp":
 					args = append(args, "--transport", "afxdp")
+				case "switchml-shm":
+					args = append(args, "--transport", "shm")
 				}
 				cmds = append(cmds, command(r, b.exe, args...))
 			}

@@ -71,6 +71,9 @@ func (b *driver) fabric(ctx context.Context, mode, system string) (*fabric.Fabri
 	if system == "switchml-afxdp" {
 		cur = &b.xdpFab
 	}
+	if system == "switchml-shm" {
+		cur = &b.shmFab
+	}
 	// The rack's one switch serves UDP or AF_XDP on the same ports: only
 	// one of the two runs at a time.
 	if cur == &b.rackFab && b.xdpFab != nil {
@@ -105,6 +108,8 @@ func (b *driver) fabric(ctx context.Context, mode, system string) (*fabric.Fabri
 		if system == "switchml-afxdp" {
 			cfg.SwitchArgs = append(cfg.SwitchArgs, "--transport", "afxdp")
 		}
+	case system == "switchml-shm":
+		cfg.SwitchArgs = append(cfg.SwitchArgs, "--transport", "shm")
 	}
 	f, err := fabric.Start(ctx, cfg)
 	if err != nil {
@@ -132,6 +137,10 @@ func (b *driver) close() {
 	if b.loopFab != nil {
 		b.file.Fabric["loopback"] = stopFabric(b.loopFab)
 		b.loopFab = nil
+	}
+	if b.shmFab != nil {
+		b.file.Fabric["loopback-shm"] = stopFabric(b.shmFab)
+		b.shmFab = nil
 	}
 	b.closeRack()
 }

@@ -5,20 +5,23 @@
 # only: the test input's generation is left out) and of the switch, and
 # the CPU each spent per allreduce.
 #
-#   scripts/profile-loopback.sh [--workers N] [--elements N] [--iters N] [--out DIR] [-- allreduce flags...]
+#   scripts/profile-loopback.sh [--workers N] [--elements N] [--iters N] [--transport udp|shm] [--out DIR] [-- allreduce flags...]
+#
+# --transport applies to the switch and the workers alike.
 #
 # Example (8 KiB payloads, one lane):
 #   scripts/profile-loopback.sh -- --packet-elements 2048 --extended --lanes 1
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-workers=4 elements=16777216 iters=8 out="" top=5
+workers=4 elements=16777216 iters=8 out="" top=5 transport=udp
 while [[ $# -gt 0 ]]; do
 	case "$1" in
 	--workers) workers=$2; shift 2 ;;
 	--elements) elements=$2; shift 2 ;;
 	--iters) iters=$2; shift 2 ;;
 	--out) out=$2; shift 2 ;;
+	--transport) transport=$2; shift 2 ;;
 	--top) top=$2; shift 2 ;;
 	--) shift; break ;;
 	*) echo "profile-loopback.sh: unknown flag $1 (see the header of this script)" >&2; exit 2 ;;
@@ -31,7 +34,7 @@ go build -o "$bin" ./cmd/switchml
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 dp=$(port) p4rt=$(port) ctl=$(port)
-"$bin" switch --dataplane "127.0.0.1:$dp" --p4rt "127.0.0.1:$p4rt" --max-elements 2048 --cpuprofile "$out/switch.prof" >"$out/switch.log" 2>&1 &
+"$bin" switch --dataplane "127.0.0.1:$dp" --p4rt "127.0.0.1:$p4rt" --max-elements 2048 --transport "$transport" --cpuprofile "$out/switch.prof" >"$out/switch.log" 2>&1 &
 sw=$!
 "$bin" controller --target "127.0.0.1:$p4rt" --listen "127.0.0.1:$ctl" --dataplane "127.0.0.1:$dp" --max-elements 2048 >"$out/controller.log" 2>&1 &
 ct=$!
@@ -42,7 +45,7 @@ cpu0=$(awk '{print $14+$15}' /proc/$sw/stat)
 pids=()
 for ((r = 0; r < workers; r++)); do
 	"$bin" allreduce --controller "127.0.0.1:$ctl" --job profile --rank "$r" --workers "$workers" \
-		--elements "$elements" --iters "$iters" --warmup 1 --verify=false --json \
+		--elements "$elements" --iters "$iters" --warmup 1 --transport "$transport" --verify=false --json \
 		--cpuprofile "$out/worker$r.prof" "$@" >"$out/worker$r.json" 2>"$out/worker$r.log" &
 	pids+=($!)
 done

@@ -50,8 +50,12 @@ type Config struct {
 	// Bind address before the stack (package transport/afxdp: Linux, root
 	// or CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF). Where AF_XDP cannot be
 	// used (no kernel support, no privilege, a loopback or busy interface)
-	// the lanes use UDP sockets and the reason is logged;
-	// Session.Transport says what they use.
+	// the lanes use UDP sockets and the reason is logged. TransportShm
+	// is for workers on the same host as a software switch started with
+	// the same transport: UDP sockets whose datagrams to and from the
+	// switch go through shared memory instead (package transport/shm:
+	// Linux, a specific Bind address); any other peer is reached over
+	// UDP. Session.Transport says what the lanes use.
 	Transport string
 	// Window is the number of packets in flight per lane.
 	Window int
@@ -132,6 +136,7 @@ const FallbackRing = "ring"
 const (
 	TransportUDP   = "udp"
 	TransportAFXDP = "afxdp"
+	TransportShm   = "shm"
 )
 
 // MaxCompatWorkers is the largest job the compatible format (a 32-bit
@@ -338,8 +343,8 @@ func (c Config) validate() error {
 	if c.Lanes < 1 || c.Lanes > 64 {
 		bad("Lanes", c.Lanes, "want 1..64")
 	}
-	if c.Transport != "" && c.Transport != TransportUDP && c.Transport != TransportAFXDP {
-		bad("Transport", c.Transport, "want %q (the default) or %q", TransportUDP, TransportAFXDP)
+	if c.Transport != "" && c.Transport != TransportUDP && c.Transport != TransportAFXDP && c.Transport != TransportShm {
+		bad("Transport", c.Transport, "want %q (the default), %q or %q", TransportUDP, TransportAFXDP, TransportShm)
 	}
 	if c.Window < 1 || c.Window > 4096 {
 		bad("Window", c.Window, "want 1..4096 packets per lane")

@@ -24,6 +24,7 @@ import (
 	"github.com/switchml/switchml-go/switchml/engine"
 	"github.com/switchml/switchml-go/switchml/transport"
 	"github.com/switchml/switchml-go/switchml/transport/afxdp"
+	"github.com/switchml/switchml-go/switchml/transport/shm"
 	"github.com/switchml/switchml-go/switchml/wire"
 )
 
@@ -430,29 +431,47 @@ func macOf(ip string) []byte {
 func (s *Session) PacketElements() int { return s.cfg.PacketElements }
 
 // Transport is what the lanes move packets through: TransportAFXDP when
-// every lane got an AF_XDP socket, else TransportUDP.
+// every lane got an AF_XDP socket, TransportShm when every lane got a
+// shared-memory inbox and has written into the switch's (a switch without
+// one is reached over UDP), else TransportUDP.
 func (s *Session) Transport() string {
 	if len(s.lanes) == 0 {
 		return TransportUDP
 	}
+	xdp, shared := 0, 0
 	for _, l := range s.lanes {
-		if _, ok := l.conn.(*afxdp.Conn); !ok {
-			return TransportUDP
+		switch c := l.conn.(type) {
+		case *afxdp.Conn:
+			xdp++
+		case *shm.Conn:
+			if c.Stats().ShmTX > 0 {
+				shared++
+			}
 		}
 	}
-	return TransportAFXDP
+	switch len(s.lanes) {
+	case xdp:
+		return TransportAFXDP
+	case shared:
+		return TransportShm
+	}
+	return TransportUDP
 }
 
 // listenLane opens a lane's socket on a free port of the bind address:
-// AF_XDP when asked for and possible (else UDP, telling logf why), UDP
-// otherwise.
+// AF_XDP or a shared-memory inbox when asked for and possible (else UDP,
+// telling logf why), UDP otherwise.
 func listenLane(kind, bind string, logf func(format string, args ...any)) (transport.PacketConn, error) {
-	if kind != TransportAFXDP {
+	if kind != TransportAFXDP && kind != TransportShm {
 		return transport.Listen(net.JoinHostPort(bind, "0"), transport.Options{})
 	}
 	ip, err := netip.ParseAddr(bind)
 	if err != nil {
-		return nil, fmt.Errorf("AF_XDP needs an IP address to bind, not %q: %v", bind, err)
+		return nil, fmt.Errorf("transport %s needs an IP address to bind, not %q: %v", kind, bind, err)
+	}
+	if kind == TransportShm {
+		// A lane's inbox has few writers: the switch's shards.
+		return shm.ListenOrUDP(netip.AddrPortFrom(ip, 0), shm.Options{Producers: 16}, transport.Options{}, logf)
 	}
 	return afxdp.ListenOrUDP(netip.AddrPortFrom(ip, 0), afxdp.Options{}, transport.Options{}, logf)
 }

@@ -363,3 +363,64 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// TestLoopbackJobsSharedMemory runs jobs whose workers and switch exchange
+// packets through shared-memory inboxes, one with loss injected on both
+// sides, and one whose ranks mix shared memory and UDP.
+func TestLoopbackJobsSharedMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes; skipped in -short")
+	}
+	f := startFabric(t, nil, "", "--transport", "shm", "--drop", "0.005", "--seed", "5")
+	if !strings.Contains(f.sw.Logs(), "transport=shm") {
+		t.Fatalf("the switch does not serve shared memory:\n%s", f.sw.Logs())
+	}
+	shmFlags := []string{"--transport", "shm"}
+	for _, js := range []jobSpec{
+		{name: "shm-int32", dtype: "int32", workers: 4, elements: 300_007, iters: 3, lanes: 4, extra: shmFlags},
+		{name: "shm-float32-ext", dtype: "float32", workers: 3, elements: 200_000, iters: 2, lanes: 2, pe: 1024, extra: append([]string{"--extended"}, shmFlags...)},
+		{name: "shm-loss", dtype: "float32", workers: 4, elements: 200_000, iters: 2, lanes: 2,
+			extra: append([]string{"--drop", "0.01", "--duplicate", "0.01", "--reorder", "0.01"}, shmFlags...)},
+	} {
+		t.Run(js.name, func(t *testing.T) {
+			reps := runJob(t, f, nil, js)
+			var retx uint64
+			for r, rep := range reps {
+				if rep.Transport != "shm" {
+					t.Errorf("rank %d moved packets over %q, want shm", r, rep.Transport)
+				}
+				retx += rep.Retransmits
+			}
+			if js.name == "shm-loss" && retx == 0 {
+				t.Fatal("loss injected but no retransmission was counted")
+			}
+		})
+	}
+	t.Run("mixed", func(t *testing.T) {
+		// Ranks 0 and 2 on shared memory, 1 and 3 on UDP sockets: one
+		// switch serves both.
+		js := jobSpec{name: "mixed", dtype: "int32", workers: 4, elements: 150_000, iters: 2, lanes: 2}
+		ps := make([]*proc, js.workers)
+		for r := range ps {
+			args := []string{"allreduce", "--controller", f.controller, "--job", js.name, "--rank", fmt.Sprint(r),
+				"--workers", "4", "--elements", fmt.Sprint(js.elements), "--dtype", js.dtype, "--iters", "2", "--json"}
+			if r%2 == 0 {
+				args = append(args, shmFlags...)
+			}
+			ps[r] = spawn(t, nil, args...)
+		}
+		for r, p := range ps {
+			if err := p.wait(t, 3*time.Minute); err != nil {
+				t.Fatalf("rank %d: %v\n%s", r, err, p.Logs())
+			}
+			var rep benchmarks.WorkerReport
+			if err := json.Unmarshal(bytes.TrimSpace(p.Stdout()), &rep); err != nil {
+				t.Fatal(err)
+			}
+			want := map[bool]string{true: "shm", false: "udp"}[r%2 == 0]
+			if !rep.Verified || rep.Transport != want {
+				t.Fatalf("rank %d: verified %v over %q, want verified over %s", r, rep.Verified, rep.Transport, want)
+			}
+		}
+	})
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/switchml/switchml-go/p4/softswitch"
 	"github.com/switchml/switchml-go/switchml/transport"
 	"github.com/switchml/switchml-go/switchml/transport/afxdp"
+	"github.com/switchml/switchml-go/switchml/transport/shm"
 )
 
 // SwitchConfig describes a software switch.
@@ -53,7 +54,10 @@ type SwitchConfig struct {
 	// Transport is how the data plane moves packets: "udp" ("" is the
 	// same) or "afxdp", AF_XDP sockets on the interface of the Dataplane
 	// address (which must then be a specific IPv4 address), falling back
-	// to UDP with a logged reason where AF_XDP cannot be used.
+	// to UDP with a logged reason where AF_XDP cannot be used; or "shm",
+	// UDP sockets with shared-memory inboxes through which workers on this
+	// host started with the same transport exchange datagrams with the
+	// switch (a specific address again; others keep using UDP).
 	Transport string
 }
 
@@ -293,8 +297,21 @@ func listenDataplane(kind, addr string, logger *slog.Logger) (transport.PacketCo
 	case "", "udp":
 		return transport.Listen(addr, udpOpts)
 	case "afxdp":
+	case "shm":
+		ap, err := netip.ParseAddrPort(addr)
+		if err != nil {
+			return nil, fmt.Errorf("shared-memory data plane at %q: give a specific IP address and port: %v", addr, err)
+		}
+		if logger == nil {
+			logger = slog.New(slog.DiscardHandler)
+		}
+		// Every lane of every job on this host may write into a shard's
+		// inbox.
+		return shm.ListenOrUDP(ap, shm.Options{Producers: 256}, udpOpts, func(format string, args ...any) {
+			logger.Warn(fmt.Sprintf(format, args...), "dataplane", addr)
+		})
 	default:
-		return nil, fmt.Errorf("transport %q: want udp or afxdp", kind)
+		return nil, fmt.Errorf("transport %q: want udp, afxdp or shm", kind)
 	}
 	ap, err := netip.ParseAddrPort(addr)
 	if err != nil || !ap.Addr().Is4() || ap.Addr().IsUnspecified() {
@@ -309,12 +326,23 @@ func listenDataplane(kind, addr string, logger *slog.Logger) (transport.PacketCo
 }
 
 // Transport is what the data plane moves packets through: "afxdp" when
-// every shard got an AF_XDP socket, else "udp".
+// every shard got an AF_XDP socket, "shm" when every shard got a
+// shared-memory inbox, else "udp".
 func (s *Switch) Transport() string {
+	xdp, shared := 0, 0
 	for _, c := range s.conns {
-		if _, ok := c.(*afxdp.Conn); !ok {
-			return "udp"
+		switch c.(type) {
+		case *afxdp.Conn:
+			xdp++
+		case *shm.Conn:
+			shared++
 		}
 	}
-	return "afxdp"
+	switch len(s.conns) {
+	case xdp:
+		return "afxdp"
+	case shared:
+		return "shm"
+	}
+	return "udp"
 }
