@@ -59,6 +59,10 @@ type Conn struct {
 	reads    int
 	nextReap time.Time
 
+	// UDP reads go through these messages and buffers.
+	udpIn   []Message
+	udpBufs [][]byte
+
 	// Writer state.
 	peers    map[netip.AddrPort]*peer
 	last     *peer
@@ -120,6 +124,10 @@ func Listen(addr netip.AddrPort, opts Options, udpOpts transport.Options) (*Conn
 		return nil, &listenError{err}
 	}
 	c := &Conn{udp: udp, local: udp.LocalAddr(), opts: opts, ns: netnsID(), fd: -1, peers: map[netip.AddrPort]*peer{}}
+	c.udpIn, c.udpBufs = make([]Message, udp.Batch()), make([][]byte, udp.Batch())
+	for i := range c.udpBufs {
+		c.udpBufs[i] = make([]byte, transport.MaxDatagram)
+	}
 	c.local = netip.AddrPortFrom(c.local.Addr().Unmap(), c.local.Port())
 	if err := c.open(); err != nil {
 		udp.Close()
@@ -276,9 +284,9 @@ func (c *Conn) ReadBatch(ms []Message, deadline time.Time) (n int, err error) {
 			sleeping.Store(0)
 			return n, nil
 		}
-		k, rerr := c.udp.ReadBatch(ms, deadline)
+		k, rerr := c.readUDP(ms, deadline, false)
 		sleeping.Store(0)
-		if k = c.dropBells(ms[:k]); k > 0 {
+		if k > 0 {
 			return k + c.drain(ms[k:]), nil
 		}
 		if rerr != nil {
@@ -313,8 +321,8 @@ func (c *Conn) TryReadBatch(ms []Message) (n int, err error) {
 	c.release()
 	n = c.drain(ms)
 	if n < len(ms) {
-		k, err := c.udp.TryReadBatch(ms[n:])
-		n += c.dropBells(ms[n : n+k])
+		k, err := c.readUDP(ms[n:], time.Time{}, true)
+		n += k
 		if err != nil && n == 0 {
 			return 0, err
 		}
@@ -338,25 +346,35 @@ func (c *Conn) maybeUDP(ms []Message, n int) int {
 	if c.reads%udpEvery != 0 || n == len(ms) {
 		return n
 	}
-	k, _ := c.udp.TryReadBatch(ms[n:])
-	return n + c.dropBells(ms[n:n+k])
+	k, _ := c.readUDP(ms[n:], time.Time{}, true)
+	return n + k
 }
 
-// dropBells removes doorbells (empty datagrams) from ms and returns how
-// many messages are left.
-func (c *Conn) dropBells(ms []Message) int {
+// readUDP reads the UDP socket into ms, leaving doorbells (empty
+// datagrams) out. It reads through buffers of its own: the caller's may
+// still point into the inbox, where a read without receive offload would
+// otherwise write.
+func (c *Conn) readUDP(ms []Message, deadline time.Time, try bool) (int, error) {
+	in := c.udpIn[:min(len(ms), len(c.udpIn))]
+	for i := range in {
+		in[i].Buf = c.udpBufs[i]
+	}
+	var k int
+	var err error
+	if try {
+		k, err = c.udp.TryReadBatch(in)
+	} else {
+		k, err = c.udp.ReadBatch(in, deadline)
+	}
 	n := 0
-	for i := range ms {
-		if ms[i].N == 0 {
-			continue
+	for _, m := range in[:k] {
+		if m.N > 0 {
+			ms[n] = m
+			n++
 		}
-		if n != i {
-			ms[n] = ms[i]
-		}
-		n++
 	}
 	c.udpRX.Add(uint64(n))
-	return n
+	return n, err
 }
 
 // release hands the slots of the last read back to their producers.

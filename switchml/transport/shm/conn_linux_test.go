@@ -481,3 +481,48 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 		t.Errorf("%v allocations per write and read", allocs)
 	}
 }
+
+// TestUDPReadsDoNotWriteIntoTheInbox reads a datagram from the inbox, then
+// one over UDP (receive offload off, so the socket reads into buffers)
+// with the same messages: the inbox's slot must keep its bytes.
+func TestUDPReadsDoNotWriteIntoTheInbox(t *testing.T) {
+	dir := t.TempDir()
+	a := listen(t, dir, Options{})
+	b, err := Listen(loopback, Options{Dir: dir}, transport.Options{NoGRO: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	u, err := transport.Listen("127.0.0.1:0", transport.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	want := datagram(3)
+	if _, err := a.WriteBatch([]transport.Message{{Buf: want, Addr: b.LocalAddr()}}); err != nil {
+		t.Fatal(err)
+	}
+	ms := make([]transport.Message, 4)
+	if n, err := b.ReadBatch(ms, time.Now().Add(5*time.Second)); err != nil || n != 1 {
+		t.Fatalf("inbox read: %d, %v", n, err)
+	}
+	slot := ms[0].Buf
+	ms[0].Buf = ms[0].Buf[:cap(ms[0].Buf)] // as the lanes do
+	if _, err := u.WriteBatch([]transport.Message{{Buf: bytesOf('x', len(want)), Addr: b.LocalAddr()}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.ReadBatch(ms, time.Now().Add(5*time.Second)); err != nil || n != 1 || string(ms[0].Buf[:ms[0].N]) != string(bytesOf('x', len(want))) {
+		t.Fatalf("UDP read: %d, %v", n, err)
+	}
+	if string(slot) != string(want) {
+		t.Fatal("the UDP read wrote into the inbox's slot")
+	}
+}
+
+func bytesOf(c byte, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = c
+	}
+	return b
+}
