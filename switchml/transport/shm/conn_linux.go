@@ -5,6 +5,7 @@ package shm
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -28,15 +29,10 @@ var _ transport.PacketConn = (*Conn)(nil)
 // owner looks for producers that are gone.
 const recheck = time.Second
 
-// udpEvery is how many reads that found the rings busy may pass before the
-// UDP socket is read anyway.
-const udpEvery = 16
-
 // Conn is a UDP socket with a shared-memory inbox; see the package
 // documentation. One reader and one writer may run at the same time.
 type Conn struct {
 	udp   *transport.Conn
-	bell  *net.UDPConn // sends doorbells
 	local netip.AddrPort
 	opts  Options
 	ns    uint64
@@ -59,9 +55,25 @@ type Conn struct {
 	reads    int
 	nextReap time.Time
 
-	// UDP reads go through these messages and buffers.
-	udpIn   []Message
+	// The UDP socket is read by a goroutine of its own, which hands each
+	// batch over in udpSet (udpN messages, published atomically) and
+	// reads again only when the reader has let the batch go (udpMore):
+	// the messages may point into the socket's memory.
+	udpSet  []Message
 	udpBufs [][]byte
+	udpN    atomic.Int32
+	udpNext int
+	udpMore chan struct{}
+	udpStop chan struct{}
+	udpDone chan struct{}
+
+	// The reader sleeps reading bell, a FIFO beside the inbox, through
+	// the runtime's poller; producers wake it with a byte, and so does the
+	// UDP goroutine, through wake.
+	bell     *os.File
+	bellPath string
+	wake     int
+	bellBuf  [64]byte
 
 	// Writer state.
 	peers    map[netip.AddrPort]*peer
@@ -97,6 +109,7 @@ type peer struct {
 	addr    netip.AddrPort
 	in      region
 	fd      int
+	bell    int // the reader's FIFO
 	ino     uint64
 	entry   int
 	tail    uint64
@@ -124,15 +137,17 @@ func Listen(addr netip.AddrPort, opts Options, udpOpts transport.Options) (*Conn
 		return nil, &listenError{err}
 	}
 	c := &Conn{udp: udp, local: udp.LocalAddr(), opts: opts, ns: netnsID(), fd: -1, peers: map[netip.AddrPort]*peer{}}
-	c.udpIn, c.udpBufs = make([]Message, udp.Batch()), make([][]byte, udp.Batch())
+	c.udpSet, c.udpBufs = make([]Message, udp.Batch()), make([][]byte, udp.Batch())
 	for i := range c.udpBufs {
 		c.udpBufs[i] = make([]byte, transport.MaxDatagram)
 	}
+	c.udpMore, c.udpStop, c.udpDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 	c.local = netip.AddrPortFrom(c.local.Addr().Unmap(), c.local.Port())
 	if err := c.open(); err != nil {
 		udp.Close()
 		return nil, err
 	}
+	go c.readUDP()
 	return c, nil
 }
 
@@ -148,11 +163,6 @@ func (c *Conn) open() error {
 	}
 	c.srcAddr = a.As16()
 	c.srcPort = c.local.Port()
-	bell, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(a, 0)))
-	if err != nil {
-		return fmt.Errorf("shm: cannot open the doorbell socket on %s: %v", a, err)
-	}
-	c.bell = bell
 
 	g := newGeometry(c.opts)
 	c.path = filepath.Join(c.opts.Dir, inboxName(c.ns, c.local))
@@ -161,13 +171,11 @@ func (c *Conn) open() error {
 	_ = os.Remove(c.path)
 	fd, err := unix.Open(c.path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		bell.Close()
 		return fmt.Errorf("shm: cannot create inbox %s: %v", c.path, err)
 	}
 	fail := func(what string, err error) error {
 		unix.Close(fd)
 		os.Remove(c.path)
-		bell.Close()
 		return fmt.Errorf("shm: %s inbox %s: %v", what, c.path, err)
 	}
 	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
@@ -189,6 +197,35 @@ func (c *Conn) open() error {
 	binary.LittleEndian.PutUint32(mem[hOwnerPID:], uint32(os.Getpid()))
 	c.in.u64(hMagic).Store(magic)
 	c.heads = make([]uint64, g.producers)
+	if err := c.openBell(); err != nil {
+		unix.Munmap(mem)
+		unix.Close(fd)
+		os.Remove(c.path)
+		return err
+	}
+	return nil
+}
+
+// openBell creates the FIFO the reader sleeps on and opens it for reading
+// (through the runtime's poller) and for waking itself.
+func (c *Conn) openBell() error {
+	c.bellPath = c.path + ".bell"
+	_ = os.Remove(c.bellPath)
+	if err := unix.Mkfifo(c.bellPath, 0o600); err != nil {
+		return fmt.Errorf("shm: cannot create FIFO %s: %v", c.bellPath, err)
+	}
+	f, err := os.OpenFile(c.bellPath, os.O_RDWR, 0)
+	if err != nil {
+		os.Remove(c.bellPath)
+		return fmt.Errorf("shm: cannot open FIFO %s: %v", c.bellPath, err)
+	}
+	w, err := unix.Open(c.bellPath, unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		f.Close()
+		os.Remove(c.bellPath)
+		return fmt.Errorf("shm: cannot open FIFO %s: %v", c.bellPath, err)
+	}
+	c.bell, c.wake = f, w
 	return nil
 }
 
@@ -215,12 +252,31 @@ func (c *Conn) Inbox() string { return c.path }
 
 // SetReadDeadline sets the deadline for reads; it may be called from any
 // goroutine to wake a blocked reader.
-func (c *Conn) SetReadDeadline(t time.Time) error { return c.udp.SetReadDeadline(t) }
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	if c.closed.Load() {
+		return net.ErrClosed
+	}
+	return c.bell.SetReadDeadline(t)
+}
 
 // Stats returns the Conn's counters.
 func (c *Conn) Stats() Stats {
 	return Stats{ShmTX: c.shmTX.Load(), ShmRX: c.shmRX.Load(), UDPTX: c.udpTX.Load(), UDPRX: c.udpRX.Load(),
 		Dropped: c.dropped.Load(), Doorbells: c.bells.Load(), Peers: int(c.npeers.Load())}
+}
+
+var oneByte = []byte{1}
+
+// ring wakes the reader of inbox r, whose FIFO is open as fd, if it
+// raised its flag: one wake-up per sleep, whoever publishes first.
+func ring(r region, fd int) bool {
+	sl := r.u32(hSleeping)
+	if sl.Load() == 0 || !sl.CompareAndSwap(1, 0) {
+		return false
+	}
+	// A full FIFO already holds a wake-up.
+	_, _ = unix.Write(fd, oneByte)
+	return true
 }
 
 // Close closes the socket and the inbox; blocked reads return
@@ -230,13 +286,17 @@ func (c *Conn) Close() error {
 		return net.ErrClosed
 	}
 	err := c.udp.Close()
-	c.bell.Close()
+	close(c.udpStop)
+	c.bell.Close() // wakes a sleeping reader
+	<-c.udpDone
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, p := range c.peerList {
 		c.detach(p)
 	}
 	_ = os.Remove(c.path)
+	_ = os.Remove(c.bellPath)
+	unix.Close(c.wake)
 	// Put anonymous memory where the inbox was, so that messages a caller
 	// still holds stay readable, then let the file and its lock go.
 	if len(c.in.mem) > 0 {
@@ -271,31 +331,53 @@ func (c *Conn) ReadBatch(ms []Message, deadline time.Time) (n int, err error) {
 	}()
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	c.release()
+	if err := c.bell.SetReadDeadline(deadline); err != nil {
+		return 0, net.ErrClosed
+	}
 	sleeping := c.in.u32(hSleeping)
 	for {
-		if n = c.drain(ms); n > 0 {
-			return c.maybeUDP(ms, n), nil
+		if n = c.take(ms); n > 0 {
+			return n, nil
 		}
 		c.reap()
 		// Raise the flag, then look again: a producer that published
-		// before seeing it is found here, one after rings the doorbell.
+		// before seeing it is found here, one after writes to the FIFO.
 		sleeping.Store(1)
-		if n = c.drain(ms); n > 0 {
+		if n = c.take(ms); n > 0 {
 			sleeping.Store(0)
 			return n, nil
 		}
-		k, rerr := c.readUDP(ms, deadline, false)
-		sleeping.Store(0)
-		if k > 0 {
-			return k + c.drain(ms[k:]), nil
+		if c.closed.Load() {
+			sleeping.Store(0)
+			return 0, net.ErrClosed
 		}
-		if rerr != nil {
-			if c.closed.Load() {
-				return 0, net.ErrClosed
-			}
-			return 0, rerr
+		_, rerr := c.bell.Read(c.bellBuf[:])
+		sleeping.Store(0)
+		switch {
+		case c.closed.Load():
+			return 0, net.ErrClosed
+		case errors.Is(rerr, os.ErrDeadlineExceeded):
+			return 0, os.ErrDeadlineExceeded
+		case rerr != nil:
+			return 0, fmt.Errorf("shm: waiting on %s: %w", c.bellPath, rerr)
 		}
 	}
+}
+
+// take fills ms from the rings, then from the UDP socket's last batch.
+func (c *Conn) take(ms []Message) int {
+	n := c.drain(ms)
+	if n == len(ms) {
+		return n
+	}
+	avail := int(c.udpN.Load())
+	if c.udpNext >= avail {
+		return n
+	}
+	k := copy(ms[n:], c.udpSet[c.udpNext:avail])
+	c.udpNext += k
+	c.udpRX.Add(uint64(k))
+	return n + k
 }
 
 // TryReadBatch is ReadBatch without waiting: it returns what the inbox and
@@ -319,15 +401,7 @@ func (c *Conn) TryReadBatch(ms []Message) (n int, err error) {
 	}()
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	c.release()
-	n = c.drain(ms)
-	if n < len(ms) {
-		k, err := c.readUDP(ms[n:], time.Time{}, true)
-		n += k
-		if err != nil && n == 0 {
-			return 0, err
-		}
-	}
-	return n, nil
+	return c.take(ms), nil
 }
 
 // faulted tells whether a recovered panic is a memory fault, which with
@@ -339,46 +413,49 @@ func faulted(r any) bool {
 	return ok
 }
 
-// maybeUDP reads the UDP socket too every udpEvery reads that found the
-// rings busy, so that peers without an inbox are served.
-func (c *Conn) maybeUDP(ms []Message, n int) int {
-	c.reads++
-	if c.reads%udpEvery != 0 || n == len(ms) {
-		return n
-	}
-	k, _ := c.readUDP(ms[n:], time.Time{}, true)
-	return n + k
-}
-
-// readUDP reads the UDP socket into ms, leaving doorbells (empty
-// datagrams) out. It reads through buffers of its own: the caller's may
-// still point into the inbox, where a read without receive offload would
-// otherwise write.
-func (c *Conn) readUDP(ms []Message, deadline time.Time, try bool) (int, error) {
-	in := c.udpIn[:min(len(ms), len(c.udpIn))]
-	for i := range in {
-		in[i].Buf = c.udpBufs[i]
-	}
-	var k int
-	var err error
-	if try {
-		k, err = c.udp.TryReadBatch(in)
-	} else {
-		k, err = c.udp.ReadBatch(in, deadline)
-	}
-	n := 0
-	for _, m := range in[:k] {
-		if m.N > 0 {
-			ms[n] = m
-			n++
+// readUDP reads the UDP socket until it is closed, handing each batch to
+// the reader and waiting for it to be taken before reading the next.
+func (c *Conn) readUDP() {
+	defer close(c.udpDone)
+	for {
+		for i := range c.udpSet {
+			c.udpSet[i].Buf = c.udpBufs[i]
+		}
+		k, err := c.udp.ReadBatch(c.udpSet, time.Time{})
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) || c.closed.Load() {
+				return
+			}
+			continue // the next read tells again if it persists
+		}
+		n := 0
+		for _, m := range c.udpSet[:k] {
+			if m.N > 0 {
+				c.udpSet[n] = m
+				n++
+			}
+		}
+		if n == 0 {
+			continue
+		}
+		c.udpN.Store(int32(n))
+		ring(c.in, c.wake)
+		select {
+		case <-c.udpMore:
+		case <-c.udpStop:
+			return
 		}
 	}
-	c.udpRX.Add(uint64(n))
-	return n, err
 }
 
-// release hands the slots of the last read back to their producers.
+// release hands the slots of the last read back to their producers, and
+// the UDP socket's batch back to its reader once all of it was taken.
 func (c *Conn) release() {
+	if c.udpNext > 0 && c.udpNext == int(c.udpN.Load()) {
+		c.udpNext = 0
+		c.udpN.Store(0)
+		c.udpMore <- struct{}{}
+	}
 	for _, p := range c.pend {
 		c.in.u64(c.in.g.entry(p.entry) + eHead).Store(p.head)
 	}
@@ -542,10 +619,8 @@ func (c *Conn) WriteBatch(ms []Message) (n int, err error) {
 	for _, t := range c.touched {
 		t.dirty = false
 		t.in.u64(t.in.g.entry(t.entry) + eTail).Store(t.tail)
-		if sl := t.in.u32(hSleeping); sl.Load() == 1 && sl.CompareAndSwap(1, 0) {
-			if _, err := c.bell.WriteToUDPAddrPort(nil, t.addr); err == nil {
-				c.bells.Add(1)
-			}
+		if ring(t.in, t.bell) {
+			c.bells.Add(1)
 		}
 	}
 	c.touched = c.touched[:0]
@@ -566,7 +641,7 @@ func (c *Conn) WriteBatch(ms []Message) (n int, err error) {
 func (c *Conn) peer(dst netip.AddrPort, now time.Time) *peer {
 	p := c.peers[dst]
 	if p == nil {
-		p = &peer{addr: dst, fd: -1}
+		p = &peer{addr: dst, fd: -1, bell: -1}
 		c.peers[dst] = p
 		c.peerList = append(c.peerList, p)
 	} else if now.Sub(p.checked) < recheck {
@@ -627,6 +702,12 @@ func (c *Conn) attach(p *peer) {
 		unix.Close(fd)
 		return
 	}
+	bell, err := unix.Open(filepath.Join(c.opts.Dir, inboxName(c.ns, p.addr))+".bell", unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Munmap(mem)
+		unix.Close(fd)
+		return
+	}
 	for e := 0; e < r.g.producers; e++ {
 		base := r.g.entry(e)
 		if r.u64(base+eToken).Load() != 0 || !r.u64(base+eToken).CompareAndSwap(0, c.token) {
@@ -637,11 +718,12 @@ func (c *Conn) attach(p *peer) {
 		p.tail = r.u64(base + eTail).Load()
 		p.head = r.u64(base + eHead).Load()
 		r.u64(hAttachGen).Add(1)
-		p.in, p.fd, p.ino, p.entry = r, fd, st.Ino, e
+		p.in, p.fd, p.ino, p.entry, p.bell = r, fd, st.Ino, e, bell
 		c.npeers.Add(1)
 		return
 	}
 	// Every entry is taken: this destination goes over UDP.
+	unix.Close(bell)
 	unix.Munmap(mem)
 	unix.Close(fd)
 }
@@ -665,7 +747,8 @@ func (c *Conn) unmap(p *peer) {
 	}
 	unix.Munmap(p.in.mem)
 	unix.Close(p.fd)
-	p.in, p.fd = region{}, -1
+	unix.Close(p.bell)
+	p.in, p.fd, p.bell = region{}, -1, -1
 	c.npeers.Add(-1)
 	if c.last == p {
 		c.last = nil

@@ -25,14 +25,14 @@
 // in, valid until the next read on the Conn, which hands the slots back to
 // their producers. A reader drains the rings without a system call. When
 // they are empty it raises a flag in the inbox, looks once more, and
-// blocks in the UDP socket's read; a producer that finds the flag raised
-// after publishing lowers it and sends one empty datagram, a doorbell, to
-// wake the reader, which discards it. So a busy reader costs no system
-// calls, and an idle one costs one wake-up per batch that finds it
-// asleep. While the rings stay busy, the UDP socket is still read every
-// sixteenth read, so datagrams from peers without an inbox are not
-// starved. Deadlines, SetReadDeadline and Close work through the UDP
-// socket.
+// sleeps reading a FIFO beside the inbox (the inbox's name plus ".bell")
+// through the runtime's poller; a producer that finds the flag raised
+// after publishing lowers it and writes one byte to the FIFO. So a busy
+// reader costs no system calls, and an idle one one wake-up per batch that
+// finds it asleep. The UDP socket is read by a goroutine of the Conn's,
+// which hands each batch to the reader the same way and reads the next
+// once the reader has taken it. Deadlines, SetReadDeadline and Close work
+// through the FIFO.
 //
 // Senders look an address up again every second: a new inbox is found, and
 // one whose owner closed it or died (its lock is gone) is dropped, and

@@ -62,12 +62,12 @@ type Stats struct {
 	// from this Conn's.
 	ShmTX, ShmRX uint64
 	// UDPTX and UDPRX count datagrams sent and received through the UDP
-	// socket (doorbells not included).
+	// socket.
 	UDPTX, UDPRX uint64
 	// Dropped counts datagrams not written because the peer's ring was
 	// full.
 	Dropped uint64
-	// Doorbells counts the wake-ups this Conn sent to sleeping readers.
+	// Doorbells counts the times this Conn woke a sleeping reader.
 	Doorbells uint64
 	// Peers is the number of inboxes this Conn writes into now.
 	Peers int
@@ -105,7 +105,7 @@ func (e *listenError) Unwrap() error { return e.err }
 // atomically.
 const (
 	magic      = 0x31304d4853534d53 // "SMSSHM01"
-	version    = 1
+	version    = 2
 	headerSize = 4096
 	entrySize  = 192
 	slotHeader = 24
@@ -118,7 +118,7 @@ const (
 	hStride    = 20
 	hMaxDgram  = 24
 	hOwnerPID  = 28
-	hSleeping  = 64  // the reader is about to block: producers ring the doorbell
+	hSleeping  = 64  // the reader is about to block: producers wake it
 	hAttachGen = 128 // bumped when a producer claims an entry
 
 	// Producer entry fields, each entry at headerSize + i*entrySize.
