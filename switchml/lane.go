@@ -138,8 +138,56 @@ func (l *laneDriver) receive(n int) {
 	}
 }
 
+// flushInPlace is flush building packets in the transport's memory. It
+// reports done unless the transport does not reach the switch that way,
+// when flush's copying path takes over.
+func (l *laneDriver) flushInPlace(w transport.InPlaceWriter) (done bool, err error) {
+	for {
+		q := min(l.eng.Queued(), len(l.out))
+		if q == 0 {
+			return true, nil
+		}
+		bufs := w.Reserve(l.peer, q, wire.MaxPacket)
+		if bufs == nil {
+			return false, nil
+		}
+		if len(bufs) == 0 {
+			// The switch has not taken what was sent yet: the packets
+			// wait for the replies to make room, as sending would only
+			// lose them.
+			return true, nil
+		}
+		n := 0
+		for n < len(bufs) {
+			b, ok := l.eng.AppendPacket(bufs[n])
+			if !ok {
+				break
+			}
+			if cap(b) != cap(bufs[n]) {
+				w.Commit(bufs[:n])
+				return true, fmt.Errorf("switchml: lane send to %s: a %d-byte packet outgrew the transport's %d-byte buffer", l.peer, len(b), cap(bufs[n]))
+			}
+			bufs[n] = b
+			l.bytes += uint64(len(b))
+			n++
+		}
+		if _, err := w.Commit(bufs[:n]); err != nil {
+			return true, fmt.Errorf("switchml: lane send to %s: %w", l.peer, err)
+		}
+		if n < q {
+			return true, nil
+		}
+	}
+}
+
 // flush sends every packet the engine has ready, a batch at a time.
 func (l *laneDriver) flush() error {
+	if w, ok := l.conn.(transport.InPlaceWriter); ok && !l.faults.Active() {
+		done, err := l.flushInPlace(w)
+		if done || err != nil {
+			return err
+		}
+	}
 	for {
 		n := 0
 		for n < len(l.out) {

@@ -437,6 +437,15 @@ func (l *Lane) Deadline() (time.Duration, bool) {
 // Pending reports whether AppendPacket may have a packet to hand out.
 func (l *Lane) Pending() bool { return l.active && l.qLen > 0 }
 
+// Queued is how many packets wait to be sent, at most: AppendPacket may
+// find some of them no longer need sending.
+func (l *Lane) Queued() int {
+	if !l.active {
+		return 0
+	}
+	return l.qLen
+}
+
 // Tick fires the timers that expired at now: their packets are queued for
 // retransmission. Too many timeouts without progress fail the op.
 func (l *Lane) Tick(now time.Duration) {

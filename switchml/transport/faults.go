@@ -30,6 +30,10 @@ func (f Faults) Validate() error {
 // Active reports whether any fault is enabled.
 func (f Faults) Active() bool { return f.Drop > 0 || f.Duplicate > 0 || f.Reorder > 0 }
 
+// Active reports whether the injector changes anything: a nil or zero
+// Injector passes batches through.
+func (in *Injector) Active() bool { return in != nil && in.rng != nil && in.f.Active() }
+
 // Injector applies Faults to outgoing batches. It owns copies of held and
 // duplicated datagrams, so callers may reuse their buffers as soon as
 // Apply returns. The zero value injects nothing; an Injector is not safe for

@@ -90,6 +90,23 @@ type PacketConn interface {
 
 var _ PacketConn = (*Conn)(nil)
 
+// InPlaceWriter is a PacketConn that lets a sender build datagrams in the
+// memory they are sent from, saving a copy (package shm's Conns).
+type InPlaceWriter interface {
+	// Reserve returns up to n empty buffers in which the next datagrams
+	// to dst can be built, each with room for size bytes: nil when dst
+	// is not reached this way or takes no datagrams that large (then
+	// WriteBatch is the way), an empty slice when it has no room now (as
+	// a full socket buffer). A Reserve that returned buffers must be
+	// followed by a Commit, and nothing else on the Conn's writing side
+	// in between.
+	Reserve(dst netip.AddrPort, n, size int) [][]byte
+	// Commit sends the first len(bufs) reserved buffers, each built in
+	// place (bufs[i] starts where the i-th reserved buffer does) to its
+	// length, and lets the rest go.
+	Commit(bufs [][]byte) (int, error)
+}
+
 // Conn is a UDP socket with batched I/O.
 type Conn struct {
 	udp   *net.UDPConn

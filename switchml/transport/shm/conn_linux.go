@@ -23,7 +23,10 @@ import (
 
 type Message = transport.Message
 
-var _ transport.PacketConn = (*Conn)(nil)
+var (
+	_ transport.PacketConn    = (*Conn)(nil)
+	_ transport.InPlaceWriter = (*Conn)(nil)
+)
 
 // recheck is how often a sender looks an address's inbox up again and an
 // owner looks for producers that are gone.
@@ -84,6 +87,8 @@ type Conn struct {
 	srcFam   uint16
 	srcPort  uint16
 	peerList []*peer // for Close
+	resv     [][]byte
+	resvPeer *peer
 
 	shmTX, shmRX, udpTX, udpRX, dropped, bells atomic.Uint64
 	npeers                                     atomic.Int64
@@ -106,16 +111,17 @@ func (r region) u64(off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Poi
 // peer is a destination as this Conn's writer knows it: an inbox it holds
 // an entry in, or (in == nil) one to reach over UDP until checked again.
 type peer struct {
-	addr    netip.AddrPort
-	in      region
-	fd      int
-	bell    int // the reader's FIFO
-	ino     uint64
-	entry   int
-	tail    uint64
-	head    uint64 // last head seen
-	checked time.Time
-	dirty   bool
+	addr     netip.AddrPort
+	in       region
+	fd       int
+	bell     int  // the reader's FIFO
+	reserved bool // the ring's memory is allocated: datagrams can be built in place
+	ino      uint64
+	entry    int
+	tail     uint64
+	head     uint64 // last head seen
+	checked  time.Time
+	dirty    bool
 }
 
 // Listen opens a UDP socket on addr (port 0 picks a free one) and creates
@@ -583,11 +589,7 @@ func (c *Conn) WriteBatch(ms []Message) (n int, err error) {
 	var shm, drops uint64
 	for i := range ms {
 		m := &ms[i]
-		p = c.last
-		if p == nil || p.addr != m.Addr || now.Sub(p.checked) >= recheck {
-			p = c.peer(m.Addr, now)
-			c.last = p
-		}
+		p = c.lookup(m.Addr, now)
 		g := p.in.g
 		if p.in.mem == nil || len(m.Buf) > g.maxDgram || len(m.Buf) == 0 {
 			c.viaUDP = append(c.viaUDP, *m)
@@ -603,10 +605,7 @@ func (c *Conn) WriteBatch(ms []Message) (n int, err error) {
 		}
 		off := g.slot(p.entry, int(p.tail%uint64(g.slots)))
 		s := p.in.mem[off : off+g.stride : off+g.stride]
-		binary.LittleEndian.PutUint32(s[sLen:], uint32(len(m.Buf)))
-		binary.LittleEndian.PutUint16(s[sPort:], c.srcPort)
-		binary.LittleEndian.PutUint16(s[sFamily:], c.srcFam)
-		copy(s[sAddr:sAddr+16], c.srcAddr[:])
+		c.stamp(s, len(m.Buf))
 		copy(s[slotHeader:], m.Buf)
 		p.tail++
 		shm++
@@ -616,14 +615,7 @@ func (c *Conn) WriteBatch(ms []Message) (n int, err error) {
 		}
 	}
 	p = nil
-	for _, t := range c.touched {
-		t.dirty = false
-		t.in.u64(t.in.g.entry(t.entry) + eTail).Store(t.tail)
-		if ring(t.in, t.bell) {
-			c.bells.Add(1)
-		}
-	}
-	c.touched = c.touched[:0]
+	c.publish()
 	c.shmTX.Add(shm)
 	c.dropped.Add(drops)
 	if len(c.viaUDP) > 0 {
@@ -634,6 +626,104 @@ func (c *Conn) WriteBatch(ms []Message) (n int, err error) {
 		}
 	}
 	return len(ms), nil
+}
+
+// publish makes what was written into the touched inboxes visible and
+// wakes their readers.
+func (c *Conn) publish() {
+	for _, t := range c.touched {
+		t.dirty = false
+		t.in.u64(t.in.g.entry(t.entry) + eTail).Store(t.tail)
+		if ring(t.in, t.bell) {
+			c.bells.Add(1)
+		}
+	}
+	c.touched = c.touched[:0]
+}
+
+// Reserve returns up to n buffers in dst's inbox in which the next
+// datagrams can be built (see transport.InPlaceWriter). It holds the Conn
+// until Commit.
+func (c *Conn) Reserve(dst netip.AddrPort, n, size int) [][]byte {
+	c.mu.RLock()
+	if c.closed.Load() || n <= 0 {
+		c.mu.RUnlock()
+		return nil
+	}
+	p := c.lookup(dst, time.Now())
+	g := p.in.g
+	if p.in.mem == nil || !p.reserved || size > g.maxDgram {
+		c.mu.RUnlock()
+		return nil
+	}
+	free := uint64(g.slots) - (p.tail - p.head)
+	if free < uint64(n) {
+		p.head = p.in.u64(g.entry(p.entry) + eHead).Load()
+		free = uint64(g.slots) - (p.tail - p.head)
+	}
+	k := min(uint64(n), free)
+	if k == 0 {
+		c.mu.RUnlock()
+		return noRoom
+	}
+	c.resv = c.resv[:0]
+	for i := uint64(0); i < k; i++ {
+		off := g.slot(p.entry, int((p.tail+i)%uint64(g.slots))) + slotHeader
+		c.resv = append(c.resv, p.in.mem[off:off:off+g.maxDgram])
+	}
+	c.resvPeer = p
+	return c.resv
+}
+
+// noRoom is what Reserve returns for a full ring.
+var noRoom = [][]byte{}
+
+// Commit sends the first len(bufs) buffers of the last Reserve, built in
+// place, and lets the Conn go.
+func (c *Conn) Commit(bufs [][]byte) (int, error) {
+	defer c.mu.RUnlock()
+	p := c.resvPeer
+	c.resvPeer = nil
+	if p == nil || len(bufs) > len(c.resv) {
+		return 0, errors.New("shm: Commit without a Reserve for as many buffers")
+	}
+	g := p.in.g
+	for i, b := range bufs {
+		off := g.slot(p.entry, int((p.tail+uint64(i))%uint64(g.slots)))
+		s := p.in.mem[off : off+g.stride : off+g.stride]
+		if len(b) == 0 || len(b) > g.maxDgram || &b[:1][0] != &s[slotHeader] {
+			return i, fmt.Errorf("shm: Commit of buffer %d: %d bytes not built in the reserved slot", i, len(b))
+		}
+		c.stamp(s, len(b))
+	}
+	if len(bufs) == 0 {
+		return 0, nil
+	}
+	p.tail += uint64(len(bufs))
+	p.dirty = true
+	c.touched = append(c.touched, p)
+	c.publish()
+	c.shmTX.Add(uint64(len(bufs)))
+	return len(bufs), nil
+}
+
+// stamp writes a slot's header: the datagram's length and this Conn's
+// address.
+func (c *Conn) stamp(s []byte, n int) {
+	binary.LittleEndian.PutUint32(s[sLen:], uint32(n))
+	binary.LittleEndian.PutUint16(s[sPort:], c.srcPort)
+	binary.LittleEndian.PutUint16(s[sFamily:], c.srcFam)
+	copy(s[sAddr:sAddr+16], c.srcAddr[:])
+}
+
+// lookup is peer with a one-entry cache of the last destination.
+func (c *Conn) lookup(dst netip.AddrPort, now time.Time) *peer {
+	p := c.last
+	if p == nil || p.addr != dst || now.Sub(p.checked) >= recheck {
+		p = c.peer(dst, now)
+		c.last = p
+	}
+	return p
 }
 
 // peer returns the writer's view of dst, looking its inbox up when it has
@@ -713,16 +803,27 @@ func (c *Conn) attach(p *peer) {
 		if r.u64(base+eToken).Load() != 0 || !r.u64(base+eToken).CompareAndSwap(0, c.token) {
 			continue
 		}
+		// Back the ring with memory now, so that building datagrams in
+		// it cannot fault later on a full file system.
+		reserved := true
+		if err := unix.Fallocate(fd, 0, int64(r.g.slot(e, 0)), int64(r.g.slots*r.g.stride)); err != nil {
+			if err != unix.EOPNOTSUPP {
+				r.u64(base + eToken).Store(0)
+				break // out of space: this destination goes over UDP
+			}
+			reserved = false
+		}
 		r.u32(base + ePID).Store(uint32(os.Getpid()))
 		r.u32(base + eState).Store(entryOpen)
 		p.tail = r.u64(base + eTail).Load()
 		p.head = r.u64(base + eHead).Load()
 		r.u64(hAttachGen).Add(1)
-		p.in, p.fd, p.ino, p.entry, p.bell = r, fd, st.Ino, e, bell
+		p.in, p.fd, p.ino, p.entry, p.bell, p.reserved = r, fd, st.Ino, e, bell, reserved
 		c.npeers.Add(1)
 		return
 	}
-	// Every entry is taken: this destination goes over UDP.
+	// Every entry is taken, or no memory is left: this destination goes
+	// over UDP.
 	unix.Close(bell)
 	unix.Munmap(mem)
 	unix.Close(fd)

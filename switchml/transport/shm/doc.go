@@ -15,7 +15,12 @@
 // finds one whose owner is alive (its lock is held) and that has a free
 // producer entry, it claims the entry and from then on copies datagrams to
 // that address into its ring, with its own address as the source, and
-// publishes each batch with one atomic store. Datagrams to any other
+// publishes each batch with one atomic store. On claiming an entry the
+// sender allocates its ring's memory in the file (fallocate), so that a
+// file system out of space sends it to UDP then rather than failing a
+// write later. A sender may also build datagrams straight in the ring
+// (Reserve and Commit, transport.InPlaceWriter), which the worker's lanes
+// do: the packet is quantized into the slot the switch reads it from. Datagrams to any other
 // destination, larger than the inbox's slots, or beyond a full entry
 // table go through the UDP socket, as does everything a peer without an
 // inbox sends. A full ring drops the datagram, as a full socket buffer
@@ -46,8 +51,8 @@
 // processes of the same user (the inbox is mode 0600) in the same network
 // namespace and with the same Dir find each other; everything else is
 // plain UDP. A producer that dies in the middle of a batch loses that
-// batch, nothing more. The inbox file is sparse: only the slots used take
-// memory, at most Producers × Slots × about 9 KiB; if the file system
-// holding Dir runs out of space, the sender that touches a new page falls
-// back to UDP for that destination instead of crashing.
+// batch, nothing more. The inbox file is sparse: only the rings of
+// senders take memory, Slots × about 9 KiB each (2.3 MiB with the
+// defaults). A fault on the inbox's memory (someone else cut the file
+// short) is an error for the call, not a crash.
 package shm

@@ -79,3 +79,79 @@ func TestSetReadDeadlineWakesReader(t *testing.T) {
 		t.Fatal("SetReadDeadline did not wake the reader")
 	}
 }
+
+// TestBuildInPlace builds datagrams in the inbox's slots with Reserve and
+// Commit and reads them back.
+func TestBuildInPlace(t *testing.T) {
+	dir := t.TempDir()
+	a, b := listen(t, dir, Options{}), listen(t, dir, Options{Slots: 8})
+	u, err := transport.Listen("127.0.0.1:0", transport.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	if bufs := a.Reserve(u.LocalAddr(), 4, 100); bufs != nil {
+		t.Fatalf("a destination without an inbox: %d buffers", len(bufs))
+	}
+	if bufs := a.Reserve(b.LocalAddr(), 4, transport.MaxDatagram+1); bufs != nil {
+		t.Fatalf("a size beyond the inbox's slots: %d buffers", len(bufs))
+	}
+	in := make([]transport.Message, 16)
+	next, held := 0, 0
+	for round := 0; round < 50; round++ {
+		bufs := a.Reserve(b.LocalAddr(), 16, 1500)
+		// The reader holds the slots of its last read until its next.
+		if len(bufs) != 8-held {
+			if bufs != nil {
+				a.Commit(nil)
+			}
+			t.Fatalf("round %d: %d buffers, want the ring's 8 less the %d read last", round, len(bufs), held)
+		}
+		k := round%(8-held) + 1 // build fewer than reserved, sometimes
+		held = k
+		for i := 0; i < k; i++ {
+			bufs[i] = append(bufs[i], datagram(next+i)...)
+		}
+		if n, err := a.Commit(bufs[:k]); err != nil || n != k {
+			t.Fatalf("Commit: %d, %v", n, err)
+		}
+		n, err := b.ReadBatch(in, time.Now().Add(5*time.Second))
+		if err != nil || n != k {
+			t.Fatalf("round %d: read %d of %d: %v", round, n, k, err)
+		}
+		for _, m := range in[:n] {
+			i, err := checkDatagram(m.Buf[:m.N])
+			if err != nil || i != next || m.Addr != a.LocalAddr() {
+				t.Fatalf("datagram %d from %v (%v), want %d from %v", i, m.Addr, err, next, a.LocalAddr())
+			}
+			next++
+		}
+	}
+	// A full ring has no room, and says so with an empty, non-nil slice.
+	bufs := a.Reserve(b.LocalAddr(), 8, 100)
+	for i := range bufs {
+		bufs[i] = append(bufs[i], 'x')
+	}
+	a.Commit(bufs)
+	if more := a.Reserve(b.LocalAddr(), 1, 100); more == nil || len(more) != 0 {
+		t.Fatalf("a full ring: %v", more)
+	}
+	b.ReadBatch(in, time.Now().Add(5*time.Second))
+	b.TryReadBatch(in)
+	// A buffer not built where it was reserved is refused.
+	bufs = a.Reserve(b.LocalAddr(), 1, 100)
+	if _, err := a.Commit([][]byte{append([]byte(nil), "elsewhere"...)}); err == nil || len(bufs) != 1 {
+		t.Fatalf("Commit of a foreign buffer: %v", err)
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		bufs := a.Reserve(b.LocalAddr(), 4, 100)
+		for i := range bufs {
+			bufs[i] = append(bufs[i], "0123456789"...)
+		}
+		a.Commit(bufs)
+		b.TryReadBatch(in)
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations per Reserve, Commit and read", allocs)
+	}
+}
