@@ -156,7 +156,7 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 		}
 	}
 	for i := 0; i < cfg.Lanes; i++ {
-		c, err := listenLane(cfg.Transport, bind, xdpWarn)
+		c, err := listenLane(cfg.Transport, bind, cfg.Window, xdpWarn)
 		if err != nil {
 			return fail(fmt.Errorf("switchml: lane %d socket on %s: %w (check --bind)", i, bind, err))
 		}
@@ -461,7 +461,7 @@ func (s *Session) Transport() string {
 // listenLane opens a lane's socket on a free port of the bind address:
 // AF_XDP or a shared-memory inbox when asked for and possible (else UDP,
 // telling logf why), UDP otherwise.
-func listenLane(kind, bind string, logf func(format string, args ...any)) (transport.PacketConn, error) {
+func listenLane(kind, bind string, window int, logf func(format string, args ...any)) (transport.PacketConn, error) {
 	if kind != TransportAFXDP && kind != TransportShm {
 		return transport.Listen(net.JoinHostPort(bind, "0"), transport.Options{})
 	}
@@ -470,8 +470,10 @@ func listenLane(kind, bind string, logf func(format string, args ...any)) (trans
 		return nil, fmt.Errorf("transport %s needs an IP address to bind, not %q: %v", kind, bind, err)
 	}
 	if kind == TransportShm {
-		// A lane's inbox has few writers: the switch's shards.
-		return shm.ListenOrUDP(netip.AddrPortFrom(ip, 0), shm.Options{Producers: 16}, transport.Options{}, logf)
+		// A lane's inbox has few writers, the switch's shards, and takes
+		// a window of results plus the batch its reader holds.
+		opts := shm.Options{Producers: 16, Slots: max(256, window+transport.DefaultBatch)}
+		return shm.ListenOrUDP(netip.AddrPortFrom(ip, 0), opts, transport.Options{}, logf)
 	}
 	return afxdp.ListenOrUDP(netip.AddrPortFrom(ip, 0), afxdp.Options{}, transport.Options{}, logf)
 }
