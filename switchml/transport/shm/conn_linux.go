@@ -171,17 +171,24 @@ func (c *Conn) open() error {
 	c.srcPort = c.local.Port()
 
 	g := newGeometry(c.opts)
+	sweep(c.opts.Dir, c.ns)
 	c.path = filepath.Join(c.opts.Dir, inboxName(c.ns, c.local))
-	// The UDP socket holds the address, so a file left under its name is
-	// a dead owner's.
-	_ = os.Remove(c.path)
-	fd, err := unix.Open(c.path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
+	// The inbox is made under a temporary name and renamed into place once
+	// locked and complete, so that nobody finds it half made, or unlocked
+	// and takes it for a dead one. Its FIFO's name carries the Conn's
+	// token, so that it cannot be taken for an earlier owner's.
+	tmp := filepath.Join(c.opts.Dir, fmt.Sprintf(".switchml-new-%x", c.token))
+	fd, err := unix.Open(tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return fmt.Errorf("shm: cannot create inbox %s: %v", c.path, err)
+		return fmt.Errorf("shm: cannot create inbox %s: %v", tmp, err)
 	}
+	var mem []byte
 	fail := func(what string, err error) error {
+		if mem != nil {
+			unix.Munmap(mem)
+		}
 		unix.Close(fd)
-		os.Remove(c.path)
+		os.Remove(tmp)
 		return fmt.Errorf("shm: %s inbox %s: %v", what, c.path, err)
 	}
 	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
@@ -190,49 +197,83 @@ func (c *Conn) open() error {
 	if err := unix.Ftruncate(fd, int64(g.size())); err != nil {
 		return fail("cannot size", err)
 	}
-	mem, err := unix.Mmap(fd, 0, g.size(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
+	if mem, err = unix.Mmap(fd, 0, g.size(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
 		return fail("cannot map", err)
 	}
 	c.fd, c.in = fd, region{mem: mem, g: g}
-	binary.LittleEndian.PutUint32(mem[hVersion:], version)
-	binary.LittleEndian.PutUint32(mem[hProducers:], uint32(g.producers))
-	binary.LittleEndian.PutUint32(mem[hSlots:], uint32(g.slots))
-	binary.LittleEndian.PutUint32(mem[hStride:], uint32(g.stride))
-	binary.LittleEndian.PutUint32(mem[hMaxDgram:], uint32(g.maxDgram))
-	binary.LittleEndian.PutUint32(mem[hOwnerPID:], uint32(os.Getpid()))
-	c.in.u64(hMagic).Store(magic)
+	le := binary.LittleEndian
+	le.PutUint32(mem[hVersion:], version)
+	le.PutUint32(mem[hProducers:], uint32(g.producers))
+	le.PutUint32(mem[hSlots:], uint32(g.slots))
+	le.PutUint32(mem[hStride:], uint32(g.stride))
+	le.PutUint32(mem[hMaxDgram:], uint32(g.maxDgram))
+	le.PutUint32(mem[hOwnerPID:], uint32(os.Getpid()))
+	le.PutUint64(mem[hToken:], c.token)
 	c.heads = make([]uint64, g.producers)
 	if err := c.openBell(); err != nil {
-		unix.Munmap(mem)
-		unix.Close(fd)
-		os.Remove(c.path)
-		return err
+		return fail("cannot make the FIFO of", err)
+	}
+	c.in.u64(hMagic).Store(magic)
+	// The UDP socket holds the address, so a file under its name is a
+	// dead owner's: the rename replaces it.
+	if err := os.Rename(tmp, c.path); err != nil {
+		c.bell.Close()
+		unix.Close(c.wake)
+		os.Remove(c.bellPath)
+		return fail("cannot publish", err)
 	}
 	return nil
 }
 
+// bellPath is the FIFO of the inbox at path whose owner's token is tok.
+func bellPath(path string, tok uint64) string { return fmt.Sprintf("%s.%x.bell", path, tok) }
+
 // openBell creates the FIFO the reader sleeps on and opens it for reading
 // (through the runtime's poller) and for waking itself.
 func (c *Conn) openBell() error {
-	c.bellPath = c.path + ".bell"
-	_ = os.Remove(c.bellPath)
+	c.bellPath = bellPath(c.path, c.token)
 	if err := unix.Mkfifo(c.bellPath, 0o600); err != nil {
-		return fmt.Errorf("shm: cannot create FIFO %s: %v", c.bellPath, err)
+		return err
 	}
 	f, err := os.OpenFile(c.bellPath, os.O_RDWR, 0)
 	if err != nil {
 		os.Remove(c.bellPath)
-		return fmt.Errorf("shm: cannot open FIFO %s: %v", c.bellPath, err)
+		return err
 	}
 	w, err := unix.Open(c.bellPath, unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		f.Close()
 		os.Remove(c.bellPath)
-		return fmt.Errorf("shm: cannot open FIFO %s: %v", c.bellPath, err)
+		return err
 	}
 	c.bell, c.wake = f, w
 	return nil
+}
+
+// sweep removes the inboxes of network namespace ns in dir whose owners
+// are gone, and their FIFOs, as a process that was killed leaves them.
+func sweep(dir string, ns uint64) {
+	names, err := filepath.Glob(filepath.Join(dir, inboxPrefix(ns)+"*"))
+	if err != nil {
+		return
+	}
+	for _, name := range names {
+		if filepath.Ext(name) == ".bell" {
+			continue
+		}
+		fd, err := unix.Open(name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			continue
+		}
+		var hdr [hToken + 8]byte
+		if ownerGone(fd) {
+			if n, _ := unix.Pread(fd, hdr[:], 0); n == len(hdr) {
+				os.Remove(bellPath(name, binary.LittleEndian.Uint64(hdr[hToken:])))
+			}
+			os.Remove(name)
+		}
+		unix.Close(fd)
+	}
 }
 
 // netnsID names the calling thread's network namespace.
@@ -291,6 +332,10 @@ func (c *Conn) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return net.ErrClosed
 	}
+	// Unpublish the inbox before the address is free for another Conn,
+	// whose inbox would take the same name.
+	_ = os.Remove(c.path)
+	_ = os.Remove(c.bellPath)
 	err := c.udp.Close()
 	close(c.udpStop)
 	c.bell.Close() // wakes a sleeping reader
@@ -300,8 +345,6 @@ func (c *Conn) Close() error {
 	for _, p := range c.peerList {
 		c.detach(p)
 	}
-	_ = os.Remove(c.path)
-	_ = os.Remove(c.bellPath)
 	unix.Close(c.wake)
 	// Put anonymous memory where the inbox was, so that messages a caller
 	// still holds stay readable, then let the file and its lock go.
@@ -545,6 +588,8 @@ func (c *Conn) reap() {
 		c.in.u32(base + ePID).Store(0)
 		c.in.u32(base + eState).Store(entryFree)
 		c.heads[e] = 0
+		// Give the ring's memory back; the next sender allocates it anew.
+		_ = unix.Fallocate(c.fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, int64(g.slot(e, 0)), int64(g.slots*g.stride))
 		c.in.u64(base + eToken).Store(0)
 		freed = true
 	}
@@ -792,7 +837,7 @@ func (c *Conn) attach(p *peer) {
 		unix.Close(fd)
 		return
 	}
-	bell, err := unix.Open(filepath.Join(c.opts.Dir, inboxName(c.ns, p.addr))+".bell", unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	bell, err := unix.Open(bellPath(filepath.Join(c.opts.Dir, inboxName(c.ns, p.addr)), le.Uint64(mem[hToken:])), unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		unix.Munmap(mem)
 		unix.Close(fd)

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -262,12 +263,19 @@ func TestEntriesAreReclaimed(t *testing.T) {
 	if s := a3.Stats(); s.Peers != 0 || s.UDPTX != 10 {
 		t.Fatalf("third sender: %+v, want UDP", s)
 	}
+	before := allocated(t, b.Inbox())
+	if ring := int64(256 * newGeometry(Options{MaxDatagram: transport.MaxDatagram}).stride); before < 2*ring {
+		t.Fatalf("two senders' rings take %d bytes, want at least %d", before, 2*ring)
+	}
 	a1.Close()
 	// The owner frees a1's entry when it next finds its rings empty; a3
 	// looks again a second after its last look.
 	time.Sleep(recheck + 100*time.Millisecond)
 	if _, err := b.ReadBatch(make([]transport.Message, 4), time.Now().Add(-time.Second)); !transport.IsTimeout(err) {
 		t.Fatal(err)
+	}
+	if after := allocated(t, b.Inbox()); after >= before {
+		t.Errorf("the freed ring's memory was kept: %d bytes allocated before, %d after", before, after)
 	}
 	exchange(t, a3, b, 10, 10)
 	if s := a3.Stats(); s.Peers != 1 || s.ShmTX != 10 {
@@ -433,6 +441,18 @@ func TestAcrossProcesses(t *testing.T) {
 	if s := a.Stats(); s.Peers != 0 || s.UDPTX != 1 {
 		t.Errorf("after the peer died: %+v, want its address over UDP", s)
 	}
+	// The dead child left its inbox and FIFO; the next Listen sweeps them.
+	left, _ := filepath.Glob(filepath.Join(dir, inboxName(netnsID(), peerAddr)+"*"))
+	if len(left) != 2 {
+		t.Fatalf("the killed process left %q, want its inbox and FIFO", left)
+	}
+	listen(t, dir, Options{})
+	if left, _ := filepath.Glob(filepath.Join(dir, inboxName(netnsID(), peerAddr)+"*")); len(left) != 0 {
+		t.Errorf("after a Listen: %q still there", left)
+	}
+	if live, _ := filepath.Glob(filepath.Join(dir, inboxName(netnsID(), a.LocalAddr())+"*")); len(live) != 2 {
+		t.Errorf("a live Conn's inbox and FIFO: %q", live)
+	}
 }
 
 // TestEchoProcess is the child of TestAcrossProcesses.
@@ -525,4 +545,14 @@ func bytesOf(c byte, n int) []byte {
 		b[i] = c
 	}
 	return b
+}
+
+// allocated is the memory the file at path takes.
+func allocated(t *testing.T, path string) int64 {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Blocks * 512
 }

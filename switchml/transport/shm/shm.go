@@ -105,7 +105,7 @@ func (e *listenError) Unwrap() error { return e.err }
 // atomically.
 const (
 	magic      = 0x31304d4853534d53 // "SMSSHM01"
-	version    = 2
+	version    = 3
 	headerSize = 4096
 	entrySize  = 192
 	slotHeader = 24
@@ -118,6 +118,7 @@ const (
 	hStride    = 20
 	hMaxDgram  = 24
 	hOwnerPID  = 28
+	hToken     = 32  // names the inbox's FIFO
 	hSleeping  = 64  // the reader is about to block: producers wake it
 	hAttachGen = 128 // bumped when a producer claims an entry
 
@@ -167,5 +168,8 @@ func (g geometry) valid(fileSize int64) bool {
 
 // inboxName is the file name of the inbox of addr in network namespace ns.
 func inboxName(ns uint64, addr netip.AddrPort) string {
-	return fmt.Sprintf("switchml-%x-%s-%d", ns, addr.Addr().Unmap().String(), addr.Port())
+	return fmt.Sprintf("%s%s-%d", inboxPrefix(ns), addr.Addr().Unmap().String(), addr.Port())
 }
+
+// inboxPrefix starts the names of the inboxes of network namespace ns.
+func inboxPrefix(ns uint64) string { return fmt.Sprintf("switchml-%x-", ns) }
