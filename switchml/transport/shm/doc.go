@@ -30,8 +30,9 @@
 // in, valid until the next read on the Conn, which hands the slots back to
 // their producers. A reader drains the rings without a system call. When
 // they are empty it raises a flag in the inbox, looks once more, and
-// sleeps reading a FIFO beside the inbox (the inbox's name plus ".bell")
-// through the runtime's poller; a producer that finds the flag raised
+// sleeps reading a FIFO beside the inbox (named after the inbox and the
+// owner's random token, which the inbox's header holds) through the
+// runtime's poller; a producer that finds the flag raised
 // after publishing lowers it and writes one byte to the FIFO. So a busy
 // reader costs no system calls, and an idle one one wake-up per batch that
 // finds it asleep. The UDP socket is read by a goroutine of the Conn's,
@@ -42,7 +43,10 @@
 // Senders look an address up again every second: a new inbox is found, and
 // one whose owner closed it or died (its lock is gone) is dropped, and
 // traffic goes back to UDP. The owner frees the entries of producers that
-// closed or whose process is gone.
+// closed or whose process is gone, and their rings' memory. An inbox is
+// made under a temporary name and renamed into place once complete and
+// locked; Listen removes the inboxes of killed processes it finds (their
+// lock is gone).
 //
 // # Requirements and limits
 //
