@@ -41,6 +41,13 @@ func (l *laneDriver) init(eng *engine.Lane, peer netip.AddrPort) {
 		l.out[i] = transport.Message{Buf: make([]byte, 0, wire.MaxPacket), Addr: peer}
 		l.in[i].Buf = make([]byte, transport.MaxDatagram)
 	}
+	// Reach the switch's memory now, before an op's timers run: setting
+	// it up takes long enough to time a first window out.
+	if w, ok := l.conn.(transport.InPlaceWriter); ok {
+		if b := w.Reserve(peer, 1, wire.MaxPacket); len(b) > 0 {
+			w.Commit(nil)
+		}
+	}
 }
 
 func (l *laneDriver) now() time.Duration { return time.Since(l.epoch) }

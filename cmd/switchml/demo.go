@@ -10,6 +10,7 @@ import (
 
 	"github.com/switchml/switchml-go/benchmarks"
 	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/switchml"
 	"github.com/switchml/switchml-go/switchml/transport"
 )
 
@@ -28,12 +29,16 @@ func runDemo(ctx context.Context, args []string) error {
 	pe := fs.Int("packet-elements", 256, "values per packet (up to 2048 with --extended)")
 	extended := fs.Bool("extended", false, "use the extended header")
 	drop := fs.Float64("drop", 0, "switch-side drop probability, to watch loss recovery")
+	transportKind := fs.String("transport", "udp", `how the workers and the switch move packets: "udp" (kernel sockets) or "shm" (shared memory on this host)`)
 	verbose := fs.Bool("v", false, "show the logs of every process")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *workers < 1 {
 		return fmt.Errorf("--workers must be at least 1")
+	}
+	if *transportKind != switchml.TransportUDP && *transportKind != switchml.TransportShm {
+		return fmt.Errorf("--transport %q: want udp or shm", *transportKind)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -45,11 +50,11 @@ func runDemo(ctx context.Context, args []string) error {
 	fmt.Printf("SwitchML demo: %d workers, %d x %s each (%.1f MiB), %d iterations\n", *workers, *elements, *dtype,
 		float64(*elements*mustSize(*dtype))/(1<<20), *iters)
 	fab, err := fabric.Start(ctx, fabric.Config{Command: self, Echo: *verbose, MaxElements: max(*pe, 1024),
-		Faults: transport.Faults{Drop: *drop, Seed: 1}})
+		Faults: transport.Faults{Drop: *drop, Seed: 1}, SwitchArgs: []string{"--transport", *transportKind}})
 	if err != nil {
 		return err
 	}
-	fmt.Printf("  software switch  data plane udp://%s, P4Runtime %s\n", fab.DataplaneAddr(), fab.P4RuntimeAddr())
+	fmt.Printf("  software switch  data plane %s://%s, P4Runtime %s\n", *transportKind, fab.DataplaneAddr(), fab.P4RuntimeAddr())
 	fmt.Printf("  controller       %s\n", fab.ControllerAddr())
 	start := time.Now()
 	ws := make([]*fabric.Proc, *workers)
@@ -57,7 +62,7 @@ func runDemo(ctx context.Context, args []string) error {
 		ws[r], err = fabric.StartProc(fmt.Sprintf("worker %d", r), *verbose, self("allreduce", "--controller", fab.ControllerAddr(), "--job", "demo",
 			"--rank", fmt.Sprint(r), "--workers", fmt.Sprint(*workers), "--elements", fmt.Sprint(*elements),
 			"--dtype", *dtype, "--iters", fmt.Sprint(*iters), "--lanes", fmt.Sprint(*lanes), "--window", fmt.Sprint(*window),
-			"--packet-elements", fmt.Sprint(*pe), fmt.Sprintf("--extended=%v", *extended), "--json"))
+			"--packet-elements", fmt.Sprint(*pe), fmt.Sprintf("--extended=%v", *extended), "--transport", *transportKind, "--json"))
 		if err != nil {
 			fab.Close()
 			return err
@@ -92,9 +97,9 @@ func runDemo(ctx context.Context, args []string) error {
 	if fabErr != nil {
 		return fmt.Errorf("the switch or the controller failed: %w", fabErr)
 	}
-	fmt.Printf("\n  rank  median TAT   goodput      verified  retransmits  CPU (user+sys)\n")
+	fmt.Printf("\n  rank  median TAT   goodput      verified  retransmits  CPU (user+sys)  transport\n")
 	for _, r := range reps {
-		fmt.Printf("  %4d  %8.4f s  %7.3f Gb/s  %-8v  %11d  %.2f s\n", r.Rank, r.MedianTAT, r.GoodputGbps, r.Verified, r.Retransmits, r.CPUUserS+r.CPUSysS)
+		fmt.Printf("  %4d  %8.4f s  %7.3f Gb/s  %-8v  %11d  %12.2f s  %s\n", r.Rank, r.MedianTAT, r.GoodputGbps, r.Verified, r.Retransmits, r.CPUUserS+r.CPUSysS, r.Transport)
 	}
 	fmt.Printf("\nEvery worker holds the sum of all %d tensors, checked element by element against the exact sum (%s).\n", *workers, wall.Round(time.Millisecond))
 	return nil

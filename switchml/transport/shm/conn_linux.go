@@ -111,17 +111,19 @@ func (r region) u64(off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Poi
 // peer is a destination as this Conn's writer knows it: an inbox it holds
 // an entry in, or (in == nil) one to reach over UDP until checked again.
 type peer struct {
-	addr     netip.AddrPort
-	in       region
-	fd       int
-	bell     int  // the reader's FIFO
-	reserved bool // the ring's memory is allocated: datagrams can be built in place
-	ino      uint64
-	entry    int
-	tail     uint64
-	head     uint64 // last head seen
-	checked  time.Time
-	dirty    bool
+	addr netip.AddrPort
+	in   region
+	fd   int
+	bell int // the reader's FIFO
+	// reserved: the ring's memory is allocated, so datagrams can be built
+	// in place without a fault; unreservable: it could not be.
+	reserved, unreservable bool
+	ino                    uint64
+	entry                  int
+	tail                   uint64
+	head                   uint64 // last head seen
+	checked                time.Time
+	dirty                  bool
 }
 
 // Listen opens a UDP socket on addr (port 0 picks a free one) and creates
@@ -697,7 +699,7 @@ func (c *Conn) Reserve(dst netip.AddrPort, n, size int) [][]byte {
 	}
 	p := c.lookup(dst, time.Now())
 	g := p.in.g
-	if p.in.mem == nil || !p.reserved || size > g.maxDgram {
+	if p.in.mem == nil || size > g.maxDgram || !c.allocate(p) {
 		c.mu.RUnlock()
 		return nil
 	}
@@ -718,6 +720,18 @@ func (c *Conn) Reserve(dst netip.AddrPort, n, size int) [][]byte {
 	}
 	c.resvPeer = p
 	return c.resv
+}
+
+// allocate backs p's ring with memory, once, so that building datagrams
+// in it cannot fault on a full file system; where it cannot, datagrams to
+// p are copied by WriteBatch, which catches faults.
+func (c *Conn) allocate(p *peer) bool {
+	if !p.reserved && !p.unreservable {
+		g := p.in.g
+		err := unix.Fallocate(p.fd, 0, int64(g.slot(p.entry, 0)), int64(g.slots*g.stride))
+		p.reserved, p.unreservable = err == nil, err != nil
+	}
+	return p.reserved
 }
 
 // noRoom is what Reserve returns for a full ring.
@@ -848,27 +862,17 @@ func (c *Conn) attach(p *peer) {
 		if r.u64(base+eToken).Load() != 0 || !r.u64(base+eToken).CompareAndSwap(0, c.token) {
 			continue
 		}
-		// Back the ring with memory now, so that building datagrams in
-		// it cannot fault later on a full file system.
-		reserved := true
-		if err := unix.Fallocate(fd, 0, int64(r.g.slot(e, 0)), int64(r.g.slots*r.g.stride)); err != nil {
-			if err != unix.EOPNOTSUPP {
-				r.u64(base + eToken).Store(0)
-				break // out of space: this destination goes over UDP
-			}
-			reserved = false
-		}
 		r.u32(base + ePID).Store(uint32(os.Getpid()))
 		r.u32(base + eState).Store(entryOpen)
 		p.tail = r.u64(base + eTail).Load()
 		p.head = r.u64(base + eHead).Load()
 		r.u64(hAttachGen).Add(1)
-		p.in, p.fd, p.ino, p.entry, p.bell, p.reserved = r, fd, st.Ino, e, bell, reserved
+		p.in, p.fd, p.ino, p.entry, p.bell = r, fd, st.Ino, e, bell
+		p.reserved, p.unreservable = false, false
 		c.npeers.Add(1)
 		return
 	}
-	// Every entry is taken, or no memory is left: this destination goes
-	// over UDP.
+	// Every entry is taken: this destination goes over UDP.
 	unix.Close(bell)
 	unix.Munmap(mem)
 	unix.Close(fd)

@@ -263,6 +263,13 @@ func TestEntriesAreReclaimed(t *testing.T) {
 	if s := a3.Stats(); s.Peers != 0 || s.UDPTX != 10 {
 		t.Fatalf("third sender: %+v, want UDP", s)
 	}
+	// Building in place allocates a sender's ring whole.
+	for _, a := range []*Conn{a1, a2} {
+		if bufs := a.Reserve(b.LocalAddr(), 1, 100); len(bufs) != 1 {
+			t.Fatalf("Reserve: %d buffers", len(bufs))
+		}
+		a.Commit(nil)
+	}
 	before := allocated(t, b.Inbox())
 	if ring := int64(256 * newGeometry(Options{MaxDatagram: transport.MaxDatagram}).stride); before < 2*ring {
 		t.Fatalf("two senders' rings take %d bytes, want at least %d", before, 2*ring)

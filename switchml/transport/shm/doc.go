@@ -15,12 +15,12 @@
 // finds one whose owner is alive (its lock is held) and that has a free
 // producer entry, it claims the entry and from then on copies datagrams to
 // that address into its ring, with its own address as the source, and
-// publishes each batch with one atomic store. On claiming an entry the
-// sender allocates its ring's memory in the file (fallocate), so that a
-// file system out of space sends it to UDP then rather than failing a
-// write later. A sender may also build datagrams straight in the ring
-// (Reserve and Commit, transport.InPlaceWriter), which the worker's lanes
-// do: the packet is quantized into the slot the switch reads it from. Datagrams to any other
+// publishes each batch with one atomic store. A sender may also build
+// datagrams straight in the ring (Reserve and Commit,
+// transport.InPlaceWriter), which the worker's lanes do: the packet is
+// quantized into the slot the switch reads it from. Before it does, it
+// allocates its whole ring in the file (fallocate), so that a file system
+// out of space turns it back to copying (below) rather than faulting. Datagrams to any other
 // destination, larger than the inbox's slots, or beyond a full entry
 // table go through the UDP socket, as does everything a peer without an
 // inbox sends. A full ring drops the datagram, as a full socket buffer
@@ -56,7 +56,8 @@
 // namespace and with the same Dir find each other; everything else is
 // plain UDP. A producer that dies in the middle of a batch loses that
 // batch, nothing more. The inbox file is sparse: only the rings of
-// senders take memory, Slots × about 9 KiB each (2.3 MiB with the
-// defaults). A fault on the inbox's memory (someone else cut the file
-// short) is an error for the call, not a crash.
+// senders take memory, up to Slots × about 9 KiB each (2.3 MiB with the
+// defaults). A copying write that faults on the inbox's memory (the file
+// system is full, someone cut the file short) is an error for the call,
+// and the destination goes over UDP from then on; it is not a crash.
 package shm
