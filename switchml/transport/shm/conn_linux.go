@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// Message is one datagram in a batch.
 type Message = transport.Message
 
 var (
@@ -55,7 +56,6 @@ type Conn struct {
 	heads    []uint64 // next slot to read, per entry
 	pend     []pending
 	rr       int
-	reads    int
 	nextReap time.Time
 
 	// The UDP socket is read by a goroutine of its own, which hands each
@@ -415,20 +415,16 @@ func (c *Conn) ReadBatch(ms []Message, deadline time.Time) (n int, err error) {
 	}
 }
 
-// take fills ms from the rings, then from the UDP socket's last batch.
+// take fills ms from the UDP socket's last batch, then from the rings:
+// the UDP batch first, so that busy rings cannot starve it.
 func (c *Conn) take(ms []Message) int {
-	n := c.drain(ms)
-	if n == len(ms) {
-		return n
+	n := 0
+	if avail := int(c.udpN.Load()); c.udpNext < avail {
+		n = copy(ms, c.udpSet[c.udpNext:avail])
+		c.udpNext += n
+		c.udpRX.Add(uint64(n))
 	}
-	avail := int(c.udpN.Load())
-	if c.udpNext >= avail {
-		return n
-	}
-	k := copy(ms[n:], c.udpSet[c.udpNext:avail])
-	c.udpNext += k
-	c.udpRX.Add(uint64(k))
-	return n + k
+	return n + c.drain(ms[n:])
 }
 
 // TryReadBatch is ReadBatch without waiting: it returns what the inbox and
@@ -477,7 +473,9 @@ func (c *Conn) readUDP() {
 			if errors.Is(err, net.ErrClosed) || c.closed.Load() {
 				return
 			}
-			continue // the next read tells again if it persists
+			// The next read tells again if it persists; do not spin on it.
+			time.Sleep(time.Millisecond)
+			continue
 		}
 		n := 0
 		for _, m := range c.udpSet[:k] {
