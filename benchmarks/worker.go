@@ -12,7 +12,7 @@ type WorkerReport struct {
 	Lanes          int    `json:"lanes"`
 	Window         int    `json:"window"`
 	PacketElements int    `json:"packet_elements"`
-	// Transport is what the lanes used: "udp" or "afxdp" (empty: an
+	// Transport is what the lanes used: "udp", "shm" or "afxdp" (empty: an
 	// older worker, or another system).
 	Transport   string    `json:"transport,omitempty"`
 	TATs        []float64 `json:"tat_s"`
