@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/switchml/switchml-go/switchml/transport"
+	"github.com/switchml/switchml-go/switchml/transport/internal/netns"
 )
 
 // Message is transport.Message.
@@ -141,7 +142,7 @@ func Listen(addr netip.AddrPort, opts Options) (*Conn, error) {
 		unix.Close(udpfd)
 		return nil, fmt.Errorf("afxdp: cannot create an eventfd: %w", err)
 	}
-	d, err := acquireDevice(devKey{netns: netnsID(), ifindex: ifc.Index, queue: opts.Queue}, ifc, opts, frameSize)
+	d, err := acquireDevice(devKey{netns: netns.ID(), ifindex: ifc.Index, queue: opts.Queue}, ifc, opts, frameSize)
 	if err != nil {
 		unix.Close(evfd)
 		unix.Close(udpfd)
@@ -296,15 +297,6 @@ func bindUDP(ip [4]byte, port uint16) (int, uint16, error) {
 	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20)
 	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, 4<<20)
 	return fd, uint16(in4.Port), nil
-}
-
-// netnsID names the calling thread's network namespace.
-func netnsID() uint64 {
-	var st unix.Stat_t
-	if unix.Stat("/proc/thread-self/ns/net", &st) != nil {
-		return 0
-	}
-	return st.Ino
 }
 
 // LocalAddr is the address the Conn is bound to.

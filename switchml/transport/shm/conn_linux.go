@@ -18,6 +18,7 @@ import (
 	"unsafe"
 
 	"github.com/switchml/switchml-go/switchml/transport"
+	"github.com/switchml/switchml-go/switchml/transport/internal/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -144,13 +145,13 @@ func Listen(addr netip.AddrPort, opts Options, udpOpts transport.Options) (*Conn
 	if err != nil {
 		return nil, &listenError{err}
 	}
-	c := &Conn{udp: udp, local: udp.LocalAddr(), opts: opts, ns: netnsID(), fd: -1, peers: map[netip.AddrPort]*peer{}}
+	local := udp.LocalAddr()
+	c := &Conn{udp: udp, local: netip.AddrPortFrom(local.Addr().Unmap(), local.Port()), opts: opts, ns: netns.ID(), fd: -1, peers: map[netip.AddrPort]*peer{}}
 	c.udpSet, c.udpBufs = make([]Message, udp.Batch()), make([][]byte, udp.Batch())
 	for i := range c.udpBufs {
 		c.udpBufs[i] = make([]byte, transport.MaxDatagram)
 	}
 	c.udpMore, c.udpStop, c.udpDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
-	c.local = netip.AddrPortFrom(c.local.Addr().Unmap(), c.local.Port())
 	if err := c.open(); err != nil {
 		udp.Close()
 		return nil, err
@@ -278,15 +279,6 @@ func sweep(dir string, ns uint64) {
 	}
 }
 
-// netnsID names the calling thread's network namespace.
-func netnsID() uint64 {
-	var st unix.Stat_t
-	if unix.Stat("/proc/thread-self/ns/net", &st) != nil {
-		return 0
-	}
-	return st.Ino
-}
-
 // LocalAddr is the address the Conn is bound to.
 func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
 
@@ -372,14 +364,7 @@ func (c *Conn) ReadBatch(ms []Message, deadline time.Time) (n int, err error) {
 	if c.closed.Load() {
 		return 0, net.ErrClosed
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			if !faulted(r) {
-				panic(r)
-			}
-			n, err = 0, fmt.Errorf("shm: reading inbox %s failed (%v); close the Conn", c.path, r)
-		}
-	}()
+	defer c.readFault(&n, &err)
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	c.release()
 	if err := c.bell.SetReadDeadline(deadline); err != nil {
@@ -438,17 +423,21 @@ func (c *Conn) TryReadBatch(ms []Message) (n int, err error) {
 	if c.closed.Load() {
 		return 0, net.ErrClosed
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			if !faulted(r) {
-				panic(r)
-			}
-			n, err = 0, fmt.Errorf("shm: reading inbox %s failed (%v); close the Conn", c.path, r)
-		}
-	}()
+	defer c.readFault(&n, &err)
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	c.release()
 	return c.take(ms), nil
+}
+
+// readFault, deferred by a read, turns a fault on the inbox's memory into
+// the read's error; any other panic goes on.
+func (c *Conn) readFault(n *int, err *error) {
+	if r := recover(); r != nil {
+		if !faulted(r) {
+			panic(r)
+		}
+		*n, *err = 0, fmt.Errorf("shm: reading inbox %s failed (%v); close the Conn", c.path, r)
+	}
 }
 
 // faulted tells whether a recovered panic is a memory fault, which with
@@ -826,7 +815,8 @@ func ownerGone(fd int) bool {
 
 // attach maps dst's inbox and claims an entry in it, if it has one free.
 func (c *Conn) attach(p *peer) {
-	fd, err := unix.Open(filepath.Join(c.opts.Dir, inboxName(c.ns, p.addr)), unix.O_RDWR|unix.O_CLOEXEC, 0)
+	path := filepath.Join(c.opts.Dir, inboxName(c.ns, p.addr))
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return
 	}
@@ -849,7 +839,7 @@ func (c *Conn) attach(p *peer) {
 		unix.Close(fd)
 		return
 	}
-	bell, err := unix.Open(bellPath(filepath.Join(c.opts.Dir, inboxName(c.ns, p.addr)), le.Uint64(mem[hToken:])), unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	bell, err := unix.Open(bellPath(path, le.Uint64(mem[hToken:])), unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		unix.Munmap(mem)
 		unix.Close(fd)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/switchml/transport"
+	"github.com/switchml/switchml-go/switchml/transport/internal/netns"
 )
 
 var loopback = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), 0)
@@ -310,6 +311,10 @@ func TestTruncatedInboxIsAnErrorNotACrash(t *testing.T) {
 	if s := a.Stats(); s.UDPTX != 1 {
 		t.Errorf("after the fault: %+v, want the next datagram over UDP", s)
 	}
+	// The owner's reads fault on the same memory: an error, not a crash.
+	if _, err := b.TryReadBatch(make([]transport.Message, 4)); err == nil || !strings.Contains(err.Error(), "reading inbox") {
+		t.Errorf("read of a truncated inbox: %v", err)
+	}
 }
 
 func TestConcurrentReaderAndWriter(t *testing.T) {
@@ -449,15 +454,15 @@ func TestAcrossProcesses(t *testing.T) {
 		t.Errorf("after the peer died: %+v, want its address over UDP", s)
 	}
 	// The dead child left its inbox and FIFO; the next Listen sweeps them.
-	left, _ := filepath.Glob(filepath.Join(dir, inboxName(netnsID(), peerAddr)+"*"))
+	left, _ := filepath.Glob(filepath.Join(dir, inboxName(netns.ID(), peerAddr)+"*"))
 	if len(left) != 2 {
 		t.Fatalf("the killed process left %q, want its inbox and FIFO", left)
 	}
 	listen(t, dir, Options{})
-	if left, _ := filepath.Glob(filepath.Join(dir, inboxName(netnsID(), peerAddr)+"*")); len(left) != 0 {
+	if left, _ := filepath.Glob(filepath.Join(dir, inboxName(netns.ID(), peerAddr)+"*")); len(left) != 0 {
 		t.Errorf("after a Listen: %q still there", left)
 	}
-	if live, _ := filepath.Glob(filepath.Join(dir, inboxName(netnsID(), a.LocalAddr())+"*")); len(live) != 2 {
+	if live, _ := filepath.Glob(filepath.Join(dir, inboxName(netns.ID(), a.LocalAddr())+"*")); len(live) != 2 {
 		t.Errorf("a live Conn's inbox and FIFO: %q", live)
 	}
 }
