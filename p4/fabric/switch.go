@@ -296,33 +296,29 @@ func listenDataplane(kind, addr string, logger *slog.Logger) (transport.PacketCo
 	switch kind {
 	case "", "udp":
 		return transport.Listen(addr, udpOpts)
-	case "afxdp":
-	case "shm":
-		ap, err := netip.ParseAddrPort(addr)
-		if err != nil {
-			return nil, fmt.Errorf("shared-memory data plane at %q: give a specific IP address and port: %v", addr, err)
-		}
-		if logger == nil {
-			logger = slog.New(slog.DiscardHandler)
-		}
-		// Every lane of every job on this host may write into a shard's
-		// inbox.
-		return shm.ListenOrUDP(ap, shm.Options{Producers: 256}, udpOpts, func(format string, args ...any) {
-			logger.Warn(fmt.Sprintf(format, args...), "dataplane", addr)
-		})
+	case "afxdp", "shm":
 	default:
 		return nil, fmt.Errorf("transport %q: want udp, afxdp or shm", kind)
-	}
-	ap, err := netip.ParseAddrPort(addr)
-	if err != nil || !ap.Addr().Is4() || ap.Addr().IsUnspecified() {
-		return nil, fmt.Errorf("AF_XDP data plane at %q: give a specific IPv4 address and port (the interface is found from the address)", addr)
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return afxdp.ListenOrUDP(ap, afxdp.Options{Batch: 128}, udpOpts, func(format string, args ...any) {
+	logf := func(format string, args ...any) {
 		logger.Warn(fmt.Sprintf(format, args...), "dataplane", addr)
-	})
+	}
+	ap, err := netip.ParseAddrPort(addr)
+	if kind == "shm" {
+		if err != nil {
+			return nil, fmt.Errorf("shared-memory data plane at %q: give a specific IP address and port: %v", addr, err)
+		}
+		// Every lane of every job on this host may write into a shard's
+		// inbox.
+		return shm.ListenOrUDP(ap, shm.Options{Producers: 256}, udpOpts, logf)
+	}
+	if err != nil || !ap.Addr().Is4() || ap.Addr().IsUnspecified() {
+		return nil, fmt.Errorf("AF_XDP data plane at %q: give a specific IPv4 address and port (the interface is found from the address)", addr)
+	}
+	return afxdp.ListenOrUDP(ap, afxdp.Options{Batch: 128}, udpOpts, logf)
 }
 
 // Transport is what the data plane moves packets through: "afxdp" when
