@@ -35,6 +35,18 @@ func runsOnSwitch(system string) bool {
 	return system == "switchml" || system == "switchml-afxdp" || system == "switchml-shm" || system == "switchml-tree" || system == "torch-switchml"
 }
 
+// systemTransport is the --transport a system's workers and switch run
+// with, "" for the default (UDP).
+func systemTransport(system string) string {
+	switch system {
+	case "switchml-afxdp":
+		return "afxdp"
+	case "switchml-shm":
+		return "shm"
+	}
+	return ""
+}
+
 // Modes are the topologies the suite runs on: the emulated rack (network
 // namespaces, needs root) and loopback (127.0.0.1).
 var Modes = []string{"rack", "loopback"}

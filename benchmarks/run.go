@@ -297,7 +297,7 @@ func (b *driver) runPoint(ctx context.Context, idx int, p Point) (res result) {
 		res.WorkerCPU = append(res.WorkerCPU, rep.cpu)
 		res.WorkerCPUPerOp += rep.cpu.total() / float64(b.o.Warmup+b.o.Iters)
 	}
-	if (p.System == "switchml-afxdp" || p.System == "switchml-shm") && fab != nil {
+	if systemTransport(p.System) != "" && fab != nil {
 		res.Transports = append(res.Transports, "switch:"+switchTransport(fab.Logs()["switch"]))
 	}
 	for it := 0; it < b.o.Iters; it++ {

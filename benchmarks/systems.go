@@ -79,11 +79,8 @@ func (b *driver) runSystem(ctx context.Context, idx int, p Point, fab *fabric.Fa
 				if rackMode {
 					args = append(args, "--bind", hostOf(r))
 				}
-				switch p.System {
-				case "switchml-afxdp":
-					args = append(args, "--transport", "afxdp")
-				case "switchml-shm":
-					args = append(args, "--transport", "shm")
+				if t := systemTransport(p.System); t != "" {
+					args = append(args, "--transport", t)
 				}
 				cmds = append(cmds, command(r, b.exe, args...))
 			}

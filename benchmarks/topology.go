@@ -105,11 +105,9 @@ func (b *driver) fabric(ctx context.Context, mode, system string) (*fabric.Fabri
 		// The fabric outlives the point that starts it: the driver stops
 		// it when the topology is done.
 		cfg = b.rack.Fabric(context.WithoutCancel(ctx), b.exe, cfg)
-		if system == "switchml-afxdp" {
-			cfg.SwitchArgs = append(cfg.SwitchArgs, "--transport", "afxdp")
-		}
-	case system == "switchml-shm":
-		cfg.SwitchArgs = append(cfg.SwitchArgs, "--transport", "shm")
+	}
+	if t := systemTransport(system); t != "" {
+		cfg.SwitchArgs = append(cfg.SwitchArgs, "--transport", t)
 	}
 	f, err := fabric.Start(ctx, cfg)
 	if err != nil {
