@@ -24,6 +24,10 @@ type laneDriver struct {
 	out []transport.Message
 	in  []transport.Message
 
+	// inPlace, when the transport offers it and no faults are injected,
+	// builds packets in the transport's memory.
+	inPlace transport.InPlaceWriter
+
 	// bytes counts what the lane sent, headers included.
 	bytes uint64
 
@@ -41,9 +45,10 @@ func (l *laneDriver) init(eng *engine.Lane, peer netip.AddrPort) {
 		l.out[i] = transport.Message{Buf: make([]byte, 0, wire.MaxPacket), Addr: peer}
 		l.in[i].Buf = make([]byte, transport.MaxDatagram)
 	}
-	// Reach the switch's memory now, before an op's timers run: setting
-	// it up takes long enough to time a first window out.
-	if w, ok := l.conn.(transport.InPlaceWriter); ok {
+	if w, ok := l.conn.(transport.InPlaceWriter); ok && !l.faults.Active() {
+		l.inPlace = w
+		// Reach the switch's memory now, before an op's timers run:
+		// setting it up takes long enough to time a first window out.
 		if b := w.Reserve(peer, 1, wire.MaxPacket); len(b) > 0 {
 			w.Commit(nil)
 		}
@@ -148,7 +153,8 @@ func (l *laneDriver) receive(n int) {
 // flushInPlace is flush building packets in the transport's memory. It
 // reports done unless the transport does not reach the switch that way,
 // when flush's copying path takes over.
-func (l *laneDriver) flushInPlace(w transport.InPlaceWriter) (done bool, err error) {
+func (l *laneDriver) flushInPlace() (done bool, err error) {
+	w := l.inPlace
 	for {
 		q := min(l.eng.Queued(), len(l.out))
 		if q == 0 {
@@ -189,8 +195,8 @@ func (l *laneDriver) flushInPlace(w transport.InPlaceWriter) (done bool, err err
 
 // flush sends every packet the engine has ready, a batch at a time.
 func (l *laneDriver) flush() error {
-	if w, ok := l.conn.(transport.InPlaceWriter); ok && !l.faults.Active() {
-		done, err := l.flushInPlace(w)
+	if l.inPlace != nil {
+		done, err := l.flushInPlace()
 		if done || err != nil {
 			return err
 		}

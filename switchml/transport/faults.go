@@ -69,7 +69,7 @@ func (in *Injector) copyOf(m Message) Message {
 // earlier call come first, then the survivors of ms with their duplicates.
 // The returned slice is valid until the next call.
 func (in *Injector) Apply(ms []Message) []Message {
-	if in == nil || in.rng == nil || !in.f.Active() {
+	if !in.Active() {
 		return ms
 	}
 	// Buffers of datagrams released last time can be reused now.
