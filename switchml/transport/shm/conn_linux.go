@@ -91,6 +91,15 @@ type Conn struct {
 	resv     [][]byte
 	resvPeer *peer
 
+	// Wake-ups put off (Options.CoalesceWakeups), rung by the reader
+	// before it blocks. owedMu guards owed and peer.owed, and is held
+	// while a peer is unmapped, so that the reader never rings a bell
+	// whose inbox is gone.
+	owedMu    sync.Mutex
+	owed      []*peer
+	nowed     atomic.Int32
+	owedSince atomic.Int64 // when owed became non-empty, in Unix nanoseconds
+
 	shmTX, shmRX, udpTX, udpRX, dropped, bells atomic.Uint64
 	npeers                                     atomic.Int64
 }
@@ -125,6 +134,7 @@ type peer struct {
 	head                   uint64 // last head seen
 	checked                time.Time
 	dirty                  bool
+	owed                   bool // in Conn.owed
 }
 
 // Listen opens a UDP socket on addr (port 0 picks a free one) and creates
@@ -336,6 +346,7 @@ func (c *Conn) Close() error {
 	<-c.udpDone
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.ringOwed()
 	for _, p := range c.peerList {
 		c.detach(p)
 	}
@@ -367,6 +378,7 @@ func (c *Conn) ReadBatch(ms []Message, deadline time.Time) (n int, err error) {
 	defer c.readFault(&n, &err)
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	c.release()
+	c.ringOverdue()
 	if err := c.bell.SetReadDeadline(deadline); err != nil {
 		return 0, net.ErrClosed
 	}
@@ -379,6 +391,7 @@ func (c *Conn) ReadBatch(ms []Message, deadline time.Time) (n int, err error) {
 		// Raise the flag, then look again: a producer that published
 		// before seeing it is found here, one after writes to the FIFO.
 		sleeping.Store(1)
+		c.ringOwed()
 		if n = c.take(ms); n > 0 {
 			sleeping.Store(0)
 			return n, nil
@@ -426,6 +439,7 @@ func (c *Conn) TryReadBatch(ms []Message) (n int, err error) {
 	defer c.readFault(&n, &err)
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	c.release()
+	c.ringOverdue()
 	return c.take(ms), nil
 }
 
@@ -663,16 +677,80 @@ func (c *Conn) WriteBatch(ms []Message) (n int, err error) {
 }
 
 // publish makes what was written into the touched inboxes visible and
-// wakes their readers.
+// wakes their readers, or, coalescing, owes the wake-up to a reader whose
+// ring from this Conn is less than half full.
 func (c *Conn) publish() {
 	for _, t := range c.touched {
 		t.dirty = false
-		t.in.u64(t.in.g.entry(t.entry) + eTail).Store(t.tail)
+		base := t.in.g.entry(t.entry)
+		t.in.u64(base + eTail).Store(t.tail)
+		if c.opts.CoalesceWakeups && t.in.u32(hSleeping).Load() != 0 {
+			t.head = t.in.u64(base + eHead).Load()
+			if 2*(t.tail-t.head) < uint64(t.in.g.slots) {
+				c.owe(t)
+				continue
+			}
+		}
 		if ring(t.in, t.bell) {
 			c.bells.Add(1)
 		}
 	}
 	c.touched = c.touched[:0]
+}
+
+// owe notes that p's reader is to be woken before this Conn's reader
+// blocks.
+func (c *Conn) owe(p *peer) {
+	c.owedMu.Lock()
+	if !p.owed {
+		p.owed = true
+		if len(c.owed) == 0 {
+			c.owedSince.Store(time.Now().UnixNano())
+		}
+		c.owed = append(c.owed, p)
+		c.nowed.Add(1)
+	}
+	c.owedMu.Unlock()
+}
+
+// maxOwed bounds how long a wake-up is put off while this Conn's reader
+// keeps finding datagrams and so never blocks: a switch busy with one job
+// must not hold another job's results back.
+const maxOwed = 500 * time.Microsecond
+
+// ringOverdue rings the owed wake-ups once the oldest is maxOwed old.
+func (c *Conn) ringOverdue() {
+	if c.nowed.Load() != 0 && time.Now().UnixNano()-c.owedSince.Load() >= int64(maxOwed) {
+		c.ringOwed()
+	}
+}
+
+// Flush wakes the sleeping readers of what this Conn wrote, now. Only a
+// Conn with Options.CoalesceWakeups puts wake-ups off; one that stops
+// reading after it wrote calls Flush, or Close, so that nothing waits.
+func (c *Conn) Flush() {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if !c.closed.Load() {
+		c.ringOwed()
+	}
+}
+
+// ringOwed wakes the readers this Conn owes a wake-up.
+func (c *Conn) ringOwed() {
+	if c.nowed.Load() == 0 {
+		return
+	}
+	c.owedMu.Lock()
+	defer c.owedMu.Unlock()
+	for _, p := range c.owed {
+		p.owed = false
+		if p.in.mem != nil && ring(p.in, p.bell) {
+			c.bells.Add(1)
+		}
+	}
+	c.owed = c.owed[:0]
+	c.nowed.Store(0)
 }
 
 // Reserve returns up to n buffers in dst's inbox in which the next
@@ -883,6 +961,8 @@ func (c *Conn) unmap(p *peer) {
 	if p.in.mem == nil {
 		return
 	}
+	c.owedMu.Lock()
+	defer c.owedMu.Unlock()
 	unix.Munmap(p.in.mem)
 	unix.Close(p.fd)
 	unix.Close(p.bell)

@@ -3,6 +3,7 @@
 package shm
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -12,9 +13,19 @@ import (
 // TestPingPongNeverStalls bounces one datagram at a time between two
 // Conns, each reader waiting without a deadline: a wake-up lost between
 // a reader going to sleep and a writer publishing would stall it for good.
+// With coalesced wake-ups every wake-up is one put off until the writer's
+// own read blocks.
 func TestPingPongNeverStalls(t *testing.T) {
+	for _, coalesce := range []bool{false, true} {
+		t.Run(fmt.Sprintf("coalesce=%v", coalesce), func(t *testing.T) {
+			pingPong(t, Options{CoalesceWakeups: coalesce})
+		})
+	}
+}
+
+func pingPong(t *testing.T, o Options) {
 	dir := t.TempDir()
-	a, b := listen(t, dir, Options{}), listen(t, dir, Options{})
+	a, b := listen(t, dir, o), listen(t, dir, o)
 	const rounds = 20000
 	echo := func(c *Conn, to *Conn, first bool, done chan<- error) {
 		in := make([]transport.Message, 8)
@@ -38,6 +49,9 @@ func TestPingPongNeverStalls(t *testing.T) {
 				}
 			}
 		}
+		// The last write's wake-up may be owed: a coalescing Conn that
+		// stops reading rings it.
+		c.Flush()
 		done <- nil
 	}
 	done := make(chan error, 2)
@@ -153,5 +167,105 @@ func TestBuildInPlace(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("%v allocations per Reserve, Commit and read", allocs)
+	}
+}
+
+// TestCoalescedWakeups checks when a coalescing writer wakes a sleeping
+// reader: not for a few datagrams, until the writer's own read blocks or
+// the writer closes; at once for half a ring.
+func TestCoalescedWakeups(t *testing.T) {
+	const slots = 16
+	dir := t.TempDir()
+	b := listen(t, dir, Options{Slots: slots})
+	sleeper := func() <-chan int {
+		got := make(chan int, 1)
+		go func() {
+			in := make([]transport.Message, 2*slots)
+			n, err := b.ReadBatch(in, time.Time{})
+			if err != nil {
+				t.Error(err)
+			}
+			got <- n
+		}()
+		for b.in.u32(hSleeping).Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		return got
+	}
+	send := func(a *Conn, k int) {
+		t.Helper()
+		ms := make([]transport.Message, k)
+		for i := range ms {
+			ms[i] = transport.Message{Buf: []byte("coalesced"), Addr: b.LocalAddr()}
+		}
+		if _, err := a.WriteBatch(ms); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := listen(t, dir, Options{CoalesceWakeups: true})
+	exchange(t, a, b, 1, 1) // attach, so that what follows uses the inbox
+
+	// A few datagrams: the reader sleeps on until a's reader blocks.
+	got := sleeper()
+	send(a, 3)
+	select {
+	case n := <-got:
+		t.Fatalf("reader woken by %d datagrams below half a ring, before the writer read", n)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if _, err := a.ReadBatch(make([]transport.Message, 4), time.Now().Add(10*time.Millisecond)); !transport.IsTimeout(err) {
+		t.Fatalf("writer's read: %v, want a timeout", err)
+	}
+	if n := <-got; n != 3 {
+		t.Fatalf("woken reader took %d datagrams, want 3", n)
+	}
+	if a.Stats().Doorbells == 0 {
+		t.Fatal("the writer counted no doorbell")
+	}
+
+	// Half a ring wakes the reader at once.
+	got = sleeper()
+	send(a, slots/2)
+	select {
+	case n := <-got:
+		if n != slots/2 {
+			t.Fatalf("woken reader took %d datagrams, want %d", n, slots/2)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("half a ring did not wake the reader")
+	}
+
+	// A writer whose reader never blocks rings it all the same.
+	got = sleeper()
+	send(a, 1)
+	deadline := time.Now().Add(10 * time.Second)
+	for woken := false; !woken; {
+		if time.Now().After(deadline) {
+			t.Fatal("a writer that keeps reading without blocking never rang the wake-up it owed")
+		}
+		if _, err := a.TryReadBatch(make([]transport.Message, 4)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case n := <-got:
+			if n != 1 {
+				t.Fatalf("woken reader took %d datagrams, want 1", n)
+			}
+			woken = true
+		default:
+		}
+	}
+
+	// Close rings what it owes.
+	got = sleeper()
+	send(a, 1)
+	a.Close()
+	select {
+	case n := <-got:
+		if n != 1 {
+			t.Fatalf("woken reader took %d datagrams, want 1", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not ring the wake-up it owed")
 	}
 }

@@ -24,6 +24,15 @@ type Options struct {
 	// MaxDatagram is the largest datagram carried through the inbox
 	// (default transport.MaxDatagram); larger ones come over UDP.
 	MaxDatagram int
+	// CoalesceWakeups lets this Conn put off waking a sleeping reader
+	// until that reader's ring from this Conn is half full, this Conn's
+	// own reader is about to block in ReadBatch, or, if it never blocks,
+	// its next read half a millisecond on, whichever comes first. The reader then wakes once for many datagrams instead of once
+	// for the first few. It is for a request-response peer, which reads
+	// after it writes (a SwitchML lane, the software switch): datagrams
+	// written by a Conn that is not read from afterwards, or whose reader
+	// is already blocked, wait until Flush or Close.
+	CoalesceWakeups bool
 }
 
 // Limits on Options, so that an inbox stays addressable.

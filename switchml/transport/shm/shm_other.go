@@ -33,6 +33,7 @@ func (c *Conn) Inbox() string                                    { return "" }
 func (c *Conn) Stats() Stats                                     { return Stats{} }
 func (c *Conn) SetReadDeadline(t time.Time) error                { return net.ErrClosed }
 func (c *Conn) Close() error                                     { return net.ErrClosed }
+func (c *Conn) Flush()                                           {}
 func (c *Conn) TryReadBatch(ms []Message) (int, error)           { return 0, net.ErrClosed }
 func (c *Conn) WriteBatch(ms []Message) (int, error)             { return 0, net.ErrClosed }
 func (c *Conn) ReadBatch(ms []Message, _ time.Time) (int, error) { return 0, net.ErrClosed }
