@@ -24,6 +24,9 @@ func power(e int8) int {
 	return int(e)
 }
 
+// pow2 is 2^power(e), built from its bits (every code is a normal float64).
+func pow2(e int8) float64 { return math.Float64frombits(uint64(1023+power(e)) << 52) }
+
 // exponentOfBits maps the bits of a non-negative finite float32 to its block
 // exponent code: the IEEE exponent field minus 126, at least MinExponent (zero and
 // denormals), at most TopExponent (the field values 253 and 254 share code 127).
@@ -70,12 +73,12 @@ func MaxExponent(a, b int8) int8 { return max(a, b) }
 
 // Scale returns f = (2^31-1)/(n*2^E) for the exponent code e. n < 1 counts as 1.
 func Scale(n int, e int8) float64 {
-	return fullScale / (float64(max(n, 1)) * math.Ldexp(1, power(e)))
+	return fullScale / (float64(max(n, 1)) * pow2(e))
 }
 
 // invScale returns 1/f = n*2^E/(2^31-1), the factor that turns sums back into floats.
 func invScale(n int, e int8) float64 {
-	return float64(max(n, 1)) * math.Ldexp(1, power(e)) / fullScale
+	return float64(max(n, 1)) * pow2(e) / fullScale
 }
 
 // Limit returns L = floor((2^31-1)/n), the largest magnitude of one worker's

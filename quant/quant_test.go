@@ -81,6 +81,17 @@ func TestMaxExponent(t *testing.T) {
 	}
 }
 
+// TestPow2 checks the bit-built power of two against math.Ldexp for every
+// exponent code, including those only a damaged packet carries.
+func TestPow2(t *testing.T) {
+	for c := -128; c <= 127; c++ {
+		e := int8(c)
+		if got, want := pow2(e), math.Ldexp(1, power(e)); got != want {
+			t.Fatalf("pow2(%d) = %v, want %v", e, got, want)
+		}
+	}
+}
+
 func TestScale(t *testing.T) {
 	if got := Scale(1, 0); got != fullScale {
 		t.Errorf("Scale(1, 0) = %v, want 2^31-1", got)
