@@ -106,9 +106,7 @@ func (b *driver) fabric(ctx context.Context, mode, system string) (*fabric.Fabri
 		// it when the topology is done.
 		cfg = b.rack.Fabric(context.WithoutCancel(ctx), b.exe, cfg)
 	}
-	if t := systemTransport(system); t != "" {
-		cfg.SwitchArgs = append(cfg.SwitchArgs, "--transport", t)
-	}
+	cfg.Transport = systemTransport(system)
 	f, err := fabric.Start(ctx, cfg)
 	if err != nil {
 		return nil, err

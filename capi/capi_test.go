@@ -55,11 +55,22 @@ func TestHandlesAreNotReused(t *testing.T) {
 
 // TestJobThroughHandles runs a job through the functions behind the
 // exports, as C callers reach them: two ranks, an allreduce on memory the
-// caller owns, a broadcast, and closes.
+// caller owns, a broadcast, what the lanes moved packets through, and
+// closes; over UDP and over shared memory.
 func TestJobThroughHandles(t *testing.T) {
-	sw, addr, err := localStart()
+	for _, kind := range []string{"", switchml.TransportShm} {
+		t.Run("transport="+kind, func(t *testing.T) { jobThroughHandles(t, kind) })
+	}
+}
+
+func jobThroughHandles(t *testing.T, kind string) {
+	sw, addr, err := localStart(kind)
 	if err != nil {
 		t.Fatal(err)
+	}
+	want := switchml.TransportUDP
+	if kind != "" {
+		want = kind
 	}
 	defer localStop(sw)
 	const ranks, n = 2, 5000
@@ -70,7 +81,7 @@ func TestJobThroughHandles(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			errs[r] = func() error {
-				id, err := join(switchml.Config{Controller: addr, Job: "capi", Rank: r, Workers: ranks})
+				id, err := join(switchml.Config{Controller: addr, Job: "capi", Rank: r, Workers: ranks, Transport: kind})
 				if err != nil {
 					return err
 				}
@@ -85,6 +96,9 @@ func TestJobThroughHandles(t *testing.T) {
 					if v != int32(3*i) {
 						return fmt.Errorf("x[%d] = %d, want %d", i, v, 3*i)
 					}
+				}
+				if got, err := transportOf(id); err != nil || got != want {
+					return fmt.Errorf("transport %q (%v), want %q", got, err, want)
 				}
 				buf := []byte("......")
 				if r == 1 {

@@ -96,6 +96,7 @@ func switchml_join(cfg *C.switchml_cconfig, out *C.int64_t, errBuf *C.char, errL
 		Extended:    cfg.extended != 0,
 		Fallback:    goString(cfg.fallback), FallbackOnLoss: cfg.fallback_on_loss != 0,
 		FallbackListen: goString(cfg.fallback_listen), FallbackPeers: splitPeers(goString(cfg.fallback_peers)),
+		Transport: goString(cfg.transport),
 	})
 	if err == nil {
 		*out = C.int64_t(id)
@@ -151,13 +152,44 @@ func switchml_fallback(session C.int64_t, onRing *C.int32_t, why *C.char, whyLen
 	return finish(err, errBuf, errLen)
 }
 
+//export switchml_transport
+func switchml_transport(session C.int64_t, out *C.char, outLen C.size_t, errBuf *C.char, errLen C.size_t) (st C.int) {
+	defer recovered(errBuf, errLen, &st)
+	if out == nil || outLen == 0 {
+		return finish(invalid("out must not be NULL, out_len not 0"), errBuf, errLen)
+	}
+	t, err := transportOf(int64(session))
+	if err != nil {
+		return finish(err, errBuf, errLen)
+	}
+	if len(t)+1 > int(outLen) {
+		return finish(invalid("out_len %d cannot hold the transport %q: pass at least %d bytes", int(outLen), t, len(t)+1), errBuf, errLen)
+	}
+	writeString(out, outLen, t)
+	return C.SWITCHML_OK
+}
+
 //export switchml_local_start
 func switchml_local_start(out *C.int64_t, addr *C.char, addrLen C.size_t, errBuf *C.char, errLen C.size_t) (st C.int) {
 	defer recovered(errBuf, errLen, &st)
+	return localStartExport("", out, addr, addrLen, errBuf, errLen)
+}
+
+//export switchml_local_start_transport
+func switchml_local_start_transport(kind *C.switchml_cchar, out *C.int64_t, addr *C.char, addrLen C.size_t, errBuf *C.char, errLen C.size_t) (st C.int) {
+	defer recovered(errBuf, errLen, &st)
+	return localStartExport(goString(kind), out, addr, addrLen, errBuf, errLen)
+}
+
+// localStartExport is switchml_local_start with the switch's transport.
+func localStartExport(kind string, out *C.int64_t, addr *C.char, addrLen C.size_t, errBuf *C.char, errLen C.size_t) C.int {
 	if out == nil || addr == nil || addrLen == 0 {
 		return finish(invalid("sw and addr must not be NULL, addr_len not 0"), errBuf, errLen)
 	}
-	id, a, err := localStart()
+	if kind != "" && kind != switchml.TransportUDP && kind != switchml.TransportShm {
+		return finish(invalid("transport %q: the embedded switch takes udp or shm", kind), errBuf, errLen)
+	}
+	id, a, err := localStart(kind)
 	if err != nil {
 		return finish(err, errBuf, errLen)
 	}

@@ -137,6 +137,14 @@ func fallbackOf(id int64) (bool, string, error) {
 	return active, why, nil
 }
 
+func transportOf(id int64) (string, error) {
+	s, ok := sessions.get(id)
+	if !ok {
+		return "", noHandle("session", id)
+	}
+	return s.Transport(), nil
+}
+
 func closeSession(id int64) error {
 	s, ok := sessions.take(id)
 	if !ok {
@@ -149,10 +157,10 @@ func closeSession(id int64) error {
 // no network beyond loopback and is ready within a second when well.
 const localStartTimeout = 30 * time.Second
 
-func localStart() (int64, string, error) {
+func localStart(kind string) (int64, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), localStartTimeout)
 	defer cancel()
-	f, err := local.Start(ctx, local.Options{})
+	f, err := local.Start(ctx, local.Options{Transport: kind})
 	if err != nil {
 		return 0, "", fmt.Errorf("start the embedded switch and controller: %w", err)
 	}

@@ -34,7 +34,7 @@
 extern "C" {
 #endif
 
-#define SWITCHML_ABI_VERSION 2
+#define SWITCHML_ABI_VERSION 3
 
 typedef enum switchml_status {
 	SWITCHML_OK = 0,
@@ -97,6 +97,14 @@ typedef struct switchml_config {
 	const char *fallback_peers;    /* every rank's ring address, comma-separated
 	                                  in rank order, to meet without the
 	                                  controller (NULL: the controller tells) */
+	/* Since ABI version 3: how the lanes move packets. NULL or "udp":
+	   kernel UDP sockets; "shm": shared-memory inboxes, to a switch on
+	   this host that has one (switchml_local_start_transport, or
+	   `switchml switch --transport shm`), UDP to any other; "afxdp":
+	   AF_XDP sockets (Linux, root). Where one cannot be used the lanes
+	   use UDP and the library logs why; switchml_transport says what
+	   they use. */
+	const char *transport;
 } switchml_config;
 
 /* SWITCHML_ABI_VERSION of the library actually loaded. */
@@ -132,10 +140,22 @@ int switchml_close(int64_t session, char *err, size_t err_len);
    an empty string while it runs on the switch. */
 int switchml_fallback(int64_t session, int32_t *on_ring, char *why, size_t why_len, char *err, size_t err_len);
 
+/* Since ABI version 3: what the session's lanes move packets through,
+   "udp", "shm" or "afxdp", written to out (out_len bytes,
+   NUL-terminated). A lane counts as "shm" once it has written into the
+   switch's inbox, so ask after an allreduce. */
+int switchml_transport(int64_t session, char *out, size_t out_len, char *err, size_t err_len);
+
 /* Starts a software switch and a controller inside this process, on
    loopback (package switchml/local). *sw receives its handle and addr
    the controller's host:port, for switchml_config.controller. */
 int switchml_local_start(int64_t *sw, char *addr, size_t addr_len, char *err, size_t err_len);
+
+/* Since ABI version 3: switchml_local_start with the switch's transport:
+   NULL or "udp", or "shm" to give the switch a shared-memory inbox beside
+   its UDP socket. Workers whose config says "shm" write into it; the
+   others reach the switch over UDP as before. */
+int switchml_local_start_transport(const char *transport, int64_t *sw, char *addr, size_t addr_len, char *err, size_t err_len);
 
 /* Stops an embedded switch and controller; its jobs end. */
 int switchml_local_stop(int64_t sw, char *err, size_t err_len);

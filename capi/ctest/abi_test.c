@@ -123,6 +123,7 @@ static void *run_rank(void *arg) {
 	cfg.rank = r->rank;
 	cfg.workers = RANKS;
 	cfg.join_timeout_ms = 60000;
+	cfg.transport = "shm";
 	expect(switchml_join(&cfg, &r->session, err, sizeof err), SWITCHML_OK, err, "join");
 	if (failures > before) {
 		r->failed = 1;
@@ -155,6 +156,12 @@ static void *run_rank(void *arg) {
 		}
 	}
 	free(n);
+
+	/* The lanes wrote into the embedded switch's shared-memory inbox. */
+	char kind[8], tiny[3];
+	expect(switchml_transport(s, kind, sizeof kind, err, sizeof err), SWITCHML_OK, err, "transport");
+	CHECK(strcmp(kind, "shm") == 0, "rank %d's lanes use \"%s\", want \"shm\"", r->rank, kind);
+	expect(switchml_transport(s, tiny, sizeof tiny, err, sizeof err), SWITCHML_ERR_INVALID, err, "transport into a short buffer");
 
 	/* 1.0 in IEEE half precision is 0x3c00; the sum 1+2+3 = 6 is 0x4600. */
 	uint16_t h[64], b[64];
@@ -198,7 +205,9 @@ int main(void) {
 
 	char tiny[4];
 	expect(switchml_local_start(&sw, tiny, sizeof tiny, err, sizeof err), SWITCHML_ERR_INVALID, err, "address buffer too small");
-	expect(switchml_local_start(&sw, controller, sizeof controller, err, sizeof err), SWITCHML_OK, err, "local start");
+	expect(switchml_local_start_transport("tcp", &sw, controller, sizeof controller, err, sizeof err), SWITCHML_ERR_INVALID, err, "unknown transport");
+	CHECK(strstr(err, "tcp") != NULL, "message names the value: %s", err);
+	expect(switchml_local_start_transport("shm", &sw, controller, sizeof controller, err, sizeof err), SWITCHML_OK, err, "local start");
 	if (failures) {
 		fprintf(stderr, "cannot go on without a switch\n");
 		return 1;

@@ -50,7 +50,7 @@ func runDemo(ctx context.Context, args []string) error {
 	fmt.Printf("SwitchML demo: %d workers, %d x %s each (%.1f MiB), %d iterations\n", *workers, *elements, *dtype,
 		float64(*elements*mustSize(*dtype))/(1<<20), *iters)
 	fab, err := fabric.Start(ctx, fabric.Config{Command: self, Echo: *verbose, MaxElements: max(*pe, 1024),
-		Faults: transport.Faults{Drop: *drop, Seed: 1}, SwitchArgs: []string{"--transport", *transportKind}})
+		Faults: transport.Faults{Drop: *drop, Seed: 1}, Transport: *transportKind})
 	if err != nil {
 		return err
 	}

@@ -61,6 +61,10 @@ type Config struct {
 	// Shards is the number of the switch's data-plane loops, each on its
 	// own UDP port (default 1; see SwitchConfig.Shards).
 	Shards int
+	// Transport is how the switch's data plane moves packets (see
+	// SwitchConfig.Transport): "udp" ("" too), "shm" or "afxdp". A
+	// subprocess switch gets it as --transport.
+	Transport string
 
 	// Dataplane, P4Runtime and Controller are the switch's UDP address
 	// (with several shards, the first shard's, or all of them
@@ -162,7 +166,15 @@ func Start(ctx context.Context, cfg Config) (*Fabric, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	switch cfg.Transport {
+	case "", "udp", "shm", "afxdp":
+	default:
+		return nil, fmt.Errorf("fabric: Transport %q: want udp, shm or afxdp", cfg.Transport)
+	}
 	if cfg.Command != nil {
+		if cfg.Transport != "" {
+			cfg.SwitchArgs = append(slices.Clip(cfg.SwitchArgs), "--transport", cfg.Transport)
+		}
 		return startProcs(ctx, cfg)
 	}
 	if len(cfg.Leaves) > 0 {
@@ -174,7 +186,8 @@ func Start(ctx context.Context, cfg Config) (*Fabric, error) {
 func startInProcess(ctx context.Context, cfg Config) (*Fabric, error) {
 	sw, err := ListenSwitch(SwitchConfig{
 		Dataplane: cfg.Dataplane, Shards: cfg.Shards, P4Runtime: cfg.P4Runtime, Faults: cfg.Faults, Logger: cfg.Logger,
-		Pipeline: pipeline.Config{Slots: cfg.Slots, MaxElements: cfg.MaxElements, MaxWorkers: cfg.MaxWorkers},
+		Transport: cfg.Transport,
+		Pipeline:  pipeline.Config{Slots: cfg.Slots, MaxElements: cfg.MaxElements, MaxWorkers: cfg.MaxWorkers},
 	})
 	if err != nil {
 		return nil, err

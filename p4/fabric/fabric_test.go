@@ -63,6 +63,9 @@ func TestBadConfig(t *testing.T) {
 	if _, err := Start(ctx, Config{Faults: transport.Faults{Drop: 2}}); err == nil {
 		t.Error("a drop probability of 2 was taken")
 	}
+	if _, err := Start(ctx, Config{Transport: "tcp"}); err == nil || !strings.Contains(err.Error(), `"tcp"`) {
+		t.Errorf("transport tcp: %v", err)
+	}
 	// An address in use is named.
 	l, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {

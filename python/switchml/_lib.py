@@ -9,7 +9,7 @@ import ctypes
 import os
 import threading
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 # switchml_status
 OK = 0
@@ -89,6 +89,7 @@ class _Config(ctypes.Structure):
         ("fallback_on_loss", ctypes.c_int32),
         ("fallback_listen", ctypes.c_char_p),
         ("fallback_peers", ctypes.c_char_p),
+        ("transport", ctypes.c_char_p),
     ]
 
 
@@ -123,6 +124,8 @@ def lib():
             "switchml_broadcast": [i64, buf, i32, ptr, i64, i64, buf, size],
             "switchml_close": [i64, buf, size],
             "switchml_local_start": [ctypes.POINTER(i64), buf, size, buf, size],
+            "switchml_local_start_transport": [buf, ctypes.POINTER(i64), buf, size, buf, size],
+            "switchml_transport": [i64, buf, size, buf, size],
             "switchml_local_stop": [i64, buf, size],
             "switchml_fallback": [i64, ctypes.POINTER(i32), buf, size, buf, size],
         }
@@ -166,13 +169,14 @@ class Session:
 
     def __init__(self, controller, job, rank, workers, *, bind=None, token=None, lanes=0, window=0,
                  packet_elements=0, join_timeout=None, give_up=None, extended=False, fallback=None,
-                 fallback_on_loss=False, fallback_listen=None, fallback_peers=None):
+                 fallback_on_loss=False, fallback_listen=None, fallback_peers=None, transport=None):
         enc = lambda s: s.encode() if s else None  # noqa: E731
         if isinstance(fallback_peers, (list, tuple)):
             fallback_peers = ",".join(fallback_peers)
         cfg = _Config(enc(controller), enc(job), rank, workers, enc(bind), enc(token), lanes, window,
                       packet_elements, _ms(join_timeout), _ms(give_up), 1 if extended else 0,
-                      enc(fallback), 1 if fallback_on_loss else 0, enc(fallback_listen), enc(fallback_peers))
+                      enc(fallback), 1 if fallback_on_loss else 0, enc(fallback_listen), enc(fallback_peers),
+                      enc(transport))
         h = ctypes.c_int64(0)
         l = lib()
         call(l.switchml_join, ctypes.byref(cfg), ctypes.byref(h))
@@ -191,6 +195,14 @@ class Session:
         why = ctypes.create_string_buffer(1024)
         call(lib().switchml_fallback, self.handle, ctypes.byref(on), why, len(why))
         return why.value.decode() if on.value else None
+
+    def transport(self):
+        """What the lanes move packets through: "udp", "shm" or "afxdp". A
+        lane counts as "shm" once it has written into the switch's inbox,
+        so ask after an allreduce."""
+        out = ctypes.create_string_buffer(16)
+        call(lib().switchml_transport, self.handle, out, len(out))
+        return out.value.decode()
 
     def barrier(self, name, timeout=None):
         call(lib().switchml_barrier, self.handle, name.encode(), _ms(timeout))
@@ -212,13 +224,16 @@ class Session:
 
 class LocalSwitch:
     """A software switch and controller running inside this process, on
-    loopback (switchml/local). `address` is the controller's host:port."""
+    loopback (switchml/local). `address` is the controller's host:port.
+    transport "shm" gives the switch a shared-memory inbox as well, for
+    sessions on this host made with transport="shm"."""
 
-    def __init__(self):
+    def __init__(self, transport=None):
         h = ctypes.c_int64(0)
         addr = ctypes.create_string_buffer(256)
         l = lib()
-        call(l.switchml_local_start, ctypes.byref(h), addr, len(addr))
+        call(l.switchml_local_start_transport, transport.encode() if transport else None, ctypes.byref(h), addr,
+             len(addr))
         self.handle, self.address = h.value, addr.value.decode()
 
     def stop(self):

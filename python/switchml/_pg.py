@@ -62,6 +62,7 @@ def _session_settings():
     s = {"lanes": number("SWITCHML_LANES"), "window": number("SWITCHML_WINDOW"),
          "packet_elements": number("SWITCHML_PACKET_ELEMENTS"), "give_up": number("SWITCHML_GIVE_UP", float),
          "bind": os.environ.get("SWITCHML_BIND") or None,
+         "transport": os.environ.get("SWITCHML_TRANSPORT") or None,
          "extended": os.environ.get("SWITCHML_EXTENDED", "") not in ("", "0"),
          "fallback": os.environ.get("SWITCHML_FALLBACK") or None,
          "fallback_on_loss": os.environ.get("SWITCHML_FALLBACK_ON_LOSS", "") not in ("", "0"),
@@ -204,7 +205,7 @@ class _LocalSwitch:
     def address(cls):
         with cls.lock:
             if cls.switch is None:
-                cls.switch = _lib.LocalSwitch()
+                cls.switch = _lib.LocalSwitch(os.environ.get("SWITCHML_TRANSPORT") or None)
             return cls.switch.address
 
 

@@ -62,6 +62,31 @@ def results(scenario, backend, world):
     return [saved for _, _, saved in res]
 
 
+class SharedMemory(unittest.TestCase):
+    def test_ranks_on_the_embedded_switchs_shared_memory(self):
+        # SWITCHML_TRANSPORT=shm: rank 0's embedded switch gets an inbox,
+        # and every rank's lanes write into it.
+        world = 3
+        res = run_ranks("transport", "switchml", world, SWITCHML_TRANSPORT="shm", SWITCHML_LANES="1",
+                        SWITCHML_WINDOW="256")
+        sys.path.insert(0, HERE)
+        try:
+            import worker
+        finally:
+            sys.path.remove(HERE)
+        for r, (code, outp, saved) in enumerate(res):
+            self.assertEqual(code, 0, "rank %d:\n%s" % (r, outp[-3000:]))
+            self.assertEqual(saved["transport"], "shm", "rank %d" % r)
+            for dt in (torch.float32, torch.int32):
+                want = sum(worker.inputs(k, dt) for k in range(world))
+                got = saved["sum", dt]
+                if dt == torch.int32:
+                    self.assertTrue(torch.equal(got, want), "int32 sums differ at rank %d" % r)
+                else:
+                    err = (got - want).abs().max().item()
+                    self.assertLessEqual(err, 1e-5 * want.abs().max().item(), "float32 at rank %d" % r)
+
+
 class OpsAgainstGloo(unittest.TestCase):
     world = 3
 

@@ -120,6 +120,17 @@ def errors(backend, rank, world):
     return out
 
 
+def transport(backend, rank, world):
+    """Sums over the switch, and what the lanes moved them through."""
+    out = {}
+    for dt in (torch.float32, torch.int32):
+        x = inputs(rank, dt)
+        dist.all_reduce(x)
+        out["sum", dt] = x
+    out["transport"] = dist.distributed_c10d._get_default_group()._session.transport()
+    return out
+
+
 def live_works():
     """Work objects the switchml group still keeps alive (0 once every
     collective has completed and been waited for)."""

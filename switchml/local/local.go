@@ -31,6 +31,11 @@ type Options struct {
 	// each has a UDP port of its own, and a job's lanes are spread over
 	// them, so that the switch may use as many cores.
 	Shards int
+	// Transport is how the switch moves packets: "udp" ("" too), or
+	// "shm" to give it a shared-memory inbox as well, which workers with
+	// switchml.Config.Transport "shm" write into; others reach it over
+	// UDP as before.
+	Transport string
 	// Logger receives the switch's and controller's logs (default: discarded).
 	Logger *slog.Logger
 }
@@ -44,6 +49,6 @@ type Fabric = fabric.Fabric
 func Start(ctx context.Context, opts Options) (*Fabric, error) {
 	return fabric.Start(ctx, fabric.Config{
 		Slots: opts.Slots, MaxElements: opts.MaxElements, MaxWorkers: opts.MaxWorkers,
-		Faults: opts.Faults, Shards: opts.Shards, Logger: opts.Logger,
+		Faults: opts.Faults, Shards: opts.Shards, Transport: opts.Transport, Logger: opts.Logger,
 	})
 }
