@@ -51,6 +51,13 @@ func BlockExponent(x []float32) int8 {
 	return exponentOfBits(maxAbsBits(x))
 }
 
+// FiniteBlockExponent is BlockExponent that also tells whether every
+// element of x is finite, in the same single pass.
+func FiniteBlockExponent(x []float32) (e int8, finite bool) {
+	m := maxAbsBits(x)
+	return exponentOfBits(m), m < 0x7f800000
+}
+
 // maxAbsBits is the largest |x| of x as float32 bits (sign cleared); NaN
 // and Inf have the largest bits, from 0x7f800000 up.
 func maxAbsBits(x []float32) uint32 {

@@ -89,10 +89,20 @@ func (s *Session) start(ctx context.Context, op engine.Op, n int) *Handle {
 }
 
 // StartFloat32 begins an in-place sum of x across all ranks. x must not be
-// touched until the handle is done. NaN or Inf in x fails the call before
-// anything is sent, naming the first bad index; since the other ranks would
-// wait for this rank's share, the session ends and they learn why.
+// touched until the handle is done. NaN or Inf in x fails the call, naming
+// the first bad index; since the other ranks would wait for this rank's
+// share, the session ends and they learn why. On the switch the lanes find
+// it as they scan each packet's block for its exponent, so the tensor is
+// read once less; blocks before the bad one may have been sent. Where the
+// call may run over the ring (the session is there, or FallbackOnLoss), it
+// is refused before anything is sent.
 func (s *Session) StartFloat32(ctx context.Context, x []float32) *Handle {
+	s.mu.Lock()
+	onSwitch := s.ring == nil && !s.cfg.FallbackOnLoss
+	s.mu.Unlock()
+	if onSwitch {
+		return s.start(ctx, engine.Op{DType: engine.Float32, F32: x, CheckOnSend: true}, len(x))
+	}
 	// One pass finds a bad value and every packet's block exponent.
 	k := max(s.cfg.PacketElements, 1)
 	exps := make([]int8, (len(x)+k-1)/k)
@@ -256,6 +266,13 @@ func (s *Session) executeSwitch(h *Handle) error {
 		s.stats.Failed++
 		if errors.Is(first, errAborted) {
 			return s.broken
+		}
+		var nf *quant.NonFiniteError
+		if errors.As(first, &nf) && h.op.DType == engine.Float32 {
+			// A lane found it in its share: name the tensor's first.
+			if err := quant.CheckFinite(h.op.F32); err != nil {
+				first = fmt.Errorf("switchml: input not finite: %w", err)
+			}
 		}
 		// Some lane stopped mid-op: its slots are out of step with the
 		// other workers, so no later call can be correct; the others

@@ -93,6 +93,9 @@ func (l *laneDriver) drive(ctx context.Context, quit, aborted <-chan struct{}, o
 		if err := l.flush(); err != nil {
 			return err
 		}
+		if l.eng.Done() {
+			break // building a packet failed the op (its input is bad)
+		}
 		deadline := time.Time{}
 		if d, ok := l.eng.Deadline(); ok {
 			deadline = l.epoch.Add(d)

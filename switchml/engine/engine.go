@@ -181,6 +181,14 @@ type Op struct {
 	// (quant.CheckFinite and its 16-bit variants); Start then skips its
 	// own pass over the data.
 	Checked bool
+	// CheckOnSend, for Float32 without Exps, moves the finiteness check
+	// from Start to the scan that finds each packet's block exponent, so
+	// that the data is read once less: a block holding NaN or Inf fails
+	// the op when its exponent packet is built, with an error wrapping
+	// *quant.NonFiniteError whose Index counts from the op's start. The
+	// blocks before it were sent, so peers wait for the rest: the job must
+	// end, as after any failed op.
+	CheckOnSend bool
 	// Exps, for Float32, may hold every ExpBlock-element block's exponent
 	// (quant.BlockExponents, which also checks finiteness): then packets
 	// take their exponent from it instead of scanning their block. It is
@@ -307,7 +315,7 @@ func (l *Lane) Start(op Op, now time.Duration) error {
 		n = len(op.I32)
 	case Float32:
 		n = len(op.F32)
-		if !op.Checked {
+		if !op.Checked && !(op.CheckOnSend && op.Exps == nil) {
 			err = quant.CheckFinite(op.F32)
 		}
 	case Float16:
@@ -550,9 +558,22 @@ func (l *Lane) AppendPacket(b []byte) ([]byte, bool) {
 		lo, hi := l.block(p)
 		switch l.op.DType {
 		case Float32:
-			if l.op.Exps != nil {
+			switch {
+			case l.op.Exps != nil:
 				h.Exp0 = l.op.Exps[p]
-			} else {
+			case l.op.CheckOnSend && !l.op.Checked:
+				var finite bool
+				if h.Exp0, finite = quant.FiniteBlockExponent(l.op.F32[lo:hi]); !finite {
+					err := quant.CheckFinite(l.op.F32[lo:hi])
+					var nf *quant.NonFiniteError
+					if errors.As(err, &nf) {
+						nf.Index += lo
+					}
+					l.fail(fmt.Errorf("engine: input of op %d: %w", l.op.Seq, err))
+					// The slot's packet stays unsent; the op is over.
+					return b, false
+				}
+			default:
 				h.Exp0 = quant.BlockExponent(l.op.F32[lo:hi])
 			}
 		case Float16:

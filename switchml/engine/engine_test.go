@@ -285,6 +285,104 @@ func TestRejectsNonFinite(t *testing.T) {
 	}
 }
 
+// echoAll drives a one-worker lane to the end of its op, feeding every
+// packet back as its own result, and returns the packets in sending order.
+func echoAll(t *testing.T, l *Lane) [][]byte {
+	t.Helper()
+	var sent [][]byte
+	for steps := 0; !l.Done(); steps++ {
+		if steps > 1_000_000 {
+			t.Fatal("op did not finish")
+		}
+		var batch [][]byte
+		for {
+			b, ok := l.AppendPacket(nil)
+			if !ok {
+				break
+			}
+			batch = append(batch, b)
+		}
+		for _, b := range batch {
+			sent = append(sent, b)
+			l.Receive(b, 0)
+		}
+	}
+	return sent
+}
+
+// TestCheckOnSend: with CheckOnSend a finite op sends exactly the packets
+// and sums of one with precomputed exponents, and a NaN fails the op when
+// its block's exponent packet is built, naming its index in the op, with
+// the blocks before it sent and none after.
+func TestCheckOnSend(t *testing.T) {
+	const k, blocks = 32, 40
+	input := func() []float32 {
+		x := make([]float32, k*blocks-5)
+		for i := range x {
+			x[i] = float32(math.Sin(float64(i))) * float32(1+i%7)
+		}
+		return x
+	}
+	run := func(op Op) ([][]byte, []float32, error) {
+		l, err := NewLane(Config{NumWorkers: 1, Elements: k, Window: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Start(op, 0); err != nil {
+			t.Fatal(err)
+		}
+		sent := echoAll(t, l)
+		return sent, op.F32, l.Err()
+	}
+	x := input()
+	exps := make([]int8, blocks)
+	if err := quant.BlockExponents(exps, x, k); err != nil {
+		t.Fatal(err)
+	}
+	wantPkts, wantSum, err := run(Op{DType: Float32, F32: x, Checked: true, Exps: exps, ExpBlock: k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotPkts, gotSum, err := run(Op{DType: Float32, F32: input(), CheckOnSend: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(gotPkts) != len(wantPkts) {
+		t.Fatalf("%d packets, want %d", len(gotPkts), len(wantPkts))
+	}
+	for i := range wantPkts {
+		if !bytes.Equal(gotPkts[i], wantPkts[i]) {
+			t.Fatalf("packet %d differs", i)
+		}
+	}
+	for i := range wantSum {
+		if gotSum[i] != wantSum[i] {
+			t.Fatalf("sum [%d] = %v, want %v", i, gotSum[i], wantSum[i])
+		}
+	}
+
+	bad := input()
+	const at = 17*k + 3
+	bad[at] = float32(math.Inf(-1))
+	sent, _, err := run(Op{DType: Float32, F32: bad, CheckOnSend: true})
+	var nf *quant.NonFiniteError
+	if !errors.As(err, &nf) || nf.Index != at {
+		t.Fatalf("Inf at %d: %v", at, err)
+	}
+	for _, b := range sent {
+		h, _, err := wire.Parse(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.PacketID >= 17 {
+			t.Fatalf("packet %d was sent after the bad block 17", h.PacketID)
+		}
+	}
+	if len(sent) != 17 {
+		t.Fatalf("%d packets sent before the bad block, want 17", len(sent))
+	}
+}
+
 func TestConfigErrors(t *testing.T) {
 	for _, c := range []Config{
 		{NumWorkers: 0, Elements: 32, Window: 1},

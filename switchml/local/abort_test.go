@@ -154,9 +154,10 @@ func TestBrokenRankTellsItsPeers(t *testing.T) {
 	}
 }
 
-// TestNaNRankTellsItsPeers: a rank whose input holds a NaN refuses the call
-// before sending anything; its peers, already inside the allreduce, fail
-// with the reason instead of waiting for its share.
+// TestNaNRankTellsItsPeers: a rank whose input holds a NaN fails the call
+// (its lanes find it as they build packets), naming the first bad element;
+// its peers, already inside the allreduce, fail with the reason instead of
+// waiting for its share.
 func TestNaNRankTellsItsPeers(t *testing.T) {
 	ctx, fab := startFabric(t)
 	const n = 3
@@ -176,17 +177,21 @@ func TestNaNRankTellsItsPeers(t *testing.T) {
 			x := make([]float32, 100_000)
 			if r == 1 {
 				time.Sleep(200 * time.Millisecond) // the others are inside the call
-				x[4242] = float32(0) / float32(zero())
+				// One bad value in each lane's share, the second lane's
+				// nearer its start, so that it is found first: the
+				// tensor's first is named all the same.
+				x[45_000] = float32(0) / float32(zero())
+				x[60_000] = float32(0) / float32(zero())
 			}
 			errs[r] = sess.AllReduceFloat32(ctx, x)
 		}()
 	}
 	wg.Wait()
-	if errs[1] == nil || !strings.Contains(errs[1].Error(), "not finite") || !strings.Contains(errs[1].Error(), "4242") {
-		t.Errorf("rank 1: %v, want its input refused, naming element 4242", errs[1])
+	if errs[1] == nil || !strings.Contains(errs[1].Error(), "not finite") || !strings.Contains(errs[1].Error(), "index 45000") {
+		t.Errorf("rank 1: %v, want its input refused, naming element 45000", errs[1])
 	}
 	for _, r := range []int{0, 2} {
-		if !errors.Is(errs[r], switchml.ErrAborted) || !strings.Contains(errs[r].Error(), "aborted by rank 1") || !strings.Contains(errs[r].Error(), "4242") {
+		if !errors.Is(errs[r], switchml.ErrAborted) || !strings.Contains(errs[r].Error(), "aborted by rank 1") || !strings.Contains(errs[r].Error(), "index 45000") {
 			t.Errorf("rank %d: %v, want ErrAborted with rank 1's reason", r, errs[r])
 		}
 	}
