@@ -14,6 +14,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -74,10 +75,12 @@ type Conn struct {
 	// The reader sleeps reading bell, a FIFO beside the inbox, through
 	// the runtime's poller; producers wake it with a byte, and so does the
 	// UDP goroutine, through wake.
-	bell     *os.File
-	bellPath string
-	wake     int
-	bellBuf  [64]byte
+	bell      *os.File
+	bellPath  string
+	wake      int
+	bellBuf   [64]byte
+	bellRaw   syscall.RawConn
+	drainBell func(fd uintptr) bool
 
 	// Writer state.
 	peers    map[netip.AddrPort]*peer
@@ -259,7 +262,18 @@ func (c *Conn) openBell() error {
 		os.Remove(c.bellPath)
 		return err
 	}
-	c.bell, c.wake = f, w
+	rc, err := f.SyscallConn()
+	if err != nil {
+		unix.Close(w)
+		f.Close()
+		os.Remove(c.bellPath)
+		return err
+	}
+	c.bell, c.wake, c.bellRaw = f, w, rc
+	c.drainBell = func(fd uintptr) bool {
+		_, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&c.bellBuf[0])), uintptr(len(c.bellBuf)))
+		return e != unix.EAGAIN
+	}
 	return nil
 }
 
@@ -325,8 +339,10 @@ func ring(r region, fd int) bool {
 	if sl.Load() == 0 || !sl.CompareAndSwap(1, 0) {
 		return false
 	}
-	// A full FIFO already holds a wake-up.
-	_, _ = unix.Write(fd, oneByte)
+	// A full FIFO already holds a wake-up. The FIFO does not block, so
+	// the write goes without the runtime's system-call bookkeeping, which
+	// would wake its monitor thread every time.
+	_, _, _ = unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&oneByte[0])), 1)
 	return true
 }
 
@@ -400,7 +416,9 @@ func (c *Conn) ReadBatch(ms []Message, deadline time.Time) (n int, err error) {
 			sleeping.Store(0)
 			return 0, net.ErrClosed
 		}
-		_, rerr := c.bell.Read(c.bellBuf[:])
+		// The FIFO does not block: read it without the runtime's
+		// system-call bookkeeping, and wait for it in the poller.
+		rerr := c.bellRaw.Read(c.drainBell)
 		sleeping.Store(0)
 		switch {
 		case c.closed.Load():
