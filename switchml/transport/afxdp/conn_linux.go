@@ -696,7 +696,7 @@ func (s *slowReader) read(fd int, ms []Message) (int, error) {
 	var r uintptr
 	for {
 		var e unix.Errno
-		r, _, e = unix.Syscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&s.hdrs[0])), uintptr(k), unix.MSG_DONTWAIT, 0, 0)
+		r, _, e = unix.RawSyscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&s.hdrs[0])), uintptr(k), unix.MSG_DONTWAIT, 0, 0)
 		if e == unix.EINTR {
 			continue
 		}

@@ -155,9 +155,10 @@ func (x *xsk) close() {
 
 // kick asks the kernel to look at the TX ring (and, in copy mode, to send
 // what is on it). EAGAIN, EBUSY and ENOBUFS mean "try again" and are
-// returned as they are.
+// returned as they are. Like wakeRX it never blocks, so it skips the
+// runtime's system-call bookkeeping (which wakes its monitor thread).
 func (x *xsk) kick() error {
-	_, _, e := unix.Syscall6(unix.SYS_SENDTO, uintptr(x.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+	_, _, e := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(x.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 	if e != 0 {
 		return e
 	}
@@ -166,7 +167,7 @@ func (x *xsk) kick() error {
 
 // wakeRX asks the driver to look at the fill ring again.
 func (x *xsk) wakeRX() {
-	_, _, _ = unix.Syscall6(unix.SYS_RECVFROM, uintptr(x.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+	_, _, _ = unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(x.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 }
 
 func (x *xsk) stats() (unix.XDPStatistics, error) {
