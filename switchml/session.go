@@ -430,6 +430,11 @@ func macOf(ip string) []byte {
 // switch's choice when Config.PacketElements was 0).
 func (s *Session) PacketElements() int { return s.cfg.PacketElements }
 
+// Lanes and Window are the session's lanes and packets in flight per lane,
+// defaults filled in.
+func (s *Session) Lanes() int  { return s.cfg.Lanes }
+func (s *Session) Window() int { return s.cfg.Window }
+
 // Transport is what the lanes move packets through: TransportAFXDP when
 // every lane got an AF_XDP socket, TransportShm when every lane got a
 // shared-memory inbox and has written into the switch's (a switch without

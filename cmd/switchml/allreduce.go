@@ -47,9 +47,9 @@ func runAllReduce(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.Workers, "workers", 1, "number of workers in the job")
 	fs.StringVar(&cfg.Token, "token", os.Getenv("SWITCHML_TOKEN"), "the job owner's secret, the same on every rank (default $SWITCHML_TOKEN): the controller refuses this job's name to clients without it")
 	fs.StringVar(&cfg.Bind, "bind", "", "local IP the switch sees for this worker (default: the address that reaches the controller)")
-	fs.IntVar(&cfg.Lanes, "lanes", switchml.DefaultLanes, "parallel lanes (sockets) per worker")
+	fs.IntVar(&cfg.Lanes, "lanes", 0, fmt.Sprintf("parallel lanes (sockets) per worker (0: %d; every rank of a job needs the same)", switchml.DefaultLanes))
 	fs.StringVar(&cfg.Transport, "transport", switchml.TransportUDP, `how lanes move packets: "udp" (kernel sockets), "afxdp" (AF_XDP sockets on the --bind address's interface, bypassing the kernel's stack; falls back to UDP, saying why, where it cannot; Linux, root) or "shm" (UDP sockets whose datagrams to a switch on this host started with --transport shm go through shared memory; Linux)`)
-	fs.IntVar(&cfg.Window, "window", switchml.DefaultWindow, "packets in flight per lane")
+	fs.IntVar(&cfg.Window, "window", 0, fmt.Sprintf("packets in flight per lane (0: %d; with --transport shm, 1 lane of 256 measured best)", switchml.DefaultWindow))
 	fs.IntVar(&cfg.PacketElements, "packet-elements", 0, "int32 values per packet (32/64/128/256; up to 2048 with --extended); 0: what the switch takes (256 on the software switch, 64 on the P4 programs)")
 	fs.BoolVar(&cfg.Extended, "extended", false, "use the software switch's extended header (needed above 256 values per packet or 32 workers)")
 	fs.DurationVar(&cfg.Timeout, "timeout", switchml.DefaultTimeout, "retransmission timeout per packet")
@@ -157,7 +157,7 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, ele
 			return err
 		}
 	}
-	rep.PacketElements = sess.PacketElements()
+	rep.PacketElements, rep.Lanes, rep.Window = sess.PacketElements(), sess.Lanes(), sess.Window()
 	var exp expectation
 	if verify {
 		exp = expect(dtype, seed, cfg.Workers, elements, sess.PacketElements())
