@@ -22,8 +22,14 @@ const (
 	DefaultWindow         = 64  // packets in flight per lane: 256 per worker, the reference default
 	DefaultPacketElements = 256 // 1 KiB payloads: a quarter of the per-packet cost of 64; a Tofino needs recirculation above 64
 	DefaultTimeout        = 10 * time.Millisecond
-	DefaultJoinTimeout    = 60 * time.Second
-	DefaultGiveUp         = 30 * time.Second
+	// DefaultShmTimeout is the retransmission timeout with TransportShm:
+	// shared memory loses nothing in transit, so there a timeout is
+	// mostly a loaded host's scheduling stall, and resending a window
+	// only adds to the load (benchmarks/results/cpu2-loopback-1k had 704
+	// such retransmissions).
+	DefaultShmTimeout  = 50 * time.Millisecond
+	DefaultJoinTimeout = 60 * time.Second
+	DefaultGiveUp      = 30 * time.Second
 )
 
 // Config describes one worker of a job.
@@ -69,7 +75,9 @@ type Config struct {
 	// Extended selects the software switch's extended header (wider job
 	// ids, more workers, more elements per packet).
 	Extended bool
-	// Timeout is the retransmission timeout of a packet.
+	// Timeout is the retransmission timeout of a packet (DefaultTimeout,
+	// or DefaultShmTimeout with TransportShm); it grows with the measured
+	// round trip.
 	Timeout time.Duration
 	// GiveUp fails an allreduce with ErrTimeoutBudget when a packet has
 	// gone unanswered for this long, retransmissions included. Over the
@@ -183,6 +191,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Window == 0 {
 		c.Window = DefaultWindow
+	}
+	if c.Timeout == 0 && c.Transport == TransportShm {
+		c.Timeout = DefaultShmTimeout
 	}
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout

@@ -185,3 +185,21 @@ func TestFallbackConfigValidation(t *testing.T) {
 		})
 	}
 }
+
+// TestShmTimeoutDefault: shared-memory lanes default to the longer
+// timeout; one given is kept, and other transports keep theirs.
+func TestShmTimeoutDefault(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want time.Duration
+	}{
+		{Config{}, DefaultTimeout},
+		{Config{Transport: TransportUDP}, DefaultTimeout},
+		{Config{Transport: TransportShm}, DefaultShmTimeout},
+		{Config{Transport: TransportShm, Timeout: 3 * time.Millisecond}, 3 * time.Millisecond},
+	} {
+		if got := c.cfg.withDefaults().Timeout; got != c.want {
+			t.Errorf("transport %q, timeout %v: got %v, want %v", c.cfg.Transport, c.cfg.Timeout, got, c.want)
+		}
+	}
+}

@@ -52,7 +52,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.Window, "window", 0, fmt.Sprintf("packets in flight per lane (0: %d; with --transport shm, 1 lane of 256 measured best)", switchml.DefaultWindow))
 	fs.IntVar(&cfg.PacketElements, "packet-elements", 0, "int32 values per packet (32/64/128/256; up to 2048 with --extended); 0: what the switch takes (256 on the software switch, 64 on the P4 programs)")
 	fs.BoolVar(&cfg.Extended, "extended", false, "use the software switch's extended header (needed above 256 values per packet or 32 workers)")
-	fs.DurationVar(&cfg.Timeout, "timeout", switchml.DefaultTimeout, "retransmission timeout per packet")
+	fs.DurationVar(&cfg.Timeout, "timeout", 0, fmt.Sprintf("retransmission timeout per packet (0: %v, or %v with --transport shm)", switchml.DefaultTimeout, switchml.DefaultShmTimeout))
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", switchml.DefaultJoinTimeout, "how long to wait for every rank to join")
 	fs.DurationVar(&cfg.GiveUp, "give-up", switchml.DefaultGiveUp, "fail an allreduce when the switch has not answered for this long")
 	fs.Float64Var(&cfg.Faults.Drop, "drop", 0, "probability of dropping each packet this worker sends")
