@@ -25,8 +25,7 @@ const (
 	// DefaultShmTimeout is the retransmission timeout with TransportShm:
 	// shared memory loses nothing in transit, so there a timeout is
 	// mostly a loaded host's scheduling stall, and resending a window
-	// only adds to the load (benchmarks/results/cpu2-loopback-1k had 704
-	// such retransmissions).
+	// only adds to the load.
 	DefaultShmTimeout  = 50 * time.Millisecond
 	DefaultJoinTimeout = 60 * time.Second
 	DefaultGiveUp      = 30 * time.Second
