@@ -5,16 +5,19 @@
 # only: the test input's generation is left out) and of the switch, and
 # the CPU each spent per allreduce.
 #
-#   scripts/profile-loopback.sh [--workers N] [--elements N] [--iters N] [--transport udp|shm] [--out DIR] [-- allreduce flags...]
+#   scripts/profile-loopback.sh [--workers N] [--elements N] [--iters N] [--transport udp|shm] [--perf] [--out DIR] [-- allreduce flags...]
 #
-# --transport applies to the switch and the workers alike.
+# --transport applies to the switch and the workers alike. --perf also runs
+# worker 0 under `perf record` (Linux perf, root) and prints its top
+# symbols, the kernel's included, as shares of the samples outside input
+# generation, and its system calls per allreduce.
 #
 # Example (8 KiB payloads, one lane):
 #   scripts/profile-loopback.sh -- --packet-elements 2048 --extended --lanes 1
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-workers=4 elements=16777216 iters=8 out="" top=5 transport=udp
+workers=4 elements=16777216 iters=8 out="" top=5 transport=udp perf=0
 while [[ $# -gt 0 ]]; do
 	case "$1" in
 	--workers) workers=$2; shift 2 ;;
@@ -23,6 +26,7 @@ while [[ $# -gt 0 ]]; do
 	--out) out=$2; shift 2 ;;
 	--transport) transport=$2; shift 2 ;;
 	--top) top=$2; shift 2 ;;
+	--perf) perf=1; shift ;;
 	--) shift; break ;;
 	*) echo "profile-loopback.sh: unknown flag $1 (see the header of this script)" >&2; exit 2 ;;
 	esac
@@ -43,8 +47,17 @@ trap 'kill $sw $ct 2>/dev/null || true' EXIT
 
 cpu0=$(awk '{print $14+$15}' /proc/$sw/stat)
 pids=()
+if [[ $perf == 1 ]] && ! command -v perf >/dev/null; then
+	echo "profile-loopback.sh: --perf needs Linux perf (apt-get install linux-perf)" >&2
+	exit 2
+fi
 for ((r = 0; r < workers; r++)); do
-	"$bin" allreduce --controller "127.0.0.1:$ctl" --job profile --rank "$r" --workers "$workers" \
+	pre=()
+	if [[ $perf == 1 && $r == 0 ]]; then
+		sc=read,write,futex,nanosleep,epoll_pwait,recvmmsg,sendmmsg,sched_yield
+		pre=(perf record -q -F 2000 -e cpu-clock -o "$out/worker0.perf" -- perf stat -x, -o "$out/worker0.syscalls" -e "syscalls:sys_enter_${sc//,/,syscalls:sys_enter_}" --)
+	fi
+	"${pre[@]}" "$bin" allreduce --controller "127.0.0.1:$ctl" --job profile --rank "$r" --workers "$workers" \
 		--elements "$elements" --iters "$iters" --warmup 1 --transport "$transport" --verify=false --json \
 		--cpuprofile "$out/worker$r.prof" "$@" >"$out/worker$r.json" 2>"$out/worker$r.log" &
 	pids+=($!)
@@ -78,5 +91,36 @@ go tool pprof -top -nodecount="$top" -ignore 'main.fillInput|main.genFloat32' "$
 echo
 echo "== switch: top $top by own CPU"
 go tool pprof -top -nodecount="$top" "$bin" "$out/switch.prof" 2>/dev/null | sed -n '/flat%/,$p'
+if [[ $perf == 1 ]]; then
+	echo
+	echo "== worker 0 under perf: top $top symbols outside input generation, share of those samples"
+	perf report -i "$out/worker0.perf" --comms switchml --no-children --sort sym 2>/dev/null |
+		python3 -c '
+import re, sys
+top = int(sys.argv[1])
+rows = []
+for line in sys.stdin:
+    m = re.match(r"\s*([0-9.]+)%\s+\[(.)\]\s+(.*\S)", line)
+    if m and not re.search(r"main\.(fillInput|genFloat32|splitmix|elementHash)", m.group(3)):
+        rows.append((float(m.group(1)), m.group(2), m.group(3)))
+total = sum(r[0] for r in rows) or 1
+kinds = {"k": "kernel"}
+for pct, kind, sym in rows[:top]:
+    print("  %5.1f%%  %s  %s" % (100 * pct / total, kinds.get(kind, "user  "), sym))
+' "$top"
+	echo
+	echo "== worker 0: system calls per allreduce (warm-up included; input generation makes almost none)"
+	python3 -c '
+import sys
+calls = int(sys.argv[2])
+rows = []
+for line in open(sys.argv[1]):
+    f = line.strip().split(",")
+    if len(f) > 2 and f[0].isdigit() and "sys_enter_" in f[2]:
+        rows.append((int(f[0]), f[2].split("sys_enter_")[1]))
+for k, name in sorted(rows, reverse=True):
+    print("  %9.0f  %s" % (k / calls, name))
+' "$out/worker0.syscalls" "$((iters + 1))"
+fi
 echo
 echo "profiles and logs: $out"
