@@ -762,8 +762,11 @@ func (c *Conn) ringOwed() {
 	c.owedMu.Lock()
 	defer c.owedMu.Unlock()
 	for _, p := range c.owed {
+		if !p.owed {
+			continue // unmapped since: its inbox may be another by now
+		}
 		p.owed = false
-		if p.in.mem != nil && ring(p.in, p.bell) {
+		if ring(p.in, p.bell) {
 			c.bells.Add(1)
 		}
 	}
@@ -981,6 +984,7 @@ func (c *Conn) unmap(p *peer) {
 	}
 	c.owedMu.Lock()
 	defer c.owedMu.Unlock()
+	p.owed = false
 	unix.Munmap(p.in.mem)
 	unix.Close(p.fd)
 	unix.Close(p.bell)
