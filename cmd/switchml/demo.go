@@ -24,8 +24,8 @@ func runDemo(ctx context.Context, args []string) error {
 	elements := fs.Int("elements", 1<<22, "tensor elements per worker (default 16 MiB of float32)")
 	dtype := fs.String("dtype", "float32", "element type: float32, int32, float16 or bfloat16")
 	iters := fs.Int("iters", 5, "timed allreduce calls per worker")
-	lanes := fs.Int("lanes", 4, "lanes per worker")
-	window := fs.Int("window", 64, "packets in flight per lane")
+	lanes := fs.Int("lanes", 0, "lanes per worker (0: 4, or 1 with --transport shm)")
+	window := fs.Int("window", 0, "packets in flight per lane (0: 64, or 256 with --transport shm)")
 	pe := fs.Int("packet-elements", 256, "values per packet (up to 2048 with --extended)")
 	extended := fs.Bool("extended", false, "use the extended header")
 	drop := fs.Float64("drop", 0, "switch-side drop probability, to watch loss recovery")
@@ -39,6 +39,21 @@ func runDemo(ctx context.Context, args []string) error {
 	}
 	if *transportKind != switchml.TransportUDP && *transportKind != switchml.TransportShm {
 		return fmt.Errorf("--transport %q: want udp or shm", *transportKind)
+	}
+	// Every worker is started here with the same settings, so the demo
+	// can pick what measured best for its transport (see the README's
+	// "CPU per byte"); a job's ranks started apart must agree on them.
+	if *lanes == 0 {
+		*lanes = switchml.DefaultLanes
+		if *transportKind == switchml.TransportShm {
+			*lanes = 1
+		}
+	}
+	if *window == 0 {
+		*window = switchml.DefaultWindow
+		if *transportKind == switchml.TransportShm {
+			*window = 256
+		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
