@@ -47,6 +47,17 @@ func recovered(buf *C.char, n C.size_t, st *C.int) {
 	}
 }
 
+// writeWhole copies s, NUL-terminated, into the C buffer buf of n bytes,
+// or, if it does not fit, writes nothing and says so, naming the length
+// argument (field) and what s is.
+func writeWhole(buf *C.char, n C.size_t, field, what, s string) error {
+	if len(s)+1 > int(n) {
+		return invalid("%s %d cannot hold the %s %q: pass at least %d bytes", field, int(n), what, s, len(s)+1)
+	}
+	writeString(buf, n, s)
+	return nil
+}
+
 // writeString copies s into the C buffer buf of n bytes, truncated and
 // NUL-terminated.
 func writeString(buf *C.char, n C.size_t, s string) {
@@ -162,11 +173,7 @@ func switchml_transport(session C.int64_t, out *C.char, outLen C.size_t, errBuf 
 	if err != nil {
 		return finish(err, errBuf, errLen)
 	}
-	if len(t)+1 > int(outLen) {
-		return finish(invalid("out_len %d cannot hold the transport %q: pass at least %d bytes", int(outLen), t, len(t)+1), errBuf, errLen)
-	}
-	writeString(out, outLen, t)
-	return C.SWITCHML_OK
+	return finish(writeWhole(out, outLen, "out_len", "transport", t), errBuf, errLen)
 }
 
 //export switchml_local_start
@@ -193,11 +200,10 @@ func localStartExport(kind string, out *C.int64_t, addr *C.char, addrLen C.size_
 	if err != nil {
 		return finish(err, errBuf, errLen)
 	}
-	if len(a)+1 > int(addrLen) {
+	if err := writeWhole(addr, addrLen, "addr_len", "controller address", a); err != nil {
 		localStop(id)
-		return finish(invalid("addr_len %d cannot hold the controller address %q: pass at least %d bytes", int(addrLen), a, len(a)+1), errBuf, errLen)
+		return finish(err, errBuf, errLen)
 	}
-	writeString(addr, addrLen, a)
 	*out = C.int64_t(id)
 	return C.SWITCHML_OK
 }
