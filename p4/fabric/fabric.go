@@ -166,10 +166,8 @@ func Start(ctx context.Context, cfg Config) (*Fabric, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	switch cfg.Transport {
-	case "", "udp", "shm", "afxdp":
-	default:
-		return nil, fmt.Errorf("fabric: Transport %q: want udp, shm or afxdp", cfg.Transport)
+	if err := checkTransport(cfg.Transport); err != nil {
+		return nil, fmt.Errorf("fabric: %w", err)
 	}
 	if cfg.Command != nil {
 		if cfg.Transport != "" {

@@ -290,15 +290,23 @@ func (s *Switch) Summary() []any {
 	return out
 }
 
+// checkTransport refuses a data-plane transport the switch does not have.
+func checkTransport(kind string) error {
+	switch kind {
+	case "", "udp", "afxdp", "shm":
+		return nil
+	}
+	return fmt.Errorf("transport %q: want udp, afxdp or shm", kind)
+}
+
 // listenDataplane opens a shard's data-plane socket of the given transport.
 func listenDataplane(kind, addr string, logger *slog.Logger) (transport.PacketConn, error) {
 	udpOpts := transport.Options{Batch: 128, SocketBuffer: 4 << 20}
-	switch kind {
-	case "", "udp":
+	if err := checkTransport(kind); err != nil {
+		return nil, err
+	}
+	if kind == "" || kind == "udp" {
 		return transport.Listen(addr, udpOpts)
-	case "afxdp", "shm":
-	default:
-		return nil, fmt.Errorf("transport %q: want udp, afxdp or shm", kind)
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
