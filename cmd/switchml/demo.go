@@ -43,17 +43,15 @@ func runDemo(ctx context.Context, args []string) error {
 	// Every worker is started here with the same settings, so the demo
 	// can pick what measured best for its transport (see the README's
 	// "CPU per byte"); a job's ranks started apart must agree on them.
+	defLanes, defWindow := switchml.DefaultLanes, switchml.DefaultWindow
+	if *transportKind == switchml.TransportShm {
+		defLanes, defWindow = 1, 256
+	}
 	if *lanes == 0 {
-		*lanes = switchml.DefaultLanes
-		if *transportKind == switchml.TransportShm {
-			*lanes = 1
-		}
+		*lanes = defLanes
 	}
 	if *window == 0 {
-		*window = switchml.DefaultWindow
-		if *transportKind == switchml.TransportShm {
-			*window = 256
-		}
+		*window = defWindow
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
