@@ -93,6 +93,15 @@ type Conn struct {
 	peerList []*peer // for Close
 	resv     [][]byte
 	resvPeer *peer
+	// Datagrams a batch sends to several inboxes are written once, into
+	// the outbox (Options.ShareCopies); inOutbox is set while copying
+	// into it, so that a fault there is told from one in a peer's inbox.
+	out      outbox
+	inOutbox bool
+	dups     copies
+
+	// The outboxes of the producers whose rings refer to them, by entry.
+	outs []mappedOutbox
 
 	// Wake-ups put off (Options.CoalesceWakeups), rung by the reader
 	// before it blocks. owedMu guards owed and peer.owed, and is held
@@ -103,8 +112,8 @@ type Conn struct {
 	nowed     atomic.Int32
 	owedSince atomic.Int64 // when owed became non-empty, in Unix nanoseconds
 
-	shmTX, shmRX, udpTX, udpRX, dropped, bells atomic.Uint64
-	npeers                                     atomic.Int64
+	shmTX, shmRX, udpTX, udpRX, dropped, bells, shared atomic.Uint64
+	npeers                                             atomic.Int64
 }
 
 type pending struct {
@@ -137,7 +146,8 @@ type peer struct {
 	head                   uint64 // last head seen
 	checked                time.Time
 	dirty                  bool
-	owed                   bool // in Conn.owed
+	owed                   bool   // in Conn.owed
+	epoch                  uint64 // counts unmaps, so that outbox references to an earlier mapping are let go
 }
 
 // Listen opens a UDP socket on addr (port 0 picks a free one) and creates
@@ -288,6 +298,16 @@ func sweep(dir string, ns uint64) {
 		if filepath.Ext(name) == ".bell" {
 			continue
 		}
+		if filepath.Ext(name) == ".out" {
+			// An outbox: its owner holds its lock as it does its inbox's.
+			if fd, err := unix.Open(name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0); err == nil {
+				if ownerGone(fd) {
+					os.Remove(name)
+				}
+				unix.Close(fd)
+			}
+			continue
+		}
 		fd, err := unix.Open(name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 		if err != nil {
 			continue
@@ -327,7 +347,7 @@ func (c *Conn) SetReadDeadline(t time.Time) error {
 // Stats returns the Conn's counters.
 func (c *Conn) Stats() Stats {
 	return Stats{ShmTX: c.shmTX.Load(), ShmRX: c.shmRX.Load(), UDPTX: c.udpTX.Load(), UDPRX: c.udpRX.Load(),
-		Dropped: c.dropped.Load(), Doorbells: c.bells.Load(), Peers: int(c.npeers.Load())}
+		Dropped: c.dropped.Load(), Doorbells: c.bells.Load(), Shared: c.shared.Load(), Peers: int(c.npeers.Load())}
 }
 
 var oneByte = []byte{1}
@@ -366,6 +386,7 @@ func (c *Conn) Close() error {
 	for _, p := range c.peerList {
 		c.detach(p)
 	}
+	c.closeOutbox()
 	unix.Close(c.wake)
 	// Put anonymous memory where the inbox was, so that messages a caller
 	// still holds stay readable, then let the file and its lock go.
@@ -373,6 +394,7 @@ func (c *Conn) Close() error {
 		_, _ = unix.MmapPtr(-1, 0, unsafe.Pointer(&c.in.mem[0]), uintptr(len(c.in.mem)), unix.PROT_READ,
 			unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED|unix.MAP_NORESERVE)
 	}
+	c.blankOutboxes()
 	unix.Close(c.fd)
 	return err
 }
@@ -570,9 +592,20 @@ func (c *Conn) drain(ms []Message) int {
 				ip = netip.AddrFrom16([16]byte(s[sAddr : sAddr+16]))
 			}
 			m := &ms[n]
-			m.Buf = s[slotHeader : slotHeader+l : slotHeader+l]
+			src := netip.AddrPortFrom(ip, binary.LittleEndian.Uint16(s[sPort:]))
+			if binary.LittleEndian.Uint16(s[sFamily:])&famRef == 0 {
+				m.Buf = s[slotHeader : slotHeader+l : slotHeader+l]
+			} else {
+				// The datagram is in the producer's outbox.
+				ob := c.outboxOf(e, binary.LittleEndian.Uint64(s[slotHeader:]), src)
+				off := binary.LittleEndian.Uint64(s[slotHeader+8:])
+				if off < outHeader || off > uint64(len(ob)) || uint64(len(ob))-off < uint64(l) {
+					continue
+				}
+				m.Buf = ob[off : off+uint64(l) : off+uint64(l)]
+			}
 			m.N = l
-			m.Addr = netip.AddrPortFrom(ip, binary.LittleEndian.Uint16(s[sPort:]))
+			m.Addr = src
 			n++
 		}
 		if head != start {
@@ -609,6 +642,10 @@ func (c *Conn) reap() {
 		c.in.u32(base + ePID).Store(0)
 		c.in.u32(base + eState).Store(entryFree)
 		c.heads[e] = 0
+		c.unmapOutbox(e)
+		if c.outs != nil {
+			c.outs[e].tok = 0
+		}
 		// Give the ring's memory back; the next sender allocates it anew.
 		_ = unix.Fallocate(c.fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, int64(g.slot(e, 0)), int64(g.slots*g.stride))
 		c.in.u64(base + eToken).Store(0)
@@ -643,6 +680,13 @@ func (c *Conn) WriteBatch(ms []Message) (n int, err error) {
 				t.dirty = false
 			}
 			c.touched = c.touched[:0]
+			if c.inOutbox {
+				c.inOutbox = false
+				path := c.out.path
+				c.closeOutbox()
+				err = fmt.Errorf("shm: writing the outbox %s failed (%v); datagrams are copied into each inbox from now on", path, r)
+				return
+			}
 			dst := netip.AddrPort{}
 			if p != nil {
 				dst = p.addr
@@ -652,7 +696,11 @@ func (c *Conn) WriteBatch(ms []Message) (n int, err error) {
 		}
 	}()
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	var shm, drops uint64
+	var shm, drops, shared uint64
+	share := c.opts.ShareCopies && len(ms) > 1 && !c.out.failed
+	if share {
+		c.dups.count(ms)
+	}
 	for i := range ms {
 		m := &ms[i]
 		p = c.lookup(m.Addr, now)
@@ -671,8 +719,22 @@ func (c *Conn) WriteBatch(ms []Message) (n int, err error) {
 		}
 		off := g.slot(p.entry, int(p.tail%uint64(g.slots)))
 		s := p.in.mem[off : off+g.stride : off+g.stride]
+		if share && len(m.Buf) >= minShared {
+			if d := c.dups.find(m.Buf); d.n > 1 {
+				if d.off == 0 {
+					d.off = c.put(m.Buf)
+				}
+				if d.off > 0 {
+					c.stampRef(s, len(m.Buf), d.off)
+					c.ref(d.off, p)
+					shared++
+					goto written
+				}
+			}
+		}
 		c.stamp(s, len(m.Buf))
 		copy(s[slotHeader:], m.Buf)
+	written:
 		p.tail++
 		shm++
 		if !p.dirty {
@@ -683,6 +745,7 @@ func (c *Conn) WriteBatch(ms []Message) (n int, err error) {
 	p = nil
 	c.publish()
 	c.shmTX.Add(shm)
+	c.shared.Add(shared)
 	c.dropped.Add(drops)
 	if len(c.viaUDP) > 0 {
 		k, err := c.udp.WriteBatch(c.viaUDP)
@@ -985,6 +1048,7 @@ func (c *Conn) unmap(p *peer) {
 	c.owedMu.Lock()
 	defer c.owedMu.Unlock()
 	p.owed = false
+	p.epoch++
 	unix.Munmap(p.in.mem)
 	unix.Close(p.fd)
 	unix.Close(p.bell)

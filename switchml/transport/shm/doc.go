@@ -40,6 +40,18 @@
 // once the reader has taken it. Deadlines, SetReadDeadline and Close work
 // through the FIFO.
 //
+// A multicast's copies share one buffer. With Options.ShareCopies (the
+// software switch sets it) a WriteBatch that sends one buffer to several
+// inboxes writes it once, into an outbox: a file of the writer's beside
+// its inbox, named after it and the writer's token, which readers map
+// read-only. Each inbox gets a reference (the token and the offset) in
+// place of the bytes, and the reader's message points into the outbox.
+// The writer reuses an outbox slot once every ring that referenced it has
+// been read past the reference, which it learns from the heads it reads
+// anyway; so a message from an outbox is valid exactly as long as one
+// from the ring. A full outbox (a reader fell behind) means copies again,
+// never a wait.
+//
 // Senders look an address up again every second: a new inbox is found, and
 // one whose owner closed it or died (its lock is gone) is dropped, and
 // traffic goes back to UDP. The owner frees the entries of producers that
@@ -54,7 +66,9 @@
 // source address written into the rings and the inbox's name. Only
 // processes of the same user (the inbox is mode 0600) in the same network
 // namespace and with the same Dir find each other; everything else is
-// plain UDP. A producer that dies in the middle of a batch loses that
+// plain UDP. A reader that had not yet mapped a writer's outbox when the
+// writer closed loses the datagrams it still had by reference, as it
+// would those of a producer that died. A producer that dies in the middle of a batch loses that
 // batch, nothing more. The inbox file is sparse: only the rings of
 // senders take memory, up to Slots × about 9 KiB each (2.3 MiB with the
 // defaults). A copying write that faults on the inbox's memory (the file

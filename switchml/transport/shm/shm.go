@@ -33,6 +33,14 @@ type Options struct {
 	// written by a Conn that is not read from afterwards, or whose reader
 	// is already blocked, wait until Flush or Close.
 	CoalesceWakeups bool
+	// ShareCopies writes a datagram that one WriteBatch sends to several
+	// inboxes (a multicast's copies, which share one buffer) once, into an
+	// outbox file of this Conn's that the readers map, and puts a
+	// reference to it in each inbox instead of a copy. The outbox holds
+	// 4 × Slots datagrams (at most 4096) and takes its memory whole when
+	// first used (about 36 KiB per slot with the defaults); when it is
+	// full or cannot be made, datagrams are copied as without the option.
+	ShareCopies bool
 }
 
 // Limits on Options, so that an inbox stays addressable.
@@ -78,6 +86,9 @@ type Stats struct {
 	Dropped uint64
 	// Doorbells counts the times this Conn woke a sleeping reader.
 	Doorbells uint64
+	// Shared counts datagrams written into inboxes as a reference to a
+	// copy in this Conn's outbox (Options.ShareCopies).
+	Shared uint64
 	// Peers is the number of inboxes this Conn writes into now.
 	Peers int
 }
@@ -114,7 +125,7 @@ func (e *listenError) Unwrap() error { return e.err }
 // atomically.
 const (
 	magic      = 0x31304d4853534d53 // "SMSSHM01"
-	version    = 3
+	version    = 4
 	headerSize = 4096
 	entrySize  = 192
 	slotHeader = 24
@@ -144,6 +155,11 @@ const (
 	sPort   = 4
 	sFamily = 6
 	sAddr   = 8
+
+	// famRef, in a slot's address family, says the slot holds the
+	// producer's outbox token and the datagram's offset in that outbox
+	// (two little-endian uint64s) in place of the datagram.
+	famRef = 0x100
 )
 
 const (
