@@ -9,6 +9,7 @@ var benchSizes = []struct {
 	name  string
 	bytes int
 }{
+	{"256KiB", 256 << 10}, // a window of 256 packets of 1 KiB: what the cache holds
 	{"1MiB", 1 << 20},
 	{"64MiB", 64 << 20},
 }
@@ -28,31 +29,60 @@ func benchData(bytes int) ([]float32, []byte) {
 // per-block exponent scan is not part of the conversion being measured).
 const benchN, benchE = 8, 4
 
-func BenchmarkQuantize(b *testing.B) {
-	for _, sz := range benchSizes {
-		b.Run(sz.name, func(b *testing.B) {
-			src, dst := benchData(sz.bytes)
-			b.SetBytes(int64(sz.bytes))
-			b.ReportAllocs()
-			for b.Loop() {
-				QuantizeBE(dst, src, benchN, benchE)
-			}
-		})
+// packetBytes is a packet's payload at the default packet size: the
+// kernels' unit of work on the data path.
+const packetBytes = 1024
+
+// benchKernels runs bench once per vector kernel set this CPU has, so that
+// AVX2 and AVX-512 are compared in one run.
+func benchKernels(b *testing.B, bench func(b *testing.B)) {
+	saved := useAVX512
+	defer func() { useAVX512 = saved }()
+	for _, k := range []struct {
+		name string
+		on   bool
+	}{{"avx2", false}, {"avx512", true}} {
+		if k.on && !saved {
+			continue
+		}
+		useAVX512 = k.on
+		b.Run(k.name, bench)
 	}
 }
 
+func BenchmarkQuantize(b *testing.B) {
+	benchKernels(b, func(b *testing.B) {
+		for _, sz := range benchSizes {
+			b.Run(sz.name, func(b *testing.B) {
+				src, dst := benchData(sz.bytes)
+				b.SetBytes(int64(sz.bytes))
+				b.ReportAllocs()
+				for b.Loop() {
+					for lo := 0; lo < sz.bytes; lo += packetBytes {
+						QuantizeBE(dst[lo:lo+packetBytes], src[lo/4:(lo+packetBytes)/4], benchN, benchE)
+					}
+				}
+			})
+		}
+	})
+}
+
 func BenchmarkDequantize(b *testing.B) {
-	for _, sz := range benchSizes {
-		b.Run(sz.name, func(b *testing.B) {
-			x, src := benchData(sz.bytes)
-			QuantizeBE(src, x, benchN, benchE)
-			b.SetBytes(int64(sz.bytes))
-			b.ReportAllocs()
-			for b.Loop() {
-				DequantizeBE(x, src, benchN, benchE)
-			}
-		})
-	}
+	benchKernels(b, func(b *testing.B) {
+		for _, sz := range benchSizes {
+			b.Run(sz.name, func(b *testing.B) {
+				x, src := benchData(sz.bytes)
+				QuantizeBE(src, x, benchN, benchE)
+				b.SetBytes(int64(sz.bytes))
+				b.ReportAllocs()
+				for b.Loop() {
+					for lo := 0; lo < sz.bytes; lo += packetBytes {
+						DequantizeBE(x[lo/4:(lo+packetBytes)/4], src[lo:lo+packetBytes], benchN, benchE)
+					}
+				}
+			})
+		}
+	})
 }
 
 // BenchmarkCopy is the baseline: the same number of bytes moved by copy.

@@ -4,7 +4,7 @@ package quant
 
 // Without vector kernels the generic loops do all the work.
 
-var useAVX2 = false
+var useAVX2, useAVX512 = false, false
 
 func quantizeFast(dst []byte, src []float32, c quantizer, be bool) int { return 0 }
 

@@ -23,6 +23,23 @@ func TestVectorMatchesGeneric(t *testing.T) {
 	if !useAVX2 {
 		t.Skip("no vector kernels on this CPU or build")
 	}
+	// AVX-512 where the CPU has it, with AVX2 for the rest of 8; AVX2
+	// alone, as on CPUs without AVX-512.
+	for _, wide := range []bool{true, false} {
+		name := map[bool]string{true: "avx512", false: "avx2"}[wide]
+		t.Run(name, func(t *testing.T) {
+			if wide && !useAVX512 {
+				t.Skip("no AVX-512 on this CPU")
+			}
+			saved := useAVX512
+			useAVX512 = wide
+			defer func() { useAVX512 = saved }()
+			vectorMatchesGeneric(t)
+		})
+	}
+}
+
+func vectorMatchesGeneric(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	iters := 3000
 	if testing.Short() {
@@ -44,6 +61,16 @@ func TestVectorMatchesGeneric(t *testing.T) {
 		}
 		n := 1 + rng.IntN(300)
 		e := BlockExponent(src)
+		fe, fin := FiniteBlockExponent(src)
+		var eG, feG int8
+		var finG bool
+		withGeneric(func() {
+			eG = BlockExponent(src)
+			feG, finG = FiniteBlockExponent(src)
+		})
+		if e != eG || fe != feG || fin != finG {
+			t.Fatalf("block exponent of %d elements: vector %d (%d, %v), generic %d (%d, %v)", k, e, fe, fin, eG, feG, finG)
+		}
 		if rng.IntN(5) == 0 {
 			e = int8(rng.IntN(254) - 126) // often below the data: clamping
 		}
