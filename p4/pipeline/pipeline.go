@@ -172,9 +172,12 @@ type Pipeline struct {
 	// older generation is stale.
 	workersGen uint64
 	cache      workerCache // Process's; each Shard has its own
-	replies    map[ReplyKey]Reply
-	groups     map[uint16][]Replica
-	uplinks    map[uint32]Uplink // by JobID
+	// fanoutGen counts changes to replies and groups: a fanout cached at
+	// an older generation is stale.
+	fanoutGen uint64
+	replies   map[ReplyKey]Reply
+	groups    map[uint16][]Replica
+	uplinks   map[uint32]Uplink // by JobID
 	// parent, when valid, is the switch every job here is a leaf of: its
 	// workers entries keep each job's uplink (see SetParent).
 	parent netip.AddrPort
@@ -256,6 +259,22 @@ type Shard struct {
 	cache workerCache
 }
 
+// fanout is a multicast's destinations as the replies and groups give
+// them: every rank's reply address, and how many ranks have none.
+type fanout struct {
+	gen     uint64
+	valid   bool
+	mgid    uint16
+	lane    uint8
+	jobID   uint32
+	dests   []netip.AddrPort
+	missing int
+}
+
+// fanoutWays is the size of a workerCache's table of fanouts: a switch's
+// loop serves a few jobs' lanes at a time.
+const fanoutWays = 16
+
 // workerCache remembers the last workers entry a packet matched: a batch's
 // packets come in runs from one sender, and the lookup by address is a
 // large share of a packet's cost otherwise.
@@ -264,6 +283,9 @@ type workerCache struct {
 	valid bool
 	src   netip.AddrPort
 	w     Worker
+	// fanouts remembers multicasts' destinations, saving a lookup per
+	// rank of every result.
+	fanouts [fanoutWays]fanout
 }
 
 // lookupWorker is p.workers[src] through c.
@@ -273,7 +295,7 @@ func (p *Pipeline) lookupWorker(c *workerCache, src netip.AddrPort) (Worker, boo
 	}
 	w, ok := p.workers[WorkerKey{src}]
 	if ok {
-		*c = workerCache{gen: p.workersGen, valid: true, src: src, w: w}
+		c.gen, c.valid, c.src, c.w = p.workersGen, true, src, w
 	}
 	return w, ok
 }
@@ -447,6 +469,7 @@ func (p *Pipeline) InsertReply(k ReplyKey, r Reply) error {
 	}
 	r.Addr = normalize(r.Addr)
 	p.replies[k] = r
+	p.fanoutGen++
 	return nil
 }
 
@@ -460,6 +483,7 @@ func (p *Pipeline) ModifyReply(k ReplyKey, r Reply) error {
 	}
 	r.Addr = normalize(r.Addr)
 	p.replies[k] = r
+	p.fanoutGen++
 	return nil
 }
 
@@ -469,6 +493,7 @@ func (p *Pipeline) DeleteReply(k ReplyKey) error {
 		return fmt.Errorf("%w: reply %+v", ErrNotFound, k)
 	}
 	delete(p.replies, k)
+	p.fanoutGen++
 	return nil
 }
 
@@ -511,6 +536,7 @@ func (p *Pipeline) InsertMulticastGroup(id uint16, replicas []Replica) error {
 		return fmt.Errorf("%w: multicast group %d", ErrExists, id)
 	}
 	p.groups[id] = slices.Clone(replicas)
+	p.fanoutGen++
 	return nil
 }
 
@@ -520,6 +546,7 @@ func (p *Pipeline) ModifyMulticastGroup(id uint16, replicas []Replica) error {
 		return fmt.Errorf("%w: multicast group %d", ErrNotFound, id)
 	}
 	p.groups[id] = slices.Clone(replicas)
+	p.fanoutGen++
 	return nil
 }
 
@@ -529,6 +556,7 @@ func (p *Pipeline) DeleteMulticastGroup(id uint16) error {
 		return fmt.Errorf("%w: multicast group %d", ErrNotFound, id)
 	}
 	delete(p.groups, id)
+	p.fanoutGen++
 	return nil
 }
 
@@ -816,7 +844,7 @@ func (p *Pipeline) process(st *[NumStats]uint64, cache *workerCache, shard int32
 
 	w, ok := p.lookupWorker(cache, normalize(src))
 	if !ok {
-		if len(p.uplinks) == 0 || !p.fromParent(st, shard, normalize(src), pkt, out) {
+		if len(p.uplinks) == 0 || !p.fromParent(st, cache, shard, normalize(src), pkt, out) {
 			noReply(st, out, StatDropNotWorker)
 		}
 		return
@@ -959,31 +987,50 @@ func (p *Pipeline) process(st *[NumStats]uint64, cache *workerCache, shard int32
 			return
 		}
 	}
-	p.multicast(st, w.JobID, w.MulticastGroup, w.Lane, &h, vals, p.exponent[idx], out)
+	p.multicast(st, cache, w.JobID, w.MulticastGroup, w.Lane, &h, vals, p.exponent[idx], out)
 }
 
 // multicast sends a completed use's result to every rank of the group.
-func (p *Pipeline) multicast(st *[NumStats]uint64, jobID uint32, mgid uint16, lane uint8, h *wire.Header, vals []int32, exp int8, out *Output) {
+func (p *Pipeline) multicast(st *[NumStats]uint64, cache *workerCache, jobID uint32, mgid uint16, lane uint8, h *wire.Header, vals []int32, exp int8, out *Output) {
 	st[StatMulticast]++
-	group, ok := p.groups[mgid]
-	if !ok {
+	f := p.fanout(cache, jobID, mgid, lane)
+	if f == nil {
 		noReply(st, out, StatDropNoGroup)
 		return
 	}
 	p.reply(out, h, vals, exp)
-	for _, r := range group {
-		ra, ok := p.replies[ReplyKey{JobID: jobID, Rank: r.Instance, Lane: lane}]
-		if !ok {
-			st[StatDropNoReply]++
-			continue
-		}
-		out.Dests = append(out.Dests, ra.Addr)
-	}
+	st[StatDropNoReply] += uint64(f.missing)
+	out.Dests = append(out.Dests, f.dests...)
 	st[StatReplicas] += uint64(len(out.Dests))
 	if len(out.Dests) == 0 {
 		out.Packet = out.Packet[:0]
 		out.Reason = StatDropNoReply
 	}
+}
+
+// fanout returns the destinations of group mgid's multicast for lane lane
+// of job jobID, from cache when nothing changed since it was filled, or
+// nil when the group does not exist.
+func (p *Pipeline) fanout(cache *workerCache, jobID uint32, mgid uint16, lane uint8) *fanout {
+	f := &cache.fanouts[(uint32(mgid)*31+jobID*7+uint32(lane))%fanoutWays]
+	if f.valid && f.gen == p.fanoutGen && f.mgid == mgid && f.jobID == jobID && f.lane == lane {
+		return f
+	}
+	group, ok := p.groups[mgid]
+	if !ok {
+		return nil
+	}
+	f.gen, f.valid, f.mgid, f.jobID, f.lane = p.fanoutGen, true, mgid, jobID, lane
+	f.dests, f.missing = f.dests[:0], 0
+	for _, r := range group {
+		ra, ok := p.replies[ReplyKey{JobID: jobID, Rank: r.Instance, Lane: lane}]
+		if !ok {
+			f.missing++
+			continue
+		}
+		f.dests = append(f.dests, ra.Addr)
+	}
+	return f
 }
 
 // upstream sends a leaf's partial sums for the use of h to the job's
@@ -1001,7 +1048,7 @@ func (p *Pipeline) upstream(st *[NumStats]uint64, why Stat, jobID uint32, h *wir
 // result from the parent of a job whose use is waiting for it, the result
 // replaces the partial sums and goes to the job's workers. It reports
 // whether the packet was a parent's (and counted).
-func (p *Pipeline) fromParent(st *[NumStats]uint64, shard int32, src netip.AddrPort, pkt []byte, out *Output) bool {
+func (p *Pipeline) fromParent(st *[NumStats]uint64, cache *workerCache, shard int32, src netip.AddrPort, pkt []byte, out *Output) bool {
 	var jobID uint32
 	var u Uplink
 	found := false
@@ -1052,7 +1099,7 @@ func (p *Pipeline) fromParent(st *[NumStats]uint64, shard int32, src netip.AddrP
 	wire.ReadPayload(vals, payload)
 	p.exponent[idx] = h.Exp0
 	st[StatFromParent]++
-	p.multicast(st, jobID, u.MulticastGroup, p.lane[idx], &h, vals, h.Exp0, out)
+	p.multicast(st, cache, jobID, u.MulticastGroup, p.lane[idx], &h, vals, h.Exp0, out)
 	return true
 }
 

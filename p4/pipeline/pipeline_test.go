@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/switchml/switchml-go/switchml/wire"
@@ -736,6 +737,66 @@ func TestWorkerLookupFollowsTableChanges(t *testing.T) {
 			process(addr(0), mkpkt(t, h, nil), &out)
 			if len(out.Dests) != 0 || out.Reason == StatAbsorbed {
 				t.Fatalf("modified worker sent to a slot outside its partition: dests %v reason %v", out.Dests, out.Reason)
+			}
+		})
+	}
+}
+
+// TestFanoutFollowsTableChanges checks that a multicast goes where the
+// replies and groups say at the time, not where they said for the last
+// result.
+func TestFanoutFollowsTableChanges(t *testing.T) {
+	for _, sharded := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shard=%v", sharded), func(t *testing.T) {
+			p := newPipe(t, 16, 64, 32)
+			process := p.Process
+			counter := p.Counter
+			if sharded {
+				sh := p.NewShard()
+				process = sh.Process
+				counter = func(s Stat) uint64 { return sh.stats[s] }
+			}
+			setupJob(t, p, 7, 0, 2, 1, 0, 8)
+			var out Output
+			slot := uint32(0)
+			complete := func() []netip.AddrPort {
+				t.Helper()
+				h := wire.Header{Format: wire.FormatCompat, Seq: 1, PacketID: slot, Slot: slot, Elements: 32}
+				slot++
+				process(addr(0), mkpkt(t, h, nil), &out)
+				process(addr(1), mkpkt(t, h, nil), &out)
+				return append([]netip.AddrPort(nil), out.Dests...)
+			}
+			moved := netip.MustParseAddrPort("10.9.9.9:7000")
+			steps := []struct {
+				name    string
+				change  func() error
+				want    []netip.AddrPort
+				missing uint64
+			}{
+				{"as set up", func() error { return nil }, []netip.AddrPort{replyAddr(0), replyAddr(1)}, 0},
+				{"rank 1 moved", func() error { return p.ModifyReply(ReplyKey{JobID: 7, Rank: 1}, Reply{Addr: moved}) }, []netip.AddrPort{replyAddr(0), moved}, 0},
+				{"rank 0's reply gone", func() error { return p.DeleteReply(ReplyKey{JobID: 7, Rank: 0}) }, []netip.AddrPort{moved}, 1},
+				{"rank 0 back", func() error { return p.InsertReply(ReplyKey{JobID: 7, Rank: 0}, Reply{Addr: replyAddr(5)}) }, []netip.AddrPort{replyAddr(5), moved}, 0},
+				{"group of rank 1 only", func() error { return p.ModifyMulticastGroup(1, []Replica{{EgressPort: 1, Instance: 1}}) }, []netip.AddrPort{moved}, 0},
+			}
+			for _, s := range steps {
+				if err := s.change(); err != nil {
+					t.Fatal(err)
+				}
+				before := counter(StatDropNoReply)
+				if got := complete(); !slices.Equal(got, s.want) {
+					t.Fatalf("%s: result sent to %v, want %v", s.name, got, s.want)
+				}
+				if got := counter(StatDropNoReply) - before; got != s.missing {
+					t.Fatalf("%s: %d replicas without a reply counted, want %d", s.name, got, s.missing)
+				}
+			}
+			if err := p.DeleteMulticastGroup(1); err != nil {
+				t.Fatal(err)
+			}
+			if got := complete(); len(got) != 0 || out.Reason != StatDropNoGroup {
+				t.Fatalf("group deleted: sent to %v (%v)", got, out.Reason)
 			}
 		})
 	}

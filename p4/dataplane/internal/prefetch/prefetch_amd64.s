@@ -1,0 +1,17 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// func lines(p *byte, n int)
+TEXT ·lines(SB), NOSPLIT, $0-16
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+	TESTQ CX, CX
+	JLE done
+loop:
+	PREFETCHT0 (SI)
+	ADDQ $64, SI
+	SUBQ $1, CX
+	JNZ loop
+done:
+	RET
