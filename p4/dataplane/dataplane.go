@@ -8,13 +8,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/switchml/switchml-go/p4/dataplane/internal/prefetch"
 	"net"
 	"net/netip"
 	"slices"
 	"sync/atomic"
 	"time"
 
+	"github.com/switchml/switchml-go/p4/dataplane/internal/prefetch"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/switchml/transport"
 )
