@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/switchml/switchml-go/p4/dataplane/internal/prefetch"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/switchml/transport"
 )
@@ -100,16 +99,16 @@ func Serve(ctx context.Context, conn transport.PacketConn, proc Processor, fault
 			batcher.BeginBatch()
 		}
 		// Each datagram is asked into the cache two ahead of its turn:
-		// adding one waits on memory otherwise (package prefetch).
+		// adding one waits on memory otherwise (transport.Prefetch).
 		for i := 0; i < min(n, 2); i++ {
-			prefetch.Bytes(in[i].Buf)
+			transport.Prefetch(in[i].Buf)
 		}
 		for i := 0; i < n; i++ {
 			// The pipeline writes its reply straight into this
 			// datagram's reply buffer.
 			res.Packet = replies[i][:0]
 			if i+2 < n {
-				prefetch.Bytes(in[i+2].Buf)
+				transport.Prefetch(in[i+2].Buf)
 			}
 			proc.Process(in[i].Addr, in[i].Buf, &res)
 			if len(res.Dests) > 0 {
