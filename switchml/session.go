@@ -476,8 +476,10 @@ func listenLane(kind, bind string, window int, logf func(format string, args ...
 	}
 	if kind == TransportShm {
 		// A lane's inbox has few writers, the switch's shards, and takes
-		// a window of results plus the batch its reader holds.
-		opts := shm.Options{Producers: 16, Slots: max(256, window+transport.DefaultBatch), CoalesceWakeups: true}
+		// a window of results plus the batch its reader holds. The lane
+		// and the switch usually share the host's cores: a lane that
+		// finds nothing yields before it sleeps.
+		opts := shm.Options{Producers: 16, Slots: max(256, window+transport.DefaultBatch), CoalesceWakeups: true, YieldsBeforeSleep: shm.DefaultYields}
 		return shm.ListenOrUDP(netip.AddrPortFrom(ip, 0), opts, transport.Options{}, logf)
 	}
 	return afxdp.ListenOrUDP(netip.AddrPortFrom(ip, 0), afxdp.Options{}, transport.Options{}, logf)

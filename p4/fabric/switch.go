@@ -322,7 +322,7 @@ func listenDataplane(kind, addr string, logger *slog.Logger) (transport.PacketCo
 		// Every lane of every job on this host may write into a shard's
 		// inbox. A result goes to every rank of its job: written once,
 		// into the shard's outbox, and referenced from each inbox.
-		return shm.ListenOrUDP(ap, shm.Options{Producers: 256, CoalesceWakeups: true, ShareCopies: true}, udpOpts, logf)
+		return shm.ListenOrUDP(ap, shm.Options{Producers: 256, CoalesceWakeups: true, ShareCopies: true, YieldsBeforeSleep: shm.DefaultYields}, udpOpts, logf)
 	}
 	if err != nil || !ap.Addr().Is4() || ap.Addr().IsUnspecified() {
 		return nil, fmt.Errorf("AF_XDP data plane at %q: give a specific IPv4 address and port (the interface is found from the address)", addr)

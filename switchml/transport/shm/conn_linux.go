@@ -426,6 +426,17 @@ func (c *Conn) ReadBatch(ms []Message, deadline time.Time) (n int, err error) {
 			return n, nil
 		}
 		c.reap()
+		if c.opts.YieldsBeforeSleep > 0 {
+			// Peers put off waking are woken first: the CPU may go
+			// to one of them.
+			c.ringOwed()
+			for i := 0; i < c.opts.YieldsBeforeSleep; i++ {
+				_, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+				if n = c.take(ms); n > 0 {
+					return n, nil
+				}
+			}
+		}
 		// Raise the flag, then look again: a producer that published
 		// before seeing it is found here, one after writes to the FIFO.
 		sleeping.Store(1)

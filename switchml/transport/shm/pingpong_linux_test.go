@@ -4,6 +4,7 @@ package shm
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -267,5 +268,37 @@ func TestCoalescedWakeups(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close did not ring the wake-up it owed")
+	}
+}
+
+// TestYieldsBeforeSleep: a reader that yields before it sleeps still
+// times out, still sleeps and is woken, and the option is bounded.
+func TestYieldsBeforeSleep(t *testing.T) {
+	dir := t.TempDir()
+	a, b := listen(t, dir, Options{}), listen(t, dir, Options{YieldsBeforeSleep: 50})
+	in := make([]transport.Message, 8)
+	if n, err := b.ReadBatch(in, time.Now().Add(20*time.Millisecond)); n != 0 || !transport.IsTimeout(err) {
+		t.Fatalf("nothing sent: %d, %v", n, err)
+	}
+	for i := 0; i < 50; i++ {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			time.Sleep(time.Duration(i%5) * time.Millisecond) // before, during and after the yields
+			a.WriteBatch([]transport.Message{{Buf: datagram(i), Addr: b.LocalAddr()}})
+		}()
+		n, err := b.ReadBatch(in, time.Now().Add(5*time.Second))
+		<-done
+		if err != nil || n != 1 {
+			t.Fatalf("round %d: %d, %v", i, n, err)
+		}
+		if j, err := checkDatagram(in[0].Buf); err != nil || j != i {
+			t.Fatalf("round %d: datagram %d, %v", i, j, err)
+		}
+	}
+	for _, y := range []int{-1, 1001} {
+		if _, err := Listen(loopback, Options{Dir: dir, YieldsBeforeSleep: y}, transport.Options{}); err == nil || !strings.Contains(err.Error(), "YieldsBeforeSleep") {
+			t.Errorf("YieldsBeforeSleep %d: %v", y, err)
+		}
 	}
 }

@@ -41,7 +41,20 @@ type Options struct {
 	// first used (about 36 KiB per slot with the defaults); when it is
 	// full or cannot be made, datagrams are copied as without the option.
 	ShareCopies bool
+	// YieldsBeforeSleep is how many times a read that finds nothing gives
+	// its CPU up (sched_yield) and looks again before it sleeps. Where
+	// processes share few cores, the peer that writes next often runs
+	// then, and the sleep and the wake-up, both costly (the more so in a
+	// virtual machine), are saved; on idle cores each yield returns at
+	// once, so a few cost about a microsecond each.
+	YieldsBeforeSleep int
 }
+
+// DefaultYields is the YieldsBeforeSleep of the lanes and the software
+// switch. On two shared cores (4 workers, 64 MiB, 1 KiB payloads) 20 took
+// 5% off the median TAT and 7% off the switch's CPU; 200 spent a quarter
+// more worker CPU for no more speed.
+const DefaultYields = 20
 
 // Limits on Options, so that an inbox stays addressable.
 const (
@@ -67,6 +80,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("shm: Producers %d out of range: want 1 to %d", o.Producers, maxProducers)
 	case o.Slots < 1 || o.Slots > maxSlots:
 		return o, fmt.Errorf("shm: Slots %d out of range: want 1 to %d", o.Slots, maxSlots)
+	case o.YieldsBeforeSleep < 0 || o.YieldsBeforeSleep > 1000:
+		return o, fmt.Errorf("shm: YieldsBeforeSleep %d out of range: want 0 to 1000", o.YieldsBeforeSleep)
 	case o.MaxDatagram < 1 || o.MaxDatagram > 65507:
 		return o, fmt.Errorf("shm: MaxDatagram %d out of range: want 1 to 65507", o.MaxDatagram)
 	}
