@@ -92,8 +92,9 @@
 // conversion here: their payloads go through the wire package's payload codec
 // (switchml/wire), the one the switch adds them with.
 //
-// On amd64 with AVX2 the float32 kernels run vectorised (8 elements per step)
-// with exactly the arithmetic of the portable loops, bit for bit; the build tag
-// purego selects the portable loops everywhere. The 16-bit formats widen into a
+// On amd64 with AVX2 the float32 kernels run vectorised (8 elements per step,
+// and 16 with AVX-512 for conversions) with exactly the arithmetic of the
+// portable loops, bit for bit; the build tag purego selects the portable loops
+// everywhere. The 16-bit formats widen into a
 // small stack buffer and reuse the float32 kernels.
 package quant
