@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -288,5 +289,32 @@ func TestReplacedReaderFreesItsReferences(t *testing.T) {
 	}
 	if s := a.Stats(); s.Shared != before+2*8*rounds {
 		t.Fatalf("after the reader was replaced: %+v, want all %d copies since by reference", s, 2*8*rounds)
+	}
+}
+
+// TestTruncatedOutboxIsAnErrorNotACrash cuts the writer's outbox short
+// under it: the write that faults says so, and datagrams are copied from
+// then on.
+func TestTruncatedOutboxIsAnErrorNotACrash(t *testing.T) {
+	dir := t.TempDir()
+	a := listen(t, dir, Options{ShareCopies: true})
+	b, c := listen(t, dir, Options{}), listen(t, dir, Options{})
+	multicast(t, a, 0, 2, b, c)
+	readN(t, b, a.LocalAddr(), 0, 2)
+	readN(t, c, a.LocalAddr(), 0, 2)
+	if err := os.Truncate(a.out.path, outHeader); err != nil {
+		t.Fatal(err)
+	}
+	ms := []transport.Message{{Buf: big(2), Addr: b.LocalAddr()}, {Addr: c.LocalAddr()}}
+	ms[1].Buf = ms[0].Buf
+	if _, err := a.WriteBatch(ms); err == nil || !strings.Contains(err.Error(), "outbox") {
+		t.Fatalf("write into a truncated outbox: %v", err)
+	}
+	shared := a.Stats().Shared
+	multicast(t, a, 3, 4, b, c)
+	readN(t, b, a.LocalAddr(), 3, 4)
+	readN(t, c, a.LocalAddr(), 3, 4)
+	if s := a.Stats(); s.Shared != shared {
+		t.Fatalf("after the fault: %+v, want copies", s)
 	}
 }
