@@ -50,16 +50,20 @@ func benchKernels(b *testing.B, bench func(b *testing.B)) {
 	}
 }
 
-func BenchmarkQuantize(b *testing.B) {
+// benchPackets times convert over a buffer of each size, one packet's
+// payload at a time, with each vector kernel set: x holds the float32s,
+// pkt their payload bytes.
+func benchPackets(b *testing.B, convert func(x []float32, pkt []byte)) {
 	benchKernels(b, func(b *testing.B) {
 		for _, sz := range benchSizes {
 			b.Run(sz.name, func(b *testing.B) {
-				src, dst := benchData(sz.bytes)
+				x, pkt := benchData(sz.bytes)
+				QuantizeBE(pkt, x, benchN, benchE)
 				b.SetBytes(int64(sz.bytes))
 				b.ReportAllocs()
 				for b.Loop() {
 					for lo := 0; lo < sz.bytes; lo += packetBytes {
-						QuantizeBE(dst[lo:lo+packetBytes], src[lo/4:(lo+packetBytes)/4], benchN, benchE)
+						convert(x[lo/4:(lo+packetBytes)/4], pkt[lo:lo+packetBytes])
 					}
 				}
 			})
@@ -67,22 +71,12 @@ func BenchmarkQuantize(b *testing.B) {
 	})
 }
 
+func BenchmarkQuantize(b *testing.B) {
+	benchPackets(b, func(x []float32, pkt []byte) { QuantizeBE(pkt, x, benchN, benchE) })
+}
+
 func BenchmarkDequantize(b *testing.B) {
-	benchKernels(b, func(b *testing.B) {
-		for _, sz := range benchSizes {
-			b.Run(sz.name, func(b *testing.B) {
-				x, src := benchData(sz.bytes)
-				QuantizeBE(src, x, benchN, benchE)
-				b.SetBytes(int64(sz.bytes))
-				b.ReportAllocs()
-				for b.Loop() {
-					for lo := 0; lo < sz.bytes; lo += packetBytes {
-						DequantizeBE(x[lo/4:(lo+packetBytes)/4], src[lo:lo+packetBytes], benchN, benchE)
-					}
-				}
-			})
-		}
-	})
+	benchPackets(b, func(x []float32, pkt []byte) { DequantizeBE(x, pkt, benchN, benchE) })
 }
 
 // BenchmarkCopy is the baseline: the same number of bytes moved by copy.

@@ -37,8 +37,11 @@ func listen(t *testing.T, dir string, o Options) *Conn {
 
 // datagram i: its sequence number and a pattern derived from it, in a
 // length that varies with i.
-func datagram(i int) []byte {
-	b := make([]byte, 8+(i*37)%1500)
+func datagram(i int) []byte { return patterned(i, 8) }
+
+// patterned is datagram i at least least bytes long.
+func patterned(i, least int) []byte {
+	b := make([]byte, least+(i*37)%1500)
 	binary.LittleEndian.PutUint64(b, uint64(i))
 	for k := 8; k < len(b); k++ {
 		b[k] = byte(i + k)
@@ -46,12 +49,15 @@ func datagram(i int) []byte {
 	return b
 }
 
-func checkDatagram(b []byte) (int, error) {
+func checkDatagram(b []byte) (int, error) { return checkPatterned(b, 8) }
+
+// checkPatterned checks that b is patterned(i, least) and returns i.
+func checkPatterned(b []byte, least int) (int, error) {
 	if len(b) < 8 {
 		return 0, fmt.Errorf("datagram of %d bytes", len(b))
 	}
 	i := int(binary.LittleEndian.Uint64(b))
-	want := datagram(i)
+	want := patterned(i, least)
 	if string(b) != string(want) {
 		return i, fmt.Errorf("datagram %d: %d bytes differ from the %d sent", i, len(b), len(want))
 	}

@@ -3,8 +3,6 @@
 package shm
 
 import (
-	"encoding/binary"
-	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -17,25 +15,9 @@ import (
 )
 
 // big is datagram i in a length worth sharing: 128 to 1627 bytes.
-func big(i int) []byte {
-	b := make([]byte, minShared+(i*37)%1500)
-	binary.LittleEndian.PutUint64(b, uint64(i))
-	for k := 8; k < len(b); k++ {
-		b[k] = byte(i + k)
-	}
-	return b
-}
+func big(i int) []byte { return patterned(i, minShared) }
 
-func checkBig(b []byte) (int, error) {
-	if len(b) < 8 {
-		return 0, fmt.Errorf("datagram of %d bytes", len(b))
-	}
-	i := int(binary.LittleEndian.Uint64(b))
-	if want := big(i); string(b) != string(want) {
-		return i, fmt.Errorf("datagram %d: %d bytes differ from the %d sent", i, len(b), len(want))
-	}
-	return i, nil
-}
+func checkBig(b []byte) (int, error) { return checkPatterned(b, minShared) }
 
 // multicast sends datagrams first..first+k-1 from a, each to every one of
 // dsts as copies of one buffer, as the software switch sends a result.
