@@ -225,10 +225,16 @@ func TestHierarchLeafRestart(t *testing.T) {
 	tr.leaves[1] = leaf
 	tr.serveLeaf(leaf)
 	// Joins fail while the controller programs the tree again; retry the
-	// job until it runs.
+	// job until it runs. Each attempt has a deadline of its own: the
+	// controller may learn of the old leaf's loss while an attempt's ranks
+	// register, aborting the ranks registered by then, and the ranks that
+	// register after that wait for peers that gave up.
 	deadline := time.Now().Add(60 * time.Second)
 	for attempt := 0; ; attempt++ {
-		if err := tryJob(ctx, tr, 4, 2000, fmt.Sprintf("after-%d", attempt)); err == nil {
+		actx, acancel := context.WithTimeout(ctx, 15*time.Second)
+		err := tryJob(actx, tr, 4, 2000, fmt.Sprintf("after-%d", attempt))
+		acancel()
+		if err == nil {
 			break
 		} else if time.Now().After(deadline) {
 			t.Fatalf("no job ran on the tree within 60 s of the leaf's restart: %v", err)
