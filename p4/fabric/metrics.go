@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/switchml/transport/shm"
 )
 
 // switchCollector exposes a software switch's counters to Prometheus. It
@@ -16,6 +17,8 @@ type switchCollector struct {
 	received, sent, receivedBytes, sentBytes, sendErrors *prometheus.Desc
 	socketDrops, slots, maxElements                      *prometheus.Desc
 	drops                                                *prometheus.Desc
+	// A shared-memory data plane's own counters.
+	shmDatagrams, shmShared, shmRingFull, shmDoorbells *prometheus.Desc
 	// pipeline holds the description of every pipeline.Stat that is not a
 	// drop (nil for drops, which share the drops family).
 	pipeline [pipeline.NumStats]*prometheus.Desc
@@ -57,6 +60,10 @@ func (s *Switch) Collector() prometheus.Collector {
 		slots:         prometheus.NewDesc("switchml_switch_slots", "Aggregation slots per set in the switch's pool.", nil, nil),
 		maxElements:   prometheus.NewDesc("switchml_switch_max_packet_elements", "Largest number of values per packet the switch takes.", nil, nil),
 		drops:         prometheus.NewDesc("switchml_switch_drops_total", "Packets the pipeline dropped, by reason (the pipeline's drop_* counters).", []string{"reason"}, nil),
+		shmDatagrams:  prometheus.NewDesc("switchml_switch_shm_datagrams_total", "Datagrams a shared-memory data plane moved through inboxes rather than UDP, by direction.", []string{"direction"}, nil),
+		shmShared:     prometheus.NewDesc("switchml_switch_shm_shared_total", "Results a shared-memory data plane wrote once, into its outbox, and referenced from a worker's inbox instead of copying.", nil, nil),
+		shmRingFull:   prometheus.NewDesc("switchml_switch_shm_ring_full_drops_total", "Datagrams a shared-memory data plane dropped at a worker's full ring.", nil, nil),
+		shmDoorbells:  prometheus.NewDesc("switchml_switch_shm_doorbells_total", "Times a shared-memory data plane woke a sleeping worker.", nil, nil),
 	}
 	for st := range pipeline.NumStats {
 		if dropReason(st) != "" {
@@ -72,7 +79,8 @@ func (s *Switch) Collector() prometheus.Collector {
 }
 
 func (c *switchCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.received, c.sent, c.receivedBytes, c.sentBytes, c.sendErrors, c.socketDrops, c.slots, c.maxElements, c.drops} {
+	for _, d := range []*prometheus.Desc{c.received, c.sent, c.receivedBytes, c.sentBytes, c.sendErrors, c.socketDrops, c.slots, c.maxElements, c.drops,
+		c.shmDatagrams, c.shmShared, c.shmRingFull, c.shmDoorbells} {
 		ch <- d
 	}
 	for _, d := range c.pipeline {
@@ -101,6 +109,26 @@ func (c *switchCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if found {
 		counter(c.socketDrops, drops)
+	}
+	var shmSt shm.Stats
+	shmFound := false
+	for _, conn := range c.sw.conns {
+		if sc, ok := conn.(*shm.Conn); ok {
+			st := sc.Stats()
+			shmSt.ShmRX += st.ShmRX
+			shmSt.ShmTX += st.ShmTX
+			shmSt.Shared += st.Shared
+			shmSt.Dropped += st.Dropped
+			shmSt.Doorbells += st.Doorbells
+			shmFound = true
+		}
+	}
+	if shmFound {
+		counter(c.shmDatagrams, shmSt.ShmRX, "received")
+		counter(c.shmDatagrams, shmSt.ShmTX, "sent")
+		counter(c.shmShared, shmSt.Shared)
+		counter(c.shmRingFull, shmSt.Dropped)
+		counter(c.shmDoorbells, shmSt.Doorbells)
 	}
 	cfg := c.sw.srv.PipelineConfig()
 	ch <- prometheus.MustNewConstMetric(c.slots, prometheus.GaugeValue, float64(cfg.Slots))

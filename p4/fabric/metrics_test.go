@@ -2,6 +2,7 @@ package fabric_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -141,6 +142,9 @@ func TestMetricsDuringAJob(t *testing.T) {
 	if sent, replicas := during["switchml_switch_sent_packets_total"], during["switchml_switch_result_replicas_total"]+during["switchml_switch_retransmissions_answered_total"]; sent >= replicas || sent < 0.8*replicas {
 		t.Errorf("sent %v packets of %v replies made: want about 95%% of them after loss", sent, replicas)
 	}
+	if _, ok := during["switchml_switch_shm_shared_total"]; ok {
+		t.Errorf("a UDP switch exposes shared-memory counters: %v", during)
+	}
 	if during["switchml_controller_jobs{state=active}"] != 1 || during["switchml_controller_job_slots{job=scraped}"] != 2*16 ||
 		during["switchml_controller_job_workers{job=scraped}"] != workers || during["switchml_controller_slots_free"] != 256-2*16 {
 		t.Errorf("controller during the job: %v", during)
@@ -168,5 +172,58 @@ func TestMetricsDuringAJob(t *testing.T) {
 		if _, ok := during["switchml_switch_drops_total{reason="+strings.TrimPrefix(i.String(), "drop_")+"}"]; !ok && strings.HasPrefix(i.String(), "drop_") {
 			t.Errorf("counter %s is not exposed", i)
 		}
+	}
+}
+
+// TestSharedMemoryMetrics scrapes a shared-memory switch after a job: the
+// results went to the workers' inboxes by reference to the switch's
+// outbox, and the counters say so; a UDP switch has no such series.
+func TestSharedMemoryMetrics(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	reg := prometheus.NewPedanticRegistry()
+	f, err := fabric.Start(ctx, fabric.Config{Slots: 256, Metrics: reg, Transport: "shm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const workers, elements = 3, 40_000
+	var wg sync.WaitGroup
+	errs := make([]error, workers)
+	for r := range workers {
+		wg.Go(func() {
+			s, err := switchml.Join(ctx, switchml.Config{Controller: f.ControllerAddr(), Job: "shm-scraped", Rank: r, Workers: workers,
+				Lanes: 1, Window: 32, Transport: switchml.TransportShm})
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer s.Close()
+			x := make([]int32, elements)
+			for i := range x {
+				x[i] = int32(r + i)
+			}
+			if errs[r] = s.AllReduceInt32(ctx, x); errs[r] == nil && x[7] != int32(workers*7+0+1+2) {
+				errs[r] = fmt.Errorf("sum [7] = %d", x[7])
+			}
+			if got := s.Transport(); errs[r] == nil && got != switchml.TransportShm {
+				errs[r] = fmt.Errorf("lanes moved packets over %q", got)
+			}
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	m := gather(t, reg)
+	results := m["switchml_switch_result_replicas_total"]
+	in, out, shared := m["switchml_switch_shm_datagrams_total{direction=received}"], m["switchml_switch_shm_datagrams_total{direction=sent}"], m["switchml_switch_shm_shared_total"]
+	if in < m["switchml_switch_pipeline_packets_total"]*0.99 || out < results || shared == 0 || shared > out {
+		t.Fatalf("shm datagrams in %v, out %v, by reference %v, for %v results: %v", in, out, shared, results, m)
+	}
+	if _, ok := m["switchml_switch_shm_ring_full_drops_total"]; !ok {
+		t.Errorf("no ring-full counter: %v", m)
 	}
 }
