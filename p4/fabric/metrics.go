@@ -47,7 +47,8 @@ func dropReason(s pipeline.Stat) string {
 
 // Collector returns a prometheus.Collector of the switch's data plane and
 // pipeline counters: packets and bytes in and out, drops by reason, kernel
-// socket drops, retransmissions answered. Register it once per switch.
+// socket drops, retransmissions answered, and a shared-memory data plane's
+// own counters. Register it once per switch.
 func (s *Switch) Collector() prometheus.Collector {
 	c := &switchCollector{
 		sw:            s,
