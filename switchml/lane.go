@@ -25,8 +25,10 @@ type laneDriver struct {
 	in  []transport.Message
 
 	// inPlace, when the transport offers it and no faults are injected,
-	// builds packets in the transport's memory.
+	// builds packets in the transport's memory. noRoom is set when the
+	// last flush found no room there for packets that were due.
 	inPlace transport.InPlaceWriter
+	noRoom  bool
 
 	// bytes counts what the lane sent, headers included.
 	bytes uint64
@@ -56,6 +58,11 @@ func (l *laneDriver) init(eng *engine.Lane, peer netip.AddrPort) {
 }
 
 func (l *laneDriver) now() time.Duration { return time.Since(l.epoch) }
+
+// maxLaneWait bounds a lane's wait for replies: a lane with nothing due
+// (no timer runs, nothing can be sent) still notices a cancelled context
+// or a closed or aborted session within it.
+const maxLaneWait = time.Second
 
 // errAborted stops a lane whose session the controller ended.
 var errAborted = errors.New("switchml: session aborted")
@@ -96,12 +103,16 @@ func (l *laneDriver) drive(ctx context.Context, quit, aborted <-chan struct{}, o
 		if l.eng.Done() {
 			break // building a packet failed the op (its input is bad)
 		}
-		deadline := time.Time{}
+		// The context, quit and abort are looked at between reads, so no
+		// read waits longer than maxLaneWait, whatever the timers say.
+		deadline := time.Now().Add(maxLaneWait)
 		if d, ok := l.eng.Deadline(); ok {
-			deadline = l.epoch.Add(d)
+			if t := l.epoch.Add(d); t.Before(deadline) {
+				deadline = t
+			}
 		}
-		if l.faults.Pending() {
-			if soon := time.Now().Add(time.Millisecond); deadline.IsZero() || soon.Before(deadline) {
+		if l.faults.Pending() || l.noRoom {
+			if soon := time.Now().Add(time.Millisecond); soon.Before(deadline) {
 				deadline = soon
 			}
 		}
@@ -158,6 +169,7 @@ func (l *laneDriver) receive(n int) {
 // when flush's copying path takes over.
 func (l *laneDriver) flushInPlace() (done bool, err error) {
 	w := l.inPlace
+	l.noRoom = false
 	for {
 		q := min(l.eng.Queued(), len(l.out))
 		if q == 0 {
@@ -169,8 +181,11 @@ func (l *laneDriver) flushInPlace() (done bool, err error) {
 		}
 		if len(bufs) == 0 {
 			// The switch has not taken what was sent yet: the packets
-			// wait for the replies to make room, as sending would only
-			// lose them.
+			// wait for room, as sending would only lose them. The
+			// switch frees it when it next reads, which it may do
+			// without answering anything (it held the whole ring, and
+			// all of it is answered): drive looks again soon.
+			l.noRoom = true
 			return true, nil
 		}
 		n := 0
