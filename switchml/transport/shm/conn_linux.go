@@ -733,11 +733,11 @@ func (c *Conn) WriteBatch(ms []Message) (n int, err error) {
 		if share && len(m.Buf) >= minShared {
 			if d := c.dups.find(m.Buf); d.n > 1 {
 				if d.off == 0 {
-					d.off = c.put(m.Buf)
+					d.off, d.ent = c.put(m.Buf)
 				}
 				if d.off > 0 {
 					c.stampRef(s, len(m.Buf), d.off)
-					c.ref(d.off, p)
+					c.ref(d.ent, p)
 					shared++
 					goto written
 				}

@@ -44,8 +44,10 @@
 // software switch sets it) a WriteBatch that sends one buffer to several
 // inboxes writes it once, into an outbox: a file of the writer's beside
 // its inbox, named after it and the writer's token, which readers map
-// read-only. Each inbox gets a reference (the token and the offset) in
-// place of the bytes, and the reader's message points into the outbox.
+// read-only, and where the datagrams lie one after another, so that small
+// ones share pages. Each inbox gets a reference (the token and the
+// offset) in place of the bytes, and the reader's message points into the
+// outbox.
 // The writer reuses an outbox slot once every ring that referenced it has
 // been read past the reference, which it learns from the heads it reads
 // anyway; so a message from an outbox is valid exactly as long as one

@@ -21,29 +21,43 @@ import (
 // the datagram's offset) in place of the bytes. The reader returns a
 // message that points into the outbox.
 //
-// An outbox slot is reused once every ring it was referenced from has been
-// read past the reference: the reader hands slots back at its next read,
-// so a message stays valid exactly as long as one in the ring. The writer
-// learns this from the heads it already reads for its rings, so nothing
-// is shared beyond the rings and the outbox's bytes. An outbox that is
-// full (a reader fell behind) or could not be made leaves datagrams to be
-// copied into the rings, as without the option.
+// Datagrams are packed in the outbox in the order they are put, each at a
+// cache-line boundary, wrapping at its end, so that small ones share
+// pages: a reader of 1 KiB results touches a quarter of the pages (and
+// of the TLB entries) that one slot per largest datagram would take.
+//
+// A datagram's space is reused once every ring it was referenced from has
+// been read past the reference: the reader hands slots back at its next
+// read, so a message stays valid exactly as long as one in the ring. The
+// writer learns this from the heads it already reads for its rings, so
+// nothing is shared beyond the rings and the outbox's bytes. An outbox that
+// is full (a reader fell behind) or could not be made leaves datagrams to
+// be copied into the rings, as without the option.
 
 // outbox is a writer's shared copies.
 type outbox struct {
-	mem    []byte
-	fd     int
-	path   string
-	slots  int
-	stride int
-	// head is the oldest slot maybe still referenced, tail the next to
-	// fill; slot i sits at outHeader + (i % slots) * stride.
+	mem  []byte
+	fd   int
+	path string
+	size uint64 // bytes for datagrams, after outHeader
+	// entries records the datagrams in the order they were put, from head
+	// to tail (indices that only grow, taken modulo len(entries)). start
+	// and end bound the bytes in use, as positions that only grow: a
+	// datagram at position x sits at outHeader + x%size.
+	entries    []outEntry
 	head, tail uint64
-	refs       [][]outRef // per slot, the rings that reference it
-	failed     bool       // could not be made: copy instead
+	start, end uint64
+	failed     bool // could not be made: copy instead
 }
 
-// outRef is a reference to an outbox slot in a ring: the peer, its
+// outEntry is a datagram in the outbox: where it ends, and the rings that
+// reference it.
+type outEntry struct {
+	end  uint64
+	refs []outRef
+}
+
+// outRef is a reference to an outbox datagram in a ring: the peer, its
 // mapping's epoch and the ring position of the reference.
 type outRef struct {
 	p     *peer
@@ -55,13 +69,13 @@ type outRef struct {
 const (
 	outMagic   = 0x31305842534d5353 // "SSMSBX01"
 	outHeader  = 4096
-	outVersion = 8 // uint32
-	outSlots   = 12
-	outStride  = 16
+	outVersion = 8  // uint32
+	outEntries = 12 // uint32
+	outSize    = 16 // uint64
 
-	// maxOutboxSlots bounds an outbox (36 MiB with the largest
-	// datagrams).
-	maxOutboxSlots = 4096
+	// maxOutboxDatagrams bounds an outbox's bytes to this many of the
+	// largest datagrams (36 MiB of 9000-byte ones).
+	maxOutboxDatagrams = 4096
 
 	// minShared is the smallest datagram worth sharing: a reference
 	// costs a cache line in each ring and the reader's indirection.
@@ -74,16 +88,19 @@ func outboxPath(inbox string, tok uint64) string { return fmt.Sprintf("%s.%x.out
 
 // openOutbox makes the Conn's outbox: made aside, locked (so that a sweep
 // takes it for its owner's until the owner is gone), allocated whole (so
-// that writes into it cannot fault) and renamed into place.
+// that writes into it cannot fault) and renamed into place. It holds
+// 4 × Slots of the largest datagrams, and up to four times as many
+// smaller ones.
 func (c *Conn) openOutbox() bool {
 	o := &c.out
 	if o.mem != nil || o.failed {
 		return o.mem != nil
 	}
 	o.failed = true
-	o.slots = min(4*c.opts.Slots, maxOutboxSlots)
-	o.stride = (c.opts.MaxDatagram + 63) &^ 63
-	size := outHeader + o.slots*o.stride
+	largest := min(4*c.opts.Slots, maxOutboxDatagrams)
+	o.size = uint64(largest * ((c.opts.MaxDatagram + 63) &^ 63))
+	entries := 4 * largest
+	size := outHeader + int(o.size)
 	tmp := filepath.Join(c.opts.Dir, fmt.Sprintf(".switchml-new-%x.out", c.token))
 	fd, err := unix.Open(tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
 	if err != nil {
@@ -103,8 +120,8 @@ func (c *Conn) openOutbox() bool {
 	}
 	le := binary.LittleEndian
 	le.PutUint32(mem[outVersion:], version)
-	le.PutUint32(mem[outSlots:], uint32(o.slots))
-	le.PutUint32(mem[outStride:], uint32(o.stride))
+	le.PutUint32(mem[outEntries:], uint32(entries))
+	le.PutUint64(mem[outSize:], o.size)
 	le.PutUint64(mem, outMagic)
 	path := outboxPath(c.path, c.token)
 	if os.Rename(tmp, path) != nil {
@@ -112,7 +129,7 @@ func (c *Conn) openOutbox() bool {
 		return fail()
 	}
 	o.mem, o.fd, o.path, o.failed = mem, fd, path, false
-	o.refs = make([][]outRef, o.slots)
+	o.entries = make([]outEntry, entries)
 	return true
 }
 
@@ -126,54 +143,72 @@ func (c *Conn) closeOutbox() {
 	os.Remove(o.path)
 	unix.Munmap(o.mem)
 	unix.Close(o.fd)
-	o.mem, o.refs = nil, nil
+	o.mem, o.entries = nil, nil
 	o.failed = true
 }
 
-// put copies b into a free outbox slot and returns the slot's offset, or
-// -1 when there is no outbox or no free slot.
-func (c *Conn) put(b []byte) int {
+// put copies b into the outbox and returns its offset in the file and
+// its entry, or -1 when there is no outbox or no room.
+func (c *Conn) put(b []byte) (off, entry int) {
 	o := &c.out
 	if o.mem == nil && !c.openOutbox() {
-		return -1
+		return -1, 0
 	}
-	if o.tail-o.head == uint64(o.slots) && !c.reclaim() {
-		return -1
+	n := uint64(len(b)+63) &^ 63
+	if n > o.size {
+		return -1, 0
 	}
-	i := int(o.tail % uint64(o.slots))
-	off := outHeader + i*o.stride
+	pos := o.place(n)
+	if o.tail-o.head == uint64(len(o.entries)) || pos+n > o.start+o.size {
+		c.reclaim()
+		if pos = o.place(n); o.tail-o.head == uint64(len(o.entries)) || pos+n > o.start+o.size {
+			return -1, 0
+		}
+	}
+	off = outHeader + int(pos%o.size)
 	c.inOutbox = true
-	copy(o.mem[off:off+o.stride], b)
+	copy(o.mem[off:off+len(b)], b)
 	c.inOutbox = false
-	o.refs[i] = o.refs[i][:0]
+	entry = int(o.tail % uint64(len(o.entries)))
+	o.entries[entry] = outEntry{end: pos + n, refs: o.entries[entry].refs[:0]}
 	o.tail++
-	return off
+	o.end = pos + n
+	return off, entry
 }
 
-// ref notes that p's ring holds a reference to the slot at off, at the
-// ring's current tail.
-func (c *Conn) ref(off int, p *peer) {
-	o := &c.out
-	i := (off - outHeader) / o.stride
-	o.refs[i] = append(o.refs[i], outRef{p: p, epoch: p.epoch, pos: p.tail})
+// place is where the next datagram of n bytes goes: after the last one,
+// or at the start of the area when it would run past its end.
+func (o *outbox) place(n uint64) uint64 {
+	pos := o.end
+	if r := pos % o.size; r+n > o.size {
+		pos += o.size - r
+	}
+	return pos
 }
 
-// reclaim frees the oldest slots whose references have all been read
-// past, and reports whether one is free now.
-func (c *Conn) reclaim() bool {
+// ref notes that p's ring holds a reference to the datagram of entry, at
+// the ring's current tail.
+func (c *Conn) ref(entry int, p *peer) {
+	e := &c.out.entries[entry]
+	e.refs = append(e.refs, outRef{p: p, epoch: p.epoch, pos: p.tail})
+}
+
+// reclaim frees the oldest datagrams whose references have all been read
+// past.
+func (c *Conn) reclaim() {
 	o := &c.out
 	for o.head != o.tail {
-		i := int(o.head % uint64(o.slots))
-		for len(o.refs[i]) > 0 {
-			r := o.refs[i][len(o.refs[i])-1]
-			if !r.passed() {
-				return o.tail-o.head < uint64(o.slots)
+		e := &o.entries[o.head%uint64(len(o.entries))]
+		for len(e.refs) > 0 {
+			if !e.refs[len(e.refs)-1].passed() {
+				return
 			}
-			o.refs[i] = o.refs[i][:len(o.refs[i])-1]
+			e.refs = e.refs[:len(e.refs)-1]
 		}
+		o.start = e.end
 		o.head++
 	}
-	return true
+	o.start = o.end
 }
 
 // passed tells whether the reader of r's ring is done with the reference:
@@ -273,6 +308,7 @@ type copyEntry struct {
 	gen  uint32
 	n    int32 // messages with this buffer
 	off  int   // outbox offset, 0 until put, -1 if it could not be
+	ent  int   // outbox entry, once put
 	ptr  uintptr
 	size int
 }

@@ -83,7 +83,8 @@ func TestSharedCopies(t *testing.T) {
 	dir := t.TempDir()
 	a := listen(t, dir, Options{ShareCopies: true, Slots: 16})
 	b, c, d := listen(t, dir, Options{Slots: 16}), listen(t, dir, Options{Slots: 16}), listen(t, dir, Options{Slots: 16})
-	// Many more datagrams than the outbox's 64 slots: they are reused.
+	// Many more datagrams than the outbox holds (64 of the largest, 256
+	// entries): its space is reused.
 	const rounds, k = 100, 8
 	for r := 0; r < rounds; r++ {
 		multicast(t, a, r*k, k, b, c, d)
@@ -129,12 +130,14 @@ func TestSharedCopies(t *testing.T) {
 // is full of slots the holder still references.
 func TestHeldCopiesSurvive(t *testing.T) {
 	dir := t.TempDir()
-	a := listen(t, dir, Options{ShareCopies: true, Slots: 8}) // an outbox of 32
+	a := listen(t, dir, Options{ShareCopies: true, Slots: 8}) // an outbox of 32 × 9 KiB, 128 entries
 	b, c := listen(t, dir, Options{Slots: 8}), listen(t, dir, Options{Slots: 64})
 	multicast(t, a, 0, 4, b, c)
 	held := readN(t, b, a.LocalAddr(), 0, 4)
 	readN(t, c, a.LocalAddr(), 0, 4)
-	for r := 1; r < 40; r++ {
+	// Four shared datagrams a round, about 3.5 KB: 199 rounds go more than
+	// twice round the outbox's 288 KiB.
+	for r := 1; r < 200; r++ {
 		multicast(t, a, 4*r, 4, c)
 		multicast(t, a, 1000+4*r, 4, c, c) // two copies to one reader share too
 		readN(t, c, a.LocalAddr(), 4*r, 4)
@@ -240,7 +243,7 @@ func TestSharingAllocatesNothing(t *testing.T) {
 // hold the outbox, and sharing goes on with the new reader.
 func TestReplacedReaderFreesItsReferences(t *testing.T) {
 	dir := t.TempDir()
-	a := listen(t, dir, Options{ShareCopies: true, Slots: 8}) // an outbox of 32
+	a := listen(t, dir, Options{ShareCopies: true, Slots: 8}) // an outbox of 128 entries
 	b := listen(t, dir, Options{Slots: 16})
 	old, err := Listen(loopback, Options{Dir: dir, Slots: 16}, transport.Options{})
 	if err != nil {
@@ -263,7 +266,7 @@ func TestReplacedReaderFreesItsReferences(t *testing.T) {
 	defer neu.Close()
 	time.Sleep(recheck + 100*time.Millisecond)
 	before := a.Stats().Shared
-	const rounds = 20 // 160 datagrams through an outbox of 32
+	const rounds = 20 // 160 datagrams through an outbox of 128 entries
 	for r := 1; r <= rounds; r++ {
 		multicast(t, a, 8*r, 8, b, neu)
 		readN(t, b, a.LocalAddr(), 8*r, 8)
@@ -298,5 +301,40 @@ func TestTruncatedOutboxIsAnErrorNotACrash(t *testing.T) {
 	readN(t, c, a.LocalAddr(), 3, 4)
 	if s := a.Stats(); s.Shared != shared {
 		t.Fatalf("after the fault: %+v, want copies", s)
+	}
+}
+
+// TestCopiesArePacked: datagrams go into the outbox one after another, at
+// cache-line boundaries, so that small ones share pages; and a datagram
+// that would run past the outbox's end starts it again.
+func TestCopiesArePacked(t *testing.T) {
+	dir := t.TempDir()
+	a := listen(t, dir, Options{ShareCopies: true, Slots: 1, MaxDatagram: 2000}) // 4 × 2048 bytes
+	b, c := listen(t, dir, Options{}), listen(t, dir, Options{})
+	var offs []uintptr
+	for i, size := range []int{1000, 1000, 1000, 1000, 2000, 1000, 2000} {
+		buf := make([]byte, size)
+		buf[0] = byte(i)
+		if _, err := a.WriteBatch([]transport.Message{{Buf: buf, Addr: b.LocalAddr()}, {Buf: buf, Addr: c.LocalAddr()}}); err != nil {
+			t.Fatal(err)
+		}
+		in := make([]transport.Message, 4)
+		for _, x := range []*Conn{b, c} {
+			if n, err := x.ReadBatch(in, time.Now().Add(5*time.Second)); err != nil || n != 1 || len(in[0].Buf) != size || in[0].Buf[0] != byte(i) {
+				t.Fatalf("datagram %d (%d bytes): %d, %v", i, size, n, err)
+			}
+			if !inOutbox(x, in[0].Buf) {
+				t.Fatalf("datagram %d was copied", i)
+			}
+		}
+		offs = append(offs, uintptr(unsafe.Pointer(&in[0].Buf[0]))) // c's mapping
+	}
+	// 1000 bytes take 1024, 2000 take 2048; the last 2048 would run past
+	// the 8192 bytes, so they start the outbox again, where the first
+	// datagram was (read, so free).
+	for i, want := range []uintptr{0, 1024, 2048, 3072, 4096, 6144, 0} {
+		if got := offs[i] - offs[0]; got != want {
+			t.Errorf("datagram %d at %d, want %d", i, got, want)
+		}
 	}
 }

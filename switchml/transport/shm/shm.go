@@ -36,10 +36,12 @@ type Options struct {
 	// ShareCopies writes a datagram that one WriteBatch sends to several
 	// inboxes (a multicast's copies, which share one buffer) once, into an
 	// outbox file of this Conn's that the readers map, and puts a
-	// reference to it in each inbox instead of a copy. The outbox holds
-	// 4 × Slots datagrams (at most 4096) and takes its memory whole when
-	// first used (about 36 KiB per slot with the defaults); when it is
-	// full or cannot be made, datagrams are copied as without the option.
+	// reference to it in each inbox instead of a copy. The outbox packs
+	// datagrams one after another: it holds 4 × Slots of the largest (at
+	// most 4096), and up to four times as many smaller ones, and takes
+	// its memory whole when first used (about 36 KiB per slot with the
+	// defaults); when it is full or cannot be made, datagrams are copied
+	// as without the option.
 	ShareCopies bool
 	// YieldsBeforeSleep is how many times a read that finds nothing gives
 	// its CPU up (sched_yield) and looks again before it sleeps. Where
