@@ -32,6 +32,9 @@ type laneDriver struct {
 
 	// bytes counts what the lane sent, headers included.
 	bytes uint64
+	// pktLen is the length of the lane's packets (a short last block
+	// makes a shorter one): what it asks of the transport's memory.
+	pktLen int
 
 	// trace, if set, receives the lane's spans on thread tid.
 	trace *tracer
@@ -40,6 +43,9 @@ type laneDriver struct {
 
 func (l *laneDriver) init(eng *engine.Lane, peer netip.AddrPort) {
 	l.eng, l.peer, l.epoch = eng, peer, time.Now()
+	cfg := eng.Config()
+	h := wire.Header{Format: cfg.Format, Elements: cfg.Elements}
+	l.pktLen = h.PacketLen()
 	batch := l.conn.Batch()
 	l.out = make([]transport.Message, batch)
 	l.in = make([]transport.Message, batch)
@@ -51,7 +57,7 @@ func (l *laneDriver) init(eng *engine.Lane, peer netip.AddrPort) {
 		l.inPlace = w
 		// Reach the switch's memory now, before an op's timers run:
 		// setting it up takes long enough to time a first window out.
-		if b := w.Reserve(peer, 1, wire.MaxPacket); len(b) > 0 {
+		if b := w.Reserve(peer, 1, l.pktLen); len(b) > 0 {
 			w.Commit(nil)
 		}
 	}
@@ -175,7 +181,7 @@ func (l *laneDriver) flushInPlace() (done bool, err error) {
 		if q == 0 {
 			return true, nil
 		}
-		bufs := w.Reserve(l.peer, q, wire.MaxPacket)
+		bufs := w.Reserve(l.peer, q, l.pktLen)
 		if bufs == nil {
 			return false, nil
 		}

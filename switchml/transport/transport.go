@@ -99,7 +99,9 @@ type InPlaceWriter interface {
 	// WriteBatch is the way), an empty slice when it has no room now (as
 	// a full socket buffer). A Reserve that returned buffers must be
 	// followed by a Commit, and nothing else on the Conn's writing side
-	// in between.
+	// in between. The first Reserve for dst may fit what dst takes from
+	// this Conn to size (an shm ring of slots that size): ask for the
+	// largest datagram to come.
 	Reserve(dst netip.AddrPort, n, size int) [][]byte
 	// Commit sends the first len(bufs) reserved buffers, each built in
 	// place (bufs[i] starts where the i-th reserved buffer does) to its

@@ -148,6 +148,10 @@ type peer struct {
 	dirty                  bool
 	owed                   bool   // in Conn.owed
 	epoch                  uint64 // counts unmaps, so that outbox references to an earlier mapping are let go
+	// stride is the ring's slot stride, chosen at attach for datagrams of
+	// up to maxDgram bytes (the size the first Reserve asked for, kept in
+	// sizeHint for a later attach).
+	stride, maxDgram, sizeHint int
 }
 
 // Listen opens a UDP socket on addr (port 0 picks a free one) and creates
@@ -588,12 +592,15 @@ func (c *Conn) drain(ms []Message) int {
 			head = tail
 		}
 		start := head
+		// Loaded after the tail: a producer writes it before its first
+		// datagram.
+		stride := g.entryStride(c.in.u32(g.entry(e) + eStride).Load())
 		for head != tail && n < len(ms) {
-			off := g.slot(e, int(head%uint64(g.slots)))
+			off := g.slotAt(e, int(head%uint64(g.slots)), stride)
 			head++
-			s := c.in.mem[off : off+g.stride : off+g.stride]
+			s := c.in.mem[off : off+stride : off+stride]
 			l := int(binary.LittleEndian.Uint32(s[sLen:]))
-			if l < 1 || l > g.maxDgram {
+			if l < 1 || l > min(g.maxDgram, stride-slotHeader) {
 				continue
 			}
 			var ip netip.Addr
@@ -651,6 +658,7 @@ func (c *Conn) reap() {
 		c.in.u64(base + eTail).Store(0)
 		c.in.u64(base + eHead).Store(0)
 		c.in.u32(base + ePID).Store(0)
+		c.in.u32(base + eStride).Store(0)
 		c.in.u32(base + eState).Store(entryFree)
 		c.heads[e] = 0
 		c.unmapOutbox(e)
@@ -716,7 +724,7 @@ func (c *Conn) WriteBatch(ms []Message) (n int, err error) {
 		m := &ms[i]
 		p = c.lookup(m.Addr, now)
 		g := p.in.g
-		if p.in.mem == nil || len(m.Buf) > g.maxDgram || len(m.Buf) == 0 {
+		if p.in.mem == nil || len(m.Buf) > p.maxDgram || len(m.Buf) == 0 {
 			c.viaUDP = append(c.viaUDP, *m)
 			continue
 		}
@@ -728,8 +736,8 @@ func (c *Conn) WriteBatch(ms []Message) (n int, err error) {
 				continue
 			}
 		}
-		off := g.slot(p.entry, int(p.tail%uint64(g.slots)))
-		s := p.in.mem[off : off+g.stride : off+g.stride]
+		off := g.slotAt(p.entry, int(p.tail%uint64(g.slots)), p.stride)
+		s := p.in.mem[off : off+p.stride : off+p.stride]
 		if share && len(m.Buf) >= minShared {
 			if d := c.dups.find(m.Buf); d.n > 1 {
 				if d.off == 0 {
@@ -857,9 +865,9 @@ func (c *Conn) Reserve(dst netip.AddrPort, n, size int) [][]byte {
 		c.mu.RUnlock()
 		return nil
 	}
-	p := c.lookup(dst, time.Now())
+	p := c.lookupFor(dst, size, time.Now())
 	g := p.in.g
-	if p.in.mem == nil || size > g.maxDgram || !c.allocate(p) {
+	if p.in.mem == nil || size > p.maxDgram || !c.allocate(p) {
 		c.mu.RUnlock()
 		return nil
 	}
@@ -875,8 +883,8 @@ func (c *Conn) Reserve(dst netip.AddrPort, n, size int) [][]byte {
 	}
 	c.resv = c.resv[:0]
 	for i := uint64(0); i < k; i++ {
-		off := g.slot(p.entry, int((p.tail+i)%uint64(g.slots))) + slotHeader
-		c.resv = append(c.resv, p.in.mem[off:off:off+g.maxDgram])
+		off := g.slotAt(p.entry, int((p.tail+i)%uint64(g.slots)), p.stride) + slotHeader
+		c.resv = append(c.resv, p.in.mem[off:off:off+p.maxDgram])
 	}
 	c.resvPeer = p
 	return c.resv
@@ -888,7 +896,7 @@ func (c *Conn) Reserve(dst netip.AddrPort, n, size int) [][]byte {
 func (c *Conn) allocate(p *peer) bool {
 	if !p.reserved && !p.unreservable {
 		g := p.in.g
-		err := unix.Fallocate(p.fd, 0, int64(g.slot(p.entry, 0)), int64(g.slots*g.stride))
+		err := unix.Fallocate(p.fd, 0, int64(g.slot(p.entry, 0)), int64(g.slots*p.stride))
 		p.reserved, p.unreservable = err == nil, err != nil
 	}
 	return p.reserved
@@ -908,9 +916,9 @@ func (c *Conn) Commit(bufs [][]byte) (int, error) {
 	}
 	g := p.in.g
 	for i, b := range bufs {
-		off := g.slot(p.entry, int((p.tail+uint64(i))%uint64(g.slots)))
-		s := p.in.mem[off : off+g.stride : off+g.stride]
-		if len(b) == 0 || len(b) > g.maxDgram || &b[:1][0] != &s[slotHeader] {
+		off := g.slotAt(p.entry, int((p.tail+uint64(i))%uint64(g.slots)), p.stride)
+		s := p.in.mem[off : off+p.stride : off+p.stride]
+		if len(b) == 0 || len(b) > p.maxDgram || &b[:1][0] != &s[slotHeader] {
 			return i, fmt.Errorf("shm: Commit of buffer %d: %d bytes not built in the reserved slot", i, len(b))
 		}
 		c.stamp(s, len(b))
@@ -936,10 +944,15 @@ func (c *Conn) stamp(s []byte, n int) {
 }
 
 // lookup is peer with a one-entry cache of the last destination.
-func (c *Conn) lookup(dst netip.AddrPort, now time.Time) *peer {
+func (c *Conn) lookup(dst netip.AddrPort, now time.Time) *peer { return c.lookupFor(dst, 0, now) }
+
+// lookupFor is lookup for datagrams of up to size bytes (0: any): a
+// destination first reached this way gets a ring whose slots fit them,
+// packed that closely.
+func (c *Conn) lookupFor(dst netip.AddrPort, size int, now time.Time) *peer {
 	p := c.last
 	if p == nil || p.addr != dst || now.Sub(p.checked) >= recheck {
-		p = c.peer(dst, now)
+		p = c.peer(dst, size, now)
 		c.last = p
 	}
 	return p
@@ -947,10 +960,10 @@ func (c *Conn) lookup(dst netip.AddrPort, now time.Time) *peer {
 
 // peer returns the writer's view of dst, looking its inbox up when it has
 // not been checked for a while.
-func (c *Conn) peer(dst netip.AddrPort, now time.Time) *peer {
+func (c *Conn) peer(dst netip.AddrPort, size int, now time.Time) *peer {
 	p := c.peers[dst]
 	if p == nil {
-		p = &peer{addr: dst, fd: -1, bell: -1}
+		p = &peer{addr: dst, fd: -1, bell: -1, sizeHint: size}
 		c.peers[dst] = p
 		c.peerList = append(c.peerList, p)
 	} else if now.Sub(p.checked) < recheck {
@@ -1024,11 +1037,15 @@ func (c *Conn) attach(p *peer) {
 			continue
 		}
 		r.u32(base + ePID).Store(uint32(os.Getpid()))
+		// Before the first datagram, which the reader finds by the tail.
+		stride := r.g.strideFor(p.sizeHint)
+		r.u32(base + eStride).Store(uint32(stride))
 		r.u32(base + eState).Store(entryOpen)
 		p.tail = r.u64(base + eTail).Load()
 		p.head = r.u64(base + eHead).Load()
 		r.u64(hAttachGen).Add(1)
 		p.in, p.fd, p.ino, p.entry, p.bell = r, fd, st.Ino, e, bell
+		p.stride, p.maxDgram = stride, min(r.g.maxDgram, stride-slotHeader)
 		p.reserved, p.unreservable = false, false
 		c.npeers.Add(1)
 		return

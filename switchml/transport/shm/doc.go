@@ -18,10 +18,14 @@
 // publishes each batch with one atomic store. A sender may also build
 // datagrams straight in the ring (Reserve and Commit,
 // transport.InPlaceWriter), which the worker's lanes do: the packet is
-// quantized into the slot the switch reads it from. Before it does, it
-// allocates its whole ring in the file (fallocate), so that a file system
-// out of space turns it back to copying (below) rather than faulting. Datagrams to any other
-// destination, larger than the inbox's slots, or beyond a full entry
+// quantized into the slot the switch reads it from. A sender that first
+// reaches an inbox through Reserve sizes its ring's slots to the
+// datagrams it asked for (the lane's packet), so that small ones lie
+// close together, and writes that size into its entry for the reader.
+// Before it builds in place, it allocates its whole ring in the file
+// (fallocate), so that a file system out of space turns it back to
+// copying (below) rather than faulting. Datagrams to any other
+// destination, larger than the ring's slots, or beyond a full entry
 // table go through the UDP socket, as does everything a peer without an
 // inbox sends. A full ring drops the datagram, as a full socket buffer
 // would; the protocol recovers it.
@@ -70,10 +74,12 @@
 // namespace and with the same Dir find each other; everything else is
 // plain UDP. A reader that had not yet mapped a writer's outbox when the
 // writer closed loses the datagrams it still had by reference, as it
-// would those of a producer that died. A producer that dies in the middle of a batch loses that
-// batch, nothing more. The inbox file is sparse: only the rings of
-// senders take memory, up to Slots × about 9 KiB each (2.3 MiB with the
-// defaults). A copying write that faults on the inbox's memory (the file
-// system is full, someone cut the file short) is an error for the call,
-// and the destination goes over UDP from then on; it is not a crash.
+// would those of a producer that died. A producer that dies in the middle
+// of a batch loses that batch, nothing more. The inbox file is sparse:
+// only the rings of senders take memory, up to Slots × about 9 KiB each,
+// or Slots × the slot size a sender chose (2.3 MiB with the defaults and
+// the largest slots). A copying write that faults on the inbox's memory
+// (the file system is full, someone cut the file short) is an error for
+// the call, and the destination goes over UDP from then on; it is not a
+// crash.
 package shm

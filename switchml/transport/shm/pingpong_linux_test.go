@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/switchml/switchml-go/switchml/transport"
 )
@@ -301,4 +302,81 @@ func TestYieldsBeforeSleep(t *testing.T) {
 			t.Errorf("YieldsBeforeSleep %d: %v", y, err)
 		}
 	}
+}
+
+// TestRingFitsTheDatagrams: a destination first reached through Reserve
+// for datagrams of some size gets a ring whose slots fit them, packed that
+// closely; larger datagrams to it go over UDP, and arrive.
+func TestRingFitsTheDatagrams(t *testing.T) {
+	dir := t.TempDir()
+	a, b := listen(t, dir, Options{}), listen(t, dir, Options{})
+	bufs := a.Reserve(b.LocalAddr(), 4, 1000)
+	if len(bufs) != 4 {
+		t.Fatalf("Reserve: %d buffers", len(bufs))
+	}
+	// A Reserve holds the Conn until Commit: let it go before failing.
+	fatal := func(format string, args ...any) {
+		t.Helper()
+		a.Commit(nil)
+		t.Fatalf(format, args...)
+	}
+	for i, buf := range bufs {
+		if cap(buf) != 1024-slotHeader {
+			fatal("buffer %d holds %d bytes, want %d", i, cap(buf), 1024-slotHeader)
+		}
+		if i > 0 {
+			if d := uintptr(unsafe.Pointer(&buf[:1][0])) - uintptr(unsafe.Pointer(&bufs[i-1][:1][0])); d != 1024 {
+				fatal("buffer %d starts %d bytes after the one before, want 1024", i, d)
+			}
+		}
+		bufs[i] = append(buf, patterned(i, 880)...) // 880 to 991 bytes
+	}
+	if n, err := a.Commit(bufs); err != nil || n != 4 {
+		t.Fatalf("Commit: %d, %v", n, err)
+	}
+	// Too large for the ring: over UDP. A later Reserve for more than the
+	// ring's slots hold is refused (nil), as for a destination without an
+	// inbox.
+	if _, err := a.WriteBatch([]transport.Message{{Buf: patterned(4, 2000), Addr: b.LocalAddr()}}); err != nil {
+		t.Fatal(err)
+	}
+	if more := a.Reserve(b.LocalAddr(), 1, 2000); more != nil {
+		a.Commit(nil)
+		t.Fatalf("Reserve beyond the ring's slots: %d buffers", len(more))
+	}
+	in := make([]transport.Message, 8)
+	for got := 0; got < 5; {
+		n, err := b.ReadBatch(in, time.Now().Add(5*time.Second))
+		if err != nil {
+			t.Fatalf("after %d: %v", got, err)
+		}
+		for _, m := range in[:n] {
+			least := 880
+			if len(m.Buf[:m.N]) > 1600 {
+				least = 2000
+			}
+			if _, err := checkPatterned(m.Buf[:m.N], least); err != nil {
+				t.Fatal(err)
+			}
+			got++
+		}
+	}
+	if s := a.Stats(); s.ShmTX != 4 || s.UDPTX != 1 {
+		t.Errorf("%+v: want 4 through the ring, 1 over UDP", s)
+	}
+	g := newGeometry(Options{Slots: 4, Producers: 1, MaxDatagram: 1000}.mustDefaults(t))
+	for v, want := range map[uint32]int{0: g.stride, 63: g.stride, 100: g.stride, 64: 64, 512: 512, uint32(g.stride) + 64: g.stride} {
+		if got := g.entryStride(v); got != want {
+			t.Errorf("entryStride(%d) = %d, want %d", v, got, want)
+		}
+	}
+}
+
+func (o Options) mustDefaults(t *testing.T) Options {
+	t.Helper()
+	o, err := o.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
 }

@@ -142,7 +142,7 @@ func (e *listenError) Unwrap() error { return e.err }
 // atomically.
 const (
 	magic      = 0x31304d4853534d53 // "SMSSHM01"
-	version    = 4
+	version    = 5
 	headerSize = 4096
 	entrySize  = 192
 	slotHeader = 24
@@ -160,11 +160,12 @@ const (
 	hAttachGen = 128 // bumped when a producer claims an entry
 
 	// Producer entry fields, each entry at headerSize + i*entrySize.
-	eToken = 0  // nonzero while claimed
-	ePID   = 8  // the producer's process
-	eState = 12 // entryFree, entryOpen, entryClosed
-	eTail  = 64 // written by the producer
-	eHead  = 128
+	eToken  = 0  // nonzero while claimed
+	ePID    = 8  // the producer's process
+	eState  = 12 // entryFree, entryOpen, entryClosed
+	eStride = 16 // the producer's slot stride, at most the inbox's; 0 means the inbox's
+	eTail   = 64 // written by the producer
+	eHead   = 128
 
 	// Slot fields: datagram length, source port, address family (4 or 6),
 	// source address (16 bytes), then the datagram.
@@ -194,11 +195,34 @@ func newGeometry(o Options) geometry {
 	return geometry{producers: o.Producers, slots: o.Slots, stride: (slotHeader + o.MaxDatagram + 63) &^ 63, maxDgram: o.MaxDatagram}
 }
 
-func (g geometry) ringsOffset() int { return (headerSize + g.producers*entrySize + 4095) &^ 4095 }
-func (g geometry) size() int        { return g.ringsOffset() + g.producers*g.slots*g.stride }
-func (g geometry) entry(i int) int  { return headerSize + i*entrySize }
-func (g geometry) slot(e, i int) int {
-	return g.ringsOffset() + (e*g.slots+i)*g.stride
+func (g geometry) ringsOffset() int  { return (headerSize + g.producers*entrySize + 4095) &^ 4095 }
+func (g geometry) size() int         { return g.ringsOffset() + g.producers*g.slots*g.stride }
+func (g geometry) entry(i int) int   { return headerSize + i*entrySize }
+func (g geometry) slot(e, i int) int { return g.slotAt(e, i, g.stride) }
+
+// slotAt is slot i of entry e's ring when the producer packs its slots
+// stride bytes apart. An entry's ring keeps Slots × the inbox's stride of
+// the file, of which a producer of smaller datagrams uses the front.
+func (g geometry) slotAt(e, i, stride int) int {
+	return g.ringsOffset() + e*g.slots*g.stride + i*stride
+}
+
+// entryStride is the slot stride an entry's producer wrote, or the
+// inbox's where it wrote none or one this package would not.
+func (g geometry) entryStride(v uint32) int {
+	if v < 64 || v%64 != 0 || int(v) > g.stride {
+		return g.stride
+	}
+	return int(v)
+}
+
+// strideFor is the slot stride for datagrams of up to size bytes, at most
+// the inbox's.
+func (g geometry) strideFor(size int) int {
+	if size <= 0 {
+		return g.stride
+	}
+	return min(g.stride, (slotHeader+size+63)&^63)
 }
 
 // valid tells whether a geometry read from a file is one this package
