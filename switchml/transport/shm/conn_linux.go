@@ -302,24 +302,18 @@ func sweep(dir string, ns uint64) {
 		if filepath.Ext(name) == ".bell" {
 			continue
 		}
-		if filepath.Ext(name) == ".out" {
-			// An outbox: its owner holds its lock as it does its inbox's.
-			if fd, err := unix.Open(name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0); err == nil {
-				if ownerGone(fd) {
-					os.Remove(name)
-				}
-				unix.Close(fd)
-			}
-			continue
-		}
 		fd, err := unix.Open(name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 		if err != nil {
 			continue
 		}
+		// An outbox's owner holds its lock as it does its inbox's; only
+		// an inbox has a FIFO.
 		var hdr [hToken + 8]byte
 		if ownerGone(fd) {
-			if n, _ := unix.Pread(fd, hdr[:], 0); n == len(hdr) {
-				os.Remove(bellPath(name, binary.LittleEndian.Uint64(hdr[hToken:])))
+			if filepath.Ext(name) != ".out" {
+				if n, _ := unix.Pread(fd, hdr[:], 0); n == len(hdr) {
+					os.Remove(bellPath(name, binary.LittleEndian.Uint64(hdr[hToken:])))
+				}
 			}
 			os.Remove(name)
 		}
@@ -394,13 +388,19 @@ func (c *Conn) Close() error {
 	unix.Close(c.wake)
 	// Put anonymous memory where the inbox was, so that messages a caller
 	// still holds stay readable, then let the file and its lock go.
-	if len(c.in.mem) > 0 {
-		_, _ = unix.MmapPtr(-1, 0, unsafe.Pointer(&c.in.mem[0]), uintptr(len(c.in.mem)), unix.PROT_READ,
-			unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED|unix.MAP_NORESERVE)
-	}
+	blank(c.in.mem)
 	c.blankOutboxes()
 	unix.Close(c.fd)
 	return err
+}
+
+// blank puts anonymous read-only memory over the mapping mem: what a
+// caller still holds of it reads as zeros, and the file can go.
+func blank(mem []byte) {
+	if len(mem) > 0 {
+		_, _ = unix.MmapPtr(-1, 0, unsafe.Pointer(&mem[0]), uintptr(len(mem)), unix.PROT_READ,
+			unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED|unix.MAP_NORESERVE)
+	}
 }
 
 // ReadBatch waits until at least one datagram arrives, from the inbox or
@@ -600,7 +600,7 @@ func (c *Conn) drain(ms []Message) int {
 			head++
 			s := c.in.mem[off : off+stride : off+stride]
 			l := int(binary.LittleEndian.Uint32(s[sLen:]))
-			if l < 1 || l > min(g.maxDgram, stride-slotHeader) {
+			if l < 1 || l > g.room(stride) {
 				continue
 			}
 			var ip netip.Addr
@@ -1045,7 +1045,7 @@ func (c *Conn) attach(p *peer) {
 		p.head = r.u64(base + eHead).Load()
 		r.u64(hAttachGen).Add(1)
 		p.in, p.fd, p.ino, p.entry, p.bell = r, fd, st.Ino, e, bell
-		p.stride, p.maxDgram = stride, min(r.g.maxDgram, stride-slotHeader)
+		p.stride, p.maxDgram = stride, r.g.room(stride)
 		p.reserved, p.unreservable = false, false
 		c.npeers.Add(1)
 		return

@@ -225,10 +225,8 @@ func (r outRef) passed() bool {
 // stampRef writes a ring slot that refers to n bytes at off in this Conn's
 // outbox.
 func (c *Conn) stampRef(s []byte, n, off int) {
-	binary.LittleEndian.PutUint32(s[sLen:], uint32(n))
-	binary.LittleEndian.PutUint16(s[sPort:], c.srcPort)
+	c.stamp(s, n)
 	binary.LittleEndian.PutUint16(s[sFamily:], c.srcFam|famRef)
-	copy(s[sAddr:sAddr+16], c.srcAddr[:])
 	binary.LittleEndian.PutUint64(s[slotHeader:], c.token)
 	binary.LittleEndian.PutUint64(s[slotHeader+8:], uint64(off))
 }
@@ -289,10 +287,7 @@ func (c *Conn) unmapOutbox(e int) {
 // Close does for the inbox, so that messages a caller holds stay readable.
 func (c *Conn) blankOutboxes() {
 	for _, m := range c.outs {
-		if len(m.mem) > 0 {
-			_, _ = unix.MmapPtr(-1, 0, unsafe.Pointer(&m.mem[0]), uintptr(len(m.mem)), unix.PROT_READ,
-				unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED|unix.MAP_NORESERVE)
-		}
+		blank(m.mem)
 	}
 }
 

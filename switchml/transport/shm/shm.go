@@ -216,6 +216,9 @@ func (g geometry) entryStride(v uint32) int {
 	return int(v)
 }
 
+// room is the largest datagram a slot of stride bytes holds.
+func (g geometry) room(stride int) int { return min(g.maxDgram, stride-slotHeader) }
+
 // strideFor is the slot stride for datagrams of up to size bytes, at most
 // the inbox's.
 func (g geometry) strideFor(size int) int {
