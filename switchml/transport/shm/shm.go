@@ -48,7 +48,7 @@ type Options struct {
 	// processes share few cores, the peer that writes next often runs
 	// then, and the sleep and the wake-up, both costly (the more so in a
 	// virtual machine), are saved; on idle cores each yield returns at
-	// once, so a few cost about a microsecond each.
+	// once, and costs a system call.
 	YieldsBeforeSleep int
 }
 
