@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -54,7 +55,23 @@ func NewPKI(dir string) (*PKI, error) {
 
 // Issue signs a certificate named name (name.pem, name-key.pem) for the
 // given hosts (IP addresses or DNS names; none for a client certificate).
+// A name that is a role (switch, controller, worker, admin) gives the
+// certificate that role; see IssueRole.
 func (p *PKI) Issue(name string, hosts ...string) (certFile, keyFile string, err error) {
+	role := ""
+	if knownRole(name) {
+		role = name
+	}
+	return p.IssueRole(name, role, hosts...)
+}
+
+// IssueRole signs a certificate named name (its common name, and the files
+// name.pem and name-key.pem) that carries role as a URI SAN
+// (RoleURIPrefix + role; none when role is empty), for the given hosts.
+func (p *PKI) IssueRole(name, role string, hosts ...string) (certFile, keyFile string, err error) {
+	if role != "" && !knownRole(role) {
+		return "", "", fmt.Errorf("secure: unknown role %q (want %s, %s, %s or %s)", role, RoleSwitch, RoleController, RoleWorker, RoleAdmin)
+	}
 	caCert, caKey, err := p.load()
 	if err != nil {
 		return "", "", err
@@ -68,6 +85,13 @@ func (p *PKI) Issue(name string, hosts ...string) (certFile, keyFile string, err
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(365 * 24 * time.Hour),
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	if role != "" {
+		u, err := url.Parse(RoleURIPrefix + role)
+		if err != nil {
+			return "", "", err
+		}
+		tmpl.URIs = append(tmpl.URIs, u)
 	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {

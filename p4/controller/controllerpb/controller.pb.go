@@ -233,8 +233,16 @@ type RegisterResponse struct {
 	// share its slots and so its shard. Empty: every lane sends to
 	// switch_dataplane.
 	LaneDataplanes []string `protobuf:"bytes,9,rep,name=lane_dataplanes,json=laneDataplanes,proto3" json:"lane_dataplanes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// This rank's secret for the session (16 random bytes, different for
+	// every rank): Barrier, Broadcast, Leave, Abort and Watch must carry it.
+	// Only the rank holds it; it never appears in an error, a log or Status.
+	RankSecret []byte `protobuf:"bytes,10,opt,name=rank_secret,json=rankSecret,proto3" json:"rank_secret,omitempty"`
+	// With an authenticated data plane (DescribeResponse.auth): the job's
+	// key for the tags every packet carries. Handed only to the job's ranks,
+	// over the job service's TLS.
+	AuthKey       []byte `protobuf:"bytes,11,opt,name=auth_key,json=authKey,proto3" json:"auth_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterResponse) Reset() {
@@ -330,6 +338,20 @@ func (x *RegisterResponse) GetLaneDataplanes() []string {
 	return nil
 }
 
+func (x *RegisterResponse) GetRankSecret() []byte {
+	if x != nil {
+		return x.RankSecret
+	}
+	return nil
+}
+
+func (x *RegisterResponse) GetAuthKey() []byte {
+	if x != nil {
+		return x.AuthKey
+	}
+	return nil
+}
+
 type BarrierRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Job       string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -341,6 +363,7 @@ type BarrierRequest struct {
 	// the same order, so a barrier that every other rank has counted past is
 	// one they all passed: a controller restarted in between releases it.
 	Seq           uint64 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	RankSecret    []byte `protobuf:"bytes,6,opt,name=rank_secret,json=rankSecret,proto3" json:"rank_secret,omitempty"` // RegisterResponse.rank_secret of this rank
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -410,6 +433,13 @@ func (x *BarrierRequest) GetSeq() uint64 {
 	return 0
 }
 
+func (x *BarrierRequest) GetRankSecret() []byte {
+	if x != nil {
+		return x.RankSecret
+	}
+	return nil
+}
+
 type BarrierResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -452,8 +482,9 @@ type BroadcastRequest struct {
 	Rank          uint32                 `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
 	SessionId     uint64                 `protobuf:"varint,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	Root          uint32                 `protobuf:"varint,4,opt,name=root,proto3" json:"root,omitempty"`
-	Data          []byte                 `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"` // only read from the root
-	Name          string                 `protobuf:"bytes,6,opt,name=name,proto3" json:"name,omitempty"` // broadcasts with different names are independent
+	Data          []byte                 `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`                               // only read from the root
+	Name          string                 `protobuf:"bytes,6,opt,name=name,proto3" json:"name,omitempty"`                               // broadcasts with different names are independent
+	RankSecret    []byte                 `protobuf:"bytes,7,opt,name=rank_secret,json=rankSecret,proto3" json:"rank_secret,omitempty"` // RegisterResponse.rank_secret of this rank
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -530,6 +561,13 @@ func (x *BroadcastRequest) GetName() string {
 	return ""
 }
 
+func (x *BroadcastRequest) GetRankSecret() []byte {
+	if x != nil {
+		return x.RankSecret
+	}
+	return nil
+}
+
 type BroadcastResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
@@ -579,6 +617,7 @@ type LeaveRequest struct {
 	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	Rank          uint32                 `protobuf:"varint,2,opt,name=rank,proto3" json:"rank,omitempty"`
 	SessionId     uint64                 `protobuf:"varint,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	RankSecret    []byte                 `protobuf:"bytes,4,opt,name=rank_secret,json=rankSecret,proto3" json:"rank_secret,omitempty"` // RegisterResponse.rank_secret of this rank
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -632,6 +671,13 @@ func (x *LeaveRequest) GetSessionId() uint64 {
 		return x.SessionId
 	}
 	return 0
+}
+
+func (x *LeaveRequest) GetRankSecret() []byte {
+	if x != nil {
+		return x.RankSecret
+	}
+	return nil
 }
 
 type LeaveResponse struct {
@@ -714,8 +760,12 @@ type DescribeResponse struct {
 	MaxWorkers          uint32                 `protobuf:"varint,4,opt,name=max_workers,json=maxWorkers,proto3" json:"max_workers,omitempty"`                              // ranks per job with the compatible header
 	Slots               uint32                 `protobuf:"varint,5,opt,name=slots,proto3" json:"slots,omitempty"`                                                          // slots per set in the switch's pool
 	NeedsMac            bool                   `protobuf:"varint,6,opt,name=needs_mac,json=needsMac,proto3" json:"needs_mac,omitempty"`                                    // registrations must carry the worker's MAC
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The switch checks a tag on every packet (an authenticated data plane):
+	// workers tag with RegisterResponse.auth_key, and the switch drops
+	// packets whose tag is wrong.
+	Auth          bool `protobuf:"varint,7,opt,name=auth,proto3" json:"auth,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DescribeResponse) Reset() {
@@ -790,6 +840,13 @@ func (x *DescribeResponse) GetNeedsMac() bool {
 	return false
 }
 
+func (x *DescribeResponse) GetAuth() bool {
+	if x != nil {
+		return x.Auth
+	}
+	return false
+}
+
 type WatchRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Job       string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -798,8 +855,12 @@ type WatchRequest struct {
 	// The session's switch job id and the job's token: a restarted
 	// controller that found the job running on the switch hands it back to
 	// the ranks that can name it.
-	JobId         uint32 `protobuf:"varint,4,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	Token         string `protobuf:"bytes,5,opt,name=token,proto3" json:"token,omitempty"`
+	JobId uint32 `protobuf:"varint,4,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Token string `protobuf:"bytes,5,opt,name=token,proto3" json:"token,omitempty"`
+	// RegisterResponse.rank_secret of this rank. A restarted controller
+	// that takes a job over learns it from the rank's first Watch, which
+	// must carry the job's token.
+	RankSecret    []byte `protobuf:"bytes,6,opt,name=rank_secret,json=rankSecret,proto3" json:"rank_secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -867,6 +928,13 @@ func (x *WatchRequest) GetToken() string {
 		return x.Token
 	}
 	return ""
+}
+
+func (x *WatchRequest) GetRankSecret() []byte {
+	if x != nil {
+		return x.RankSecret
+	}
+	return nil
 }
 
 type WatchEvent struct {
@@ -940,7 +1008,8 @@ type AbortRequest struct {
 	// The failure is the switch's: it stopped answering this rank. The
 	// session ends with the cause switch_lost, which tells ranks that may
 	// move to the ring (switchml Config.FallbackOnLoss) to do so.
-	SwitchUnreachable bool `protobuf:"varint,5,opt,name=switch_unreachable,json=switchUnreachable,proto3" json:"switch_unreachable,omitempty"`
+	SwitchUnreachable bool   `protobuf:"varint,5,opt,name=switch_unreachable,json=switchUnreachable,proto3" json:"switch_unreachable,omitempty"`
+	RankSecret        []byte `protobuf:"bytes,6,opt,name=rank_secret,json=rankSecret,proto3" json:"rank_secret,omitempty"` // RegisterResponse.rank_secret of this rank
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -1010,6 +1079,13 @@ func (x *AbortRequest) GetSwitchUnreachable() bool {
 	return false
 }
 
+func (x *AbortRequest) GetRankSecret() []byte {
+	if x != nil {
+		return x.RankSecret
+	}
+	return nil
+}
+
 type AbortResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1050,8 +1126,12 @@ type StatusRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Skip reading the switch's counters (one P4Runtime read).
 	SkipSwitchCounters bool `protobuf:"varint,1,opt,name=skip_switch_counters,json=skipSwitchCounters,proto3" json:"skip_switch_counters,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Jobs per reply (default and most: 256); the rest come with
+	// page_token set to the reply's next_page_token.
+	PageSize      uint32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusRequest) Reset() {
@@ -1091,6 +1171,20 @@ func (x *StatusRequest) GetSkipSwitchCounters() bool {
 	return false
 }
 
+func (x *StatusRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *StatusRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type StatusResponse struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	TargetKind string                 `protobuf:"bytes,1,opt,name=target_kind,json=targetKind,proto3" json:"target_kind,omitempty"`    // softswitch, bmv2 or tofino
@@ -1110,7 +1204,16 @@ type StatusResponse struct {
 	// Generations that ended since the controller started, by cause
 	// (finished, restarted, rank_failed, rank_lost, abandoned, switch_lost,
 	// unclaimed, failed, fallback: the job went to the ring).
-	Ended         map[string]uint64 `protobuf:"bytes,9,rep,name=ended,proto3" json:"ended,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Ended map[string]uint64 `protobuf:"bytes,9,rep,name=ended,proto3" json:"ended,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Non-empty: more jobs follow; ask again with this page_token.
+	NextPageToken string `protobuf:"bytes,10,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// The caller is not an operator (a controller-admin identity): lane
+	// addresses and what belongs to sessions are left out.
+	Redacted bool `protobuf:"varint,11,opt,name=redacted,proto3" json:"redacted,omitempty"`
+	// Non-empty: this controller is not the primary controller of the
+	// switch, and this says who took it and when; jobs fail until it is
+	// primary again.
+	ControlLost   string `protobuf:"bytes,12,opt,name=control_lost,json=controlLost,proto3" json:"control_lost,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1206,6 +1309,27 @@ func (x *StatusResponse) GetEnded() map[string]uint64 {
 		return x.Ended
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetRedacted() bool {
+	if x != nil {
+		return x.Redacted
+	}
+	return false
+}
+
+func (x *StatusResponse) GetControlLost() string {
+	if x != nil {
+		return x.ControlLost
+	}
+	return ""
 }
 
 type JobStatus struct {
@@ -1479,7 +1603,7 @@ const file_controller_proto_rawDesc = "" +
 	"\x03mac\x18\t \x01(\fR\x03mac\x12\x14\n" +
 	"\x05token\x18\n" +
 	" \x01(\tR\x05token\x12)\n" +
-	"\x10fallback_address\x18\v \x01(\tR\x0ffallbackAddress\"\xbe\x02\n" +
+	"\x10fallback_address\x18\v \x01(\tR\x0ffallbackAddress\"\xfa\x02\n" +
 	"\x10RegisterResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12)\n" +
@@ -1490,15 +1614,21 @@ const file_controller_proto_rawDesc = "" +
 	"\tfirst_seq\x18\x06 \x01(\rR\bfirstSeq\x12\x1a\n" +
 	"\bfallback\x18\a \x01(\tR\bfallback\x12-\n" +
 	"\x12fallback_addresses\x18\b \x03(\tR\x11fallbackAddresses\x12'\n" +
-	"\x0flane_dataplanes\x18\t \x03(\tR\x0elaneDataplanes\"{\n" +
+	"\x0flane_dataplanes\x18\t \x03(\tR\x0elaneDataplanes\x12\x1f\n" +
+	"\vrank_secret\x18\n" +
+	" \x01(\fR\n" +
+	"rankSecret\x12\x19\n" +
+	"\bauth_key\x18\v \x01(\fR\aauthKey\"\x9c\x01\n" +
 	"\x0eBarrierRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x03 \x01(\x04R\tsessionId\x12\x12\n" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x12\x10\n" +
-	"\x03seq\x18\x05 \x01(\x04R\x03seq\"\x11\n" +
-	"\x0fBarrierResponse\"\x93\x01\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12\x1f\n" +
+	"\vrank_secret\x18\x06 \x01(\fR\n" +
+	"rankSecret\"\x11\n" +
+	"\x0fBarrierResponse\"\xb4\x01\n" +
 	"\x10BroadcastRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x1d\n" +
@@ -1506,16 +1636,20 @@ const file_controller_proto_rawDesc = "" +
 	"session_id\x18\x03 \x01(\x04R\tsessionId\x12\x12\n" +
 	"\x04root\x18\x04 \x01(\rR\x04root\x12\x12\n" +
 	"\x04data\x18\x05 \x01(\fR\x04data\x12\x12\n" +
-	"\x04name\x18\x06 \x01(\tR\x04name\"'\n" +
+	"\x04name\x18\x06 \x01(\tR\x04name\x12\x1f\n" +
+	"\vrank_secret\x18\a \x01(\fR\n" +
+	"rankSecret\"'\n" +
 	"\x11BroadcastResponse\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"S\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"t\n" +
 	"\fLeaveRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x03 \x01(\x04R\tsessionId\"\x0f\n" +
+	"session_id\x18\x03 \x01(\x04R\tsessionId\x12\x1f\n" +
+	"\vrank_secret\x18\x04 \x01(\fR\n" +
+	"rankSecret\"\x0f\n" +
 	"\rLeaveResponse\"\x11\n" +
-	"\x0fDescribeRequest\"\xe4\x01\n" +
+	"\x0fDescribeRequest\"\xf8\x01\n" +
 	"\x10DescribeResponse\x12\x1f\n" +
 	"\vtarget_kind\x18\x01 \x01(\tR\n" +
 	"targetKind\x12'\n" +
@@ -1524,29 +1658,37 @@ const file_controller_proto_rawDesc = "" +
 	"\vmax_workers\x18\x04 \x01(\rR\n" +
 	"maxWorkers\x12\x14\n" +
 	"\x05slots\x18\x05 \x01(\rR\x05slots\x12\x1b\n" +
-	"\tneeds_mac\x18\x06 \x01(\bR\bneedsMac\"\x80\x01\n" +
+	"\tneeds_mac\x18\x06 \x01(\bR\bneedsMac\x12\x12\n" +
+	"\x04auth\x18\a \x01(\bR\x04auth\"\xa1\x01\n" +
 	"\fWatchRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x03 \x01(\x04R\tsessionId\x12\x15\n" +
 	"\x06job_id\x18\x04 \x01(\rR\x05jobId\x12\x14\n" +
-	"\x05token\x18\x05 \x01(\tR\x05token\"T\n" +
+	"\x05token\x18\x05 \x01(\tR\x05token\x12\x1f\n" +
+	"\vrank_secret\x18\x06 \x01(\fR\n" +
+	"rankSecret\"T\n" +
 	"\n" +
 	"WatchEvent\x12\x18\n" +
 	"\aaborted\x18\x01 \x01(\bR\aaborted\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x14\n" +
-	"\x05cause\x18\x03 \x01(\tR\x05cause\"\x9a\x01\n" +
+	"\x05cause\x18\x03 \x01(\tR\x05cause\"\xbb\x01\n" +
 	"\fAbortRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x03 \x01(\x04R\tsessionId\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12-\n" +
-	"\x12switch_unreachable\x18\x05 \x01(\bR\x11switchUnreachable\"\x0f\n" +
-	"\rAbortResponse\"A\n" +
+	"\x12switch_unreachable\x18\x05 \x01(\bR\x11switchUnreachable\x12\x1f\n" +
+	"\vrank_secret\x18\x06 \x01(\fR\n" +
+	"rankSecret\"\x0f\n" +
+	"\rAbortResponse\"}\n" +
 	"\rStatusRequest\x120\n" +
-	"\x14skip_switch_counters\x18\x01 \x01(\bR\x12skipSwitchCounters\"\xdf\x03\n" +
+	"\x14skip_switch_counters\x18\x01 \x01(\bR\x12skipSwitchCounters\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\xc6\x04\n" +
 	"\x0eStatusResponse\x12\x1f\n" +
 	"\vtarget_kind\x18\x01 \x01(\tR\n" +
 	"targetKind\x12\x1c\n" +
@@ -1558,7 +1700,11 @@ const file_controller_proto_rawDesc = "" +
 	"\x04jobs\x18\x06 \x03(\v2!.switchml.controller.v1.JobStatusR\x04jobs\x12N\n" +
 	"\x0fswitch_counters\x18\a \x03(\v2%.switchml.controller.v1.SwitchCounterR\x0eswitchCounters\x122\n" +
 	"\x15switch_counters_error\x18\b \x01(\tR\x13switchCountersError\x12G\n" +
-	"\x05ended\x18\t \x03(\v21.switchml.controller.v1.StatusResponse.EndedEntryR\x05ended\x1a8\n" +
+	"\x05ended\x18\t \x03(\v21.switchml.controller.v1.StatusResponse.EndedEntryR\x05ended\x12&\n" +
+	"\x0fnext_page_token\x18\n" +
+	" \x01(\tR\rnextPageToken\x12\x1a\n" +
+	"\bredacted\x18\v \x01(\bR\bredacted\x12!\n" +
+	"\fcontrol_lost\x18\f \x01(\tR\vcontrolLost\x1a8\n" +
 	"\n" +
 	"EndedEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
