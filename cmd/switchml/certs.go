@@ -9,7 +9,7 @@ import (
 )
 
 func init() {
-	register("certs", "writes a throwaway CA and certificates for the switch, the controller and workers (PEM), to try the mutual-TLS setup", runCerts)
+	register("certs", "writes a throwaway CA and certificates for the switch, the controller, workers and an operator (PEM), each with its role, to try the mutual-TLS setup", runCerts)
 }
 
 func runCerts(_ context.Context, args []string) error {
@@ -24,9 +24,9 @@ func runCerts(_ context.Context, args []string) error {
 		return fmt.Errorf("--dir %s: %w", *dir, err)
 	}
 	hs := strings.Split(*hosts, ",")
-	for _, name := range []string{"switch", "controller", "worker"} {
+	for _, name := range []string{secure.RoleSwitch, secure.RoleController, secure.RoleWorker, secure.RoleAdmin} {
 		var h []string
-		if name != "worker" {
+		if name == secure.RoleSwitch || name == secure.RoleController {
 			h = hs
 		}
 		cert, key, err := pki.Issue(name, h...)

@@ -72,6 +72,8 @@ func runController(ctx context.Context, args []string) error {
 	tlsCert := fs.String("tls-cert", "", "certificate (PEM) of the job service; with --tls-key, workers must connect over TLS")
 	tlsKey := fs.String("tls-key", "", "key (PEM) of --tls-cert")
 	tlsClientCA := fs.String("tls-client-ca", "", "CA (PEM) whose certificates workers must present (mutual TLS)")
+	var admins listFlag
+	fs.Var(&admins, "admin", "over TLS, a certificate name (common name, DNS, URI or e-mail SAN) that sees `switchml status` whole, with lane addresses and switch placement; repeatable or comma-separated (default: certificates with the admin role, as `switchml certs` writes admin.pem)")
 	targetCA := fs.String("target-tls-ca", "", "CA (PEM) of the switch's P4Runtime certificate: the link to the switch speaks TLS")
 	targetCert := fs.String("target-tls-cert", "", "certificate (PEM) the controller presents to the switch (mutual TLS)")
 	targetKey := fs.String("target-tls-key", "", "key (PEM) of --target-tls-cert")
@@ -133,6 +135,12 @@ func runController(ctx context.Context, args []string) error {
 	}
 	if cfg.TLS, err = secure.Server(*tlsCert, *tlsKey, *tlsClientCA); err != nil {
 		return fmt.Errorf("--tls-cert, --tls-key, --tls-client-ca: %w", err)
+	}
+	if len(admins) > 0 {
+		if cfg.TLS == nil || *tlsClientCA == "" {
+			return fmt.Errorf("--admin names a client certificate: it needs --tls-cert, --tls-key and --tls-client-ca (without mutual TLS every caller sees the whole status)")
+		}
+		cfg.Admin = secure.Allow{Roles: []string{secure.RoleAdmin}, Names: admins}
 	}
 	if cfg.TargetTLS, err = secure.Client(*targetCA, *targetCert, *targetKey); err != nil {
 		return fmt.Errorf("--target-tls-ca, --target-tls-cert, --target-tls-key: %w", err)

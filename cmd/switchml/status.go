@@ -55,7 +55,7 @@ func statusCommand(ctx context.Context, args []string, out io.Writer) error {
 	defer cc.Close()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	st, err := controllerpb.NewJobServiceClient(cc).Status(ctx, &controllerpb.StatusRequest{SkipSwitchCounters: *noCounters}, grpc.WaitForReady(true))
+	st, err := fetchStatus(ctx, controllerpb.NewJobServiceClient(cc), *noCounters)
 	if err != nil {
 		return fmt.Errorf("status of the controller at %s: %w (is `switchml controller` running there, and given TLS flags if it requires TLS?)", *addr, err)
 	}
@@ -70,12 +70,45 @@ func statusCommand(ctx context.Context, args []string, out io.Writer) error {
 	return writeStatus(out, *addr, st)
 }
 
+// statusPagesMax bounds how many pages fetchStatus follows: more than the
+// controller's job table can fill (4,096 jobs at 256 a page).
+const statusPagesMax = 64
+
+// fetchStatus asks for the controller's status page by page and returns
+// the pages as one answer: the first page's counters and totals, every
+// page's jobs.
+func fetchStatus(ctx context.Context, c controllerpb.JobServiceClient, noCounters bool) (*controllerpb.StatusResponse, error) {
+	req := &controllerpb.StatusRequest{SkipSwitchCounters: noCounters}
+	var all *controllerpb.StatusResponse
+	for range statusPagesMax {
+		st, err := c.Status(ctx, req, grpc.WaitForReady(true))
+		if err != nil {
+			return nil, err
+		}
+		if all == nil {
+			all = st
+		} else {
+			all.Jobs = append(all.Jobs, st.GetJobs()...)
+		}
+		if st.GetNextPageToken() == "" {
+			all.NextPageToken = ""
+			return all, nil
+		}
+		// Later pages need no second read of the counters.
+		req = &controllerpb.StatusRequest{SkipSwitchCounters: true, PageToken: st.GetNextPageToken()}
+	}
+	return nil, fmt.Errorf("the job table did not end after %d pages", statusPagesMax)
+}
+
 // writeStatus prints a controller's status as tables for people.
 func writeStatus(w io.Writer, addr string, st *controllerpb.StatusResponse) error {
 	fmt.Fprintf(w, "controller %s: %s switch, data plane %s; %d of %d slots per set in use\n",
 		addr, st.GetTargetKind(), st.GetDataplane(), st.GetSlotsInUse(), st.GetSlots())
 	if st.GetOffline() != "" {
 		fmt.Fprintf(w, "switch offline: %s\n", st.GetOffline())
+	}
+	if st.GetRedacted() {
+		fmt.Fprintln(w, "redacted: this certificate is not an operator's (controller --admin), so lane addresses and switch placement are left out")
 	}
 	fmt.Fprintln(w)
 	if len(st.GetJobs()) == 0 {
@@ -116,6 +149,9 @@ func writeStatus(w io.Writer, addr string, st *controllerpb.StatusResponse) erro
 					lease = "-"
 				}
 				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", j.GetName(), r.GetRank(), lease, strings.Join(r.GetLaneAddresses(), " "))
+			}
+			if n := j.GetRanksOmitted(); n > 0 {
+				fmt.Fprintf(tw, "%s\t(%d more)\t\t\n", j.GetName(), n)
 			}
 		}
 		tw.Flush()

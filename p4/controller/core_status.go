@@ -79,17 +79,57 @@ func (c *core) liveJobs() []*job {
 	return out
 }
 
-// statusJobs describes every generation of the job table for an operator,
-// the live ones first in partition order, then those still gathering or
-// queued by name. It reveals no secret: no token, no session id (which
-// the session's calls present as their proof of membership).
-func (c *core) statusJobs(now time.Time) []*controllerpb.JobStatus {
-	var out []*controllerpb.JobStatus
-	add := func(j *job, state string) {
+// statusView says how much of the job table a Status reply shows: all of
+// it to an operator, no addresses or switch-side placement to others; and
+// how many bytes of lane addresses one reply may carry.
+type statusView struct {
+	redact    bool
+	rankBytes int
+}
+
+// statusJobs describes a page of the job table for an operator: size
+// generations from index first in the table's order (the live ones in
+// partition order, then those still gathering or queued by name), and the
+// index the next page starts at (0: none follows). It reveals no secret:
+// no token, session id or rank secret. Lane addresses stop at
+// v.rankBytes per page; the ranks left out are counted.
+func (c *core) statusJobs(now time.Time, first, size int, v statusView) ([]*controllerpb.JobStatus, int) {
+	type entry struct {
+		j     *job
+		state string
+	}
+	var all []entry
+	for _, j := range c.liveJobs() {
+		state := j.state.String()
+		if c.detached[j.resp.GetJobId()] == j {
+			state = stateUnclaimed
+		}
+		all = append(all, entry{j, state})
+	}
+	for _, n := range slices.Sorted(maps.Keys(c.jobs)) {
+		if j := c.jobs[n]; j.state == jobGathering || j.state == jobQueued {
+			all = append(all, entry{j, j.state.String()})
+		}
+	}
+	if first >= len(all) {
+		return nil, 0
+	}
+	next := 0
+	if first+size < len(all) {
+		next = first + size
+	}
+	all = all[first:min(first+size, len(all))]
+	budget := v.rankBytes
+	out := make([]*controllerpb.JobStatus, 0, len(all))
+	for _, e := range all {
+		j := e.j
 		js := &controllerpb.JobStatus{
-			Name: j.name, State: state, WorldSize: uint32(len(j.ranks)),
+			Name: j.name, State: e.state, WorldSize: uint32(len(j.ranks)),
 			Lanes: j.params.GetLanes(), Window: j.params.GetWindow(), PacketElements: j.params.GetElements(),
-			JobId: j.resp.GetJobId(), PoolBase: j.resp.GetPoolBase(), PoolSize: j.resp.GetPoolSize(),
+			PoolSize: j.resp.GetPoolSize(),
+		}
+		if !v.redact {
+			js.JobId, js.PoolBase = j.resp.GetJobId(), j.resp.GetPoolBase()
 		}
 		if !j.registeredAt.IsZero() {
 			js.AgeSeconds = now.Sub(j.registeredAt).Seconds()
@@ -98,23 +138,22 @@ func (c *core) statusJobs(now time.Time) []*controllerpb.JobStatus {
 			if reg == nil {
 				continue
 			}
-			rs := &controllerpb.RankStatus{Rank: uint32(r), LaneAddresses: reg.req.GetLaneAddresses(),
-				Leased: j.leased[uint32(r)], Left: j.left[uint32(r)]}
+			rs := &controllerpb.RankStatus{Rank: uint32(r), Leased: j.leased[uint32(r)], Left: j.left[uint32(r)]}
+			if !v.redact {
+				need := 16
+				for _, a := range reg.req.GetLaneAddresses() {
+					need += len(a) + 2
+				}
+				if need > budget {
+					js.RanksOmitted++
+					continue
+				}
+				budget -= need
+				rs.LaneAddresses = slices.Clone(reg.req.GetLaneAddresses())
+			}
 			js.Ranks = append(js.Ranks, rs)
 		}
 		out = append(out, js)
 	}
-	for _, j := range c.liveJobs() {
-		state := j.state.String()
-		if c.detached[j.resp.GetJobId()] == j {
-			state = stateUnclaimed
-		}
-		add(j, state)
-	}
-	for _, n := range slices.Sorted(maps.Keys(c.jobs)) {
-		if j := c.jobs[n]; j.state == jobGathering || j.state == jobQueued {
-			add(j, j.state.String())
-		}
-	}
-	return out
+	return out, next
 }

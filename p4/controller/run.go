@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/switchml/switchml-go/p4/controller/controllerpb"
 	"github.com/switchml/switchml-go/p4/p4info"
+	"github.com/switchml/switchml-go/switchml/secure"
 	"github.com/switchml/switchml-go/switchml/wire"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -46,6 +47,9 @@ type Config struct {
 	Dataplane string
 	// Slots is the switch's pool size per set (default 8192).
 	Slots int
+	// Admin is who sees the job service's Status whole over TLS
+	// (ServiceConfig.Admin).
+	Admin secure.Allow
 	// P4Info to push (default: the embedded SwitchML P4Info) and the target's
 	// compiled program (BMv2 JSON, Tofino binary; none for the software switch).
 	P4Info       *p4configv1.P4Info
@@ -141,7 +145,7 @@ func Run(ctx context.Context, cfg Config) error {
 			cl.Close()
 		}
 	}()
-	svc, err := NewJobService(cl, ServiceConfig{Dataplane: dp, Shards: shards, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger})
+	svc, err := NewJobService(cl, ServiceConfig{Dataplane: dp, Shards: shards, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger, Admin: cfg.Admin})
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/switchml/switchml-go/p4/controller/controllerpb"
 	"github.com/switchml/switchml-go/p4/p4info"
+	"github.com/switchml/switchml-go/switchml/secure"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -41,6 +42,11 @@ type ServiceConfig struct {
 	// their addresses, Dataplane's first: the service spreads each job's
 	// lanes over them (RegisterResponse.lane_dataplanes).
 	Shards []netip.AddrPort
+	// Admin is who sees Status whole over TLS (lane addresses, switch job
+	// ids, partition bases); other callers get it redacted. Empty: the
+	// certificates with the admin role (secure.RoleAdmin). Without TLS
+	// there are no identities, and every caller sees it whole.
+	Admin secure.Allow
 	// Slots is the switch's pool size per set (default p4info.Slots); jobs
 	// get disjoint partitions of it.
 	Slots int

@@ -3,14 +3,26 @@ package controller
 import (
 	"context"
 	"fmt"
-	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/switchml/switchml-go/p4/controller/controllerpb"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/switchml/secure"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
+
+// admin is who sees Status unredacted over TLS: ServiceConfig.Admin, or
+// certificates with the admin role when it names nobody.
+func (s *JobService) admin() secure.Allow {
+	if len(s.cfg.Admin.Roles) == 0 && len(s.cfg.Admin.Names) == 0 {
+		return secure.Allow{Roles: []string{secure.RoleAdmin}}
+	}
+	return s.cfg.Admin
+}
 
 // switchRef holds the switch in an atomic pointer.
 type switchRef struct{ Switch }
@@ -37,26 +49,61 @@ func (s *JobService) dataplanes() string {
 	return strings.Join(out, ",")
 }
 
+// Bounds of one Status reply: jobs per page (a request may ask for fewer),
+// and the bytes of lane addresses it carries, past which a job's further
+// ranks are counted in ranks_omitted instead of listed.
+const (
+	statusPageMax   = 256
+	statusRankBytes = 1 << 20
+)
+
+// pageToken and parsePageToken give Status replies' next_page_token: the
+// index in the job table's order of the first job of the next page.
+func pageToken(next int) string { return "jobs@" + strconv.Itoa(next) }
+
+func parsePageToken(t string) (int, error) {
+	if t == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(strings.TrimPrefix(t, "jobs@"))
+	if !strings.HasPrefix(t, "jobs@") || err != nil || n < 0 {
+		return 0, status.Error(codes.InvalidArgument, "page_token is not one this controller gave out: pass a reply's next_page_token as it came, or none for the first page")
+	}
+	return n, nil
+}
+
 // Status implements controllerpb.JobService: the job table as the core
-// holds it, and the switch's counters read afterwards, outside the lock.
+// holds it, a page at a time, and the switch's counters read afterwards,
+// outside the lock. Any caller may ask; a caller over TLS that is not an
+// operator (ServiceConfig.Admin) gets the reply redacted: no lane
+// addresses, switch job ids or partition bases, which would help forge
+// packets into another job.
 func (s *JobService) Status(ctx context.Context, req *controllerpb.StatusRequest) (*controllerpb.StatusResponse, error) {
+	first, err := parsePageToken(req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	size := int(req.GetPageSize())
+	if size <= 0 || size > statusPageMax {
+		size = statusPageMax
+	}
+	id := secure.IdentityOf(ctx)
+	redact := id.TLS && !s.admin().Permits(id)
 	s.mu.Lock()
 	resp := &controllerpb.StatusResponse{
 		TargetKind: s.cfg.Target.Kind, Dataplane: s.dataplanes(), Slots: uint32(s.cfg.Slots),
-		SlotsInUse: uint32(s.core.slotsInUse()), Offline: s.core.Offline(), Jobs: s.core.statusJobs(time.Now()),
-		Ended: map[string]uint64{},
+		SlotsInUse: uint32(s.core.slotsInUse()), Offline: s.core.Offline(),
+		Ended: map[string]uint64{}, Redacted: redact,
+	}
+	var next int
+	resp.Jobs, next = s.core.statusJobs(time.Now(), first, size, statusView{redact: redact, rankBytes: statusRankBytes})
+	if next > 0 {
+		resp.NextPageToken = pageToken(next)
 	}
 	for cause, n := range s.core.endings {
 		resp.Ended[endCause(cause).String()] = n
 	}
 	s.mu.Unlock()
-	// The core keeps its registrations' address lists: the answer gets
-	// copies, marshalled after the lock is gone.
-	for _, j := range resp.Jobs {
-		for _, r := range j.Ranks {
-			r.LaneAddresses = slices.Clone(r.LaneAddresses)
-		}
-	}
 	if req.GetSkipSwitchCounters() {
 		return resp, nil
 	}

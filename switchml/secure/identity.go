@@ -45,6 +45,9 @@ type Identity struct {
 	Roles []string
 	// Addr is the peer's IP address (invalid when unknown).
 	Addr netip.Addr
+	// TLS reports whether the call came over TLS (with or without a
+	// client certificate).
+	TLS bool
 }
 
 // Verified reports whether the peer presented a certificate the server's
@@ -90,6 +93,7 @@ func IdentityOf(ctx context.Context) Identity {
 		}
 	}
 	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	id.TLS = ok
 	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
 		return id
 	}

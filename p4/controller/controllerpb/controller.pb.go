@@ -1346,8 +1346,11 @@ type JobStatus struct {
 	PoolSize       uint32        `protobuf:"varint,9,opt,name=pool_size,json=poolSize,proto3" json:"pool_size,omitempty"`         // slots of the partition (0 before the job is placed)
 	AgeSeconds     float64       `protobuf:"fixed64,10,opt,name=age_seconds,json=ageSeconds,proto3" json:"age_seconds,omitempty"` // since the first registration (0 for a job found on the switch)
 	Ranks          []*RankStatus `protobuf:"bytes,11,rep,name=ranks,proto3" json:"ranks,omitempty"`                               // the ranks registered so far
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Ranks left out of ranks to keep the reply within its size bound (a job
+	// of very many ranks and lanes); they are registered all the same.
+	RanksOmitted  uint32 `protobuf:"varint,12,opt,name=ranks_omitted,json=ranksOmitted,proto3" json:"ranks_omitted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobStatus) Reset() {
@@ -1455,6 +1458,13 @@ func (x *JobStatus) GetRanks() []*RankStatus {
 		return x.Ranks
 	}
 	return nil
+}
+
+func (x *JobStatus) GetRanksOmitted() uint32 {
+	if x != nil {
+		return x.RanksOmitted
+	}
+	return 0
 }
 
 type RankStatus struct {
@@ -1708,7 +1718,7 @@ const file_controller_proto_rawDesc = "" +
 	"\n" +
 	"EndedEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xd7\x02\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xfc\x02\n" +
 	"\tJobStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1d\n" +
@@ -1723,7 +1733,8 @@ const file_controller_proto_rawDesc = "" +
 	"\vage_seconds\x18\n" +
 	" \x01(\x01R\n" +
 	"ageSeconds\x128\n" +
-	"\x05ranks\x18\v \x03(\v2\".switchml.controller.v1.RankStatusR\x05ranks\"s\n" +
+	"\x05ranks\x18\v \x03(\v2\".switchml.controller.v1.RankStatusR\x05ranks\x12#\n" +
+	"\rranks_omitted\x18\f \x01(\rR\franksOmitted\"s\n" +
 	"\n" +
 	"RankStatus\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\rR\x04rank\x12%\n" +

@@ -1,0 +1,186 @@
+package controller
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"net"
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/switchml/secure"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+// asPeer is ctx as a call from addr would see it, over TLS with the
+// certificate in certFile verified when certFile is given, over plain
+// TCP when tlsOn is false.
+func asPeer(t *testing.T, ctx context.Context, tlsOn bool, certFile string) context.Context {
+	t.Helper()
+	p := &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 9), Port: 40000}}
+	if tlsOn {
+		info := credentials.TLSInfo{}
+		if certFile != "" {
+			b, err := os.ReadFile(certFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			blk, _ := pem.Decode(b)
+			cert, err := x509.ParseCertificate(blk.Bytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info.State = tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{cert}}}
+		}
+		p.AuthInfo = info
+	}
+	return peer.NewContext(ctx, p)
+}
+
+// TestStatusRedactsForStrangers: over TLS, a worker's certificate (or
+// none) sees the job table without lane addresses, switch job ids or
+// partition bases; an admin certificate, a name given as Admin, and a
+// caller without TLS see it whole.
+func TestStatusRedactsForStrangers(t *testing.T) {
+	h := newJobHarness(t, 64)
+	ctx := testCtx(t)
+	joined(t, h, "alpha", 2)
+	joined(t, h, "beta", 2) // beta's partition starts past alpha's: a base that is not 0
+
+	pki, err := secure.NewPKI(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker, _, err := pki.Issue("worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, _, err := pki.Issue("admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, _, err := pki.IssueRole("ops-laptop", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := func(st *controllerpb.StatusResponse) bool {
+		for _, j := range st.GetJobs() {
+			if j.GetJobId() == 0 {
+				return false
+			}
+			for _, r := range j.GetRanks() {
+				if len(r.GetLaneAddresses()) == 0 {
+					return false
+				}
+			}
+		}
+		return len(st.GetJobs()) == 2 && !st.GetRedacted()
+	}
+	bare := func(st *controllerpb.StatusResponse) bool {
+		for _, j := range st.GetJobs() {
+			if j.GetJobId() != 0 || j.GetPoolBase() != 0 || len(j.GetRanks()) != 2 || j.GetPoolSize() == 0 {
+				return false
+			}
+			for _, r := range j.GetRanks() {
+				if len(r.GetLaneAddresses()) != 0 {
+					return false
+				}
+			}
+		}
+		return len(st.GetJobs()) == 2 && st.GetRedacted()
+	}
+	for _, c := range []struct {
+		name   string
+		ctx    context.Context
+		admins secure.Allow
+		whole  bool
+	}{
+		{"no TLS", asPeer(t, ctx, false, ""), secure.Allow{}, true},
+		{"TLS without a certificate", asPeer(t, ctx, true, ""), secure.Allow{}, false},
+		{"worker certificate", asPeer(t, ctx, true, worker), secure.Allow{}, false},
+		{"admin certificate", asPeer(t, ctx, true, admin), secure.Allow{}, true},
+		{"certificate named by --admin", asPeer(t, ctx, true, ops), secure.Allow{Roles: []string{secure.RoleAdmin}, Names: []string{"ops-laptop"}}, true},
+		{"worker certificate with --admin naming another", asPeer(t, ctx, true, worker), secure.Allow{Names: []string{"ops-laptop"}}, false},
+	} {
+		h.svc.cfg.Admin = c.admins
+		st, err := h.svc.Status(c.ctx, &controllerpb.StatusRequest{SkipSwitchCounters: true})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if c.whole && !whole(st) || !c.whole && !bare(st) {
+			t.Errorf("%s: got %v; want it whole: %v", c.name, st, c.whole)
+		}
+	}
+}
+
+// TestStatusPages: a page holds at most page_size jobs and names the next
+// page; following the tokens lists every job once; a token the controller
+// did not give out is refused.
+func TestStatusPages(t *testing.T) {
+	h := newJobHarness(t, 64)
+	ctx := testCtx(t)
+	names := []string{"a", "b", "c", "d", "e"}
+	for _, n := range names {
+		joined(t, h, n, 1)
+	}
+	var seen []string
+	req := &controllerpb.StatusRequest{SkipSwitchCounters: true, PageSize: 2}
+	for pages := 0; ; pages++ {
+		if pages > len(names) {
+			t.Fatalf("more pages than jobs: %v", seen)
+		}
+		st, err := h.jobs.Status(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.GetJobs()) > 2 {
+			t.Fatalf("page of %d jobs, asked for 2", len(st.GetJobs()))
+		}
+		for _, j := range st.GetJobs() {
+			seen = append(seen, j.GetName())
+		}
+		if st.GetNextPageToken() == "" {
+			break
+		}
+		req = &controllerpb.StatusRequest{SkipSwitchCounters: true, PageSize: 2, PageToken: st.GetNextPageToken()}
+	}
+	slices.Sort(seen)
+	if !slices.Equal(seen, names) {
+		t.Errorf("pages listed %v, want %v", seen, names)
+	}
+	for _, bad := range []string{"x", "jobs@-1", "jobs@zz"} {
+		_, err := h.jobs.Status(ctx, &controllerpb.StatusRequest{PageToken: bad})
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("page token %q: %v, want InvalidArgument", bad, err)
+		}
+	}
+	st, err := h.jobs.Status(ctx, &controllerpb.StatusRequest{SkipSwitchCounters: true, PageToken: pageToken(99)})
+	if err != nil || len(st.GetJobs()) != 0 || st.GetNextPageToken() != "" {
+		t.Errorf("a page past the end: %v, %v; want an empty last page", st, err)
+	}
+}
+
+// TestStatusBoundsAddresses: past the byte budget of lane addresses, a
+// job's further ranks are counted, not listed.
+func TestStatusBoundsAddresses(t *testing.T) {
+	rg := newRig(t, 64)
+	for r := range uint32(6) {
+		if err := rg.c.Register(rg.waiter(), regReq("wide", r, 6, 1, 4, 50), rg.now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	jobs, next := rg.c.statusJobs(rg.now, 0, 10, statusView{rankBytes: 3 * 40})
+	if len(jobs) != 1 || next != 0 {
+		t.Fatalf("%d jobs, next %d", len(jobs), next)
+	}
+	j := jobs[0]
+	if len(j.GetRanks()) == 6 || len(j.GetRanks())+int(j.GetRanksOmitted()) != 6 {
+		t.Errorf("%d ranks listed, %d omitted; want a bounded list that counts the rest", len(j.GetRanks()), j.GetRanksOmitted())
+	}
+}
