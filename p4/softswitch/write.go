@@ -15,6 +15,9 @@ import (
 // update is attempted; if any fails the status is UNKNOWN with one p4.v1.Error
 // per update in the details.
 func (s *P4Runtime) Write(ctx context.Context, req *p4v1.WriteRequest) (*p4v1.WriteResponse, error) {
+	if err := s.authorize(ctx, "Write"); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.checkPrimary(req.GetDeviceId(), req.GetRole(), req.GetElectionId()); err != nil {
