@@ -77,6 +77,9 @@ func writeStatus(w io.Writer, addr string, st *controllerpb.StatusResponse) erro
 	if st.GetOffline() != "" {
 		fmt.Fprintf(w, "switch offline: %s\n", st.GetOffline())
 	}
+	if st.GetControlLost() != "" {
+		fmt.Fprintf(w, "control lost: %s\n", st.GetControlLost())
+	}
 	fmt.Fprintln(w)
 	if len(st.GetJobs()) == 0 {
 		fmt.Fprintln(w, "no jobs")
