@@ -11,6 +11,13 @@
 // switch is lost. What operators see, the Status RPC and the Prometheus
 // collector (JobService.Collector), is read from the core under the
 // driver's lock; the switch's counters are read after, outside it.
+//
+// The controller cannot be locked out of its switch: when another
+// controller takes primaryship, the Client logs who (the software switch's
+// backup status names it) and arbitrates again with an election id above
+// the switch's highest, unless it was told to yield (ClientConfig.
+// YieldPrimary); while it is not primary, jobs fail with that cause and
+// Status reports it (control.go).
 package controller
 
 import (
