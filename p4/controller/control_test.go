@@ -3,8 +3,10 @@ package controller
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -64,12 +66,10 @@ type takeoverFixture struct {
 	logs   *syncBuffer
 }
 
-func startTakeover(t *testing.T, ctx context.Context, yield bool) *takeoverFixture {
+// tlsSwitch serves a software switch's P4Runtime over mutual TLS with
+// pki's certificates on loopback, and returns its address.
+func tlsSwitch(t *testing.T, pki *secure.PKI, parent netip.AddrPort) string {
 	t.Helper()
-	pki, err := secure.NewPKI(filepath.Join(t.TempDir(), "pki"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	swCert, swKey, err := pki.Issue("switch", "127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +78,7 @@ func startTakeover(t *testing.T, ctx context.Context, yield bool) *takeoverFixtu
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := softswitch.NewServer(softswitch.ServerConfig{DeviceID: 1, TLS: serverTLS, Logger: quiet,
+	srv, err := softswitch.NewServer(softswitch.ServerConfig{DeviceID: 1, TLS: serverTLS, Logger: quiet, Parent: parent,
 		Pipeline: pipeline.Config{Slots: testSlots, MaxElements: 64, MaxWorkers: 32}})
 	if err != nil {
 		t.Fatal(err)
@@ -91,24 +91,39 @@ func startTakeover(t *testing.T, ctx context.Context, yield bool) *takeoverFixtu
 	sdone := make(chan struct{})
 	go func() { _ = srv.ServeP4Runtime(sctx, lis); close(sdone) }()
 	t.Cleanup(func() { scancel(); <-sdone })
+	return lis.Addr().String()
+}
 
-	ctlCert, ctlKey, err := pki.Issue("controller")
+func startTakeover(t *testing.T, ctx context.Context, yield bool) *takeoverFixture {
+	t.Helper()
+	pki, err := secure.NewPKI(filepath.Join(t.TempDir(), "pki"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	targetTLS, err := secure.Client(pki.CA, ctlCert, ctlKey)
+	f := &takeoverFixture{pki: pki, target: tlsSwitch(t, pki, netip.AddrPort{})}
+	f.run(t, ctx, Config{Target: f.target, YieldPrimary: yield})
+	return f
+}
+
+// run starts the controller daemon with cfg, as the controller
+// certificate, and connects to its job service.
+func (f *takeoverFixture) run(t *testing.T, ctx context.Context, cfg Config) {
+	t.Helper()
+	ctlCert, ctlKey, err := f.pki.Issue("controller")
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &takeoverFixture{pki: pki, target: lis.Addr().String(), reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
+	cfg.TargetTLS, err = secure.Client(f.pki.CA, ctlCert, ctlKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.reg, f.logs = prometheus.NewRegistry(), &syncBuffer{}
+	cfg.Listen, cfg.Slots, cfg.Metrics, cfg.Logger = "127.0.0.1:0", testSlots, f.reg, slog.New(slog.NewTextHandler(f.logs, nil))
 	rctx, rcancel := context.WithCancel(ctx)
 	addr := make(chan net.Addr, 1)
+	cfg.Ready = func(a net.Addr) { addr <- a }
 	done := make(chan error, 1)
-	go func() {
-		done <- Run(rctx, Config{Target: f.target, TargetTLS: targetTLS, Listen: "127.0.0.1:0", Slots: testSlots,
-			YieldPrimary: yield, Metrics: f.reg, Logger: slog.New(slog.NewTextHandler(f.logs, nil)),
-			Ready: func(a net.Addr) { addr <- a }})
-	}()
+	go func() { done <- Run(rctx, cfg) }()
 	t.Cleanup(func() {
 		rcancel()
 		if err := <-done; err != nil {
@@ -127,13 +142,12 @@ func startTakeover(t *testing.T, ctx context.Context, yield bool) *takeoverFixtu
 	}
 	t.Cleanup(func() { conn.Close() })
 	f.jobs = controllerpb.NewJobServiceClient(conn)
-	return f
 }
 
 // intrude connects as a second allowed controller (certificate ctl2, role
 // controller) and arbitrates with election id 100; it returns the stream
 // once the switch made it primary.
-func (f *takeoverFixture) intrude(t *testing.T, ctx context.Context) p4v1.P4Runtime_StreamChannelClient {
+func (f *takeoverFixture) intrude(t *testing.T, ctx context.Context, target string) p4v1.P4Runtime_StreamChannelClient {
 	t.Helper()
 	cert, key, err := f.pki.IssueRole("ctl2", secure.RoleController)
 	if err != nil {
@@ -143,7 +157,7 @@ func (f *takeoverFixture) intrude(t *testing.T, ctx context.Context) p4v1.P4Runt
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient(f.target, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +189,7 @@ const ctl2 = "cert:ctl2 (role controller)"
 func TestControllerTakesPrimaryshipBack(t *testing.T) {
 	ctx := testCtx(t)
 	f := startTakeover(t, ctx, false)
-	st := f.intrude(t, ctx)
+	st := f.intrude(t, ctx, f.target)
 	// The intruder is told the controller is primary again, above it.
 	for {
 		m, err := st.Recv()
@@ -228,7 +242,7 @@ func TestControllerYieldsPrimaryship(t *testing.T) {
 	if g := testutil.ToFloat64(metricOf(t, f.reg, "switchml_controller_primary")); g != 1 {
 		t.Fatalf("primary gauge %v before the takeover, want 1", g)
 	}
-	st := f.intrude(t, ctx)
+	st := f.intrude(t, ctx, f.target)
 	defer st.CloseSend()
 	var lost string
 	eventually(t, "Status reporting the lost control", func() bool {
@@ -270,4 +284,54 @@ func metricOf(t *testing.T, reg *prometheus.Registry, name string) prometheus.Co
 	}
 	t.Fatalf("metric %s not registered", name)
 	return nil
+}
+
+// TestTreeOverTLSTakesLeafBack: the controller programs a spine and two
+// leaves over mutual TLS as the controller identity; another controller
+// takes a leaf, the controller takes it back, and a job across both
+// leaves is programmed.
+func TestTreeOverTLSTakesLeafBack(t *testing.T) {
+	ctx := testCtx(t)
+	pki, err := secure.NewPKI(filepath.Join(t.TempDir(), "pki"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spineDP := netip.MustParseAddrPort("127.0.0.1:48990")
+	f := &takeoverFixture{pki: pki}
+	spine := tlsSwitch(t, pki, netip.AddrPort{})
+	leaves := []string{tlsSwitch(t, pki, spineDP), tlsSwitch(t, pki, spineDP)}
+	topo, err := ParseTopology(strings.NewReader(fmt.Sprintf(`{"spine": {"p4runtime": %q, "dataplane": %q},
+		"leaves": [{"p4runtime": %q, "dataplane": "127.0.1.254:48991", "workers": ["127.0.1.0/24"]},
+		           {"p4runtime": %q, "dataplane": "127.0.2.254:48992", "workers": ["127.0.2.0/24"]}]}`,
+		spine, spineDP, leaves[0], leaves[1])))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.run(t, ctx, Config{Topology: topo})
+	st := f.intrude(t, ctx, leaves[1])
+	defer st.CloseSend()
+	eventually(t, "the controller taking leaf1 back", func() bool {
+		return strings.Contains(f.logs.String(), "primary on the switch again")
+	})
+	if logs := f.logs.String(); !strings.Contains(logs, "target="+leaves[1]) || !strings.Contains(logs, ctl2) {
+		t.Errorf("the controller's log does not name the leaf and who took it:\n%s", logs)
+	}
+	_, errs := registerBoth(ctx, f.jobs, regReq("tree", 0, 2, 1, 4, 1), regReq("tree", 1, 2, 1, 4, 2))
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d of a job across the leaves: %v", r, err)
+		}
+	}
+}
+
+// registerBoth registers the requests concurrently.
+func registerBoth(ctx context.Context, jobs controllerpb.JobServiceClient, reqs ...*controllerpb.RegisterRequest) ([]*controllerpb.RegisterResponse, []error) {
+	resps := make([]*controllerpb.RegisterResponse, len(reqs))
+	errs := make([]error, len(reqs))
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		wg.Go(func() { resps[i], errs[i] = jobs.Register(ctx, r) })
+	}
+	wg.Wait()
+	return resps, errs
 }
