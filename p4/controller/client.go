@@ -87,8 +87,10 @@ type Client struct {
 	mu        sync.Mutex
 	election  *p4v1.Uint128 // raised when the client takes primaryship back
 	primary   bool
-	lost      string // why the client is not primary ("" while it is)
-	lostWho   string // who the switch last named primary in the client's place
+	lost      string        // why the client is not primary ("" while it is)
+	lostWho   string        // who the switch last named primary in the client's place
+	retaking  bool          // an arbitration to take primaryship back is under way
+	regained  chan struct{} // closed when the client is primary again; nil while it is
 	streamErr error
 	ids       p4info.IDs // of the pipeline this client pushed or adopted
 	regs      RegisterBackend
@@ -274,10 +276,14 @@ func (c *Client) arbitrated(a *p4v1.MasterArbitrationUpdate, retake *retaker) (n
 	next, ok := inc128(highest)
 	if !ok {
 		c.log.Error("controller: cannot take primaryship back: the switch's highest election id is the largest there is", "target", c.target)
+		c.mu.Lock()
+		c.retaking = false
+		c.mu.Unlock()
 		return nil, true
 	}
 	c.mu.Lock()
 	c.election = next
+	c.retaking = true
 	c.mu.Unlock()
 	c.log.Warn("controller: taking primaryship back", "target", c.target, "election_id", fmt128(next), "from", who)
 	return next, false
@@ -288,13 +294,44 @@ func (c *Client) arbitrated(a *p4v1.MasterArbitrationUpdate, retake *retaker) (n
 func (c *Client) setLost(cause string, taken bool) {
 	c.mu.Lock()
 	c.lost = cause
-	if cause == "" {
-		c.lostWho = ""
+	switch {
+	case cause == "":
+		c.lostWho, c.retaking = "", false
+		if c.regained != nil {
+			close(c.regained)
+			c.regained = nil
+		}
+	case c.regained == nil:
+		c.regained = make(chan struct{})
 	}
 	c.mu.Unlock()
 	if c.onCtl != nil {
 		c.onCtl(cause, taken)
 	}
+}
+
+// awaitControl returns nil while the client is primary. While it is taking
+// primaryship back it waits for that, until ctx is done; otherwise, or if
+// that fails, it returns why the client is not primary.
+func (c *Client) awaitControl(ctx context.Context) error {
+	c.mu.Lock()
+	cause, retaking, regained := c.lost, c.retaking, c.regained
+	c.mu.Unlock()
+	if cause == "" {
+		return nil
+	}
+	if retaking && regained != nil {
+		select {
+		case <-regained:
+			return nil
+		case <-ctx.Done():
+		case <-c.done:
+		}
+	}
+	if cause := c.ControlLost(); cause != "" {
+		return errors.New(cause)
+	}
+	return nil
 }
 
 // ControlLost says why the client is not primary on the switch: who took

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"sort"
 	"strings"
 	"sync"
@@ -33,34 +32,30 @@ func (s *JobService) ControlLost() string {
 	return s.control.lost
 }
 
-// controlled is a switch connection that refuses to program while its
-// client is not primary, with the reason (who took primaryship, and when),
-// rather than letting the switch refuse each write with PERMISSION_DENIED.
+// controlled is a switch connection that programs only while its client
+// is primary: while the client takes primaryship back it waits for that
+// (within the call's context), and otherwise it fails with the reason (who
+// took primaryship, and when) rather than letting the switch refuse each
+// write with PERMISSION_DENIED. Removals wait too, so that a job ending
+// during a takeover does not leave its entries behind.
 type controlled struct{ *Client }
 
-func (c controlled) refused() error {
-	if cause := c.ControlLost(); cause != "" {
-		return errors.New(cause)
-	}
-	return nil
-}
-
 func (c controlled) InstallJob(ctx context.Context, j JobEntries) error {
-	if err := c.refused(); err != nil {
+	if err := c.awaitControl(ctx); err != nil {
 		return err
 	}
 	return c.Client.InstallJob(ctx, j)
 }
 
 func (c controlled) RemoveJob(ctx context.Context, j JobEntries) error {
-	if err := c.refused(); err != nil {
+	if err := c.awaitControl(ctx); err != nil {
 		return err
 	}
 	return c.Client.RemoveJob(ctx, j)
 }
 
 func (c controlled) ResetPool(ctx context.Context, base, size, slots int) error {
-	if err := c.refused(); err != nil {
+	if err := c.awaitControl(ctx); err != nil {
 		return err
 	}
 	return c.Client.ResetPool(ctx, base, size, slots)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 )
@@ -276,5 +278,64 @@ func TestP4RuntimeAllowNeedsClientCA(t *testing.T) {
 	_, err := NewServer(ServerConfig{Pipeline: pipeline.Config{Slots: 8, MaxElements: 64, MaxWorkers: 2}, Allow: []string{"ops"}})
 	if err == nil || !strings.Contains(err.Error(), "--tls-client-ca") {
 		t.Errorf("NewServer with an allow list and no TLS: %v, want an error naming --tls-client-ca", err)
+	}
+}
+
+// syncBuf is a log sink read while the server writes.
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestP4RuntimeWarnsWhenOpen: a P4Runtime port without client
+// certificates warns that anyone may program the switch when it listens
+// beyond loopback, and stays quiet on loopback.
+func TestP4RuntimeWarnsWhenOpen(t *testing.T) {
+	for _, c := range []struct {
+		addr string
+		warn bool
+	}{{"127.0.0.1:0", false}, {"0.0.0.0:0", true}} {
+		logs := &syncBuf{}
+		srv, err := NewServer(ServerConfig{DeviceID: testDevice, Pipeline: pipeline.Config{Slots: 8, MaxElements: 64, MaxWorkers: 2},
+			Logger: slog.New(slog.NewTextHandler(logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lis, err := net.Listen("tcp", c.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(ctxT(t))
+		done := make(chan error, 1)
+		go func() { done <- srv.ServeP4Runtime(ctx, lis) }()
+		// Once a call is answered, the server has said what it says at start.
+		_, port, _ := net.SplitHostPort(lis.Addr().String())
+		conn, err := grpc.NewClient(net.JoinHostPort("127.0.0.1", port), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p4v1.NewP4RuntimeClient(conn).Capabilities(ctx, &p4v1.CapabilitiesRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		conn.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(logs.String(), "whoever reaches it can program the switch"); got != c.warn {
+			t.Errorf("listening on %s: warned %v, want %v; log:\n%s", c.addr, got, c.warn, logs.String())
+		}
 	}
 }
