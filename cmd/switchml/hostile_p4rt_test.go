@@ -11,6 +11,7 @@ import (
 	"time"
 
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
+	"github.com/switchml/switchml-go/p4/controller/controllerpb"
 	"github.com/switchml/switchml-go/p4/fabric"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/switchml/secure"
@@ -202,4 +203,18 @@ func TestHostileControllerTakeover(t *testing.T) {
 		}
 	}
 	runJob(t, f.switchSide, nil, jobSpec{name: "after-takeover", dtype: "float32", workers: 3, elements: 30_000, iters: 2, extra: f.workerArgs})
+}
+
+// TestStatusControlLost: `switchml status` prints why the controller is not
+// primary on its switch, and nothing about it while it is.
+func TestStatusControlLost(t *testing.T) {
+	for _, lost := range []string{"", "the controller is not primary on the switch at 127.0.0.1:9559: cert:ctl2 (role controller) took it at 2026-01-02T03:04:05Z"} {
+		var b strings.Builder
+		if err := writeStatus(&b, "127.0.0.1:50051", &controllerpb.StatusResponse{TargetKind: "softswitch", ControlLost: lost}); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(b.String(), "control lost: "+lost+"\n"); got != (lost != "") || (lost == "" && strings.Contains(b.String(), "control lost")) {
+			t.Errorf("control_lost %q: status printed\n%s", lost, b.String())
+		}
+	}
 }

@@ -182,7 +182,7 @@ func (c *Client) run(ctx context.Context, target string, first chan<- error) {
 			return
 		}
 		if a := m.GetArbitration(); a != nil {
-			next, settled := c.arbitrated(a, &retake)
+			next, settled := c.arbitrated(a)
 			if settled {
 				report(nil)
 			}
@@ -219,7 +219,7 @@ func (c *Client) arbitration(e *p4v1.Uint128) *p4v1.StreamMessageRequest {
 // election id to arbitrate with again to take primaryship back (nil:
 // none), and whether the client's state is settled (primary, or backup it
 // will stay).
-func (c *Client) arbitrated(a *p4v1.MasterArbitrationUpdate, retake *retaker) (next *p4v1.Uint128, settled bool) {
+func (c *Client) arbitrated(a *p4v1.MasterArbitrationUpdate) (next *p4v1.Uint128, settled bool) {
 	primary := a.GetStatus().GetCode() == int32(codes.OK)
 	c.mu.Lock()
 	was, mine, lostBefore := c.primary, c.election, c.lost
