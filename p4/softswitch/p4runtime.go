@@ -192,6 +192,7 @@ func fmt128(a *p4v1.Uint128) string {
 
 // StreamChannel implements p4.v1.P4Runtime: arbitration; packet I/O and
 // digests are not part of this pipeline and are answered with a StreamError.
+// Callers: the identities P4RuntimeConfig.Allow permits (all without it).
 func (s *P4Runtime) StreamChannel(ss p4v1.P4Runtime_StreamChannelServer) error {
 	// An unauthorised caller is refused at its first message, whatever it
 	// is, before it joins any role's arbitration.
@@ -424,7 +425,8 @@ func (s *P4Runtime) checkPrimary(device uint64, role string, election *p4v1.Uint
 // fixed, so a config is accepted only if its P4Info describes exactly the
 // entities this switch implements (names, ids, match fields, parameters,
 // widths); table and register sizes are not compared. The opaque device config
-// is stored and returned as is.
+// is stored and returned as is. Callers: the primary of the request's role,
+// among the identities P4RuntimeConfig.Allow permits.
 func (s *P4Runtime) SetForwardingPipelineConfig(ctx context.Context, req *p4v1.SetForwardingPipelineConfigRequest) (*p4v1.SetForwardingPipelineConfigResponse, error) {
 	if err := s.authorize(ctx, "SetForwardingPipelineConfig"); err != nil {
 		return nil, err
@@ -527,7 +529,8 @@ func (s *P4Runtime) clearForwardingState() {
 	s.groupMeta = map[uint16]groupMeta{}
 }
 
-// GetForwardingPipelineConfig implements p4.v1.P4Runtime.
+// GetForwardingPipelineConfig implements p4.v1.P4Runtime. Callers: the
+// identities P4RuntimeConfig.Allow permits, primary or backup.
 func (s *P4Runtime) GetForwardingPipelineConfig(ctx context.Context, req *p4v1.GetForwardingPipelineConfigRequest) (*p4v1.GetForwardingPipelineConfigResponse, error) {
 	if err := s.authorize(ctx, "GetForwardingPipelineConfig"); err != nil {
 		return nil, err
