@@ -44,8 +44,9 @@ func (s *JobService) Status(ctx context.Context, req *controllerpb.StatusRequest
 	resp := &controllerpb.StatusResponse{
 		TargetKind: s.cfg.Target.Kind, Dataplane: s.dataplanes(), Slots: uint32(s.cfg.Slots),
 		SlotsInUse: uint32(s.core.slotsInUse()), Offline: s.core.Offline(), Jobs: s.core.statusJobs(time.Now()),
-		Ended: map[string]uint64{}, ControlLost: s.ControlLost(),
+		Ended: map[string]uint64{},
 	}
+	resp.ControlLost = s.ControlLost()
 	for cause, n := range s.core.endings {
 		resp.Ended[endCause(cause).String()] = n
 	}
