@@ -59,6 +59,7 @@ func runController(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.Slots, "slots", 8192, "slots per set in the switch's pool")
 	fs.Uint64Var(&cfg.DeviceID, "device-id", 1, "P4Runtime device id of the target")
 	fs.Uint64Var(&cfg.ElectionID, "election-id", 1, "election id (the highest connected controller is primary)")
+	fs.BoolVar(&cfg.YieldPrimary, "yield-primary", false, "stay backup when another controller takes primaryship of the switch (a standby, or a hand-over); by default the controller takes it back with a higher election id, and logs who took it")
 	kind := fs.String("target-kind", "softswitch", "what runs at --target: softswitch, bmv2 or tofino; selects the P4Info and whether --device-config is needed")
 	deviceConfig := fs.String("device-config", "", "compiled program pushed with the pipeline: BMv2 JSON or Tofino binary (required for bmv2 and tofino)")
 	p4infoPath := fs.String("p4info", "", "P4Info text file to push instead of the one that --target-kind selects")

@@ -107,6 +107,9 @@ func writeStatus(w io.Writer, addr string, st *controllerpb.StatusResponse) erro
 	if st.GetOffline() != "" {
 		fmt.Fprintf(w, "switch offline: %s\n", st.GetOffline())
 	}
+	if st.GetControlLost() != "" {
+		fmt.Fprintf(w, "control lost: %s\n", st.GetControlLost())
+	}
 	if st.GetRedacted() {
 		fmt.Fprintln(w, "redacted: this certificate is not an operator's (controller --admin), so lane addresses and switch placement are left out")
 	}

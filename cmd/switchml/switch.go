@@ -37,7 +37,17 @@ func runSwitch(ctx context.Context, args []string) error {
 	fs.Uint64Var(&faults.Seed, "seed", 1, "seed of the fault simulator")
 	tlsCert := fs.String("tls-cert", "", "certificate (PEM) of the P4Runtime service; with --tls-key, the service speaks TLS")
 	tlsKey := fs.String("tls-key", "", "key (PEM) of --tls-cert")
-	tlsClientCA := fs.String("tls-client-ca", "", "CA (PEM) whose certificates controllers must present (mutual TLS)")
+	tlsClientCA := fs.String("tls-client-ca", "", "CA (PEM) whose certificates controllers must present (mutual TLS); only certificates with the controller role (switchml certs) or named by --p4rt-allow may then program the switch")
+	var p4rtAllow []string
+	fs.Func("p4rt-allow", "certificate `NAME` (common name, DNS, URI or e-mail SAN) that may program the switch over P4Runtime besides those with the controller role; repeatable or comma-separated; needs --tls-client-ca", func(v string) error {
+		for _, n := range strings.Split(v, ",") {
+			if n = strings.TrimSpace(n); n == "" {
+				return fmt.Errorf("an empty name in %q: give certificate names, comma-separated", v)
+			}
+			p4rtAllow = append(p4rtAllow, n)
+		}
+		return nil
+	})
 	statsEvery := fs.Duration("stats", 0, "log the pipeline counters at this interval (0: only at exit)")
 	metricsAddr := fs.String("metrics", "", metricsFlagHelp)
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
@@ -61,7 +71,7 @@ func runSwitch(ctx context.Context, args []string) error {
 		return fmt.Errorf("--tls-cert, --tls-key, --tls-client-ca: %w", err)
 	}
 	sw, err := fabric.ListenSwitch(fabric.SwitchConfig{
-		Dataplane: *dp, Shards: *shards, Parent: *parent, Transport: *transportKind, P4Runtime: *p4rt, DeviceID: *deviceID, TLS: tlsCfg, Faults: faults, Logger: log,
+		Dataplane: *dp, Shards: *shards, Parent: *parent, Transport: *transportKind, P4Runtime: *p4rt, DeviceID: *deviceID, TLS: tlsCfg, P4RuntimeAllow: p4rtAllow, Faults: faults, Logger: log,
 		Pipeline: pipeline.Config{Slots: *slots, MaxElements: *maxElements, MaxWorkers: *maxWorkers},
 	})
 	if err != nil {

@@ -11,15 +11,27 @@
 // switch is lost. What operators see, the Status RPC and the Prometheus
 // collector (JobService.Collector), is read from the core under the
 // driver's lock; the switch's counters are read after, outside it.
+//
+// The controller cannot be locked out of its switch: when another
+// controller takes primaryship, the Client logs who (the software switch's
+// backup status names it) and arbitrates again with an election id above
+// the switch's highest, unless it was told to yield (ClientConfig.
+// YieldPrimary); while it is not primary, jobs fail with that cause and
+// Status reports it (control.go).
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
+	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
@@ -45,6 +57,17 @@ type ClientConfig struct {
 	// to insecure).
 	DialOptions []grpc.DialOption
 	Logger      *slog.Logger
+	// YieldPrimary keeps the client backup when the switch names another
+	// controller primary (a deliberate standby or hand-over). By default
+	// the client takes primaryship (back) with an election id one above
+	// the highest the switch has seen, so that no other controller can
+	// lock it out of the switch it programs.
+	YieldPrimary bool
+	// OnControl, if set, is called from the stream's goroutine whenever
+	// the client becomes primary (cause "") or is not primary (cause says
+	// who took primaryship and when); taken is true on a loss of
+	// primaryship the client held.
+	OnControl func(cause string, taken bool)
 }
 
 // Client is a P4Runtime client holding a stream channel with its arbitration.
@@ -53,14 +76,21 @@ type Client struct {
 	conn     *grpc.ClientConn
 	rt       p4v1.P4RuntimeClient
 	deviceID uint64
-	election *p4v1.Uint128
 	role     string
 	log      *slog.Logger
 	cancel   context.CancelFunc
 	done     chan struct{} // closed when the stream ends
+	target   string
+	yield    bool
+	onCtl    func(cause string, taken bool)
 
 	mu        sync.Mutex
+	election  *p4v1.Uint128 // raised when the client takes primaryship back
 	primary   bool
+	lost      string        // why the client is not primary ("" while it is)
+	lostWho   string        // who the switch last named primary in the client's place
+	retaking  bool          // an arbitration to take primaryship back is under way
+	regained  chan struct{} // closed when the client is primary again; nil while it is
 	streamErr error
 	ids       p4info.IDs // of the pipeline this client pushed or adopted
 	regs      RegisterBackend
@@ -97,6 +127,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		conn: conn, rt: p4v1.NewP4RuntimeClient(conn), deviceID: cfg.DeviceID,
 		election: &p4v1.Uint128{Low: cfg.ElectionID}, role: cfg.Role, log: cfg.Logger,
 		cancel: cancel, done: make(chan struct{}), ids: p4info.DefaultIDs(),
+		target: cfg.Target, yield: cfg.YieldPrimary, onCtl: cfg.OnControl,
 	}
 	first := make(chan error, 1)
 	go c.run(sctx, cfg.Target, first)
@@ -114,7 +145,9 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 }
 
 // run owns the stream channel: it arbitrates, then follows arbitration
-// updates until the stream ends. The first answer (or failure) goes to first.
+// updates until the stream ends, taking primaryship back unless it yields.
+// The first answer that settles the client (primary, or backup for good),
+// or the failure, goes to first.
 func (c *Client) run(ctx context.Context, target string, first chan<- error) {
 	defer close(c.done)
 	report := func(err error) {
@@ -128,14 +161,11 @@ func (c *Client) run(ctx context.Context, target string, first chan<- error) {
 		report(fmt.Errorf("controller: open stream to %s: %w", target, err))
 		return
 	}
-	arb := &p4v1.MasterArbitrationUpdate{DeviceId: c.deviceID, ElectionId: c.election}
-	if c.role != "" {
-		arb.Role = &p4v1.Role{Name: c.role}
-	}
-	if err := st.Send(&p4v1.StreamMessageRequest{Update: &p4v1.StreamMessageRequest_Arbitration{Arbitration: arb}}); err != nil {
+	if err := st.Send(c.arbitration(c.electionID())); err != nil {
 		report(fmt.Errorf("controller: arbitration with %s: %w", target, err))
 		return
 	}
+	var retake retaker
 	for {
 		m, err := st.Recv()
 		if err != nil {
@@ -152,20 +182,236 @@ func (c *Client) run(ctx context.Context, target string, first chan<- error) {
 			return
 		}
 		if a := m.GetArbitration(); a != nil {
-			primary := a.GetStatus().GetCode() == int32(codes.OK)
-			c.mu.Lock()
-			changed := c.primary != primary
-			c.primary = primary
-			c.mu.Unlock()
-			if changed {
-				c.log.Info("controller: arbitration", "target", target, "primary", primary,
-					"election_id", c.election.GetLow(), "switch_highest", a.GetElectionId().GetLow())
+			next, settled := c.arbitrated(a)
+			if settled {
+				report(nil)
 			}
-			report(nil)
+			if next == nil {
+				continue
+			}
+			if wait := retake.backoff(time.Now()); wait > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+			}
+			if err := st.Send(c.arbitration(next)); err != nil {
+				// The stream is gone: Recv reports why.
+				continue
+			}
 		} else if e := m.GetError(); e != nil {
 			c.log.Warn("controller: stream error from switch", "code", codes.Code(e.GetCanonicalCode()), "msg", e.GetMessage())
 		}
 	}
+}
+
+// arbitration is the client's arbitration update with election id e.
+func (c *Client) arbitration(e *p4v1.Uint128) *p4v1.StreamMessageRequest {
+	arb := &p4v1.MasterArbitrationUpdate{DeviceId: c.deviceID, ElectionId: e}
+	if c.role != "" {
+		arb.Role = &p4v1.Role{Name: c.role}
+	}
+	return &p4v1.StreamMessageRequest{Update: &p4v1.StreamMessageRequest_Arbitration{Arbitration: arb}}
+}
+
+// arbitrated takes in the switch's arbitration update a. It returns the
+// election id to arbitrate with again to take primaryship back (nil:
+// none), and whether the client's state is settled (primary, or backup it
+// will stay).
+func (c *Client) arbitrated(a *p4v1.MasterArbitrationUpdate) (next *p4v1.Uint128, settled bool) {
+	primary := a.GetStatus().GetCode() == int32(codes.OK)
+	c.mu.Lock()
+	was, mine, lostBefore := c.primary, c.election, c.lost
+	c.primary = primary
+	c.mu.Unlock()
+	if primary {
+		if !was {
+			c.log.Info("controller: arbitration", "target", c.target, "primary", true, "election_id", fmt128(mine), "switch_highest", fmt128(a.GetElectionId()))
+		}
+		if lostBefore != "" {
+			c.log.Info("controller: primary on the switch again", "target", c.target, "election_id", fmt128(mine))
+		}
+		if !was {
+			c.setLost("", false)
+		}
+		return nil, true
+	}
+	who := primaryOf(a)
+	if was || lostBefore == "" {
+		c.log.Warn("controller: arbitration", "target", c.target, "primary", false, "election_id", fmt128(mine),
+			"switch_highest", fmt128(a.GetElectionId()), "switch_says", a.GetStatus().GetMessage())
+	}
+	c.mu.Lock()
+	if who != "" {
+		c.lostWho = who
+	}
+	who = c.lostWho
+	c.mu.Unlock()
+	var cause string
+	switch {
+	case was && who != "":
+		cause = fmt.Sprintf("the controller is not primary on the switch at %s: %s took it at %s", c.target, who, time.Now().UTC().Format(time.RFC3339))
+	case who != "":
+		cause = fmt.Sprintf("the controller is not primary on the switch at %s: %s is (the switch's highest election id is %s, this controller's %s)", c.target, who, fmt128(a.GetElectionId()), fmt128(mine))
+	default:
+		cause = fmt.Sprintf("the controller is not primary on the switch at %s: its election id %s is below the highest the switch has seen (%s)", c.target, fmt128(mine), fmt128(a.GetElectionId()))
+	}
+	if was {
+		c.log.Warn("controller: lost primaryship of the switch", "target", c.target, "primary", who, "switch_highest", fmt128(a.GetElectionId()))
+		c.setLost(cause, true)
+	} else if lostBefore == "" {
+		c.setLost(cause, false)
+	}
+	if c.yield {
+		if was {
+			c.log.Warn("controller: staying backup (--yield-primary); jobs fail until this controller is restarted", "target", c.target)
+		}
+		return nil, true
+	}
+	highest := a.GetElectionId()
+	if highest == nil || cmp128(highest, mine) < 0 {
+		highest = mine
+	}
+	next, ok := inc128(highest)
+	if !ok {
+		c.log.Error("controller: cannot take primaryship back: the switch's highest election id is the largest there is", "target", c.target)
+		c.mu.Lock()
+		c.retaking = false
+		c.mu.Unlock()
+		return nil, true
+	}
+	c.mu.Lock()
+	c.election = next
+	c.retaking = true
+	c.mu.Unlock()
+	c.log.Warn("controller: taking primaryship back", "target", c.target, "election_id", fmt128(next), "from", who)
+	return next, false
+}
+
+// setLost records why the client is not primary ("" when it is) and tells
+// OnControl.
+func (c *Client) setLost(cause string, taken bool) {
+	c.mu.Lock()
+	c.lost = cause
+	switch {
+	case cause == "":
+		c.lostWho, c.retaking = "", false
+		if c.regained != nil {
+			close(c.regained)
+			c.regained = nil
+		}
+	case c.regained == nil:
+		c.regained = make(chan struct{})
+	}
+	c.mu.Unlock()
+	if c.onCtl != nil {
+		c.onCtl(cause, taken)
+	}
+}
+
+// awaitControl returns nil while the client is primary. While it is taking
+// primaryship back it waits for that, until ctx is done; otherwise, or if
+// that fails, it returns why the client is not primary.
+func (c *Client) awaitControl(ctx context.Context) error {
+	c.mu.Lock()
+	cause, retaking, regained := c.lost, c.retaking, c.regained
+	c.mu.Unlock()
+	if cause == "" {
+		return nil
+	}
+	if retaking && regained != nil {
+		select {
+		case <-regained:
+			return nil
+		case <-ctx.Done():
+		case <-c.done:
+		}
+	}
+	if cause := c.ControlLost(); cause != "" {
+		return errors.New(cause)
+	}
+	return nil
+}
+
+// ControlLost says why the client is not primary on the switch: who took
+// primaryship and when; "" while it is primary.
+func (c *Client) ControlLost() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lost
+}
+
+func (c *Client) electionID() *p4v1.Uint128 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.election
+}
+
+// retaker spaces out the client's attempts to take primaryship back, so
+// that two controllers that both refuse to yield trade it slowly rather
+// than in a tight loop.
+type retaker struct {
+	last time.Time
+	wait time.Duration
+}
+
+// retakeCalm is how long primaryship must have held for the next retake to
+// go at once.
+const retakeCalm = 10 * time.Second
+
+func (r *retaker) backoff(now time.Time) time.Duration {
+	if r.last.IsZero() || now.Sub(r.last) > retakeCalm {
+		r.wait = 0
+	} else {
+		r.wait = min(max(2*r.wait, 100*time.Millisecond), 5*time.Second)
+	}
+	r.last = now.Add(r.wait)
+	return r.wait
+}
+
+// primaryOf names the controller an arbitration update says is primary:
+// what the software switch's backup status says ("backup: WHO is primary
+// with election id N"), else the election id; "" when there is none.
+func primaryOf(a *p4v1.MasterArbitrationUpdate) string {
+	if a.GetStatus().GetCode() == int32(codes.NotFound) {
+		return ""
+	}
+	if rest, ok := strings.CutPrefix(a.GetStatus().GetMessage(), "backup: "); ok {
+		if who, _, ok := strings.Cut(rest, " is primary with election id "); ok && who != "" {
+			return who
+		}
+	}
+	return "a controller with election id " + fmt128(a.GetElectionId())
+}
+
+func cmp128(a, b *p4v1.Uint128) int {
+	if c := cmp.Compare(a.GetHigh(), b.GetHigh()); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.GetLow(), b.GetLow())
+}
+
+// inc128 returns e+1; false when e is the largest 128-bit value.
+func inc128(e *p4v1.Uint128) (*p4v1.Uint128, bool) {
+	hi, lo := e.GetHigh(), e.GetLow()+1
+	if lo == 0 {
+		if hi == math.MaxUint64 {
+			return nil, false
+		}
+		hi++
+	}
+	return &p4v1.Uint128{High: hi, Low: lo}, true
+}
+
+func fmt128(e *p4v1.Uint128) string {
+	if e == nil {
+		return "none"
+	}
+	if e.GetHigh() == 0 {
+		return strconv.FormatUint(e.GetLow(), 10)
+	}
+	return fmt.Sprintf("%d:%d", e.GetHigh(), e.GetLow())
 }
 
 // Primary reports whether the switch last named this client primary.
@@ -238,7 +484,7 @@ func (c *Client) setPipeline(ctx context.Context, action p4v1.SetForwardingPipel
 		cfg.Cookie = &p4v1.ForwardingPipelineConfig_Cookie{Cookie: cookie}
 	}
 	_, err = c.rt.SetForwardingPipelineConfig(ctx, &p4v1.SetForwardingPipelineConfigRequest{
-		DeviceId: c.deviceID, Role: c.role, ElectionId: c.election, Action: action, Config: cfg,
+		DeviceId: c.deviceID, Role: c.role, ElectionId: c.electionID(), Action: action, Config: cfg,
 	})
 	if err != nil {
 		return fmt.Errorf("controller: the target refused the pipeline (%v): %w", action, err)
@@ -296,7 +542,11 @@ func (c *Client) Write(ctx context.Context, updates ...*p4v1.Update) error {
 	if len(updates) == 0 {
 		return nil
 	}
-	_, err := c.rt.Write(ctx, &p4v1.WriteRequest{DeviceId: c.deviceID, Role: c.role, ElectionId: c.election, Updates: updates})
+	if cause := c.ControlLost(); cause != "" {
+		// The switch would refuse it; say why instead.
+		return &WriteError{Status: status.New(codes.PermissionDenied, cause)}
+	}
+	_, err := c.rt.Write(ctx, &p4v1.WriteRequest{DeviceId: c.deviceID, Role: c.role, ElectionId: c.electionID(), Updates: updates})
 	if err == nil {
 		return nil
 	}

@@ -165,11 +165,15 @@ func TestLowerElectionIDRefused(t *testing.T) {
 	if err := high.SetPipeline(ctx, nil, nil, 0); err != nil {
 		t.Fatal(err)
 	}
-	low := dial(t, ctx, target, 4)
+	low, err := Dial(ctx, ClientConfig{Target: target, ElectionID: 4, Logger: quiet, YieldPrimary: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { low.Close() })
 	if low.Primary() {
 		t.Fatal("controller with the lower election id became primary")
 	}
-	err := low.InstallJob(ctx, sampleJob())
+	err = low.InstallJob(ctx, sampleJob())
 	if status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("backup InstallJob = %v, want PERMISSION_DENIED", err)
 	}
@@ -600,8 +604,9 @@ func TestRunEndToEnd(t *testing.T) {
 	if resp.GetSwitchDataplane() != net.JoinHostPort(host, "48864") || resp.GetPoolSize() != 4 {
 		t.Fatalf("response = %v", resp)
 	}
-	// A second controller with a lower election id cannot take over.
-	err = Run(ctx, Config{Target: target, Listen: "127.0.0.1:0", ElectionID: 2, Logger: quiet})
+	// A second controller with a lower election id that yields does not
+	// take over.
+	err = Run(ctx, Config{Target: target, Listen: "127.0.0.1:0", ElectionID: 2, Logger: quiet, YieldPrimary: true})
 	if err == nil || !strings.Contains(err.Error(), "not the primary") {
 		t.Fatalf("second Run = %v, want a not-primary error", err)
 	}

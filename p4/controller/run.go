@@ -92,6 +92,13 @@ type Config struct {
 	// software switches instead of the one at Target (see Topology); Target
 	// and Dataplane are then unused.
 	Topology *Topology
+	// YieldPrimary leaves primaryship to another controller that takes it
+	// (ClientConfig.YieldPrimary): jobs then fail saying who took it. By
+	// default the controller takes it back at once.
+	YieldPrimary bool
+
+	// control follows primaryship on the switches (set by Run).
+	control *control
 }
 
 // Run connects to the switch, becomes its primary controller, pushes the
@@ -128,6 +135,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Switch.P4() && len(cfg.Switch.Ports) == 0 {
 		return fmt.Errorf("controller: a %s switch needs a port map: which switch port reaches each worker address (--port-map)", cfg.Switch.Kind)
 	}
+	cfg.control = newControl()
+	if cfg.Metrics != nil {
+		if err := cfg.Metrics.Register(cfg.control); err != nil {
+			return fmt.Errorf("controller: metrics: %w", err)
+		}
+		defer cfg.Metrics.Unregister(cfg.control)
+	}
 	if cfg.Topology != nil {
 		return runTree(ctx, cfg)
 	}
@@ -145,11 +159,12 @@ func Run(ctx context.Context, cfg Config) error {
 			cl.Close()
 		}
 	}()
-	svc, err := NewJobService(cl, ServiceConfig{Dataplane: dp, Shards: shards, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger, Admin: cfg.Admin})
+	svc, err := NewJobService(controlled{cl}, ServiceConfig{Dataplane: dp, Shards: shards, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger, Admin: cfg.Admin})
 	if err != nil {
 		return err
 	}
 	defer svc.stop()
+	cfg.control.attach(svc)
 	if cfg.Metrics != nil {
 		col := svc.Collector()
 		if err := cfg.Metrics.Register(col); err != nil {
@@ -206,7 +221,7 @@ func Run(ctx context.Context, cfg Config) error {
 			case <-time.After(backoff):
 			}
 		}
-		svc.SwitchBack(cl)
+		svc.SwitchBack(controlled{cl})
 		if adopted {
 			// The switch kept its tables: the aborted jobs' entries are
 			// still there, and go once no rank claims them.
@@ -244,7 +259,10 @@ func listenJobs(cfg Config, svc *JobService) (lis net.Listener, served chan erro
 // pipeline and writes the program's own entries.
 func connect(ctx context.Context, cfg Config, dp netip.AddrPort) (*Client, bool, error) {
 	dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
-	cc := ClientConfig{Target: cfg.Target, DeviceID: cfg.DeviceID, ElectionID: cfg.ElectionID, Logger: cfg.Logger}
+	cc := ClientConfig{Target: cfg.Target, DeviceID: cfg.DeviceID, ElectionID: cfg.ElectionID, Logger: cfg.Logger, YieldPrimary: cfg.YieldPrimary}
+	if cfg.control != nil {
+		cc.OnControl = cfg.control.watch(cfg.Target)
+	}
 	if cfg.TargetTLS != nil {
 		cc.DialOptions = append(cc.DialOptions, grpc.WithTransportCredentials(credentials.NewTLS(cfg.TargetTLS)))
 	}
@@ -266,7 +284,11 @@ func connect(ctx context.Context, cfg Config, dp netip.AddrPort) (*Client, bool,
 // tables, and adopted reports so: its jobs can be taken over.
 func program(ctx context.Context, cl *Client, cfg Config, dp netip.AddrPort) (adopted bool, err error) {
 	if !cl.Primary() {
-		return false, fmt.Errorf("controller: %w: another controller with a higher election id than %d programs %s", ErrNotPrimary, max(cfg.ElectionID, 1), cfg.Target)
+		why := cl.ControlLost()
+		if why == "" {
+			why = fmt.Sprintf("another controller with a higher election id than %d programs %s", max(cfg.ElectionID, 1), cfg.Target)
+		}
+		return false, fmt.Errorf("controller: %w: %s", ErrNotPrimary, why)
 	}
 	if !cfg.SkipPipeline {
 		info := cfg.P4Info

@@ -32,6 +32,7 @@ func runTree(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer svc.stop()
+	cfg.control.attach(svc)
 	if cfg.Metrics != nil {
 		col := svc.Collector()
 		if err := cfg.Metrics.Register(col); err != nil {
@@ -135,11 +136,13 @@ func dialTree(ctx context.Context, cfg Config) (*Tree, []*Client, error) {
 			cfg.Logger.Warn("controller: removed the job entries left on a switch of the tree", "switch", treeName(t, i))
 		}
 	}
+	// Each switch refuses to be programmed, saying why, while another
+	// controller holds its primaryship.
 	leaves := make([]Switch, len(t.Leaves))
 	for i := range leaves {
-		leaves[i] = clients[i+1]
+		leaves[i] = controlled{clients[i+1]}
 	}
-	tree, err := NewTree(t, clients[0], leaves)
+	tree, err := NewTree(t, controlled{clients[0]}, leaves)
 	if err != nil {
 		return fail(err)
 	}

@@ -73,6 +73,7 @@ type JobService struct {
 	current atomic.Pointer[switchRef]
 
 	metrics *serviceMetrics
+	control controlState // see SetControlLost
 
 	mu   sync.Mutex // guards the core and the fields below
 	core *core

@@ -100,6 +100,7 @@ func (s *JobService) Status(ctx context.Context, req *controllerpb.StatusRequest
 	if next > 0 {
 		resp.NextPageToken = pageToken(next)
 	}
+	resp.ControlLost = s.ControlLost()
 	for cause, n := range s.core.endings {
 		resp.Ended[endCause(cause).String()] = n
 	}

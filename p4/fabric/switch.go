@@ -39,8 +39,12 @@ type SwitchConfig struct {
 	Pipeline pipeline.Config
 	// DeviceID is the P4Runtime device id (default 1).
 	DeviceID uint64
-	// TLS, if set, secures the P4Runtime service.
+	// TLS, if set, secures the P4Runtime service; with client CAs, only
+	// controllers may program the switch (see softswitch.ServerConfig).
 	TLS *tls.Config
+	// P4RuntimeAllow names the certificates that may program the switch
+	// besides those with the controller role (softswitch.ServerConfig.Allow).
+	P4RuntimeAllow []string
 	// Faults are injected into every packet the switch sends.
 	Faults transport.Faults
 	// Logger receives the switch's logs (default: discarded).
@@ -149,7 +153,7 @@ func ListenSwitch(cfg SwitchConfig) (*Switch, error) {
 		}
 	}
 	srv, err := softswitch.NewServer(softswitch.ServerConfig{
-		DeviceID: cfg.DeviceID, TLS: cfg.TLS, Pipeline: cfg.Pipeline, Logger: cfg.Logger, Parent: parent,
+		DeviceID: cfg.DeviceID, TLS: cfg.TLS, Allow: cfg.P4RuntimeAllow, Pipeline: cfg.Pipeline, Logger: cfg.Logger, Parent: parent,
 	})
 	if err != nil {
 		return nil, err

@@ -6,9 +6,19 @@
 // each holding the lock for reading over a batch of packets; the control
 // plane takes it for writing, so P4Runtime still sees one switch.
 //
+// Who may program it: with TLS that verifies client certificates
+// (ServerConfig.TLS with ClientCAs), only controller identities, that is
+// certificates with the controller role or named in ServerConfig.Allow, may
+// arbitrate, Read, Write, and set or get the pipeline config; anyone else
+// gets PERMISSION_DENIED naming its identity, on the stream at its first
+// message, so it never joins any role's arbitration. Without client
+// certificates there are no identities and every caller may.
+//
 // P4Runtime coverage (p4.v1, version 1.5.0): stream channel arbitration with
 // election ids and roles (the highest election id is primary; only the
-// primary may Write or SetForwardingPipelineConfig); pipeline config VERIFY,
+// primary may Write or SetForwardingPipelineConfig; a backup's status names
+// the primary's identity and election id; role configs are refused, since
+// every role has full pipeline access); pipeline config VERIFY,
 // VERIFY_AND_SAVE, VERIFY_AND_COMMIT, COMMIT, RECONCILE_AND_COMMIT, accepted
 // only for a P4Info structurally equal to the embedded one (sizes are not
 // compared); Write and Read of both tables, multicast groups, the pool

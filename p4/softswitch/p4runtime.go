@@ -11,6 +11,7 @@ import (
 	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
 	"github.com/switchml/switchml-go/p4/p4info"
+	"github.com/switchml/switchml-go/switchml/secure"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -36,6 +37,13 @@ type P4RuntimeConfig struct {
 	Preconfigured bool
 	// Logger receives arbitration and pipeline changes; nil means slog.Default().
 	Logger *slog.Logger
+	// Allow, if set, is who may program the switch: only callers whose
+	// verified client certificate it permits (secure.IdentityOf) may
+	// arbitrate on the stream channel, Read, Write, and set or get the
+	// pipeline config; the others get PERMISSION_DENIED naming them.
+	// Capabilities stays open. Nil takes every caller, for a service
+	// whose transport verifies no client certificates (no identities).
+	Allow *secure.Allow
 }
 
 // P4Runtime is a P4Runtime server (p4.v1.P4Runtime) for one device running
@@ -47,7 +55,8 @@ type P4Runtime struct {
 	target   Target
 	dp       sync.Locker
 	log      *slog.Logger
-	schema   *schema // what the pipeline implements, from the embedded P4Info
+	schema   *schema       // what the pipeline implements, from the embedded P4Info
+	allow    *secure.Allow // nil: every caller may program the switch
 
 	mu      sync.Mutex // arbitration, pipeline config and side tables
 	roles   map[string]*roleState
@@ -91,6 +100,7 @@ func NewP4Runtime(cfg P4RuntimeConfig) (*P4Runtime, error) {
 		dp:         cfg.Lock,
 		log:        cfg.Logger,
 		schema:     sch,
+		allow:      cfg.Allow,
 		roles:      map[string]*roleState{},
 		workerMeta: map[WorkerKey]entryMeta{},
 		replyMeta:  map[ReplyKey]entryMeta{},
@@ -119,6 +129,24 @@ func (s *P4Runtime) Register(g grpc.ServiceRegistrar) {
 // DeviceID returns the device id the service answers to.
 func (s *P4Runtime) DeviceID() uint64 { return s.deviceID }
 
+// Allowed says who may program the switch (nil: every caller).
+func (s *P4Runtime) Allowed() *secure.Allow { return s.allow }
+
+// authorize refuses a caller the service's Allow does not permit, naming
+// the caller's identity, what it tried and who may.
+func (s *P4Runtime) authorize(ctx context.Context, what string) error {
+	if s.allow == nil {
+		return nil
+	}
+	id := secure.IdentityOf(ctx)
+	if s.allow.Permits(id) {
+		return nil
+	}
+	s.log.Warn("p4runtime: refused a caller", "device", s.deviceID, "caller", id.String(), "call", what)
+	return status.Errorf(codes.PermissionDenied, "%s may not %s on this switch: P4Runtime control is for %s (certificates signed by the switch's client CA; see switch --p4rt-allow)",
+		id.String(), what, s.allow.String())
+}
+
 // ---- arbitration ----
 
 // stream is one live StreamChannel.
@@ -127,6 +155,7 @@ type stream struct {
 	arbitrated bool
 	role       string
 	election   *p4v1.Uint128 // nil: no election id (can never become primary)
+	who        string        // the caller's identity, named to the backups
 }
 
 type roleState struct {
@@ -163,8 +192,12 @@ func fmt128(a *p4v1.Uint128) string {
 
 // StreamChannel implements p4.v1.P4Runtime: arbitration; packet I/O and
 // digests are not part of this pipeline and are answered with a StreamError.
+// Callers: the identities P4RuntimeConfig.Allow permits (all without it).
 func (s *P4Runtime) StreamChannel(ss p4v1.P4Runtime_StreamChannelServer) error {
-	st := &stream{out: make(chan *p4v1.StreamMessageResponse, 256)}
+	// An unauthorised caller is refused at its first message, whatever it
+	// is, before it joins any role's arbitration.
+	refused := s.authorize(ss.Context(), "arbitrate (StreamChannel)")
+	st := &stream{out: make(chan *p4v1.StreamMessageResponse, 256), who: secure.IdentityOf(ss.Context()).String()}
 	quit := make(chan struct{})
 	senderDone := make(chan struct{})
 	go func() {
@@ -203,6 +236,9 @@ func (s *P4Runtime) StreamChannel(ss p4v1.P4Runtime_StreamChannelServer) error {
 		}
 		if err != nil {
 			return err
+		}
+		if refused != nil {
+			return refused
 		}
 		switch u := req.GetUpdate().(type) {
 		case *p4v1.StreamMessageRequest_Arbitration:
@@ -266,7 +302,10 @@ func (s *P4Runtime) arbitrate(st *stream, m *p4v1.MasterArbitrationUpdate) error
 	defer s.mu.Unlock()
 	role := roleName(m.GetRole())
 	if m.GetRole().GetConfig() != nil {
-		return status.Errorf(codes.InvalidArgument, "role %q: role configs are not supported (every role has full pipeline access)", role)
+		// The specification leaves a role config's meaning to the target;
+		// this switch has no per-role scopes to enforce, so it refuses
+		// rather than pretend to honour one.
+		return status.Errorf(codes.InvalidArgument, "role %q: this switch cannot honour role configs (it has no per-role access scopes); leave Role.config unset, which gives the role full pipeline access", role)
 	}
 	if st.arbitrated {
 		if m.GetDeviceId() != s.deviceID {
@@ -333,7 +372,7 @@ func (s *P4Runtime) notify(rs *roleState, role string, st *stream) {
 	case rs.primary == st:
 		u.Status = &statuspb.Status{Code: int32(codes.OK), Message: "primary"}
 	case rs.primary != nil:
-		u.Status = &statuspb.Status{Code: int32(codes.AlreadyExists), Message: "backup: another controller is primary"}
+		u.Status = &statuspb.Status{Code: int32(codes.AlreadyExists), Message: fmt.Sprintf("backup: %s is primary with election id %s", rs.primary.who, fmt128(rs.primary.election))}
 	default:
 		u.Status = &statuspb.Status{Code: int32(codes.NotFound), Message: "backup: no primary"}
 	}
@@ -386,8 +425,12 @@ func (s *P4Runtime) checkPrimary(device uint64, role string, election *p4v1.Uint
 // fixed, so a config is accepted only if its P4Info describes exactly the
 // entities this switch implements (names, ids, match fields, parameters,
 // widths); table and register sizes are not compared. The opaque device config
-// is stored and returned as is.
+// is stored and returned as is. Callers: the primary of the request's role,
+// among the identities P4RuntimeConfig.Allow permits.
 func (s *P4Runtime) SetForwardingPipelineConfig(ctx context.Context, req *p4v1.SetForwardingPipelineConfigRequest) (*p4v1.SetForwardingPipelineConfigResponse, error) {
+	if err := s.authorize(ctx, "SetForwardingPipelineConfig"); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.checkPrimary(req.GetDeviceId(), req.GetRole(), req.GetElectionId()); err != nil {
@@ -486,8 +529,12 @@ func (s *P4Runtime) clearForwardingState() {
 	s.groupMeta = map[uint16]groupMeta{}
 }
 
-// GetForwardingPipelineConfig implements p4.v1.P4Runtime.
+// GetForwardingPipelineConfig implements p4.v1.P4Runtime. Callers: the
+// identities P4RuntimeConfig.Allow permits, primary or backup.
 func (s *P4Runtime) GetForwardingPipelineConfig(ctx context.Context, req *p4v1.GetForwardingPipelineConfigRequest) (*p4v1.GetForwardingPipelineConfigResponse, error) {
+	if err := s.authorize(ctx, "GetForwardingPipelineConfig"); err != nil {
+		return nil, err
+	}
 	if req.GetDeviceId() != s.deviceID {
 		return nil, status.Errorf(codes.NotFound, "unknown device id %d (this switch is device %d)", req.GetDeviceId(), s.deviceID)
 	}
@@ -515,7 +562,8 @@ func (s *P4Runtime) GetForwardingPipelineConfig(ctx context.Context, req *p4v1.G
 	return &p4v1.GetForwardingPipelineConfigResponse{Config: out}, nil
 }
 
-// Capabilities implements p4.v1.P4Runtime.
+// Capabilities implements p4.v1.P4Runtime; any caller the transport lets
+// in may ask.
 func (s *P4Runtime) Capabilities(context.Context, *p4v1.CapabilitiesRequest) (*p4v1.CapabilitiesResponse, error) {
 	return &p4v1.CapabilitiesResponse{P4RuntimeApiVersion: APIVersion}, nil
 }

@@ -18,7 +18,11 @@ const readChunk = 4096
 // Read implements p4.v1.P4Runtime. Wildcards follow the specification: table
 // id 0 reads all tables, an empty match all entries, multicast group id 0 all
 // groups, register or counter id 0 all arrays, an unset index all cells.
+// Callers: the identities P4RuntimeConfig.Allow permits, primary or backup.
 func (s *P4Runtime) Read(req *p4v1.ReadRequest, rs p4v1.P4Runtime_ReadServer) error {
+	if err := s.authorize(rs.Context(), "Read"); err != nil {
+		return err
+	}
 	if req.GetDeviceId() != s.deviceID {
 		return status.Errorf(codes.NotFound, "unknown device id %d (this switch is device %d)", req.GetDeviceId(), s.deviceID)
 	}

@@ -1,12 +1,10 @@
 package softswitch
 
 import (
-	"crypto/tls"
-
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
-	"google.golang.org/grpc/credentials"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -15,7 +13,9 @@ import (
 
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/switchml/secure"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 )
 
 // DefaultPipeline is the switch memory a Server gets when its config leaves
@@ -34,7 +34,15 @@ type ServerConfig struct {
 	Preconfigured bool
 	// TLS, if set, secures the P4Runtime service (with ClientCAs set,
 	// controllers must present a certificate: see switchml/secure).
-	TLS    *tls.Config
+	// When it verifies client certificates, only controllers may program
+	// the switch: certificates with the controller role, and those Allow
+	// names. Without client certificates callers have no identity, and
+	// every caller may.
+	TLS *tls.Config
+	// Allow names the certificates (common name, DNS, URI or e-mail SAN;
+	// see secure.Allow) that may program the switch besides those with
+	// the controller role. It needs TLS with client CAs.
+	Allow  []string
 	Logger *slog.Logger
 	// Parent, if valid, makes the switch a leaf of the switch whose data
 	// plane is at Parent: every job's partial sums go up to it, and its
@@ -79,15 +87,33 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	allow, err := controllers(cfg.TLS, cfg.Allow)
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{pipe: pipe, log: cfg.Logger, tls: cfg.TLS}
 	s.p4rt, err = NewP4Runtime(P4RuntimeConfig{
 		DeviceID: cfg.DeviceID, Target: PipelineTarget(pipe), Lock: &s.mu,
-		Preconfigured: cfg.Preconfigured, Logger: cfg.Logger,
+		Preconfigured: cfg.Preconfigured, Logger: cfg.Logger, Allow: allow,
 	})
 	if err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// controllers is who may program a switch served with tlsCfg: certificates
+// with the controller role and the names given; nil (everyone) when the
+// service verifies no client certificates, since callers then have no
+// identity to tell apart.
+func controllers(tlsCfg *tls.Config, names []string) (*secure.Allow, error) {
+	if tlsCfg == nil || tlsCfg.ClientCAs == nil {
+		if len(names) > 0 {
+			return nil, fmt.Errorf("softswitch: P4Runtime allow list %q needs client certificates to check: give the switch a TLS certificate and a client CA (--tls-cert, --tls-key, --tls-client-ca)", names)
+		}
+		return nil, nil
+	}
+	return &secure.Allow{Roles: []string{secure.RoleController}, Names: names}, nil
 }
 
 // PipelineConfig returns the switch memory sizes.
@@ -147,6 +173,10 @@ func (s *Server) ServeP4Runtime(ctx context.Context, lis net.Listener) error {
 	if s.tls != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls)))
 	}
+	if s.p4rt.Allowed() == nil && !loopback(lis.Addr()) {
+		s.log.Warn("p4runtime: serving without client certificates on a non-loopback address: whoever reaches it can program the switch; give it --tls-cert, --tls-key and --tls-client-ca",
+			"addr", lis.Addr().String())
+	}
 	g := grpc.NewServer(opts...)
 	s.p4rt.Register(g)
 	stop := context.AfterFunc(ctx, func() {
@@ -166,6 +196,12 @@ func (s *Server) ServeP4Runtime(ctx context.Context, lis net.Listener) error {
 		return nil
 	}
 	return err
+}
+
+// loopback reports whether a listener's address is a loopback one.
+func loopback(a net.Addr) bool {
+	ap, err := netip.ParseAddrPort(a.String())
+	return err == nil && ap.Addr().Unmap().IsLoopback()
 }
 
 // PipelineTarget adapts a pipeline to the Target the P4Runtime service

@@ -13,8 +13,12 @@ import (
 
 // Write implements p4.v1.P4Runtime. Batches run CONTINUE_ON_ERROR: every
 // update is attempted; if any fails the status is UNKNOWN with one p4.v1.Error
-// per update in the details.
+// per update in the details. Callers: the primary of the request's role,
+// among the identities P4RuntimeConfig.Allow permits.
 func (s *P4Runtime) Write(ctx context.Context, req *p4v1.WriteRequest) (*p4v1.WriteResponse, error) {
+	if err := s.authorize(ctx, "Write"); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.checkPrimary(req.GetDeviceId(), req.GetRole(), req.GetElectionId()); err != nil {
