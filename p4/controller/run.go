@@ -88,6 +88,9 @@ type Config struct {
 	// software switches instead of the one at Target (see Topology); Target
 	// and Dataplane are then unused.
 	Topology *Topology
+	// JobLimits bound what jobs and clients can make the job service hold
+	// (zero fields: the defaults).
+	JobLimits
 }
 
 // Run connects to the switch, becomes its primary controller, pushes the
@@ -141,7 +144,7 @@ func Run(ctx context.Context, cfg Config) error {
 			cl.Close()
 		}
 	}()
-	svc, err := NewJobService(cl, ServiceConfig{Dataplane: dp, Shards: shards, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger})
+	svc, err := NewJobService(cl, ServiceConfig{Dataplane: dp, Shards: shards, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger, JobLimits: cfg.JobLimits})
 	if err != nil {
 		return err
 	}
