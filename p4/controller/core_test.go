@@ -186,7 +186,7 @@ func (r *rig) sec(job string, rank uint32) []byte {
 }
 
 func adoptedSecret(rank uint32) []byte {
-	return []byte(fmt.Sprintf("adopted-rank-%04d", rank))[:rankSecretLen]
+	return []byte(fmt.Sprintf("adopted-%08d", rank))[:rankSecretLen]
 }
 
 // watch takes a rank's lease, with the rank's secret unless req has one.
