@@ -3,7 +3,11 @@ package controller
 // The job service's protocol state is a deterministic state machine, core:
 // the job table, pool partitions, switch job ids and multicast groups,
 // leases, barrier and broadcast rounds, adoption of the jobs a restarted
-// controller finds on the switch, and each job's life. Its driver
+// controller finds on the switch, and each job's life. It decides who may
+// do what: a session's calls carry their rank's secret (core_keys.go),
+// each client identity holds a bounded share of jobs and slots, and jobs
+// that do not gather or whose ranks do not take their leases in time end
+// (core_lease.go). Its driver
 // (JobService) feeds it calls, the switch's reports and the time, and
 // carries out what it asks for: program or clean the switch, answer waiting
 // calls. The core does no I/O, starts no goroutines and reads no clock, so

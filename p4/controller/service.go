@@ -370,7 +370,9 @@ func (s *JobService) Describe(context.Context, *controllerpb.DescribeRequest) (*
 	return s.cfg.Target.describe(s.cfg.Slots), nil
 }
 
-// Register implements controllerpb.JobService.
+// Register implements controllerpb.JobService. Any client may register;
+// a new job counts against the caller's identity (secure.IdentityOf), and
+// a job's name belongs to its token while the job lives.
 func (s *JobService) Register(ctx context.Context, req *controllerpb.RegisterRequest) (resp *controllerpb.RegisterResponse, err error) {
 	defer func() { s.metrics.registrations.WithLabelValues(status.Code(err).String()).Inc() }()
 	s.mu.Lock()
@@ -423,7 +425,9 @@ func (s *JobService) Register(ctx context.Context, req *controllerpb.RegisterReq
 	return a.resp, nil
 }
 
-// Barrier implements controllerpb.JobService.
+// Barrier implements controllerpb.JobService. Only a rank of the session,
+// proven by its rank secret, may call it; so for Broadcast, Leave, Abort
+// and Watch.
 func (s *JobService) Barrier(ctx context.Context, req *controllerpb.BarrierRequest) (*controllerpb.BarrierResponse, error) {
 	ctx, cancel := answerBefore(ctx)
 	defer cancel()
