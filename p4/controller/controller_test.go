@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -322,6 +323,9 @@ func TestRegisterProgramsTheSwitch(t *testing.T) {
 	r := resps[0]
 	if resps[1].GetSessionId() != r.GetSessionId() || resps[1].GetJobId() != r.GetJobId() || resps[1].GetFirstSeq() != r.GetFirstSeq() {
 		t.Fatalf("ranks got different sessions: %v / %v", resps[0], resps[1])
+	}
+	if len(r.GetRankSecret()) != rankSecretLen || bytes.Equal(r.GetRankSecret(), resps[1].GetRankSecret()) {
+		t.Fatalf("rank secrets %x and %x: want one of %d bytes per rank", r.GetRankSecret(), resps[1].GetRankSecret(), rankSecretLen)
 	}
 	if r.GetPoolSize() != 8 || r.GetSwitchDataplane() != "127.0.0.1:48864" || r.GetSessionId() == 0 {
 		t.Fatalf("response = %v", r)

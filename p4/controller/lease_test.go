@@ -330,3 +330,44 @@ func TestBarrierPassedBeforeTheRestart(t *testing.T) {
 		t.Fatalf("barrier on a job never taken over: %v, want it to wait for rank 1", err)
 	}
 }
+
+// TestUnwatchedJobEndsAfterTheLeaseGrace: the service's timer ends a job
+// whose rank never opens its lease, and its entries leave the switch.
+func TestUnwatchedJobEndsAfterTheLeaseGrace(t *testing.T) {
+	target, _ := startSwitch(t)
+	ctx := testCtx(t)
+	sw := dial(t, ctx, target, 1)
+	if err := sw.SetPipeline(ctx, nil, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := NewJobService(sw, ServiceConfig{Dataplane: netip.MustParseAddrPort("127.0.0.1:48864"), Slots: testSlots, Logger: quiet,
+		JobLimits: JobLimits{LeaseGrace: 50 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.stop()
+	jobs := serveJobs(t, svc)
+	if _, err := jobs.Register(ctx, regReq("squat", 0, 1, 2, 4, 3)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ws, err := sw.ReadWorkers(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ws) == 0 && len(svc.Jobs()) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a job whose rank never watched still holds %d worker entries", len(ws))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	svc.mu.Lock()
+	n := svc.core.endings[endRankLost]
+	svc.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d jobs ended as a lost rank, want 1", n)
+	}
+}
