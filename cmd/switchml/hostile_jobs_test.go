@@ -310,11 +310,30 @@ func TestHostileFloodFromOneIdentity(t *testing.T) {
 
 // TestHostileManyIterations: a run of more iterations than the controller
 // holds barrier names at once (two names each, one per iteration) runs to
-// the end, verified: names whose rounds are over are forgotten.
+// the end, verified: names whose rounds are over are forgotten. And a run
+// that fails after iterations that checked out is not reported verified.
 func TestHostileManyIterations(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes; skipped in -short")
 	}
 	f := startFabric(t, nil, "")
 	runJob(t, f, nil, jobSpec{name: "iters", dtype: "int32", workers: 2, elements: 256, iters: 600, lanes: 1, window: 8})
+
+	// Rank 1 stops after two iterations; rank 0 waits for it at its
+	// third barrier until its deadline.
+	ps := make([]*proc, 2)
+	for r, iters := range []string{"3", "1"} {
+		ps[r] = spawn(t, nil, "allreduce", "--controller", f.controller, "--job", "short", "--rank", fmt.Sprint(r), "--workers", "2",
+			"--elements", "256", "--iters", iters, "--join-timeout", "5s", "--json")
+	}
+	for r, p := range ps {
+		err := p.wait(t, 2*time.Minute)
+		var rep benchmarks.WorkerReport
+		if jerr := json.Unmarshal(bytes.TrimSpace(p.Stdout()), &rep); jerr != nil {
+			t.Fatalf("rank %d: no report (%v): exit %v\n%s", r, jerr, err, p.Logs())
+		}
+		if failed := err != nil || rep.Error != ""; failed == (r == 1) || rep.Verified == failed {
+			t.Fatalf("rank %d: exit %v, report %+v: want rank 0 to fail unverified and rank 1 to pass verified", r, err, rep)
+		}
+	}
 }
