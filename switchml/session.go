@@ -57,10 +57,13 @@ type Session struct {
 	conn      *grpc.ClientConn
 	client    controllerpb.JobServiceClient
 	sessionID uint64
-	jobID     uint32        // the switch's id of the job (claims it back from a restarted controller)
-	barriers  atomic.Uint64 // barrier calls made, for BarrierRequest.Seq
-	switchDP  netip.AddrPort
-	lanes     []*laneDriver
+	// rankSecret proves this rank's calls within the session to the
+	// controller; it never goes into an error or a log.
+	rankSecret []byte
+	jobID      uint32        // the switch's id of the job (claims it back from a restarted controller)
+	barriers   atomic.Uint64 // barrier calls made, for BarrierRequest.Seq
+	switchDP   netip.AddrPort
+	lanes      []*laneDriver
 
 	ops  chan *Handle
 	quit chan struct{}
@@ -233,7 +236,7 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 	if err := s.keepRing(resp.GetFallbackAddresses()); err != nil {
 		return fail(err)
 	}
-	s.sessionID, s.jobID = resp.SessionId, resp.JobId
+	s.sessionID, s.jobID, s.rankSecret = resp.SessionId, resp.JobId, resp.GetRankSecret()
 	s.seq = resp.FirstSeq
 	s.switchDP, err = netip.ParseAddrPort(resp.SwitchDataplane)
 	if err != nil {
@@ -293,7 +296,7 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 func (s *Session) watch() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopWatch = cancel
-	req := &controllerpb.WatchRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, JobId: s.jobID, Token: s.cfg.Token}
+	req := &controllerpb.WatchRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, JobId: s.jobID, Token: s.cfg.Token, RankSecret: s.rankSecret}
 	stream, err := s.client.Watch(ctx, req)
 	var ev *controllerpb.WatchEvent
 	if err == nil {
@@ -395,7 +398,7 @@ func (s *Session) reportFailure(reason error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_, _ = s.client.Abort(ctx, &controllerpb.AbortRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Reason: reason.Error(),
-		SwitchUnreachable: errors.Is(reason, ErrTimeoutBudget)})
+		SwitchUnreachable: errors.Is(reason, ErrTimeoutBudget), RankSecret: s.rankSecret})
 }
 
 // macOf returns the Ethernet address of the interface that holds ip, or nil
@@ -565,7 +568,7 @@ func (s *Session) Barrier(ctx context.Context, name string) error {
 	start := time.Now()
 	defer s.traceWait("barrier", name, start)
 	err := retryUnavailable(ctx, s.aborted, func() error {
-		_, err := s.client.Barrier(ctx, &controllerpb.BarrierRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Name: name, Seq: seq}, grpc.WaitForReady(true))
+		_, err := s.client.Barrier(ctx, &controllerpb.BarrierRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Name: name, Seq: seq, RankSecret: s.rankSecret}, grpc.WaitForReady(true))
 		return err
 	})
 	if err != nil {
@@ -587,7 +590,7 @@ func (s *Session) Broadcast(ctx context.Context, name string, root int, data []b
 	defer s.traceWait("broadcast", name, start)
 	err := retryUnavailable(ctx, s.aborted, func() error {
 		var err error
-		resp, err = s.client.Broadcast(ctx, &controllerpb.BroadcastRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Root: uint32(root), Data: data, Name: name}, grpc.WaitForReady(true))
+		resp, err = s.client.Broadcast(ctx, &controllerpb.BroadcastRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Root: uint32(root), Data: data, Name: name, RankSecret: s.rankSecret}, grpc.WaitForReady(true))
 		return err
 	})
 	if err != nil {
@@ -676,7 +679,7 @@ func (s *Session) Close() error {
 	if s.sessionID != 0 && !s.movedOff() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_, err = s.client.Leave(ctx, &controllerpb.LeaveRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID})
+		_, err = s.client.Leave(ctx, &controllerpb.LeaveRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, RankSecret: s.rankSecret})
 		if err != nil {
 			err = s.rpcError("leave", err)
 		}

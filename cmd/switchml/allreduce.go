@@ -112,7 +112,8 @@ func runAllReduce(ctx context.Context, args []string) error {
 		}
 	}
 	if err != nil {
-		rep.Error = err.Error()
+		// A run that failed verified nothing, whatever it checked first.
+		rep.Error, rep.Verified = err.Error(), false
 	}
 	if ru, ok := cpuUsage(); ok {
 		rep.CPUUserS, rep.CPUSysS = ru.user, ru.sys
@@ -188,7 +189,8 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, ele
 			return sess.AllReduceBFloat16(ctx, u16)
 		}
 	}
-	rep.Verified = verify
+	// Verified is set once every iteration's check passed, and only then.
+	rep.Verified = false
 	var meter cpuMeter
 	defer meter.report(rep)
 	for it := 0; it < warmup+iters; it++ {
@@ -207,7 +209,6 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, ele
 		tat := time.Since(start)
 		meter.end()
 		if err != nil {
-			rep.Verified = false
 			return fmt.Errorf("allreduce %d: %w", it, err)
 		}
 		if it >= warmup {
@@ -225,7 +226,6 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, ele
 		}
 		if verify {
 			if err := exp.check(dtype, f32, i32, u16); err != nil {
-				rep.Verified = false
 				return fmt.Errorf("verification failed after allreduce %d: %w", it, err)
 			}
 		}
@@ -237,6 +237,7 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, ele
 	rep.Retransmits, rep.Packets = st.Retransmits, st.Packets
 	rep.Transport = sess.Transport() // after the calls: a shared-memory lane counts once it has used the switch's inbox
 	rep.RTTMillis, rep.TimeoutMillis = st.RTT.Seconds()*1e3, st.Timeout.Seconds()*1e3
+	rep.Verified = verify
 	return nil
 }
 

@@ -79,6 +79,10 @@ func runController(ctx context.Context, args []string) error {
 	targetCert := fs.String("target-tls-cert", "", "certificate (PEM) the controller presents to the switch (mutual TLS)")
 	targetKey := fs.String("target-tls-key", "", "key (PEM) of --target-tls-cert")
 	fs.DurationVar(&cfg.ConnectTimeout, "connect-timeout", 0, "how long to wait for the target at start (default 30s)")
+	fs.DurationVar(&cfg.LeaseGrace, "lease-grace", controller.DefaultLeaseGrace, "how long each rank of a job that got its slots has to open its lease (Watch); a rank that has not ends the job and frees its slots")
+	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", controller.DefaultJoinTimeout, "how long a job may wait for all its ranks to register; then it is released, and its waiting ranks hear which never came")
+	fs.IntVar(&cfg.MaxJobsPerClient, "max-jobs-per-client", controller.DefaultMaxJobsPerClient, "jobs, gathering or running, that one client identity (its certificate's name under mutual TLS, else its IP address) may hold; -1: no limit")
+	fs.IntVar(&cfg.MaxSlotsPerClient, "max-slots-per-client", 0, "slots (lanes*window, summed over its jobs) that one client identity may hold; 0: no limit beyond the pool")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	metricsAddr := fs.String("metrics", "", metricsFlagHelp)
 	topology := fs.String("topology", "", "JSON file of a two-level tree of software switches to program as one, instead of --target: {\"spine\": {\"p4runtime\": ADDR, \"dataplane\": ADDR}, \"leaves\": [{\"p4runtime\": ADDR, \"dataplane\": ADDR, \"workers\": [PREFIX, ...]}, ...]}; each leaf runs `switchml switch --parent` with the spine's dataplane")
@@ -97,6 +101,9 @@ func runController(ctx context.Context, args []string) error {
 		}
 	}
 	if err := controllerFlagsValid(cfg.Slots, *maxElements, cfg.IngressLoss, cfg.EgressLoss); err != nil {
+		return err
+	}
+	if err := jobLimitFlagsValid(cfg.JobLimits); err != nil {
 		return err
 	}
 	log, err := newLogger(*logLevel)
@@ -218,6 +225,25 @@ func controllerFlagsValid(slots, maxElements int, lossIn, lossOut float64) error
 		if !(c.p >= 0 && c.p < 1) {
 			errs = append(errs, fmt.Errorf("%s %g: a fraction lies in [0, 1)", c.flag, c.p))
 		}
+	}
+	return errors.Join(errs...)
+}
+
+// jobLimitFlagsValid checks the job service's limits: a zero duration
+// would be taken for the default, so it is refused rather than surprising.
+func jobLimitFlagsValid(l controller.JobLimits) error {
+	var errs []error
+	if l.LeaseGrace <= 0 {
+		errs = append(errs, fmt.Errorf("--lease-grace %v: want a positive duration", l.LeaseGrace))
+	}
+	if l.JoinTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--join-timeout %v: want a positive duration", l.JoinTimeout))
+	}
+	if l.MaxJobsPerClient == 0 || l.MaxJobsPerClient < -1 {
+		errs = append(errs, fmt.Errorf("--max-jobs-per-client %d: want 1 or more, or -1 for no limit", l.MaxJobsPerClient))
+	}
+	if l.MaxSlotsPerClient < 0 {
+		errs = append(errs, fmt.Errorf("--max-slots-per-client %d: want 0 (no limit) or more", l.MaxSlotsPerClient))
 	}
 	return errors.Join(errs...)
 }

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -236,6 +237,13 @@ type jobHarness struct {
 	svc  *JobService
 	jobs controllerpb.JobServiceClient
 	sw   *Client
+	// secrets are the rank secrets joined handed out, by "job/rank".
+	secrets map[string][]byte
+}
+
+// secret is the rank secret joined got for a job's rank.
+func (h *jobHarness) secret(job string, rank uint32) []byte {
+	return h.secrets[fmt.Sprintf("%s/%d", job, rank)]
 }
 
 func newJobHarness(t *testing.T, slots int) *jobHarness {
@@ -253,12 +261,17 @@ func newJobHarnessFor(t *testing.T, slots int, kind Target) *jobHarness {
 	if err := c.SetPipeline(ctx, nil, nil, 0); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := NewJobService(c, ServiceConfig{Dataplane: netip.MustParseAddrPort("127.0.0.1:48864"), Slots: slots, Target: kind, Logger: quiet})
+	svc, err := NewJobService(c, ServiceConfig{Dataplane: netip.MustParseAddrPort("127.0.0.1:48864"), Slots: slots, Target: kind, Logger: quiet,
+		JobLimits: harnessLimits})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &jobHarness{svc: svc, jobs: serveJobs(t, svc), sw: c}
+	return &jobHarness{svc: svc, jobs: serveJobs(t, svc), sw: c, secrets: map[string][]byte{}}
 }
+
+// harnessLimits keep the time bounds of the harness's service out of the
+// way of tests about other things, whose jobs may not watch.
+var harnessLimits = JobLimits{LeaseGrace: time.Hour, JoinTimeout: time.Hour}
 
 // serveJobs serves svc over an in-memory connection and returns a client.
 func serveJobs(t *testing.T, svc *JobService) controllerpb.JobServiceClient {
@@ -315,6 +328,9 @@ func TestRegisterProgramsTheSwitch(t *testing.T) {
 	if resps[1].GetSessionId() != r.GetSessionId() || resps[1].GetJobId() != r.GetJobId() || resps[1].GetFirstSeq() != r.GetFirstSeq() {
 		t.Fatalf("ranks got different sessions: %v / %v", resps[0], resps[1])
 	}
+	if len(r.GetRankSecret()) != rankSecretLen || bytes.Equal(r.GetRankSecret(), resps[1].GetRankSecret()) {
+		t.Fatalf("rank secrets %x and %x: want one of %d bytes per rank", r.GetRankSecret(), resps[1].GetRankSecret(), rankSecretLen)
+	}
 	if r.GetPoolSize() != 8 || r.GetSwitchDataplane() != "127.0.0.1:48864" || r.GetSessionId() == 0 {
 		t.Fatalf("response = %v", r)
 	}
@@ -347,7 +363,7 @@ func TestRegisterProgramsTheSwitch(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := h.jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "a", Rank: rank, SessionId: r.GetSessionId(), Name: "start"}); err != nil {
+			if _, err := h.jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "a", Rank: rank, SessionId: r.GetSessionId(), Name: "start", RankSecret: resps[rank].GetRankSecret()}); err != nil {
 				bErrs[rank] = err
 				return
 			}
@@ -355,7 +371,7 @@ func TestRegisterProgramsTheSwitch(t *testing.T) {
 			if rank == 1 {
 				data = []byte("hello")
 			}
-			resp, err := h.jobs.Broadcast(ctx, &controllerpb.BroadcastRequest{Job: "a", Rank: rank, SessionId: r.GetSessionId(), Root: 1, Data: data})
+			resp, err := h.jobs.Broadcast(ctx, &controllerpb.BroadcastRequest{Job: "a", Rank: rank, SessionId: r.GetSessionId(), Root: 1, Data: data, RankSecret: resps[rank].GetRankSecret()})
 			bErrs[rank] = err
 			got[rank] = resp.GetData()
 		}()
@@ -366,11 +382,11 @@ func TestRegisterProgramsTheSwitch(t *testing.T) {
 			t.Fatalf("rank %d broadcast = %q, %v", rank, got[rank], bErrs[rank])
 		}
 	}
-	if _, err := h.jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "a", Rank: 0, SessionId: r.GetSessionId() + 2}); status.Code(err) != codes.FailedPrecondition {
+	if _, err := h.jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "a", Rank: 0, SessionId: r.GetSessionId() + 2, RankSecret: r.GetRankSecret()}); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("barrier with a stale session = %v, want FAILED_PRECONDITION", err)
 	}
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	_, err = h.jobs.Barrier(short, &controllerpb.BarrierRequest{Job: "a", Rank: 0, SessionId: r.GetSessionId(), Name: "lonely"})
+	_, err = h.jobs.Barrier(short, &controllerpb.BarrierRequest{Job: "a", Rank: 0, SessionId: r.GetSessionId(), Name: "lonely", RankSecret: r.GetRankSecret()})
 	cancel()
 	if status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("barrier nobody joins = %v, want DEADLINE_EXCEEDED", err)
@@ -390,13 +406,13 @@ func TestRegisterProgramsTheSwitch(t *testing.T) {
 
 	// Leave: entries stay until the last rank leaves.
 	s2 := resps2[0].GetSessionId()
-	if _, err := h.jobs.Leave(ctx, &controllerpb.LeaveRequest{Job: "a", Rank: 0, SessionId: s2}); err != nil {
+	if _, err := h.jobs.Leave(ctx, &controllerpb.LeaveRequest{Job: "a", Rank: 0, SessionId: s2, RankSecret: resps2[0].GetRankSecret()}); err != nil {
 		t.Fatal(err)
 	}
 	if workers, _ := h.sw.ReadWorkers(ctx); len(workers) != 2 {
 		t.Fatalf("after one leave: %d worker entries, want 2", len(workers))
 	}
-	if _, err := h.jobs.Leave(ctx, &controllerpb.LeaveRequest{Job: "a", Rank: 1, SessionId: s2}); err != nil {
+	if _, err := h.jobs.Leave(ctx, &controllerpb.LeaveRequest{Job: "a", Rank: 1, SessionId: s2, RankSecret: resps2[1].GetRankSecret()}); err != nil {
 		t.Fatal(err)
 	}
 	<-h.svc.Drained() // entries go in the background
@@ -563,7 +579,7 @@ func TestConcurrentJobsGetDisjointPartitions(t *testing.T) {
 			continue
 		}
 		for r := uint32(0); r < 2; r++ {
-			if _, err := h.jobs.Leave(ctx, &controllerpb.LeaveRequest{Job: fmt.Sprintf("job%d", i), Rank: r, SessionId: rs[0].GetSessionId()}); err != nil {
+			if _, err := h.jobs.Leave(ctx, &controllerpb.LeaveRequest{Job: fmt.Sprintf("job%d", i), Rank: r, SessionId: rs[0].GetSessionId(), RankSecret: rs[r].GetRankSecret()}); err != nil {
 				t.Fatal(err)
 			}
 		}

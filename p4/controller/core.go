@@ -3,7 +3,11 @@ package controller
 // The job service's protocol state is a deterministic state machine, core:
 // the job table, pool partitions, switch job ids and multicast groups,
 // leases, barrier and broadcast rounds, adoption of the jobs a restarted
-// controller finds on the switch, and each job's life. Its driver
+// controller finds on the switch, and each job's life. It decides who may
+// do what: a session's calls carry their rank's secret (core_keys.go),
+// each client identity holds a bounded share of jobs and slots, and jobs
+// that do not gather or whose ranks do not take their leases in time end
+// (core_lease.go). Its driver
 // (JobService) feeds it calls, the switch's reports and the time, and
 // carries out what it asks for: program or clean the switch, answer waiting
 // calls. The core does no I/O, starts no goroutines and reads no clock, so
@@ -26,6 +30,7 @@ import (
 	"github.com/switchml/switchml-go/p4/controller/controllerpb"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 )
 
 // Bounds on what clients can make the controller hold.
@@ -34,6 +39,16 @@ const (
 	maxRoundsPerJob = 1024 // barrier and broadcast names per job
 	// endedRemembered bounds how many ended sessions keep their cause.
 	endedRemembered = 4096
+	// maxNameLen bounds job, barrier and broadcast names, maxTokenLen a
+	// job's token: the controller stores and logs them.
+	maxNameLen  = 256
+	maxTokenLen = 1024
+	// maxReasonLen bounds the reason an Abort keeps.
+	maxReasonLen = 512
+	// maxBroadcastData bounds one broadcast's data, maxBroadcastHeld what
+	// one job's broadcasts hold at once until every rank fetched them.
+	maxBroadcastData = 1 << 20
+	maxBroadcastHeld = 16 << 20
 )
 
 // refusal is how the core says no: a message for the caller and the gRPC
@@ -190,15 +205,24 @@ type job struct {
 	// a registration that may fall back to the ring was let through with).
 	ringWhy string
 
-	params  *controllerpb.RegisterRequest // the first registrant's; others must agree
-	owner   [32]byte                      // hash of the registrants' token
+	params *controllerpb.RegisterRequest // the first registrant's; others must agree
+	owner  [32]byte                      // hash of the registrants' token
+	// client is the identity of the first registrant, whose quota the
+	// job counts against.
+	client  string
 	ranks   []*registration
 	arrived int
 	expired map[uint32]bool // ranks whose registration timed out
 	// registeredAt is the first registration (zero for a job found on the
-	// switch), queuedAt when the last rank came in.
+	// switch), queuedAt when the last rank came in, activeAt when the
+	// switch took its entries.
 	registeredAt time.Time
 	queuedAt     time.Time
+	activeAt     time.Time
+	// keys proves each rank's calls within the session.
+	keys *rankKeys
+	// held counts the broadcast bytes the job's rounds keep.
+	held int
 
 	resp    *controllerpb.RegisterResponse
 	entries JobEntries
@@ -215,6 +239,7 @@ type job struct {
 // rank's k-th call joins round k, so a fast rank reusing a name never mixes
 // with a slow rank still in the previous use.
 type roundSet struct {
+	key    string // its key in job.rounds
 	next   map[uint32]int
 	rounds map[int]*round
 }
@@ -226,6 +251,13 @@ type round struct {
 	root     uint32
 	hasRoot  bool
 	data     []byte
+}
+
+// endedSession is what the core keeps of a session that ended: why, and
+// how to tell its ranks' calls from anyone else's.
+type endedSession struct {
+	why  string
+	keys *rankKeys
 }
 
 // adoption is one batch of jobs found on the switch, and when the grace
@@ -244,11 +276,22 @@ type coreConfig struct {
 	Slots  int
 	Target Target
 	Logger *slog.Logger
-	// Rand draws session ids and first sequence numbers.
+	// Rand draws session ids, first sequence numbers and rank secrets.
 	Rand func() uint64
 	// DrainWait is how long a job whose ranks are all in waits for retired
 	// jobs' entries to leave the switch before it is placed beside them.
 	DrainWait time.Duration
+	// LeaseGrace is how long an active job's ranks have to open their
+	// leases (Watch) before the job ends; 0: no bound.
+	LeaseGrace time.Duration
+	// JoinTimeout is how long a job may gather before it is released
+	// with the ranks that never came; 0: no bound.
+	JoinTimeout time.Duration
+	// MaxJobsPerClient bounds the jobs (gathering or running) one client
+	// identity created, MaxSlotsPerClient the slots they need; 0: no
+	// bound.
+	MaxJobsPerClient  int
+	MaxSlotsPerClient int
 }
 
 // core is the job service's state machine. Its methods are steps: each one
@@ -268,7 +311,7 @@ type core struct {
 	adoptions []adoption
 	// ended remembers why recent sessions ended, so that a rank asking
 	// about one learns the cause (bounded: the oldest are forgotten).
-	ended      map[uint64]string
+	ended      map[uint64]endedSession
 	endedOrder []uint64
 	waits      map[waiter]*wait
 	// offline says why the switch cannot be programmed now ("" when it
@@ -287,7 +330,7 @@ func newCore(cfg coreConfig) *core {
 	}
 	return &core{
 		cfg: cfg, log: cfg.Logger, jobs: map[string]*job{}, installing: map[uint64]*job{}, draining: map[uint64]*job{},
-		detached: map[uint32]*job{}, ended: map[uint64]string{}, waits: map[waiter]*wait{},
+		detached: map[uint32]*job{}, ended: map[uint64]endedSession{}, waits: map[waiter]*wait{},
 	}
 }
 
@@ -307,10 +350,11 @@ func (c *core) newJob(name string, world int) *job {
 	}
 }
 
-// Register enters a rank into its job; w waits for the job to be
-// programmed. A registration into a programmed job, or a second one from
-// rank 0, is a new run of the job: the old generation goes away.
-func (c *core) Register(w waiter, req *controllerpb.RegisterRequest, now time.Time) error {
+// Register enters a rank into its job on behalf of client (the caller's
+// identity, whose quota a new job counts against); w waits for the job to
+// be programmed. A registration into a programmed job, or a second one
+// from rank 0, is a new run of the job: the old generation goes away.
+func (c *core) Register(w waiter, req *controllerpb.RegisterRequest, client string, now time.Time) error {
 	addrs, ringWhy, err := c.Check(req)
 	if err != nil {
 		return err
@@ -324,16 +368,22 @@ func (c *core) Register(w waiter, req *controllerpb.RegisterRequest, now time.Ti
 	if err := c.addressesFree(name, addrs); err != nil {
 		return err
 	}
+	replaces := j != nil && (j.state >= jobInstalling || (rank == 0 && j.ranks[0] != nil))
 	if j == nil && len(c.jobs) >= maxJobs {
 		return refuse(codes.ResourceExhausted, "the controller holds %d jobs, its limit; wait for one to end", maxJobs)
 	}
-	if j != nil && (j.state >= jobInstalling || (rank == 0 && j.ranks[0] != nil)) {
+	if j == nil || replaces {
+		if err := c.withinQuota(client, req, j); err != nil {
+			return err
+		}
+	}
+	if replaces {
 		c.retire(j, endRestarted, "restarted: rank "+strconv.Itoa(int(rank))+" registered again")
 		j = nil
 	}
 	if j == nil {
 		j = c.newJob(name, int(req.GetWorldSize()))
-		j.params, j.owner, j.registeredAt = req, owner, now
+		j.params, j.owner, j.client, j.registeredAt = req, owner, client, now
 		c.jobs[name] = j
 	} else if m := mismatch(j.params, req); m != "" {
 		return refuse(codes.FailedPrecondition, "job %q rank %d: %s", name, rank, m)
@@ -350,6 +400,31 @@ func (c *core) Register(w waiter, req *controllerpb.RegisterRequest, now time.Ti
 	if j.state == jobGathering && j.arrived == len(j.ranks) {
 		j.state, j.queuedAt = jobQueued, now
 		c.place(now)
+	}
+	return nil
+}
+
+// withinQuota refuses a new job of client's when the client's jobs
+// (gathering or running; replacing, the one it replaces aside) already
+// reach its limit, or would need more than its slots.
+func (c *core) withinQuota(client string, req *controllerpb.RegisterRequest, replacing *job) error {
+	if c.cfg.MaxJobsPerClient <= 0 && c.cfg.MaxSlotsPerClient <= 0 {
+		return nil
+	}
+	jobs, slots := 0, 0
+	for _, j := range c.jobs {
+		if j.client == client && j != replacing {
+			jobs++
+			slots += int(j.params.GetLanes() * j.params.GetWindow())
+		}
+	}
+	if limit := c.cfg.MaxJobsPerClient; limit > 0 && jobs >= limit {
+		return refuse(codes.ResourceExhausted, "client %s holds %d jobs, the limit per client (controller --max-jobs-per-client); wait for one of them to end", client, jobs)
+	}
+	need := int(req.GetLanes() * req.GetWindow())
+	if limit := c.cfg.MaxSlotsPerClient; limit > 0 && slots+need > limit {
+		return refuse(codes.ResourceExhausted, "client %s would hold %d slots with this job's lanes*window = %d, over the limit of %d per client (controller --max-slots-per-client); lower window or lanes, or wait for a job to end",
+			client, slots+need, need, limit)
 	}
 	return nil
 }
@@ -571,7 +646,7 @@ func (c *core) fail(j *job, err error) {
 // Installed is the driver's report that programming the switch for
 // generation gen ended, with err if it failed (err's code says how the
 // registrants should take it).
-func (c *core) Installed(gen uint64, err error) {
+func (c *core) Installed(gen uint64, err error, now time.Time) {
 	j := c.installing[gen]
 	if j == nil {
 		return
@@ -585,13 +660,17 @@ func (c *core) Installed(gen uint64, err error) {
 			c.cannotPlace(j, err)
 			return
 		}
-		j.state = jobActive
+		j.state, j.activeAt = jobActive, now
+		j.keys = c.drawKeys()
 		p := j.params
-		c.log.Info("controller: job ready", "job", j.name, "session", j.resp.GetSessionId(), "job_id", j.resp.GetJobId(),
+		c.log.Info("controller: job ready", "job", j.name, "job_id", j.resp.GetJobId(),
 			"workers", len(j.ranks), "lanes", p.GetLanes(), "pool_base", j.resp.GetPoolBase(), "pool_size", j.resp.GetPoolSize(),
 			"mgid", j.entries.MulticastGroup)
 		for _, w := range j.waitsOf(waitRegister) {
-			c.reply(w, answer{resp: j.resp})
+			// Each rank gets its own copy, with its own secret.
+			resp := proto.Clone(j.resp).(*controllerpb.RegisterResponse)
+			resp.RankSecret = j.keys.secret(j.waits[w].rank)
+			c.reply(w, answer{resp: resp})
 		}
 	case jobDraining:
 		// Retired while being programmed: what went in comes out again
@@ -632,7 +711,7 @@ func (c *core) end(j *job, cause endCause, why string, switchGone bool) {
 	was := j.state
 	j.cause = why
 	if id := j.resp.GetSessionId(); id != 0 {
-		c.ended[id] = fmt.Sprintf("job %q %s", j.name, why)
+		c.ended[id] = endedSession{why: fmt.Sprintf("job %q %s", j.name, why), keys: j.keys}
 		c.endedOrder = append(c.endedOrder, id)
 		if len(c.endedOrder) > endedRemembered {
 			delete(c.ended, c.endedOrder[0])
@@ -658,7 +737,7 @@ func (c *core) end(j *job, cause endCause, why string, switchGone bool) {
 	case was < jobInstalling || switchGone:
 		j.state = jobGone
 	default:
-		c.log.Info("controller: job removed", "job", j.name, "session", j.resp.GetSessionId(), "why", why)
+		c.log.Info("controller: job removed", "job", j.name, "why", why)
 		j.state = jobDraining
 		c.draining[j.gen] = j
 		if was == jobActive {
@@ -705,8 +784,7 @@ func (c *core) GiveUp(w waiter, code codes.Code) error {
 		return refuse(code, "job %q: ranks %v of %d never registered before rank %d's deadline (start every rank, or check the job name and world size)",
 			j.name, missing, len(j.ranks), rank)
 	case waitBarrier, waitBroadcast:
-		delete(wt.round.arrived, rank)
-		wt.set.next[rank]--
+		j.unjoin(wt.set, wt.round, wt.k, rank)
 		if wt.kind == waitBarrier {
 			return refuse(code, "job %q barrier %q: %d of %d ranks arrived before rank %d's deadline",
 				j.name, wt.name, len(wt.round.arrived), len(j.ranks), rank)
@@ -732,6 +810,7 @@ func (c *core) Tick(now time.Time) {
 	for _, a := range due {
 		c.endUnclaimed(a)
 	}
+	c.endLate(now)
 	c.place(now)
 }
 
@@ -746,6 +825,11 @@ func (c *core) Deadline() (time.Time, bool) {
 	}
 	for _, a := range c.adoptions {
 		earliest(a.deadline)
+	}
+	for _, j := range c.jobs {
+		if t, ok := c.lateAt(j); ok {
+			earliest(t)
+		}
 	}
 	if len(c.draining) > 0 {
 		for _, j := range c.jobs {

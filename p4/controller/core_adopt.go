@@ -35,7 +35,7 @@ func (c *core) claim(req *controllerpb.WatchRequest) error {
 	j.resp.SessionId = req.GetSessionId()
 	j.params = &controllerpb.RegisterRequest{Job: j.name, WorldSize: uint32(len(j.ranks))}
 	c.jobs[j.name] = j
-	c.log.Info("controller: job taken over from the switch", "job", j.name, "session", req.GetSessionId(), "job_id", req.GetJobId(), "workers", len(j.ranks))
+	c.log.Info("controller: job taken over from the switch", "job", j.name, "job_id", req.GetJobId(), "workers", len(j.ranks))
 	return nil
 }
 
@@ -50,7 +50,7 @@ func (c *core) Adopt(workers []WorkerEntry, replies []ReplyEntry, groups map[uin
 		j := found[w.JobID]
 		if j == nil {
 			j = c.newJob("", int(w.NumWorkers))
-			j.state, j.adopted = jobActive, true
+			j.state, j.adopted, j.keys = jobActive, true, learnedKeys()
 			j.entries = JobEntries{MulticastGroup: w.MulticastGroup, Replicas: groups[w.MulticastGroup]}
 			j.resp = &controllerpb.RegisterResponse{JobId: w.JobID, PoolBase: w.PoolBase, PoolSize: w.PoolSize, SwitchDataplane: c.cfg.Dataplane.String()}
 			found[w.JobID] = j

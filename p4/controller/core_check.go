@@ -34,8 +34,12 @@ func (c *core) Check(r *controllerpb.RegisterRequest) (addrs []netip.AddrPort, r
 	return addrs, "", nil
 }
 
-// maxFallbackAddress bounds a registration's ring address.
-const maxFallbackAddress = 256
+// maxFallbackAddress bounds a registration's ring address, maxAddressLen
+// a lane address (ipv4:port, with room for an IPv4-mapped IPv6 form).
+const (
+	maxFallbackAddress = 256
+	maxAddressLen      = 64
+)
 
 // checkFallbackAddress validates a ring address (host:port with a port).
 func checkFallbackAddress(a string) error {
@@ -60,6 +64,10 @@ func checkRequest(r *controllerpb.RegisterRequest) ([]netip.AddrPort, error) {
 	switch {
 	case r.GetJob() == "":
 		return nil, invalid("job name is empty")
+	case len(r.GetJob()) > maxNameLen:
+		return nil, invalid("job name of %d bytes, want at most %d", len(r.GetJob()), maxNameLen)
+	case len(r.GetToken()) > maxTokenLen:
+		return nil, invalid("token of %d bytes, want at most %d", len(r.GetToken()), maxTokenLen)
 	case r.GetWorldSize() < 1 || r.GetWorldSize() > 0xffff:
 		return nil, invalid("world_size %d, want 1..65535", r.GetWorldSize())
 	case r.GetRank() >= r.GetWorldSize():
@@ -92,6 +100,9 @@ func checkRequest(r *controllerpb.RegisterRequest) ([]netip.AddrPort, error) {
 	}
 	addrs := make([]netip.AddrPort, len(r.GetLaneAddresses()))
 	for i, s := range r.GetLaneAddresses() {
+		if len(s) > maxAddressLen {
+			return nil, invalid("lane %d address of %d bytes, want an ipv4:port", i, len(s))
+		}
 		a, err := netip.ParseAddrPort(s)
 		if err != nil {
 			return nil, invalid("lane %d address %q: %v (want ipv4:port)", i, s, err)

@@ -3,16 +3,36 @@ package controller
 // A running session: barriers and broadcasts, leases, leaving and aborting.
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
 	"fmt"
+	"strings"
 
 	"github.com/switchml/switchml-go/p4/controller/controllerpb"
 	"google.golang.org/grpc/codes"
 )
 
-// session finds the active generation a call refers to.
-func (c *core) session(name string, rank uint32, session uint64) (*job, error) {
-	if why, ok := c.ended[session]; ok {
-		return nil, refuse(codes.Aborted, "session %d is over: %s", session, why)
+// checkName refuses a job, barrier or broadcast name longer than the
+// controller keeps, before anything stores or logs it.
+func checkName(what, name string) error {
+	if len(name) > maxNameLen {
+		return invalid("%s name of %d bytes, want at most %d", what, len(name), maxNameLen)
+	}
+	return nil
+}
+
+// lookup finds the active generation a call refers to, without checking
+// the caller's secret, except against a session that ended: the cause is
+// told to its ranks alone.
+func (c *core) lookup(name string, rank uint32, session uint64, secret []byte) (*job, error) {
+	if err := checkName("job", name); err != nil {
+		return nil, err
+	}
+	if e, ok := c.ended[session]; ok {
+		if err := e.keys.check(rank, secret); err != nil {
+			return nil, err
+		}
+		return nil, refuse(codes.Aborted, "the session this call names is over: %s", e.why)
 	}
 	j := c.jobs[name]
 	if (j == nil || j.resp.GetSessionId() != session) && len(c.detached) > 0 {
@@ -24,11 +44,26 @@ func (c *core) session(name string, rank uint32, session uint64) (*job, error) {
 		return nil, refuse(codes.NotFound, "job %q has no active session (register first)", name)
 	}
 	if j.resp.GetSessionId() != session {
-		return nil, refuse(codes.FailedPrecondition, "session %d of job %q is over; the current session is %d (the job was restarted)",
-			session, name, j.resp.GetSessionId())
+		return nil, refuse(codes.FailedPrecondition, "the session this call names is not job %q's current one: the job was restarted (join again)", name)
 	}
 	if rank >= uint32(len(j.ranks)) {
 		return nil, invalid("rank %d outside 0..%d", rank, len(j.ranks)-1)
+	}
+	return j, nil
+}
+
+// session finds the active generation a call of rank's refers to, and
+// refuses a call without the rank's secret.
+func (c *core) session(name string, rank uint32, session uint64, secret []byte) (*job, error) {
+	j, err := c.lookup(name, rank, session, secret)
+	if err != nil {
+		return nil, err
+	}
+	if j.adopted && !j.keys.known(rank) {
+		return nil, refuse(codes.Unavailable, "rank %d of job %q has not taken its lease back since the controller restarted; retry once it has (Watch)", rank, name)
+	}
+	if err := j.keys.check(rank, secret); err != nil {
+		return nil, err
 	}
 	return j, nil
 }
@@ -45,7 +80,7 @@ func (j *job) join(key string, rank uint32) (*round, *roundSet, int) {
 		return nil, nil, 0
 	}
 	if rs == nil {
-		rs = &roundSet{next: map[uint32]int{}, rounds: map[int]*round{}}
+		rs = &roundSet{key: key, next: map[uint32]int{}, rounds: map[int]*round{}}
 		j.rounds[key] = rs
 	}
 	k := rs.next[rank]
@@ -57,6 +92,33 @@ func (j *job) join(key string, rank uint32) (*round, *roundSet, int) {
 	}
 	r.arrived[rank] = true
 	return r, rs, k
+}
+
+// unjoin takes rank back out of round k of rs, which it just joined.
+func (j *job) unjoin(rs *roundSet, r *round, k int, rank uint32) {
+	delete(r.arrived, rank)
+	rs.next[rank]--
+	if len(r.arrived) == 0 && !r.complete {
+		delete(rs.rounds, k)
+	}
+	j.freeIfDone(rs)
+}
+
+// freeIfDone forgets a name whose rounds are all over: every rank passed
+// it the same number of times and nothing waits in it. Its next use
+// starts at round 0 on every rank alike, so names used once (one per
+// iteration) do not pile up.
+func (j *job) freeIfDone(rs *roundSet) {
+	if len(rs.rounds) != 0 || j.rounds[rs.key] != rs {
+		return
+	}
+	first := rs.next[0]
+	for r := range j.ranks {
+		if rs.next[uint32(r)] != first {
+			return
+		}
+	}
+	delete(j.rounds, rs.key)
 }
 
 // othersPast reports whether every rank but rank has made a later barrier
@@ -79,7 +141,10 @@ func (j *job) othersPast(rank uint32, seq uint64) bool {
 // Barrier enters a rank into a barrier; w is answered when every rank has
 // arrived.
 func (c *core) Barrier(w waiter, req *controllerpb.BarrierRequest) error {
-	j, err := c.session(req.GetJob(), req.GetRank(), req.GetSessionId())
+	if err := checkName("barrier", req.GetName()); err != nil {
+		return err
+	}
+	j, err := c.session(req.GetJob(), req.GetRank(), req.GetSessionId(), req.GetRankSecret())
 	if err != nil {
 		return err
 	}
@@ -97,6 +162,7 @@ func (c *core) Barrier(w waiter, req *controllerpb.BarrierRequest) error {
 				c.reply(o, answer{})
 			}
 		}
+		j.freeIfDone(rs)
 	}
 	if req.GetSeq() > j.barrierSeq[rank] {
 		j.barrierSeq[rank] = req.GetSeq()
@@ -117,7 +183,13 @@ func (c *core) Barrier(w waiter, req *controllerpb.BarrierRequest) error {
 // Broadcast enters a rank into a broadcast; w is answered with the root's
 // data once the root has sent it.
 func (c *core) Broadcast(w waiter, req *controllerpb.BroadcastRequest) error {
-	j, err := c.session(req.GetJob(), req.GetRank(), req.GetSessionId())
+	if err := checkName("broadcast", req.GetName()); err != nil {
+		return err
+	}
+	if len(req.GetData()) > maxBroadcastData {
+		return invalid("broadcast data of %d bytes, want at most %d", len(req.GetData()), maxBroadcastData)
+	}
+	j, err := c.session(req.GetJob(), req.GetRank(), req.GetSessionId(), req.GetRankSecret())
 	if err != nil {
 		return err
 	}
@@ -130,15 +202,19 @@ func (c *core) Broadcast(w waiter, req *controllerpb.BroadcastRequest) error {
 		return tooManyRounds()
 	}
 	if r.hasRoot && r.root != root {
-		delete(r.arrived, rank)
-		rs.next[rank]--
+		j.unjoin(rs, r, k, rank)
 		return refuse(codes.FailedPrecondition, "job %q broadcast %q: rank %d names root %d, others named %d",
 			j.name, req.GetName(), rank, root, r.root)
+	}
+	if rank == root && j.held+len(req.GetData()) > maxBroadcastHeld {
+		j.unjoin(rs, r, k, rank)
+		return refuse(codes.ResourceExhausted, "job %q holds %d bytes of broadcasts not every rank fetched yet, the controller's limit is %d: let the ranks fetch them first", j.name, j.held, maxBroadcastHeld)
 	}
 	r.root, r.hasRoot = root, true
 	c.addWait(w, &wait{kind: waitBroadcast, job: j, rank: rank, name: req.GetName(), set: rs, k: k, round: r})
 	if rank == root {
 		r.data = append([]byte(nil), req.GetData()...)
+		j.held += len(r.data)
 		r.complete = true
 	}
 	if r.complete {
@@ -150,6 +226,8 @@ func (c *core) Broadcast(w waiter, req *controllerpb.BroadcastRequest) error {
 		}
 		if r.fetched >= len(j.ranks) {
 			delete(rs.rounds, k)
+			j.held -= len(r.data)
+			j.freeIfDone(rs)
 		}
 	}
 	return nil
@@ -157,8 +235,8 @@ func (c *core) Broadcast(w waiter, req *controllerpb.BroadcastRequest) error {
 
 // ongoing finds the session a Leave or Abort refers to: nil, and no
 // error, when the session is already over, which they take as done.
-func (c *core) ongoing(name string, rank uint32, session uint64) (*job, error) {
-	j, err := c.session(name, rank, session)
+func (c *core) ongoing(name string, rank uint32, session uint64, secret []byte) (*job, error) {
+	j, err := c.session(name, rank, session, secret)
 	switch codeOf(err) {
 	case codes.NotFound, codes.FailedPrecondition, codes.Aborted:
 		return nil, nil
@@ -169,7 +247,7 @@ func (c *core) ongoing(name string, rank uint32, session uint64) (*job, error) {
 // Leave records that a rank is done with its session; the job ends when
 // every rank left.
 func (c *core) Leave(req *controllerpb.LeaveRequest) error {
-	j, err := c.ongoing(req.GetJob(), req.GetRank(), req.GetSessionId())
+	j, err := c.ongoing(req.GetJob(), req.GetRank(), req.GetSessionId(), req.GetRankSecret())
 	if j == nil {
 		return err
 	}
@@ -182,13 +260,13 @@ func (c *core) Leave(req *controllerpb.LeaveRequest) error {
 
 // Abort ends a session on behalf of one of its ranks.
 func (c *core) Abort(req *controllerpb.AbortRequest) error {
-	j, err := c.ongoing(req.GetJob(), req.GetRank(), req.GetSessionId())
+	j, err := c.ongoing(req.GetJob(), req.GetRank(), req.GetSessionId(), req.GetRankSecret())
 	if j == nil {
 		return err
 	}
 	reason := req.GetReason()
-	if len(reason) > 512 {
-		reason = reason[:512] + "..."
+	if len(reason) > maxReasonLen {
+		reason = strings.ToValidUTF8(reason[:maxReasonLen], "") + "..."
 	}
 	c.log.Warn("controller: rank aborted its job", "job", j.name, "rank", req.GetRank(), "reason", reason, "switch_unreachable", req.GetSwitchUnreachable())
 	cause := endRankFailed
@@ -201,12 +279,34 @@ func (c *core) Abort(req *controllerpb.AbortRequest) error {
 
 // Watch takes a rank's lease on its session (claiming a job found on the
 // switch, if the request names one); w is answered when the job ends.
+//
+// A rank of a job taken over from the switch proves itself the first time
+// with the job's token (that of the rank that claimed it), and its secret
+// is learned then.
 func (c *core) Watch(w waiter, req *controllerpb.WatchRequest) error {
+	if len(req.GetToken()) > maxTokenLen {
+		return invalid("token of %d bytes, want at most %d", len(req.GetToken()), maxTokenLen)
+	}
+	if err := checkName("job", req.GetJob()); err != nil {
+		return err
+	}
 	if err := c.claim(req); err != nil {
 		return err
 	}
-	j, err := c.session(req.GetJob(), req.GetRank(), req.GetSessionId())
+	j, err := c.lookup(req.GetJob(), req.GetRank(), req.GetSessionId(), req.GetRankSecret())
 	if err != nil {
+		return err
+	}
+	rank := req.GetRank()
+	if j.adopted && !j.keys.known(rank) {
+		token := sha256.Sum256([]byte(req.GetToken()))
+		if subtle.ConstantTimeCompare(token[:], j.owner[:]) != 1 {
+			return refuse(codes.PermissionDenied, "rank %d's token does not match job %q's: a rank taking its job back after a controller restart carries the job's token", rank, j.name)
+		}
+		if err := j.keys.learn(rank, req.GetRankSecret()); err != nil {
+			return err
+		}
+	} else if err := j.keys.check(rank, req.GetRankSecret()); err != nil {
 		return err
 	}
 	j.leased[req.GetRank()] = true

@@ -17,16 +17,29 @@ import (
 // rig steps a core by hand: it hands out waiters, keeps the answers and
 // the switch work the core asks for, and lets the test set the time.
 type rig struct {
-	t        *testing.T
-	c        *core
-	now      time.Time
-	last     waiter
-	answers  map[waiter]answer
+	t       *testing.T
+	c       *core
+	now     time.Time
+	last    waiter
+	answers map[waiter]answer
+	// regs are the registrations by waiter, secrets the rank secrets
+	// their answers carried, by job and rank.
+	regs     map[waiter]*controllerpb.RegisterRequest
+	secrets  map[string][]byte
 	installs []install
 	removals []removal
 }
 
-const rigDrainWait = time.Minute
+// The rig's time bounds: long enough that tests about other things never
+// reach them.
+const (
+	rigDrainWait   = time.Minute
+	rigLeaseGrace  = 10 * time.Hour
+	rigJoinTimeout = 20 * time.Hour
+)
+
+// rigClient is the identity the rig registers as.
+const rigClient = "addr:127.0.0.1"
 
 func newRig(t *testing.T, slots int) *rig {
 	t.Helper()
@@ -38,9 +51,10 @@ func newRig(t *testing.T, slots int) *rig {
 	c := newCore(coreConfig{
 		Dataplane: netip.MustParseAddrPort("10.0.0.254:48864"), Slots: slots, Target: target, Logger: quiet,
 		Rand:      func() uint64 { draws++; return draws * 0x9e3779b97f4a7c15 },
-		DrainWait: rigDrainWait,
+		DrainWait: rigDrainWait, LeaseGrace: rigLeaseGrace, JoinTimeout: rigJoinTimeout,
 	})
-	return &rig{t: t, c: c, now: time.Unix(1_000_000, 0), answers: map[waiter]answer{}}
+	return &rig{t: t, c: c, now: time.Unix(1_000_000, 0), answers: map[waiter]answer{},
+		regs: map[waiter]*controllerpb.RegisterRequest{}, secrets: map[string][]byte{}}
 }
 
 // collect takes what the core asked for since the last step.
@@ -52,6 +66,9 @@ func (r *rig) collect() {
 			r.t.Fatalf("waiter %d answered twice", a.to)
 		}
 		r.answers[a.to] = a
+		if req := r.regs[a.to]; req != nil && a.resp.GetRankSecret() != nil {
+			r.secrets[fmt.Sprintf("%s/%d", req.GetJob(), req.GetRank())] = a.resp.GetRankSecret()
+		}
 	}
 	r.installs = append(r.installs, fx.installs...)
 	r.removals = append(r.removals, fx.removals...)
@@ -66,7 +83,8 @@ func (r *rig) waiter() waiter {
 func (r *rig) register(req *controllerpb.RegisterRequest) (waiter, error) {
 	r.t.Helper()
 	w := r.waiter()
-	err := r.c.Register(w, req, r.now)
+	r.regs[w] = req
+	err := r.c.Register(w, req, rigClient, r.now)
 	r.collect()
 	return w, err
 }
@@ -117,7 +135,7 @@ func (r *rig) run(job string, world uint32, host byte) *controllerpb.RegisterRes
 	}
 	ws := r.mustRegister(reqs...)
 	in := r.takeInstall()
-	r.c.Installed(in.gen, nil)
+	r.c.Installed(in.gen, nil, r.now)
 	r.collect()
 	resp := r.answer(ws[0]).resp
 	if resp == nil {
@@ -131,7 +149,7 @@ func (r *rig) run(job string, world uint32, host byte) *controllerpb.RegisterRes
 func (r *rig) retiredOne() removal {
 	r.t.Helper()
 	old := r.run("old", 1, 1)
-	if err := r.c.Leave(&controllerpb.LeaveRequest{Job: "old", SessionId: old.GetSessionId()}); err != nil {
+	if err := r.c.Leave(&controllerpb.LeaveRequest{Job: "old", SessionId: old.GetSessionId(), RankSecret: r.sec("old", 0)}); err != nil {
 		r.t.Fatal(err)
 	}
 	r.collect()
@@ -157,9 +175,26 @@ func (r *rig) pending(ws ...waiter) {
 	}
 }
 
-// watch takes a rank's lease.
+// sec is the secret of a job's rank: the one its last registration was
+// answered with, else the one the tests give ranks that take a job back
+// from the switch.
+func (r *rig) sec(job string, rank uint32) []byte {
+	if s, ok := r.secrets[fmt.Sprintf("%s/%d", job, rank)]; ok {
+		return s
+	}
+	return adoptedSecret(rank)
+}
+
+func adoptedSecret(rank uint32) []byte {
+	return []byte(fmt.Sprintf("adopted-%08d", rank))[:rankSecretLen]
+}
+
+// watch takes a rank's lease, with the rank's secret unless req has one.
 func (r *rig) watch(req *controllerpb.WatchRequest) waiter {
 	r.t.Helper()
+	if req.RankSecret == nil {
+		req.RankSecret = r.sec(req.GetJob(), req.GetRank())
+	}
 	w := r.waiter()
 	if err := r.c.Watch(w, req); err != nil {
 		r.t.Fatalf("watch %s rank %d: %v", req.GetJob(), req.GetRank(), err)
@@ -171,7 +206,7 @@ func (r *rig) watch(req *controllerpb.WatchRequest) waiter {
 func (r *rig) barrier(job string, rank uint32, session uint64, name string, seq uint64) (waiter, error) {
 	r.t.Helper()
 	w := r.waiter()
-	err := r.c.Barrier(w, &controllerpb.BarrierRequest{Job: job, Rank: rank, SessionId: session, Name: name, Seq: seq})
+	err := r.c.Barrier(w, &controllerpb.BarrierRequest{Job: job, Rank: rank, SessionId: session, Name: name, Seq: seq, RankSecret: r.sec(job, rank)})
 	r.collect()
 	return w, err
 }
@@ -205,18 +240,27 @@ func TestCoreGathersThenInstalls(t *testing.T) {
 	if got := r.c.ActiveJobs(); len(got) != 0 {
 		t.Fatalf("active jobs while installing: %v", got)
 	}
-	r.c.Installed(in.gen, nil)
+	r.c.Installed(in.gen, nil, r.now)
 	r.collect()
 	resp := r.answer(w0).resp
-	for _, w := range []waiter{w1, w2} {
-		if r.answer(w).resp != resp {
-			t.Fatalf("ranks got different answers: %v, %v", resp, r.answer(w))
+	secrets := map[string]bool{}
+	for _, w := range []waiter{w0, w1, w2} {
+		got := r.answer(w).resp
+		if len(got.GetRankSecret()) != rankSecretLen || secrets[string(got.GetRankSecret())] {
+			t.Fatalf("rank secret %x: want %d bytes, one of its own per rank", got.GetRankSecret(), rankSecretLen)
 		}
+		secrets[string(got.GetRankSecret())] = true
+		if got.GetSessionId() != resp.GetSessionId() || got.GetJobId() != resp.GetJobId() || got.GetFirstSeq() != resp.GetFirstSeq() {
+			t.Fatalf("ranks got different sessions: %v, %v", resp, got)
+		}
+	}
+	if r.c.ActiveJobs()["a"].GetRankSecret() != nil {
+		t.Fatal("the job's shared response holds a rank's secret")
 	}
 	if resp.GetSessionId()&1 == 0 || resp.GetJobId() != 1 || resp.GetPoolSize() != 8 || resp.GetSwitchDataplane() != "10.0.0.254:48864" {
 		t.Fatalf("response %v", resp)
 	}
-	if r.c.ActiveJobs()["a"] != resp {
+	if r.c.ActiveJobs()["a"].GetSessionId() != resp.GetSessionId() {
 		t.Fatalf("active jobs %v", r.c.ActiveJobs())
 	}
 }
@@ -229,8 +273,11 @@ func TestCoreIsDeterministic(t *testing.T) {
 		for i := range 3 {
 			out = append(out, r.run(fmt.Sprintf("job%d", i), 2, byte(i)))
 		}
-		r.c.Leave(&controllerpb.LeaveRequest{Job: "job1", Rank: 0, SessionId: out[1].(*controllerpb.RegisterResponse).GetSessionId()})
-		r.c.Leave(&controllerpb.LeaveRequest{Job: "job1", Rank: 1, SessionId: out[1].(*controllerpb.RegisterResponse).GetSessionId()})
+		for rank := range uint32(2) {
+			if err := r.c.Leave(&controllerpb.LeaveRequest{Job: "job1", Rank: rank, SessionId: out[1].(*controllerpb.RegisterResponse).GetSessionId(), RankSecret: r.sec("job1", rank)}); err != nil {
+				t.Fatal(err)
+			}
+		}
 		r.collect()
 		r.c.SwitchLost("gone")
 		r.collect()
@@ -307,7 +354,7 @@ func TestCorePoolExhaustionAndFreeing(t *testing.T) {
 	// job0 and job1 leave: their entries go; the big job waits for them.
 	for i := range 2 {
 		for rank := range uint32(2) {
-			if err := r.c.Leave(&controllerpb.LeaveRequest{Job: fmt.Sprintf("job%d", i), Rank: rank, SessionId: resps[i].GetSessionId()}); err != nil {
+			if err := r.c.Leave(&controllerpb.LeaveRequest{Job: fmt.Sprintf("job%d", i), Rank: rank, SessionId: resps[i].GetSessionId(), RankSecret: r.sec(fmt.Sprintf("job%d", i), rank)}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -374,7 +421,7 @@ func TestCoreJobEnds(t *testing.T) {
 	}{
 		{"abort by a rank", func(r *rig, resp *controllerpb.RegisterResponse, _ []waiter) {
 			long := strings.Repeat("x", 1000)
-			if err := r.c.Abort(&controllerpb.AbortRequest{Job: "j", Rank: 1, SessionId: resp.GetSessionId(), Reason: "NaN " + long}); err != nil {
+			if err := r.c.Abort(&controllerpb.AbortRequest{Job: "j", Rank: 1, SessionId: resp.GetSessionId(), Reason: "NaN " + long, RankSecret: r.sec("j", 1)}); err != nil {
 				r.t.Fatal(err)
 			}
 		}, "aborted by rank 1: NaN", true},
@@ -383,7 +430,7 @@ func TestCoreJobEnds(t *testing.T) {
 		}, "rank 1 lost its connection", true},
 		{"every rank left", func(r *rig, resp *controllerpb.RegisterResponse, _ []waiter) {
 			for rank := range uint32(2) {
-				if err := r.c.Leave(&controllerpb.LeaveRequest{Job: "j", Rank: rank, SessionId: resp.GetSessionId()}); err != nil {
+				if err := r.c.Leave(&controllerpb.LeaveRequest{Job: "j", Rank: rank, SessionId: resp.GetSessionId(), RankSecret: r.sec("j", rank)}); err != nil {
 					r.t.Fatal(err)
 				}
 			}
@@ -435,7 +482,7 @@ func TestCoreLeaseOfALeftRankIsQuiet(t *testing.T) {
 	r := newRig(t, 64)
 	resp := r.run("j", 2, 1)
 	lease := r.watch(&controllerpb.WatchRequest{Job: "j", Rank: 1, SessionId: resp.GetSessionId()})
-	if err := r.c.Leave(&controllerpb.LeaveRequest{Job: "j", Rank: 1, SessionId: resp.GetSessionId()}); err != nil {
+	if err := r.c.Leave(&controllerpb.LeaveRequest{Job: "j", Rank: 1, SessionId: resp.GetSessionId(), RankSecret: r.sec("j", 1)}); err != nil {
 		t.Fatal(err)
 	}
 	r.c.EndLease(lease, true)
@@ -445,7 +492,7 @@ func TestCoreLeaseOfALeftRankIsQuiet(t *testing.T) {
 	}
 	// Leave and Abort of a session that is over are no error.
 	for _, id := range []uint64{resp.GetSessionId() + 2, 12345} {
-		if err := r.c.Abort(&controllerpb.AbortRequest{Job: "j", SessionId: id}); err != nil {
+		if err := r.c.Abort(&controllerpb.AbortRequest{Job: "j", SessionId: id, RankSecret: r.sec("j", 0)}); err != nil {
 			t.Errorf("abort of session %d: %v", id, err)
 		}
 	}
@@ -498,7 +545,7 @@ func TestCoreRetiredWhileInstalling(t *testing.T) {
 	if len(r.removals) != 0 || len(r.installs) != 0 || r.c.Draining() != 1 {
 		t.Fatalf("removals %v, installs %v, draining %d; want the install to finish first", r.removals, r.installs, r.c.Draining())
 	}
-	r.c.Installed(in.gen, nil)
+	r.c.Installed(in.gen, nil, r.now)
 	r.collect()
 	rm := r.takeRemoval()
 	if rm.gen != in.gen || len(r.installs) != 0 {
@@ -507,7 +554,7 @@ func TestCoreRetiredWhileInstalling(t *testing.T) {
 	r.c.Removed(rm.gen, r.now)
 	r.collect()
 	in2 := r.takeInstall()
-	r.c.Installed(in2.gen, nil)
+	r.c.Installed(in2.gen, nil, r.now)
 	r.collect()
 	if r.answer(second).resp.GetJobId() != 2 {
 		t.Fatalf("second run answered %+v", r.answer(second))
@@ -534,7 +581,7 @@ func TestCoreSwitchLost(t *testing.T) {
 	for _, w := range []waiter{gathering, installing} {
 		wantRefusal(t, r.answer(w).err, codes.Aborted, "the switch went away")
 	}
-	r.c.Installed(in.gen, nil)
+	r.c.Installed(in.gen, nil, r.now)
 	r.c.Removed(rm.gen, r.now)
 	r.collect()
 	if len(r.installs)+len(r.removals) != 0 || len(r.c.ActiveJobs()) != 0 {
@@ -581,7 +628,7 @@ func TestCoreAdoption(t *testing.T) {
 	claim("kept", 0, 77, 7)
 	claim("kept", 1, 77, 7)
 	half := claim("half", 0, 99, 9)
-	if err := r.c.Watch(r.waiter(), &controllerpb.WatchRequest{Job: "kept", Rank: 0, SessionId: 5, JobId: 11}); codeOf(err) != codes.AlreadyExists {
+	if err := r.c.Watch(r.waiter(), &controllerpb.WatchRequest{Job: "kept", Rank: 0, SessionId: 5, JobId: 11, RankSecret: adoptedSecret(0)}); codeOf(err) != codes.AlreadyExists {
 		t.Fatalf("claiming a second job under a running name: %v", err)
 	}
 	if got := r.c.ActiveJobs()["kept"]; got.GetPoolBase() != 0 || got.GetJobId() != 7 || got.GetSessionId() != 77 {
@@ -677,7 +724,7 @@ func TestCoreBroadcast(t *testing.T) {
 	s := r.run("j", 3, 1).GetSessionId()
 	bc := func(rank, root uint32, data string) (waiter, error) {
 		w := r.waiter()
-		err := r.c.Broadcast(w, &controllerpb.BroadcastRequest{Job: "j", Rank: rank, SessionId: s, Root: root, Data: []byte(data)})
+		err := r.c.Broadcast(w, &controllerpb.BroadcastRequest{Job: "j", Rank: rank, SessionId: s, Root: root, Data: []byte(data), RankSecret: r.sec("j", rank)})
 		r.collect()
 		return w, err
 	}
@@ -694,9 +741,9 @@ func TestCoreBroadcast(t *testing.T) {
 			t.Fatalf("broadcast answer %+v", a)
 		}
 	}
-	// Every rank fetched: the name starts afresh.
-	if rs := r.c.jobs["j"].rounds["broadcast/"]; len(rs.rounds) != 0 {
-		t.Fatalf("finished round kept: %v", rs.rounds)
+	// Every rank fetched: the name is forgotten, and its data too.
+	if rs := r.c.jobs["j"].rounds["broadcast/"]; rs != nil || r.c.jobs["j"].held != 0 {
+		t.Fatalf("finished round kept: %v, %d bytes held", rs, r.c.jobs["j"].held)
 	}
 }
 
@@ -712,8 +759,10 @@ func TestCoreLimits(t *testing.T) {
 	_, err := r.register(regReq("one-more", 0, 2, 1, 4, 0))
 	wantRefusal(t, err, codes.ResourceExhausted, "holds 4096 jobs")
 
+	// Names in use at once are bounded; names whose rounds are over are
+	// forgotten, so that a name per iteration never runs out.
 	r = newRig(t, 64)
-	s := r.run("names", 1, 1).GetSessionId()
+	s := r.run("names", 2, 1).GetSessionId()
 	for i := range maxRoundsPerJob {
 		if _, err := r.barrier("names", 0, s, fmt.Sprint(i), 0); err != nil {
 			t.Fatalf("barrier %d: %v", i, err)
@@ -723,5 +772,21 @@ func TestCoreLimits(t *testing.T) {
 	wantRefusal(t, err, codes.ResourceExhausted, "barrier and broadcast names")
 	if _, err := r.barrier("names", 0, s, "0", 0); err != nil {
 		t.Fatalf("a known name again: %v", err)
+	}
+	for i := range maxRoundsPerJob {
+		if _, err := r.barrier("names", 1, s, fmt.Sprint(i), 0); err != nil {
+			t.Fatalf("rank 1 barrier %d: %v", i, err)
+		}
+	}
+	if n := len(r.c.jobs["names"].rounds); n != 1 {
+		t.Fatalf("%d names held once every round but one is over, want 1 (rank 0's second use of \"0\")", n)
+	}
+	for i := range 3 * maxRoundsPerJob {
+		name := fmt.Sprintf("iter-%d", i)
+		w0, err0 := r.barrier("names", 0, s, name, 0)
+		w1, err1 := r.barrier("names", 1, s, name, 0)
+		if err0 != nil || err1 != nil || r.answer(w0).err != nil || r.answer(w1).err != nil {
+			t.Fatalf("barrier %s: %v, %v", name, err0, err1)
+		}
 	}
 }

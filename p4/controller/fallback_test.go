@@ -57,7 +57,7 @@ func (r *rig) wantFallback(world uint32, ws ...waiter) string {
 func TestCoreFallbackFullPool(t *testing.T) {
 	r := newRig(t, 8)
 	fits := r.mustRegister(ringReq("fits", 0, 2, 1, 4, 1), ringReq("fits", 1, 2, 1, 4, 1))
-	r.c.Installed(r.takeInstall().gen, nil)
+	r.c.Installed(r.takeInstall().gen, nil, r.now)
 	r.collect()
 	if got := r.answer(fits[0]).resp.GetFallbackAddresses(); !slices.Equal(got, ringAddrs(2)) {
 		t.Fatalf("a placed job's ring addresses %v, want %v", got, ringAddrs(2))
@@ -117,7 +117,7 @@ func TestCoreFallbackSwitchOffline(t *testing.T) {
 	r.c.SwitchBack()
 	ws := r.mustRegister(ringReq("b", 0, 2, 1, 4, 1), ringReq("b", 1, 2, 1, 4, 1))
 	in := r.takeInstall()
-	r.c.Installed(in.gen, refuse(codes.Unavailable, "programming the switch failed: connection refused"))
+	r.c.Installed(in.gen, refuse(codes.Unavailable, "programming the switch failed: connection refused"), r.now)
 	r.collect()
 	r.wantFallback(2, ws...)
 	// Its room is free again.
@@ -130,7 +130,7 @@ func TestCoreFallbackAbortBySwitch(t *testing.T) {
 	r := newRig(t, 64)
 	resp := r.run("a", 2, 1)
 	lease := r.watch(&controllerpb.WatchRequest{Job: "a", Rank: 1, SessionId: resp.GetSessionId()})
-	if err := r.c.Abort(&controllerpb.AbortRequest{Job: "a", Rank: 0, SessionId: resp.GetSessionId(), Reason: "no answer", SwitchUnreachable: true}); err != nil {
+	if err := r.c.Abort(&controllerpb.AbortRequest{Job: "a", Rank: 0, SessionId: resp.GetSessionId(), Reason: "no answer", SwitchUnreachable: true, RankSecret: r.sec("a", 0)}); err != nil {
 		t.Fatal(err)
 	}
 	r.collect()

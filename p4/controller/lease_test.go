@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,8 +14,18 @@ import (
 	"github.com/switchml/switchml-go/p4/controller/controllerpb"
 )
 
-// joined registers a job of n ranks and opens every rank's lease.
+// joined registers a job of n ranks and opens every rank's lease; it
+// returns rank 0's answer (h.secret gives each rank's secret).
 func joined(t *testing.T, h *jobHarness, job string, n uint32) ([]controllerpb.JobService_WatchClient, []context.CancelFunc, *controllerpb.RegisterResponse) {
+	t.Helper()
+	streams, cancels, resps := joinedAll(t, h, job, n)
+	return streams, cancels, resps[0]
+}
+
+// joinedAll registers a job of n ranks and opens every rank's lease. It
+// returns the ranks' leases, what ends each, and their registrations'
+// answers.
+func joinedAll(t *testing.T, h *jobHarness, job string, n uint32) ([]controllerpb.JobService_WatchClient, []context.CancelFunc, []*controllerpb.RegisterResponse) {
 	t.Helper()
 	ctx := testCtx(t)
 	// Lane addresses of the job's own, so that jobs can run side by side.
@@ -31,13 +42,14 @@ func joined(t *testing.T, h *jobHarness, job string, n uint32) ([]controllerpb.J
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)
 		}
+		h.secrets[job+"/"+strconv.Itoa(r)] = resps[r].GetRankSecret()
 	}
 	var streams []controllerpb.JobService_WatchClient
 	var cancels []context.CancelFunc
 	for r := range n {
 		wctx, cancel := context.WithCancel(ctx)
 		t.Cleanup(cancel)
-		st, err := h.jobs.Watch(wctx, &controllerpb.WatchRequest{Job: job, Rank: r, SessionId: resps[0].GetSessionId()})
+		st, err := h.jobs.Watch(wctx, &controllerpb.WatchRequest{Job: job, Rank: r, SessionId: resps[0].GetSessionId(), RankSecret: resps[r].GetRankSecret()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -46,7 +58,7 @@ func joined(t *testing.T, h *jobHarness, job string, n uint32) ([]controllerpb.J
 		}
 		streams, cancels = append(streams, st), append(cancels, cancel)
 	}
-	return streams, cancels, resps[0]
+	return streams, cancels, resps
 }
 
 // abortedWith waits for a lease's abort event and returns its reason.
@@ -67,7 +79,8 @@ func abortedWith(t *testing.T, st controllerpb.JobService_WatchClient) string {
 func TestLostRankAbortsTheJob(t *testing.T) {
 	h := newJobHarness(t, testSlots)
 	ctx := testCtx(t)
-	streams, cancels, resp := joined(t, h, "lease", 3)
+	streams, cancels, resps := joinedAll(t, h, "lease", 3)
+	resp := resps[0]
 	cancels[2]() // rank 2's process dies: its stream ends
 	for _, r := range []int{0, 1} {
 		if why := abortedWith(t, streams[r]); !strings.Contains(why, "rank 2 lost its connection") {
@@ -78,13 +91,13 @@ func TestLostRankAbortsTheJob(t *testing.T) {
 	if ws, err := h.sw.ReadWorkers(ctx); err != nil || len(ws) != 0 {
 		t.Errorf("workers after the abort: %v, %v; want none", ws, err)
 	}
-	_, err := h.jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "lease", Rank: 0, SessionId: resp.GetSessionId(), Name: "b"})
+	_, err := h.jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "lease", Rank: 0, SessionId: resp.GetSessionId(), Name: "b", RankSecret: resp.GetRankSecret()})
 	if status.Code(err) != codes.Aborted || !strings.Contains(err.Error(), "rank 2 lost its connection") {
 		t.Errorf("barrier on the aborted session: %v, want Aborted naming rank 2", err)
 	}
 	// The same name joins again at once, on the freed slots.
-	_, _, again := joined(t, h, "lease", 3)
-	if again.GetSessionId() == resp.GetSessionId() {
+	_, _, again := joinedAll(t, h, "lease", 3)
+	if again[0].GetSessionId() == resp.GetSessionId() {
 		t.Error("the new session reuses the aborted one's id")
 	}
 }
@@ -94,8 +107,9 @@ func TestLostRankAbortsTheJob(t *testing.T) {
 func TestLeaveIsNotDeath(t *testing.T) {
 	h := newJobHarness(t, testSlots)
 	ctx := testCtx(t)
-	streams, cancels, resp := joined(t, h, "leave", 2)
-	if _, err := h.jobs.Leave(ctx, &controllerpb.LeaveRequest{Job: "leave", Rank: 1, SessionId: resp.GetSessionId()}); err != nil {
+	streams, cancels, resps := joinedAll(t, h, "leave", 2)
+	resp := resps[0]
+	if _, err := h.jobs.Leave(ctx, &controllerpb.LeaveRequest{Job: "leave", Rank: 1, SessionId: resp.GetSessionId(), RankSecret: resps[1].GetRankSecret()}); err != nil {
 		t.Fatal(err)
 	}
 	cancels[1]()
@@ -103,7 +117,7 @@ func TestLeaveIsNotDeath(t *testing.T) {
 	if got := h.svc.Jobs(); got["leave"] == nil {
 		t.Fatal("the job ended when a rank that had left closed its lease")
 	}
-	if _, err := h.jobs.Leave(ctx, &controllerpb.LeaveRequest{Job: "leave", Rank: 0, SessionId: resp.GetSessionId()}); err != nil {
+	if _, err := h.jobs.Leave(ctx, &controllerpb.LeaveRequest{Job: "leave", Rank: 0, SessionId: resp.GetSessionId(), RankSecret: resp.GetRankSecret()}); err != nil {
 		t.Fatal(err)
 	}
 	if why := abortedWith(t, streams[0]); !strings.Contains(why, "every rank left") {
@@ -116,9 +130,10 @@ func TestLeaveIsNotDeath(t *testing.T) {
 func TestAbortTellsThePeers(t *testing.T) {
 	h := newJobHarness(t, testSlots)
 	ctx := testCtx(t)
-	streams, _, resp := joined(t, h, "abort", 2)
+	streams, _, resps := joinedAll(t, h, "abort", 2)
+	resp := resps[0]
 	long := strings.Repeat("x", 10000)
-	if _, err := h.jobs.Abort(ctx, &controllerpb.AbortRequest{Job: "abort", Rank: 1, SessionId: resp.GetSessionId(), Reason: "lane 0 gave up " + long}); err != nil {
+	if _, err := h.jobs.Abort(ctx, &controllerpb.AbortRequest{Job: "abort", Rank: 1, SessionId: resp.GetSessionId(), Reason: "lane 0 gave up " + long, RankSecret: resps[1].GetRankSecret()}); err != nil {
 		t.Fatal(err)
 	}
 	why := abortedWith(t, streams[0])
@@ -127,7 +142,7 @@ func TestAbortTellsThePeers(t *testing.T) {
 	}
 	// Aborting again, or an unknown session, is not an error.
 	for _, id := range []uint64{resp.GetSessionId(), 12345} {
-		if _, err := h.jobs.Abort(ctx, &controllerpb.AbortRequest{Job: "abort", Rank: 0, SessionId: id, Reason: "again"}); err != nil {
+		if _, err := h.jobs.Abort(ctx, &controllerpb.AbortRequest{Job: "abort", Rank: 0, SessionId: id, Reason: "again", RankSecret: resp.GetRankSecret()}); err != nil {
 			t.Errorf("abort of session %d: %v", id, err)
 		}
 	}
@@ -195,16 +210,17 @@ func restarted(t *testing.T, h *jobHarness, grace time.Duration) (*JobService, c
 func TestRestartedControllerTakesJobsBack(t *testing.T) {
 	h := newJobHarness(t, testSlots)
 	ctx := testCtx(t)
-	_, _, resp := joined(t, h, "kept", 2)
+	_, _, resps := joinedAll(t, h, "kept", 2)
+	resp := resps[0]
 	svc, jobs := restarted(t, h, time.Hour)
 	// Until its ranks are back, the session is not refused, only not yet
 	// there.
-	_, err := jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "kept", Rank: 0, SessionId: resp.GetSessionId(), Name: "b"})
+	_, err := jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "kept", Rank: 0, SessionId: resp.GetSessionId(), Name: "b", RankSecret: resp.GetRankSecret()})
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("barrier before the claim: %v, want Unavailable", err)
 	}
 	for r := range uint32(2) {
-		st, err := jobs.Watch(ctx, &controllerpb.WatchRequest{Job: "kept", Rank: r, SessionId: resp.GetSessionId(), JobId: resp.GetJobId()})
+		st, err := jobs.Watch(ctx, &controllerpb.WatchRequest{Job: "kept", Rank: r, SessionId: resp.GetSessionId(), JobId: resp.GetJobId(), RankSecret: resps[r].GetRankSecret()})
 		if err == nil {
 			_, err = st.Recv()
 		}
@@ -218,7 +234,7 @@ func TestRestartedControllerTakesJobsBack(t *testing.T) {
 	done := make(chan error, 2)
 	for r := range uint32(2) {
 		go func() {
-			_, err := jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "kept", Rank: r, SessionId: resp.GetSessionId(), Name: "b"})
+			_, err := jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "kept", Rank: r, SessionId: resp.GetSessionId(), Name: "b", RankSecret: resps[r].GetRankSecret()})
 			done <- err
 		}()
 	}
@@ -246,9 +262,10 @@ func TestRestartedControllerEndsWhatNobodyClaims(t *testing.T) {
 	h := newJobHarness(t, testSlots)
 	ctx := testCtx(t)
 	joined(t, h, "orphan", 2)
-	_, _, half := joined(t, h, "half", 2)
+	_, _, halves := joinedAll(t, h, "half", 2)
+	half := halves[0]
 	svc, jobs := restarted(t, h, 300*time.Millisecond)
-	st, err := jobs.Watch(ctx, &controllerpb.WatchRequest{Job: "half", Rank: 0, SessionId: half.GetSessionId(), JobId: half.GetJobId()})
+	st, err := jobs.Watch(ctx, &controllerpb.WatchRequest{Job: "half", Rank: 0, SessionId: half.GetSessionId(), JobId: half.GetJobId(), RankSecret: half.GetRankSecret()})
 	if err == nil {
 		_, err = st.Recv()
 	}
@@ -271,10 +288,11 @@ func TestRestartedControllerEndsWhatNobodyClaims(t *testing.T) {
 func TestBarrierPassedBeforeTheRestart(t *testing.T) {
 	h := newJobHarness(t, testSlots)
 	ctx := testCtx(t)
-	_, _, resp := joined(t, h, "rounds", 2)
+	_, _, resps := joinedAll(t, h, "rounds", 2)
+	resp := resps[0]
 	_, jobs := restarted(t, h, time.Hour)
 	for r := range uint32(2) {
-		st, err := jobs.Watch(ctx, &controllerpb.WatchRequest{Job: "rounds", Rank: r, SessionId: resp.GetSessionId(), JobId: resp.GetJobId()})
+		st, err := jobs.Watch(ctx, &controllerpb.WatchRequest{Job: "rounds", Rank: r, SessionId: resp.GetSessionId(), JobId: resp.GetJobId(), RankSecret: resps[r].GetRankSecret()})
 		if err == nil {
 			_, err = st.Recv()
 		}
@@ -286,13 +304,13 @@ func TestBarrierPassedBeforeTheRestart(t *testing.T) {
 	// at barrier 8; rank 0 re-sends barrier 7, whose answer it lost.
 	waiting := make(chan error, 1)
 	go func() {
-		_, err := jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "rounds", Rank: 1, SessionId: resp.GetSessionId(), Name: "iter-4", Seq: 8})
+		_, err := jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "rounds", Rank: 1, SessionId: resp.GetSessionId(), Name: "iter-4", Seq: 8, RankSecret: resps[1].GetRankSecret()})
 		waiting <- err
 	}()
-	if _, err := jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "rounds", Rank: 0, SessionId: resp.GetSessionId(), Name: "done-3", Seq: 7}); err != nil {
+	if _, err := jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "rounds", Rank: 0, SessionId: resp.GetSessionId(), Name: "done-3", Seq: 7, RankSecret: resp.GetRankSecret()}); err != nil {
 		t.Fatalf("re-sent barrier: %v", err)
 	}
-	if _, err := jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "rounds", Rank: 0, SessionId: resp.GetSessionId(), Name: "iter-4", Seq: 8}); err != nil {
+	if _, err := jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "rounds", Rank: 0, SessionId: resp.GetSessionId(), Name: "iter-4", Seq: 8, RankSecret: resp.GetRankSecret()}); err != nil {
 		t.Fatalf("next barrier: %v", err)
 	}
 	if err := <-waiting; err != nil {
@@ -301,13 +319,55 @@ func TestBarrierPassedBeforeTheRestart(t *testing.T) {
 
 	// The same calls on a job that was never taken over: barrier 7 waits
 	// for rank 1's arrival, counts or not.
-	_, _, fresh := joined(t, h, "fresh", 2)
+	_, _, freshes := joinedAll(t, h, "fresh", 2)
+	fresh := freshes[0]
 	go func() {
-		_, _ = h.jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "fresh", Rank: 1, SessionId: fresh.GetSessionId(), Name: "iter-4", Seq: 8})
+		_, _ = h.jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "fresh", Rank: 1, SessionId: fresh.GetSessionId(), Name: "iter-4", Seq: 8, RankSecret: freshes[1].GetRankSecret()})
 	}()
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	if _, err := h.jobs.Barrier(short, &controllerpb.BarrierRequest{Job: "fresh", Rank: 0, SessionId: fresh.GetSessionId(), Name: "done-3", Seq: 7}); status.Code(err) != codes.DeadlineExceeded {
+	if _, err := h.jobs.Barrier(short, &controllerpb.BarrierRequest{Job: "fresh", Rank: 0, SessionId: fresh.GetSessionId(), Name: "done-3", Seq: 7, RankSecret: fresh.GetRankSecret()}); status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("barrier on a job never taken over: %v, want it to wait for rank 1", err)
+	}
+}
+
+// TestUnwatchedJobEndsAfterTheLeaseGrace: the service's timer ends a job
+// whose rank never opens its lease, and its entries leave the switch.
+func TestUnwatchedJobEndsAfterTheLeaseGrace(t *testing.T) {
+	target, _ := startSwitch(t)
+	ctx := testCtx(t)
+	sw := dial(t, ctx, target, 1)
+	if err := sw.SetPipeline(ctx, nil, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := NewJobService(sw, ServiceConfig{Dataplane: netip.MustParseAddrPort("127.0.0.1:48864"), Slots: testSlots, Logger: quiet,
+		JobLimits: JobLimits{LeaseGrace: 50 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.stop()
+	jobs := serveJobs(t, svc)
+	if _, err := jobs.Register(ctx, regReq("squat", 0, 1, 2, 4, 3)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ws, err := sw.ReadWorkers(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ws) == 0 && len(svc.Jobs()) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a job whose rank never watched still holds %d worker entries", len(ws))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	svc.mu.Lock()
+	n := svc.core.endings[endRankLost]
+	svc.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d jobs ended as a lost rank, want 1", n)
 	}
 }

@@ -99,6 +99,10 @@ type Config struct {
 
 	// control follows primaryship on the switches (set by Run).
 	control *control
+
+	// JobLimits bound what jobs and clients can make the job service hold
+	// (zero fields: the defaults).
+	JobLimits
 }
 
 // Run connects to the switch, becomes its primary controller, pushes the
@@ -159,7 +163,7 @@ func Run(ctx context.Context, cfg Config) error {
 			cl.Close()
 		}
 	}()
-	svc, err := NewJobService(controlled{cl}, ServiceConfig{Dataplane: dp, Shards: shards, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger, Admin: cfg.Admin})
+	svc, err := NewJobService(controlled{cl}, ServiceConfig{Dataplane: dp, Shards: shards, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger, Admin: cfg.Admin, JobLimits: cfg.JobLimits})
 	if err != nil {
 		return err
 	}

@@ -54,6 +54,60 @@ type ServiceConfig struct {
 	// defaults). Registrations it cannot serve are refused.
 	Target Target
 	Logger *slog.Logger
+	JobLimits
+}
+
+// JobLimits bound what jobs and clients can make the controller hold.
+type JobLimits struct {
+	// LeaseGrace is how long each rank of a job that became active has to
+	// open its lease (Watch); a rank that has not ends the job and frees
+	// its slots (default DefaultLeaseGrace).
+	LeaseGrace time.Duration
+	// JoinTimeout is how long a job may gather: a job whose ranks have not
+	// all registered by then is released, and its waiting ranks are told
+	// which never came (default DefaultJoinTimeout).
+	JoinTimeout time.Duration
+	// MaxJobsPerClient bounds the jobs, gathering or running, that one
+	// client identity (secure.Identity.Name of the job's first registrant)
+	// holds (default DefaultMaxJobsPerClient; negative: no bound).
+	MaxJobsPerClient int
+	// MaxSlotsPerClient, if positive, bounds the slots (lanes*window) of
+	// one client identity's jobs; 0: no bound beyond the pool.
+	MaxSlotsPerClient int
+}
+
+// Defaults of JobLimits.
+const (
+	DefaultLeaseGrace       = 10 * time.Second
+	DefaultJoinTimeout      = 5 * time.Minute
+	DefaultMaxJobsPerClient = 64
+)
+
+// withDefaults fills in the zero limits.
+func (l JobLimits) withDefaults() JobLimits {
+	if l.LeaseGrace == 0 {
+		l.LeaseGrace = DefaultLeaseGrace
+	}
+	if l.JoinTimeout == 0 {
+		l.JoinTimeout = DefaultJoinTimeout
+	}
+	if l.MaxJobsPerClient == 0 {
+		l.MaxJobsPerClient = DefaultMaxJobsPerClient
+	}
+	return l
+}
+
+// check refuses limits that make no sense.
+func (l JobLimits) check() error {
+	switch {
+	case l.LeaseGrace < 0:
+		return fmt.Errorf("lease grace %v: want a positive duration", l.LeaseGrace)
+	case l.JoinTimeout < 0:
+		return fmt.Errorf("join timeout %v: want a positive duration", l.JoinTimeout)
+	case l.MaxSlotsPerClient < 0:
+		return fmt.Errorf("max slots per client %d: want 0 (no bound) or more", l.MaxSlotsPerClient)
+	}
+	return nil
 }
 
 // JobService implements controllerpb.JobService: it gathers the ranks of a
@@ -126,8 +180,13 @@ func NewJobService(sw Switch, cfg ServiceConfig) (*JobService, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.JobLimits = cfg.JobLimits.withDefaults()
+	if err := cfg.JobLimits.check(); err != nil {
+		return nil, fmt.Errorf("controller: NewJobService: %w", err)
+	}
 	c := newCore(coreConfig{Dataplane: cfg.Dataplane, Shards: cfg.Shards, Slots: cfg.Slots, Target: cfg.Target, Logger: cfg.Logger,
-		Rand: randUint64, DrainWait: switchRPCTimeout})
+		Rand: randUint64, DrainWait: switchRPCTimeout, LeaseGrace: cfg.LeaseGrace, JoinTimeout: cfg.JoinTimeout,
+		MaxJobsPerClient: max(cfg.MaxJobsPerClient, 0), MaxSlotsPerClient: cfg.MaxSlotsPerClient})
 	drained := make(chan struct{})
 	close(drained)
 	s := &JobService{sw: sw, cfg: cfg, log: cfg.Logger, core: c, waiters: map[waiter]chan answer{}, drained: drained, metrics: newServiceMetrics()}
@@ -271,7 +330,7 @@ func (s *JobService) install(in install) {
 	}
 	s.step(func(c *core) {
 		j := c.installing[in.gen]
-		c.Installed(in.gen, err)
+		c.Installed(in.gen, err, time.Now())
 		if j != nil && j.state == jobActive && !j.registeredAt.IsZero() {
 			s.metrics.ready.Observe(time.Since(j.registeredAt).Seconds())
 		}
@@ -317,7 +376,9 @@ func (s *JobService) Describe(context.Context, *controllerpb.DescribeRequest) (*
 	return s.cfg.Target.describe(s.cfg.Slots), nil
 }
 
-// Register implements controllerpb.JobService.
+// Register implements controllerpb.JobService. Any client may register;
+// a new job counts against the caller's identity (secure.IdentityOf), and
+// a job's name belongs to its token while the job lives.
 func (s *JobService) Register(ctx context.Context, req *controllerpb.RegisterRequest) (resp *controllerpb.RegisterResponse, err error) {
 	defer func() { s.metrics.registrations.WithLabelValues(status.Code(err).String()).Inc() }()
 	s.mu.Lock()
@@ -352,7 +413,8 @@ func (s *JobService) Register(ctx context.Context, req *controllerpb.RegisterReq
 	}
 	ctx, cancel := answerBefore(ctx)
 	defer cancel()
-	w, ch, err := s.enter(func(c *core, w waiter) error { return c.Register(w, req, time.Now()) })
+	client := secure.IdentityOf(ctx).Name()
+	w, ch, err := s.enter(func(c *core, w waiter) error { return c.Register(w, req, client, time.Now()) })
 	if err != nil {
 		return nil, err
 	}
@@ -369,7 +431,9 @@ func (s *JobService) Register(ctx context.Context, req *controllerpb.RegisterReq
 	return a.resp, nil
 }
 
-// Barrier implements controllerpb.JobService.
+// Barrier implements controllerpb.JobService. Only a rank of the session,
+// proven by its rank secret, may call it; so for Broadcast, Leave, Abort
+// and Watch.
 func (s *JobService) Barrier(ctx context.Context, req *controllerpb.BarrierRequest) (*controllerpb.BarrierResponse, error) {
 	ctx, cancel := answerBefore(ctx)
 	defer cancel()

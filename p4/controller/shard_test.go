@@ -29,7 +29,7 @@ func TestShardLaneDataplanes(t *testing.T) {
 		reqs = append(reqs, regReq("four-lanes", rank, 3, 4, 4, 1))
 	}
 	ws := r.mustRegister(reqs...)
-	r.c.Installed(r.takeInstall().gen, nil)
+	r.c.Installed(r.takeInstall().gen, nil, r.now)
 	r.collect()
 	var first []string
 	for i, w := range ws {

@@ -83,7 +83,7 @@ func TestStatusListsLiveJobs(t *testing.T) {
 	// alpha ends: its ranks leave; it is gone from the table and the
 	// gauges, and counted as finished.
 	for r := range uint32(2) {
-		if _, err := h.jobs.Leave(ctx, &controllerpb.LeaveRequest{Job: "alpha", Rank: r, SessionId: a.GetSessionId()}); err != nil {
+		if _, err := h.jobs.Leave(ctx, &controllerpb.LeaveRequest{Job: "alpha", Rank: r, SessionId: a.GetSessionId(), RankSecret: h.secret("alpha", r)}); err != nil {
 			t.Fatal(err)
 		}
 		cancelsA[r]()

@@ -171,7 +171,7 @@ func TestStatusPages(t *testing.T) {
 func TestStatusBoundsAddresses(t *testing.T) {
 	rg := newRig(t, 64)
 	for r := range uint32(6) {
-		if err := rg.c.Register(rg.waiter(), regReq("wide", r, 6, 1, 4, 50), rg.now); err != nil {
+		if err := rg.c.Register(rg.waiter(), regReq("wide", r, 6, 1, 4, 50), "test", rg.now); err != nil {
 			t.Fatal(err)
 		}
 	}

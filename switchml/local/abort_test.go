@@ -61,7 +61,7 @@ func TestPeerLostMidAllReduce(t *testing.T) {
 			dead <- err
 			return
 		}
-		st, err := jobs.Watch(leaseCtx, &controllerpb.WatchRequest{Job: "lost", Rank: 2, SessionId: resp.GetSessionId()})
+		st, err := jobs.Watch(leaseCtx, &controllerpb.WatchRequest{Job: "lost", Rank: 2, SessionId: resp.GetSessionId(), RankSecret: resp.GetRankSecret()})
 		if err == nil {
 			_, err = st.Recv()
 		}
