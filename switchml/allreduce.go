@@ -66,6 +66,17 @@ func (s *Session) refuse(err error) *Handle {
 	return failed(err)
 }
 
+// notStarted fails a call whose context ended before it began. The peers
+// make the same call and would wait for this rank's share, so a call its
+// caller cancelled (an interrupt) ends the job for all of them.
+func (s *Session) notStarted(h *Handle) error {
+	err := h.ctx.Err()
+	if why := s.departure(h.ctx, "allreduce"); why != nil {
+		return s.leaveEarly(why, err)
+	}
+	return err
+}
+
 func (s *Session) start(ctx context.Context, op engine.Op, n int) *Handle {
 	h := &Handle{ctx: ctx, op: op, n: n, queued: time.Now(), done: make(chan struct{})}
 	s.mu.Lock()
@@ -82,7 +93,7 @@ func (s *Session) start(ctx context.Context, op engine.Op, n int) *Handle {
 		h.err = ErrClosed
 		close(h.done)
 	case <-ctx.Done():
-		h.err = ctx.Err()
+		h.err = s.notStarted(h)
 		close(h.done)
 	}
 	return h
@@ -202,7 +213,11 @@ func (s *Session) run() {
 				}
 			}
 		case h := <-s.ops:
-			h.err = s.execute(h)
+			if h.ctx.Err() != nil {
+				h.err = s.notStarted(h)
+			} else {
+				h.err = s.execute(h)
+			}
 			close(h.done)
 		}
 	}
@@ -279,7 +294,11 @@ func (s *Session) executeSwitch(h *Handle) error {
 		// learn it through the controller.
 		if s.broken == nil {
 			s.broken = fmt.Errorf("switchml: session unusable after a failed allreduce (close it and join again): %w", first)
-			s.reportAsync(first)
+			reason := first
+			if why := s.departure(h.ctx, "allreduce"); why != nil {
+				reason = why // the caller stopped it: say so, not what the lanes saw
+			}
+			s.reportAsync(reason)
 		}
 		return first
 	}

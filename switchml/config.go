@@ -28,7 +28,10 @@ const (
 	// only adds to the load.
 	DefaultShmTimeout  = 50 * time.Millisecond
 	DefaultJoinTimeout = 60 * time.Second
-	DefaultGiveUp      = 30 * time.Second
+	// DefaultConnectTimeout bounds the wait for a first connection to the
+	// controller: an address where nothing answers fails Join this soon.
+	DefaultConnectTimeout = 5 * time.Second
+	DefaultGiveUp         = 30 * time.Second
 )
 
 // Config describes one worker of a job.
@@ -83,8 +86,15 @@ type Config struct {
 	// ring fallback it is the ring's stall timeout: a call fails when
 	// nothing has moved to or from a neighbour for this long.
 	GiveUp time.Duration
-	// JoinTimeout bounds Join when the context has no deadline.
+	// JoinTimeout bounds Join when the context has no deadline: the wait
+	// for the other ranks of the job.
 	JoinTimeout time.Duration
+	// ConnectTimeout bounds the wait for the first connection to the
+	// controller (default DefaultConnectTimeout): Join fails with
+	// ErrControllerUnreachable, naming the address, when nothing there
+	// accepts a connection this long. Ranks that arrive late are
+	// JoinTimeout's business, not this one's.
+	ConnectTimeout time.Duration
 	// Token is the job owner's secret: every rank of a job uses the same,
 	// and while the job exists the controller refuses registrations under
 	// its name with another token, so that other clients cannot join,
@@ -199,6 +209,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.JoinTimeout == 0 {
 		c.JoinTimeout = DefaultJoinTimeout
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
 	}
 	if c.GiveUp == 0 {
 		c.GiveUp = DefaultGiveUp
@@ -378,7 +391,7 @@ func (c Config) validate() error {
 	for _, d := range []struct {
 		field string
 		v     time.Duration
-	}{{"Timeout", c.Timeout}, {"GiveUp", c.GiveUp}, {"JoinTimeout", c.JoinTimeout}} {
+	}{{"Timeout", c.Timeout}, {"GiveUp", c.GiveUp}, {"JoinTimeout", c.JoinTimeout}, {"ConnectTimeout", c.ConnectTimeout}} {
 		if d.v < 0 {
 			bad(d.field, d.v, "must not be negative (0 takes the default)")
 		}

@@ -73,6 +73,7 @@ type Session struct {
 	aborted   chan struct{}
 	abortOnce sync.Once
 	reports   sync.WaitGroup // failure reports in flight
+	inFlight  sync.WaitGroup // barriers and broadcasts in flight (sessionCall)
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
 
@@ -194,6 +195,8 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 		if probed, unreachable = s.probe(ctx); unreachable != nil {
 			return s.joinRingWithoutController(ctx, unreachable, fail)
 		}
+	} else if probed, err = s.reach(ctx); err != nil {
+		return fail(err)
 	}
 	if cfg.PacketElements == 0 {
 		d := probed
@@ -401,6 +404,32 @@ func (s *Session) reportFailure(reason error) {
 		SwitchUnreachable: errors.Is(reason, ErrTimeoutBudget), RankSecret: s.rankSecret})
 }
 
+// reach asks the controller what the switch takes, waiting no longer than
+// ConnectTimeout for a connection: an address where nothing answers fails
+// fast, naming it. A controller that is connected but slow to answer gets
+// the caller's whole deadline. Nil, and no error, from a controller that
+// predates Describe.
+func (s *Session) reach(ctx context.Context) (*controllerpb.DescribeResponse, error) {
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
+	d, err := s.client.Describe(cctx, &controllerpb.DescribeRequest{}, grpc.WaitForReady(true))
+	cancel()
+	if err != nil && ctx.Err() == nil && cctx.Err() != nil {
+		if st := s.conn.GetState(); st != connectivity.Ready && st != connectivity.Idle {
+			return nil, fmt.Errorf("%w: no connection to %s within %v (%s): %s", ErrControllerUnreachable, s.cfg.Controller, s.cfg.ConnectTimeout,
+				status.Convert(err).Message(), s.unreachableHint())
+		}
+		// Connected, but slow to answer: wait with the caller's deadline.
+		d, err = s.client.Describe(ctx, &controllerpb.DescribeRequest{}, grpc.WaitForReady(true))
+	}
+	switch {
+	case status.Code(err) == codes.Unimplemented:
+		return nil, nil
+	case err != nil:
+		return nil, s.rpcError("describe the switch", err)
+	}
+	return d, nil
+}
+
 // macOf returns the Ethernet address of the interface that holds ip, or nil
 // (loopback, or an interface without one).
 func macOf(ip string) []byte {
@@ -560,19 +589,23 @@ func (s *Session) Barrier(ctx context.Context, name string) error {
 	if s.dataCollectives {
 		return s.dataBarrier(ctx)
 	}
-	ctx, done := s.sessionCall(ctx)
+	caller := ctx
+	ctx, done, err := s.sessionCall(ctx)
+	if err != nil {
+		return err
+	}
 	defer done()
 	// The same count on every retry of this call: a controller restarted
 	// after the other ranks passed it releases it by the count.
 	seq := s.barriers.Add(1)
 	start := time.Now()
 	defer s.traceWait("barrier", name, start)
-	err := retryUnavailable(ctx, s.aborted, func() error {
+	err = retryUnavailable(ctx, s.aborted, func() error {
 		_, err := s.client.Barrier(ctx, &controllerpb.BarrierRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Name: name, Seq: seq, RankSecret: s.rankSecret}, grpc.WaitForReady(true))
 		return err
 	})
 	if err != nil {
-		return s.sessionError("barrier "+name, err)
+		return s.sessionError(caller, "barrier "+name, err)
 	}
 	return nil
 }
@@ -583,18 +616,22 @@ func (s *Session) Broadcast(ctx context.Context, name string, root int, data []b
 	if s.dataCollectives {
 		return s.dataBroadcast(ctx, root, data)
 	}
-	ctx, done := s.sessionCall(ctx)
+	caller := ctx
+	ctx, done, err := s.sessionCall(ctx)
+	if err != nil {
+		return nil, err
+	}
 	defer done()
 	var resp *controllerpb.BroadcastResponse
 	start := time.Now()
 	defer s.traceWait("broadcast", name, start)
-	err := retryUnavailable(ctx, s.aborted, func() error {
+	err = retryUnavailable(ctx, s.aborted, func() error {
 		var err error
 		resp, err = s.client.Broadcast(ctx, &controllerpb.BroadcastRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Root: uint32(root), Data: data, Name: name, RankSecret: s.rankSecret}, grpc.WaitForReady(true))
 		return err
 	})
 	if err != nil {
-		return nil, s.sessionError("broadcast "+name, err)
+		return nil, s.sessionError(caller, "broadcast "+name, err)
 	}
 	return resp.Data, nil
 }
@@ -623,9 +660,17 @@ func retryUnavailable(ctx context.Context, stop <-chan struct{}, call func() err
 }
 
 // sessionCall bounds a call to the controller within the session: it ends
-// when the session is aborted, and waits for a controller that is briefly
-// away (restarting) no longer than JoinTimeout when ctx has no deadline.
-func (s *Session) sessionCall(ctx context.Context) (context.Context, context.CancelFunc) {
+// when the session is aborted or closed, and waits for a controller that
+// is briefly away (restarting) no longer than JoinTimeout when ctx has no
+// deadline. Close waits for the calls it started to end.
+func (s *Session) sessionCall(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, nil, ErrClosed
+	}
+	s.inFlight.Add(1)
+	s.mu.Unlock()
 	var cancel context.CancelFunc
 	if _, ok := ctx.Deadline(); ok {
 		ctx, cancel = context.WithCancel(ctx)
@@ -637,20 +682,62 @@ func (s *Session) sessionCall(ctx context.Context) (context.Context, context.Can
 		select {
 		case <-s.aborted:
 			cancel()
+		case <-s.quit:
+			cancel()
 		case <-stop:
 		}
 	}()
-	return ctx, func() { close(stop); cancel() }
+	return ctx, func() { close(stop); cancel(); s.inFlight.Done() }, nil
+}
+
+// departure says why this rank stops taking part in the job when a call of
+// its own ended early: the caller cancelled it (an interrupt) or closed the
+// session meanwhile. Nil for any other failure.
+func (s *Session) departure(caller context.Context, what string) error {
+	select {
+	case <-s.quit:
+		return fmt.Errorf("closed its session during %s", what)
+	default:
+	}
+	if errors.Is(caller.Err(), context.Canceled) {
+		return fmt.Errorf("interrupted: its %s was cancelled", what)
+	}
+	return nil
+}
+
+// leaveEarly ends the job for every rank when this one stops taking part
+// in the middle of it (see departure): its peers would otherwise wait for
+// its share until their own deadlines. The controller tells them why, naming
+// this rank. It returns the error for the caller.
+func (s *Session) leaveEarly(why error, err error) error {
+	s.mu.Lock()
+	first := s.broken == nil
+	if first {
+		s.broken = fmt.Errorf("switchml: session ended: this rank %v (close it and join again)", why)
+	}
+	s.mu.Unlock()
+	if first {
+		s.reportAsync(why)
+	}
+	return err
 }
 
 // sessionError explains a failed call within the session: the session's
-// own end when it was aborted, else the controller's answer.
-func (s *Session) sessionError(what string, err error) error {
+// own end when it was aborted, else the controller's answer. A call that
+// ended because its caller cancelled it, or closed the session, ends the
+// job for every rank (leaveEarly).
+func (s *Session) sessionError(caller context.Context, what string, err error) error {
 	s.mu.Lock()
 	broken := s.broken
 	s.mu.Unlock()
 	if broken != nil && errors.Is(broken, ErrAborted) {
 		return fmt.Errorf("switchml: %s: %w", what, broken)
+	}
+	if why := s.departure(caller, what); why != nil {
+		if errors.Is(caller.Err(), context.Canceled) {
+			return s.leaveEarly(why, fmt.Errorf("switchml: %s: %w", what, context.Canceled))
+		}
+		return s.leaveEarly(why, fmt.Errorf("switchml: %s: %w", what, ErrClosed))
 	}
 	if status.Code(err) == codes.NotFound {
 		return fmt.Errorf("%w: %s: the controller at %s no longer holds this session (it restarted): join again (%s)", ErrAborted, what, s.cfg.Controller, status.Convert(err).Message())
@@ -670,6 +757,9 @@ func (s *Session) Close() error {
 	s.mu.Unlock()
 	close(s.quit)
 	<-s.done
+	// Barriers and broadcasts in flight end with the quit; those that
+	// ended the job for it report before the reports are waited for.
+	s.inFlight.Wait()
 	for _, l := range s.lanes {
 		l.conn.Close()
 	}

@@ -23,7 +23,7 @@ func init() {
 var allreduceFlags = map[string]string{
 	"Controller": "controller", "Job": "job", "Rank": "rank", "Workers": "workers", "Token": "token", "Bind": "bind",
 	"Lanes": "lanes", "Transport": "transport", "Window": "window", "PacketElements": "packet-elements", "Extended": "extended",
-	"Timeout": "timeout", "JoinTimeout": "join-timeout", "GiveUp": "give-up",
+	"Timeout": "timeout", "JoinTimeout": "join-timeout", "ConnectTimeout": "connect-timeout", "GiveUp": "give-up",
 	"Faults.Drop": "drop", "Faults.Duplicate": "duplicate", "Faults.Reorder": "reorder", "Trace": "trace", "TraceEvents": "trace-events",
 	"Fallback": "fallback", "FallbackOnLoss": "fallback-on-loss", "FallbackListen": "fallback-listen", "FallbackPeers": "fallback-peers",
 }
@@ -54,6 +54,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 	fs.BoolVar(&cfg.Extended, "extended", false, "use the software switch's extended header (needed above 256 values per packet or 32 workers)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, fmt.Sprintf("retransmission timeout per packet (0: %v, or %v with --transport shm)", switchml.DefaultTimeout, switchml.DefaultShmTimeout))
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", switchml.DefaultJoinTimeout, "how long to wait for every rank to join")
+	fs.DurationVar(&cfg.ConnectTimeout, "connect-timeout", switchml.DefaultConnectTimeout, "how long to wait for a connection to the controller before failing (ranks that arrive late are --join-timeout's)")
 	fs.DurationVar(&cfg.GiveUp, "give-up", switchml.DefaultGiveUp, "fail an allreduce when the switch has not answered for this long")
 	fs.Float64Var(&cfg.Faults.Drop, "drop", 0, "probability of dropping each packet this worker sends")
 	fs.Float64Var(&cfg.Faults.Duplicate, "duplicate", 0, "probability of duplicating each packet this worker sends")

@@ -40,6 +40,22 @@ func runDemo(ctx context.Context, args []string) error {
 	if *transportKind != switchml.TransportUDP && *transportKind != switchml.TransportShm {
 		return fmt.Errorf("--transport %q: want udp or shm", *transportKind)
 	}
+	// Everything the workers would refuse is refused here, before a
+	// process starts.
+	size, err := dtypeSize(*dtype)
+	if err != nil {
+		return err
+	}
+	switch {
+	case *elements < 1:
+		return fmt.Errorf("--elements %d: want at least 1", *elements)
+	case *iters < 1:
+		return fmt.Errorf("--iters %d: want at least 1", *iters)
+	case !(*drop >= 0 && *drop < 1):
+		return fmt.Errorf("--drop %v: want a probability in [0, 1)", *drop)
+	case *lanes < 0 || *window < 0:
+		return fmt.Errorf("--lanes %d, --window %d: want 0 (the default) or more", *lanes, *window)
+	}
 	// Every worker is started here with the same settings, so the demo
 	// can pick what measured best for its transport (see the README's
 	// "CPU per byte"); a job's ranks started apart must agree on them.
@@ -53,6 +69,11 @@ func runDemo(ctx context.Context, args []string) error {
 	if *window == 0 {
 		*window = defWindow
 	}
+	if err := (switchml.Config{Job: "demo", Workers: *workers, Lanes: *lanes, Window: *window, PacketElements: *pe,
+		Extended: *extended, Transport: *transportKind}).Validate(); err != nil {
+		return switchml.InFlags(err, allreduceFlags)
+	}
+	interrupted := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -61,7 +82,7 @@ func runDemo(ctx context.Context, args []string) error {
 		return err
 	}
 	fmt.Printf("SwitchML demo: %d workers, %d x %s each (%.1f MiB), %d iterations\n", *workers, *elements, *dtype,
-		float64(*elements*mustSize(*dtype))/(1<<20), *iters)
+		float64(*elements*size)/(1<<20), *iters)
 	fab, err := fabric.Start(ctx, fabric.Config{Command: self, Echo: *verbose, MaxElements: max(*pe, 1024),
 		Faults: transport.Faults{Drop: *drop, Seed: 1}, Transport: *transportKind})
 	if err != nil {
@@ -99,6 +120,10 @@ func runDemo(ctx context.Context, args []string) error {
 	wall := time.Since(start)
 	fabErr := fab.Close()
 	logs := fab.Logs()
+	if interrupted.Err() != nil {
+		// Every process was interrupted too, and has wound down.
+		return fmt.Errorf("stopped %d workers, the switch and the controller", *workers)
+	}
 	if len(failures) > 0 {
 		fmt.Println("\nFAILED:")
 		for _, f := range failures {
@@ -116,14 +141,6 @@ func runDemo(ctx context.Context, args []string) error {
 	}
 	fmt.Printf("\nEvery worker holds the sum of all %d tensors, checked element by element against the exact sum (%s).\n", *workers, wall.Round(time.Millisecond))
 	return nil
-}
-
-func mustSize(dtype string) int {
-	n, err := dtypeSize(dtype)
-	if err != nil {
-		return 4
-	}
-	return n
 }
 
 func indent(s string) string {

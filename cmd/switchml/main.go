@@ -24,6 +24,7 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+	"time"
 )
 
 type command struct {
@@ -67,11 +68,22 @@ func main() {
 		usage(os.Stderr)
 		os.Exit(2)
 	}
+	// The first SIGINT or SIGTERM cancels the command's context: it winds
+	// down, telling the controller and its peers that it was interrupted.
+	// A second one ends the process at once.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	if err := cmd.run(ctx, os.Args[2:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return
+		}
+		if ctx.Err() != nil {
+			fmt.Fprintf(os.Stderr, "switchml %s: interrupted: %v\n", os.Args[1], err)
+			os.Exit(exitInterrupted)
 		}
 		if !errors.Is(err, errUsage) {
 			fmt.Fprintf(os.Stderr, "switchml %s: %v\n", os.Args[1], err)
@@ -79,6 +91,10 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// exitInterrupted is the exit status of a command stopped by SIGINT or
+// SIGTERM, as shells give a process that a SIGINT ended.
+const exitInterrupted = 130
 
 // newFlags returns a flag set whose errors are returned, not fatal.
 func newFlags(name, synopsis string) *flag.FlagSet {
@@ -116,11 +132,22 @@ func newLogger(level string) (*slog.Logger, error) {
 
 // selfCommand returns what runs this program again with other arguments
 // (the switch, the controller and workers of the demo and the chaos run),
-// stopped when ctx ends.
+// stopped when ctx ends: interrupted first, as a Ctrl-C would, so that it
+// winds down and says why; killed if it has not exited selfStopGrace
+// later.
 func selfCommand(ctx context.Context) (func(args ...string) *exec.Cmd, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("finding this program to start its processes: %w", err)
 	}
-	return func(args ...string) *exec.Cmd { return exec.CommandContext(ctx, exe, args...) }, nil
+	return func(args ...string) *exec.Cmd {
+		cmd := exec.CommandContext(ctx, exe, args...)
+		cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+		cmd.WaitDelay = selfStopGrace
+		return cmd
+	}, nil
 }
+
+// selfStopGrace is how long a process selfCommand started has to exit
+// after it was interrupted.
+const selfStopGrace = 10 * time.Second

@@ -6,6 +6,8 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/switchml/switchml-go/p4/controller/controllerpb"
@@ -177,6 +179,7 @@ func (c *core) Barrier(w waiter, req *controllerpb.BarrierRequest) error {
 			}
 		}
 	}
+	c.strandedBy(j)
 	return nil
 }
 
@@ -230,6 +233,7 @@ func (c *core) Broadcast(w waiter, req *controllerpb.BroadcastRequest) error {
 			j.freeIfDone(rs)
 		}
 	}
+	c.strandedBy(j)
 	return nil
 }
 
@@ -254,8 +258,33 @@ func (c *core) Leave(req *controllerpb.LeaveRequest) error {
 	j.left[req.GetRank()] = true
 	if len(j.left) == len(j.ranks) {
 		c.retire(j, endFinished, "finished: every rank left")
+		return nil
 	}
+	c.strandedBy(j)
 	return nil
+}
+
+// strandedBy ends a job whose waiting barrier or broadcast needs a rank
+// that left: that rank will never call it, and its peers would wait until
+// their deadlines. The cause names the rank and the call.
+func (c *core) strandedBy(j *job) {
+	for _, w := range slices.Concat(j.waitsOf(waitBarrier), j.waitsOf(waitBroadcast)) {
+		wt := j.waits[w]
+		if wt == nil {
+			continue
+		}
+		for _, r := range slices.Sorted(maps.Keys(j.left)) {
+			needed := !wt.round.arrived[r]
+			what := "barrier"
+			if wt.kind == waitBroadcast {
+				needed, what = wt.round.root == r && !wt.round.complete, "broadcast"
+			}
+			if needed {
+				c.retire(j, endRankFailed, fmt.Sprintf("aborted: rank %d closed its session (left) while rank %d waited for it in %s %q", r, wt.rank, what, wt.name))
+				return
+			}
+		}
+	}
 }
 
 // Abort ends a session on behalf of one of its ranks.

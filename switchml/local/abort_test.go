@@ -149,7 +149,7 @@ func TestBrokenRankTellsItsPeers(t *testing.T) {
 	if !errors.Is(errs[1], context.Canceled) {
 		t.Errorf("rank 1: %v, want its own cancellation", errs[1])
 	}
-	if !errors.Is(errs[0], switchml.ErrAborted) || !strings.Contains(errs[0].Error(), "aborted by rank 1") || !strings.Contains(errs[0].Error(), "context canceled") {
+	if !errors.Is(errs[0], switchml.ErrAborted) || !strings.Contains(errs[0].Error(), "aborted by rank 1") || !strings.Contains(errs[0].Error(), "interrupted: its allreduce was cancelled") {
 		t.Errorf("rank 0: %v, want ErrAborted with rank 1's reason", errs[0])
 	}
 }

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/switchml/switchml-go/p4/fabric"
+)
+
+// TestInterruptedRank: Ctrl-C (SIGINT) to one rank of three mid-run. That
+// rank exits as interrupted (status 130); the other two fail with the
+// job's abort, naming the rank and the interrupt, not a timeout; the
+// controller logs the cause; and the job's name and slots are free again.
+func TestInterruptedRank(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes; skipped in -short")
+	}
+	f := startFabricWith(t, nil, "", []string{"--slots", "64"}, []string{"--slots", "64"})
+	ps := longJob(t, f, "sigint")
+	fault := time.Now()
+	if err := ps[1].Cmd().Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	failNaming(t, []*proc{ps[0], ps[2]}, fault, "job aborted", "aborted by rank 1: interrupted")
+	err := ps[1].wait(t, 2*time.Minute)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != exitInterrupted || !strings.Contains(ps[1].Logs(), "interrupted") {
+		t.Errorf("the interrupted rank: exit %v, stderr:\n%s\nwant status %d saying it was interrupted", err, ps[1].Logs(), exitInterrupted)
+	}
+	if !strings.Contains(f.ctl.Logs(), `reason="interrupted`) {
+		t.Errorf("the controller did not log the interrupt:\n%s", f.ctl.Logs())
+	}
+	runJob(t, f, nil, jobSpec{name: "sigint", dtype: "int32", workers: faultJobWorkers, elements: 50_000, iters: 2, lanes: 2, window: 32})
+}
+
+// TestNoController: allreduce pointed at an address where nothing listens
+// fails with ErrControllerUnreachable naming the address (after
+// --connect-timeout, not the join timeout).
+func TestNoController(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes; skipped in -short")
+	}
+	port, err := fabric.FreePort("tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	w := spawn(t, nil, "allreduce", "--controller", addr, "--job", "nobody", "--workers", "2", "--join-timeout", "10m")
+	if err := w.wait(t, 2*time.Minute); err == nil || !strings.Contains(w.Logs(), "controller unreachable: no connection to "+addr+" within 5s") {
+		t.Errorf("exit %v, stderr:\n%s\nwant an unreachable controller named", err, w.Logs())
+	}
+}
