@@ -1,0 +1,81 @@
+package controller
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"google.golang.org/grpc/codes"
+)
+
+// TestCoreLeaveStrandsNoBarrier: a rank that leaves while its peers wait
+// for it in a barrier ends the job at once, naming it and the barrier; a
+// barrier entered after a rank left ends it too; a barrier the leaver
+// had already joined, and ranks leaving one by one after the last
+// barrier, end nothing early.
+func TestCoreLeaveStrandsNoBarrier(t *testing.T) {
+	r := newRig(t, 64)
+	leave := func(job string, rank uint32, session uint64) {
+		t.Helper()
+		if err := r.c.Leave(&controllerpb.LeaveRequest{Job: job, Rank: rank, SessionId: session, RankSecret: r.sec(job, rank)}); err != nil {
+			t.Fatal(err)
+		}
+		r.collect()
+	}
+
+	// Peers wait in "b" for rank 0, which leaves instead.
+	a := r.run("a", 3, 10)
+	w1, _ := r.barrier("a", 1, a.GetSessionId(), "b", 1)
+	w2, _ := r.barrier("a", 2, a.GetSessionId(), "b", 1)
+	r.pending(w1, w2)
+	leave("a", 0, a.GetSessionId())
+	for _, w := range []waiter{w1, w2} {
+		if err := r.answer(w).err; codeOf(err) != codes.Aborted || !strings.Contains(err.Error(), `rank 0 closed its session (left) while rank 1 waited for it in barrier "b"`) {
+			t.Errorf("waiter %d: %v, want Aborted naming rank 0 and the barrier", w, err)
+		}
+	}
+
+	drained := func() {
+		t.Helper()
+		rm := r.takeRemoval()
+		r.c.Removed(rm.gen, r.now)
+		r.collect()
+	}
+	drained()
+
+	// Rank 0 leaves first; rank 1's next barrier ends the job at once.
+	b := r.run("b", 2, 20)
+	leave("b", 0, b.GetSessionId())
+	w, err := r.barrier("b", 1, b.GetSessionId(), "late", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.answer(w).err; codeOf(err) != codes.Aborted || !strings.Contains(err.Error(), "rank 0 closed its session") {
+		t.Errorf("a barrier after rank 0 left: %v, want Aborted naming rank 0", err)
+	}
+	drained()
+
+	// A normal end: every rank passes the last barrier, then they leave
+	// one by one; nothing is aborted, and the job finishes.
+	c := r.run("c", 3, 30)
+	var ws []waiter
+	for rank := range uint32(3) {
+		w, _ := r.barrier("c", rank, c.GetSessionId(), "done", 1)
+		ws = append(ws, w)
+	}
+	for _, w := range ws {
+		if err := r.answer(w).err; err != nil {
+			t.Fatalf("the last barrier: %v", err)
+		}
+	}
+	ended := r.c.endings
+	leave("c", 2, c.GetSessionId())
+	leave("c", 0, c.GetSessionId())
+	if r.c.endings != ended {
+		t.Fatalf("ranks leaving after the last barrier ended the job early: %v", r.c.endings)
+	}
+	leave("c", 1, c.GetSessionId())
+	if r.c.endings[endFinished] != ended[endFinished]+1 {
+		t.Errorf("the job did not finish when every rank left: %v", r.c.endings)
+	}
+}
