@@ -1,0 +1,185 @@
+package pipeline
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/switchml/switchml-go/switchml/wire"
+)
+
+func jobKeyBytes(seed byte) []byte {
+	k := make([]byte, wire.KeyLen)
+	for i := range k {
+		k[i] = seed ^ byte(i*29)
+	}
+	return k
+}
+
+// sealedPkt is a tagged request of rank (lane 0) under key.
+func sealedPkt(t *testing.T, key []byte, rank uint16, h wire.Header, vals []int32) []byte {
+	t.Helper()
+	tg, err := wire.NewTagger(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Tagged = true
+	return tg.SealRequest(mkpkt(t, h, vals), rank, 0)
+}
+
+func newAuthPipe(t *testing.T) *Pipeline {
+	t.Helper()
+	p, err := New(Config{Slots: 16, MaxElements: 64, MaxWorkers: 32, Auth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestBadTagDropped: with a job key, packets with a wrong or missing tag
+// (or rank 1's tagged packet sent from rank 0's address) are dropped and
+// counted before they touch a register; the sum of the genuine packets is
+// exact and the result carries the key's tag.
+func TestBadTagDropped(t *testing.T) {
+	p := newAuthPipe(t)
+	setupJob(t, p, 7, 0, 2, 1, 4, 8)
+	key := jobKeyBytes(1)
+	if err := p.InsertKey(7, key); err != nil {
+		t.Fatal(err)
+	}
+	h := wire.Header{Format: wire.FormatExtended, Seq: 9, PacketID: 42, Slot: 5, Elements: 4}
+	var out Output
+	good0 := sealedPkt(t, key, 0, h, []int32{1, 2, 3, 4})
+	forged := map[string][]byte{
+		"untagged":       mkpkt(t, h, []int32{1000, 1000, 1000, 1000}),
+		"random tag":     append(mkpkt(t, wire.Header{Format: h.Format, Seq: h.Seq, PacketID: h.PacketID, Slot: h.Slot, Elements: 4, Tagged: true}, []int32{1000, 0, 0, 0}), bytes.Repeat([]byte{0x5a}, wire.TagLen)...),
+		"other key":      sealedPkt(t, jobKeyBytes(2), 0, h, []int32{1000, 0, 0, 0}),
+		"rank 1's tag":   sealedPkt(t, key, 1, h, []int32{1000, 0, 0, 0}),
+		"payload change": func() []byte { b := bytes.Clone(good0); b[wire.ExtendedLen+3] ^= 1; return b }(),
+	}
+	for name, pkt := range forged {
+		p.Process(addr(0), pkt, &out)
+		if len(out.Dests) != 0 || out.Reason != StatDropBadTag {
+			t.Fatalf("%s: dests %v reason %v, want drop_bad_tag", name, out.Dests, out.Reason)
+		}
+	}
+	if got := p.Counter(StatDropBadTag); got != uint64(len(forged)) {
+		t.Fatalf("drop_bad_tag = %d, want %d", got, len(forged))
+	}
+	if p.Counter(StatAggregated) != 0 {
+		t.Fatal("a forged packet was aggregated")
+	}
+	bm, _ := p.ReadRegister(RegPoolBitmap, 5)
+	if bm[0] != 0 {
+		t.Fatalf("bitmap %#x after forged packets, want untouched", bm[0])
+	}
+	p.Process(addr(0), good0, &out)
+	if out.Reason != StatAbsorbed {
+		t.Fatalf("rank 0's genuine packet: reason %v, want absorbed", out.Reason)
+	}
+	// A forgery between the genuine contributions changes nothing either.
+	p.Process(addr(0), forged["rank 1's tag"], &out)
+	p.Process(addr(1), sealedPkt(t, key, 1, h, []int32{10, 20, 30, 40}), &out)
+	if len(out.Dests) != 2 {
+		t.Fatalf("multicast to %v, want 2 ranks", out.Dests)
+	}
+	rh, payload, err := wire.Parse(out.Packet)
+	if err != nil || !rh.Tagged {
+		t.Fatalf("result %+v, %v: want a tagged packet", rh, err)
+	}
+	tg, _ := wire.NewTagger(key)
+	if !tg.VerifyResult(out.Packet, 0) {
+		t.Fatal("the result's tag does not verify under the job key")
+	}
+	vals := make([]int32, rh.Elements)
+	wire.ReadPayload(vals, payload)
+	if want := []int32{11, 22, 33, 44}; !slicesEqual(vals, want) {
+		t.Fatalf("sum %v, want %v", vals, want)
+	}
+}
+
+func slicesEqual(a, b []int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestAuthNeedsKey: on a switch that checks tags, a job without a key gets
+// nothing through; a switch that does not check tags refuses keys and
+// drops tagged packets it cannot check.
+func TestAuthNeedsKey(t *testing.T) {
+	p := newAuthPipe(t)
+	setupJob(t, p, 7, 0, 1, 1, 4, 8)
+	h := wire.Header{Format: wire.FormatExtended, Seq: 1, Slot: 5, Elements: 4}
+	var out Output
+	p.Process(addr(0), mkpkt(t, h, nil), &out)
+	if out.Reason != StatDropBadTag {
+		t.Fatalf("job without a key: reason %v, want drop_bad_tag", out.Reason)
+	}
+	if err := p.InsertKey(7, make([]byte, 16)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("16-byte key: %v, want ErrInvalid", err)
+	}
+	if err := p.InsertKey(7, jobKeyBytes(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.InsertKey(7, jobKeyBytes(1)); !errors.Is(err, ErrExists) {
+		t.Fatalf("second key: %v, want ErrExists", err)
+	}
+	p.Process(addr(0), sealedPkt(t, jobKeyBytes(1), 0, h, nil), &out)
+	if len(out.Dests) != 1 {
+		t.Fatalf("keyed one-rank job: reason %v, want a result", out.Reason)
+	}
+	if err := p.DeleteKey(7); err != nil {
+		t.Fatal(err)
+	}
+	h.PacketID++
+	p.Process(addr(0), sealedPkt(t, jobKeyBytes(1), 0, h, nil), &out)
+	if out.Reason != StatDropBadTag {
+		t.Fatalf("after the key went: reason %v, want drop_bad_tag", out.Reason)
+	}
+
+	plain := newPipe(t, 16, 64, 32)
+	setupJob(t, plain, 7, 0, 1, 1, 4, 8)
+	if err := plain.InsertKey(7, jobKeyBytes(1)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("key on a switch without Auth: %v, want ErrInvalid", err)
+	}
+	plain.Process(addr(0), sealedPkt(t, jobKeyBytes(1), 0, h, nil), &out)
+	if out.Reason != StatDropBadTag {
+		t.Fatalf("tagged packet on a switch without Auth: reason %v, want drop_bad_tag", out.Reason)
+	}
+	plain.Process(addr(0), mkpkt(t, h, nil), &out)
+	if len(out.Dests) != 1 {
+		t.Fatalf("untagged packet on a switch without Auth: reason %v, want a result", out.Reason)
+	}
+}
+
+// TestAuthShards: every shard checks with its own Tagger, also a shard made
+// after the key came.
+func TestAuthShards(t *testing.T) {
+	p := newAuthPipe(t)
+	setupJob(t, p, 7, 0, 1, 1, 0, 16)
+	key := jobKeyBytes(3)
+	a := p.NewShard()
+	if err := p.InsertKey(7, key); err != nil {
+		t.Fatal(err)
+	}
+	b := p.NewShard()
+	var out Output
+	for i, sh := range []*Shard{a, b} {
+		h := wire.Header{Format: wire.FormatExtended, Seq: 1, Slot: uint32(i), Elements: 4}
+		sh.Process(addr(0), sealedPkt(t, key, 0, h, nil), &out)
+		if len(out.Dests) != 1 {
+			t.Fatalf("shard %d: reason %v, want a result", i+1, out.Reason)
+		}
+		sh.Process(addr(0), mkpkt(t, h, nil), &out)
+		if out.Reason != StatDropBadTag {
+			t.Fatalf("shard %d, untagged: reason %v, want drop_bad_tag", i+1, out.Reason)
+		}
+	}
+}
