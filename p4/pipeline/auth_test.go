@@ -3,6 +3,7 @@ package pipeline
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/switchml/switchml-go/switchml/wire"
@@ -182,4 +183,82 @@ func TestAuthShards(t *testing.T) {
 			t.Fatalf("shard %d, untagged: reason %v, want drop_bad_tag", i+1, out.Reason)
 		}
 	}
+}
+
+// FuzzProcessAuth feeds sealed and forged packets to a switch that checks
+// tags: a packet not sealed with the job's key never changes a register,
+// and every result carries the key's tag.
+func FuzzProcessAuth(f *testing.F) {
+	f.Add([]byte{0x01, 5, 7, 0x02, 5, 7, 0x80, 3, 1, 2, 3})
+	f.Add([]byte{0x41, 5, 7, 0x01, 5, 7, 0x42, 5, 7, 0x02, 5, 7})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p := newAuthPipe(t)
+		setupJob(t, p, 1, 0, 2, 1, 0, 4)
+		key := jobKeyBytes(9)
+		if err := p.InsertKey(1, key); err != nil {
+			t.Fatal(err)
+		}
+		tg, _ := wire.NewTagger(key)
+		next := func() byte {
+			if len(data) == 0 {
+				return 0
+			}
+			c := data[0]
+			data = data[1:]
+			return c
+		}
+		var out Output
+		for len(data) > 0 {
+			c := next()
+			rank := uint16(c & 1)
+			var pkt []byte
+			genuine := false
+			if c&0x80 != 0 {
+				n := min(int(next())%64, len(data))
+				pkt, data = data[:n], data[n:]
+			} else {
+				a, b := next(), next()
+				h := wire.Header{Format: wire.FormatExtended, Seq: uint32(a & 3), PacketID: uint32(b >> 4),
+					Slot: uint32(a>>2) & 3, Set: (a >> 5) & 1, Elements: int(b & 7), Tagged: true}
+				pkt = mkpkt(t, h, []int32{int32(a), int32(b)})
+				switch {
+				case c&0x40 != 0: // forged: rank 1's tag from rank 0's address, or the reverse
+					pkt = tg.SealRequest(pkt, 1-rank, 0)
+				case c&0x20 != 0: // forged: a tag of zeros
+					pkt = append(pkt, make([]byte, wire.TagLen)...)
+				default:
+					pkt = tg.SealRequest(pkt, rank, 0)
+					genuine = true
+				}
+			}
+			before := slicesClone(p)
+			p.Process(addr(int(rank)), pkt, &out)
+			if !genuine {
+				if out.Reason != StatDropBadTag && out.Reason != StatDropMalformed || len(out.Dests) != 0 {
+					t.Fatalf("forged packet: reason %v, %d destinations", out.Reason, len(out.Dests))
+				}
+				if !registersEqual(before, p) {
+					t.Fatal("a forged packet changed the registers")
+				}
+			}
+			if len(out.Dests) > 0 && !tg.VerifyResult(out.Packet, 0) {
+				t.Fatal("a result without the key's tag")
+			}
+		}
+	})
+}
+
+type regs struct {
+	bitmap []uint64
+	count  []uint16
+	values []int32
+	exp    []int8
+}
+
+func slicesClone(p *Pipeline) regs {
+	return regs{append([]uint64(nil), p.bitmap...), append([]uint16(nil), p.count...), append([]int32(nil), p.values...), append([]int8(nil), p.exponent...)}
+}
+
+func registersEqual(r regs, p *Pipeline) bool {
+	return slices.Equal(r.bitmap, p.bitmap) && slices.Equal(r.count, p.count) && slices.Equal(r.values, p.values) && slices.Equal(r.exp, p.exponent)
 }
