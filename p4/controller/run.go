@@ -125,6 +125,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("controller: a %s switch needs a port map: which switch port reaches each worker address (--port-map)", cfg.Switch.Kind)
 	}
 	if cfg.Topology != nil {
+		if cfg.Switch.Auth {
+			return fmt.Errorf("controller: --auth with --topology: the hop from a leaf to its parent carries no tags; run the tree without --auth")
+		}
 		return runTree(ctx, cfg)
 	}
 	shards, err := DataplanesFor(cfg.Dataplane, cfg.Target)
@@ -301,6 +304,11 @@ func program(ctx context.Context, cl *Client, cfg Config, dp netip.AddrPort) (ad
 		cl.SetRegisterBackend(cfg.Registers)
 	}
 	if err := checkSlots(ctx, cl, cfg); err != nil {
+		return false, err
+	}
+	actx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	defer cancel()
+	if err := cl.CheckAuth(actx, cfg.Switch, cfg.Target); err != nil {
 		return false, err
 	}
 	return adopted, setupProgram(ctx, cl, cfg, dp)
