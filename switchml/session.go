@@ -233,6 +233,9 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 	if err := s.keepRing(resp.GetFallbackAddresses()); err != nil {
 		return fail(err)
 	}
+	if err := checkAuthKey(cfg.Auth, resp.GetAuthKey()); err != nil {
+		return fail(err)
+	}
 	s.sessionID, s.jobID = resp.SessionId, resp.JobId
 	s.seq = resp.FirstSeq
 	s.switchDP, err = netip.ParseAddrPort(resp.SwitchDataplane)
@@ -269,6 +272,7 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 			// in time that a loaded machine's stalls do not trip; the
 			// simulator runs the same policy.
 			Timeout: cfg.Timeout, GiveUp: cfg.GiveUp,
+			Key: resp.GetAuthKey(), Lane: uint8(i),
 		})
 		if err != nil {
 			return fail(fmt.Errorf("switchml: lane %d: %w", i, err))
@@ -704,4 +708,19 @@ func (s *Session) traceWait(what, name string, start time.Time) {
 	if s.trace != nil {
 		s.trace.span(0, "wait", what, name, start, time.Now())
 	}
+}
+
+// checkAuthKey refuses a session whose tags the worker and the switch
+// disagree on: the switch would drop every packet, or take forged ones.
+// The key itself is never shown.
+func checkAuthKey(auth bool, key []byte) error {
+	switch {
+	case auth && len(key) == 0:
+		return fmt.Errorf("%w: Auth (--auth) is set, but the switch does not check tags (the controller gave no key): start the switch and the controller with --auth, or join without it", ErrJobMismatch)
+	case !auth && len(key) > 0:
+		return fmt.Errorf("%w: the switch checks a tag on every packet (its controller runs with --auth): join with Auth (--auth)", ErrJobMismatch)
+	case auth && len(key) != wire.KeyLen:
+		return fmt.Errorf("%w: the controller gave a %d-byte key, want %d: controller and worker versions differ", ErrJobMismatch, len(key), wire.KeyLen)
+	}
+	return nil
 }
