@@ -3,6 +3,8 @@ package pipeline
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"net/netip"
 	"slices"
 	"testing"
 
@@ -261,4 +263,62 @@ func slicesClone(p *Pipeline) regs {
 
 func registersEqual(r regs, p *Pipeline) bool {
 	return slices.Equal(r.bitmap, p.bitmap) && slices.Equal(r.count, p.count) && slices.Equal(r.values, p.values) && slices.Equal(r.exp, p.exponent)
+}
+
+// BenchmarkProcessAuth sets the switch's per-packet cost with tags beside
+// the same packets without: every request's tag checked, every result
+// tagged (one in n packets completes a slot). The pool is reset when the
+// packets come round again, so every packet is aggregated.
+func BenchmarkProcessAuth(b *testing.B) {
+	const n, slots = 8, 64
+	for _, elems := range []int{256, 2048} {
+		for _, auth := range []bool{false, true} {
+			b.Run(fmt.Sprintf("n=%d/elements=%d/auth=%v", n, elems, auth), func(b *testing.B) {
+				p, err := New(Config{Slots: slots, MaxElements: elems, MaxWorkers: n, Auth: auth})
+				if err != nil {
+					b.Fatal(err)
+				}
+				setupJob(b, p, 1, 0, n, 1, 0, slots)
+				key := jobKeyBytes(1)
+				var tg *wire.Tagger
+				if auth {
+					if err := p.InsertKey(1, key); err != nil {
+						b.Fatal(err)
+					}
+					tg, _ = wire.NewTagger(key)
+				}
+				vals := make([]int32, elems)
+				for i := range vals {
+					vals[i] = int32(i)
+				}
+				var pkts []benchPkt
+				for use := 0; use < 2*slots; use++ {
+					h := wire.Header{Format: wire.FormatExtended, PacketID: uint32(use), Slot: uint32(use % slots), Set: uint8(use / slots % 2), Elements: elems, Tagged: auth}
+					for r := 0; r < n; r++ {
+						pkt := mkpkt(b, h, vals)
+						if auth {
+							pkt = tg.SealRequest(pkt, uint16(r), 0)
+						}
+						pkts = append(pkts, benchPkt{addr(r), pkt})
+					}
+				}
+				out := Output{Packet: make([]byte, 0, wire.MaxPacket), Dests: make([]netip.AddrPort, 0, n)}
+				b.SetBytes(int64(len(pkts[0].b)))
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					bp := &pkts[i]
+					p.Process(bp.src, bp.b, &out)
+					if i++; i == len(pkts) {
+						i = 0
+						_ = p.ResetPool(0, slots)
+					}
+				}
+				if p.Counter(StatDropBadTag) != 0 || p.Counter(StatDropStale) != 0 {
+					b.Fatalf("packets dropped: %v", p.Counters())
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/packet")
+			})
+		}
+	}
 }

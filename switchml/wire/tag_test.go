@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 )
 
@@ -175,3 +176,42 @@ func BenchmarkSeal256(b *testing.B)    { benchmarkTag(b, 256, false) }
 func BenchmarkVerify256(b *testing.B)  { benchmarkTag(b, 256, true) }
 func BenchmarkSeal2048(b *testing.B)   { benchmarkTag(b, 2048, false) }
 func BenchmarkVerify2048(b *testing.B) { benchmarkTag(b, 2048, true) }
+
+// BenchmarkPacket sets a worker's per-packet work on the wire format with
+// tags beside the same without: write the header and payload and read a
+// result's, plus, with auth, tag the packet and check the result's tag.
+func BenchmarkPacket(b *testing.B) {
+	for _, elements := range []int{256, 2048} {
+		for _, auth := range []bool{false, true} {
+			b.Run(fmt.Sprintf("elements=%d/auth=%v", elements, auth), func(b *testing.B) {
+				tg := newTagger(b, testKey(1))
+				vals := make([]int32, elements)
+				for i := range vals {
+					vals[i] = int32(i * 3)
+				}
+				h := Header{Format: FormatExtended, Seq: 1, Slot: 3, Elements: elements, Tagged: auth}
+				res, _ := h.Append(nil)
+				res = AppendPayload(res, vals)
+				if auth {
+					res = tg.SealResult(res, 0)
+				}
+				buf := make([]byte, 0, MaxPacket)
+				sums := make([]int32, elements)
+				b.SetBytes(int64(h.PacketLen()))
+				b.ReportAllocs()
+				for b.Loop() {
+					pkt, _ := h.Append(buf[:0])
+					pkt = AppendPayload(pkt, vals)
+					if auth {
+						pkt = tg.SealRequest(pkt, 1, 0)
+					}
+					_, payload, err := Parse(res)
+					if err != nil || auth && !tg.VerifyResult(res, 0) {
+						b.Fatal("result rejected")
+					}
+					ReadPayload(sums, payload)
+				}
+			})
+		}
+	}
+}
