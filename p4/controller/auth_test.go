@@ -121,6 +121,22 @@ func TestJobKeyEntries(t *testing.T) {
 	if got := keyedJobs(t, ctx, c); len(got) != 0 {
 		t.Fatalf("keyed jobs after removal = %v, want none", got)
 	}
+	// Once the client knows the switch checks tags, removing a job found
+	// on the switch (its key unknown to the controller) removes the key.
+	target, _ := TargetFor(KindSoftswitch, 0)
+	target.Auth = true
+	if err := c.CheckAuth(ctx, target, addr); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.InstallJob(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RemoveJob(ctx, JobEntries{Workers: j.Workers, Replies: j.Replies, MulticastGroup: j.MulticastGroup}); err != nil {
+		t.Fatal(err)
+	}
+	if got := keyedJobs(t, ctx, c); len(got) != 0 {
+		t.Fatalf("keyed jobs after removing a found job = %v, want none", got)
+	}
 }
 
 // TestRegisterHandsOutKeys: with Target.Auth every job gets its own random

@@ -120,6 +120,9 @@ func (c *Client) CheckAuth(ctx context.Context, t Target, target string) error {
 	}
 	_, err := c.Read(ctx, &p4v1.Entity{Entity: &p4v1.Entity_ExternEntry{ExternEntry: &p4v1.ExternEntry{ExternTypeId: p4info.ExternJobKeyType}}})
 	switchAuth := err == nil
+	c.mu.Lock()
+	c.keys = switchAuth && t.Auth
+	c.mu.Unlock()
 	switch {
 	case t.Auth && !switchAuth:
 		return fmt.Errorf("controller: --auth, but the switch at %s does not check tags (%v): start the switch with --auth too", target, err)
@@ -281,7 +284,12 @@ func (c *Client) RemoveJob(ctx context.Context, j JobEntries) error {
 		second = append(second, u)
 	}
 	second = append(second, GroupUpdate(p4v1.Update_DELETE, j.MulticastGroup, nil))
-	if j.Key != nil {
+	c.mu.Lock()
+	keys := c.keys
+	c.mu.Unlock()
+	// A job a restarted controller found on the switch has its key there
+	// too, though the controller never learnt it.
+	if j.Key != nil || keys && len(j.Workers) > 0 {
 		// After the workers entries: the job's packets are not taken
 		// from then on, so none waits for a key that is gone.
 		u, err := keyUpdate(p4v1.Update_DELETE, j.jobID(), nil)
