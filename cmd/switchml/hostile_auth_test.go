@@ -9,12 +9,15 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/switchml/switchml-go/switchml/transport/afxdp"
 
 	"github.com/switchml/switchml-go/benchmarks"
 	"github.com/switchml/switchml-go/switchml/wire"
@@ -354,4 +357,28 @@ func (f *forger) send(b []byte, sport uint16) error {
 	byteorder.BigEndian.PutUint16(udp[4:6], uint16(len(b)-20))
 	byteorder.BigEndian.PutUint16(udp[6:8], 0) // no UDP checksum, as IPv4 allows
 	return unix.Sendto(f.fd, b, 0, &unix.SockaddrInet4{Addr: dst})
+}
+
+// TestAuthOverAFXDP runs a job with --auth across network namespaces with
+// the workers and the switch on AF_XDP sockets: tags are added and checked
+// above the transport, so they work there as over UDP and shared memory.
+func TestAuthOverAFXDP(t *testing.T) {
+	const workers = 3
+	if err := afxdp.Supported(); err != nil {
+		t.Skipf("AF_XDP unavailable: %v", err)
+	}
+	sw, prefix := netnsRack(t, workers, 79)
+	f := startFabricWith(t, []string{"ip", "netns", "exec", sw}, "10.79.0.1", []string{"--transport", "afxdp", "--auth"}, []string{"--auth"})
+	if logs := f.fab.Logs()["switch"]; !strings.Contains(logs, "transport=afxdp") || !strings.Contains(logs, "auth=true") {
+		t.Fatalf("the switch is not checking tags on AF_XDP; its log:\n%s", logs)
+	}
+	js := jobSpec{name: "xdp-auth", dtype: "int32", workers: workers, elements: 300_000, iters: 3, pe: 256,
+		extra: []string{"--transport", "afxdp", "--auth", "--extended"}}
+	// The switch drops untagged packets and the workers drop untagged
+	// results, so verified sums mean the tags went both ways.
+	for _, rep := range runJob(t, f, prefix, js) {
+		if rep.Transport != "afxdp" {
+			t.Errorf("rank %d ran on %q, want afxdp", rep.Rank, rep.Transport)
+		}
+	}
 }
