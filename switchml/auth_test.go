@@ -108,18 +108,23 @@ func TestAuthMismatch(t *testing.T) {
 	defer cancel()
 	keyed := startFabric(t, fabric.Config{Slots: 64, Auth: true})
 	plain := startFabric(t, fabric.Config{Slots: 64})
-	join := func(addr string, auth bool) error {
-		s, err := switchml.Join(ctx, switchml.Config{Controller: addr, Job: "mismatch", Rank: 0, Workers: 1, Lanes: 1, Window: 4, Extended: true, Auth: auth})
-		if err == nil {
-			s.Close()
+	// With PacketElements 0 the worker learns from Describe before it
+	// registers; with a packet size it learns from the registration's key.
+	for _, pe := range []int{0, 256} {
+		join := func(addr string, auth bool) error {
+			s, err := switchml.Join(ctx, switchml.Config{Controller: addr, Job: fmt.Sprint("mismatch-", pe), Rank: 0, Workers: 1, Lanes: 1, Window: 4,
+				Extended: true, PacketElements: pe, Auth: auth})
+			if err == nil {
+				s.Close()
+			}
+			return err
 		}
-		return err
-	}
-	if err := join(plain.ControllerAddr(), true); !errors.Is(err, switchml.ErrJobMismatch) {
-		t.Fatalf("Auth against a switch that does not check tags: %v, want ErrJobMismatch", err)
-	}
-	if err := join(keyed.ControllerAddr(), false); !errors.Is(err, switchml.ErrJobMismatch) {
-		t.Fatalf("no Auth against a switch that checks tags: %v, want ErrJobMismatch", err)
+		if err := join(plain.ControllerAddr(), true); !errors.Is(err, switchml.ErrJobMismatch) {
+			t.Fatalf("packet elements %d: Auth against a switch that does not check tags: %v, want ErrJobMismatch", pe, err)
+		}
+		if err := join(keyed.ControllerAddr(), false); !errors.Is(err, switchml.ErrJobMismatch) {
+			t.Fatalf("packet elements %d: no Auth against a switch that checks tags: %v, want ErrJobMismatch", pe, err)
+		}
 	}
 	_, err := switchml.Join(ctx, switchml.Config{Controller: keyed.ControllerAddr(), Job: "compat", Rank: 0, Workers: 1, Lanes: 1, Window: 4, Auth: true})
 	var fe *switchml.FieldError

@@ -210,6 +210,11 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 			if cfg.PacketElements == 0 {
 				return fail(fmt.Errorf("%w: the %s switch describes no packet size for the compatible header", ErrJobMismatch, d.GetTargetKind()))
 			}
+			// Before registering, where the switch says whether it
+			// checks tags: the other ranks need not wait for this one.
+			if err := authMismatch(cfg.Auth, d.GetAuth()); err != nil {
+				return fail(err)
+			}
 		}
 		s.cfg.PacketElements = cfg.PacketElements
 	}
@@ -710,16 +715,26 @@ func (s *Session) traceWait(what, name string, start time.Time) {
 	}
 }
 
-// checkAuthKey refuses a session whose tags the worker and the switch
-// disagree on: the switch would drop every packet, or take forged ones.
-// The key itself is never shown.
-func checkAuthKey(auth bool, key []byte) error {
+// authMismatch refuses a session whose tags the worker and the switch
+// disagree on: the switch would drop every packet, or the worker would
+// drop every result.
+func authMismatch(auth, switchAuth bool) error {
 	switch {
-	case auth && len(key) == 0:
-		return fmt.Errorf("%w: Auth (--auth) is set, but the switch does not check tags (the controller gave no key): start the switch and the controller with --auth, or join without it", ErrJobMismatch)
-	case !auth && len(key) > 0:
+	case auth && !switchAuth:
+		return fmt.Errorf("%w: Auth (--auth) is set, but the switch does not check tags: start the switch and the controller with --auth, or join without it", ErrJobMismatch)
+	case !auth && switchAuth:
 		return fmt.Errorf("%w: the switch checks a tag on every packet (its controller runs with --auth): join with Auth (--auth)", ErrJobMismatch)
-	case auth && len(key) != wire.KeyLen:
+	}
+	return nil
+}
+
+// checkAuthKey is authMismatch on the key the controller gave (none: the
+// switch does not check tags). The key itself is never shown.
+func checkAuthKey(auth bool, key []byte) error {
+	if err := authMismatch(auth, len(key) > 0); err != nil {
+		return err
+	}
+	if auth && len(key) != wire.KeyLen {
 		return fmt.Errorf("%w: the controller gave a %d-byte key, want %d: controller and worker versions differ", ErrJobMismatch, len(key), wire.KeyLen)
 	}
 	return nil
