@@ -173,8 +173,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Key != nil && len(c.Key) != wire.KeyLen {
 		return c, fmt.Errorf("engine: the job's key is %d bytes, want %d", len(c.Key), wire.KeyLen)
 	}
-	if c.Rank > wire.AllRanks-1 {
-		return c, fmt.Errorf("engine: Rank = %d, ranks are 16-bit", c.Rank)
+	if c.Key != nil && c.Rank >= wire.AllRanks {
+		return c, fmt.Errorf("engine: Rank = %d: tagged packets carry ranks below %d", c.Rank, wire.AllRanks)
 	}
 	if uint64(c.SlotBase)+uint64(c.Window)-1 > maxSlot {
 		return c, fmt.Errorf("engine: slots %d..%d exceed the %v format's limit %d", c.SlotBase, uint64(c.SlotBase)+uint64(c.Window)-1, c.Format, maxSlot)
