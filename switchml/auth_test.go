@@ -31,14 +31,19 @@ func startFabric(t *testing.T, cfg fabric.Config) *fabric.Fabric {
 }
 
 // TestAuthAllReduce runs a job with Auth on a switch that checks tags, over
-// UDP and over shared memory: every sum is exact, every packet passed the
-// switch's check and every result the workers'.
+// UDP, over shared memory and on a switch with two data-plane shards (each
+// checking with taggers of its own): every sum is exact, every packet passed
+// the switch's check and every result the workers'.
 func TestAuthAllReduce(t *testing.T) {
-	for _, tr := range []string{switchml.TransportUDP, switchml.TransportShm} {
-		t.Run(tr, func(t *testing.T) {
+	for _, c := range []struct {
+		name, transport string
+		shards          int
+	}{{"udp", switchml.TransportUDP, 1}, {"shm", switchml.TransportShm, 1}, {"udp-2-shards", switchml.TransportUDP, 2}} {
+		tr := c.transport
+		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			fab := startFabric(t, fabric.Config{Slots: 512, Auth: true, Transport: tr})
+			fab := startFabric(t, fabric.Config{Slots: 512, Auth: true, Transport: tr, Shards: c.shards})
 			const workers, elements = 3, 20_000
 			var wg sync.WaitGroup
 			errs := make([]error, workers)
