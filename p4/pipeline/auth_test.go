@@ -99,6 +99,16 @@ func TestBadTagDropped(t *testing.T) {
 	if want := []int32{11, 22, 33, 44}; !slicesEqual(vals, want) {
 		t.Fatalf("sum %v, want %v", vals, want)
 	}
+	// Rank 0 lost the result and sends again: the answer is tagged too,
+	// and a forged retransmission gets none.
+	p.Process(addr(0), forged["rank 1's tag"], &out)
+	if len(out.Dests) != 0 || out.Reason != StatDropBadTag {
+		t.Fatalf("forged retransmission: %d destinations, reason %v", len(out.Dests), out.Reason)
+	}
+	p.Process(addr(0), good0, &out)
+	if len(out.Dests) != 1 || out.Dests[0] != replyAddr(0) || !tg.VerifyResult(out.Packet, 0) {
+		t.Fatalf("retransmission: answered to %v, tag verifies %v", out.Dests, tg.VerifyResult(out.Packet, 0))
+	}
 }
 
 func slicesEqual(a, b []int32) bool {
