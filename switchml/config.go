@@ -77,6 +77,15 @@ type Config struct {
 	// Extended selects the software switch's extended header (wider job
 	// ids, more workers, more elements per packet).
 	Extended bool
+	// Auth tags every packet with a MAC under the job's key, which the
+	// controller hands out at Join over the job service's TLS, and drops
+	// results whose tag is wrong: for a software switch started with
+	// --auth (and its controller with --auth), which drops untagged or
+	// forged packets, so that a process that forges a worker's source
+	// address cannot change a sum. It needs Extended (the compatible
+	// header has no room for a tag). Join fails with ErrJobMismatch when
+	// the switch does not check tags, or checks them and Auth is off.
+	Auth bool
 	// Timeout is the retransmission timeout of a packet (DefaultTimeout,
 	// or DefaultShmTimeout with TransportShm); it grows with the measured
 	// round trip.
@@ -384,6 +393,9 @@ func (c Config) validate() error {
 		if _, ok := wire.CompatSizeCode(c.PacketElements); !ok {
 			bad("PacketElements", c.PacketElements, "the compatible header carries 32, 64, 128 or 256; set {Extended} for other sizes")
 		}
+	}
+	if c.Auth && !c.Extended {
+		bad("Auth", c.Auth, "the compatible 10-byte header has no room for a tag; set {Extended} too")
 	}
 	if !c.Extended && c.Workers > MaxCompatWorkers && c.Fallback != FallbackRing {
 		bad("Workers", c.Workers, "the compatible format allows %d; set {Extended} for more", MaxCompatWorkers)

@@ -44,7 +44,7 @@ type laneDriver struct {
 func (l *laneDriver) init(eng *engine.Lane, peer netip.AddrPort) {
 	l.eng, l.peer, l.epoch = eng, peer, time.Now()
 	cfg := eng.Config()
-	h := wire.Header{Format: cfg.Format, Elements: cfg.Elements}
+	h := wire.Header{Format: cfg.Format, Elements: cfg.Elements, Tagged: cfg.Key != nil}
 	l.pktLen = h.PacketLen()
 	batch := l.conn.Batch()
 	l.out = make([]transport.Message, batch)

@@ -216,6 +216,11 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 			if cfg.PacketElements == 0 {
 				return fail(fmt.Errorf("%w: the %s switch describes no packet size for the compatible header", ErrJobMismatch, d.GetTargetKind()))
 			}
+			// Before registering, where the switch says whether it
+			// checks tags: the other ranks need not wait for this one.
+			if err := authMismatch(cfg.Auth, d.GetAuth()); err != nil {
+				return fail(err)
+			}
 		}
 		s.cfg.PacketElements = cfg.PacketElements
 	}
@@ -237,6 +242,9 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 		return s.joinRing(ctx, resp.GetFallbackAddresses(), "the controller could not place the job on the switch: "+resp.GetFallback(), fail)
 	}
 	if err := s.keepRing(resp.GetFallbackAddresses()); err != nil {
+		return fail(err)
+	}
+	if err := checkAuthKey(cfg.Auth, resp.GetAuthKey()); err != nil {
 		return fail(err)
 	}
 	s.sessionID, s.jobID, s.rankSecret = resp.SessionId, resp.JobId, resp.GetRankSecret()
@@ -275,6 +283,7 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 			// in time that a loaded machine's stalls do not trip; the
 			// simulator runs the same policy.
 			Timeout: cfg.Timeout, GiveUp: cfg.GiveUp,
+			Key: resp.GetAuthKey(), Lane: uint8(i),
 		})
 		if err != nil {
 			return fail(fmt.Errorf("switchml: lane %d: %w", i, err))
@@ -797,4 +806,29 @@ func (s *Session) traceWait(what, name string, start time.Time) {
 	if s.trace != nil {
 		s.trace.span(0, "wait", what, name, start, time.Now())
 	}
+}
+
+// authMismatch refuses a session whose tags the worker and the switch
+// disagree on: the switch would drop every packet, or the worker would
+// drop every result.
+func authMismatch(auth, switchAuth bool) error {
+	switch {
+	case auth && !switchAuth:
+		return fmt.Errorf("%w: Auth (--auth) is set, but the switch does not check tags: start the switch and the controller with --auth, or join without it", ErrJobMismatch)
+	case !auth && switchAuth:
+		return fmt.Errorf("%w: the switch checks a tag on every packet (its controller runs with --auth): join with Auth (--auth)", ErrJobMismatch)
+	}
+	return nil
+}
+
+// checkAuthKey is authMismatch on the key the controller gave (none: the
+// switch does not check tags). The key itself is never shown.
+func checkAuthKey(auth bool, key []byte) error {
+	if err := authMismatch(auth, len(key) > 0); err != nil {
+		return err
+	}
+	if auth && len(key) != wire.KeyLen {
+		return fmt.Errorf("%w: the controller gave a %d-byte key, want %d: controller and worker versions differ", ErrJobMismatch, len(key), wire.KeyLen)
+	}
+	return nil
 }

@@ -22,7 +22,7 @@ func init() {
 // allreduceFlags names the flag that sets each switchml.Config field.
 var allreduceFlags = map[string]string{
 	"Controller": "controller", "Job": "job", "Rank": "rank", "Workers": "workers", "Token": "token", "Bind": "bind",
-	"Lanes": "lanes", "Transport": "transport", "Window": "window", "PacketElements": "packet-elements", "Extended": "extended",
+	"Lanes": "lanes", "Transport": "transport", "Window": "window", "PacketElements": "packet-elements", "Extended": "extended", "Auth": "auth",
 	"Timeout": "timeout", "JoinTimeout": "join-timeout", "ConnectTimeout": "connect-timeout", "GiveUp": "give-up",
 	"Faults.Drop": "drop", "Faults.Duplicate": "duplicate", "Faults.Reorder": "reorder", "Trace": "trace", "TraceEvents": "trace-events",
 	"Fallback": "fallback", "FallbackOnLoss": "fallback-on-loss", "FallbackListen": "fallback-listen", "FallbackPeers": "fallback-peers",
@@ -52,6 +52,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.Window, "window", 0, fmt.Sprintf("packets in flight per lane (0: %d; with --transport shm, 1 lane of 256 measured best)", switchml.DefaultWindow))
 	fs.IntVar(&cfg.PacketElements, "packet-elements", 0, "int32 values per packet (32/64/128/256; up to 2048 with --extended); 0: what the switch takes (256 on the software switch, 64 on the P4 programs)")
 	fs.BoolVar(&cfg.Extended, "extended", false, "use the software switch's extended header (needed above 256 values per packet or 32 workers)")
+	fs.BoolVar(&cfg.Auth, "auth", false, "tag every packet with the job's key, for a software switch that checks tags (switch and controller --auth); needs --extended")
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, fmt.Sprintf("retransmission timeout per packet (0: %v, or %v with --transport shm)", switchml.DefaultTimeout, switchml.DefaultShmTimeout))
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", switchml.DefaultJoinTimeout, "how long to wait for every rank to join")
 	fs.DurationVar(&cfg.ConnectTimeout, "connect-timeout", switchml.DefaultConnectTimeout, "how long to wait for a connection to the controller before failing (ranks that arrive late are --join-timeout's)")

@@ -65,6 +65,7 @@ func runController(ctx context.Context, args []string) error {
 	p4infoPath := fs.String("p4info", "", "P4Info text file to push instead of the one that --target-kind selects")
 	fs.BoolVar(&cfg.SkipPipeline, "skip-pipeline", false, "do not push the pipeline: the target already runs the SwitchML program")
 	portMap := fs.String("port-map", "", "file of \"WORKER-IP PORT\" lines: the switch port that reaches each worker host (required for bmv2 and tofino)")
+	auth := fs.Bool("auth", false, "the software switch checks a tag on every packet (it runs with --auth): give each job a random key, over P4Runtime to the switch and over this service's TLS to the job's ranks, which must join with --auth; the controller refuses to start if the switch disagrees")
 	switchMAC := fs.String("switch-mac", "", "Ethernet address the P4 switch answers ARP for its data plane address with (bmv2, tofino; default: no ARP answers, workers need a static neighbour entry)")
 	maxElements := fs.Int("max-elements", controller.DefaultSoftswitchMaxElements, "softswitch: its --max-elements, the largest packet it takes")
 	fs.Float64Var(&cfg.IngressLoss, "simulate-loss-in", 0, "bmv2, tofino: fraction of contributions the switch drops on arrival (tests loss recovery)")
@@ -126,6 +127,10 @@ func runController(ctx context.Context, args []string) error {
 	}
 	if cfg.Switch, err = controller.TargetFor(*kind, *maxElements); err != nil {
 		return fmt.Errorf("--target-kind, --max-elements: %w", err)
+	}
+	cfg.Switch.Auth = *auth
+	if *auth && cfg.Switch.P4() {
+		return fmt.Errorf("--auth with --target-kind %s: a P4 program cannot check a MAC on packets; --auth needs the software switch (p4/README.md says how to isolate a P4 switch's fabric instead)", *kind)
 	}
 	switch {
 	case *portMap != "":

@@ -70,6 +70,7 @@ func TestAllReduceFlagErrors(t *testing.T) {
 		{[]string{"--timeout", "-1s", "--give-up", "-1s"}, []string{"--timeout = -1s", "--give-up = -1s", "must not be negative"}},
 		{[]string{"--join-timeout", "-1s"}, []string{"--join-timeout = -1s"}},
 		{[]string{"--drop", "2", "--duplicate", "-0.5", "--reorder", "1.5"}, []string{"--drop = 2", "--duplicate = -0.5", "--reorder = 1.5", "[0, 1]"}},
+		{[]string{"--auth"}, []string{"--auth = true", "no room for a tag", "set --extended too"}},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			checkFlagError(t, runAllReduce, cfg, append(append([]string(nil), base...), tc.args...), tc.want...)
@@ -122,6 +123,7 @@ func TestSwitchFlagErrors(t *testing.T) {
 		{[]string{"--max-elements", "5000"}, []string{"--max-elements 5000", "want 1..2048"}},
 		{[]string{"--max-workers", "-3"}, []string{"--max-workers -3"}},
 		{[]string{"--drop", "2", "--reorder", "-0.5"}, []string{"--drop 2", "--reorder -0.5", "[0, 1]"}},
+		{[]string{"--auth", "--parent", "127.0.0.1:9"}, []string{"--auth with --parent", "carry no tag"}},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			args := append([]string{"--dataplane", "127.0.0.1:0", "--p4rt", "127.0.0.1:0"}, tc.args...)
@@ -139,6 +141,7 @@ func TestControllerFlagErrors(t *testing.T) {
 		{[]string{"--slots", "-5"}, []string{"--slots -5", "want 1.."}},
 		{[]string{"--max-elements", "0"}, []string{"--max-elements 0", "want 1..2048"}},
 		{[]string{"--simulate-loss-in", "3", "--simulate-loss-out", "1"}, []string{"--simulate-loss-in 3", "--simulate-loss-out 1", "[0, 1)"}},
+		{[]string{"--auth", "--target-kind", "bmv2"}, []string{"--auth with --target-kind bmv2", "cannot check a MAC"}},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			// No switch answers at the target: a flag error must come first.

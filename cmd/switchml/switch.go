@@ -30,6 +30,7 @@ func runSwitch(ctx context.Context, args []string) error {
 	maxElements := fs.Int("max-elements", 1024, "largest number of values per packet (up to 2048); the pool holds slots x 2 x this many int32")
 	maxWorkers := fs.Int("max-workers", 256, "largest number of workers in a job")
 	deviceID := fs.Uint64("device-id", 1, "P4Runtime device id")
+	auth := fs.Bool("auth", false, "check a tag (a MAC under the job's key, which the controller started with --auth hands over P4Runtime) on every packet, and drop packets whose tag is wrong or missing (counted as drop_bad_tag): local processes that forge a worker's source address cannot change a sum")
 	var faults transport.Faults
 	fs.Float64Var(&faults.Drop, "drop", 0, "probability of dropping each packet the switch sends (loss simulator)")
 	fs.Float64Var(&faults.Duplicate, "duplicate", 0, "probability of sending a packet twice")
@@ -71,14 +72,14 @@ func runSwitch(ctx context.Context, args []string) error {
 		return fmt.Errorf("--tls-cert, --tls-key, --tls-client-ca: %w", err)
 	}
 	sw, err := fabric.ListenSwitch(fabric.SwitchConfig{
-		Dataplane: *dp, Shards: *shards, Parent: *parent, Transport: *transportKind, P4Runtime: *p4rt, DeviceID: *deviceID, TLS: tlsCfg, P4RuntimeAllow: p4rtAllow, Faults: faults, Logger: log,
+		Dataplane: *dp, Shards: *shards, Parent: *parent, Transport: *transportKind, P4Runtime: *p4rt, DeviceID: *deviceID, TLS: tlsCfg, P4RuntimeAllow: p4rtAllow, Faults: faults, Logger: log, Auth: *auth,
 		Pipeline: pipeline.Config{Slots: *slots, MaxElements: *maxElements, MaxWorkers: *maxWorkers},
 	})
 	if err != nil {
 		return err
 	}
 	log.Info("software switch up", "dataplane", strings.Join(sw.DataplaneAddrs(), ","), "shards", *shards, "transport", sw.Transport(), "p4runtime", sw.P4RuntimeAddr(),
-		"slots", *slots, "max_elements", *maxElements, "parent", *parent, "drop", faults.Drop, "duplicate", faults.Duplicate, "reorder", faults.Reorder)
+		"slots", *slots, "max_elements", *maxElements, "parent", *parent, "auth", *auth, "drop", faults.Drop, "duplicate", faults.Duplicate, "reorder", faults.Reorder)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -94,6 +94,7 @@ type Client struct {
 	streamErr error
 	ids       p4info.IDs // of the pipeline this client pushed or adopted
 	regs      RegisterBackend
+	keys      bool // the switch checks tags: jobs' keys go with their entries (CheckAuth)
 }
 
 // ErrNotPrimary is returned by Dial's caller checks and helpers that need to

@@ -554,6 +554,10 @@ func (c *core) activate(j *job) {
 		PoolBase: base, PoolSize: size, FirstSeq: uint32(c.cfg.Rand()),
 		FallbackAddresses: j.ringAddresses(), LaneDataplanes: c.laneDataplanes(jobID, len(j.ranks[0].addrs)),
 	}
+	if c.cfg.Target.Auth {
+		entries.Key = c.drawKey()
+		j.entries, j.resp.AuthKey = entries, entries.Key
+	}
 	c.installing[j.gen] = j
 	c.out.installs = append(c.out.installs, install{gen: j.gen, job: j.name, base: int(base), size: int(size), entries: entries})
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -10,6 +11,7 @@ import (
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/switchml/wire"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -43,6 +45,91 @@ type JobEntries struct {
 	Replies        []ReplyEntry
 	MulticastGroup uint16
 	Replicas       []Replica
+	// Key, on a switch that checks tags (Target.Auth), is the job's key:
+	// the job-key extern of the job's switch job id. Nil otherwise (and
+	// for jobs a restarted controller found on the switch, whose key it
+	// cannot read back).
+	Key AuthKey
+}
+
+// AuthKey is a job's data-plane key. It prints as a placeholder, so that
+// logging entries never shows it.
+type AuthKey []byte
+
+// String hides the key.
+func (k AuthKey) String() string {
+	if k == nil {
+		return "none"
+	}
+	return "[secret]"
+}
+
+// Format hides the key from every fmt verb.
+func (k AuthKey) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(k.String())) }
+
+// jobID is the switch job id of the entries (0 without workers).
+func (j JobEntries) jobID() uint32 {
+	if len(j.Workers) == 0 {
+		return 0
+	}
+	return j.Workers[0].JobID
+}
+
+// keyUpdate builds the update of a job's key (the job-key extern); DELETE
+// needs no key.
+func keyUpdate(typ p4v1.Update_Type, jobID uint32, key []byte) (*p4v1.Update, error) {
+	if typ == p4v1.Update_DELETE {
+		key = nil
+	}
+	e, err := p4info.JobKeyEntry(jobID, key)
+	if err != nil {
+		return nil, err
+	}
+	return &p4v1.Update{Type: typ, Entity: &p4v1.Entity{Entity: &p4v1.Entity_ExternEntry{ExternEntry: e}}}, nil
+}
+
+// installKey gives the job its key on the switch before any of its entries:
+// the switch drops the job's packets until then. A key left by a job the
+// switch kept from an earlier controller is replaced.
+func (c *Client) installKey(ctx context.Context, j JobEntries) error {
+	u, err := keyUpdate(p4v1.Update_INSERT, j.jobID(), j.Key)
+	if err != nil {
+		return err
+	}
+	err = c.Write(ctx, u)
+	if status.Code(err) == codes.AlreadyExists {
+		u.Type = p4v1.Update_MODIFY
+		err = c.Write(ctx, u)
+	}
+	if err != nil {
+		return fmt.Errorf("install job entries: key of switch job %d: %w", j.jobID(), err)
+	}
+	return nil
+}
+
+// CheckAuth asks the switch whether it checks tags (it answers a Read of
+// the job-key extern only then) and refuses a controller that disagrees:
+// keys a switch does not take, or a switch dropping every untagged packet,
+// would fail each job with nothing but timeouts.
+func (c *Client) CheckAuth(ctx context.Context, t Target, target string) error {
+	if t.P4() {
+		if t.Auth {
+			return fmt.Errorf("controller: --auth: the %s program cannot check a MAC on packets (see p4/README.md for the fabric isolation it needs instead); --auth needs the software switch", t.Kind)
+		}
+		return nil // P4 targets never see the extern
+	}
+	_, err := c.Read(ctx, &p4v1.Entity{Entity: &p4v1.Entity_ExternEntry{ExternEntry: &p4v1.ExternEntry{ExternTypeId: p4info.ExternJobKeyType}}})
+	switchAuth := err == nil
+	c.mu.Lock()
+	c.keys = switchAuth && t.Auth
+	c.mu.Unlock()
+	switch {
+	case t.Auth && !switchAuth:
+		return fmt.Errorf("controller: --auth, but the switch at %s does not check tags (%v): start the switch with --auth too", target, err)
+	case !t.Auth && switchAuth:
+		return fmt.Errorf("controller: the switch at %s checks a tag on every packet (switch --auth): start the controller with --auth too, or the switch without it", target)
+	}
+	return nil
 }
 
 // writeBatch bounds the updates per Write so that a large pool reset stays
@@ -119,6 +206,11 @@ func PairRegisterUpdate(registerID uint32, index int64, first, second uint64) *p
 // worker entries (so the switch accepts the job's packets only once it can
 // answer them). On failure it removes what it installed.
 func (c *Client) InstallJob(ctx context.Context, j JobEntries) error {
+	if j.Key != nil {
+		if err := c.installKey(ctx, j); err != nil {
+			return err
+		}
+	}
 	var first, second []*p4v1.Update
 	first = append(first, GroupUpdate(p4v1.Update_INSERT, j.MulticastGroup, j.Replicas))
 	for _, r := range j.Replies {
@@ -145,6 +237,12 @@ func (c *Client) InstallJob(ctx context.Context, j JobEntries) error {
 		c.undo(ctx, first, err)
 	}
 	if err != nil {
+		if j.Key != nil {
+			u, _ := keyUpdate(p4v1.Update_DELETE, j.jobID(), nil) // no key to wrap: cannot fail
+			if kerr := c.Write(ctx, u); kerr != nil && status.Code(kerr) != codes.NotFound {
+				c.log.Warn("controller: rollback of a job's key incomplete", "job_id", j.jobID(), "err", kerr)
+			}
+		}
 		return fmt.Errorf("install job entries: %w", err)
 	}
 	return nil
@@ -186,6 +284,20 @@ func (c *Client) RemoveJob(ctx context.Context, j JobEntries) error {
 		second = append(second, u)
 	}
 	second = append(second, GroupUpdate(p4v1.Update_DELETE, j.MulticastGroup, nil))
+	c.mu.Lock()
+	keys := c.keys
+	c.mu.Unlock()
+	// A job a restarted controller found on the switch has its key there
+	// too, though the controller never learnt it.
+	if j.Key != nil || keys && len(j.Workers) > 0 {
+		// After the workers entries: the job's packets are not taken
+		// from then on, so none waits for a key that is gone.
+		u, err := keyUpdate(p4v1.Update_DELETE, j.jobID(), nil)
+		if err != nil {
+			return err
+		}
+		second = append(second, u)
+	}
 	for _, batch := range [][]*p4v1.Update{first, second} {
 		if err := ignoreNotFound(c.Write(ctx, batch...)); err != nil {
 			return fmt.Errorf("remove job entries: %w", err)
@@ -498,4 +610,14 @@ func (c *Client) SetSimulatedLoss(ctx context.Context, ingress, egress float64) 
 		return fmt.Errorf("controller: set simulated loss: %w", err)
 	}
 	return nil
+}
+
+// drawKey draws a job's data-plane key from the core's random source
+// (crypto/rand in the service).
+func (c *core) drawKey() AuthKey {
+	key := make(AuthKey, wire.KeyLen)
+	for i := 0; i < len(key); i += 8 {
+		binary.LittleEndian.PutUint64(key[i:], c.cfg.Rand())
+	}
+	return key
 }

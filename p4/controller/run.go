@@ -147,6 +147,9 @@ func Run(ctx context.Context, cfg Config) error {
 		defer cfg.Metrics.Unregister(cfg.control)
 	}
 	if cfg.Topology != nil {
+		if cfg.Switch.Auth {
+			return fmt.Errorf("controller: --auth with --topology: the hop from a leaf to its parent carries no tags; run the tree without --auth")
+		}
 		return runTree(ctx, cfg)
 	}
 	shards, err := DataplanesFor(cfg.Dataplane, cfg.Target)
@@ -331,6 +334,11 @@ func program(ctx context.Context, cl *Client, cfg Config, dp netip.AddrPort) (ad
 		cl.SetRegisterBackend(cfg.Registers)
 	}
 	if err := checkSlots(ctx, cl, cfg); err != nil {
+		return false, err
+	}
+	actx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	defer cancel()
+	if err := cl.CheckAuth(actx, cfg.Switch, cfg.Target); err != nil {
 		return false, err
 	}
 	return adopted, setupProgram(ctx, cl, cfg, dp)

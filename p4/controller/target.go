@@ -48,6 +48,12 @@ type Target struct {
 	// NeedsMAC: results are addressed to the worker's Ethernet address, so
 	// registrations must carry it.
 	NeedsMAC bool
+	// Auth: the switch checks a tag on every packet (a software switch
+	// started with --auth). Each job gets a random key, handed to the
+	// switch over P4Runtime (the job-key extern, p4info.ExternJobKeyType)
+	// and to the job's ranks in RegisterResponse.auth_key; Describe tells
+	// workers. The controller checks at connect that the switch agrees.
+	Auth bool
 }
 
 // TargetFor returns what a kind of target takes. For the software switch,
@@ -81,7 +87,7 @@ func (t Target) P4() bool { return t.Kind == KindBMv2 || t.Kind == KindTofino }
 func (t Target) describe(slots int) *controllerpb.DescribeResponse {
 	r := &controllerpb.DescribeResponse{
 		TargetKind: t.Kind, MaxExtendedElements: uint32(t.MaxExtendedElements),
-		MaxWorkers: uint32(t.MaxWorkers), Slots: uint32(slots), NeedsMac: t.NeedsMAC,
+		MaxWorkers: uint32(t.MaxWorkers), Slots: uint32(slots), NeedsMac: t.NeedsMAC, Auth: t.Auth,
 	}
 	for _, k := range t.PacketElements {
 		r.PacketElements = append(r.PacketElements, uint32(k))
@@ -93,6 +99,9 @@ func (t Target) describe(slots int) *controllerpb.DescribeResponse {
 // request's lane addresses (already parsed).
 func (t Target) check(r *controllerpb.RegisterRequest, addrs []netip.AddrPort) error {
 	k := int(r.GetElements())
+	if t.Auth && r.GetFormat() != controllerpb.Format_FORMAT_EXTENDED {
+		return invalid("the switch checks a tag on every packet (--auth), and the compatible header has no room for one: join with the extended header and Auth (--extended --auth)")
+	}
 	switch r.GetFormat() {
 	case controllerpb.Format_FORMAT_EXTENDED:
 		if t.MaxExtendedElements == 0 {

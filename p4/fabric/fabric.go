@@ -65,6 +65,10 @@ type Config struct {
 	// SwitchConfig.Transport): "udp" ("" too), "shm" or "afxdp". A
 	// subprocess switch gets it as --transport.
 	Transport string
+	// Auth runs the switch and the controller with --auth: each job gets
+	// a key, and the switch drops packets without its tag (workers join
+	// with switchml.Config.Auth).
+	Auth bool
 
 	// Dataplane, P4Runtime and Controller are the switch's UDP address
 	// (with several shards, the first shard's, or all of them
@@ -173,6 +177,10 @@ func Start(ctx context.Context, cfg Config) (*Fabric, error) {
 		if cfg.Transport != "" {
 			cfg.SwitchArgs = append(slices.Clip(cfg.SwitchArgs), "--transport", cfg.Transport)
 		}
+		if cfg.Auth {
+			cfg.SwitchArgs = append(slices.Clip(cfg.SwitchArgs), "--auth")
+			cfg.ControllerArgs = append(slices.Clip(cfg.ControllerArgs), "--auth")
+		}
 		return startProcs(ctx, cfg)
 	}
 	if len(cfg.Leaves) > 0 {
@@ -184,8 +192,8 @@ func Start(ctx context.Context, cfg Config) (*Fabric, error) {
 func startInProcess(ctx context.Context, cfg Config) (*Fabric, error) {
 	sw, err := ListenSwitch(SwitchConfig{
 		Dataplane: cfg.Dataplane, Shards: cfg.Shards, P4Runtime: cfg.P4Runtime, Faults: cfg.Faults, Logger: cfg.Logger,
-		Transport: cfg.Transport,
-		Pipeline:  pipeline.Config{Slots: cfg.Slots, MaxElements: cfg.MaxElements, MaxWorkers: cfg.MaxWorkers},
+		Transport: cfg.Transport, Auth: cfg.Auth,
+		Pipeline: pipeline.Config{Slots: cfg.Slots, MaxElements: cfg.MaxElements, MaxWorkers: cfg.MaxWorkers},
 	})
 	if err != nil {
 		return nil, err
@@ -194,6 +202,7 @@ func startInProcess(ctx context.Context, cfg Config) (*Fabric, error) {
 	if err != nil {
 		return nil, err
 	}
+	target.Auth = cfg.Auth
 	if cfg.Controller == "" {
 		cfg.Controller = "127.0.0.1:0"
 	}

@@ -68,7 +68,7 @@ func TestMetricsDuringAJob(t *testing.T) {
 	}
 	defer f.Close()
 	before := gather(t, reg)
-	for _, reason := range []string{"not_worker", "malformed", "out_of_partition", "stale", "mismatch"} {
+	for _, reason := range []string{"not_worker", "malformed", "out_of_partition", "stale", "mismatch", "bad_tag"} {
 		if _, ok := before["switchml_switch_drops_total{reason="+reason+"}"]; !ok {
 			t.Errorf("no drop counter for reason %s: %v", reason, before)
 		}

@@ -63,6 +63,13 @@ type SwitchConfig struct {
 	// host started with the same transport exchange datagrams with the
 	// switch (a specific address again; others keep using UDP).
 	Transport string
+	// Auth makes the switch check a tag on every packet (switch --auth,
+	// pipeline.Config.Auth): the controller gives each job a key over
+	// P4Runtime, and packets whose tag is wrong or missing are dropped
+	// and counted (drop_bad_tag). It works the same over every
+	// Transport. A leaf (Parent) cannot check tags: the hop to its
+	// parent carries none.
+	Auth bool
 }
 
 // Switch is a software switch bound to its addresses: the SwitchML
@@ -137,6 +144,12 @@ func ListenSwitch(cfg SwitchConfig) (*Switch, error) {
 	addrs, err := shardAddrs(cfg.Dataplane, cfg.Shards)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Auth {
+		if cfg.Parent != "" {
+			return nil, fmt.Errorf("switch: --auth with --parent %s: the partial sums a leaf sends its parent carry no tag; run the tree without --auth", cfg.Parent)
+		}
+		cfg.Pipeline.Auth = true
 	}
 	var parent netip.AddrPort
 	if cfg.Parent != "" {

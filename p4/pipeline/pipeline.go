@@ -32,6 +32,14 @@ type Config struct {
 	MaxElements int
 	// MaxWorkers is the largest job size; it sets the bitmap width.
 	MaxWorkers int
+	// Auth makes the switch check a tag on every packet (an
+	// authenticated data plane): a job's packets must carry the tag of
+	// the job's key (InsertKey), and a packet whose tag is wrong or
+	// missing, or that belongs to a job without a key, is dropped
+	// (StatDropBadTag) before it touches any register. Results are tagged
+	// too. Without Auth, tagged packets are dropped the same way: the
+	// switch could neither check them nor tag their results.
+	Auth bool
 }
 
 // Limits of Config.
@@ -126,6 +134,7 @@ const (
 	StatUpstream                             // a leaf's completed partial sums sent to its parent switch
 	StatUpstreamResend                       // partial sums sent again: a worker retransmitted while the parent's result was missing
 	StatFromParent                           // results from the parent switch, multicast to the leaf's workers
+	StatDropBadTag                           // tag wrong or missing (Config.Auth), or a tag the switch cannot check
 	NumStats
 )
 
@@ -133,7 +142,7 @@ var statNames = [NumStats]string{
 	"received", "aggregated", "multicast", "retransmit_reply", "drop_not_worker",
 	"drop_malformed", "drop_out_of_partition", "drop_incomplete_retransmit",
 	"absorbed", "drop_mismatch", "drop_no_group", "replicas", "drop_no_reply", "drop_stale",
-	"drop_wrong_shard", "upstream", "upstream_resend", "from_parent",
+	"drop_wrong_shard", "upstream", "upstream_resend", "from_parent", "drop_bad_tag",
 }
 
 // String returns the counter name used in logs and metrics.
@@ -178,6 +187,8 @@ type Pipeline struct {
 	replies   map[ReplyKey]Reply
 	groups    map[uint16][]Replica
 	uplinks   map[uint32]Uplink // by JobID
+	// keys holds each job's key and Taggers (Config.Auth), by JobID.
+	keys map[uint32]*jobKey
 	// parent, when valid, is the switch every job here is a leaf of: its
 	// workers entries keep each job's uplink (see SetParent).
 	parent netip.AddrPort
@@ -224,6 +235,7 @@ func New(cfg Config) (*Pipeline, error) {
 		replies:  make(map[ReplyKey]Reply),
 		groups:   make(map[uint16][]Replica),
 		uplinks:  make(map[uint32]Uplink),
+		keys:     make(map[uint32]*jobKey),
 		bitmap:   make([]uint64, idxs*words),
 		count:    make([]uint16, idxs),
 		exponent: make([]int8, idxs),
@@ -305,6 +317,7 @@ func (p *Pipeline) lookupWorker(c *workerCache, src netip.AddrPort) (Worker, boo
 func (p *Pipeline) NewShard() *Shard {
 	s := &Shard{p: p, id: int32(len(p.shards)) + 1}
 	p.shards = append(p.shards, s)
+	p.growTaggers()
 	return s
 }
 
@@ -854,6 +867,16 @@ func (p *Pipeline) process(st *[NumStats]uint64, cache *workerCache, shard int32
 		noReply(st, out, StatDropMalformed)
 		return
 	}
+	// The tag is checked before anything else is read from the packet:
+	// a forged packet must not touch a register, not even a bitmap.
+	var tg *wire.Tagger
+	if p.cfg.Auth || h.Tagged {
+		tg = p.tagger(w.JobID, shard)
+		if tg == nil || !h.Tagged || !tg.VerifyRequest(pkt, w.Rank, w.Lane) {
+			noReply(st, out, StatDropBadTag)
+			return
+		}
+	}
 	// The slot is absolute; a job may only touch its own partition, which is
 	// what isolates concurrent jobs from each other.
 	if h.Slot < w.PoolBase || h.Slot-w.PoolBase >= w.PoolSize {
@@ -947,7 +970,7 @@ func (p *Pipeline) process(st *[NumStats]uint64, cache *workerCache, shard int32
 		}
 		// The sender lost the multicast: answer it alone.
 		st[StatRetransmitReply]++
-		p.reply(out, &h, vals, p.exponent[idx])
+		p.reply(out, &h, vals, p.exponent[idx], tg, w.Lane)
 		if r, ok := p.replies[ReplyKey{JobID: w.JobID, Rank: w.Rank, Lane: w.Lane}]; ok {
 			out.Dests = append(out.Dests, r.Addr)
 		} else {
@@ -987,18 +1010,19 @@ func (p *Pipeline) process(st *[NumStats]uint64, cache *workerCache, shard int32
 			return
 		}
 	}
-	p.multicast(st, cache, w.JobID, w.MulticastGroup, w.Lane, &h, vals, p.exponent[idx], out)
+	p.multicast(st, cache, w.JobID, w.MulticastGroup, w.Lane, &h, vals, p.exponent[idx], tg, out)
 }
 
 // multicast sends a completed use's result to every rank of the group.
-func (p *Pipeline) multicast(st *[NumStats]uint64, cache *workerCache, jobID uint32, mgid uint16, lane uint8, h *wire.Header, vals []int32, exp int8, out *Output) {
+// tg, if not nil, tags the result.
+func (p *Pipeline) multicast(st *[NumStats]uint64, cache *workerCache, jobID uint32, mgid uint16, lane uint8, h *wire.Header, vals []int32, exp int8, tg *wire.Tagger, out *Output) {
 	st[StatMulticast]++
 	f := p.fanout(cache, jobID, mgid, lane)
 	if f == nil {
 		noReply(st, out, StatDropNoGroup)
 		return
 	}
-	p.reply(out, h, vals, exp)
+	p.reply(out, h, vals, exp, tg, lane)
 	st[StatDropNoReply] += uint64(f.missing)
 	out.Dests = append(out.Dests, f.dests...)
 	st[StatReplicas] += uint64(len(out.Dests))
@@ -1040,7 +1064,9 @@ func (p *Pipeline) upstream(st *[NumStats]uint64, why Stat, jobID uint32, h *wir
 	st[why]++
 	up := *h
 	up.Slot = h.Slot - u.PoolBase + u.ParentBase
-	p.reply(out, &up, vals, exp)
+	// The parent holds no key of this switch's jobs: partial sums go up
+	// untagged.
+	p.reply(out, &up, vals, exp, nil, 0)
 	out.Dests = append(out.Dests, u.Parent)
 }
 
@@ -1098,22 +1124,33 @@ func (p *Pipeline) fromParent(st *[NumStats]uint64, cache *workerCache, shard in
 	vals := p.values[idx*p.cfg.MaxElements : idx*p.cfg.MaxElements+h.Elements]
 	wire.ReadPayload(vals, payload)
 	p.exponent[idx] = h.Exp0
+	var tg *wire.Tagger
+	if p.cfg.Auth {
+		if tg = p.tagger(jobID, shard); tg == nil {
+			noReply(st, out, StatDropBadTag)
+			return true
+		}
+	}
 	st[StatFromParent]++
-	p.multicast(st, cache, jobID, u.MulticastGroup, p.lane[idx], &h, vals, h.Exp0, out)
+	p.multicast(st, cache, jobID, u.MulticastGroup, p.lane[idx], &h, vals, h.Exp0, tg, out)
 	return true
 }
 
 // reply writes the result packet: the request header with the slot's
-// exponent, then the sums.
-func (p *Pipeline) reply(out *Output, req *wire.Header, vals []int32, exp int8) {
+// exponent, then the sums, then, with tg, the tag of lane's result.
+func (p *Pipeline) reply(out *Output, req *wire.Header, vals []int32, exp int8, tg *wire.Tagger, lane uint8) {
 	h := *req
 	h.Exp0 = exp
+	h.Tagged = tg != nil
 	b, err := h.Append(out.Packet[:0])
 	if err != nil {
 		// Unreachable: h was parsed from a valid packet, so it re-encodes.
 		return
 	}
 	out.Packet = wire.AppendPayload(b, vals)
+	if tg != nil {
+		out.Packet = tg.SealResult(out.Packet, lane)
+	}
 }
 
 // newer reports whether (seq, id) comes after (seq0, id0) in serial number

@@ -455,7 +455,7 @@ func checkCounters(t testing.TB, p *Pipeline) {
 	c := p.Counters()
 	outcomes := c[StatDropNotWorker] + c[StatDropMalformed] + c[StatDropOutOfPartition] + c[StatDropMismatch] +
 		c[StatDropStale] + c[StatDropIncompleteRetransmit] + c[StatAbsorbed] + c[StatMulticast] + c[StatRetransmitReply] +
-		c[StatDropWrongShard]
+		c[StatDropWrongShard] + c[StatDropBadTag]
 	if c[StatReceived] != outcomes {
 		t.Fatalf("received %d != sum of outcomes %d (%v)", c[StatReceived], outcomes, c)
 	}

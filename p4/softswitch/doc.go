@@ -23,8 +23,11 @@
 // only for a P4Info structurally equal to the embedded one (sizes are not
 // compared); Write and Read of both tables, multicast groups, the pool
 // registers (an unset index means every cell) and the stats counter (writes
-// set or reset it); Capabilities. Batches run CONTINUE_ON_ERROR and report one
-// p4.v1.Error per update. Packet I/O, digests, clone sessions, meters and
+// set or reset it); job keys of a switch that checks tags (--auth), as the
+// target-specific ExternEntry p4info.ExternJobKeyType, written and deleted
+// but read back without the key (a switch without --auth answers
+// UNIMPLEMENTED); Capabilities. Batches run CONTINUE_ON_ERROR and report
+// one p4.v1.Error per update. Packet I/O, digests, clone sessions, meters and
 // action profiles are not part of the pipeline and answer UNIMPLEMENTED.
 // Unknown table, register or counter ids answer NOT_FOUND; malformed entries
 // INVALID_ARGUMENT; values wider than their field OUT_OF_RANGE.

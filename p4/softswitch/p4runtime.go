@@ -523,6 +523,7 @@ func (s *P4Runtime) clearForwardingState() {
 			}
 		}
 	}
+	s.clearKeys()
 	s.counterBase = s.target.Counters(s.counterBase[:0])
 	s.workerMeta = map[WorkerKey]entryMeta{}
 	s.replyMeta = map[ReplyKey]entryMeta{}

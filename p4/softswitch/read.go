@@ -92,6 +92,8 @@ func (s *P4Runtime) readEntity(e *p4v1.Entity, emit func(*p4v1.Entity) error) er
 		return s.readRegisters(x.RegisterEntry, send)
 	case *p4v1.Entity_CounterEntry:
 		return s.readCounters(x.CounterEntry, send)
+	case *p4v1.Entity_ExternEntry:
+		return s.readExterns(x.ExternEntry, send)
 	case nil:
 		return errorf(codes.InvalidArgument, "read entity has no type set (wildcard reads of everything are not allowed)")
 	default:

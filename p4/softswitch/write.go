@@ -64,6 +64,8 @@ func (s *P4Runtime) apply(u *p4v1.Update) error {
 		return s.writeRegister(typ, e.RegisterEntry)
 	case *p4v1.Entity_CounterEntry:
 		return s.writeCounter(typ, e.CounterEntry)
+	case *p4v1.Entity_ExternEntry:
+		return s.writeExtern(typ, e.ExternEntry)
 	case nil:
 		return errorf(codes.InvalidArgument, "update has no entity")
 	default:

@@ -114,6 +114,14 @@ type Config struct {
 	// contribution: under heavy loss most results wait for some peer's
 	// timeout, and a mean would chase the timeout upward.
 	FixedTimeout bool
+	// Key, if set, is the job's data-plane key (wire.KeyLen bytes, from
+	// the controller): every packet carries its tag, bound to Rank and
+	// Lane, and results must carry the switch's tag or are dropped
+	// (LaneStats.BadTags). Extended format only.
+	Key []byte
+	// Lane is the lane's index among the worker's lanes, which the switch
+	// knows from the lane's source address; tags bind it.
+	Lane uint8
 }
 
 // withDefaults fills zero fields and validates the rest.
@@ -158,6 +166,15 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	default:
 		return c, fmt.Errorf("engine: unknown format %d", c.Format)
+	}
+	if c.Key != nil && c.Format != wire.FormatExtended {
+		return c, fmt.Errorf("engine: tagged packets need the extended format: the compatible header has no room for a tag")
+	}
+	if c.Key != nil && len(c.Key) != wire.KeyLen {
+		return c, fmt.Errorf("engine: the job's key is %d bytes, want %d", len(c.Key), wire.KeyLen)
+	}
+	if c.Key != nil && c.Rank >= wire.AllRanks {
+		return c, fmt.Errorf("engine: Rank = %d: tagged packets carry ranks below %d", c.Rank, wire.AllRanks)
 	}
 	if uint64(c.SlotBase)+uint64(c.Window)-1 > maxSlot {
 		return c, fmt.Errorf("engine: slots %d..%d exceed the %v format's limit %d", c.SlotBase, uint64(c.SlotBase)+uint64(c.Window)-1, c.Format, maxSlot)
@@ -215,6 +232,7 @@ type LaneStats struct {
 	Stale       uint64 // results of another sequence number (an earlier op)
 	Duplicates  uint64 // results of this op already received or not yet asked for
 	Malformed   uint64 // packets that do not parse or do not fit the op
+	BadTags     uint64 // results whose tag is wrong or missing (Config.Key): forged or corrupted
 }
 
 type slotState struct {
@@ -235,6 +253,8 @@ type slotState struct {
 // Lane is the protocol state of one lane. It is not safe for concurrent use.
 type Lane struct {
 	cfg Config
+	// tg tags requests and checks results (Config.Key); nil without a key.
+	tg *wire.Tagger
 
 	// Carried across ops: the set each slot uses next.
 	nextSet []uint8
@@ -284,7 +304,14 @@ func NewLane(cfg Config) (*Lane, error) {
 	if err != nil {
 		return nil, err
 	}
+	var tg *wire.Tagger
+	if cfg.Key != nil {
+		if tg, err = wire.NewTagger(cfg.Key); err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+	}
 	return &Lane{
+		tg:        tg,
 		cfg:       cfg,
 		nextSet:   make([]uint8, cfg.Window),
 		slots:     make([]slotState, cfg.Window),
@@ -553,6 +580,7 @@ func (l *Lane) AppendPacket(b []byte) ([]byte, bool) {
 		Slot:     l.cfg.SlotBase + uint32(s),
 		Exp0:     quant.MinExponent,
 		Elements: l.payloadElements(p),
+		Tagged:   l.tg != nil,
 	}
 	if l.float && p < l.blocks {
 		lo, hi := l.block(p)
@@ -594,7 +622,7 @@ func (l *Lane) AppendPacket(b []byte) ([]byte, bool) {
 	// The payload is written in place (no allocation when b has room);
 	// what the block does not fill (a short last block, the exponent
 	// round) is zeroed.
-	b = slices.Grow(b, 4*h.Elements)[:off+4*h.Elements]
+	b = slices.Grow(b, 4*h.Elements+tagRoom(l.cfg))[:off+4*h.Elements]
 	dst := b[off:]
 	filled := 0
 	if db := l.dataBlock(p); db >= 0 {
@@ -613,6 +641,10 @@ func (l *Lane) AppendPacket(b []byte) ([]byte, bool) {
 		}
 	}
 	clear(dst[filled:])
+	if l.tg != nil {
+		// Within the room grown above: the tag lands in b's memory.
+		b = b[:start+len(l.tg.SealRequest(b[start:], uint16(l.cfg.Rank), l.cfg.Lane))]
+	}
 	if st.sentOnce {
 		l.stats.Retransmits++
 		st.retried = true
@@ -635,6 +667,12 @@ func (l *Lane) Receive(pkt []byte, now time.Duration) {
 	if err != nil || h.Format != l.cfg.Format {
 		l.stats.Malformed++
 		return
+	}
+	if l.tg != nil || h.Tagged {
+		if l.tg == nil || !h.Tagged || !l.tg.VerifyResult(pkt, l.cfg.Lane) {
+			l.stats.BadTags++
+			return
+		}
 	}
 	seq := l.op.Seq
 	if h.Format == wire.FormatCompat {
@@ -705,6 +743,14 @@ func (l *Lane) Receive(pkt []byte, now time.Duration) {
 		l.qLen = 0
 		l.timerHead, l.timerTail = -1, -1
 	}
+}
+
+// tagRoom is the room a packet of a lane with cfg needs for its tag.
+func tagRoom(cfg Config) int {
+	if cfg.Key != nil {
+		return wire.TagLen
+	}
+	return 0
 }
 
 // rto is the retransmission timeout the measurements suggest.

@@ -9,6 +9,9 @@
 //
 // The first nibble of either header is the message type (1 compatible, 2
 // extended), so a receiver can always tell them apart from the first byte.
+// The low bit of the extended header's first byte says the packet is tagged:
+// TagLen bytes of a keyed MAC follow the payload (see Tagger). The
+// compatible header has no spare bit, so its packets cannot be tagged.
 //
 // Both headers are followed by the payload: Elements big-endian
 // two's-complement int32 values. Parse validates the payload length; Append
@@ -68,7 +71,7 @@ const (
 	// MaxElements is the largest element count of the extended header.
 	MaxElements = 2048
 	// MaxPacket is the largest packet either format can describe.
-	MaxPacket = ExtendedLen + 4*MaxElements
+	MaxPacket = ExtendedLen + 4*MaxElements + TagLen
 )
 
 const (
@@ -76,6 +79,9 @@ const (
 	msgTypeExtended = 2
 	setBitCompat    = 1 << 15
 	setBitExtended  = 1 << 31
+	// flagTagged, in the extended header's first byte, says a tag
+	// follows the payload.
+	flagTagged = 0x01
 )
 
 // compatElements maps the compatible size code to the element count:
@@ -107,6 +113,7 @@ var (
 	ErrSlot           = errors.New("wire: slot out of range for the format (compat: 14 bits, extended: 31 bits)")
 	ErrSet            = errors.New("wire: set must be 0 or 1")
 	ErrFormat         = errors.New("wire: unknown format")
+	ErrTagCompat      = errors.New("wire: the compatible header cannot carry a tag (use the extended header)")
 )
 
 // Header is a decoded aggregation header. The same type describes requests
@@ -131,6 +138,10 @@ type Header struct {
 	// Elements is the number of int32 values following the header:
 	// 32, 64, 128 or 256 in the compatible layout, 0..2048 extended.
 	Elements int
+	// Tagged says a TagLen-byte tag follows the payload (extended
+	// layout only). Append writes the flag; the tag itself is appended
+	// after the payload by Tagger.Seal.
+	Tagged bool
 }
 
 // Len returns the header length in bytes for h.Format (0 for an unknown
@@ -145,8 +156,15 @@ func (h *Header) Len() int {
 	return 0
 }
 
-// PacketLen returns the length of the whole packet: header plus payload.
-func (h *Header) PacketLen() int { return h.Len() + 4*h.Elements }
+// PacketLen returns the length of the whole packet: header, payload and
+// tag, if any.
+func (h *Header) PacketLen() int {
+	n := h.Len() + 4*h.Elements
+	if h.Tagged {
+		n += TagLen
+	}
+	return n
+}
 
 // Append appends the header (not the payload) to b. It returns b unchanged
 // and an error if a field cannot be represented in h.Format. In the
@@ -157,6 +175,9 @@ func (h *Header) Append(b []byte) ([]byte, error) {
 	}
 	switch h.Format {
 	case FormatCompat:
+		if h.Tagged {
+			return b, ErrTagCompat
+		}
 		code, ok := CompatSizeCode(h.Elements)
 		if !ok {
 			return b, ErrSize
@@ -183,7 +204,11 @@ func (h *Header) Append(b []byte) ([]byte, error) {
 		if h.Set == 1 {
 			idx |= setBitExtended
 		}
-		b = append(b, msgTypeExtended<<4, ExtendedVersion)
+		first := byte(msgTypeExtended << 4)
+		if h.Tagged {
+			first |= flagTagged
+		}
+		b = append(b, first, ExtendedVersion)
 		b = binary.BigEndian.AppendUint32(b, h.Seq)
 		b = binary.BigEndian.AppendUint32(b, h.PacketID)
 		b = binary.BigEndian.AppendUint32(b, idx)
@@ -194,7 +219,9 @@ func (h *Header) Append(b []byte) ([]byte, error) {
 }
 
 // Parse decodes the header at the start of b and returns it with the
-// payload, which aliases b and holds exactly 4*Elements bytes. Malformed
+// payload, which aliases b and holds exactly 4*Elements bytes. A tagged
+// packet must end in exactly TagLen bytes after the payload; Parse does not
+// check the tag (Tagger.Verify does). Malformed
 // input (short, unknown type or version, reserved bits set, bad size code,
 // payload length not matching the element count) yields an error naming the
 // problem; Parse never panics and never allocates.
@@ -233,7 +260,7 @@ func Parse(b []byte) (Header, []byte, error) {
 		if len(b) < ExtendedLen {
 			return h, nil, ErrShort
 		}
-		if b[0]&0x0f != 0 {
+		if b[0]&0x0f&^flagTagged != 0 {
 			return h, nil, ErrReservedBits
 		}
 		if b[1] != ExtendedVersion {
@@ -249,6 +276,7 @@ func Parse(b []byte) (Header, []byte, error) {
 			Exp0:     int8(b[14]),
 			Exp1:     int8(b[15]),
 			Elements: int(binary.BigEndian.Uint16(b[16:18])),
+			Tagged:   b[0]&flagTagged != 0,
 		}
 		if h.Elements > MaxElements {
 			return Header{}, nil, ErrSize
@@ -258,10 +286,14 @@ func Parse(b []byte) (Header, []byte, error) {
 		return h, nil, ErrMsgType
 	}
 	n := hl + 4*h.Elements
-	if len(b) < n {
+	end := n
+	if h.Tagged {
+		end += TagLen
+	}
+	if len(b) < end {
 		return Header{}, nil, ErrPayloadShort
 	}
-	if len(b) > n {
+	if len(b) > end {
 		return Header{}, nil, ErrPayloadTrailer
 	}
 	return h, b[hl:n:n], nil

@@ -15,6 +15,11 @@ func packet(t testing.TB, h Header) []byte {
 	for i := 0; i < 4*h.Elements; i++ {
 		b = append(b, byte(i*7))
 	}
+	if h.Tagged {
+		for i := 0; i < TagLen; i++ {
+			b = append(b, byte(0xa0+i))
+		}
+	}
 	return b
 }
 
@@ -53,6 +58,8 @@ func TestRoundTrip(t *testing.T) {
 		{Format: FormatCompat, Elements: 128, Exp1: 9},
 		{Format: FormatExtended, Seq: 1 << 31, Slot: MaxExtendedSlot, Set: 1, Elements: 0},
 		{Format: FormatExtended, Seq: 5, Slot: 9, Elements: 1},
+		{Format: FormatExtended, Seq: 6, Slot: 10, Elements: 64, Tagged: true},
+		{Format: FormatExtended, Tagged: true},
 	} {
 		b := packet(t, h)
 		got, payload, err := Parse(b)
@@ -62,7 +69,7 @@ func TestRoundTrip(t *testing.T) {
 		if got != h {
 			t.Fatalf("round trip: got %+v, want %+v", got, h)
 		}
-		if len(payload) != 4*h.Elements || len(b) != h.PacketLen() {
+		if len(payload) != 4*h.Elements || len(b) != h.PacketLen() || h.Len()+4*h.Elements > len(b) {
 			t.Fatalf("payload %d bytes for %d elements", len(payload), h.Elements)
 		}
 	}
@@ -80,6 +87,7 @@ func TestAppendRejects(t *testing.T) {
 		{Header{Format: FormatExtended, Elements: -1}, ErrSize},
 		{Header{Format: FormatExtended, Slot: MaxExtendedSlot + 1}, ErrSlot},
 		{Header{Format: 7}, ErrFormat},
+		{Header{Format: FormatCompat, Elements: 64, Tagged: true}, ErrTagCompat},
 	} {
 		b, err := c.h.Append([]byte{9})
 		if !errors.Is(err, c.err) {
@@ -94,6 +102,7 @@ func TestAppendRejects(t *testing.T) {
 func TestParseRejects(t *testing.T) {
 	compat := packet(t, Header{Format: FormatCompat, Elements: 32})
 	ext := packet(t, Header{Format: FormatExtended, Elements: 3})
+	tagged := packet(t, Header{Format: FormatExtended, Elements: 3, Tagged: true})
 	mod := func(b []byte, i int, v byte) []byte {
 		c := append([]byte(nil), b...)
 		c[i] = v
@@ -111,12 +120,17 @@ func TestParseRejects(t *testing.T) {
 		"unused bit":        {mod(compat, 0, 0x18), ErrSize},
 		"size code 4":       {mod(compat, 0, 0x14), ErrSize},
 		"pool index bit 14": {mod(compat, 6, 0x40), ErrReservedBits},
-		"ext flags":         {mod(ext, 0, 0x21), ErrReservedBits},
+		"ext flags":         {mod(ext, 0, 0x28), ErrReservedBits},
 		"ext version":       {mod(ext, 1, 2), ErrVersion},
 		"ext count":         {mod(ext, 16, 0x08|0x10), ErrSize},
 		"payload short":     {compat[:len(compat)-1], ErrPayloadShort},
 		"trailing":          {append(append([]byte(nil), ext...), 0), ErrPayloadTrailer},
 		"ext payload short": {ext[:len(ext)-4], ErrPayloadShort},
+		"ext flag bit 1":    {mod(ext, 0, 0x22), ErrReservedBits},
+		"tag missing":       {tagged[:len(tagged)-TagLen], ErrPayloadShort},
+		"tag short":         {tagged[:len(tagged)-1], ErrPayloadShort},
+		"tag trailing":      {append(append([]byte(nil), tagged...), 0), ErrPayloadTrailer},
+		"untagged with tag": {mod(tagged, 0, 0x20), ErrPayloadTrailer},
 	} {
 		_, p, err := Parse(c.b)
 		if !errors.Is(err, c.err) {
@@ -153,6 +167,8 @@ func FuzzParse(f *testing.F) {
 	f.Add(packet(f, Header{Format: FormatExtended, Seq: 1 << 20, Slot: 1 << 20, Elements: 5}))
 	f.Add(packet(f, Header{Format: FormatExtended}))
 	f.Add([]byte{0x10})
+	f.Add(packet(f, Header{Format: FormatExtended, Seq: 3, Slot: 4, Elements: 2, Tagged: true}))
+	f.Add(packet(f, Header{Format: FormatExtended, Tagged: true}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, payload, err := Parse(b)
 		if err != nil {
@@ -166,6 +182,13 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("parsed header %+v does not re-encode: %v", h, err)
 		}
 		out = append(out, payload...)
+		if h.Tagged {
+			// The tag is opaque to Parse: carry it over.
+			out = append(out, b[len(b)-TagLen:]...)
+		}
+		if len(out) != h.PacketLen() {
+			t.Fatalf("re-encoded %d bytes, PacketLen %d", len(out), h.PacketLen())
+		}
 		if !bytes.Equal(out, b) {
 			t.Fatalf("round trip differs:\n in % x\nout % x", b, out)
 		}

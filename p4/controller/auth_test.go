@@ -1,0 +1,189 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+
+	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
+	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/p4/p4info"
+	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/softswitch"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// startAuthSwitch is startSwitch with a pipeline that checks tags.
+func startAuthSwitch(t *testing.T) string {
+	t.Helper()
+	srv, err := softswitch.NewServer(softswitch.ServerConfig{
+		DeviceID: 1, Pipeline: pipeline.Config{Slots: testSlots, MaxElements: 64, MaxWorkers: 32, Auth: true}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = srv.ServeP4Runtime(ctx, lis); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return lis.Addr().String()
+}
+
+func keyedJobs(t *testing.T, ctx context.Context, c *Client) []uint32 {
+	t.Helper()
+	ents, err := c.Read(ctx, &p4v1.Entity{Entity: &p4v1.Entity_ExternEntry{ExternEntry: &p4v1.ExternEntry{ExternTypeId: p4info.ExternJobKeyType}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []uint32
+	for _, e := range ents {
+		ids = append(ids, e.GetExternEntry().GetExternId())
+	}
+	return ids
+}
+
+// TestCheckAuth: the controller and the switch must agree on tags; each
+// disagreement is refused, saying which side to start with --auth.
+func TestCheckAuth(t *testing.T) {
+	ctx := testCtx(t)
+	soft, _ := TargetFor(KindSoftswitch, 0)
+	authSoft := soft
+	authSoft.Auth = true
+	plainAddr, _ := startSwitch(t)
+	authAddr := startAuthSwitch(t)
+	plain := dial(t, ctx, plainAddr, 1)
+	keyed := dial(t, ctx, authAddr, 1)
+	for _, c := range []*Client{plain, keyed} {
+		if err := c.SetPipeline(ctx, nil, nil, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := plain.CheckAuth(ctx, soft, plainAddr); err != nil {
+		t.Fatalf("plain switch, plain controller: %v", err)
+	}
+	if err := keyed.CheckAuth(ctx, authSoft, authAddr); err != nil {
+		t.Fatalf("switch and controller with --auth: %v", err)
+	}
+	if err := plain.CheckAuth(ctx, authSoft, plainAddr); err == nil || !strings.Contains(err.Error(), "start the switch with --auth") {
+		t.Fatalf("controller --auth, switch without: %v", err)
+	}
+	if err := keyed.CheckAuth(ctx, soft, authAddr); err == nil || !strings.Contains(err.Error(), "start the controller with --auth") {
+		t.Fatalf("switch --auth, controller without: %v", err)
+	}
+	bmv2, _ := TargetFor(KindBMv2, 0)
+	bmv2.Auth = true
+	if err := plain.CheckAuth(ctx, bmv2, plainAddr); err == nil || !strings.Contains(err.Error(), "cannot check a MAC") {
+		t.Fatalf("bmv2 with --auth: %v", err)
+	}
+}
+
+// TestJobKeyEntries: a job's key goes to the switch with its entries and
+// leaves with them; printing the entries never shows it.
+func TestJobKeyEntries(t *testing.T) {
+	ctx := testCtx(t)
+	addr := startAuthSwitch(t)
+	c := dial(t, ctx, addr, 1)
+	if err := c.SetPipeline(ctx, nil, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	j := sampleJob()
+	j.Key = AuthKey(bytes.Repeat([]byte{0xab}, 32))
+	for _, verb := range []string{"%v", "%+v", "%#v", "%x", "%s", "%q"} {
+		if s := fmt.Sprintf(verb, j); strings.Contains(s, "abab") || strings.Contains(s, "171, 171") || strings.Contains(s, "\xab\xab") {
+			t.Fatalf("%s of the entries shows the key: %s", verb, s)
+		}
+	}
+	if err := c.InstallJob(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	if got := keyedJobs(t, ctx, c); len(got) != 1 || got[0] != 3 {
+		t.Fatalf("keyed jobs after install = %v, want [3]", got)
+	}
+	// A key the switch kept (a job found by a restarted controller) is
+	// replaced, not an error.
+	if err := c.RemoveJob(ctx, JobEntries{Workers: j.Workers, Replies: j.Replies, MulticastGroup: j.MulticastGroup}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.InstallJob(ctx, j); err != nil {
+		t.Fatalf("install over a kept key: %v", err)
+	}
+	if err := c.RemoveJob(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	if got := keyedJobs(t, ctx, c); len(got) != 0 {
+		t.Fatalf("keyed jobs after removal = %v, want none", got)
+	}
+	// Once the client knows the switch checks tags, removing a job found
+	// on the switch (its key unknown to the controller) removes the key.
+	target, _ := TargetFor(KindSoftswitch, 0)
+	target.Auth = true
+	if err := c.CheckAuth(ctx, target, addr); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.InstallJob(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RemoveJob(ctx, JobEntries{Workers: j.Workers, Replies: j.Replies, MulticastGroup: j.MulticastGroup}); err != nil {
+		t.Fatal(err)
+	}
+	if got := keyedJobs(t, ctx, c); len(got) != 0 {
+		t.Fatalf("keyed jobs after removing a found job = %v, want none", got)
+	}
+}
+
+// TestRegisterHandsOutKeys: with Target.Auth every job gets its own random
+// key, the same for all its ranks, installed on the switch; Describe says
+// the switch checks tags; a registration with the compatible header is
+// refused.
+func TestRegisterHandsOutKeys(t *testing.T) {
+	ctx := testCtx(t)
+	addr := startAuthSwitch(t)
+	c := dial(t, ctx, addr, 1)
+	if err := c.SetPipeline(ctx, nil, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	target, _ := TargetFor(KindSoftswitch, 0)
+	target.Auth = true
+	svc, err := NewJobService(c, ServiceConfig{Dataplane: netip.MustParseAddrPort("127.0.0.1:48864"), Slots: testSlots, Target: target, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := serveJobs(t, svc)
+	h := &jobHarness{svc: svc, jobs: jobs, sw: c}
+	d, err := jobs.Describe(ctx, &controllerpb.DescribeRequest{})
+	if err != nil || !d.GetAuth() {
+		t.Fatalf("Describe = %v, %v: want auth", d, err)
+	}
+	ext := func(job string, rank uint32, host byte) *controllerpb.RegisterRequest {
+		r := regReq(job, rank, 2, 1, 4, host)
+		r.Format = controllerpb.Format_FORMAT_EXTENDED
+		return r
+	}
+	ra, errs := h.registerAll(ctx, ext("a", 0, 1), ext("a", 1, 1))
+	rb, errsB := h.registerAll(ctx, ext("b", 0, 2), ext("b", 1, 2))
+	for _, e := range append(errs, errsB...) {
+		if e != nil {
+			t.Fatal(e)
+		}
+	}
+	ka, kb := ra[0].GetAuthKey(), rb[0].GetAuthKey()
+	if len(ka) != 32 || !bytes.Equal(ka, ra[1].GetAuthKey()) || !bytes.Equal(kb, rb[1].GetAuthKey()) || bytes.Equal(ka, kb) {
+		t.Fatalf("keys: job a %d bytes (ranks agree: %v), job b differs: %v", len(ka), bytes.Equal(ka, ra[1].GetAuthKey()), !bytes.Equal(ka, kb))
+	}
+	got := keyedJobs(t, ctx, c)
+	if len(got) != 2 || got[0] != ra[0].GetJobId() && got[1] != ra[0].GetJobId() {
+		t.Fatalf("keyed jobs on the switch = %v, want jobs %d and %d", got, ra[0].GetJobId(), rb[0].GetJobId())
+	}
+	_, err = jobs.Register(ctx, regReq("c", 0, 1, 1, 4, 3))
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "--extended --auth") {
+		t.Fatalf("compatible header on a switch with --auth: %v", err)
+	}
+}
