@@ -55,3 +55,25 @@ func TestNoController(t *testing.T) {
 		t.Errorf("exit %v, stderr:\n%s\nwant an unreachable controller named", err, w.Logs())
 	}
 }
+
+// TestWrongWorkersEndsTheJob: one rank started with another --workers than
+// its peers. Whichever registered first, every rank exits at once (not
+// after the join timeout, ten minutes here) with the mismatch as the
+// cause.
+func TestWrongWorkersEndsTheJob(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes; skipped in -short")
+	}
+	f := startFabric(t, nil, "")
+	var ps []*proc
+	for r, n := range []int{3, 3, 4} {
+		ps = append(ps, spawn(t, nil, "allreduce", "--controller", f.controller, "--job", "mismatch", "--rank", fmt.Sprint(r),
+			"--workers", fmt.Sprint(n), "--elements", "1000", "--join-timeout", "10m"))
+	}
+	for r, p := range ps {
+		err := p.wait(t, 2*time.Minute)
+		if err == nil || !strings.Contains(p.Logs(), "world_size") {
+			t.Errorf("rank %d: exit %v, stderr:\n%s\nwant a failure naming the world size", r, err, p.Logs())
+		}
+	}
+}

@@ -357,6 +357,7 @@ func (c *core) newJob(name string, world int) *job {
 func (c *core) Register(w waiter, req *controllerpb.RegisterRequest, client string, now time.Time) error {
 	addrs, ringWhy, err := c.Check(req)
 	if err != nil {
+		c.CannotForm(req, err)
 		return err
 	}
 	name, rank := req.GetJob(), req.GetRank()
@@ -386,7 +387,9 @@ func (c *core) Register(w waiter, req *controllerpb.RegisterRequest, client stri
 		j.params, j.owner, j.client, j.registeredAt = req, owner, client, now
 		c.jobs[name] = j
 	} else if m := mismatch(j.params, req); m != "" {
-		return refuse(codes.FailedPrecondition, "job %q rank %d: %s", name, rank, m)
+		err := refuse(codes.FailedPrecondition, "job %q rank %d: %s", name, rank, m)
+		c.CannotForm(req, err)
+		return err
 	}
 	if j.ranks[rank] == nil {
 		j.arrived++
@@ -402,6 +405,29 @@ func (c *core) Register(w waiter, req *controllerpb.RegisterRequest, client stri
 		c.place(now)
 	}
 	return nil
+}
+
+// CannotForm ends the gathering job a refused registration was for, when
+// the refusal is one that waiting cannot mend (a rank of another world
+// size, an address the switch cannot reach, a malformed request): the
+// ranks already waiting fail at once with the cause, naming the rank,
+// instead of waiting out the join timeout for it. Only a registration with
+// the job's token can end it.
+func (c *core) CannotForm(req *controllerpb.RegisterRequest, err error) {
+	switch codeOf(err) {
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
+	default:
+		return // Unavailable, AlreadyExists, ResourceExhausted may pass
+	}
+	j := c.jobs[req.GetJob()]
+	if j == nil || j.state != jobGathering {
+		return
+	}
+	owner := sha256.Sum256([]byte(req.GetToken()))
+	if subtle.ConstantTimeCompare(j.owner[:], owner[:]) != 1 {
+		return
+	}
+	c.fail(j, refuse(codes.FailedPrecondition, "job %q cannot form: rank %d was refused: %v", j.name, req.GetRank(), err))
 }
 
 // withinQuota refuses a new job of client's when the client's jobs

@@ -79,3 +79,48 @@ func TestCoreLeaveStrandsNoBarrier(t *testing.T) {
 		t.Errorf("the job did not finish when every rank left: %v", r.c.endings)
 	}
 }
+
+// TestCoreJobThatCannotForm: a registration refused in a way waiting
+// cannot mend (another world size, a malformed lane address) ends the
+// gathering job it was for, and the ranks already waiting learn why,
+// naming the rank; a stranger's refused registration (another token), or
+// one refused for a reason that may pass, ends nothing.
+func TestCoreJobThatCannotForm(t *testing.T) {
+	r := newRig(t, 64)
+	for _, c := range []struct {
+		name string
+		bad  func(*controllerpb.RegisterRequest)
+		want string
+	}{
+		{"another world size", func(q *controllerpb.RegisterRequest) { q.WorldSize = 4 }, "world_size 4 differs from 3"},
+		{"a malformed lane address", func(q *controllerpb.RegisterRequest) { q.LaneAddresses = []string{"nowhere"} }, "lane 0 address"},
+	} {
+		job := "form-" + strings.ReplaceAll(c.name, " ", "-")
+		ws := r.mustRegister(regReq(job, 0, 3, 1, 4, 40), regReq(job, 1, 3, 1, 4, 40))
+		r.pending(ws...)
+
+		// A stranger with another token, and a rank whose address another
+		// live job holds, end nothing.
+		stranger := regReq(job, 2, 4, 1, 4, 40)
+		stranger.Token = "not-the-owner"
+		if _, err := r.register(stranger); codeOf(err) != codes.PermissionDenied {
+			t.Fatalf("%s: a stranger's registration: %v", c.name, err)
+		}
+		r.pending(ws...)
+
+		bad := regReq(job, 2, 3, 1, 4, 40)
+		c.bad(bad)
+		if _, err := r.register(bad); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("%s: the bad registration: %v, want a refusal containing %q", c.name, err, c.want)
+		}
+		for _, w := range ws {
+			err := r.answer(w).err
+			if codeOf(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "cannot form: rank 2 was refused") || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s: waiting rank: %v, want the job ended naming rank 2 and why", c.name, err)
+			}
+		}
+		if r.c.jobs[job] != nil {
+			t.Errorf("%s: the job is still in the table", c.name)
+		}
+	}
+}

@@ -318,7 +318,14 @@ func TestCoreRefusesRegistrations(t *testing.T) {
 			c.change(q)
 			_, err := r.register(q)
 			wantRefusal(t, err, c.code, c.text)
-			// The gathering job is untouched: its last rank completes it.
+			if c.code == codes.FailedPrecondition || c.code == codes.InvalidArgument {
+				// Waiting cannot mend it: the gathering job ends, and
+				// rank 0 learns why at once.
+				wantRefusal(t, r.answer(w0).err, codes.FailedPrecondition, fmt.Sprintf("cannot form: rank %d was refused", q.GetRank()))
+				return
+			}
+			// A stranger's refusal, or one that may pass, leaves the
+			// gathering job untouched: its last rank completes it.
 			r.mustRegister(tokened(regReq("j", 1, 2, 1, 4, 1)))
 			r.takeInstall()
 			r.pending(w0)

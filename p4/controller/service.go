@@ -381,10 +381,15 @@ func (s *JobService) Describe(context.Context, *controllerpb.DescribeRequest) (*
 // a job's name belongs to its token while the job lives.
 func (s *JobService) Register(ctx context.Context, req *controllerpb.RegisterRequest) (resp *controllerpb.RegisterResponse, err error) {
 	defer func() { s.metrics.registrations.WithLabelValues(status.Code(err).String()).Inc() }()
-	s.mu.Lock()
-	addrs, _, err := s.core.Check(req)
-	offline, back := s.core.Offline(), s.back
-	s.mu.Unlock()
+	var addrs []netip.AddrPort
+	var offline string
+	var back chan struct{}
+	s.step(func(c *core) {
+		if addrs, _, err = c.Check(req); err != nil {
+			c.CannotForm(req, err) // its peers learn at once why the job cannot form
+		}
+		offline, back = c.Offline(), s.back
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -393,8 +398,10 @@ func (s *JobService) Register(ctx context.Context, req *controllerpb.RegisterReq
 	if tree != nil && len(addrs) > 0 {
 		var ok bool
 		if leafDP, ok = tree.DataplaneOf(addrs[0].Addr()); !ok {
-			return nil, status.Errorf(codes.InvalidArgument, "rank %d sends from %v, which is under no leaf of the controller's topology (%s); add its prefix to a leaf's workers, or bind the worker to a listed address",
+			err := invalid("rank %d sends from %v, which is under no leaf of the controller's topology (%s); add its prefix to a leaf's workers, or bind the worker to a listed address",
 				req.GetRank(), addrs[0].Addr(), tree.topo)
+			s.step(func(c *core) { c.CannotForm(req, err) })
+			return nil, err
 		}
 	}
 	// While the controller reconnects to the switch, registrations wait
