@@ -252,6 +252,16 @@ func (s *Session) executeSwitch(h *Handle) error {
 			first = err
 		}
 	}
+	reported := false
+	if errors.Is(first, ErrTimeoutBudget) && s.departure(h.ctx, "allreduce") == nil {
+		// The switch stopped answering this rank: lost, or waiting for a
+		// rank that stopped sending? The controller looks before it says.
+		var verdict error
+		if reported, verdict = s.verdictOnGiveUp(first); verdict != nil {
+			s.abort(verdict)
+			first = verdict
+		}
+	}
 	end := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -298,7 +308,9 @@ func (s *Session) executeSwitch(h *Handle) error {
 			if why := s.departure(h.ctx, "allreduce"); why != nil {
 				reason = why // the caller stopped it: say so, not what the lanes saw
 			}
-			s.reportAsync(reason)
+			if !reported {
+				s.reportAsync(reason)
+			}
 		}
 		return first
 	}

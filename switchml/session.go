@@ -400,17 +400,56 @@ func (s *Session) reportAsync(reason error) {
 	s.reports.Add(1)
 	go func() {
 		defer s.reports.Done()
-		s.reportFailure(reason)
+		_, _ = s.reportFailure(reason)
 	}()
 }
 
 // reportFailure tells the controller that this rank can no longer take part
 // (its session broke), so that the other ranks learn why at once.
-func (s *Session) reportFailure(reason error) {
+func (s *Session) reportFailure(reason error) (*controllerpb.AbortResponse, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_, _ = s.client.Abort(ctx, &controllerpb.AbortRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Reason: reason.Error(),
+	return s.client.Abort(ctx, &controllerpb.AbortRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Reason: reason.Error(),
 		SwitchUnreachable: errors.Is(reason, ErrTimeoutBudget), RankSecret: s.rankSecret})
+}
+
+// leaseVerdictWait bounds how long a rank that gave up on the switch, and
+// found its session already ended by a peer's report, waits for the
+// controller's word on why (through its lease).
+const leaseVerdictWait = 2 * time.Second
+
+// verdictOnGiveUp reports at once that this rank gave up on the switch,
+// and returns the controller's verdict when it is not a switch loss: the
+// switch answers, and the job's slots wait for ranks that stopped sending
+// (ErrAborted naming them). Nil: a switch loss, or no verdict to be had.
+// reported says the controller heard this rank's report.
+func (s *Session) verdictOnGiveUp(gaveUp error) (reported bool, verdict error) {
+	if s.client == nil || s.sessionID == 0 {
+		return false, nil
+	}
+	resp, err := s.reportFailure(gaveUp)
+	if err != nil {
+		return false, nil
+	}
+	switch resp.GetCause() {
+	case "switch_lost":
+		return true, nil
+	case "":
+		// A peer's report ended the session first: its cause comes
+		// through the lease.
+		select {
+		case <-s.aborted:
+		case <-time.After(leaseVerdictWait):
+		}
+		s.mu.Lock()
+		broken := s.broken
+		s.mu.Unlock()
+		if broken != nil && errors.Is(broken, ErrAborted) && !errors.Is(broken, ErrSwitchLost) {
+			return true, broken
+		}
+		return true, nil
+	}
+	return true, fmt.Errorf("%w: %s", ErrAborted, resp.GetReason())
 }
 
 // reach asks the controller what the switch takes, waiting no longer than
@@ -750,6 +789,13 @@ func (s *Session) sessionError(caller context.Context, what string, err error) e
 	}
 	if status.Code(err) == codes.NotFound {
 		return fmt.Errorf("%w: %s: the controller at %s no longer holds this session (it restarted): join again (%s)", ErrAborted, what, s.cfg.Controller, status.Convert(err).Message())
+	}
+	if status.Code(err) == codes.DeadlineExceeded && s.conn.GetState() == connectivity.Ready {
+		// The controller answered that the peers did not all come in
+		// time, naming those missing: this rank gives up, out of step
+		// with them, and the job ends for all with that cause.
+		msg := status.Convert(err).Message()
+		return s.leaveEarly(fmt.Errorf("gave up waiting in %s: %s", what, msg), fmt.Errorf("switchml: %s: timed out: %s", what, msg))
 	}
 	return s.rpcError(what, err)
 }

@@ -19,6 +19,9 @@ func init() {
 	register("allreduce", "one worker of an allreduce job: fills a tensor from --seed and its rank, runs --iters allreduces and verifies the global sum", runAllReduce)
 }
 
+// minBarrierWait is the least a run's barrier waits for the other ranks.
+const minBarrierWait = 10 * time.Second
+
 // allreduceFlags names the flag that sets each switchml.Config field.
 var allreduceFlags = map[string]string{
 	"Controller": "controller", "Job": "job", "Rank": "rank", "Workers": "workers", "Token": "token", "Bind": "bind",
@@ -191,6 +194,16 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, ele
 			return sess.AllReduceBFloat16(ctx, u16)
 		}
 	}
+	// The run's barriers wait for the slowest rank as long as an
+	// allreduce waits for the switch (--give-up; at least
+	// minBarrierWait, for the filling and checking of large tensors): a
+	// rank that stopped is named, and the job ends, instead of its peers
+	// waiting out the join timeout.
+	barrier := func(name string) error {
+		bctx, cancel := context.WithTimeout(ctx, max(cfg.GiveUp, minBarrierWait))
+		defer cancel()
+		return sess.Barrier(bctx, name)
+	}
 	// Verified is set once every iteration's check passed, and only then.
 	rep.Verified = false
 	var meter cpuMeter
@@ -202,7 +215,7 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, ele
 		}
 		// Start together, so a rank's time does not include waiting for
 		// a slower rank to finish filling its tensor.
-		if err := sess.Barrier(ctx, fmt.Sprintf("iter-%d", it)); err != nil {
+		if err := barrier(fmt.Sprintf("iter-%d", it)); err != nil {
 			return err
 		}
 		meter.begin()
@@ -223,7 +236,7 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, ele
 		// Checking and refilling the tensor is CPU-heavy: start it only
 		// when every rank is done, or ranks that finish first slow down
 		// the others' timed allreduce on a shared host.
-		if err := sess.Barrier(ctx, fmt.Sprintf("done-%d", it)); err != nil {
+		if err := barrier(fmt.Sprintf("done-%d", it)); err != nil {
 			return err
 		}
 		if verify {

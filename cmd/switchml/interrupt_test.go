@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -75,5 +78,51 @@ func TestWrongWorkersEndsTheJob(t *testing.T) {
 		if err == nil || !strings.Contains(p.Logs(), "world_size") {
 			t.Errorf("rank %d: exit %v, stderr:\n%s\nwant a failure naming the world size", r, err, p.Logs())
 		}
+	}
+}
+
+// TestStoppedRankIsNamed: one rank of three is stopped (SIGSTOP) mid-run.
+// Its peers give up on the switch after --give-up and exit naming it as
+// stopped; the controller, finding the switch answering, records no switch
+// loss.
+func TestStoppedRankIsNamed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes; skipped in -short")
+	}
+	f := startFabric(t, nil, "")
+	ps := make([]*proc, faultJobWorkers)
+	for r := range ps {
+		ps[r] = spawn(t, nil, "allreduce", "--controller", f.controller, "--job", "stopped", "--rank", fmt.Sprint(r),
+			"--workers", fmt.Sprint(faultJobWorkers), "--elements", "1000000", "--iters", "100000", "--lanes", "2", "--window", "32",
+			"--give-up", "5s", "--verify=false")
+	}
+	waitRunning(t, f.ctl, "stopped", 1)
+	stopped := ps[1].Cmd().Process
+	if err := stopped.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopped.Signal(syscall.SIGCONT) })
+	// Rank 1 stops inside an allreduce (its peers' slots wait for it) or
+	// between two (its peers wait for it at a barrier): either way they
+	// name it.
+	for r, p := range []*proc{ps[0], ps[2]} {
+		err := p.wait(t, 2*time.Minute)
+		msg := p.Logs()
+		if err == nil || !strings.Contains(msg, "rank 1 stopped sending") && !strings.Contains(msg, "rank 1 did not come") {
+			t.Errorf("rank %d: exit %v, stderr:\n%s\nwant a failure naming rank 1", 2*r, err, msg)
+		}
+	}
+	var out bytes.Buffer
+	if err := statusCommand(context.Background(), []string{"--controller", f.controller, "--json", "--no-counters"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Ended map[string]string `json:"ended"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &st); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, out.String())
+	}
+	if st.Ended["switch_lost"] != "0" || st.Ended["rank_failed"] != "1" {
+		t.Errorf("jobs ended %v; want one rank_failed and no switch_lost", st.Ended)
 	}
 }

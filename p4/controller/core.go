@@ -25,6 +25,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/switchml/switchml-go/p4/controller/controllerpb"
@@ -814,10 +815,21 @@ func (c *core) GiveUp(w waiter, code codes.Code) error {
 		return refuse(code, "job %q: ranks %v of %d never registered before rank %d's deadline (start every rank, or check the job name and world size)",
 			j.name, missing, len(j.ranks), rank)
 	case waitBarrier, waitBroadcast:
+		var missing []string
+		for r := range j.ranks {
+			if uint32(r) != rank && !wt.round.arrived[uint32(r)] {
+				missing = append(missing, strconv.Itoa(r))
+			}
+		}
+		arrived := len(wt.round.arrived)
 		j.unjoin(wt.set, wt.round, wt.k, rank)
 		if wt.kind == waitBarrier {
-			return refuse(code, "job %q barrier %q: %d of %d ranks arrived before rank %d's deadline",
-				j.name, wt.name, len(wt.round.arrived), len(j.ranks), rank)
+			who := "ranks " + strings.Join(missing, ", ")
+			if len(missing) == 1 {
+				who = "rank " + missing[0]
+			}
+			return refuse(code, "job %q barrier %q: %s did not come before rank %d's deadline (%d of %d ranks arrived)",
+				j.name, wt.name, who, rank, arrived, len(j.ranks))
 		}
 		return refuse(code, "job %q broadcast %q: root %d did not send before rank %d's deadline", j.name, wt.name, wt.round.root, rank)
 	}

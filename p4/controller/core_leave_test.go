@@ -124,3 +124,50 @@ func TestCoreJobThatCannotForm(t *testing.T) {
 		}
 	}
 }
+
+// abort hands the core a rank's abort, with nothing learned from the
+// switch.
+func (r *rig) abort(req *controllerpb.AbortRequest) error {
+	_, _, err := r.c.Abort(req, stallVerdict{})
+	return err
+}
+
+// TestCoreStalledRankIsNotASwitchLoss: a rank gives up on the switch; when
+// the switch answered and the job's slots wait for rank 2, the job ends
+// naming rank 2 as stopped (rank_failed), not as a switch loss; when the
+// switch did not answer (or was not asked), it is a switch loss as before.
+func TestCoreStalledRankIsNotASwitchLoss(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		v         stallVerdict
+		cause     endCause
+		wantWhy   string
+		wantCause string
+	}{
+		{"rank 2 stopped", stallVerdict{asked: true, answered: true, missing: map[int]int{2: 8}}, endRankFailed,
+			"rank 2 stopped sending: the switch answers and holds 8 of the job's slots waiting for it (rank 0 gave up waiting: no answer)", "rank_failed"},
+		{"two ranks stopped", stallVerdict{asked: true, answered: true, missing: map[int]int{2: 3, 1: 5}}, endRankFailed,
+			"ranks 1, 2 stopped sending", "rank_failed"},
+		{"no slot waits", stallVerdict{asked: true, answered: true, missing: map[int]int{}}, endSwitchLost, "aborted by rank 0: no answer", "switch_lost"},
+		{"switch silent", stallVerdict{asked: true}, endSwitchLost, "aborted by rank 0: no answer", "switch_lost"},
+		{"not asked", stallVerdict{}, endSwitchLost, "aborted by rank 0: no answer", "switch_lost"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRig(t, 64)
+			resp := r.run("j", 3, 10)
+			lease := r.watch(&controllerpb.WatchRequest{Job: "j", Rank: 1, SessionId: resp.GetSessionId()})
+			cause, why, err := r.c.Abort(&controllerpb.AbortRequest{Job: "j", Rank: 0, SessionId: resp.GetSessionId(), Reason: "no answer",
+				SwitchUnreachable: true, RankSecret: r.sec("j", 0)}, c.v)
+			r.collect()
+			if err != nil || cause != c.wantCause || !strings.Contains(why, c.wantWhy) {
+				t.Fatalf("abort: %q, %q, %v; want %q containing %q", cause, why, err, c.wantCause, c.wantWhy)
+			}
+			if a := r.answer(lease); a.cause != c.cause || !strings.Contains(a.ended, c.wantWhy) {
+				t.Errorf("rank 1's lease ended %v %q, want %v containing %q", a.cause, a.ended, c.cause, c.wantWhy)
+			}
+			if r.c.endings[c.cause] != 1 {
+				t.Errorf("endings %v, want one %v", r.c.endings, c.cause)
+			}
+		})
+	}
+}

@@ -287,23 +287,46 @@ func (c *core) strandedBy(j *job) {
 	}
 }
 
-// Abort ends a session on behalf of one of its ranks.
-func (c *core) Abort(req *controllerpb.AbortRequest) error {
+// Abort ends a session on behalf of one of its ranks, and says how: the
+// cause's word and the reason its ranks are given ("" when the session was
+// already over). A rank that gave up on the switch (switch_unreachable)
+// ends it as a switch loss, unless v, what the driver learned from the
+// switch, shows the switch answering with slots of the job waiting for
+// ranks that stopped sending: then those ranks are named.
+func (c *core) Abort(req *controllerpb.AbortRequest, v stallVerdict) (cause, why string, err error) {
 	j, err := c.ongoing(req.GetJob(), req.GetRank(), req.GetSessionId(), req.GetRankSecret())
 	if j == nil {
-		return err
+		return "", "", err
 	}
 	reason := req.GetReason()
 	if len(reason) > maxReasonLen {
 		reason = strings.ToValidUTF8(reason[:maxReasonLen], "") + "..."
 	}
-	c.log.Warn("controller: rank aborted its job", "job", j.name, "rank", req.GetRank(), "reason", reason, "switch_unreachable", req.GetSwitchUnreachable())
-	cause := endRankFailed
+	end := endRankFailed
+	why = fmt.Sprintf("aborted by rank %d: %s", req.GetRank(), reason)
+	stalled := ""
 	if req.GetSwitchUnreachable() {
-		cause = endSwitchLost
+		end = endSwitchLost
+		if who, slots := v.stalled(); who != "" {
+			end, stalled = endRankFailed, who
+			why = stalledCause(who, slots, int(req.GetRank()), reason)
+		}
 	}
-	c.retire(j, cause, fmt.Sprintf("aborted by rank %d: %s", req.GetRank(), reason))
-	return nil
+	c.log.Warn("controller: rank aborted its job", "job", j.name, "rank", req.GetRank(), "reason", reason,
+		"switch_unreachable", req.GetSwitchUnreachable(), "switch_checked", v.asked, "switch_answered", v.answered, "stalled", stalled)
+	c.retire(j, end, why)
+	return end.String(), fmt.Sprintf("job %q %s", j.name, why), nil
+}
+
+// partitionOf says where the job an abort names sits in the pool, for the
+// driver to ask the switch about it; ok is false when the session is over
+// (or the call is not the rank's).
+func (c *core) partitionOf(req *controllerpb.AbortRequest) (p partition, ok bool, err error) {
+	j, err := c.ongoing(req.GetJob(), req.GetRank(), req.GetSessionId(), req.GetRankSecret())
+	if j == nil {
+		return partition{}, false, err
+	}
+	return partition{job: j.name, base: int(j.resp.GetPoolBase()), size: int(j.resp.GetPoolSize()), world: len(j.ranks)}, true, nil
 }
 
 // Watch takes a rank's lease on its session (claiming a job found on the

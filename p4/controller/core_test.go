@@ -428,7 +428,7 @@ func TestCoreJobEnds(t *testing.T) {
 	}{
 		{"abort by a rank", func(r *rig, resp *controllerpb.RegisterResponse, _ []waiter) {
 			long := strings.Repeat("x", 1000)
-			if err := r.c.Abort(&controllerpb.AbortRequest{Job: "j", Rank: 1, SessionId: resp.GetSessionId(), Reason: "NaN " + long, RankSecret: r.sec("j", 1)}); err != nil {
+			if err := r.abort(&controllerpb.AbortRequest{Job: "j", Rank: 1, SessionId: resp.GetSessionId(), Reason: "NaN " + long, RankSecret: r.sec("j", 1)}); err != nil {
 				r.t.Fatal(err)
 			}
 		}, "aborted by rank 1: NaN", true},
@@ -499,7 +499,7 @@ func TestCoreLeaseOfALeftRankIsQuiet(t *testing.T) {
 	}
 	// Leave and Abort of a session that is over are no error.
 	for _, id := range []uint64{resp.GetSessionId() + 2, 12345} {
-		if err := r.c.Abort(&controllerpb.AbortRequest{Job: "j", SessionId: id, RankSecret: r.sec("j", 0)}); err != nil {
+		if err := r.abort(&controllerpb.AbortRequest{Job: "j", SessionId: id, RankSecret: r.sec("j", 0)}); err != nil {
 			t.Errorf("abort of session %d: %v", id, err)
 		}
 	}
@@ -693,7 +693,7 @@ func TestCoreBarrierRounds(t *testing.T) {
 	}
 	r.pending(second0)
 	second1 := b(1, "b", 2)
-	wantRefusal(t, r.c.GiveUp(second1, codes.DeadlineExceeded), codes.DeadlineExceeded, "1 of 3 ranks arrived before rank 1's deadline")
+	wantRefusal(t, r.c.GiveUp(second1, codes.DeadlineExceeded), codes.DeadlineExceeded, "rank 2 did not come before rank 1's deadline (2 of 3 ranks arrived)")
 	second1 = b(1, "b", 2)
 	b(2, "b", 2)
 	for _, w := range []waiter{second0, second1} {

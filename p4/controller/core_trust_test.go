@@ -63,7 +63,7 @@ func TestCoreRankSecrets(t *testing.T) {
 				return r.c.Leave(&controllerpb.LeaveRequest{Job: "j", Rank: 0, SessionId: id, RankSecret: bad})
 			}},
 			{"abort", func() error {
-				return r.c.Abort(&controllerpb.AbortRequest{Job: "j", Rank: 0, SessionId: id, Reason: "attacker's words", RankSecret: bad})
+				return r.abort(&controllerpb.AbortRequest{Job: "j", Rank: 0, SessionId: id, Reason: "attacker's words", RankSecret: bad})
 			}},
 			{"watch", func() error {
 				return r.c.Watch(r.waiter(), &controllerpb.WatchRequest{Job: "j", Rank: 0, SessionId: id, RankSecret: bad})
@@ -92,7 +92,7 @@ func TestCoreRankSecrets(t *testing.T) {
 		errs = append(errs, err)
 	}
 	// An ended session tells its cause to its ranks only.
-	if err := r.c.Abort(&controllerpb.AbortRequest{Job: "j", Rank: 1, SessionId: id, Reason: "lane 0 gave up", RankSecret: s1}); err != nil {
+	if err := r.abort(&controllerpb.AbortRequest{Job: "j", Rank: 1, SessionId: id, Reason: "lane 0 gave up", RankSecret: s1}); err != nil {
 		t.Fatal(err)
 	}
 	r.collect()
@@ -311,7 +311,7 @@ func TestCoreBounds(t *testing.T) {
 		{"job name of a barrier", r.c.Barrier(r.waiter(), &controllerpb.BarrierRequest{Job: huge, SessionId: id, RankSecret: sec}), "job name of 1048576 bytes"},
 		{"job name of a watch", r.c.Watch(r.waiter(), &controllerpb.WatchRequest{Job: huge, SessionId: id, RankSecret: sec}), "job name of 1048576 bytes"},
 		{"token of a watch", r.c.Watch(r.waiter(), &controllerpb.WatchRequest{Job: okName, SessionId: id, Token: huge, RankSecret: sec}), "token of 1048576 bytes"},
-		{"job name of an abort", r.c.Abort(&controllerpb.AbortRequest{Job: huge, SessionId: id, RankSecret: sec}), "job name of 1048576 bytes"},
+		{"job name of an abort", r.abort(&controllerpb.AbortRequest{Job: huge, SessionId: id, RankSecret: sec}), "job name of 1048576 bytes"},
 	} {
 		wantRefusal(t, c.err, codes.InvalidArgument, c.text)
 		if len(c.err.Error()) > 200 {
@@ -322,7 +322,7 @@ func TestCoreBounds(t *testing.T) {
 		t.Fatalf("refused calls changed the job: rounds %v, leased %v, %v", j.rounds, j.leased, j.state)
 	}
 	// An abort's reason is kept to its bound.
-	if err := r.c.Abort(&controllerpb.AbortRequest{Job: okName, SessionId: id, Reason: huge, RankSecret: sec}); err != nil {
+	if err := r.abort(&controllerpb.AbortRequest{Job: okName, SessionId: id, Reason: huge, RankSecret: sec}); err != nil {
 		t.Fatal(err)
 	}
 	if j := r.c.ended[id]; len(j.why) > maxNameLen+maxReasonLen+100 {

@@ -130,7 +130,7 @@ func TestCoreFallbackAbortBySwitch(t *testing.T) {
 	r := newRig(t, 64)
 	resp := r.run("a", 2, 1)
 	lease := r.watch(&controllerpb.WatchRequest{Job: "a", Rank: 1, SessionId: resp.GetSessionId()})
-	if err := r.c.Abort(&controllerpb.AbortRequest{Job: "a", Rank: 0, SessionId: resp.GetSessionId(), Reason: "no answer", SwitchUnreachable: true, RankSecret: r.sec("a", 0)}); err != nil {
+	if err := r.abort(&controllerpb.AbortRequest{Job: "a", Rank: 0, SessionId: resp.GetSessionId(), Reason: "no answer", SwitchUnreachable: true, RankSecret: r.sec("a", 0)}); err != nil {
 		t.Fatal(err)
 	}
 	r.collect()

@@ -481,12 +481,27 @@ func (s *JobService) Leave(ctx context.Context, req *controllerpb.LeaveRequest) 
 
 // Abort implements controllerpb.JobService.
 func (s *JobService) Abort(ctx context.Context, req *controllerpb.AbortRequest) (*controllerpb.AbortResponse, error) {
+	var v stallVerdict
+	if req.GetSwitchUnreachable() {
+		// Before it is taken for a lost switch: does the switch answer, and
+		// do the job's slots wait for ranks that stopped sending?
+		s.mu.Lock()
+		p, ok, err := s.core.partitionOf(req)
+		s.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			v = s.diagnose(ctx, p)
+		}
+	}
+	var cause, why string
 	var err error
-	s.step(func(c *core) { err = c.Abort(req) })
+	s.step(func(c *core) { cause, why, err = c.Abort(req, v) })
 	if err != nil {
 		return nil, err
 	}
-	return &controllerpb.AbortResponse{}, nil
+	return &controllerpb.AbortResponse{Cause: cause, Reason: why}, nil
 }
 
 // Watch implements controllerpb.JobService: the stream is the rank's lease.

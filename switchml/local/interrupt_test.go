@@ -8,6 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/switchml/switchml-go/p4/controller/controllerpb"
 	"github.com/switchml/switchml-go/switchml"
 )
 
@@ -118,4 +122,61 @@ func TestInterruptedAllReduceEndsTheJob(t *testing.T) {
 			t.Errorf("rank %d: %v, want ErrAborted naming rank 0's interrupt", r+1, err)
 		}
 	}
+}
+
+// TestStalledRankIsNamed: rank 2 of a job is alive and holds its lease but
+// stops calling allreduce (a stopped process, a stuck data loader). Its
+// peers give up on the switch, and the controller, finding the switch
+// answering with slots that wait for rank 2, ends the job naming rank 2:
+// no switch loss is recorded, and the peers' errors are not taken for one
+// (a session with FallbackOnLoss would not move a healthy job to the ring).
+func TestStalledRankIsNamed(t *testing.T) {
+	ctx, fab := startFabric(t)
+	sess := make([]*switchml.Session, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for r := range sess {
+		wg.Go(func() {
+			sess[r], errs[r] = switchml.Join(ctx, switchml.Config{Controller: fab.ControllerAddr(), Job: "stalled", Rank: r, Workers: 3,
+				Lanes: 2, Window: 8, GiveUp: 2 * time.Second})
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, s := range sess {
+			s.Close()
+		}
+	})
+	for r := range 2 {
+		wg.Go(func() { errs[r] = sess[r].AllReduceFloat32(ctx, make([]float32, 20_000)) })
+	}
+	wg.Wait()
+	for r, err := range errs[:2] {
+		if !errors.Is(err, switchml.ErrAborted) || errors.Is(err, switchml.ErrTimeoutBudget) || errors.Is(err, switchml.ErrSwitchLost) ||
+			!strings.Contains(err.Error(), "rank 2 stopped sending") {
+			t.Errorf("rank %d: %v, want ErrAborted naming rank 2 as stopped, not a switch loss", r, err)
+		}
+	}
+	st := controllerStatus(t, ctx, fab.ControllerAddr())
+	if st.GetEnded()["switch_lost"] != 0 || st.GetEnded()["rank_failed"] != 1 {
+		t.Errorf("the controller counted %v; want one rank_failed and no switch_lost", st.GetEnded())
+	}
+}
+
+// controllerStatus asks a controller without TLS for its status.
+func controllerStatus(t *testing.T, ctx context.Context, addr string) *controllerpb.StatusResponse {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	st, err := controllerpb.NewJobServiceClient(conn).Status(ctx, &controllerpb.StatusRequest{SkipSwitchCounters: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

@@ -1087,7 +1087,14 @@ func (x *AbortRequest) GetRankSecret() []byte {
 }
 
 type AbortResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How the controller ended the session: a word of StatusResponse.ended
+	// (switch_lost, rank_failed), and why. A rank that gave up on the switch
+	// (switch_unreachable) learns here whether the switch was lost or a
+	// rank stopped sending (the switch answers and holds slots waiting for
+	// it). Empty when the session was already over.
+	Cause         string `protobuf:"bytes,1,opt,name=cause,proto3" json:"cause,omitempty"`
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1120,6 +1127,20 @@ func (x *AbortResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use AbortResponse.ProtoReflect.Descriptor instead.
 func (*AbortResponse) Descriptor() ([]byte, []int) {
 	return file_controller_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *AbortResponse) GetCause() string {
+	if x != nil {
+		return x.Cause
+	}
+	return ""
+}
+
+func (x *AbortResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 type StatusRequest struct {
@@ -1692,8 +1713,10 @@ const file_controller_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12-\n" +
 	"\x12switch_unreachable\x18\x05 \x01(\bR\x11switchUnreachable\x12\x1f\n" +
 	"\vrank_secret\x18\x06 \x01(\fR\n" +
-	"rankSecret\"\x0f\n" +
-	"\rAbortResponse\"}\n" +
+	"rankSecret\"=\n" +
+	"\rAbortResponse\x12\x14\n" +
+	"\x05cause\x18\x01 \x01(\tR\x05cause\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"}\n" +
 	"\rStatusRequest\x120\n" +
 	"\x14skip_switch_counters\x18\x01 \x01(\bR\x12skipSwitchCounters\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +

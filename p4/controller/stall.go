@@ -1,0 +1,155 @@
+package controller
+
+// When a rank gives up on the switch (no answer for its give-up time), the
+// switch may be lost, or a rank of the job may have stopped sending: the
+// slots it did not contribute to wait for it, and no result comes. The
+// controller tells the two apart by asking the switch which ranks the
+// job's waiting slots lack, before it records a switch loss.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
+)
+
+// stallReader is a switch that can say which ranks a job's slots wait for
+// (a P4Runtime Client on a target that serves register reads).
+type stallReader interface {
+	WaitingFor(ctx context.Context, base, size, slots, world int) (map[int]int, error)
+}
+
+// stallBitmapRanks is how many ranks a bitmap read names: the low 64 bits
+// of a slot's bitmap (the P4 programs' bitmaps are 32 bits wide).
+const stallBitmapRanks = 64
+
+// WaitingFor reads the countdown of the slots [base, base+size) of both
+// sets (slots per set), and for those still waiting for contributions, the
+// bitmap of the ranks that gave theirs. It returns, for each of the job's
+// first world ranks (up to 64) missing from some waiting slot, how many
+// slots wait for it. An empty map: no slot of the job waits.
+func (c *Client) WaitingFor(ctx context.Context, base, size, slots, world int) (map[int]int, error) {
+	ids := c.IDs()
+	if ids.RegisterPoolBitmap == 0 {
+		return nil, errors.New("controller: this program keeps its bitmaps in pair registers, which the controller does not read")
+	}
+	var idx []int64
+	for set := range 2 {
+		for i := base; i < base+size; i++ {
+			idx = append(idx, int64(set*slots+i))
+		}
+	}
+	counts, err := c.readCells(ctx, ids.RegisterPoolCount, idx)
+	if err != nil {
+		return nil, err
+	}
+	var waiting []int64
+	for _, i := range idx {
+		if counts[i] != 0 {
+			waiting = append(waiting, i)
+		}
+	}
+	missing := map[int]int{}
+	if len(waiting) == 0 {
+		return missing, nil
+	}
+	bitmaps, err := c.readCells(ctx, ids.RegisterPoolBitmap, waiting)
+	if err != nil {
+		return nil, err
+	}
+	for _, i := range waiting {
+		for r := range min(world, stallBitmapRanks) {
+			if bitmaps[i]&(1<<r) == 0 {
+				missing[r]++
+			}
+		}
+	}
+	return missing, nil
+}
+
+// readCells reads the given cells of a register, as unsigned values.
+func (c *Client) readCells(ctx context.Context, id uint32, idx []int64) (map[int64]uint64, error) {
+	qs := make([]*p4v1.Entity, len(idx))
+	for k, i := range idx {
+		qs[k] = &p4v1.Entity{Entity: &p4v1.Entity_RegisterEntry{RegisterEntry: &p4v1.RegisterEntry{RegisterId: id, Index: &p4v1.Index{Index: i}}}}
+	}
+	ents, err := c.Read(ctx, qs...)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int64]uint64, len(ents))
+	for _, e := range ents {
+		re := e.GetRegisterEntry()
+		b := re.GetData().GetBitstring()
+		if len(b) > 8 {
+			b = b[len(b)-8:]
+		}
+		var v uint64
+		for _, x := range b {
+			v = v<<8 | uint64(x)
+		}
+		out[re.GetIndex().GetIndex()] = v
+	}
+	return out, nil
+}
+
+// stallVerdict is what the driver learned from the switch about a job a
+// rank gave up on: whether the switch answered, and which ranks the job's
+// waiting slots lack (rank: slots).
+type stallVerdict struct {
+	asked    bool
+	answered bool
+	missing  map[int]int
+}
+
+// stalled describes the ranks the verdict found missing, or "" when it
+// found none (or could not ask).
+func (v stallVerdict) stalled() (who string, slots int) {
+	if !v.answered || len(v.missing) == 0 {
+		return "", 0
+	}
+	ranks := slices.Sorted(maps.Keys(v.missing))
+	words := make([]string, len(ranks))
+	for i, r := range ranks {
+		words[i] = strconv.Itoa(r)
+		slots = max(slots, v.missing[r])
+	}
+	if len(ranks) == 1 {
+		return "rank " + words[0], slots
+	}
+	return "ranks " + strings.Join(words, ", "), slots
+}
+
+// diagnose asks the switch which ranks the partition's slots wait for,
+// within statusReadTimeout.
+func (s *JobService) diagnose(ctx context.Context, p partition) stallVerdict {
+	sr, ok := s.current.Load().Switch.(stallReader)
+	if !ok {
+		return stallVerdict{}
+	}
+	ctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
+	defer cancel()
+	missing, err := sr.WaitingFor(ctx, p.base, p.size, s.cfg.Slots, p.world)
+	if err != nil {
+		s.log.Warn("controller: reading which ranks a job's slots wait for", "job", p.job, "err", err)
+		return stallVerdict{asked: true}
+	}
+	return stallVerdict{asked: true, answered: true, missing: missing}
+}
+
+// partition is where a job sits in the pool, for diagnose.
+type partition struct {
+	job               string
+	base, size, world int
+}
+
+// stalledCause words the end of a job whose waiting slots lack who.
+func stalledCause(who string, slots, giver int, reason string) string {
+	return fmt.Sprintf("aborted: %s stopped sending: the switch answers and holds %d of the job's slots waiting for it (rank %d gave up waiting: %s)",
+		who, slots, giver, reason)
+}
