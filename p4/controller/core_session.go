@@ -264,6 +264,29 @@ func (c *core) Leave(req *controllerpb.LeaveRequest) error {
 	return nil
 }
 
+// leftEarly says where the job a rank just left sits, and its generation,
+// when its other ranks run on (gen 0 otherwise): the driver then asks the
+// switch whether the job's slots wait for the rank's share.
+func (c *core) leftEarly(req *controllerpb.LeaveRequest) (partition, uint64) {
+	j := c.jobs[req.GetJob()]
+	if j == nil || j.state != jobActive || !j.left[req.GetRank()] || len(j.ranks) < 2 {
+		return partition{}, 0
+	}
+	return partition{job: j.name, base: int(j.resp.GetPoolBase()), size: int(j.resp.GetPoolSize()), world: len(j.ranks)}, j.gen
+}
+
+// LeftMidCall ends generation gen, whose rank left while slots of the job
+// wait for its share (the driver read them from the switch): its peers are
+// inside a call the rank will never make.
+func (c *core) LeftMidCall(gen uint64, rank uint32, slots int) {
+	for _, j := range c.jobs {
+		if j.gen == gen && j.state == jobActive && j.left[rank] {
+			c.retire(j, endRankFailed, fmt.Sprintf("aborted: rank %d closed its session (left) while %d of the job's slots wait for its share", rank, slots))
+			return
+		}
+	}
+}
+
 // strandedBy ends a job whose waiting barrier or broadcast needs a rank
 // that left: that rank will never call it, and its peers would wait until
 // their deadlines. The cause names the rank and the call.

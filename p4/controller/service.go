@@ -472,9 +472,22 @@ func (s *JobService) Broadcast(ctx context.Context, req *controllerpb.BroadcastR
 // Leave implements controllerpb.JobService.
 func (s *JobService) Leave(ctx context.Context, req *controllerpb.LeaveRequest) (*controllerpb.LeaveResponse, error) {
 	var err error
-	s.step(func(c *core) { err = c.Leave(req) })
+	var p partition
+	var gen uint64
+	s.step(func(c *core) {
+		if err = c.Leave(req); err == nil {
+			p, gen = c.leftEarly(req)
+		}
+	})
 	if err != nil {
 		return nil, err
+	}
+	if gen != 0 {
+		// Its peers run on: do the job's slots wait for this rank's
+		// share (it left in the middle of a call they make)?
+		if v := s.diagnose(ctx, p); v.missing[int(req.GetRank())] > 0 {
+			s.step(func(c *core) { c.LeftMidCall(gen, req.GetRank(), v.missing[int(req.GetRank())]) })
+		}
 	}
 	return &controllerpb.LeaveResponse{}, nil
 }

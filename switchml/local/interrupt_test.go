@@ -180,3 +180,75 @@ func controllerStatus(t *testing.T, ctx context.Context, addr string) *controlle
 	}
 	return st
 }
+
+// TestLeftMidAllReduceEndsTheJob: rank 2 closes its session (as
+// destroy_process_group does) while ranks 0 and 1 are inside an allreduce
+// it never makes. The controller, finding the job's slots waiting for rank
+// 2's share, ends the job at once: ranks 0 and 1 fail with ErrAborted
+// naming rank 2, although their give-up is an hour away.
+func TestLeftMidAllReduceEndsTheJob(t *testing.T) {
+	ctx, fab := startFabric(t)
+	sess := make([]*switchml.Session, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for r := range sess {
+		wg.Go(func() {
+			sess[r], errs[r] = switchml.Join(ctx, switchml.Config{Controller: fab.ControllerAddr(), Job: "left", Rank: r, Workers: 3,
+				Lanes: 1, Window: 8, GiveUp: time.Hour})
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, s := range sess {
+			s.Close()
+		}
+	})
+	for r := range 2 {
+		wg.Go(func() { errs[r] = sess[r].AllReduceInt32(ctx, make([]int32, 10_000)) })
+	}
+	// Wait until the switch holds the ranks' first packets.
+	for {
+		received := uint64(0)
+		for _, c := range controllerStatusWithCounters(t, ctx, fab.ControllerAddr()).GetSwitchCounters() {
+			if c.GetName() == "received" {
+				received = c.GetPackets()
+			}
+		}
+		if received > 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the switch never received the ranks' packets")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := sess[2].Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for r, err := range errs[:2] {
+		if !errors.Is(err, switchml.ErrAborted) || !strings.Contains(err.Error(), "rank 2 closed its session (left) while") {
+			t.Errorf("rank %d: %v, want ErrAborted naming rank 2's leaving", r, err)
+		}
+	}
+}
+
+// controllerStatusWithCounters asks a controller without TLS for its
+// status with the switch's counters.
+func controllerStatusWithCounters(t *testing.T, ctx context.Context, addr string) *controllerpb.StatusResponse {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	st, err := controllerpb.NewJobServiceClient(conn).Status(ctx, &controllerpb.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
