@@ -13,6 +13,7 @@ import datetime
 import os
 import queue
 import secrets
+import signal
 import socket
 import threading
 import time
@@ -155,10 +156,14 @@ class _Work(dist.Work):
         self._future = future
         self._live = live
         self._completed = self._claimed = False
+        # Set once the future completed: a wait on it lets signal handlers
+        # run (Ctrl-C), where the future's own wait would not.
+        self._done = threading.Event()
         live.add(self)
 
     def wait(self, timeout=None):
         try:
+            self._done.wait()
             self._future.wait()
         finally:
             self._live.claimed(self)
@@ -210,6 +215,43 @@ class _LocalSwitch:
 
 
 _groups = weakref.WeakSet()
+
+
+# The handlers of SIGINT and SIGTERM that were there before the first
+# group, chained from _on_signal.
+_previous_handlers = {}
+
+
+def _hook_signals():
+    """On the first group made in the main thread, chains _on_signal in
+    front of the SIGINT and SIGTERM handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        if sig in _previous_handlers:
+            continue
+        prev = signal.getsignal(sig)
+        if prev is None:  # installed outside Python: leave it alone
+            continue
+        _previous_handlers[sig] = prev
+        signal.signal(sig, _on_signal)
+
+
+def _on_signal(signum, frame):
+    """Ctrl-C or SIGTERM: every group leaves its job now, ending the
+    collective in flight, so that the other ranks fail at once naming this
+    rank instead of waiting for it; then the handler that was there before
+    runs (KeyboardInterrupt for SIGINT, by default)."""
+    for g in list(_groups):
+        g._interrupt()
+    prev = _previous_handlers.get(signum)
+    if callable(prev):
+        return prev(signum, frame)
+    if prev == signal.SIG_IGN:
+        return None
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    return None
 
 
 @atexit.register
@@ -275,6 +317,7 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
         self._thread = threading.Thread(target=self._run, name="switchml-pg-%s" % job, daemon=True)
         self._thread.start()
         _groups.add(self)
+        _hook_signals()
 
     @staticmethod
     def _rendezvous(store, rank, size, controller, timeout_s):
@@ -354,6 +397,7 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
                 work._future.set_exception(err)
             else:
                 work._future.set_result(res)
+            work._done.set()
 
     def _submit(self, fn):
         if self._closed:
@@ -379,6 +423,19 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
             self._session.close()
         except _lib.SwitchMLError:
             pass  # peers or the switch gone already: nothing left to leave
+
+    def _interrupt(self):
+        """Leaves the job at once, from a signal handler: the collective in
+        flight ends (the job ends for every rank, naming this one), and
+        those queued fail."""
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(None)
+        try:
+            self._session.close()
+        except _lib.SwitchMLError:
+            pass
 
     def __del__(self):
         try:

@@ -203,6 +203,18 @@ class Refusals(unittest.TestCase):
         self.assertEqual(cls, "JobAborted", msg)
         self.assertIn("rank 0", msg)
 
+    def test_ctrl_c_on_one_rank_ends_the_job_for_all(self):
+        res = run_ranks("interrupt", "switchml", 3)
+        code, outp, _ = res[1]
+        self.assertNotEqual(code, 0)
+        self.assertIn("KeyboardInterrupt", outp)
+        for r in (0, 2):
+            code, outp, saved = res[r]
+            self.assertEqual(code, 0, outp[-3000:])
+            cls, msg = saved["error"]
+            self.assertEqual(cls, "JobAborted", msg)
+            self.assertIn("rank 1 closed its session", msg)
+
     def test_mismatched_world_sizes(self):
         res = run_ranks("ops", "switchml", 2, worlds=[2, 3])
         for code, outp, _ in res:

@@ -6,7 +6,10 @@ It saves what the scenario produced to OUT (torch.save of a dict); a
 failure ends it with a traceback and a non-zero status.
 """
 import datetime
+import os
+import signal
 import sys
+import threading
 
 import torch
 import torch.distributed as dist
@@ -153,6 +156,24 @@ def abort(backend, rank, world):
         return {"error": None}
     except Exception as e:  # recorded for the test to judge
         return {"error": (type(e).__name__, str(e))}
+
+
+def interrupt(backend, rank, world):
+    """Allreduces in a loop; rank 1 gets a SIGINT (Ctrl-C) in the middle of
+    one. Its peers must fail at once naming rank 1, and rank 1 must end
+    with KeyboardInterrupt."""
+    dist.barrier()
+    x = torch.ones(200_000)
+    for i in range(100_000):
+        if rank == 1 and i == 3:
+            threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()
+        try:
+            dist.all_reduce(x)
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:  # recorded for the test to judge
+            return {"error": (type(e).__name__, str(e)), "iterations": i}
+    return {"error": None}
 
 
 def ddp(backend, rank, world):
