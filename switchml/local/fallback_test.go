@@ -123,7 +123,7 @@ func wantRing(t *testing.T, sess []*switchml.Session, reason string) {
 // TestFallbackFullPool: a second job that finds no room in the switch's
 // pool runs over the ring, exactly, while the first keeps the switch.
 func TestFallbackFullPool(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	fab := local.ForTest(t, local.Options{Slots: 32})
 	first := joinAll(t, ctx, jobConfigs(fab.ControllerAddr(), "first", 2, 2, 16, switchml.FallbackRing))
@@ -197,7 +197,7 @@ func freeAddrs(t *testing.T, n int) []string {
 // reached, ranks that were given each other's ring addresses run over
 // the ring; ranks that were not get an error that says to give them.
 func TestFallbackDeadSwitchAtJoin(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dead := freeAddrs(t, 1)[0]
 	cfgs := jobConfigs(dead, "orphan", 3, 2, 8, switchml.FallbackRing)
@@ -235,7 +235,7 @@ func waitCounter(ctx context.Context, fab *local.Fabric, c pipeline.Stat, n uint
 // process).
 func lossRig(t *testing.T, onLoss bool) (context.Context, *local.Fabric, []*switchml.Session, func()) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	fab, err := local.Start(ctx, local.Options{})
 	if err != nil {
