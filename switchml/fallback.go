@@ -299,8 +299,10 @@ func (s *Session) execute(h *Handle) error {
 		return s.executeRing(r, h)
 	}
 	if !s.cfg.FallbackOnLoss {
+		// Every call the loss fails names the option, also one made after
+		// the controller said the switch was lost.
 		err := s.executeSwitch(h)
-		if err != nil && broken == nil && switchLoss(err) {
+		if err != nil && switchLoss(err) {
 			err = fmt.Errorf("%w (to move to the ring when the switch is lost, set FallbackOnLoss with Fallback %q: --fallback ring --fallback-on-loss)", err, FallbackRing)
 		}
 		return err

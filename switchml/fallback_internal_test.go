@@ -5,10 +5,12 @@ import (
 	"errors"
 	"math"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/switchml/switchml-go/p4/controller/controllerpb"
 	"github.com/switchml/switchml-go/switchml/engine"
 )
 
@@ -119,6 +121,22 @@ func TestFallbackCatchUpAfterLostResult(t *testing.T) {
 		}
 		if active, why := s.Fallback(); !active || why == "" {
 			t.Fatalf("rank %d: Fallback() = %v, %q", r, active, why)
+		}
+	}
+}
+
+// TestFallbackHintAfterSwitchLost: without FallbackOnLoss, a call made
+// after the controller said the switch was lost (the session is already
+// broken) fails naming the loss and the option, as the call that met the
+// loss does.
+func TestFallbackHintAfterSwitchLost(t *testing.T) {
+	cfg := Config{Job: "hint", Rank: 0, Workers: 2}.withDefaults()
+	s := &Session{cfg: cfg}
+	s.broken = abortedBy(&controllerpb.WatchEvent{Aborted: true, Cause: "switch_lost", Reason: "the controller lost the switch"})
+	for k := range 2 {
+		err := s.execute(&Handle{ctx: context.Background(), op: engine.Op{DType: engine.Int32, I32: make([]int32, 4)}, n: 4})
+		if !errors.Is(err, ErrSwitchLost) || !strings.Contains(err.Error(), "FallbackOnLoss") {
+			t.Fatalf("call %d: %v, want ErrSwitchLost naming FallbackOnLoss", k, err)
 		}
 	}
 }

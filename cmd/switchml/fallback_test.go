@@ -58,18 +58,26 @@ func TestFallbackOnLossCLI(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes; skipped in -short")
 	}
-	f := startFabric(t, nil, "")
+	metrics := freeAddr(t)
+	f := startFabric(t, nil, "", "--metrics", metrics)
 	crashed := make(chan error, 1)
 	go func() {
+		// The switch dies once it has served the job's first calls (a
+		// call of 200,000 values is 3,125 results at 64 a packet), long
+		// before the last of 40.
+		const served = 3 * 200_000 / 64
 		deadline := time.Now().Add(2 * time.Minute)
-		for !strings.Contains(f.ctl.Logs(), `msg="controller: job ready" job=lossy `) {
+		for {
+			m, err := scrape(metrics)
+			if err == nil && m["switchml_switch_results_multicast_total"] >= served {
+				break
+			}
 			if time.Now().After(deadline) {
-				crashed <- fmt.Errorf("the job never became ready")
+				crashed <- fmt.Errorf("the switch never served %d results (%v)", served, err)
 				return
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		time.Sleep(300 * time.Millisecond)
 		crashed <- f.fab.Crash("switch")
 	}()
 	reps := runJob(t, f, nil, jobSpec{name: "lossy", dtype: "int32", workers: 3, elements: 200_000, iters: 40,

@@ -256,6 +256,10 @@ func listenJobs(cfg Config, svc *JobService) (lis net.Listener, served chan erro
 	served = make(chan error, 1)
 	go func() { served <- g.Serve(lis) }()
 	stop = func() {
+		// Stopping the server ends every lease at once; the service must
+		// not take the first to end for a lost rank and abort its job
+		// toward the others (the data plane does not need the controller).
+		svc.stop()
 		g.Stop() // Register calls block by design: do not wait for them
 		<-served
 	}

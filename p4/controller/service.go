@@ -296,7 +296,8 @@ func (s *JobService) rearm() {
 func (s *JobService) tick() { s.step(func(c *core) { c.Tick(time.Now()) }) }
 
 // stop ends the timer, so that a grace period or drain wait running out
-// after the service is done changes nothing.
+// after the service is done changes nothing; leases that end after it
+// were ended by the server stopping, not by their ranks, and abort no job.
 func (s *JobService) stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -530,7 +531,7 @@ func (s *JobService) Watch(req *controllerpb.WatchRequest, stream controllerpb.J
 			case <-ch:
 			default:
 				delete(s.waiters, w)
-				c.EndLease(w, lost)
+				c.EndLease(w, lost && !s.stopped)
 			}
 		})
 	}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/switchml"
 	"github.com/switchml/switchml-go/switchml/local"
 )
@@ -92,7 +93,11 @@ func TestPeerLostMidAllReduce(t *testing.T) {
 	}
 	<-inCall
 	<-inCall
-	time.Sleep(200 * time.Millisecond) // both ranks are waiting for rank 2's contributions
+	// Both ranks are waiting for rank 2's contributions once the switch
+	// holds every lane's first window of each.
+	if err := waitCounter(ctx, fab, pipeline.StatAggregated, 2*lanes*window); err != nil {
+		t.Fatal(err)
+	}
 	killed := time.Now()
 	die()
 	wg.Wait()
@@ -109,6 +114,7 @@ func TestPeerLostMidAllReduce(t *testing.T) {
 // peer's call fails with the reason instead of waiting for the switch.
 func TestBrokenRankTellsItsPeers(t *testing.T) {
 	ctx, fab := startFabric(t)
+	const lanes, window = 1, 8
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	joined := make(chan struct{}, 2)
@@ -118,7 +124,7 @@ func TestBrokenRankTellsItsPeers(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			sess, err := switchml.Join(ctx, switchml.Config{Controller: fab.ControllerAddr(), Job: "broken", Rank: r, Workers: 3,
-				Lanes: 1, Window: 8, GiveUp: time.Hour})
+				Lanes: lanes, Window: window, GiveUp: time.Hour})
 			joined <- struct{}{}
 			if err != nil {
 				errs[r] = err
@@ -135,7 +141,7 @@ func TestBrokenRankTellsItsPeers(t *testing.T) {
 	// Rank 2 never calls: the job cannot complete; rank 1 is cancelled.
 	go func() {
 		sess, err := switchml.Join(ctx, switchml.Config{Controller: fab.ControllerAddr(), Job: "broken", Rank: 2, Workers: 3,
-			Lanes: 1, Window: 8, GiveUp: time.Hour})
+			Lanes: lanes, Window: window, GiveUp: time.Hour})
 		if err == nil {
 			<-ctx.Done()
 			sess.Close()
@@ -143,7 +149,11 @@ func TestBrokenRankTellsItsPeers(t *testing.T) {
 	}()
 	<-joined
 	<-joined
-	time.Sleep(300 * time.Millisecond)
+	// Ranks 0 and 1 are inside the call (their first windows reached the
+	// switch) when rank 1's application gives up.
+	if err := waitCounter(ctx, fab, pipeline.StatAggregated, 2*lanes*window); err != nil {
+		t.Fatal(err)
+	}
 	stop()
 	wg.Wait()
 	if !errors.Is(errs[1], context.Canceled) {
@@ -160,7 +170,7 @@ func TestBrokenRankTellsItsPeers(t *testing.T) {
 // waiting for its share.
 func TestNaNRankTellsItsPeers(t *testing.T) {
 	ctx, fab := startFabric(t)
-	const n = 3
+	const n, lanes, window = 3, 2, 8
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for r := range n {
@@ -168,7 +178,7 @@ func TestNaNRankTellsItsPeers(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			sess, err := switchml.Join(ctx, switchml.Config{Controller: fab.ControllerAddr(), Job: "nan", Rank: r, Workers: n,
-				Lanes: 2, Window: 8, GiveUp: time.Hour})
+				Lanes: lanes, Window: window, GiveUp: time.Hour})
 			if err != nil {
 				errs[r] = err
 				return
@@ -176,7 +186,12 @@ func TestNaNRankTellsItsPeers(t *testing.T) {
 			defer sess.Close()
 			x := make([]float32, 100_000)
 			if r == 1 {
-				time.Sleep(200 * time.Millisecond) // the others are inside the call
+				// The others are inside the call: the switch holds
+				// every lane's first window of both.
+				if err := waitCounter(ctx, fab, pipeline.StatAggregated, 2*lanes*window); err != nil {
+					errs[r] = err
+					return
+				}
 				// One bad value in each lane's share, the second lane's
 				// nearer its start, so that it is found first: the
 				// tensor's first is named all the same.

@@ -233,7 +233,14 @@ func Dial(ctx context.Context, cfg Config) (*Ring, error) {
 		}
 		return nil, primaryError(a.err, d.err)
 	}
-	r.prev, r.next = a.conn, d.conn
+	r.start(a.conn, d.conn)
+	return r, nil
+}
+
+// start makes r carry calls over its connections to the previous and the
+// next rank, once they are set up.
+func (r *Ring) start(prev, next net.Conn) {
+	r.prev, r.next = prev, next
 	r.recvWords = make([]uint32, r.chunkElems)
 	r.jobs = make(chan sendJob)
 	r.sendDone = make(chan error, 1)
@@ -241,7 +248,6 @@ func Dial(ctx context.Context, cfg Config) (*Ring, error) {
 	r.notify = make(chan struct{}, 1)
 	r.onCancel = func() { r.fail(errOpCanceled) }
 	go r.sendLoop()
-	return r, nil
 }
 
 // primaryError picks the error that explains a failed Dial: the other side usually

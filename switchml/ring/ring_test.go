@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -535,55 +536,84 @@ func TestSegments(t *testing.T) {
 	}
 }
 
-// TestStallTimeout: rank 2 of 3 is connected but never makes the call. With
-// StallTimeout the others fail with an error that says so, instead of
-// blocking until their context ends; without it they would wait.
+// pipeRings builds an n-rank ring over in-memory connections (net.Pipe,
+// which moves no byte until the other end reads), for tests in a
+// testing/synctest bubble, where time is fake and moves only while every
+// goroutine waits.
+func pipeRings(n int, stall time.Duration) []*Ring {
+	rings := make([]*Ring, n)
+	for i := range rings {
+		rings[i] = &Ring{rank: i, n: n, chunkElems: DefaultChunkBytes / 4, stall: stall,
+			viewIO: nativeLittleEndian && !raceEnabled, dead: make(chan struct{}),
+			prevAddr: fmt.Sprintf("pipe %d", (i-1+n)%n), nextAddr: fmt.Sprintf("pipe %d", (i+1)%n)}
+	}
+	prev := make([]net.Conn, n)
+	next := make([]net.Conn, n)
+	for i := range rings {
+		next[i], prev[(i+1)%n] = net.Pipe()
+	}
+	for i, r := range rings {
+		r.start(prev[i], next[i])
+	}
+	return rings
+}
+
+// TestStallTimeout, on a fake clock: ranks that start a call up to just
+// under StallTimeout apart complete it; when rank 2 of 3 never makes the
+// call, rank 0 (whose previous rank it is) fails exactly StallTimeout
+// after it started waiting, naming the stall, and rank 1 fails with it,
+// instead of both blocking until their context ends.
 func TestStallTimeout(t *testing.T) {
-	lns, addrs := listeners(t, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	rings := make([]*Ring, 3)
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	for i := range 3 {
-		wg.Go(func() {
-			rings[i], errs[i] = Dial(ctx, Config{Rank: i, Workers: 3, Addrs: addrs, Listener: lns[i], StallTimeout: 300 * time.Millisecond})
-		})
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("Dial rank %d: %v", i, err)
+	synctest.Test(t, func(t *testing.T) {
+		const stall = 300 * time.Millisecond
+		rings := pipeRings(3, stall)
+		defer func() {
+			for _, r := range rings {
+				r.Close()
+			}
+		}()
+		ctx := context.Background()
+		x := make([][]int32, 3)
+		errs := make([]error, 3)
+		var wg sync.WaitGroup
+		for i, r := range rings {
+			wg.Go(func() {
+				time.Sleep(time.Duration(i) * (stall - time.Millisecond) / 2)
+				x[i] = []int32{int32(i), 1}
+				errs[i] = r.AllReduceInt32(ctx, x[i])
+			})
 		}
-	}
-	defer func() {
-		for _, r := range rings {
-			r.Close()
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("a call whose ranks started %v apart at most failed: %v", stall-time.Millisecond, err)
 		}
-	}()
-	// A first call with everyone in works: the timeout does not fire on a
-	// healthy ring.
-	x := make([][]int32, 3)
-	if errs := onAll(rings, func(rank int, r *Ring) error {
-		x[rank] = []int32{int32(rank), 1}
-		return r.AllReduceInt32(ctx, x[rank])
-	}); errors.Join(errs...) != nil {
-		t.Fatal(errs)
-	}
-	if x[0][0] != 3 || x[2][1] != 3 {
-		t.Fatalf("sums %v", x)
-	}
-	start := time.Now()
-	errs = onAll(rings[:2], func(rank int, r *Ring) error { return r.AllReduceInt32(ctx, make([]int32, 1000)) })
-	if ctx.Err() != nil {
-		t.Fatalf("the call waited for the test's deadline (%v): %v", time.Since(start), errs)
-	}
-	for r, err := range errs {
-		if err == nil {
-			t.Fatalf("rank %d returned without its stalled peer", r)
+		for i := range x {
+			if x[i][0] != 3 || x[i][1] != 3 {
+				t.Fatalf("rank %d sums %v, want [3 3]", i, x[i])
+			}
 		}
-	}
-	if !strings.Contains(errs[0].Error(), "nothing moved for 300ms") {
-		t.Errorf("rank 0 (whose previous rank stalled): %v; want the stall named", errs[0])
-	}
+
+		start := time.Now()
+		var failedAfter time.Duration
+		errs = make([]error, 2)
+		for i, r := range rings[:2] {
+			wg.Go(func() {
+				time.Sleep(time.Duration(i) * stall / 3)
+				errs[i] = r.AllReduceInt32(ctx, make([]int32, 1000))
+				if i == 0 {
+					failedAfter = time.Since(start)
+				}
+			})
+		}
+		wg.Wait()
+		if errs[0] == nil || !strings.Contains(errs[0].Error(), "receiving from rank 2") || !strings.Contains(errs[0].Error(), "nothing moved for 300ms") {
+			t.Errorf("rank 0 (whose previous rank stalled): %v; want the stall named", errs[0])
+		}
+		if failedAfter != stall {
+			t.Errorf("rank 0 failed %v after it started waiting, want StallTimeout (%v)", failedAfter, stall)
+		}
+		if errs[1] == nil {
+			t.Error("rank 1 returned without its stalled peer")
+		}
+	})
 }

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Runs the timing-sensitive tests (the embedded fabric, the session, the
+# controller, the ring, and the fallback and fault tests of the CLI) while
+# every core is kept busy, as on a shared or overloaded machine: a test that
+# waits for a fixed time instead of for its event fails here. Exits non-zero
+# on any failure. Run from anywhere in the repository.
+#
+#   COUNT  runs of each test (default 5)
+#   LOAD   busy loops to start (default: one per core)
+#   LIMIT  seconds after which the busy loops stop even if this script is
+#          killed without running its trap (default 3600)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+count=${COUNT:-5}
+load=${LOAD:-$(nproc)}
+limit=${LIMIT:-3600}
+
+loops=()
+stop_load() {
+	for pid in "${loops[@]}"; do
+		kill "$pid" 2>/dev/null || true
+	done
+	for pid in "${loops[@]}"; do
+		wait "$pid" 2>/dev/null || true
+	done
+	loops=()
+}
+trap stop_load EXIT
+trap 'exit 130' INT TERM
+
+# Build first, unloaded: compiling is not what is under test.
+echo "== building the tests"
+go test -race -count=1 -run '^$' ./switchml/local/ ./switchml/ ./switchml/ring/ ./p4/controller/ ./cmd/switchml/ >/dev/null
+
+echo "== $load busy loops for at most ${limit}s"
+for ((i = 0; i < load; i++)); do
+	timeout "$limit" sh -c 'while :; do :; done' &
+	loops+=($!)
+done
+
+failed=()
+run() {
+	echo "== go test -race -count=$count $*"
+	if ! go test -race -count="$count" -timeout 60m "$@"; then
+		failed+=("$*")
+	fi
+}
+run ./switchml/local/
+run ./switchml/
+run ./switchml/ring/
+run ./p4/controller/
+# The CLI's tests start real processes; only the fallback and fault ones.
+run -run 'Fallback|KilledWorker|SwitchRestart|MutualTLS|ControllerRestart|ChaosShort|NaNRank|HijackAndFlood' ./cmd/switchml/
+
+stop_load
+if ((${#failed[@]} > 0)); then
+	printf 'FAILED under load: go test %s\n' "${failed[@]}"
+	exit 1
+fi
+echo "== every timing-sensitive test passed under load"
