@@ -168,7 +168,7 @@ func TestStoppingControllerAbortsNoJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	overTCP := &jobHarness{svc: h.svc, jobs: controllerpb.NewJobServiceClient(conn), sw: h.sw}
+	overTCP := &jobHarness{svc: h.svc, jobs: controllerpb.NewJobServiceClient(conn), sw: h.sw, secrets: map[string][]byte{}}
 	streams, _, _ := joined(t, overTCP, "kept", 3)
 	stop()
 	// Wait until the service has heard every lease end.
