@@ -144,6 +144,7 @@ func fakeFile() *resultsFile {
 		Options: Options{Name: "test", Size: s, Rate: 200, PacketElements: 256, Window: 64, Lanes: 4, BaseWorkers: 4, Iters: 5, Warmup: 1, LoopbackWorkers: 4, LoopbackSize: s},
 		Environment: map[string]any{"cpus": 2, "ports": []any{
 			map[string]any{"rate_mbit": 200.0, "tbf_burst_bytes": 25000, "tbf_limit_bytes": 525000, "udp_probe": rack.UDPProbe{Payload: 1034, FrameMbit: 199.9}},
+			map[string]any{"rate_mbit": 1000.0, "tbf_burst_bytes": 125000, "tbf_limit_bytes": 2625000, "udp_probe": rack.UDPProbe{Payload: 1034, FrameMbit: 801.8}},
 		}},
 		Results: []result{
 			fakeResult("rack", "switchml", 2, s, 3.0, "workers"),
@@ -175,6 +176,7 @@ func TestReport(t *testing.T) {
 		"| Ring (Go) | 0.500 |",
 		"mpicc not found",
 		"| 200 Mbit/s | 25000 B | 525000 B | 199.9 Mbit/s |",
+		"| 1000 Mbit/s | 125000 B | 2625000 B | 801.8 Mbit/s |",
 	)
 	for _, png := range []string{"tat_vs_workers.png", "speedup_vs_workers.png", "goodput_vs_size.png"} {
 		b, err := os.ReadFile(filepath.Join(dir, png))

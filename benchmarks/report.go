@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/switchml/switchml-go/benchmarks/rack"
@@ -169,7 +170,7 @@ func writeReport(dir string, f *resultsFile) (string, error) {
 			case map[string]any: // read back from results.json
 				frame = fmt.Sprintf("%.1f", probe["frame_mbit"])
 			}
-			p("| %v Mbit/s | %v B | %v B | %v Mbit/s |\n", m["rate_mbit"], m["tbf_burst_bytes"], m["tbf_limit_bytes"], frame)
+			p("| %v Mbit/s | %v B | %v B | %v Mbit/s |\n", plain(m["rate_mbit"]), plain(m["tbf_burst_bytes"]), plain(m["tbf_limit_bytes"]), frame)
 		}
 		p("\n")
 	}
@@ -614,4 +615,13 @@ func switchCPU(r result) string {
 		return "–"
 	}
 	return fmt.Sprintf("%.3f", r.SwitchCPUPerOp)
+}
+
+// plain writes a number read back from results.json (a float64) as it was
+// written, 2625000 rather than 2.625e+06.
+func plain(v any) any {
+	if f, ok := v.(float64); ok {
+		return strconv.FormatFloat(f, 'f', -1, 64)
+	}
+	return v
 }
