@@ -115,17 +115,15 @@ type driver struct {
 	rackFab   *fabric.Fabric
 	xdpFab    *fabric.Fabric // the rack's switch on AF_XDP (switchml-afxdp)
 	shmFab    *fabric.Fabric // the loopback switch with shared-memory inboxes (switchml-shm)
-	authFab   *fabric.Fabric // the loopback switch and controller with --auth (switchml-auth)
-	// authRackFab is the rack's switch and controller with --auth
-	// (switchml-auth).
-	authRackFab *fabric.Fabric
-	treeFab     *fabric.Fabric
-	loopFab     *fabric.Fabric
-	gloo        string // path of the PyTorch script, "" if Gloo is unavailable
-	glooWhy     string
-	mpi         string // path of the compiled MPI program
-	mpiWhy      string
-	probed      map[float64]bool
+	loopAuth  *fabric.Fabric // the loopback switch and controller with --auth (switchml-auth)
+	rackAuth  *fabric.Fabric // the rack's switch and controller with --auth (switchml-auth)
+	treeFab   *fabric.Fabric
+	loopFab   *fabric.Fabric
+	gloo      string // path of the PyTorch script, "" if Gloo is unavailable
+	glooWhy   string
+	mpi       string // path of the compiled MPI program
+	mpiWhy    string
+	probed    map[float64]bool
 
 	// torchSML is the environment that gives the PyTorch script the
 	// switchml backend (nil: torch-switchml cannot run, for torchSMLWhy).

@@ -69,7 +69,7 @@ func (b *driver) fabric(ctx context.Context, mode, system string) (*fabric.Fabri
 		for _, other := range []struct {
 			f   **fabric.Fabric
 			key string
-		}{{&b.rackFab, "rack"}, {&b.xdpFab, "rack-afxdp"}, {&b.authRackFab, "rack-auth"}} {
+		}{{&b.rackFab, "rack"}, {&b.xdpFab, "rack-afxdp"}, {&b.rackAuth, "rack-auth"}} {
 			if other.f != cur && *other.f != nil {
 				b.file.Fabric[other.key] = stopFabric(*other.f)
 				*other.f = nil
@@ -114,9 +114,9 @@ func (b *driver) fabricSlot(mode, system string) (**fabric.Fabric, string) {
 	case system == "switchml-shm":
 		return &b.shmFab, "loopback-shm"
 	case systemAuth(system) && mode == "rack":
-		return &b.authRackFab, "rack-auth"
+		return &b.rackAuth, "rack-auth"
 	case systemAuth(system):
-		return &b.authFab, "loopback-auth"
+		return &b.loopAuth, "loopback-auth"
 	case mode == "rack":
 		return &b.rackFab, "rack"
 	}
@@ -161,9 +161,9 @@ func (b *driver) close() {
 		b.file.Fabric["loopback-shm"] = stopFabric(b.shmFab)
 		b.shmFab = nil
 	}
-	if b.authFab != nil {
-		b.file.Fabric["loopback-auth"] = stopFabric(b.authFab)
-		b.authFab = nil
+	if b.loopAuth != nil {
+		b.file.Fabric["loopback-auth"] = stopFabric(b.loopAuth)
+		b.loopAuth = nil
 	}
 	b.closeRack()
 }
@@ -181,9 +181,9 @@ func (b *driver) closeRack() {
 		b.file.Fabric["rack-afxdp"] = stopFabric(b.xdpFab)
 		b.xdpFab = nil
 	}
-	if b.authRackFab != nil {
-		b.file.Fabric["rack-auth"] = stopFabric(b.authRackFab)
-		b.authRackFab = nil
+	if b.rackAuth != nil {
+		b.file.Fabric["rack-auth"] = stopFabric(b.rackAuth)
+		b.rackAuth = nil
 	}
 	if b.rack != nil {
 		if err := b.rack.Close(); err != nil {
