@@ -346,15 +346,15 @@ func TestPlanSwitchMLAuth(t *testing.T) {
 // switchml-auth's switch and controller get --auth, on a fabric of their
 // own beside plain SwitchML's, and its switch takes 2048 values per
 // packet. The driver starts them with a stand-in for the switchml binary
-// that writes down its arguments and fails: the controller at once, the
-// switch once the controller has written its arguments (the driver stops
-// the other process when one exits).
+// that writes down its arguments and fails once both the switch and the
+// controller have written theirs (the driver stops the other process when
+// one exits).
 func TestFabricSwitchMLAuth(t *testing.T) {
 	dir := t.TempDir()
 	exe := filepath.Join(dir, "switchml")
 	log := filepath.Join(dir, "args")
 	script := "#!/bin/sh\necho \"$@\" >> " + log + "\n" +
-		"if [ \"$1\" = switch ]; then i=0; while ! grep -q '^controller' " + log + " && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done; fi\nexit 1\n"
+		"i=0; while ! { grep -q '^switch' " + log + " && grep -q '^controller' " + log + "; } && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done\nexit 1\n"
 	if err := os.WriteFile(exe, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
