@@ -1,14 +1,17 @@
 package benchmarks
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/switchml/switchml-go/benchmarks/rack"
 )
@@ -141,6 +144,7 @@ func fakeFile() *resultsFile {
 		Options: Options{Name: "test", Size: s, Rate: 200, PacketElements: 256, Window: 64, Lanes: 4, BaseWorkers: 4, Iters: 5, Warmup: 1, LoopbackWorkers: 4, LoopbackSize: s},
 		Environment: map[string]any{"cpus": 2, "ports": []any{
 			map[string]any{"rate_mbit": 200.0, "tbf_burst_bytes": 25000, "tbf_limit_bytes": 525000, "udp_probe": rack.UDPProbe{Payload: 1034, FrameMbit: 199.9}},
+			map[string]any{"rate_mbit": 1000.0, "tbf_burst_bytes": 125000, "tbf_limit_bytes": 2625000, "udp_probe": rack.UDPProbe{Payload: 1034, FrameMbit: 801.8}},
 		}},
 		Results: []result{
 			fakeResult("rack", "switchml", 2, s, 3.0, "workers"),
@@ -172,6 +176,7 @@ func TestReport(t *testing.T) {
 		"| Ring (Go) | 0.500 |",
 		"mpicc not found",
 		"| 200 Mbit/s | 25000 B | 525000 B | 199.9 Mbit/s |",
+		"| 1000 Mbit/s | 125000 B | 2625000 B | 801.8 Mbit/s |",
 	)
 	for _, png := range []string{"tat_vs_workers.png", "speedup_vs_workers.png", "goodput_vs_size.png"} {
 		b, err := os.ReadFile(filepath.Join(dir, png))
@@ -287,5 +292,125 @@ func TestJobStats(t *testing.T) {
 	}
 	if want := (110.5 - 104) / 20; math.Abs(res.Overlap-want) > 1e-12 {
 		t.Errorf("overlap %v, want %v", res.Overlap, want)
+	}
+}
+
+// switchml-auth runs where plain SwitchML runs over UDP, rack and loopback,
+// and only in the sweeps every system makes; its workers join with --auth
+// and the extended header, plain SwitchML's with neither unless Extended
+// asks for the header.
+func TestPlanSwitchMLAuth(t *testing.T) {
+	o := Options{
+		Modes: []string{"rack", "loopback"}, Systems: []string{"switchml", "switchml-auth"},
+		Sweeps:  []string{"workers", "packet", "window", "loopback"},
+		Workers: []int{2, 4}, Size: 64 << 20, TuneSize: 16 << 20, Rate: 1000, BaseWorkers: 4,
+		PacketElements: 256, PacketSweep: []int{64, 256}, Window: 64, Windows: []int{16, 64}, Lanes: 4,
+		LoopbackWorkers: 4, LoopbackSize: 64 << 20, Iters: 10, Warmup: 1,
+	}
+	count := map[string]int{}
+	for _, p := range Plan(&o) {
+		count[p.Mode+"/"+p.System]++
+		if p.System != "switchml-auth" {
+			continue
+		}
+		if slices.Contains(p.Sweeps, "packet") || slices.Contains(p.Sweeps, "window") {
+			t.Errorf("%s planned in sweeps %v: the packet and window sweeps are plain SwitchML's", p, p.Sweeps)
+		}
+		args := switchmlArgs(&o, p, "127.0.0.1:50051", "p0", 1, "float32", false, 1)
+		if !slices.Contains(args, "--auth") || !slices.Contains(args, "--extended") {
+			t.Errorf("%s: worker arguments %q lack --auth or --extended", p, args)
+		}
+		if i := slices.Index(args, "--packet-elements"); i < 0 || args[i+1] != "256" {
+			t.Errorf("%s: worker arguments %q, want --packet-elements 256", p, args)
+		}
+	}
+	// switchml: 2 worker counts + k=64 and k=256 at 16MiB (W=64 is the
+	// latter) + W=16 on the rack; switchml-auth the 2 worker counts; one
+	// loopback point each.
+	if want := map[string]int{"rack/switchml": 5, "rack/switchml-auth": 2, "loopback/switchml": 1, "loopback/switchml-auth": 1}; !maps.Equal(count, want) {
+		t.Errorf("points per system: %v, want %v", count, want)
+	}
+
+	plain := Point{Mode: "loopback", System: "switchml", Workers: 4, Bytes: 64 << 20, PacketElements: 256, Window: 64, Lanes: 4}
+	args := switchmlArgs(&o, plain, "127.0.0.1:50051", "p0", 0, "float32", false, 1)
+	if slices.Contains(args, "--auth") || slices.Contains(args, "--extended") {
+		t.Errorf("plain SwitchML, 256 values: worker arguments %q, want neither --auth nor --extended", args)
+	}
+	o.Extended = true
+	args = switchmlArgs(&o, plain, "127.0.0.1:50051", "p0", 0, "float32", false, 1)
+	if slices.Contains(args, "--auth") || !slices.Contains(args, "--extended") {
+		t.Errorf("plain SwitchML with Extended: worker arguments %q, want --extended and no --auth", args)
+	}
+}
+
+// switchml-auth's switch and controller get --auth, on a fabric of their
+// own beside plain SwitchML's, and its switch takes 2048 values per
+// packet. The driver starts them with a stand-in for the switchml binary
+// that writes down its arguments and fails once both the switch and the
+// controller have written theirs (the driver stops the other process when
+// one exits).
+func TestFabricSwitchMLAuth(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "switchml")
+	log := filepath.Join(dir, "args")
+	script := "#!/bin/sh\necho \"$@\" >> " + log + "\n" +
+		"i=0; while ! { grep -q '^switch' " + log + " && grep -q '^controller' " + log + "; } && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done\nexit 1\n"
+	if err := os.WriteFile(exe, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	o := DefaultOptions()
+	b := &driver{o: &o, exe: exe, file: resultsFile{Fabric: map[string]any{}}}
+	started := func(system string) (sw, ctl []string) {
+		t.Helper()
+		os.Remove(log)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if f, err := b.fabric(ctx, "loopback", system); err == nil {
+			f.Close()
+			t.Fatalf("%s: a fabric started on a switchml that fails", system)
+		}
+		data, err := os.ReadFile(log)
+		if err != nil {
+			t.Fatalf("%s: the stand-in was not run: %v", system, err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			f := strings.Fields(line)
+			switch {
+			case len(f) > 0 && f[0] == "switch":
+				sw = f
+			case len(f) > 0 && f[0] == "controller":
+				ctl = f
+			}
+		}
+		if sw == nil {
+			t.Fatalf("%s: no switch started: %q", system, data)
+		}
+		return sw, ctl
+	}
+	flag := func(args []string, name string) string {
+		if i := slices.Index(args, name); i >= 0 && i+1 < len(args) {
+			return args[i+1]
+		}
+		return ""
+	}
+	sw, ctl := started("switchml-auth")
+	if !slices.Contains(sw, "--auth") {
+		t.Errorf("switchml-auth's switch ran with %q, want --auth", sw)
+	}
+	if !slices.Contains(ctl, "--auth") {
+		t.Errorf("switchml-auth's controller ran with %q, want --auth", ctl)
+	}
+	if v := flag(sw, "--max-elements"); v != "2048" {
+		t.Errorf("switchml-auth's switch takes --max-elements %q, want 2048", v)
+	}
+	sw, ctl = started("switchml")
+	if slices.Contains(sw, "--auth") || slices.Contains(ctl, "--auth") {
+		t.Errorf("plain SwitchML's switch ran with %q and its controller with %q, want no --auth", sw, ctl)
+	}
+	if a, p := fmt.Sprint(b.fabricSlot("loopback", "switchml-auth")), fmt.Sprint(b.fabricSlot("loopback", "switchml")); a == p {
+		t.Errorf("switchml-auth and switchml share the loopback fabric %s", a)
+	}
+	if a, p := fmt.Sprint(b.fabricSlot("rack", "switchml-auth")), fmt.Sprint(b.fabricSlot("rack", "switchml")); a == p {
+		t.Errorf("switchml-auth and switchml share the rack fabric %s", a)
 	}
 }

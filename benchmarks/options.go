@@ -24,7 +24,10 @@ import (
 // switchml-shm is SwitchML with the workers and the switch exchanging
 // packets through shared-memory inboxes (loopback only: on the rack it
 // would bypass the emulated links).
-var Systems = []string{"switchml", "switchml-afxdp", "switchml-shm", "switchml-tree", "torch-switchml", "gloo", "ring", "mpi"}
+// switchml-auth is SwitchML with an authenticated data plane: the switch,
+// the controller and every worker run with --auth (a tag on every packet,
+// checked by the switch), the workers with the extended header it needs.
+var Systems = []string{"switchml", "switchml-auth", "switchml-afxdp", "switchml-shm", "switchml-tree", "torch-switchml", "gloo", "ring", "mpi"}
 
 // DefaultSystems are those the default run compares; torch-switchml runs
 // when named.
@@ -32,7 +35,7 @@ var DefaultSystems = []string{"switchml", "gloo", "ring", "mpi"}
 
 // runsOnSwitch tells the systems whose workers join the suite's switch.
 func runsOnSwitch(system string) bool {
-	return system == "switchml" || system == "switchml-afxdp" || system == "switchml-shm" || system == "switchml-tree" || system == "torch-switchml"
+	return system == "switchml" || system == "switchml-auth" || system == "switchml-afxdp" || system == "switchml-shm" || system == "switchml-tree" || system == "torch-switchml"
 }
 
 // systemTransport is the --transport a system's workers and switch run
@@ -45,6 +48,19 @@ func systemTransport(system string) string {
 		return "shm"
 	}
 	return ""
+}
+
+// systemAuth tells the systems whose switch, controller and workers run
+// with --auth.
+func systemAuth(system string) bool {
+	return system == "switchml-auth"
+}
+
+// extendedHeader tells whether the workers of a SwitchML point run with
+// the extended header: when asked for (Options.Extended), for packets the
+// compatible header cannot carry, and with --auth, whose tag needs it.
+func extendedHeader(o *Options, p Point) bool {
+	return o.Extended || p.PacketElements > 256 || systemAuth(p.System)
 }
 
 // Modes are the topologies the suite runs on: the emulated rack (network
@@ -91,6 +107,11 @@ type Options struct {
 	Window         int   `json:"window"`
 	Windows        []int `json:"window_sweep"`
 	Lanes          int   `json:"lanes"`
+	// Extended runs every SwitchML system's workers with the extended
+	// header (--extended), even where the compatible one would do: packet
+	// sizes above 256 values and switchml-auth always use it, so this
+	// compares plain SwitchML with switchml-auth on the same header.
+	Extended bool `json:"extended,omitempty"`
 	// JobCounts are the numbers of concurrent jobs of the jobs sweep: each
 	// job has BaseWorkers ranks, one in every worker's namespace, so the
 	// jobs share the ports; int32 tensors of TuneSize, checked exactly.

@@ -7,12 +7,14 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/switchml/switchml-go/benchmarks/rack"
+	"github.com/switchml/switchml-go/switchml/wire"
 )
 
-var systemNames = map[string]string{"switchml": "SwitchML", "switchml-afxdp": "SwitchML (AF_XDP)", "switchml-shm": "SwitchML (shared memory)", "switchml-tree": "SwitchML (2 levels)", "torch-switchml": "PyTorch-SwitchML", "gloo": "Gloo", "ring": "Ring (Go)", "mpi": "OpenMPI"}
+var systemNames = map[string]string{"switchml": "SwitchML", "switchml-auth": "SwitchML (--auth)", "switchml-afxdp": "SwitchML (AF_XDP)", "switchml-shm": "SwitchML (shared memory)", "switchml-tree": "SwitchML (2 levels)", "torch-switchml": "PyTorch-SwitchML", "gloo": "Gloo", "ring": "Ring (Go)", "mpi": "OpenMPI"}
 
 // resultIndex finds results by their sweep and coordinates.
 type resultIndex struct {
@@ -168,7 +170,7 @@ func writeReport(dir string, f *resultsFile) (string, error) {
 			case map[string]any: // read back from results.json
 				frame = fmt.Sprintf("%.1f", probe["frame_mbit"])
 			}
-			p("| %v Mbit/s | %v B | %v B | %v Mbit/s |\n", m["rate_mbit"], m["tbf_burst_bytes"], m["tbf_limit_bytes"], frame)
+			p("| %v Mbit/s | %v B | %v B | %v Mbit/s |\n", plain(m["rate_mbit"]), plain(m["tbf_burst_bytes"]), plain(m["tbf_limit_bytes"]), frame)
 		}
 		p("\n")
 	}
@@ -337,10 +339,12 @@ func writeReport(dir string, f *resultsFile) (string, error) {
 		p("\n")
 	}
 
-	// Where SwitchML's time goes.
+	authTable(p, f.Results, o)
+
+	// Where SwitchML's time goes (with --auth too: its own CPU cost).
 	var sms []result
 	for _, r := range f.Results {
-		if r.System == "switchml" && r.Mode == "rack" && r.Error == "" {
+		if (r.System == "switchml" || r.System == "switchml-auth") && r.Mode == "rack" && r.Error == "" {
 			sms = append(sms, r)
 		}
 	}
@@ -543,4 +547,81 @@ func transportsSummary(ts []string) string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// authTable sets SwitchML with --auth beside plain SwitchML at the same
+// points: TAT, worker CPU per byte and switch CPU per allreduce, and the
+// ratios (--auth over plain). It names the header each ran with, since
+// --auth needs the extended one and plain SwitchML may have run with the
+// compatible one.
+func authTable(p func(string, ...any), rs []result, o Options) {
+	same := func(t result) (result, bool) {
+		for _, r := range rs {
+			if r.System == "switchml" && r.Error == "" && r.Mode == t.Mode && r.Workers == t.Workers && r.Bytes == t.Bytes &&
+				r.RateMbit == t.RateMbit && r.PacketElements == t.PacketElements && r.Window == t.Window && r.Lanes == t.Lanes && r.Jobs == t.Jobs {
+				return r, true
+			}
+		}
+		return result{}, false
+	}
+	header := func(r result) string {
+		if extendedHeader(&o, r.Point) {
+			return fmt.Sprintf("extended (%d B)", wire.ExtendedLen)
+		}
+		return fmt.Sprintf("compatible (%d B)", wire.CompatLen)
+	}
+	perGiB := func(r result) float64 {
+		return r.WorkerCPUPerOp / float64(max(r.Workers, 1)) / (float64(r.Bytes) / (1 << 30))
+	}
+	shown := false
+	for _, a := range rs {
+		if a.System != "switchml-auth" || a.Error != "" {
+			continue
+		}
+		if !shown {
+			p("## SwitchML with an authenticated data plane (--auth) against without\n\n")
+			p("SwitchML (--auth): the switch, the controller and every worker run with --auth, so each packet carries a %d-byte HMAC-SHA256 tag under the job's key, which the switch checks, and each result a tag the workers check. "+
+				"Worker CPU-s per GiB is one worker's CPU during its allreduce calls (warm-up included) per GiB of its tensor, the mean over the workers; switch CPU is the software switch's per allreduce (warm-up included). "+
+				"Ratios are --auth over plain.\n\n", wire.TagLen)
+			p("| point | header (plain / --auth) | TAT plain (s) | TAT --auth (s) | TAT ratio | worker CPU-s per GiB plain | --auth | ratio | switch CPU per allreduce plain (s) | --auth (s) | ratio | retransmits plain / --auth | machine busy plain / --auth |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+			shown = true
+		}
+		where := a.Mode
+		if a.RateMbit > 0 {
+			where = fmt.Sprintf("%s %gMbit/s", a.Mode, a.RateMbit)
+		}
+		label := fmt.Sprintf("%s n=%d %s k=%d", where, a.Workers, FormatSize(a.Bytes), a.PacketElements)
+		sm, ok := same(a)
+		if !ok {
+			p("| %s | – / %s | – | %.3f | – | – | %.2f | – | – | %s | – | – / %d | – / %.0f%% |\n", label, header(a), a.MedianTAT, perGiB(a), switchCPU(a), a.Retransmits, 100*a.MachineBusy)
+			continue
+		}
+		swRatio := "–"
+		if sm.SwitchCPU != nil && a.SwitchCPU != nil && sm.SwitchCPUPerOp > 0 {
+			swRatio = fmt.Sprintf("%.2fx", a.SwitchCPUPerOp/sm.SwitchCPUPerOp)
+		}
+		p("| %s | %s / %s | %.3f | %.3f | %s | %.2f | %.2f | %.2fx | %s | %s | %s | %d / %d | %.0f%% / %.0f%% |\n", label, header(sm), header(a),
+			sm.MedianTAT, a.MedianTAT, ratio(a, sm, true, true), perGiB(sm), perGiB(a), perGiB(a)/perGiB(sm),
+			switchCPU(sm), switchCPU(a), swRatio, sm.Retransmits, a.Retransmits, 100*sm.MachineBusy, 100*a.MachineBusy)
+	}
+	if shown {
+		p("\n")
+	}
+}
+
+// switchCPU is the switch's CPU time per allreduce, for a table cell.
+func switchCPU(r result) string {
+	if r.SwitchCPU == nil {
+		return "–"
+	}
+	return fmt.Sprintf("%.3f", r.SwitchCPUPerOp)
+}
+
+// plain writes a number read back from results.json (a float64) as it was
+// written, 2625000 rather than 2.625e+06.
+func plain(v any) any {
+	if f, ok := v.(float64); ok {
+		return strconv.FormatFloat(f, 'f', -1, 64)
+	}
+	return v
 }

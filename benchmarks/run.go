@@ -115,6 +115,8 @@ type driver struct {
 	rackFab   *fabric.Fabric
 	xdpFab    *fabric.Fabric // the rack's switch on AF_XDP (switchml-afxdp)
 	shmFab    *fabric.Fabric // the loopback switch with shared-memory inboxes (switchml-shm)
+	loopAuth  *fabric.Fabric // the loopback switch and controller with --auth (switchml-auth)
+	rackAuth  *fabric.Fabric // the rack's switch and controller with --auth (switchml-auth)
 	treeFab   *fabric.Fabric
 	loopFab   *fabric.Fabric
 	gloo      string // path of the PyTorch script, "" if Gloo is unavailable

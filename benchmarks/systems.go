@@ -50,7 +50,7 @@ func (b *driver) runSystem(ctx context.Context, idx int, p Point, fab *fabric.Fa
 	}
 	var cmds []*exec.Cmd
 	switch p.System {
-	case "switchml", "switchml-tree", "switchml-afxdp", "switchml-shm":
+	case "switchml", "switchml-auth", "switchml-tree", "switchml-afxdp", "switchml-shm":
 		verify := b.o.Verify && rackMode
 		// The jobs sweep runs several jobs at once, rank r of every job in
 		// worker r's namespace; int32 with a seed per job, so that one
@@ -65,22 +65,9 @@ func (b *driver) runSystem(ctx context.Context, idx int, p Point, fab *fabric.Fa
 				name = fmt.Sprintf("p%d-j%d", idx, j)
 			}
 			for r := 0; r < p.Workers; r++ {
-				args := []string{"allreduce", "--controller", fab.ControllerAddr(), "--job", name,
-					"--rank", strconv.Itoa(r), "--workers", strconv.Itoa(p.Workers), "--elements", elements, "--dtype", dtype,
-					"--iters", iters, "--warmup", warmup, "--lanes", strconv.Itoa(p.Lanes), "--window", strconv.Itoa(p.Window),
-					"--packet-elements", strconv.Itoa(p.PacketElements), fmt.Sprintf("--verify=%v", verify), "--json",
-					"--seed", strconv.Itoa(j + 1)}
-				if b.o.SMLTimeout > 0 {
-					args = append(args, "--timeout", b.o.SMLTimeout.String())
-				}
-				if p.PacketElements > 256 {
-					args = append(args, "--extended")
-				}
+				args := switchmlArgs(b.o, p, fab.ControllerAddr(), name, r, dtype, verify, j+1)
 				if rackMode {
 					args = append(args, "--bind", hostOf(r))
-				}
-				if t := systemTransport(p.System); t != "" {
-					args = append(args, "--transport", t)
 				}
 				cmds = append(cmds, command(r, b.exe, args...))
 			}
@@ -120,7 +107,7 @@ func (b *driver) runSystem(ctx context.Context, idx int, p Point, fab *fabric.Fa
 			env = append(os.Environ(), b.torchSML...)
 			env = append(env, "SWITCHML_CONTROLLER="+fab.ControllerAddr(), "SWITCHML_LANES="+strconv.Itoa(p.Lanes),
 				"SWITCHML_WINDOW="+strconv.Itoa(p.Window), "SWITCHML_PACKET_ELEMENTS="+strconv.Itoa(p.PacketElements))
-			if p.PacketElements > 256 {
+			if extendedHeader(b.o, p) {
 				env = append(env, "SWITCHML_EXTENDED=1")
 			}
 		}
@@ -180,6 +167,30 @@ func (b *driver) runSystem(ctx context.Context, idx int, p Point, fab *fabric.Fa
 		}
 	}
 	return reps, nil
+}
+
+// switchmlArgs are the arguments of rank's `switchml allreduce` at a point
+// of a SwitchML system (--bind aside): the point's knobs, the header the
+// point asks for, and the system's transport and --auth.
+func switchmlArgs(o *Options, p Point, controller, job string, rank int, dtype string, verify bool, seed int) []string {
+	args := []string{"allreduce", "--controller", controller, "--job", job,
+		"--rank", strconv.Itoa(rank), "--workers", strconv.Itoa(p.Workers), "--elements", strconv.FormatInt(p.Bytes/4, 10), "--dtype", dtype,
+		"--iters", strconv.Itoa(o.Iters), "--warmup", strconv.Itoa(o.Warmup), "--lanes", strconv.Itoa(p.Lanes), "--window", strconv.Itoa(p.Window),
+		"--packet-elements", strconv.Itoa(p.PacketElements), fmt.Sprintf("--verify=%v", verify), "--json",
+		"--seed", strconv.Itoa(seed)}
+	if o.SMLTimeout > 0 {
+		args = append(args, "--timeout", o.SMLTimeout.String())
+	}
+	if extendedHeader(o, p) {
+		args = append(args, "--extended")
+	}
+	if systemAuth(p.System) {
+		args = append(args, "--auth")
+	}
+	if t := systemTransport(p.System); t != "" {
+		args = append(args, "--transport", t)
+	}
+	return args
 }
 
 func lastJSONLine(out []byte) []byte {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/switchml/switchml-go/benchmarks/rack"
 	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/switchml/wire"
 )
 
 func (b *driver) buildRack(ctx context.Context, points []Point) error {
@@ -61,42 +62,30 @@ func (b *driver) setRate(ctx context.Context, rate float64) error {
 // On the rack both run in the switch's namespace on the bridge's address,
 // so that SwitchML traffic crosses each worker's port once each way.
 func (b *driver) fabric(ctx context.Context, mode, system string) (*fabric.Fabric, error) {
-	cur := &b.loopFab
-	if mode == "rack" {
-		cur = &b.rackFab
-	}
-	if system == "switchml-tree" {
-		cur = &b.treeFab
-	}
-	if system == "switchml-afxdp" {
-		cur = &b.xdpFab
-	}
-	if system == "switchml-shm" {
-		cur = &b.shmFab
-	}
-	// The rack's one switch serves UDP or AF_XDP on the same ports: only
-	// one of the two runs at a time.
-	if cur == &b.rackFab && b.xdpFab != nil {
-		b.file.Fabric["rack-afxdp"] = stopFabric(b.xdpFab)
-		b.xdpFab = nil
-	}
-	if cur == &b.xdpFab && b.rackFab != nil {
-		b.file.Fabric["rack"] = stopFabric(b.rackFab)
-		b.rackFab = nil
+	cur, key := b.fabricSlot(mode, system)
+	// The rack's one switch serves plain UDP, AF_XDP or --auth on the
+	// same ports: only one of them runs at a time.
+	if mode == "rack" && system != "switchml-tree" {
+		for _, other := range []struct {
+			f   **fabric.Fabric
+			key string
+		}{{&b.rackFab, "rack"}, {&b.xdpFab, "rack-afxdp"}, {&b.rackAuth, "rack-auth"}} {
+			if other.f != cur && *other.f != nil {
+				b.file.Fabric[other.key] = stopFabric(*other.f)
+				*other.f = nil
+			}
+		}
 	}
 	if f := *cur; f != nil {
 		if !f.Exited() {
 			return f, nil
 		}
-		b.file.Fabric[mode+"-crashed"] = stopFabric(f)
+		b.file.Fabric[key+"-crashed"] = stopFabric(f)
 		*cur = nil
 	}
-	// The switch must take the largest packet a sweep may ask for.
-	cfg := fabric.Config{MaxElements: 2048, Shards: b.o.SwitchShards, Echo: b.o.Verbose,
-		Command: func(args ...string) *exec.Cmd { return exec.Command(b.exe, args...) }}
+	cfg := b.fabricConfig(system)
 	switch {
 	case system == "switchml-tree":
-		cfg.Shards = 0
 		var err error
 		if cfg, err = b.rack.TreeFabric(context.WithoutCancel(ctx), b.exe, cfg); err != nil {
 			return nil, err
@@ -106,13 +95,47 @@ func (b *driver) fabric(ctx context.Context, mode, system string) (*fabric.Fabri
 		// it when the topology is done.
 		cfg = b.rack.Fabric(context.WithoutCancel(ctx), b.exe, cfg)
 	}
-	cfg.Transport = systemTransport(system)
 	f, err := fabric.Start(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
 	*cur = f
 	return f, nil
+}
+
+// fabricSlot is where the driver keeps the fabric of a system in a mode,
+// and the name its logs are kept under in results.json.
+func (b *driver) fabricSlot(mode, system string) (**fabric.Fabric, string) {
+	switch {
+	case system == "switchml-tree":
+		return &b.treeFab, "rack-tree"
+	case system == "switchml-afxdp":
+		return &b.xdpFab, "rack-afxdp"
+	case system == "switchml-shm":
+		return &b.shmFab, "loopback-shm"
+	case systemAuth(system) && mode == "rack":
+		return &b.rackAuth, "rack-auth"
+	case systemAuth(system):
+		return &b.loopAuth, "loopback-auth"
+	case mode == "rack":
+		return &b.rackFab, "rack"
+	}
+	return &b.loopFab, "loopback"
+}
+
+// fabricConfig is the switch and controller a system runs on, before the
+// rack places them in its switch's namespace: the switch takes the largest
+// packet the wire format allows (so every packet size a sweep may ask
+// for), on the system's transport, with --auth on the switch and the
+// controller for switchml-auth.
+func (b *driver) fabricConfig(system string) fabric.Config {
+	cfg := fabric.Config{MaxElements: wire.MaxElements, Shards: b.o.SwitchShards, Echo: b.o.Verbose,
+		Transport: systemTransport(system), Auth: systemAuth(system),
+		Command: func(args ...string) *exec.Cmd { return exec.Command(b.exe, args...) }}
+	if system == "switchml-tree" {
+		cfg.Shards = 0
+	}
+	return cfg
 }
 
 // stopFabric stops the switch and the controller and returns their last
@@ -138,6 +161,10 @@ func (b *driver) close() {
 		b.file.Fabric["loopback-shm"] = stopFabric(b.shmFab)
 		b.shmFab = nil
 	}
+	if b.loopAuth != nil {
+		b.file.Fabric["loopback-auth"] = stopFabric(b.loopAuth)
+		b.loopAuth = nil
+	}
 	b.closeRack()
 }
 
@@ -153,6 +180,10 @@ func (b *driver) closeRack() {
 	if b.xdpFab != nil {
 		b.file.Fabric["rack-afxdp"] = stopFabric(b.xdpFab)
 		b.xdpFab = nil
+	}
+	if b.rackAuth != nil {
+		b.file.Fabric["rack-auth"] = stopFabric(b.rackAuth)
+		b.rackAuth = nil
 	}
 	if b.rack != nil {
 		if err := b.rack.Close(); err != nil {

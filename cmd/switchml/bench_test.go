@@ -29,6 +29,12 @@ func TestBenchFlags(t *testing.T) {
 		t.Errorf("%d points planned, want 2", n)
 	}
 
+	// --extended gives plain SwitchML the header switchml-auth needs.
+	c, err = parseBenchFlags([]string{"--systems", "switchml,switchml-auth", "--modes", "loopback", "--sweeps", "loopback", "--extended"}, &out)
+	if err != nil || !c.opts.Extended || !slices.Equal(c.opts.Systems, []string{"switchml", "switchml-auth"}) {
+		t.Errorf("--systems switchml,switchml-auth --extended: %+v, %v (%s)", c.opts, err, out.String())
+	}
+
 	c, err = parseBenchFlags([]string{"--report", "benchmarks/results/default"}, &out)
 	if err != nil || c.report != "benchmarks/results/default" {
 		t.Errorf("--report: %+v, %v", c, err)
