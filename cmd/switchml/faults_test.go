@@ -30,15 +30,20 @@ import (
 const faultJobWorkers = 3
 
 // longJob starts a job of many allreduces on f whose ranks would wait ten
-// minutes for the switch, and returns once the controller has programmed
-// it and it runs: only the fault handling can end it sooner.
-func longJob(t *testing.T, f switchSide, job string) []*proc {
+// minutes for the switch (or giveUp, a --give-up value), and returns once
+// the controller has programmed it and it runs: only the fault handling
+// can end it sooner.
+func longJob(t *testing.T, f switchSide, job string, giveUp ...string) []*proc {
 	t.Helper()
+	give := "10m"
+	if len(giveUp) > 0 {
+		give = giveUp[0]
+	}
 	ps := make([]*proc, faultJobWorkers)
 	for r := range ps {
 		ps[r] = spawn(t, nil, "allreduce", "--controller", f.controller, "--job", job, "--rank", fmt.Sprint(r),
 			"--workers", fmt.Sprint(faultJobWorkers), "--elements", "1000000", "--iters", "100000", "--lanes", "2", "--window", "32",
-			"--give-up", "10m", "--verify=false")
+			"--give-up", give, "--verify=false")
 	}
 	waitRunning(t, f.ctl, job, 1)
 	for r, p := range ps {

@@ -90,13 +90,7 @@ func TestStoppedRankIsNamed(t *testing.T) {
 		t.Skip("starts processes; skipped in -short")
 	}
 	f := startFabric(t, nil, "")
-	ps := make([]*proc, faultJobWorkers)
-	for r := range ps {
-		ps[r] = spawn(t, nil, "allreduce", "--controller", f.controller, "--job", "stopped", "--rank", fmt.Sprint(r),
-			"--workers", fmt.Sprint(faultJobWorkers), "--elements", "1000000", "--iters", "100000", "--lanes", "2", "--window", "32",
-			"--give-up", "5s", "--verify=false")
-	}
-	waitRunning(t, f.ctl, "stopped", 1)
+	ps := longJob(t, f, "stopped", "5s")
 	stopped := ps[1].Cmd().Process
 	if err := stopped.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)

@@ -15,17 +15,23 @@ import (
 	"github.com/switchml/switchml-go/switchml"
 )
 
-// joinN joins n ranks of job on fab's controller and closes them when the
+// joinN joins n ranks of job on fab's controller (one lane of 8, give-up
+// an hour away, unless giveUp says otherwise) and closes them when the
 // test ends.
-func joinN(t *testing.T, ctx context.Context, fab interface{ ControllerAddr() string }, job string, n int) []*switchml.Session {
+func joinN(t *testing.T, ctx context.Context, fab interface{ ControllerAddr() string }, job string, n int, giveUp ...time.Duration) []*switchml.Session {
 	t.Helper()
 	sess := make([]*switchml.Session, n)
 	errs := make([]error, n)
+	cfg := switchml.Config{Controller: fab.ControllerAddr(), Job: job, Workers: n, Lanes: 1, Window: 8, GiveUp: time.Hour}
+	if len(giveUp) > 0 {
+		cfg.GiveUp = giveUp[0]
+	}
 	var wg sync.WaitGroup
 	for r := range sess {
 		wg.Go(func() {
-			sess[r], errs[r] = switchml.Join(ctx, switchml.Config{Controller: fab.ControllerAddr(), Job: job, Rank: r, Workers: n,
-				Lanes: 1, Window: 8, GiveUp: time.Hour})
+			c := cfg
+			c.Rank = r
+			sess[r], errs[r] = switchml.Join(ctx, c)
 		})
 	}
 	wg.Wait()
@@ -132,24 +138,9 @@ func TestInterruptedAllReduceEndsTheJob(t *testing.T) {
 // (a session with FallbackOnLoss would not move a healthy job to the ring).
 func TestStalledRankIsNamed(t *testing.T) {
 	ctx, fab := startFabric(t)
-	sess := make([]*switchml.Session, 3)
+	sess := joinN(t, ctx, fab, "stalled", 3, 2*time.Second)
 	errs := make([]error, 3)
 	var wg sync.WaitGroup
-	for r := range sess {
-		wg.Go(func() {
-			sess[r], errs[r] = switchml.Join(ctx, switchml.Config{Controller: fab.ControllerAddr(), Job: "stalled", Rank: r, Workers: 3,
-				Lanes: 2, Window: 8, GiveUp: 2 * time.Second})
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, s := range sess {
-			s.Close()
-		}
-	})
 	for r := range 2 {
 		wg.Go(func() { errs[r] = sess[r].AllReduceFloat32(ctx, make([]float32, 20_000)) })
 	}
@@ -160,21 +151,22 @@ func TestStalledRankIsNamed(t *testing.T) {
 			t.Errorf("rank %d: %v, want ErrAborted naming rank 2 as stopped, not a switch loss", r, err)
 		}
 	}
-	st := controllerStatus(t, ctx, fab.ControllerAddr())
+	st := controllerStatus(t, ctx, fab.ControllerAddr(), false)
 	if st.GetEnded()["switch_lost"] != 0 || st.GetEnded()["rank_failed"] != 1 {
 		t.Errorf("the controller counted %v; want one rank_failed and no switch_lost", st.GetEnded())
 	}
 }
 
-// controllerStatus asks a controller without TLS for its status.
-func controllerStatus(t *testing.T, ctx context.Context, addr string) *controllerpb.StatusResponse {
+// controllerStatus asks a controller without TLS for its status, with the
+// switch's counters or not.
+func controllerStatus(t *testing.T, ctx context.Context, addr string, counters bool) *controllerpb.StatusResponse {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	st, err := controllerpb.NewJobServiceClient(conn).Status(ctx, &controllerpb.StatusRequest{SkipSwitchCounters: true})
+	st, err := controllerpb.NewJobServiceClient(conn).Status(ctx, &controllerpb.StatusRequest{SkipSwitchCounters: !counters})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,31 +180,16 @@ func controllerStatus(t *testing.T, ctx context.Context, addr string) *controlle
 // naming rank 2, although their give-up is an hour away.
 func TestLeftMidAllReduceEndsTheJob(t *testing.T) {
 	ctx, fab := startFabric(t)
-	sess := make([]*switchml.Session, 3)
+	sess := joinN(t, ctx, fab, "left", 3)
 	errs := make([]error, 3)
 	var wg sync.WaitGroup
-	for r := range sess {
-		wg.Go(func() {
-			sess[r], errs[r] = switchml.Join(ctx, switchml.Config{Controller: fab.ControllerAddr(), Job: "left", Rank: r, Workers: 3,
-				Lanes: 1, Window: 8, GiveUp: time.Hour})
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, s := range sess {
-			s.Close()
-		}
-	})
 	for r := range 2 {
 		wg.Go(func() { errs[r] = sess[r].AllReduceInt32(ctx, make([]int32, 10_000)) })
 	}
 	// Wait until the switch holds the ranks' first packets.
 	for {
 		received := uint64(0)
-		for _, c := range controllerStatusWithCounters(t, ctx, fab.ControllerAddr()).GetSwitchCounters() {
+		for _, c := range controllerStatus(t, ctx, fab.ControllerAddr(), true).GetSwitchCounters() {
 			if c.GetName() == "received" {
 				received = c.GetPackets()
 			}
@@ -235,20 +212,4 @@ func TestLeftMidAllReduceEndsTheJob(t *testing.T) {
 			t.Errorf("rank %d: %v, want ErrAborted naming rank 2's leaving", r, err)
 		}
 	}
-}
-
-// controllerStatusWithCounters asks a controller without TLS for its
-// status with the switch's counters.
-func controllerStatusWithCounters(t *testing.T, ctx context.Context, addr string) *controllerpb.StatusResponse {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	st, err := controllerpb.NewJobServiceClient(conn).Status(ctx, &controllerpb.StatusRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
 }
