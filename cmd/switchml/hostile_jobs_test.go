@@ -188,8 +188,8 @@ func TestHostileSessionIDWithoutSecret(t *testing.T) {
 
 // TestHostileRegistrationsWithoutLease: two registrations that take the
 // whole pool and never open their leases hold it no longer than the lease
-// grace (its default): the pool is free again within 25 s, and a job that
-// needs all of it runs, verified.
+// grace (its default, 10 s): the pool is free again once it has passed,
+// the controller saying why, and a job that needs all of it runs, verified.
 func TestHostileRegistrationsWithoutLease(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes; skipped in -short")
@@ -212,11 +212,14 @@ func TestHostileRegistrationsWithoutLease(t *testing.T) {
 		if _, st = jobState(t, jobs, ""); st.GetSlotsInUse() == 0 {
 			break
 		}
-		if time.Since(start) > 25*time.Second {
+		// The bound itself (the lease grace) is the core's, tested on a
+		// fake clock; here the pool must come free, whatever the load.
+		if time.Since(start) > 2*time.Minute {
 			t.Fatalf("%d slots still in use %v after registrations that never took their leases", st.GetSlotsInUse(), time.Since(start))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	t.Logf("the pool was free again %.1f s after the registrations", time.Since(start).Seconds())
 	for i := range 2 {
 		if !strings.Contains(f.ctl.Logs(), fmt.Sprintf(`squat-%d why="aborted: rank 0 never took its lease (Watch) within 10s"`, i)) {
 			t.Errorf("the controller's log does not say why squat-%d ended:\n%s", i, f.ctl.Logs())
