@@ -248,6 +248,7 @@ type roundSet struct {
 type round struct {
 	complete bool // every rank arrived (barrier) or the root sent (broadcast)
 	arrived  map[uint32]bool
+	gaveUp   map[uint32]bool // ranks that were in it and gave up at their deadline
 	fetched  int
 	root     uint32
 	hasRoot  bool
@@ -314,7 +315,11 @@ type core struct {
 	// about one learns the cause (bounded: the oldest are forgotten).
 	ended      map[uint64]endedSession
 	endedOrder []uint64
-	waits      map[waiter]*wait
+	// unformed remembers, by name, the gathering jobs that could not form
+	// (CannotForm) for unformedFor, so that a rank of that run arriving
+	// late is told why at once instead of waiting alone.
+	unformed map[string]*unformedJob
+	waits    map[waiter]*wait
 	// offline says why the switch cannot be programmed now ("" when it
 	// can).
 	offline string
@@ -331,7 +336,7 @@ func newCore(cfg coreConfig) *core {
 	}
 	return &core{
 		cfg: cfg, log: cfg.Logger, jobs: map[string]*job{}, installing: map[uint64]*job{}, draining: map[uint64]*job{},
-		detached: map[uint32]*job{}, ended: map[uint64]endedSession{}, waits: map[waiter]*wait{},
+		detached: map[uint32]*job{}, ended: map[uint64]endedSession{}, waits: map[waiter]*wait{}, unformed: map[string]*unformedJob{},
 	}
 }
 
@@ -358,7 +363,7 @@ func (c *core) newJob(name string, world int) *job {
 func (c *core) Register(w waiter, req *controllerpb.RegisterRequest, client string, now time.Time) error {
 	addrs, ringWhy, err := c.Check(req)
 	if err != nil {
-		c.CannotForm(req, err)
+		c.CannotForm(req, err, now)
 		return err
 	}
 	name, rank := req.GetJob(), req.GetRank()
@@ -384,12 +389,15 @@ func (c *core) Register(w waiter, req *controllerpb.RegisterRequest, client stri
 		j = nil
 	}
 	if j == nil {
+		if err := c.lateForUnformed(req, owner, now); err != nil {
+			return err
+		}
 		j = c.newJob(name, int(req.GetWorldSize()))
 		j.params, j.owner, j.client, j.registeredAt = req, owner, client, now
 		c.jobs[name] = j
 	} else if m := mismatch(j.params, req); m != "" {
 		err := refuse(codes.FailedPrecondition, "job %q rank %d: %s", name, rank, m)
-		c.CannotForm(req, err)
+		c.CannotForm(req, err, now)
 		return err
 	}
 	if j.ranks[rank] == nil {
@@ -414,7 +422,7 @@ func (c *core) Register(w waiter, req *controllerpb.RegisterRequest, client stri
 // ranks already waiting fail at once with the cause, naming the rank,
 // instead of waiting out the join timeout for it. Only a registration with
 // the job's token can end it.
-func (c *core) CannotForm(req *controllerpb.RegisterRequest, err error) {
+func (c *core) CannotForm(req *controllerpb.RegisterRequest, err error, now time.Time) {
 	switch codeOf(err) {
 	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
 	default:
@@ -428,7 +436,55 @@ func (c *core) CannotForm(req *controllerpb.RegisterRequest, err error) {
 	if subtle.ConstantTimeCompare(j.owner[:], owner[:]) != 1 {
 		return
 	}
-	c.fail(j, refuse(codes.FailedPrecondition, "job %q cannot form: rank %d was refused: %v", j.name, req.GetRank(), err))
+	cause := refuse(codes.FailedPrecondition, "job %q cannot form: rank %d was refused: %v", j.name, req.GetRank(), err)
+	u := &unformedJob{owner: j.owner, at: now, cause: cause, registered: map[uint32]bool{}}
+	for r, reg := range j.ranks {
+		if reg != nil {
+			u.registered[uint32(r)] = true
+		}
+	}
+	for name, old := range c.unformed { // few: each lives unformedFor
+		if now.Sub(old.at) >= unformedFor {
+			delete(c.unformed, name)
+		}
+	}
+	if len(c.unformed) < maxJobs {
+		c.unformed[j.name] = u
+	}
+	c.fail(j, cause)
+}
+
+// unformedFor is how long a job that could not form is remembered for the
+// late ranks of its run.
+const unformedFor = 5 * time.Second
+
+// unformedJob is a gathering job that could not form: its owner, its
+// ranks that had registered, when, and why.
+type unformedJob struct {
+	owner      [32]byte
+	registered map[uint32]bool
+	at         time.Time
+	cause      error
+}
+
+// lateForUnformed refuses, with the cause, a registration that would start
+// a job anew under a name whose gathering job could not form moments ago,
+// from a rank that was not in it: a late rank of the same run, whose peers
+// have gone. A rank that was in it registering again is a new run, and
+// clears the memory.
+func (c *core) lateForUnformed(req *controllerpb.RegisterRequest, owner [32]byte, now time.Time) error {
+	u := c.unformed[req.GetJob()]
+	if u == nil {
+		return nil
+	}
+	switch {
+	case now.Sub(u.at) >= unformedFor || subtle.ConstantTimeCompare(u.owner[:], owner[:]) != 1:
+		return nil
+	case u.registered[req.GetRank()]:
+		delete(c.unformed, req.GetJob())
+		return nil
+	}
+	return refuse(codes.FailedPrecondition, "%v (its other ranks were told and have gone: start every rank again, with the same settings)", u.cause)
 }
 
 // withinQuota refuses a new job of client's when the client's jobs
@@ -817,19 +873,23 @@ func (c *core) GiveUp(w waiter, code codes.Code) error {
 	case waitBarrier, waitBroadcast:
 		var missing []string
 		for r := range j.ranks {
-			if uint32(r) != rank && !wt.round.arrived[uint32(r)] {
+			if uint32(r) != rank && !wt.round.arrived[uint32(r)] && !wt.round.gaveUp[uint32(r)] {
 				missing = append(missing, strconv.Itoa(r))
 			}
 		}
 		arrived := len(wt.round.arrived)
+		if wt.round.gaveUp == nil {
+			wt.round.gaveUp = map[uint32]bool{}
+		}
+		wt.round.gaveUp[rank] = true
 		j.unjoin(wt.set, wt.round, wt.k, rank)
 		if wt.kind == waitBarrier {
 			who := "ranks " + strings.Join(missing, ", ")
 			if len(missing) == 1 {
 				who = "rank " + missing[0]
 			}
-			return refuse(code, "job %q barrier %q: %s did not come before rank %d's deadline (%d of %d ranks arrived)",
-				j.name, wt.name, who, rank, arrived, len(j.ranks))
+			return refuse(code, "job %q barrier %q: %s did not come before rank %d's deadline (%d of %d ranks arrived, %d of them gave up waiting)",
+				j.name, wt.name, who, rank, arrived+len(wt.round.gaveUp)-1, len(j.ranks), len(wt.round.gaveUp)-1)
 		}
 		return refuse(code, "job %q broadcast %q: root %d did not send before rank %d's deadline", j.name, wt.name, wt.round.root, rank)
 	}

@@ -95,20 +95,21 @@ func TestCoreJobThatCannotForm(t *testing.T) {
 		{"another world size", func(q *controllerpb.RegisterRequest) { q.WorldSize = 4 }, "world_size 4 differs from 3"},
 		{"a malformed lane address", func(q *controllerpb.RegisterRequest) { q.LaneAddresses = []string{"nowhere"} }, "lane 0 address"},
 	} {
+		host := byte(40 + 10*len(c.name)%200)
 		job := "form-" + strings.ReplaceAll(c.name, " ", "-")
-		ws := r.mustRegister(regReq(job, 0, 3, 1, 4, 40), regReq(job, 1, 3, 1, 4, 40))
+		ws := r.mustRegister(regReq(job, 0, 3, 1, 4, host), regReq(job, 1, 3, 1, 4, host))
 		r.pending(ws...)
 
 		// A stranger with another token, and a rank whose address another
 		// live job holds, end nothing.
-		stranger := regReq(job, 2, 4, 1, 4, 40)
+		stranger := regReq(job, 2, 4, 1, 4, host)
 		stranger.Token = "not-the-owner"
 		if _, err := r.register(stranger); codeOf(err) != codes.PermissionDenied {
 			t.Fatalf("%s: a stranger's registration: %v", c.name, err)
 		}
 		r.pending(ws...)
 
-		bad := regReq(job, 2, 3, 1, 4, 40)
+		bad := regReq(job, 2, 3, 1, 4, host)
 		c.bad(bad)
 		if _, err := r.register(bad); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Fatalf("%s: the bad registration: %v, want a refusal containing %q", c.name, err, c.want)
@@ -122,7 +123,28 @@ func TestCoreJobThatCannotForm(t *testing.T) {
 		if r.c.jobs[job] != nil {
 			t.Errorf("%s: the job is still in the table", c.name)
 		}
+
+		// A late rank of that run, with the right settings, is told why
+		// at once instead of gathering alone; after unformedFor, or once
+		// a rank that was in it registers again (a new run), the name
+		// gathers as usual.
+		late := regReq(job, 2, 3, 1, 4, host)
+		if _, err := r.register(late); codeOf(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "cannot form: rank 2 was refused") {
+			t.Errorf("%s: a late rank: %v, want the cause", c.name, err)
+		}
+		again := r.mustRegister(regReq(job, 0, 3, 1, 4, host), regReq(job, 2, 3, 1, 4, host))
+		r.pending(again...)
+		for _, w := range again {
+			r.c.GiveUp(w, codes.Canceled)
+		}
 	}
+	ws := r.mustRegister(regReq("late", 0, 3, 1, 4, 120))
+	if _, err := r.register(regReq("late", 2, 4, 1, 4, 120)); err == nil {
+		t.Fatal("a rank of another world size was taken")
+	}
+	r.answer(ws[0])
+	r.now = r.now.Add(unformedFor)
+	r.pending(r.mustRegister(regReq("late", 1, 3, 1, 4, 120))...)
 }
 
 // abort hands the core a rank's abort, with nothing learned from the

@@ -93,6 +93,7 @@ func (j *job) join(key string, rank uint32) (*round, *roundSet, int) {
 		rs.rounds[k] = r
 	}
 	r.arrived[rank] = true
+	delete(r.gaveUp, rank)
 	return r, rs, k
 }
 

@@ -693,7 +693,7 @@ func TestCoreBarrierRounds(t *testing.T) {
 	}
 	r.pending(second0)
 	second1 := b(1, "b", 2)
-	wantRefusal(t, r.c.GiveUp(second1, codes.DeadlineExceeded), codes.DeadlineExceeded, "rank 2 did not come before rank 1's deadline (2 of 3 ranks arrived)")
+	wantRefusal(t, r.c.GiveUp(second1, codes.DeadlineExceeded), codes.DeadlineExceeded, "rank 2 did not come before rank 1's deadline (2 of 3 ranks arrived, 0 of them gave up waiting)")
 	second1 = b(1, "b", 2)
 	b(2, "b", 2)
 	for _, w := range []waiter{second0, second1} {

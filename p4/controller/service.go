@@ -387,7 +387,7 @@ func (s *JobService) Register(ctx context.Context, req *controllerpb.RegisterReq
 	var back chan struct{}
 	s.step(func(c *core) {
 		if addrs, _, err = c.Check(req); err != nil {
-			c.CannotForm(req, err) // its peers learn at once why the job cannot form
+			c.CannotForm(req, err, time.Now()) // its peers learn at once why the job cannot form
 		}
 		offline, back = c.Offline(), s.back
 	})
@@ -401,7 +401,7 @@ func (s *JobService) Register(ctx context.Context, req *controllerpb.RegisterReq
 		if leafDP, ok = tree.DataplaneOf(addrs[0].Addr()); !ok {
 			err := invalid("rank %d sends from %v, which is under no leaf of the controller's topology (%s); add its prefix to a leaf's workers, or bind the worker to a listed address",
 				req.GetRank(), addrs[0].Addr(), tree.topo)
-			s.step(func(c *core) { c.CannotForm(req, err) })
+			s.step(func(c *core) { c.CannotForm(req, err, time.Now()) })
 			return nil, err
 		}
 	}
