@@ -172,13 +172,11 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer svc.stop()
 	cfg.control.attach(svc)
-	if cfg.Metrics != nil {
-		col := svc.Collector()
-		if err := cfg.Metrics.Register(col); err != nil {
-			return fmt.Errorf("controller: metrics: %w", err)
-		}
-		defer cfg.Metrics.Unregister(col)
+	unregister, err := registerMetrics(cfg, svc)
+	if err != nil {
+		return err
 	}
+	defer unregister()
 	if adopted {
 		if err := svc.Adopt(ctx, cl, cfg.AdoptGrace); err != nil {
 			return err
@@ -210,23 +208,11 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.Logger.Warn("controller: lost the switch; reconnecting", "target", cfg.Target, "err", lost)
 		svc.SwitchLost(fmt.Sprintf("aborted: the controller lost the switch at %s (%v); what it held for the job is gone: join again", cfg.Target, lost))
 		cl.Close()
-		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+		if back, err := redial(ctx, cfg.Logger, "switch", func() (err error) {
 			cl, adopted, err = connect(ctx, cfg, dp)
-			if err == nil {
-				break
-			}
-			if ctx.Err() != nil {
-				return nil
-			}
-			if errors.Is(err, ErrNotPrimary) {
-				return err
-			}
-			cfg.Logger.Warn("controller: switch not back yet", "target", cfg.Target, "err", err, "retry_in", backoff)
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(backoff):
-			}
+			return err
+		}, "target", cfg.Target); !back {
+			return err
 		}
 		svc.SwitchBack(controlled{cl})
 		if adopted {
@@ -237,6 +223,43 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		}
 		cfg.Logger.Info("controller: switch programmed again", "target", cfg.Target)
+	}
+}
+
+// registerMetrics hands the job service's collector to cfg.Metrics, if
+// set; unregister takes it back.
+func registerMetrics(cfg Config, svc *JobService) (unregister func(), err error) {
+	if cfg.Metrics == nil {
+		return func() {}, nil
+	}
+	col := svc.Collector()
+	if err := cfg.Metrics.Register(col); err != nil {
+		return nil, fmt.Errorf("controller: metrics: %w", err)
+	}
+	return func() { cfg.Metrics.Unregister(col) }, nil
+}
+
+// redial calls dial with back-off until it succeeds (back), ctx ends (not
+// back, no error) or another controller is primary (not back, that error).
+// what names the switch, or the tree, in the logs, with attrs.
+func redial(ctx context.Context, log *slog.Logger, what string, dial func() error, attrs ...any) (back bool, err error) {
+	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+		err := dial()
+		if err == nil {
+			return true, nil
+		}
+		if ctx.Err() != nil {
+			return false, nil
+		}
+		if errors.Is(err, ErrNotPrimary) {
+			return false, err
+		}
+		log.Warn("controller: "+what+" not back yet", append(attrs, "err", err, "retry_in", backoff)...)
+		select {
+		case <-ctx.Done():
+			return false, nil
+		case <-time.After(backoff):
+		}
 	}
 }
 

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"reflect"
 	"time"
@@ -33,13 +32,11 @@ func runTree(ctx context.Context, cfg Config) error {
 	}
 	defer svc.stop()
 	cfg.control.attach(svc)
-	if cfg.Metrics != nil {
-		col := svc.Collector()
-		if err := cfg.Metrics.Register(col); err != nil {
-			return fmt.Errorf("controller: metrics: %w", err)
-		}
-		defer cfg.Metrics.Unregister(col)
+	unregister, err := registerMetrics(cfg, svc)
+	if err != nil {
+		return err
 	}
+	defer unregister()
 	lis, served, stop, err := listenJobs(cfg, svc)
 	if err != nil {
 		return err
@@ -75,23 +72,11 @@ func runTree(ctx context.Context, cfg Config) error {
 			cl.Close()
 		}
 		clients = nil
-		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+		if back, err := redial(ctx, cfg.Logger, "tree", func() (err error) {
 			tree, clients, err = dialTree(ctx, cfg)
-			if err == nil {
-				break
-			}
-			if ctx.Err() != nil {
-				return nil
-			}
-			if errors.Is(err, ErrNotPrimary) {
-				return err
-			}
-			cfg.Logger.Warn("controller: tree not back yet", "err", err, "retry_in", backoff)
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(backoff):
-			}
+			return err
+		}); !back {
+			return err
 		}
 		svc.SwitchBack(tree)
 		cfg.Logger.Info("controller: tree programmed again")

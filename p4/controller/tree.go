@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -172,29 +173,20 @@ func NewTree(topo *Topology, spine Switch, leaves []Switch) (*Tree, error) {
 // of the job get none (nil entries).
 func (t *Tree) split(j JobEntries) (spine JobEntries, leaves []*JobEntries, err error) {
 	leaves = make([]*JobEntries, len(t.leaves))
-	leafOf := map[uint16]int{}   // global rank -> leaf
-	local := map[uint16]uint16{} // global rank -> rank at its leaf
-	ranks := map[uint16]bool{}
+	leafOf := map[uint16]int{}        // global rank -> leaf
+	local := map[uint16]uint16{}      // global rank -> rank at its leaf
+	addrOf := map[uint16]netip.Addr{} // global rank -> its first lane's address
 	for _, w := range j.Workers {
-		ranks[w.Rank] = true
-	}
-	order := make([]uint16, 0, len(ranks))
-	for r := range ranks {
-		order = append(order, r)
-	}
-	slices.Sort(order)
-	counts := make([]uint16, len(t.leaves))
-	for _, r := range order {
-		var addr netip.AddrPort
-		for _, w := range j.Workers {
-			if w.Rank == r {
-				addr = w.Addr
-				break
-			}
+		if _, ok := addrOf[w.Rank]; !ok {
+			addrOf[w.Rank] = w.Addr.Addr()
 		}
-		l, ok := t.topo.LeafOf(addr.Addr())
+	}
+	counts := make([]uint16, len(t.leaves))
+	for _, r := range slices.Sorted(maps.Keys(addrOf)) {
+		addr := addrOf[r]
+		l, ok := t.topo.LeafOf(addr)
 		if !ok {
-			return spine, nil, fmt.Errorf("rank %d's address %v is under no leaf of the topology (%s); add its prefix to a leaf's workers", r, addr.Addr(), t.topo)
+			return spine, nil, fmt.Errorf("rank %d's address %v is under no leaf of the topology (%s); add its prefix to a leaf's workers", r, addr, t.topo)
 		}
 		leafOf[r], local[r] = l, counts[l]
 		counts[l]++

@@ -315,15 +315,15 @@ func startProcs(ctx context.Context, cfg Config) (*Fabric, error) {
 	}
 	first, _, _ := strings.Cut(cfg.Dataplane, ",")
 	f := &Fabric{dataplane: first, p4rt: cfg.P4Runtime, controller: cfg.Controller, command: cfg.Command, echo: cfg.Echo}
-	swArgs := []string{"switch", "--dataplane", cfg.Dataplane, "--shards", strconv.Itoa(shards), "--p4rt", cfg.P4Runtime,
-		"--slots", strconv.Itoa(cfg.Slots), "--max-elements", strconv.Itoa(cfg.MaxElements), "--max-workers", strconv.Itoa(cfg.MaxWorkers)}
+	// Every switch of the fabric has the same pool.
+	pool := []string{"--slots", strconv.Itoa(cfg.Slots), "--max-elements", strconv.Itoa(cfg.MaxElements), "--max-workers", strconv.Itoa(cfg.MaxWorkers)}
+	swArgs := append([]string{"switch", "--dataplane", cfg.Dataplane, "--shards", strconv.Itoa(shards), "--p4rt", cfg.P4Runtime}, pool...)
 	if cfg.Faults.Active() {
 		swArgs = append(swArgs, "--drop", fmt.Sprint(cfg.Faults.Drop), "--duplicate", fmt.Sprint(cfg.Faults.Duplicate),
 			"--reorder", fmt.Sprint(cfg.Faults.Reorder), "--seed", fmt.Sprint(cfg.Faults.Seed))
 	}
 	f.swArgs = append(swArgs, cfg.SwitchArgs...)
-	f.ctlArgs = append([]string{"controller", "--target", cfg.P4Runtime, "--listen", cfg.Controller, "--dataplane", cfg.Dataplane,
-		"--slots", strconv.Itoa(cfg.Slots), "--max-elements", strconv.Itoa(cfg.MaxElements)}, cfg.ControllerArgs...)
+	switches := []string{"--target", cfg.P4Runtime, "--dataplane", cfg.Dataplane}
 	if len(cfg.Leaves) > 0 {
 		if shards > 1 {
 			return nil, errors.New("fabric: a tree's spine runs one shard")
@@ -331,9 +331,10 @@ func startProcs(ctx context.Context, cfg Config) (*Fabric, error) {
 		if f.topologyFile, err = writeTopology(first, cfg.P4Runtime, cfg.Leaves); err != nil {
 			return nil, err
 		}
-		f.ctlArgs = append([]string{"controller", "--topology", f.topologyFile, "--listen", cfg.Controller,
-			"--slots", strconv.Itoa(cfg.Slots), "--max-elements", strconv.Itoa(cfg.MaxElements)}, cfg.ControllerArgs...)
+		switches = []string{"--topology", f.topologyFile}
 	}
+	f.ctlArgs = slices.Concat([]string{"controller"}, switches, []string{"--listen", cfg.Controller,
+		"--slots", strconv.Itoa(cfg.Slots), "--max-elements", strconv.Itoa(cfg.MaxElements)}, cfg.ControllerArgs)
 	if f.swProc, err = StartProc("switch", cfg.Echo, cfg.Command(f.swArgs...)); err != nil {
 		f.Close()
 		return nil, err
@@ -343,8 +344,7 @@ func startProcs(ctx context.Context, cfg Config) (*Fabric, error) {
 		if command == nil {
 			command = cfg.Command
 		}
-		args := append([]string{"switch", "--dataplane", l.Dataplane, "--p4rt", l.P4Runtime, "--parent", first,
-			"--slots", strconv.Itoa(cfg.Slots), "--max-elements", strconv.Itoa(cfg.MaxElements), "--max-workers", strconv.Itoa(cfg.MaxWorkers)}, cfg.SwitchArgs...)
+		args := slices.Concat([]string{"switch", "--dataplane", l.Dataplane, "--p4rt", l.P4Runtime, "--parent", first}, pool, cfg.SwitchArgs)
 		p, err := StartProc(fmt.Sprintf("leaf%d", k), cfg.Echo, command(args...))
 		if err != nil {
 			f.Close()

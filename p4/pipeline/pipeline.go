@@ -1075,16 +1075,14 @@ func (p *Pipeline) upstream(st *[NumStats]uint64, why Stat, jobID uint32, h *wir
 // replaces the partial sums and goes to the job's workers. It reports
 // whether the packet was a parent's (and counted).
 func (p *Pipeline) fromParent(st *[NumStats]uint64, cache *workerCache, shard int32, src netip.AddrPort, pkt []byte, out *Output) bool {
-	var jobID uint32
-	var u Uplink
-	found := false
-	for id, c := range p.uplinks {
+	fromParent := false
+	for _, c := range p.uplinks {
 		if c.Parent == src {
-			jobID, u, found = id, c, true
+			fromParent = true
 			break
 		}
 	}
-	if !found {
+	if !fromParent {
 		return false
 	}
 	h, payload, err := wire.Parse(pkt)
@@ -1094,18 +1092,18 @@ func (p *Pipeline) fromParent(st *[NumStats]uint64, cache *workerCache, shard in
 	}
 	// Several jobs may share a parent; their partitions there are
 	// disjoint, so the slot says whose result this is.
-	if h.Slot < u.ParentBase || h.Slot-u.ParentBase >= u.PoolSize {
-		found = false
-		for id, c := range p.uplinks {
-			if c.Parent == src && h.Slot >= c.ParentBase && h.Slot-c.ParentBase < c.PoolSize {
-				jobID, u, found = id, c, true
-				break
-			}
+	var jobID uint32
+	var u Uplink
+	found := false
+	for id, c := range p.uplinks {
+		if c.Parent == src && h.Slot >= c.ParentBase && h.Slot-c.ParentBase < c.PoolSize {
+			jobID, u, found = id, c, true
+			break
 		}
-		if !found {
-			noReply(st, out, StatDropOutOfPartition)
-			return true
-		}
+	}
+	if !found {
+		noReply(st, out, StatDropOutOfPartition)
+		return true
 	}
 	h.Slot = h.Slot - u.ParentBase + u.PoolBase
 	if shard != 0 && p.owner[h.Slot].Load() != shard {

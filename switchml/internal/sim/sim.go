@@ -486,6 +486,12 @@ func (s *Sim) atSwitch(e event) {
 	}
 }
 
+// use names the slot use of h, at slot in the workers' numbering.
+func (s *Sim) use(h wire.Header, slot uint32) useKey {
+	slots := int(s.cfg.PoolBase) + s.cfg.Lanes*s.cfg.Engine.Window
+	return useKey{int(h.Set)*slots + int(slot), h.Seq, h.PacketID}
+}
+
 // checkReuse runs before a switch sees a request: if the packet is about
 // to start a fresh use of a (slot, set) that was used before, every worker
 // under that switch must already hold the result of that previous use, or
@@ -509,9 +515,7 @@ func (s *Sim) checkReuse(n int, src netip.AddrPort, h wire.Header) {
 			return
 		}
 	}
-	// Uses are named in the workers' slot numbering.
-	wslot := int(h.Slot-nd.slotBase) + int(s.cfg.PoolBase)
-	cur := useKey{int(h.Set)*int(s.cfg.PoolBase+uint32(s.cfg.Lanes*s.cfg.Engine.Window)) + wslot, h.Seq, h.PacketID}
+	cur := s.use(h, h.Slot-nd.slotBase+s.cfg.PoolBase)
 	if prev, ok := nd.lastUse[idx]; ok {
 		s.stats.SetReuses++
 		got := s.accepted[prev]
@@ -534,7 +538,7 @@ func (s *Sim) atWorker(e event) {
 		s.stats.ResultsAcceptedByWorkers++
 		if s.cfg.CheckSetReuse {
 			h, _, _ := wire.Parse(e.pkt)
-			k := useKey{int(h.Set)*int(s.cfg.PoolBase+uint32(s.cfg.Lanes*s.cfg.Engine.Window)) + int(h.Slot), h.Seq, h.PacketID}
+			k := s.use(h, h.Slot)
 			if wk := s.ws[e.worker]; !wk.accepted[k] {
 				wk.accepted[k] = true
 				s.accepted[k]++
