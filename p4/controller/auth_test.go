@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -21,20 +20,8 @@ import (
 // startAuthSwitch is startSwitch with a pipeline that checks tags.
 func startAuthSwitch(t *testing.T) string {
 	t.Helper()
-	srv, err := softswitch.NewServer(softswitch.ServerConfig{
-		DeviceID: 1, Pipeline: pipeline.Config{Slots: testSlots, MaxElements: 64, MaxWorkers: 32, Auth: true}, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = srv.ServeP4Runtime(ctx, lis); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return lis.Addr().String()
+	addr, _ := serveSwitch(t, softswitch.ServerConfig{DeviceID: 1, Pipeline: pipeline.Config{Slots: testSlots, MaxElements: 64, MaxWorkers: 32, Auth: true}, Logger: quiet})
+	return addr
 }
 
 func keyedJobs(t *testing.T, ctx context.Context, c *Client) []uint32 {

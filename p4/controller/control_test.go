@@ -78,20 +78,9 @@ func tlsSwitch(t *testing.T, pki *secure.PKI, parent netip.AddrPort) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := softswitch.NewServer(softswitch.ServerConfig{DeviceID: 1, TLS: serverTLS, Logger: quiet, Parent: parent,
+	addr, _ := serveSwitch(t, softswitch.ServerConfig{DeviceID: 1, TLS: serverTLS, Logger: quiet, Parent: parent,
 		Pipeline: pipeline.Config{Slots: testSlots, MaxElements: 64, MaxWorkers: 32}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, scancel := context.WithCancel(context.Background())
-	sdone := make(chan struct{})
-	go func() { _ = srv.ServeP4Runtime(sctx, lis); close(sdone) }()
-	t.Cleanup(func() { scancel(); <-sdone })
-	return lis.Addr().String()
+	return addr
 }
 
 func startTakeover(t *testing.T, ctx context.Context, yield bool) *takeoverFixture {

@@ -33,8 +33,15 @@ const testSlots = 64
 // listener on loopback and returns its address.
 func startSwitch(t *testing.T) (string, *softswitch.Server) {
 	t.Helper()
-	srv, err := softswitch.NewServer(softswitch.ServerConfig{
-		DeviceID: 1, Pipeline: pipeline.Config{Slots: testSlots, MaxElements: 64, MaxWorkers: 32}, Logger: quiet})
+	return serveSwitch(t, softswitch.ServerConfig{DeviceID: 1, Pipeline: pipeline.Config{Slots: testSlots, MaxElements: 64, MaxWorkers: 32}, Logger: quiet})
+}
+
+// serveSwitch runs the P4Runtime service of a software switch made with
+// cfg on a loopback TCP listener until the test ends, and returns its
+// address.
+func serveSwitch(t *testing.T, cfg softswitch.ServerConfig) (string, *softswitch.Server) {
+	t.Helper()
+	srv, err := softswitch.NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
