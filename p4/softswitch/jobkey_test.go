@@ -2,18 +2,12 @@ package softswitch
 
 import (
 	"bytes"
-	"context"
-	"log/slog"
-	"net"
 	"testing"
 
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/pipeline"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/encoding/prototext"
 )
 
@@ -24,23 +18,7 @@ func newAuthHarness(t *testing.T) (*harness, *pipeline.Pipeline) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewP4Runtime(P4RuntimeConfig{DeviceID: testDevice, Target: PipelineTarget(p), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis := bufconn.Listen(1 << 20)
-	g := grpc.NewServer()
-	srv.Register(g)
-	go func() { _ = g.Serve(lis) }()
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return &harness{t: t, srv: srv, conn: conn, client: p4v1.NewP4RuntimeClient(conn)}, p
+	return harnessOn(t, PipelineTarget(p)), p
 }
 
 func keyUpdate(t *testing.T, typ p4v1.Update_Type, jobID uint32, key []byte) *p4v1.Update {

@@ -35,6 +35,15 @@ type harness struct {
 func newHarness(t *testing.T) *harness {
 	t.Helper()
 	target := newFakeTarget(16, 4)
+	h := harnessOn(t, target)
+	h.target = target
+	return h
+}
+
+// harnessOn serves a P4Runtime service for target over an in-memory
+// connection until the test ends.
+func harnessOn(t *testing.T, target Target) *harness {
+	t.Helper()
 	srv, err := NewP4Runtime(P4RuntimeConfig{DeviceID: testDevice, Target: target, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +60,7 @@ func newHarness(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &harness{t: t, target: target, srv: srv, conn: conn, client: p4v1.NewP4RuntimeClient(conn)}
+	return &harness{t: t, srv: srv, conn: conn, client: p4v1.NewP4RuntimeClient(conn)}
 }
 
 func ctxT(t *testing.T) context.Context {
