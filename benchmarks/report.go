@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/switchml/switchml-go/benchmarks/rack"
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/wire"
 )
 
 var systemNames = map[string]string{"switchml": "SwitchML", "switchml-auth": "SwitchML (--auth)", "switchml-afxdp": "SwitchML (AF_XDP)", "switchml-shm": "SwitchML (shared memory)", "switchml-tree": "SwitchML (2 levels)", "torch-switchml": "PyTorch-SwitchML", "gloo": "Gloo", "ring": "Ring (Go)", "mpi": "OpenMPI"}

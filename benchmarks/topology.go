@@ -9,7 +9,7 @@ import (
 
 	"github.com/switchml/switchml-go/benchmarks/rack"
 	"github.com/switchml/switchml-go/p4/fabric"
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/wire"
 )
 
 func (b *driver) buildRack(ctx context.Context, points []Point) error {

@@ -16,8 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/switchml/switchml-go/p4/local"
 	"github.com/switchml/switchml-go/switchml"
-	"github.com/switchml/switchml-go/switchml/local"
 )
 
 // main is never run: a c-shared build needs a main package.

@@ -7,8 +7,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/switchml/switchml-go/p4/local"
 	"github.com/switchml/switchml-go/switchml"
-	"github.com/switchml/switchml-go/switchml/local"
 )
 
 // Data types, as switchml.h numbers them.

@@ -147,7 +147,7 @@ int switchml_fallback(int64_t session, int32_t *on_ring, char *why, size_t why_l
 int switchml_transport(int64_t session, char *out, size_t out_len, char *err, size_t err_len);
 
 /* Starts a software switch and a controller inside this process, on
-   loopback (package switchml/local). *sw receives its handle and addr
+   loopback (package p4/local). *sw receives its handle and addr
    the controller's host:port, for switchml_config.controller. */
 int switchml_local_start(int64_t *sw, char *addr, size_t addr_len, char *err, size_t err_len);
 

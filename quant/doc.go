@@ -90,7 +90,7 @@
 // conversion processes min(len(dst), len(src)) elements (counting 4 bytes per
 // element in a byte slice) and returns that count. int32 tensors need no
 // conversion here: their payloads go through the wire package's payload codec
-// (switchml/wire), the one the switch adds them with.
+// (wire), the one the switch adds them with.
 //
 // On amd64 with AVX2 the float32 kernels run vectorised (8 elements per step,
 // and 16 with AVX-512 for conversions) with exactly the arithmetic of the

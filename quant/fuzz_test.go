@@ -5,7 +5,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/wire"
 )
 
 // floatsFrom reads little-endian float32s from fuzz bytes, replacing non-finite

@@ -9,7 +9,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/wire"
 )
 
 func TestBlockExponent(t *testing.T) {

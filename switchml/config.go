@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/switchml/switchml-go/switchml/transport"
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/transport"
+	"github.com/switchml/switchml-go/wire"
 )
 
 // Defaults of Config, chosen to work on one machine.
@@ -109,7 +109,7 @@ type Config struct {
 	// its name with another token, so that other clients cannot join,
 	// restart or take over the job. Empty is the shared default.
 	Token string
-	// TLS, if set, secures the link to the controller (see switchml/secure;
+	// TLS, if set, secures the link to the controller (see secure;
 	// with a client certificate for a controller that requires one).
 	TLS *tls.Config
 	// Faults injects loss, duplication and reordering into what this

@@ -29,6 +29,6 @@
 //
 // The switch side lives under p4/: the software switch, the controller that
 // programs a switch and runs the job service, and the P4 programs. Package
-// switchml/local runs a software switch and a controller inside the process,
+// p4/local runs a software switch and a controller inside the process,
 // which the examples use; cmd/switchml runs each part as a command.
 package switchml

@@ -9,8 +9,8 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/switchml/switchml-go/p4/local"
 	"github.com/switchml/switchml-go/switchml"
-	"github.com/switchml/switchml-go/switchml/local"
 )
 
 // Four workers, here goroutines of one process, join the same job on an

@@ -30,7 +30,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/quant"
 	"github.com/switchml/switchml-go/switchml/engine"
 	"github.com/switchml/switchml-go/switchml/ring"
@@ -162,12 +162,12 @@ func (s *Session) ringAddress() string {
 // connection comes up, for up to fallbackProbe. unreachable says why the
 // controller counts as unreachable; d is nil when the answer was anything
 // else than a description, which Join then asks for again.
-func (s *Session) probe(ctx context.Context) (d *controllerpb.DescribeResponse, unreachable error) {
+func (s *Session) probe(ctx context.Context) (d *jobpb.DescribeResponse, unreachable error) {
 	pctx, cancel := context.WithTimeout(ctx, fallbackProbe)
 	defer cancel()
 	backoff := 20 * time.Millisecond
 	for {
-		d, err := s.client.Describe(pctx, &controllerpb.DescribeRequest{})
+		d, err := s.client.Describe(pctx, &jobpb.DescribeRequest{})
 		switch {
 		case err == nil:
 			return d, nil
@@ -278,7 +278,7 @@ func switchLoss(err error) bool {
 }
 
 // abortedBy is the error of a lease's end.
-func abortedBy(ev *controllerpb.WatchEvent) error {
+func abortedBy(ev *jobpb.WatchEvent) error {
 	if ev.GetCause() == "switch_lost" {
 		return fmt.Errorf("%w: %w: %s", ErrAborted, ErrSwitchLost, ev.GetReason())
 	}

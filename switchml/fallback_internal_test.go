@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/switchml/engine"
 )
 
@@ -132,7 +132,7 @@ func TestFallbackCatchUpAfterLostResult(t *testing.T) {
 func TestFallbackHintAfterSwitchLost(t *testing.T) {
 	cfg := Config{Job: "hint", Rank: 0, Workers: 2}.withDefaults()
 	s := &Session{cfg: cfg}
-	s.broken = abortedBy(&controllerpb.WatchEvent{Aborted: true, Cause: "switch_lost", Reason: "the controller lost the switch"})
+	s.broken = abortedBy(&jobpb.WatchEvent{Aborted: true, Cause: "switch_lost", Reason: "the controller lost the switch"})
 	for k := range 2 {
 		err := s.execute(&Handle{ctx: context.Background(), op: engine.Op{DType: engine.Int32, I32: make([]int32, 4)}, n: 4})
 		if !errors.Is(err, ErrSwitchLost) || !strings.Contains(err.Error(), "FallbackOnLoss") {

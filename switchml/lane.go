@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/switchml/engine"
-	"github.com/switchml/switchml-go/switchml/transport"
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/transport"
+	"github.com/switchml/switchml-go/wire"
 )
 
 // laneDriver runs one lane's protocol engine on its own socket. Only the

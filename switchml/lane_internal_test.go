@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/switchml/engine"
-	"github.com/switchml/switchml-go/switchml/transport"
-	"github.com/switchml/switchml-go/switchml/transport/shm"
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/transport"
+	"github.com/switchml/switchml-go/transport/shm"
+	"github.com/switchml/switchml-go/wire"
 )
 
 // TestLaneWaitsForRoomNotForever runs a lane, building its packets in a

@@ -20,12 +20,12 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/switchml/engine"
-	"github.com/switchml/switchml-go/switchml/transport"
-	"github.com/switchml/switchml-go/switchml/transport/afxdp"
-	"github.com/switchml/switchml-go/switchml/transport/shm"
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/transport"
+	"github.com/switchml/switchml-go/transport/afxdp"
+	"github.com/switchml/switchml-go/transport/shm"
+	"github.com/switchml/switchml-go/wire"
 )
 
 // Errors a caller may test for with errors.Is.
@@ -55,7 +55,7 @@ var (
 type Session struct {
 	cfg       Config
 	conn      *grpc.ClientConn
-	client    controllerpb.JobServiceClient
+	client    jobpb.JobServiceClient
 	sessionID uint64
 	// rankSecret proves this rank's calls within the session to the
 	// controller; it never goes into an error or a log.
@@ -183,13 +183,13 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 		return fail(fmt.Errorf("%w: bad controller address %q: %v", ErrControllerUnreachable, cfg.Controller, err))
 	}
 	s.conn = conn
-	s.client = controllerpb.NewJobServiceClient(conn)
-	format := controllerpb.Format_FORMAT_COMPAT
+	s.client = jobpb.NewJobServiceClient(conn)
+	format := jobpb.Format_FORMAT_COMPAT
 	wf := wire.FormatCompat
 	if cfg.Extended {
-		format, wf = controllerpb.Format_FORMAT_EXTENDED, wire.FormatExtended
+		format, wf = jobpb.Format_FORMAT_EXTENDED, wire.FormatExtended
 	}
-	var probed *controllerpb.DescribeResponse
+	var probed *jobpb.DescribeResponse
 	if cfg.Fallback == FallbackRing {
 		var unreachable error
 		if probed, unreachable = s.probe(ctx); unreachable != nil {
@@ -201,7 +201,7 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 	if cfg.PacketElements == 0 {
 		d := probed
 		if d == nil {
-			d, err = s.client.Describe(ctx, &controllerpb.DescribeRequest{}, grpc.WaitForReady(true))
+			d, err = s.client.Describe(ctx, &jobpb.DescribeRequest{}, grpc.WaitForReady(true))
 		}
 		switch {
 		case status.Code(err) == codes.Unimplemented: // a controller that predates Describe serves the software switch
@@ -224,10 +224,10 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 		}
 		s.cfg.PacketElements = cfg.PacketElements
 	}
-	var resp *controllerpb.RegisterResponse
+	var resp *jobpb.RegisterResponse
 	err = retryUnavailable(ctx, nil, func() error {
 		var err error
-		resp, err = s.client.Register(ctx, &controllerpb.RegisterRequest{
+		resp, err = s.client.Register(ctx, &jobpb.RegisterRequest{
 			Job: cfg.Job, Rank: uint32(cfg.Rank), WorldSize: uint32(cfg.Workers),
 			Lanes: uint32(cfg.Lanes), Window: uint32(cfg.Window), Elements: uint32(cfg.PacketElements),
 			Format: format, LaneAddresses: addrs, Mac: macOf(bind), Token: cfg.Token,
@@ -301,16 +301,16 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 	return s, nil
 }
 
-// watch opens this rank's lease on the session (controllerpb Watch) and
+// watch opens this rank's lease on the session (jobpb Watch) and
 // follows it in the background: if the controller ends the session, the
 // session becomes unusable with the controller's reason, and calls in flight
 // stop at once instead of waiting for the switch to give up.
 func (s *Session) watch() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopWatch = cancel
-	req := &controllerpb.WatchRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, JobId: s.jobID, Token: s.cfg.Token, RankSecret: s.rankSecret}
+	req := &jobpb.WatchRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, JobId: s.jobID, Token: s.cfg.Token, RankSecret: s.rankSecret}
 	stream, err := s.client.Watch(ctx, req)
-	var ev *controllerpb.WatchEvent
+	var ev *jobpb.WatchEvent
 	if err == nil {
 		ev, err = stream.Recv()
 	}
@@ -338,7 +338,7 @@ func (s *Session) watch() error {
 // known (a broken link) takes the lease up again; one that no longer knows
 // the session (it restarted, and reprogrammed the switch) ends it with that
 // cause, so that the calls in flight fail at once.
-func (s *Session) follow(ctx context.Context, stream controllerpb.JobService_WatchClient, req *controllerpb.WatchRequest) {
+func (s *Session) follow(ctx context.Context, stream jobpb.JobService_WatchClient, req *jobpb.WatchRequest) {
 	backoff := 50 * time.Millisecond
 	for {
 		for {
@@ -361,7 +361,7 @@ func (s *Session) follow(ctx context.Context, stream controllerpb.JobService_Wat
 			backoff = min(2*backoff, 2*time.Second)
 			var err error
 			if stream, err = s.client.Watch(ctx, req, grpc.WaitForReady(true)); err == nil {
-				var ev *controllerpb.WatchEvent
+				var ev *jobpb.WatchEvent
 				if ev, err = stream.Recv(); err == nil {
 					if ev.GetAborted() {
 						s.abort(abortedBy(ev))
@@ -406,10 +406,10 @@ func (s *Session) reportAsync(reason error) {
 
 // reportFailure tells the controller that this rank can no longer take part
 // (its session broke), so that the other ranks learn why at once.
-func (s *Session) reportFailure(reason error) (*controllerpb.AbortResponse, error) {
+func (s *Session) reportFailure(reason error) (*jobpb.AbortResponse, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	return s.client.Abort(ctx, &controllerpb.AbortRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Reason: reason.Error(),
+	return s.client.Abort(ctx, &jobpb.AbortRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Reason: reason.Error(),
 		SwitchUnreachable: errors.Is(reason, ErrTimeoutBudget), RankSecret: s.rankSecret})
 }
 
@@ -457,9 +457,9 @@ func (s *Session) verdictOnGiveUp(gaveUp error) (reported bool, verdict error) {
 // fast, naming it. A controller that is connected but slow to answer gets
 // the caller's whole deadline. Nil, and no error, from a controller that
 // predates Describe.
-func (s *Session) reach(ctx context.Context) (*controllerpb.DescribeResponse, error) {
+func (s *Session) reach(ctx context.Context) (*jobpb.DescribeResponse, error) {
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
-	d, err := s.client.Describe(cctx, &controllerpb.DescribeRequest{}, grpc.WaitForReady(true))
+	d, err := s.client.Describe(cctx, &jobpb.DescribeRequest{}, grpc.WaitForReady(true))
 	cancel()
 	if err != nil && ctx.Err() == nil && cctx.Err() != nil {
 		if st := s.conn.GetState(); st != connectivity.Ready && st != connectivity.Idle {
@@ -467,7 +467,7 @@ func (s *Session) reach(ctx context.Context) (*controllerpb.DescribeResponse, er
 				status.Convert(err).Message(), s.unreachableHint())
 		}
 		// Connected, but slow to answer: wait with the caller's deadline.
-		d, err = s.client.Describe(ctx, &controllerpb.DescribeRequest{}, grpc.WaitForReady(true))
+		d, err = s.client.Describe(ctx, &jobpb.DescribeRequest{}, grpc.WaitForReady(true))
 	}
 	switch {
 	case status.Code(err) == codes.Unimplemented:
@@ -649,7 +649,7 @@ func (s *Session) Barrier(ctx context.Context, name string) error {
 	start := time.Now()
 	defer s.traceWait("barrier", name, start)
 	err = retryUnavailable(ctx, s.aborted, func() error {
-		_, err := s.client.Barrier(ctx, &controllerpb.BarrierRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Name: name, Seq: seq, RankSecret: s.rankSecret}, grpc.WaitForReady(true))
+		_, err := s.client.Barrier(ctx, &jobpb.BarrierRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Name: name, Seq: seq, RankSecret: s.rankSecret}, grpc.WaitForReady(true))
 		return err
 	})
 	if err != nil {
@@ -670,12 +670,12 @@ func (s *Session) Broadcast(ctx context.Context, name string, root int, data []b
 		return nil, err
 	}
 	defer done()
-	var resp *controllerpb.BroadcastResponse
+	var resp *jobpb.BroadcastResponse
 	start := time.Now()
 	defer s.traceWait("broadcast", name, start)
 	err = retryUnavailable(ctx, s.aborted, func() error {
 		var err error
-		resp, err = s.client.Broadcast(ctx, &controllerpb.BroadcastRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Root: uint32(root), Data: data, Name: name, RankSecret: s.rankSecret}, grpc.WaitForReady(true))
+		resp, err = s.client.Broadcast(ctx, &jobpb.BroadcastRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, Root: uint32(root), Data: data, Name: name, RankSecret: s.rankSecret}, grpc.WaitForReady(true))
 		return err
 	})
 	if err != nil {
@@ -824,7 +824,7 @@ func (s *Session) Close() error {
 	if s.sessionID != 0 && !s.movedOff() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_, err = s.client.Leave(ctx, &controllerpb.LeaveRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, RankSecret: s.rankSecret})
+		_, err = s.client.Leave(ctx, &jobpb.LeaveRequest{Job: s.cfg.Job, Rank: uint32(s.cfg.Rank), SessionId: s.sessionID, RankSecret: s.rankSecret})
 		if err != nil {
 			err = s.rpcError("leave", err)
 		}

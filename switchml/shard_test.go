@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchml/switchml-go/p4/local"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/switchml"
-	"github.com/switchml/switchml-go/switchml/local"
 )
 
 // TestShardedSwitch runs two jobs at once on a switch with two data-plane

@@ -12,9 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/switchml/switchml-go/p4/local"
 	"github.com/switchml/switchml-go/switchml"
-	"github.com/switchml/switchml-go/switchml/local"
-	"github.com/switchml/switchml-go/switchml/transport"
+	"github.com/switchml/switchml-go/transport"
 )
 
 // TestTraceAndCollector runs a job whose rank 1 loses packets and comes

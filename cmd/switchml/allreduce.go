@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/benchmarks"
+	"github.com/switchml/switchml-go/secure"
 	"github.com/switchml/switchml-go/switchml"
-	"github.com/switchml/switchml-go/switchml/secure"
 )
 
 func init() {

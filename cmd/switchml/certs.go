@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/switchml/switchml-go/switchml/secure"
+	"github.com/switchml/switchml-go/secure"
 )
 
 func init() {

@@ -16,8 +16,8 @@ import (
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/tna"
 	"github.com/switchml/switchml-go/p4/v1model"
-	"github.com/switchml/switchml-go/switchml/secure"
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/secure"
+	"github.com/switchml/switchml-go/wire"
 )
 
 func init() {

@@ -11,7 +11,7 @@ import (
 	"github.com/switchml/switchml-go/benchmarks"
 	"github.com/switchml/switchml-go/p4/fabric"
 	"github.com/switchml/switchml-go/switchml"
-	"github.com/switchml/switchml-go/switchml/transport"
+	"github.com/switchml/switchml-go/transport"
 )
 
 func init() {

@@ -20,10 +20,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchml/switchml-go/benchmarks"
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/jobpb"
 
 	"github.com/switchml/switchml-go/p4/fabric"
-	"github.com/switchml/switchml-go/switchml/secure"
+	"github.com/switchml/switchml-go/secure"
 )
 
 // faultJobWorkers is the size of the jobs the fault tests break.
@@ -316,7 +316,7 @@ func TestHijackAndFlood(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	jobs := controllerpb.NewJobServiceClient(conn)
+	jobs := jobpb.NewJobServiceClient(conn)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 64)
 	var refused, other atomic.Int64
@@ -328,7 +328,7 @@ func TestHijackAndFlood(t *testing.T) {
 			defer func() { <-sem }()
 			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 			defer cancel()
-			_, err := jobs.Register(ctx, &controllerpb.RegisterRequest{Job: fmt.Sprintf("flood-%d", i), Rank: 0, WorldSize: 2, Lanes: 1, Window: 4,
+			_, err := jobs.Register(ctx, &jobpb.RegisterRequest{Job: fmt.Sprintf("flood-%d", i), Rank: 0, WorldSize: 2, Lanes: 1, Window: 4,
 				Elements: 64, LaneAddresses: []string{fmt.Sprintf("127.9.%d.%d:%d", i/250, i%250+1, 1000+i)}})
 			switch status.Code(err) {
 			case codes.DeadlineExceeded:

@@ -17,10 +17,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/switchml/switchml-go/switchml/transport/afxdp"
+	"github.com/switchml/switchml-go/transport/afxdp"
 
 	"github.com/switchml/switchml-go/benchmarks"
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/wire"
 )
 
 // The forgery of a local process that can send with any source address

@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchml/switchml-go/benchmarks"
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/jobpb"
 )
 
 // Hostile clients of the job service, speaking its gRPC API directly: each
@@ -29,7 +29,7 @@ import (
 
 // jobClient dials the job service at addr from the local IP from (empty:
 // the kernel's choice), as a client of that identity.
-func jobClient(t *testing.T, addr, from string) controllerpb.JobServiceClient {
+func jobClient(t *testing.T, addr, from string) jobpb.JobServiceClient {
 	t.Helper()
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	if from != "" {
@@ -43,23 +43,23 @@ func jobClient(t *testing.T, addr, from string) controllerpb.JobServiceClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return controllerpb.NewJobServiceClient(conn)
+	return jobpb.NewJobServiceClient(conn)
 }
 
 // hostileRegistration is a registration of a job of world ranks from a
 // client that owns no socket: its lane address is made up.
-func hostileRegistration(job string, world, window uint32, i int) *controllerpb.RegisterRequest {
-	return &controllerpb.RegisterRequest{Job: job, Rank: 0, WorldSize: world, Lanes: 1, Window: window, Elements: 64,
+func hostileRegistration(job string, world, window uint32, i int) *jobpb.RegisterRequest {
+	return &jobpb.RegisterRequest{Job: job, Rank: 0, WorldSize: world, Lanes: 1, Window: window, Elements: 64,
 		LaneAddresses: []string{fmt.Sprintf("127.%d.%d.%d:%d", 10+i/62500, i/250%250, i%250+1, 20000+i%40000)}}
 }
 
 // jobState is the state the controller's status gives job name ("" when
 // it lists no such job).
-func jobState(t *testing.T, jobs controllerpb.JobServiceClient, name string) (string, *controllerpb.StatusResponse) {
+func jobState(t *testing.T, jobs jobpb.JobServiceClient, name string) (string, *jobpb.StatusResponse) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	st, err := jobs.Status(ctx, &controllerpb.StatusRequest{SkipSwitchCounters: true}, grpc.WaitForReady(true))
+	st, err := jobs.Status(ctx, &jobpb.StatusRequest{SkipSwitchCounters: true}, grpc.WaitForReady(true))
 	if err != nil {
 		t.Fatalf("status: %v", err)
 	}
@@ -122,7 +122,7 @@ func TestHostileSessionIDWithoutSecret(t *testing.T) {
 		}
 	}
 	learn(f.ctl.Logs())
-	_, err := jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "c2", Rank: 1, SessionId: 1, Name: "probe"})
+	_, err := jobs.Barrier(ctx, &jobpb.BarrierRequest{Job: "c2", Rank: 1, SessionId: 1, Name: "probe"})
 	if status.Code(err) == codes.OK {
 		t.Fatal("a barrier of session 1 went through")
 	}
@@ -145,20 +145,20 @@ func TestHostileSessionIDWithoutSecret(t *testing.T) {
 		for rank := range uint32(2) {
 			for _, secret := range [][]byte{nil, randomSecret} {
 				short, stop := context.WithTimeout(ctx, 2*time.Second)
-				_, err := jobs.Barrier(short, &controllerpb.BarrierRequest{Job: "c2", Rank: rank, SessionId: id, Name: "iter-3", RankSecret: secret})
+				_, err := jobs.Barrier(short, &jobpb.BarrierRequest{Job: "c2", Rank: rank, SessionId: id, Name: "iter-3", RankSecret: secret})
 				if err == nil {
 					t.Errorf("barrier of rank %d with session id %d and no secret went through", rank, id)
 				}
 				refused("barrier", err)
-				_, err = jobs.Broadcast(short, &controllerpb.BroadcastRequest{Job: "c2", Rank: rank, Root: rank, SessionId: id, Name: "b", Data: []byte("x"), RankSecret: secret})
+				_, err = jobs.Broadcast(short, &jobpb.BroadcastRequest{Job: "c2", Rank: rank, Root: rank, SessionId: id, Name: "b", Data: []byte("x"), RankSecret: secret})
 				if err == nil {
 					t.Errorf("broadcast of rank %d with session id %d and no secret went through", rank, id)
 				}
 				refused("broadcast", err)
-				_, err = jobs.Abort(short, &controllerpb.AbortRequest{Job: "c2", Rank: rank, SessionId: id, Reason: "hostile abort", RankSecret: secret})
+				_, err = jobs.Abort(short, &jobpb.AbortRequest{Job: "c2", Rank: rank, SessionId: id, Reason: "hostile abort", RankSecret: secret})
 				refused("abort", err)
 				// A lease taken and dropped would end the job as a lost rank.
-				stream, err := jobs.Watch(short, &controllerpb.WatchRequest{Job: "c2", Rank: rank, SessionId: id, Token: "guess", RankSecret: secret})
+				stream, err := jobs.Watch(short, &jobpb.WatchRequest{Job: "c2", Rank: rank, SessionId: id, Token: "guess", RankSecret: secret})
 				if err == nil {
 					if _, err = stream.Recv(); err == nil {
 						t.Errorf("lease of rank %d with session id %d and no secret taken", rank, id)

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/p4/fabric"
 	"github.com/switchml/switchml-go/p4/p4info"
-	"github.com/switchml/switchml-go/switchml/secure"
+	"github.com/switchml/switchml-go/secure"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -210,7 +210,7 @@ func TestHostileControllerTakeover(t *testing.T) {
 func TestStatusControlLost(t *testing.T) {
 	for _, lost := range []string{"", "the controller is not primary on the switch at 127.0.0.1:9559: cert:ctl2 (role controller) took it at 2026-01-02T03:04:05Z"} {
 		var b strings.Builder
-		if err := writeStatus(&b, "127.0.0.1:50051", &controllerpb.StatusResponse{TargetKind: "softswitch", ControlLost: lost}); err != nil {
+		if err := writeStatus(&b, "127.0.0.1:50051", &jobpb.StatusResponse{TargetKind: "softswitch", ControlLost: lost}); err != nil {
 			t.Fatal(err)
 		}
 		if got := strings.Contains(b.String(), "control lost: "+lost+"\n"); got != (lost != "") || (lost == "" && strings.Contains(b.String(), "control lost")) {

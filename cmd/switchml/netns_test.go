@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/switchml/switchml-go/switchml/transport/afxdp"
+	"github.com/switchml/switchml-go/transport/afxdp"
 )
 
 // TestNetworkNamespaces runs a job across network namespaces: one per

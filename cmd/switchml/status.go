@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/secure"
 	"github.com/switchml/switchml-go/switchml"
-	"github.com/switchml/switchml-go/switchml/secure"
 )
 
 func init() {
@@ -55,7 +55,7 @@ func statusCommand(ctx context.Context, args []string, out io.Writer) error {
 	defer cc.Close()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	st, err := fetchStatus(ctx, controllerpb.NewJobServiceClient(cc), *noCounters)
+	st, err := fetchStatus(ctx, jobpb.NewJobServiceClient(cc), *noCounters)
 	if err != nil {
 		return fmt.Errorf("status of the controller at %s: %w (is `switchml controller` running there, and given TLS flags if it requires TLS?)", *addr, err)
 	}
@@ -77,9 +77,9 @@ const statusPagesMax = 64
 // fetchStatus asks for the controller's status page by page and returns
 // the pages as one answer: the first page's counters and totals, every
 // page's jobs.
-func fetchStatus(ctx context.Context, c controllerpb.JobServiceClient, noCounters bool) (*controllerpb.StatusResponse, error) {
-	req := &controllerpb.StatusRequest{SkipSwitchCounters: noCounters}
-	var all *controllerpb.StatusResponse
+func fetchStatus(ctx context.Context, c jobpb.JobServiceClient, noCounters bool) (*jobpb.StatusResponse, error) {
+	req := &jobpb.StatusRequest{SkipSwitchCounters: noCounters}
+	var all *jobpb.StatusResponse
 	for range statusPagesMax {
 		st, err := c.Status(ctx, req, grpc.WaitForReady(true))
 		if err != nil {
@@ -95,13 +95,13 @@ func fetchStatus(ctx context.Context, c controllerpb.JobServiceClient, noCounter
 			return all, nil
 		}
 		// Later pages need no second read of the counters.
-		req = &controllerpb.StatusRequest{SkipSwitchCounters: true, PageToken: st.GetNextPageToken()}
+		req = &jobpb.StatusRequest{SkipSwitchCounters: true, PageToken: st.GetNextPageToken()}
 	}
 	return nil, fmt.Errorf("the job table did not end after %d pages", statusPagesMax)
 }
 
 // writeStatus prints a controller's status as tables for people.
-func writeStatus(w io.Writer, addr string, st *controllerpb.StatusResponse) error {
+func writeStatus(w io.Writer, addr string, st *jobpb.StatusResponse) error {
 	fmt.Fprintf(w, "controller %s: %s switch, data plane %s; %d of %d slots per set in use\n",
 		addr, st.GetTargetKind(), st.GetDataplane(), st.GetSlotsInUse(), st.GetSlots())
 	if st.GetOffline() != "" {

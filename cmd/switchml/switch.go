@@ -10,9 +10,9 @@ import (
 	"github.com/switchml/switchml-go/p4/fabric"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/softswitch"
-	"github.com/switchml/switchml-go/switchml/secure"
-	"github.com/switchml/switchml-go/switchml/transport"
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/secure"
+	"github.com/switchml/switchml-go/transport"
+	"github.com/switchml/switchml-go/wire"
 )
 
 func init() {

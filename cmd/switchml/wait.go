@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/secure"
 	"github.com/switchml/switchml-go/switchml"
-	"github.com/switchml/switchml-go/switchml/secure"
 )
 
 func init() {

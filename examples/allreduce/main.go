@@ -15,8 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/switchml/switchml-go/p4/local"
 	"github.com/switchml/switchml-go/switchml"
-	"github.com/switchml/switchml-go/switchml/local"
 )
 
 func main() {

@@ -19,7 +19,7 @@ import (
 	"github.com/switchml/switchml-go/p4/controller"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/v1model"
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/wire"
 )
 
 // The job the aggregation tests install: three ranks, rank r behind BMv2

@@ -6,7 +6,7 @@ import (
 	"net/netip"
 	"slices"
 
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/wire"
 )
 
 // Ethernet / IPv4 / UDP framing of SwitchML packets, built and checked by

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/p4/pipeline"
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/wire"
 )
 
 // statDropSimulated is the v1model program's counter of contributions its

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/softswitch"
@@ -145,13 +145,13 @@ func TestRegisterHandsOutKeys(t *testing.T) {
 	}
 	jobs := serveJobs(t, svc)
 	h := &jobHarness{svc: svc, jobs: jobs, sw: c}
-	d, err := jobs.Describe(ctx, &controllerpb.DescribeRequest{})
+	d, err := jobs.Describe(ctx, &jobpb.DescribeRequest{})
 	if err != nil || !d.GetAuth() {
 		t.Fatalf("Describe = %v, %v: want auth", d, err)
 	}
-	ext := func(job string, rank uint32, host byte) *controllerpb.RegisterRequest {
+	ext := func(job string, rank uint32, host byte) *jobpb.RegisterRequest {
 		r := regReq(job, rank, 2, 1, 4, host)
-		r.Format = controllerpb.Format_FORMAT_EXTENDED
+		r.Format = jobpb.Format_FORMAT_EXTENDED
 		return r
 	}
 	ra, errs := h.registerAll(ctx, ext("a", 0, 1), ext("a", 1, 1))

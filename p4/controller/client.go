@@ -1,7 +1,7 @@
 // Package controller is the SwitchML controller: a P4Runtime client that
 // programs any target running the SwitchML pipeline (the software switch,
 // BMv2 or a Tofino with the matching program), and the job service workers
-// register with (controllerpb.JobService).
+// register with (jobpb.JobService).
 //
 // The job service is a deterministic core (core.go: jobs, partitions,
 // leases, rounds, adoption; no I/O, goroutines or clock) driven by

@@ -16,10 +16,10 @@ import (
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/softswitch"
-	"github.com/switchml/switchml-go/switchml/secure"
+	"github.com/switchml/switchml-go/secure"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -61,7 +61,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 type takeoverFixture struct {
 	pki    *secure.PKI
 	target string
-	jobs   controllerpb.JobServiceClient
+	jobs   jobpb.JobServiceClient
 	reg    *prometheus.Registry
 	logs   *syncBuffer
 }
@@ -130,7 +130,7 @@ func (f *takeoverFixture) run(t *testing.T, ctx context.Context, cfg Config) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	f.jobs = controllerpb.NewJobServiceClient(conn)
+	f.jobs = jobpb.NewJobServiceClient(conn)
 }
 
 // intrude connects as a second allowed controller (certificate ctl2, role
@@ -216,7 +216,7 @@ func TestControllerTakesPrimaryshipBack(t *testing.T) {
 	if resp.GetPoolSize() != 4 {
 		t.Errorf("registration answer %v", resp)
 	}
-	s, err := f.jobs.Status(ctx, &controllerpb.StatusRequest{SkipSwitchCounters: true})
+	s, err := f.jobs.Status(ctx, &jobpb.StatusRequest{SkipSwitchCounters: true})
 	if err != nil || s.GetControlLost() != "" {
 		t.Errorf("Status control_lost %q (%v), want empty once primary again", s.GetControlLost(), err)
 	}
@@ -235,7 +235,7 @@ func TestControllerYieldsPrimaryship(t *testing.T) {
 	defer st.CloseSend()
 	var lost string
 	eventually(t, "Status reporting the lost control", func() bool {
-		s, err := f.jobs.Status(ctx, &controllerpb.StatusRequest{SkipSwitchCounters: true})
+		s, err := f.jobs.Status(ctx, &jobpb.StatusRequest{SkipSwitchCounters: true})
 		lost = s.GetControlLost()
 		return err == nil && lost != ""
 	})
@@ -314,8 +314,8 @@ func TestTreeOverTLSTakesLeafBack(t *testing.T) {
 }
 
 // registerBoth registers the requests concurrently.
-func registerBoth(ctx context.Context, jobs controllerpb.JobServiceClient, reqs ...*controllerpb.RegisterRequest) ([]*controllerpb.RegisterResponse, []error) {
-	resps := make([]*controllerpb.RegisterResponse, len(reqs))
+func registerBoth(ctx context.Context, jobs jobpb.JobServiceClient, reqs ...*jobpb.RegisterRequest) ([]*jobpb.RegisterResponse, []error) {
+	resps := make([]*jobpb.RegisterResponse, len(reqs))
 	errs := make([]error, len(reqs))
 	var wg sync.WaitGroup
 	for i, r := range reqs {

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/softswitch"
@@ -242,7 +242,7 @@ func TestMalformedWrites(t *testing.T) {
 // bufconn, plus a P4Runtime client to inspect the switch.
 type jobHarness struct {
 	svc  *JobService
-	jobs controllerpb.JobServiceClient
+	jobs jobpb.JobServiceClient
 	sw   *Client
 	// secrets are the rank secrets joined handed out, by "job/rank".
 	secrets map[string][]byte
@@ -281,11 +281,11 @@ func newJobHarnessFor(t *testing.T, slots int, kind Target) *jobHarness {
 var harnessLimits = JobLimits{LeaseGrace: time.Hour, JoinTimeout: time.Hour}
 
 // serveJobs serves svc over an in-memory connection and returns a client.
-func serveJobs(t *testing.T, svc *JobService) controllerpb.JobServiceClient {
+func serveJobs(t *testing.T, svc *JobService) jobpb.JobServiceClient {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	g := grpc.NewServer()
-	controllerpb.RegisterJobServiceServer(g, svc)
+	jobpb.RegisterJobServiceServer(g, svc)
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
 	conn, err := grpc.NewClient("passthrough:///jobs",
@@ -295,11 +295,11 @@ func serveJobs(t *testing.T, svc *JobService) controllerpb.JobServiceClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return controllerpb.NewJobServiceClient(conn)
+	return jobpb.NewJobServiceClient(conn)
 }
 
-func regReq(job string, rank, world, lanes, window uint32, host byte) *controllerpb.RegisterRequest {
-	r := &controllerpb.RegisterRequest{Job: job, Rank: rank, WorldSize: world, Lanes: lanes, Window: window, Elements: 64}
+func regReq(job string, rank, world, lanes, window uint32, host byte) *jobpb.RegisterRequest {
+	r := &jobpb.RegisterRequest{Job: job, Rank: rank, WorldSize: world, Lanes: lanes, Window: window, Elements: 64}
 	for l := uint32(0); l < lanes; l++ {
 		r.LaneAddresses = append(r.LaneAddresses, fmt.Sprintf("127.0.%d.%d:%d", host, rank+1, 30000+l))
 	}
@@ -307,8 +307,8 @@ func regReq(job string, rank, world, lanes, window uint32, host byte) *controlle
 }
 
 // registerAll registers every request concurrently and returns the answers.
-func (h *jobHarness) registerAll(ctx context.Context, reqs ...*controllerpb.RegisterRequest) ([]*controllerpb.RegisterResponse, []error) {
-	resps := make([]*controllerpb.RegisterResponse, len(reqs))
+func (h *jobHarness) registerAll(ctx context.Context, reqs ...*jobpb.RegisterRequest) ([]*jobpb.RegisterResponse, []error) {
+	resps := make([]*jobpb.RegisterResponse, len(reqs))
 	errs := make([]error, len(reqs))
 	var wg sync.WaitGroup
 	for i, r := range reqs {
@@ -370,7 +370,7 @@ func TestRegisterProgramsTheSwitch(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := h.jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "a", Rank: rank, SessionId: r.GetSessionId(), Name: "start", RankSecret: resps[rank].GetRankSecret()}); err != nil {
+			if _, err := h.jobs.Barrier(ctx, &jobpb.BarrierRequest{Job: "a", Rank: rank, SessionId: r.GetSessionId(), Name: "start", RankSecret: resps[rank].GetRankSecret()}); err != nil {
 				bErrs[rank] = err
 				return
 			}
@@ -378,7 +378,7 @@ func TestRegisterProgramsTheSwitch(t *testing.T) {
 			if rank == 1 {
 				data = []byte("hello")
 			}
-			resp, err := h.jobs.Broadcast(ctx, &controllerpb.BroadcastRequest{Job: "a", Rank: rank, SessionId: r.GetSessionId(), Root: 1, Data: data, RankSecret: resps[rank].GetRankSecret()})
+			resp, err := h.jobs.Broadcast(ctx, &jobpb.BroadcastRequest{Job: "a", Rank: rank, SessionId: r.GetSessionId(), Root: 1, Data: data, RankSecret: resps[rank].GetRankSecret()})
 			bErrs[rank] = err
 			got[rank] = resp.GetData()
 		}()
@@ -389,11 +389,11 @@ func TestRegisterProgramsTheSwitch(t *testing.T) {
 			t.Fatalf("rank %d broadcast = %q, %v", rank, got[rank], bErrs[rank])
 		}
 	}
-	if _, err := h.jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "a", Rank: 0, SessionId: r.GetSessionId() + 2, RankSecret: r.GetRankSecret()}); status.Code(err) != codes.FailedPrecondition {
+	if _, err := h.jobs.Barrier(ctx, &jobpb.BarrierRequest{Job: "a", Rank: 0, SessionId: r.GetSessionId() + 2, RankSecret: r.GetRankSecret()}); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("barrier with a stale session = %v, want FAILED_PRECONDITION", err)
 	}
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	_, err = h.jobs.Barrier(short, &controllerpb.BarrierRequest{Job: "a", Rank: 0, SessionId: r.GetSessionId(), Name: "lonely", RankSecret: r.GetRankSecret()})
+	_, err = h.jobs.Barrier(short, &jobpb.BarrierRequest{Job: "a", Rank: 0, SessionId: r.GetSessionId(), Name: "lonely", RankSecret: r.GetRankSecret()})
 	cancel()
 	if status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("barrier nobody joins = %v, want DEADLINE_EXCEEDED", err)
@@ -413,13 +413,13 @@ func TestRegisterProgramsTheSwitch(t *testing.T) {
 
 	// Leave: entries stay until the last rank leaves.
 	s2 := resps2[0].GetSessionId()
-	if _, err := h.jobs.Leave(ctx, &controllerpb.LeaveRequest{Job: "a", Rank: 0, SessionId: s2, RankSecret: resps2[0].GetRankSecret()}); err != nil {
+	if _, err := h.jobs.Leave(ctx, &jobpb.LeaveRequest{Job: "a", Rank: 0, SessionId: s2, RankSecret: resps2[0].GetRankSecret()}); err != nil {
 		t.Fatal(err)
 	}
 	if workers, _ := h.sw.ReadWorkers(ctx); len(workers) != 2 {
 		t.Fatalf("after one leave: %d worker entries, want 2", len(workers))
 	}
-	if _, err := h.jobs.Leave(ctx, &controllerpb.LeaveRequest{Job: "a", Rank: 1, SessionId: s2, RankSecret: resps2[1].GetRankSecret()}); err != nil {
+	if _, err := h.jobs.Leave(ctx, &jobpb.LeaveRequest{Job: "a", Rank: 1, SessionId: s2, RankSecret: resps2[1].GetRankSecret()}); err != nil {
 		t.Fatal(err)
 	}
 	<-h.svc.Drained() // entries go in the background
@@ -440,16 +440,16 @@ func TestRegisterMismatch(t *testing.T) {
 	host := byte(10)
 	for _, c := range []struct {
 		name   string
-		change func(*controllerpb.RegisterRequest)
+		change func(*jobpb.RegisterRequest)
 	}{
-		{"world_size", func(r *controllerpb.RegisterRequest) { r.WorldSize = 3 }},
-		{"lanes", func(r *controllerpb.RegisterRequest) {
+		{"world_size", func(r *jobpb.RegisterRequest) { r.WorldSize = 3 }},
+		{"lanes", func(r *jobpb.RegisterRequest) {
 			r.Lanes = 2
 			r.LaneAddresses = append(r.LaneAddresses, "127.0.0.9:1")
 		}},
-		{"window", func(r *controllerpb.RegisterRequest) { r.Window = 8 }},
-		{"elements", func(r *controllerpb.RegisterRequest) { r.Elements = 128 }},
-		{"format", func(r *controllerpb.RegisterRequest) { r.Format = controllerpb.Format_FORMAT_EXTENDED }},
+		{"window", func(r *jobpb.RegisterRequest) { r.Window = 8 }},
+		{"elements", func(r *jobpb.RegisterRequest) { r.Elements = 128 }},
+		{"format", func(r *jobpb.RegisterRequest) { r.Format = jobpb.Format_FORMAT_EXTENDED }},
 	} {
 		// Each case on addresses of its own: a cancelled registration
 		// leaves the controller a moment after its caller.
@@ -519,7 +519,7 @@ func TestRegisterDeadlineNamesMissingRanks(t *testing.T) {
 		t.Fatalf("incomplete job installed %d entries", len(ws))
 	}
 	// The ranks that timed out are forgotten: a complete retry works.
-	var reqs []*controllerpb.RegisterRequest
+	var reqs []*jobpb.RegisterRequest
 	for r := uint32(0); r < 4; r++ {
 		reqs = append(reqs, regReq("late", r, 4, 1, 4, 0))
 	}
@@ -535,7 +535,7 @@ func TestConcurrentJobsGetDisjointPartitions(t *testing.T) {
 	h := newJobHarness(t, 32)
 	ctx := testCtx(t)
 	var wg sync.WaitGroup
-	results := make([][]*controllerpb.RegisterResponse, 3)
+	results := make([][]*jobpb.RegisterResponse, 3)
 	for i := range results {
 		wg.Add(1)
 		go func() {
@@ -586,7 +586,7 @@ func TestConcurrentJobsGetDisjointPartitions(t *testing.T) {
 			continue
 		}
 		for r := uint32(0); r < 2; r++ {
-			if _, err := h.jobs.Leave(ctx, &controllerpb.LeaveRequest{Job: fmt.Sprintf("job%d", i), Rank: r, SessionId: rs[0].GetSessionId(), RankSecret: rs[r].GetRankSecret()}); err != nil {
+			if _, err := h.jobs.Leave(ctx, &jobpb.LeaveRequest{Job: fmt.Sprintf("job%d", i), Rank: r, SessionId: rs[0].GetSessionId(), RankSecret: rs[r].GetRankSecret()}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -619,7 +619,7 @@ func TestRunEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	resp, err := controllerpb.NewJobServiceClient(conn).Register(ctx, regReq("solo", 0, 1, 1, 4, 0))
+	resp, err := jobpb.NewJobServiceClient(conn).Register(ctx, regReq("solo", 0, 1, 1, 4, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

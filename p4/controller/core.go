@@ -28,7 +28,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -154,10 +154,10 @@ type wait struct {
 // answer is the core's reply to a waiting call.
 type answer struct {
 	to    waiter
-	resp  *controllerpb.RegisterResponse // a registration's
-	data  []byte                         // a broadcast's
-	ended string                         // a lease's: why the job ended
-	cause endCause                       // a lease's: the cause's class
+	resp  *jobpb.RegisterResponse // a registration's
+	data  []byte                  // a broadcast's
+	ended string                  // a lease's: why the job ended
+	cause endCause                // a lease's: the cause's class
 	err   error
 }
 
@@ -187,7 +187,7 @@ type effects struct {
 
 // registration is one rank's registration of a job.
 type registration struct {
-	req   *controllerpb.RegisterRequest
+	req   *jobpb.RegisterRequest
 	addrs []netip.AddrPort // its lane addresses, parsed
 	by    waiter           // the call waiting for the job (0: none)
 }
@@ -206,8 +206,8 @@ type job struct {
 	// a registration that may fall back to the ring was let through with).
 	ringWhy string
 
-	params *controllerpb.RegisterRequest // the first registrant's; others must agree
-	owner  [32]byte                      // hash of the registrants' token
+	params *jobpb.RegisterRequest // the first registrant's; others must agree
+	owner  [32]byte               // hash of the registrants' token
 	// client is the identity of the first registrant, whose quota the
 	// job counts against.
 	client  string
@@ -225,7 +225,7 @@ type job struct {
 	// held counts the broadcast bytes the job's rounds keep.
 	held int
 
-	resp    *controllerpb.RegisterResponse
+	resp    *jobpb.RegisterResponse
 	entries JobEntries
 	left    map[uint32]bool
 	leased  map[uint32]bool // ranks that took their lease on this controller
@@ -360,7 +360,7 @@ func (c *core) newJob(name string, world int) *job {
 // identity, whose quota a new job counts against); w waits for the job to
 // be programmed. A registration into a programmed job, or a second one
 // from rank 0, is a new run of the job: the old generation goes away.
-func (c *core) Register(w waiter, req *controllerpb.RegisterRequest, client string, now time.Time) error {
+func (c *core) Register(w waiter, req *jobpb.RegisterRequest, client string, now time.Time) error {
 	addrs, ringWhy, err := c.Check(req)
 	if err != nil {
 		c.CannotForm(req, err, now)
@@ -422,7 +422,7 @@ func (c *core) Register(w waiter, req *controllerpb.RegisterRequest, client stri
 // ranks already waiting fail at once with the cause, naming the rank,
 // instead of waiting out the join timeout for it. Only a registration with
 // the job's token can end it.
-func (c *core) CannotForm(req *controllerpb.RegisterRequest, err error, now time.Time) {
+func (c *core) CannotForm(req *jobpb.RegisterRequest, err error, now time.Time) {
 	switch codeOf(err) {
 	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
 	default:
@@ -472,7 +472,7 @@ type unformedJob struct {
 // from a rank that was not in it: a late rank of the same run, whose peers
 // have gone. A rank that was in it registering again is a new run, and
 // clears the memory.
-func (c *core) lateForUnformed(req *controllerpb.RegisterRequest, owner [32]byte, now time.Time) error {
+func (c *core) lateForUnformed(req *jobpb.RegisterRequest, owner [32]byte, now time.Time) error {
 	u := c.unformed[req.GetJob()]
 	if u == nil {
 		return nil
@@ -490,7 +490,7 @@ func (c *core) lateForUnformed(req *controllerpb.RegisterRequest, owner [32]byte
 // withinQuota refuses a new job of client's when the client's jobs
 // (gathering or running; replacing, the one it replaces aside) already
 // reach its limit, or would need more than its slots.
-func (c *core) withinQuota(client string, req *controllerpb.RegisterRequest, replacing *job) error {
+func (c *core) withinQuota(client string, req *jobpb.RegisterRequest, replacing *job) error {
 	if c.cfg.MaxJobsPerClient <= 0 && c.cfg.MaxSlotsPerClient <= 0 {
 		return nil
 	}
@@ -545,7 +545,7 @@ func (c *core) fallback(j *job, why string, addrs []string) {
 	j.state, j.cause = jobGone, "fell back to the ring: "+why
 	c.endings[endFallback]++
 	c.log.Warn("controller: job runs over the ring", "job", j.name, "workers", len(j.ranks), "why", why)
-	resp := &controllerpb.RegisterResponse{Fallback: why, FallbackAddresses: addrs}
+	resp := &jobpb.RegisterResponse{Fallback: why, FallbackAddresses: addrs}
 	for _, w := range j.waitsOf(waitRegister) {
 		c.reply(w, answer{resp: resp})
 	}
@@ -632,7 +632,7 @@ func (c *core) activate(j *job) {
 		}
 	}
 	j.state, j.entries = jobInstalling, entries
-	j.resp = &controllerpb.RegisterResponse{
+	j.resp = &jobpb.RegisterResponse{
 		SessionId: c.cfg.Rand() | 1, SwitchDataplane: c.cfg.Dataplane.String(), JobId: jobID,
 		PoolBase: base, PoolSize: size, FirstSeq: uint32(c.cfg.Rand()),
 		FallbackAddresses: j.ringAddresses(), LaneDataplanes: c.laneDataplanes(jobID, len(j.ranks[0].addrs)),
@@ -755,7 +755,7 @@ func (c *core) Installed(gen uint64, err error, now time.Time) {
 			"mgid", j.entries.MulticastGroup)
 		for _, w := range j.waitsOf(waitRegister) {
 			// Each rank gets its own copy, with its own secret.
-			resp := proto.Clone(j.resp).(*controllerpb.RegisterResponse)
+			resp := proto.Clone(j.resp).(*jobpb.RegisterResponse)
 			resp.RankSecret = j.keys.secret(j.waits[w].rank)
 			c.reply(w, answer{resp: resp})
 		}
@@ -988,8 +988,8 @@ func (c *core) SwitchBack() { c.offline = "" }
 func (c *core) Offline() string { return c.offline }
 
 // ActiveJobs lists the running jobs' names and partitions.
-func (c *core) ActiveJobs() map[string]*controllerpb.RegisterResponse {
-	out := map[string]*controllerpb.RegisterResponse{}
+func (c *core) ActiveJobs() map[string]*jobpb.RegisterResponse {
+	out := map[string]*jobpb.RegisterResponse{}
 	for n, j := range c.jobs {
 		if j.state == jobActive {
 			out[n] = j.resp

@@ -10,13 +10,13 @@ import (
 	"slices"
 	"time"
 
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/jobpb"
 	"google.golang.org/grpc/codes"
 )
 
 // claim hands a job found on the switch to the first rank that names it
 // (by switch job id) after a controller restart.
-func (c *core) claim(req *controllerpb.WatchRequest) error {
+func (c *core) claim(req *jobpb.WatchRequest) error {
 	j := c.detached[req.GetJobId()]
 	if j == nil || req.GetJobId() == 0 {
 		return nil
@@ -33,7 +33,7 @@ func (c *core) claim(req *controllerpb.WatchRequest) error {
 	j.name = req.GetJob()
 	j.owner = sha256.Sum256([]byte(req.GetToken()))
 	j.resp.SessionId = req.GetSessionId()
-	j.params = &controllerpb.RegisterRequest{Job: j.name, WorldSize: uint32(len(j.ranks))}
+	j.params = &jobpb.RegisterRequest{Job: j.name, WorldSize: uint32(len(j.ranks))}
 	c.jobs[j.name] = j
 	c.log.Info("controller: job taken over from the switch", "job", j.name, "job_id", req.GetJobId(), "workers", len(j.ranks))
 	return nil
@@ -52,14 +52,14 @@ func (c *core) Adopt(workers []WorkerEntry, replies []ReplyEntry, groups map[uin
 			j = c.newJob("", int(w.NumWorkers))
 			j.state, j.adopted, j.keys = jobActive, true, learnedKeys()
 			j.entries = JobEntries{MulticastGroup: w.MulticastGroup, Replicas: groups[w.MulticastGroup]}
-			j.resp = &controllerpb.RegisterResponse{JobId: w.JobID, PoolBase: w.PoolBase, PoolSize: w.PoolSize, SwitchDataplane: c.cfg.Dataplane.String()}
+			j.resp = &jobpb.RegisterResponse{JobId: w.JobID, PoolBase: w.PoolBase, PoolSize: w.PoolSize, SwitchDataplane: c.cfg.Dataplane.String()}
 			found[w.JobID] = j
 		}
 		j.entries.Workers = append(j.entries.Workers, w)
 		if int(w.Rank) < len(j.ranks) {
 			reg := j.ranks[w.Rank]
 			if reg == nil {
-				reg = &registration{req: &controllerpb.RegisterRequest{Rank: uint32(w.Rank), WorldSize: uint32(w.NumWorkers)}}
+				reg = &registration{req: &jobpb.RegisterRequest{Rank: uint32(w.Rank), WorldSize: uint32(w.NumWorkers)}}
 				j.ranks[w.Rank] = reg
 			}
 			reg.req.LaneAddresses = append(reg.req.LaneAddresses, w.Addr.String())

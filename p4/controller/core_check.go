@@ -10,8 +10,8 @@ import (
 	"net/netip"
 	"strconv"
 
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/wire"
 	"google.golang.org/grpc/codes"
 )
 
@@ -19,7 +19,7 @@ import (
 // changes nothing. A registration that may run over the ring
 // (fallback_address) is not refused for a job larger than the switch
 // serves: ringWhy says why its job cannot have the switch instead.
-func (c *core) Check(r *controllerpb.RegisterRequest) (addrs []netip.AddrPort, ringWhy string, err error) {
+func (c *core) Check(r *jobpb.RegisterRequest) (addrs []netip.AddrPort, ringWhy string, err error) {
 	addrs, err = checkRequest(r)
 	if err != nil {
 		return nil, "", err
@@ -60,7 +60,7 @@ func checkFallbackAddress(a string) error {
 }
 
 // checkRequest validates a registration on its own.
-func checkRequest(r *controllerpb.RegisterRequest) ([]netip.AddrPort, error) {
+func checkRequest(r *jobpb.RegisterRequest) ([]netip.AddrPort, error) {
 	switch {
 	case r.GetJob() == "":
 		return nil, invalid("job name is empty")
@@ -87,11 +87,11 @@ func checkRequest(r *controllerpb.RegisterRequest) ([]netip.AddrPort, error) {
 		return nil, err
 	}
 	switch r.GetFormat() {
-	case controllerpb.Format_FORMAT_COMPAT:
+	case jobpb.Format_FORMAT_COMPAT:
 		if _, ok := wire.CompatSizeCode(int(r.GetElements())); !ok {
 			return nil, invalid("elements %d cannot travel in the compatible header (32, 64, 128 or 256)", r.GetElements())
 		}
-	case controllerpb.Format_FORMAT_EXTENDED:
+	case jobpb.Format_FORMAT_EXTENDED:
 		if r.GetElements() > wire.MaxElements {
 			return nil, invalid("elements %d exceeds the extended header's %d", r.GetElements(), wire.MaxElements)
 		}
@@ -117,7 +117,7 @@ func checkRequest(r *controllerpb.RegisterRequest) ([]netip.AddrPort, error) {
 }
 
 // mismatch names the first parameter on which r disagrees with the job.
-func mismatch(j, r *controllerpb.RegisterRequest) string {
+func mismatch(j, r *jobpb.RegisterRequest) string {
 	type p struct {
 		name string
 		a, b uint32

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/jobpb"
 	"google.golang.org/grpc/codes"
 )
 
@@ -17,7 +17,7 @@ func TestCoreLeaveStrandsNoBarrier(t *testing.T) {
 	r := newRig(t, 64)
 	leave := func(job string, rank uint32, session uint64) {
 		t.Helper()
-		if err := r.c.Leave(&controllerpb.LeaveRequest{Job: job, Rank: rank, SessionId: session, RankSecret: r.sec(job, rank)}); err != nil {
+		if err := r.c.Leave(&jobpb.LeaveRequest{Job: job, Rank: rank, SessionId: session, RankSecret: r.sec(job, rank)}); err != nil {
 			t.Fatal(err)
 		}
 		r.collect()
@@ -89,11 +89,11 @@ func TestCoreJobThatCannotForm(t *testing.T) {
 	r := newRig(t, 64)
 	for _, c := range []struct {
 		name string
-		bad  func(*controllerpb.RegisterRequest)
+		bad  func(*jobpb.RegisterRequest)
 		want string
 	}{
-		{"another world size", func(q *controllerpb.RegisterRequest) { q.WorldSize = 4 }, "world_size 4 differs from 3"},
-		{"a malformed lane address", func(q *controllerpb.RegisterRequest) { q.LaneAddresses = []string{"nowhere"} }, "lane 0 address"},
+		{"another world size", func(q *jobpb.RegisterRequest) { q.WorldSize = 4 }, "world_size 4 differs from 3"},
+		{"a malformed lane address", func(q *jobpb.RegisterRequest) { q.LaneAddresses = []string{"nowhere"} }, "lane 0 address"},
 	} {
 		host := byte(40 + 10*len(c.name)%200)
 		job := "form-" + strings.ReplaceAll(c.name, " ", "-")
@@ -149,7 +149,7 @@ func TestCoreJobThatCannotForm(t *testing.T) {
 
 // abort hands the core a rank's abort, with nothing learned from the
 // switch.
-func (r *rig) abort(req *controllerpb.AbortRequest) error {
+func (r *rig) abort(req *jobpb.AbortRequest) error {
 	_, _, err := r.c.Abort(req, stallVerdict{})
 	return err
 }
@@ -177,8 +177,8 @@ func TestCoreStalledRankIsNotASwitchLoss(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r := newRig(t, 64)
 			resp := r.run("j", 3, 10)
-			lease := r.watch(&controllerpb.WatchRequest{Job: "j", Rank: 1, SessionId: resp.GetSessionId()})
-			cause, why, err := r.c.Abort(&controllerpb.AbortRequest{Job: "j", Rank: 0, SessionId: resp.GetSessionId(), Reason: "no answer",
+			lease := r.watch(&jobpb.WatchRequest{Job: "j", Rank: 1, SessionId: resp.GetSessionId()})
+			cause, why, err := r.c.Abort(&jobpb.AbortRequest{Job: "j", Rank: 0, SessionId: resp.GetSessionId(), Reason: "no answer",
 				SwitchUnreachable: true, RankSecret: r.sec("j", 0)}, c.v)
 			r.collect()
 			if err != nil || cause != c.wantCause || !strings.Contains(why, c.wantWhy) {

@@ -10,7 +10,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/jobpb"
 	"google.golang.org/grpc/codes"
 )
 
@@ -143,7 +143,7 @@ func (j *job) othersPast(rank uint32, seq uint64) bool {
 
 // Barrier enters a rank into a barrier; w is answered when every rank has
 // arrived.
-func (c *core) Barrier(w waiter, req *controllerpb.BarrierRequest) error {
+func (c *core) Barrier(w waiter, req *jobpb.BarrierRequest) error {
 	if err := checkName("barrier", req.GetName()); err != nil {
 		return err
 	}
@@ -186,7 +186,7 @@ func (c *core) Barrier(w waiter, req *controllerpb.BarrierRequest) error {
 
 // Broadcast enters a rank into a broadcast; w is answered with the root's
 // data once the root has sent it.
-func (c *core) Broadcast(w waiter, req *controllerpb.BroadcastRequest) error {
+func (c *core) Broadcast(w waiter, req *jobpb.BroadcastRequest) error {
 	if err := checkName("broadcast", req.GetName()); err != nil {
 		return err
 	}
@@ -251,7 +251,7 @@ func (c *core) ongoing(name string, rank uint32, session uint64, secret []byte) 
 
 // Leave records that a rank is done with its session; the job ends when
 // every rank left.
-func (c *core) Leave(req *controllerpb.LeaveRequest) error {
+func (c *core) Leave(req *jobpb.LeaveRequest) error {
 	j, err := c.ongoing(req.GetJob(), req.GetRank(), req.GetSessionId(), req.GetRankSecret())
 	if j == nil {
 		return err
@@ -268,7 +268,7 @@ func (c *core) Leave(req *controllerpb.LeaveRequest) error {
 // leftEarly says where the job a rank just left sits, and its generation,
 // when its other ranks run on (gen 0 otherwise): the driver then asks the
 // switch whether the job's slots wait for the rank's share.
-func (c *core) leftEarly(req *controllerpb.LeaveRequest) (partition, uint64) {
+func (c *core) leftEarly(req *jobpb.LeaveRequest) (partition, uint64) {
 	j := c.jobs[req.GetJob()]
 	if j == nil || j.state != jobActive || !j.left[req.GetRank()] || len(j.ranks) < 2 {
 		return partition{}, 0
@@ -317,7 +317,7 @@ func (c *core) strandedBy(j *job) {
 // ends it as a switch loss, unless v, what the driver learned from the
 // switch, shows the switch answering with slots of the job waiting for
 // ranks that stopped sending: then those ranks are named.
-func (c *core) Abort(req *controllerpb.AbortRequest, v stallVerdict) (cause, why string, err error) {
+func (c *core) Abort(req *jobpb.AbortRequest, v stallVerdict) (cause, why string, err error) {
 	j, err := c.ongoing(req.GetJob(), req.GetRank(), req.GetSessionId(), req.GetRankSecret())
 	if j == nil {
 		return "", "", err
@@ -345,7 +345,7 @@ func (c *core) Abort(req *controllerpb.AbortRequest, v stallVerdict) (cause, why
 // partitionOf says where the job an abort names sits in the pool, for the
 // driver to ask the switch about it; ok is false when the session is over
 // (or the call is not the rank's).
-func (c *core) partitionOf(req *controllerpb.AbortRequest) (p partition, ok bool, err error) {
+func (c *core) partitionOf(req *jobpb.AbortRequest) (p partition, ok bool, err error) {
 	j, err := c.ongoing(req.GetJob(), req.GetRank(), req.GetSessionId(), req.GetRankSecret())
 	if j == nil {
 		return partition{}, false, err
@@ -359,7 +359,7 @@ func (c *core) partitionOf(req *controllerpb.AbortRequest) (p partition, ok bool
 // A rank of a job taken over from the switch proves itself the first time
 // with the job's token (that of the rank that claimed it), and its secret
 // is learned then.
-func (c *core) Watch(w waiter, req *controllerpb.WatchRequest) error {
+func (c *core) Watch(w waiter, req *jobpb.WatchRequest) error {
 	if len(req.GetToken()) > maxTokenLen {
 		return invalid("token of %d bytes, want at most %d", len(req.GetToken()), maxTokenLen)
 	}

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/jobpb"
 )
 
 // endCause classifies why a generation ended, for the counters.
@@ -93,7 +93,7 @@ type statusView struct {
 // index the next page starts at (0: none follows). It reveals no secret:
 // no token, session id or rank secret. Lane addresses stop at
 // v.rankBytes per page; the ranks left out are counted.
-func (c *core) statusJobs(now time.Time, first, size int, v statusView) ([]*controllerpb.JobStatus, int) {
+func (c *core) statusJobs(now time.Time, first, size int, v statusView) ([]*jobpb.JobStatus, int) {
 	type entry struct {
 		j     *job
 		state string
@@ -120,10 +120,10 @@ func (c *core) statusJobs(now time.Time, first, size int, v statusView) ([]*cont
 	}
 	all = all[first:min(first+size, len(all))]
 	budget := v.rankBytes
-	out := make([]*controllerpb.JobStatus, 0, len(all))
+	out := make([]*jobpb.JobStatus, 0, len(all))
 	for _, e := range all {
 		j := e.j
-		js := &controllerpb.JobStatus{
+		js := &jobpb.JobStatus{
 			Name: j.name, State: e.state, WorldSize: uint32(len(j.ranks)),
 			Lanes: j.params.GetLanes(), Window: j.params.GetWindow(), PacketElements: j.params.GetElements(),
 			PoolSize: j.resp.GetPoolSize(),
@@ -138,7 +138,7 @@ func (c *core) statusJobs(now time.Time, first, size int, v statusView) ([]*cont
 			if reg == nil {
 				continue
 			}
-			rs := &controllerpb.RankStatus{Rank: uint32(r), Leased: j.leased[uint32(r)], Left: j.left[uint32(r)]}
+			rs := &jobpb.RankStatus{Rank: uint32(r), Leased: j.leased[uint32(r)], Left: j.left[uint32(r)]}
 			if !v.redact {
 				need := 16
 				for _, a := range reg.req.GetLaneAddresses() {

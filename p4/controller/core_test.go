@@ -10,7 +10,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/p4/pipeline"
 )
 
@@ -24,7 +24,7 @@ type rig struct {
 	answers map[waiter]answer
 	// regs are the registrations by waiter, secrets the rank secrets
 	// their answers carried, by job and rank.
-	regs     map[waiter]*controllerpb.RegisterRequest
+	regs     map[waiter]*jobpb.RegisterRequest
 	secrets  map[string][]byte
 	installs []install
 	removals []removal
@@ -54,7 +54,7 @@ func newRig(t *testing.T, slots int) *rig {
 		DrainWait: rigDrainWait, LeaseGrace: rigLeaseGrace, JoinTimeout: rigJoinTimeout,
 	})
 	return &rig{t: t, c: c, now: time.Unix(1_000_000, 0), answers: map[waiter]answer{},
-		regs: map[waiter]*controllerpb.RegisterRequest{}, secrets: map[string][]byte{}}
+		regs: map[waiter]*jobpb.RegisterRequest{}, secrets: map[string][]byte{}}
 }
 
 // collect takes what the core asked for since the last step.
@@ -80,7 +80,7 @@ func (r *rig) waiter() waiter {
 }
 
 // register hands the core a registration at the rig's time.
-func (r *rig) register(req *controllerpb.RegisterRequest) (waiter, error) {
+func (r *rig) register(req *jobpb.RegisterRequest) (waiter, error) {
 	r.t.Helper()
 	w := r.waiter()
 	r.regs[w] = req
@@ -90,7 +90,7 @@ func (r *rig) register(req *controllerpb.RegisterRequest) (waiter, error) {
 }
 
 // mustRegister registers every request, which must be accepted.
-func (r *rig) mustRegister(reqs ...*controllerpb.RegisterRequest) []waiter {
+func (r *rig) mustRegister(reqs ...*jobpb.RegisterRequest) []waiter {
 	r.t.Helper()
 	var ws []waiter
 	for _, req := range reqs {
@@ -127,9 +127,9 @@ func (r *rig) takeRemoval() removal {
 
 // run gathers a job of world ranks (lanes 1, window 4, addresses of host),
 // installs it and returns the response its ranks got.
-func (r *rig) run(job string, world uint32, host byte) *controllerpb.RegisterResponse {
+func (r *rig) run(job string, world uint32, host byte) *jobpb.RegisterResponse {
 	r.t.Helper()
-	var reqs []*controllerpb.RegisterRequest
+	var reqs []*jobpb.RegisterRequest
 	for rank := range world {
 		reqs = append(reqs, regReq(job, rank, world, 1, 4, host))
 	}
@@ -149,7 +149,7 @@ func (r *rig) run(job string, world uint32, host byte) *controllerpb.RegisterRes
 func (r *rig) retiredOne() removal {
 	r.t.Helper()
 	old := r.run("old", 1, 1)
-	if err := r.c.Leave(&controllerpb.LeaveRequest{Job: "old", SessionId: old.GetSessionId(), RankSecret: r.sec("old", 0)}); err != nil {
+	if err := r.c.Leave(&jobpb.LeaveRequest{Job: "old", SessionId: old.GetSessionId(), RankSecret: r.sec("old", 0)}); err != nil {
 		r.t.Fatal(err)
 	}
 	r.collect()
@@ -190,7 +190,7 @@ func adoptedSecret(rank uint32) []byte {
 }
 
 // watch takes a rank's lease, with the rank's secret unless req has one.
-func (r *rig) watch(req *controllerpb.WatchRequest) waiter {
+func (r *rig) watch(req *jobpb.WatchRequest) waiter {
 	r.t.Helper()
 	if req.RankSecret == nil {
 		req.RankSecret = r.sec(req.GetJob(), req.GetRank())
@@ -206,7 +206,7 @@ func (r *rig) watch(req *controllerpb.WatchRequest) waiter {
 func (r *rig) barrier(job string, rank uint32, session uint64, name string, seq uint64) (waiter, error) {
 	r.t.Helper()
 	w := r.waiter()
-	err := r.c.Barrier(w, &controllerpb.BarrierRequest{Job: job, Rank: rank, SessionId: session, Name: name, Seq: seq, RankSecret: r.sec(job, rank)})
+	err := r.c.Barrier(w, &jobpb.BarrierRequest{Job: job, Rank: rank, SessionId: session, Name: name, Seq: seq, RankSecret: r.sec(job, rank)})
 	r.collect()
 	return w, err
 }
@@ -274,7 +274,7 @@ func TestCoreIsDeterministic(t *testing.T) {
 			out = append(out, r.run(fmt.Sprintf("job%d", i), 2, byte(i)))
 		}
 		for rank := range uint32(2) {
-			if err := r.c.Leave(&controllerpb.LeaveRequest{Job: "job1", Rank: rank, SessionId: out[1].(*controllerpb.RegisterResponse).GetSessionId(), RankSecret: r.sec("job1", rank)}); err != nil {
+			if err := r.c.Leave(&jobpb.LeaveRequest{Job: "job1", Rank: rank, SessionId: out[1].(*jobpb.RegisterResponse).GetSessionId(), RankSecret: r.sec("job1", rank)}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -293,23 +293,23 @@ func TestCoreRefusesRegistrations(t *testing.T) {
 		name string
 		// change turns rank 1 of job "j" (whose rank 0 gathers with token
 		// "t" on host 1) into the refused registration.
-		change func(q *controllerpb.RegisterRequest)
+		change func(q *jobpb.RegisterRequest)
 		code   codes.Code
 		text   string
 	}{
-		{"world_size", func(q *controllerpb.RegisterRequest) { q.WorldSize = 3 }, codes.FailedPrecondition, "world_size 3 differs from 2"},
-		{"lanes", func(q *controllerpb.RegisterRequest) {
+		{"world_size", func(q *jobpb.RegisterRequest) { q.WorldSize = 3 }, codes.FailedPrecondition, "world_size 3 differs from 2"},
+		{"lanes", func(q *jobpb.RegisterRequest) {
 			q.Lanes, q.LaneAddresses = 2, append(q.LaneAddresses, "127.0.1.9:1")
 		}, codes.FailedPrecondition, "lanes 2 differs"},
-		{"window", func(q *controllerpb.RegisterRequest) { q.Window = 8 }, codes.FailedPrecondition, "window 8 differs"},
-		{"elements", func(q *controllerpb.RegisterRequest) { q.Elements = 128 }, codes.FailedPrecondition, "elements 128"},
-		{"format", func(q *controllerpb.RegisterRequest) { q.Format = controllerpb.Format_FORMAT_EXTENDED }, codes.FailedPrecondition, "format"},
-		{"token", func(q *controllerpb.RegisterRequest) { q.Token = "" }, codes.PermissionDenied, "another owner"},
-		{"address held", func(q *controllerpb.RegisterRequest) {
+		{"window", func(q *jobpb.RegisterRequest) { q.Window = 8 }, codes.FailedPrecondition, "window 8 differs"},
+		{"elements", func(q *jobpb.RegisterRequest) { q.Elements = 128 }, codes.FailedPrecondition, "elements 128"},
+		{"format", func(q *jobpb.RegisterRequest) { q.Format = jobpb.Format_FORMAT_EXTENDED }, codes.FailedPrecondition, "format"},
+		{"token", func(q *jobpb.RegisterRequest) { q.Token = "" }, codes.PermissionDenied, "another owner"},
+		{"address held", func(q *jobpb.RegisterRequest) {
 			q.Job, q.Rank, q.WorldSize, q.LaneAddresses = "other", 0, 1, regReq("j", 0, 2, 1, 4, 1).LaneAddresses
 		}, codes.AlreadyExists, `rank 0 of job "j"`},
-		{"rank outside", func(q *controllerpb.RegisterRequest) { q.Rank = 2 }, codes.InvalidArgument, "rank 2 outside"},
-		{"packet size", func(q *controllerpb.RegisterRequest) { q.Elements = 100 }, codes.InvalidArgument, "compatible header"},
+		{"rank outside", func(q *jobpb.RegisterRequest) { q.Rank = 2 }, codes.InvalidArgument, "rank 2 outside"},
+		{"packet size", func(q *jobpb.RegisterRequest) { q.Elements = 100 }, codes.InvalidArgument, "compatible header"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := newRig(t, 64)
@@ -333,7 +333,7 @@ func TestCoreRefusesRegistrations(t *testing.T) {
 	}
 }
 
-func tokened(req *controllerpb.RegisterRequest) *controllerpb.RegisterRequest {
+func tokened(req *jobpb.RegisterRequest) *jobpb.RegisterRequest {
 	req.Token = "t"
 	return req
 }
@@ -343,7 +343,7 @@ func tokened(req *controllerpb.RegisterRequest) *controllerpb.RegisterRequest {
 // entries are gone, and a job waiting for them is placed then.
 func TestCorePoolExhaustionAndFreeing(t *testing.T) {
 	r := newRig(t, 32)
-	var resps []*controllerpb.RegisterResponse
+	var resps []*jobpb.RegisterResponse
 	for i := range 3 {
 		resps = append(resps, r.run(fmt.Sprintf("job%d", i), 2, byte(i))) // 4 slots each
 	}
@@ -361,7 +361,7 @@ func TestCorePoolExhaustionAndFreeing(t *testing.T) {
 	// job0 and job1 leave: their entries go; the big job waits for them.
 	for i := range 2 {
 		for rank := range uint32(2) {
-			if err := r.c.Leave(&controllerpb.LeaveRequest{Job: fmt.Sprintf("job%d", i), Rank: rank, SessionId: resps[i].GetSessionId(), RankSecret: r.sec(fmt.Sprintf("job%d", i), rank)}); err != nil {
+			if err := r.c.Leave(&jobpb.LeaveRequest{Job: fmt.Sprintf("job%d", i), Rank: rank, SessionId: resps[i].GetSessionId(), RankSecret: r.sec(fmt.Sprintf("job%d", i), rank)}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -422,30 +422,30 @@ func TestCoreQueuedJobIsPlacedAfterTheDrainWait(t *testing.T) {
 func TestCoreJobEnds(t *testing.T) {
 	for _, c := range []struct {
 		name    string
-		end     func(r *rig, resp *controllerpb.RegisterResponse, leases []waiter)
+		end     func(r *rig, resp *jobpb.RegisterResponse, leases []waiter)
 		why     string
 		removed bool
 	}{
-		{"abort by a rank", func(r *rig, resp *controllerpb.RegisterResponse, _ []waiter) {
+		{"abort by a rank", func(r *rig, resp *jobpb.RegisterResponse, _ []waiter) {
 			long := strings.Repeat("x", 1000)
-			if err := r.abort(&controllerpb.AbortRequest{Job: "j", Rank: 1, SessionId: resp.GetSessionId(), Reason: "NaN " + long, RankSecret: r.sec("j", 1)}); err != nil {
+			if err := r.abort(&jobpb.AbortRequest{Job: "j", Rank: 1, SessionId: resp.GetSessionId(), Reason: "NaN " + long, RankSecret: r.sec("j", 1)}); err != nil {
 				r.t.Fatal(err)
 			}
 		}, "aborted by rank 1: NaN", true},
-		{"lease lost", func(r *rig, _ *controllerpb.RegisterResponse, leases []waiter) {
+		{"lease lost", func(r *rig, _ *jobpb.RegisterResponse, leases []waiter) {
 			r.c.EndLease(leases[1], true)
 		}, "rank 1 lost its connection", true},
-		{"every rank left", func(r *rig, resp *controllerpb.RegisterResponse, _ []waiter) {
+		{"every rank left", func(r *rig, resp *jobpb.RegisterResponse, _ []waiter) {
 			for rank := range uint32(2) {
-				if err := r.c.Leave(&controllerpb.LeaveRequest{Job: "j", Rank: rank, SessionId: resp.GetSessionId(), RankSecret: r.sec("j", rank)}); err != nil {
+				if err := r.c.Leave(&jobpb.LeaveRequest{Job: "j", Rank: rank, SessionId: resp.GetSessionId(), RankSecret: r.sec("j", rank)}); err != nil {
 					r.t.Fatal(err)
 				}
 			}
 		}, "finished: every rank left", true},
-		{"restarted", func(r *rig, _ *controllerpb.RegisterResponse, _ []waiter) {
+		{"restarted", func(r *rig, _ *jobpb.RegisterResponse, _ []waiter) {
 			r.mustRegister(regReq("j", 0, 2, 1, 4, 1))
 		}, "restarted: rank 0 registered again", true},
-		{"switch lost", func(r *rig, _ *controllerpb.RegisterResponse, _ []waiter) {
+		{"switch lost", func(r *rig, _ *jobpb.RegisterResponse, _ []waiter) {
 			r.c.SwitchLost("aborted: the switch went away")
 		}, "the switch went away", false},
 	} {
@@ -453,8 +453,8 @@ func TestCoreJobEnds(t *testing.T) {
 			r := newRig(t, 64)
 			resp := r.run("j", 2, 1)
 			leases := []waiter{
-				r.watch(&controllerpb.WatchRequest{Job: "j", Rank: 0, SessionId: resp.GetSessionId()}),
-				r.watch(&controllerpb.WatchRequest{Job: "j", Rank: 1, SessionId: resp.GetSessionId()}),
+				r.watch(&jobpb.WatchRequest{Job: "j", Rank: 0, SessionId: resp.GetSessionId()}),
+				r.watch(&jobpb.WatchRequest{Job: "j", Rank: 1, SessionId: resp.GetSessionId()}),
 			}
 			waiting, err := r.barrier("j", 0, resp.GetSessionId(), "b", 1)
 			if err != nil {
@@ -488,8 +488,8 @@ func TestCoreJobEnds(t *testing.T) {
 func TestCoreLeaseOfALeftRankIsQuiet(t *testing.T) {
 	r := newRig(t, 64)
 	resp := r.run("j", 2, 1)
-	lease := r.watch(&controllerpb.WatchRequest{Job: "j", Rank: 1, SessionId: resp.GetSessionId()})
-	if err := r.c.Leave(&controllerpb.LeaveRequest{Job: "j", Rank: 1, SessionId: resp.GetSessionId(), RankSecret: r.sec("j", 1)}); err != nil {
+	lease := r.watch(&jobpb.WatchRequest{Job: "j", Rank: 1, SessionId: resp.GetSessionId()})
+	if err := r.c.Leave(&jobpb.LeaveRequest{Job: "j", Rank: 1, SessionId: resp.GetSessionId(), RankSecret: r.sec("j", 1)}); err != nil {
 		t.Fatal(err)
 	}
 	r.c.EndLease(lease, true)
@@ -499,7 +499,7 @@ func TestCoreLeaseOfALeftRankIsQuiet(t *testing.T) {
 	}
 	// Leave and Abort of a session that is over are no error.
 	for _, id := range []uint64{resp.GetSessionId() + 2, 12345} {
-		if err := r.abort(&controllerpb.AbortRequest{Job: "j", SessionId: id, RankSecret: r.sec("j", 0)}); err != nil {
+		if err := r.abort(&jobpb.AbortRequest{Job: "j", SessionId: id, RankSecret: r.sec("j", 0)}); err != nil {
 			t.Errorf("abort of session %d: %v", id, err)
 		}
 	}
@@ -630,12 +630,12 @@ func TestCoreAdoption(t *testing.T) {
 	_, err := r.barrier("kept", 0, 77, "b", 1)
 	wantRefusal(t, err, codes.Unavailable, "taking its running jobs over")
 	claim := func(job string, rank uint32, session uint64, id uint32) waiter {
-		return r.watch(&controllerpb.WatchRequest{Job: job, Rank: rank, SessionId: session, JobId: id})
+		return r.watch(&jobpb.WatchRequest{Job: job, Rank: rank, SessionId: session, JobId: id})
 	}
 	claim("kept", 0, 77, 7)
 	claim("kept", 1, 77, 7)
 	half := claim("half", 0, 99, 9)
-	if err := r.c.Watch(r.waiter(), &controllerpb.WatchRequest{Job: "kept", Rank: 0, SessionId: 5, JobId: 11, RankSecret: adoptedSecret(0)}); codeOf(err) != codes.AlreadyExists {
+	if err := r.c.Watch(r.waiter(), &jobpb.WatchRequest{Job: "kept", Rank: 0, SessionId: 5, JobId: 11, RankSecret: adoptedSecret(0)}); codeOf(err) != codes.AlreadyExists {
 		t.Fatalf("claiming a second job under a running name: %v", err)
 	}
 	if got := r.c.ActiveJobs()["kept"]; got.GetPoolBase() != 0 || got.GetJobId() != 7 || got.GetSessionId() != 77 {
@@ -712,7 +712,7 @@ func TestCoreBarrierRounds(t *testing.T) {
 	ws, rs := adoptedEntries(5, 32, 7)
 	r.c.Adopt(ws, rs, nil, r.now, time.Hour)
 	for rank := range uint32(2) {
-		r.watch(&controllerpb.WatchRequest{Job: "t", Rank: rank, SessionId: 55, JobId: 5})
+		r.watch(&jobpb.WatchRequest{Job: "t", Rank: rank, SessionId: 55, JobId: 5})
 	}
 	waiting, _ := r.barrier("t", 1, 55, "iter-4", 8)
 	resent, _ := r.barrier("t", 0, 55, "done-3", 7)
@@ -731,7 +731,7 @@ func TestCoreBroadcast(t *testing.T) {
 	s := r.run("j", 3, 1).GetSessionId()
 	bc := func(rank, root uint32, data string) (waiter, error) {
 		w := r.waiter()
-		err := r.c.Broadcast(w, &controllerpb.BroadcastRequest{Job: "j", Rank: rank, SessionId: s, Root: root, Data: []byte(data), RankSecret: r.sec("j", rank)})
+		err := r.c.Broadcast(w, &jobpb.BroadcastRequest{Job: "j", Rank: rank, SessionId: s, Root: root, Data: []byte(data), RankSecret: r.sec("j", rank)})
 		r.collect()
 		return w, err
 	}

@@ -12,7 +12,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/jobpb"
 )
 
 // logged makes the rig's core log into a buffer.
@@ -54,19 +54,19 @@ func TestCoreRankSecrets(t *testing.T) {
 			call func() error
 		}{
 			{"barrier", func() error {
-				return r.c.Barrier(r.waiter(), &controllerpb.BarrierRequest{Job: "j", Rank: 0, SessionId: id, Name: "b", RankSecret: bad})
+				return r.c.Barrier(r.waiter(), &jobpb.BarrierRequest{Job: "j", Rank: 0, SessionId: id, Name: "b", RankSecret: bad})
 			}},
 			{"broadcast", func() error {
-				return r.c.Broadcast(r.waiter(), &controllerpb.BroadcastRequest{Job: "j", Rank: 0, Root: 0, SessionId: id, Name: "b", Data: []byte("x"), RankSecret: bad})
+				return r.c.Broadcast(r.waiter(), &jobpb.BroadcastRequest{Job: "j", Rank: 0, Root: 0, SessionId: id, Name: "b", Data: []byte("x"), RankSecret: bad})
 			}},
 			{"leave", func() error {
-				return r.c.Leave(&controllerpb.LeaveRequest{Job: "j", Rank: 0, SessionId: id, RankSecret: bad})
+				return r.c.Leave(&jobpb.LeaveRequest{Job: "j", Rank: 0, SessionId: id, RankSecret: bad})
 			}},
 			{"abort", func() error {
-				return r.abort(&controllerpb.AbortRequest{Job: "j", Rank: 0, SessionId: id, Reason: "attacker's words", RankSecret: bad})
+				return r.abort(&jobpb.AbortRequest{Job: "j", Rank: 0, SessionId: id, Reason: "attacker's words", RankSecret: bad})
 			}},
 			{"watch", func() error {
-				return r.c.Watch(r.waiter(), &controllerpb.WatchRequest{Job: "j", Rank: 0, SessionId: id, RankSecret: bad})
+				return r.c.Watch(r.waiter(), &jobpb.WatchRequest{Job: "j", Rank: 0, SessionId: id, RankSecret: bad})
 			}},
 		}
 		for _, step := range steps {
@@ -81,7 +81,7 @@ func TestCoreRankSecrets(t *testing.T) {
 		t.Fatalf("refused calls changed the job: %+v, removals %v", j, r.removals)
 	}
 	// The right secret goes through.
-	r.watch(&controllerpb.WatchRequest{Job: "j", Rank: 0, SessionId: id})
+	r.watch(&jobpb.WatchRequest{Job: "j", Rank: 0, SessionId: id})
 	if !j.leased[0] {
 		t.Fatal("rank 0's lease with its secret was not taken")
 	}
@@ -92,14 +92,14 @@ func TestCoreRankSecrets(t *testing.T) {
 		errs = append(errs, err)
 	}
 	// An ended session tells its cause to its ranks only.
-	if err := r.abort(&controllerpb.AbortRequest{Job: "j", Rank: 1, SessionId: id, Reason: "lane 0 gave up", RankSecret: s1}); err != nil {
+	if err := r.abort(&jobpb.AbortRequest{Job: "j", Rank: 1, SessionId: id, Reason: "lane 0 gave up", RankSecret: s1}); err != nil {
 		t.Fatal(err)
 	}
 	r.collect()
 	_, err := r.barrier("j", 0, id, "b", 0)
 	wantRefusal(t, err, codes.Aborted, "the session this call names is over: job \"j\" aborted by rank 1: lane 0 gave up")
 	errs = append(errs, err)
-	err = r.c.Barrier(r.waiter(), &controllerpb.BarrierRequest{Job: "j", Rank: 0, SessionId: id, Name: "b"})
+	err = r.c.Barrier(r.waiter(), &jobpb.BarrierRequest{Job: "j", Rank: 0, SessionId: id, Name: "b"})
 	wantRefusal(t, err, codes.PermissionDenied, "secret does not match")
 	for _, err := range append(errs, err) {
 		wantNoSecret(t, "refusal", err.Error(), id, s0, s1)
@@ -118,22 +118,22 @@ func TestCoreAdoptedRanksProveThemselves(t *testing.T) {
 	ws, rs := adoptedEntries(7, 0, 1)
 	r.c.Adopt(ws, rs, nil, r.now, time.Hour)
 	r.collect()
-	r.watch(&controllerpb.WatchRequest{Job: "kept", Rank: 0, SessionId: 77, JobId: 7, Token: "t"})
+	r.watch(&jobpb.WatchRequest{Job: "kept", Rank: 0, SessionId: 77, JobId: 7, Token: "t"})
 	// Rank 1 has not come back: its calls wait for it, whoever sends them.
 	_, err := r.barrier("kept", 1, 77, "b", 1)
 	wantRefusal(t, err, codes.Unavailable, "rank 1 of job \"kept\" has not taken its lease back")
 	// The first Watch of rank 1 needs the job's token.
 	for _, token := range []string{"", "guess"} {
-		err := r.c.Watch(r.waiter(), &controllerpb.WatchRequest{Job: "kept", Rank: 1, SessionId: 77, JobId: 7, Token: token, RankSecret: adoptedSecret(1)})
+		err := r.c.Watch(r.waiter(), &jobpb.WatchRequest{Job: "kept", Rank: 1, SessionId: 77, JobId: 7, Token: token, RankSecret: adoptedSecret(1)})
 		wantRefusal(t, err, codes.PermissionDenied, "rank 1's token does not match job \"kept\"'s")
 	}
-	err = r.c.Watch(r.waiter(), &controllerpb.WatchRequest{Job: "kept", Rank: 1, SessionId: 77, JobId: 7, Token: "t", RankSecret: []byte("short")})
+	err = r.c.Watch(r.waiter(), &jobpb.WatchRequest{Job: "kept", Rank: 1, SessionId: 77, JobId: 7, Token: "t", RankSecret: []byte("short")})
 	wantRefusal(t, err, codes.InvalidArgument, "rank_secret of 5 bytes")
-	r.watch(&controllerpb.WatchRequest{Job: "kept", Rank: 1, SessionId: 77, JobId: 7, Token: "t"})
+	r.watch(&jobpb.WatchRequest{Job: "kept", Rank: 1, SessionId: 77, JobId: 7, Token: "t"})
 	// From now on the secret counts, not the token.
-	err = r.c.Barrier(r.waiter(), &controllerpb.BarrierRequest{Job: "kept", Rank: 1, SessionId: 77, Name: "b", RankSecret: adoptedSecret(0)})
+	err = r.c.Barrier(r.waiter(), &jobpb.BarrierRequest{Job: "kept", Rank: 1, SessionId: 77, Name: "b", RankSecret: adoptedSecret(0)})
 	wantRefusal(t, err, codes.PermissionDenied, "rank 1's secret does not match")
-	err = r.c.Watch(r.waiter(), &controllerpb.WatchRequest{Job: "kept", Rank: 1, SessionId: 77, JobId: 7, Token: "t", RankSecret: adoptedSecret(0)})
+	err = r.c.Watch(r.waiter(), &jobpb.WatchRequest{Job: "kept", Rank: 1, SessionId: 77, JobId: 7, Token: "t", RankSecret: adoptedSecret(0)})
 	wantRefusal(t, err, codes.PermissionDenied, "rank 1's secret does not match")
 	w0, _ := r.barrier("kept", 0, 77, "b", 1)
 	w1, _ := r.barrier("kept", 1, 77, "b", 1)
@@ -149,8 +149,8 @@ func TestCoreLeaseGrace(t *testing.T) {
 	r := newRig(t, 8)
 	start := r.now
 	resp := r.run("j", 3, 1)
-	lease := r.watch(&controllerpb.WatchRequest{Job: "j", Rank: 0, SessionId: resp.GetSessionId()})
-	if err := r.c.Leave(&controllerpb.LeaveRequest{Job: "j", Rank: 2, SessionId: resp.GetSessionId(), RankSecret: r.sec("j", 2)}); err != nil {
+	lease := r.watch(&jobpb.WatchRequest{Job: "j", Rank: 0, SessionId: resp.GetSessionId()})
+	if err := r.c.Leave(&jobpb.LeaveRequest{Job: "j", Rank: 2, SessionId: resp.GetSessionId(), RankSecret: r.sec("j", 2)}); err != nil {
 		t.Fatal(err)
 	}
 	if d, ok := r.c.Deadline(); !ok || !d.Equal(start.Add(rigLeaseGrace)) {
@@ -177,7 +177,7 @@ func TestCoreLeaseGrace(t *testing.T) {
 		t.Fatalf("a job of the whole pool after the lapse: %v", a.err)
 	}
 	// Every rank leased: no deadline is left for the job.
-	r.watch(&controllerpb.WatchRequest{Job: "big", Rank: 0, SessionId: r.answer(big).resp.GetSessionId()})
+	r.watch(&jobpb.WatchRequest{Job: "big", Rank: 0, SessionId: r.answer(big).resp.GetSessionId()})
 	if d, ok := r.c.Deadline(); ok {
 		t.Fatalf("deadline %v with every rank's lease taken", d)
 	}
@@ -277,13 +277,13 @@ func TestCoreBounds(t *testing.T) {
 	long := strings.Repeat("n", maxNameLen+1)
 	for _, c := range []struct {
 		name   string
-		change func(q *controllerpb.RegisterRequest)
+		change func(q *jobpb.RegisterRequest)
 		text   string
 	}{
-		{"1 MB job name", func(q *controllerpb.RegisterRequest) { q.Job = huge }, "job name of 1048576 bytes, want at most 256"},
-		{"long job name", func(q *controllerpb.RegisterRequest) { q.Job = long }, "want at most 256"},
-		{"long token", func(q *controllerpb.RegisterRequest) { q.Token = strings.Repeat("t", maxTokenLen+1) }, "token of 1025 bytes, want at most 1024"},
-		{"long lane address", func(q *controllerpb.RegisterRequest) { q.LaneAddresses[0] = huge }, "lane 0 address of 1048576 bytes"},
+		{"1 MB job name", func(q *jobpb.RegisterRequest) { q.Job = huge }, "job name of 1048576 bytes, want at most 256"},
+		{"long job name", func(q *jobpb.RegisterRequest) { q.Job = long }, "want at most 256"},
+		{"long token", func(q *jobpb.RegisterRequest) { q.Token = strings.Repeat("t", maxTokenLen+1) }, "token of 1025 bytes, want at most 1024"},
+		{"long lane address", func(q *jobpb.RegisterRequest) { q.LaneAddresses[0] = huge }, "lane 0 address of 1048576 bytes"},
 	} {
 		q := regReq("j", 0, 1, 1, 4, 1)
 		c.change(q)
@@ -305,13 +305,13 @@ func TestCoreBounds(t *testing.T) {
 		err  error
 		text string
 	}{
-		{"barrier name", r.c.Barrier(r.waiter(), &controllerpb.BarrierRequest{Job: okName, SessionId: id, Name: huge, RankSecret: sec}), "barrier name of 1048576 bytes"},
-		{"broadcast name", r.c.Broadcast(r.waiter(), &controllerpb.BroadcastRequest{Job: okName, SessionId: id, Name: long, RankSecret: sec}), "broadcast name of 257 bytes"},
-		{"broadcast data", r.c.Broadcast(r.waiter(), &controllerpb.BroadcastRequest{Job: okName, SessionId: id, Data: make([]byte, maxBroadcastData+1), RankSecret: sec}), "broadcast data of 1048577 bytes"},
-		{"job name of a barrier", r.c.Barrier(r.waiter(), &controllerpb.BarrierRequest{Job: huge, SessionId: id, RankSecret: sec}), "job name of 1048576 bytes"},
-		{"job name of a watch", r.c.Watch(r.waiter(), &controllerpb.WatchRequest{Job: huge, SessionId: id, RankSecret: sec}), "job name of 1048576 bytes"},
-		{"token of a watch", r.c.Watch(r.waiter(), &controllerpb.WatchRequest{Job: okName, SessionId: id, Token: huge, RankSecret: sec}), "token of 1048576 bytes"},
-		{"job name of an abort", r.abort(&controllerpb.AbortRequest{Job: huge, SessionId: id, RankSecret: sec}), "job name of 1048576 bytes"},
+		{"barrier name", r.c.Barrier(r.waiter(), &jobpb.BarrierRequest{Job: okName, SessionId: id, Name: huge, RankSecret: sec}), "barrier name of 1048576 bytes"},
+		{"broadcast name", r.c.Broadcast(r.waiter(), &jobpb.BroadcastRequest{Job: okName, SessionId: id, Name: long, RankSecret: sec}), "broadcast name of 257 bytes"},
+		{"broadcast data", r.c.Broadcast(r.waiter(), &jobpb.BroadcastRequest{Job: okName, SessionId: id, Data: make([]byte, maxBroadcastData+1), RankSecret: sec}), "broadcast data of 1048577 bytes"},
+		{"job name of a barrier", r.c.Barrier(r.waiter(), &jobpb.BarrierRequest{Job: huge, SessionId: id, RankSecret: sec}), "job name of 1048576 bytes"},
+		{"job name of a watch", r.c.Watch(r.waiter(), &jobpb.WatchRequest{Job: huge, SessionId: id, RankSecret: sec}), "job name of 1048576 bytes"},
+		{"token of a watch", r.c.Watch(r.waiter(), &jobpb.WatchRequest{Job: okName, SessionId: id, Token: huge, RankSecret: sec}), "token of 1048576 bytes"},
+		{"job name of an abort", r.abort(&jobpb.AbortRequest{Job: huge, SessionId: id, RankSecret: sec}), "job name of 1048576 bytes"},
 	} {
 		wantRefusal(t, c.err, codes.InvalidArgument, c.text)
 		if len(c.err.Error()) > 200 {
@@ -322,7 +322,7 @@ func TestCoreBounds(t *testing.T) {
 		t.Fatalf("refused calls changed the job: rounds %v, leased %v, %v", j.rounds, j.leased, j.state)
 	}
 	// An abort's reason is kept to its bound.
-	if err := r.abort(&controllerpb.AbortRequest{Job: okName, SessionId: id, Reason: huge, RankSecret: sec}); err != nil {
+	if err := r.abort(&jobpb.AbortRequest{Job: okName, SessionId: id, Reason: huge, RankSecret: sec}); err != nil {
 		t.Fatal(err)
 	}
 	if j := r.c.ended[id]; len(j.why) > maxNameLen+maxReasonLen+100 {
@@ -337,7 +337,7 @@ func TestCoreBroadcastsHeldAreBounded(t *testing.T) {
 	r := newRig(t, 64)
 	id := r.run("j", 2, 1).GetSessionId()
 	send := func(name string) error {
-		err := r.c.Broadcast(r.waiter(), &controllerpb.BroadcastRequest{Job: "j", Rank: 0, Root: 0, SessionId: id, Name: name,
+		err := r.c.Broadcast(r.waiter(), &jobpb.BroadcastRequest{Job: "j", Rank: 0, Root: 0, SessionId: id, Name: name,
 			Data: make([]byte, maxBroadcastData), RankSecret: r.sec("j", 0)})
 		r.collect()
 		return err
@@ -353,7 +353,7 @@ func TestCoreBroadcastsHeldAreBounded(t *testing.T) {
 		t.Fatal("the refused broadcast holds a name")
 	}
 	w := r.waiter()
-	if err := r.c.Broadcast(w, &controllerpb.BroadcastRequest{Job: "j", Rank: 1, Root: 0, SessionId: id, Name: "0", RankSecret: r.sec("j", 1)}); err != nil {
+	if err := r.c.Broadcast(w, &jobpb.BroadcastRequest{Job: "j", Rank: 1, Root: 0, SessionId: id, Name: "0", RankSecret: r.sec("j", 1)}); err != nil {
 		t.Fatal(err)
 	}
 	r.collect()

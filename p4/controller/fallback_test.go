@@ -12,11 +12,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/jobpb"
 )
 
 // ringReq is regReq with a ring address: the rank may run over the ring.
-func ringReq(job string, rank, world, lanes, window uint32, host byte) *controllerpb.RegisterRequest {
+func ringReq(job string, rank, world, lanes, window uint32, host byte) *jobpb.RegisterRequest {
 	req := regReq(job, rank, world, lanes, window, host)
 	req.FallbackAddress = fmt.Sprintf("127.0.2.%d:%d", rank+1, 40000+rank)
 	return req
@@ -133,8 +133,8 @@ func TestCoreFallbackSwitchOffline(t *testing.T) {
 func TestCoreFallbackAbortBySwitch(t *testing.T) {
 	r := newRig(t, 64)
 	resp := r.run("a", 2, 1)
-	lease := r.watch(&controllerpb.WatchRequest{Job: "a", Rank: 1, SessionId: resp.GetSessionId()})
-	if err := r.abort(&controllerpb.AbortRequest{Job: "a", Rank: 0, SessionId: resp.GetSessionId(), Reason: "no answer", SwitchUnreachable: true, RankSecret: r.sec("a", 0)}); err != nil {
+	lease := r.watch(&jobpb.WatchRequest{Job: "a", Rank: 1, SessionId: resp.GetSessionId()})
+	if err := r.abort(&jobpb.AbortRequest{Job: "a", Rank: 0, SessionId: resp.GetSessionId(), Reason: "no answer", SwitchUnreachable: true, RankSecret: r.sec("a", 0)}); err != nil {
 		t.Fatal(err)
 	}
 	r.collect()
@@ -168,7 +168,7 @@ func TestStoppingControllerAbortsNoJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	overTCP := &jobHarness{svc: h.svc, jobs: controllerpb.NewJobServiceClient(conn), sw: h.sw, secrets: map[string][]byte{}}
+	overTCP := &jobHarness{svc: h.svc, jobs: jobpb.NewJobServiceClient(conn), sw: h.sw, secrets: map[string][]byte{}}
 	streams, _, _ := joined(t, overTCP, "kept", 3)
 	stop()
 	// Wait until the service has heard every lease end.

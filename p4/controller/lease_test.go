@@ -11,12 +11,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/jobpb"
 )
 
 // joined registers a job of n ranks and opens every rank's lease; it
 // returns rank 0's answer (h.secret gives each rank's secret).
-func joined(t *testing.T, h *jobHarness, job string, n uint32) ([]controllerpb.JobService_WatchClient, []context.CancelFunc, *controllerpb.RegisterResponse) {
+func joined(t *testing.T, h *jobHarness, job string, n uint32) ([]jobpb.JobService_WatchClient, []context.CancelFunc, *jobpb.RegisterResponse) {
 	t.Helper()
 	streams, cancels, resps := joinedAll(t, h, job, n)
 	return streams, cancels, resps[0]
@@ -25,7 +25,7 @@ func joined(t *testing.T, h *jobHarness, job string, n uint32) ([]controllerpb.J
 // joinedAll registers a job of n ranks and opens every rank's lease. It
 // returns the ranks' leases, what ends each, and their registrations'
 // answers.
-func joinedAll(t *testing.T, h *jobHarness, job string, n uint32) ([]controllerpb.JobService_WatchClient, []context.CancelFunc, []*controllerpb.RegisterResponse) {
+func joinedAll(t *testing.T, h *jobHarness, job string, n uint32) ([]jobpb.JobService_WatchClient, []context.CancelFunc, []*jobpb.RegisterResponse) {
 	t.Helper()
 	ctx := testCtx(t)
 	// Lane addresses of the job's own, so that jobs can run side by side.
@@ -33,7 +33,7 @@ func joinedAll(t *testing.T, h *jobHarness, job string, n uint32) ([]controllerp
 	for _, c := range job {
 		host += byte(c)
 	}
-	reqs := make([]*controllerpb.RegisterRequest, n)
+	reqs := make([]*jobpb.RegisterRequest, n)
 	for r := range reqs {
 		reqs[r] = regReq(job, uint32(r), n, 1, 4, host)
 	}
@@ -44,12 +44,12 @@ func joinedAll(t *testing.T, h *jobHarness, job string, n uint32) ([]controllerp
 		}
 		h.secrets[job+"/"+strconv.Itoa(r)] = resps[r].GetRankSecret()
 	}
-	var streams []controllerpb.JobService_WatchClient
+	var streams []jobpb.JobService_WatchClient
 	var cancels []context.CancelFunc
 	for r := range n {
 		wctx, cancel := context.WithCancel(ctx)
 		t.Cleanup(cancel)
-		st, err := h.jobs.Watch(wctx, &controllerpb.WatchRequest{Job: job, Rank: r, SessionId: resps[0].GetSessionId(), RankSecret: resps[r].GetRankSecret()})
+		st, err := h.jobs.Watch(wctx, &jobpb.WatchRequest{Job: job, Rank: r, SessionId: resps[0].GetSessionId(), RankSecret: resps[r].GetRankSecret()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,7 +62,7 @@ func joinedAll(t *testing.T, h *jobHarness, job string, n uint32) ([]controllerp
 }
 
 // abortedWith waits for a lease's abort event and returns its reason.
-func abortedWith(t *testing.T, st controllerpb.JobService_WatchClient) string {
+func abortedWith(t *testing.T, st jobpb.JobService_WatchClient) string {
 	t.Helper()
 	ev, err := st.Recv()
 	if err != nil {
@@ -91,7 +91,7 @@ func TestLostRankAbortsTheJob(t *testing.T) {
 	if ws, err := h.sw.ReadWorkers(ctx); err != nil || len(ws) != 0 {
 		t.Errorf("workers after the abort: %v, %v; want none", ws, err)
 	}
-	_, err := h.jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "lease", Rank: 0, SessionId: resp.GetSessionId(), Name: "b", RankSecret: resp.GetRankSecret()})
+	_, err := h.jobs.Barrier(ctx, &jobpb.BarrierRequest{Job: "lease", Rank: 0, SessionId: resp.GetSessionId(), Name: "b", RankSecret: resp.GetRankSecret()})
 	if status.Code(err) != codes.Aborted || !strings.Contains(err.Error(), "rank 2 lost its connection") {
 		t.Errorf("barrier on the aborted session: %v, want Aborted naming rank 2", err)
 	}
@@ -109,7 +109,7 @@ func TestLeaveIsNotDeath(t *testing.T) {
 	ctx := testCtx(t)
 	streams, cancels, resps := joinedAll(t, h, "leave", 2)
 	resp := resps[0]
-	if _, err := h.jobs.Leave(ctx, &controllerpb.LeaveRequest{Job: "leave", Rank: 1, SessionId: resp.GetSessionId(), RankSecret: resps[1].GetRankSecret()}); err != nil {
+	if _, err := h.jobs.Leave(ctx, &jobpb.LeaveRequest{Job: "leave", Rank: 1, SessionId: resp.GetSessionId(), RankSecret: resps[1].GetRankSecret()}); err != nil {
 		t.Fatal(err)
 	}
 	cancels[1]()
@@ -117,7 +117,7 @@ func TestLeaveIsNotDeath(t *testing.T) {
 	if got := h.svc.Jobs(); got["leave"] == nil {
 		t.Fatal("the job ended when a rank that had left closed its lease")
 	}
-	if _, err := h.jobs.Leave(ctx, &controllerpb.LeaveRequest{Job: "leave", Rank: 0, SessionId: resp.GetSessionId(), RankSecret: resp.GetRankSecret()}); err != nil {
+	if _, err := h.jobs.Leave(ctx, &jobpb.LeaveRequest{Job: "leave", Rank: 0, SessionId: resp.GetSessionId(), RankSecret: resp.GetRankSecret()}); err != nil {
 		t.Fatal(err)
 	}
 	if why := abortedWith(t, streams[0]); !strings.Contains(why, "every rank left") {
@@ -133,7 +133,7 @@ func TestAbortTellsThePeers(t *testing.T) {
 	streams, _, resps := joinedAll(t, h, "abort", 2)
 	resp := resps[0]
 	long := strings.Repeat("x", 10000)
-	if _, err := h.jobs.Abort(ctx, &controllerpb.AbortRequest{Job: "abort", Rank: 1, SessionId: resp.GetSessionId(), Reason: "lane 0 gave up " + long, RankSecret: resps[1].GetRankSecret()}); err != nil {
+	if _, err := h.jobs.Abort(ctx, &jobpb.AbortRequest{Job: "abort", Rank: 1, SessionId: resp.GetSessionId(), Reason: "lane 0 gave up " + long, RankSecret: resps[1].GetRankSecret()}); err != nil {
 		t.Fatal(err)
 	}
 	why := abortedWith(t, streams[0])
@@ -142,12 +142,12 @@ func TestAbortTellsThePeers(t *testing.T) {
 	}
 	// Aborting again, or an unknown session, is not an error.
 	for _, id := range []uint64{resp.GetSessionId(), 12345} {
-		if _, err := h.jobs.Abort(ctx, &controllerpb.AbortRequest{Job: "abort", Rank: 0, SessionId: id, Reason: "again", RankSecret: resp.GetRankSecret()}); err != nil {
+		if _, err := h.jobs.Abort(ctx, &jobpb.AbortRequest{Job: "abort", Rank: 0, SessionId: id, Reason: "again", RankSecret: resp.GetRankSecret()}); err != nil {
 			t.Errorf("abort of session %d: %v", id, err)
 		}
 	}
 	// A lease on an unknown session is refused.
-	st, err := h.jobs.Watch(ctx, &controllerpb.WatchRequest{Job: "nope", Rank: 0, SessionId: 1})
+	st, err := h.jobs.Watch(ctx, &jobpb.WatchRequest{Job: "nope", Rank: 0, SessionId: 1})
 	if err == nil {
 		_, err = st.Recv()
 	}
@@ -192,7 +192,7 @@ func TestSwitchLostEndsJobsAndHoldsRegistrations(t *testing.T) {
 // restarted serves a second job service over the same switch, as a
 // controller restarted beside running jobs would, adopting what the switch
 // holds.
-func restarted(t *testing.T, h *jobHarness, grace time.Duration) (*JobService, controllerpb.JobServiceClient) {
+func restarted(t *testing.T, h *jobHarness, grace time.Duration) (*JobService, jobpb.JobServiceClient) {
 	t.Helper()
 	svc, err := NewJobService(h.sw, ServiceConfig{Dataplane: netip.MustParseAddrPort("127.0.0.1:48864"), Slots: testSlots, Logger: quiet})
 	if err != nil {
@@ -215,12 +215,12 @@ func TestRestartedControllerTakesJobsBack(t *testing.T) {
 	svc, jobs := restarted(t, h, time.Hour)
 	// Until its ranks are back, the session is not refused, only not yet
 	// there.
-	_, err := jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "kept", Rank: 0, SessionId: resp.GetSessionId(), Name: "b", RankSecret: resp.GetRankSecret()})
+	_, err := jobs.Barrier(ctx, &jobpb.BarrierRequest{Job: "kept", Rank: 0, SessionId: resp.GetSessionId(), Name: "b", RankSecret: resp.GetRankSecret()})
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("barrier before the claim: %v, want Unavailable", err)
 	}
 	for r := range uint32(2) {
-		st, err := jobs.Watch(ctx, &controllerpb.WatchRequest{Job: "kept", Rank: r, SessionId: resp.GetSessionId(), JobId: resp.GetJobId(), RankSecret: resps[r].GetRankSecret()})
+		st, err := jobs.Watch(ctx, &jobpb.WatchRequest{Job: "kept", Rank: r, SessionId: resp.GetSessionId(), JobId: resp.GetJobId(), RankSecret: resps[r].GetRankSecret()})
 		if err == nil {
 			_, err = st.Recv()
 		}
@@ -234,7 +234,7 @@ func TestRestartedControllerTakesJobsBack(t *testing.T) {
 	done := make(chan error, 2)
 	for r := range uint32(2) {
 		go func() {
-			_, err := jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "kept", Rank: r, SessionId: resp.GetSessionId(), Name: "b", RankSecret: resps[r].GetRankSecret()})
+			_, err := jobs.Barrier(ctx, &jobpb.BarrierRequest{Job: "kept", Rank: r, SessionId: resp.GetSessionId(), Name: "b", RankSecret: resps[r].GetRankSecret()})
 			done <- err
 		}()
 	}
@@ -265,7 +265,7 @@ func TestRestartedControllerEndsWhatNobodyClaims(t *testing.T) {
 	_, _, halves := joinedAll(t, h, "half", 2)
 	half := halves[0]
 	svc, jobs := restarted(t, h, time.Hour)
-	st, err := jobs.Watch(ctx, &controllerpb.WatchRequest{Job: "half", Rank: 0, SessionId: half.GetSessionId(), JobId: half.GetJobId(), RankSecret: half.GetRankSecret()})
+	st, err := jobs.Watch(ctx, &jobpb.WatchRequest{Job: "half", Rank: 0, SessionId: half.GetSessionId(), JobId: half.GetJobId(), RankSecret: half.GetRankSecret()})
 	if err == nil {
 		_, err = st.Recv()
 	}
@@ -296,7 +296,7 @@ func TestBarrierPassedBeforeTheRestart(t *testing.T) {
 	resp := resps[0]
 	_, jobs := restarted(t, h, time.Hour)
 	for r := range uint32(2) {
-		st, err := jobs.Watch(ctx, &controllerpb.WatchRequest{Job: "rounds", Rank: r, SessionId: resp.GetSessionId(), JobId: resp.GetJobId(), RankSecret: resps[r].GetRankSecret()})
+		st, err := jobs.Watch(ctx, &jobpb.WatchRequest{Job: "rounds", Rank: r, SessionId: resp.GetSessionId(), JobId: resp.GetJobId(), RankSecret: resps[r].GetRankSecret()})
 		if err == nil {
 			_, err = st.Recv()
 		}
@@ -308,13 +308,13 @@ func TestBarrierPassedBeforeTheRestart(t *testing.T) {
 	// at barrier 8; rank 0 re-sends barrier 7, whose answer it lost.
 	waiting := make(chan error, 1)
 	go func() {
-		_, err := jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "rounds", Rank: 1, SessionId: resp.GetSessionId(), Name: "iter-4", Seq: 8, RankSecret: resps[1].GetRankSecret()})
+		_, err := jobs.Barrier(ctx, &jobpb.BarrierRequest{Job: "rounds", Rank: 1, SessionId: resp.GetSessionId(), Name: "iter-4", Seq: 8, RankSecret: resps[1].GetRankSecret()})
 		waiting <- err
 	}()
-	if _, err := jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "rounds", Rank: 0, SessionId: resp.GetSessionId(), Name: "done-3", Seq: 7, RankSecret: resp.GetRankSecret()}); err != nil {
+	if _, err := jobs.Barrier(ctx, &jobpb.BarrierRequest{Job: "rounds", Rank: 0, SessionId: resp.GetSessionId(), Name: "done-3", Seq: 7, RankSecret: resp.GetRankSecret()}); err != nil {
 		t.Fatalf("re-sent barrier: %v", err)
 	}
-	if _, err := jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "rounds", Rank: 0, SessionId: resp.GetSessionId(), Name: "iter-4", Seq: 8, RankSecret: resp.GetRankSecret()}); err != nil {
+	if _, err := jobs.Barrier(ctx, &jobpb.BarrierRequest{Job: "rounds", Rank: 0, SessionId: resp.GetSessionId(), Name: "iter-4", Seq: 8, RankSecret: resp.GetRankSecret()}); err != nil {
 		t.Fatalf("next barrier: %v", err)
 	}
 	if err := <-waiting; err != nil {
@@ -326,11 +326,11 @@ func TestBarrierPassedBeforeTheRestart(t *testing.T) {
 	_, _, freshes := joinedAll(t, h, "fresh", 2)
 	fresh := freshes[0]
 	go func() {
-		_, _ = h.jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "fresh", Rank: 1, SessionId: fresh.GetSessionId(), Name: "iter-4", Seq: 8, RankSecret: freshes[1].GetRankSecret()})
+		_, _ = h.jobs.Barrier(ctx, &jobpb.BarrierRequest{Job: "fresh", Rank: 1, SessionId: fresh.GetSessionId(), Name: "iter-4", Seq: 8, RankSecret: freshes[1].GetRankSecret()})
 	}()
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	if _, err := h.jobs.Barrier(short, &controllerpb.BarrierRequest{Job: "fresh", Rank: 0, SessionId: fresh.GetSessionId(), Name: "done-3", Seq: 7, RankSecret: fresh.GetRankSecret()}); status.Code(err) != codes.DeadlineExceeded {
+	if _, err := h.jobs.Barrier(short, &jobpb.BarrierRequest{Job: "fresh", Rank: 0, SessionId: fresh.GetSessionId(), Name: "done-3", Seq: 7, RankSecret: fresh.GetRankSecret()}); status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("barrier on a job never taken over: %v, want it to wait for rank 1", err)
 	}
 }

@@ -17,10 +17,10 @@ import (
 
 	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/p4/p4info"
-	"github.com/switchml/switchml-go/switchml/secure"
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/secure"
+	"github.com/switchml/switchml-go/wire"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/proto"
@@ -74,7 +74,7 @@ type Config struct {
 	Registers RegisterBackend
 	// TLS, if set, secures the job service (with ClientCAs, workers must
 	// present a certificate); TargetTLS secures the P4Runtime link to the
-	// switch. See switchml/secure.
+	// switch. See secure.
 	TLS, TargetTLS *tls.Config
 	// AdoptGrace is how long a restarted controller waits for the ranks of
 	// the jobs it finds on the switch to take their leases up again
@@ -275,7 +275,7 @@ func listenJobs(cfg Config, svc *JobService) (lis net.Listener, served chan erro
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
 	g := grpc.NewServer(opts...)
-	controllerpb.RegisterJobServiceServer(g, svc)
+	jobpb.RegisterJobServiceServer(g, svc)
 	served = make(chan error, 1)
 	go func() { served <- g.Serve(lis) }()
 	stop = func() {

@@ -12,9 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/p4/p4info"
-	"github.com/switchml/switchml-go/switchml/secure"
+	"github.com/switchml/switchml-go/secure"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -110,12 +110,12 @@ func (l JobLimits) check() error {
 	return nil
 }
 
-// JobService implements controllerpb.JobService: it gathers the ranks of a
+// JobService implements jobpb.JobService: it gathers the ranks of a
 // job, gives the job a pool partition and programs the switch for it. The
 // decisions are the core's; the service runs the RPCs, waits, and talks to
 // the switch, never while it holds the core's lock.
 type JobService struct {
-	controllerpb.UnimplementedJobServiceServer
+	jobpb.UnimplementedJobServiceServer
 
 	cfg ServiceConfig
 	log *slog.Logger
@@ -372,15 +372,15 @@ func answerBefore(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(ctx, d.Add(-margin))
 }
 
-// Describe implements controllerpb.JobService.
-func (s *JobService) Describe(context.Context, *controllerpb.DescribeRequest) (*controllerpb.DescribeResponse, error) {
+// Describe implements jobpb.JobService.
+func (s *JobService) Describe(context.Context, *jobpb.DescribeRequest) (*jobpb.DescribeResponse, error) {
 	return s.cfg.Target.describe(s.cfg.Slots), nil
 }
 
-// Register implements controllerpb.JobService. Any client may register;
+// Register implements jobpb.JobService. Any client may register;
 // a new job counts against the caller's identity (secure.IdentityOf), and
 // a job's name belongs to its token while the job lives.
-func (s *JobService) Register(ctx context.Context, req *controllerpb.RegisterRequest) (resp *controllerpb.RegisterResponse, err error) {
+func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (resp *jobpb.RegisterResponse, err error) {
 	defer func() { s.metrics.registrations.WithLabelValues(status.Code(err).String()).Inc() }()
 	var addrs []netip.AddrPort
 	var offline string
@@ -432,17 +432,17 @@ func (s *JobService) Register(ctx context.Context, req *controllerpb.RegisterReq
 	}
 	if tree != nil && a.resp.GetSwitchDataplane() != "" {
 		// Each rank sends to its own leaf.
-		resp := proto.Clone(a.resp).(*controllerpb.RegisterResponse)
+		resp := proto.Clone(a.resp).(*jobpb.RegisterResponse)
 		resp.SwitchDataplane, resp.LaneDataplanes = leafDP.String(), nil
 		return resp, nil
 	}
 	return a.resp, nil
 }
 
-// Barrier implements controllerpb.JobService. Only a rank of the session,
+// Barrier implements jobpb.JobService. Only a rank of the session,
 // proven by its rank secret, may call it; so for Broadcast, Leave, Abort
 // and Watch.
-func (s *JobService) Barrier(ctx context.Context, req *controllerpb.BarrierRequest) (*controllerpb.BarrierResponse, error) {
+func (s *JobService) Barrier(ctx context.Context, req *jobpb.BarrierRequest) (*jobpb.BarrierResponse, error) {
 	ctx, cancel := answerBefore(ctx)
 	defer cancel()
 	w, ch, err := s.enter(func(c *core, w waiter) error { return c.Barrier(w, req) })
@@ -452,11 +452,11 @@ func (s *JobService) Barrier(ctx context.Context, req *controllerpb.BarrierReque
 	if _, err := s.await(ctx, w, ch); err != nil {
 		return nil, err
 	}
-	return &controllerpb.BarrierResponse{}, nil
+	return &jobpb.BarrierResponse{}, nil
 }
 
-// Broadcast implements controllerpb.JobService.
-func (s *JobService) Broadcast(ctx context.Context, req *controllerpb.BroadcastRequest) (*controllerpb.BroadcastResponse, error) {
+// Broadcast implements jobpb.JobService.
+func (s *JobService) Broadcast(ctx context.Context, req *jobpb.BroadcastRequest) (*jobpb.BroadcastResponse, error) {
 	ctx, cancel := answerBefore(ctx)
 	defer cancel()
 	w, ch, err := s.enter(func(c *core, w waiter) error { return c.Broadcast(w, req) })
@@ -467,11 +467,11 @@ func (s *JobService) Broadcast(ctx context.Context, req *controllerpb.BroadcastR
 	if err != nil {
 		return nil, err
 	}
-	return &controllerpb.BroadcastResponse{Data: a.data}, nil
+	return &jobpb.BroadcastResponse{Data: a.data}, nil
 }
 
-// Leave implements controllerpb.JobService.
-func (s *JobService) Leave(ctx context.Context, req *controllerpb.LeaveRequest) (*controllerpb.LeaveResponse, error) {
+// Leave implements jobpb.JobService.
+func (s *JobService) Leave(ctx context.Context, req *jobpb.LeaveRequest) (*jobpb.LeaveResponse, error) {
 	var err error
 	var p partition
 	var gen uint64
@@ -490,11 +490,11 @@ func (s *JobService) Leave(ctx context.Context, req *controllerpb.LeaveRequest) 
 			s.step(func(c *core) { c.LeftMidCall(gen, req.GetRank(), v.missing[int(req.GetRank())]) })
 		}
 	}
-	return &controllerpb.LeaveResponse{}, nil
+	return &jobpb.LeaveResponse{}, nil
 }
 
-// Abort implements controllerpb.JobService.
-func (s *JobService) Abort(ctx context.Context, req *controllerpb.AbortRequest) (*controllerpb.AbortResponse, error) {
+// Abort implements jobpb.JobService.
+func (s *JobService) Abort(ctx context.Context, req *jobpb.AbortRequest) (*jobpb.AbortResponse, error) {
 	var v stallVerdict
 	if req.GetSwitchUnreachable() {
 		// Before it is taken for a lost switch: does the switch answer, and
@@ -515,11 +515,11 @@ func (s *JobService) Abort(ctx context.Context, req *controllerpb.AbortRequest) 
 	if err != nil {
 		return nil, err
 	}
-	return &controllerpb.AbortResponse{Cause: cause, Reason: why}, nil
+	return &jobpb.AbortResponse{Cause: cause, Reason: why}, nil
 }
 
-// Watch implements controllerpb.JobService: the stream is the rank's lease.
-func (s *JobService) Watch(req *controllerpb.WatchRequest, stream controllerpb.JobService_WatchServer) error {
+// Watch implements jobpb.JobService: the stream is the rank's lease.
+func (s *JobService) Watch(req *jobpb.WatchRequest, stream jobpb.JobService_WatchServer) error {
 	w, ch, err := s.enter(func(c *core, w waiter) error { return c.Watch(w, req) })
 	if err != nil {
 		return err
@@ -535,13 +535,13 @@ func (s *JobService) Watch(req *controllerpb.WatchRequest, stream controllerpb.J
 			}
 		})
 	}
-	if err := stream.Send(&controllerpb.WatchEvent{}); err != nil {
+	if err := stream.Send(&jobpb.WatchEvent{}); err != nil {
 		end(false)
 		return err
 	}
 	select {
 	case a := <-ch:
-		return stream.Send(&controllerpb.WatchEvent{Aborted: true, Reason: a.ended, Cause: a.cause.String()})
+		return stream.Send(&jobpb.WatchEvent{Aborted: true, Reason: a.ended, Cause: a.cause.String()})
 	case <-stream.Context().Done():
 		end(true)
 		return nil
@@ -603,7 +603,7 @@ func (s *JobService) Adopt(ctx context.Context, sw interface {
 }
 
 // Jobs lists the active jobs' names and partitions, for logs and tests.
-func (s *JobService) Jobs() map[string]*controllerpb.RegisterResponse {
+func (s *JobService) Jobs() map[string]*jobpb.RegisterResponse {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.core.ActiveJobs()

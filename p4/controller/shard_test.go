@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/jobpb"
 )
 
 // TestShardLaneDataplanes: with several shard addresses, every rank of a
@@ -24,7 +24,7 @@ func TestShardLaneDataplanes(t *testing.T) {
 	r = newRig(t, 64)
 	shards := []netip.AddrPort{netip.MustParseAddrPort("10.0.0.254:48864"), netip.MustParseAddrPort("10.0.0.254:48865")}
 	r.c.cfg.Shards = shards
-	var reqs []*controllerpb.RegisterRequest
+	var reqs []*jobpb.RegisterRequest
 	for rank := range uint32(3) {
 		reqs = append(reqs, regReq("four-lanes", rank, 3, 4, 4, 1))
 	}
@@ -82,7 +82,7 @@ func TestShardDataplanesFor(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a software switch with two shards: %v", err)
 	}
-	st, err := svc.Status(context.Background(), &controllerpb.StatusRequest{SkipSwitchCounters: true})
+	st, err := svc.Status(context.Background(), &jobpb.StatusRequest{SkipSwitchCounters: true})
 	if err != nil || st.GetDataplane() != "127.0.0.1:48864,127.0.0.1:48865" {
 		t.Fatalf("status data plane %q (%v), want both shards", st.GetDataplane(), err)
 	}

@@ -7,10 +7,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/pipeline"
-	"github.com/switchml/switchml-go/switchml/secure"
+	"github.com/switchml/switchml-go/secure"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -72,13 +72,13 @@ func parsePageToken(t string) (int, error) {
 	return n, nil
 }
 
-// Status implements controllerpb.JobService: the job table as the core
+// Status implements jobpb.JobService: the job table as the core
 // holds it, a page at a time, and the switch's counters read afterwards,
 // outside the lock. Any caller may ask; a caller over TLS that is not an
 // operator (ServiceConfig.Admin) gets the reply redacted: no lane
 // addresses, switch job ids or partition bases, which would help forge
 // packets into another job.
-func (s *JobService) Status(ctx context.Context, req *controllerpb.StatusRequest) (*controllerpb.StatusResponse, error) {
+func (s *JobService) Status(ctx context.Context, req *jobpb.StatusRequest) (*jobpb.StatusResponse, error) {
 	first, err := parsePageToken(req.GetPageToken())
 	if err != nil {
 		return nil, err
@@ -90,7 +90,7 @@ func (s *JobService) Status(ctx context.Context, req *controllerpb.StatusRequest
 	id := secure.IdentityOf(ctx)
 	redact := id.TLS && !s.admin().Permits(id)
 	s.mu.Lock()
-	resp := &controllerpb.StatusResponse{
+	resp := &jobpb.StatusResponse{
 		TargetKind: s.cfg.Target.Kind, Dataplane: s.dataplanes(), Slots: uint32(s.cfg.Slots),
 		SlotsInUse: uint32(s.core.slotsInUse()), Offline: s.core.Offline(),
 		Ended: map[string]uint64{}, Redacted: redact,
@@ -129,7 +129,7 @@ func (s *JobService) Status(ctx context.Context, req *controllerpb.StatusRequest
 		if name == "" {
 			name = fmt.Sprintf("stat(%d)", i)
 		}
-		resp.SwitchCounters = append(resp.SwitchCounters, &controllerpb.SwitchCounter{Index: uint32(i), Name: name, Packets: uint64(max(n, 0))})
+		resp.SwitchCounters = append(resp.SwitchCounters, &jobpb.SwitchCounter{Index: uint32(i), Name: name, Packets: uint64(max(n, 0))})
 	}
 	return resp, nil
 }

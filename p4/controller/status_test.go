@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/jobpb"
 )
 
 // TestStatusListsLiveJobs: two live jobs appear with their ranks, lane
@@ -21,14 +21,14 @@ func TestStatusListsLiveJobs(t *testing.T) {
 	_, cancelsA, a := joined(t, h, "alpha", 2)
 	_, _, b := joined(t, h, "beta", 3)
 
-	st, err := h.jobs.Status(ctx, &controllerpb.StatusRequest{})
+	st, err := h.jobs.Status(ctx, &jobpb.StatusRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st.GetSlots() != 64 || st.GetSlotsInUse() != a.GetPoolSize()+b.GetPoolSize() {
 		t.Errorf("slots %d, in use %d; want 64 and %d", st.GetSlots(), st.GetSlotsInUse(), a.GetPoolSize()+b.GetPoolSize())
 	}
-	want := map[string]*controllerpb.RegisterResponse{"alpha": a, "beta": b}
+	want := map[string]*jobpb.RegisterResponse{"alpha": a, "beta": b}
 	if len(st.GetJobs()) != 2 {
 		t.Fatalf("status lists %d jobs, want 2: %v", len(st.GetJobs()), st.GetJobs())
 	}
@@ -83,13 +83,13 @@ func TestStatusListsLiveJobs(t *testing.T) {
 	// alpha ends: its ranks leave; it is gone from the table and the
 	// gauges, and counted as finished.
 	for r := range uint32(2) {
-		if _, err := h.jobs.Leave(ctx, &controllerpb.LeaveRequest{Job: "alpha", Rank: r, SessionId: a.GetSessionId(), RankSecret: h.secret("alpha", r)}); err != nil {
+		if _, err := h.jobs.Leave(ctx, &jobpb.LeaveRequest{Job: "alpha", Rank: r, SessionId: a.GetSessionId(), RankSecret: h.secret("alpha", r)}); err != nil {
 			t.Fatal(err)
 		}
 		cancelsA[r]()
 	}
 	<-h.svc.Drained()
-	st, err = h.jobs.Status(ctx, &controllerpb.StatusRequest{SkipSwitchCounters: true})
+	st, err = h.jobs.Status(ctx, &jobpb.StatusRequest{SkipSwitchCounters: true})
 	if err != nil {
 		t.Fatal(err)
 	}

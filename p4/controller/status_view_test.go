@@ -10,8 +10,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
-	"github.com/switchml/switchml-go/switchml/secure"
+	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/secure"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
@@ -69,7 +69,7 @@ func TestStatusRedactsForStrangers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	whole := func(st *controllerpb.StatusResponse) bool {
+	whole := func(st *jobpb.StatusResponse) bool {
 		for _, j := range st.GetJobs() {
 			if j.GetJobId() == 0 {
 				return false
@@ -82,7 +82,7 @@ func TestStatusRedactsForStrangers(t *testing.T) {
 		}
 		return len(st.GetJobs()) == 2 && !st.GetRedacted()
 	}
-	bare := func(st *controllerpb.StatusResponse) bool {
+	bare := func(st *jobpb.StatusResponse) bool {
 		for _, j := range st.GetJobs() {
 			if j.GetJobId() != 0 || j.GetPoolBase() != 0 || len(j.GetRanks()) != 2 || j.GetPoolSize() == 0 {
 				return false
@@ -109,7 +109,7 @@ func TestStatusRedactsForStrangers(t *testing.T) {
 		{"worker certificate with --admin naming another", asPeer(t, ctx, true, worker), secure.Allow{Names: []string{"ops-laptop"}}, false},
 	} {
 		h.svc.cfg.Admin = c.admins
-		st, err := h.svc.Status(c.ctx, &controllerpb.StatusRequest{SkipSwitchCounters: true})
+		st, err := h.svc.Status(c.ctx, &jobpb.StatusRequest{SkipSwitchCounters: true})
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -130,7 +130,7 @@ func TestStatusPages(t *testing.T) {
 		joined(t, h, n, 1)
 	}
 	var seen []string
-	req := &controllerpb.StatusRequest{SkipSwitchCounters: true, PageSize: 2}
+	req := &jobpb.StatusRequest{SkipSwitchCounters: true, PageSize: 2}
 	for pages := 0; ; pages++ {
 		if pages > len(names) {
 			t.Fatalf("more pages than jobs: %v", seen)
@@ -148,19 +148,19 @@ func TestStatusPages(t *testing.T) {
 		if st.GetNextPageToken() == "" {
 			break
 		}
-		req = &controllerpb.StatusRequest{SkipSwitchCounters: true, PageSize: 2, PageToken: st.GetNextPageToken()}
+		req = &jobpb.StatusRequest{SkipSwitchCounters: true, PageSize: 2, PageToken: st.GetNextPageToken()}
 	}
 	slices.Sort(seen)
 	if !slices.Equal(seen, names) {
 		t.Errorf("pages listed %v, want %v", seen, names)
 	}
 	for _, bad := range []string{"x", "jobs@-1", "jobs@zz"} {
-		_, err := h.jobs.Status(ctx, &controllerpb.StatusRequest{PageToken: bad})
+		_, err := h.jobs.Status(ctx, &jobpb.StatusRequest{PageToken: bad})
 		if status.Code(err) != codes.InvalidArgument {
 			t.Errorf("page token %q: %v, want InvalidArgument", bad, err)
 		}
 	}
-	st, err := h.jobs.Status(ctx, &controllerpb.StatusRequest{SkipSwitchCounters: true, PageToken: pageToken(99)})
+	st, err := h.jobs.Status(ctx, &jobpb.StatusRequest{SkipSwitchCounters: true, PageToken: pageToken(99)})
 	if err != nil || len(st.GetJobs()) != 0 || st.GetNextPageToken() != "" {
 		t.Errorf("a page past the end: %v, %v; want an empty last page", st, err)
 	}

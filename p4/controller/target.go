@@ -9,9 +9,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/p4/programs"
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/wire"
 	"google.golang.org/grpc/codes"
 )
 
@@ -84,8 +84,8 @@ func TargetFor(kind string, maxElements int) (Target, error) {
 func (t Target) P4() bool { return t.Kind == KindBMv2 || t.Kind == KindTofino }
 
 // describe is the Describe answer for this target.
-func (t Target) describe(slots int) *controllerpb.DescribeResponse {
-	r := &controllerpb.DescribeResponse{
+func (t Target) describe(slots int) *jobpb.DescribeResponse {
+	r := &jobpb.DescribeResponse{
 		TargetKind: t.Kind, MaxExtendedElements: uint32(t.MaxExtendedElements),
 		MaxWorkers: uint32(t.MaxWorkers), Slots: uint32(slots), NeedsMac: t.NeedsMAC, Auth: t.Auth,
 	}
@@ -97,13 +97,13 @@ func (t Target) describe(slots int) *controllerpb.DescribeResponse {
 
 // check refuses a registration the target cannot serve. addrs are the
 // request's lane addresses (already parsed).
-func (t Target) check(r *controllerpb.RegisterRequest, addrs []netip.AddrPort) error {
+func (t Target) check(r *jobpb.RegisterRequest, addrs []netip.AddrPort) error {
 	k := int(r.GetElements())
-	if t.Auth && r.GetFormat() != controllerpb.Format_FORMAT_EXTENDED {
+	if t.Auth && r.GetFormat() != jobpb.Format_FORMAT_EXTENDED {
 		return invalid("the switch checks a tag on every packet (--auth), and the compatible header has no room for one: join with the extended header and Auth (--extended --auth)")
 	}
 	switch r.GetFormat() {
-	case controllerpb.Format_FORMAT_EXTENDED:
+	case jobpb.Format_FORMAT_EXTENDED:
 		if t.MaxExtendedElements == 0 {
 			return invalid("the %s switch takes only the compatible header: join with the compatible header and %s values per packet", t.Kind, sizesText(t.PacketElements))
 		}

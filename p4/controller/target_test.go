@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/jobpb"
 )
 
 func bmv2Target(t *testing.T, ports map[netip.Addr]uint32) Target {
@@ -25,7 +25,7 @@ func bmv2Target(t *testing.T, ports map[netip.Addr]uint32) Target {
 
 // p4Req is a registration as a worker on a P4 switch sends it: 64 values,
 // lanes on one address, the worker's MAC.
-func p4Req(job string, rank, world uint32) *controllerpb.RegisterRequest {
+func p4Req(job string, rank, world uint32) *jobpb.RegisterRequest {
 	r := regReq(job, rank, world, 2, 4, 0)
 	r.Mac = []byte{0x02, 0, 0, 0, 0, byte(0x10 + rank)}
 	return r
@@ -76,17 +76,17 @@ func TestTargetRefusesWhatTheSwitchCannotTake(t *testing.T) {
 	ctx := testCtx(t)
 	for _, c := range []struct {
 		name   string
-		mutate func(*controllerpb.RegisterRequest)
+		mutate func(*jobpb.RegisterRequest)
 		want   string
 	}{
-		{"packet size", func(r *controllerpb.RegisterRequest) { r.Elements = 256 }, "256 values per packet: the bmv2 switch aggregates 64"},
-		{"extended header", func(r *controllerpb.RegisterRequest) { r.Format = controllerpb.Format_FORMAT_EXTENDED }, "takes only the compatible header"},
-		{"no MAC", func(r *controllerpb.RegisterRequest) { r.Mac = nil }, "sent no Ethernet address"},
-		{"not in port map", func(r *controllerpb.RegisterRequest) {
+		{"packet size", func(r *jobpb.RegisterRequest) { r.Elements = 256 }, "256 values per packet: the bmv2 switch aggregates 64"},
+		{"extended header", func(r *jobpb.RegisterRequest) { r.Format = jobpb.Format_FORMAT_EXTENDED }, "takes only the compatible header"},
+		{"no MAC", func(r *jobpb.RegisterRequest) { r.Mac = nil }, "sent no Ethernet address"},
+		{"not in port map", func(r *jobpb.RegisterRequest) {
 			r.LaneAddresses = []string{"127.0.9.9:1000", "127.0.9.9:1001"}
 		}, "127.0.9.9 is not in the controller's port map"},
-		{"lanes on two addresses", func(r *controllerpb.RegisterRequest) { r.LaneAddresses[1] = "127.0.0.2:1001" }, "differs from lane 0's"},
-		{"too many workers", func(r *controllerpb.RegisterRequest) { r.WorldSize = 33 }, "at most 32 workers"},
+		{"lanes on two addresses", func(r *jobpb.RegisterRequest) { r.LaneAddresses[1] = "127.0.0.2:1001" }, "differs from lane 0's"},
+		{"too many workers", func(r *jobpb.RegisterRequest) { r.WorldSize = 33 }, "at most 32 workers"},
 	} {
 		r := p4Req("refused", 0, 1)
 		c.mutate(r)
@@ -108,7 +108,7 @@ func TestTargetRefusesWhatTheSwitchCannotTake(t *testing.T) {
 func TestDescribe(t *testing.T) {
 	ctx := testCtx(t)
 	soft := newJobHarness(t, testSlots)
-	d, err := soft.jobs.Describe(ctx, &controllerpb.DescribeRequest{})
+	d, err := soft.jobs.Describe(ctx, &jobpb.DescribeRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestDescribe(t *testing.T) {
 		t.Errorf("software switch described as %v", d)
 	}
 	p4 := newJobHarnessFor(t, testSlots, bmv2Target(t, map[netip.Addr]uint32{netip.MustParseAddr("10.0.0.1"): 1}))
-	d, err = p4.jobs.Describe(ctx, &controllerpb.DescribeRequest{})
+	d, err = p4.jobs.Describe(ctx, &jobpb.DescribeRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/jobpb"
 )
 
 // TestTokenBindsTheJob: while a job exists, registrations under its name
@@ -17,7 +17,7 @@ import (
 func TestTokenBindsTheJob(t *testing.T) {
 	h := newJobHarness(t, testSlots)
 	ctx := testCtx(t)
-	owned := func(rank uint32, token string) *controllerpb.RegisterRequest {
+	owned := func(rank uint32, token string) *jobpb.RegisterRequest {
 		r := regReq("owned", rank, 2, 1, 4, 3)
 		r.Token = token
 		return r
@@ -89,7 +89,7 @@ func TestBarrierNamesDoNotRunOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 2*maxRoundsPerJob + 1 {
-		_, err := h.jobs.Barrier(ctx, &controllerpb.BarrierRequest{Job: "names", SessionId: resp.GetSessionId(), Name: fmt.Sprintf("iter-%d", i), RankSecret: resp.GetRankSecret()})
+		_, err := h.jobs.Barrier(ctx, &jobpb.BarrierRequest{Job: "names", SessionId: resp.GetSessionId(), Name: fmt.Sprintf("iter-%d", i), RankSecret: resp.GetRankSecret()})
 		if err != nil {
 			t.Fatalf("barrier %d: %v", i, err)
 		}

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/p4/pipeline"
-	"github.com/switchml/switchml-go/switchml/transport"
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/transport"
+	"github.com/switchml/switchml-go/wire"
 )
 
 // locked is a pipeline behind a mutex, as the software switch runs it.

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/p4/pipeline"
-	"github.com/switchml/switchml-go/switchml/transport"
+	"github.com/switchml/switchml-go/transport"
 )
 
 // Processor is the packet pipeline: one datagram in, replies out. The

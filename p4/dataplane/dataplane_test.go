@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/p4/pipeline"
-	"github.com/switchml/switchml-go/switchml/transport"
+	"github.com/switchml/switchml-go/transport"
 )
 
 // fanout answers every datagram with its bytes reversed, sent to each of

@@ -1,7 +1,7 @@
 // Package fabric starts a SwitchML switch side: a software switch and the
 // controller that programs it over P4Runtime and runs the job service
 // workers join through. It is the one place that brings the two up, for
-// the embedded default (switchml/local), the demo, the benchmarks, the
+// the embedded default (p4/local), the demo, the benchmarks, the
 // training harness and the tests.
 //
 // Start runs both inside the calling process, or, with Config.Command set,
@@ -38,10 +38,10 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/p4/controller"
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
 	"github.com/switchml/switchml-go/p4/pipeline"
-	"github.com/switchml/switchml-go/switchml/transport"
+	"github.com/switchml/switchml-go/transport"
 )
 
 // DefaultReadyTimeout bounds how long Start waits for the controller.
@@ -403,11 +403,11 @@ func WaitReady(ctx context.Context, addr string, dial func(context.Context, stri
 		return fmt.Errorf("fabric: controller address %q: %w", addr, err)
 	}
 	defer cc.Close()
-	client := controllerpb.NewJobServiceClient(cc)
+	client := jobpb.NewJobServiceClient(cc)
 	var last error
 	for {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		_, err := client.Describe(cctx, &controllerpb.DescribeRequest{})
+		_, err := client.Describe(cctx, &jobpb.DescribeRequest{})
 		cancel()
 		if err == nil {
 			return nil

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/p4/pipeline"
-	"github.com/switchml/switchml-go/switchml/transport"
+	"github.com/switchml/switchml-go/transport"
 )
 
 func TestInProcess(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchml/switchml-go/p4/pipeline"
-	"github.com/switchml/switchml-go/switchml/transport/shm"
+	"github.com/switchml/switchml-go/transport/shm"
 )
 
 // switchCollector exposes a software switch's counters to Prometheus. It

@@ -14,7 +14,7 @@ import (
 	"github.com/switchml/switchml-go/p4/fabric"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/switchml"
-	"github.com/switchml/switchml-go/switchml/transport"
+	"github.com/switchml/switchml-go/transport"
 )
 
 // gathered is one scrape: value by series, "name" or "name{label=value}".

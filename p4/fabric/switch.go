@@ -15,9 +15,9 @@ import (
 	"github.com/switchml/switchml-go/p4/dataplane"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/softswitch"
-	"github.com/switchml/switchml-go/switchml/transport"
-	"github.com/switchml/switchml-go/switchml/transport/afxdp"
-	"github.com/switchml/switchml-go/switchml/transport/shm"
+	"github.com/switchml/switchml-go/transport"
+	"github.com/switchml/switchml-go/transport/afxdp"
+	"github.com/switchml/switchml-go/transport/shm"
 )
 
 // SwitchConfig describes a software switch.

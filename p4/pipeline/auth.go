@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/wire"
 )
 
 // The key table of an authenticated data plane (Config.Auth): one key per

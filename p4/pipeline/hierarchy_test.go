@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/wire"
 )
 
 var (

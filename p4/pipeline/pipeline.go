@@ -21,7 +21,7 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/wire"
 )
 
 // Config sizes the switch memory.

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/wire"
 )
 
 func addr(i int) netip.AddrPort {

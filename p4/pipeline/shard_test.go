@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/wire"
 )
 
 // TestShardOwnsSlot: the first shard to reach a slot serves it; the same

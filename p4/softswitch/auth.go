@@ -3,7 +3,7 @@ package softswitch
 import (
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
 	"github.com/switchml/switchml-go/p4/p4info"
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/wire"
 	"google.golang.org/grpc/codes"
 )
 

@@ -15,7 +15,7 @@ import (
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/pipeline"
-	"github.com/switchml/switchml-go/switchml/secure"
+	"github.com/switchml/switchml-go/secure"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"

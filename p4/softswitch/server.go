@@ -13,7 +13,7 @@ import (
 
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/pipeline"
-	"github.com/switchml/switchml-go/switchml/secure"
+	"github.com/switchml/switchml-go/secure"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )
@@ -33,7 +33,7 @@ type ServerConfig struct {
 	// may write without SetForwardingPipelineConfig first.
 	Preconfigured bool
 	// TLS, if set, secures the P4Runtime service (with ClientCAs set,
-	// controllers must present a certificate: see switchml/secure).
+	// controllers must present a certificate: see secure).
 	// When it verifies client certificates, only controllers may program
 	// the switch: certificates with the controller role, and those Allow
 	// names. Without client certificates callers have no identity, and

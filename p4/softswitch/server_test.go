@@ -12,8 +12,8 @@ import (
 	"github.com/switchml/switchml-go/p4/dataplane"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/pipeline"
-	"github.com/switchml/switchml-go/switchml/transport"
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/transport"
+	"github.com/switchml/switchml-go/wire"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )

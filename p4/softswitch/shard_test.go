@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/switchml/switchml-go/p4/pipeline"
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/wire"
 )
 
 // shardBench is a switch with one 8-worker job on 256 slots and, for each

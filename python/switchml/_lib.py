@@ -224,7 +224,7 @@ class Session:
 
 class LocalSwitch:
     """A software switch and controller running inside this process, on
-    loopback (switchml/local). `address` is the controller's host:port.
+    loopback (p4/local). `address` is the controller's host:port.
     transport "shm" gives the switch a shared-memory inbox as well, for
     sessions on this host made with transport="shm"."""
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/wire"
 )
 
 // TestTaggedLane: a lane with a key tags every packet for its rank and

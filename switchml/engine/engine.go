@@ -3,7 +3,7 @@
 // the next timer deadline come out. It has no sockets, goroutines or clocks,
 // so the UDP transport and the deterministic simulator drive the same code:
 // switchml.Session runs one engine per lane on its own UDP socket, and
-// switchml/internal/sim runs many through a simulated lossy network.
+// internal/sim runs many through a simulated lossy network.
 //
 // A lane owns a window of W consecutive switch slots starting at SlotBase.
 // An allreduce op on the lane's slice of the tensor is cut into blocks of
@@ -38,7 +38,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/quant"
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/wire"
 )
 
 // DType is the element type of an op.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/quant"
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/wire"
 )
 
 func addr(r int) netip.AddrPort {

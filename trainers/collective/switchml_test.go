@@ -5,8 +5,8 @@ import (
 	"math"
 	"testing"
 
+	"github.com/switchml/switchml-go/p4/local"
 	"github.com/switchml/switchml-go/quant"
-	"github.com/switchml/switchml-go/switchml/local"
 )
 
 // TestSwitchMLBackendSums aggregates through the embedded software switch:

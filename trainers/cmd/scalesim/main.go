@@ -37,10 +37,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/switchml/switchml-go/switchml/wire"
 	"github.com/switchml/switchml-go/trainers/internal/rackrun"
 	"github.com/switchml/switchml-go/trainers/profile"
 	"github.com/switchml/switchml-go/trainers/scale"
+	"github.com/switchml/switchml-go/wire"
 )
 
 // Published forward+backward time of one batch of 16 on a GTX 1080 (Pascal,

@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 
-	"github.com/switchml/switchml-go/switchml/local"
+	"github.com/switchml/switchml-go/p4/local"
 )
 
 // startLocalFabric runs a software switch and controller in this process

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchml/switchml-go/switchml/local"
+	"github.com/switchml/switchml-go/p4/local"
 	"github.com/switchml/switchml-go/trainers/internal/freeport"
 	"github.com/switchml/switchml-go/trainers/train"
 )

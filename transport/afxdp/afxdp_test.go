@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchml/switchml-go/switchml/transport"
+	"github.com/switchml/switchml-go/transport"
 )
 
 func TestChecksumKnownVector(t *testing.T) {

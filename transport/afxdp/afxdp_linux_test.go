@@ -21,7 +21,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
-	"github.com/switchml/switchml-go/switchml/transport"
+	"github.com/switchml/switchml-go/transport"
 )
 
 // requireAFXDP skips the test unless AF_XDP sockets and XDP programs can

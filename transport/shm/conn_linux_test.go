@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchml/switchml-go/switchml/transport"
-	"github.com/switchml/switchml-go/switchml/transport/internal/netns"
+	"github.com/switchml/switchml-go/transport"
+	"github.com/switchml/switchml-go/transport/internal/netns"
 )
 
 var loopback = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), 0)

@@ -12,7 +12,7 @@ import (
 	"github.com/switchml/switchml-go/quant"
 	"github.com/switchml/switchml-go/switchml"
 	"github.com/switchml/switchml-go/switchml/engine"
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/wire"
 )
 
 // workload is a sequence of allreduce ops for n workers plus the inputs,

@@ -15,8 +15,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/switchml/switchml-go/switchml/transport"
-	"github.com/switchml/switchml-go/switchml/transport/internal/netns"
+	"github.com/switchml/switchml-go/transport"
+	"github.com/switchml/switchml-go/transport/internal/netns"
 )
 
 // Message is transport.Message.

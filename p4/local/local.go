@@ -14,7 +14,7 @@ import (
 	"log/slog"
 
 	"github.com/switchml/switchml-go/p4/fabric"
-	"github.com/switchml/switchml-go/switchml/transport"
+	"github.com/switchml/switchml-go/transport"
 )
 
 // Options size the embedded switch. Zero values take the defaults.

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchml/switchml-go/p4/local"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/switchml"
-	"github.com/switchml/switchml-go/switchml/local"
 )
 
 // joinAll joins every config concurrently; it fails the test unless all

@@ -12,10 +12,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/p4/local"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/switchml"
-	"github.com/switchml/switchml-go/switchml/local"
 )
 
 // startFabric starts an embedded switch and controller for one test, with
@@ -42,7 +42,7 @@ func TestPeerLostMidAllReduce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	jobs := controllerpb.NewJobServiceClient(conn)
+	jobs := jobpb.NewJobServiceClient(conn)
 	var laneAddrs []string
 	for range lanes {
 		c, err := net.ListenPacket("udp4", "127.0.0.1:0")
@@ -56,13 +56,13 @@ func TestPeerLostMidAllReduce(t *testing.T) {
 	leaseCtx, die := context.WithCancel(ctx)
 	defer die()
 	go func() {
-		resp, err := jobs.Register(ctx, &controllerpb.RegisterRequest{Job: "lost", Rank: 2, WorldSize: n, Lanes: lanes, Window: window,
+		resp, err := jobs.Register(ctx, &jobpb.RegisterRequest{Job: "lost", Rank: 2, WorldSize: n, Lanes: lanes, Window: window,
 			Elements: switchml.DefaultPacketElements, LaneAddresses: laneAddrs}, grpc.WaitForReady(true))
 		if err != nil {
 			dead <- err
 			return
 		}
-		st, err := jobs.Watch(leaseCtx, &controllerpb.WatchRequest{Job: "lost", Rank: 2, SessionId: resp.GetSessionId(), RankSecret: resp.GetRankSecret()})
+		st, err := jobs.Watch(leaseCtx, &jobpb.WatchRequest{Job: "lost", Rank: 2, SessionId: resp.GetSessionId(), RankSecret: resp.GetRankSecret()})
 		if err == nil {
 			_, err = st.Recv()
 		}

@@ -24,7 +24,7 @@ import (
 
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/switchml/engine"
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/wire"
 )
 
 // Link models one direction between a worker and the switch. All lanes of a

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/switchml/switchml-go/p4/controller/controllerpb"
+	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/switchml"
 )
 
@@ -159,14 +159,14 @@ func TestStalledRankIsNamed(t *testing.T) {
 
 // controllerStatus asks a controller without TLS for its status, with the
 // switch's counters or not.
-func controllerStatus(t *testing.T, ctx context.Context, addr string, counters bool) *controllerpb.StatusResponse {
+func controllerStatus(t *testing.T, ctx context.Context, addr string, counters bool) *jobpb.StatusResponse {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	st, err := controllerpb.NewJobServiceClient(conn).Status(ctx, &controllerpb.StatusRequest{SkipSwitchCounters: !counters})
+	st, err := jobpb.NewJobServiceClient(conn).Status(ctx, &jobpb.StatusRequest{SkipSwitchCounters: !counters})
 	if err != nil {
 		t.Fatal(err)
 	}

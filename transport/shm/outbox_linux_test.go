@@ -11,7 +11,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/switchml/switchml-go/switchml/transport"
+	"github.com/switchml/switchml-go/transport"
 )
 
 // big is datagram i in a length worth sharing: 128 to 1627 bytes.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/switchml/engine"
-	"github.com/switchml/switchml-go/switchml/wire"
+	"github.com/switchml/switchml-go/wire"
 )
 
 // TestHierarchClean runs 8 workers under 2 leaves without loss: exact

@@ -9,7 +9,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/switchml/switchml-go/switchml/transport"
+	"github.com/switchml/switchml-go/transport"
 )
 
 // TestPingPongNeverStalls bounces one datagram at a time between two

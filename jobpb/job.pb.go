@@ -6,9 +6,9 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: controller.proto
+// source: job.proto
 
-package controllerpb
+package jobpb
 
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
@@ -56,11 +56,11 @@ func (x Format) String() string {
 }
 
 func (Format) Descriptor() protoreflect.EnumDescriptor {
-	return file_controller_proto_enumTypes[0].Descriptor()
+	return file_job_proto_enumTypes[0].Descriptor()
 }
 
 func (Format) Type() protoreflect.EnumType {
-	return &file_controller_proto_enumTypes[0]
+	return &file_job_proto_enumTypes[0]
 }
 
 func (x Format) Number() protoreflect.EnumNumber {
@@ -69,7 +69,7 @@ func (x Format) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Format.Descriptor instead.
 func (Format) EnumDescriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{0}
+	return file_job_proto_rawDescGZIP(), []int{0}
 }
 
 type RegisterRequest struct {
@@ -107,7 +107,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_controller_proto_msgTypes[0]
+	mi := &file_job_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -119,7 +119,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[0]
+	mi := &file_job_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -132,7 +132,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{0}
+	return file_job_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *RegisterRequest) GetJob() string {
@@ -247,7 +247,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_controller_proto_msgTypes[1]
+	mi := &file_job_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -259,7 +259,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[1]
+	mi := &file_job_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -272,7 +272,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{1}
+	return file_job_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *RegisterResponse) GetSessionId() uint64 {
@@ -370,7 +370,7 @@ type BarrierRequest struct {
 
 func (x *BarrierRequest) Reset() {
 	*x = BarrierRequest{}
-	mi := &file_controller_proto_msgTypes[2]
+	mi := &file_job_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -382,7 +382,7 @@ func (x *BarrierRequest) String() string {
 func (*BarrierRequest) ProtoMessage() {}
 
 func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[2]
+	mi := &file_job_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -395,7 +395,7 @@ func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierRequest.ProtoReflect.Descriptor instead.
 func (*BarrierRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{2}
+	return file_job_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *BarrierRequest) GetJob() string {
@@ -448,7 +448,7 @@ type BarrierResponse struct {
 
 func (x *BarrierResponse) Reset() {
 	*x = BarrierResponse{}
-	mi := &file_controller_proto_msgTypes[3]
+	mi := &file_job_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -460,7 +460,7 @@ func (x *BarrierResponse) String() string {
 func (*BarrierResponse) ProtoMessage() {}
 
 func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[3]
+	mi := &file_job_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -473,7 +473,7 @@ func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierResponse.ProtoReflect.Descriptor instead.
 func (*BarrierResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{3}
+	return file_job_proto_rawDescGZIP(), []int{3}
 }
 
 type BroadcastRequest struct {
@@ -491,7 +491,7 @@ type BroadcastRequest struct {
 
 func (x *BroadcastRequest) Reset() {
 	*x = BroadcastRequest{}
-	mi := &file_controller_proto_msgTypes[4]
+	mi := &file_job_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -503,7 +503,7 @@ func (x *BroadcastRequest) String() string {
 func (*BroadcastRequest) ProtoMessage() {}
 
 func (x *BroadcastRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[4]
+	mi := &file_job_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -516,7 +516,7 @@ func (x *BroadcastRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BroadcastRequest.ProtoReflect.Descriptor instead.
 func (*BroadcastRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{4}
+	return file_job_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *BroadcastRequest) GetJob() string {
@@ -577,7 +577,7 @@ type BroadcastResponse struct {
 
 func (x *BroadcastResponse) Reset() {
 	*x = BroadcastResponse{}
-	mi := &file_controller_proto_msgTypes[5]
+	mi := &file_job_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -589,7 +589,7 @@ func (x *BroadcastResponse) String() string {
 func (*BroadcastResponse) ProtoMessage() {}
 
 func (x *BroadcastResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[5]
+	mi := &file_job_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -602,7 +602,7 @@ func (x *BroadcastResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BroadcastResponse.ProtoReflect.Descriptor instead.
 func (*BroadcastResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{5}
+	return file_job_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *BroadcastResponse) GetData() []byte {
@@ -624,7 +624,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_controller_proto_msgTypes[6]
+	mi := &file_job_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -636,7 +636,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[6]
+	mi := &file_job_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -649,7 +649,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{6}
+	return file_job_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LeaveRequest) GetJob() string {
@@ -688,7 +688,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_controller_proto_msgTypes[7]
+	mi := &file_job_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -700,7 +700,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[7]
+	mi := &file_job_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -713,7 +713,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{7}
+	return file_job_proto_rawDescGZIP(), []int{7}
 }
 
 type DescribeRequest struct {
@@ -724,7 +724,7 @@ type DescribeRequest struct {
 
 func (x *DescribeRequest) Reset() {
 	*x = DescribeRequest{}
-	mi := &file_controller_proto_msgTypes[8]
+	mi := &file_job_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -736,7 +736,7 @@ func (x *DescribeRequest) String() string {
 func (*DescribeRequest) ProtoMessage() {}
 
 func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[8]
+	mi := &file_job_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -749,7 +749,7 @@ func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
 func (*DescribeRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{8}
+	return file_job_proto_rawDescGZIP(), []int{8}
 }
 
 type DescribeResponse struct {
@@ -770,7 +770,7 @@ type DescribeResponse struct {
 
 func (x *DescribeResponse) Reset() {
 	*x = DescribeResponse{}
-	mi := &file_controller_proto_msgTypes[9]
+	mi := &file_job_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -782,7 +782,7 @@ func (x *DescribeResponse) String() string {
 func (*DescribeResponse) ProtoMessage() {}
 
 func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[9]
+	mi := &file_job_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -795,7 +795,7 @@ func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeResponse.ProtoReflect.Descriptor instead.
 func (*DescribeResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{9}
+	return file_job_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DescribeResponse) GetTargetKind() string {
@@ -867,7 +867,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_controller_proto_msgTypes[10]
+	mi := &file_job_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -879,7 +879,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[10]
+	mi := &file_job_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -892,7 +892,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{10}
+	return file_job_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *WatchRequest) GetJob() string {
@@ -950,7 +950,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_controller_proto_msgTypes[11]
+	mi := &file_job_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -962,7 +962,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[11]
+	mi := &file_job_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -975,7 +975,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{11}
+	return file_job_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WatchEvent) GetAborted() bool {
@@ -1016,7 +1016,7 @@ type AbortRequest struct {
 
 func (x *AbortRequest) Reset() {
 	*x = AbortRequest{}
-	mi := &file_controller_proto_msgTypes[12]
+	mi := &file_job_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1028,7 +1028,7 @@ func (x *AbortRequest) String() string {
 func (*AbortRequest) ProtoMessage() {}
 
 func (x *AbortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[12]
+	mi := &file_job_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1041,7 +1041,7 @@ func (x *AbortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRequest.ProtoReflect.Descriptor instead.
 func (*AbortRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{12}
+	return file_job_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AbortRequest) GetJob() string {
@@ -1101,7 +1101,7 @@ type AbortResponse struct {
 
 func (x *AbortResponse) Reset() {
 	*x = AbortResponse{}
-	mi := &file_controller_proto_msgTypes[13]
+	mi := &file_job_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1113,7 +1113,7 @@ func (x *AbortResponse) String() string {
 func (*AbortResponse) ProtoMessage() {}
 
 func (x *AbortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[13]
+	mi := &file_job_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1126,7 +1126,7 @@ func (x *AbortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortResponse.ProtoReflect.Descriptor instead.
 func (*AbortResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{13}
+	return file_job_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AbortResponse) GetCause() string {
@@ -1157,7 +1157,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_controller_proto_msgTypes[14]
+	mi := &file_job_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1169,7 +1169,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[14]
+	mi := &file_job_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1182,7 +1182,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{14}
+	return file_job_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StatusRequest) GetSkipSwitchCounters() bool {
@@ -1241,7 +1241,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_controller_proto_msgTypes[15]
+	mi := &file_job_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1253,7 +1253,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[15]
+	mi := &file_job_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1266,7 +1266,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{15}
+	return file_job_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StatusResponse) GetTargetKind() string {
@@ -1376,7 +1376,7 @@ type JobStatus struct {
 
 func (x *JobStatus) Reset() {
 	*x = JobStatus{}
-	mi := &file_controller_proto_msgTypes[16]
+	mi := &file_job_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1388,7 +1388,7 @@ func (x *JobStatus) String() string {
 func (*JobStatus) ProtoMessage() {}
 
 func (x *JobStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[16]
+	mi := &file_job_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1401,7 +1401,7 @@ func (x *JobStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobStatus.ProtoReflect.Descriptor instead.
 func (*JobStatus) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{16}
+	return file_job_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *JobStatus) GetName() string {
@@ -1500,7 +1500,7 @@ type RankStatus struct {
 
 func (x *RankStatus) Reset() {
 	*x = RankStatus{}
-	mi := &file_controller_proto_msgTypes[17]
+	mi := &file_job_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1512,7 +1512,7 @@ func (x *RankStatus) String() string {
 func (*RankStatus) ProtoMessage() {}
 
 func (x *RankStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[17]
+	mi := &file_job_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1525,7 +1525,7 @@ func (x *RankStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankStatus.ProtoReflect.Descriptor instead.
 func (*RankStatus) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{17}
+	return file_job_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RankStatus) GetRank() uint32 {
@@ -1567,7 +1567,7 @@ type SwitchCounter struct {
 
 func (x *SwitchCounter) Reset() {
 	*x = SwitchCounter{}
-	mi := &file_controller_proto_msgTypes[18]
+	mi := &file_job_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1579,7 +1579,7 @@ func (x *SwitchCounter) String() string {
 func (*SwitchCounter) ProtoMessage() {}
 
 func (x *SwitchCounter) ProtoReflect() protoreflect.Message {
-	mi := &file_controller_proto_msgTypes[18]
+	mi := &file_job_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1592,7 +1592,7 @@ func (x *SwitchCounter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwitchCounter.ProtoReflect.Descriptor instead.
 func (*SwitchCounter) Descriptor() ([]byte, []int) {
-	return file_controller_proto_rawDescGZIP(), []int{18}
+	return file_job_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SwitchCounter) GetIndex() uint32 {
@@ -1616,11 +1616,11 @@ func (x *SwitchCounter) GetPackets() uint64 {
 	return 0
 }
 
-var File_controller_proto protoreflect.FileDescriptor
+var File_job_proto protoreflect.FileDescriptor
 
-const file_controller_proto_rawDesc = "" +
+const file_job_proto_rawDesc = "" +
 	"\n" +
-	"\x10controller.proto\x12\x16switchml.controller.v1\"\xd2\x02\n" +
+	"\tjob.proto\x12\x16switchml.controller.v1\"\xd2\x02\n" +
 	"\x0fRegisterRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x1d\n" +
@@ -1780,23 +1780,23 @@ const file_controller_proto_rawDesc = "" +
 	"\x05Watch\x12$.switchml.controller.v1.WatchRequest\x1a\".switchml.controller.v1.WatchEvent0\x01\x12T\n" +
 	"\x05Abort\x12$.switchml.controller.v1.AbortRequest\x1a%.switchml.controller.v1.AbortResponse\x12]\n" +
 	"\bDescribe\x12'.switchml.controller.v1.DescribeRequest\x1a(.switchml.controller.v1.DescribeResponse\x12W\n" +
-	"\x06Status\x12%.switchml.controller.v1.StatusRequest\x1a&.switchml.controller.v1.StatusResponseB<Z:github.com/switchml/switchml-go/p4/controller/controllerpbb\x06proto3"
+	"\x06Status\x12%.switchml.controller.v1.StatusRequest\x1a&.switchml.controller.v1.StatusResponseB'Z%github.com/switchml/switchml-go/jobpbb\x06proto3"
 
 var (
-	file_controller_proto_rawDescOnce sync.Once
-	file_controller_proto_rawDescData []byte
+	file_job_proto_rawDescOnce sync.Once
+	file_job_proto_rawDescData []byte
 )
 
-func file_controller_proto_rawDescGZIP() []byte {
-	file_controller_proto_rawDescOnce.Do(func() {
-		file_controller_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_controller_proto_rawDesc), len(file_controller_proto_rawDesc)))
+func file_job_proto_rawDescGZIP() []byte {
+	file_job_proto_rawDescOnce.Do(func() {
+		file_job_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_job_proto_rawDesc), len(file_job_proto_rawDesc)))
 	})
-	return file_controller_proto_rawDescData
+	return file_job_proto_rawDescData
 }
 
-var file_controller_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
-var file_controller_proto_goTypes = []any{
+var file_job_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_job_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_job_proto_goTypes = []any{
 	(Format)(0),               // 0: switchml.controller.v1.Format
 	(*RegisterRequest)(nil),   // 1: switchml.controller.v1.RegisterRequest
 	(*RegisterResponse)(nil),  // 2: switchml.controller.v1.RegisterResponse
@@ -1819,7 +1819,7 @@ var file_controller_proto_goTypes = []any{
 	(*SwitchCounter)(nil),     // 19: switchml.controller.v1.SwitchCounter
 	nil,                       // 20: switchml.controller.v1.StatusResponse.EndedEntry
 }
-var file_controller_proto_depIdxs = []int32{
+var file_job_proto_depIdxs = []int32{
 	0,  // 0: switchml.controller.v1.RegisterRequest.format:type_name -> switchml.controller.v1.Format
 	17, // 1: switchml.controller.v1.StatusResponse.jobs:type_name -> switchml.controller.v1.JobStatus
 	19, // 2: switchml.controller.v1.StatusResponse.switch_counters:type_name -> switchml.controller.v1.SwitchCounter
@@ -1848,27 +1848,27 @@ var file_controller_proto_depIdxs = []int32{
 	0,  // [0:5] is the sub-list for field type_name
 }
 
-func init() { file_controller_proto_init() }
-func file_controller_proto_init() {
-	if File_controller_proto != nil {
+func init() { file_job_proto_init() }
+func file_job_proto_init() {
+	if File_job_proto != nil {
 		return
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_controller_proto_rawDesc), len(file_controller_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_job_proto_rawDesc), len(file_job_proto_rawDesc)),
 			NumEnums:      1,
 			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
-		GoTypes:           file_controller_proto_goTypes,
-		DependencyIndexes: file_controller_proto_depIdxs,
-		EnumInfos:         file_controller_proto_enumTypes,
-		MessageInfos:      file_controller_proto_msgTypes,
+		GoTypes:           file_job_proto_goTypes,
+		DependencyIndexes: file_job_proto_depIdxs,
+		EnumInfos:         file_job_proto_enumTypes,
+		MessageInfos:      file_job_proto_msgTypes,
 	}.Build()
-	File_controller_proto = out.File
-	file_controller_proto_goTypes = nil
-	file_controller_proto_depIdxs = nil
+	File_job_proto = out.File
+	file_job_proto_goTypes = nil
+	file_job_proto_depIdxs = nil
 }

@@ -10,9 +10,9 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/switchml/switchml-go/p4/local"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/switchml"
-	"github.com/switchml/switchml-go/switchml/local"
 )
 
 // TestJobOnEmbeddedFabric runs workers as goroutines against an embedded

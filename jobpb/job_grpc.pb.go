@@ -6,9 +6,9 @@
 // versions:
 // - protoc-gen-go-grpc v1.6.2
 // - protoc             v3.21.12
-// source: controller.proto
+// source: job.proto
 
-package controllerpb
+package jobpb
 
 import (
 	context "context"
@@ -431,5 +431,5 @@ var JobService_ServiceDesc = grpc.ServiceDesc{
 			ServerStreams: true,
 		},
 	},
-	Metadata: "controller.proto",
+	Metadata: "job.proto",
 }

@@ -18,8 +18,8 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/switchml/switchml-go/switchml/transport"
-	"github.com/switchml/switchml-go/switchml/transport/internal/netns"
+	"github.com/switchml/switchml-go/transport"
+	"github.com/switchml/switchml-go/transport/internal/netns"
 	"golang.org/x/sys/unix"
 )
 
