@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/transport/afxdp"
+	"github.com/switchml/switchml-go/transport/shm"
 )
 
 // Systems are the systems the suite knows, in the order tables show them:
@@ -43,9 +45,9 @@ func runsOnSwitch(system string) bool {
 func systemTransport(system string) string {
 	switch system {
 	case "switchml-afxdp":
-		return "afxdp"
+		return afxdp.Name
 	case "switchml-shm":
-		return "shm"
+		return shm.Name
 	}
 	return ""
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/transport"
+	"github.com/switchml/switchml-go/transport/afxdp"
+	"github.com/switchml/switchml-go/transport/shm"
 	"github.com/switchml/switchml-go/wire"
 )
 
@@ -160,9 +162,9 @@ const FallbackRing = "ring"
 
 // The Config.Transport values.
 const (
-	TransportUDP   = "udp"
-	TransportAFXDP = "afxdp"
-	TransportShm   = "shm"
+	TransportUDP   = transport.UDP
+	TransportAFXDP = afxdp.Name
+	TransportShm   = shm.Name
 )
 
 // MaxCompatWorkers is the largest job the compatible format (a 32-bit
@@ -375,8 +377,8 @@ func (c Config) validate() error {
 	if c.Lanes < 1 || c.Lanes > 64 {
 		bad("Lanes", c.Lanes, "want 1..64")
 	}
-	if c.Transport != "" && c.Transport != TransportUDP && c.Transport != TransportAFXDP && c.Transport != TransportShm {
-		bad("Transport", c.Transport, "want %q (the default), %q or %q", TransportUDP, TransportAFXDP, TransportShm)
+	if _, err := transport.Lookup(c.Transport); err != nil {
+		bad("Transport", c.Transport, "want %s (the default is %s)", strings.Join(transport.Names(), ", "), TransportUDP)
 	}
 	if c.Window < 1 || c.Window > 4096 {
 		bad("Window", c.Window, "want 1..4096 packets per lane")

@@ -543,26 +543,15 @@ func (s *Session) Transport() string {
 	return TransportUDP
 }
 
-// listenLane opens a lane's socket on a free port of the bind address:
-// AF_XDP or a shared-memory inbox when asked for and possible (else UDP,
-// telling logf why), UDP otherwise.
+// listenLane opens a lane's socket on a free port of the bind address,
+// over the transport of that name (one that cannot be used falls back to
+// UDP, telling logf why).
 func listenLane(kind, bind string, window int, logf func(format string, args ...any)) (transport.PacketConn, error) {
-	if kind != TransportAFXDP && kind != TransportShm {
-		return transport.Listen(net.JoinHostPort(bind, "0"), transport.Options{})
-	}
-	ip, err := netip.ParseAddr(bind)
+	t, err := transport.Lookup(kind)
 	if err != nil {
-		return nil, fmt.Errorf("transport %s needs an IP address to bind, not %q: %v", kind, bind, err)
+		return nil, err
 	}
-	if kind == TransportShm {
-		// A lane's inbox has few writers, the switch's shards, and takes
-		// a window of results plus the batch its reader holds. The lane
-		// and the switch usually share the host's cores: a lane that
-		// finds nothing yields before it sleeps.
-		opts := shm.Options{Producers: 16, Slots: max(256, window+transport.DefaultBatch), CoalesceWakeups: true, YieldsBeforeSleep: shm.DefaultYields}
-		return shm.ListenOrUDP(netip.AddrPortFrom(ip, 0), opts, transport.Options{}, logf)
-	}
-	return afxdp.ListenOrUDP(netip.AddrPortFrom(ip, 0), afxdp.Options{}, transport.Options{}, logf)
+	return t.Lane(transport.LaneSpec{Bind: bind, Window: window, Logf: logf})
 }
 
 // localAddressToward returns the local IP the routing table picks to reach

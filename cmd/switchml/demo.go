@@ -29,7 +29,7 @@ func runDemo(ctx context.Context, args []string) error {
 	pe := fs.Int("packet-elements", 256, "values per packet (up to 2048 with --extended)")
 	extended := fs.Bool("extended", false, "use the extended header")
 	drop := fs.Float64("drop", 0, "switch-side drop probability, to watch loss recovery")
-	transportKind := fs.String("transport", "udp", `how the workers and the switch move packets: "udp" (kernel sockets) or "shm" (shared memory on this host)`)
+	transportKind := fs.String("transport", transport.UDP, `how the workers and the switch move packets: "udp" (kernel sockets) or "shm" (shared memory on this host)`)
 	verbose := fs.Bool("v", false, "show the logs of every process")
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -55,10 +55,11 @@ type SwitchConfig struct {
 	// see this switch's packets come from its data-plane address, so bind
 	// Dataplane to a specific address. One shard only.
 	Parent string
-	// Transport is how the data plane moves packets: "udp" ("" is the
-	// same) or "afxdp", AF_XDP sockets on the interface of the Dataplane
+	// Transport is how the data plane moves packets (a name from
+	// transport.Names): transport.UDP ("" is the same) or afxdp.Name,
+	// AF_XDP sockets on the interface of the Dataplane
 	// address (which must then be a specific IPv4 address), falling back
-	// to UDP with a logged reason where AF_XDP cannot be used; or "shm",
+	// to UDP with a logged reason where AF_XDP cannot be used; or shm.Name,
 	// UDP sockets with shared-memory inboxes through which workers on this
 	// host started with the same transport exchange datagrams with the
 	// switch (a specific address again; others keep using UDP).
@@ -309,21 +310,15 @@ func (s *Switch) Summary() []any {
 
 // checkTransport refuses a data-plane transport the switch does not have.
 func checkTransport(kind string) error {
-	switch kind {
-	case "", "udp", "afxdp", "shm":
-		return nil
-	}
-	return fmt.Errorf("transport %q: want udp, afxdp or shm", kind)
+	_, err := transport.Lookup(kind)
+	return err
 }
 
 // listenDataplane opens a shard's data-plane socket of the given transport.
 func listenDataplane(kind, addr string, logger *slog.Logger) (transport.PacketConn, error) {
-	udpOpts := transport.Options{Batch: 128, SocketBuffer: 4 << 20}
-	if err := checkTransport(kind); err != nil {
+	t, err := transport.Lookup(kind)
+	if err != nil {
 		return nil, err
-	}
-	if kind == "" || kind == "udp" {
-		return transport.Listen(addr, udpOpts)
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -331,25 +326,12 @@ func listenDataplane(kind, addr string, logger *slog.Logger) (transport.PacketCo
 	logf := func(format string, args ...any) {
 		logger.Warn(fmt.Sprintf(format, args...), "dataplane", addr)
 	}
-	ap, err := netip.ParseAddrPort(addr)
-	if kind == "shm" {
-		if err != nil {
-			return nil, fmt.Errorf("shared-memory data plane at %q: give a specific IP address and port: %v", addr, err)
-		}
-		// Every lane of every job on this host may write into a shard's
-		// inbox. A result goes to every rank of its job: written once,
-		// into the shard's outbox, and referenced from each inbox.
-		return shm.ListenOrUDP(ap, shm.Options{Producers: 256, CoalesceWakeups: true, ShareCopies: true, YieldsBeforeSleep: shm.DefaultYields}, udpOpts, logf)
-	}
-	if err != nil || !ap.Addr().Is4() || ap.Addr().IsUnspecified() {
-		return nil, fmt.Errorf("AF_XDP data plane at %q: give a specific IPv4 address and port (the interface is found from the address)", addr)
-	}
-	return afxdp.ListenOrUDP(ap, afxdp.Options{Batch: 128}, udpOpts, logf)
+	return t.Switch(transport.SwitchSpec{Addr: addr, UDP: transport.Options{Batch: 128, SocketBuffer: 4 << 20}, Logf: logf})
 }
 
-// Transport is what the data plane moves packets through: "afxdp" when
-// every shard got an AF_XDP socket, "shm" when every shard got a
-// shared-memory inbox, else "udp".
+// Transport is what the data plane moves packets through: afxdp.Name when
+// every shard got an AF_XDP socket, shm.Name when every shard got a
+// shared-memory inbox, else transport.UDP.
 func (s *Switch) Transport() string {
 	xdp, shared := 0, 0
 	for _, c := range s.conns {
@@ -362,9 +344,9 @@ func (s *Switch) Transport() string {
 	}
 	switch len(s.conns) {
 	case xdp:
-		return "afxdp"
+		return afxdp.Name
 	case shared:
-		return "shm"
+		return shm.Name
 	}
-	return "udp"
+	return transport.UDP
 }

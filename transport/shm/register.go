@@ -1,0 +1,40 @@
+package shm
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/switchml/switchml-go/transport"
+)
+
+// Name is the transport's name (transport.Lookup, --transport).
+const Name = "shm"
+
+func init() {
+	transport.Register(transport.Kind{Name: Name, Lane: listenLane, Switch: listenSwitch})
+}
+
+// listenLane opens a lane's inbox on a free port. A lane's inbox has few
+// writers, the switch's shards, and takes a window of results plus the
+// batch its reader holds. The lane and the switch usually share the
+// host's cores: a lane that finds nothing yields before it sleeps.
+func listenLane(s transport.LaneSpec) (transport.PacketConn, error) {
+	ip, err := netip.ParseAddr(s.Bind)
+	if err != nil {
+		return nil, fmt.Errorf("transport %s needs an IP address to bind, not %q: %v", Name, s.Bind, err)
+	}
+	opts := Options{Producers: 16, Slots: max(256, s.Window+transport.DefaultBatch), CoalesceWakeups: true, YieldsBeforeSleep: DefaultYields}
+	return ListenOrUDP(netip.AddrPortFrom(ip, 0), opts, s.UDP, s.Logf)
+}
+
+// listenSwitch opens a switch shard's inbox. Every lane of every job on
+// this host may write into it. A result goes to every rank of its job:
+// written once, into the shard's outbox, and referenced from each inbox.
+func listenSwitch(s transport.SwitchSpec) (transport.PacketConn, error) {
+	ap, err := netip.ParseAddrPort(s.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("shared-memory data plane at %q: give a specific IP address and port: %v", s.Addr, err)
+	}
+	opts := Options{Producers: 256, CoalesceWakeups: true, ShareCopies: true, YieldsBeforeSleep: DefaultYields}
+	return ListenOrUDP(ap, opts, s.UDP, s.Logf)
+}
