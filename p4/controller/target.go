@@ -10,21 +10,21 @@ import (
 	"strings"
 
 	"github.com/switchml/switchml-go/jobpb"
-	"github.com/switchml/switchml-go/p4/programs"
-	"github.com/switchml/switchml-go/wire"
+	"github.com/switchml/switchml-go/p4/targets"
 	"google.golang.org/grpc/codes"
 )
 
-// Kinds of target the controller programs.
+// Kinds of target the controller programs (package targets describes
+// each).
 const (
-	KindSoftswitch = "softswitch"
-	KindBMv2       = "bmv2"
-	KindTofino     = "tofino"
+	KindSoftswitch = targets.Softswitch
+	KindBMv2       = targets.BMv2
+	KindTofino     = targets.Tofino
 )
 
 // DefaultSoftswitchMaxElements is the software switch's default largest
 // packet (its --max-elements).
-const DefaultSoftswitchMaxElements = 1024
+const DefaultSoftswitchMaxElements = targets.DefaultSoftswitchMaxElements
 
 // Target is what the switch behind the controller takes. Registrations that
 // ask for more are refused with an error that says what the switch takes.
@@ -56,32 +56,35 @@ type Target struct {
 	Auth bool
 }
 
-// TargetFor returns what a kind of target takes. For the software switch,
-// maxElements is its --max-elements (0: the default).
+// TargetFor returns what a kind of target takes, as the registry of
+// targets describes it. For the software switch, maxElements is its
+// --max-elements (0: the default).
 func TargetFor(kind string, maxElements int) (Target, error) {
-	switch kind {
-	case KindSoftswitch, "":
-		if maxElements == 0 {
-			maxElements = DefaultSoftswitchMaxElements
-		}
-		if maxElements < 1 || maxElements > wire.MaxElements {
-			return Target{}, fmt.Errorf("controller: max elements %d, want 1..%d", maxElements, wire.MaxElements)
-		}
-		var sizes []int
-		for _, k := range []int{32, 64, 128, 256} {
-			if k <= maxElements {
-				sizes = append(sizes, k)
-			}
-		}
-		return Target{Kind: KindSoftswitch, PacketElements: sizes, MaxExtendedElements: maxElements, MaxWorkers: programs.MaxWorkers}, nil
-	case KindBMv2, KindTofino:
-		return Target{Kind: kind, PacketElements: []int{programs.Elements}, MaxWorkers: programs.MaxWorkers, NeedsMAC: true}, nil
+	k, err := targets.Lookup(kind)
+	if err != nil {
+		return Target{}, fmt.Errorf("controller: %w", err)
 	}
-	return Target{}, fmt.Errorf("controller: unknown target kind %q: want %s, %s or %s", kind, KindSoftswitch, KindBMv2, KindTofino)
+	c, err := k.Capabilities(maxElements)
+	if err != nil {
+		return Target{}, fmt.Errorf("controller: %w", err)
+	}
+	return Target{Kind: k.Kind, PacketElements: c.PacketElements, MaxExtendedElements: c.MaxExtendedElements, MaxWorkers: c.MaxWorkers, NeedsMAC: c.NeedsMAC}, nil
 }
 
-// P4 reports whether the target is a P4 switch (it needs a port map).
-func (t Target) P4() bool { return t.Kind == KindBMv2 || t.Kind == KindTofino }
+// P4 reports whether the target is a P4 switch: it replicates results to
+// ports, so it needs a port map (targets.Capabilities.NeedsPortMap).
+func (t Target) P4() bool { return t.capabilities().NeedsPortMap }
+
+// capabilities are what the registry says the target's kind takes (none
+// for a kind it does not know).
+func (t Target) capabilities() targets.Capabilities {
+	k, err := targets.Lookup(t.Kind)
+	if err != nil || t.Kind == "" {
+		return targets.Capabilities{}
+	}
+	c, _ := k.Capabilities(t.MaxExtendedElements)
+	return c
+}
 
 // describe is the Describe answer for this target.
 func (t Target) describe(slots int) *jobpb.DescribeResponse {

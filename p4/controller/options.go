@@ -1,0 +1,308 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+
+	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
+	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/targets"
+	"github.com/switchml/switchml-go/secure"
+	"github.com/switchml/switchml-go/wire"
+)
+
+// Options are the controller daemon's settings as an operator gives them
+// (the flags of `switchml controller`): the embedded Config's plain fields,
+// plus names of files and kinds that Prepare reads, looks up and checks.
+// Zero values are taken as given, not as defaults: Slots 0 is refused.
+// Errors name the flags.
+type Options struct {
+	// Config holds the plain settings. Prepare replaces its Topology,
+	// P4Info, DeviceConfig, Switch, Registers, SwitchMAC, TLS, TargetTLS
+	// and Admin with what the fields below make.
+	Config
+
+	// TargetKind is the kind of switch at Target (--target-kind; "": the
+	// software switch), looked up in package targets.
+	TargetKind string
+	// MaxElements is the software switch's --max-elements (--max-elements).
+	MaxElements int
+	// P4InfoFile is a P4Info text file pushed instead of the kind's own
+	// (--p4info).
+	P4InfoFile string
+	// DeviceConfigFile is the compiled program, read as the kind reads it
+	// (--device-config).
+	DeviceConfigFile string
+	// PortMapFile holds "WORKER-IP PORT" lines (--port-map; see
+	// ParsePortMap), required by kinds that replicate to ports.
+	PortMapFile string
+	// TopologyFile is a two-level tree of software switches programmed as
+	// one instead of Target (--topology; see ParseTopology).
+	TopologyFile string
+	// RegisterServer is the address of the kind's register server
+	// (--bmv2-thrift; default: the target's host, the server's port).
+	RegisterServer string
+	// SwitchMACAddr is the Ethernet address the switch answers ARP for its
+	// data plane address with (--switch-mac).
+	SwitchMACAddr string
+	// Auth: the software switch checks a tag on every packet (--auth).
+	Auth bool
+	// TLSCert, TLSKey and TLSClientCA secure the job service (--tls-cert,
+	// --tls-key, --tls-client-ca; see secure.Server).
+	TLSCert, TLSKey, TLSClientCA string
+	// Admins are the certificate names that see Status whole (--admin;
+	// default: the admin role); they need mutual TLS.
+	Admins []string
+	// TargetTLSCA, TargetTLSCert and TargetTLSKey secure the link to the
+	// switch (--target-tls-ca, --target-tls-cert, --target-tls-key).
+	TargetTLSCA, TargetTLSCert, TargetTLSKey string
+}
+
+// RunFromOptions prepares the options and runs the controller (Run). Once
+// it serves, it logs "controller ready" unless o.Ready is set.
+func RunFromOptions(ctx context.Context, o Options) error {
+	cfg, err := o.Prepare()
+	if err != nil {
+		return err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Ready == nil {
+		log := cfg.Logger
+		cfg.Ready = func(addr net.Addr) {
+			log.Info("controller ready", "jobs", addr.String(), "target", cfg.Target, "kind", cfg.Switch.Kind)
+		}
+	}
+	return Run(ctx, cfg)
+}
+
+// Prepare checks the options, looks the target kind up, reads the files
+// they name and returns the Config to Run. Nothing is dialled.
+func (o Options) Prepare() (Config, error) {
+	cfg := o.Config
+	var err error
+	if o.TopologyFile != "" {
+		if cfg.Topology, err = readTopology(o.TopologyFile); err != nil {
+			return Config{}, err
+		}
+	}
+	if err := errors.Join(o.flagsValid(), jobLimitsValid(o.JobLimits)); err != nil {
+		return Config{}, err
+	}
+	if err := o.prepareTarget(&cfg); err != nil {
+		return Config{}, err
+	}
+	if err := o.prepareTLS(&cfg); err != nil {
+		return Config{}, err
+	}
+	if o.SwitchMACAddr != "" {
+		if cfg.SwitchMAC, err = net.ParseMAC(o.SwitchMACAddr); err != nil || len(cfg.SwitchMAC) != 6 {
+			return Config{}, fmt.Errorf("bad --switch-mac %q: want an Ethernet address such as 02:53:4d:4c:00:fe", o.SwitchMACAddr)
+		}
+	}
+	return cfg, nil
+}
+
+func readTopology(path string) (*Topology, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read --topology: %w", err)
+	}
+	defer f.Close()
+	t, err := ParseTopology(f)
+	if err != nil {
+		return nil, fmt.Errorf("--topology %s: %w", path, err)
+	}
+	return t, nil
+}
+
+// prepareTarget looks the kind up and makes what it needs: its P4Info,
+// device config, register server and port map, and what it takes.
+func (o Options) prepareTarget(cfg *Config) error {
+	kind, err := targets.Lookup(o.TargetKind)
+	if err != nil {
+		return fmt.Errorf("--target-kind: %w", err)
+	}
+	if cfg.P4Info, err = o.p4Info(kind); err != nil {
+		return err
+	}
+	if cfg.Switch, err = TargetFor(kind.Kind, o.MaxElements); err != nil {
+		return fmt.Errorf("--target-kind, --max-elements: %w", err)
+	}
+	caps, err := kind.Capabilities(o.MaxElements)
+	if err != nil {
+		return fmt.Errorf("--target-kind, --max-elements: %w", err)
+	}
+	cfg.Switch.Auth = o.Auth
+	if o.Auth && !caps.Auth {
+		return fmt.Errorf("--auth with --target-kind %s: a P4 program cannot check a MAC on packets; --auth needs the software switch (p4/README.md says how to isolate a P4 switch's fabric instead)", kind.Kind)
+	}
+	switch {
+	case o.PortMapFile != "":
+		if cfg.Switch.Ports, err = readPortMap(o.PortMapFile); err != nil {
+			return err
+		}
+	case caps.NeedsPortMap:
+		return fmt.Errorf("--target-kind %s needs --port-map FILE: one \"WORKER-IP PORT\" line per worker host (a P4 switch cannot learn which port reaches a worker)", kind.Kind)
+	}
+	if cfg.Registers, err = o.registers(kind, cfg.Target); err != nil {
+		return err
+	}
+	cfg.DeviceConfig, err = o.deviceConfig(kind, cfg.P4Info)
+	return err
+}
+
+// p4Info is the P4Info to push: the file's, else the kind's.
+func (o Options) p4Info(kind targets.Target) (*p4configv1.P4Info, error) {
+	if o.P4InfoFile == "" {
+		return kind.P4Info()
+	}
+	text, err := os.ReadFile(o.P4InfoFile)
+	if err != nil {
+		return nil, fmt.Errorf("read --p4info: %w", err)
+	}
+	return targets.ParseP4Info(text)
+}
+
+func readPortMap(path string) (map[netip.Addr]uint32, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read --port-map: %w", err)
+	}
+	defer f.Close()
+	ports, err := ParsePortMap(f)
+	if err != nil {
+		return nil, fmt.Errorf("--port-map %s: %w", path, err)
+	}
+	return ports, nil
+}
+
+// registers is what resets the pool's registers where the kind's
+// P4Runtime server cannot: its register server, at the address given or
+// on the target's host.
+func (o Options) registers(kind targets.Target, target string) (RegisterBackend, error) {
+	rs := kind.Registers
+	if rs == nil {
+		if o.RegisterServer != "" {
+			return nil, fmt.Errorf("--bmv2-thrift is for --target-kind %s: %s writes its registers over P4Runtime", orList(kindsWhere(func(t targets.Target) bool { return t.Registers != nil })), kind.Kind)
+		}
+		return nil, nil
+	}
+	addr := o.RegisterServer
+	if addr == "" {
+		host, _, err := net.SplitHostPort(target)
+		if err != nil {
+			return nil, fmt.Errorf("bad --target %q: %v", target, err)
+		}
+		addr = net.JoinHostPort(host, strconv.Itoa(rs.DefaultPort))
+	}
+	return rs.Writer(addr), nil
+}
+
+// deviceConfig reads the compiled program as the kind reads it, and has
+// the kind check it against the P4Info.
+func (o Options) deviceConfig(kind targets.Target, info *p4configv1.P4Info) ([]byte, error) {
+	switch {
+	case o.DeviceConfigFile == "" && kind.DeviceConfig != nil && !o.SkipPipeline:
+		return nil, fmt.Errorf("--target-kind %s needs --device-config (%s) or --skip-pipeline", kind.Kind, kind.DeviceConfigNeeds)
+	case o.DeviceConfigFile == "":
+		return nil, nil
+	case kind.DeviceConfig == nil:
+		return nil, fmt.Errorf("--device-config is for %s targets: %s runs no compiled program (is --target-kind right?)", orList(kindsWhere(func(t targets.Target) bool { return t.DeviceConfig != nil })), kind.Summary)
+	}
+	b, err := kind.DeviceConfig(o.DeviceConfigFile)
+	if err != nil {
+		return nil, err
+	}
+	if kind.CheckDeviceConfig != nil {
+		if err := kind.CheckDeviceConfig(b, info); err != nil {
+			return nil, fmt.Errorf("--device-config %s with the P4Info: %w", o.DeviceConfigFile, err)
+		}
+	}
+	return b, nil
+}
+
+// prepareTLS makes the job service's and the switch link's TLS settings.
+func (o Options) prepareTLS(cfg *Config) error {
+	var err error
+	if cfg.TLS, err = secure.Server(o.TLSCert, o.TLSKey, o.TLSClientCA); err != nil {
+		return fmt.Errorf("--tls-cert, --tls-key, --tls-client-ca: %w", err)
+	}
+	if len(o.Admins) > 0 {
+		if cfg.TLS == nil || o.TLSClientCA == "" {
+			return fmt.Errorf("--admin names a client certificate: it needs --tls-cert, --tls-key and --tls-client-ca (without mutual TLS every caller sees the whole status)")
+		}
+		cfg.Admin = secure.Allow{Roles: []string{secure.RoleAdmin}, Names: o.Admins}
+	}
+	if cfg.TargetTLS, err = secure.Client(o.TargetTLSCA, o.TargetTLSCert, o.TargetTLSKey); err != nil {
+		return fmt.Errorf("--target-tls-ca, --target-tls-cert, --target-tls-key: %w", err)
+	}
+	return nil
+}
+
+// flagsValid checks the settings whose bad values would otherwise surface
+// only once the switch answers, in the controller's own terms.
+func (o Options) flagsValid() error {
+	var errs []error
+	if o.Slots < 1 || o.Slots > pipeline.MaxSlots {
+		errs = append(errs, fmt.Errorf("--slots %d: want 1..%d (and the switch's own --slots)", o.Slots, pipeline.MaxSlots))
+	}
+	if o.MaxElements < 1 || o.MaxElements > wire.MaxElements {
+		errs = append(errs, fmt.Errorf("--max-elements %d: want 1..%d (the software switch's own --max-elements)", o.MaxElements, wire.MaxElements))
+	}
+	for _, c := range []struct {
+		flag string
+		p    float64
+	}{{"--simulate-loss-in", o.IngressLoss}, {"--simulate-loss-out", o.EgressLoss}} {
+		if !(c.p >= 0 && c.p < 1) {
+			errs = append(errs, fmt.Errorf("%s %g: a fraction lies in [0, 1)", c.flag, c.p))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// jobLimitsValid checks the job service's limits: a zero duration would
+// be taken for the default, so it is refused rather than surprising.
+func jobLimitsValid(l JobLimits) error {
+	var errs []error
+	if l.LeaseGrace <= 0 {
+		errs = append(errs, fmt.Errorf("--lease-grace %v: want a positive duration", l.LeaseGrace))
+	}
+	if l.JoinTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--join-timeout %v: want a positive duration", l.JoinTimeout))
+	}
+	if l.MaxJobsPerClient == 0 || l.MaxJobsPerClient < -1 {
+		errs = append(errs, fmt.Errorf("--max-jobs-per-client %d: want 1 or more, or -1 for no limit", l.MaxJobsPerClient))
+	}
+	if l.MaxSlotsPerClient < 0 {
+		errs = append(errs, fmt.Errorf("--max-slots-per-client %d: want 0 (no limit) or more", l.MaxSlotsPerClient))
+	}
+	return errors.Join(errs...)
+}
+
+// kindsWhere lists the registered kinds for which keep holds.
+func kindsWhere(keep func(targets.Target) bool) []string {
+	var out []string
+	for _, k := range targets.Kinds() {
+		if t, err := targets.Lookup(k); err == nil && keep(t) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// orList joins s as "a, b or c".
+func orList(s []string) string {
+	if len(s) < 2 {
+		return strings.Join(s, "")
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
+}

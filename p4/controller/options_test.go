@@ -1,0 +1,155 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	_ "github.com/switchml/switchml-go/p4/bmv2" // the bmv2 kind registers itself
+	"github.com/switchml/switchml-go/p4/p4info"
+	"github.com/switchml/switchml-go/p4/targets"
+)
+
+// testKind is a target kind added the way the registry says: one entry,
+// with its own device-config packer and register server.
+const testKind = "testswitch"
+
+type testRegisters string
+
+func (testRegisters) RegisterWriteRange(context.Context, string, int, int, uint64) error { return nil }
+
+func init() {
+	targets.Register(targets.Target{
+		Kind:    testKind,
+		Summary: "a test switch",
+		P4Info:  p4info.Load,
+		DeviceConfig: func(dir string) ([]byte, error) {
+			b, err := os.ReadFile(filepath.Join(dir, "program.bin"))
+			return append([]byte("packed:"), b...), err
+		},
+		DeviceConfigNeeds: "a directory with program.bin",
+		Registers:         &targets.RegisterServer{Name: "the test register server", DefaultPort: 7777, Writer: func(addr string) targets.RegisterWriter { return testRegisters(addr) }},
+		Capabilities: func(int) (targets.Capabilities, error) {
+			return targets.Capabilities{PacketElements: []int{64}, MaxWorkers: 8, NeedsMAC: true, NeedsPortMap: true}, nil
+		},
+	})
+}
+
+// flagDefaults are the options `switchml controller` starts from.
+func flagDefaults(kind string) Options {
+	o := Options{TargetKind: kind, MaxElements: DefaultSoftswitchMaxElements}
+	o.Target, o.Slots = "10.0.0.5:9559", 8192
+	o.LeaseGrace, o.JoinTimeout, o.MaxJobsPerClient = DefaultLeaseGrace, DefaultJoinTimeout, DefaultMaxJobsPerClient
+	return o
+}
+
+func writeFile(t *testing.T, dir, name, text string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestOptionsPrepareLooksTheKindUp(t *testing.T) {
+	dir := t.TempDir()
+	ports := writeFile(t, dir, "ports.txt", "10.0.0.1 1\n")
+	writeFile(t, dir, "program.bin", "PROGRAM")
+	tofinoBin := writeFile(t, dir, "tofino.bin", "TOFINO")
+
+	soft, err := flagDefaults("").Prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if soft.Switch.Kind != KindSoftswitch || soft.Switch.P4() || soft.P4Info == nil || soft.DeviceConfig != nil || soft.Registers != nil ||
+		!slices.Equal(soft.Switch.PacketElements, []int{32, 64, 128, 256}) {
+		t.Errorf("default kind: switch %+v, P4Info %v, device config %q, registers %v; want the software switch", soft.Switch, soft.P4Info != nil, soft.DeviceConfig, soft.Registers)
+	}
+
+	o := flagDefaults(KindBMv2)
+	o.PortMapFile, o.SkipPipeline = ports, true
+	bm, err := o.Prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bm.Switch.P4() || !bm.Switch.NeedsMAC || fmt.Sprint(bm.Registers) != "10.0.0.5:9090" || bm.P4Info.GetPkgInfo().GetArch() != "v1model" {
+		t.Errorf("bmv2: switch %+v, registers %v, arch %q; want a P4 switch reset through Thrift at 10.0.0.5:9090 with the v1model P4Info", bm.Switch, bm.Registers, bm.P4Info.GetPkgInfo().GetArch())
+	}
+
+	o = flagDefaults(KindTofino)
+	o.PortMapFile, o.DeviceConfigFile = ports, tofinoBin
+	tf, err := o.Prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(tf.DeviceConfig) != "TOFINO" || tf.Registers != nil || !tf.Switch.P4() || tf.P4Info.GetPkgInfo().GetArch() != "tna" {
+		t.Errorf("tofino: device config %q, registers %v, P4 %v, arch %q; want the file as it is, P4Runtime resets and the TNA P4Info", tf.DeviceConfig, tf.Registers, tf.Switch.P4(), tf.P4Info.GetPkgInfo().GetArch())
+	}
+
+	o = flagDefaults(testKind)
+	o.PortMapFile, o.DeviceConfigFile, o.RegisterServer = ports, dir, "10.0.0.9:1"
+	tk, err := o.Prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(tk.DeviceConfig) != "packed:PROGRAM" || fmt.Sprint(tk.Registers) != "10.0.0.9:1" || tk.Switch.MaxWorkers != 8 || !tk.Switch.P4() {
+		t.Errorf("a registered kind: device config %q, registers %v, switch %+v; want its packer's output, its register server at --bmv2-thrift, its capabilities", tk.DeviceConfig, tk.Registers, tk.Switch)
+	}
+}
+
+func TestOptionsPrepareRefuses(t *testing.T) {
+	dir := t.TempDir()
+	ports := writeFile(t, dir, "ports.txt", "10.0.0.1 1\n")
+	garbage := writeFile(t, dir, "garbage.json", `{"not": "a program"}`)
+	for _, c := range []struct {
+		name string
+		set  func(*Options)
+		want []string
+	}{
+		{"unknown kind", func(o *Options) { o.TargetKind = "tofino2" }, []string{`--target-kind: unknown target kind "tofino2"`, "softswitch, bmv2, testswitch or tofino"}},
+		{"device config on the software switch", func(o *Options) { o.DeviceConfigFile = garbage }, []string{"--device-config is for bmv2, testswitch or tofino", "the software switch runs no compiled program"}},
+		{"register server on the software switch", func(o *Options) { o.RegisterServer = "10.0.0.5:9090" }, []string{"--bmv2-thrift is for --target-kind bmv2 or testswitch"}},
+		{"auth on a P4 switch", func(o *Options) { o.TargetKind, o.Auth, o.PortMapFile, o.SkipPipeline = KindBMv2, true, ports, true }, []string{"--auth with --target-kind bmv2", "cannot check a MAC"}},
+		{"no port map", func(o *Options) { o.TargetKind, o.SkipPipeline = KindTofino, true }, []string{"--target-kind tofino needs --port-map"}},
+		{"no device config", func(o *Options) { o.TargetKind, o.PortMapFile = KindTofino, ports }, []string{"--target-kind tofino needs --device-config (the pipeline package", "or --skip-pipeline"}},
+		{"device config the kind checks", func(o *Options) { o.TargetKind, o.PortMapFile, o.DeviceConfigFile = KindBMv2, ports, garbage }, []string{"--device-config " + garbage + " with the P4Info", "not a BMv2 JSON program"}},
+		{"bad values", func(o *Options) { o.Slots, o.MaxElements, o.IngressLoss, o.JoinTimeout = 0, 5000, 1, 0 },
+			[]string{"--slots 0", "--max-elements 5000", "--simulate-loss-in 1", "--join-timeout 0s"}},
+		{"admin without mutual TLS", func(o *Options) { o.Admins = []string{"ops"} }, []string{"--admin names a client certificate"}},
+		{"bad MAC", func(o *Options) { o.SwitchMACAddr = "02:00" }, []string{"bad --switch-mac"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := flagDefaults("")
+			c.set(&o)
+			_, err := o.Prepare()
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestTargetForGoesThroughTheRegistry: what a kind takes is its entry's
+// capabilities, and P4 follows its port-map need.
+func TestTargetForGoesThroughTheRegistry(t *testing.T) {
+	tg, err := TargetFor(testKind, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tg.Kind != testKind || tg.MaxWorkers != 8 || !tg.NeedsMAC || !tg.P4() || !slices.Equal(tg.PacketElements, []int{64}) {
+		t.Errorf("TargetFor(%q) = %+v, P4 %v; want the registered capabilities", testKind, tg, tg.P4())
+	}
+	if (Target{Kind: KindSoftswitch}).P4() || !(Target{Kind: KindTofino}).P4() || (Target{Kind: "nonesuch"}).P4() {
+		t.Error("P4() does not follow the kinds' port-map need")
+	}
+}
