@@ -142,6 +142,9 @@ func (o Options) prepareTarget(cfg *Config) error {
 		return fmt.Errorf("--target-kind, --max-elements: %w", err)
 	}
 	cfg.Switch.Auth = o.Auth
+	if cfg.Topology != nil && !caps.Tree {
+		return fmt.Errorf("--topology with --target-kind %s: a topology is a tree of software switches (a leaf runs \"switchml switch --parent\")", kind.Kind)
+	}
 	if o.Auth && !caps.Auth {
 		return fmt.Errorf("--auth with --target-kind %s: a P4 program cannot check a MAC on packets; --auth needs the software switch (p4/README.md says how to isolate a P4 switch's fabric instead)", kind.Kind)
 	}

@@ -106,6 +106,8 @@ func TestOptionsPrepareRefuses(t *testing.T) {
 	dir := t.TempDir()
 	ports := writeFile(t, dir, "ports.txt", "10.0.0.1 1\n")
 	garbage := writeFile(t, dir, "garbage.json", `{"not": "a program"}`)
+	topology := writeFile(t, dir, "tree.json", `{"spine": {"p4runtime": "10.0.0.1:9559", "dataplane": "10.0.0.1:48864"},
+		"leaves": [{"p4runtime": "10.0.1.1:9559", "dataplane": "10.0.1.1:48864", "workers": ["10.0.1.0/24"]}]}`)
 	for _, c := range []struct {
 		name string
 		set  func(*Options)
@@ -121,6 +123,9 @@ func TestOptionsPrepareRefuses(t *testing.T) {
 		{"bad values", func(o *Options) { o.Slots, o.MaxElements, o.IngressLoss, o.JoinTimeout = 0, 5000, 1, 0 },
 			[]string{"--slots 0", "--max-elements 5000", "--simulate-loss-in 1", "--join-timeout 0s"}},
 		{"admin without mutual TLS", func(o *Options) { o.Admins = []string{"ops"} }, []string{"--admin names a client certificate"}},
+		{"topology of P4 switches", func(o *Options) {
+			o.TargetKind, o.TopologyFile, o.PortMapFile, o.SkipPipeline = KindBMv2, topology, ports, true
+		}, []string{"--topology with --target-kind bmv2"}},
 		{"bad MAC", func(o *Options) { o.SwitchMACAddr = "02:00" }, []string{"bad --switch-mac"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
