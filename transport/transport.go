@@ -11,6 +11,10 @@
 //
 // A Conn is not safe for concurrent ReadBatch calls, nor for concurrent
 // WriteBatch calls; one reader and one writer may run at the same time.
+//
+// Transports are known by name (Lookup, Names): UDP is this package's;
+// packages shm and afxdp register theirs when imported (Register), each
+// with the factory of a worker lane's socket and of a switch shard's.
 package transport
 
 import (
