@@ -378,7 +378,7 @@ func (c Config) validate() error {
 		bad("Lanes", c.Lanes, "want 1..64")
 	}
 	if _, err := transport.Lookup(c.Transport); err != nil {
-		bad("Transport", c.Transport, "want %s (the default is %s)", strings.Join(transport.Names(), ", "), TransportUDP)
+		bad("Transport", c.Transport, "want one of %s (%s is the default)", strings.Join(transport.Names(), ", "), TransportUDP)
 	}
 	if c.Window < 1 || c.Window > 4096 {
 		bad("Window", c.Window, "want 1..4096 packets per lane")

@@ -21,8 +21,8 @@ import (
 // Options are the controller daemon's settings as an operator gives them
 // (the flags of `switchml controller`): the embedded Config's plain fields,
 // plus names of files and kinds that Prepare reads, looks up and checks.
-// Zero values are taken as given, not as defaults: Slots 0 is refused.
-// Errors name the flags.
+// Slots, MaxElements and the job limits are checked as given (0 is
+// refused, not taken for a default). Errors name the flags.
 type Options struct {
 	// Config holds the plain settings. Prepare replaces its Topology,
 	// P4Info, DeviceConfig, Switch, Registers, SwitchMAC, TLS, TargetTLS
