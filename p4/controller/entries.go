@@ -175,6 +175,7 @@ func GroupUpdate(typ p4v1.Update_Type, id uint16, replicas []Replica) *p4v1.Upda
 	mg := &p4v1.MulticastGroupEntry{MulticastGroupId: uint32(id)}
 	if typ != p4v1.Update_DELETE {
 		for _, r := range replicas {
+			//lint:ignore SA1019 egress_port is the replica field PI (BMv2) and Stratum read
 			mg.Replicas = append(mg.Replicas, &p4v1.Replica{PortKind: &p4v1.Replica_EgressPort{EgressPort: r.Port}, Instance: uint32(r.Instance)})
 		}
 	}
@@ -461,7 +462,8 @@ func (c *Client) ReadMulticastGroups(ctx context.Context) (map[uint16][]Replica,
 		mg := e.GetPacketReplicationEngineEntry().GetMulticastGroupEntry()
 		reps := []Replica{}
 		for _, r := range mg.GetReplicas() {
-			port := r.GetEgressPort() //nolint:staticcheck // still what most targets return
+			//lint:ignore SA1019 still what most targets return
+			port := r.GetEgressPort()
 			if b := r.GetPort(); len(b) > 0 {
 				p, err := p4info.Uint(b, 32)
 				if err != nil {
