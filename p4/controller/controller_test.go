@@ -466,7 +466,7 @@ func TestRegisterMismatch(t *testing.T) {
 			// Wait until rank 0 is in, so rank 1's request is compared to it.
 			for {
 				h.svc.mu.Lock()
-				in := h.svc.core.jobs[job] != nil
+				in := h.svc.core.Has(job)
 				h.svc.mu.Unlock()
 				if in {
 					break

@@ -356,15 +356,14 @@ func (c *core) newJob(name string, world int) *job {
 	}
 }
 
-// Register enters a rank into its job on behalf of client (the caller's
-// identity, whose quota a new job counts against); w waits for the job to
-// be programmed. A registration into a programmed job, or a second one
+// Register enters a rank, whose registration passed Check, into its job
+// on behalf of client (the caller's identity, whose quota a new job counts
+// against); w waits for the job to be programmed. A registration into a programmed job, or a second one
 // from rank 0, is a new run of the job: the old generation goes away.
-func (c *core) Register(w waiter, req *jobpb.RegisterRequest, client string, now time.Time) error {
-	addrs, ringWhy, err := c.Check(req)
-	if err != nil {
-		c.CannotForm(req, err, now)
-		return err
+func (c *core) Register(w waiter, chk Checked, client string, now time.Time) error {
+	req, addrs, ringWhy := chk.req, chk.addrs, chk.ringWhy
+	if req == nil {
+		return invalid("a registration goes through Check first")
 	}
 	name, rank := req.GetJob(), req.GetRank()
 	owner := sha256.Sum256([]byte(req.GetToken()))
@@ -732,11 +731,12 @@ func (c *core) fail(j *job, err error) {
 
 // Installed is the driver's report that programming the switch for
 // generation gen ended, with err if it failed (err's code says how the
-// registrants should take it).
-func (c *core) Installed(gen uint64, err error, now time.Time) {
+// registrants should take it). When the job became ready for its ranks,
+// ready is true and took is the time since its first registration.
+func (c *core) Installed(gen uint64, err error, now time.Time) (took time.Duration, ready bool) {
 	j := c.installing[gen]
 	if j == nil {
-		return
+		return 0, false
 	}
 	delete(c.installing, gen)
 	switch j.state {
@@ -745,7 +745,7 @@ func (c *core) Installed(gen uint64, err error, now time.Time) {
 			// Its room goes back: the switch did not take the entries,
 			// or went away with them.
 			c.cannotPlace(j, err)
-			return
+			return 0, false
 		}
 		j.state, j.activeAt = jobActive, now
 		j.keys = c.drawKeys()
@@ -759,11 +759,13 @@ func (c *core) Installed(gen uint64, err error, now time.Time) {
 			resp.RankSecret = j.keys.secret(j.waits[w].rank)
 			c.reply(w, answer{resp: resp})
 		}
+		return now.Sub(j.registeredAt), !j.registeredAt.IsZero()
 	case jobDraining:
 		// Retired while being programmed: what went in comes out again
 		// (removal tolerates entries that never made it).
 		c.out.removals = append(c.out.removals, removal{gen: j.gen, job: j.name, entries: j.entries})
 	}
+	return 0, false
 }
 
 // Removed is the driver's report that a retired generation's entries are

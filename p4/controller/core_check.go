@@ -15,23 +15,34 @@ import (
 	"google.golang.org/grpc/codes"
 )
 
+// Checked is a registration that passed Check: its lane addresses parsed,
+// and why its job cannot have the switch when only the ring can serve it.
+type Checked struct {
+	req     *jobpb.RegisterRequest
+	addrs   []netip.AddrPort
+	ringWhy string
+}
+
+// LaneAddresses are the registration's lane addresses, parsed.
+func (k Checked) LaneAddresses() []netip.AddrPort { return k.addrs }
+
 // Check validates a registration on its own and against the target; it
-// changes nothing. A registration that may run over the ring
-// (fallback_address) is not refused for a job larger than the switch
-// serves: ringWhy says why its job cannot have the switch instead.
-func (c *core) Check(r *jobpb.RegisterRequest) (addrs []netip.AddrPort, ringWhy string, err error) {
-	addrs, err = checkRequest(r)
+// changes nothing, and Register takes what it returns. A registration that
+// may run over the ring (fallback_address) is not refused for a job larger
+// than the switch serves: its job goes to the ring instead.
+func (c *core) Check(r *jobpb.RegisterRequest) (Checked, error) {
+	addrs, err := checkRequest(r)
 	if err != nil {
-		return nil, "", err
+		return Checked{}, err
 	}
 	if err := c.cfg.Target.check(r, addrs); err != nil {
 		var tooBig *tooManyWorkers
 		if r.GetFallbackAddress() != "" && errors.As(err, &tooBig) {
-			return addrs, err.Error(), nil
+			return Checked{req: r, addrs: addrs, ringWhy: err.Error()}, nil
 		}
-		return nil, "", err
+		return Checked{}, err
 	}
-	return addrs, "", nil
+	return Checked{req: r, addrs: addrs}, nil
 }
 
 // maxFallbackAddress bounds a registration's ring address, maxAddressLen

@@ -37,6 +37,39 @@ func (c endCause) String() string { return endCauseNames[c] }
 // the switch that no rank has taken back yet.
 const stateUnclaimed = "unclaimed"
 
+// Gauges is a snapshot of the job table, for metrics and Status.
+type Gauges struct {
+	// ByState counts the generations that hold or wait for switch room,
+	// by state (stateUnclaimed for jobs found on the switch).
+	ByState map[string]int
+	// SlotsInUse counts the slots of the jobs on the switch.
+	SlotsInUse int
+	// Ended counts the generations that ended, by cause.
+	Ended [numEndCauses]uint64
+	// Live are the jobs that hold a partition, in partition order.
+	Live []LiveJob
+}
+
+// LiveJob is a job that holds a partition: its name ("" for a job found on
+// the switch that no rank took back yet), switch job id, slots and ranks.
+type LiveJob struct {
+	Name           string
+	JobID          uint32
+	Slots, Workers int
+}
+
+// Gauges takes a snapshot of the job table.
+func (c *core) Gauges() Gauges {
+	g := Gauges{ByState: c.jobsByState(), SlotsInUse: c.slotsInUse(), Ended: c.endings}
+	for _, j := range c.liveJobs() {
+		g.Live = append(g.Live, LiveJob{Name: j.name, JobID: j.resp.GetJobId(), Slots: int(j.resp.GetPoolSize()), Workers: len(j.ranks)})
+	}
+	return g
+}
+
+// Has reports whether a generation of the named job gathers or runs.
+func (c *core) Has(name string) bool { return c.jobs[name] != nil }
+
 // jobsByState counts the generations that hold or wait for switch room.
 func (c *core) jobsByState() map[string]int {
 	n := map[string]int{}
@@ -87,13 +120,13 @@ type statusView struct {
 	rankBytes int
 }
 
-// statusJobs describes a page of the job table for an operator: size
+// StatusJobs describes a page of the job table for an operator: size
 // generations from index first in the table's order (the live ones in
 // partition order, then those still gathering or queued by name), and the
 // index the next page starts at (0: none follows). It reveals no secret:
 // no token, session id or rank secret. Lane addresses stop at
 // v.rankBytes per page; the ranks left out are counted.
-func (c *core) statusJobs(now time.Time, first, size int, v statusView) ([]*jobpb.JobStatus, int) {
+func (c *core) StatusJobs(now time.Time, first, size int, v statusView) ([]*jobpb.JobStatus, int) {
 	type entry struct {
 		j     *job
 		state string

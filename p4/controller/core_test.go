@@ -84,9 +84,21 @@ func (r *rig) register(req *jobpb.RegisterRequest) (waiter, error) {
 	r.t.Helper()
 	w := r.waiter()
 	r.regs[w] = req
-	err := r.c.Register(w, req, rigClient, r.now)
+	err := r.c.admit(w, req, rigClient, r.now)
 	r.collect()
 	return w, err
+}
+
+// admit checks a registration and registers it, as the driver does: a
+// refusal by Check ends the gathering job it was for when waiting cannot
+// mend it.
+func (c *core) admit(w waiter, req *jobpb.RegisterRequest, client string, now time.Time) error {
+	chk, err := c.Check(req)
+	if err != nil {
+		c.CannotForm(req, err, now)
+		return err
+	}
+	return c.Register(w, chk, client, now)
 }
 
 // mustRegister registers every request, which must be accepted.

@@ -219,7 +219,7 @@ func TestCoreQuotaPerClient(t *testing.T) {
 	reg := func(client, job string, rank, world, window uint32, host byte) (waiter, error) {
 		w := r.waiter()
 		r.regs[w] = regReq(job, rank, world, 1, window, host)
-		err := r.c.Register(w, r.regs[w], client, r.now)
+		err := r.c.admit(w, r.regs[w], client, r.now)
 		r.collect()
 		return w, err
 	}

@@ -369,7 +369,7 @@ func TestUnwatchedJobEndsAfterTheLeaseGrace(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	svc.mu.Lock()
-	n := svc.core.endings[endRankLost]
+	n := svc.core.Gauges().Ended[endRankLost]
 	svc.mu.Unlock()
 	if n != 1 {
 		t.Fatalf("%d jobs ended as a lost rank, want 1", n)

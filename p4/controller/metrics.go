@@ -86,18 +86,17 @@ type liveJob struct {
 func (c *serviceCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
 	s.mu.Lock()
-	byState := s.core.jobsByState()
-	used := s.core.slotsInUse()
-	endings := s.core.endings
-	var live []liveJob
-	for _, j := range s.core.liveJobs() {
-		name := j.name
-		if name == "" {
-			name = "unclaimed-" + strconv.FormatUint(uint64(j.resp.GetJobId()), 10)
-		}
-		live = append(live, liveJob{name: name, slots: int(j.resp.GetPoolSize()), workers: len(j.ranks)})
-	}
+	g := s.core.Gauges()
 	s.mu.Unlock()
+	byState, used, endings := g.ByState, g.SlotsInUse, g.Ended
+	var live []liveJob
+	for _, j := range g.Live {
+		name := j.Name
+		if name == "" {
+			name = "unclaimed-" + strconv.FormatUint(uint64(j.JobID), 10)
+		}
+		live = append(live, liveJob{name: name, slots: j.Slots, workers: j.Workers})
+	}
 
 	gauge := func(d *prometheus.Desc, v int, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)

@@ -330,10 +330,8 @@ func (s *JobService) install(in install) {
 		err = status.Errorf(code, "job %q: programming the switch failed: %v", in.job, err)
 	}
 	s.step(func(c *core) {
-		j := c.installing[in.gen]
-		c.Installed(in.gen, err, time.Now())
-		if j != nil && j.state == jobActive && !j.registeredAt.IsZero() {
-			s.metrics.ready.Observe(time.Since(j.registeredAt).Seconds())
+		if took, ready := c.Installed(in.gen, err, time.Now()); ready {
+			s.metrics.ready.Observe(took.Seconds())
 		}
 	})
 }
@@ -382,11 +380,11 @@ func (s *JobService) Describe(context.Context, *jobpb.DescribeRequest) (*jobpb.D
 // a job's name belongs to its token while the job lives.
 func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (resp *jobpb.RegisterResponse, err error) {
 	defer func() { s.metrics.registrations.WithLabelValues(status.Code(err).String()).Inc() }()
-	var addrs []netip.AddrPort
+	var chk Checked
 	var offline string
 	var back chan struct{}
 	s.step(func(c *core) {
-		if addrs, _, err = c.Check(req); err != nil {
+		if chk, err = c.Check(req); err != nil {
 			c.CannotForm(req, err, time.Now()) // its peers learn at once why the job cannot form
 		}
 		offline, back = c.Offline(), s.back
@@ -396,7 +394,7 @@ func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (
 	}
 	tree, _ := s.current.Load().Switch.(*Tree)
 	var leafDP netip.AddrPort
-	if tree != nil && len(addrs) > 0 {
+	if addrs := chk.LaneAddresses(); tree != nil && len(addrs) > 0 {
 		var ok bool
 		if leafDP, ok = tree.DataplaneOf(addrs[0].Addr()); !ok {
 			err := invalid("rank %d sends from %v, which is under no leaf of the controller's topology (%s); add its prefix to a leaf's workers, or bind the worker to a listed address",
@@ -422,7 +420,7 @@ func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (
 	ctx, cancel := answerBefore(ctx)
 	defer cancel()
 	client := secure.IdentityOf(ctx).Name()
-	w, ch, err := s.enter(func(c *core, w waiter) error { return c.Register(w, req, client, time.Now()) })
+	w, ch, err := s.enter(func(c *core, w waiter) error { return c.Register(w, chk, client, time.Now()) })
 	if err != nil {
 		return nil, err
 	}

@@ -171,11 +171,11 @@ func TestStatusPages(t *testing.T) {
 func TestStatusBoundsAddresses(t *testing.T) {
 	rg := newRig(t, 64)
 	for r := range uint32(6) {
-		if err := rg.c.Register(rg.waiter(), regReq("wide", r, 6, 1, 4, 50), "test", rg.now); err != nil {
+		if err := rg.c.admit(rg.waiter(), regReq("wide", r, 6, 1, 4, 50), "test", rg.now); err != nil {
 			t.Fatal(err)
 		}
 	}
-	jobs, next := rg.c.statusJobs(rg.now, 0, 10, statusView{rankBytes: 3 * 40})
+	jobs, next := rg.c.StatusJobs(rg.now, 0, 10, statusView{rankBytes: 3 * 40})
 	if len(jobs) != 1 || next != 0 {
 		t.Fatalf("%d jobs, next %d", len(jobs), next)
 	}

@@ -29,7 +29,7 @@ func TestTokenBindsTheJob(t *testing.T) {
 	}()
 	for {
 		h.svc.mu.Lock()
-		in := h.svc.core.jobs["owned"] != nil
+		in := h.svc.core.Has("owned")
 		h.svc.mu.Unlock()
 		if in {
 			break
