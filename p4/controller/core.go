@@ -29,7 +29,6 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/jobpb"
-	"github.com/switchml/switchml-go/p4/pipeline"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 )
@@ -161,21 +160,58 @@ type answer struct {
 	err   error
 }
 
-// install asks the driver to make slots [base, base+size) idle and install
-// a job's entries, then to report with Installed.
+// install asks the driver to make the slots of a job's partition idle and
+// give the switch what the job needs there, then to report with Installed.
 type install struct {
-	gen        uint64
-	job        string
-	base, size int
-	entries    JobEntries
+	gen   uint64
+	job   string
+	place Placement
 }
 
-// removal asks the driver to delete a retired job's entries, then to
-// report with Removed.
+// removal asks the driver to take a retired job's entries off the switch,
+// then to report with Removed.
 type removal struct {
-	gen     uint64
-	job     string
-	entries JobEntries
+	gen   uint64
+	job   string
+	place Placement
+}
+
+// Placement is where a job sits on the switch and what the switch holds
+// for it, as plain data: the driver turns it into the target's table
+// entries, multicast group and key.
+type Placement struct {
+	JobID uint32 // the switch job id
+	// PoolBase and PoolSize are the job's partition of the pool's slots.
+	PoolBase, PoolSize uint32
+	Group              uint16 // the job's multicast group
+	World              int    // the job's ranks
+	// Workers are the job's lane sockets, whose packets the switch takes;
+	// Replies are where each rank's lanes get their results. They are the
+	// same lanes for a job the core placed, and each as the switch holds
+	// them for a job found there.
+	Workers, Replies []Lane
+	// Members are the ports the job's results are replicated to.
+	Members []Member
+	// Key, on a switch that checks tags (Config.Keyed), is the job's
+	// data-plane key; nil otherwise, and for a job found on the switch,
+	// whose key cannot be read back.
+	Key Key
+}
+
+// Lane is one lane socket of one rank, and its Ethernet address for
+// targets that address results to it.
+type Lane struct {
+	Rank uint16
+	Lane uint8
+	Addr netip.AddrPort
+	MAC  [6]byte
+}
+
+// Member is one copy of a job's results: the switch port it leaves by, and
+// the rank it is for.
+type Member struct {
+	Port uint32
+	Rank uint16
 }
 
 // effects is what a step asks the driver to do.
@@ -226,7 +262,7 @@ type job struct {
 	held int
 
 	resp    *jobpb.RegisterResponse
-	entries JobEntries
+	place   Placement // what the switch holds for it, once placed
 	left    map[uint32]bool
 	leased  map[uint32]bool // ranks that took their lease on this controller
 	adopted bool            // found on the switch by a restarted controller
@@ -276,7 +312,16 @@ type coreConfig struct {
 	// shards, Dataplane first; a job's lanes are spread over them.
 	Shards []netip.AddrPort
 	Slots  int
-	Target Target
+	// Admit refuses a registration the switch cannot serve (it has
+	// passed the core's own checks; lanes are its lane addresses). A
+	// *tooManyWorkers refusal lets a registration that may run over the
+	// ring through, and its job goes there.
+	Admit func(r *jobpb.RegisterRequest, lanes []netip.AddrPort) error
+	// PortOf is the switch port that reaches a rank's address.
+	PortOf func(addr netip.Addr, rank int) uint32
+	// Keyed: the switch checks a tag on every packet, and each job gets a
+	// data-plane key.
+	Keyed  bool
 	Logger *slog.Logger
 	// Rand draws session ids, first sequence numbers and rank secrets.
 	Rand func() uint64
@@ -616,32 +661,29 @@ func (c *core) activate(j *job) {
 		c.cannotPlace(j, err)
 		return
 	}
-	entries := JobEntries{MulticastGroup: mgid}
+	place := Placement{JobID: jobID, PoolBase: base, PoolSize: size, Group: mgid, World: len(j.ranks)}
 	for rank, reg := range j.ranks {
 		var mac [6]byte
 		copy(mac[:], reg.req.GetMac())
 		// Every lane of a rank binds the same address (Config.Bind).
-		entries.Replicas = append(entries.Replicas, Replica{Port: c.cfg.Target.portOf(reg.addrs[0].Addr(), rank), Instance: uint16(rank)})
+		place.Members = append(place.Members, Member{Port: c.cfg.PortOf(reg.addrs[0].Addr(), rank), Rank: uint16(rank)})
 		for lane, a := range reg.addrs {
-			entries.Workers = append(entries.Workers, WorkerEntry{Addr: a, Worker: pipeline.Worker{
-				JobID: jobID, Rank: uint16(rank), NumWorkers: uint16(len(j.ranks)), MulticastGroup: mgid,
-				Lane: uint8(lane), PoolBase: base, PoolSize: size,
-			}})
-			entries.Replies = append(entries.Replies, ReplyEntry{JobID: jobID, Rank: uint16(rank), Lane: uint8(lane), MAC: mac, Addr: a})
+			place.Workers = append(place.Workers, Lane{Rank: uint16(rank), Lane: uint8(lane), Addr: a, MAC: mac})
 		}
 	}
-	j.state, j.entries = jobInstalling, entries
+	place.Replies = place.Workers
 	j.resp = &jobpb.RegisterResponse{
 		SessionId: c.cfg.Rand() | 1, SwitchDataplane: c.cfg.Dataplane.String(), JobId: jobID,
 		PoolBase: base, PoolSize: size, FirstSeq: uint32(c.cfg.Rand()),
 		FallbackAddresses: j.ringAddresses(), LaneDataplanes: c.laneDataplanes(jobID, len(j.ranks[0].addrs)),
 	}
-	if c.cfg.Target.Auth {
-		entries.Key = c.drawKey()
-		j.entries, j.resp.AuthKey = entries, entries.Key
+	if c.cfg.Keyed {
+		place.Key = c.drawKey()
+		j.resp.AuthKey = place.Key
 	}
+	j.state, j.place = jobInstalling, place
 	c.installing[j.gen] = j
-	c.out.installs = append(c.out.installs, install{gen: j.gen, job: j.name, base: int(base), size: int(size), entries: entries})
+	c.out.installs = append(c.out.installs, install{gen: j.gen, job: j.name, place: place})
 }
 
 // laneDataplanes says which shard each of a job's lanes sends to, or nil
@@ -669,7 +711,7 @@ func (c *core) allocate(size uint32) (base uint32, mgid uint16, jobID uint32, er
 	ids := map[uint32]bool{}
 	taken := func(j *job) {
 		parts = append(parts, part{j.resp.GetPoolBase(), j.resp.GetPoolSize()})
-		groups[j.entries.MulticastGroup] = true
+		groups[j.place.Group] = true
 		ids[j.resp.GetJobId()] = true
 	}
 	for _, j := range c.jobs {
@@ -752,7 +794,7 @@ func (c *core) Installed(gen uint64, err error, now time.Time) (took time.Durati
 		p := j.params
 		c.log.Info("controller: job ready", "job", j.name, "job_id", j.resp.GetJobId(),
 			"workers", len(j.ranks), "lanes", p.GetLanes(), "pool_base", j.resp.GetPoolBase(), "pool_size", j.resp.GetPoolSize(),
-			"mgid", j.entries.MulticastGroup)
+			"mgid", j.place.Group)
 		for _, w := range j.waitsOf(waitRegister) {
 			// Each rank gets its own copy, with its own secret.
 			resp := proto.Clone(j.resp).(*jobpb.RegisterResponse)
@@ -763,7 +805,7 @@ func (c *core) Installed(gen uint64, err error, now time.Time) (took time.Durati
 	case jobDraining:
 		// Retired while being programmed: what went in comes out again
 		// (removal tolerates entries that never made it).
-		c.out.removals = append(c.out.removals, removal{gen: j.gen, job: j.name, entries: j.entries})
+		c.out.removals = append(c.out.removals, removal{gen: j.gen, job: j.name, place: j.place})
 	}
 	return 0, false
 }
@@ -830,7 +872,7 @@ func (c *core) end(j *job, cause endCause, why string, switchGone bool) {
 		j.state = jobDraining
 		c.draining[j.gen] = j
 		if was == jobActive {
-			c.out.removals = append(c.out.removals, removal{gen: j.gen, job: j.name, entries: j.entries})
+			c.out.removals = append(c.out.removals, removal{gen: j.gen, job: j.name, place: j.place})
 		}
 		// An installing job's entries go once its programming ends
 		// (Installed): removing them sooner could race the install.

@@ -39,51 +39,43 @@ func (c *core) claim(req *jobpb.WatchRequest) error {
 	return nil
 }
 
-// Adopt keeps the jobs a switch holds (its tables, as an earlier controller
-// left them): their partitions stay taken, and their ranks take them back
-// by watching their sessions again with the switch job id. At now+grace,
-// jobs nobody claimed are removed, and so are claimed jobs whose ranks did
-// not all come back.
-func (c *core) Adopt(workers []WorkerEntry, replies []ReplyEntry, groups map[uint16][]Replica, now time.Time, grace time.Duration) {
-	found := map[uint32]*job{}
-	for _, w := range workers {
-		j := found[w.JobID]
-		if j == nil {
-			j = c.newJob("", int(w.NumWorkers))
-			j.state, j.adopted, j.keys = jobActive, true, learnedKeys()
-			j.entries = JobEntries{MulticastGroup: w.MulticastGroup, Replicas: groups[w.MulticastGroup]}
-			j.resp = &jobpb.RegisterResponse{JobId: w.JobID, PoolBase: w.PoolBase, PoolSize: w.PoolSize, SwitchDataplane: c.cfg.Dataplane.String()}
-			found[w.JobID] = j
+// Adopt keeps the jobs a switch holds (found: its tables, as an earlier
+// controller left them, a placement per switch job id): their partitions
+// stay taken, and their ranks take them back by watching their sessions
+// again with the switch job id. At now+grace, jobs nobody claimed are
+// removed, and so are claimed jobs whose ranks did not all come back.
+func (c *core) Adopt(found []Placement, now time.Time, grace time.Duration) {
+	jobs := map[uint32]*job{}
+	for _, p := range found {
+		if jobs[p.JobID] != nil {
+			continue // one placement per switch job id
 		}
-		j.entries.Workers = append(j.entries.Workers, w)
-		if int(w.Rank) < len(j.ranks) {
+		j := c.newJob("", p.World)
+		j.state, j.adopted, j.keys, j.place = jobActive, true, learnedKeys(), p
+		j.resp = &jobpb.RegisterResponse{JobId: p.JobID, PoolBase: p.PoolBase, PoolSize: p.PoolSize, SwitchDataplane: c.cfg.Dataplane.String()}
+		lanes := 0
+		for _, w := range p.Workers {
+			lanes = max(lanes, int(w.Lane)+1)
+			if int(w.Rank) >= len(j.ranks) {
+				continue
+			}
 			reg := j.ranks[w.Rank]
 			if reg == nil {
-				reg = &registration{req: &jobpb.RegisterRequest{Rank: uint32(w.Rank), WorldSize: uint32(w.NumWorkers)}}
+				reg = &registration{req: &jobpb.RegisterRequest{Rank: uint32(w.Rank), WorldSize: uint32(p.World)}}
 				j.ranks[w.Rank] = reg
 			}
 			reg.req.LaneAddresses = append(reg.req.LaneAddresses, w.Addr.String())
 			reg.addrs = append(reg.addrs, w.Addr)
 		}
+		j.resp.LaneDataplanes = c.laneDataplanes(p.JobID, lanes)
+		jobs[p.JobID] = j
+		c.detached[p.JobID] = j
+		c.jobID = max(c.jobID, p.JobID)
 	}
-	for _, r := range replies {
-		if j := found[r.JobID]; j != nil {
-			j.entries.Replies = append(j.entries.Replies, r)
-		}
+	if len(jobs) > 0 {
+		c.log.Info("controller: jobs found on the switch, waiting for their ranks", "jobs", len(jobs), "grace", grace)
 	}
-	for id, j := range found {
-		lanes := 0
-		for _, w := range j.entries.Workers {
-			lanes = max(lanes, int(w.Lane)+1)
-		}
-		j.resp.LaneDataplanes = c.laneDataplanes(id, lanes)
-		c.detached[id] = j
-		c.jobID = max(c.jobID, id)
-	}
-	if len(found) > 0 {
-		c.log.Info("controller: jobs found on the switch, waiting for their ranks", "jobs", len(found), "grace", grace)
-	}
-	c.adoptions = append(c.adoptions, adoption{deadline: now.Add(grace), found: found})
+	c.adoptions = append(c.adoptions, adoption{deadline: now.Add(grace), found: jobs})
 }
 
 // endUnclaimed removes the adopted jobs that nobody took back, and those

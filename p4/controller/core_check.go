@@ -35,7 +35,7 @@ func (c *core) Check(r *jobpb.RegisterRequest) (Checked, error) {
 	if err != nil {
 		return Checked{}, err
 	}
-	if err := c.cfg.Target.check(r, addrs); err != nil {
+	if err := c.cfg.Admit(r, addrs); err != nil {
 		var tooBig *tooManyWorkers
 		if r.GetFallbackAddress() != "" && errors.As(err, &tooBig) {
 			return Checked{req: r, addrs: addrs, ringWhy: err.Error()}, nil

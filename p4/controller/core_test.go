@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +12,6 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/switchml/switchml-go/jobpb"
-	"github.com/switchml/switchml-go/p4/pipeline"
 )
 
 // rig steps a core by hand: it hands out waiters, keeps the answers and
@@ -38,18 +38,32 @@ const (
 	rigJoinTimeout = 20 * time.Hour
 )
 
+// rigMaxWorkers is the largest job the rig's switch serves.
+const rigMaxWorkers = 32
+
+// rigAdmit is what the rig's switch takes: the compatible header's packet
+// sizes, and jobs of up to rigMaxWorkers ranks.
+func rigAdmit(r *jobpb.RegisterRequest, _ []netip.AddrPort) error {
+	switch {
+	case r.GetFormat() == jobpb.Format_FORMAT_COMPAT && !slices.Contains([]uint32{32, 64, 128, 256}, r.GetElements()):
+		return invalid("%d values per packet: the switch aggregates 32, 64, 128 or 256 with the compatible header", r.GetElements())
+	case r.GetWorldSize() > rigMaxWorkers:
+		return &tooManyWorkers{refuse(codes.InvalidArgument, "world size %d: the switch serves at most %d workers per job", r.GetWorldSize(), rigMaxWorkers).(*refusal)}
+	}
+	return nil
+}
+
+// rigPortOf is the rig's switch port of a rank: the rank.
+func rigPortOf(_ netip.Addr, rank int) uint32 { return uint32(rank) }
+
 // rigClient is the identity the rig registers as.
 const rigClient = "addr:127.0.0.1"
 
 func newRig(t *testing.T, slots int) *rig {
 	t.Helper()
-	target, err := TargetFor(KindSoftswitch, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var draws uint64
 	c := newCore(coreConfig{
-		Dataplane: netip.MustParseAddrPort("10.0.0.254:48864"), Slots: slots, Target: target, Logger: quiet,
+		Dataplane: netip.MustParseAddrPort("10.0.0.254:48864"), Slots: slots, Admit: rigAdmit, PortOf: rigPortOf, Logger: quiet,
 		Rand:      func() uint64 { draws++; return draws * 0x9e3779b97f4a7c15 },
 		DrainWait: rigDrainWait, LeaseGrace: rigLeaseGrace, JoinTimeout: rigJoinTimeout,
 	})
@@ -239,13 +253,17 @@ func TestCoreGathersThenInstalls(t *testing.T) {
 	}
 	w1, _ := r.register(regReq("a", 1, 3, 2, 4, 1))
 	in := r.takeInstall()
-	if in.base != 0 || in.size != 8 || len(in.entries.Workers) != 6 || len(in.entries.Replies) != 6 || len(in.entries.Replicas) != 3 {
+	p := in.place
+	if p.PoolBase != 0 || p.PoolSize != 8 || len(p.Workers) != 6 || len(p.Replies) != 6 || len(p.Members) != 3 {
 		t.Fatalf("install %+v, want slots [0, 8) and 3 ranks x 2 lanes", in)
 	}
-	for _, w := range in.entries.Workers {
+	if p.JobID != 1 || p.World != 3 || p.Group != 1 {
+		t.Errorf("placement %+v, want job id 1 of 3 ranks in group 1", p)
+	}
+	for _, w := range p.Workers {
 		want := netip.MustParseAddrPort(fmt.Sprintf("127.0.1.%d:%d", w.Rank+1, 30000+int(w.Lane)))
-		if w.Addr != want || w.JobID != 1 || w.NumWorkers != 3 || w.MulticastGroup != 1 || w.PoolBase != 0 || w.PoolSize != 8 {
-			t.Errorf("worker entry %+v", w)
+		if w.Addr != want {
+			t.Errorf("lane %+v, want address %v", w, want)
 		}
 	}
 	r.pending(w0, w1, w2)
@@ -396,8 +414,8 @@ func TestCorePoolExhaustionAndFreeing(t *testing.T) {
 	r.c.Removed(gone[1].gen, r.now)
 	r.collect()
 	in := r.takeInstall()
-	if in.base != 0 || in.size != 8 {
-		t.Fatalf("big job placed at [%d, +%d), want the freed [0, +8)", in.base, in.size)
+	if in.place.PoolBase != 0 || in.place.PoolSize != 8 {
+		t.Fatalf("big job placed at [%d, +%d), want the freed [0, +8)", in.place.PoolBase, in.place.PoolSize)
 	}
 	r.pending(big)
 }
@@ -421,8 +439,8 @@ func TestCoreQueuedJobIsPlacedAfterTheDrainWait(t *testing.T) {
 	}
 	r.c.Tick(r.now.Add(rigDrainWait))
 	r.collect()
-	if in := r.takeInstall(); in.base != 4 {
-		t.Fatalf("placed at %d, want beside the draining job's [0, 4)", in.base)
+	if in := r.takeInstall(); in.place.PoolBase != 4 {
+		t.Fatalf("placed at %d, want beside the draining job's [0, 4)", in.place.PoolBase)
 	}
 	if _, ok := r.c.Deadline(); ok {
 		t.Fatal("a deadline is left with nothing to wait for")
@@ -483,7 +501,7 @@ func TestCoreJobEnds(t *testing.T) {
 			if c.removed != (len(r.removals) == 1) {
 				t.Errorf("removals %v, want removed=%v", r.removals, c.removed)
 			}
-			if c.removed && r.removals[0].entries.Workers[0].JobID != resp.GetJobId() {
+			if c.removed && r.removals[0].place.JobID != resp.GetJobId() {
 				t.Errorf("removal of %+v, want the job's entries", r.removals[0])
 			}
 			_, err = r.barrier("j", 0, resp.GetSessionId(), "b", 2)
@@ -612,16 +630,15 @@ func TestCoreSwitchLost(t *testing.T) {
 	}
 }
 
-// adoptedEntries are the entries of a 2-rank job as a switch keeps them.
-func adoptedEntries(id uint32, base uint32, host byte) ([]WorkerEntry, []ReplyEntry) {
-	var ws []WorkerEntry
-	var rs []ReplyEntry
+// adoptedJob is a 2-rank job as a switch keeps it.
+func adoptedJob(id uint32, base uint32, host byte) Placement {
+	p := Placement{JobID: id, PoolBase: base, PoolSize: 4, Group: uint16(id), World: 2}
 	for rank := range uint16(2) {
 		a := netip.MustParseAddrPort(fmt.Sprintf("127.0.%d.%d:30000", host, rank+1))
-		ws = append(ws, WorkerEntry{Addr: a, Worker: pipeline.Worker{JobID: id, Rank: rank, NumWorkers: 2, MulticastGroup: uint16(id), PoolBase: base, PoolSize: 4}})
-		rs = append(rs, ReplyEntry{JobID: id, Rank: rank, Addr: a})
+		p.Workers = append(p.Workers, Lane{Rank: rank, Addr: a})
+		p.Replies = append(p.Replies, Lane{Rank: rank, Addr: a})
 	}
-	return ws, rs
+	return p
 }
 
 // TestCoreAdoption: jobs found on the switch keep their room; ranks claim
@@ -629,14 +646,13 @@ func adoptedEntries(id uint32, base uint32, host byte) ([]WorkerEntry, []ReplyEn
 // removed and half-claimed ones aborted naming the missing rank.
 func TestCoreAdoption(t *testing.T) {
 	r := newRig(t, 64)
-	var workers []WorkerEntry
-	var replies []ReplyEntry
+	var found []Placement
 	for i, id := range []uint32{7, 9, 11} {
-		ws, rs := adoptedEntries(id, uint32(4*i), byte(i+1))
-		workers, replies = append(workers, ws...), append(replies, rs...)
+		found = append(found, adoptedJob(id, uint32(4*i), byte(i+1)))
 	}
+	found[0].Members = []Member{{0, 0}, {1, 1}}
 	const grace = 10 * time.Second
-	r.c.Adopt(workers, replies, map[uint16][]Replica{7: {{0, 0}, {1, 1}}}, r.now, grace)
+	r.c.Adopt(found, r.now, grace)
 	r.collect()
 
 	_, err := r.barrier("kept", 0, 77, "b", 1)
@@ -671,7 +687,7 @@ func TestCoreAdoption(t *testing.T) {
 	if why := r.answer(half).ended; !strings.Contains(why, "rank 1 did not come back") {
 		t.Fatalf("half-claimed job ended with %q", why)
 	}
-	if len(r.removals) != 2 || r.removals[0].entries.Workers[0].JobID != 9 || r.removals[1].entries.Workers[0].JobID != 11 {
+	if len(r.removals) != 2 || r.removals[0].place.JobID != 9 || r.removals[1].place.JobID != 11 {
 		t.Fatalf("removals %+v, want jobs 9 and 11", r.removals)
 	}
 	if r.c.ActiveJobs()["kept"] == nil {
@@ -721,8 +737,7 @@ func TestCoreBarrierRounds(t *testing.T) {
 
 	// Taken over: rank 1 passed barrier 7 before the restart and waits at
 	// 8; rank 0 re-sends 7 and is released by the count.
-	ws, rs := adoptedEntries(5, 32, 7)
-	r.c.Adopt(ws, rs, nil, r.now, time.Hour)
+	r.c.Adopt([]Placement{adoptedJob(5, 32, 7)}, r.now, time.Hour)
 	for rank := range uint32(2) {
 		r.watch(&jobpb.WatchRequest{Job: "t", Rank: rank, SessionId: 55, JobId: 5})
 	}

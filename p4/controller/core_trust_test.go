@@ -115,8 +115,7 @@ func TestCoreRankSecrets(t *testing.T) {
 // and with the secret it brought from then on.
 func TestCoreAdoptedRanksProveThemselves(t *testing.T) {
 	r := newRig(t, 64)
-	ws, rs := adoptedEntries(7, 0, 1)
-	r.c.Adopt(ws, rs, nil, r.now, time.Hour)
+	r.c.Adopt([]Placement{adoptedJob(7, 0, 1)}, r.now, time.Hour)
 	r.collect()
 	r.watch(&jobpb.WatchRequest{Job: "kept", Rank: 0, SessionId: 77, JobId: 7, Token: "t"})
 	// Rank 1 has not come back: its calls wait for it, whoever sends them.

@@ -89,7 +89,7 @@ func TestCoreFallbackFullPool(t *testing.T) {
 // in; without a ring address it is refused at once.
 func TestCoreFallbackTooManyWorkers(t *testing.T) {
 	r := newRig(t, 64)
-	world := uint32(r.c.cfg.Target.MaxWorkers + 1)
+	world := uint32(rigMaxWorkers + 1)
 	_, err := r.register(regReq("big", 0, world, 1, 1, 1))
 	wantRefusal(t, err, codes.InvalidArgument, "at most")
 	var ws []waiter

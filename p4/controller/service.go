@@ -184,7 +184,8 @@ func NewJobService(sw Switch, cfg ServiceConfig) (*JobService, error) {
 	if err := cfg.JobLimits.check(); err != nil {
 		return nil, fmt.Errorf("controller: NewJobService: %w", err)
 	}
-	c := newCore(coreConfig{Dataplane: cfg.Dataplane, Shards: cfg.Shards, Slots: cfg.Slots, Target: cfg.Target, Logger: cfg.Logger,
+	c := newCore(coreConfig{Dataplane: cfg.Dataplane, Shards: cfg.Shards, Slots: cfg.Slots, Logger: cfg.Logger,
+		Admit: cfg.Target.check, PortOf: cfg.Target.portOf, Keyed: cfg.Target.Auth,
 		Rand: randUint64, DrainWait: switchRPCTimeout, LeaseGrace: cfg.LeaseGrace, JoinTimeout: cfg.JoinTimeout,
 		MaxJobsPerClient: max(cfg.MaxJobsPerClient, 0), MaxSlotsPerClient: cfg.MaxSlotsPerClient})
 	drained := make(chan struct{})
@@ -311,9 +312,9 @@ func (s *JobService) stop() {
 func (s *JobService) install(in install) {
 	s.swMu.Lock()
 	ctx, cancel := context.WithTimeout(context.Background(), switchRPCTimeout)
-	err := s.sw.ResetPool(ctx, in.base, in.size, s.cfg.Slots)
+	err := s.sw.ResetPool(ctx, int(in.place.PoolBase), int(in.place.PoolSize), s.cfg.Slots)
 	if err == nil {
-		err = s.sw.InstallJob(ctx, in.entries)
+		err = s.sw.InstallJob(ctx, entriesOf(in.place))
 	}
 	cancel()
 	s.swMu.Unlock()
@@ -340,7 +341,7 @@ func (s *JobService) install(in install) {
 func (s *JobService) remove(rm removal) {
 	s.swMu.Lock()
 	ctx, cancel := context.WithTimeout(context.Background(), switchRPCTimeout)
-	err := s.sw.RemoveJob(ctx, rm.entries)
+	err := s.sw.RemoveJob(ctx, entriesOf(rm.place))
 	cancel()
 	s.swMu.Unlock()
 	if err != nil {
@@ -596,7 +597,7 @@ func (s *JobService) Adopt(ctx context.Context, sw interface {
 	if err != nil {
 		return fmt.Errorf("controller: read back the switch's multicast groups: %w", err)
 	}
-	s.step(func(c *core) { c.Adopt(workers, replies, groups, time.Now(), grace) })
+	s.step(func(c *core) { c.Adopt(placementsOf(workers, replies, groups), time.Now(), grace) })
 	return nil
 }
 
