@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/switchml/switchml-go/p4/controller/jobcore"
 )
 
 // serviceMetrics are the job service's event counters; the job table's
@@ -63,7 +64,7 @@ func (s *JobService) Collector() prometheus.Collector {
 
 // tableStates are the states the jobs gauge always reports, zero or not,
 // so that a state's series does not come and go.
-var tableStates = []string{jobGathering.String(), jobQueued.String(), jobInstalling.String(), jobActive.String(), jobDraining.String(), stateUnclaimed}
+var tableStates = jobcore.States()
 
 func (c *serviceCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.jobs, c.slots, c.slotsFree, c.jobSlots, c.jobWorkers, c.ended} {
@@ -120,7 +121,7 @@ func (c *serviceCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.jobWorkers, a.workers, name)
 	}
 	for cause, n := range endings {
-		ch <- prometheus.MustNewConstMetric(c.ended, prometheus.CounterValue, float64(n), endCause(cause).String())
+		ch <- prometheus.MustNewConstMetric(c.ended, prometheus.CounterValue, float64(n), jobcore.EndCause(cause).String())
 	}
 	m := s.metrics
 	m.registrations.Collect(ch)

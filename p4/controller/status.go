@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/p4/controller/jobcore"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/secure"
@@ -97,14 +98,14 @@ func (s *JobService) Status(ctx context.Context, req *jobpb.StatusRequest) (*job
 		Ended: map[string]uint64{}, Redacted: redact,
 	}
 	var next int
-	resp.Jobs, next = s.core.StatusJobs(time.Now(), first, size, statusView{redact: redact, rankBytes: statusRankBytes})
+	resp.Jobs, next = s.core.StatusJobs(time.Now(), first, size, jobcore.StatusView{Redact: redact, RankBytes: statusRankBytes})
 	s.mu.Unlock()
 	if next > 0 {
 		resp.NextPageToken = pageToken(next)
 	}
 	resp.ControlLost = s.ControlLost()
 	for cause, n := range g.Ended {
-		resp.Ended[endCause(cause).String()] = n
+		resp.Ended[jobcore.EndCause(cause).String()] = n
 	}
 	if req.GetSkipSwitchCounters() {
 		return resp, nil

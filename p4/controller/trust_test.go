@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/p4/controller/jobcore"
 )
 
 // TestTokenBindsTheJob: while a job exists, registrations under its name
@@ -88,7 +89,7 @@ func TestBarrierNamesDoNotRunOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range 2*maxRoundsPerJob + 1 {
+	for i := range 2*jobcore.MaxRoundsPerJob + 1 {
 		_, err := h.jobs.Barrier(ctx, &jobpb.BarrierRequest{Job: "names", SessionId: resp.GetSessionId(), Name: fmt.Sprintf("iter-%d", i), RankSecret: resp.GetRankSecret()})
 		if err != nil {
 			t.Fatalf("barrier %d: %v", i, err)

@@ -1,4 +1,4 @@
-package controller
+package jobcore
 
 // Jobs a restarted controller finds on the switch, and how their ranks take
 // them back.
@@ -16,18 +16,18 @@ import (
 
 // claim hands a job found on the switch to the first rank that names it
 // (by switch job id) after a controller restart.
-func (c *core) claim(req *jobpb.WatchRequest) error {
+func (c *Core) claim(req *jobpb.WatchRequest) error {
 	j := c.detached[req.GetJobId()]
 	if j == nil || req.GetJobId() == 0 {
 		return nil
 	}
 	switch {
 	case req.GetRank() >= uint32(len(j.ranks)):
-		return invalid("rank %d outside 0..%d of the job on the switch", req.GetRank(), len(j.ranks)-1)
+		return Invalid("rank %d outside 0..%d of the job on the switch", req.GetRank(), len(j.ranks)-1)
 	case req.GetJob() == "" || req.GetSessionId() == 0:
-		return invalid("a claim names the job and its session")
+		return Invalid("a claim names the job and its session")
 	case c.jobs[req.GetJob()] != nil:
-		return refuse(codes.AlreadyExists, "job %q already runs under another session", req.GetJob())
+		return Refuse(codes.AlreadyExists, "job %q already runs under another session", req.GetJob())
 	}
 	delete(c.detached, req.GetJobId())
 	j.name = req.GetJob()
@@ -44,7 +44,7 @@ func (c *core) claim(req *jobpb.WatchRequest) error {
 // stay taken, and their ranks take them back by watching their sessions
 // again with the switch job id. At now+grace, jobs nobody claimed are
 // removed, and so are claimed jobs whose ranks did not all come back.
-func (c *core) Adopt(found []Placement, now time.Time, grace time.Duration) {
+func (c *Core) Adopt(found []Placement, now time.Time, grace time.Duration) {
 	jobs := map[uint32]*job{}
 	for _, p := range found {
 		if jobs[p.JobID] != nil {
@@ -78,20 +78,20 @@ func (c *core) Adopt(found []Placement, now time.Time, grace time.Duration) {
 	c.adoptions = append(c.adoptions, adoption{deadline: now.Add(grace), found: jobs})
 }
 
-// endUnclaimed removes the adopted jobs that nobody took back, and those
+// EndUnclaimed removes the adopted jobs that nobody took back, and those
 // some of whose ranks did not take their leases up again.
-func (c *core) endUnclaimed(a adoption) {
+func (c *Core) EndUnclaimed(a adoption) {
 	ids := slices.Sorted(maps.Keys(a.found))
 	for _, id := range ids {
 		j := a.found[id]
 		if c.detached[id] == j {
 			delete(c.detached, id)
-			c.retire(j, endUnclaimed, "removed: found on the switch after a controller restart, and no rank took it back")
+			c.retire(j, EndUnclaimed, "removed: found on the switch after a controller restart, and no rank took it back")
 			continue
 		}
 		for r := range j.ranks {
 			if !j.leased[uint32(r)] && !j.state.retired() {
-				c.retire(j, endRankLost, fmt.Sprintf("aborted: rank %d did not come back after the controller restarted", r))
+				c.retire(j, EndRankLost, fmt.Sprintf("aborted: rank %d did not come back after the controller restarted", r))
 				break
 			}
 		}

@@ -1,14 +1,25 @@
 package controller
 
-// The driver's side of the core's placements: what a job's place on the
-// switch is in P4Runtime entries, and back.
+// The driver's side of the job core's effects: what a job's placement is in
+// P4Runtime entries, and back; and the core's refusals for the driver's own
+// checks (the target's, the topology's).
 
 import (
+	"github.com/switchml/switchml-go/p4/controller/jobcore"
 	"github.com/switchml/switchml-go/p4/pipeline"
+	"google.golang.org/grpc/codes"
 )
 
+// invalid and refuse make refusals as the core does: their gRPC code tells
+// a client how to take them.
+func invalid(format string, args ...any) error { return jobcore.Invalid(format, args...) }
+
+func refuse(code codes.Code, format string, args ...any) error {
+	return jobcore.Refuse(code, format, args...)
+}
+
 // entriesOf is what the switch holds for a job the core placed.
-func entriesOf(p Placement) JobEntries {
+func entriesOf(p jobcore.Placement) JobEntries {
 	j := JobEntries{MulticastGroup: p.Group}
 	if p.Key != nil {
 		j.Key = AuthKey(p.Key)
@@ -31,25 +42,25 @@ func entriesOf(p Placement) JobEntries {
 // placementsOf groups the entries read back from a switch by switch job
 // id, in the order the workers came: a job's partition, group and world
 // are those of its first worker entry.
-func placementsOf(workers []WorkerEntry, replies []ReplyEntry, groups map[uint16][]Replica) []Placement {
-	var out []Placement
+func placementsOf(workers []WorkerEntry, replies []ReplyEntry, groups map[uint16][]Replica) []jobcore.Placement {
+	var out []jobcore.Placement
 	at := map[uint32]int{}
 	for _, w := range workers {
 		i, ok := at[w.JobID]
 		if !ok {
 			i = len(out)
 			at[w.JobID] = i
-			p := Placement{JobID: w.JobID, PoolBase: w.PoolBase, PoolSize: w.PoolSize, Group: w.MulticastGroup, World: int(w.NumWorkers)}
+			p := jobcore.Placement{JobID: w.JobID, PoolBase: w.PoolBase, PoolSize: w.PoolSize, Group: w.MulticastGroup, World: int(w.NumWorkers)}
 			for _, r := range groups[w.MulticastGroup] {
-				p.Members = append(p.Members, Member{Port: r.Port, Rank: r.Instance})
+				p.Members = append(p.Members, jobcore.Member{Port: r.Port, Rank: r.Instance})
 			}
 			out = append(out, p)
 		}
-		out[i].Workers = append(out[i].Workers, Lane{Rank: w.Rank, Lane: w.Lane, Addr: w.Addr})
+		out[i].Workers = append(out[i].Workers, jobcore.Lane{Rank: w.Rank, Lane: w.Lane, Addr: w.Addr})
 	}
 	for _, r := range replies {
 		if i, ok := at[r.JobID]; ok {
-			out[i].Replies = append(out[i].Replies, Lane{Rank: r.Rank, Lane: r.Lane, Addr: r.Addr, MAC: r.MAC})
+			out[i].Replies = append(out[i].Replies, jobcore.Lane{Rank: r.Rank, Lane: r.Lane, Addr: r.Addr, MAC: r.MAC})
 		}
 	}
 	return out

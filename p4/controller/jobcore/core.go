@@ -1,18 +1,21 @@
-package controller
-
-// The job service's protocol state is a deterministic state machine, core:
-// the job table, pool partitions, switch job ids and multicast groups,
-// leases, barrier and broadcast rounds, adoption of the jobs a restarted
-// controller finds on the switch, and each job's life. It decides who may
-// do what: a session's calls carry their rank's secret (core_keys.go),
-// each client identity holds a bounded share of jobs and slots, and jobs
-// that do not gather or whose ranks do not take their leases in time end
-// (core_lease.go). Its driver
-// (JobService) feeds it calls, the switch's reports and the time, and
-// carries out what it asks for: program or clean the switch, answer waiting
-// calls. The core does no I/O, starts no goroutines and reads no clock, so
-// tests step it directly and every run of the same inputs gives the same
-// outputs.
+// Package jobcore is the controller's job core: a deterministic state
+// machine holding the job table, pool partitions, switch job ids and
+// multicast groups, leases, barrier and broadcast rounds, adoption of the
+// jobs a restarted controller finds on the switch, and each job's life. It
+// decides who may do what: a session's calls carry their rank's secret
+// (keys.go), each client identity holds a bounded share of jobs and slots,
+// and jobs that do not gather or whose ranks do not take their leases in
+// time end (lease.go).
+//
+// Its driver (the controller's JobService) feeds it calls, the switch's
+// reports and the time, and carries out what Ready hands back: answers to
+// waiting calls, and placements to install on the switch or remove from it,
+// as plain data the driver turns into P4Runtime entries. The driver reads
+// the core through its methods and snapshots (Gauges, StatusJobs), never
+// its fields. The core does no I/O, starts no goroutines and reads no
+// clock, so tests step it directly and every run of the same inputs gives
+// the same outputs. It is not safe for concurrent use.
+package jobcore
 
 import (
 	"crypto/sha256"
@@ -30,13 +33,14 @@ import (
 
 	"github.com/switchml/switchml-go/jobpb"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
 // Bounds on what clients can make the controller hold.
 const (
 	maxJobs         = 4096 // jobs gathering or active
-	maxRoundsPerJob = 1024 // barrier and broadcast names per job
+	MaxRoundsPerJob = 1024 // barrier and broadcast names per job
 	// endedRemembered bounds how many ended sessions keep their cause.
 	endedRemembered = 4096
 	// maxNameLen bounds job, barrier and broadcast names, maxTokenLen a
@@ -51,26 +55,38 @@ const (
 	maxBroadcastHeld = 16 << 20
 )
 
-// refusal is how the core says no: a message for the caller and the gRPC
+// Refusal is how the core says no: a message for the caller and the gRPC
 // code that tells a client how to take it.
-type refusal struct {
+type Refusal struct {
 	code codes.Code
 	msg  string
 }
 
-func (r *refusal) Error() string { return r.msg }
+func (r *Refusal) Error() string { return r.msg }
 
-func refuse(code codes.Code, format string, args ...any) error {
-	return &refusal{code: code, msg: fmt.Sprintf(format, args...)}
+// GRPCStatus makes a refusal a gRPC error with its code.
+func (r *Refusal) GRPCStatus() *status.Status { return status.New(r.code, r.msg) }
+
+// Refuse makes a refusal with code.
+func Refuse(code codes.Code, format string, args ...any) error {
+	return &Refusal{code: code, msg: fmt.Sprintf(format, args...)}
 }
 
-func invalid(format string, args ...any) error {
-	return refuse(codes.InvalidArgument, format, args...)
+// Invalid makes a refusal of a malformed request (InvalidArgument).
+func Invalid(format string, args ...any) error {
+	return Refuse(codes.InvalidArgument, format, args...)
 }
 
-// codeOf is the code of a refusal (Unknown for any other error).
-func codeOf(err error) codes.Code {
-	var r *refusal
+// TooBig is the target's refusal (Config.Admit) of a job larger than the
+// switch serves: a registration that may run over the ring is let through
+// anyway, and its job goes there.
+type TooBig struct{ *Refusal }
+
+func (e *TooBig) Unwrap() error { return e.Refusal }
+
+// CodeOf is the code of a Refusal (Unknown for any other error).
+func CodeOf(err error) codes.Code {
+	var r *Refusal
 	switch {
 	case err == nil:
 		return codes.OK
@@ -123,9 +139,9 @@ func (s jobState) String() string {
 // retired reports whether the generation has ended (or is ending).
 func (s jobState) retired() bool { return s >= jobDraining }
 
-// waiter names a call that waits for the core's answer. The driver hands
-// them out in increasing order, so ordering by waiter is arrival order.
-type waiter uint64
+// Waiter names a call that waits for the core's answer. The driver hands
+// them out in increasing order, so ordering by Waiter is arrival order.
+type Waiter uint64
 
 type waitKind uint8
 
@@ -150,30 +166,46 @@ type wait struct {
 	seq   uint64
 }
 
-// answer is the core's reply to a waiting call.
-type answer struct {
-	to    waiter
+// Answer is the core's reply to a waiting call.
+type Answer struct {
+	to    Waiter
 	resp  *jobpb.RegisterResponse // a registration's
 	data  []byte                  // a broadcast's
 	ended string                  // a lease's: why the job ended
-	cause endCause                // a lease's: the cause's class
+	cause EndCause                // a lease's: the cause's class
 	err   error
 }
 
-// install asks the driver to make the slots of a job's partition idle and
-// give the switch what the job needs there, then to report with Installed.
-type install struct {
-	gen   uint64
-	job   string
-	place Placement
+// To is the call the answer is for.
+func (a Answer) To() Waiter { return a.to }
+
+// Err is the refusal a call is answered with (nil: it succeeded).
+func (a Answer) Err() error { return a.err }
+
+// Registered is a registration's answer: its session, or the ring.
+func (a Answer) Registered() *jobpb.RegisterResponse { return a.resp }
+
+// Data is a broadcast's answer: the root's data.
+func (a Answer) Data() []byte { return a.data }
+
+// Ended is a lease's answer: why its job ended, and the cause's class.
+func (a Answer) Ended() (why string, cause EndCause) { return a.ended, a.cause }
+
+// Install asks the driver to make the slots of a job's partition idle and
+// give the switch what the job needs there (Place), then to report with
+// Installed(Gen).
+type Install struct {
+	Gen   uint64
+	Job   string
+	Place Placement
 }
 
-// removal asks the driver to take a retired job's entries off the switch,
-// then to report with Removed.
-type removal struct {
-	gen   uint64
-	job   string
-	place Placement
+// Removal asks the driver to take a retired job's entries off the switch,
+// then to report with Removed(Gen).
+type Removal struct {
+	Gen   uint64
+	Job   string
+	Place Placement
 }
 
 // Placement is where a job sits on the switch and what the switch holds
@@ -214,18 +246,18 @@ type Member struct {
 	Rank uint16
 }
 
-// effects is what a step asks the driver to do.
-type effects struct {
-	answers  []answer
-	installs []install
-	removals []removal
+// Effects is what the steps since the last Ready ask the driver to do.
+type Effects struct {
+	Answers  []Answer
+	Installs []Install
+	Removals []Removal
 }
 
 // registration is one rank's registration of a job.
 type registration struct {
 	req   *jobpb.RegisterRequest
 	addrs []netip.AddrPort // its lane addresses, parsed
-	by    waiter           // the call waiting for the job (0: none)
+	by    Waiter           // the call waiting for the job (0: none)
 }
 
 // job is one generation of a named job: from the first registration of a
@@ -238,7 +270,7 @@ type job struct {
 	// err is what the registrations were answered with when the job could
 	// not run.
 	err error
-	// ringWhy says why the switch cannot take the job at all (a refusal
+	// ringWhy says why the switch cannot take the job at all (a Refusal
 	// a registration that may fall back to the ring was let through with).
 	ringWhy string
 
@@ -269,7 +301,7 @@ type job struct {
 	rounds  map[string]*roundSet
 	// barrierSeq is the highest barrier count each rank has shown.
 	barrierSeq map[uint32]uint64
-	waits      map[waiter]*wait
+	waits      map[Waiter]*wait
 }
 
 // roundSet numbers the successive uses of one barrier or broadcast name: a
@@ -305,19 +337,22 @@ type adoption struct {
 	found    map[uint32]*job
 }
 
-// coreConfig configures the core.
-type coreConfig struct {
+// Config configures the core.
+type Config struct {
+	// Dataplane is the switch's data-plane address handed to workers.
 	Dataplane netip.AddrPort
 	// Shards are the data-plane addresses of a switch with several
 	// shards, Dataplane first; a job's lanes are spread over them.
 	Shards []netip.AddrPort
-	Slots  int
+	// Slots is the pool's size per set; jobs get disjoint partitions.
+	Slots int
 	// Admit refuses a registration the switch cannot serve (it has
 	// passed the core's own checks; lanes are its lane addresses). A
-	// *tooManyWorkers refusal lets a registration that may run over the
-	// ring through, and its job goes there.
+	// *TooBig refusal lets a registration that may run over the ring
+	// through, and its job goes there. Nil admits every registration.
 	Admit func(r *jobpb.RegisterRequest, lanes []netip.AddrPort) error
-	// PortOf is the switch port that reaches a rank's address.
+	// PortOf is the switch port that reaches a rank's address (nil: the
+	// rank, as on the software switch).
 	PortOf func(addr netip.Addr, rank int) uint32
 	// Keyed: the switch checks a tag on every packet, and each job gets a
 	// data-plane key.
@@ -341,11 +376,11 @@ type coreConfig struct {
 	MaxSlotsPerClient int
 }
 
-// core is the job service's state machine. Its methods are steps: each one
+// Core is the job service's state machine. Its methods are steps: each one
 // changes the state and queues what the driver must do, which Ready hands
 // over. It is not safe for concurrent use.
-type core struct {
-	cfg  coreConfig
+type Core struct {
+	cfg  Config
 	log  *slog.Logger
 	jobs map[string]*job // the current generation of each name, before it retires
 	// installing are jobs the switch is being programmed for, draining
@@ -364,40 +399,47 @@ type core struct {
 	// (CannotForm) for unformedFor, so that a rank of that run arriving
 	// late is told why at once instead of waiting alone.
 	unformed map[string]*unformedJob
-	waits    map[waiter]*wait
+	waits    map[Waiter]*wait
 	// offline says why the switch cannot be programmed now ("" when it
 	// can).
 	offline string
 	lastGen uint64
 	jobID   uint32 // last switch job id handed out
-	out     effects
+	out     Effects
 	// endings counts the generations that ended, by cause.
-	endings [numEndCauses]uint64
+	endings [NumEndCauses]uint64
 }
 
-func newCore(cfg coreConfig) *core {
+// New returns a core with no jobs, configured by cfg.
+func New(cfg Config) *Core {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &core{
+	if cfg.Admit == nil {
+		cfg.Admit = func(*jobpb.RegisterRequest, []netip.AddrPort) error { return nil }
+	}
+	if cfg.PortOf == nil {
+		cfg.PortOf = func(_ netip.Addr, rank int) uint32 { return uint32(rank) }
+	}
+	return &Core{
 		cfg: cfg, log: cfg.Logger, jobs: map[string]*job{}, installing: map[uint64]*job{}, draining: map[uint64]*job{},
-		detached: map[uint32]*job{}, ended: map[uint64]endedSession{}, waits: map[waiter]*wait{}, unformed: map[string]*unformedJob{},
+		detached: map[uint32]*job{}, ended: map[uint64]endedSession{}, waits: map[Waiter]*wait{}, unformed: map[string]*unformedJob{},
 	}
 }
 
 // Ready hands over what the steps since the last call ask the driver to do.
-func (c *core) Ready() effects {
+func (c *Core) Ready() Effects {
 	out := c.out
-	c.out = effects{}
+	c.out = Effects{}
 	return out
 }
 
-func (c *core) newJob(name string, world int) *job {
+func (c *Core) newJob(name string, world int) *job {
 	c.lastGen++
 	return &job{
 		gen: c.lastGen, name: name, ranks: make([]*registration, world),
 		expired: map[uint32]bool{}, left: map[uint32]bool{}, leased: map[uint32]bool{},
-		rounds: map[string]*roundSet{}, barrierSeq: map[uint32]uint64{}, waits: map[waiter]*wait{},
+		rounds: map[string]*roundSet{}, barrierSeq: map[uint32]uint64{}, waits: map[Waiter]*wait{},
 	}
 }
 
@@ -405,23 +447,23 @@ func (c *core) newJob(name string, world int) *job {
 // on behalf of client (the caller's identity, whose quota a new job counts
 // against); w waits for the job to be programmed. A registration into a programmed job, or a second one
 // from rank 0, is a new run of the job: the old generation goes away.
-func (c *core) Register(w waiter, chk Checked, client string, now time.Time) error {
+func (c *Core) Register(w Waiter, chk Checked, client string, now time.Time) error {
 	req, addrs, ringWhy := chk.req, chk.addrs, chk.ringWhy
 	if req == nil {
-		return invalid("a registration goes through Check first")
+		return Invalid("a registration goes through Check first")
 	}
 	name, rank := req.GetJob(), req.GetRank()
 	owner := sha256.Sum256([]byte(req.GetToken()))
 	j := c.jobs[name]
 	if j != nil && subtle.ConstantTimeCompare(j.owner[:], owner[:]) != 1 {
-		return refuse(codes.PermissionDenied, "job %q belongs to another owner: its ranks registered with a different token (pick another job name, or use the job's token)", name)
+		return Refuse(codes.PermissionDenied, "job %q belongs to another owner: its ranks registered with a different token (pick another job name, or use the job's token)", name)
 	}
 	if err := c.addressesFree(name, addrs); err != nil {
 		return err
 	}
 	replaces := j != nil && (j.state >= jobInstalling || (rank == 0 && j.ranks[0] != nil))
 	if j == nil && len(c.jobs) >= maxJobs {
-		return refuse(codes.ResourceExhausted, "the controller holds %d jobs, its limit; wait for one to end", maxJobs)
+		return Refuse(codes.ResourceExhausted, "the controller holds %d jobs, its limit; wait for one to end", maxJobs)
 	}
 	if j == nil || replaces {
 		if err := c.withinQuota(client, req, j); err != nil {
@@ -429,7 +471,7 @@ func (c *core) Register(w waiter, chk Checked, client string, now time.Time) err
 		}
 	}
 	if replaces {
-		c.retire(j, endRestarted, "restarted: rank "+strconv.Itoa(int(rank))+" registered again")
+		c.retire(j, EndRestarted, "restarted: rank "+strconv.Itoa(int(rank))+" registered again")
 		j = nil
 	}
 	if j == nil {
@@ -440,7 +482,7 @@ func (c *core) Register(w waiter, chk Checked, client string, now time.Time) err
 		j.params, j.owner, j.client, j.registeredAt = req, owner, client, now
 		c.jobs[name] = j
 	} else if m := mismatch(j.params, req); m != "" {
-		err := refuse(codes.FailedPrecondition, "job %q rank %d: %s", name, rank, m)
+		err := Refuse(codes.FailedPrecondition, "job %q rank %d: %s", name, rank, m)
 		c.CannotForm(req, err, now)
 		return err
 	}
@@ -461,13 +503,13 @@ func (c *core) Register(w waiter, chk Checked, client string, now time.Time) err
 }
 
 // CannotForm ends the gathering job a refused registration was for, when
-// the refusal is one that waiting cannot mend (a rank of another world
+// the Refusal is one that waiting cannot mend (a rank of another world
 // size, an address the switch cannot reach, a malformed request): the
 // ranks already waiting fail at once with the cause, naming the rank,
 // instead of waiting out the join timeout for it. Only a registration with
 // the job's token can end it.
-func (c *core) CannotForm(req *jobpb.RegisterRequest, err error, now time.Time) {
-	switch codeOf(err) {
+func (c *Core) CannotForm(req *jobpb.RegisterRequest, err error, now time.Time) {
+	switch CodeOf(err) {
 	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
 	default:
 		return // Unavailable, AlreadyExists, ResourceExhausted may pass
@@ -480,7 +522,7 @@ func (c *core) CannotForm(req *jobpb.RegisterRequest, err error, now time.Time) 
 	if subtle.ConstantTimeCompare(j.owner[:], owner[:]) != 1 {
 		return
 	}
-	cause := refuse(codes.FailedPrecondition, "job %q cannot form: rank %d was refused: %v", j.name, req.GetRank(), err)
+	cause := Refuse(codes.FailedPrecondition, "job %q cannot form: rank %d was refused: %v", j.name, req.GetRank(), err)
 	u := &unformedJob{owner: j.owner, at: now, cause: cause, registered: map[uint32]bool{}}
 	for r, reg := range j.ranks {
 		if reg != nil {
@@ -516,7 +558,7 @@ type unformedJob struct {
 // from a rank that was not in it: a late rank of the same run, whose peers
 // have gone. A rank that was in it registering again is a new run, and
 // clears the memory.
-func (c *core) lateForUnformed(req *jobpb.RegisterRequest, owner [32]byte, now time.Time) error {
+func (c *Core) lateForUnformed(req *jobpb.RegisterRequest, owner [32]byte, now time.Time) error {
 	u := c.unformed[req.GetJob()]
 	if u == nil {
 		return nil
@@ -528,13 +570,13 @@ func (c *core) lateForUnformed(req *jobpb.RegisterRequest, owner [32]byte, now t
 		delete(c.unformed, req.GetJob())
 		return nil
 	}
-	return refuse(codes.FailedPrecondition, "%v (its other ranks were told and have gone: start every rank again, with the same settings)", u.cause)
+	return Refuse(codes.FailedPrecondition, "%v (its other ranks were told and have gone: start every rank again, with the same settings)", u.cause)
 }
 
 // withinQuota refuses a new job of client's when the client's jobs
 // (gathering or running; replacing, the one it replaces aside) already
 // reach its limit, or would need more than its slots.
-func (c *core) withinQuota(client string, req *jobpb.RegisterRequest, replacing *job) error {
+func (c *Core) withinQuota(client string, req *jobpb.RegisterRequest, replacing *job) error {
 	if c.cfg.MaxJobsPerClient <= 0 && c.cfg.MaxSlotsPerClient <= 0 {
 		return nil
 	}
@@ -546,11 +588,11 @@ func (c *core) withinQuota(client string, req *jobpb.RegisterRequest, replacing 
 		}
 	}
 	if limit := c.cfg.MaxJobsPerClient; limit > 0 && jobs >= limit {
-		return refuse(codes.ResourceExhausted, "client %s holds %d jobs, the limit per client (controller --max-jobs-per-client); wait for one of them to end", client, jobs)
+		return Refuse(codes.ResourceExhausted, "client %s holds %d jobs, the limit per client (controller --max-jobs-per-client); wait for one of them to end", client, jobs)
 	}
 	need := int(req.GetLanes() * req.GetWindow())
 	if limit := c.cfg.MaxSlotsPerClient; limit > 0 && slots+need > limit {
-		return refuse(codes.ResourceExhausted, "client %s would hold %d slots with this job's lanes*window = %d, over the limit of %d per client (controller --max-slots-per-client); lower window or lanes, or wait for a job to end",
+		return Refuse(codes.ResourceExhausted, "client %s would hold %d slots with this job's lanes*window = %d, over the limit of %d per client (controller --max-slots-per-client); lower window or lanes, or wait for a job to end",
 			client, slots+need, need, limit)
 	}
 	return nil
@@ -571,7 +613,7 @@ func (j *job) ringAddresses() []string {
 
 // cannotPlace ends a generation the switch cannot take: over the ring, if
 // every rank may go there, else as a failure.
-func (c *core) cannotPlace(j *job, err error) {
+func (c *Core) cannotPlace(j *job, err error) {
 	if addrs := j.ringAddresses(); addrs != nil {
 		c.fallback(j, err.Error(), addrs)
 		return
@@ -582,40 +624,40 @@ func (c *core) cannotPlace(j *job, err error) {
 // fallback answers every rank of a generation the switch cannot take with
 // the reason and the ring's addresses: the job runs over the ring, without
 // the switch or a session on this controller.
-func (c *core) fallback(j *job, why string, addrs []string) {
+func (c *Core) fallback(j *job, why string, addrs []string) {
 	if c.jobs[j.name] == j {
 		delete(c.jobs, j.name)
 	}
 	j.state, j.cause = jobGone, "fell back to the ring: "+why
-	c.endings[endFallback]++
+	c.endings[EndFallback]++
 	c.log.Warn("controller: job runs over the ring", "job", j.name, "workers", len(j.ranks), "why", why)
 	resp := &jobpb.RegisterResponse{Fallback: why, FallbackAddresses: addrs}
 	for _, w := range j.waitsOf(waitRegister) {
-		c.reply(w, answer{resp: resp})
+		c.reply(w, Answer{resp: resp})
 	}
 }
 
-func (c *core) addWait(w waiter, wt *wait) {
+func (c *Core) addWait(w Waiter, wt *wait) {
 	c.waits[w] = wt
 	wt.job.waits[w] = wt
 }
 
-func (c *core) dropWait(w waiter) {
+func (c *Core) dropWait(w Waiter) {
 	if wt := c.waits[w]; wt != nil {
 		delete(wt.job.waits, w)
 		delete(c.waits, w)
 	}
 }
 
-func (c *core) reply(w waiter, a answer) {
+func (c *Core) reply(w Waiter, a Answer) {
 	c.dropWait(w)
 	a.to = w
-	c.out.answers = append(c.out.answers, a)
+	c.out.Answers = append(c.out.Answers, a)
 }
 
 // waitsOf lists the job's waits of one kind in arrival order.
-func (j *job) waitsOf(kind waitKind) []waiter {
-	var ws []waiter
+func (j *job) waitsOf(kind waitKind) []Waiter {
+	var ws []Waiter
 	for w, wt := range j.waits {
 		if wt.kind == kind {
 			ws = append(ws, w)
@@ -629,7 +671,7 @@ func (j *job) waitsOf(kind waitKind) []waiter {
 // entries are still on the switch (their slots, groups and maybe the same
 // worker addresses come free), else once a job has waited DrainWait, beside
 // the entries that did not go.
-func (c *core) place(now time.Time) {
+func (c *Core) place(now time.Time) {
 	var queued []*job
 	for _, j := range c.jobs {
 		if j.state == jobQueued && (len(c.draining) == 0 || !now.Before(j.queuedAt.Add(c.cfg.DrainWait))) {
@@ -640,11 +682,11 @@ func (c *core) place(now time.Time) {
 	for _, j := range queued {
 		switch {
 		case j.ringWhy != "":
-			c.cannotPlace(j, refuse(codes.InvalidArgument, "%s", j.ringWhy))
+			c.cannotPlace(j, Refuse(codes.InvalidArgument, "%s", j.ringWhy))
 		case c.offline != "":
 			// Only registrations that may go to the ring enter while the
 			// switch is away (the others wait for it outside the core).
-			c.cannotPlace(j, refuse(codes.Unavailable, "the switch is offline: %s", c.offline))
+			c.cannotPlace(j, Refuse(codes.Unavailable, "the switch is offline: %s", c.offline))
 		default:
 			c.activate(j)
 		}
@@ -653,7 +695,7 @@ func (c *core) place(now time.Time) {
 
 // activate gives a job whose ranks are all in its partition, group and
 // switch job id, and asks the driver to program the switch.
-func (c *core) activate(j *job) {
+func (c *Core) activate(j *job) {
 	p := j.params
 	size := p.GetLanes() * p.GetWindow()
 	base, mgid, jobID, err := c.allocate(size)
@@ -683,14 +725,14 @@ func (c *core) activate(j *job) {
 	}
 	j.state, j.place = jobInstalling, place
 	c.installing[j.gen] = j
-	c.out.installs = append(c.out.installs, install{gen: j.gen, job: j.name, place: place})
+	c.out.Installs = append(c.out.Installs, Install{Gen: j.gen, Job: j.name, Place: place})
 }
 
 // laneDataplanes says which shard each of a job's lanes sends to, or nil
 // for a switch with one data-plane address. Lane l of every rank uses the
 // same slots, so it goes to the same shard; jobs start at different shards
 // so that one-lane jobs spread too.
-func (c *core) laneDataplanes(jobID uint32, lanes int) []string {
+func (c *Core) laneDataplanes(jobID uint32, lanes int) []string {
 	n := len(c.cfg.Shards)
 	if n < 2 {
 		return nil
@@ -704,7 +746,7 @@ func (c *core) laneDataplanes(jobID uint32, lanes int) []string {
 
 // allocate finds room for size slots beside the partitions of the jobs on
 // the switch, and a free multicast group and switch job id.
-func (c *core) allocate(size uint32) (base uint32, mgid uint16, jobID uint32, err error) {
+func (c *Core) allocate(size uint32) (base uint32, mgid uint16, jobID uint32, err error) {
 	type part struct{ base, size uint32 }
 	var parts []part
 	groups := map[uint16]bool{}
@@ -738,14 +780,14 @@ func (c *core) allocate(size uint32) (base uint32, mgid uint16, jobID uint32, er
 	if !found {
 		free := uint32(c.cfg.Slots) - next
 		if free < size {
-			return 0, 0, 0, refuse(codes.ResourceExhausted,
+			return 0, 0, 0, Refuse(codes.ResourceExhausted,
 				"switch has no room: the job needs lanes*window = %d slots, the largest free range has %d of %d (%d jobs active); lower window or lanes, or wait for a job to leave",
 				size, max(largest, free), c.cfg.Slots, len(parts))
 		}
 	}
 	for mgid = 1; groups[mgid]; mgid++ {
 		if mgid == 0xffff {
-			return 0, 0, 0, refuse(codes.ResourceExhausted, "switch has no free multicast group")
+			return 0, 0, 0, Refuse(codes.ResourceExhausted, "switch has no free multicast group")
 		}
 	}
 	for {
@@ -759,15 +801,15 @@ func (c *core) allocate(size uint32) (base uint32, mgid uint16, jobID uint32, er
 
 // fail ends a generation that could not run, answering its registrations
 // with err.
-func (c *core) fail(j *job, err error) {
+func (c *Core) fail(j *job, err error) {
 	if c.jobs[j.name] == j {
 		delete(c.jobs, j.name)
 	}
 	j.state, j.err, j.cause = jobGone, err, err.Error()
-	c.endings[endFailed]++
+	c.endings[EndFailed]++
 	c.log.Warn("controller: job failed", "job", j.name, "err", err)
 	for _, w := range j.waitsOf(waitRegister) {
-		c.reply(w, answer{err: err})
+		c.reply(w, Answer{err: err})
 	}
 }
 
@@ -775,7 +817,7 @@ func (c *core) fail(j *job, err error) {
 // generation gen ended, with err if it failed (err's code says how the
 // registrants should take it). When the job became ready for its ranks,
 // ready is true and took is the time since its first registration.
-func (c *core) Installed(gen uint64, err error, now time.Time) (took time.Duration, ready bool) {
+func (c *Core) Installed(gen uint64, err error, now time.Time) (took time.Duration, ready bool) {
 	j := c.installing[gen]
 	if j == nil {
 		return 0, false
@@ -799,13 +841,13 @@ func (c *core) Installed(gen uint64, err error, now time.Time) (took time.Durati
 			// Each rank gets its own copy, with its own secret.
 			resp := proto.Clone(j.resp).(*jobpb.RegisterResponse)
 			resp.RankSecret = j.keys.secret(j.waits[w].rank)
-			c.reply(w, answer{resp: resp})
+			c.reply(w, Answer{resp: resp})
 		}
 		return now.Sub(j.registeredAt), !j.registeredAt.IsZero()
 	case jobDraining:
 		// Retired while being programmed: what went in comes out again
 		// (removal tolerates entries that never made it).
-		c.out.removals = append(c.out.removals, removal{gen: j.gen, job: j.name, place: j.place})
+		c.out.Removals = append(c.out.Removals, Removal{Gen: j.gen, Job: j.name, Place: j.place})
 	}
 	return 0, false
 }
@@ -813,7 +855,7 @@ func (c *core) Installed(gen uint64, err error, now time.Time) (took time.Durati
 // Removed is the driver's report that a retired generation's entries are
 // gone from the switch (or could not be removed: its room is given back
 // either way, as the switch no longer answers for it).
-func (c *core) Removed(gen uint64, now time.Time) {
+func (c *Core) Removed(gen uint64, now time.Time) {
 	if c.draining[gen] == nil {
 		return
 	}
@@ -823,15 +865,15 @@ func (c *core) Removed(gen uint64, now time.Time) {
 }
 
 // Draining counts the retired jobs whose entries are still on the switch.
-func (c *core) Draining() int { return len(c.draining) }
+func (c *Core) Draining() int { return len(c.draining) }
 
 // retire ends a generation: its waiting calls hear why, and its switch
 // entries are removed; cause classifies why for the counters.
-func (c *core) retire(j *job, cause endCause, why string) { c.end(j, cause, why, false) }
+func (c *Core) retire(j *job, cause EndCause, why string) { c.end(j, cause, why, false) }
 
 // end retires a generation; with switchGone its entries went with the
 // switch, and nothing is removed.
-func (c *core) end(j *job, cause endCause, why string, switchGone bool) {
+func (c *Core) end(j *job, cause EndCause, why string, switchGone bool) {
 	if c.jobs[j.name] == j {
 		delete(c.jobs, j.name)
 	}
@@ -854,14 +896,14 @@ func (c *core) end(j *job, cause endCause, why string, switchGone bool) {
 		wt := j.waits[w]
 		switch wt.kind {
 		case waitRegister:
-			j.err = refuse(codes.Aborted, "job %q %s before all ranks registered", j.name, why)
-			c.reply(w, answer{err: j.err})
+			j.err = Refuse(codes.Aborted, "job %q %s before all ranks registered", j.name, why)
+			c.reply(w, Answer{err: j.err})
 		case waitBarrier:
-			c.reply(w, answer{err: refuse(codes.Aborted, "barrier %q: job %q %s", wt.name, j.name, why)})
+			c.reply(w, Answer{err: Refuse(codes.Aborted, "barrier %q: job %q %s", wt.name, j.name, why)})
 		case waitBroadcast:
-			c.reply(w, answer{err: refuse(codes.Aborted, "broadcast %q: job %q %s", wt.name, j.name, why)})
+			c.reply(w, Answer{err: Refuse(codes.Aborted, "broadcast %q: job %q %s", wt.name, j.name, why)})
 		case waitLease:
-			c.reply(w, answer{ended: fmt.Sprintf("job %q %s", j.name, why), cause: cause})
+			c.reply(w, Answer{ended: fmt.Sprintf("job %q %s", j.name, why), cause: cause})
 		}
 	}
 	switch {
@@ -872,7 +914,7 @@ func (c *core) end(j *job, cause endCause, why string, switchGone bool) {
 		j.state = jobDraining
 		c.draining[j.gen] = j
 		if was == jobActive {
-			c.out.removals = append(c.out.removals, removal{gen: j.gen, job: j.name, place: j.place})
+			c.out.Removals = append(c.out.Removals, Removal{Gen: j.gen, Job: j.name, Place: j.place})
 		}
 		// An installing job's entries go once its programming ends
 		// (Installed): removing them sooner could race the install.
@@ -882,7 +924,7 @@ func (c *core) end(j *job, cause endCause, why string, switchGone bool) {
 // GiveUp ends a waiting registration, barrier or broadcast whose caller's
 // deadline came (code is the context's), and says what the caller was
 // still waiting for.
-func (c *core) GiveUp(w waiter, code codes.Code) error {
+func (c *Core) GiveUp(w Waiter, code codes.Code) error {
 	wt := c.waits[w]
 	if wt == nil {
 		return nil
@@ -904,7 +946,7 @@ func (c *core) GiveUp(w waiter, code codes.Code) error {
 		if j.arrived == 0 && j.state == jobGathering && c.jobs[j.name] == j {
 			// Nobody waits for this job any more: forget it, or
 			// registrations that give up would pile up jobs.
-			c.retire(j, endAbandoned, "abandoned: every rank gave up waiting")
+			c.retire(j, EndAbandoned, "abandoned: every rank gave up waiting")
 		}
 		var missing []int
 		for r, reg := range j.ranks {
@@ -912,7 +954,7 @@ func (c *core) GiveUp(w waiter, code codes.Code) error {
 				missing = append(missing, r)
 			}
 		}
-		return refuse(code, "job %q: ranks %v of %d never registered before rank %d's deadline (start every rank, or check the job name and world size)",
+		return Refuse(code, "job %q: ranks %v of %d never registered before rank %d's deadline (start every rank, or check the job name and world size)",
 			j.name, missing, len(j.ranks), rank)
 	case waitBarrier, waitBroadcast:
 		var missing []string
@@ -932,17 +974,17 @@ func (c *core) GiveUp(w waiter, code codes.Code) error {
 			if len(missing) == 1 {
 				who = "rank " + missing[0]
 			}
-			return refuse(code, "job %q barrier %q: %s did not come before rank %d's deadline (%d of %d ranks arrived, %d of them gave up waiting)",
+			return Refuse(code, "job %q barrier %q: %s did not come before rank %d's deadline (%d of %d ranks arrived, %d of them gave up waiting)",
 				j.name, wt.name, who, rank, arrived+len(wt.round.gaveUp)-1, len(j.ranks), len(wt.round.gaveUp)-1)
 		}
-		return refuse(code, "job %q broadcast %q: root %d did not send before rank %d's deadline", j.name, wt.name, wt.round.root, rank)
+		return Refuse(code, "job %q broadcast %q: root %d did not send before rank %d's deadline", j.name, wt.name, wt.round.root, rank)
 	}
 	return nil
 }
 
 // Tick tells the core the time: adoption grace periods and waits for
 // draining end by it.
-func (c *core) Tick(now time.Time) {
+func (c *Core) Tick(now time.Time) {
 	kept := c.adoptions[:0]
 	var due []adoption
 	for _, a := range c.adoptions {
@@ -954,14 +996,14 @@ func (c *core) Tick(now time.Time) {
 	}
 	c.adoptions = kept
 	for _, a := range due {
-		c.endUnclaimed(a)
+		c.EndUnclaimed(a)
 	}
 	c.endLate(now)
 	c.place(now)
 }
 
 // Deadline is when the core next wants a Tick.
-func (c *core) Deadline() (time.Time, bool) {
+func (c *Core) Deadline() (time.Time, bool) {
 	var next time.Time
 	ok := false
 	earliest := func(t time.Time) {
@@ -990,7 +1032,7 @@ func (c *core) Deadline() (time.Time, bool) {
 // SwitchLost ends every job: the switch restarted or the controller lost
 // it, so what the jobs had there is gone. Their entries are not removed
 // (there is nothing to remove them from).
-func (c *core) SwitchLost(why string) {
+func (c *Core) SwitchLost(why string) {
 	c.offline = why
 	for gen, j := range c.draining {
 		j.state = jobGone
@@ -1000,7 +1042,7 @@ func (c *core) SwitchLost(why string) {
 	for _, id := range ids {
 		j := c.detached[id]
 		delete(c.detached, id)
-		c.end(j, endSwitchLost, why, true)
+		c.end(j, EndSwitchLost, why, true)
 	}
 	names := slices.Sorted(maps.Keys(c.jobs))
 	for _, n := range names {
@@ -1010,7 +1052,7 @@ func (c *core) SwitchLost(why string) {
 			// still away when every rank is in.
 			continue
 		}
-		c.end(c.jobs[n], endSwitchLost, why, true)
+		c.end(c.jobs[n], EndSwitchLost, why, true)
 	}
 }
 
@@ -1026,13 +1068,13 @@ func (j *job) mayFallBack() bool {
 }
 
 // SwitchBack says the switch can be programmed again.
-func (c *core) SwitchBack() { c.offline = "" }
+func (c *Core) SwitchBack() { c.offline = "" }
 
 // Offline says why the switch cannot be programmed now ("" when it can).
-func (c *core) Offline() string { return c.offline }
+func (c *Core) Offline() string { return c.offline }
 
 // ActiveJobs lists the running jobs' names and partitions.
-func (c *core) ActiveJobs() map[string]*jobpb.RegisterResponse {
+func (c *Core) ActiveJobs() map[string]*jobpb.RegisterResponse {
 	out := map[string]*jobpb.RegisterResponse{}
 	for n, j := range c.jobs {
 		if j.state == jobActive {
