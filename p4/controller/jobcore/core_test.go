@@ -329,6 +329,25 @@ func TestCoreIsDeterministic(t *testing.T) {
 	}
 }
 
+// TestCoreChecksARegistrationOnce: the target's check (Config.Admit) runs
+// once per registration: Register takes what Check found and checks
+// nothing again, and refuses a registration that did not go through Check.
+func TestCoreChecksARegistrationOnce(t *testing.T) {
+	r := newRig(t, 64)
+	calls := 0
+	r.c.cfg.Admit = func(q *jobpb.RegisterRequest, lanes []netip.AddrPort) error {
+		calls++
+		return rigAdmit(q, lanes)
+	}
+	r.mustRegister(regReq("once", 0, 2, 1, 4, 1), regReq("once", 1, 2, 1, 4, 1))
+	if calls != 2 {
+		t.Fatalf("the target checked 2 registrations %d times, want once each", calls)
+	}
+	r.takeInstall()
+	err := r.c.Register(r.waiter(), Checked{}, rigClient, r.now)
+	wantRefusal(t, err, codes.InvalidArgument, "through Check first")
+}
+
 func TestCoreRefusesRegistrations(t *testing.T) {
 	for _, c := range []struct {
 		name string
