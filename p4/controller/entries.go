@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -11,7 +10,6 @@ import (
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/pipeline"
-	"github.com/switchml/switchml-go/wire"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -612,14 +610,4 @@ func (c *Client) SetSimulatedLoss(ctx context.Context, ingress, egress float64) 
 		return fmt.Errorf("controller: set simulated loss: %w", err)
 	}
 	return nil
-}
-
-// drawKey draws a job's data-plane key from the core's random source
-// (crypto/rand in the service).
-func (c *core) drawKey() AuthKey {
-	key := make(AuthKey, wire.KeyLen)
-	for i := 0; i < len(key); i += 8 {
-		binary.LittleEndian.PutUint64(key[i:], c.cfg.Rand())
-	}
-	return key
 }
