@@ -29,10 +29,10 @@ const (
 
 // Match field ids of SwitchMLIngress.uplink and SwitchMLIngress.from_parent.
 const (
-	UplinkJobID          uint32 = 1 // meta.job_id, 32 bits
-	FromParentSrcAddrID  uint32 = 1 // hdr.ipv4.src_addr, 32 bits
-	FromParentSrcPortID  uint32 = 2 // hdr.udp.src_port, 16 bits
-	FromParentSlotID     uint32 = 3 // hdr.switchml.slot, 14 bits, range
+	UplinkJobID         uint32 = 1 // meta.job_id, 32 bits
+	FromParentSrcAddrID uint32 = 1 // hdr.ipv4.src_addr, 32 bits
+	FromParentSrcPortID uint32 = 2 // hdr.udp.src_port, 16 bits
+	FromParentSlotID    uint32 = 3 // hdr.switchml.slot, 14 bits, range
 
 	fromParentSlotBits = 14
 	uplinkPortBits     = 9
@@ -70,7 +70,7 @@ type IDs struct {
 	TableDropSimulator, ActionSetDropRates uint32
 	TableARPReply, ActionSendARPReply      uint32
 	// The leaf role's tables; zero in a program that cannot be a leaf.
-	TableUplink, ActionSetUplink         uint32
+	TableUplink, ActionSetUplink           uint32
 	TableFromParent, ActionSetParentResult uint32
 }
 
