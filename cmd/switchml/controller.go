@@ -86,7 +86,7 @@ func runController(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.MaxSlotsPerClient, "max-slots-per-client", 0, "slots (lanes*window, summed over its jobs) that one client identity may hold; 0: no limit beyond the pool")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	metricsAddr := fs.String("metrics", "", metricsFlagHelp)
-	topology := fs.String("topology", "", "JSON file of a two-level tree of software switches to program as one, instead of --target: {\"spine\": {\"p4runtime\": ADDR, \"dataplane\": ADDR}, \"leaves\": [{\"p4runtime\": ADDR, \"dataplane\": ADDR, \"workers\": [PREFIX, ...]}, ...]}; each leaf runs `switchml switch --parent` with the spine's dataplane")
+	topology := fs.String("topology", "", "JSON file of a two-level tree of software switches to program as one, instead of --target: {\"spine\": {\"p4runtime\": ADDR, \"dataplane\": ADDR}, \"leaves\": [{\"p4runtime\": ADDR, \"dataplane\": ADDR, \"workers\": [PREFIX, ...]}, ...]}; each leaf runs `switchml switch --parent` with the spine's dataplane; BMv2 leaves (--target-kind bmv2) instead name uplink_port, port and thrift (see the docs of p4/controller.Topology)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -168,6 +168,10 @@ func runController(ctx context.Context, args []string) error {
 			addr = net.JoinHostPort(host, "9090")
 		}
 		cfg.Registers = thriftRegisters(addr)
+		if cfg.Topology != nil {
+			// Each switch of a tree has its own Thrift server.
+			cfg.Topology.Registers = func(a string) controller.RegisterBackend { return thriftRegisters(a) }
+		}
 	} else if *thrift != "" {
 		return fmt.Errorf("--bmv2-thrift is for --target-kind bmv2")
 	}

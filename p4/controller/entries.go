@@ -48,6 +48,11 @@ type JobEntries struct {
 	// for jobs a restarted controller found on the switch, whose key it
 	// cannot read back).
 	Key AuthKey
+	// Uplink, on a P4 switch that is a leaf of a tree, is where the job's
+	// partial sums go and whose results come back (the program's uplink
+	// and from_parent entries). Nil otherwise: a software leaf follows its
+	// --parent.
+	Uplink *p4info.Uplink
 }
 
 // AuthKey is a job's data-plane key. It prints as a placeholder, so that
@@ -212,6 +217,15 @@ func (c *Client) InstallJob(ctx context.Context, j JobEntries) error {
 	}
 	var first, second []*p4v1.Update
 	first = append(first, GroupUpdate(p4v1.Update_INSERT, j.MulticastGroup, j.Replicas))
+	if j.Uplink != nil {
+		// Before the workers entries: a slot use completed by the job's
+		// first packets must find where to send its partial sums.
+		up, from, err := p4info.UplinkEntries(c.IDs(), *j.Uplink, true)
+		if err != nil {
+			return fmt.Errorf("install job entries: %w", err)
+		}
+		first = append(first, tableUpdate(p4v1.Update_INSERT, up), tableUpdate(p4v1.Update_INSERT, from))
+	}
 	for _, r := range j.Replies {
 		u, err := ReplyUpdate(c.IDs(), p4v1.Update_INSERT, r)
 		if err != nil {
@@ -283,6 +297,13 @@ func (c *Client) RemoveJob(ctx context.Context, j JobEntries) error {
 		second = append(second, u)
 	}
 	second = append(second, GroupUpdate(p4v1.Update_DELETE, j.MulticastGroup, nil))
+	if j.Uplink != nil {
+		up, from, err := p4info.UplinkEntries(c.IDs(), *j.Uplink, false)
+		if err != nil {
+			return fmt.Errorf("remove job entries: %w", err)
+		}
+		second = append(second, tableUpdate(p4v1.Update_DELETE, up), tableUpdate(p4v1.Update_DELETE, from))
+	}
 	c.mu.Lock()
 	keys := c.keys
 	c.mu.Unlock()
@@ -353,9 +374,14 @@ func (c *Client) ResetPool(ctx context.Context, base, size, slots int) error {
 		if ids.RegisterPoolBitmap == 0 {
 			return fmt.Errorf("controller: pool reset through the register backend needs register %s", p4info.RegisterPoolBitmap)
 		}
+		names := []string{p4info.RegisterPoolBitmap, p4info.RegisterPoolCount}
+		if ids.Leaf() {
+			// A use left waiting for a parent's result must not take one.
+			names = append(names, p4info.RegisterPoolWaiting)
+		}
 		for set := 0; set < 2; set++ {
 			first := set*slots + base
-			for _, name := range []string{p4info.RegisterPoolBitmap, p4info.RegisterPoolCount} {
+			for _, name := range names {
 				if err := rb.RegisterWriteRange(ctx, name, first, first+size, 0); err != nil {
 					return fmt.Errorf("reset pool: %w", err)
 				}
