@@ -69,6 +69,7 @@ func laneReplyEP(r, lane int) endpoint {
 }
 
 func workerEP(r int) endpoint { return laneWorkerEP(r, 0) }
+func replyEP(r int) endpoint  { return laneReplyEP(r, 0) }
 
 // rig is BMv2 running the v1model program with one job installed, three
 // raw ports standing for the workers, and the Go model of the switch fed
