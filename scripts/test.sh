@@ -40,6 +40,11 @@ echo "== gofmt"
 bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [[ -n "$bad" ]]; then echo "gofmt would change: $bad"; exit 1; fi
 
+# staticcheck, pinned, from the module proxy (cached after the first run).
+staticcheck=honnef.co/go/tools/cmd/staticcheck@v0.8.2
+echo "== staticcheck ($staticcheck)"
+go run "$staticcheck" ./...
+
 echo "== go test -race ./... (library, switch, controller, CLI)"
 go test -race -timeout 30m ./...
 
@@ -90,5 +95,5 @@ rm -rf "$capi_build"
 if [[ "${SWITCHML_SKIP_TRAINERS:-}" != 1 ]]; then
 	echo "== trainers (TensorFlow through graft)"
 	eval "$(trainers/setup.sh)"
-	(cd trainers && go vet ./... && go test -timeout 30m ./...)
+	(cd trainers && go vet ./... && go run "$staticcheck" ./... && go test -timeout 30m ./...)
 fi

@@ -113,8 +113,6 @@ func setBits(op engine.Op, src []int32) {
 	}
 }
 
-func opLen(op engine.Op) int { return len(op.F32) + len(op.I32) + len(op.U16) }
-
 // Fallback reports whether the session runs over the ring instead of the
 // switch (Config.Fallback), and why.
 func (s *Session) Fallback() (active bool, reason string) {

@@ -210,6 +210,7 @@ func BenchmarkPacket(b *testing.B) {
 						b.Fatal("result rejected")
 					}
 					ReadPayload(sums, payload)
+					buf = pkt[:0]
 				}
 			})
 		}

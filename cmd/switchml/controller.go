@@ -47,7 +47,7 @@ func runController(ctx context.Context, args []string) error {
 	fs.IntVar(&o.MaxSlotsPerClient, "max-slots-per-client", 0, "slots (lanes*window, summed over its jobs) that one client identity may hold; 0: no limit beyond the pool")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	metricsAddr := fs.String("metrics", "", metricsFlagHelp)
-	fs.StringVar(&o.TopologyFile, "topology", "", "`FILE` of JSON describing a two-level tree of software switches to program as one, instead of --target: {\"spine\": {\"p4runtime\": ADDR, \"dataplane\": ADDR}, \"leaves\": [{\"p4runtime\": ADDR, \"dataplane\": ADDR, \"workers\": [PREFIX, ...]}, ...]}; each leaf runs \"switchml switch --parent\" with the spine's dataplane address")
+	fs.StringVar(&o.TopologyFile, "topology", "", "`FILE` of JSON describing a two-level tree of software switches to program as one, instead of --target: {\"spine\": {\"p4runtime\": ADDR, \"dataplane\": ADDR}, \"leaves\": [{\"p4runtime\": ADDR, \"dataplane\": ADDR, \"workers\": [PREFIX, ...]}, ...]}; each leaf runs \"switchml switch --parent\" with the spine's dataplane address; BMv2 leaves (--target-kind bmv2) instead name uplink_port, port and thrift (see the docs of p4/controller.Topology)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -13,7 +13,8 @@ import (
 // simple_switch_grpc. Its device config is the JSON p4c-bm2-ss writes,
 // checked against the P4Info before it is pushed (BMv2 aborts on some
 // programs instead of refusing them); its P4Runtime server writes no
-// registers, so the pool is reset through its Thrift server.
+// registers, so the pool is reset through its Thrift server. BMv2 switches
+// can form a tree (the program's leaf role).
 func init() {
 	targets.Register(targets.Target{
 		Kind:              targets.BMv2,
@@ -27,7 +28,11 @@ func init() {
 			DefaultPort: 9090,
 			Writer:      func(addr string) targets.RegisterWriter { return thriftRegisters(addr) },
 		},
-		Capabilities: targets.FixedProgram,
+		Capabilities: func(maxElements int) (targets.Capabilities, error) {
+			c, err := targets.FixedProgram(maxElements)
+			c.Tree = true // the v1model program has the leaf role (p4/controller.Topology)
+			return c, err
+		},
 	})
 }
 

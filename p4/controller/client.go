@@ -3,14 +3,15 @@
 // BMv2 or a Tofino with the matching program), and the job service workers
 // register with (jobpb.JobService).
 //
-// The job service is a deterministic core (core.go: jobs, partitions,
-// leases, rounds, adoption; no I/O, goroutines or clock) driven by
-// JobService, which serves the RPCs, carries the core's decisions to the
-// switch and feeds it the switch's reports and the time. Run is the daemon:
-// it connects to the switch, serves the job service and reconnects when the
-// switch is lost. What operators see, the Status RPC and the Prometheus
-// collector (JobService.Collector), is read from the core under the
-// driver's lock; the switch's counters are read after, outside it.
+// The job service is a deterministic core (package jobcore: jobs,
+// partitions, leases, rounds, adoption; no I/O, goroutines or clock)
+// driven by JobService, which serves the RPCs, turns the core's effects
+// into P4Runtime entries (effects.go) and feeds it the switch's reports and
+// the time. Run is the daemon: it connects to the switch, serves the job
+// service and reconnects when the switch is lost. What operators see, the
+// Status RPC and the Prometheus collector (JobService.Collector), is a
+// snapshot the core hands over under the driver's lock; the switch's
+// counters are read after, outside it.
 //
 // The controller cannot be locked out of its switch: when another
 // controller takes primaryship, the Client logs who (the software switch's

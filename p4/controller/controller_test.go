@@ -15,6 +15,7 @@ import (
 
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
 	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/p4/controller/jobcore"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/softswitch"
@@ -335,8 +336,8 @@ func TestRegisterProgramsTheSwitch(t *testing.T) {
 	if resps[1].GetSessionId() != r.GetSessionId() || resps[1].GetJobId() != r.GetJobId() || resps[1].GetFirstSeq() != r.GetFirstSeq() {
 		t.Fatalf("ranks got different sessions: %v / %v", resps[0], resps[1])
 	}
-	if len(r.GetRankSecret()) != rankSecretLen || bytes.Equal(r.GetRankSecret(), resps[1].GetRankSecret()) {
-		t.Fatalf("rank secrets %x and %x: want one of %d bytes per rank", r.GetRankSecret(), resps[1].GetRankSecret(), rankSecretLen)
+	if len(r.GetRankSecret()) != jobcore.RankSecretLen || bytes.Equal(r.GetRankSecret(), resps[1].GetRankSecret()) {
+		t.Fatalf("rank secrets %x and %x: want one of %d bytes per rank", r.GetRankSecret(), resps[1].GetRankSecret(), jobcore.RankSecretLen)
 	}
 	if r.GetPoolSize() != 8 || r.GetSwitchDataplane() != "127.0.0.1:48864" || r.GetSessionId() == 0 {
 		t.Fatalf("response = %v", r)
@@ -466,7 +467,7 @@ func TestRegisterMismatch(t *testing.T) {
 			// Wait until rank 0 is in, so rank 1's request is compared to it.
 			for {
 				h.svc.mu.Lock()
-				in := h.svc.core.jobs[job] != nil
+				in := h.svc.core.Has(job)
 				h.svc.mu.Unlock()
 				if in {
 					break

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -11,7 +10,6 @@ import (
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/pipeline"
-	"github.com/switchml/switchml-go/wire"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -50,6 +48,11 @@ type JobEntries struct {
 	// for jobs a restarted controller found on the switch, whose key it
 	// cannot read back).
 	Key AuthKey
+	// Uplink, on a P4 switch that is a leaf of a tree, is where the job's
+	// partial sums go and whose results come back (the program's uplink
+	// and from_parent entries). Nil otherwise: a software leaf follows its
+	// --parent.
+	Uplink *p4info.Uplink
 }
 
 // AuthKey is a job's data-plane key. It prints as a placeholder, so that
@@ -175,6 +178,7 @@ func GroupUpdate(typ p4v1.Update_Type, id uint16, replicas []Replica) *p4v1.Upda
 	mg := &p4v1.MulticastGroupEntry{MulticastGroupId: uint32(id)}
 	if typ != p4v1.Update_DELETE {
 		for _, r := range replicas {
+			//lint:ignore SA1019 egress_port is the replica field PI (BMv2) and Stratum read
 			mg.Replicas = append(mg.Replicas, &p4v1.Replica{PortKind: &p4v1.Replica_EgressPort{EgressPort: r.Port}, Instance: uint32(r.Instance)})
 		}
 	}
@@ -213,6 +217,15 @@ func (c *Client) InstallJob(ctx context.Context, j JobEntries) error {
 	}
 	var first, second []*p4v1.Update
 	first = append(first, GroupUpdate(p4v1.Update_INSERT, j.MulticastGroup, j.Replicas))
+	if j.Uplink != nil {
+		// Before the workers entries: a slot use completed by the job's
+		// first packets must find where to send its partial sums.
+		up, from, err := p4info.UplinkEntries(c.IDs(), *j.Uplink, true)
+		if err != nil {
+			return fmt.Errorf("install job entries: %w", err)
+		}
+		first = append(first, tableUpdate(p4v1.Update_INSERT, up), tableUpdate(p4v1.Update_INSERT, from))
+	}
 	for _, r := range j.Replies {
 		u, err := ReplyUpdate(c.IDs(), p4v1.Update_INSERT, r)
 		if err != nil {
@@ -284,6 +297,13 @@ func (c *Client) RemoveJob(ctx context.Context, j JobEntries) error {
 		second = append(second, u)
 	}
 	second = append(second, GroupUpdate(p4v1.Update_DELETE, j.MulticastGroup, nil))
+	if j.Uplink != nil {
+		up, from, err := p4info.UplinkEntries(c.IDs(), *j.Uplink, false)
+		if err != nil {
+			return fmt.Errorf("remove job entries: %w", err)
+		}
+		second = append(second, tableUpdate(p4v1.Update_DELETE, up), tableUpdate(p4v1.Update_DELETE, from))
+	}
 	c.mu.Lock()
 	keys := c.keys
 	c.mu.Unlock()
@@ -354,9 +374,14 @@ func (c *Client) ResetPool(ctx context.Context, base, size, slots int) error {
 		if ids.RegisterPoolBitmap == 0 {
 			return fmt.Errorf("controller: pool reset through the register backend needs register %s", p4info.RegisterPoolBitmap)
 		}
+		names := []string{p4info.RegisterPoolBitmap, p4info.RegisterPoolCount}
+		if ids.Leaf() {
+			// A use left waiting for a parent's result must not take one.
+			names = append(names, p4info.RegisterPoolWaiting)
+		}
 		for set := 0; set < 2; set++ {
 			first := set*slots + base
-			for _, name := range []string{p4info.RegisterPoolBitmap, p4info.RegisterPoolCount} {
+			for _, name := range names {
 				if err := rb.RegisterWriteRange(ctx, name, first, first+size, 0); err != nil {
 					return fmt.Errorf("reset pool: %w", err)
 				}
@@ -461,7 +486,8 @@ func (c *Client) ReadMulticastGroups(ctx context.Context) (map[uint16][]Replica,
 		mg := e.GetPacketReplicationEngineEntry().GetMulticastGroupEntry()
 		reps := []Replica{}
 		for _, r := range mg.GetReplicas() {
-			port := r.GetEgressPort() //nolint:staticcheck // still what most targets return
+			//lint:ignore SA1019 still what most targets return
+			port := r.GetEgressPort()
 			if b := r.GetPort(); len(b) > 0 {
 				p, err := p4info.Uint(b, 32)
 				if err != nil {
@@ -610,14 +636,4 @@ func (c *Client) SetSimulatedLoss(ctx context.Context, ingress, egress float64) 
 		return fmt.Errorf("controller: set simulated loss: %w", err)
 	}
 	return nil
-}
-
-// drawKey draws a job's data-plane key from the core's random source
-// (crypto/rand in the service).
-func (c *core) drawKey() AuthKey {
-	key := make(AuthKey, wire.KeyLen)
-	for i := 0; i < len(key); i += 8 {
-		binary.LittleEndian.PutUint64(key[i:], c.cfg.Rand())
-	}
-	return key
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/p4/controller/jobcore"
 )
 
 // joined registers a job of n ranks and opens every rank's lease; it
@@ -275,7 +276,7 @@ func TestRestartedControllerEndsWhatNobodyClaims(t *testing.T) {
 	// The grace ends: the service's timer would tick the core then; the
 	// test ticks it past the grace at once, so that no loaded machine can
 	// let the grace run out before rank 0's claim.
-	svc.step(func(c *core) { c.Tick(time.Now().Add(2 * time.Hour)) })
+	svc.step(func(c *jobcore.Core) { c.Tick(time.Now().Add(2 * time.Hour)) })
 	if why := abortedWith(t, st); !strings.Contains(why, "rank 1 did not come back") {
 		t.Errorf("half-claimed job ended with %q", why)
 	}
@@ -369,7 +370,7 @@ func TestUnwatchedJobEndsAfterTheLeaseGrace(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	svc.mu.Lock()
-	n := svc.core.endings[endRankLost]
+	n := svc.core.Gauges().Ended[jobcore.EndRankLost]
 	svc.mu.Unlock()
 	if n != 1 {
 		t.Fatalf("%d jobs ended as a lost rank, want 1", n)

@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/switchml/switchml-go/p4/controller/jobcore"
 )
 
 // serviceMetrics are the job service's event counters; the job table's
@@ -63,7 +64,7 @@ func (s *JobService) Collector() prometheus.Collector {
 
 // tableStates are the states the jobs gauge always reports, zero or not,
 // so that a state's series does not come and go.
-var tableStates = []string{jobGathering.String(), jobQueued.String(), jobInstalling.String(), jobActive.String(), jobDraining.String(), stateUnclaimed}
+var tableStates = jobcore.States()
 
 func (c *serviceCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.jobs, c.slots, c.slotsFree, c.jobSlots, c.jobWorkers, c.ended} {
@@ -86,18 +87,17 @@ type liveJob struct {
 func (c *serviceCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
 	s.mu.Lock()
-	byState := s.core.jobsByState()
-	used := s.core.slotsInUse()
-	endings := s.core.endings
-	var live []liveJob
-	for _, j := range s.core.liveJobs() {
-		name := j.name
-		if name == "" {
-			name = "unclaimed-" + strconv.FormatUint(uint64(j.resp.GetJobId()), 10)
-		}
-		live = append(live, liveJob{name: name, slots: int(j.resp.GetPoolSize()), workers: len(j.ranks)})
-	}
+	g := s.core.Gauges()
 	s.mu.Unlock()
+	byState, used, endings := g.ByState, g.SlotsInUse, g.Ended
+	var live []liveJob
+	for _, j := range g.Live {
+		name := j.Name
+		if name == "" {
+			name = "unclaimed-" + strconv.FormatUint(uint64(j.JobID), 10)
+		}
+		live = append(live, liveJob{name: name, slots: j.Slots, workers: j.Workers})
+	}
 
 	gauge := func(d *prometheus.Desc, v int, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
@@ -121,7 +121,7 @@ func (c *serviceCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.jobWorkers, a.workers, name)
 	}
 	for cause, n := range endings {
-		ch <- prometheus.MustNewConstMetric(c.ended, prometheus.CounterValue, float64(n), endCause(cause).String())
+		ch <- prometheus.MustNewConstMetric(c.ended, prometheus.CounterValue, float64(n), jobcore.EndCause(cause).String())
 	}
 	m := s.metrics
 	m.registrations.Collect(ch)

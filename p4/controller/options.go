@@ -143,7 +143,10 @@ func (o Options) prepareTarget(cfg *Config) error {
 	}
 	cfg.Switch.Auth = o.Auth
 	if cfg.Topology != nil && !caps.Tree {
-		return fmt.Errorf("--topology with --target-kind %s: a topology is a tree of software switches (a leaf runs \"switchml switch --parent\")", kind.Kind)
+		return fmt.Errorf("--topology with --target-kind %s: its program has no leaf role; a tree runs on %s", kind.Kind, orList(kindsWhere(func(t targets.Target) bool {
+			c, err := t.Capabilities(0)
+			return err == nil && c.Tree
+		})))
 	}
 	if o.Auth && !caps.Auth {
 		return fmt.Errorf("--auth with --target-kind %s: a P4 program cannot check a MAC on packets; --auth needs the software switch (p4/README.md says how to isolate a P4 switch's fabric instead)", kind.Kind)
@@ -158,6 +161,10 @@ func (o Options) prepareTarget(cfg *Config) error {
 	}
 	if cfg.Registers, err = o.registers(kind, cfg.Target); err != nil {
 		return err
+	}
+	if cfg.Topology != nil && kind.Registers != nil {
+		// Each switch of a tree names its own register server.
+		cfg.Topology.Registers = func(addr string) RegisterBackend { return kind.Registers.Writer(addr) }
 	}
 	cfg.DeviceConfig, err = o.deviceConfig(kind, cfg.P4Info)
 	return err

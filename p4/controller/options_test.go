@@ -81,6 +81,12 @@ func TestOptionsPrepareLooksTheKindUp(t *testing.T) {
 		t.Errorf("bmv2: switch %+v, registers %v, arch %q; want a P4 switch reset through Thrift at 10.0.0.5:9090 with the v1model P4Info", bm.Switch, bm.Registers, bm.P4Info.GetPkgInfo().GetArch())
 	}
 
+	o.TopologyFile = writeFile(t, dir, "tree.json", `{"spine": {"p4runtime": "10.0.0.1:9559", "dataplane": "10.0.0.1:48864", "thrift": "10.0.0.1:9090"},
+		"leaves": [{"p4runtime": "10.0.1.1:9559", "dataplane": "10.0.1.1:48864", "thrift": "10.0.1.1:9090", "workers": ["10.0.1.0/24"], "uplink_port": 9, "port": 1}]}`)
+	if tree, err := o.Prepare(); err != nil || tree.Topology == nil || tree.Topology.Registers == nil || fmt.Sprint(tree.Topology.Registers("10.0.1.1:9090")) != "10.0.1.1:9090" {
+		t.Errorf("a tree of bmv2 switches: %v; want each switch's pool reset through the Thrift server it names", err)
+	}
+
 	o = flagDefaults(KindTofino)
 	o.PortMapFile, o.DeviceConfigFile = ports, tofinoBin
 	tf, err := o.Prepare()
@@ -123,9 +129,9 @@ func TestOptionsPrepareRefuses(t *testing.T) {
 		{"bad values", func(o *Options) { o.Slots, o.MaxElements, o.IngressLoss, o.JoinTimeout = 0, 5000, 1, 0 },
 			[]string{"--slots 0", "--max-elements 5000", "--simulate-loss-in 1", "--join-timeout 0s"}},
 		{"admin without mutual TLS", func(o *Options) { o.Admins = []string{"ops"} }, []string{"--admin names a client certificate"}},
-		{"topology of P4 switches", func(o *Options) {
-			o.TargetKind, o.TopologyFile, o.PortMapFile, o.SkipPipeline = KindBMv2, topology, ports, true
-		}, []string{"--topology with --target-kind bmv2"}},
+		{"topology of Tofinos", func(o *Options) {
+			o.TargetKind, o.TopologyFile, o.PortMapFile, o.SkipPipeline = KindTofino, topology, ports, true
+		}, []string{"--topology with --target-kind tofino", "a tree runs on softswitch or bmv2"}},
 		{"bad MAC", func(o *Options) { o.SwitchMACAddr = "02:00" }, []string{"bad --switch-mac"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

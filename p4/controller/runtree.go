@@ -7,6 +7,7 @@ import (
 	"time"
 
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
+	"github.com/switchml/switchml-go/p4/p4info"
 )
 
 // runTree is Run for a Topology: it programs the spine and every leaf, and
@@ -15,7 +16,12 @@ import (
 // whole tree afresh once every switch answers again.
 func runTree(ctx context.Context, cfg Config) error {
 	if cfg.Switch.P4() {
-		return fmt.Errorf("controller: a topology is for software switches (a leaf must run `switchml switch --parent`), not %s", cfg.Switch.Kind)
+		if err := cfg.Topology.checkP4(cfg.Switch.Kind); err != nil {
+			return fmt.Errorf("controller: %w", err)
+		}
+		if cfg.Topology.Registers == nil {
+			return fmt.Errorf("controller: a tree of %s switches needs Topology.Registers to reset their pools", cfg.Switch.Kind)
+		}
 	}
 	tree, clients, err := dialTree(ctx, cfg)
 	if err != nil {
@@ -106,6 +112,9 @@ func dialTree(ctx context.Context, cfg Config) (*Tree, []*Client, error) {
 	for i, sw := range sws {
 		c := cfg
 		c.Target = sw.P4Runtime
+		if cfg.Switch.P4() {
+			c.Registers = t.Registers(sw.Thrift)
+		}
 		cl, adopted, err := connect(ctx, c, sw.dataplane)
 		if err != nil {
 			return fail(fmt.Errorf("%s: %w", treeName(t, i), err))
@@ -130,6 +139,14 @@ func dialTree(ctx context.Context, cfg Config) (*Tree, []*Client, error) {
 	tree, err := NewTree(t, controlled{clients[0]}, leaves)
 	if err != nil {
 		return fail(err)
+	}
+	if cfg.Switch.P4() {
+		for i, cl := range clients[1:] {
+			if !cl.IDs().Leaf() {
+				return fail(fmt.Errorf("%s: the program pushed to it has no leaf role (tables %s and %s)", t.Leaves[i].Name, p4info.TableUplink, p4info.TableFromParent))
+			}
+		}
+		tree.uplinks = true
 	}
 	return tree, clients, nil
 }
@@ -168,6 +185,19 @@ func clearJobs(ctx context.Context, cl *Client, timeout time.Duration) error {
 	}
 	for id := range groups {
 		dels = append(dels, GroupUpdate(p4v1.Update_DELETE, id, nil))
+	}
+	if ids := cl.IDs(); ids.Leaf() {
+		// A P4 leaf's uplink entries (JobEntries.Uplink).
+		for _, table := range []uint32{ids.TableUplink, ids.TableFromParent} {
+			ents, err := cl.Read(ctx, &p4v1.Entity{Entity: &p4v1.Entity_TableEntry{TableEntry: &p4v1.TableEntry{TableId: table}}})
+			if err != nil {
+				return err
+			}
+			for _, e := range ents {
+				te := e.GetTableEntry()
+				dels = append(dels, tableUpdate(p4v1.Update_DELETE, &p4v1.TableEntry{TableId: te.GetTableId(), Match: te.GetMatch(), Priority: te.GetPriority()}))
+			}
+		}
 	}
 	if len(dels) == 0 {
 		return nil

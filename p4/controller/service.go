@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/p4/controller/jobcore"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/secure"
 	"google.golang.org/grpc/codes"
@@ -130,11 +131,11 @@ type JobService struct {
 	control controlState // see SetControlLost
 
 	mu   sync.Mutex // guards the core and the fields below
-	core *core
+	core *jobcore.Core
 	// waiters are the calls waiting for the core's answer; each channel
 	// takes the one answer without blocking.
-	waiters    map[waiter]chan answer
-	lastWaiter waiter
+	waiters    map[jobcore.Waiter]chan jobcore.Answer
+	lastWaiter jobcore.Waiter
 	// back is closed when the switch can be programmed again after
 	// SwitchLost.
 	back chan struct{}
@@ -184,12 +185,13 @@ func NewJobService(sw Switch, cfg ServiceConfig) (*JobService, error) {
 	if err := cfg.JobLimits.check(); err != nil {
 		return nil, fmt.Errorf("controller: NewJobService: %w", err)
 	}
-	c := newCore(coreConfig{Dataplane: cfg.Dataplane, Shards: cfg.Shards, Slots: cfg.Slots, Target: cfg.Target, Logger: cfg.Logger,
+	c := jobcore.New(jobcore.Config{Dataplane: cfg.Dataplane, Shards: cfg.Shards, Slots: cfg.Slots, Logger: cfg.Logger,
+		Admit: cfg.Target.check, PortOf: cfg.Target.portOf, Keyed: cfg.Target.Auth,
 		Rand: randUint64, DrainWait: switchRPCTimeout, LeaseGrace: cfg.LeaseGrace, JoinTimeout: cfg.JoinTimeout,
 		MaxJobsPerClient: max(cfg.MaxJobsPerClient, 0), MaxSlotsPerClient: cfg.MaxSlotsPerClient})
 	drained := make(chan struct{})
 	close(drained)
-	s := &JobService{sw: sw, cfg: cfg, log: cfg.Logger, core: c, waiters: map[waiter]chan answer{}, drained: drained, metrics: newServiceMetrics()}
+	s := &JobService{sw: sw, cfg: cfg, log: cfg.Logger, core: c, waiters: map[jobcore.Waiter]chan jobcore.Answer{}, drained: drained, metrics: newServiceMetrics()}
 	s.current.Store(&switchRef{sw})
 	return s, nil
 }
@@ -200,39 +202,36 @@ func randUint64() uint64 {
 	return binary.LittleEndian.Uint64(b[:])
 }
 
-// GRPCStatus makes the core's refusals gRPC errors with their code.
-func (r *refusal) GRPCStatus() *status.Status { return status.New(r.code, r.msg) }
-
 // step runs f on the core under s.mu and carries out what the core asks
 // for: answers reach their callers before the lock is released, and switch
 // work starts after, in the background.
-func (s *JobService) step(f func(c *core)) {
+func (s *JobService) step(f func(c *jobcore.Core)) {
 	s.mu.Lock()
 	f(s.core)
 	fx := s.core.Ready()
-	for _, a := range fx.answers {
-		if ch := s.waiters[a.to]; ch != nil {
+	for _, a := range fx.Answers {
+		if ch := s.waiters[a.To()]; ch != nil {
 			ch <- a
-			delete(s.waiters, a.to)
+			delete(s.waiters, a.To())
 		}
 	}
 	s.noteDrained()
 	s.rearm()
 	s.mu.Unlock()
-	for _, in := range fx.installs {
+	for _, in := range fx.Installs {
 		go s.install(in)
 	}
-	for _, rm := range fx.removals {
+	for _, rm := range fx.Removals {
 		go s.remove(rm)
 	}
 }
 
 // enter makes a call that may wait for the core's answer: f hands it to
 // the core as w, and its answer comes on ch unless f refuses it.
-func (s *JobService) enter(f func(c *core, w waiter) error) (w waiter, ch chan answer, err error) {
-	s.step(func(c *core) {
+func (s *JobService) enter(f func(c *jobcore.Core, w jobcore.Waiter) error) (w jobcore.Waiter, ch chan jobcore.Answer, err error) {
+	s.step(func(c *jobcore.Core) {
 		s.lastWaiter++
-		w, ch = s.lastWaiter, make(chan answer, 1)
+		w, ch = s.lastWaiter, make(chan jobcore.Answer, 1)
 		s.waiters[w] = ch
 		if err = f(c, w); err != nil {
 			delete(s.waiters, w)
@@ -243,18 +242,18 @@ func (s *JobService) enter(f func(c *core, w waiter) error) (w waiter, ch chan a
 
 // await waits for the core's answer to w until ctx is done; then the core
 // hears that the caller gave up, unless the answer came first.
-func (s *JobService) await(ctx context.Context, w waiter, ch chan answer) (answer, error) {
+func (s *JobService) await(ctx context.Context, w jobcore.Waiter, ch chan jobcore.Answer) (jobcore.Answer, error) {
 	select {
 	case a := <-ch:
-		return a, a.err
+		return a, a.Err()
 	case <-ctx.Done():
 	}
-	var a answer
+	var a jobcore.Answer
 	var err error
-	s.step(func(c *core) {
+	s.step(func(c *jobcore.Core) {
 		select {
 		case a = <-ch: // answered meanwhile: take it
-			err = a.err
+			err = a.Err()
 		default:
 			delete(s.waiters, w)
 			err = c.GiveUp(w, status.FromContextError(ctx.Err()).Code())
@@ -293,7 +292,7 @@ func (s *JobService) rearm() {
 	}
 }
 
-func (s *JobService) tick() { s.step(func(c *core) { c.Tick(time.Now()) }) }
+func (s *JobService) tick() { s.step(func(c *jobcore.Core) { c.Tick(time.Now()) }) }
 
 // stop ends the timer, so that a grace period or drain wait running out
 // after the service is done changes nothing; leases that end after it
@@ -308,12 +307,12 @@ func (s *JobService) stop() {
 }
 
 // install programs the switch for a job the core placed, and reports.
-func (s *JobService) install(in install) {
+func (s *JobService) install(in jobcore.Install) {
 	s.swMu.Lock()
 	ctx, cancel := context.WithTimeout(context.Background(), switchRPCTimeout)
-	err := s.sw.ResetPool(ctx, in.base, in.size, s.cfg.Slots)
+	err := s.sw.ResetPool(ctx, int(in.Place.PoolBase), int(in.Place.PoolSize), s.cfg.Slots)
 	if err == nil {
-		err = s.sw.InstallJob(ctx, in.entries)
+		err = s.sw.InstallJob(ctx, entriesOf(in.Place))
 	}
 	cancel()
 	s.swMu.Unlock()
@@ -327,29 +326,27 @@ func (s *JobService) install(in install) {
 			// registrants' own contexts did.
 			code = codes.Unavailable
 		}
-		err = status.Errorf(code, "job %q: programming the switch failed: %v", in.job, err)
+		err = status.Errorf(code, "job %q: programming the switch failed: %v", in.Job, err)
 	}
-	s.step(func(c *core) {
-		j := c.installing[in.gen]
-		c.Installed(in.gen, err, time.Now())
-		if j != nil && j.state == jobActive && !j.registeredAt.IsZero() {
-			s.metrics.ready.Observe(time.Since(j.registeredAt).Seconds())
+	s.step(func(c *jobcore.Core) {
+		if took, ready := c.Installed(in.Gen, err, time.Now()); ready {
+			s.metrics.ready.Observe(took.Seconds())
 		}
 	})
 }
 
 // remove deletes a retired job's switch entries, and reports.
-func (s *JobService) remove(rm removal) {
+func (s *JobService) remove(rm jobcore.Removal) {
 	s.swMu.Lock()
 	ctx, cancel := context.WithTimeout(context.Background(), switchRPCTimeout)
-	err := s.sw.RemoveJob(ctx, rm.entries)
+	err := s.sw.RemoveJob(ctx, entriesOf(rm.Place))
 	cancel()
 	s.swMu.Unlock()
 	if err != nil {
 		s.metrics.switchErrors.WithLabelValues("remove").Inc()
-		s.log.Warn("controller: removing job entries", "job", rm.job, "err", err)
+		s.log.Warn("controller: removing job entries", "job", rm.Job, "err", err)
 	}
-	s.step(func(c *core) { c.Removed(rm.gen, time.Now()) })
+	s.step(func(c *jobcore.Core) { c.Removed(rm.Gen, time.Now()) })
 }
 
 // Drained is closed once no retired job's switch entries are still being
@@ -382,11 +379,11 @@ func (s *JobService) Describe(context.Context, *jobpb.DescribeRequest) (*jobpb.D
 // a job's name belongs to its token while the job lives.
 func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (resp *jobpb.RegisterResponse, err error) {
 	defer func() { s.metrics.registrations.WithLabelValues(status.Code(err).String()).Inc() }()
-	var addrs []netip.AddrPort
+	var chk jobcore.Checked
 	var offline string
 	var back chan struct{}
-	s.step(func(c *core) {
-		if addrs, _, err = c.Check(req); err != nil {
+	s.step(func(c *jobcore.Core) {
+		if chk, err = c.Check(req); err != nil {
 			c.CannotForm(req, err, time.Now()) // its peers learn at once why the job cannot form
 		}
 		offline, back = c.Offline(), s.back
@@ -396,12 +393,12 @@ func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (
 	}
 	tree, _ := s.current.Load().Switch.(*Tree)
 	var leafDP netip.AddrPort
-	if tree != nil && len(addrs) > 0 {
+	if addrs := chk.LaneAddresses(); tree != nil && len(addrs) > 0 {
 		var ok bool
 		if leafDP, ok = tree.DataplaneOf(addrs[0].Addr()); !ok {
 			err := invalid("rank %d sends from %v, which is under no leaf of the controller's topology (%s); add its prefix to a leaf's workers, or bind the worker to a listed address",
 				req.GetRank(), addrs[0].Addr(), tree.topo)
-			s.step(func(c *core) { c.CannotForm(req, err, time.Now()) })
+			s.step(func(c *jobcore.Core) { c.CannotForm(req, err, time.Now()) })
 			return nil, err
 		}
 	}
@@ -422,7 +419,7 @@ func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (
 	ctx, cancel := answerBefore(ctx)
 	defer cancel()
 	client := secure.IdentityOf(ctx).Name()
-	w, ch, err := s.enter(func(c *core, w waiter) error { return c.Register(w, req, client, time.Now()) })
+	w, ch, err := s.enter(func(c *jobcore.Core, w jobcore.Waiter) error { return c.Register(w, chk, client, time.Now()) })
 	if err != nil {
 		return nil, err
 	}
@@ -430,13 +427,13 @@ func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (
 	if err != nil {
 		return nil, err
 	}
-	if tree != nil && a.resp.GetSwitchDataplane() != "" {
+	if tree != nil && a.Registered().GetSwitchDataplane() != "" {
 		// Each rank sends to its own leaf.
-		resp := proto.Clone(a.resp).(*jobpb.RegisterResponse)
+		resp := proto.Clone(a.Registered()).(*jobpb.RegisterResponse)
 		resp.SwitchDataplane, resp.LaneDataplanes = leafDP.String(), nil
 		return resp, nil
 	}
-	return a.resp, nil
+	return a.Registered(), nil
 }
 
 // Barrier implements jobpb.JobService. Only a rank of the session,
@@ -445,7 +442,7 @@ func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (
 func (s *JobService) Barrier(ctx context.Context, req *jobpb.BarrierRequest) (*jobpb.BarrierResponse, error) {
 	ctx, cancel := answerBefore(ctx)
 	defer cancel()
-	w, ch, err := s.enter(func(c *core, w waiter) error { return c.Barrier(w, req) })
+	w, ch, err := s.enter(func(c *jobcore.Core, w jobcore.Waiter) error { return c.Barrier(w, req) })
 	if err != nil {
 		return nil, err
 	}
@@ -459,7 +456,7 @@ func (s *JobService) Barrier(ctx context.Context, req *jobpb.BarrierRequest) (*j
 func (s *JobService) Broadcast(ctx context.Context, req *jobpb.BroadcastRequest) (*jobpb.BroadcastResponse, error) {
 	ctx, cancel := answerBefore(ctx)
 	defer cancel()
-	w, ch, err := s.enter(func(c *core, w waiter) error { return c.Broadcast(w, req) })
+	w, ch, err := s.enter(func(c *jobcore.Core, w jobcore.Waiter) error { return c.Broadcast(w, req) })
 	if err != nil {
 		return nil, err
 	}
@@ -467,17 +464,17 @@ func (s *JobService) Broadcast(ctx context.Context, req *jobpb.BroadcastRequest)
 	if err != nil {
 		return nil, err
 	}
-	return &jobpb.BroadcastResponse{Data: a.data}, nil
+	return &jobpb.BroadcastResponse{Data: a.Data()}, nil
 }
 
 // Leave implements jobpb.JobService.
 func (s *JobService) Leave(ctx context.Context, req *jobpb.LeaveRequest) (*jobpb.LeaveResponse, error) {
 	var err error
-	var p partition
+	var p jobcore.Partition
 	var gen uint64
-	s.step(func(c *core) {
+	s.step(func(c *jobcore.Core) {
 		if err = c.Leave(req); err == nil {
-			p, gen = c.leftEarly(req)
+			p, gen = c.LeftEarly(req)
 		}
 	})
 	if err != nil {
@@ -486,8 +483,8 @@ func (s *JobService) Leave(ctx context.Context, req *jobpb.LeaveRequest) (*jobpb
 	if gen != 0 {
 		// Its peers run on: do the job's slots wait for this rank's
 		// share (it left in the middle of a call they make)?
-		if v := s.diagnose(ctx, p); v.missing[int(req.GetRank())] > 0 {
-			s.step(func(c *core) { c.LeftMidCall(gen, req.GetRank(), v.missing[int(req.GetRank())]) })
+		if v := s.diagnose(ctx, p); v.Missing[int(req.GetRank())] > 0 {
+			s.step(func(c *jobcore.Core) { c.LeftMidCall(gen, req.GetRank(), v.Missing[int(req.GetRank())]) })
 		}
 	}
 	return &jobpb.LeaveResponse{}, nil
@@ -495,12 +492,12 @@ func (s *JobService) Leave(ctx context.Context, req *jobpb.LeaveRequest) (*jobpb
 
 // Abort implements jobpb.JobService.
 func (s *JobService) Abort(ctx context.Context, req *jobpb.AbortRequest) (*jobpb.AbortResponse, error) {
-	var v stallVerdict
+	var v jobcore.Stall
 	if req.GetSwitchUnreachable() {
 		// Before it is taken for a lost switch: does the switch answer, and
 		// do the job's slots wait for ranks that stopped sending?
 		s.mu.Lock()
-		p, ok, err := s.core.partitionOf(req)
+		p, ok, err := s.core.PartitionOf(req)
 		s.mu.Unlock()
 		if err != nil {
 			return nil, err
@@ -511,7 +508,7 @@ func (s *JobService) Abort(ctx context.Context, req *jobpb.AbortRequest) (*jobpb
 	}
 	var cause, why string
 	var err error
-	s.step(func(c *core) { cause, why, err = c.Abort(req, v) })
+	s.step(func(c *jobcore.Core) { cause, why, err = c.Abort(req, v) })
 	if err != nil {
 		return nil, err
 	}
@@ -520,13 +517,13 @@ func (s *JobService) Abort(ctx context.Context, req *jobpb.AbortRequest) (*jobpb
 
 // Watch implements jobpb.JobService: the stream is the rank's lease.
 func (s *JobService) Watch(req *jobpb.WatchRequest, stream jobpb.JobService_WatchServer) error {
-	w, ch, err := s.enter(func(c *core, w waiter) error { return c.Watch(w, req) })
+	w, ch, err := s.enter(func(c *jobcore.Core, w jobcore.Waiter) error { return c.Watch(w, req) })
 	if err != nil {
 		return err
 	}
 	// end ends the lease unless the job ended first.
 	end := func(lost bool) {
-		s.step(func(c *core) {
+		s.step(func(c *jobcore.Core) {
 			select {
 			case <-ch:
 			default:
@@ -541,7 +538,8 @@ func (s *JobService) Watch(req *jobpb.WatchRequest, stream jobpb.JobService_Watc
 	}
 	select {
 	case a := <-ch:
-		return stream.Send(&jobpb.WatchEvent{Aborted: true, Reason: a.ended, Cause: a.cause.String()})
+		why, cause := a.Ended()
+		return stream.Send(&jobpb.WatchEvent{Aborted: true, Reason: why, Cause: cause.String()})
 	case <-stream.Context().Done():
 		end(true)
 		return nil
@@ -554,7 +552,7 @@ func (s *JobService) Watch(req *jobpb.WatchRequest, stream jobpb.JobService_Watc
 // SwitchBack.
 func (s *JobService) SwitchLost(why string) {
 	s.metrics.switchLost.Inc()
-	s.step(func(c *core) {
+	s.step(func(c *jobcore.Core) {
 		if c.Offline() == "" {
 			s.back = make(chan struct{})
 		}
@@ -568,7 +566,7 @@ func (s *JobService) SwitchBack(sw Switch) {
 	s.sw = sw
 	s.current.Store(&switchRef{sw})
 	s.swMu.Unlock()
-	s.step(func(c *core) {
+	s.step(func(c *jobcore.Core) {
 		if c.Offline() != "" {
 			c.SwitchBack()
 			close(s.back)
@@ -598,7 +596,7 @@ func (s *JobService) Adopt(ctx context.Context, sw interface {
 	if err != nil {
 		return fmt.Errorf("controller: read back the switch's multicast groups: %w", err)
 	}
-	s.step(func(c *core) { c.Adopt(workers, replies, groups, time.Now(), grace) })
+	s.step(func(c *jobcore.Core) { c.Adopt(placementsOf(workers, replies, groups), time.Now(), grace) })
 	return nil
 }
 

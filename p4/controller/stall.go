@@ -4,18 +4,15 @@ package controller
 // switch may be lost, or a rank of the job may have stopped sending: the
 // slots it did not contribute to wait for it, and no result comes. The
 // controller tells the two apart by asking the switch which ranks the
-// job's waiting slots lack, before it records a switch loss.
+// job's waiting slots lack, before it records a switch loss; the job core
+// words the job's end by what it learned (jobcore.Stall).
 
 import (
 	"context"
 	"errors"
-	"fmt"
-	"maps"
-	"slices"
-	"strconv"
-	"strings"
 
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
+	"github.com/switchml/switchml-go/p4/controller/jobcore"
 )
 
 // stallReader is a switch that can say which ranks a job's slots wait for
@@ -98,58 +95,19 @@ func (c *Client) readCells(ctx context.Context, id uint32, idx []int64) (map[int
 	return out, nil
 }
 
-// stallVerdict is what the driver learned from the switch about a job a
-// rank gave up on: whether the switch answered, and which ranks the job's
-// waiting slots lack (rank: slots).
-type stallVerdict struct {
-	asked    bool
-	answered bool
-	missing  map[int]int
-}
-
-// stalled describes the ranks the verdict found missing, or "" when it
-// found none (or could not ask).
-func (v stallVerdict) stalled() (who string, slots int) {
-	if !v.answered || len(v.missing) == 0 {
-		return "", 0
-	}
-	ranks := slices.Sorted(maps.Keys(v.missing))
-	words := make([]string, len(ranks))
-	for i, r := range ranks {
-		words[i] = strconv.Itoa(r)
-		slots = max(slots, v.missing[r])
-	}
-	if len(ranks) == 1 {
-		return "rank " + words[0], slots
-	}
-	return "ranks " + strings.Join(words, ", "), slots
-}
-
 // diagnose asks the switch which ranks the partition's slots wait for,
 // within statusReadTimeout.
-func (s *JobService) diagnose(ctx context.Context, p partition) stallVerdict {
+func (s *JobService) diagnose(ctx context.Context, p jobcore.Partition) jobcore.Stall {
 	sr, ok := s.current.Load().Switch.(stallReader)
 	if !ok {
-		return stallVerdict{}
+		return jobcore.Stall{}
 	}
 	ctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
 	defer cancel()
-	missing, err := sr.WaitingFor(ctx, p.base, p.size, s.cfg.Slots, p.world)
+	missing, err := sr.WaitingFor(ctx, p.Base, p.Size, s.cfg.Slots, p.World)
 	if err != nil {
-		s.log.Warn("controller: reading which ranks a job's slots wait for", "job", p.job, "err", err)
-		return stallVerdict{asked: true}
+		s.log.Warn("controller: reading which ranks a job's slots wait for", "job", p.Job, "err", err)
+		return jobcore.Stall{Asked: true}
 	}
-	return stallVerdict{asked: true, answered: true, missing: missing}
-}
-
-// partition is where a job sits in the pool, for diagnose.
-type partition struct {
-	job               string
-	base, size, world int
-}
-
-// stalledCause words the end of a job whose waiting slots lack who.
-func stalledCause(who string, slots, giver int, reason string) string {
-	return fmt.Sprintf("aborted: %s stopped sending: the switch answers and holds %d of the job's slots waiting for it (rank %d gave up waiting: %s)",
-		who, slots, giver, reason)
+	return jobcore.Stall{Asked: true, Answered: true, Missing: missing}
 }

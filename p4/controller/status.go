@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/p4/controller/jobcore"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/secure"
@@ -90,21 +91,22 @@ func (s *JobService) Status(ctx context.Context, req *jobpb.StatusRequest) (*job
 	id := secure.IdentityOf(ctx)
 	redact := id.TLS && !s.admin().Permits(id)
 	s.mu.Lock()
+	g := s.core.Gauges()
 	resp := &jobpb.StatusResponse{
 		TargetKind: s.cfg.Target.Kind, Dataplane: s.dataplanes(), Slots: uint32(s.cfg.Slots),
-		SlotsInUse: uint32(s.core.slotsInUse()), Offline: s.core.Offline(),
+		SlotsInUse: uint32(g.SlotsInUse), Offline: s.core.Offline(),
 		Ended: map[string]uint64{}, Redacted: redact,
 	}
 	var next int
-	resp.Jobs, next = s.core.statusJobs(time.Now(), first, size, statusView{redact: redact, rankBytes: statusRankBytes})
+	resp.Jobs, next = s.core.StatusJobs(time.Now(), first, size, jobcore.StatusView{Redact: redact, RankBytes: statusRankBytes})
+	s.mu.Unlock()
 	if next > 0 {
 		resp.NextPageToken = pageToken(next)
 	}
 	resp.ControlLost = s.ControlLost()
-	for cause, n := range s.core.endings {
-		resp.Ended[endCause(cause).String()] = n
+	for cause, n := range g.Ended {
+		resp.Ended[jobcore.EndCause(cause).String()] = n
 	}
-	s.mu.Unlock()
 	if req.GetSkipSwitchCounters() {
 		return resp, nil
 	}

@@ -165,22 +165,3 @@ func TestStatusPages(t *testing.T) {
 		t.Errorf("a page past the end: %v, %v; want an empty last page", st, err)
 	}
 }
-
-// TestStatusBoundsAddresses: past the byte budget of lane addresses, a
-// job's further ranks are counted, not listed.
-func TestStatusBoundsAddresses(t *testing.T) {
-	rg := newRig(t, 64)
-	for r := range uint32(6) {
-		if err := rg.c.Register(rg.waiter(), regReq("wide", r, 6, 1, 4, 50), "test", rg.now); err != nil {
-			t.Fatal(err)
-		}
-	}
-	jobs, next := rg.c.statusJobs(rg.now, 0, 10, statusView{rankBytes: 3 * 40})
-	if len(jobs) != 1 || next != 0 {
-		t.Fatalf("%d jobs, next %d", len(jobs), next)
-	}
-	j := jobs[0]
-	if len(j.GetRanks()) == 6 || len(j.GetRanks())+int(j.GetRanksOmitted()) != 6 {
-		t.Errorf("%d ranks listed, %d omitted; want a bounded list that counts the rest", len(j.GetRanks()), j.GetRanksOmitted())
-	}
-}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/p4/controller/jobcore"
 	"github.com/switchml/switchml-go/p4/targets"
 	"google.golang.org/grpc/codes"
 )
@@ -118,7 +119,7 @@ func (t Target) check(r *jobpb.RegisterRequest, addrs []netip.AddrPort) error {
 			return invalid("%d values per packet: the %s switch aggregates %s with the compatible header; join with that packet size", k, t.Kind, sizesText(t.PacketElements))
 		}
 		if int(r.GetWorldSize()) > t.MaxWorkers {
-			return &tooManyWorkers{refuse(codes.InvalidArgument, "world size %d: the %s switch serves at most %d workers per job with the compatible header", r.GetWorldSize(), t.Kind, t.MaxWorkers).(*refusal)}
+			return &jobcore.TooBig{Refusal: refuse(codes.InvalidArgument, "world size %d: the %s switch serves at most %d workers per job with the compatible header", r.GetWorldSize(), t.Kind, t.MaxWorkers).(*jobcore.Refusal)}
 		}
 	}
 	if t.NeedsMAC && len(r.GetMac()) != 6 {
@@ -136,12 +137,6 @@ func (t Target) check(r *jobpb.RegisterRequest, addrs []netip.AddrPort) error {
 	}
 	return nil
 }
-
-// tooManyWorkers is the target's refusal of a job larger than it serves: a
-// job that may run over the ring goes there instead.
-type tooManyWorkers struct{ *refusal }
-
-func (e *tooManyWorkers) Unwrap() error { return e.refusal }
 
 // portOf is the switch port that reaches addr (the rank on the software
 // switch, whose replicas carry no port).

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
 
+	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/pipeline"
 )
 
@@ -28,9 +30,25 @@ import (
 //	            {"p4runtime": "10.0.2.1:9559", "dataplane": "10.0.2.1:48864", "workers": ["10.0.2.0/24"]}]}
 //
 // A leaf's workers are the address prefixes its workers send from.
+//
+// BMv2 switches (controller --target-kind bmv2) run the leaf role of the
+// v1model program: the controller gives each leaf's jobs an uplink entry
+// instead of a --parent. Each leaf then also names its port cabled to the
+// spine ("uplink_port") and the spine's port cabled to it ("port"), and
+// every switch its Thrift server ("thrift", for the pool's register
+// resets); "mac" is a switch's Ethernet address, written into the frames
+// sent to it (default: broadcast):
+//
+//	{"spine":  {"p4runtime": "127.0.0.1:9559", "dataplane": "10.0.0.1:48864", "thrift": "127.0.0.1:9090"},
+//	 "leaves": [{"p4runtime": "127.0.0.1:9560", "dataplane": "10.0.1.1:48864", "thrift": "127.0.0.1:9091",
+//	             "workers": ["10.0.1.0/24"], "uplink_port": 9, "port": 1}, ...]}
 type Topology struct {
 	Spine  TopologySwitch   `json:"spine"`
 	Leaves []TopologySwitch `json:"leaves"`
+
+	// Registers, if set, reaches the registers of a P4 switch of the tree
+	// through its Thrift address (BMv2; see RegisterBackend).
+	Registers func(thrift string) RegisterBackend `json:"-"`
 }
 
 // TopologySwitch is one switch of a Topology.
@@ -44,9 +62,17 @@ type TopologySwitch struct {
 	Dataplane string `json:"dataplane"`
 	// Workers are the address prefixes of a leaf's workers.
 	Workers []string `json:"workers,omitempty"`
+	// P4 switches only. UplinkPort is a leaf's port cabled to the spine,
+	// Port the spine's port cabled to the leaf, Thrift the switch's Thrift
+	// server (BMv2) and MAC its Ethernet address.
+	UplinkPort uint32 `json:"uplink_port,omitempty"`
+	Port       uint32 `json:"port,omitempty"`
+	Thrift     string `json:"thrift,omitempty"`
+	MAC        string `json:"mac,omitempty"`
 
 	dataplane netip.AddrPort
 	prefixes  []netip.Prefix
+	mac       [6]byte
 }
 
 // ParseTopology reads and checks a topology file.
@@ -83,6 +109,14 @@ func (t *Topology) check() error {
 			return fmt.Errorf("topology: %s: dataplane %q: want the ip:port the switch's data plane is bound to", sw.Name, sw.Dataplane)
 		}
 		sw.dataplane = netip.AddrPortFrom(dp.Addr().Unmap(), dp.Port())
+		sw.mac = [6]byte{}
+		if sw.MAC != "" {
+			hw, err := net.ParseMAC(sw.MAC)
+			if err != nil || len(hw) != 6 {
+				return fmt.Errorf("topology: %s: mac %q: want an Ethernet address such as 02:53:4d:4c:00:01", sw.Name, sw.MAC)
+			}
+			sw.mac = [6]byte(hw)
+		}
 		if other, ok := seen[sw.dataplane]; ok {
 			return fmt.Errorf("topology: %s and %s share the data plane %v", other, sw.Name, sw.dataplane)
 		}
@@ -128,6 +162,28 @@ func (t *Topology) check() error {
 	return nil
 }
 
+// checkP4 checks what a tree of P4 switches of kind needs beyond a tree of
+// software switches: ports between the leaves and the spine, a Thrift
+// server for every BMv2 switch, and a program with the leaf role.
+func (t *Topology) checkP4(kind string) error {
+	if !(Target{Kind: kind}).capabilities().Tree {
+		return fmt.Errorf("topology: the %s program has no leaf role; a tree runs on software switches (switch --parent) or BMv2 (--target-kind bmv2)", kind)
+	}
+	sws := append([]TopologySwitch{t.Spine}, t.Leaves...)
+	for i, sw := range sws {
+		if sw.Thrift == "" {
+			return fmt.Errorf("topology: %s has no thrift address: the controller resets a BMv2 switch's pool through its Thrift server (simple_switch_grpc --thrift-port)", sw.Name)
+		}
+		if i == 0 {
+			continue
+		}
+		if sw.UplinkPort == 0 || sw.Port == 0 {
+			return fmt.Errorf("topology: %s needs uplink_port (its port cabled to the spine) and port (the spine's port cabled to it): a P4 switch cannot learn them", sw.Name)
+		}
+	}
+	return nil
+}
+
 // LeafOf returns the index of the leaf a worker address attaches to.
 func (t *Topology) LeafOf(a netip.Addr) (int, bool) {
 	a = a.Unmap()
@@ -159,6 +215,9 @@ type Tree struct {
 	topo   *Topology
 	spine  Switch
 	leaves []Switch
+	// uplinks: the leaves are P4 switches, whose jobs each get an uplink
+	// entry (JobEntries.Uplink) instead of following a --parent.
+	uplinks bool
 }
 
 // NewTree returns the tree of spine and leaves (in the topology's order).
@@ -233,12 +292,23 @@ func (t *Tree) split(j JobEntries) (spine JobEntries, leaves []*JobEntries, err 
 			continue
 		}
 		w0 := e.Workers[0].Worker
-		dp := t.topo.Leaves[l].dataplane
+		leaf := &t.topo.Leaves[l]
+		dp := leaf.dataplane
 		spine.Workers = append(spine.Workers, WorkerEntry{Addr: dp, Worker: pipeline.Worker{
 			JobID: w0.JobID, Rank: rank, NumWorkers: uint16(used), MulticastGroup: w0.MulticastGroup, PoolBase: w0.PoolBase, PoolSize: w0.PoolSize,
 		}})
-		spine.Replies = append(spine.Replies, ReplyEntry{JobID: w0.JobID, Rank: rank, Addr: dp})
-		spine.Replicas = append(spine.Replicas, Replica{Instance: rank})
+		spine.Replies = append(spine.Replies, ReplyEntry{JobID: w0.JobID, Rank: rank, MAC: leaf.mac, Addr: dp})
+		spine.Replicas = append(spine.Replicas, Replica{Port: leaf.Port, Instance: rank})
+		if t.uplinks {
+			// The job sits at the same slots on every switch.
+			mac := t.topo.Spine.mac
+			if mac == ([6]byte{}) {
+				mac = [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+			}
+			e.Uplink = &p4info.Uplink{JobID: w0.JobID, Port: leaf.UplinkPort, ParentMAC: mac, Uplink: pipeline.Uplink{
+				Parent: t.topo.Spine.dataplane, ParentBase: w0.PoolBase, PoolBase: w0.PoolBase, PoolSize: w0.PoolSize, MulticastGroup: w0.MulticastGroup,
+			}}
+		}
 		rank++
 	}
 	return spine, leaves, nil

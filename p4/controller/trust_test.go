@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/p4/controller/jobcore"
 )
 
 // TestTokenBindsTheJob: while a job exists, registrations under its name
@@ -29,7 +30,7 @@ func TestTokenBindsTheJob(t *testing.T) {
 	}()
 	for {
 		h.svc.mu.Lock()
-		in := h.svc.core.jobs["owned"] != nil
+		in := h.svc.core.Has("owned")
 		h.svc.mu.Unlock()
 		if in {
 			break
@@ -88,7 +89,7 @@ func TestBarrierNamesDoNotRunOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range 2*maxRoundsPerJob + 1 {
+	for i := range 2*jobcore.MaxRoundsPerJob + 1 {
 		_, err := h.jobs.Barrier(ctx, &jobpb.BarrierRequest{Job: "names", SessionId: resp.GetSessionId(), Name: fmt.Sprintf("iter-%d", i), RankSecret: resp.GetRankSecret()})
 		if err != nil {
 			t.Fatalf("barrier %d: %v", i, err)

@@ -2,14 +2,23 @@ package local
 
 import (
 	"context"
-	"testing"
 	"time"
 )
+
+// TB is what ForTest needs of a test or benchmark; *testing.T and
+// *testing.B have it. The package does not import testing, so that it stays
+// out of the programs that use it.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Cleanup(func())
+}
 
 // ForTest starts an embedded switch and controller for a test or a
 // benchmark, fails it if they do not come up within a minute, and closes
 // them when it ends, reporting an error either hit while it ran.
-func ForTest(tb testing.TB, opts Options) *Fabric {
+func ForTest(tb TB, opts Options) *Fabric {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

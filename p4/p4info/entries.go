@@ -1,6 +1,8 @@
 package p4info
 
 import (
+	"fmt"
+
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
 
 	"github.com/switchml/switchml-go/p4/pipeline"
@@ -63,4 +65,72 @@ func SetReply(mac [6]byte, dstIPv4 uint32, dstPort uint16) *p4v1.TableAction {
 		ActionId: ActionSetReplyID,
 		Params:   []*p4v1.Action_Param{Param(SetReplyDstMAC, MAC(mac)), Param(SetReplyDstIPv4, uint64(dstIPv4)), Param(SetReplyDstPort, uint64(dstPort))},
 	}}}
+}
+
+// Range is a range match on field id: values lo..hi, both included.
+func Range(id uint32, lo, hi uint64) *p4v1.FieldMatch {
+	return &p4v1.FieldMatch{FieldId: id, FieldMatchType: &p4v1.FieldMatch_Range_{Range: &p4v1.FieldMatch_Range{Low: Bytes(lo), High: Bytes(hi)}}}
+}
+
+// Uplink is what a leaf needs for one job's uplink: the pipeline's
+// pipeline.Uplink plus the switch port cabled to the parent and the
+// parent's Ethernet address, which a P4 switch writes into the frame.
+type Uplink struct {
+	JobID uint32
+	pipeline.Uplink
+	Port      uint32
+	ParentMAC [6]byte
+}
+
+// UplinkEntries are a job's entries of the leaf role, with the ids of one
+// P4Info: its SwitchMLIngress.uplink entry (where its partial sums go) and
+// its SwitchMLIngress.from_parent entry (the parent's address and the
+// job's slot range there: packets that are the job's results). DELETE needs
+// only the keys; for it, withAction is false.
+func UplinkEntries(ids IDs, u Uplink, withAction bool) (uplink, fromParent *p4v1.TableEntry, err error) {
+	if !ids.Leaf() {
+		return nil, nil, fmt.Errorf("p4info: the pipeline has no %s and %s tables: this program cannot be a leaf of a tree", TableUplink, TableFromParent)
+	}
+	ip, err := IPv4(u.Parent.Addr())
+	if err != nil {
+		return nil, nil, fmt.Errorf("p4info: parent of job %d: %w", u.JobID, err)
+	}
+	last := uint64(u.ParentBase) + uint64(u.PoolSize) - 1
+	switch {
+	case u.PoolSize == 0:
+		return nil, nil, fmt.Errorf("p4info: uplink of job %d has an empty partition", u.JobID)
+	case last >= 1<<fromParentSlotBits:
+		return nil, nil, fmt.Errorf("p4info: uplink of job %d: slots %d..%d at the parent exceed the program's %d-bit slot numbers", u.JobID, u.ParentBase, last, fromParentSlotBits)
+	case u.Port >= 1<<uplinkPortBits:
+		return nil, nil, fmt.Errorf("p4info: uplink of job %d: port %d exceeds the program's %d-bit ports", u.JobID, u.Port, uplinkPortBits)
+	}
+	uplink = &p4v1.TableEntry{TableId: ids.TableUplink, Match: []*p4v1.FieldMatch{Exact(UplinkJobID, uint64(u.JobID))}}
+	// A range match needs a priority (P4Runtime); the job's ranges at one
+	// parent are disjoint, so all entries share one.
+	fromParent = &p4v1.TableEntry{TableId: ids.TableFromParent, Priority: 1, Match: []*p4v1.FieldMatch{
+		Exact(FromParentSrcAddrID, uint64(ip)), Exact(FromParentSrcPortID, uint64(u.Parent.Port())),
+		Range(FromParentSlotID, uint64(u.ParentBase), last),
+	}}
+	if withAction {
+		uplink.Action = &p4v1.TableAction{Type: &p4v1.TableAction_Action{Action: &p4v1.Action{
+			ActionId: ids.ActionSetUplink,
+			Params: []*p4v1.Action_Param{
+				Param(SetUplinkPort, uint64(u.Port)),
+				Param(SetUplinkParentMAC, MAC(u.ParentMAC)),
+				Param(SetUplinkParentIPv4, uint64(ip)),
+				Param(SetUplinkParentPort, uint64(u.Parent.Port())),
+				Param(SetUplinkParentBase, uint64(u.ParentBase)),
+			},
+		}}}
+		fromParent.Action = &p4v1.TableAction{Type: &p4v1.TableAction_Action{Action: &p4v1.Action{
+			ActionId: ids.ActionSetParentResult,
+			Params: []*p4v1.Action_Param{
+				Param(SetParentResultJobID, uint64(u.JobID)),
+				Param(SetParentResultMgid, uint64(u.MulticastGroup)),
+				Param(SetParentResultPoolBase, uint64(u.PoolBase)),
+				Param(SetParentResultParentBase, uint64(u.ParentBase)),
+			},
+		}}}
+	}
+	return uplink, fromParent, nil
 }

@@ -15,6 +15,42 @@ const (
 	TableARPReply          = "SwitchMLIngress.arp_reply"
 	ActionSendARPReply     = "SwitchMLIngress.send_arp_reply"
 	RegisterPoolBitmapPair = "SwitchMLIngress.pool_bitmap_pair" // TNA: index = slot, {set0, set1}
+
+	// The leaf role of a two-level tree (v1model): a job's uplink to its
+	// parent switch, the table that recognises the parent's results, and
+	// the registers of a use that waits for them.
+	TableUplink           = "SwitchMLIngress.uplink"
+	ActionSetUplink       = "SwitchMLIngress.set_uplink"
+	TableFromParent       = "SwitchMLIngress.from_parent"
+	ActionSetParentResult = "SwitchMLIngress.set_parent_result"
+	RegisterPoolWaiting   = "SwitchMLIngress.pool_waiting"
+	RegisterPoolUse       = "SwitchMLIngress.pool_use"
+)
+
+// Match field ids of SwitchMLIngress.uplink and SwitchMLIngress.from_parent.
+const (
+	UplinkJobID         uint32 = 1 // meta.job_id, 32 bits
+	FromParentSrcAddrID uint32 = 1 // hdr.ipv4.src_addr, 32 bits
+	FromParentSrcPortID uint32 = 2 // hdr.udp.src_port, 16 bits
+	FromParentSlotID    uint32 = 3 // hdr.switchml.slot, 14 bits, range
+
+	fromParentSlotBits = 14
+	uplinkPortBits     = 9
+)
+
+// Parameter ids of SwitchMLIngress.set_uplink and
+// SwitchMLIngress.set_parent_result.
+const (
+	SetUplinkPort       uint32 = 1 // 9 bits: the switch port cabled to the parent
+	SetUplinkParentMAC  uint32 = 2 // 48 bits
+	SetUplinkParentIPv4 uint32 = 3 // 32 bits
+	SetUplinkParentPort uint32 = 4 // 16 bits
+	SetUplinkParentBase uint32 = 5 // 32 bits: the job's first slot at the parent
+
+	SetParentResultJobID      uint32 = 1 // 32 bits
+	SetParentResultMgid       uint32 = 2 // 16 bits
+	SetParentResultPoolBase   uint32 = 3 // 32 bits
+	SetParentResultParentBase uint32 = 4 // 32 bits
 )
 
 // IDs are the ids a controller uses, as one P4Info assigns them. The main
@@ -33,6 +69,15 @@ type IDs struct {
 	// Program-specific tables; zero when the P4Info has none.
 	TableDropSimulator, ActionSetDropRates uint32
 	TableARPReply, ActionSendARPReply      uint32
+	// The leaf role's tables; zero in a program that cannot be a leaf.
+	TableUplink, ActionSetUplink           uint32
+	TableFromParent, ActionSetParentResult uint32
+}
+
+// Leaf reports whether the program can be a leaf of a two-level tree (it
+// has the uplink and from_parent tables).
+func (ids IDs) Leaf() bool {
+	return ids.TableUplink != 0 && ids.ActionSetUplink != 0 && ids.TableFromParent != 0 && ids.ActionSetParentResult != 0
 }
 
 // DefaultIDs are the ids of the main P4Info.
@@ -106,6 +151,10 @@ func Resolve(info *p4configv1.P4Info) (IDs, error) {
 	ids.ActionSetDropRates = find(actions, "action", ActionSetDropRates, false)
 	ids.TableARPReply = find(tables, "table", TableARPReply, false)
 	ids.ActionSendARPReply = find(actions, "action", ActionSendARPReply, false)
+	ids.TableUplink = find(tables, "table", TableUplink, false)
+	ids.ActionSetUplink = find(actions, "action", ActionSetUplink, false)
+	ids.TableFromParent = find(tables, "table", TableFromParent, false)
+	ids.ActionSetParentResult = find(actions, "action", ActionSetParentResult, false)
 
 	type field struct {
 		name  string
@@ -172,6 +221,13 @@ func Resolve(info *p4configv1.P4Info) (IDs, error) {
 	checkAction(ids.ActionSetDropRates, ActionSetDropRates, []field{{"ingress_drop_rate", 1, 16}, {"egress_drop_rate", 2, 16}})
 	checkTable(ids.TableARPReply, TableARPReply, []field{{"hdr.arp.target_proto_addr", 1, 32}})
 	checkAction(ids.ActionSendARPReply, ActionSendARPReply, []field{{"switch_mac", 1, 48}})
+	checkTable(ids.TableUplink, TableUplink, []field{{"meta.job_id", UplinkJobID, 32}})
+	checkAction(ids.ActionSetUplink, ActionSetUplink, []field{{"port", SetUplinkPort, uplinkPortBits}, {"parent_mac", SetUplinkParentMAC, 48},
+		{"parent_ipv4", SetUplinkParentIPv4, 32}, {"parent_port", SetUplinkParentPort, 16}, {"parent_base", SetUplinkParentBase, 32}})
+	checkTable(ids.TableFromParent, TableFromParent, []field{{"hdr.ipv4.src_addr", FromParentSrcAddrID, 32},
+		{"hdr.udp.src_port", FromParentSrcPortID, 16}, {"hdr.switchml.slot", FromParentSlotID, fromParentSlotBits}})
+	checkAction(ids.ActionSetParentResult, ActionSetParentResult, []field{{"job_id", SetParentResultJobID, 32}, {"mgid", SetParentResultMgid, 16},
+		{"pool_base", SetParentResultPoolBase, 32}, {"parent_base", SetParentResultParentBase, 32}})
 	if len(errs) > 0 {
 		return IDs{}, fmt.Errorf("p4info: not the SwitchML pipeline the controller drives: %w", errors.Join(errs...))
 	}

@@ -1,6 +1,7 @@
 package p4info_test
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -8,6 +9,7 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 
 	"github.com/switchml/switchml-go/p4/p4info"
+	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/tna"
 	"github.com/switchml/switchml-go/p4/v1model"
 )
@@ -40,8 +42,62 @@ func TestResolveMainAndV1model(t *testing.T) {
 	want := p4info.DefaultIDs()
 	want.TableDropSimulator, want.ActionSetDropRates = 0x02000100, 0x01000100
 	want.TableARPReply, want.ActionSendARPReply = 0x02000101, 0x01000101
+	want.TableUplink, want.ActionSetUplink = 0x02000102, 0x01000102
+	want.TableFromParent, want.ActionSetParentResult = 0x02000103, 0x01000103
 	if v1 != want {
 		t.Errorf("v1model P4Info resolves to %+v, want %+v", v1, want)
+	}
+	if !v1.Leaf() || ids.Leaf() {
+		t.Errorf("Leaf(): v1model %v, main %v; want true, false", v1.Leaf(), ids.Leaf())
+	}
+}
+
+// TestUplinkEntries: a leaf's two entries of a job carry the ids resolved
+// from the program's P4Info and the uplink's values; a program without
+// the tables, and values beyond the fields' widths, are refused.
+func TestUplinkEntries(t *testing.T) {
+	ids, err := p4info.Resolve(parse(t, v1model.P4InfoText))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := p4info.Uplink{JobID: 7, Port: 5, ParentMAC: [6]byte{2, 0, 0, 0, 0, 9}, Uplink: pipeline.Uplink{
+		Parent: netip.MustParseAddrPort("10.1.0.254:48864"), ParentBase: 300, PoolBase: 100, PoolSize: 64, MulticastGroup: 3}}
+	up, from, err := p4info.UplinkEntries(ids, u, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if up.GetTableId() != 0x02000102 || up.GetAction().GetAction().GetActionId() != 0x01000102 {
+		t.Errorf("uplink entry ids: table %#x action %#x", up.GetTableId(), up.GetAction().GetAction().GetActionId())
+	}
+	params := map[uint32]uint64{}
+	for _, p := range up.GetAction().GetAction().GetParams() {
+		params[p.GetParamId()], _ = p4info.Uint(p.GetValue(), 64)
+	}
+	if params[p4info.SetUplinkPort] != 5 || params[p4info.SetUplinkParentIPv4] != 0x0a0100fe || params[p4info.SetUplinkParentPort] != 48864 ||
+		params[p4info.SetUplinkParentBase] != 300 || params[p4info.SetUplinkParentMAC] != 0x020000000009 {
+		t.Errorf("set_uplink parameters %v", params)
+	}
+	r := from.GetMatch()[2].GetRange()
+	lo, _ := p4info.Uint(r.GetLow(), 14)
+	hi, _ := p4info.Uint(r.GetHigh(), 14)
+	if from.GetTableId() != 0x02000103 || from.GetPriority() == 0 || lo != 300 || hi != 363 {
+		t.Errorf("from_parent entry: table %#x priority %d slots %d..%d, want 300..363", from.GetTableId(), from.GetPriority(), lo, hi)
+	}
+	if del, _, err := p4info.UplinkEntries(ids, u, false); err != nil || del.GetAction() != nil {
+		t.Errorf("DELETE entries: %v, action %v", err, del.GetAction())
+	}
+	if _, _, err := p4info.UplinkEntries(p4info.DefaultIDs(), u, true); err == nil || !strings.Contains(err.Error(), "cannot be a leaf") {
+		t.Errorf("main P4Info: %v, want a refusal", err)
+	}
+	bad := u
+	bad.Port = 512
+	if _, _, err := p4info.UplinkEntries(ids, bad, true); err == nil {
+		t.Error("port 512 on 9-bit ports accepted")
+	}
+	bad = u
+	bad.ParentBase = 16380
+	if _, _, err := p4info.UplinkEntries(ids, bad, true); err == nil {
+		t.Error("slots beyond 14 bits accepted")
 	}
 }
 

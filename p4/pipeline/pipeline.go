@@ -855,42 +855,9 @@ func (p *Pipeline) process(st *[NumStats]uint64, cache *workerCache, shard int32
 	out.Reason = StatReceived
 	st[StatReceived]++
 
-	w, ok := p.lookupWorker(cache, normalize(src))
+	w, h, payload, tg, ok := p.admit(st, cache, shard, src, pkt, out)
 	if !ok {
-		if len(p.uplinks) == 0 || !p.fromParent(st, cache, shard, normalize(src), pkt, out) {
-			noReply(st, out, StatDropNotWorker)
-		}
 		return
-	}
-	h, payload, err := wire.Parse(pkt)
-	if err != nil || h.Elements > p.cfg.MaxElements {
-		noReply(st, out, StatDropMalformed)
-		return
-	}
-	// The tag is checked before anything else is read from the packet:
-	// a forged packet must not touch a register, not even a bitmap.
-	var tg *wire.Tagger
-	if p.cfg.Auth || h.Tagged {
-		tg = p.tagger(w.JobID, shard)
-		if tg == nil || !h.Tagged || !tg.VerifyRequest(pkt, w.Rank, w.Lane) {
-			noReply(st, out, StatDropBadTag)
-			return
-		}
-	}
-	// The slot is absolute; a job may only touch its own partition, which is
-	// what isolates concurrent jobs from each other.
-	if h.Slot < w.PoolBase || h.Slot-w.PoolBase >= w.PoolSize {
-		noReply(st, out, StatDropOutOfPartition)
-		return
-	}
-	if shard != 0 {
-		// Take the slot if no shard serves it; a slot another shard
-		// serves is not ours to touch.
-		o := &p.owner[h.Slot]
-		if cur := o.Load(); cur != shard && (cur != 0 || !o.CompareAndSwap(0, shard)) {
-			noReply(st, out, StatDropWrongShard)
-			return
-		}
 	}
 	slots := p.cfg.Slots
 	idx := int(h.Set)*slots + int(h.Slot)
@@ -949,35 +916,7 @@ func (p *Pipeline) process(st *[NumStats]uint64, cache *workerCache, shard int32
 
 	vals := p.values[idx*p.cfg.MaxElements : idx*p.cfg.MaxElements+h.Elements]
 	if seen {
-		if p.count[idx] != 0 {
-			noReply(st, out, StatDropIncompleteRetransmit)
-			return
-		}
-		if p.waiting[idx] {
-			// The partial sums or the parent's result were lost on the
-			// hop above (or are late): ask the parent again. It answers a
-			// repeated contribution to a completed use with the result.
-			// Every worker here times out on the same loss, so only the
-			// first of each round of their retransmissions goes up: the
-			// hop above carries one copy per round, not one per worker.
-			p.asked[idx]++
-			if (p.asked[idx]-1)%w.NumWorkers != 0 {
-				noReply(st, out, StatDropIncompleteRetransmit)
-				return
-			}
-			p.upstream(st, StatUpstreamResend, w.JobID, &h, vals, p.exponent[idx], out)
-			return
-		}
-		// The sender lost the multicast: answer it alone.
-		st[StatRetransmitReply]++
-		p.reply(out, &h, vals, p.exponent[idx], tg, w.Lane)
-		if r, ok := p.replies[ReplyKey{JobID: w.JobID, Rank: w.Rank, Lane: w.Lane}]; ok {
-			out.Dests = append(out.Dests, r.Addr)
-		} else {
-			st[StatDropNoReply]++
-			out.Packet = out.Packet[:0]
-			out.Reason = StatDropNoReply
-		}
+		p.repeated(st, idx, w, &h, vals, tg, out)
 		return
 	}
 
@@ -1011,6 +950,87 @@ func (p *Pipeline) process(st *[NumStats]uint64, cache *workerCache, shard int32
 		}
 	}
 	p.multicast(st, cache, w.JobID, w.MulticastGroup, w.Lane, &h, vals, p.exponent[idx], tg, out)
+}
+
+// admit runs the checks a packet passes before it touches a slot: its
+// sender is in the workers table (or, on a leaf, it is the parent's result),
+// it parses, its tag verifies, its slot is in the sender's partition and,
+// with several shards, served by this one. A packet that fails one is
+// counted and answered with nothing (ok false).
+func (p *Pipeline) admit(st *[NumStats]uint64, cache *workerCache, shard int32, src netip.AddrPort, pkt []byte, out *Output) (w Worker, h wire.Header, payload []byte, tg *wire.Tagger, ok bool) {
+	w, ok = p.lookupWorker(cache, normalize(src))
+	if !ok {
+		if len(p.uplinks) == 0 || !p.fromParent(st, cache, shard, normalize(src), pkt, out) {
+			noReply(st, out, StatDropNotWorker)
+		}
+		return w, h, nil, nil, false
+	}
+	h, payload, err := wire.Parse(pkt)
+	if err != nil || h.Elements > p.cfg.MaxElements {
+		noReply(st, out, StatDropMalformed)
+		return w, h, nil, nil, false
+	}
+	// The tag is checked before anything else is read from the packet:
+	// a forged packet must not touch a register, not even a bitmap.
+	if p.cfg.Auth || h.Tagged {
+		tg = p.tagger(w.JobID, shard)
+		if tg == nil || !h.Tagged || !tg.VerifyRequest(pkt, w.Rank, w.Lane) {
+			noReply(st, out, StatDropBadTag)
+			return w, h, nil, nil, false
+		}
+	}
+	// The slot is absolute; a job may only touch its own partition, which is
+	// what isolates concurrent jobs from each other.
+	if h.Slot < w.PoolBase || h.Slot-w.PoolBase >= w.PoolSize {
+		noReply(st, out, StatDropOutOfPartition)
+		return w, h, nil, nil, false
+	}
+	if shard != 0 {
+		// Take the slot if no shard serves it; a slot another shard
+		// serves is not ours to touch.
+		o := &p.owner[h.Slot]
+		if cur := o.Load(); cur != shard && (cur != 0 || !o.CompareAndSwap(0, shard)) {
+			noReply(st, out, StatDropWrongShard)
+			return w, h, nil, nil, false
+		}
+	}
+	return w, h, payload, tg, true
+}
+
+// repeated answers a worker's second contribution to the use of slot idx
+// it is in: a retransmission. An incomplete use has nothing to answer with;
+// a use waiting on the parent asks the parent again; a completed use
+// answers the sender alone from the slot's copy.
+func (p *Pipeline) repeated(st *[NumStats]uint64, idx int, w Worker, h *wire.Header, vals []int32, tg *wire.Tagger, out *Output) {
+	if p.count[idx] != 0 {
+		noReply(st, out, StatDropIncompleteRetransmit)
+		return
+	}
+	if p.waiting[idx] {
+		// The partial sums or the parent's result were lost on the
+		// hop above (or are late): ask the parent again. It answers a
+		// repeated contribution to a completed use with the result.
+		// Every worker here times out on the same loss, so only the
+		// first of each round of their retransmissions goes up: the
+		// hop above carries one copy per round, not one per worker.
+		p.asked[idx]++
+		if (p.asked[idx]-1)%w.NumWorkers != 0 {
+			noReply(st, out, StatDropIncompleteRetransmit)
+			return
+		}
+		p.upstream(st, StatUpstreamResend, w.JobID, h, vals, p.exponent[idx], out)
+		return
+	}
+	// The sender lost the multicast: answer it alone.
+	st[StatRetransmitReply]++
+	p.reply(out, h, vals, p.exponent[idx], tg, w.Lane)
+	if r, ok := p.replies[ReplyKey{JobID: w.JobID, Rank: w.Rank, Lane: w.Lane}]; ok {
+		out.Dests = append(out.Dests, r.Addr)
+	} else {
+		st[StatDropNoReply]++
+		out.Packet = out.Packet[:0]
+		out.Reason = StatDropNoReply
+	}
 }
 
 // multicast sends a completed use's result to every rank of the group.

@@ -65,6 +65,18 @@ var sharedExtra = []string{
 	shape.KindAction + " SwitchMLIngress.send_arp_reply",
 }
 
+// leafExtra are the entities of the leaf role in a two-level tree (the
+// v1model program): the software switch keeps a job's uplink outside its
+// P4Info (switch --parent).
+var leafExtra = []string{
+	shape.KindTable + " SwitchMLIngress.uplink",
+	shape.KindAction + " SwitchMLIngress.set_uplink",
+	shape.KindTable + " SwitchMLIngress.from_parent",
+	shape.KindAction + " SwitchMLIngress.set_parent_result",
+	shape.KindRegister + " SwitchMLIngress.pool_waiting",
+	shape.KindRegister + " SwitchMLIngress.pool_use",
+}
+
 // Programs lists the P4 programs and their deviations from the main P4Info.
 var Programs = []ProgramSpec{
 	{
@@ -72,7 +84,7 @@ var Programs = []ProgramSpec{
 		Arch:   "v1model",
 		Source: "v1model/switchml.p4",
 		P4Info: "v1model/switchml.p4info.txtpb",
-		Extra:  sharedExtra,
+		Extra:  append(append([]string{}, sharedExtra...), leafExtra...),
 	},
 	{
 		Name:   "tna",

@@ -334,7 +334,7 @@ func TestCompiledComparisonReportsMutations(t *testing.T) {
 		run(t, "v1model", compiledV1Model(t).p4info, []mut{
 			{"rename table", `name: "SwitchMLIngress\.workers"`, `name: "SwitchMLIngress.worker"`, "SwitchMLIngress.workers", "missing in"},
 			{"rename param", `name: "dst_port"`, `name: "dst_udp_port"`, "SwitchMLEgress.set_reply", `parameter 3 is "dst_port"`},
-			{"narrow key", `(name: "hdr\.udp\.src_port"\n\s+)bitwidth: 16`, "${1}bitwidth: 15", "SwitchMLIngress.workers", "15"},
+			{"narrow key", `(name: "hdr\.switchml\.slot"\n\s+)bitwidth: 14`, "${1}bitwidth: 13", "SwitchMLIngress.from_parent", "13"},
 			{"match kind", `(name: "meta\.rank"\n\s+bitwidth: 16\n\s+)match_type: TERNARY`, "${1}match_type: EXACT", "SwitchMLIngress.drop_simulator", "is TERNARY"},
 			{"scope", `(id: 16777218\n\s+)scope: TABLE_ONLY`, "${1}scope: TABLE_AND_DEFAULT", "SwitchMLIngress.workers", "scope TABLE_ONLY"},
 			{"table size", `size: 16384\n\}\ntables \{\n  preamble \{\n    id: 33554434`, "size: 16383\n}\ntables {\n  preamble {\n    id: 33554434", "SwitchMLIngress.workers", "size 16384"},

@@ -54,7 +54,6 @@ const errorSpace = "switchml-softswitch-v1model"
 // batchStatus builds the status of a Write or Read batch in which at least one
 // operation failed: UNKNOWN with one p4.v1.Error per operation, in order.
 func batchStatus(what string, errs []error) error {
-	st := status.New(codes.Unknown, what+" failure")
 	details := make([]protoadapt.MessageV1, 0, len(errs))
 	var first string
 	for _, err := range errs {
@@ -68,7 +67,7 @@ func batchStatus(what string, errs []error) error {
 		}
 		details = append(details, protoadapt.MessageV1Of(pe))
 	}
-	st = status.New(codes.Unknown, fmt.Sprintf("%s failure: %s", what, first))
+	st := status.New(codes.Unknown, fmt.Sprintf("%s failure: %s", what, first))
 	withDetails, err := st.WithDetails(details...)
 	if err != nil {
 		return st.Err()

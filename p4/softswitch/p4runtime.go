@@ -288,8 +288,9 @@ func roleName(r *p4v1.Role) string {
 	if r.GetName() != "" {
 		return r.GetName()
 	}
-	if r.GetId() != 0 { //nolint:staticcheck // deprecated ids still name roles for old clients
-		return fmt.Sprintf("id:%d", r.GetId()) //nolint:staticcheck
+	//lint:ignore SA1019 deprecated ids still name roles for old clients
+	if id := r.GetId(); id != 0 {
+		return fmt.Sprintf("id:%d", id)
 	}
 	return ""
 }

@@ -324,6 +324,7 @@ func TestTableEntriesRoundTripAndErrors(t *testing.T) {
 	ctx := ctxT(t)
 	h.primary(ctx, 1)
 	ins := workerUpdate(p4v1.Update_INSERT, [4]byte{10, 1, 2, 3}, 40000, 1)
+	//lint:ignore SA1019 the old field must still round-trip
 	ins.GetEntity().GetTableEntry().ControllerMetadata = 1234
 	reply := &p4v1.Update{Type: p4v1.Update_INSERT, Entity: &p4v1.Entity{Entity: &p4v1.Entity_TableEntry{TableEntry: &p4v1.TableEntry{
 		TableId: p4info.TableReplyAddressID,
@@ -434,6 +435,7 @@ func slicesEqual[T comparable](a, b []T) bool {
 func groupUpdate(typ p4v1.Update_Type, id uint32, ranks ...uint32) *p4v1.Update {
 	mg := &p4v1.MulticastGroupEntry{MulticastGroupId: id}
 	for _, r := range ranks {
+		//lint:ignore SA1019 the field the controller writes
 		mg.Replicas = append(mg.Replicas, &p4v1.Replica{PortKind: &p4v1.Replica_EgressPort{EgressPort: 1}, Instance: r})
 	}
 	return &p4v1.Update{Type: typ, Entity: &p4v1.Entity{Entity: &p4v1.Entity_PacketReplicationEngineEntry{

@@ -172,9 +172,10 @@ func (s *P4Runtime) workerEntry(k WorkerKey, w Worker) (*p4v1.TableEntry, error)
 	}
 	m := s.workerMeta[k]
 	return &p4v1.TableEntry{
-		TableId:            p4info.TableWorkersID,
-		Match:              p4info.WorkerKey(ip, k.Port()),
-		Action:             p4info.SetWorker(w),
+		TableId: p4info.TableWorkersID,
+		Match:   p4info.WorkerKey(ip, k.Port()),
+		Action:  p4info.SetWorker(w),
+		//lint:ignore SA1019 a read returns what the client wrote, old fields too
 		ControllerMetadata: m.controllerMetadata,
 		Metadata:           m.metadata,
 	}, nil
@@ -187,9 +188,10 @@ func (s *P4Runtime) replyEntry(k ReplyKey, r Reply) (*p4v1.TableEntry, error) {
 	}
 	m := s.replyMeta[k]
 	return &p4v1.TableEntry{
-		TableId:            p4info.TableReplyAddressID,
-		Match:              p4info.ReplyKey(k.JobID, k.Rank, k.Lane),
-		Action:             p4info.SetReply(r.MAC, ip, r.Addr.Port()),
+		TableId: p4info.TableReplyAddressID,
+		Match:   p4info.ReplyKey(k.JobID, k.Rank, k.Lane),
+		Action:  p4info.SetReply(r.MAC, ip, r.Addr.Port()),
+		//lint:ignore SA1019 a read returns what the client wrote, old fields too
 		ControllerMetadata: m.controllerMetadata,
 		Metadata:           m.metadata,
 	}, nil
@@ -221,6 +223,7 @@ func (s *P4Runtime) readGroups(id uint32, send func(*p4v1.Entity) error) error {
 			if meta.portBytes {
 				rep.PortKind = &p4v1.Replica_Port{Port: p4info.Bytes(uint64(r.EgressPort))}
 			} else {
+				//lint:ignore SA1019 answered in the field the client wrote
 				rep.PortKind = &p4v1.Replica_EgressPort{EgressPort: r.EgressPort}
 			}
 			mg.Replicas = append(mg.Replicas, rep)

@@ -211,6 +211,7 @@ func (s *P4Runtime) writeTable(typ p4v1.Update_Type, te *p4v1.TableEntry) error 
 		return err
 	}
 	key := keyOf(te.GetTableId(), vals)
+	//lint:ignore SA1019 clients that still write controller_metadata read it back
 	meta := entryMeta{controllerMetadata: te.GetControllerMetadata(), metadata: append([]byte(nil), te.GetMetadata()...)}
 	if typ == p4v1.Update_DELETE {
 		if te.GetTableId() == p4info.TableWorkersID {
@@ -287,6 +288,7 @@ func (s *P4Runtime) writeGroup(typ p4v1.Update_Type, mg *p4v1.MulticastGroupEntr
 		var port uint32
 		switch pk := r.GetPortKind().(type) {
 		case *p4v1.Replica_EgressPort:
+			//lint:ignore SA1019 PI (BMv2), Stratum and most controllers still send egress_port
 			port = pk.EgressPort
 		case *p4v1.Replica_Port:
 			v, err := p4info.Uint(pk.Port, 32)

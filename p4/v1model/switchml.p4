@@ -27,6 +27,17 @@
  * software switch's Stat values; 31 counts packets dropped by the drop
  * simulator (program specific).
  *
+ * Leaf role (p4/pipeline's Uplink, docs/architecture.md "Two levels"): a
+ * job with an uplink entry sends a slot use's partial sums to the parent
+ * switch once all of its workers here have contributed, in the parent's
+ * slot numbering, and marks the use as waiting (pool_waiting); the parent's
+ * result, recognised by the from_parent table (parent address and slot
+ * range), is taken only into the waiting use it belongs to (same sequence
+ * number and packet id, kept in pool_use), replaces the partial sums and is
+ * multicast to the workers. A worker's retransmission to a waiting use
+ * sends the partial sums up again, once per round of the job's workers.
+ * The parent is an ordinary switch whose workers are the leaves.
+ *
  * @id annotations pin the P4Runtime ids to the checked-in P4Info, so the
  * P4Info written by p4c and the checked-in one are interchangeable. The
  * actions called directly from apply blocks are @hidden: they are not
@@ -69,6 +80,9 @@ const bit<32> STAT_DROP_OUT_OF_PARTITION = 6;
 const bit<32> STAT_DROP_INCOMPLETE_RETRANSMIT = 7;
 const bit<32> STAT_ABSORBED = 8;  // added to a set that still waits for others: no packet out, nothing lost
 const bit<32> STAT_DROP_STALE = 13;
+const bit<32> STAT_UPSTREAM = 15;        // a leaf's partial sums sent to its parent
+const bit<32> STAT_UPSTREAM_RESEND = 16; // sent again: a worker retransmitted to a waiting use
+const bit<32> STAT_FROM_PARENT = 17;     // the parent's results multicast to the leaf's workers
 const bit<32> STAT_DROP_SIMULATED = 31;
 
 typedef bit<48> mac_addr_t;
@@ -224,6 +238,13 @@ struct metadata_t {
     bit<32> value_base; // idx*VALUES_PER_INDEX
     bit<16> ingress_drop_rate;
     bit<16> egress_drop_rate;
+    // Leaf role: the job's uplink (set_uplink) or, for a result from the
+    // parent, the job it belongs to (set_parent_result).
+    bit<9> uplink_port;
+    mac_addr_t parent_mac;
+    ipv4_addr_t parent_ipv4;
+    bit<16> parent_port;
+    bit<32> parent_base;
 }
 
 parser SwitchMLParser(packet_in pkt,
@@ -292,6 +313,13 @@ control SwitchMLIngress(inout headers_t hdr,
     @id(0x16000002) register<bit<16>>(POOL_INDICES) pool_count;
     @id(0x16000003) register<int<8>>(POOL_INDICES) pool_exponent;
     @id(0x16000004) register<value_t>(POOL_VALUES) pool_values;
+    // Leaf role. pool_waiting: 0, or the use's partial sums went up and the
+    // parent's result is missing; then 1 means the next retransmission
+    // sends them up again, k > 1 that the next k-1 are dropped (one
+    // resend per round of the job's workers). pool_use: lane (47..40),
+    // sequence number (39..32) and packet id (31..0) of the use.
+    @id(0x16000100) register<bit<16>>(POOL_INDICES) pool_waiting;
+    @id(0x16000101) register<bit<48>>(POOL_INDICES) pool_use;
 
     @id(0x01000002)
     action set_worker(bit<32> job_id, bit<16> rank, bit<16> num_workers, bit<16> mgid,
@@ -375,6 +403,57 @@ control SwitchMLIngress(inout headers_t hdr,
         }
         const default_action = drop();
         size = 64;
+    }
+
+    // Leaf role: where a job's completed partial sums go. parent_base is
+    // the first slot of the job's partition at the parent.
+    @id(0x01000102)
+    action set_uplink(bit<9> port, mac_addr_t parent_mac, ipv4_addr_t parent_ipv4,
+                      bit<16> parent_port, bit<32> parent_base) {
+        meta.uplink_port = port;
+        meta.parent_mac = parent_mac;
+        meta.parent_ipv4 = parent_ipv4;
+        meta.parent_port = parent_port;
+        meta.parent_base = parent_base;
+    }
+
+    @id(0x02000102)
+    table uplink {
+        key = {
+            meta.job_id : exact;
+        }
+        actions = {
+            @tableonly set_uplink;
+            @defaultonly NoAction;
+        }
+        const default_action = NoAction();
+        size = 4096;
+    }
+
+    // Leaf role: a packet from the parent's address in a job's partition
+    // there (slot range [parent_base, parent_base + pool_size)) is that
+    // job's result.
+    @id(0x01000103)
+    action set_parent_result(bit<32> job_id, bit<16> mgid, bit<32> pool_base, bit<32> parent_base) {
+        meta.job_id = job_id;
+        meta.mgid = mgid;
+        meta.pool_base = pool_base;
+        meta.parent_base = parent_base;
+    }
+
+    @id(0x02000103)
+    table from_parent {
+        key = {
+            hdr.ipv4.src_addr : exact;
+            hdr.udp.src_port : exact;
+            hdr.switchml.slot : range;
+        }
+        actions = {
+            @tableonly set_parent_result;
+            @defaultonly NoAction;
+        }
+        const default_action = NoAction();
+        size = 4096;
     }
 
     // First contribution of a slot use: overwrite, so no reset is ever
@@ -791,6 +870,22 @@ control SwitchMLIngress(inout headers_t hdr,
         meta.is_reply = true;
     }
 
+    // Leaf role: the packet (partial sums in it) goes to the parent, from
+    // the address the worker sent to, in the parent's slot numbering.
+    @hidden
+    action to_parent() {
+        hdr.ethernet.src_addr = hdr.ethernet.dst_addr;
+        hdr.ethernet.dst_addr = meta.parent_mac;
+        hdr.ipv4.src_addr = hdr.ipv4.dst_addr;
+        hdr.ipv4.dst_addr = meta.parent_ipv4;
+        hdr.ipv4.ttl = REPLY_TTL;
+        hdr.udp.src_port = hdr.udp.dst_port;
+        hdr.udp.dst_port = meta.parent_port;
+        hdr.udp.checksum = 0;
+        hdr.switchml.slot = (bit<14>)((bit<32>)hdr.switchml.slot - meta.pool_base + meta.parent_base);
+        standard_metadata.egress_spec = meta.uplink_port;
+    }
+
     apply {
         if (hdr.arp.isValid()) {
             if (hdr.arp.opcode == ARP_REQUEST && hdr.arp.proto_type == ETHERTYPE_IPV4) {
@@ -807,34 +902,56 @@ control SwitchMLIngress(inout headers_t hdr,
         }
         stats.count(STAT_RECEIVED);
 
-        // Same order of checks as the software switch: sender, format,
-        // partition.
-        if (!workers.apply().hit) {
-            stats.count(STAT_DROP_NOT_WORKER);
-            return;
-        }
-        // The bitmap has one bit per rank.
-        if (meta.rank >= MAX_WORKERS || meta.num_workers == 0 || meta.num_workers > MAX_WORKERS) {
-            stats.count(STAT_DROP_NOT_WORKER);
-            drop();
-            return;
-        }
-        if (standard_metadata.parser_error != error.NoError ||
+        bool malformed = standard_metadata.parser_error != error.NoError ||
             standard_metadata.checksum_error == 1 ||
             hdr.switchml.msg_type != MSG_TYPE_COMPAT ||
             hdr.switchml.size_code != SIZE_CODE_256B ||
-            hdr.udp.len != SWITCHML_UDP_LENGTH) {
-            stats.count(STAT_DROP_MALFORMED);
-            drop();
-            return;
-        }
+            hdr.udp.len != SWITCHML_UDP_LENGTH;
 
+        // Same order of checks as the software switch: sender, format,
+        // partition. A sender that is no worker may be the parent of a
+        // job here (leaf role), whose packets are that job's results.
+        bool from_parent_hit = false;
         bit<32> slot = (bit<32>)hdr.switchml.slot;
-        // slot < pool_base wraps around and fails the same comparison.
-        if (slot >= SLOTS || slot - meta.pool_base >= meta.pool_size) {
-            stats.count(STAT_DROP_OUT_OF_PARTITION);
-            drop();
-            return;
+        if (!workers.apply().hit) {
+            if (!from_parent.apply().hit) {
+                stats.count(STAT_DROP_NOT_WORKER);
+                return;
+            }
+            from_parent_hit = true;
+            // The workers table's miss marked the packet to drop.
+            standard_metadata.egress_spec = 0;
+            if (malformed) {
+                stats.count(STAT_DROP_MALFORMED);
+                drop();
+                return;
+            }
+            // The parent's slot in this switch's numbering; the entry's
+            // range keeps it inside the job's partition.
+            slot = slot - meta.parent_base + meta.pool_base;
+            if (slot >= SLOTS) {
+                stats.count(STAT_DROP_OUT_OF_PARTITION);
+                drop();
+                return;
+            }
+        } else {
+            // The bitmap has one bit per rank.
+            if (meta.rank >= MAX_WORKERS || meta.num_workers == 0 || meta.num_workers > MAX_WORKERS) {
+                stats.count(STAT_DROP_NOT_WORKER);
+                drop();
+                return;
+            }
+            if (malformed) {
+                stats.count(STAT_DROP_MALFORMED);
+                drop();
+                return;
+            }
+            // slot < pool_base wraps around and fails the same comparison.
+            if (slot >= SLOTS || slot - meta.pool_base >= meta.pool_size) {
+                stats.count(STAT_DROP_OUT_OF_PARTITION);
+                drop();
+                return;
+            }
         }
 
         drop_simulator.apply();
@@ -851,15 +968,43 @@ control SwitchMLIngress(inout headers_t hdr,
         meta.idx = (bit<32>)hdr.switchml.set * SLOTS + slot;
         meta.other_idx = (bit<32>)(hdr.switchml.set ^ 1) * SLOTS + slot;
         meta.value_base = meta.idx * VALUES_PER_INDEX;
+
+        bit<16> count;
+        bit<16> waiting;
+        pool_count.read(count, meta.idx);
+        pool_waiting.read(waiting, meta.idx);
+
+        if (from_parent_hit) {
+            bit<48> use;
+            pool_use.read(use, meta.idx);
+            // Only the use that waits takes a result, and only its own: a
+            // copy delayed or duplicated on the hop above must not
+            // overwrite a later use's sums.
+            if (waiting == 0 || count != 0 ||
+                use[39:32] != hdr.switchml.job_number || use[31:0] != hdr.switchml.tsi) {
+                stats.count(STAT_DROP_STALE);
+                drop();
+                return;
+            }
+            pool_waiting.write(meta.idx, 0);
+            pool_exponent.write(meta.idx, hdr.exponents.exp0);
+            pool_overwrite();
+            meta.lane = use[47:40];
+            hdr.switchml.slot = (bit<14>)slot;
+            stats.count(STAT_FROM_PARENT);
+            stats.count(STAT_MULTICAST);
+            prepare_reply();
+            standard_metadata.mcast_grp = meta.mgid;
+            return;
+        }
+
         // BMv2 takes shift amounts of at most 8 bits; rank < MAX_WORKERS (checked above).
         bit<32> mask = 32w1 << (bit<8>)meta.rank;
 
         bit<32> bitmap;
         bit<32> other_bitmap;
-        bit<16> count;
         pool_bitmap.read(bitmap, meta.idx);
         pool_bitmap.read(other_bitmap, meta.other_idx);
-        pool_count.read(count, meta.idx);
         bool seen = (bitmap & mask) != 0;
         bool fresh = bitmap == 0;
 
@@ -876,10 +1021,33 @@ control SwitchMLIngress(inout headers_t hdr,
         // Sending to set b means the worker has the result of set 1-b.
         pool_bitmap.write(meta.other_idx, other_bitmap & ~mask);
 
+        // Leaf role: does the job's result come from a parent?
+        bool has_uplink = uplink.apply().hit;
+
         if (seen) {
             if (count != 0) {
                 stats.count(STAT_DROP_INCOMPLETE_RETRANSMIT);
                 drop();
+                return;
+            }
+            if (waiting != 0) {
+                // Leaf role: the partial sums or the parent's result were
+                // lost on the hop above. Every worker here times out on
+                // the same loss, so only the first of each round of their
+                // retransmissions goes up.
+                if (waiting != 1 || !has_uplink) {
+                    if (waiting != 1) {
+                        pool_waiting.write(meta.idx, waiting - 1);
+                    }
+                    stats.count(STAT_DROP_INCOMPLETE_RETRANSMIT);
+                    drop();
+                    return;
+                }
+                pool_waiting.write(meta.idx, meta.num_workers);
+                stats.count(STAT_UPSTREAM_RESEND);
+                pool_exponent.read(hdr.exponents.exp0, meta.idx);
+                pool_read();
+                to_parent();
                 return;
             }
             // The sender lost the multicast: answer it alone.
@@ -896,6 +1064,8 @@ control SwitchMLIngress(inout headers_t hdr,
             count = meta.num_workers - 1;
             pool_exponent.write(meta.idx, hdr.exponents.exp0);
             pool_overwrite();
+            pool_waiting.write(meta.idx, 0);
+            pool_use.write(meta.idx, meta.lane ++ hdr.switchml.job_number ++ hdr.switchml.tsi);
         } else {
             count = count - 1;
             int<8> exponent;
@@ -915,6 +1085,14 @@ control SwitchMLIngress(inout headers_t hdr,
         if (count != 0) {
             stats.count(STAT_ABSORBED);
             drop();
+            return;
+        }
+        if (has_uplink) {
+            // Leaf role: the partial sums go up; the use waits for the
+            // parent's result.
+            pool_waiting.write(meta.idx, 1);
+            stats.count(STAT_UPSTREAM);
+            to_parent();
             return;
         }
         stats.count(STAT_MULTICAST);

@@ -1,4 +1,4 @@
-package controller
+package jobcore
 
 import (
 	"bytes"
@@ -37,18 +37,18 @@ func wantNoSecret(t *testing.T, what, text string, session uint64, secrets ...[]
 
 // TestCoreRankSecrets: every call within a session must carry its rank's
 // secret; a call with the session id but without the secret is refused
-// and changes nothing, and no refusal or log line names the session id.
+// and changes nothing, and no Refusal or log line names the session id.
 func TestCoreRankSecrets(t *testing.T) {
 	r := newRig(t, 64)
 	logs := r.logged()
 	resp := r.run("j", 2, 1)
 	id := resp.GetSessionId()
 	s0, s1 := r.sec("j", 0), r.sec("j", 1)
-	if len(s0) != rankSecretLen || bytes.Equal(s0, s1) {
-		t.Fatalf("secrets %x and %x: want %d bytes each, different per rank", s0, s1, rankSecretLen)
+	if len(s0) != RankSecretLen || bytes.Equal(s0, s1) {
+		t.Fatalf("secrets %x and %x: want %d bytes each, different per rank", s0, s1, RankSecretLen)
 	}
 	var errs []error
-	for _, bad := range [][]byte{nil, {}, s1, append(append([]byte(nil), s0...), 0), s0[:rankSecretLen-1]} {
+	for _, bad := range [][]byte{nil, {}, s1, append(append([]byte(nil), s0...), 0), s0[:RankSecretLen-1]} {
 		steps := []struct {
 			name string
 			call func() error
@@ -102,7 +102,7 @@ func TestCoreRankSecrets(t *testing.T) {
 	err = r.c.Barrier(r.waiter(), &jobpb.BarrierRequest{Job: "j", Rank: 0, SessionId: id, Name: "b"})
 	wantRefusal(t, err, codes.PermissionDenied, "secret does not match")
 	for _, err := range append(errs, err) {
-		wantNoSecret(t, "refusal", err.Error(), id, s0, s1)
+		wantNoSecret(t, "Refusal", err.Error(), id, s0, s1)
 	}
 	if !strings.Contains(logs.String(), "job ready") {
 		t.Fatalf("no log of the job: %s", logs)
@@ -115,8 +115,7 @@ func TestCoreRankSecrets(t *testing.T) {
 // and with the secret it brought from then on.
 func TestCoreAdoptedRanksProveThemselves(t *testing.T) {
 	r := newRig(t, 64)
-	ws, rs := adoptedEntries(7, 0, 1)
-	r.c.Adopt(ws, rs, nil, r.now, time.Hour)
+	r.c.Adopt([]Placement{adoptedJob(7, 0, 1)}, r.now, time.Hour)
 	r.collect()
 	r.watch(&jobpb.WatchRequest{Job: "kept", Rank: 0, SessionId: 77, JobId: 7, Token: "t"})
 	// Rank 1 has not come back: its calls wait for it, whoever sends them.
@@ -162,16 +161,16 @@ func TestCoreLeaseGrace(t *testing.T) {
 	r.c.Tick(start.Add(rigLeaseGrace))
 	r.collect()
 	want := fmt.Sprintf("rank 1 never took its lease (Watch) within %v", rigLeaseGrace)
-	if a := r.answer(lease); !strings.Contains(a.ended, want) || a.cause != endRankLost {
+	if a := r.answer(lease); !strings.Contains(a.ended, want) || a.cause != EndRankLost {
 		t.Fatalf("lease heard %q (%v), want %q", a.ended, a.cause, want)
 	}
 	rm := r.takeRemoval()
-	r.c.Removed(rm.gen, r.now)
+	r.c.Removed(rm.Gen, r.now)
 	r.collect()
 	// The whole pool is free again.
 	r.now = start.Add(rigLeaseGrace)
 	big := r.mustRegister(regReq("big", 0, 1, 2, 4, 2))[0]
-	r.c.Installed(r.takeInstall().gen, nil, r.now)
+	r.c.Installed(r.takeInstall().Gen, nil, r.now)
 	r.collect()
 	if a := r.answer(big); a.err != nil {
 		t.Fatalf("a job of the whole pool after the lapse: %v", a.err)
@@ -202,8 +201,8 @@ func TestCoreJoinTimeout(t *testing.T) {
 	for _, w := range ws {
 		wantRefusal(t, r.answer(w).err, codes.DeadlineExceeded, fmt.Sprintf("ranks [1 3] of 4 never registered within the controller's join timeout (%v)", rigJoinTimeout))
 	}
-	if r.c.jobs["late"] != nil || r.c.endings[endAbandoned] != 1 {
-		t.Fatalf("job table %v, abandoned %d; want the job released", r.c.jobs, r.c.endings[endAbandoned])
+	if r.c.jobs["late"] != nil || r.c.endings[EndAbandoned] != 1 {
+		t.Fatalf("job table %v, abandoned %d; want the job released", r.c.jobs, r.c.endings[EndAbandoned])
 	}
 	if _, ok := r.c.Deadline(); ok {
 		t.Fatal("a deadline is left with nothing to wait for")
@@ -216,10 +215,10 @@ func TestCoreJoinTimeout(t *testing.T) {
 func TestCoreQuotaPerClient(t *testing.T) {
 	r := newRig(t, 64)
 	r.c.cfg.MaxJobsPerClient = 2
-	reg := func(client, job string, rank, world, window uint32, host byte) (waiter, error) {
+	reg := func(client, job string, rank, world, window uint32, host byte) (Waiter, error) {
 		w := r.waiter()
 		r.regs[w] = regReq(job, rank, world, 1, window, host)
-		err := r.c.Register(w, r.regs[w], client, r.now)
+		err := r.c.admit(w, r.regs[w], client, r.now)
 		r.collect()
 		return w, err
 	}
@@ -231,13 +230,13 @@ func TestCoreQuotaPerClient(t *testing.T) {
 	_, err := reg("addr:10.0.0.1", "third", 0, 2, 4, 3)
 	wantRefusal(t, err, codes.ResourceExhausted, "client addr:10.0.0.1 holds 2 jobs, the limit per client (controller --max-jobs-per-client)")
 	if strings.Contains(err.Error(), "secret-name") || r.c.jobs["third"] != nil {
-		t.Fatalf("refusal %q names another job, or the job was kept", err)
+		t.Fatalf("Refusal %q names another job, or the job was kept", err)
 	}
 	// Another identity joins the first client's job and starts its own.
 	if _, err := reg("addr:10.0.0.2", "secret-name-1", 1, 2, 4, 1); err != nil {
 		t.Fatalf("rank 1 of another client's job: %v", err)
 	}
-	r.c.Installed(r.takeInstall().gen, nil, r.now)
+	r.c.Installed(r.takeInstall().Gen, nil, r.now)
 	r.collect()
 	if _, err := reg("addr:10.0.0.2", "theirs", 0, 2, 4, 4); err != nil {
 		t.Fatalf("another client: %v", err)
@@ -249,7 +248,7 @@ func TestCoreQuotaPerClient(t *testing.T) {
 	// A job that ends frees its place.
 	r.c.GiveUp(a1, codes.DeadlineExceeded)
 	if err := r.c.GiveUp(r.last, codes.DeadlineExceeded); err == nil {
-		t.Fatal("no refusal for a registration that gave up")
+		t.Fatal("no Refusal for a registration that gave up")
 	}
 	r.collect()
 	if _, err := reg("addr:10.0.0.1", "third", 0, 2, 4, 3); err != nil {
@@ -290,7 +289,7 @@ func TestCoreBounds(t *testing.T) {
 		_, err := r.register(q)
 		wantRefusal(t, err, codes.InvalidArgument, c.text)
 		if len(err.Error()) > 200 {
-			t.Errorf("%s: refusal of %d bytes", c.name, len(err.Error()))
+			t.Errorf("%s: Refusal of %d bytes", c.name, len(err.Error()))
 		}
 	}
 	if len(r.c.jobs) != 0 || logs.Len() != 0 {
@@ -315,7 +314,7 @@ func TestCoreBounds(t *testing.T) {
 	} {
 		wantRefusal(t, c.err, codes.InvalidArgument, c.text)
 		if len(c.err.Error()) > 200 {
-			t.Errorf("%s: refusal of %d bytes", c.name, len(c.err.Error()))
+			t.Errorf("%s: Refusal of %d bytes", c.name, len(c.err.Error()))
 		}
 	}
 	if j := r.c.jobs[okName]; len(j.rounds) != 0 || len(j.leased) != 0 || j.state != jobActive {

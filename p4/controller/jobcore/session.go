@@ -1,4 +1,4 @@
-package controller
+package jobcore
 
 // A running session: barriers and broadcasts, leases, leaving and aborting.
 
@@ -18,7 +18,7 @@ import (
 // controller keeps, before anything stores or logs it.
 func checkName(what, name string) error {
 	if len(name) > maxNameLen {
-		return invalid("%s name of %d bytes, want at most %d", what, len(name), maxNameLen)
+		return Invalid("%s name of %d bytes, want at most %d", what, len(name), maxNameLen)
 	}
 	return nil
 }
@@ -26,7 +26,7 @@ func checkName(what, name string) error {
 // lookup finds the active generation a call refers to, without checking
 // the caller's secret, except against a session that ended: the cause is
 // told to its ranks alone.
-func (c *core) lookup(name string, rank uint32, session uint64, secret []byte) (*job, error) {
+func (c *Core) lookup(name string, rank uint32, session uint64, secret []byte) (*job, error) {
 	if err := checkName("job", name); err != nil {
 		return nil, err
 	}
@@ -34,35 +34,35 @@ func (c *core) lookup(name string, rank uint32, session uint64, secret []byte) (
 		if err := e.keys.check(rank, secret); err != nil {
 			return nil, err
 		}
-		return nil, refuse(codes.Aborted, "the session this call names is over: %s", e.why)
+		return nil, Refuse(codes.Aborted, "the session this call names is over: %s", e.why)
 	}
 	j := c.jobs[name]
 	if (j == nil || j.resp.GetSessionId() != session) && len(c.detached) > 0 {
 		// The session may be one of those found on the switch, whose
 		// ranks have not all taken their leases up again yet.
-		return nil, refuse(codes.Unavailable, "the controller restarted and is taking its running jobs over; retry in a moment")
+		return nil, Refuse(codes.Unavailable, "the controller restarted and is taking its running jobs over; retry in a moment")
 	}
 	if j == nil || j.state != jobActive {
-		return nil, refuse(codes.NotFound, "job %q has no active session (register first)", name)
+		return nil, Refuse(codes.NotFound, "job %q has no active session (register first)", name)
 	}
 	if j.resp.GetSessionId() != session {
-		return nil, refuse(codes.FailedPrecondition, "the session this call names is not job %q's current one: the job was restarted (join again)", name)
+		return nil, Refuse(codes.FailedPrecondition, "the session this call names is not job %q's current one: the job was restarted (join again)", name)
 	}
 	if rank >= uint32(len(j.ranks)) {
-		return nil, invalid("rank %d outside 0..%d", rank, len(j.ranks)-1)
+		return nil, Invalid("rank %d outside 0..%d", rank, len(j.ranks)-1)
 	}
 	return j, nil
 }
 
 // session finds the active generation a call of rank's refers to, and
 // refuses a call without the rank's secret.
-func (c *core) session(name string, rank uint32, session uint64, secret []byte) (*job, error) {
+func (c *Core) session(name string, rank uint32, session uint64, secret []byte) (*job, error) {
 	j, err := c.lookup(name, rank, session, secret)
 	if err != nil {
 		return nil, err
 	}
 	if j.adopted && !j.keys.known(rank) {
-		return nil, refuse(codes.Unavailable, "rank %d of job %q has not taken its lease back since the controller restarted; retry once it has (Watch)", rank, name)
+		return nil, Refuse(codes.Unavailable, "rank %d of job %q has not taken its lease back since the controller restarted; retry once it has (Watch)", rank, name)
 	}
 	if err := j.keys.check(rank, secret); err != nil {
 		return nil, err
@@ -71,14 +71,14 @@ func (c *core) session(name string, rank uint32, session uint64, secret []byte) 
 }
 
 func tooManyRounds() error {
-	return refuse(codes.ResourceExhausted, "the job uses %d barrier and broadcast names, the controller's limit: reuse names", maxRoundsPerJob)
+	return Refuse(codes.ResourceExhausted, "the job uses %d barrier and broadcast names, the controller's limit: reuse names", MaxRoundsPerJob)
 }
 
 // join enters rank into its next round of the named barrier or broadcast;
 // nil when the job holds too many names.
 func (j *job) join(key string, rank uint32) (*round, *roundSet, int) {
 	rs := j.rounds[key]
-	if rs == nil && len(j.rounds) >= maxRoundsPerJob {
+	if rs == nil && len(j.rounds) >= MaxRoundsPerJob {
 		return nil, nil, 0
 	}
 	if rs == nil {
@@ -143,7 +143,7 @@ func (j *job) othersPast(rank uint32, seq uint64) bool {
 
 // Barrier enters a rank into a barrier; w is answered when every rank has
 // arrived.
-func (c *core) Barrier(w waiter, req *jobpb.BarrierRequest) error {
+func (c *Core) Barrier(w Waiter, req *jobpb.BarrierRequest) error {
 	if err := checkName("barrier", req.GetName()); err != nil {
 		return err
 	}
@@ -162,7 +162,7 @@ func (c *core) Barrier(w waiter, req *jobpb.BarrierRequest) error {
 		delete(rs.rounds, k)
 		for _, o := range j.waitsOf(waitBarrier) {
 			if j.waits[o].round == r {
-				c.reply(o, answer{})
+				c.reply(o, Answer{})
 			}
 		}
 		j.freeIfDone(rs)
@@ -176,7 +176,7 @@ func (c *core) Barrier(w waiter, req *jobpb.BarrierRequest) error {
 		// are through.
 		for _, o := range j.waitsOf(waitBarrier) {
 			if wt := j.waits[o]; j.othersPast(wt.rank, wt.seq) {
-				c.reply(o, answer{})
+				c.reply(o, Answer{})
 			}
 		}
 	}
@@ -186,12 +186,12 @@ func (c *core) Barrier(w waiter, req *jobpb.BarrierRequest) error {
 
 // Broadcast enters a rank into a broadcast; w is answered with the root's
 // data once the root has sent it.
-func (c *core) Broadcast(w waiter, req *jobpb.BroadcastRequest) error {
+func (c *Core) Broadcast(w Waiter, req *jobpb.BroadcastRequest) error {
 	if err := checkName("broadcast", req.GetName()); err != nil {
 		return err
 	}
 	if len(req.GetData()) > maxBroadcastData {
-		return invalid("broadcast data of %d bytes, want at most %d", len(req.GetData()), maxBroadcastData)
+		return Invalid("broadcast data of %d bytes, want at most %d", len(req.GetData()), maxBroadcastData)
 	}
 	j, err := c.session(req.GetJob(), req.GetRank(), req.GetSessionId(), req.GetRankSecret())
 	if err != nil {
@@ -199,7 +199,7 @@ func (c *core) Broadcast(w waiter, req *jobpb.BroadcastRequest) error {
 	}
 	rank, root := req.GetRank(), req.GetRoot()
 	if root >= uint32(len(j.ranks)) {
-		return invalid("root %d outside 0..%d", root, len(j.ranks)-1)
+		return Invalid("root %d outside 0..%d", root, len(j.ranks)-1)
 	}
 	r, rs, k := j.join("broadcast/"+req.GetName(), rank)
 	if r == nil {
@@ -207,12 +207,12 @@ func (c *core) Broadcast(w waiter, req *jobpb.BroadcastRequest) error {
 	}
 	if r.hasRoot && r.root != root {
 		j.unjoin(rs, r, k, rank)
-		return refuse(codes.FailedPrecondition, "job %q broadcast %q: rank %d names root %d, others named %d",
+		return Refuse(codes.FailedPrecondition, "job %q broadcast %q: rank %d names root %d, others named %d",
 			j.name, req.GetName(), rank, root, r.root)
 	}
 	if rank == root && j.held+len(req.GetData()) > maxBroadcastHeld {
 		j.unjoin(rs, r, k, rank)
-		return refuse(codes.ResourceExhausted, "job %q holds %d bytes of broadcasts not every rank fetched yet, the controller's limit is %d: let the ranks fetch them first", j.name, j.held, maxBroadcastHeld)
+		return Refuse(codes.ResourceExhausted, "job %q holds %d bytes of broadcasts not every rank fetched yet, the controller's limit is %d: let the ranks fetch them first", j.name, j.held, maxBroadcastHeld)
 	}
 	r.root, r.hasRoot = root, true
 	c.addWait(w, &wait{kind: waitBroadcast, job: j, rank: rank, name: req.GetName(), set: rs, k: k, round: r})
@@ -225,7 +225,7 @@ func (c *core) Broadcast(w waiter, req *jobpb.BroadcastRequest) error {
 		for _, o := range j.waitsOf(waitBroadcast) {
 			if j.waits[o].round == r {
 				r.fetched++
-				c.reply(o, answer{data: r.data})
+				c.reply(o, Answer{data: r.data})
 			}
 		}
 		if r.fetched >= len(j.ranks) {
@@ -240,9 +240,9 @@ func (c *core) Broadcast(w waiter, req *jobpb.BroadcastRequest) error {
 
 // ongoing finds the session a Leave or Abort refers to: nil, and no
 // error, when the session is already over, which they take as done.
-func (c *core) ongoing(name string, rank uint32, session uint64, secret []byte) (*job, error) {
+func (c *Core) ongoing(name string, rank uint32, session uint64, secret []byte) (*job, error) {
 	j, err := c.session(name, rank, session, secret)
-	switch codeOf(err) {
+	switch CodeOf(err) {
 	case codes.NotFound, codes.FailedPrecondition, codes.Aborted:
 		return nil, nil
 	}
@@ -251,38 +251,38 @@ func (c *core) ongoing(name string, rank uint32, session uint64, secret []byte) 
 
 // Leave records that a rank is done with its session; the job ends when
 // every rank left.
-func (c *core) Leave(req *jobpb.LeaveRequest) error {
+func (c *Core) Leave(req *jobpb.LeaveRequest) error {
 	j, err := c.ongoing(req.GetJob(), req.GetRank(), req.GetSessionId(), req.GetRankSecret())
 	if j == nil {
 		return err
 	}
 	j.left[req.GetRank()] = true
 	if len(j.left) == len(j.ranks) {
-		c.retire(j, endFinished, "finished: every rank left")
+		c.retire(j, EndFinished, "finished: every rank left")
 		return nil
 	}
 	c.strandedBy(j)
 	return nil
 }
 
-// leftEarly says where the job a rank just left sits, and its generation,
+// LeftEarly says where the job a rank just left sits, and its generation,
 // when its other ranks run on (gen 0 otherwise): the driver then asks the
 // switch whether the job's slots wait for the rank's share.
-func (c *core) leftEarly(req *jobpb.LeaveRequest) (partition, uint64) {
+func (c *Core) LeftEarly(req *jobpb.LeaveRequest) (Partition, uint64) {
 	j := c.jobs[req.GetJob()]
 	if j == nil || j.state != jobActive || !j.left[req.GetRank()] || len(j.ranks) < 2 {
-		return partition{}, 0
+		return Partition{}, 0
 	}
-	return partition{job: j.name, base: int(j.resp.GetPoolBase()), size: int(j.resp.GetPoolSize()), world: len(j.ranks)}, j.gen
+	return Partition{Job: j.name, Base: int(j.resp.GetPoolBase()), Size: int(j.resp.GetPoolSize()), World: len(j.ranks)}, j.gen
 }
 
 // LeftMidCall ends generation gen, whose rank left while slots of the job
 // wait for its share (the driver read them from the switch): its peers are
 // inside a call the rank will never make.
-func (c *core) LeftMidCall(gen uint64, rank uint32, slots int) {
+func (c *Core) LeftMidCall(gen uint64, rank uint32, slots int) {
 	for _, j := range c.jobs {
 		if j.gen == gen && j.state == jobActive && j.left[rank] {
-			c.retire(j, endRankFailed, fmt.Sprintf("aborted: rank %d closed its session (left) while %d of the job's slots wait for its share", rank, slots))
+			c.retire(j, EndRankFailed, fmt.Sprintf("aborted: rank %d closed its session (left) while %d of the job's slots wait for its share", rank, slots))
 			return
 		}
 	}
@@ -291,7 +291,7 @@ func (c *core) LeftMidCall(gen uint64, rank uint32, slots int) {
 // strandedBy ends a job whose waiting barrier or broadcast needs a rank
 // that left: that rank will never call it, and its peers would wait until
 // their deadlines. The cause names the rank and the call.
-func (c *core) strandedBy(j *job) {
+func (c *Core) strandedBy(j *job) {
 	for _, w := range slices.Concat(j.waitsOf(waitBarrier), j.waitsOf(waitBroadcast)) {
 		wt := j.waits[w]
 		if wt == nil {
@@ -304,7 +304,7 @@ func (c *core) strandedBy(j *job) {
 				needed, what = wt.round.root == r && !wt.round.complete, "broadcast"
 			}
 			if needed {
-				c.retire(j, endRankFailed, fmt.Sprintf("aborted: rank %d closed its session (left) while rank %d waited for it in %s %q", r, wt.rank, what, wt.name))
+				c.retire(j, EndRankFailed, fmt.Sprintf("aborted: rank %d closed its session (left) while rank %d waited for it in %s %q", r, wt.rank, what, wt.name))
 				return
 			}
 		}
@@ -317,7 +317,7 @@ func (c *core) strandedBy(j *job) {
 // ends it as a switch loss, unless v, what the driver learned from the
 // switch, shows the switch answering with slots of the job waiting for
 // ranks that stopped sending: then those ranks are named.
-func (c *core) Abort(req *jobpb.AbortRequest, v stallVerdict) (cause, why string, err error) {
+func (c *Core) Abort(req *jobpb.AbortRequest, v Stall) (cause, why string, err error) {
 	j, err := c.ongoing(req.GetJob(), req.GetRank(), req.GetSessionId(), req.GetRankSecret())
 	if j == nil {
 		return "", "", err
@@ -326,31 +326,31 @@ func (c *core) Abort(req *jobpb.AbortRequest, v stallVerdict) (cause, why string
 	if len(reason) > maxReasonLen {
 		reason = strings.ToValidUTF8(reason[:maxReasonLen], "") + "..."
 	}
-	end := endRankFailed
+	end := EndRankFailed
 	why = fmt.Sprintf("aborted by rank %d: %s", req.GetRank(), reason)
 	stalled := ""
 	if req.GetSwitchUnreachable() {
-		end = endSwitchLost
+		end = EndSwitchLost
 		if who, slots := v.stalled(); who != "" {
-			end, stalled = endRankFailed, who
+			end, stalled = EndRankFailed, who
 			why = stalledCause(who, slots, int(req.GetRank()), reason)
 		}
 	}
 	c.log.Warn("controller: rank aborted its job", "job", j.name, "rank", req.GetRank(), "reason", reason,
-		"switch_unreachable", req.GetSwitchUnreachable(), "switch_checked", v.asked, "switch_answered", v.answered, "stalled", stalled)
+		"switch_unreachable", req.GetSwitchUnreachable(), "switch_checked", v.Asked, "switch_answered", v.Answered, "stalled", stalled)
 	c.retire(j, end, why)
 	return end.String(), fmt.Sprintf("job %q %s", j.name, why), nil
 }
 
-// partitionOf says where the job an abort names sits in the pool, for the
+// PartitionOf says where the job an abort names sits in the pool, for the
 // driver to ask the switch about it; ok is false when the session is over
 // (or the call is not the rank's).
-func (c *core) partitionOf(req *jobpb.AbortRequest) (p partition, ok bool, err error) {
+func (c *Core) PartitionOf(req *jobpb.AbortRequest) (p Partition, ok bool, err error) {
 	j, err := c.ongoing(req.GetJob(), req.GetRank(), req.GetSessionId(), req.GetRankSecret())
 	if j == nil {
-		return partition{}, false, err
+		return Partition{}, false, err
 	}
-	return partition{job: j.name, base: int(j.resp.GetPoolBase()), size: int(j.resp.GetPoolSize()), world: len(j.ranks)}, true, nil
+	return Partition{Job: j.name, Base: int(j.resp.GetPoolBase()), Size: int(j.resp.GetPoolSize()), World: len(j.ranks)}, true, nil
 }
 
 // Watch takes a rank's lease on its session (claiming a job found on the
@@ -359,9 +359,9 @@ func (c *core) partitionOf(req *jobpb.AbortRequest) (p partition, ok bool, err e
 // A rank of a job taken over from the switch proves itself the first time
 // with the job's token (that of the rank that claimed it), and its secret
 // is learned then.
-func (c *core) Watch(w waiter, req *jobpb.WatchRequest) error {
+func (c *Core) Watch(w Waiter, req *jobpb.WatchRequest) error {
 	if len(req.GetToken()) > maxTokenLen {
-		return invalid("token of %d bytes, want at most %d", len(req.GetToken()), maxTokenLen)
+		return Invalid("token of %d bytes, want at most %d", len(req.GetToken()), maxTokenLen)
 	}
 	if err := checkName("job", req.GetJob()); err != nil {
 		return err
@@ -377,7 +377,7 @@ func (c *core) Watch(w waiter, req *jobpb.WatchRequest) error {
 	if j.adopted && !j.keys.known(rank) {
 		token := sha256.Sum256([]byte(req.GetToken()))
 		if subtle.ConstantTimeCompare(token[:], j.owner[:]) != 1 {
-			return refuse(codes.PermissionDenied, "rank %d's token does not match job %q's: a rank taking its job back after a controller restart carries the job's token", rank, j.name)
+			return Refuse(codes.PermissionDenied, "rank %d's token does not match job %q's: a rank taking its job back after a controller restart carries the job's token", rank, j.name)
 		}
 		if err := j.keys.learn(rank, req.GetRankSecret()); err != nil {
 			return err
@@ -393,7 +393,7 @@ func (c *core) Watch(w waiter, req *jobpb.WatchRequest) error {
 // EndLease ends a lease the core has not answered. A lost lease, of a rank
 // that did not leave, aborts the job: its process ended or its host is
 // unreachable.
-func (c *core) EndLease(w waiter, lost bool) {
+func (c *Core) EndLease(w Waiter, lost bool) {
 	wt := c.waits[w]
 	if wt == nil || wt.kind != waitLease {
 		return
@@ -402,6 +402,6 @@ func (c *core) EndLease(w waiter, lost bool) {
 	j := wt.job
 	if lost && !j.state.retired() && !j.left[wt.rank] {
 		c.log.Warn("controller: rank lost", "job", j.name, "rank", wt.rank)
-		c.retire(j, endRankLost, fmt.Sprintf("aborted: rank %d lost its connection to the controller (its process ended, or its host is unreachable)", wt.rank))
+		c.retire(j, EndRankLost, fmt.Sprintf("aborted: rank %d lost its connection to the controller (its process ended, or its host is unreachable)", wt.rank))
 	}
 }

@@ -1,4 +1,4 @@
-package controller
+package jobcore
 
 // Registrations checked on their own, against the target, and against the
 // jobs that hold lane addresses.
@@ -15,23 +15,34 @@ import (
 	"google.golang.org/grpc/codes"
 )
 
+// Checked is a registration that passed Check: its lane addresses parsed,
+// and why its job cannot have the switch when only the ring can serve it.
+type Checked struct {
+	req     *jobpb.RegisterRequest
+	addrs   []netip.AddrPort
+	ringWhy string
+}
+
+// LaneAddresses are the registration's lane addresses, parsed.
+func (k Checked) LaneAddresses() []netip.AddrPort { return k.addrs }
+
 // Check validates a registration on its own and against the target; it
-// changes nothing. A registration that may run over the ring
-// (fallback_address) is not refused for a job larger than the switch
-// serves: ringWhy says why its job cannot have the switch instead.
-func (c *core) Check(r *jobpb.RegisterRequest) (addrs []netip.AddrPort, ringWhy string, err error) {
-	addrs, err = checkRequest(r)
+// changes nothing, and Register takes what it returns. A registration that
+// may run over the ring (fallback_address) is not refused for a job larger
+// than the switch serves: its job goes to the ring instead.
+func (c *Core) Check(r *jobpb.RegisterRequest) (Checked, error) {
+	addrs, err := checkRequest(r)
 	if err != nil {
-		return nil, "", err
+		return Checked{}, err
 	}
-	if err := c.cfg.Target.check(r, addrs); err != nil {
-		var tooBig *tooManyWorkers
+	if err := c.cfg.Admit(r, addrs); err != nil {
+		var tooBig *TooBig
 		if r.GetFallbackAddress() != "" && errors.As(err, &tooBig) {
-			return addrs, err.Error(), nil
+			return Checked{req: r, addrs: addrs, ringWhy: err.Error()}, nil
 		}
-		return nil, "", err
+		return Checked{}, err
 	}
-	return addrs, "", nil
+	return Checked{req: r, addrs: addrs}, nil
 }
 
 // maxFallbackAddress bounds a registration's ring address, maxAddressLen
@@ -47,14 +58,14 @@ func checkFallbackAddress(a string) error {
 		return nil
 	}
 	if len(a) > maxFallbackAddress {
-		return invalid("fallback_address of %d bytes, want at most %d", len(a), maxFallbackAddress)
+		return Invalid("fallback_address of %d bytes, want at most %d", len(a), maxFallbackAddress)
 	}
 	host, port, err := net.SplitHostPort(a)
 	if err != nil || host == "" {
-		return invalid("fallback_address %q: want host:port", a)
+		return Invalid("fallback_address %q: want host:port", a)
 	}
 	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
-		return invalid("fallback_address %q: want a port in 1..65535", a)
+		return Invalid("fallback_address %q: want a port in 1..65535", a)
 	}
 	return nil
 }
@@ -63,25 +74,25 @@ func checkFallbackAddress(a string) error {
 func checkRequest(r *jobpb.RegisterRequest) ([]netip.AddrPort, error) {
 	switch {
 	case r.GetJob() == "":
-		return nil, invalid("job name is empty")
+		return nil, Invalid("job name is empty")
 	case len(r.GetJob()) > maxNameLen:
-		return nil, invalid("job name of %d bytes, want at most %d", len(r.GetJob()), maxNameLen)
+		return nil, Invalid("job name of %d bytes, want at most %d", len(r.GetJob()), maxNameLen)
 	case len(r.GetToken()) > maxTokenLen:
-		return nil, invalid("token of %d bytes, want at most %d", len(r.GetToken()), maxTokenLen)
+		return nil, Invalid("token of %d bytes, want at most %d", len(r.GetToken()), maxTokenLen)
 	case r.GetWorldSize() < 1 || r.GetWorldSize() > 0xffff:
-		return nil, invalid("world_size %d, want 1..65535", r.GetWorldSize())
+		return nil, Invalid("world_size %d, want 1..65535", r.GetWorldSize())
 	case r.GetRank() >= r.GetWorldSize():
-		return nil, invalid("rank %d outside 0..%d (world_size %d)", r.GetRank(), r.GetWorldSize()-1, r.GetWorldSize())
+		return nil, Invalid("rank %d outside 0..%d (world_size %d)", r.GetRank(), r.GetWorldSize()-1, r.GetWorldSize())
 	case r.GetLanes() < 1 || r.GetLanes() > 256:
-		return nil, invalid("lanes %d, want 1..256", r.GetLanes())
+		return nil, Invalid("lanes %d, want 1..256", r.GetLanes())
 	case r.GetWindow() < 1:
-		return nil, invalid("window %d, want at least 1", r.GetWindow())
+		return nil, Invalid("window %d, want at least 1", r.GetWindow())
 	case r.GetElements() < 1:
-		return nil, invalid("elements %d, want at least 1", r.GetElements())
+		return nil, Invalid("elements %d, want at least 1", r.GetElements())
 	case len(r.GetLaneAddresses()) != int(r.GetLanes()):
-		return nil, invalid("%d lane addresses for %d lanes", len(r.GetLaneAddresses()), r.GetLanes())
+		return nil, Invalid("%d lane addresses for %d lanes", len(r.GetLaneAddresses()), r.GetLanes())
 	case len(r.GetMac()) != 0 && len(r.GetMac()) != 6:
-		return nil, invalid("mac has %d bytes, want 6 or none", len(r.GetMac()))
+		return nil, Invalid("mac has %d bytes, want 6 or none", len(r.GetMac()))
 	}
 	if err := checkFallbackAddress(r.GetFallbackAddress()); err != nil {
 		return nil, err
@@ -89,27 +100,27 @@ func checkRequest(r *jobpb.RegisterRequest) ([]netip.AddrPort, error) {
 	switch r.GetFormat() {
 	case jobpb.Format_FORMAT_COMPAT:
 		if _, ok := wire.CompatSizeCode(int(r.GetElements())); !ok {
-			return nil, invalid("elements %d cannot travel in the compatible header (32, 64, 128 or 256)", r.GetElements())
+			return nil, Invalid("elements %d cannot travel in the compatible header (32, 64, 128 or 256)", r.GetElements())
 		}
 	case jobpb.Format_FORMAT_EXTENDED:
 		if r.GetElements() > wire.MaxElements {
-			return nil, invalid("elements %d exceeds the extended header's %d", r.GetElements(), wire.MaxElements)
+			return nil, Invalid("elements %d exceeds the extended header's %d", r.GetElements(), wire.MaxElements)
 		}
 	default:
-		return nil, invalid("unknown format %v", r.GetFormat())
+		return nil, Invalid("unknown format %v", r.GetFormat())
 	}
 	addrs := make([]netip.AddrPort, len(r.GetLaneAddresses()))
 	for i, s := range r.GetLaneAddresses() {
 		if len(s) > maxAddressLen {
-			return nil, invalid("lane %d address of %d bytes, want an ipv4:port", i, len(s))
+			return nil, Invalid("lane %d address of %d bytes, want an ipv4:port", i, len(s))
 		}
 		a, err := netip.ParseAddrPort(s)
 		if err != nil {
-			return nil, invalid("lane %d address %q: %v (want ipv4:port)", i, s, err)
+			return nil, Invalid("lane %d address %q: %v (want ipv4:port)", i, s, err)
 		}
 		a = netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
 		if !a.Addr().Is4() || a.Addr().IsUnspecified() || a.Port() == 0 {
-			return nil, invalid("lane %d address %v: want the IPv4 address and port the switch sees as the source", i, a)
+			return nil, Invalid("lane %d address %v: want the IPv4 address and port the switch sees as the source", i, a)
 		}
 		addrs[i] = a
 	}
@@ -143,7 +154,7 @@ func mismatch(j, r *jobpb.RegisterRequest) string {
 // hold: a socket belongs to one live process, so such a registration is a
 // mistake or an attempt to take the other job's traffic. A job whose
 // process died is ended by its lease, which frees its addresses.
-func (c *core) addressesFree(name string, addrs []netip.AddrPort) error {
+func (c *Core) addressesFree(name string, addrs []netip.AddrPort) error {
 	mine := make(map[netip.AddrPort]bool, len(addrs))
 	for _, a := range addrs {
 		mine[a] = true
@@ -171,7 +182,7 @@ func (c *core) addressesFree(name string, addrs []netip.AddrPort) error {
 		}
 	}
 	if holder != nil {
-		return refuse(codes.AlreadyExists, "lane address %v is held by rank %d of job %q, which is still running (if its process is gone, the controller ends that job as soon as its lease lapses)", addr, rank, holder.name)
+		return Refuse(codes.AlreadyExists, "lane address %v is held by rank %d of job %q, which is still running (if its process is gone, the controller ends that job as soon as its lease lapses)", addr, rank, holder.name)
 	}
 	return nil
 }

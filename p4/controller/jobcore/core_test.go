@@ -1,9 +1,11 @@
-package controller
+package jobcore
 
 import (
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,23 +13,22 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/switchml/switchml-go/jobpb"
-	"github.com/switchml/switchml-go/p4/pipeline"
 )
 
 // rig steps a core by hand: it hands out waiters, keeps the answers and
 // the switch work the core asks for, and lets the test set the time.
 type rig struct {
 	t       *testing.T
-	c       *core
+	c       *Core
 	now     time.Time
-	last    waiter
-	answers map[waiter]answer
-	// regs are the registrations by waiter, secrets the rank secrets
+	last    Waiter
+	answers map[Waiter]Answer
+	// regs are the registrations by Waiter, secrets the rank secrets
 	// their answers carried, by job and rank.
-	regs     map[waiter]*jobpb.RegisterRequest
+	regs     map[Waiter]*jobpb.RegisterRequest
 	secrets  map[string][]byte
-	installs []install
-	removals []removal
+	installs []Install
+	removals []Removal
 }
 
 // The rig's time bounds: long enough that tests about other things never
@@ -38,30 +39,54 @@ const (
 	rigJoinTimeout = 20 * time.Hour
 )
 
+// quiet discards the core's log.
+var quiet = slog.New(slog.DiscardHandler)
+
+// regReq is rank's registration of a job of world ranks, with lanes lanes
+// on addresses of host and a window of window slots per lane.
+func regReq(job string, rank, world, lanes, window uint32, host byte) *jobpb.RegisterRequest {
+	r := &jobpb.RegisterRequest{Job: job, Rank: rank, WorldSize: world, Lanes: lanes, Window: window, Elements: 64}
+	for l := uint32(0); l < lanes; l++ {
+		r.LaneAddresses = append(r.LaneAddresses, fmt.Sprintf("127.0.%d.%d:%d", host, rank+1, 30000+l))
+	}
+	return r
+}
+
+// rigMaxWorkers is the largest job the rig's switch serves.
+const rigMaxWorkers = 32
+
+// rigAdmit is what the rig's switch takes: the compatible header's packet
+// sizes, and jobs of up to rigMaxWorkers ranks.
+func rigAdmit(r *jobpb.RegisterRequest, _ []netip.AddrPort) error {
+	switch {
+	case r.GetFormat() == jobpb.Format_FORMAT_COMPAT && !slices.Contains([]uint32{32, 64, 128, 256}, r.GetElements()):
+		return Invalid("%d values per packet: the switch aggregates 32, 64, 128 or 256 with the compatible header", r.GetElements())
+	case r.GetWorldSize() > rigMaxWorkers:
+		return &TooBig{Refuse(codes.InvalidArgument, "world size %d: the switch serves at most %d workers per job", r.GetWorldSize(), rigMaxWorkers).(*Refusal)}
+	}
+	return nil
+}
+
 // rigClient is the identity the rig registers as.
 const rigClient = "addr:127.0.0.1"
 
 func newRig(t *testing.T, slots int) *rig {
 	t.Helper()
-	target, err := TargetFor(KindSoftswitch, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var draws uint64
-	c := newCore(coreConfig{
-		Dataplane: netip.MustParseAddrPort("10.0.0.254:48864"), Slots: slots, Target: target, Logger: quiet,
+	c := New(Config{
+		Dataplane: netip.MustParseAddrPort("10.0.0.254:48864"), Slots: slots, Admit: rigAdmit, Logger: quiet,
 		Rand:      func() uint64 { draws++; return draws * 0x9e3779b97f4a7c15 },
 		DrainWait: rigDrainWait, LeaseGrace: rigLeaseGrace, JoinTimeout: rigJoinTimeout,
 	})
-	return &rig{t: t, c: c, now: time.Unix(1_000_000, 0), answers: map[waiter]answer{},
-		regs: map[waiter]*jobpb.RegisterRequest{}, secrets: map[string][]byte{}}
+	return &rig{t: t, c: c, now: time.Unix(1_000_000, 0), answers: map[Waiter]Answer{},
+		regs: map[Waiter]*jobpb.RegisterRequest{}, secrets: map[string][]byte{}}
 }
 
 // collect takes what the core asked for since the last step.
 func (r *rig) collect() {
 	r.t.Helper()
 	fx := r.c.Ready()
-	for _, a := range fx.answers {
+	for _, a := range fx.Answers {
 		if _, dup := r.answers[a.to]; dup {
 			r.t.Fatalf("waiter %d answered twice", a.to)
 		}
@@ -70,29 +95,41 @@ func (r *rig) collect() {
 			r.secrets[fmt.Sprintf("%s/%d", req.GetJob(), req.GetRank())] = a.resp.GetRankSecret()
 		}
 	}
-	r.installs = append(r.installs, fx.installs...)
-	r.removals = append(r.removals, fx.removals...)
+	r.installs = append(r.installs, fx.Installs...)
+	r.removals = append(r.removals, fx.Removals...)
 }
 
-func (r *rig) waiter() waiter {
+func (r *rig) waiter() Waiter {
 	r.last++
 	return r.last
 }
 
 // register hands the core a registration at the rig's time.
-func (r *rig) register(req *jobpb.RegisterRequest) (waiter, error) {
+func (r *rig) register(req *jobpb.RegisterRequest) (Waiter, error) {
 	r.t.Helper()
 	w := r.waiter()
 	r.regs[w] = req
-	err := r.c.Register(w, req, rigClient, r.now)
+	err := r.c.admit(w, req, rigClient, r.now)
 	r.collect()
 	return w, err
 }
 
+// admit checks a registration and registers it, as the driver does: a
+// Refusal by Check ends the gathering job it was for when waiting cannot
+// mend it.
+func (c *Core) admit(w Waiter, req *jobpb.RegisterRequest, client string, now time.Time) error {
+	chk, err := c.Check(req)
+	if err != nil {
+		c.CannotForm(req, err, now)
+		return err
+	}
+	return c.Register(w, chk, client, now)
+}
+
 // mustRegister registers every request, which must be accepted.
-func (r *rig) mustRegister(reqs ...*jobpb.RegisterRequest) []waiter {
+func (r *rig) mustRegister(reqs ...*jobpb.RegisterRequest) []Waiter {
 	r.t.Helper()
-	var ws []waiter
+	var ws []Waiter
 	for _, req := range reqs {
 		w, err := r.register(req)
 		if err != nil {
@@ -115,12 +152,12 @@ func takeOne[W any](t *testing.T, what string, asked *[]W) W {
 	return w
 }
 
-func (r *rig) takeInstall() install {
+func (r *rig) takeInstall() Install {
 	r.t.Helper()
 	return takeOne(r.t, "installs", &r.installs)
 }
 
-func (r *rig) takeRemoval() removal {
+func (r *rig) takeRemoval() Removal {
 	r.t.Helper()
 	return takeOne(r.t, "removals", &r.removals)
 }
@@ -135,7 +172,7 @@ func (r *rig) run(job string, world uint32, host byte) *jobpb.RegisterResponse {
 	}
 	ws := r.mustRegister(reqs...)
 	in := r.takeInstall()
-	r.c.Installed(in.gen, nil, r.now)
+	r.c.Installed(in.Gen, nil, r.now)
 	r.collect()
 	resp := r.answer(ws[0]).resp
 	if resp == nil {
@@ -146,7 +183,7 @@ func (r *rig) run(job string, world uint32, host byte) *jobpb.RegisterResponse {
 
 // retiredOne runs a one-rank job "old" at slots [0, 4) on host 1 and lets
 // it finish: its entries are then draining, and the removal is returned.
-func (r *rig) retiredOne() removal {
+func (r *rig) retiredOne() Removal {
 	r.t.Helper()
 	old := r.run("old", 1, 1)
 	if err := r.c.Leave(&jobpb.LeaveRequest{Job: "old", SessionId: old.GetSessionId(), RankSecret: r.sec("old", 0)}); err != nil {
@@ -157,20 +194,20 @@ func (r *rig) retiredOne() removal {
 }
 
 // answer returns w's answer, which must have come.
-func (r *rig) answer(w waiter) answer {
+func (r *rig) answer(w Waiter) Answer {
 	r.t.Helper()
 	a, ok := r.answers[w]
 	if !ok {
-		r.t.Fatalf("waiter %d not answered", w)
+		r.t.Fatalf("Waiter %d not answered", w)
 	}
 	return a
 }
 
-func (r *rig) pending(ws ...waiter) {
+func (r *rig) pending(ws ...Waiter) {
 	r.t.Helper()
 	for _, w := range ws {
 		if a, ok := r.answers[w]; ok {
-			r.t.Fatalf("waiter %d answered early: %+v", w, a)
+			r.t.Fatalf("Waiter %d answered early: %+v", w, a)
 		}
 	}
 }
@@ -186,11 +223,11 @@ func (r *rig) sec(job string, rank uint32) []byte {
 }
 
 func adoptedSecret(rank uint32) []byte {
-	return []byte(fmt.Sprintf("adopted-%08d", rank))[:rankSecretLen]
+	return []byte(fmt.Sprintf("adopted-%08d", rank))[:RankSecretLen]
 }
 
 // watch takes a rank's lease, with the rank's secret unless req has one.
-func (r *rig) watch(req *jobpb.WatchRequest) waiter {
+func (r *rig) watch(req *jobpb.WatchRequest) Waiter {
 	r.t.Helper()
 	if req.RankSecret == nil {
 		req.RankSecret = r.sec(req.GetJob(), req.GetRank())
@@ -203,7 +240,7 @@ func (r *rig) watch(req *jobpb.WatchRequest) waiter {
 	return w
 }
 
-func (r *rig) barrier(job string, rank uint32, session uint64, name string, seq uint64) (waiter, error) {
+func (r *rig) barrier(job string, rank uint32, session uint64, name string, seq uint64) (Waiter, error) {
 	r.t.Helper()
 	w := r.waiter()
 	err := r.c.Barrier(w, &jobpb.BarrierRequest{Job: job, Rank: rank, SessionId: session, Name: name, Seq: seq, RankSecret: r.sec(job, rank)})
@@ -213,8 +250,8 @@ func (r *rig) barrier(job string, rank uint32, session uint64, name string, seq 
 
 func wantRefusal(t *testing.T, err error, code codes.Code, text string) {
 	t.Helper()
-	if codeOf(err) != code || !strings.Contains(fmt.Sprint(err), text) {
-		t.Fatalf("got %v (%v), want %v containing %q", err, codeOf(err), code, text)
+	if CodeOf(err) != code || !strings.Contains(fmt.Sprint(err), text) {
+		t.Fatalf("got %v (%v), want %v containing %q", err, CodeOf(err), code, text)
 	}
 }
 
@@ -227,27 +264,31 @@ func TestCoreGathersThenInstalls(t *testing.T) {
 	}
 	w1, _ := r.register(regReq("a", 1, 3, 2, 4, 1))
 	in := r.takeInstall()
-	if in.base != 0 || in.size != 8 || len(in.entries.Workers) != 6 || len(in.entries.Replies) != 6 || len(in.entries.Replicas) != 3 {
+	p := in.Place
+	if p.PoolBase != 0 || p.PoolSize != 8 || len(p.Workers) != 6 || len(p.Replies) != 6 || len(p.Members) != 3 {
 		t.Fatalf("install %+v, want slots [0, 8) and 3 ranks x 2 lanes", in)
 	}
-	for _, w := range in.entries.Workers {
+	if p.JobID != 1 || p.World != 3 || p.Group != 1 {
+		t.Errorf("placement %+v, want job id 1 of 3 ranks in group 1", p)
+	}
+	for _, w := range p.Workers {
 		want := netip.MustParseAddrPort(fmt.Sprintf("127.0.1.%d:%d", w.Rank+1, 30000+int(w.Lane)))
-		if w.Addr != want || w.JobID != 1 || w.NumWorkers != 3 || w.MulticastGroup != 1 || w.PoolBase != 0 || w.PoolSize != 8 {
-			t.Errorf("worker entry %+v", w)
+		if w.Addr != want {
+			t.Errorf("lane %+v, want address %v", w, want)
 		}
 	}
 	r.pending(w0, w1, w2)
 	if got := r.c.ActiveJobs(); len(got) != 0 {
 		t.Fatalf("active jobs while installing: %v", got)
 	}
-	r.c.Installed(in.gen, nil, r.now)
+	r.c.Installed(in.Gen, nil, r.now)
 	r.collect()
 	resp := r.answer(w0).resp
 	secrets := map[string]bool{}
-	for _, w := range []waiter{w0, w1, w2} {
+	for _, w := range []Waiter{w0, w1, w2} {
 		got := r.answer(w).resp
-		if len(got.GetRankSecret()) != rankSecretLen || secrets[string(got.GetRankSecret())] {
-			t.Fatalf("rank secret %x: want %d bytes, one of its own per rank", got.GetRankSecret(), rankSecretLen)
+		if len(got.GetRankSecret()) != RankSecretLen || secrets[string(got.GetRankSecret())] {
+			t.Fatalf("rank secret %x: want %d bytes, one of its own per rank", got.GetRankSecret(), RankSecretLen)
 		}
 		secrets[string(got.GetRankSecret())] = true
 		if got.GetSessionId() != resp.GetSessionId() || got.GetJobId() != resp.GetJobId() || got.GetFirstSeq() != resp.GetFirstSeq() {
@@ -288,6 +329,25 @@ func TestCoreIsDeterministic(t *testing.T) {
 	}
 }
 
+// TestCoreChecksARegistrationOnce: the target's check (Config.Admit) runs
+// once per registration: Register takes what Check found and checks
+// nothing again, and refuses a registration that did not go through Check.
+func TestCoreChecksARegistrationOnce(t *testing.T) {
+	r := newRig(t, 64)
+	calls := 0
+	r.c.cfg.Admit = func(q *jobpb.RegisterRequest, lanes []netip.AddrPort) error {
+		calls++
+		return rigAdmit(q, lanes)
+	}
+	r.mustRegister(regReq("once", 0, 2, 1, 4, 1), regReq("once", 1, 2, 1, 4, 1))
+	if calls != 2 {
+		t.Fatalf("the target checked 2 registrations %d times, want once each", calls)
+	}
+	r.takeInstall()
+	err := r.c.Register(r.waiter(), Checked{}, rigClient, r.now)
+	wantRefusal(t, err, codes.InvalidArgument, "through Check first")
+}
+
 func TestCoreRefusesRegistrations(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -324,7 +384,7 @@ func TestCoreRefusesRegistrations(t *testing.T) {
 				wantRefusal(t, r.answer(w0).err, codes.FailedPrecondition, fmt.Sprintf("cannot form: rank %d was refused", q.GetRank()))
 				return
 			}
-			// A stranger's refusal, or one that may pass, leaves the
+			// A stranger's Refusal, or one that may pass, leaves the
 			// gathering job untouched: its last rank completes it.
 			r.mustRegister(tokened(regReq("j", 1, 2, 1, 4, 1)))
 			r.takeInstall()
@@ -376,16 +436,16 @@ func TestCorePoolExhaustionAndFreeing(t *testing.T) {
 	if len(r.installs) != 0 || r.c.jobs["big"].state != jobQueued {
 		t.Fatalf("job placed while entries drain (%v)", r.c.jobs["big"].state)
 	}
-	r.c.Removed(gone[0].gen, r.now)
+	r.c.Removed(gone[0].Gen, r.now)
 	r.collect()
 	if len(r.installs) != 0 {
 		t.Fatal("job placed while one retired job's entries are still on the switch")
 	}
-	r.c.Removed(gone[1].gen, r.now)
+	r.c.Removed(gone[1].Gen, r.now)
 	r.collect()
 	in := r.takeInstall()
-	if in.base != 0 || in.size != 8 {
-		t.Fatalf("big job placed at [%d, +%d), want the freed [0, +8)", in.base, in.size)
+	if in.Place.PoolBase != 0 || in.Place.PoolSize != 8 {
+		t.Fatalf("big job placed at [%d, +%d), want the freed [0, +8)", in.Place.PoolBase, in.Place.PoolSize)
 	}
 	r.pending(big)
 }
@@ -409,8 +469,8 @@ func TestCoreQueuedJobIsPlacedAfterTheDrainWait(t *testing.T) {
 	}
 	r.c.Tick(r.now.Add(rigDrainWait))
 	r.collect()
-	if in := r.takeInstall(); in.base != 4 {
-		t.Fatalf("placed at %d, want beside the draining job's [0, 4)", in.base)
+	if in := r.takeInstall(); in.Place.PoolBase != 4 {
+		t.Fatalf("placed at %d, want beside the draining job's [0, 4)", in.Place.PoolBase)
 	}
 	if _, ok := r.c.Deadline(); ok {
 		t.Fatal("a deadline is left with nothing to wait for")
@@ -422,37 +482,37 @@ func TestCoreQueuedJobIsPlacedAfterTheDrainWait(t *testing.T) {
 func TestCoreJobEnds(t *testing.T) {
 	for _, c := range []struct {
 		name    string
-		end     func(r *rig, resp *jobpb.RegisterResponse, leases []waiter)
+		end     func(r *rig, resp *jobpb.RegisterResponse, leases []Waiter)
 		why     string
 		removed bool
 	}{
-		{"abort by a rank", func(r *rig, resp *jobpb.RegisterResponse, _ []waiter) {
+		{"abort by a rank", func(r *rig, resp *jobpb.RegisterResponse, _ []Waiter) {
 			long := strings.Repeat("x", 1000)
 			if err := r.abort(&jobpb.AbortRequest{Job: "j", Rank: 1, SessionId: resp.GetSessionId(), Reason: "NaN " + long, RankSecret: r.sec("j", 1)}); err != nil {
 				r.t.Fatal(err)
 			}
 		}, "aborted by rank 1: NaN", true},
-		{"lease lost", func(r *rig, _ *jobpb.RegisterResponse, leases []waiter) {
+		{"lease lost", func(r *rig, _ *jobpb.RegisterResponse, leases []Waiter) {
 			r.c.EndLease(leases[1], true)
 		}, "rank 1 lost its connection", true},
-		{"every rank left", func(r *rig, resp *jobpb.RegisterResponse, _ []waiter) {
+		{"every rank left", func(r *rig, resp *jobpb.RegisterResponse, _ []Waiter) {
 			for rank := range uint32(2) {
 				if err := r.c.Leave(&jobpb.LeaveRequest{Job: "j", Rank: rank, SessionId: resp.GetSessionId(), RankSecret: r.sec("j", rank)}); err != nil {
 					r.t.Fatal(err)
 				}
 			}
 		}, "finished: every rank left", true},
-		{"restarted", func(r *rig, _ *jobpb.RegisterResponse, _ []waiter) {
+		{"restarted", func(r *rig, _ *jobpb.RegisterResponse, _ []Waiter) {
 			r.mustRegister(regReq("j", 0, 2, 1, 4, 1))
 		}, "restarted: rank 0 registered again", true},
-		{"switch lost", func(r *rig, _ *jobpb.RegisterResponse, _ []waiter) {
+		{"switch lost", func(r *rig, _ *jobpb.RegisterResponse, _ []Waiter) {
 			r.c.SwitchLost("aborted: the switch went away")
 		}, "the switch went away", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := newRig(t, 64)
 			resp := r.run("j", 2, 1)
-			leases := []waiter{
+			leases := []Waiter{
 				r.watch(&jobpb.WatchRequest{Job: "j", Rank: 0, SessionId: resp.GetSessionId()}),
 				r.watch(&jobpb.WatchRequest{Job: "j", Rank: 1, SessionId: resp.GetSessionId()}),
 			}
@@ -465,13 +525,13 @@ func TestCoreJobEnds(t *testing.T) {
 			if a := r.answer(leases[0]); !strings.Contains(a.ended, c.why) {
 				t.Errorf("lease heard %q, want %q", a.ended, c.why)
 			}
-			if a := r.answer(waiting).err; codeOf(a) != codes.Aborted || !strings.Contains(a.Error(), c.why) {
+			if a := r.answer(waiting).err; CodeOf(a) != codes.Aborted || !strings.Contains(a.Error(), c.why) {
 				t.Errorf("waiting barrier got %v, want Aborted naming %q", a, c.why)
 			}
 			if c.removed != (len(r.removals) == 1) {
 				t.Errorf("removals %v, want removed=%v", r.removals, c.removed)
 			}
-			if c.removed && r.removals[0].entries.Workers[0].JobID != resp.GetJobId() {
+			if c.removed && r.removals[0].Place.JobID != resp.GetJobId() {
 				t.Errorf("removal of %+v, want the job's entries", r.removals[0])
 			}
 			_, err = r.barrier("j", 0, resp.GetSessionId(), "b", 2)
@@ -530,7 +590,7 @@ func TestCoreQueuedJobLosingARankGathersAgain(t *testing.T) {
 		t.Fatalf("state %v, want queued", r.c.jobs["q"].state)
 	}
 	r.c.GiveUp(ws[1], codes.DeadlineExceeded)
-	r.c.Removed(rm.gen, r.now)
+	r.c.Removed(rm.Gen, r.now)
 	r.collect()
 	if len(r.installs) != 0 || r.c.jobs["q"].state != jobGathering {
 		t.Fatalf("installs %v, state %v; want none and gathering", r.installs, r.c.jobs["q"].state)
@@ -552,16 +612,16 @@ func TestCoreRetiredWhileInstalling(t *testing.T) {
 	if len(r.removals) != 0 || len(r.installs) != 0 || r.c.Draining() != 1 {
 		t.Fatalf("removals %v, installs %v, draining %d; want the install to finish first", r.removals, r.installs, r.c.Draining())
 	}
-	r.c.Installed(in.gen, nil, r.now)
+	r.c.Installed(in.Gen, nil, r.now)
 	r.collect()
 	rm := r.takeRemoval()
-	if rm.gen != in.gen || len(r.installs) != 0 {
+	if rm.Gen != in.Gen || len(r.installs) != 0 {
 		t.Fatalf("removal %+v, installs %v", rm, r.installs)
 	}
-	r.c.Removed(rm.gen, r.now)
+	r.c.Removed(rm.Gen, r.now)
 	r.collect()
 	in2 := r.takeInstall()
-	r.c.Installed(in2.gen, nil, r.now)
+	r.c.Installed(in2.Gen, nil, r.now)
 	r.collect()
 	if r.answer(second).resp.GetJobId() != 2 {
 		t.Fatalf("second run answered %+v", r.answer(second))
@@ -585,11 +645,11 @@ func TestCoreSwitchLost(t *testing.T) {
 	if r.c.Offline() == "" || r.c.Draining() != 0 || len(r.removals) != 0 || len(r.c.jobs) != 0 {
 		t.Fatalf("offline %q, draining %d, removals %v, jobs %v", r.c.Offline(), r.c.Draining(), r.removals, r.c.jobs)
 	}
-	for _, w := range []waiter{gathering, installing} {
+	for _, w := range []Waiter{gathering, installing} {
 		wantRefusal(t, r.answer(w).err, codes.Aborted, "the switch went away")
 	}
-	r.c.Installed(in.gen, nil, r.now)
-	r.c.Removed(rm.gen, r.now)
+	r.c.Installed(in.Gen, nil, r.now)
+	r.c.Removed(rm.Gen, r.now)
 	r.collect()
 	if len(r.installs)+len(r.removals) != 0 || len(r.c.ActiveJobs()) != 0 {
 		t.Fatal("late reports from the lost switch brought work or jobs back")
@@ -600,16 +660,15 @@ func TestCoreSwitchLost(t *testing.T) {
 	}
 }
 
-// adoptedEntries are the entries of a 2-rank job as a switch keeps them.
-func adoptedEntries(id uint32, base uint32, host byte) ([]WorkerEntry, []ReplyEntry) {
-	var ws []WorkerEntry
-	var rs []ReplyEntry
+// adoptedJob is a 2-rank job as a switch keeps it.
+func adoptedJob(id uint32, base uint32, host byte) Placement {
+	p := Placement{JobID: id, PoolBase: base, PoolSize: 4, Group: uint16(id), World: 2}
 	for rank := range uint16(2) {
 		a := netip.MustParseAddrPort(fmt.Sprintf("127.0.%d.%d:30000", host, rank+1))
-		ws = append(ws, WorkerEntry{Addr: a, Worker: pipeline.Worker{JobID: id, Rank: rank, NumWorkers: 2, MulticastGroup: uint16(id), PoolBase: base, PoolSize: 4}})
-		rs = append(rs, ReplyEntry{JobID: id, Rank: rank, Addr: a})
+		p.Workers = append(p.Workers, Lane{Rank: rank, Addr: a})
+		p.Replies = append(p.Replies, Lane{Rank: rank, Addr: a})
 	}
-	return ws, rs
+	return p
 }
 
 // TestCoreAdoption: jobs found on the switch keep their room; ranks claim
@@ -617,25 +676,24 @@ func adoptedEntries(id uint32, base uint32, host byte) ([]WorkerEntry, []ReplyEn
 // removed and half-claimed ones aborted naming the missing rank.
 func TestCoreAdoption(t *testing.T) {
 	r := newRig(t, 64)
-	var workers []WorkerEntry
-	var replies []ReplyEntry
+	var found []Placement
 	for i, id := range []uint32{7, 9, 11} {
-		ws, rs := adoptedEntries(id, uint32(4*i), byte(i+1))
-		workers, replies = append(workers, ws...), append(replies, rs...)
+		found = append(found, adoptedJob(id, uint32(4*i), byte(i+1)))
 	}
+	found[0].Members = []Member{{0, 0}, {1, 1}}
 	const grace = 10 * time.Second
-	r.c.Adopt(workers, replies, map[uint16][]Replica{7: {{0, 0}, {1, 1}}}, r.now, grace)
+	r.c.Adopt(found, r.now, grace)
 	r.collect()
 
 	_, err := r.barrier("kept", 0, 77, "b", 1)
 	wantRefusal(t, err, codes.Unavailable, "taking its running jobs over")
-	claim := func(job string, rank uint32, session uint64, id uint32) waiter {
+	claim := func(job string, rank uint32, session uint64, id uint32) Waiter {
 		return r.watch(&jobpb.WatchRequest{Job: job, Rank: rank, SessionId: session, JobId: id})
 	}
 	claim("kept", 0, 77, 7)
 	claim("kept", 1, 77, 7)
 	half := claim("half", 0, 99, 9)
-	if err := r.c.Watch(r.waiter(), &jobpb.WatchRequest{Job: "kept", Rank: 0, SessionId: 5, JobId: 11, RankSecret: adoptedSecret(0)}); codeOf(err) != codes.AlreadyExists {
+	if err := r.c.Watch(r.waiter(), &jobpb.WatchRequest{Job: "kept", Rank: 0, SessionId: 5, JobId: 11, RankSecret: adoptedSecret(0)}); CodeOf(err) != codes.AlreadyExists {
 		t.Fatalf("claiming a second job under a running name: %v", err)
 	}
 	if got := r.c.ActiveJobs()["kept"]; got.GetPoolBase() != 0 || got.GetJobId() != 7 || got.GetSessionId() != 77 {
@@ -659,7 +717,7 @@ func TestCoreAdoption(t *testing.T) {
 	if why := r.answer(half).ended; !strings.Contains(why, "rank 1 did not come back") {
 		t.Fatalf("half-claimed job ended with %q", why)
 	}
-	if len(r.removals) != 2 || r.removals[0].entries.Workers[0].JobID != 9 || r.removals[1].entries.Workers[0].JobID != 11 {
+	if len(r.removals) != 2 || r.removals[0].Place.JobID != 9 || r.removals[1].Place.JobID != 11 {
 		t.Fatalf("removals %+v, want jobs 9 and 11", r.removals)
 	}
 	if r.c.ActiveJobs()["kept"] == nil {
@@ -673,7 +731,7 @@ func TestCoreAdoption(t *testing.T) {
 func TestCoreBarrierRounds(t *testing.T) {
 	r := newRig(t, 64)
 	s := r.run("j", 3, 1).GetSessionId()
-	b := func(rank uint32, name string, seq uint64) waiter {
+	b := func(rank uint32, name string, seq uint64) Waiter {
 		t.Helper()
 		w, err := r.barrier("j", rank, s, name, seq)
 		if err != nil {
@@ -686,7 +744,7 @@ func TestCoreBarrierRounds(t *testing.T) {
 	first1 := b(1, "b", 1)
 	r.pending(first0, second0, first1)
 	first2 := b(2, "b", 1)
-	for _, w := range []waiter{first0, first1, first2} {
+	for _, w := range []Waiter{first0, first1, first2} {
 		if a := r.answer(w); a.err != nil {
 			t.Fatalf("first round: %v", a.err)
 		}
@@ -696,7 +754,7 @@ func TestCoreBarrierRounds(t *testing.T) {
 	wantRefusal(t, r.c.GiveUp(second1, codes.DeadlineExceeded), codes.DeadlineExceeded, "rank 2 did not come before rank 1's deadline (2 of 3 ranks arrived, 0 of them gave up waiting)")
 	second1 = b(1, "b", 2)
 	b(2, "b", 2)
-	for _, w := range []waiter{second0, second1} {
+	for _, w := range []Waiter{second0, second1} {
 		if a := r.answer(w); a.err != nil {
 			t.Fatalf("second round: %v", a.err)
 		}
@@ -709,8 +767,7 @@ func TestCoreBarrierRounds(t *testing.T) {
 
 	// Taken over: rank 1 passed barrier 7 before the restart and waits at
 	// 8; rank 0 re-sends 7 and is released by the count.
-	ws, rs := adoptedEntries(5, 32, 7)
-	r.c.Adopt(ws, rs, nil, r.now, time.Hour)
+	r.c.Adopt([]Placement{adoptedJob(5, 32, 7)}, r.now, time.Hour)
 	for rank := range uint32(2) {
 		r.watch(&jobpb.WatchRequest{Job: "t", Rank: rank, SessionId: 55, JobId: 5})
 	}
@@ -729,7 +786,7 @@ func TestCoreBarrierRounds(t *testing.T) {
 func TestCoreBroadcast(t *testing.T) {
 	r := newRig(t, 64)
 	s := r.run("j", 3, 1).GetSessionId()
-	bc := func(rank, root uint32, data string) (waiter, error) {
+	bc := func(rank, root uint32, data string) (Waiter, error) {
 		w := r.waiter()
 		err := r.c.Broadcast(w, &jobpb.BroadcastRequest{Job: "j", Rank: rank, SessionId: s, Root: root, Data: []byte(data), RankSecret: r.sec("j", rank)})
 		r.collect()
@@ -743,7 +800,7 @@ func TestCoreBroadcast(t *testing.T) {
 	r.pending(early)
 	root, _ := bc(1, 1, "hello")
 	late, _ := bc(2, 1, "")
-	for _, w := range []waiter{early, root, late} {
+	for _, w := range []Waiter{early, root, late} {
 		if a := r.answer(w); a.err != nil || string(a.data) != "hello" {
 			t.Fatalf("broadcast answer %+v", a)
 		}
@@ -770,7 +827,7 @@ func TestCoreLimits(t *testing.T) {
 	// forgotten, so that a name per iteration never runs out.
 	r = newRig(t, 64)
 	s := r.run("names", 2, 1).GetSessionId()
-	for i := range maxRoundsPerJob {
+	for i := range MaxRoundsPerJob {
 		if _, err := r.barrier("names", 0, s, fmt.Sprint(i), 0); err != nil {
 			t.Fatalf("barrier %d: %v", i, err)
 		}
@@ -780,7 +837,7 @@ func TestCoreLimits(t *testing.T) {
 	if _, err := r.barrier("names", 0, s, "0", 0); err != nil {
 		t.Fatalf("a known name again: %v", err)
 	}
-	for i := range maxRoundsPerJob {
+	for i := range MaxRoundsPerJob {
 		if _, err := r.barrier("names", 1, s, fmt.Sprint(i), 0); err != nil {
 			t.Fatalf("rank 1 barrier %d: %v", i, err)
 		}
@@ -788,7 +845,7 @@ func TestCoreLimits(t *testing.T) {
 	if n := len(r.c.jobs["names"].rounds); n != 1 {
 		t.Fatalf("%d names held once every round but one is over, want 1 (rank 0's second use of \"0\")", n)
 	}
-	for i := range 3 * maxRoundsPerJob {
+	for i := range 3 * MaxRoundsPerJob {
 		name := fmt.Sprintf("iter-%d", i)
 		w0, err0 := r.barrier("names", 0, s, name, 0)
 		w1, err1 := r.barrier("names", 1, s, name, 0)

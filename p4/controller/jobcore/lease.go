@@ -1,4 +1,4 @@
-package controller
+package jobcore
 
 // Time bounds on what a job holds: an active job's ranks must take their
 // leases (Watch) within LeaseGrace, and a gathering job's ranks must all
@@ -15,7 +15,7 @@ import (
 )
 
 // lateAt is when job j runs out of time, if a bound applies to it now.
-func (c *core) lateAt(j *job) (time.Time, bool) {
+func (c *Core) lateAt(j *job) (time.Time, bool) {
 	switch {
 	case j.state == jobGathering && c.cfg.JoinTimeout > 0 && !j.registeredAt.IsZero():
 		return j.registeredAt.Add(c.cfg.JoinTimeout), true
@@ -36,7 +36,7 @@ func (j *job) unleased() int {
 }
 
 // endLate ends the jobs whose time ran out by now.
-func (c *core) endLate(now time.Time) {
+func (c *Core) endLate(now time.Time) {
 	for _, name := range slices.Sorted(maps.Keys(c.jobs)) {
 		j := c.jobs[name]
 		t, ok := c.lateAt(j)
@@ -49,14 +49,14 @@ func (c *core) endLate(now time.Time) {
 		case jobActive:
 			r := j.unleased()
 			c.log.Warn("controller: rank never took its lease", "job", j.name, "rank", r, "grace", c.cfg.LeaseGrace)
-			c.retire(j, endRankLost, fmt.Sprintf("aborted: rank %d never took its lease (Watch) within %v", r, c.cfg.LeaseGrace))
+			c.retire(j, EndRankLost, fmt.Sprintf("aborted: rank %d never took its lease (Watch) within %v", r, c.cfg.LeaseGrace))
 		}
 	}
 }
 
 // releaseGathering ends a job whose ranks did not all come within the
 // join timeout, telling each waiting rank which never came.
-func (c *core) releaseGathering(j *job) {
+func (c *Core) releaseGathering(j *job) {
 	var missing []int
 	for r, reg := range j.ranks {
 		if reg == nil {
@@ -64,10 +64,10 @@ func (c *core) releaseGathering(j *job) {
 		}
 	}
 	c.log.Warn("controller: job released: ranks never registered", "job", j.name, "missing", missing, "join_timeout", c.cfg.JoinTimeout)
-	err := refuse(codes.DeadlineExceeded, "job %q: ranks %v of %d never registered within the controller's join timeout (%v), and the job was released (start every rank, or check the job name and world size)",
+	err := Refuse(codes.DeadlineExceeded, "job %q: ranks %v of %d never registered within the controller's join timeout (%v), and the job was released (start every rank, or check the job name and world size)",
 		j.name, missing, len(j.ranks), c.cfg.JoinTimeout)
 	for _, w := range j.waitsOf(waitRegister) {
-		c.reply(w, answer{err: err})
+		c.reply(w, Answer{err: err})
 	}
-	c.retire(j, endAbandoned, fmt.Sprintf("released: ranks %v never registered within the controller's join timeout (%v)", missing, c.cfg.JoinTimeout))
+	c.retire(j, EndAbandoned, fmt.Sprintf("released: ranks %v never registered within the controller's join timeout (%v)", missing, c.cfg.JoinTimeout))
 }

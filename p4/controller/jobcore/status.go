@@ -1,4 +1,4 @@
-package controller
+package jobcore
 
 // What the core tells an operator: the job table and the counts of how
 // jobs ended, read by the driver under its lock.
@@ -11,34 +11,67 @@ import (
 	"github.com/switchml/switchml-go/jobpb"
 )
 
-// endCause classifies why a generation ended, for the counters.
-type endCause uint8
+// EndCause classifies why a generation ended, for the counters.
+type EndCause uint8
 
 const (
-	endFinished   endCause = iota // every rank left
-	endRestarted                  // a rank registered again: a new run
-	endRankFailed                 // a rank aborted the session
-	endRankLost                   // a rank's lease lapsed, or it did not come back after a restart
-	endAbandoned                  // every rank gave up waiting while the job gathered
-	endSwitchLost                 // the controller lost the switch
-	endUnclaimed                  // found on the switch after a restart, and no rank took it back
-	endFailed                     // it could not be placed or the switch refused it
-	endFallback                   // the switch could not take it, and its ranks went to the ring
-	numEndCauses
+	EndFinished   EndCause = iota // every rank left
+	EndRestarted                  // a rank registered again: a new run
+	EndRankFailed                 // a rank aborted the session
+	EndRankLost                   // a rank's lease lapsed, or it did not come back after a restart
+	EndAbandoned                  // every rank gave up waiting while the job gathered
+	EndSwitchLost                 // the controller lost the switch
+	EndUnclaimed                  // found on the switch after a restart, and no rank took it back
+	EndFailed                     // it could not be placed or the switch refused it
+	EndFallback                   // the switch could not take it, and its ranks went to the ring
+	NumEndCauses
 )
 
-var endCauseNames = [numEndCauses]string{
+var endCauseNames = [NumEndCauses]string{
 	"finished", "restarted", "rank_failed", "rank_lost", "abandoned", "switch_lost", "unclaimed", "failed", "fallback",
 }
 
-func (c endCause) String() string { return endCauseNames[c] }
+func (c EndCause) String() string { return endCauseNames[c] }
 
-// stateUnclaimed is the state the job table reports for a job found on
+// StateUnclaimed is the state the job table reports for a job found on
 // the switch that no rank has taken back yet.
-const stateUnclaimed = "unclaimed"
+const StateUnclaimed = "unclaimed"
+
+// Gauges is a snapshot of the job table, for metrics and Status.
+type Gauges struct {
+	// ByState counts the generations that hold or wait for switch room,
+	// by state (StateUnclaimed for jobs found on the switch).
+	ByState map[string]int
+	// SlotsInUse counts the slots of the jobs on the switch.
+	SlotsInUse int
+	// Ended counts the generations that ended, by cause.
+	Ended [NumEndCauses]uint64
+	// Live are the jobs that hold a partition, in partition order.
+	Live []LiveJob
+}
+
+// LiveJob is a job that holds a partition: its name ("" for a job found on
+// the switch that no rank took back yet), switch job id, slots and ranks.
+type LiveJob struct {
+	Name           string
+	JobID          uint32
+	Slots, Workers int
+}
+
+// Gauges takes a snapshot of the job table.
+func (c *Core) Gauges() Gauges {
+	g := Gauges{ByState: c.jobsByState(), SlotsInUse: c.slotsInUse(), Ended: c.endings}
+	for _, j := range c.liveJobs() {
+		g.Live = append(g.Live, LiveJob{Name: j.name, JobID: j.resp.GetJobId(), Slots: int(j.resp.GetPoolSize()), Workers: len(j.ranks)})
+	}
+	return g
+}
+
+// Has reports whether a generation of the named job gathers or runs.
+func (c *Core) Has(name string) bool { return c.jobs[name] != nil }
 
 // jobsByState counts the generations that hold or wait for switch room.
-func (c *core) jobsByState() map[string]int {
+func (c *Core) jobsByState() map[string]int {
 	n := map[string]int{}
 	for _, j := range c.jobs {
 		n[j.state.String()]++
@@ -46,13 +79,13 @@ func (c *core) jobsByState() map[string]int {
 	for _, j := range c.draining {
 		n[j.state.String()]++
 	}
-	n[stateUnclaimed] += len(c.detached)
+	n[StateUnclaimed] += len(c.detached)
 	return n
 }
 
 // slotsInUse counts the slots held by jobs on the switch: installing,
 // active, draining and unclaimed ones.
-func (c *core) slotsInUse() int {
+func (c *Core) slotsInUse() int {
 	used := 0
 	for _, j := range c.liveJobs() {
 		used += int(j.resp.GetPoolSize())
@@ -62,7 +95,7 @@ func (c *core) slotsInUse() int {
 
 // liveJobs lists the generations that hold a partition, in partition
 // order.
-func (c *core) liveJobs() []*job {
+func (c *Core) liveJobs() []*job {
 	var out []*job
 	for _, j := range c.jobs {
 		if j.state == jobInstalling || j.state == jobActive {
@@ -79,21 +112,21 @@ func (c *core) liveJobs() []*job {
 	return out
 }
 
-// statusView says how much of the job table a Status reply shows: all of
+// StatusView says how much of the job table a Status reply shows: all of
 // it to an operator, no addresses or switch-side placement to others; and
 // how many bytes of lane addresses one reply may carry.
-type statusView struct {
-	redact    bool
-	rankBytes int
+type StatusView struct {
+	Redact    bool
+	RankBytes int
 }
 
-// statusJobs describes a page of the job table for an operator: size
+// StatusJobs describes a page of the job table for an operator: size
 // generations from index first in the table's order (the live ones in
 // partition order, then those still gathering or queued by name), and the
 // index the next page starts at (0: none follows). It reveals no secret:
 // no token, session id or rank secret. Lane addresses stop at
-// v.rankBytes per page; the ranks left out are counted.
-func (c *core) statusJobs(now time.Time, first, size int, v statusView) ([]*jobpb.JobStatus, int) {
+// v.RankBytes per page; the ranks left out are counted.
+func (c *Core) StatusJobs(now time.Time, first, size int, v StatusView) ([]*jobpb.JobStatus, int) {
 	type entry struct {
 		j     *job
 		state string
@@ -102,7 +135,7 @@ func (c *core) statusJobs(now time.Time, first, size int, v statusView) ([]*jobp
 	for _, j := range c.liveJobs() {
 		state := j.state.String()
 		if c.detached[j.resp.GetJobId()] == j {
-			state = stateUnclaimed
+			state = StateUnclaimed
 		}
 		all = append(all, entry{j, state})
 	}
@@ -119,7 +152,7 @@ func (c *core) statusJobs(now time.Time, first, size int, v statusView) ([]*jobp
 		next = first + size
 	}
 	all = all[first:min(first+size, len(all))]
-	budget := v.rankBytes
+	budget := v.RankBytes
 	out := make([]*jobpb.JobStatus, 0, len(all))
 	for _, e := range all {
 		j := e.j
@@ -128,7 +161,7 @@ func (c *core) statusJobs(now time.Time, first, size int, v statusView) ([]*jobp
 			Lanes: j.params.GetLanes(), Window: j.params.GetWindow(), PacketElements: j.params.GetElements(),
 			PoolSize: j.resp.GetPoolSize(),
 		}
-		if !v.redact {
+		if !v.Redact {
 			js.JobId, js.PoolBase = j.resp.GetJobId(), j.resp.GetPoolBase()
 		}
 		if !j.registeredAt.IsZero() {
@@ -139,7 +172,7 @@ func (c *core) statusJobs(now time.Time, first, size int, v statusView) ([]*jobp
 				continue
 			}
 			rs := &jobpb.RankStatus{Rank: uint32(r), Leased: j.leased[uint32(r)], Left: j.left[uint32(r)]}
-			if !v.redact {
+			if !v.Redact {
 				need := 16
 				for _, a := range reg.req.GetLaneAddresses() {
 					need += len(a) + 2
@@ -156,4 +189,10 @@ func (c *core) statusJobs(now time.Time, first, size int, v statusView) ([]*jobp
 		out = append(out, js)
 	}
 	return out, next
+}
+
+// States are the states Gauges.ByState counts, in the order of a job's
+// life, then StateUnclaimed.
+func States() []string {
+	return []string{jobGathering.String(), jobQueued.String(), jobInstalling.String(), jobActive.String(), jobDraining.String(), StateUnclaimed}
 }

@@ -1,4 +1,4 @@
-package controller
+package jobcore
 
 import (
 	"strings"
@@ -29,16 +29,16 @@ func TestCoreLeaveStrandsNoBarrier(t *testing.T) {
 	w2, _ := r.barrier("a", 2, a.GetSessionId(), "b", 1)
 	r.pending(w1, w2)
 	leave("a", 0, a.GetSessionId())
-	for _, w := range []waiter{w1, w2} {
-		if err := r.answer(w).err; codeOf(err) != codes.Aborted || !strings.Contains(err.Error(), `rank 0 closed its session (left) while rank 1 waited for it in barrier "b"`) {
-			t.Errorf("waiter %d: %v, want Aborted naming rank 0 and the barrier", w, err)
+	for _, w := range []Waiter{w1, w2} {
+		if err := r.answer(w).err; CodeOf(err) != codes.Aborted || !strings.Contains(err.Error(), `rank 0 closed its session (left) while rank 1 waited for it in barrier "b"`) {
+			t.Errorf("Waiter %d: %v, want Aborted naming rank 0 and the barrier", w, err)
 		}
 	}
 
 	drained := func() {
 		t.Helper()
 		rm := r.takeRemoval()
-		r.c.Removed(rm.gen, r.now)
+		r.c.Removed(rm.Gen, r.now)
 		r.collect()
 	}
 	drained()
@@ -50,7 +50,7 @@ func TestCoreLeaveStrandsNoBarrier(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.answer(w).err; codeOf(err) != codes.Aborted || !strings.Contains(err.Error(), "rank 0 closed its session") {
+	if err := r.answer(w).err; CodeOf(err) != codes.Aborted || !strings.Contains(err.Error(), "rank 0 closed its session") {
 		t.Errorf("a barrier after rank 0 left: %v, want Aborted naming rank 0", err)
 	}
 	drained()
@@ -58,7 +58,7 @@ func TestCoreLeaveStrandsNoBarrier(t *testing.T) {
 	// A normal end: every rank passes the last barrier, then they leave
 	// one by one; nothing is aborted, and the job finishes.
 	c := r.run("c", 3, 30)
-	var ws []waiter
+	var ws []Waiter
 	for rank := range uint32(3) {
 		w, _ := r.barrier("c", rank, c.GetSessionId(), "done", 1)
 		ws = append(ws, w)
@@ -75,7 +75,7 @@ func TestCoreLeaveStrandsNoBarrier(t *testing.T) {
 		t.Fatalf("ranks leaving after the last barrier ended the job early: %v", r.c.endings)
 	}
 	leave("c", 1, c.GetSessionId())
-	if r.c.endings[endFinished] != ended[endFinished]+1 {
+	if r.c.endings[EndFinished] != ended[EndFinished]+1 {
 		t.Errorf("the job did not finish when every rank left: %v", r.c.endings)
 	}
 }
@@ -104,7 +104,7 @@ func TestCoreJobThatCannotForm(t *testing.T) {
 		// live job holds, end nothing.
 		stranger := regReq(job, 2, 4, 1, 4, host)
 		stranger.Token = "not-the-owner"
-		if _, err := r.register(stranger); codeOf(err) != codes.PermissionDenied {
+		if _, err := r.register(stranger); CodeOf(err) != codes.PermissionDenied {
 			t.Fatalf("%s: a stranger's registration: %v", c.name, err)
 		}
 		r.pending(ws...)
@@ -112,11 +112,11 @@ func TestCoreJobThatCannotForm(t *testing.T) {
 		bad := regReq(job, 2, 3, 1, 4, host)
 		c.bad(bad)
 		if _, err := r.register(bad); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Fatalf("%s: the bad registration: %v, want a refusal containing %q", c.name, err, c.want)
+			t.Fatalf("%s: the bad registration: %v, want a Refusal containing %q", c.name, err, c.want)
 		}
 		for _, w := range ws {
 			err := r.answer(w).err
-			if codeOf(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "cannot form: rank 2 was refused") || !strings.Contains(err.Error(), c.want) {
+			if CodeOf(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "cannot form: rank 2 was refused") || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("%s: waiting rank: %v, want the job ended naming rank 2 and why", c.name, err)
 			}
 		}
@@ -129,7 +129,7 @@ func TestCoreJobThatCannotForm(t *testing.T) {
 		// a rank that was in it registers again (a new run), the name
 		// gathers as usual.
 		late := regReq(job, 2, 3, 1, 4, host)
-		if _, err := r.register(late); codeOf(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "cannot form: rank 2 was refused") {
+		if _, err := r.register(late); CodeOf(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "cannot form: rank 2 was refused") {
 			t.Errorf("%s: a late rank: %v, want the cause", c.name, err)
 		}
 		again := r.mustRegister(regReq(job, 0, 3, 1, 4, host), regReq(job, 2, 3, 1, 4, host))
@@ -150,7 +150,7 @@ func TestCoreJobThatCannotForm(t *testing.T) {
 // abort hands the core a rank's abort, with nothing learned from the
 // switch.
 func (r *rig) abort(req *jobpb.AbortRequest) error {
-	_, _, err := r.c.Abort(req, stallVerdict{})
+	_, _, err := r.c.Abort(req, Stall{})
 	return err
 }
 
@@ -161,18 +161,18 @@ func (r *rig) abort(req *jobpb.AbortRequest) error {
 func TestCoreStalledRankIsNotASwitchLoss(t *testing.T) {
 	for _, c := range []struct {
 		name      string
-		v         stallVerdict
-		cause     endCause
+		v         Stall
+		cause     EndCause
 		wantWhy   string
 		wantCause string
 	}{
-		{"rank 2 stopped", stallVerdict{asked: true, answered: true, missing: map[int]int{2: 8}}, endRankFailed,
+		{"rank 2 stopped", Stall{Asked: true, Answered: true, Missing: map[int]int{2: 8}}, EndRankFailed,
 			"rank 2 stopped sending: the switch answers and holds 8 of the job's slots waiting for it (rank 0 gave up waiting: no answer)", "rank_failed"},
-		{"two ranks stopped", stallVerdict{asked: true, answered: true, missing: map[int]int{2: 3, 1: 5}}, endRankFailed,
+		{"two ranks stopped", Stall{Asked: true, Answered: true, Missing: map[int]int{2: 3, 1: 5}}, EndRankFailed,
 			"ranks 1, 2 stopped sending", "rank_failed"},
-		{"no slot waits", stallVerdict{asked: true, answered: true, missing: map[int]int{}}, endSwitchLost, "aborted by rank 0: no answer", "switch_lost"},
-		{"switch silent", stallVerdict{asked: true}, endSwitchLost, "aborted by rank 0: no answer", "switch_lost"},
-		{"not asked", stallVerdict{}, endSwitchLost, "aborted by rank 0: no answer", "switch_lost"},
+		{"no slot waits", Stall{Asked: true, Answered: true, Missing: map[int]int{}}, EndSwitchLost, "aborted by rank 0: no answer", "switch_lost"},
+		{"switch silent", Stall{Asked: true}, EndSwitchLost, "aborted by rank 0: no answer", "switch_lost"},
+		{"not asked", Stall{}, EndSwitchLost, "aborted by rank 0: no answer", "switch_lost"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := newRig(t, 64)

@@ -1,0 +1,238 @@
+package layers
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// rules are the layer rules as docs/architecture.md states them.
+type rules struct {
+	// layer of each top-level folder: a package may import module packages
+	// of its own folder or of a folder on a lower layer, nothing else.
+	layer map[string]int
+	// pure packages may import only the module packages listed for them
+	// (and the standard library and outside modules).
+	pure map[string][]string
+}
+
+// parseRules reads the fenced block that follows the "## Layer rules"
+// heading: lines "layer N: folder folder ..." and "pure PKG: PKG PKG ...".
+func parseRules(doc []byte) (rules, error) {
+	r := rules{layer: map[string]int{}, pure: map[string][]string{}}
+	_, after, ok := bytes.Cut(doc, []byte("\n## Layer rules\n"))
+	if !ok {
+		return r, fmt.Errorf(`no "## Layer rules" section`)
+	}
+	_, block, ok := bytes.Cut(after, []byte("```\n"))
+	if !ok {
+		return r, fmt.Errorf("no fenced block in the Layer rules section")
+	}
+	block, _, ok = bytes.Cut(block, []byte("```"))
+	if !ok {
+		return r, fmt.Errorf("unterminated fenced block in the Layer rules section")
+	}
+	sc := bufio.NewScanner(bytes.NewReader(block))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		head, list, ok := strings.Cut(line, ":")
+		if !ok {
+			return r, fmt.Errorf("rule %q: want \"layer N: folders\" or \"pure pkg: pkgs\"", line)
+		}
+		kind, arg, _ := strings.Cut(strings.TrimSpace(head), " ")
+		switch kind {
+		case "layer":
+			n, err := strconv.Atoi(arg)
+			if err != nil {
+				return r, fmt.Errorf("rule %q: layer number: %v", line, err)
+			}
+			for _, f := range strings.Fields(list) {
+				if _, dup := r.layer[f]; dup {
+					return r, fmt.Errorf("folder %s is on two layers", f)
+				}
+				r.layer[f] = n
+			}
+		case "pure":
+			r.pure[arg] = strings.Fields(list)
+		default:
+			return r, fmt.Errorf("rule %q: unknown kind %q", line, kind)
+		}
+	}
+	return r, sc.Err()
+}
+
+// check returns every import of graph (package -> module packages it
+// imports, paths relative to the module) that breaks the rules.
+func (r rules) check(graph map[string][]string) []string {
+	var bad []string
+	pkgs := make([]string, 0, len(graph))
+	for p := range graph {
+		pkgs = append(pkgs, p)
+	}
+	slices.Sort(pkgs)
+	for _, p := range pkgs {
+		from := top(p)
+		lf, ok := r.layer[from]
+		if !ok {
+			bad = append(bad, fmt.Sprintf("%s: its folder %s is on no layer; add it to docs/architecture.md's Layer rules", p, from))
+			continue
+		}
+		for _, q := range graph[p] {
+			to := top(q)
+			lt, ok := r.layer[to]
+			switch {
+			case !ok:
+				bad = append(bad, fmt.Sprintf("%s imports %s, whose folder %s is on no layer", p, q, to))
+			case to != from && lt >= lf:
+				bad = append(bad, fmt.Sprintf("%s (layer %d) imports %s (layer %d): a package may import only its own folder or lower layers", p, lf, q, lt))
+			}
+			if allowed, isPure := r.pure[p]; isPure && !slices.Contains(allowed, q) {
+				bad = append(bad, fmt.Sprintf("%s is pure and may import only %v of the module, not %s", p, allowed, q))
+			}
+		}
+	}
+	return bad
+}
+
+func top(pkg string) string {
+	f, _, _ := strings.Cut(pkg, "/")
+	return f
+}
+
+// moduleGraph lists the module's packages and the module packages each
+// imports, without tests' imports, relative to the module path.
+func moduleGraph(t *testing.T, root string) map[string][]string {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-deps", "-json=ImportPath,Imports,Module", "./...")
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps -json ./...: %v\n%s", err, stderr.Bytes())
+	}
+	type pkg struct {
+		ImportPath string
+		Imports    []string
+		Module     *struct {
+			Path string
+			Main bool
+		}
+	}
+	var mod string
+	var all []pkg
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for dec.More() {
+		var p pkg
+		if err := dec.Decode(&p); err != nil {
+			t.Fatalf("decoding go list's output: %v", err)
+		}
+		if p.Module != nil && p.Module.Main {
+			mod = p.Module.Path
+		}
+		all = append(all, p)
+	}
+	if mod == "" {
+		t.Fatal("go list named no main module")
+	}
+	rel := func(path string) (string, bool) {
+		r, ok := strings.CutPrefix(path, mod+"/")
+		return r, ok
+	}
+	graph := map[string][]string{}
+	for _, p := range all {
+		from, ok := rel(p.ImportPath)
+		if !ok {
+			continue
+		}
+		graph[from] = []string{}
+		for _, imp := range p.Imports {
+			if to, ok := rel(imp); ok {
+				graph[from] = append(graph[from], to)
+			}
+		}
+	}
+	return graph
+}
+
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatalf("go env GOMOD: %v", err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out)))
+}
+
+func loadRules(t *testing.T, root string) rules {
+	t.Helper()
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := parseRules(doc)
+	if err != nil {
+		t.Fatalf("docs/architecture.md: %v", err)
+	}
+	return r
+}
+
+// TestImportsFollowTheLayerRules is the check itself: every import in the
+// module keeps to docs/architecture.md's Layer rules.
+func TestImportsFollowTheLayerRules(t *testing.T) {
+	root := moduleRoot(t)
+	r := loadRules(t, root)
+	graph := moduleGraph(t, root)
+	if _, ok := graph["switchml"]; !ok {
+		t.Fatalf("go list found no switchml package among %d: the graph is not the module's", len(graph))
+	}
+	for _, b := range r.check(graph) {
+		t.Error(b)
+	}
+}
+
+// TestTheCheckCatchesUpwardImports adds the imports the rules forbid to the
+// real graph, one at a time, and wants each one reported.
+func TestTheCheckCatchesUpwardImports(t *testing.T) {
+	root := moduleRoot(t)
+	r := loadRules(t, root)
+	graph := moduleGraph(t, root)
+	for _, c := range []struct{ from, to string }{
+		{"switchml", "p4/fabric"},          // the worker's library reaching into the switch side
+		{"p4/controller", "switchml"},      // the switch side reaching into the library
+		{"wire", "switchml/engine"},        // shared ground importing a side
+		{"p4/pipeline", "transport"},       // a pure state machine importing sockets
+		{"benchmarks", "cmd/switchml"},     // a library importing the CLI
+		{"switchml/engine", "p4/pipeline"}, // one state machine importing the other
+	} {
+		g := map[string][]string{}
+		for p, imps := range graph {
+			g[p] = slices.Clone(imps)
+		}
+		if _, ok := g[c.from]; !ok {
+			t.Fatalf("no package %s in the graph", c.from)
+		}
+		g[c.from] = append(g[c.from], c.to)
+		bad := r.check(g)
+		found := false
+		for _, b := range bad {
+			if strings.HasPrefix(b, c.from+" ") && strings.Contains(b, c.to) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("adding the import %s -> %s was not reported (reported: %q)", c.from, c.to, bad)
+		}
+	}
+}

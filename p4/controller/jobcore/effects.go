@@ -1,0 +1,97 @@
+package jobcore
+
+// What the core hands its driver (Ready): answers to waiting calls, and
+// placements to install on the switch or remove from it, as plain data.
+
+import (
+	"net/netip"
+
+	"github.com/switchml/switchml-go/jobpb"
+)
+
+// Answer is the core's reply to a waiting call.
+type Answer struct {
+	to    Waiter
+	resp  *jobpb.RegisterResponse // a registration's
+	data  []byte                  // a broadcast's
+	ended string                  // a lease's: why the job ended
+	cause EndCause                // a lease's: the cause's class
+	err   error
+}
+
+// To is the call the answer is for.
+func (a Answer) To() Waiter { return a.to }
+
+// Err is the refusal a call is answered with (nil: it succeeded).
+func (a Answer) Err() error { return a.err }
+
+// Registered is a registration's answer: its session, or the ring.
+func (a Answer) Registered() *jobpb.RegisterResponse { return a.resp }
+
+// Data is a broadcast's answer: the root's data.
+func (a Answer) Data() []byte { return a.data }
+
+// Ended is a lease's answer: why its job ended, and the cause's class.
+func (a Answer) Ended() (why string, cause EndCause) { return a.ended, a.cause }
+
+// Install asks the driver to make the slots of a job's partition idle and
+// give the switch what the job needs there (Place), then to report with
+// Installed(Gen).
+type Install struct {
+	Gen   uint64
+	Job   string
+	Place Placement
+}
+
+// Removal asks the driver to take a retired job's entries off the switch,
+// then to report with Removed(Gen).
+type Removal struct {
+	Gen   uint64
+	Job   string
+	Place Placement
+}
+
+// Placement is where a job sits on the switch and what the switch holds
+// for it, as plain data: the driver turns it into the target's table
+// entries, multicast group and key.
+type Placement struct {
+	JobID uint32 // the switch job id
+	// PoolBase and PoolSize are the job's partition of the pool's slots.
+	PoolBase, PoolSize uint32
+	Group              uint16 // the job's multicast group
+	World              int    // the job's ranks
+	// Workers are the job's lane sockets, whose packets the switch takes;
+	// Replies are where each rank's lanes get their results. They are the
+	// same lanes for a job the core placed, and each as the switch holds
+	// them for a job found there.
+	Workers, Replies []Lane
+	// Members are the ports the job's results are replicated to.
+	Members []Member
+	// Key, on a switch that checks tags (Config.Keyed), is the job's
+	// data-plane key; nil otherwise, and for a job found on the switch,
+	// whose key cannot be read back.
+	Key Key
+}
+
+// Lane is one lane socket of one rank, and its Ethernet address for
+// targets that address results to it.
+type Lane struct {
+	Rank uint16
+	Lane uint8
+	Addr netip.AddrPort
+	MAC  [6]byte
+}
+
+// Member is one copy of a job's results: the switch port it leaves by, and
+// the rank it is for.
+type Member struct {
+	Port uint32
+	Rank uint16
+}
+
+// Effects is what the steps since the last Ready ask the driver to do.
+type Effects struct {
+	Answers  []Answer
+	Installs []Install
+	Removals []Removal
+}
