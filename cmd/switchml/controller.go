@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 
 	_ "github.com/switchml/switchml-go/p4/bmv2" // registers the bmv2 target kind
 	"github.com/switchml/switchml-go/p4/controller"
@@ -14,6 +15,7 @@ func init() {
 
 func runController(ctx context.Context, args []string) error {
 	fs := newFlags("controller", "--target ADDR --listen ADDR [flags]")
+	p4 := strings.Join(targets.KindsWhere(func(_ targets.Target, c targets.Capabilities) bool { return c.NeedsPortMap }), ", ")
 	var o controller.Options
 	fs.StringVar(&o.Target, "target", controller.DefaultTarget, "P4Runtime address of the switch")
 	fs.StringVar(&o.Listen, "listen", controller.DefaultListen, "gRPC address of the job service workers join through")
@@ -23,15 +25,15 @@ func runController(ctx context.Context, args []string) error {
 	fs.Uint64Var(&o.ElectionID, "election-id", 1, "election id (the highest connected controller is primary)")
 	fs.BoolVar(&o.YieldPrimary, "yield-primary", false, "stay backup when another controller takes primaryship of the switch (a standby, or a hand-over); by default the controller takes it back with a higher election id, and logs who took it")
 	fs.StringVar(&o.TargetKind, "target-kind", targets.Softswitch, "what runs at --target: "+targets.Help()+"; selects the P4Info, and whether --device-config and --port-map are needed")
-	fs.StringVar(&o.DeviceConfigFile, "device-config", "", "compiled program pushed with the pipeline, for the kinds that run one: the BMv2 JSON, or the pipeline package a Tofino's P4Runtime server expects (required for bmv2 and tofino)")
+	fs.StringVar(&o.DeviceConfigFile, "device-config", "", "compiled program pushed with the pipeline, required for the kinds that run one: "+targets.DeviceConfigHelp())
 	fs.StringVar(&o.P4InfoFile, "p4info", "", "P4Info text file to push instead of the one that --target-kind selects")
 	fs.BoolVar(&o.SkipPipeline, "skip-pipeline", false, "do not push the pipeline: the target already runs the SwitchML program")
-	fs.StringVar(&o.PortMapFile, "port-map", "", "file of \"WORKER-IP PORT\" lines: the switch port that reaches each worker host (required for bmv2 and tofino)")
+	fs.StringVar(&o.PortMapFile, "port-map", "", "file of \"WORKER-IP PORT\" lines: the switch port that reaches each worker host (required for "+p4+")")
 	fs.BoolVar(&o.Auth, "auth", false, "the software switch checks a tag on every packet (it runs with --auth): give each job a random key, over P4Runtime to the switch and over this service's TLS to the job's ranks, which must join with --auth; the controller refuses to start if the switch disagrees")
-	fs.StringVar(&o.SwitchMACAddr, "switch-mac", "", "Ethernet address the P4 switch answers ARP for its data plane address with (bmv2, tofino; default: no ARP answers, workers need a static neighbour entry)")
+	fs.StringVar(&o.SwitchMACAddr, "switch-mac", "", "Ethernet address the P4 switch answers ARP for its data plane address with ("+p4+"; default: no ARP answers, workers need a static neighbour entry)")
 	fs.IntVar(&o.MaxElements, "max-elements", controller.DefaultSoftswitchMaxElements, "softswitch: its --max-elements, the largest packet it takes")
-	fs.Float64Var(&o.IngressLoss, "simulate-loss-in", 0, "bmv2, tofino: fraction of contributions the switch drops on arrival (tests loss recovery)")
-	fs.Float64Var(&o.EgressLoss, "simulate-loss-out", 0, "bmv2, tofino: fraction of result copies the switch drops on departure (tests loss recovery)")
+	fs.Float64Var(&o.IngressLoss, "simulate-loss-in", 0, p4+": fraction of contributions the switch drops on arrival (tests loss recovery)")
+	fs.Float64Var(&o.EgressLoss, "simulate-loss-out", 0, p4+": fraction of result copies the switch drops on departure (tests loss recovery)")
 	fs.StringVar(&o.RegisterServer, "bmv2-thrift", "", "bmv2: address of BMv2's Thrift runtime server, through which the pool's registers are reset (its P4Runtime server writes no registers; default: the target's host, port 9090)")
 	fs.StringVar(&o.TLSCert, "tls-cert", "", "certificate (PEM) of the job service; with --tls-key, workers must connect over TLS")
 	fs.StringVar(&o.TLSKey, "tls-key", "", "key (PEM) of --tls-cert")

@@ -143,10 +143,7 @@ func (o Options) prepareTarget(cfg *Config) error {
 	}
 	cfg.Switch.Auth = o.Auth
 	if cfg.Topology != nil && !caps.Tree {
-		return fmt.Errorf("--topology with --target-kind %s: its program has no leaf role; a tree runs on %s", kind.Kind, orList(kindsWhere(func(t targets.Target) bool {
-			c, err := t.Capabilities(0)
-			return err == nil && c.Tree
-		})))
+		return fmt.Errorf("--topology with --target-kind %s: its program has no leaf role; a tree runs on %s", kind.Kind, orList(targets.KindsWhere(func(_ targets.Target, c targets.Capabilities) bool { return c.Tree })))
 	}
 	if o.Auth && !caps.Auth {
 		return fmt.Errorf("--auth with --target-kind %s: a P4 program cannot check a MAC on packets; --auth needs the software switch (p4/README.md says how to isolate a P4 switch's fabric instead)", kind.Kind)
@@ -202,7 +199,7 @@ func (o Options) registers(kind targets.Target, target string) (RegisterBackend,
 	rs := kind.Registers
 	if rs == nil {
 		if o.RegisterServer != "" {
-			return nil, fmt.Errorf("--bmv2-thrift is for --target-kind %s: %s writes its registers over P4Runtime", orList(kindsWhere(func(t targets.Target) bool { return t.Registers != nil })), kind.Kind)
+			return nil, fmt.Errorf("--bmv2-thrift is for --target-kind %s: %s writes its registers over P4Runtime", orList(targets.KindsWhere(func(t targets.Target, _ targets.Capabilities) bool { return t.Registers != nil })), kind.Kind)
 		}
 		return nil, nil
 	}
@@ -226,7 +223,7 @@ func (o Options) deviceConfig(kind targets.Target, info *p4configv1.P4Info) ([]b
 	case o.DeviceConfigFile == "":
 		return nil, nil
 	case kind.DeviceConfig == nil:
-		return nil, fmt.Errorf("--device-config is for %s targets: %s runs no compiled program (is --target-kind right?)", orList(kindsWhere(func(t targets.Target) bool { return t.DeviceConfig != nil })), kind.Summary)
+		return nil, fmt.Errorf("--device-config is for %s targets: %s runs no compiled program (is --target-kind right?)", orList(targets.KindsWhere(func(t targets.Target, _ targets.Capabilities) bool { return t.DeviceConfig != nil })), kind.Summary)
 	}
 	b, err := kind.DeviceConfig(o.DeviceConfigFile)
 	if err != nil {
@@ -296,17 +293,6 @@ func jobLimitsValid(l JobLimits) error {
 		errs = append(errs, fmt.Errorf("--max-slots-per-client %d: want 0 (no limit) or more", l.MaxSlotsPerClient))
 	}
 	return errors.Join(errs...)
-}
-
-// kindsWhere lists the registered kinds for which keep holds.
-func kindsWhere(keep func(targets.Target) bool) []string {
-	var out []string
-	for _, k := range targets.Kinds() {
-		if t, err := targets.Lookup(k); err == nil && keep(t) {
-			out = append(out, k)
-		}
-	}
-	return out
 }
 
 // orList joins s as "a, b or c".

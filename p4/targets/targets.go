@@ -167,6 +167,34 @@ func Help() string {
 	return orList(parts)
 }
 
+// KindsWhere lists the registered kinds for which keep holds, in Kinds'
+// order; keep sees each kind's capabilities at its default packet size.
+func KindsWhere(keep func(Target, Capabilities) bool) []string {
+	var out []string
+	for _, k := range Kinds() {
+		t, err := Lookup(k)
+		if err != nil {
+			continue
+		}
+		c, err := t.Capabilities(0)
+		if err == nil && keep(t, c) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// DeviceConfigHelp says, for --device-config's help, what each kind that
+// runs a compiled program wants.
+func DeviceConfigHelp() string {
+	var parts []string
+	for _, k := range KindsWhere(func(t Target, _ Capabilities) bool { return t.DeviceConfig != nil }) {
+		t, _ := Lookup(k)
+		parts = append(parts, k+": "+t.DeviceConfigNeeds)
+	}
+	return strings.Join(parts, "; ")
+}
+
 // ParseP4Info parses P4Info text (the format p4c writes).
 func ParseP4Info(text []byte) (*p4configv1.P4Info, error) {
 	info := &p4configv1.P4Info{}

@@ -26,6 +26,12 @@ func TestKindsAndLookup(t *testing.T) {
 	if _, err := Lookup("tofino2"); err == nil || !strings.Contains(err.Error(), `"tofino2"`) || !strings.Contains(err.Error(), "softswitch or tofino") {
 		t.Errorf(`Lookup("tofino2"): %v, want an error naming it and listing the kinds`, err)
 	}
+	if got := KindsWhere(func(_ Target, c Capabilities) bool { return c.NeedsPortMap }); !slices.Equal(got, []string{Tofino}) {
+		t.Errorf("kinds that need a port map: %q, want tofino", got)
+	}
+	if h := DeviceConfigHelp(); !strings.HasPrefix(h, "tofino: the pipeline package") || strings.Contains(h, Softswitch) {
+		t.Errorf("DeviceConfigHelp() = %q, want what tofino reads and nothing of the software switch", h)
+	}
 	if h := Help(); !strings.Contains(h, "softswitch (the software switch)") || !strings.Contains(h, "tofino (") {
 		t.Errorf("Help() = %q, want every kind with its summary", h)
 	}
