@@ -85,7 +85,7 @@ type Options struct {
 // loss). Runs name the ops as targets, so no tensor is copied out.
 func Measure(ctx context.Context, b *models.Bench, o Options) (*Profile, error) {
 	o = o.withDefaults()
-	m := &measurer{ctx: ctx, model: b.Name, reps: o.Reps, progress: o.Progress}
+	m := &measurer{model: b.Name, reps: o.Reps, progress: o.Progress}
 	m.say("%s: building the graph", b.Name)
 	prog, err := nn.Build(nn.Spec{
 		Seed: 1, InputShape: b.InputShape, InputType: b.InputType, Classes: b.Classes,
@@ -120,11 +120,11 @@ func Measure(ctx context.Context, b *models.Bench, o Options) (*Profile, error) 
 	p.StepS = time.Since(t0).Seconds()
 	m.say("%s: one step takes %.2fs; measuring %d units", b.Name, p.StepS, len(m.groups))
 
-	fwd, loss, err := m.forward()
+	fwd, loss, err := m.forward(ctx)
 	if err != nil {
 		return nil, err
 	}
-	bwd, err := m.backward()
+	bwd, err := m.backward(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +153,6 @@ func (o Options) withDefaults() Options {
 // measurer holds what the phases of Measure share: the program run on
 // one synthetic batch, the model's top-level layers and their units.
 type measurer struct {
-	ctx      context.Context
 	model    string
 	reps     int
 	progress func(string)
@@ -181,10 +180,10 @@ func (m *measurer) say(format string, a ...any) {
 }
 
 // timeRun runs targets reps times and returns the fastest run in seconds.
-func (m *measurer) timeRun(targets []*tf.Operation) (float64, error) {
+func (m *measurer) timeRun(ctx context.Context, targets []*tf.Operation) (float64, error) {
 	best := 0.0
 	for r := 0; r < m.reps; r++ {
-		if err := m.ctx.Err(); err != nil {
+		if err := ctx.Err(); err != nil {
 			return 0, err
 		}
 		t0 := time.Now()
@@ -237,15 +236,15 @@ func (m *measurer) groupUnits() error {
 
 // forward times the training pass up to each unit, cumulatively (fwd[0]
 // is 0, fwd[g+1] up to unit g), and up to the loss.
-func (m *measurer) forward() (fwd []float64, loss float64, err error) {
+func (m *measurer) forward(ctx context.Context) (fwd []float64, loss float64, err error) {
 	fwd = make([]float64, len(m.groups)+1)
 	for gi, gr := range m.groups {
-		if fwd[gi+1], err = m.timeRun([]*tf.Operation{m.prog.Units[gr.last].Op}); err != nil {
+		if fwd[gi+1], err = m.timeRun(ctx, []*tf.Operation{m.prog.Units[gr.last].Op}); err != nil {
 			return nil, 0, err
 		}
 		m.say("%s: forward to %s %.3fs", m.model, nn.NameOf(m.layers[gr.last]), fwd[gi+1])
 	}
-	if loss, err = m.timeRun([]*tf.Operation{m.prog.Loss.Op}); err != nil {
+	if loss, err = m.timeRun(ctx, []*tf.Operation{m.prog.Loss.Op}); err != nil {
 		return nil, 0, err
 	}
 	return fwd, loss, nil
@@ -254,7 +253,7 @@ func (m *measurer) forward() (fwd []float64, loss float64, err error) {
 // backward times the gradients from the top down to each unit,
 // cumulatively: bwd[g] is the gradients of units g and above; the caller
 // sets bwd[len(groups)], the loss alone.
-func (m *measurer) backward() ([]float64, error) {
+func (m *measurer) backward(ctx context.Context) ([]float64, error) {
 	bwd := make([]float64, len(m.groups)+1)
 	var targets []*tf.Operation
 	for gi := len(m.groups) - 1; gi >= 0; gi-- {
@@ -262,7 +261,7 @@ func (m *measurer) backward() ([]float64, error) {
 			targets = append(targets, m.prog.VarGrads[i].Op)
 		}
 		var err error
-		if bwd[gi], err = m.timeRun(targets); err != nil {
+		if bwd[gi], err = m.timeRun(ctx, targets); err != nil {
 			return nil, err
 		}
 		m.say("%s: gradients down to %s %.3fs", m.model, nn.NameOf(m.layers[m.groups[gi].first]), bwd[gi])
