@@ -21,7 +21,7 @@ func init() {
 func runDemo(ctx context.Context, args []string) error {
 	fs := newFlags("demo", "[--workers N] [flags]")
 	workers := fs.Int("workers", 4, "worker processes")
-	elements := fs.Int("elements", 1<<22, "tensor elements per worker (default 16 MiB of float32)")
+	elements := fs.Int("elements", 1<<22, "tensor elements per worker (4194304 float32 are 16 MiB)")
 	dtype := fs.String("dtype", "float32", "element type: float32, int32, float16 or bfloat16")
 	iters := fs.Int("iters", 5, "timed allreduce calls per worker")
 	lanes := fs.Int("lanes", 0, "lanes per worker (0: 4, or 1 with --transport shm)")

@@ -20,7 +20,7 @@ func init() {
 }
 
 func runRing(ctx context.Context, args []string) error {
-	fs := newFlags("ring", "--rank R --workers N --addrs HOST:PORT,... [flags]")
+	fs := newFlags("ring", "[--rank R --workers N --addrs HOST:PORT,...] [flags]")
 	var cfg ring.Config
 	fs.IntVar(&cfg.Rank, "rank", 0, "this worker's rank, 0..workers-1")
 	fs.IntVar(&cfg.Workers, "workers", 1, "number of ranks in the ring")

@@ -29,7 +29,7 @@ func runStatus(ctx context.Context, args []string) error {
 }
 
 func statusCommand(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlags("status", "--controller ADDR [--json]")
+	fs := newFlags("status", "[--controller ADDR] [--json] [flags]")
 	addr := fs.String("controller", switchml.DefaultController, "controller gRPC address")
 	asJSON := fs.Bool("json", false, "print the controller's answer as JSON (snake_case field names of controller.proto's StatusResponse)")
 	noCounters := fs.Bool("no-counters", false, "do not read the switch's counters")

@@ -20,7 +20,7 @@ func init() {
 }
 
 func runSwitch(ctx context.Context, args []string) error {
-	fs := newFlags("switch", "--dataplane ADDR --p4rt ADDR [flags]")
+	fs := newFlags("switch", "[--dataplane ADDR] [--p4rt ADDR] [flags]")
 	dp := fs.String("dataplane", "127.0.0.1:48864", "UDP address of the data plane (workers send here); with --shards N, shard k listens at port+k, or give N addresses comma-separated")
 	transportKind := fs.String("transport", "udp", `how the data plane moves packets: "udp" (kernel sockets), "afxdp" (AF_XDP sockets on the --dataplane address's interface, bypassing the kernel's stack; falls back to UDP, saying why, where it cannot; Linux, root) or "shm" (UDP sockets plus shared-memory inboxes that workers on this host started with --transport shm use instead of the kernel; Linux)`)
 	shards := fs.Int("shards", 1, "data-plane shards: loops on cores of their own, each with its own UDP port, serving one pipeline (give the controller every shard's address)")
