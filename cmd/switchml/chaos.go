@@ -30,6 +30,9 @@ func runChaos(ctx context.Context, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	// The processes started are stopped when the command returns.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	self, err := selfCommand(ctx)
 	if err != nil {
 		return err
