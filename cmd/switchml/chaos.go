@@ -9,6 +9,7 @@ import (
 
 	"github.com/switchml/switchml-go/benchmarks/chaos"
 	"github.com/switchml/switchml-go/benchmarks/progress"
+	"github.com/switchml/switchml-go/p4/fabric"
 )
 
 func init() {
@@ -33,7 +34,7 @@ func runChaos(ctx context.Context, args []string) error {
 	// The processes started are stopped when the command returns.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	self, err := selfCommand(ctx)
+	self, err := fabric.SelfCommand(ctx)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"os"
 
 	"github.com/switchml/switchml-go/benchmarks"
+	"github.com/switchml/switchml-go/p4/fabric"
 	"github.com/switchml/switchml-go/switchml"
 )
 
@@ -35,7 +36,7 @@ func runDemo(ctx context.Context, args []string) error {
 	// The processes started are stopped when the command returns.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	self, err := selfCommand(ctx)
+	self, err := fabric.SelfCommand(ctx)
 	if err != nil {
 		return err
 	}

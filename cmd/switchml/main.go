@@ -20,11 +20,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"os/signal"
 	"sort"
 	"syscall"
-	"time"
 )
 
 type command struct {
@@ -129,25 +127,3 @@ func newLogger(level string) (*slog.Logger, error) {
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
 }
-
-// selfCommand returns what runs this program again with other arguments
-// (the switch, the controller and workers of the demo and the chaos run),
-// stopped when ctx ends: interrupted first, as a Ctrl-C would, so that it
-// winds down and says why; killed if it has not exited selfStopGrace
-// later.
-func selfCommand(ctx context.Context) (func(args ...string) *exec.Cmd, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("finding this program to start its processes: %w", err)
-	}
-	return func(args ...string) *exec.Cmd {
-		cmd := exec.CommandContext(ctx, exe, args...)
-		cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-		cmd.WaitDelay = selfStopGrace
-		return cmd
-	}, nil
-}
-
-// selfStopGrace is how long a process selfCommand started has to exit
-// after it was interrupted.
-const selfStopGrace = 10 * time.Second

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/switchml/switchml-go/p4/fabric"
 	"github.com/switchml/switchml-go/p4/pipeline"
@@ -39,16 +38,8 @@ func runSwitch(ctx context.Context, args []string) error {
 	tlsCert := fs.String("tls-cert", "", "certificate (PEM) of the P4Runtime service; with --tls-key, the service speaks TLS")
 	tlsKey := fs.String("tls-key", "", "key (PEM) of --tls-cert")
 	tlsClientCA := fs.String("tls-client-ca", "", "CA (PEM) whose certificates controllers must present (mutual TLS); only certificates with the controller role (switchml certs) or named by --p4rt-allow may then program the switch")
-	var p4rtAllow []string
-	fs.Func("p4rt-allow", "certificate `NAME` (common name, DNS, URI or e-mail SAN) that may program the switch over P4Runtime besides those with the controller role; repeatable or comma-separated; needs --tls-client-ca", func(v string) error {
-		for _, n := range strings.Split(v, ",") {
-			if n = strings.TrimSpace(n); n == "" {
-				return fmt.Errorf("an empty name in %q: give certificate names, comma-separated", v)
-			}
-			p4rtAllow = append(p4rtAllow, n)
-		}
-		return nil
-	})
+	var p4rtAllow listFlag
+	fs.Var(&p4rtAllow, "p4rt-allow", "certificate `NAME` (common name, DNS, URI or e-mail SAN) that may program the switch over P4Runtime besides those with the controller role; repeatable or comma-separated; needs --tls-client-ca")
 	statsEvery := fs.Duration("stats", 0, "log the pipeline counters at this interval (0: only at exit)")
 	metricsAddr := fs.String("metrics", "", metricsFlagHelp)
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
@@ -93,18 +84,7 @@ func runSwitch(ctx context.Context, args []string) error {
 		}
 	}
 	if *statsEvery > 0 {
-		go func() {
-			t := time.NewTicker(*statsEvery)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-					log.Info("counters", sw.Summary()...)
-				}
-			}
-		}()
+		go sw.LogCounters(ctx, log, *statsEvery)
 	}
 	err = sw.Serve(ctx)
 	log.Info("software switch stopped", sw.Summary()...)
