@@ -4,9 +4,12 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"os"
 	"reflect"
 	"slices"
 	"testing"
+
+	"github.com/switchml/switchml-go/benchmarks/progress"
 )
 
 func parseOptions(args ...string) (Options, error) {
@@ -74,4 +77,18 @@ func TestRegisterFlagsErrors(t *testing.T) {
 	if _, err := parseOptions("--systems", "switchml-tree", "--rack-leaves", "0"); err == nil || err.Error() != "bad --systems: switchml-tree runs on a tree: give --rack-leaves 2 or more" {
 		t.Errorf("switchml-tree on a flat rack: %v", err)
 	}
+}
+
+func TestShowProgress(t *testing.T) {
+	line := progress.New(os.Stderr, true)
+	var o Options
+	o.ShowProgress(line, true)
+	if o.Progress != io.Discard || o.Starting == nil {
+		t.Errorf("quiet: progress to %v, starting hook set %v; want discarded, set", o.Progress, o.Starting != nil)
+	}
+	o.ShowProgress(line, false)
+	if o.Progress != io.Writer(line) {
+		t.Errorf("progress to %v, want the status line", o.Progress)
+	}
+	o.Starting(0, 3, Point{System: "ring"}, 0) // the line is off: draws nothing
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/switchml/switchml-go/benchmarks"
 	"github.com/switchml/switchml-go/benchmarks/progress"
@@ -54,23 +53,7 @@ func runBench(ctx context.Context, args []string) error {
 	// Echoed process logs (-v) would write through the status line.
 	line := progress.New(os.Stderr, c.quiet || c.opts.Verbose)
 	defer line.Done()
-	if c.quiet {
-		c.opts.Progress = io.Discard
-	} else {
-		c.opts.Progress = line
-	}
-	c.opts.Starting = func(i, n int, p benchmarks.Point, elapsed time.Duration) {
-		began := time.Now()
-		line.Show(func() string {
-			// Points differ in size: the time left is a rough guess
-			// from the points done so far.
-			left := progress.Left(float64(i)/float64(n), elapsed)
-			if left == "" {
-				left = "time left unknown until a point is done"
-			}
-			return fmt.Sprintf("[%d/%d] %s: %s; %s", i+1, n, p, progress.Round(time.Since(began)), left)
-		})
-	}
+	c.opts.ShowProgress(line, c.quiet)
 	return benchmarks.Run(ctx, c.opts)
 }
 
