@@ -2,9 +2,11 @@ package benchmarks
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/switchml/switchml-go/switchml/ring"
@@ -12,7 +14,7 @@ import (
 
 // RingWorker is one rank of the Go ring allreduce baseline, as `switchml
 // ring` runs it: the same float32 tensor, timing and report as a SwitchML
-// worker's.
+// worker's. Its errors name the flags of `switchml ring`.
 type RingWorker struct {
 	Ring     ring.Config
 	Elements int    // tensor elements (float32)
@@ -20,9 +22,6 @@ type RingWorker struct {
 	Warmup   int    // untimed calls before the timed ones
 	Seed     uint64 // seed of the tensor contents
 	Verify   bool   // check the last result against the exact sum
-	// Check, if set, refuses a ring configuration before it is dialed,
-	// in the caller's terms (the command line's flags).
-	Check func(ring.Config) error
 }
 
 // Run dials the ring, runs Warmup+Iters allreduces, each after a barrier
@@ -57,13 +56,8 @@ func (w RingWorker) Run(ctx context.Context) (WorkerReport, error) {
 }
 
 func (w RingWorker) rounds(ctx context.Context, x []float32, rep *WorkerReport) error {
-	if w.Elements < 0 || w.Iters < 1 || w.Warmup < 0 {
-		return fmt.Errorf("%d elements, %d iterations, %d warm-up: want elements >= 0, iterations >= 1 and warm-up >= 0", w.Elements, w.Iters, w.Warmup)
-	}
-	if w.Check != nil {
-		if err := w.Check(w.Ring); err != nil {
-			return err
-		}
+	if err := w.check(); err != nil {
+		return err
 	}
 	r, err := ring.Dial(ctx, w.Ring)
 	if err != nil {
@@ -93,6 +87,34 @@ func (w RingWorker) rounds(ctx context.Context, x []float32, rep *WorkerReport) 
 		if it >= w.Warmup {
 			rep.TATs = append(rep.TATs, tat.Seconds())
 		}
+	}
+	return nil
+}
+
+// check refuses what ring.Dial would, naming the flags to change rather
+// than ring.Config fields.
+func (w RingWorker) check() error {
+	if w.Elements < 0 || w.Iters < 1 || w.Warmup < 0 {
+		return errors.New("want --elements >= 0, --iters >= 1 and --warmup >= 0")
+	}
+	cfg := w.Ring
+	var bad []string
+	if cfg.Workers < 1 {
+		bad = append(bad, fmt.Sprintf("--workers = %d: the world size must be at least 1", cfg.Workers))
+	} else if cfg.Rank < 0 || cfg.Rank >= cfg.Workers {
+		bad = append(bad, fmt.Sprintf("--rank = %d: want 0 <= rank < --workers (%d)", cfg.Rank, cfg.Workers))
+	}
+	if cfg.Workers > 1 && len(cfg.Addrs) != cfg.Workers {
+		bad = append(bad, fmt.Sprintf("--addrs has %d addresses for --workers %d: give one listen address per rank, in rank order", len(cfg.Addrs), cfg.Workers))
+	}
+	if cfg.ChunkBytes < 0 {
+		bad = append(bad, fmt.Sprintf("--chunk-bytes = %d: must not be negative (0 takes the default)", cfg.ChunkBytes))
+	}
+	if cfg.DialTimeout < 0 {
+		bad = append(bad, fmt.Sprintf("--dial-timeout = %v: must not be negative (0 takes the default)", cfg.DialTimeout))
+	}
+	if len(bad) > 0 {
+		return errors.New("bad flags: " + strings.Join(bad, "\n"))
 	}
 	return nil
 }

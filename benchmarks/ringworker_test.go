@@ -2,7 +2,6 @@ package benchmarks
 
 import (
 	"context"
-	"errors"
 	"net"
 	"strings"
 	"sync"
@@ -45,17 +44,25 @@ func TestRingWorker(t *testing.T) {
 	}
 }
 
-// TestRingWorkerRefuses: a configuration Check refuses is never dialed, and
-// the report says why.
+// TestRingWorkerRefuses: a configuration ring.Dial would refuse is refused
+// before dialing, naming the flags, and the report says why.
 func TestRingWorkerRefuses(t *testing.T) {
-	refused := errors.New("bad flags: --workers = 0")
-	w := RingWorker{Ring: ring.Config{Workers: 0}, Iters: 1, Check: func(ring.Config) error { return refused }}
-	rep, err := w.Run(context.Background())
-	if !errors.Is(err, refused) || rep.Error != refused.Error() || rep.Verified {
-		t.Errorf("Run: %v, report %+v; want the Check's error", err, rep)
-	}
-	if _, err := (RingWorker{Iters: 0}).Run(context.Background()); err == nil || !strings.Contains(err.Error(), "iterations >= 1") {
-		t.Errorf("no iterations: %v", err)
+	for _, tc := range []struct {
+		w    RingWorker
+		want []string
+	}{
+		{RingWorker{Ring: ring.Config{Workers: 0}, Iters: 1}, []string{"--workers = 0", "at least 1"}},
+		{RingWorker{Ring: ring.Config{Workers: 2, Rank: 2, Addrs: []string{"a:1", "b:2"}}, Iters: 1}, []string{"--rank = 2", "rank < --workers (2)"}},
+		{RingWorker{Ring: ring.Config{Workers: 3, Addrs: []string{"a:1", "b:2"}}, Iters: 1}, []string{"--addrs has 2 addresses for --workers 3"}},
+		{RingWorker{Ring: ring.Config{Workers: 1, ChunkBytes: -1, DialTimeout: -time.Second}, Iters: 1}, []string{"--chunk-bytes = -1", "--dial-timeout = -1s"}},
+		{RingWorker{Ring: ring.Config{Workers: 1}, Iters: 0}, []string{"--iters >= 1"}},
+	} {
+		rep, err := tc.w.Run(context.Background())
+		for _, want := range tc.want {
+			if err == nil || !strings.Contains(err.Error(), want) || rep.Error != err.Error() || rep.Verified {
+				t.Errorf("%+v: %v (report %+v); want an error with %q in the report too", tc.w, err, rep, want)
+			}
+		}
 	}
 }
 

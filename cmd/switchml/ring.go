@@ -19,7 +19,7 @@ func init() {
 
 func runRing(ctx context.Context, args []string) error {
 	fs := newFlags("ring", "[--rank R --workers N --addrs HOST:PORT,...] [flags]")
-	w := benchmarks.RingWorker{Check: checkRingFlags}
+	var w benchmarks.RingWorker
 	fs.IntVar(&w.Ring.Rank, "rank", 0, "this worker's rank, 0..workers-1")
 	fs.IntVar(&w.Ring.Workers, "workers", 1, "number of ranks in the ring")
 	addrs := fs.String("addrs", "", "comma-separated listen address of every rank, in rank order; rank r listens on the r-th and dials the next")
@@ -35,7 +35,7 @@ func runRing(ctx context.Context, args []string) error {
 		return err
 	}
 	if w.Elements < 0 || w.Iters < 1 || w.Warmup < 0 {
-		return fmt.Errorf("want --elements >= 0, --iters >= 1 and --warmup >= 0")
+		return errors.New("want --elements >= 0, --iters >= 1 and --warmup >= 0")
 	}
 	if *addrs != "" {
 		w.Ring.Addrs = strings.Split(*addrs, ",")
@@ -50,28 +50,4 @@ func runRing(ctx context.Context, args []string) error {
 			rep.Rank, rep.Workers, rep.Elements, rep.Iters, rep.MedianTAT, rep.GoodputGbps, rep.Verified)
 	}
 	return err
-}
-
-// checkRingFlags refuses what ring.Dial would, naming the flags to change
-// rather than ring.Config fields.
-func checkRingFlags(cfg ring.Config) error {
-	var bad []string
-	if cfg.Workers < 1 {
-		bad = append(bad, fmt.Sprintf("--workers = %d: the world size must be at least 1", cfg.Workers))
-	} else if cfg.Rank < 0 || cfg.Rank >= cfg.Workers {
-		bad = append(bad, fmt.Sprintf("--rank = %d: want 0 <= rank < --workers (%d)", cfg.Rank, cfg.Workers))
-	}
-	if cfg.Workers > 1 && len(cfg.Addrs) != cfg.Workers {
-		bad = append(bad, fmt.Sprintf("--addrs has %d addresses for --workers %d: give one listen address per rank, in rank order", len(cfg.Addrs), cfg.Workers))
-	}
-	if cfg.ChunkBytes < 0 {
-		bad = append(bad, fmt.Sprintf("--chunk-bytes = %d: must not be negative (0 takes the default)", cfg.ChunkBytes))
-	}
-	if cfg.DialTimeout < 0 {
-		bad = append(bad, fmt.Sprintf("--dial-timeout = %v: must not be negative (0 takes the default)", cfg.DialTimeout))
-	}
-	if len(bad) > 0 {
-		return errors.New("bad flags: " + strings.Join(bad, "\n"))
-	}
-	return nil
 }
