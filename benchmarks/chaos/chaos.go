@@ -11,10 +11,12 @@
 package chaos
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"os/exec"
 	"slices"
 	"sort"
@@ -246,6 +248,15 @@ func (s *Summary) Err() error {
 		return fmt.Errorf("chaos: %d wrong sums, leak check: %s, %d unexpected failures", s.WrongSums, s.LeakCheck, s.ByOutcome[OutcomeUnexpected])
 	}
 	return nil
+}
+
+// WriteJSON writes the summary as indented JSON to the file at path.
+func (s *Summary) WriteJSON(path string) error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
 // WriteTable writes the summary as a one-row Markdown table.

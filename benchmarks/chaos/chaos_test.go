@@ -3,6 +3,8 @@ package chaos
 import (
 	"encoding/json"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -124,9 +126,17 @@ func TestSummary(t *testing.T) {
 	}
 
 	// The JSON keeps the names `switchml chaos --json` has written.
-	b, err := json.Marshal(&s)
+	path := filepath.Join(t.TempDir(), "chaos.json")
+	if err := s.WriteJSON(path); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
+	}
+	var back Summary
+	if err := json.Unmarshal(b, &back); err != nil || len(back.Rounds) != 7 || back.Recoveries != 2 {
+		t.Errorf("read back %+v, %v", back, err)
 	}
 	for _, key := range []string{`"seed"`, `"rounds"`, `"by_outcome"`, `"recoveries"`, `"worst_detect_s"`, `"wrong_sums"`, `"leaked_slots"`, `"leak_check"`, `"outcome"`, `"causes"`} {
 		if !strings.Contains(string(b), key) {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"time"
@@ -52,8 +51,7 @@ func runChaos(ctx context.Context, args []string) error {
 		return err
 	}
 	if *jsonOut != "" {
-		b, _ := json.MarshalIndent(sum, "", "  ")
-		if err := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); err != nil {
+		if err := sum.WriteJSON(*jsonOut); err != nil {
 			return err
 		}
 	}
