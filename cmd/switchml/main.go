@@ -6,9 +6,10 @@
 //	switchml demo --workers 4
 //	switchml <command> --help
 //
-// Each command is a thin layer over the library: allreduce over package
-// switchml, ring over switchml/ring, switch and controller over the
-// packages under p4/. Errors in a worker's configuration name the flag to
+// Each command parses its flags and calls the package that does the work:
+// allreduce package switchml, switch and controller the packages under
+// p4/, status jobpb, bench, demo and ring package benchmarks, chaos
+// benchmarks/chaos. Errors in a worker's configuration name the flag to
 // change, not the library's Config field.
 package main
 
@@ -19,9 +20,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
-	"sort"
+	"slices"
 	"syscall"
 )
 
@@ -38,12 +40,7 @@ func register(name, summary string, run func(ctx context.Context, args []string)
 
 func usage(w io.Writer) {
 	fmt.Fprintf(w, "switchml: in-network aggregation for distributed training\n\nUsage: switchml <command> [flags]\n\nCommands:\n")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(commands)) {
 		fmt.Fprintf(w, "  %-11s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintf(w, "\nRun 'switchml <command> --help' for the flags of a command.\n")
