@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchml/switchml-go/benchmarks/progress"
 	"github.com/switchml/switchml-go/p4/fabric"
 )
 
@@ -200,6 +201,27 @@ func (o *Options) check() error {
 		return fmt.Errorf("benchmarks: SwitchShards %d, want 0..%d", o.SwitchShards, fabric.MaxShards)
 	}
 	return nil
+}
+
+// ShowProgress sends the line per point to line, or nowhere if quiet, and
+// shows the running point on line with a guess of the time left.
+func (o *Options) ShowProgress(line *progress.Line, quiet bool) {
+	o.Progress = line
+	if quiet {
+		o.Progress = io.Discard
+	}
+	o.Starting = func(i, n int, p Point, elapsed time.Duration) {
+		began := time.Now()
+		line.Show(func() string {
+			// Points differ in size: the time left is a rough guess
+			// from the points done so far.
+			left := progress.Left(float64(i)/float64(n), elapsed)
+			if left == "" {
+				left = "time left unknown until a point is done"
+			}
+			return fmt.Sprintf("[%d/%d] %s: %s; %s", i+1, n, p, progress.Round(time.Since(began)), left)
+		})
+	}
 }
 
 // fill sets the defaults of the fields the zero value leaves unusable.

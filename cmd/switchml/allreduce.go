@@ -42,7 +42,7 @@ func dtypeSize(dtype string) (int, error) {
 }
 
 func runAllReduce(ctx context.Context, args []string) error {
-	fs := newFlags("allreduce", "--controller ADDR --job NAME --rank R --workers N [flags]")
+	fs := newFlags("allreduce", "[--controller ADDR] [--job NAME] [--rank R] [--workers N] [flags]")
 	var cfg switchml.Config
 	fs.StringVar(&cfg.Controller, "controller", switchml.DefaultController, "controller gRPC address")
 	fs.StringVar(&cfg.Job, "job", "demo", "job name, the same on every rank")
