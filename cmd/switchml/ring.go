@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/benchmarks"
+	"github.com/switchml/switchml-go/switchml/dtype"
 	"github.com/switchml/switchml-go/switchml/ring"
 )
 
@@ -116,7 +117,7 @@ func ringRounds(ctx context.Context, cfg ring.Config, x []float32, iters, warmup
 	var meter cpuMeter
 	defer meter.report(rep)
 	for it := 0; it < warmup+iters; it++ {
-		fillInput("float32", seed, cfg.Rank, x, nil, nil)
+		dtype.Fill(dtype.Float32, dtype.Bytes(x), seed, cfg.Rank)
 		// A one-element allreduce returns on a rank only after every rank
 		// has entered it: a barrier, so that each TAT starts together.
 		if err := r.AllReduceFloat32(ctx, barrier); err != nil {
@@ -144,7 +145,7 @@ func checkRingSum(x []float32, seed uint64, workers int) error {
 	for i, got := range x {
 		sum, abs := 0.0, 0.0
 		for r := 0; r < workers; r++ {
-			v := float64(genFloat32(seed, r, i))
+			v := dtype.Sample(dtype.Float32, seed, r, i)
 			sum += v
 			abs += math.Abs(v)
 		}

@@ -25,7 +25,7 @@ import (
 // Codec is one element type.
 type Codec interface {
 	// Name is the type's name ("float32"): the CLI's --dtype, the C
-	// library's switchml_dtype and the PyTorch backend use it, and it is
+	// library's switchml_dtype_lookup and the PyTorch backend use it, and it is
 	// PyTorch's name for the type where it has one.
 	Name() string
 	// Code is the type's number in the C interface (switchml_dtype in

@@ -45,16 +45,20 @@ var magnitudes = func() (t [16]float32) {
 	return t
 }()
 
-// Fill writes rank's test data from seed into data: for scaled types,
-// floats of magnitudes that vary across blocks and ranks; for the others,
-// integers in [-1000, 1000].
-func Fill(c Codec, data []byte, seed uint64, rank int) {
-	sample := sampleInt
+// Sample is rank's test value i from seed, before Set rounds it to c's
+// type: for scaled types, a float32 of a magnitude that varies across
+// blocks and ranks; for the others, an integer in [-1000, 1000].
+func Sample(c Codec, seed uint64, rank, i int) float64 {
 	if c.Scaled() {
-		sample = sampleFloat
+		return sampleFloat(seed, rank, i)
 	}
+	return sampleInt(seed, rank, i)
+}
+
+// Fill writes rank's test data from seed into data (Sample).
+func Fill(c Codec, data []byte, seed uint64, rank int) {
 	for i := range len(data) / c.Size() {
-		c.Set(data, i, sample(seed, rank, i))
+		c.Set(data, i, Sample(c, seed, rank, i))
 	}
 }
 
