@@ -77,6 +77,8 @@ var (
 )
 
 // Register adds a codec to the registry; call it from an init function.
+// Codecs are compared (==), so c must be of a comparable type: a pointer,
+// or a struct without func, slice or map fields.
 // It panics if the name or the code is taken: that is a programming error.
 func Register(c Codec) {
 	mu.Lock()
