@@ -520,24 +520,28 @@ func TestAppendPacketNoAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are meaningless under the race detector")
 	}
-	l, err := NewLane(Config{NumWorkers: 1, Elements: 64, Window: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	data := make([]float32, 64*1000)
-	if err := l.Start(Op{Seq: 1, DType: dtype.Float32, Data: dtype.Bytes(data)}, 0); err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 0, wire.MaxPacket)
-	allocs := testing.AllocsPerRun(200, func() {
-		b, ok := l.AppendPacket(buf[:0])
-		if !ok {
-			t.Fatal("nothing to send")
+	for _, op := range []Op{{}, {CheckOnSend: true}} {
+		for _, c := range dtype.All() {
+			l, err := NewLane(Config{NumWorkers: 1, Elements: 64, Window: 8})
+			if err != nil {
+				t.Fatal(err)
+			}
+			op.Seq, op.DType, op.Data = 1, c, dtype.New(c, 64*1000)
+			if err := l.Start(op, 0); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 0, wire.MaxPacket)
+			allocs := testing.AllocsPerRun(200, func() {
+				b, ok := l.AppendPacket(buf[:0])
+				if !ok {
+					t.Fatal("nothing to send")
+				}
+				l.Receive(b, 0) // n = 1: the switch would echo the packet
+			})
+			if allocs != 0 {
+				t.Fatalf("%s (CheckOnSend %v): %v allocs per packet", c.Name(), op.CheckOnSend, allocs)
+			}
 		}
-		l.Receive(b, 0) // n = 1: the switch would echo the packet
-	})
-	if allocs != 0 {
-		t.Fatalf("%v allocs per packet", allocs)
 	}
 }
 
