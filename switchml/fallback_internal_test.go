@@ -1,9 +1,9 @@
 package switchml
 
 import (
+	"bytes"
 	"context"
 	"errors"
-	"github.com/switchml/switchml-go/switchml/dtype"
 	"math"
 	"net"
 	"strings"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/switchml/dtype"
 	"github.com/switchml/switchml-go/switchml/engine"
 )
 
@@ -138,6 +139,30 @@ func TestFallbackHintAfterSwitchLost(t *testing.T) {
 		err := s.execute(&Handle{ctx: context.Background(), op: engine.Op{DType: dtype.Int32, Data: dtype.Bytes(make([]int32, 4))}, n: 4})
 		if !errors.Is(err, ErrSwitchLost) || !strings.Contains(err.Error(), "FallbackOnLoss") {
 			t.Fatalf("call %d: %v, want ErrSwitchLost naming FallbackOnLoss", k, err)
+		}
+	}
+}
+
+// TestHeldBitsRoundTrip: a kept tensor of any type, of any byte length,
+// travels as int32 words (what the ranks behind receive in catchUp) and
+// comes back bit for bit.
+func TestHeldBitsRoundTrip(t *testing.T) {
+	for _, c := range dtype.All() {
+		for _, n := range []int{0, 1, 3, 8, 1001} {
+			in := dtype.New(c, n)
+			dtype.Fill(c, in, 9, 2)
+			var b held
+			b.save(engine.Op{DType: c, Data: in})
+			words := make([]int32, b.words())
+			if want := (n*c.Size() + 3) / 4; len(words) != want {
+				t.Fatalf("%s x %d: %d words, want %d", c.Name(), n, len(words), want)
+			}
+			b.bits(words)
+			out := engine.Op{DType: c, Data: dtype.New(c, n)}
+			setBits(out, words)
+			if !bytes.Equal(out.Data, in) {
+				t.Fatalf("%s x %d: %x came back as %x", c.Name(), n, in, out.Data)
+			}
 		}
 	}
 }

@@ -4,11 +4,11 @@ package switchml
 
 import (
 	"context"
-	"github.com/switchml/switchml-go/switchml/dtype"
 	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/switchml/switchml-go/switchml/dtype"
 	"github.com/switchml/switchml-go/switchml/engine"
 	"github.com/switchml/switchml-go/transport"
 	"github.com/switchml/switchml-go/transport/shm"

@@ -2,12 +2,12 @@ package sim
 
 import (
 	"fmt"
-	"github.com/switchml/switchml-go/switchml/dtype"
 	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/switchml/dtype"
 	"github.com/switchml/switchml-go/switchml/engine"
 	"github.com/switchml/switchml-go/wire"
 )

@@ -3,7 +3,6 @@ package sim
 import (
 	"errors"
 	"fmt"
-	"github.com/switchml/switchml-go/switchml/dtype"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/quant"
 	"github.com/switchml/switchml-go/switchml"
+	"github.com/switchml/switchml-go/switchml/dtype"
 	"github.com/switchml/switchml-go/switchml/engine"
 	"github.com/switchml/switchml-go/wire"
 )

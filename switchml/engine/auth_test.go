@@ -2,10 +2,10 @@ package engine
 
 import (
 	"bytes"
-	"github.com/switchml/switchml-go/switchml/dtype"
 	"testing"
 	"time"
 
+	"github.com/switchml/switchml-go/switchml/dtype"
 	"github.com/switchml/switchml-go/wire"
 )
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/switchml/switchml-go/switchml/dtype"
 	"math"
 	"math/rand/v2"
 	"net/netip"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/quant"
+	"github.com/switchml/switchml-go/switchml/dtype"
 	"github.com/switchml/switchml-go/wire"
 )
 
