@@ -22,7 +22,8 @@
  * with its peers: close it and join again.
  *
  * The header only grows: functions, statuses and dtypes keep their values,
- * and SWITCHML_ABI_VERSION changes when an existing signature would.
+ * and SWITCHML_ABI_VERSION changes when functions are added or an existing
+ * signature would change.
  */
 #ifndef SWITCHML_H
 #define SWITCHML_H
