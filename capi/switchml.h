@@ -127,8 +127,8 @@ int switchml_join(const switchml_config *cfg, int64_t *session, char *err, size_
 int switchml_allreduce(int64_t session, void *data, int64_t count, int dtype, int64_t timeout_ms, char *err, size_t err_len);
 
 /* Since ABI version 4: the code (for switchml_allreduce) and the value
-   size in bytes of the element type called name: "float32", "float16",
-   "bfloat16", "int32" (PyTorch's names for them). An unknown name fails
+   size in bytes of the element type called name, such as "float32",
+   "float16", "bfloat16" or "int32" (PyTorch's names for them). An unknown name fails
    with SWITCHML_ERR_INVALID, the message listing the names the library
    knows. */
 int switchml_dtype_lookup(const char *name, int32_t *code, int32_t *size, char *err, size_t err_len);
