@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/switchml/switchml-go/switchml/dtype"
 	"io"
 	"os/exec"
 	"strings"
@@ -23,7 +24,7 @@ import (
 type Demo struct {
 	Workers        int
 	Elements       int    // tensor elements per worker
-	DType          string // float32, int32, float16 or bfloat16
+	DType          string // a registered dtype's name (switchml/dtype)
 	Iters          int    // timed allreduce calls per worker
 	Lanes, Window  int    // 0: what measured best for the transport
 	PacketElements int
@@ -77,14 +78,14 @@ func (d *Demo) Check() error {
 		Extended: d.Extended, Transport: d.Transport}.Validate()
 }
 
-func elementSize(dtype string) (int, error) {
-	switch dtype {
-	case "float32", "int32":
-		return 4, nil
-	case "float16", "bfloat16":
-		return 2, nil
+// elementSize is the value size of the dtype called name, from the
+// registry.
+func elementSize(name string) (int, error) {
+	c, err := dtype.ByName(name)
+	if err != nil {
+		return 0, fmt.Errorf("--dtype: %w", err)
 	}
-	return 0, fmt.Errorf("bad --dtype %q: want float32, int32, float16 or bfloat16", dtype)
+	return c.Size(), nil
 }
 
 // Run checks d, starts the switch, the controller and the workers, waits

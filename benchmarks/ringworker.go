@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/switchml/switchml-go/switchml/dtype"
 	"math"
 	"sort"
 	"strings"
@@ -138,29 +139,9 @@ func checkRingSum(x []float32, seed uint64, workers int) error {
 	return nil
 }
 
-// ringInput is element i of rank's input: values in (-2^m, 2^m), m from
-// -8 to 7, changing every 512 elements and from rank to rank, as
-// gradients' magnitudes do. Each rank computes every other rank's input
-// to check the sum by itself. (`switchml allreduce` fills its float32
-// tensors with the same values.)
+// ringInput is element i of rank's input: the float32 test data
+// `switchml allreduce` fills its tensors with (dtype.Sample), so each rank
+// can compute every other rank's input to check the sum by itself.
 func ringInput(seed uint64, rank, i int) float32 {
-	h := splitmix(seed ^ splitmix(uint64(rank)<<40^uint64(i)))
-	u := float32(int64(h>>40) - (1 << 23)) // exact: 24 bits
-	return u * ringMagnitudes[(i/512+5*rank)%16]
-}
-
-// ringMagnitudes[m] is 2^(m-8-23): the scale of a 24-bit integer to
-// (-2^(m-8), 2^(m-8)).
-var ringMagnitudes = func() (t [16]float32) {
-	for m := range t {
-		t[m] = float32(math.Ldexp(1, m-8-23))
-	}
-	return t
-}()
-
-func splitmix(x uint64) uint64 {
-	x += 0x9e3779b97f4a7c15
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
-	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
-	return x ^ (x >> 31)
+	return float32(dtype.Sample(dtype.Float32, seed, rank, i))
 }

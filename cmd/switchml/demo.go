@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"os"
+	"strings"
 
 	"github.com/switchml/switchml-go/benchmarks"
 	"github.com/switchml/switchml-go/p4/fabric"
 	"github.com/switchml/switchml-go/switchml"
+	"github.com/switchml/switchml-go/switchml/dtype"
 )
 
 func init() {
@@ -18,7 +20,7 @@ func runDemo(ctx context.Context, args []string) error {
 	var d benchmarks.Demo
 	fs.IntVar(&d.Workers, "workers", 4, "worker processes")
 	fs.IntVar(&d.Elements, "elements", 1<<22, "tensor elements per worker (4194304 float32 are 16 MiB)")
-	fs.StringVar(&d.DType, "dtype", "float32", "element type: float32, int32, float16 or bfloat16")
+	fs.StringVar(&d.DType, "dtype", "float32", "element type: "+strings.Join(dtype.Names(), ", "))
 	fs.IntVar(&d.Iters, "iters", 5, "timed allreduce calls per worker")
 	fs.IntVar(&d.Lanes, "lanes", 0, "lanes per worker (0: 4, or 1 with --transport shm)")
 	fs.IntVar(&d.Window, "window", 0, "packets in flight per lane (0: 64, or 256 with --transport shm)")
