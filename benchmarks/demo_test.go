@@ -18,7 +18,7 @@ func TestDemoCheck(t *testing.T) {
 	}{
 		{func(d *Demo) { d.Workers = 0 }, "--workers must be at least 1"},
 		{func(d *Demo) { d.Transport = "afxdp" }, `--transport "afxdp": want udp or shm`},
-		{func(d *Demo) { d.DType = "float64" }, `bad --dtype "float64"`},
+		{func(d *Demo) { d.DType = "float64" }, `--dtype: unknown dtype "float64"`},
 		{func(d *Demo) { d.Elements = 0 }, "--elements 0"},
 		{func(d *Demo) { d.Iters = 0 }, "--iters 0"},
 		{func(d *Demo) { d.Drop = 1 }, "--drop 1"},
