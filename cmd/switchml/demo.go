@@ -57,7 +57,7 @@ func runDemo(ctx context.Context, args []string) error {
 		return fmt.Errorf("--lanes %d, --window %d: want 0 (the default) or more", *lanes, *window)
 	}
 	// Every worker is started here with the same settings, so the demo
-	// can pick what measured best for its transport (see the README's
+	// can pick what measured best for its transport (see docs/performance.md,
 	// "CPU per byte"); a job's ranks started apart must agree on them.
 	defLanes, defWindow := switchml.DefaultLanes, switchml.DefaultWindow
 	if *transportKind == switchml.TransportShm {
