@@ -62,7 +62,7 @@ func (d *Demo) Check() error {
 		return fmt.Errorf("--lanes %d, --window %d: want 0 (the default) or more", d.Lanes, d.Window)
 	}
 	// Every worker is started here with the same settings, so the demo
-	// can pick what measured best for its transport (see the README's
+	// can pick what measured best for its transport (see docs/performance.md,
 	// "CPU per byte"); a job's ranks started apart must agree on them.
 	defLanes, defWindow := switchml.DefaultLanes, switchml.DefaultWindow
 	if d.Transport == switchml.TransportShm {
