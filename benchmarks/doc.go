@@ -9,6 +9,11 @@
 // bench` is the command line for them; README.md here says how to run it
 // and read the results.
 //
+// Options.RegisterFlags binds the options to `switchml bench`'s flags.
+// Demo is `switchml demo` (a whole job on one machine) and RingWorker one
+// rank of `switchml ring`, the Go ring baseline; package benchmarks/chaos
+// is `switchml chaos`.
+//
 // The package also carries the programs the suite runs besides switchml
 // itself, embedded so that the switchml binary holds them, and
 // WorkerReport, the JSON report each SwitchML or ring worker prints.

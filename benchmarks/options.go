@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchml/switchml-go/benchmarks/progress"
 	"github.com/switchml/switchml-go/p4/fabric"
 	"github.com/switchml/switchml-go/transport/afxdp"
 	"github.com/switchml/switchml-go/transport/shm"
@@ -204,6 +205,27 @@ func (o *Options) check() error {
 	return nil
 }
 
+// ShowProgress sends the line per point to line, or nowhere if quiet, and
+// shows the running point on line with a guess of the time left.
+func (o *Options) ShowProgress(line *progress.Line, quiet bool) {
+	o.Progress = line
+	if quiet {
+		o.Progress = io.Discard
+	}
+	o.Starting = func(i, n int, p Point, elapsed time.Duration) {
+		began := time.Now()
+		line.Show(func() string {
+			// Points differ in size: the time left is a rough guess
+			// from the points done so far.
+			left := progress.Left(float64(i)/float64(n), elapsed)
+			if left == "" {
+				left = "time left unknown until a point is done"
+			}
+			return fmt.Sprintf("[%d/%d] %s: %s; %s", i+1, n, p, progress.Round(time.Since(began)), left)
+		})
+	}
+}
+
 // fill sets the defaults of the fields the zero value leaves unusable.
 func (o *Options) fill() {
 	if o.Name == "" {
@@ -258,98 +280,13 @@ func (p Point) String() string {
 // Plan lists the points of the chosen sweeps, each once, rack points first
 // and grouped by rate.
 func Plan(o *Options) []Point {
-	var points []Point
-	index := map[string]int{}
-	add := func(sweep string, p Point) {
-		if !slices.Contains(o.Systems, p.System) || !slices.Contains(o.Modes, p.Mode) {
-			return
-		}
-		if p.System == "mpi" && p.Mode == "rack" {
-			return // mpirun would need a launcher across namespaces
-		}
-		if p.System == "switchml-afxdp" && p.Mode != "rack" {
-			return // the loopback device has no XDP path: AF_XDP needs the rack's ports
-		}
-		if p.System == "switchml-shm" && p.Mode != "loopback" {
-			return // shared memory between namespaces would bypass the rack's links
-		}
-		if p.System == "switchml-tree" && (p.Mode != "rack" || o.RackLeaves < 2 || p.Workers < o.RackLeaves) {
-			return // a tree needs the rack's leaves, and a worker under each
-		}
-		if runsOnSwitch(p.System) {
-			p.PacketElements = cmp0(p.PacketElements, o.PacketElements)
-			p.Window = cmp0(p.Window, o.Window)
-			p.Lanes = o.Lanes
-		} else {
-			p.PacketElements, p.Window, p.Lanes = 0, 0, 0
-		}
-		if p.Mode == "loopback" {
-			p.RateMbit = 0
-		}
-		if i, ok := index[p.key()]; ok {
-			if !slices.Contains(points[i].Sweeps, sweep) {
-				points[i].Sweeps = append(points[i].Sweeps, sweep)
-			}
-			return
-		}
-		p.Sweeps = []string{sweep}
-		index[p.key()] = len(points)
-		points = append(points, p)
-	}
-	has := func(s string) bool { return slices.Contains(o.Sweeps, s) }
+	pl := &planner{o: o, index: map[string]int{}}
 	for _, sys := range Systems {
-		rack := Point{Mode: "rack", System: sys, Workers: o.BaseWorkers, Bytes: o.Size, RateMbit: o.Rate}
-		if has("workers") {
-			for _, n := range o.Workers {
-				p := rack
-				p.Workers = n
-				add("workers", p)
-			}
-		}
-		if has("sizes") {
-			for _, b := range o.Sizes {
-				p := rack
-				p.Bytes = b
-				add("sizes", p)
-			}
-		}
-		tune := rack
-		tune.Bytes = o.TuneSize
-		if has("rates") {
-			for _, r := range o.Rates {
-				p := tune
-				p.RateMbit = r
-				add("rates", p)
-			}
-		}
-		if sys == "switchml" && has("packet") {
-			for _, k := range o.PacketSweep {
-				p := tune
-				p.PacketElements = k
-				add("packet", p)
-			}
-		}
-		if sys == "switchml" && has("window") {
-			for _, w := range o.Windows {
-				p := tune
-				p.Window = w
-				add("window", p)
-			}
-		}
-		if has("loopback") {
-			add("loopback", Point{Mode: "loopback", System: sys, Workers: o.LoopbackWorkers, Bytes: o.LoopbackSize})
-		}
-		if has("jobs") && (sys == "switchml" || sys == "switchml-tree") {
-			for _, j := range o.JobCounts {
-				p := tune
-				p.Jobs = j
-				add("jobs", p)
-			}
-		}
+		pl.system(sys)
 	}
 	// Rack points by rate (fewer reshapes), then by system so that a
 	// system's points run back to back, then in plan order.
-	slices.SortStableFunc(points, func(a, b Point) int {
+	slices.SortStableFunc(pl.points, func(a, b Point) int {
 		if a.Mode != b.Mode {
 			return strings.Compare(b.Mode, a.Mode) // rack before loopback
 		}
@@ -367,7 +304,107 @@ func Plan(o *Options) []Point {
 		}
 		return 0
 	})
-	return points
+	return pl.points
+}
+
+// planner gathers the points of a plan, each once, with every sweep that
+// asked for it.
+type planner struct {
+	o      *Options
+	points []Point
+	index  map[string]int
+}
+
+func (pl *planner) has(sweep string) bool { return slices.Contains(pl.o.Sweeps, sweep) }
+
+// system adds one system's points of every chosen sweep.
+func (pl *planner) system(sys string) {
+	o := pl.o
+	rack := Point{Mode: "rack", System: sys, Workers: o.BaseWorkers, Bytes: o.Size, RateMbit: o.Rate}
+	tune := rack
+	tune.Bytes = o.TuneSize
+	vary := func(sweep string, base Point, values []int, set func(*Point, int)) {
+		if !pl.has(sweep) {
+			return
+		}
+		for _, v := range values {
+			p := base
+			set(&p, v)
+			pl.add(sweep, p)
+		}
+	}
+	vary("workers", rack, o.Workers, func(p *Point, n int) { p.Workers = n })
+	if pl.has("sizes") {
+		for _, b := range o.Sizes {
+			p := rack
+			p.Bytes = b
+			pl.add("sizes", p)
+		}
+	}
+	if pl.has("rates") {
+		for _, r := range o.Rates {
+			p := tune
+			p.RateMbit = r
+			pl.add("rates", p)
+		}
+	}
+	if sys == "switchml" {
+		vary("packet", tune, o.PacketSweep, func(p *Point, k int) { p.PacketElements = k })
+		vary("window", tune, o.Windows, func(p *Point, w int) { p.Window = w })
+	}
+	if pl.has("loopback") {
+		pl.add("loopback", Point{Mode: "loopback", System: sys, Workers: o.LoopbackWorkers, Bytes: o.LoopbackSize})
+	}
+	if sys == "switchml" || sys == "switchml-tree" {
+		vary("jobs", tune, o.JobCounts, func(p *Point, j int) { p.Jobs = j })
+	}
+}
+
+// runs says whether a point can run: its system and mode are chosen, and
+// the system runs in that mode.
+func (pl *planner) runs(p Point) bool {
+	o := pl.o
+	switch {
+	case !slices.Contains(o.Systems, p.System) || !slices.Contains(o.Modes, p.Mode):
+		return false
+	case p.System == "mpi" && p.Mode == "rack":
+		return false // mpirun would need a launcher across namespaces
+	case p.System == "switchml-afxdp" && p.Mode != "rack":
+		return false // the loopback device has no XDP path: AF_XDP needs the rack's ports
+	case p.System == "switchml-shm" && p.Mode != "loopback":
+		return false // shared memory between namespaces would bypass the rack's links
+	case p.System == "switchml-tree" && (p.Mode != "rack" || o.RackLeaves < 2 || p.Workers < o.RackLeaves):
+		return false // a tree needs the rack's leaves, and a worker under each
+	}
+	return true
+}
+
+// add puts a point of sweep in the plan, with the suite's knobs where the
+// point leaves them, or names the sweep on the same point already there.
+func (pl *planner) add(sweep string, p Point) {
+	if !pl.runs(p) {
+		return
+	}
+	o := pl.o
+	if runsOnSwitch(p.System) {
+		p.PacketElements = cmp0(p.PacketElements, o.PacketElements)
+		p.Window = cmp0(p.Window, o.Window)
+		p.Lanes = o.Lanes
+	} else {
+		p.PacketElements, p.Window, p.Lanes = 0, 0, 0
+	}
+	if p.Mode == "loopback" {
+		p.RateMbit = 0
+	}
+	if i, ok := pl.index[p.key()]; ok {
+		if !slices.Contains(pl.points[i].Sweeps, sweep) {
+			pl.points[i].Sweeps = append(pl.points[i].Sweeps, sweep)
+		}
+		return
+	}
+	p.Sweeps = []string{sweep}
+	pl.index[p.key()] = len(pl.points)
+	pl.points = append(pl.points, p)
 }
 
 func cmp0(v, def int) int {

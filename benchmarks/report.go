@@ -146,11 +146,40 @@ func Report(dir string) (string, error) {
 
 // writeReport writes summary.md and the plots, and returns the summary.
 func writeReport(dir string, f *resultsFile) (string, error) {
-	x := resultIndex{f}
-	o := f.Options
-	var b strings.Builder
-	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	env := f.Environment
+	w := &reportWriter{dir: dir, f: f, x: resultIndex{f}, o: f.Options, env: f.Environment}
+	w.header()
+	goals(&w.b, w.x, w.o)
+	torchTable(&w.b, f.Results)
+	for _, section := range []func() error{w.workersSweep, w.jobsSweep, w.sizesSweep, w.ratesSweep, w.knobSweeps} {
+		if err := section(); err != nil {
+			return "", err
+		}
+	}
+	w.loopback()
+	w.cpuPerByte()
+	authTable(w.p, f.Results, w.o)
+	w.limits()
+	w.failures()
+	s := w.b.String()
+	return s, os.WriteFile(filepath.Join(dir, "summary.md"), []byte(s), 0o644)
+}
+
+// reportWriter builds a run's summary.md, a section at a time, and writes
+// the plots beside it.
+type reportWriter struct {
+	dir string
+	f   *resultsFile
+	x   resultIndex
+	o   Options
+	env map[string]any
+	b   strings.Builder
+}
+
+func (w *reportWriter) p(format string, args ...any) { fmt.Fprintf(&w.b, format, args...) }
+
+// header is the run's environment, method and rack ports.
+func (w *reportWriter) header() {
+	p, o, env := w.p, w.o, w.env
 	p("# Allreduce benchmark: %s\n\n", o.Name)
 	p("Run %v on %v (%v CPUs, Linux %v, %v), commit %.12v.\n", env["time"], env["cpu"], env["cpus"], env["kernel"], env["go"], env["commit"])
 	p("Command: `%v`\n\n", env["command"])
@@ -174,11 +203,11 @@ func writeReport(dir string, f *resultsFile) (string, error) {
 		}
 		p("\n")
 	}
+}
 
-	goals(&b, x, o)
-	torchTable(&b, f.Results)
-
-	// Workers sweep.
+// workersSweep is the rack's TAT against workers, with its plots.
+func (w *reportWriter) workersSweep() error {
+	p, o, x, dir := w.p, w.o, w.x, w.dir
 	if rs := x.in("workers", "rack"); len(rs) > 0 {
 		p("## Rack: TAT against workers (%s, %g Mbit/s ports, SwitchML k=%d, W=%d, %d lanes)\n\n", FormatSize(o.Size), o.Rate, o.PacketElements, o.Window, o.Lanes)
 		systems := systemsIn(rs)
@@ -206,13 +235,18 @@ func writeReport(dir string, f *resultsFile) (string, error) {
 		p("\n![TAT against workers](tat_vs_workers.png) ![speedup against workers](speedup_vs_workers.png)\n\n")
 		if err := plotSweep(filepath.Join(dir, "tat_vs_workers.png"), "TAT against workers ("+FormatSize(o.Size)+fmt.Sprintf(", %g Mbit/s ports)", o.Rate),
 			"workers", "median TAT (s)", rs, func(r result) float64 { return float64(r.Workers) }, func(r result) float64 { return r.MedianTAT }, false); err != nil {
-			return "", err
+			return err
 		}
 		if err := plotSpeedup(filepath.Join(dir, "speedup_vs_workers.png"), rs, o); err != nil {
-			return "", err
+			return err
 		}
 	}
+	return nil
+}
 
+// jobsSweep is the tree table and the concurrent jobs, with their plot.
+func (w *reportWriter) jobsSweep() error {
+	p, o, x, dir := w.p, w.o, w.x, w.dir
 	treeTable(p, x.in("workers", "rack"), o)
 	if rs := x.in("jobs", "rack"); len(rs) > 0 {
 		jobsTable(p, rs, o)
@@ -220,11 +254,15 @@ func writeReport(dir string, f *resultsFile) (string, error) {
 		if err := plotSweep(filepath.Join(dir, "goodput_vs_jobs.png"), fmt.Sprintf("Concurrent jobs (%d ranks each, %s, %g Mbit/s ports)", o.BaseWorkers, FormatSize(o.TuneSize), o.Rate),
 			"jobs at once", "goodput per port, all jobs (Mbit/s)", rs, func(r result) float64 { return float64(r.Jobs) },
 			func(r result) float64 { return r.AggregateGoodputMbit }, false); err != nil {
-			return "", err
+			return err
 		}
 	}
+	return nil
+}
 
-	// Sizes sweep.
+// sizesSweep is goodput against tensor size, with its plot.
+func (w *reportWriter) sizesSweep() error {
+	p, o, x, dir := w.p, w.o, w.x, w.dir
 	if rs := x.in("sizes", "rack"); len(rs) > 0 {
 		p("## Rack: goodput against tensor size (%d workers, %g Mbit/s ports)\n\n", o.BaseWorkers, o.Rate)
 		systemTable(p, rs, "size", "Mbit/s", "%.1f", func(r result) float64 { return r.GoodputMbit }, byBytes, FormatSize)
@@ -232,11 +270,15 @@ func writeReport(dir string, f *resultsFile) (string, error) {
 		if err := plotSweep(filepath.Join(dir, "goodput_vs_size.png"), fmt.Sprintf("Goodput against tensor size (%d workers, %g Mbit/s ports)", o.BaseWorkers, o.Rate),
 			"tensor size (MiB)", "goodput per worker (Mbit/s)", rs, func(r result) float64 { return float64(r.Bytes) / (1 << 20) },
 			func(r result) float64 { return r.GoodputMbit }, true); err != nil {
-			return "", err
+			return err
 		}
 	}
+	return nil
+}
 
-	// Rates sweep.
+// ratesSweep is link efficiency against port rate, with its plot.
+func (w *reportWriter) ratesSweep() error {
+	p, o, x, dir := w.p, w.o, w.x, w.dir
 	if rs := x.in("rates", "rack"); len(rs) > 0 {
 		p("## Rack: port rate (%d workers, %s)\n\n", o.BaseWorkers, FormatSize(o.TuneSize))
 		systemTable(p, rs, "rate (Mbit/s)", "efficiency", "%.3f", func(r result) float64 { return r.LinkEfficiency }, byRate,
@@ -245,11 +287,15 @@ func writeReport(dir string, f *resultsFile) (string, error) {
 		if err := plotSweep(filepath.Join(dir, "efficiency_vs_rate.png"), fmt.Sprintf("Link efficiency against port rate (%d workers, %s)", o.BaseWorkers, FormatSize(o.TuneSize)),
 			"port rate (Mbit/s)", "goodput / port rate", rs, func(r result) float64 { return r.RateMbit },
 			func(r result) float64 { return r.LinkEfficiency }, false); err != nil {
-			return "", err
+			return err
 		}
 	}
+	return nil
+}
 
-	// SwitchML knobs.
+// knobSweeps are SwitchML's packet size and window sweeps, with plots.
+func (w *reportWriter) knobSweeps() error {
+	p, o, x, dir := w.p, w.o, w.x, w.dir
 	for _, k := range []struct {
 		sweep, title, col, file string
 		key                     func(result) int
@@ -279,11 +325,15 @@ func writeReport(dir string, f *resultsFile) (string, error) {
 		p("\n![%s](%s)\n\n", k.title, k.file)
 		if err := plotSweep(filepath.Join(dir, k.file), "SwitchML link efficiency against "+k.title, k.col, "goodput / port rate", rs,
 			func(r result) float64 { return float64(k.key(r)) }, func(r result) float64 { return r.LinkEfficiency }, true); err != nil {
-			return "", err
+			return err
 		}
 	}
+	return nil
+}
 
-	// Loopback.
+// loopback is the CPU cost of every system on 127.0.0.1.
+func (w *reportWriter) loopback() {
+	p, o, x, env := w.p, w.o, w.x, w.env
 	if rs := x.in("loopback", "loopback"); len(rs) > 0 {
 		p("## Loopback: CPU cost (%d workers on 127.0.0.1, %s)\n\n", o.LoopbackWorkers, FormatSize(o.LoopbackSize))
 		p("Here every process shares the machine's %v CPUs, so this measures CPU per byte, not the network. "+
@@ -315,8 +365,11 @@ func writeReport(dir string, f *resultsFile) (string, error) {
 		}
 		p("\n")
 	}
+}
 
-	// CPU per byte, every system, on the rack's workers sweep.
+// cpuPerByte is every system's CPU per byte on the rack's workers sweep.
+func (w *reportWriter) cpuPerByte() {
+	p, x := w.p, w.x
 	if rs := x.in("workers", "rack"); len(rs) > 0 {
 		p("## Rack: CPU per byte\n\n")
 		p("CPU-seconds per GiB reduced, per worker: one worker's CPU during its allreduce calls (warm-up included) over the bytes of its tensor, the mean over the workers. " +
@@ -338,10 +391,12 @@ func writeReport(dir string, f *resultsFile) (string, error) {
 		}
 		p("\n")
 	}
+}
 
-	authTable(p, f.Results, o)
-
-	// Where SwitchML's time goes (with --auth too: its own CPU cost).
+// limits is where SwitchML's time goes on the rack (with --auth too: its
+// own CPU cost).
+func (w *reportWriter) limits() {
+	p, f, env := w.p, w.f, w.env
 	var sms []result
 	for _, r := range f.Results {
 		if (r.System == "switchml" || r.System == "switchml-auth") && r.Mode == "rack" && r.Error == "" {
@@ -368,7 +423,11 @@ func writeReport(dir string, f *resultsFile) (string, error) {
 		}
 		p("\n")
 	}
+}
 
+// failures lists the points that did not run and the systems skipped.
+func (w *reportWriter) failures() {
+	p, f, env := w.p, w.f, w.env
 	var failed []result
 	for _, r := range f.Results {
 		if r.Error != "" {
@@ -388,8 +447,6 @@ func writeReport(dir string, f *resultsFile) (string, error) {
 	if w, ok := env["mpi_skipped"]; ok {
 		p("OpenMPI skipped: %v\n\n", w)
 	}
-	s := b.String()
-	return s, os.WriteFile(filepath.Join(dir, "summary.md"), []byte(s), 0o644)
 }
 
 // switchShare is the switch's CPU time per allreduce over the median TAT:

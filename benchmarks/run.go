@@ -214,13 +214,8 @@ func (b *driver) runPoint(ctx context.Context, idx int, p Point) (res result) {
 		res.Error = err.Error()
 		return res
 	}
-	switch {
-	case p.System == "gloo" && b.gloo == "":
-		return fail(errors.New("skipped: " + b.glooWhy))
-	case p.System == "torch-switchml" && b.torchSML == nil:
-		return fail(errors.New("skipped: " + b.torchSMLWhy))
-	case p.System == "mpi" && b.mpi == "":
-		return fail(errors.New("skipped: " + b.mpiWhy))
+	if why := b.missing(p.System); why != "" {
+		return fail(errors.New("skipped: " + why))
 	}
 	if p.Mode == "rack" {
 		if err := b.setRate(ctx, p.RateMbit); err != nil {
@@ -231,13 +226,8 @@ func (b *driver) runPoint(ctx context.Context, idx int, p Point) (res result) {
 	var switchPIDs []int // the switch, or every switch of a tree
 	if runsOnSwitch(p.System) {
 		var err error
-		if fab, err = b.fabric(ctx, p.Mode, p.System); err != nil {
+		if fab, switchPIDs, err = b.switches(ctx, p); err != nil {
 			return fail(err)
-		}
-		sw, _ := fab.Procs()
-		switchPIDs = append(switchPIDs, sw.Cmd().Process.Pid)
-		for _, l := range fab.LeafProcs() {
-			switchPIDs = append(switchPIDs, l.Cmd().Process.Pid)
 		}
 	}
 	pctx, cancel := context.WithTimeout(ctx, b.pointTimeout(p))
@@ -266,29 +256,75 @@ func (b *driver) runPoint(ctx context.Context, idx int, p Point) (res result) {
 	}
 	if p.Mode == "rack" {
 		if q1, qerr := b.rack.Stats(); qerr == nil && len(q1) == len(q0) {
-			for i := range q1 {
-				d := qdiscDelta{Worker: q1[i].Worker, Direction: "download", Packets: q1[i].Packets - q0[i].Packets,
-					Bytes: q1[i].Bytes - q0[i].Bytes, Drops: q1[i].Drops - q0[i].Drops, Overlimits: q1[i].Overlimits - q0[i].Overlimits}
-				if q1[i].Up {
-					d.Direction = "upload"
-				}
-				if q1[i].Trunk() {
-					d.Direction = "trunk-" + d.Direction
-				}
-				if d.Worker < p.Workers {
-					res.Qdisc = append(res.Qdisc, d)
-					res.QdiscDrops += d.Drops
-				}
-			}
+			res.Qdisc, res.QdiscDrops = qdiscDeltas(q0, q1, p.Workers)
 		}
 	}
 	if err != nil {
 		return fail(err)
 	}
+	if err := b.gather(&res, reps, fab); err != nil {
+		return fail(err)
+	}
+	return res
+}
+
+// missing says why a baseline a point needs is not here, or "".
+func (b *driver) missing(system string) string {
+	switch {
+	case system == "gloo" && b.gloo == "":
+		return b.glooWhy
+	case system == "torch-switchml" && b.torchSML == nil:
+		return b.torchSMLWhy
+	case system == "mpi" && b.mpi == "":
+		return b.mpiWhy
+	}
+	return ""
+}
+
+// switches starts the point's switch side and returns it with the
+// process ids of its switches (the switch, or every switch of a tree).
+func (b *driver) switches(ctx context.Context, p Point) (*fabric.Fabric, []int, error) {
+	fab, err := b.fabric(ctx, p.Mode, p.System)
+	if err != nil {
+		return nil, nil, err
+	}
+	sw, _ := fab.Procs()
+	pids := []int{sw.Cmd().Process.Pid}
+	for _, l := range fab.LeafProcs() {
+		pids = append(pids, l.Cmd().Process.Pid)
+	}
+	return fab, pids, nil
+}
+
+// qdiscDeltas is what the rack's shaped queues of the first workers
+// passed and dropped between two readings.
+func qdiscDeltas(q0, q1 []rack.QdiscStats, workers int) (ds []qdiscDelta, drops uint64) {
+	for i := range q1 {
+		d := qdiscDelta{Worker: q1[i].Worker, Direction: "download", Packets: q1[i].Packets - q0[i].Packets,
+			Bytes: q1[i].Bytes - q0[i].Bytes, Drops: q1[i].Drops - q0[i].Drops, Overlimits: q1[i].Overlimits - q0[i].Overlimits}
+		if q1[i].Up {
+			d.Direction = "upload"
+		}
+		if q1[i].Trunk() {
+			d.Direction = "trunk-" + d.Direction
+		}
+		if d.Worker < workers {
+			ds = append(ds, d)
+			drops += d.Drops
+		}
+	}
+	return ds, drops
+}
+
+// gather puts the ranks' reports together into the point's result: its
+// repetitions (the slowest rank's time of each), their median, minimum and
+// maximum, goodput, CPU and counts.
+func (b *driver) gather(res *result, reps []rankReport, fab *fabric.Fabric) error {
+	p := res.Point
 	res.Verified = true
 	for r, rep := range reps {
 		if len(rep.TATs) != b.o.Iters {
-			return fail(fmt.Errorf("rank %d reported %d timings, want %d", r, len(rep.TATs), b.o.Iters))
+			return fmt.Errorf("rank %d reported %d timings, want %d", r, len(rep.TATs), b.o.Iters)
 		}
 		res.Verified = res.Verified && rep.Verified
 		res.Retransmits += rep.Retransmits
@@ -321,9 +357,9 @@ func (b *driver) runPoint(ctx context.Context, idx int, p Point) (res result) {
 		res.LinkEfficiency = res.GoodputMbit / p.RateMbit
 	}
 	if p.Jobs > 0 && len(reps) == p.Jobs*p.Workers {
-		jobStats(&res, reps, p)
+		jobStats(res, reps, p)
 	}
-	return res
+	return nil
 }
 
 // jobStats splits a jobs-sweep point's ranks (job-major) into its jobs.

@@ -33,120 +33,181 @@ type rankReport struct {
 func (b *driver) runSystem(ctx context.Context, idx int, p Point, fab *fabric.Fabric) ([]rankReport, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	elements := strconv.FormatInt(p.Bytes/4, 10)
-	iters, warmup := strconv.Itoa(b.o.Iters), strconv.Itoa(b.o.Warmup)
-	rackMode := p.Mode == "rack"
-	command := func(rank int, name string, args ...string) *exec.Cmd {
-		if rackMode {
-			return b.rack.Command(ctx, b.rack.WorkerNS(rank), name, args...)
-		}
-		return exec.CommandContext(ctx, name, args...)
-	}
-	hostOf := func(rank int) string {
-		if rackMode {
-			return b.rack.WorkerIP(rank)
-		}
-		return "127.0.0.1"
-	}
+	l := launcher{b: b, ctx: ctx, p: p, idx: idx, rack: p.Mode == "rack"}
 	var cmds []*exec.Cmd
+	var err error
 	switch p.System {
 	case "switchml", "switchml-auth", "switchml-tree", "switchml-afxdp", "switchml-shm":
-		verify := b.o.Verify && rackMode
-		// The jobs sweep runs several jobs at once, rank r of every job in
-		// worker r's namespace; int32 with a seed per job, so that one
-		// job's values in another's sums would show.
-		jobs, dtype := 1, "float32"
-		if p.Jobs > 0 {
-			jobs, dtype, verify = p.Jobs, "int32", b.o.Verify
-		}
-		for j := 0; j < jobs; j++ {
-			name := fmt.Sprintf("p%d", idx)
-			if p.Jobs > 0 {
-				name = fmt.Sprintf("p%d-j%d", idx, j)
-			}
-			for r := 0; r < p.Workers; r++ {
-				args := switchmlArgs(b.o, p, fab.ControllerAddr(), name, r, dtype, verify, j+1)
-				if rackMode {
-					args = append(args, "--bind", hostOf(r))
-				}
-				cmds = append(cmds, command(r, b.exe, args...))
-			}
-		}
+		cmds = l.switchml(fab)
 	case "ring":
-		addrs := make([]string, p.Workers)
-		for r := range addrs {
-			port := 41000 + r
-			if !rackMode {
-				var err error
-				if port, err = fabric.FreePort("tcp"); err != nil {
-					return nil, err
-				}
-			}
-			addrs[r] = fmt.Sprintf("%s:%d", hostOf(r), port)
-		}
-		for r := 0; r < p.Workers; r++ {
-			cmds = append(cmds, command(r, b.exe, "ring", "--rank", strconv.Itoa(r), "--workers", strconv.Itoa(p.Workers),
-				"--addrs", strings.Join(addrs, ","), "--elements", elements, "--iters", iters, "--warmup", warmup,
-				fmt.Sprintf("--verify=%v", b.o.Verify), "--json"))
-		}
+		cmds, err = l.ring()
 	case "gloo", "torch-switchml":
-		port, ifname := 29500+idx%1000, "eth0"
-		if !rackMode {
-			var err error
-			if port, err = fabric.FreePort("tcp"); err != nil {
-				return nil, err
-			}
-			ifname = "lo"
-		}
-		backend := "gloo"
-		var env []string
-		if p.System == "torch-switchml" {
-			// The same script with one string changed, on the suite's
-			// switch and with SwitchML's settings of this point.
-			backend = "switchml"
-			env = append(os.Environ(), b.torchSML...)
-			env = append(env, "SWITCHML_CONTROLLER="+fab.ControllerAddr(), "SWITCHML_LANES="+strconv.Itoa(p.Lanes),
-				"SWITCHML_WINDOW="+strconv.Itoa(p.Window), "SWITCHML_PACKET_ELEMENTS="+strconv.Itoa(p.PacketElements))
-			if extendedHeader(b.o, p) {
-				env = append(env, "SWITCHML_EXTENDED=1")
-			}
-		}
-		for r := 0; r < p.Workers; r++ {
-			c := command(r, b.o.Python, b.gloo, "--rank", strconv.Itoa(r), "--world", strconv.Itoa(p.Workers),
-				"--master-addr", hostOf(0), "--master-port", strconv.Itoa(port), "--ifname", ifname,
-				"--elements", elements, "--iters", iters, "--warmup", warmup, "--backend", backend)
-			c.Env = env
-			cmds = append(cmds, c)
-		}
+		cmds, err = l.torch(fab)
 	case "mpi":
-		cmds = append(cmds, exec.CommandContext(ctx, "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", strconv.Itoa(p.Workers),
-			"--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo", b.mpi, elements, iters, warmup))
+		cmds = l.mpi()
 	default:
 		return nil, fmt.Errorf("unknown system %q: want one of %s", p.System, strings.Join(Systems, ", "))
+	}
+	if err != nil {
+		return nil, err
 	}
 	outs, err := runAll(ctx, cancel, cmds, b.o.Verbose, p.System)
 	if err != nil {
 		return nil, err
 	}
 	if p.System == "mpi" {
-		var m struct {
-			TATs     []float64   `json:"tat_s"`
-			Verified bool        `json:"verified"`
-			CPU      [][]float64 `json:"cpu"`
+		return mpiReports(outs[0], p.Workers)
+	}
+	return b.workerReports(outs, p)
+}
+
+// launcher builds the commands of one point's ranks: in the rack, each in
+// its worker's namespace and address; on loopback, here.
+type launcher struct {
+	b    *driver
+	ctx  context.Context
+	p    Point
+	idx  int
+	rack bool
+}
+
+func (l launcher) command(rank int, name string, args ...string) *exec.Cmd {
+	if l.rack {
+		return l.b.rack.Command(l.ctx, l.b.rack.WorkerNS(rank), name, args...)
+	}
+	return exec.CommandContext(l.ctx, name, args...)
+}
+
+func (l launcher) host(rank int) string {
+	if l.rack {
+		return l.b.rack.WorkerIP(rank)
+	}
+	return "127.0.0.1"
+}
+
+// counts are the elements, iterations and warm-up calls as arguments.
+func (l launcher) counts() (elements, iters, warmup string) {
+	return strconv.FormatInt(l.p.Bytes/4, 10), strconv.Itoa(l.b.o.Iters), strconv.Itoa(l.b.o.Warmup)
+}
+
+// switchml is one `switchml allreduce` per rank. The jobs sweep runs
+// several jobs at once, rank r of every job in worker r's namespace;
+// int32 with a seed per job, so that one job's values in another's sums
+// would show.
+func (l launcher) switchml(fab *fabric.Fabric) []*exec.Cmd {
+	p := l.p
+	verify := l.b.o.Verify && l.rack
+	jobs, dtype := 1, "float32"
+	if p.Jobs > 0 {
+		jobs, dtype, verify = p.Jobs, "int32", l.b.o.Verify
+	}
+	var cmds []*exec.Cmd
+	for j := 0; j < jobs; j++ {
+		name := fmt.Sprintf("p%d", l.idx)
+		if p.Jobs > 0 {
+			name = fmt.Sprintf("p%d-j%d", l.idx, j)
 		}
-		if err := json.Unmarshal(lastJSONLine(outs[0]), &m); err != nil {
-			return nil, fmt.Errorf("mpirun output: %v: %q", err, outs[0])
+		for r := 0; r < p.Workers; r++ {
+			args := switchmlArgs(l.b.o, p, fab.ControllerAddr(), name, r, dtype, verify, j+1)
+			if l.rack {
+				args = append(args, "--bind", l.host(r))
+			}
+			cmds = append(cmds, l.command(r, l.b.exe, args...))
 		}
-		reps := make([]rankReport, p.Workers)
-		for r := range reps {
-			// mpi reports the slowest rank's time per repetition.
-			reps[r] = rankReport{TATs: m.TATs, Verified: m.Verified}
-			if r < len(m.CPU) && len(m.CPU[r]) == 2 {
-				reps[r].cpu = cpuTime{User: m.CPU[r][0], Sys: m.CPU[r][1]}
+	}
+	return cmds
+}
+
+// ring is one `switchml ring` per rank.
+func (l launcher) ring() ([]*exec.Cmd, error) {
+	p := l.p
+	elements, iters, warmup := l.counts()
+	addrs := make([]string, p.Workers)
+	for r := range addrs {
+		port := 41000 + r
+		if !l.rack {
+			var err error
+			if port, err = fabric.FreePort("tcp"); err != nil {
+				return nil, err
 			}
 		}
-		return reps, nil
+		addrs[r] = fmt.Sprintf("%s:%d", l.host(r), port)
 	}
+	var cmds []*exec.Cmd
+	for r := 0; r < p.Workers; r++ {
+		cmds = append(cmds, l.command(r, l.b.exe, "ring", "--rank", strconv.Itoa(r), "--workers", strconv.Itoa(p.Workers),
+			"--addrs", strings.Join(addrs, ","), "--elements", elements, "--iters", iters, "--warmup", warmup,
+			fmt.Sprintf("--verify=%v", l.b.o.Verify), "--json"))
+	}
+	return cmds, nil
+}
+
+// torch is the PyTorch script per rank, over gloo or, for torch-switchml,
+// the same script with one string changed, on the suite's switch and with
+// SwitchML's settings of this point.
+func (l launcher) torch(fab *fabric.Fabric) ([]*exec.Cmd, error) {
+	p, b := l.p, l.b
+	elements, iters, warmup := l.counts()
+	port, ifname := 29500+l.idx%1000, "eth0"
+	if !l.rack {
+		var err error
+		if port, err = fabric.FreePort("tcp"); err != nil {
+			return nil, err
+		}
+		ifname = "lo"
+	}
+	backend := "gloo"
+	var env []string
+	if p.System == "torch-switchml" {
+		backend = "switchml"
+		env = append(os.Environ(), b.torchSML...)
+		env = append(env, "SWITCHML_CONTROLLER="+fab.ControllerAddr(), "SWITCHML_LANES="+strconv.Itoa(p.Lanes),
+			"SWITCHML_WINDOW="+strconv.Itoa(p.Window), "SWITCHML_PACKET_ELEMENTS="+strconv.Itoa(p.PacketElements))
+		if extendedHeader(b.o, p) {
+			env = append(env, "SWITCHML_EXTENDED=1")
+		}
+	}
+	var cmds []*exec.Cmd
+	for r := 0; r < p.Workers; r++ {
+		c := l.command(r, b.o.Python, b.gloo, "--rank", strconv.Itoa(r), "--world", strconv.Itoa(p.Workers),
+			"--master-addr", l.host(0), "--master-port", strconv.Itoa(port), "--ifname", ifname,
+			"--elements", elements, "--iters", iters, "--warmup", warmup, "--backend", backend)
+		c.Env = env
+		cmds = append(cmds, c)
+	}
+	return cmds, nil
+}
+
+// mpi is one mpirun of every rank.
+func (l launcher) mpi() []*exec.Cmd {
+	elements, iters, warmup := l.counts()
+	return []*exec.Cmd{exec.CommandContext(l.ctx, "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", strconv.Itoa(l.p.Workers),
+		"--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo", l.b.mpi, elements, iters, warmup)}
+}
+
+// mpiReports reads mpirun's one report, which gives the slowest rank's
+// time per repetition, into one report per rank.
+func mpiReports(out []byte, workers int) ([]rankReport, error) {
+	var m struct {
+		TATs     []float64   `json:"tat_s"`
+		Verified bool        `json:"verified"`
+		CPU      [][]float64 `json:"cpu"`
+	}
+	if err := json.Unmarshal(lastJSONLine(out), &m); err != nil {
+		return nil, fmt.Errorf("mpirun output: %v: %q", err, out)
+	}
+	reps := make([]rankReport, workers)
+	for r := range reps {
+		reps[r] = rankReport{TATs: m.TATs, Verified: m.Verified}
+		if r < len(m.CPU) && len(m.CPU[r]) == 2 {
+			reps[r].cpu = cpuTime{User: m.CPU[r][0], Sys: m.CPU[r][1]}
+		}
+	}
+	return reps, nil
+}
+
+// workerReports reads each rank's JSON report (WorkerReport).
+func (b *driver) workerReports(outs [][]byte, p Point) ([]rankReport, error) {
 	reps := make([]rankReport, len(outs))
 	for r, out := range outs {
 		var j WorkerReport
@@ -162,7 +223,7 @@ func (b *driver) runSystem(ctx context.Context, idx int, p Point, fab *fabric.Fa
 		if j.CPULoopUserS != nil && j.CPULoopSysS != nil {
 			reps[r].cpu = cpuTime{User: *j.CPULoopUserS, Sys: *j.CPULoopSysS}
 		}
-		if !b.o.Verify || (p.System == "switchml" && !rackMode && p.Jobs == 0) {
+		if !b.o.Verify || (p.System == "switchml" && p.Mode != "rack" && p.Jobs == 0) {
 			reps[r].Verified = false
 		}
 	}

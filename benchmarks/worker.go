@@ -1,5 +1,7 @@
 package benchmarks
 
+import "syscall"
+
 // WorkerReport is the JSON object one worker prints on stdout with --json,
 // both `switchml allreduce` (SwitchML) and `switchml ring` (the Go ring
 // baseline): the suite, the demo and the chaos run read it.
@@ -42,4 +44,44 @@ type WorkerReport struct {
 	// several jobs run at once, they show how long the jobs overlapped.
 	TimedStart float64 `json:"timed_start_unix_s,omitempty"`
 	TimedEnd   float64 `json:"timed_end_unix_s,omitempty"`
+}
+
+// ProcessCPU is this process's CPU time so far, user and system, in
+// seconds; ok is false where the system does not say.
+func ProcessCPU() (user, sys float64, ok bool) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, 0, false
+	}
+	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+	return tv(ru.Utime), tv(ru.Stime), true
+}
+
+// CPUMeter adds up this process's CPU time over timed regions (the
+// allreduce calls), leaving out input generation and verification.
+type CPUMeter struct {
+	startUser, startSys float64
+	started             bool
+	user, sys           float64
+}
+
+// Begin starts a timed region.
+func (m *CPUMeter) Begin() { m.startUser, m.startSys, m.started = ProcessCPU() }
+
+// End ends the timed region Begin started.
+func (m *CPUMeter) End() {
+	if !m.started {
+		return
+	}
+	if u, s, ok := ProcessCPU(); ok {
+		m.user += u - m.startUser
+		m.sys += s - m.startSys
+	}
+	m.started = false
+}
+
+// Report stores the sums in rep's CPULoop fields.
+func (m *CPUMeter) Report(rep *WorkerReport) {
+	u, s := m.user, m.sys
+	rep.CPULoopUserS, rep.CPULoopSysS = &u, &s
 }

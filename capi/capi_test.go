@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/switchml/switchml-go/switchml"
+	"github.com/switchml/switchml-go/switchml/dtype"
 )
 
 func TestStatusOf(t *testing.T) {
@@ -89,7 +90,7 @@ func jobThroughHandles(t *testing.T, kind string) {
 				for i := range x {
 					x[i] = int32(i * (r + 1))
 				}
-				if err := allreduce(id, unsafe.Pointer(&x[0]), n, dtypeInt32, 0); err != nil {
+				if err := allreduce(id, unsafe.Pointer(&x[0]), n, dtype.Int32.Code(), 0); err != nil {
 					return err
 				}
 				for i, v := range x {
@@ -170,7 +171,7 @@ func TestFallbackThroughHandles(t *testing.T) {
 				for i := range x {
 					x[i] = int32(i + r)
 				}
-				if err := allreduce(id, unsafe.Pointer(&x[0]), n, dtypeInt32, 0); err != nil {
+				if err := allreduce(id, unsafe.Pointer(&x[0]), n, dtype.Int32.Code(), 0); err != nil {
 					return err
 				}
 				for i, v := range x {

@@ -121,6 +121,19 @@ func switchml_allreduce(session C.int64_t, data unsafe.Pointer, count C.int64_t,
 	return finish(allreduce(int64(session), data, int64(count), int(dtype), int64(timeoutMS)), errBuf, errLen)
 }
 
+//export switchml_dtype_lookup
+func switchml_dtype_lookup(name *C.switchml_cchar, code *C.int32_t, size *C.int32_t, errBuf *C.char, errLen C.size_t) (st C.int) {
+	defer recovered(errBuf, errLen, &st)
+	if name == nil || code == nil || size == nil {
+		return finish(invalid("name, code and size must not be NULL"), errBuf, errLen)
+	}
+	c, n, err := dtypeOf(goString(name))
+	if err == nil {
+		*code, *size = C.int32_t(c), C.int32_t(n)
+	}
+	return finish(err, errBuf, errLen)
+}
+
 //export switchml_barrier
 func switchml_barrier(session C.int64_t, name *C.switchml_cchar, timeoutMS C.int64_t, errBuf *C.char, errLen C.size_t) (st C.int) {
 	defer recovered(errBuf, errLen, &st)

@@ -9,26 +9,8 @@ import (
 
 	"github.com/switchml/switchml-go/p4/local"
 	"github.com/switchml/switchml-go/switchml"
+	"github.com/switchml/switchml-go/switchml/dtype"
 )
-
-// Data types, as switchml.h numbers them.
-const (
-	dtypeFloat32  = 0
-	dtypeFloat16  = 1
-	dtypeBFloat16 = 2
-	dtypeInt32    = 3
-)
-
-// elementSize is the width in bytes of dtype, 0 for an unknown one.
-func elementSize(dtype int) int {
-	switch dtype {
-	case dtypeFloat32, dtypeInt32:
-		return 4
-	case dtypeFloat16, dtypeBFloat16:
-		return 2
-	}
-	return 0
-}
 
 func join(cfg switchml.Config) (int64, error) {
 	if cfg.Controller == "" {
@@ -44,14 +26,17 @@ func join(cfg switchml.Config) (int64, error) {
 	return sessions.add(s), nil
 }
 
-// allreduce sums count values at data in place. data is the caller's
-// memory: it is only used until the library's call returns, and the
-// library's calls return only once every lane has stopped touching it.
-func allreduce(id int64, data unsafe.Pointer, count int64, dtype int, timeoutMS int64) error {
-	size := elementSize(dtype)
+// allreduce sums count values at data in place; code is a dtype's number
+// in switchml.h (dtype.Codec.Code). data is the caller's memory: it is
+// only used until the library's call returns, and the library's calls
+// return only once every lane has stopped touching it.
+func allreduce(id int64, data unsafe.Pointer, count int64, code int, timeoutMS int64) error {
+	c, err := dtype.ByCode(code)
+	if err != nil {
+		return invalid("%v: the SWITCHML_* codes of switchml.h, or switchml_dtype_lookup's for a name", err)
+	}
+	size := c.Size()
 	switch {
-	case size == 0:
-		return invalid("dtype %d: want SWITCHML_FLOAT32 (0), SWITCHML_FLOAT16 (1), SWITCHML_BFLOAT16 (2) or SWITCHML_INT32 (3)", dtype)
 	case count < 0:
 		return invalid("count is %d: want the number of values, 0 or more", count)
 	case count > 0 && data == nil:
@@ -64,20 +49,20 @@ func allreduce(id int64, data unsafe.Pointer, count int64, dtype int, timeoutMS 
 		return err
 	}
 	defer cancel()
-	n := int(count)
-	if n == 0 {
+	if count == 0 {
 		return nil
 	}
-	switch dtype {
-	case dtypeFloat32:
-		return s.AllReduceFloat32(ctx, unsafe.Slice((*float32)(data), n))
-	case dtypeInt32:
-		return s.AllReduceInt32(ctx, unsafe.Slice((*int32)(data), n))
-	case dtypeFloat16:
-		return s.AllReduceFloat16(ctx, unsafe.Slice((*uint16)(data), n))
-	default:
-		return s.AllReduceBFloat16(ctx, unsafe.Slice((*uint16)(data), n))
+	return s.AllReduce(ctx, c, unsafe.Slice((*byte)(data), int(count)*size))
+}
+
+// dtypeOf looks a dtype up by name: its code for allreduce and the size
+// of its values.
+func dtypeOf(name string) (code, size int, err error) {
+	c, err := dtype.ByName(name)
+	if err != nil {
+		return 0, 0, invalid("%v", err)
 	}
+	return c.Code(), c.Size(), nil
 }
 
 func barrier(id int64, name string, timeoutMS int64) error {

@@ -22,7 +22,8 @@
  * with its peers: close it and join again.
  *
  * The header only grows: functions, statuses and dtypes keep their values,
- * and SWITCHML_ABI_VERSION changes when an existing signature would.
+ * and SWITCHML_ABI_VERSION changes when functions are added or an existing
+ * signature would change.
  */
 #ifndef SWITCHML_H
 #define SWITCHML_H
@@ -34,7 +35,7 @@
 extern "C" {
 #endif
 
-#define SWITCHML_ABI_VERSION 3
+#define SWITCHML_ABI_VERSION 4
 
 typedef enum switchml_status {
 	SWITCHML_OK = 0,
@@ -62,6 +63,8 @@ typedef enum switchml_status {
 	SWITCHML_ERR_OTHER = 9
 } switchml_status;
 
+/* The element types, by the codes switchml_allreduce takes; the library
+   knows them by name too (switchml_dtype_lookup). */
 typedef enum switchml_dtype {
 	SWITCHML_FLOAT32 = 0,
 	SWITCHML_FLOAT16 = 1,  /* IEEE half precision, as 16-bit words */
@@ -122,6 +125,13 @@ int switchml_join(const switchml_config *cfg, int64_t *session, char *err, size_
    Float input with NaN or Inf is refused, naming the first bad index,
    and ends the job for every rank. */
 int switchml_allreduce(int64_t session, void *data, int64_t count, int dtype, int64_t timeout_ms, char *err, size_t err_len);
+
+/* Since ABI version 4: the code (for switchml_allreduce) and the value
+   size in bytes of the element type called name, such as "float32",
+   "float16", "bfloat16" or "int32" (PyTorch's names for them). An unknown name fails
+   with SWITCHML_ERR_INVALID, the message listing the names the library
+   knows. */
+int switchml_dtype_lookup(const char *name, int32_t *code, int32_t *size, char *err, size_t err_len);
 
 /* Returns once every rank called switchml_barrier with the same name. */
 int switchml_barrier(int64_t session, const char *name, int64_t timeout_ms, char *err, size_t err_len);

@@ -9,6 +9,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/switchml/switchml-go/quant"
+	"github.com/switchml/switchml-go/switchml/dtype"
 	"github.com/switchml/switchml-go/switchml/engine"
 )
 
@@ -99,51 +100,64 @@ func (s *Session) start(ctx context.Context, op engine.Op, n int) *Handle {
 	return h
 }
 
-// StartFloat32 begins an in-place sum of x across all ranks. x must not be
-// touched until the handle is done. NaN or Inf in x fails the call, naming
-// the first bad index; since the other ranks would wait for this rank's
-// share, the session ends and they learn why. On the switch the lanes find
-// it as they scan each packet's block for its exponent, so the tensor is
-// read once less; blocks before the bad one may have been sent. Where the
-// call may run over the ring (the session is there, or FallbackOnLoss), it
-// is refused before anything is sent.
-func (s *Session) StartFloat32(ctx context.Context, x []float32) *Handle {
+// Start begins an in-place sum across all ranks of data, values of type
+// c (dtype.Bytes of a typed slice; dtype.ByName finds a type by name).
+// data must not be touched until the handle is done. Unscaled (integer)
+// types sum exactly, wrapping; scaled (float) types as block-scaled fixed
+// point. NaN or Inf in a float input fails the call, naming the first bad
+// index; since the other ranks would wait for this rank's share, the
+// session ends and they learn why. On the switch the lanes find it as they
+// scan each packet's block for its exponent, so the tensor is read once
+// less; blocks before the bad one may have been sent. Where the call may
+// run over the ring (the session is there, or FallbackOnLoss), it is
+// refused before anything is sent.
+func (s *Session) Start(ctx context.Context, c dtype.Codec, data []byte) *Handle {
+	if c == nil {
+		return failed(fmt.Errorf("switchml: no dtype: pass one of %v", dtype.Names()))
+	}
+	if len(data)%c.Size() != 0 {
+		return s.refuse(fmt.Errorf("switchml: %d bytes of %s: not a whole number of %d-byte values", len(data), c.Name(), c.Size()))
+	}
+	n := len(data) / c.Size()
+	op := engine.Op{DType: c, Data: data}
+	if !c.Scaled() {
+		return s.start(ctx, op, n)
+	}
 	s.mu.Lock()
 	onSwitch := s.ring == nil && !s.cfg.FallbackOnLoss
 	s.mu.Unlock()
 	if onSwitch {
-		return s.start(ctx, engine.Op{DType: engine.Float32, F32: x, CheckOnSend: true}, len(x))
+		op.CheckOnSend = true
+		return s.start(ctx, op, n)
 	}
 	// One pass finds a bad value and every packet's block exponent.
 	k := max(s.cfg.PacketElements, 1)
-	exps := make([]int8, (len(x)+k-1)/k)
-	if err := quant.BlockExponents(exps, x, k); err != nil {
+	op.Checked, op.Exps, op.ExpBlock = true, make([]int8, (n+k-1)/k), k
+	if err := dtype.BlockExponents(c, op.Exps, data, k); err != nil {
 		return s.refuse(fmt.Errorf("switchml: input not finite: %w", err))
 	}
-	return s.start(ctx, engine.Op{DType: engine.Float32, F32: x, Checked: true, Exps: exps, ExpBlock: k}, len(x))
+	return s.start(ctx, op, n)
+}
+
+// StartFloat32 is Start of float32 values.
+func (s *Session) StartFloat32(ctx context.Context, x []float32) *Handle {
+	return s.Start(ctx, dtype.Float32, dtype.Bytes(x))
 }
 
 // StartInt32 begins an in-place, exact (wrapping) sum of x across all ranks.
 func (s *Session) StartInt32(ctx context.Context, x []int32) *Handle {
-	return s.start(ctx, engine.Op{DType: engine.Int32, I32: x}, len(x))
+	return s.Start(ctx, dtype.Int32, dtype.Bytes(x))
 }
 
-// StartFloat16 begins an in-place sum of IEEE half-precision values, given
-// as their bits.
-func (s *Session) StartFloat16(ctx context.Context, x []uint16) *Handle {
-	if err := quant.CheckFiniteF16(x); err != nil {
-		return s.refuse(fmt.Errorf("switchml: input not finite: %w", err))
-	}
-	return s.start(ctx, engine.Op{DType: engine.Float16, U16: x, Checked: true}, len(x))
-}
-
-// StartBFloat16 begins an in-place sum of bfloat16 values, given as their
+// StartFloat16 is Start of IEEE half-precision values, given as their
 // bits.
+func (s *Session) StartFloat16(ctx context.Context, x []uint16) *Handle {
+	return s.Start(ctx, dtype.Float16, dtype.Bytes(x))
+}
+
+// StartBFloat16 is Start of bfloat16 values, given as their bits.
 func (s *Session) StartBFloat16(ctx context.Context, x []uint16) *Handle {
-	if err := quant.CheckFiniteBF16(x); err != nil {
-		return s.refuse(fmt.Errorf("switchml: input not finite: %w", err))
-	}
-	return s.start(ctx, engine.Op{DType: engine.BFloat16, U16: x, Checked: true}, len(x))
+	return s.Start(ctx, dtype.BFloat16, dtype.Bytes(x))
 }
 
 // StartTensor begins an in-place sum of a dense float32 or int32 tensor.
@@ -169,6 +183,11 @@ func failed(err error) *Handle {
 	h := &Handle{err: err, done: make(chan struct{})}
 	close(h.done)
 	return h
+}
+
+// AllReduce sums data, values of type c, across all ranks in place (Start).
+func (s *Session) AllReduce(ctx context.Context, c dtype.Codec, data []byte) error {
+	return s.Start(ctx, c, data).Wait(context.Background())
 }
 
 // AllReduceFloat32 sums x across all ranks in place.
@@ -293,9 +312,9 @@ func (s *Session) executeSwitch(h *Handle) error {
 			return s.broken
 		}
 		var nf *quant.NonFiniteError
-		if errors.As(first, &nf) && h.op.DType == engine.Float32 {
+		if errors.As(first, &nf) {
 			// A lane found it in its share: name the tensor's first.
-			if err := quant.CheckFinite(h.op.F32); err != nil {
+			if err := h.op.DType.Check(h.op.Data); err != nil {
 				first = fmt.Errorf("switchml: input not finite: %w", err)
 			}
 		}

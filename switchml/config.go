@@ -360,72 +360,129 @@ func checkHostPort(a string, anyPort bool) error {
 	return nil
 }
 
+// configChecks are the checks validate runs, in the order their errors
+// are listed; each adds to p what it finds wrong in c.
+var configChecks = []func(c *Config, p *fieldErrors){
+	checkWorld,
+	checkLanes,
+	checkPacketElements,
+	checkCompatHeader,
+	checkDurations,
+	checkFaults,
+	checkFallback,
+	checkTraceEvents,
+}
+
 func (c Config) validate() error {
-	var errs []*FieldError
-	bad := func(field string, value any, advice string, args ...any) {
-		errs = append(errs, &FieldError{Field: field, Value: value, advice: fmt.Sprintf(advice, args...)})
+	var p fieldErrors
+	for _, check := range configChecks {
+		check(&c, &p)
 	}
+	if len(p) > 0 {
+		return &ConfigError{Fields: p}
+	}
+	return nil
+}
+
+// fieldErrors collects the invalid fields of a Config.
+type fieldErrors []*FieldError
+
+// add records field as invalid with its value and advice, a format for
+// args that may name other fields in braces (see FieldError).
+func (p *fieldErrors) add(field string, value any, advice string, args ...any) {
+	*p = append(*p, &FieldError{Field: field, Value: value, advice: fmt.Sprintf(advice, args...)})
+}
+
+// checkWorld checks who the worker is: the job, the world size and the rank.
+func checkWorld(c *Config, p *fieldErrors) {
 	if c.Job == "" {
-		bad("Job", c.Job, "name the job (every rank uses the same name)")
+		p.add("Job", c.Job, "name the job (every rank uses the same name)")
 	}
 	if c.Workers < 1 {
-		bad("Workers", c.Workers, "the world size must be at least 1")
+		p.add("Workers", c.Workers, "the world size must be at least 1")
 	}
 	if c.Rank < 0 || c.Rank >= c.Workers {
-		bad("Rank", c.Rank, "want 0 <= rank < {Workers} (%d)", c.Workers)
+		p.add("Rank", c.Rank, "want 0 <= rank < {Workers} (%d)", c.Workers)
 	}
+}
+
+// checkLanes checks how packets move: the lanes, their transport and window.
+func checkLanes(c *Config, p *fieldErrors) {
 	if c.Lanes < 1 || c.Lanes > 64 {
-		bad("Lanes", c.Lanes, "want 1..64")
+		p.add("Lanes", c.Lanes, "want 1..64")
 	}
 	if _, err := transport.Lookup(c.Transport); err != nil {
-		bad("Transport", c.Transport, "want one of %s (%s is the default)", strings.Join(transport.Names(), ", "), TransportUDP)
+		p.add("Transport", c.Transport, "want one of %s (%s is the default)", strings.Join(transport.Names(), ", "), TransportUDP)
 	}
 	if c.Window < 1 || c.Window > 4096 {
-		bad("Window", c.Window, "want 1..4096 packets per lane")
+		p.add("Window", c.Window, "want 1..4096 packets per lane")
 	}
+}
+
+// checkPacketElements checks the packet size against the header that
+// carries it.
+func checkPacketElements(c *Config, p *fieldErrors) {
 	switch {
 	case c.PacketElements == 0: // chosen at Join from what the switch takes
 	case c.PacketElements < 0:
-		bad("PacketElements", c.PacketElements, "want 0 (what the switch takes) or a packet size")
+		p.add("PacketElements", c.PacketElements, "want 0 (what the switch takes) or a packet size")
 	case c.Extended:
 		if c.PacketElements > wire.MaxElements {
-			bad("PacketElements", c.PacketElements, "the extended header carries 1..%d", wire.MaxElements)
+			p.add("PacketElements", c.PacketElements, "the extended header carries 1..%d", wire.MaxElements)
 		}
 	default:
 		if _, ok := wire.CompatSizeCode(c.PacketElements); !ok {
-			bad("PacketElements", c.PacketElements, "the compatible header carries 32, 64, 128 or 256; set {Extended} for other sizes")
+			p.add("PacketElements", c.PacketElements, "the compatible header carries 32, 64, 128 or 256; set {Extended} for other sizes")
 		}
 	}
+}
+
+// checkCompatHeader checks what the compatible header cannot carry: a tag
+// or more ranks than its bitmap holds.
+func checkCompatHeader(c *Config, p *fieldErrors) {
 	if c.Auth && !c.Extended {
-		bad("Auth", c.Auth, "the compatible 10-byte header has no room for a tag; set {Extended} too")
+		p.add("Auth", c.Auth, "the compatible 10-byte header has no room for a tag; set {Extended} too")
 	}
 	if !c.Extended && c.Workers > MaxCompatWorkers && c.Fallback != FallbackRing {
-		bad("Workers", c.Workers, "the compatible format allows %d; set {Extended} for more", MaxCompatWorkers)
+		p.add("Workers", c.Workers, "the compatible format allows %d; set {Extended} for more", MaxCompatWorkers)
 	}
+}
+
+// checkDurations checks that no time bound is negative.
+func checkDurations(c *Config, p *fieldErrors) {
 	for _, d := range []struct {
 		field string
 		v     time.Duration
 	}{{"Timeout", c.Timeout}, {"GiveUp", c.GiveUp}, {"JoinTimeout", c.JoinTimeout}, {"ConnectTimeout", c.ConnectTimeout}} {
 		if d.v < 0 {
-			bad(d.field, d.v, "must not be negative (0 takes the default)")
+			p.add(d.field, d.v, "must not be negative (0 takes the default)")
 		}
 	}
-	for _, p := range []struct {
+}
+
+// checkFaults checks that every injected fault's probability lies in [0, 1].
+func checkFaults(c *Config, p *fieldErrors) {
+	for _, f := range []struct {
 		field, what string
 		v           float64
 	}{{"Faults.Drop", "drop", c.Faults.Drop}, {"Faults.Duplicate", "duplicate", c.Faults.Duplicate}, {"Faults.Reorder", "reorder", c.Faults.Reorder}} {
-		if !(p.v >= 0 && p.v <= 1) {
-			bad(p.field, p.v, "a %s probability must lie in [0, 1]", p.what)
+		if !(f.v >= 0 && f.v <= 1) {
+			p.add(f.field, f.v, "a %s probability must lie in [0, 1]", f.what)
 		}
 	}
+}
+
+// checkFallback checks the fallback mode and the ring settings, which
+// only the ring fallback reads.
+func checkFallback(c *Config, p *fieldErrors) {
 	switch c.Fallback {
 	case "", FallbackRing:
 	default:
-		bad("Fallback", c.Fallback, "want \"\" (fail when the switch cannot serve the job) or %q", FallbackRing)
+		p.add("Fallback", c.Fallback, "want \"\" (fail when the switch cannot serve the job) or %q", FallbackRing)
 	}
 	needsRing := func(field string, v any) {
 		if c.Fallback != FallbackRing {
-			bad(field, v, "needs {Fallback} = %q", FallbackRing)
+			p.add(field, v, "needs {Fallback} = %q", FallbackRing)
 		}
 	}
 	if c.FallbackOnLoss {
@@ -434,26 +491,32 @@ func (c Config) validate() error {
 	if c.FallbackListen != "" {
 		needsRing("FallbackListen", c.FallbackListen)
 		if err := checkHostPort(c.FallbackListen, true); err != nil {
-			bad("FallbackListen", c.FallbackListen, "%v", err)
+			p.add("FallbackListen", c.FallbackListen, "%v", err)
 		}
 	}
 	if len(c.FallbackPeers) > 0 {
 		needsRing("FallbackPeers", c.FallbackPeers)
-		if len(c.FallbackPeers) != c.Workers {
-			bad("FallbackPeers", c.FallbackPeers, "give one ring address per rank, in rank order: %d for {Workers} = %d", len(c.FallbackPeers), c.Workers)
-		}
-		for i, p := range c.FallbackPeers {
-			if err := checkHostPort(p, false); err != nil {
-				bad("FallbackPeers", c.FallbackPeers, "rank %d's address: %v", i, err)
-				break
-			}
+		checkFallbackPeers(c, p)
+	}
+}
+
+// checkFallbackPeers checks the ring's addresses: one per rank, each a
+// host:port; only the first bad address is named.
+func checkFallbackPeers(c *Config, p *fieldErrors) {
+	if len(c.FallbackPeers) != c.Workers {
+		p.add("FallbackPeers", c.FallbackPeers, "give one ring address per rank, in rank order: %d for {Workers} = %d", len(c.FallbackPeers), c.Workers)
+	}
+	for i, a := range c.FallbackPeers {
+		if err := checkHostPort(a, false); err != nil {
+			p.add("FallbackPeers", c.FallbackPeers, "rank %d's address: %v", i, err)
+			return
 		}
 	}
+}
+
+// checkTraceEvents checks the size of the trace ring.
+func checkTraceEvents(c *Config, p *fieldErrors) {
 	if c.TraceEvents < 0 || c.TraceEvents > maxTraceEvents {
-		bad("TraceEvents", c.TraceEvents, "want 0 (the default, %d) up to %d events", DefaultTraceEvents, maxTraceEvents)
+		p.add("TraceEvents", c.TraceEvents, "want 0 (the default, %d) up to %d events", DefaultTraceEvents, maxTraceEvents)
 	}
-	if len(errs) > 0 {
-		return &ConfigError{Fields: errs}
-	}
-	return nil
 }

@@ -7,9 +7,10 @@
 // address, the job name, its rank and the world size) and then sums
 // []float32, []int32, float16/bfloat16 bits or gorgonia dense tensors in
 // place across all ranks (AllReduceFloat32 and friends, or the Start*
-// variants that return a Handle). Floats travel as block-scaled 32-bit
-// fixed point with a per-block exponent shared through the switch (package
-// quant); int32 is summed exactly, wrapping.
+// variants that return a Handle); AllReduce and Start take any type of
+// package dtype's registry, as the tensor's bytes. Floats travel as
+// block-scaled 32-bit fixed point with a per-block exponent shared through
+// the switch (package quant); int32 is summed exactly, wrapping.
 //
 // Every rank must issue the same calls in the same order. A rank that dies,
 // loses the controller or fails a call ends the job for every rank with

@@ -13,7 +13,8 @@ package switchml
 // their counts; if they differ, the lowest rank that completed the extra
 // call sends its kept result as bits through an int32 sum (the others add
 // zeros), which is exact for every type, and the ranks behind finish that
-// call with the switch's own values. Then every rank redoes its current
+// call with the switch's own values. The kept copies are the tensor's bytes,
+// whatever its type, and travel as little-endian int32 words. Then every rank redoes its current
 // call over the ring from its kept input.
 
 import (
@@ -31,7 +32,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchml/switchml-go/jobpb"
-	"github.com/switchml/switchml-go/quant"
 	"github.com/switchml/switchml-go/switchml/engine"
 	"github.com/switchml/switchml-go/switchml/ring"
 )
@@ -62,54 +62,41 @@ type fallbackState struct {
 
 	// Touched only by the goroutine that runs the calls: calls counts the
 	// completed calls; saved is the current call's input and last the
-	// last completed call's result (with FallbackOnLoss); scratch holds
-	// 16-bit values as float32 for the ring.
+	// last completed call's result (with FallbackOnLoss); scratch is the
+	// dtype codecs' buffer for the ring (dtype.Codec.RingSum).
 	calls       uint64
 	saved, last held
 	scratch     []float32
 }
 
-// held is a copy of a call's tensor.
-type held struct {
-	dt  engine.DType
-	f32 []float32
-	i32 []int32
-	u16 []uint16
-}
+// held is a copy of a call's tensor, as bytes.
+type held struct{ data []byte }
 
-func (b *held) save(op engine.Op) {
-	b.dt = op.DType
-	b.f32, b.i32, b.u16 = append(b.f32[:0], op.F32...), append(b.i32[:0], op.I32...), append(b.u16[:0], op.U16...)
-}
+func (b *held) save(op engine.Op) { b.data = append(b.data[:0], op.Data...) }
 
 // restore writes the copy back into op's tensor.
-func (b *held) restore(op engine.Op) {
-	copy(op.F32, b.f32)
-	copy(op.I32, b.i32)
-	copy(op.U16, b.u16)
-}
+func (b *held) restore(op engine.Op) { copy(op.Data, b.data) }
 
-func (b *held) len() int { return len(b.f32) + len(b.i32) + len(b.u16) }
+// words is the number of int32 words the copy's bytes fill.
+func (b *held) words() int { return words(len(b.data)) }
 
-// bits writes the copy's values as their bits into dst.
+func words(bytes int) int { return (bytes + 3) / 4 }
+
+// bits writes the copy's bytes into dst as little-endian words.
 func (b *held) bits(dst []int32) {
-	for i, v := range b.f32 {
-		dst[i] = int32(math.Float32bits(v))
-	}
-	copy(dst, b.i32)
-	for i, v := range b.u16 {
-		dst[i] = int32(v)
+	var w [4]byte
+	for i := range dst {
+		clear(w[copy(w[:], b.data[min(4*i, len(b.data)):]):])
+		dst[i] = int32(binary.LittleEndian.Uint32(w[:]))
 	}
 }
 
-// setBits writes values given as their bits into op's tensor.
+// setBits writes bytes given as little-endian words into op's tensor.
 func setBits(op engine.Op, src []int32) {
-	for i := range op.F32 {
-		op.F32[i] = math.Float32frombits(uint32(src[i]))
-	}
-	copy(op.I32, src)
-	for i := range op.U16 {
-		op.U16[i] = uint16(src[i])
+	var w [4]byte
+	for i, v := range src {
+		binary.LittleEndian.PutUint32(w[:], uint32(v))
+		copy(op.Data[4*i:], w[:])
 	}
 }
 
@@ -324,36 +311,11 @@ func (s *Session) execute(h *Handle) error {
 	return err
 }
 
-// executeRing runs a call over the ring; 16-bit values travel as float32.
+// executeRing runs a call over the ring, as its dtype's codec sums it
+// there.
 func (s *Session) executeRing(r *ring.Ring, h *Handle) error {
 	begin := time.Now()
-	op := h.op
-	var err error
-	switch op.DType {
-	case engine.Float32:
-		err = r.AllReduceFloat32(h.ctx, op.F32)
-	case engine.Int32:
-		err = r.AllReduceInt32(h.ctx, op.I32)
-	case engine.Float16, engine.BFloat16:
-		toF32, fromF32 := quant.F16ToFloat32, quant.Float32ToF16
-		if op.DType == engine.BFloat16 {
-			toF32, fromF32 = quant.BF16ToFloat32, quant.Float32ToBF16
-		}
-		if cap(s.scratch) < len(op.U16) {
-			s.scratch = make([]float32, len(op.U16))
-		}
-		buf := s.scratch[:len(op.U16)]
-		for i, v := range op.U16 {
-			buf[i] = toF32(v)
-		}
-		if err = r.AllReduceFloat32(h.ctx, buf); err == nil {
-			for i, v := range buf {
-				op.U16[i] = fromF32(v)
-			}
-		}
-	default:
-		err = fmt.Errorf("switchml: the ring does not reduce %v", op.DType)
-	}
+	err := h.op.DType.RingSum(h.ctx, r, h.op.Data, &s.scratch)
 	s.finishRing(err, h.n, begin)
 	return err
 }
@@ -455,9 +417,9 @@ func (s *Session) catchUp(r *ring.Ring, h *Handle) (done bool, err error) {
 		}
 	}
 	ahead := hi == 0
-	n := h.n
+	n := words(len(h.op.Data))
 	if ahead {
-		n = s.last.len()
+		n = s.last.words()
 	}
 	bits := make([]int32, n)
 	if s.cfg.Rank == leader {

@@ -1,6 +1,7 @@
 package switchml
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"math"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/switchml/dtype"
 	"github.com/switchml/switchml-go/switchml/engine"
 )
 
@@ -57,21 +59,21 @@ func TestFallbackCatchUpAfterLostResult(t *testing.T) {
 	for r, s := range sess {
 		if r == 0 {
 			s.calls = 6
-			s.last.save(engine.Op{DType: engine.Float32, F32: append([]float32(nil), result5...)})
+			s.last.save(engine.Op{DType: dtype.Float32, Data: dtype.Bytes(append([]float32(nil), result5...))})
 			in := make([]int32, size)
 			for i := range in {
 				in[i] = input6(r, i)
 			}
-			s.saved.save(engine.Op{DType: engine.Int32, I32: in})
+			s.saved.save(engine.Op{DType: dtype.Int32, Data: dtype.Bytes(in)})
 			partial := make([]int32, size) // partly overwritten by the lost call
-			handles[r] = &Handle{ctx: ctx, op: engine.Op{DType: engine.Int32, I32: partial}, n: size}
+			handles[r] = &Handle{ctx: ctx, op: engine.Op{DType: dtype.Int32, Data: dtype.Bytes(partial)}, n: size}
 			continue
 		}
 		s.calls = 5
-		s.saved.save(engine.Op{DType: engine.Float32, F32: make([]float32, size)})
+		s.saved.save(engine.Op{DType: dtype.Float32, Data: dtype.Bytes(make([]float32, size))})
 		buf := make([]float32, size)
 		garbage(buf)
-		handles[r] = &Handle{ctx: ctx, op: engine.Op{DType: engine.Float32, F32: buf}, n: size}
+		handles[r] = &Handle{ctx: ctx, op: engine.Op{DType: dtype.Float32, Data: dtype.Bytes(buf)}, n: size}
 	}
 	lost := errors.Join(ErrSwitchLost, errors.New("the test took it away"))
 	errs := make([]error, n)
@@ -85,7 +87,7 @@ func TestFallbackCatchUpAfterLostResult(t *testing.T) {
 				return
 			}
 			// Behind: call 5 is done; the application makes call 6.
-			for i, v := range handles[r].op.F32 {
+			for i, v := range dtype.As[float32](handles[r].op.Data) {
 				if math.Float32bits(v) != math.Float32bits(result5[i]) {
 					errs[r] = errors.New("call 5's result differs from the switch's")
 					t.Errorf("rank %d call 5 element %d = %v, want the switch's %v", r, i, v, result5[i])
@@ -96,7 +98,7 @@ func TestFallbackCatchUpAfterLostResult(t *testing.T) {
 			for i := range in {
 				in[i] = input6(r, i)
 			}
-			handles[r] = &Handle{ctx: ctx, op: engine.Op{DType: engine.Int32, I32: in}, n: size}
+			handles[r] = &Handle{ctx: ctx, op: engine.Op{DType: dtype.Int32, Data: dtype.Bytes(in)}, n: size}
 			errs[r] = s.execute(handles[r])
 		}()
 	}
@@ -107,7 +109,7 @@ func TestFallbackCatchUpAfterLostResult(t *testing.T) {
 		}
 	}
 	for r, s := range sess {
-		for i, got := range handles[r].op.I32 {
+		for i, got := range dtype.As[int32](handles[r].op.Data) {
 			var want int32
 			for q := range n {
 				want += input6(q, i)
@@ -134,9 +136,33 @@ func TestFallbackHintAfterSwitchLost(t *testing.T) {
 	s := &Session{cfg: cfg}
 	s.broken = abortedBy(&jobpb.WatchEvent{Aborted: true, Cause: "switch_lost", Reason: "the controller lost the switch"})
 	for k := range 2 {
-		err := s.execute(&Handle{ctx: context.Background(), op: engine.Op{DType: engine.Int32, I32: make([]int32, 4)}, n: 4})
+		err := s.execute(&Handle{ctx: context.Background(), op: engine.Op{DType: dtype.Int32, Data: dtype.Bytes(make([]int32, 4))}, n: 4})
 		if !errors.Is(err, ErrSwitchLost) || !strings.Contains(err.Error(), "FallbackOnLoss") {
 			t.Fatalf("call %d: %v, want ErrSwitchLost naming FallbackOnLoss", k, err)
+		}
+	}
+}
+
+// TestHeldBitsRoundTrip: a kept tensor of any type, of any byte length,
+// travels as int32 words (what the ranks behind receive in catchUp) and
+// comes back bit for bit.
+func TestHeldBitsRoundTrip(t *testing.T) {
+	for _, c := range dtype.All() {
+		for _, n := range []int{0, 1, 3, 8, 1001} {
+			in := dtype.New(c, n)
+			dtype.Fill(c, in, 9, 2)
+			var b held
+			b.save(engine.Op{DType: c, Data: in})
+			words := make([]int32, b.words())
+			if want := (n*c.Size() + 3) / 4; len(words) != want {
+				t.Fatalf("%s x %d: %d words, want %d", c.Name(), n, len(words), want)
+			}
+			b.bits(words)
+			out := engine.Op{DType: c, Data: dtype.New(c, n)}
+			setBits(out, words)
+			if !bytes.Equal(out.Data, in) {
+				t.Fatalf("%s x %d: %x came back as %x", c.Name(), n, in, out.Data)
+			}
 		}
 	}
 }

@@ -84,7 +84,7 @@ func (l *laneDriver) run(ctx context.Context, quit, aborted <-chan struct{}, op 
 	}
 	m := l.beginMark()
 	err := l.drive(ctx, quit, aborted, op, &m)
-	l.endMark(&m, len(op.F32)+len(op.I32)+len(op.U16), err)
+	l.endMark(&m, op.Len(), err)
 	return err
 }
 

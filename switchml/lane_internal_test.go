@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchml/switchml-go/switchml/dtype"
 	"github.com/switchml/switchml-go/switchml/engine"
 	"github.com/switchml/switchml-go/transport"
 	"github.com/switchml/switchml-go/transport/shm"
@@ -76,7 +77,7 @@ func TestLaneWaitsForRoomNotForever(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := l.run(ctx, nil, nil, engine.Op{Seq: 1, DType: engine.Int32, I32: x}); err != nil {
+	if err := l.run(ctx, nil, nil, engine.Op{Seq: 1, DType: dtype.Int32, Data: dtype.Bytes(x)}); err != nil {
 		t.Fatalf("the op did not finish: %v", err)
 	}
 	for i, v := range x {

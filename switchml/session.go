@@ -132,18 +132,7 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 	s := &Session{cfg: cfg, ops: make(chan *Handle, 64), quit: make(chan struct{}), done: make(chan struct{}),
 		aborted: make(chan struct{}), watchDone: make(chan struct{})}
 	fail := func(err error) (*Session, error) {
-		if s.stopWatch != nil {
-			s.stopWatch()
-		}
-		for _, l := range s.lanes {
-			l.conn.Close()
-		}
-		if s.conn != nil {
-			s.conn.Close()
-		}
-		if s.ringLn != nil {
-			s.ringLn.Close()
-		}
+		s.abandon()
 		return nil, err
 	}
 	if cfg.Fallback == FallbackRing {
@@ -151,6 +140,66 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 			return fail(err)
 		}
 	}
+	addrs, err := s.openLanes(bind)
+	if err != nil {
+		return fail(err)
+	}
+	if err := s.dialController(); err != nil {
+		return fail(err)
+	}
+	var probed *jobpb.DescribeResponse
+	if cfg.Fallback == FallbackRing {
+		var unreachable error
+		if probed, unreachable = s.probe(ctx); unreachable != nil {
+			return s.joinRingWithoutController(ctx, unreachable, fail)
+		}
+	} else if probed, err = s.reach(ctx); err != nil {
+		return fail(err)
+	}
+	if err := s.settlePacketElements(ctx, probed); err != nil {
+		return fail(err)
+	}
+	resp, err := s.register(ctx, addrs, bind)
+	if err != nil {
+		return fail(err)
+	}
+	if resp.GetFallback() != "" {
+		return s.joinRing(ctx, resp.GetFallbackAddresses(), "the controller could not place the job on the switch: "+resp.GetFallback(), fail)
+	}
+	peers, err := s.accept(resp)
+	if err != nil {
+		return fail(err)
+	}
+	if err := s.watch(); err != nil {
+		return fail(err)
+	}
+	if err := s.startLanes(resp, peers); err != nil {
+		return fail(err)
+	}
+	go s.run()
+	return s, nil
+}
+
+// abandon releases what a Join that failed had opened.
+func (s *Session) abandon() {
+	if s.stopWatch != nil {
+		s.stopWatch()
+	}
+	for _, l := range s.lanes {
+		l.conn.Close()
+	}
+	if s.conn != nil {
+		s.conn.Close()
+	}
+	if s.ringLn != nil {
+		s.ringLn.Close()
+	}
+}
+
+// openLanes opens a socket per lane on bind, each with its own fault
+// injector, and returns their addresses.
+func (s *Session) openLanes(bind string) ([]string, error) {
+	cfg := s.cfg
 	addrs := make([]string, cfg.Lanes)
 	var xdpWarned bool
 	xdpWarn := func(format string, args ...any) { // once, not once per lane
@@ -162,70 +211,79 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 	for i := 0; i < cfg.Lanes; i++ {
 		c, err := listenLane(cfg.Transport, bind, cfg.Window, xdpWarn)
 		if err != nil {
-			return fail(fmt.Errorf("switchml: lane %d socket on %s: %w (check --bind)", i, bind, err))
+			return nil, fmt.Errorf("switchml: lane %d socket on %s: %w (check --bind)", i, bind, err)
 		}
 		faults := cfg.Faults
 		faults.Seed += uint64(i) * 7919 // lanes draw different faults
 		inj, err := transport.NewInjector(faults)
 		if err != nil {
 			c.Close()
-			return fail(err)
+			return nil, err
 		}
 		s.lanes = append(s.lanes, &laneDriver{conn: c, faults: inj})
 		addrs[i] = c.LocalAddr().String()
 	}
+	return addrs, nil
+}
+
+// dialController sets up the client of the controller's job service (it
+// connects on first use).
+func (s *Session) dialController() error {
 	creds := insecure.NewCredentials()
-	if cfg.TLS != nil {
-		creds = credentials.NewTLS(cfg.TLS)
+	if s.cfg.TLS != nil {
+		creds = credentials.NewTLS(s.cfg.TLS)
 	}
-	conn, err := grpc.NewClient(cfg.Controller, grpc.WithTransportCredentials(creds))
+	conn, err := grpc.NewClient(s.cfg.Controller, grpc.WithTransportCredentials(creds))
 	if err != nil {
-		return fail(fmt.Errorf("%w: bad controller address %q: %v", ErrControllerUnreachable, cfg.Controller, err))
+		return fmt.Errorf("%w: bad controller address %q: %v", ErrControllerUnreachable, s.cfg.Controller, err)
 	}
 	s.conn = conn
 	s.client = jobpb.NewJobServiceClient(conn)
+	return nil
+}
+
+// settlePacketElements picks the packet size the switch takes when the
+// configuration leaves it to the switch (PacketElements 0), from probed
+// or a Describe call, and refuses a switch the configuration cannot use.
+func (s *Session) settlePacketElements(ctx context.Context, probed *jobpb.DescribeResponse) error {
+	if s.cfg.PacketElements != 0 {
+		return nil
+	}
+	d := probed
+	var err error
+	if d == nil {
+		d, err = s.client.Describe(ctx, &jobpb.DescribeRequest{}, grpc.WaitForReady(true))
+	}
+	switch {
+	case status.Code(err) == codes.Unimplemented: // a controller that predates Describe serves the software switch
+		s.cfg.PacketElements = DefaultPacketElements
+		return nil
+	case err != nil:
+		return s.rpcError("describe the switch", err)
+	}
+	s.cfg.PacketElements = choosePacketElements(d.GetPacketElements(), d.GetMaxExtendedElements(), s.cfg.Extended)
+	if s.cfg.PacketElements == 0 && s.cfg.Extended {
+		return fmt.Errorf("%w: the %s switch takes only the compatible header: join without Extended (--extended)", ErrJobMismatch, d.GetTargetKind())
+	}
+	if s.cfg.PacketElements == 0 {
+		return fmt.Errorf("%w: the %s switch describes no packet size for the compatible header", ErrJobMismatch, d.GetTargetKind())
+	}
+	// Before registering, where the switch says whether it checks tags:
+	// the other ranks need not wait for this one.
+	return authMismatch(s.cfg.Auth, d.GetAuth())
+}
+
+// register registers this rank and its lanes, retrying while the
+// controller is unavailable, and returns the controller's answer once
+// every rank has registered.
+func (s *Session) register(ctx context.Context, addrs []string, bind string) (*jobpb.RegisterResponse, error) {
+	cfg := s.cfg
 	format := jobpb.Format_FORMAT_COMPAT
-	wf := wire.FormatCompat
 	if cfg.Extended {
-		format, wf = jobpb.Format_FORMAT_EXTENDED, wire.FormatExtended
-	}
-	var probed *jobpb.DescribeResponse
-	if cfg.Fallback == FallbackRing {
-		var unreachable error
-		if probed, unreachable = s.probe(ctx); unreachable != nil {
-			return s.joinRingWithoutController(ctx, unreachable, fail)
-		}
-	} else if probed, err = s.reach(ctx); err != nil {
-		return fail(err)
-	}
-	if cfg.PacketElements == 0 {
-		d := probed
-		if d == nil {
-			d, err = s.client.Describe(ctx, &jobpb.DescribeRequest{}, grpc.WaitForReady(true))
-		}
-		switch {
-		case status.Code(err) == codes.Unimplemented: // a controller that predates Describe serves the software switch
-			cfg.PacketElements = DefaultPacketElements
-		case err != nil:
-			return fail(s.rpcError("describe the switch", err))
-		default:
-			cfg.PacketElements = choosePacketElements(d.GetPacketElements(), d.GetMaxExtendedElements(), cfg.Extended)
-			if cfg.PacketElements == 0 && cfg.Extended {
-				return fail(fmt.Errorf("%w: the %s switch takes only the compatible header: join without Extended (--extended)", ErrJobMismatch, d.GetTargetKind()))
-			}
-			if cfg.PacketElements == 0 {
-				return fail(fmt.Errorf("%w: the %s switch describes no packet size for the compatible header", ErrJobMismatch, d.GetTargetKind()))
-			}
-			// Before registering, where the switch says whether it
-			// checks tags: the other ranks need not wait for this one.
-			if err := authMismatch(cfg.Auth, d.GetAuth()); err != nil {
-				return fail(err)
-			}
-		}
-		s.cfg.PacketElements = cfg.PacketElements
+		format = jobpb.Format_FORMAT_EXTENDED
 	}
 	var resp *jobpb.RegisterResponse
-	err = retryUnavailable(ctx, nil, func() error {
+	err := retryUnavailable(ctx, nil, func() error {
 		var err error
 		resp, err = s.client.Register(ctx, &jobpb.RegisterRequest{
 			Job: cfg.Job, Rank: uint32(cfg.Rank), WorldSize: uint32(cfg.Workers),
@@ -236,22 +294,27 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 		return err
 	})
 	if err != nil {
-		return fail(s.rpcError("join", err))
+		return nil, s.rpcError("join", err)
 	}
-	if resp.GetFallback() != "" {
-		return s.joinRing(ctx, resp.GetFallbackAddresses(), "the controller could not place the job on the switch: "+resp.GetFallback(), fail)
-	}
+	return resp, nil
+}
+
+// accept takes the session the controller granted: its ids, the switch's
+// address and the key, after checking them against this worker's
+// configuration. It returns the switch's address for each lane.
+func (s *Session) accept(resp *jobpb.RegisterResponse) ([]netip.AddrPort, error) {
 	if err := s.keepRing(resp.GetFallbackAddresses()); err != nil {
-		return fail(err)
+		return nil, err
 	}
-	if err := checkAuthKey(cfg.Auth, resp.GetAuthKey()); err != nil {
-		return fail(err)
+	if err := checkAuthKey(s.cfg.Auth, resp.GetAuthKey()); err != nil {
+		return nil, err
 	}
 	s.sessionID, s.jobID, s.rankSecret = resp.SessionId, resp.JobId, resp.GetRankSecret()
 	s.seq = resp.FirstSeq
+	var err error
 	s.switchDP, err = netip.ParseAddrPort(resp.SwitchDataplane)
 	if err != nil {
-		return fail(fmt.Errorf("switchml: controller gave a bad switch address %q: %v", resp.SwitchDataplane, err))
+		return nil, fmt.Errorf("switchml: controller gave a bad switch address %q: %v", resp.SwitchDataplane, err)
 	}
 	// A software switch with several data-plane shards serves each lane
 	// at its shard's address.
@@ -261,19 +324,27 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 	}
 	if lds := resp.GetLaneDataplanes(); len(lds) > 0 {
 		if len(lds) != len(s.lanes) {
-			return fail(fmt.Errorf("switchml: controller gave %d lane data-plane addresses for %d lanes; it and this worker disagree on the job", len(lds), len(s.lanes)))
+			return nil, fmt.Errorf("switchml: controller gave %d lane data-plane addresses for %d lanes; it and this worker disagree on the job", len(lds), len(s.lanes))
 		}
 		for i, a := range lds {
 			if peers[i], err = netip.ParseAddrPort(a); err != nil {
-				return fail(fmt.Errorf("switchml: controller gave a bad data-plane address %q for lane %d: %v", a, i, err))
+				return nil, fmt.Errorf("switchml: controller gave a bad data-plane address %q for lane %d: %v", a, i, err)
 			}
 		}
 	}
-	if resp.PoolSize < uint32(cfg.Lanes*cfg.Window) {
-		return fail(fmt.Errorf("switchml: controller granted %d slots, the job needs lanes*window = %d", resp.PoolSize, cfg.Lanes*cfg.Window))
+	if resp.PoolSize < uint32(s.cfg.Lanes*s.cfg.Window) {
+		return nil, fmt.Errorf("switchml: controller granted %d slots, the job needs lanes*window = %d", resp.PoolSize, s.cfg.Lanes*s.cfg.Window)
 	}
-	if err := s.watch(); err != nil {
-		return fail(err)
+	return peers, nil
+}
+
+// startLanes gives each lane its protocol engine on its slots and the
+// switch's address for it (peers), and the tracer if one was asked for.
+func (s *Session) startLanes(resp *jobpb.RegisterResponse, peers []netip.AddrPort) error {
+	cfg := s.cfg
+	wf := wire.FormatCompat
+	if cfg.Extended {
+		wf = wire.FormatExtended
 	}
 	for i, l := range s.lanes {
 		eng, err := engine.NewLane(engine.Config{
@@ -286,7 +357,7 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 			Key: resp.GetAuthKey(), Lane: uint8(i),
 		})
 		if err != nil {
-			return fail(fmt.Errorf("switchml: lane %d: %w", i, err))
+			return fmt.Errorf("switchml: lane %d: %w", i, err)
 		}
 		l.init(eng, peers[i])
 	}
@@ -297,8 +368,7 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 		}
 	}
 	s.durations = newDurations(cfg)
-	go s.run()
-	return s, nil
+	return nil
 }
 
 // watch opens this rank's lease on the session (jobpb Watch) and

@@ -73,6 +73,21 @@ static void test_arguments(void) {
 	float x[4] = {0};
 	expect(switchml_allreduce(424242, x, 4, SWITCHML_FLOAT32, 0, err, sizeof err), SWITCHML_ERR_HANDLE, err, "allreduce on an unknown handle");
 	expect(switchml_allreduce(1, x, 4, 17, 0, err, sizeof err), SWITCHML_ERR_INVALID, err, "unknown dtype");
+
+	/* Every dtype of the header by its name, and an unknown name. */
+	const struct { const char *name; int code, size; } dtypes[] = {
+		{"float32", SWITCHML_FLOAT32, 4}, {"float16", SWITCHML_FLOAT16, 2},
+		{"bfloat16", SWITCHML_BFLOAT16, 2}, {"int32", SWITCHML_INT32, 4},
+	};
+	for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++) {
+		int32_t code = -1, size = -1;
+		expect(switchml_dtype_lookup(dtypes[i].name, &code, &size, err, sizeof err), SWITCHML_OK, err, dtypes[i].name);
+		CHECK(code == dtypes[i].code && size == dtypes[i].size, "%s: code %d, size %d", dtypes[i].name, code, size);
+	}
+	int32_t code = -1, size = -1;
+	expect(switchml_dtype_lookup("float64", &code, &size, err, sizeof err), SWITCHML_ERR_INVALID, err, "unknown dtype name");
+	CHECK(strstr(err, "float64") != NULL && strstr(err, "bfloat16") != NULL, "message names the type and the known ones: %s", err);
+	expect(switchml_dtype_lookup(NULL, &code, &size, err, sizeof err), SWITCHML_ERR_INVALID, err, "NULL dtype name");
 	expect(switchml_allreduce(1, x, -1, SWITCHML_FLOAT32, 0, err, sizeof err), SWITCHML_ERR_INVALID, err, "negative count");
 	expect(switchml_allreduce(1, (char *)x + 1, 2, SWITCHML_FLOAT32, 0, err, sizeof err), SWITCHML_ERR_INVALID, err, "misaligned data");
 	expect(switchml_allreduce(1, NULL, 2, SWITCHML_FLOAT32, 0, err, sizeof err), SWITCHML_ERR_INVALID, err, "NULL data");

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/switchml/switchml-go/benchmarks"
 	"github.com/switchml/switchml-go/secure"
 	"github.com/switchml/switchml-go/switchml"
+	"github.com/switchml/switchml-go/switchml/dtype"
 )
 
 func init() {
@@ -31,18 +33,8 @@ var allreduceFlags = map[string]string{
 	"Fallback": "fallback", "FallbackOnLoss": "fallback-on-loss", "FallbackListen": "fallback-listen", "FallbackPeers": "fallback-peers",
 }
 
-func dtypeSize(dtype string) (int, error) {
-	switch dtype {
-	case "float32", "int32":
-		return 4, nil
-	case "float16", "bfloat16":
-		return 2, nil
-	}
-	return 0, fmt.Errorf("bad --dtype %q: want float32, int32, float16 or bfloat16", dtype)
-}
-
 func runAllReduce(ctx context.Context, args []string) error {
-	fs := newFlags("allreduce", "--controller ADDR --job NAME --rank R --workers N [flags]")
+	fs := newFlags("allreduce", "[--controller ADDR] [--job NAME] [--rank R] [--workers N] [flags]")
 	var cfg switchml.Config
 	fs.StringVar(&cfg.Controller, "controller", switchml.DefaultController, "controller gRPC address")
 	fs.StringVar(&cfg.Job, "job", "demo", "job name, the same on every rank")
@@ -71,7 +63,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 	tlsCert := fs.String("tls-cert", "", "certificate (PEM) this worker presents to the controller (mutual TLS)")
 	tlsKey := fs.String("tls-key", "", "key (PEM) of --tls-cert")
 	elements := fs.Int("elements", 1<<20, "tensor elements")
-	dtype := fs.String("dtype", "float32", "element type: float32, int32, float16 or bfloat16")
+	dtName := fs.String("dtype", "float32", "element type: "+strings.Join(dtype.Names(), ", "))
 	iters := fs.Int("iters", 5, "timed allreduce calls")
 	warmup := fs.Int("warmup", 1, "untimed allreduce calls before the timed ones")
 	seed := fs.Uint64("seed", 1, "seed of the tensor contents")
@@ -92,16 +84,16 @@ func runAllReduce(ctx context.Context, args []string) error {
 	if cfg.TLS, err = secure.Client(*tlsCA, *tlsCert, *tlsKey); err != nil {
 		return fmt.Errorf("--tls-ca, --tls-cert, --tls-key: %w", err)
 	}
-	size, err := dtypeSize(*dtype)
+	dt, err := dtype.ByName(*dtName)
 	if err != nil {
-		return err
+		return fmt.Errorf("--dtype: %w", err)
 	}
 	if *elements < 0 || *iters < 1 || *warmup < 0 {
 		return fmt.Errorf("want --elements >= 0, --iters >= 1 and --warmup >= 0")
 	}
 	cfg.Faults.Seed = *seed*1000 + uint64(cfg.Rank)
 
-	rep := benchmarks.WorkerReport{Workers: cfg.Workers, Rank: cfg.Rank, Elements: *elements, DType: *dtype, Iters: *iters,
+	rep := benchmarks.WorkerReport{Workers: cfg.Workers, Rank: cfg.Rank, Elements: *elements, DType: dt.Name(), Iters: *iters,
 		Lanes: cfg.Lanes, Window: cfg.Window, PacketElements: cfg.PacketElements}
 	var trace *traceFile
 	if *tracePath != "" {
@@ -110,7 +102,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 		}
 		cfg.Trace = trace
 	}
-	err = allreduceRounds(ctx, cfg, *dtype, *elements, *iters, *warmup, *seed, *verify, *nanAt, *metricsAddr, &rep)
+	err = allreduceRounds(ctx, cfg, dt, *elements, *iters, *warmup, *seed, *verify, *nanAt, *metricsAddr, &rep)
 	if trace != nil {
 		if terr := trace.Close(); terr != nil && err == nil {
 			err = terr
@@ -128,7 +120,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 		sort.Float64s(sorted)
 		rep.MedianTAT = sorted[len(sorted)/2]
 		if rep.MedianTAT > 0 {
-			rep.GoodputGbps = float64(*elements*size*8) / rep.MedianTAT / 1e9
+			rep.GoodputGbps = float64(*elements*dt.Size()*8) / rep.MedianTAT / 1e9
 		}
 	}
 	if *asJSON {
@@ -138,7 +130,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 		}
 	} else if err == nil {
 		fmt.Printf("rank %d/%d: %d x %s, %d iterations, median %.4f s, %.3f Gbit/s, verified=%v, retransmits=%d\n",
-			cfg.Rank, cfg.Workers, *elements, *dtype, *iters, rep.MedianTAT, rep.GoodputGbps, rep.Verified, rep.Retransmits)
+			cfg.Rank, cfg.Workers, *elements, dt.Name(), *iters, rep.MedianTAT, rep.GoodputGbps, rep.Verified, rep.Retransmits)
 		if rep.Fallback != "" {
 			fmt.Printf("rank %d/%d: ran %d calls over the ring: %s\n", cfg.Rank, cfg.Workers, rep.RingCalls, rep.Fallback)
 		}
@@ -146,7 +138,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 	return err
 }
 
-func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, elements, iters, warmup int, seed uint64, verify bool, nanAt int, metricsAddr string, rep *benchmarks.WorkerReport) error {
+func allreduceRounds(ctx context.Context, cfg switchml.Config, dt dtype.Codec, elements, iters, warmup int, seed uint64, verify bool, nanAt int, metricsAddr string, rep *benchmarks.WorkerReport) error {
 	sess, err := switchml.Join(ctx, cfg)
 	if err != nil {
 		return switchml.InFlags(err, allreduceFlags)
@@ -164,36 +156,11 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, ele
 		}
 	}
 	rep.PacketElements, rep.Lanes, rep.Window = sess.PacketElements(), sess.Lanes(), sess.Window()
-	var exp expectation
+	var exp dtype.Expectation
 	if verify {
-		exp = expect(dtype, seed, cfg.Workers, elements, sess.PacketElements())
+		exp = dtype.Expect(dt, seed, cfg.Workers, elements, sess.PacketElements())
 	}
-
-	var (
-		f32 []float32
-		i32 []int32
-		u16 []uint16
-	)
-	switch dtype {
-	case "float32":
-		f32 = make([]float32, elements)
-	case "int32":
-		i32 = make([]int32, elements)
-	default:
-		u16 = make([]uint16, elements)
-	}
-	run := func() error {
-		switch dtype {
-		case "float32":
-			return sess.AllReduceFloat32(ctx, f32)
-		case "int32":
-			return sess.AllReduceInt32(ctx, i32)
-		case "float16":
-			return sess.AllReduceFloat16(ctx, u16)
-		default:
-			return sess.AllReduceBFloat16(ctx, u16)
-		}
-	}
+	data := dtype.New(dt, elements)
 	// The run's barriers wait for the slowest rank as long as an
 	// allreduce waits for the switch (--give-up; at least
 	// minBarrierWait, for the filling and checking of large tensors): a
@@ -209,9 +176,9 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, ele
 	var meter cpuMeter
 	defer meter.report(rep)
 	for it := 0; it < warmup+iters; it++ {
-		fillInput(dtype, seed, cfg.Rank, f32, i32, u16)
-		if it == nanAt && elements > 0 {
-			poison(dtype, f32, u16, elements/2)
+		dtype.Fill(dt, data, seed, cfg.Rank)
+		if it == nanAt && elements > 0 && dt.Scaled() {
+			dt.Set(data, elements/2, math.NaN())
 		}
 		// Start together, so a rank's time does not include waiting for
 		// a slower rank to finish filling its tensor.
@@ -220,7 +187,7 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, ele
 		}
 		meter.begin()
 		start := time.Now()
-		err := run()
+		err := sess.AllReduce(ctx, dt, data)
 		tat := time.Since(start)
 		meter.end()
 		if err != nil {
@@ -240,7 +207,7 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dtype string, ele
 			return err
 		}
 		if verify {
-			if err := exp.check(dtype, f32, i32, u16); err != nil {
+			if err := exp.Check(data); err != nil {
 				return fmt.Errorf("verification failed after allreduce %d: %w", it, err)
 			}
 		}

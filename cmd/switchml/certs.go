@@ -13,7 +13,7 @@ func init() {
 }
 
 func runCerts(_ context.Context, args []string) error {
-	fs := newFlags("certs", "--dir DIR --hosts IP,...")
+	fs := newFlags("certs", "[--dir DIR] [--hosts IP,...]")
 	dir := fs.String("dir", "switchml-certs", "folder to write ca.pem and the certificates to")
 	hosts := fs.String("hosts", "127.0.0.1", "comma-separated addresses or names of the switch and controller hosts (put in their certificates)")
 	if err := parseFlags(fs, args); err != nil {

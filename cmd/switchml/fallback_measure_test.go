@@ -38,7 +38,7 @@ func measureJoin(t *testing.T, ctl string, job string, n int, peers []string) (t
 	return d, why
 }
 
-// The fallback's timings, for the README: run them with
+// The fallback's timings, for docs/performance.md: run them with
 //
 //	SWITCHML_MEASURE=fallback go test -count=1 -v -run MeasureFallback ./cmd/switchml/
 //

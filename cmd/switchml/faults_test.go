@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchml/switchml-go/benchmarks"
+	"github.com/switchml/switchml-go/benchmarks/chaos"
 	"github.com/switchml/switchml-go/jobpb"
 
 	"github.com/switchml/switchml-go/p4/fabric"
@@ -255,7 +256,7 @@ func TestChaosShort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sum chaosSummary
+	var sum chaos.Summary
 	if err := json.Unmarshal(b, &sum); err != nil {
 		t.Fatal(err)
 	}

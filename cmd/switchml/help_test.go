@@ -1,39 +1,71 @@
 package main
 
 import (
-	"context"
 	"os/exec"
-	"slices"
+	"regexp"
+	"sort"
 	"strings"
 	"testing"
-	"time"
 )
 
-// TestHelpArgumentNames: every flag's --help line shows one argument name
-// at most. The flag package takes a usage string's first back-quoted text
-// for the argument's name, so quoting a command there garbles the line.
-func TestHelpArgumentNames(t *testing.T) {
+// helpFlags reads the "Flags:" section of a command's --help: the help text
+// of each flag, by name.
+func helpFlags(help string) map[string]string {
+	flags := map[string]string{}
+	name := ""
+	for _, line := range strings.Split(help, "\n") {
+		if m := regexp.MustCompile(`^  -(\S+)`).FindStringSubmatch(line); m != nil {
+			name = m[1]
+			flags[name] = line
+		} else if name != "" && strings.HasPrefix(line, "    \t") {
+			flags[name] += "\n" + line
+		}
+	}
+	return flags
+}
+
+// TestHelpUsageLines: in every command's --help, a flag shown outside
+// brackets on the usage line (as if required) has no default, and no flag's
+// help names its default twice.
+func TestHelpUsageLines(t *testing.T) {
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)
 	}
-	slices.Sort(names)
+	sort.Strings(names)
+	bracketed := regexp.MustCompile(`\[[^\]]*\]`)
+	required := regexp.MustCompile(`--([a-z0-9-]+)`)
 	for _, name := range names {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		out, _ := exec.CommandContext(ctx, binary, name, "--help").CombinedOutput() // --help exits non-zero
-		cancel()
-		if !strings.Contains(string(out), "Flags:") {
-			t.Errorf("switchml %s --help printed no flags:\n%s", name, out)
+		if name == "controller" { // its usage line is the controller command's own
 			continue
 		}
-		for _, line := range strings.Split(string(out), "\n") {
-			if !strings.HasPrefix(line, "  -") {
-				continue
+		t.Run(name, func(t *testing.T) {
+			out, err := exec.Command(binary, name, "--help").CombinedOutput()
+			if err != nil {
+				t.Fatalf("%s --help: %v\n%s", name, err, out)
 			}
-			head, _, _ := strings.Cut(line, "\t") // one-letter flags keep their usage on the line
-			if f := strings.Fields(head); len(f) > 2 {
-				t.Errorf("switchml %s --help: %q shows %q as the argument of %s: reword the usage's back-quoted text", name, strings.TrimSpace(head), strings.Join(f[1:], " "), f[0])
+			help := string(out)
+			usage, _, _ := strings.Cut(help, "\n")
+			if !strings.HasPrefix(usage, "Usage: switchml "+name) {
+				t.Fatalf("%s --help starts with %q, want its usage line", name, usage)
 			}
-		}
+			flags := helpFlags(help)
+			if len(flags) == 0 && name != "p4tools" {
+				t.Fatalf("%s --help lists no flags:\n%s", name, help)
+			}
+			for _, m := range required.FindAllStringSubmatch(bracketed.ReplaceAllString(usage, ""), -1) {
+				text, ok := flags[m[1]]
+				if !ok {
+					t.Errorf("%s: the usage line names --%s, which the command does not have", name, m[1])
+				} else if strings.Contains(text, "(default ") {
+					t.Errorf("%s: the usage line shows --%s as required, but it has a default:\n%s\n%s", name, m[1], usage, text)
+				}
+			}
+			for f, text := range flags {
+				if n := strings.Count(text, "default"); n > 1 {
+					t.Errorf("%s --%s: its help names a default %d times:\n%s", name, f, n, text)
+				}
+			}
+		})
 	}
 }

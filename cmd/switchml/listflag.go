@@ -15,7 +15,7 @@ func (l *listFlag) Set(v string) error {
 	for _, part := range strings.Split(v, ",") {
 		part = strings.TrimSpace(part)
 		if part == "" {
-			return fmt.Errorf("empty name in %q", v)
+			return fmt.Errorf("an empty name in %q: give names, comma-separated", v)
 		}
 		*l = append(*l, part)
 	}

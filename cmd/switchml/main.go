@@ -6,9 +6,10 @@
 //	switchml demo --workers 4
 //	switchml <command> --help
 //
-// Each command is a thin layer over the library: allreduce over package
-// switchml, ring over switchml/ring, switch and controller over the
-// packages under p4/. Errors in a worker's configuration name the flag to
+// Each command parses its flags and calls the package that does the work:
+// allreduce package switchml, switch and controller the packages under
+// p4/, status jobpb, bench, demo and ring package benchmarks, chaos
+// benchmarks/chaos. Errors in a worker's configuration name the flag to
 // change, not the library's Config field.
 package main
 
@@ -19,12 +20,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
-	"os/exec"
 	"os/signal"
-	"sort"
+	"slices"
 	"syscall"
-	"time"
 )
 
 type command struct {
@@ -40,12 +40,7 @@ func register(name, summary string, run func(ctx context.Context, args []string)
 
 func usage(w io.Writer) {
 	fmt.Fprintf(w, "switchml: in-network aggregation for distributed training\n\nUsage: switchml <command> [flags]\n\nCommands:\n")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(commands)) {
 		fmt.Fprintf(w, "  %-11s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintf(w, "\nRun 'switchml <command> --help' for the flags of a command.\n")
@@ -129,25 +124,3 @@ func newLogger(level string) (*slog.Logger, error) {
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
 }
-
-// selfCommand returns what runs this program again with other arguments
-// (the switch, the controller and workers of the demo and the chaos run),
-// stopped when ctx ends: interrupted first, as a Ctrl-C would, so that it
-// winds down and says why; killed if it has not exited selfStopGrace
-// later.
-func selfCommand(ctx context.Context) (func(args ...string) *exec.Cmd, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("finding this program to start its processes: %w", err)
-	}
-	return func(args ...string) *exec.Cmd {
-		cmd := exec.CommandContext(ctx, exe, args...)
-		cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-		cmd.WaitDelay = selfStopGrace
-		return cmd
-	}, nil
-}
-
-// selfStopGrace is how long a process selfCommand started has to exit
-// after it was interrupted.
-const selfStopGrace = 10 * time.Second

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/switchml/switchml-go/p4/fabric"
 	"github.com/switchml/switchml-go/p4/pipeline"
@@ -20,35 +19,27 @@ func init() {
 }
 
 func runSwitch(ctx context.Context, args []string) error {
-	fs := newFlags("switch", "--dataplane ADDR --p4rt ADDR [flags]")
-	dp := fs.String("dataplane", "127.0.0.1:48864", "UDP address of the data plane (workers send here); with --shards N, shard k listens at port+k, or give N addresses comma-separated")
-	transportKind := fs.String("transport", transport.UDP, `how the data plane moves packets: "udp" (kernel sockets), "afxdp" (AF_XDP sockets on the --dataplane address's interface, bypassing the kernel's stack; falls back to UDP, saying why, where it cannot; Linux, root) or "shm" (UDP sockets plus shared-memory inboxes that workers on this host started with --transport shm use instead of the kernel; Linux)`)
-	shards := fs.Int("shards", 1, "data-plane shards: loops on cores of their own, each with its own UDP port, serving one pipeline (give the controller every shard's address)")
-	parent := fs.String("parent", "", "make this switch a leaf of the switch whose data plane is at ADDR (ip:port): jobs' partial sums go up to it and its results come down; the controller's --topology programs the tree")
-	p4rt := fs.String("p4rt", "127.0.0.1:9559", "TCP address of the P4Runtime gRPC service")
-	slots := fs.Int("slots", softswitch.DefaultPipeline.Slots, "aggregation slots per set in the pool")
-	maxElements := fs.Int("max-elements", 1024, "largest number of values per packet (up to 2048); the pool holds slots x 2 x this many int32")
-	maxWorkers := fs.Int("max-workers", 256, "largest number of workers in a job")
-	deviceID := fs.Uint64("device-id", 1, "P4Runtime device id")
-	auth := fs.Bool("auth", false, "check a tag (a MAC under the job's key, which the controller started with --auth hands over P4Runtime) on every packet, and drop packets whose tag is wrong or missing (counted as drop_bad_tag): local processes that forge a worker's source address cannot change a sum")
-	var faults transport.Faults
-	fs.Float64Var(&faults.Drop, "drop", 0, "probability of dropping each packet the switch sends (loss simulator)")
-	fs.Float64Var(&faults.Duplicate, "duplicate", 0, "probability of sending a packet twice")
-	fs.Float64Var(&faults.Reorder, "reorder", 0, "probability of holding a packet back behind later ones")
-	fs.Uint64Var(&faults.Seed, "seed", 1, "seed of the fault simulator")
+	fs := newFlags("switch", "[--dataplane ADDR] [--p4rt ADDR] [flags]")
+	var cfg fabric.SwitchConfig
+	pc := &cfg.Pipeline
+	fs.StringVar(&cfg.Dataplane, "dataplane", "127.0.0.1:48864", "UDP address of the data plane (workers send here); with --shards N, shard k listens at port+k, or give N addresses comma-separated")
+	fs.StringVar(&cfg.Transport, "transport", transport.UDP, `how the data plane moves packets: "udp" (kernel sockets), "afxdp" (AF_XDP sockets on the --dataplane address's interface, bypassing the kernel's stack; falls back to UDP, saying why, where it cannot; Linux, root) or "shm" (UDP sockets plus shared-memory inboxes that workers on this host started with --transport shm use instead of the kernel; Linux)`)
+	fs.IntVar(&cfg.Shards, "shards", 1, "data-plane shards: loops on cores of their own, each with its own UDP port, serving one pipeline (give the controller every shard's address)")
+	fs.StringVar(&cfg.Parent, "parent", "", "make this switch a leaf of the switch whose data plane is at ADDR (ip:port): jobs' partial sums go up to it and its results come down; the controller's --topology programs the tree")
+	fs.StringVar(&cfg.P4Runtime, "p4rt", "127.0.0.1:9559", "TCP address of the P4Runtime gRPC service")
+	fs.IntVar(&pc.Slots, "slots", softswitch.DefaultPipeline.Slots, "aggregation slots per set in the pool")
+	fs.IntVar(&pc.MaxElements, "max-elements", 1024, "largest number of values per packet (up to 2048); the pool holds slots x 2 x this many int32")
+	fs.IntVar(&pc.MaxWorkers, "max-workers", 256, "largest number of workers in a job")
+	fs.Uint64Var(&cfg.DeviceID, "device-id", 1, "P4Runtime device id")
+	fs.BoolVar(&cfg.Auth, "auth", false, "check a tag (a MAC under the job's key, which the controller started with --auth hands over P4Runtime) on every packet, and drop packets whose tag is wrong or missing (counted as drop_bad_tag): local processes that forge a worker's source address cannot change a sum")
+	fs.Float64Var(&cfg.Faults.Drop, "drop", 0, "probability of dropping each packet the switch sends (loss simulator)")
+	fs.Float64Var(&cfg.Faults.Duplicate, "duplicate", 0, "probability of sending a packet twice")
+	fs.Float64Var(&cfg.Faults.Reorder, "reorder", 0, "probability of holding a packet back behind later ones")
+	fs.Uint64Var(&cfg.Faults.Seed, "seed", 1, "seed of the fault simulator")
 	tlsCert := fs.String("tls-cert", "", "certificate (PEM) of the P4Runtime service; with --tls-key, the service speaks TLS")
 	tlsKey := fs.String("tls-key", "", "key (PEM) of --tls-cert")
 	tlsClientCA := fs.String("tls-client-ca", "", "CA (PEM) whose certificates controllers must present (mutual TLS); only certificates with the controller role (switchml certs) or named by --p4rt-allow may then program the switch")
-	var p4rtAllow []string
-	fs.Func("p4rt-allow", "certificate `NAME` (common name, DNS, URI or e-mail SAN) that may program the switch over P4Runtime besides those with the controller role; repeatable or comma-separated; needs --tls-client-ca", func(v string) error {
-		for _, n := range strings.Split(v, ",") {
-			if n = strings.TrimSpace(n); n == "" {
-				return fmt.Errorf("an empty name in %q: give certificate names, comma-separated", v)
-			}
-			p4rtAllow = append(p4rtAllow, n)
-		}
-		return nil
-	})
+	fs.Var((*listFlag)(&cfg.P4RuntimeAllow), "p4rt-allow", "certificate `NAME` (common name, DNS, URI or e-mail SAN) that may program the switch over P4Runtime besides those with the controller role; repeatable or comma-separated; needs --tls-client-ca")
 	statsEvery := fs.Duration("stats", 0, "log the pipeline counters at this interval (0: only at exit)")
 	metricsAddr := fs.String("metrics", "", metricsFlagHelp)
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
@@ -57,29 +48,22 @@ func runSwitch(ctx context.Context, args []string) error {
 		return err
 	}
 	defer stopProfile()
-	log, err := newLogger(*logLevel)
-	if err != nil {
+	if cfg.Logger, err = newLogger(*logLevel); err != nil {
 		return err
 	}
-	if err := switchFlagsValid(*slots, *maxElements, *maxWorkers, faults); err != nil {
+	if err := switchFlagsValid(cfg); err != nil {
 		return err
 	}
-	if *shards < 1 || *shards > fabric.MaxShards {
-		return fmt.Errorf("--shards %d: want 1..%d", *shards, fabric.MaxShards)
-	}
-	tlsCfg, err := secure.Server(*tlsCert, *tlsKey, *tlsClientCA)
-	if err != nil {
+	if cfg.TLS, err = secure.Server(*tlsCert, *tlsKey, *tlsClientCA); err != nil {
 		return fmt.Errorf("--tls-cert, --tls-key, --tls-client-ca: %w", err)
 	}
-	sw, err := fabric.ListenSwitch(fabric.SwitchConfig{
-		Dataplane: *dp, Shards: *shards, Parent: *parent, Transport: *transportKind, P4Runtime: *p4rt, DeviceID: *deviceID, TLS: tlsCfg, P4RuntimeAllow: p4rtAllow, Faults: faults, Logger: log, Auth: *auth,
-		Pipeline: pipeline.Config{Slots: *slots, MaxElements: *maxElements, MaxWorkers: *maxWorkers},
-	})
+	log := cfg.Logger
+	sw, err := fabric.ListenSwitch(cfg)
 	if err != nil {
 		return err
 	}
-	log.Info("software switch up", "dataplane", strings.Join(sw.DataplaneAddrs(), ","), "shards", *shards, "transport", sw.Transport(), "p4runtime", sw.P4RuntimeAddr(),
-		"slots", *slots, "max_elements", *maxElements, "parent", *parent, "auth", *auth, "drop", faults.Drop, "duplicate", faults.Duplicate, "reorder", faults.Reorder)
+	log.Info("software switch up", "dataplane", strings.Join(sw.DataplaneAddrs(), ","), "shards", cfg.Shards, "transport", sw.Transport(), "p4runtime", sw.P4RuntimeAddr(),
+		"slots", pc.Slots, "max_elements", pc.MaxElements, "parent", cfg.Parent, "auth", cfg.Auth, "drop", cfg.Faults.Drop, "duplicate", cfg.Faults.Duplicate, "reorder", cfg.Faults.Reorder)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -93,32 +77,22 @@ func runSwitch(ctx context.Context, args []string) error {
 		}
 	}
 	if *statsEvery > 0 {
-		go func() {
-			t := time.NewTicker(*statsEvery)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-					log.Info("counters", sw.Summary()...)
-				}
-			}
-		}()
+		go sw.LogCounters(ctx, log, *statsEvery)
 	}
 	err = sw.Serve(ctx)
 	log.Info("software switch stopped", sw.Summary()...)
 	return err
 }
 
-// switchFlagsValid checks the pool and fault flags, naming them, before the
-// pipeline would refuse the same values in its own terms.
-func switchFlagsValid(slots, maxElements, maxWorkers int, f transport.Faults) error {
+// switchFlagsValid checks the shard, pool and fault flags, naming them,
+// before the pipeline would refuse the same values in its own terms.
+func switchFlagsValid(cfg fabric.SwitchConfig) error {
 	var errs []error
+	pc, f := cfg.Pipeline, cfg.Faults
 	for _, c := range []struct {
 		flag     string
 		v, limit int
-	}{{"--slots", slots, pipeline.MaxSlots}, {"--max-elements", maxElements, wire.MaxElements}, {"--max-workers", maxWorkers, pipeline.MaxWorkersCap}} {
+	}{{"--slots", pc.Slots, pipeline.MaxSlots}, {"--max-elements", pc.MaxElements, wire.MaxElements}, {"--max-workers", pc.MaxWorkers, pipeline.MaxWorkersCap}, {"--shards", cfg.Shards, fabric.MaxShards}} {
 		if c.v < 1 || c.v > c.limit {
 			errs = append(errs, fmt.Errorf("%s %d: want 1..%d", c.flag, c.v, c.limit))
 		}

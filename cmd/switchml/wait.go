@@ -15,7 +15,7 @@ func init() {
 }
 
 func runWait(ctx context.Context, args []string) error {
-	fs := newFlags("wait", "--controller ADDR [--timeout D]")
+	fs := newFlags("wait", "[--controller ADDR] [--timeout D] [flags]")
 	addr := fs.String("controller", switchml.DefaultController, "controller gRPC address")
 	timeout := fs.Duration("timeout", time.Minute, "how long to wait")
 	tlsCA := fs.String("tls-ca", "", "CA (PEM) of the controller's certificate: the link to the controller speaks TLS")

@@ -94,6 +94,9 @@ wait 2>/dev/null || true
 pids=()
 for f in spine leaf0 leaf1; do
 	echo "== $f"
-	grep -o 'received=[0-9]*\|multicast=[0-9]*\|upstream=[0-9]*\|from_parent=[0-9]*' "$work/$f.log" | tr '\n' ' '
+	# The pipeline's counters, from the pipeline="..." field of the line
+	# the switch logs when it stops (its received= is outside it too).
+	sed -n 's/.*msg="software switch stopped".* pipeline="\([^"]*\)".*/\1/p' "$work/$f.log" | tr ' ' '\n' |
+		grep -E '^(received|multicast|upstream|from_parent)=' | tr '\n' ' ' || true
 	echo
 done

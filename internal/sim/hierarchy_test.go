@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/switchml/dtype"
 	"github.com/switchml/switchml-go/switchml/engine"
 	"github.com/switchml/switchml-go/wire"
 )
@@ -17,7 +18,7 @@ func TestHierarchClean(t *testing.T) {
 	for _, f := range []wire.Format{wire.FormatCompat, wire.FormatExtended} {
 		t.Run(f.String(), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(8, 2))
-			w := makeWorkload(rng, 8, []int{0, 1, 33, 1000, 257}, []engine.DType{engine.Int32, engine.Float32})
+			w := makeWorkload(rng, 8, []int{0, 1, 33, 1000, 257}, []dtype.Codec{dtype.Int32, dtype.Float32})
 			s, err := New(Config{
 				Workers: 8, Lanes: 2, Leaves: 2, PoolBase: 3, SpineBase: 11,
 				Engine: engine.Config{Format: f, Elements: 32, Window: 4, Timeout: time.Millisecond, GiveUp: sessionGiveUp},
@@ -62,7 +63,7 @@ func hierarchRun(t *testing.T, seed uint64, loss float64) Stats {
 	for i := range sizes {
 		sizes[i] = rng.IntN(400)
 	}
-	w := makeWorkload(rng, n, sizes, []engine.DType{[]engine.DType{engine.Int32, engine.Float32}[rng.IntN(2)], engine.Float32, engine.Int32})
+	w := makeWorkload(rng, n, sizes, []dtype.Codec{[]dtype.Codec{dtype.Int32, dtype.Float32}[rng.IntN(2)], dtype.Float32, dtype.Int32})
 	link := Link{Latency: 10 * time.Microsecond, Jitter: 10 * time.Microsecond, Bandwidth: 1e9, Loss: loss, Duplicate: 0.02}
 	trunk := Link{Latency: 20 * time.Microsecond, Jitter: 10 * time.Microsecond, Bandwidth: 10e9, Loss: loss, Duplicate: 0.02}
 	cfg := Config{
@@ -151,7 +152,7 @@ func TestHierarchLostHops(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(5, 5))
-			w := makeWorkload(rng, 4, []int{200}, []engine.DType{engine.Int32})
+			w := makeWorkload(rng, 4, []int{200}, []dtype.Codec{dtype.Int32})
 			dropped := 0
 			s, err := New(Config{
 				Workers: 4, Lanes: 1, Leaves: 2,

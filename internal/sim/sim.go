@@ -433,16 +433,7 @@ func (s *Sim) startOp(r int) {
 	wk := s.ws[r]
 	op := wk.ops[wk.next]
 	wk.next++
-	var n int
-	switch op.DType {
-	case engine.Int32:
-		n = len(op.I32)
-	case engine.Float32:
-		n = len(op.F32)
-	default:
-		n = len(op.U16)
-	}
-	ranges := engine.SplitLanes(n, s.cfg.Lanes, s.cfg.Engine.Elements)
+	ranges := engine.SplitLanes(op.Len(), s.cfg.Lanes, s.cfg.Engine.Elements)
 	wk.laneOps = s.cfg.Lanes
 	for l, rg := range ranges {
 		sub := op.Slice(rg)

@@ -11,6 +11,7 @@ import (
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/quant"
 	"github.com/switchml/switchml-go/switchml"
+	"github.com/switchml/switchml-go/switchml/dtype"
 	"github.com/switchml/switchml-go/switchml/engine"
 	"github.com/switchml/switchml-go/wire"
 )
@@ -22,7 +23,7 @@ type workload struct {
 	inputs [][]engine.Op // copies of the inputs, [op][rank]
 }
 
-func makeWorkload(rng *rand.Rand, n int, sizes []int, dtypes []engine.DType) workload {
+func makeWorkload(rng *rand.Rand, n int, sizes []int, dtypes []dtype.Codec) workload {
 	w := workload{ops: make([][]engine.Op, n)}
 	for i, size := range sizes {
 		dt := dtypes[i%len(dtypes)]
@@ -31,20 +32,22 @@ func makeWorkload(rng *rand.Rand, n int, sizes []int, dtypes []engine.DType) wor
 			op := engine.Op{Seq: uint32(i + 1), DType: dt}
 			cp := op
 			switch dt {
-			case engine.Int32:
-				op.I32 = make([]int32, size)
-				for j := range op.I32 {
-					op.I32[j] = int32(rng.Uint32())
+			case dtype.Int32:
+				x := make([]int32, size)
+				for j := range x {
+					x[j] = int32(rng.Uint32())
 				}
-				cp.I32 = append([]int32(nil), op.I32...)
-			case engine.Float32:
-				op.F32 = make([]float32, size)
+				op.Data = dtype.Bytes(x)
+			case dtype.Float32:
+				x := make([]float32, size)
 				scale := math.Pow(2, float64(rng.IntN(40)-20))
-				for j := range op.F32 {
-					op.F32[j] = float32(rng.NormFloat64() * scale)
+				for j := range x {
+					x[j] = float32(rng.NormFloat64() * scale)
 				}
-				cp.F32 = append([]float32(nil), op.F32...)
+				op.Data = dtype.Bytes(x)
 			}
+			cp.Data = dtype.New(dt, size)
+			copy(cp.Data, op.Data)
 			w.ops[r] = append(w.ops[r], op)
 			in = append(in, cp)
 		}
@@ -60,34 +63,34 @@ func (w workload) check(t testing.TB, k int) {
 	n := len(w.ops)
 	for i, in := range w.inputs {
 		switch in[0].DType {
-		case engine.Int32:
-			for j := range in[0].I32 {
+		case dtype.Int32:
+			for j := range dtype.As[int32](in[0].Data) {
 				var sum int32
 				for r := 0; r < n; r++ {
-					sum += in[r].I32[j]
+					sum += dtype.As[int32](in[r].Data)[j]
 				}
 				for r := 0; r < n; r++ {
-					if got := w.ops[r][i].I32[j]; got != sum {
+					if got := dtype.As[int32](w.ops[r][i].Data)[j]; got != sum {
 						t.Fatalf("op %d rank %d [%d] = %d, want %d", i, r, j, got, sum)
 					}
 				}
 			}
-		case engine.Float32:
-			size := len(in[0].F32)
+		case dtype.Float32:
+			size := len(dtype.As[float32](in[0].Data))
 			for j := 0; j < size; j++ {
 				lo := j / k * k
 				hi := min(lo+k, size)
 				e := quant.MinExponent
 				var exact float64
 				for r := 0; r < n; r++ {
-					e = quant.MaxExponent(e, quant.BlockExponent(in[r].F32[lo:hi]))
-					exact += float64(in[r].F32[j])
+					e = quant.MaxExponent(e, quant.BlockExponent(dtype.As[float32](in[r].Data)[lo:hi]))
+					exact += float64(dtype.As[float32](in[r].Data)[j])
 				}
 				bound := quant.ErrorBound(n, e)
 				for r := 0; r < n; r++ {
-					got := w.ops[r][i].F32[j]
-					if got != w.ops[0][i].F32[j] {
-						t.Fatalf("op %d [%d]: rank %d has %g, rank 0 %g", i, j, r, got, w.ops[0][i].F32[j])
+					got := dtype.As[float32](w.ops[r][i].Data)[j]
+					if got != dtype.As[float32](w.ops[0][i].Data)[j] {
+						t.Fatalf("op %d [%d]: rank %d has %g, rank 0 %g", i, j, r, got, dtype.As[float32](w.ops[0][i].Data)[j])
 					}
 					if math.Abs(float64(got)-exact) > bound {
 						t.Fatalf("op %d rank %d [%d] = %g, exact %g, bound %g", i, r, j, got, exact, bound)
@@ -113,7 +116,7 @@ func TestAllReduceClean(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(c.n), uint64(lanes)))
 				// 0, 1, non-multiples of the packet size, back to back.
 				sizes := []int{0, 1, 33, 100, 257, 1000, 64}
-				w := makeWorkload(rng, c.n, sizes, []engine.DType{engine.Int32, engine.Float32})
+				w := makeWorkload(rng, c.n, sizes, []dtype.Codec{dtype.Int32, dtype.Float32})
 				s, err := New(Config{
 					Workers: c.n, Lanes: lanes, PoolBase: 7,
 					Engine: engine.Config{Format: c.f, Elements: 32, Window: 4, Timeout: time.Millisecond, GiveUp: sessionGiveUp},
@@ -159,7 +162,7 @@ func lossyRunJitter(t *testing.T, seed uint64, loss float64, jitter time.Duratio
 	for i := range sizes {
 		sizes[i] = rng.IntN(400)
 	}
-	w := makeWorkload(rng, n, sizes, []engine.DType{[]engine.DType{engine.Int32, engine.Float32}[rng.IntN(2)], engine.Float32, engine.Int32})
+	w := makeWorkload(rng, n, sizes, []dtype.Codec{[]dtype.Codec{dtype.Int32, dtype.Float32}[rng.IntN(2)], dtype.Float32, dtype.Int32})
 	link := Link{Latency: 10 * time.Microsecond, Jitter: jitter, Bandwidth: 1e9, Loss: loss, Duplicate: 0.02}
 	s, err := New(Config{
 		Workers: n, Lanes: lanes,
@@ -214,7 +217,7 @@ func TestLossySeeds(t *testing.T) {
 func TestSetReuseHeavyLoss(t *testing.T) {
 	link := Link{Latency: 5 * time.Microsecond, Jitter: 5 * time.Microsecond, Loss: 0.2, Duplicate: 0.05}
 	rng := rand.New(rand.NewPCG(3, 3))
-	w := makeWorkload(rng, 6, []int{2000, 33, 1500}, []engine.DType{engine.Float32, engine.Int32})
+	w := makeWorkload(rng, 6, []int{2000, 33, 1500}, []dtype.Codec{dtype.Float32, dtype.Int32})
 	s, err := New(Config{
 		Workers: 6, Lanes: 2,
 		Engine: engine.Config{Format: wire.FormatCompat, Elements: 32, Window: 3, Timeout: 100 * time.Microsecond, GiveUp: sessionGiveUp},
@@ -238,7 +241,7 @@ func TestSetReuseHeavyLoss(t *testing.T) {
 // completed set.
 func TestLostMulticastRecovered(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 5))
-	w := makeWorkload(rng, 3, []int{200}, []engine.DType{engine.Int32})
+	w := makeWorkload(rng, 3, []int{200}, []dtype.Codec{dtype.Int32})
 	dropped := 0
 	s, err := New(Config{
 		Workers: 3, Lanes: 1,
@@ -287,7 +290,7 @@ const sessionGiveUp = switchml.DefaultGiveUp
 // (a give-up in time since the last result; the simulator's clock).
 func TestDeadPeerFails(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
-	w := makeWorkload(rng, 3, []int{100}, []engine.DType{engine.Int32})
+	w := makeWorkload(rng, 3, []int{100}, []dtype.Codec{dtype.Int32})
 	s, err := New(Config{
 		Workers: 3, Lanes: 2,
 		Engine: engine.Config{Format: wire.FormatExtended, Elements: 32, Window: 2, Timeout: time.Millisecond, GiveUp: 2 * time.Second},

@@ -2,6 +2,7 @@ package fabric
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -41,6 +42,28 @@ func StartProc(name string, echo bool, cmd *exec.Cmd) (*Proc, error) {
 	}()
 	return p, nil
 }
+
+// SelfCommand returns what runs this program again with other arguments
+// (the switch, the controller and the workers of the demo and the chaos
+// run), stopped when ctx ends: interrupted first, as a Ctrl-C would, so
+// that it winds down and says why; killed if it has not exited
+// SelfStopGrace later.
+func SelfCommand(ctx context.Context) (func(args ...string) *exec.Cmd, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("finding this program to start its processes: %w", err)
+	}
+	return func(args ...string) *exec.Cmd {
+		cmd := exec.CommandContext(ctx, exe, args...)
+		cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+		cmd.WaitDelay = SelfStopGrace
+		return cmd
+	}, nil
+}
+
+// SelfStopGrace is how long a process SelfCommand started has to exit
+// after it was interrupted.
+const SelfStopGrace = 10 * time.Second
 
 // Name is the name given to StartProc.
 func (p *Proc) Name() string { return p.name }

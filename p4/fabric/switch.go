@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/switchml/switchml-go/p4/dataplane"
 	"github.com/switchml/switchml-go/p4/pipeline"
@@ -283,6 +284,21 @@ func (s *Switch) Serve(ctx context.Context) error {
 		return first
 	}
 	return nil
+}
+
+// LogCounters logs the switch's counters (Summary) to log at every
+// interval until ctx ends.
+func (s *Switch) LogCounters(ctx context.Context, log *slog.Logger, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			log.Info("counters", s.Summary()...)
+		}
+	}
 }
 
 // Summary lists the switch's non-zero counters, for logs.

@@ -3,6 +3,7 @@ package local_test
 import (
 	"context"
 	"errors"
+	"math"
 	"net"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/switchml/switchml-go/p4/local"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/switchml"
+	"github.com/switchml/switchml-go/switchml/dtype"
 )
 
 // startFabric starts an embedded switch and controller for one test, with
@@ -167,8 +169,16 @@ func TestBrokenRankTellsItsPeers(t *testing.T) {
 // TestNaNRankTellsItsPeers: a rank whose input holds a NaN fails the call
 // (its lanes find it as they build packets), naming the first bad element;
 // its peers, already inside the allreduce, fail with the reason instead of
-// waiting for its share.
+// waiting for its share. Every float type, one job each.
 func TestNaNRankTellsItsPeers(t *testing.T) {
+	for _, c := range dtype.All() {
+		if c.Scaled() {
+			t.Run(c.Name(), func(t *testing.T) { nanRank(t, c) })
+		}
+	}
+}
+
+func nanRank(t *testing.T, c dtype.Codec) {
 	ctx, fab := startFabric(t)
 	const n, lanes, window = 3, 2, 8
 	var wg sync.WaitGroup
@@ -177,14 +187,14 @@ func TestNaNRankTellsItsPeers(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sess, err := switchml.Join(ctx, switchml.Config{Controller: fab.ControllerAddr(), Job: "nan", Rank: r, Workers: n,
+			sess, err := switchml.Join(ctx, switchml.Config{Controller: fab.ControllerAddr(), Job: "nan-" + c.Name(), Rank: r, Workers: n,
 				Lanes: lanes, Window: window, GiveUp: time.Hour})
 			if err != nil {
 				errs[r] = err
 				return
 			}
 			defer sess.Close()
-			x := make([]float32, 100_000)
+			x := dtype.New(c, 100_000)
 			if r == 1 {
 				// The others are inside the call: the switch holds
 				// every lane's first window of both.
@@ -195,10 +205,10 @@ func TestNaNRankTellsItsPeers(t *testing.T) {
 				// One bad value in each lane's share, the second lane's
 				// nearer its start, so that it is found first: the
 				// tensor's first is named all the same.
-				x[45_000] = float32(0) / float32(zero())
-				x[60_000] = float32(0) / float32(zero())
+				c.Set(x, 45_000, math.NaN())
+				c.Set(x, 60_000, math.NaN())
 			}
-			errs[r] = sess.AllReduceFloat32(ctx, x)
+			errs[r] = sess.AllReduce(ctx, c, x)
 		}()
 	}
 	wg.Wait()

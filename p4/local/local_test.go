@@ -101,8 +101,6 @@ func worker(ctx context.Context, ctl string, rank, n, size int) error {
 	return nil
 }
 
-func zero() int { return 0 }
-
 // TestMemoryDoesNotGrowWithTensor: what an allreduce allocates (workers,
 // switch and controller all in this process) does not depend on the
 // tensor's size; the tensor itself is the caller's, reduced in place.

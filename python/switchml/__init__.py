@@ -12,8 +12,9 @@ loopback, which serves a job of processes on one host.
 
 The backend implements all_reduce (SUM, and AVG for floats),
 broadcast, all_gather (also all_gather_into_tensor) and barrier on
-contiguous CPU tensors; all_reduce takes float32, float16, bfloat16 and
-int32, the others any dtype. Other collectives raise NotImplementedError.
+contiguous CPU tensors; all_reduce takes the dtypes the library sums,
+asked by name (float32, float16, bfloat16 and int32 among them), the
+others any dtype. Other collectives raise NotImplementedError.
 Session and LocalSwitch expose the library without torch.
 """
 from ._lib import (ConfigError, ControllerUnreachable, JobAborted, JobMismatch, LocalSwitch, Session,

@@ -9,7 +9,7 @@ import ctypes
 import os
 import threading
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 # switchml_status
 OK = 0
@@ -22,12 +22,6 @@ ERR_TIMEOUT = 6
 ERR_ABORTED = 7
 ERR_CLOSED = 8
 ERR_OTHER = 9
-
-# switchml_dtype
-FLOAT32 = 0
-FLOAT16 = 1
-BFLOAT16 = 2
-INT32 = 3
 
 _ERR_LEN = 4096
 
@@ -120,6 +114,7 @@ def lib():
             "switchml_abi_version": [],
             "switchml_join": [ctypes.POINTER(_Config), ctypes.POINTER(i64), buf, size],
             "switchml_allreduce": [i64, ptr, i64, ctypes.c_int, i64, buf, size],
+            "switchml_dtype_lookup": [buf, ctypes.POINTER(i32), ctypes.POINTER(i32), buf, size],
             "switchml_barrier": [i64, buf, i64, buf, size],
             "switchml_broadcast": [i64, buf, i32, ptr, i64, i64, buf, size],
             "switchml_close": [i64, buf, size],
@@ -152,6 +147,24 @@ def call(fn, *args):
     if st == ERR_INVALID:
         raise ValueError(msg)
     raise _CLASSES.get(st, SwitchMLError)(st, lib().switchml_status_name(st).decode(), msg)
+
+
+_dtypes = {}
+
+
+def dtype(name):
+    """The library's code (for Session.allreduce) and value size in bytes
+    of the element type called name ("float32", "int32": PyTorch's
+    names). An unknown name raises ValueError listing the known ones."""
+    with _lock:
+        found = _dtypes.get(name)
+    if found is None:
+        code, size = ctypes.c_int32(0), ctypes.c_int32(0)
+        call(lib().switchml_dtype_lookup, name.encode(), ctypes.byref(code), ctypes.byref(size))
+        found = (code.value, size.value)
+        with _lock:
+            _dtypes[name] = found
+    return found
 
 
 def _ms(seconds):

@@ -26,13 +26,6 @@ from . import _lib
 
 BACKEND = "switchml"
 
-_DTYPES = {
-    torch.float32: _lib.FLOAT32,
-    torch.float16: _lib.FLOAT16,
-    torch.bfloat16: _lib.BFLOAT16,
-    torch.int32: _lib.INT32,
-}
-
 # How long a rank tries to reach the controller before it gives up (the
 # controller may still be starting, but a wrong address must not hang),
 # and how long the ranks wait for each other, whatever the group's timeout.
@@ -72,10 +65,6 @@ def _session_settings():
     return {k: v for k, v in s.items() if v is not None}
 
 
-def _supported():
-    return ", ".join(str(d).replace("torch.", "") for d in _DTYPES)
-
-
 def check_tensor(t, what="tensor"):
     """The tensors the backend takes: dense, contiguous and on the CPU.
     Anything else is refused rather than copied."""
@@ -91,11 +80,23 @@ def check_tensor(t, what="tensor"):
                          "(the backend never copies a tensor silently)" % (what, tuple(t.shape), t.stride()))
 
 
+def _dtype_code(t, what="tensor"):
+    """The library's code of t's dtype, found by its name: the library
+    says which types it sums."""
+    name = str(t.dtype).replace("torch.", "")
+    try:
+        code, size = _lib.dtype(name)
+    except ValueError as e:
+        raise TypeError("switchml: %s has dtype %s, which the switch cannot sum (%s)" % (what, name, e)) from None
+    if size != t.element_size():
+        raise TypeError("switchml: %s has dtype %s of %d-byte values, but the library's %s has %d: rebuild the "
+                        "library and the package from one checkout" % (what, name, t.element_size(), name, size))
+    return code
+
+
 def _check_reducible(t, what="tensor"):
     check_tensor(t, what)
-    if t.dtype not in _DTYPES:
-        raise TypeError("switchml: %s has dtype %s, which the switch cannot sum: use one of %s"
-                        % (what, str(t.dtype).replace("torch.", ""), _supported()))
+    _dtype_code(t, what)
 
 
 def _op_name(op):
@@ -447,13 +448,13 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
 
     def _reduce_into(self, t):
         if t.numel():
-            self._session.allreduce(t.data_ptr(), t.numel(), _DTYPES[t.dtype], self._timeout_s)
+            self._session.allreduce(t.data_ptr(), t.numel(), _dtype_code(t), self._timeout_s)
 
     def _sum_bytes(self, buf):
         """Sums an int32 tensor exactly: the transport of the byte-level
         collectives, where all but one rank contribute zeros."""
         if buf.numel():
-            self._session.allreduce(buf.data_ptr(), buf.numel(), _lib.INT32, self._timeout_s)
+            self._session.allreduce(buf.data_ptr(), buf.numel(), _dtype_code(buf), self._timeout_s)
 
     def allreduce(self, tensors, opts=None):
         if isinstance(tensors, torch.Tensor):

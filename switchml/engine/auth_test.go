@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchml/switchml-go/switchml/dtype"
 	"github.com/switchml/switchml-go/wire"
 )
 
@@ -18,7 +19,7 @@ func TestTaggedLane(t *testing.T) {
 	}
 	sw, _ := wire.NewTagger(key)
 	data := []int32{1, 2, 3, 4}
-	if err := l.Start(Op{DType: Int32, I32: data, Seq: 5}, 0); err != nil {
+	if err := l.Start(Op{DType: dtype.Int32, Data: dtype.Bytes(data), Seq: 5}, 0); err != nil {
 		t.Fatal(err)
 	}
 	pkt, ok := l.AppendPacket(make([]byte, 0, wire.MaxPacket))

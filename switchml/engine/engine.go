@@ -17,12 +17,14 @@
 // number of uses of every slot, so the workers agree on the set without
 // talking about it.
 //
-// Float types exchange exponents one window ahead (the block-scaled format
-// of package quant):
+// An op's values are bytes of one element type (package dtype), which
+// says how they are quantized into packets and read back. Scaled (float)
+// types exchange exponents one window ahead (the block-scaled format of
+// package quant):
 // packet p carries the exponent of block p and the data of block p-W'
 // quantized with the maximum exponent the switch returned for block p-W'.
-// The first W' packets carry only exponents, the last W' only data. int32
-// ops send their data directly.
+// The first W' packets carry only exponents, the last W' only data.
+// Unscaled (integer) types send their data directly.
 //
 // Driving a lane: Start an op, then loop: drain AppendPacket and send what it
 // returns, wait for a packet (Receive) or the Deadline (Tick), until Done.
@@ -38,33 +40,9 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/quant"
+	"github.com/switchml/switchml-go/switchml/dtype"
 	"github.com/switchml/switchml-go/wire"
 )
-
-// DType is the element type of an op.
-type DType uint8
-
-const (
-	Int32 DType = iota
-	Float32
-	Float16  // IEEE binary16 bits in uint16
-	BFloat16 // bfloat16 bits in uint16
-)
-
-// String names the type.
-func (d DType) String() string {
-	switch d {
-	case Int32:
-		return "int32"
-	case Float32:
-		return "float32"
-	case Float16:
-		return "float16"
-	case BFloat16:
-		return "bfloat16"
-	}
-	return fmt.Sprintf("dtype(%d)", uint8(d))
-}
 
 // Defaults of Config (the reference's values where it has one).
 const (
@@ -182,23 +160,22 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// Op is one allreduce on the lane's slice. The buffer matching DType holds
-// the input and receives the sum in place; the caller must leave it alone
-// until the lane is Done (retransmissions re-read it).
+// Op is one allreduce on the lane's slice. Data holds the input and
+// receives the sum in place; the caller must leave it alone until the lane
+// is Done (retransmissions re-read it).
 type Op struct {
 	// Seq numbers the op among the job's allreduce calls (wire.Header.Seq);
 	// all workers use the same value and increment it per allreduce. The
 	// compatible format carries its low 8 bits.
-	Seq   uint32
-	DType DType
-	F32   []float32
-	I32   []int32
-	U16   []uint16 // float16 or bfloat16 bits
+	Seq uint32
+	// DType is the values' type (nil: int32); Data holds them,
+	// DType.Size() bytes each (dtype.Bytes of a typed slice).
+	DType dtype.Codec
+	Data  []byte
 	// Checked says the caller has already found every float input finite
-	// (quant.CheckFinite and its 16-bit variants); Start then skips its
-	// own pass over the data.
+	// (DType.Check); Start then skips its own pass over the data.
 	Checked bool
-	// CheckOnSend, for Float32 without Exps, moves the finiteness check
+	// CheckOnSend, for scaled types without Exps, moves the finiteness check
 	// from Start to the scan that finds each packet's block exponent, so
 	// that the data is read once less: a block holding NaN or Inf fails
 	// the op when its exponent packet is built, with an error wrapping
@@ -206,8 +183,8 @@ type Op struct {
 	// blocks before it were sent, so peers wait for the rest: the job must
 	// end, as after any failed op.
 	CheckOnSend bool
-	// Exps, for Float32, may hold every ExpBlock-element block's exponent
-	// (quant.BlockExponents, which also checks finiteness): then packets
+	// Exps, for scaled types, may hold every ExpBlock-element block's
+	// exponent (dtype.BlockExponents, which also checks finiteness): then packets
 	// take their exponent from it instead of scanning their block. It is
 	// used only when ExpBlock is the lane's Elements and it covers every
 	// block; Slice keeps it in step with the data.
@@ -263,9 +240,10 @@ type Lane struct {
 	op       Op
 	length   int // elements of the slice
 	blocks   int
-	win      int // effective window min(Window, blocks)
-	total    int // packets of the op
-	float    bool
+	win      int  // effective window min(Window, blocks)
+	total    int  // packets of the op
+	float    bool // the op's type is scaled: an exponent round first
+	size     int  // bytes of a value
 	received int
 	active   bool // an op was started and has not finished
 	// Packet ids: packet p of the op travels as pidBase+p. The counter runs
@@ -335,41 +313,30 @@ func (l *Lane) Start(op Op, now time.Duration) error {
 	if l.active {
 		return ErrBusy
 	}
-	var n int
-	var err error
-	switch op.DType {
-	case Int32:
-		n = len(op.I32)
-	case Float32:
-		n = len(op.F32)
-		if !op.Checked && !(op.CheckOnSend && op.Exps == nil) {
-			err = quant.CheckFinite(op.F32)
-		}
-	case Float16:
-		n = len(op.U16)
-		if !op.Checked {
-			err = quant.CheckFiniteF16(op.U16)
-		}
-	case BFloat16:
-		n = len(op.U16)
-		if !op.Checked {
-			err = quant.CheckFiniteBF16(op.U16)
-		}
-	default:
-		return fmt.Errorf("engine: unknown dtype %d", op.DType)
+	if op.DType == nil {
+		op.DType = dtype.Int32
 	}
-	if err != nil {
-		return fmt.Errorf("engine: input of op %d: %w", op.Seq, err)
+	size := op.DType.Size()
+	if len(op.Data)%size != 0 {
+		return fmt.Errorf("engine: op %d holds %d bytes, not a whole number of %d-byte %s values", op.Seq, len(op.Data), size, op.DType.Name())
+	}
+	n := len(op.Data) / size
+	float := op.DType.Scaled()
+	if float && !op.Checked && !(op.CheckOnSend && op.Exps == nil) {
+		if err := op.DType.Check(op.Data); err != nil {
+			return fmt.Errorf("engine: input of op %d: %w", op.Seq, err)
+		}
 	}
 	k := l.cfg.Elements
-	if op.Exps != nil && (op.DType != Float32 || op.ExpBlock != k || len(op.Exps) < (n+k-1)/k) {
+	if op.Exps != nil && (!float || op.ExpBlock != k || len(op.Exps) < (n+k-1)/k) {
 		op.Exps = nil
 	}
 	l.op = op
 	l.length = n
+	l.size = size
 	l.blocks = (n + k - 1) / k
 	l.win = min(l.cfg.Window, l.blocks)
-	l.float = op.DType != Int32
+	l.float = float
 	l.total = l.blocks
 	if l.float {
 		l.total += l.win // the exponent round
@@ -523,6 +490,9 @@ func (l *Lane) block(b int) (lo, hi int) {
 	return lo, min(lo+l.cfg.Elements, l.length)
 }
 
+// blockData is the bytes of the values lo..hi of the slice.
+func (l *Lane) blockData(lo, hi int) []byte { return l.op.Data[lo*l.size : hi*l.size] }
+
 // dataBlock returns the block whose data packet p carries, or -1.
 func (l *Lane) dataBlock(p int) int {
 	if l.float {
@@ -584,30 +554,23 @@ func (l *Lane) AppendPacket(b []byte) ([]byte, bool) {
 	}
 	if l.float && p < l.blocks {
 		lo, hi := l.block(p)
-		switch l.op.DType {
-		case Float32:
-			switch {
-			case l.op.Exps != nil:
-				h.Exp0 = l.op.Exps[p]
-			case l.op.CheckOnSend && !l.op.Checked:
-				var finite bool
-				if h.Exp0, finite = quant.FiniteBlockExponent(l.op.F32[lo:hi]); !finite {
-					err := quant.CheckFinite(l.op.F32[lo:hi])
-					var nf *quant.NonFiniteError
-					if errors.As(err, &nf) {
-						nf.Index += lo
-					}
-					l.fail(fmt.Errorf("engine: input of op %d: %w", l.op.Seq, err))
-					// The slot's packet stays unsent; the op is over.
-					return b, false
+		switch {
+		case l.op.Exps != nil:
+			h.Exp0 = l.op.Exps[p]
+		case l.op.CheckOnSend && !l.op.Checked:
+			var finite bool
+			if h.Exp0, finite = l.op.DType.Exponent(l.blockData(lo, hi), true); !finite {
+				err := l.op.DType.Check(l.blockData(lo, hi))
+				var nf *quant.NonFiniteError
+				if errors.As(err, &nf) {
+					nf.Index += lo
 				}
-			default:
-				h.Exp0 = quant.BlockExponent(l.op.F32[lo:hi])
+				l.fail(fmt.Errorf("engine: input of op %d: %w", l.op.Seq, err))
+				// The slot's packet stays unsent; the op is over.
+				return b, false
 			}
-		case Float16:
-			h.Exp0 = quant.BlockExponentF16(l.op.U16[lo:hi])
-		case BFloat16:
-			h.Exp0 = quant.BlockExponentBF16(l.op.U16[lo:hi])
+		default:
+			h.Exp0, _ = l.op.DType.Exponent(l.blockData(lo, hi), false)
 		}
 	}
 	start := len(b)
@@ -628,17 +591,7 @@ func (l *Lane) AppendPacket(b []byte) ([]byte, bool) {
 	if db := l.dataBlock(p); db >= 0 {
 		lo, hi := l.block(db)
 		filled = 4 * (hi - lo)
-		n := l.cfg.NumWorkers
-		switch l.op.DType {
-		case Int32:
-			wire.PutPayload(dst, l.op.I32[lo:hi])
-		case Float32:
-			quant.QuantizeBE(dst, l.op.F32[lo:hi], n, st.dataExp)
-		case Float16:
-			quant.QuantizeF16BE(dst, l.op.U16[lo:hi], n, st.dataExp)
-		case BFloat16:
-			quant.QuantizeBF16BE(dst, l.op.U16[lo:hi], n, st.dataExp)
-		}
+		l.op.DType.Quantize(dst, l.blockData(lo, hi), l.cfg.NumWorkers, st.dataExp)
 	}
 	clear(dst[filled:])
 	if l.tg != nil {
@@ -715,17 +668,7 @@ func (l *Lane) Receive(pkt []byte, now time.Duration) {
 	}
 	if db := l.dataBlock(p); db >= 0 {
 		lo, hi := l.block(db)
-		n := l.cfg.NumWorkers
-		switch l.op.DType {
-		case Int32:
-			wire.ReadPayload(l.op.I32[lo:hi], payload)
-		case Float32:
-			quant.DequantizeBE(l.op.F32[lo:hi], payload, n, st.dataExp)
-		case Float16:
-			quant.DequantizeF16BE(l.op.U16[lo:hi], payload, n, st.dataExp)
-		case BFloat16:
-			quant.DequantizeBF16BE(l.op.U16[lo:hi], payload, n, st.dataExp)
-		}
+		l.op.DType.Dequantize(l.blockData(lo, hi), payload, l.cfg.NumWorkers, st.dataExp)
 	}
 	if l.float && p < l.blocks {
 		// The switch's maximum over all workers: every worker quantizes
@@ -791,22 +734,26 @@ func (l *Lane) RTT() (quartile, timeout time.Duration) { return l.rttQ, l.timeou
 // Range is a contiguous part [Off, Off+Len) of a tensor.
 type Range struct{ Off, Len int }
 
+// Len is the number of values of the op.
+func (op Op) Len() int { return len(op.Data) / op.codec().Size() }
+
+func (op Op) codec() dtype.Codec {
+	if op.DType == nil {
+		return dtype.Int32
+	}
+	return op.DType
+}
+
 // Slice returns the op on range r of its tensor (a lane's share).
 func (op Op) Slice(r Range) Op {
-	switch op.DType {
-	case Int32:
-		op.I32 = op.I32[r.Off : r.Off+r.Len]
-	case Float32:
-		op.F32 = op.F32[r.Off : r.Off+r.Len]
-		if op.Exps != nil {
-			if op.ExpBlock <= 0 || r.Off%op.ExpBlock != 0 || r.Off/op.ExpBlock > len(op.Exps) {
-				op.Exps = nil // not cut on block boundaries: packets scan
-			} else {
-				op.Exps = op.Exps[r.Off/op.ExpBlock:]
-			}
+	size := op.codec().Size()
+	op.Data = op.Data[r.Off*size : (r.Off+r.Len)*size]
+	if op.Exps != nil {
+		if op.ExpBlock <= 0 || r.Off%op.ExpBlock != 0 || r.Off/op.ExpBlock > len(op.Exps) {
+			op.Exps = nil // not cut on block boundaries: packets scan
+		} else {
+			op.Exps = op.Exps[r.Off/op.ExpBlock:]
 		}
-	default:
-		op.U16 = op.U16[r.Off : r.Off+r.Len]
 	}
 	return op
 }

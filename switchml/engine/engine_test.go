@@ -13,6 +13,7 @@ import (
 
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/quant"
+	"github.com/switchml/switchml-go/switchml/dtype"
 	"github.com/switchml/switchml-go/wire"
 )
 
@@ -147,7 +148,7 @@ func TestInt32Exact(t *testing.T) {
 								v[i] = int32(rng.Uint32())
 								want[i] += v[i]
 							}
-							ops[r] = Op{Seq: uint32(op + 250), DType: Int32, I32: v}
+							ops[r] = Op{Seq: uint32(op + 250), DType: dtype.Int32, Data: dtype.Bytes(v)}
 						}
 						if !h.run(t, ops) {
 							t.Fatal("did not finish")
@@ -157,8 +158,8 @@ func TestInt32Exact(t *testing.T) {
 								t.Fatal(err)
 							}
 							for i := range want {
-								if ops[r].I32[i] != want[i] {
-									t.Fatalf("op %d rank %d [%d] = %d, want %d", op, r, i, ops[r].I32[i], want[i])
+								if dtype.As[int32](ops[r].Data)[i] != want[i] {
+									t.Fatalf("op %d rank %d [%d] = %d, want %d", op, r, i, dtype.As[int32](ops[r].Data)[i], want[i])
 								}
 							}
 						}
@@ -198,7 +199,7 @@ func TestFloat32WithinBound(t *testing.T) {
 								v[i] = float32(rng.NormFloat64() * math.Pow(10, float64(i/32%5-2)))
 							}
 							inputs[r] = append([]float32(nil), v...)
-							ops[r] = Op{Seq: uint32(op), DType: Float32, F32: v}
+							ops[r] = Op{Seq: uint32(op), DType: dtype.Float32, Data: dtype.Bytes(v)}
 						}
 						if !h.run(t, ops) {
 							t.Fatal("did not finish")
@@ -210,10 +211,10 @@ func TestFloat32WithinBound(t *testing.T) {
 							}
 							b := floatBound(inputs, 32, i, quant.ErrorBound)
 							for r := range ops {
-								if got := float64(ops[r].F32[i]); math.Abs(got-exact) > b {
+								if got := float64(dtype.As[float32](ops[r].Data)[i]); math.Abs(got-exact) > b {
 									t.Fatalf("rank %d [%d] = %g, exact %g, bound %g", r, i, got, exact, b)
 								}
-								if ops[r].F32[i] != ops[0].F32[i] {
+								if dtype.As[float32](ops[r].Data)[i] != dtype.As[float32](ops[0].Data)[i] {
 									t.Fatalf("ranks disagree at %d", i)
 								}
 							}
@@ -227,13 +228,13 @@ func TestFloat32WithinBound(t *testing.T) {
 
 func TestHalfPrecision(t *testing.T) {
 	for _, c := range []struct {
-		dt    DType
+		dt    dtype.Codec
 		to    func(float32) uint16
 		from  func(uint16) float32
 		bound func(int, int8) float64
 	}{
-		{Float16, quant.Float32ToF16, quant.F16ToFloat32, quant.ErrorBoundF16},
-		{BFloat16, quant.Float32ToBF16, quant.BF16ToFloat32, quant.ErrorBoundBF16},
+		{dtype.Float16, quant.Float32ToF16, quant.F16ToFloat32, quant.ErrorBoundF16},
+		{dtype.BFloat16, quant.Float32ToBF16, quant.BF16ToFloat32, quant.ErrorBoundBF16},
 	} {
 		const n, size = 4, 150
 		h := newHarness(t, n, Config{Format: wire.FormatExtended, Elements: 64, Window: 2})
@@ -246,7 +247,7 @@ func TestHalfPrecision(t *testing.T) {
 				v[i] = c.to(float32(i%17-8) * 0.37 * float32(r+1))
 				inputs[r][i] = c.from(v[i])
 			}
-			ops[r] = Op{Seq: 1, DType: c.dt, U16: v}
+			ops[r] = Op{Seq: 1, DType: c.dt, Data: dtype.Bytes(v)}
 		}
 		if !h.run(t, ops) {
 			t.Fatal("did not finish")
@@ -257,7 +258,7 @@ func TestHalfPrecision(t *testing.T) {
 				exact += float64(inputs[r][i])
 			}
 			b := floatBound(inputs, 64, i, c.bound)
-			if got := float64(c.from(ops[1].U16[i])); math.Abs(got-exact) > b {
+			if got := float64(c.from(dtype.As[uint16](ops[1].Data)[i])); math.Abs(got-exact) > b {
 				t.Fatalf("%v [%d] = %g, exact %g, bound %g", c.dt, i, got, exact, b)
 			}
 		}
@@ -269,7 +270,7 @@ func TestRejectsNonFinite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = l.Start(Op{DType: Float32, F32: []float32{1, float32(math.NaN())}}, 0)
+	err = l.Start(Op{DType: dtype.Float32, Data: dtype.Bytes([]float32{1, float32(math.NaN())})}, 0)
 	var nf *quant.NonFiniteError
 	if !errors.As(err, &nf) || nf.Index != 1 {
 		t.Fatalf("NaN input: %v", err)
@@ -277,10 +278,10 @@ func TestRejectsNonFinite(t *testing.T) {
 	if !l.Done() {
 		t.Fatal("rejected op left the lane busy")
 	}
-	if err := l.Start(Op{DType: Int32, I32: []int32{1}}, 0); err != nil {
+	if err := l.Start(Op{DType: dtype.Int32, Data: dtype.Bytes([]int32{1})}, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Start(Op{DType: Int32, I32: []int32{1}}, 0); !errors.Is(err, ErrBusy) {
+	if err := l.Start(Op{DType: dtype.Int32, Data: dtype.Bytes([]int32{1})}, 0); !errors.Is(err, ErrBusy) {
 		t.Fatalf("second Start: %v", err)
 	}
 }
@@ -332,18 +333,18 @@ func TestCheckOnSend(t *testing.T) {
 			t.Fatal(err)
 		}
 		sent := echoAll(t, l)
-		return sent, op.F32, l.Err()
+		return sent, dtype.As[float32](op.Data), l.Err()
 	}
 	x := input()
 	exps := make([]int8, blocks)
 	if err := quant.BlockExponents(exps, x, k); err != nil {
 		t.Fatal(err)
 	}
-	wantPkts, wantSum, err := run(Op{DType: Float32, F32: x, Checked: true, Exps: exps, ExpBlock: k})
+	wantPkts, wantSum, err := run(Op{DType: dtype.Float32, Data: dtype.Bytes(x), Checked: true, Exps: exps, ExpBlock: k})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gotPkts, gotSum, err := run(Op{DType: Float32, F32: input(), CheckOnSend: true})
+	gotPkts, gotSum, err := run(Op{DType: dtype.Float32, Data: dtype.Bytes(input()), CheckOnSend: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +365,7 @@ func TestCheckOnSend(t *testing.T) {
 	bad := input()
 	const at = 17*k + 3
 	bad[at] = float32(math.Inf(-1))
-	sent, _, err := run(Op{DType: Float32, F32: bad, CheckOnSend: true})
+	sent, _, err := run(Op{DType: dtype.Float32, Data: dtype.Bytes(bad), CheckOnSend: true})
 	var nf *quant.NonFiniteError
 	if !errors.As(err, &nf) || nf.Index != at {
 		t.Fatalf("Inf at %d: %v", at, err)
@@ -417,13 +418,13 @@ func TestRetransmitAndDuplicates(t *testing.T) {
 	}
 	ops := make([]Op, n)
 	for r := range ops {
-		ops[r] = Op{Seq: 5, DType: Float32, F32: []float32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35}}
+		ops[r] = Op{Seq: 5, DType: dtype.Float32, Data: dtype.Bytes([]float32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35})}
 	}
 	if !h.run(t, ops) {
 		t.Fatal("did not finish")
 	}
 	for r := range ops {
-		for i, v := range ops[r].F32 {
+		for i, v := range dtype.As[float32](ops[r].Data) {
 			if math.Abs(float64(v)-3*float64(i+1)) > 1e-5 {
 				t.Fatalf("rank %d [%d] = %g", r, i, v)
 			}
@@ -438,7 +439,7 @@ func TestRetransmitAndDuplicates(t *testing.T) {
 	}
 	// Stale (other sequence number), duplicate and malformed results are ignored.
 	l := h.lanes[0]
-	if err := l.Start(Op{Seq: 6, DType: Int32, I32: make([]int32, 64)}, h.now); err != nil {
+	if err := l.Start(Op{Seq: 6, DType: dtype.Int32, Data: dtype.Bytes(make([]int32, 64))}, h.now); err != nil {
 		t.Fatal(err)
 	}
 	pkt, _ := l.AppendPacket(nil)
@@ -461,7 +462,7 @@ func TestTimeoutBudgetAndBackoff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Start(Op{Seq: 1, DType: Int32, I32: make([]int32, 100)}, 0); err != nil {
+	if err := l.Start(Op{Seq: 1, DType: dtype.Int32, Data: dtype.Bytes(make([]int32, 100))}, 0); err != nil {
 		t.Fatal(err)
 	}
 	var now time.Duration
@@ -519,24 +520,35 @@ func TestAppendPacketNoAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are meaningless under the race detector")
 	}
-	l, err := NewLane(Config{NumWorkers: 1, Elements: 64, Window: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	data := make([]float32, 64*1000)
-	if err := l.Start(Op{Seq: 1, DType: Float32, F32: data}, 0); err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 0, wire.MaxPacket)
-	allocs := testing.AllocsPerRun(200, func() {
-		b, ok := l.AppendPacket(buf[:0])
-		if !ok {
-			t.Fatal("nothing to send")
+	for _, op := range []Op{{}, {CheckOnSend: true}} {
+		for _, c := range dtype.All() {
+			l, err := NewLane(Config{NumWorkers: 1, Elements: 64, Window: 8})
+			if err != nil {
+				t.Fatal(err)
+			}
+			op.Seq, op.DType, op.Data = 1, c, dtype.New(c, 64*1000)
+			if err := l.Start(op, 0); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 0, wire.MaxPacket)
+			step := func() {
+				b, ok := l.AppendPacket(buf[:0])
+				if !ok {
+					t.Fatal("nothing to send")
+				}
+				l.Receive(b, 0) // n = 1: the switch would echo the packet
+			}
+			// Past the exponent round, so that every measured packet
+			// carries data (AllocsPerRun rounds an average below one
+			// down to zero).
+			for range 16 {
+				step()
+			}
+			allocs := testing.AllocsPerRun(200, step)
+			if allocs != 0 {
+				t.Fatalf("%s (CheckOnSend %v): %v allocs per packet", c.Name(), op.CheckOnSend, allocs)
+			}
 		}
-		l.Receive(b, 0) // n = 1: the switch would echo the packet
-	})
-	if allocs != 0 {
-		t.Fatalf("%v allocs per packet", allocs)
 	}
 }
 
@@ -545,20 +557,22 @@ func TestAppendPacketNoAllocs(t *testing.T) {
 // switch's reply equals the request, so the request is fed back.
 func BenchmarkLane(b *testing.B) {
 	for _, c := range []struct {
-		dt DType
+		dt dtype.Codec
 		k  int
-	}{{Int32, 64}, {Float32, 64}, {Float32, 256}, {Float16, 256}} {
-		b.Run(fmt.Sprintf("%v/elements=%d", c.dt, c.k), func(b *testing.B) {
+	}{{dtype.Int32, 64}, {dtype.Float32, 64}, {dtype.Float32, 256}, {dtype.Float16, 256}} {
+		b.Run(fmt.Sprintf("%s/elements=%d", c.dt.Name(), c.k), func(b *testing.B) {
 			l, err := NewLane(Config{NumWorkers: 1, Elements: c.k, Window: 64})
 			if err != nil {
 				b.Fatal(err)
 			}
 			const size = 1 << 16
-			op := Op{DType: c.dt, F32: make([]float32, size), I32: make([]int32, size), U16: make([]uint16, size)}
+			op := Op{DType: c.dt, Data: dtype.New(c.dt, size)}
 			for i := range size {
-				op.F32[i] = float32(i%100) * 0.01
-				op.I32[i] = int32(i)
-				op.U16[i] = quant.Float32ToF16(op.F32[i])
+				v := float64(i%100) * 0.01
+				if !c.dt.Scaled() {
+					v = float64(i)
+				}
+				c.dt.Set(op.Data, i, v)
 			}
 			buf := make([]byte, 0, wire.MaxPacket)
 			b.ReportAllocs()
@@ -594,7 +608,7 @@ func TestTimeoutFollowsRTT(t *testing.T) {
 		now := time.Duration(0)
 		for op := 0; op < 4; op++ {
 			data := make([]int32, 32*40)
-			if err := l.Start(Op{Seq: uint32(op), DType: Int32, I32: data}, now); err != nil {
+			if err := l.Start(Op{Seq: uint32(op), DType: dtype.Int32, Data: dtype.Bytes(data)}, now); err != nil {
 				t.Fatal(err)
 			}
 			before := l.Stats().Retransmits
@@ -665,7 +679,7 @@ func TestGiveUpInTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Start(Op{Seq: 1, DType: Int32, I32: make([]int32, 100)}, 0); err != nil {
+	if err := l.Start(Op{Seq: 1, DType: dtype.Int32, Data: dtype.Bytes(make([]int32, 100))}, 0); err != nil {
 		t.Fatal(err)
 	}
 	var now time.Duration
@@ -735,8 +749,8 @@ func TestPrecomputedExponents(t *testing.T) {
 		}
 		return pkts
 	}
-	base := Op{Seq: 1, DType: Float32, F32: slices.Clone(data)}
-	withExps := Op{Seq: 1, DType: Float32, F32: slices.Clone(data), Exps: exps, ExpBlock: k}
+	base := Op{Seq: 1, DType: dtype.Float32, Data: dtype.Bytes(slices.Clone(data))}
+	withExps := Op{Seq: 1, DType: dtype.Float32, Data: dtype.Bytes(slices.Clone(data)), Exps: exps, ExpBlock: k}
 	for _, r := range append(SplitLanes(len(data), 3, k), Range{Off: 0, Len: len(data)}) {
 		want, got := sent(base.Slice(r)), sent(withExps.Slice(r))
 		if len(got) != len(want) {
@@ -751,10 +765,10 @@ func TestPrecomputedExponents(t *testing.T) {
 	// Wrong exponents of the right size would change the packets; given
 	// for another block size they must be ignored.
 	wrong := slices.Repeat([]int8{quant.MinExponent}, len(data))
-	if got, want := sent(Op{Seq: 1, DType: Float32, F32: slices.Clone(data), Exps: wrong, ExpBlock: 1}), sent(base); !slices.EqualFunc(got, want, bytes.Equal) {
+	if got, want := sent(Op{Seq: 1, DType: dtype.Float32, Data: dtype.Bytes(slices.Clone(data)), Exps: wrong, ExpBlock: 1}), sent(base); !slices.EqualFunc(got, want, bytes.Equal) {
 		t.Fatal("exponents computed for another block size were used")
 	}
-	if got, want := sent(Op{Seq: 1, DType: Float32, F32: slices.Clone(data), Exps: wrong[:len(exps)], ExpBlock: k}), sent(base); slices.EqualFunc(got, want, bytes.Equal) {
+	if got, want := sent(Op{Seq: 1, DType: dtype.Float32, Data: dtype.Bytes(slices.Clone(data)), Exps: wrong[:len(exps)], ExpBlock: k}), sent(base); slices.EqualFunc(got, want, bytes.Equal) {
 		t.Fatal("the given exponents were not used")
 	}
 }

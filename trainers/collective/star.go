@@ -85,23 +85,55 @@ func (s *Star) Err() error {
 }
 
 func (s *Star) serve(ctx context.Context) error {
-	conns := make([]net.Conn, s.workers)
-	// conns fills up here while a Close may already be closing them.
-	var connsMu sync.Mutex
-	closeAll := func() {
-		connsMu.Lock()
-		defer connsMu.Unlock()
-		for _, c := range conns {
-			if c != nil {
-				c.Close()
-			}
-		}
-	}
-	defer closeAll()
+	conns := &starConns{conns: make([]net.Conn, s.workers)}
+	defer conns.closeAll()
 	go func() {
 		<-s.done
-		closeAll()
+		conns.closeAll()
 	}()
+	if err := s.acceptAll(conns); err != nil {
+		return err
+	}
+	red := newStarReducer(conns.conns)
+	for {
+		n, err := red.read()
+		if err != nil {
+			return err
+		}
+		red.sum(n)
+		if err := red.reply(); err != nil {
+			return err
+		}
+	}
+}
+
+// starConns are the workers' connections by rank; they fill up while a
+// Close may already be closing them.
+type starConns struct {
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func (cs *starConns) set(rank int, c net.Conn) {
+	cs.mu.Lock()
+	cs.conns[rank] = c
+	cs.mu.Unlock()
+}
+
+func (cs *starConns) closeAll() {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for _, c := range cs.conns {
+		if c != nil {
+			c.Close()
+		}
+	}
+}
+
+// acceptAll accepts connections until every rank has said hello. A
+// connection without the protocol's magic is dropped; a hello of a wrong
+// world size or rank, or of a rank already there, ends the server.
+func (s *Star) acceptAll(conns *starConns) error {
 	for joined := 0; joined < s.workers; {
 		c, err := s.ln.Accept()
 		if err != nil {
@@ -116,96 +148,129 @@ func (s *Star) serve(ctx context.Context) error {
 		c.SetReadDeadline(time.Time{})
 		rank := int(binary.LittleEndian.Uint32(hello[4:]))
 		n := int(binary.LittleEndian.Uint32(hello[8:]))
-		if n != s.workers || rank < 0 || rank >= n || conns[rank] != nil {
+		if n != s.workers || rank < 0 || rank >= n || conns.conns[rank] != nil {
 			c.Close()
 			return fmt.Errorf("star: bad hello rank %d of %d (server has %d workers)", rank, n, s.workers)
 		}
-		connsMu.Lock()
-		conns[rank] = c
-		connsMu.Unlock()
+		conns.set(rank, c)
 		joined++
 	}
-	readers := make([]*bufio.Reader, s.workers)
-	writers := make([]*bufio.Writer, s.workers)
+	return nil
+}
+
+// starReducer runs the allreduces over the joined ranks' connections,
+// reusing its buffers from one to the next.
+type starReducer struct {
+	readers []*bufio.Reader
+	writers []*bufio.Writer
+	raw     [][]byte // each rank's contribution
+	counts  []int    // each rank's element count
+	errs    []error  // each rank's read error
+	total   []float64
+	out     []byte
+}
+
+func newStarReducer(conns []net.Conn) *starReducer {
+	red := &starReducer{
+		readers: make([]*bufio.Reader, len(conns)),
+		writers: make([]*bufio.Writer, len(conns)),
+		raw:     make([][]byte, len(conns)),
+		counts:  make([]int, len(conns)),
+		errs:    make([]error, len(conns)),
+		out:     []byte{},
+	}
 	for i, c := range conns {
-		readers[i] = bufio.NewReaderSize(c, 1<<16)
-		writers[i] = bufio.NewWriterSize(c, 1<<16)
+		red.readers[i] = bufio.NewReaderSize(c, 1<<16)
+		red.writers[i] = bufio.NewWriterSize(c, 1<<16)
 	}
-	var sum []float64
-	var raw [][]byte = make([][]byte, s.workers)
-	out := []byte{}
-	for {
-		// Read every rank's contribution concurrently so no worker's send
-		// buffer fills while the server waits on another.
-		counts := make([]int, s.workers)
-		errs := make([]error, s.workers)
-		var wg sync.WaitGroup
-		for r := range conns {
-			wg.Add(1)
-			go func(r int) {
-				defer wg.Done()
-				var h [4]byte
-				if _, err := io.ReadFull(readers[r], h[:]); err != nil {
-					errs[r] = err
-					return
-				}
-				n := int(binary.LittleEndian.Uint32(h[:]))
-				if n > maxStarElems {
-					errs[r] = fmt.Errorf("star: rank %d sent %d elements", r, n)
-					return
-				}
-				counts[r] = n
-				if cap(raw[r]) < 4*n {
-					raw[r] = make([]byte, 4*n)
-				}
-				raw[r] = raw[r][:4*n]
-				if _, err := io.ReadFull(readers[r], raw[r]); err != nil {
-					errs[r] = err
-				}
-			}(r)
-		}
-		wg.Wait()
-		for r, err := range errs {
-			if err != nil {
-				if errors.Is(err, io.EOF) && r == 0 {
-					return io.EOF
-				}
-				return fmt.Errorf("star: rank %d: %w", r, err)
+	return red
+}
+
+// read reads every rank's contribution concurrently, so no worker's send
+// buffer fills while the server waits on another, and returns its length:
+// io.EOF when rank 0 has left, an error when a rank failed or sent another
+// length than rank 0.
+func (red *starReducer) read() (int, error) {
+	clear(red.errs)
+	var wg sync.WaitGroup
+	for r := range red.readers {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			red.errs[r] = red.readRank(r)
+		}(r)
+	}
+	wg.Wait()
+	for r, err := range red.errs {
+		if err != nil {
+			if errors.Is(err, io.EOF) && r == 0 {
+				return 0, io.EOF
 			}
-		}
-		n := counts[0]
-		for r, c := range counts {
-			if c != n {
-				return fmt.Errorf("star: rank %d sent %d elements, rank 0 sent %d", r, c, n)
-			}
-		}
-		if cap(sum) < n {
-			sum = make([]float64, n)
-		}
-		sum = sum[:n]
-		clear(sum)
-		for r := range conns {
-			b := raw[r]
-			for i := range sum {
-				sum[i] += float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
-			}
-		}
-		if cap(out) < 4*n {
-			out = make([]byte, 4*n)
-		}
-		out = out[:4*n]
-		for i, v := range sum {
-			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(float32(v)))
-		}
-		for r := range conns {
-			if _, err := writers[r].Write(out); err != nil {
-				return fmt.Errorf("star: rank %d: %w", r, err)
-			}
-			if err := writers[r].Flush(); err != nil {
-				return fmt.Errorf("star: rank %d: %w", r, err)
-			}
+			return 0, fmt.Errorf("star: rank %d: %w", r, err)
 		}
 	}
+	n := red.counts[0]
+	for r, c := range red.counts {
+		if c != n {
+			return 0, fmt.Errorf("star: rank %d sent %d elements, rank 0 sent %d", r, c, n)
+		}
+	}
+	return n, nil
+}
+
+// readRank reads rank r's count and values into counts[r] and raw[r].
+func (red *starReducer) readRank(r int) error {
+	var h [4]byte
+	if _, err := io.ReadFull(red.readers[r], h[:]); err != nil {
+		return err
+	}
+	n := int(binary.LittleEndian.Uint32(h[:]))
+	if n > maxStarElems {
+		return fmt.Errorf("star: rank %d sent %d elements", r, n)
+	}
+	red.counts[r] = n
+	if cap(red.raw[r]) < 4*n {
+		red.raw[r] = make([]byte, 4*n)
+	}
+	red.raw[r] = red.raw[r][:4*n]
+	_, err := io.ReadFull(red.readers[r], red.raw[r])
+	return err
+}
+
+// sum adds the ranks' n values in float64, in rank order, and encodes the
+// float32 sums into out.
+func (red *starReducer) sum(n int) {
+	if cap(red.total) < n {
+		red.total = make([]float64, n)
+	}
+	total := red.total[:n]
+	clear(total)
+	for _, b := range red.raw {
+		for i := range total {
+			total[i] += float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
+		}
+	}
+	red.total = total
+	if cap(red.out) < 4*n {
+		red.out = make([]byte, 4*n)
+	}
+	red.out = red.out[:4*n]
+	for i, v := range total {
+		binary.LittleEndian.PutUint32(red.out[4*i:], math.Float32bits(float32(v)))
+	}
+}
+
+// reply sends the sums to every rank.
+func (red *starReducer) reply() error {
+	for r, w := range red.writers {
+		if _, err := w.Write(red.out); err != nil {
+			return fmt.Errorf("star: rank %d: %w", r, err)
+		}
+		if err := w.Flush(); err != nil {
+			return fmt.Errorf("star: rank %d: %w", r, err)
+		}
+	}
+	return nil
 }
 
 // StarClient is a worker's end of the exact backend.

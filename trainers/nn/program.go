@@ -68,15 +68,7 @@ type Program struct {
 // Build constructs the training and inference graphs, opens a session and
 // initialises the variables from the seed.
 func Build(spec Spec) (*Program, error) {
-	if spec.Workers <= 0 {
-		spec.Workers = 1
-	}
-	if spec.BucketElems <= 0 {
-		spec.BucketElems = 1 << 20
-	}
-	if spec.InputType == 0 {
-		spec.InputType = tf.Float
-	}
+	spec = spec.withDefaults()
 	if spec.Optimizer == nil {
 		return nil, fmt.Errorf("nn: Spec.Optimizer is nil")
 	}
@@ -91,7 +83,41 @@ func Build(spec Spec) (*Program, error) {
 	p.Labels = op.Placeholder(s.SubScope("labels"), tf.Float, op.PlaceholderShape(tf.MakeShape(-1, int64(spec.Classes))))
 	p.Model = spec.Model(g)
 
-	// Training pass.
+	trainable, err := p.buildTraining()
+	if err != nil {
+		return nil, err
+	}
+	p.buildBuckets(trainable)
+	p.buildUpdate()
+	p.buildInference()
+	if err := p.openSession(); err != nil {
+		return nil, err
+	}
+	if err := p.SetValues(g.InitialValues()); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (spec Spec) withDefaults() Spec {
+	if spec.Workers <= 0 {
+		spec.Workers = 1
+	}
+	if spec.BucketElems <= 0 {
+		spec.BucketElems = 1 << 20
+	}
+	if spec.InputType == 0 {
+		spec.InputType = tf.Float
+	}
+	return spec
+}
+
+// buildTraining adds the training pass, its loss and the gradients of the
+// trainable variables, which it returns.
+func (p *Program) buildTraining() ([]*Variable, error) {
+	g := p.G
+	s := g.Scope
 	ts := s.SubScope("train")
 	var logits tf.Output
 	if q, ok := p.Model.(Sequential); ok {
@@ -114,48 +140,60 @@ func Build(spec Spec) (*Program, error) {
 		return nil, fmt.Errorf("nn: building gradients: %w", err)
 	}
 	p.VarGrads = grads
+	return trainable, nil
+}
 
-	// Buckets in reverse creation order: the last layers' gradients are
-	// complete first, the order DDP-style overlap would use.
-	bs := s.SubScope("bucket")
+// buildBuckets fuses the gradients into buckets of at most BucketElems
+// elements (one variable may exceed it alone), in reverse creation order:
+// the last layers' gradients are complete first, the order DDP-style
+// overlap would use.
+func (p *Program) buildBuckets(trainable []*Variable) {
+	bs := p.G.Scope.SubScope("bucket")
 	var cur []int
 	size := 0
-	flush := func() {
-		if len(cur) == 0 {
-			return
-		}
-		b := Bucket{Size: size}
-		flat := make([]tf.Output, len(cur))
-		for j, i := range cur {
-			b.Vars = append(b.Vars, trainable[i])
-			gr := grads[i]
-			if gr.Op == nil { // not connected to the loss
-				gr = op.ZerosLike(bs.SubScope("zeros"), trainable[i].Value)
-			}
-			flat[j] = op.Reshape(bs.SubScope("flat"), gr, op.Const(bs.SubScope("shape"), []int32{-1}))
-		}
-		if len(flat) == 1 {
-			b.Grad = flat[0]
-		} else {
-			b.Grad = op.ConcatV2(bs.SubScope("concat"), flat, op.Const(bs.SubScope("axis"), int32(0)))
-		}
-		b.Sum = op.Placeholder(bs.SubScope("sum"), tf.Float, op.PlaceholderShape(tf.MakeShape(int64(size))))
-		p.Buckets = append(p.Buckets, b)
-		cur, size = nil, 0
-	}
 	for i := len(trainable) - 1; i >= 0; i-- {
 		n := trainable[i].Size()
-		if size > 0 && size+n > spec.BucketElems {
-			flush()
+		if size > 0 && size+n > p.spec.BucketElems {
+			p.addBucket(bs, trainable, cur, size)
+			cur, size = nil, 0
 		}
 		cur = append(cur, i)
 		size += n
 	}
-	flush()
+	if len(cur) > 0 {
+		p.addBucket(bs, trainable, cur, size)
+	}
+}
 
-	// Update: split each summed bucket back into variables, average, apply.
-	as := s.SubScope("update")
-	inv := op.Const(as.SubScope("inv_workers"), float32(1)/float32(spec.Workers))
+// addBucket adds the bucket of the trainable variables at indices vars,
+// size elements in all: their gradients flattened and concatenated, and
+// the placeholder its sum is fed back through.
+func (p *Program) addBucket(bs *op.Scope, trainable []*Variable, vars []int, size int) {
+	b := Bucket{Size: size}
+	flat := make([]tf.Output, len(vars))
+	for j, i := range vars {
+		b.Vars = append(b.Vars, trainable[i])
+		gr := p.VarGrads[i]
+		if gr.Op == nil { // not connected to the loss
+			gr = op.ZerosLike(bs.SubScope("zeros"), trainable[i].Value)
+		}
+		flat[j] = op.Reshape(bs.SubScope("flat"), gr, op.Const(bs.SubScope("shape"), []int32{-1}))
+	}
+	if len(flat) == 1 {
+		b.Grad = flat[0]
+	} else {
+		b.Grad = op.ConcatV2(bs.SubScope("concat"), flat, op.Const(bs.SubScope("axis"), int32(0)))
+	}
+	b.Sum = op.Placeholder(bs.SubScope("sum"), tf.Float, op.PlaceholderShape(tf.MakeShape(int64(size))))
+	p.Buckets = append(p.Buckets, b)
+}
+
+// buildUpdate adds the update: each summed bucket is split back into its
+// variables, averaged over the workers and handed to the optimizer.
+func (p *Program) buildUpdate() {
+	g := p.G
+	as := g.Scope.SubScope("update")
+	inv := op.Const(as.SubScope("inv_workers"), float32(1)/float32(p.spec.Workers))
 	var applies []*tf.Operation
 	for _, b := range p.Buckets {
 		sizes := make([]int32, len(b.Vars))
@@ -172,40 +210,44 @@ func Build(spec Spec) (*Program, error) {
 				shape[k] = int32(d)
 			}
 			gr := op.Mul(as.SubScope("avg"), op.Reshape(as.SubScope("reshape"), parts[j], op.Const(as.SubScope("shape"), shape)), inv)
-			applies = append(applies, spec.Optimizer.Apply(g, v, gr))
+			applies = append(applies, p.spec.Optimizer.Apply(g, v, gr))
 		}
 	}
 	p.apply = op.NoOp(as.WithControlDependencies(applies...))
+}
 
-	// Inference pass.
-	es := s.SubScope("eval")
+// buildInference adds the inference pass: logits, the summed loss and the
+// number of correct predictions.
+func (p *Program) buildInference() {
+	g := p.G
+	es := g.Scope.SubScope("eval")
 	p.Logits = p.Model.Forward(g, p.X, false)
 	p.LossSum = op.Sum(es, SoftmaxCrossEntropy(g, p.Logits, p.Labels), op.Const(es.SubScope("axis"), []int32{0}))
 	one := op.Const(es.SubScope("one"), int32(1))
 	hit := op.Equal(es, op.ArgMax(es.SubScope("pred"), p.Logits, one), op.ArgMax(es.SubScope("truth"), p.Labels, one))
 	p.Correct = op.Sum(es.SubScope("correct"), op.Cast(es, hit, tf.Float), op.Const(es.SubScope("axis0"), []int32{0}))
+}
 
-	graph, err := s.Finalize()
+// openSession finalizes the graph and opens its session with the spec's
+// thread pools.
+func (p *Program) openSession() error {
+	graph, err := p.G.Scope.Finalize()
 	if err != nil {
-		return nil, fmt.Errorf("nn: building graph: %w", err)
+		return fmt.Errorf("nn: building graph: %w", err)
 	}
 	p.Graph = graph
 	cfg, err := proto.Marshal(&for_core_protos_go_proto.ConfigProto{
-		IntraOpParallelismThreads: int32(spec.IntraOpThreads),
-		InterOpParallelismThreads: int32(spec.InterOpThreads),
+		IntraOpParallelismThreads: int32(p.spec.IntraOpThreads),
+		InterOpParallelismThreads: int32(p.spec.InterOpThreads),
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	p.Sess, err = tf.NewSession(graph, &tf.SessionOptions{Config: cfg})
 	if err != nil {
-		return nil, fmt.Errorf("nn: new session: %w", err)
+		return fmt.Errorf("nn: new session: %w", err)
 	}
-	if err := p.SetValues(g.InitialValues()); err != nil {
-		p.Close()
-		return nil, err
-	}
-	return p, nil
+	return nil
 }
 
 // Close releases the session.

@@ -84,21 +84,9 @@ type Options struct {
 // the gradients of units k..L and of units k+1..L (the top one against the
 // loss). Runs name the ops as targets, so no tensor is copied out.
 func Measure(ctx context.Context, b *models.Bench, o Options) (*Profile, error) {
-	if o.Batch <= 0 {
-		o.Batch = 1
-	}
-	if o.Reps <= 0 {
-		o.Reps = 3
-	}
-	if o.Threads <= 0 {
-		o.Threads = runtime.NumCPU()
-	}
-	say := func(format string, a ...any) {
-		if o.Progress != nil {
-			o.Progress(fmt.Sprintf(format, a...))
-		}
-	}
-	say("%s: building the graph", b.Name)
+	o = o.withDefaults()
+	m := &measurer{model: b.Name, reps: o.Reps, progress: o.Progress}
+	m.say("%s: building the graph", b.Name)
 	prog, err := nn.Build(nn.Spec{
 		Seed: 1, InputShape: b.InputShape, InputType: b.InputType, Classes: b.Classes,
 		Model:     func(g *nn.Graph) nn.Layer { return b.Build(g) },
@@ -109,143 +97,231 @@ func Measure(ctx context.Context, b *models.Bench, o Options) (*Profile, error) 
 		return nil, err
 	}
 	defer prog.Close()
+	m.prog = prog
 	x, y, err := b.Synthetic(rand.New(rand.NewPCG(1, 2)), o.Batch)
 	if err != nil {
 		return nil, err
 	}
-	feeds := map[tf.Output]*tf.Tensor{prog.X: x, prog.Labels: y}
-	timeRun := func(targets []*tf.Operation) (float64, error) {
-		best := 0.0
-		for r := 0; r < o.Reps; r++ {
-			if err := ctx.Err(); err != nil {
-				return 0, err
-			}
-			t0 := time.Now()
-			if _, err := prog.Sess.Run(feeds, nil, targets); err != nil {
-				return 0, err
-			}
-			if d := time.Since(t0).Seconds(); r == 0 || d < best {
-				best = d
-			}
-		}
-		return best, nil
-	}
+	m.feeds = map[tf.Output]*tf.Tensor{prog.X: x, prog.Labels: y}
 
-	// Group the top-level layers into units.
-	q := b.Build(nn.NewGraph(1)) // names and order only
-	trainable := prog.G.VariablesWith(nn.Trainable)
-	owner := make([]int, len(trainable)) // variable -> layer index
-	layerParams := make([]int64, len(q))
-	for i, v := range trainable {
-		owner[i] = -1
-		for k, l := range q {
-			if strings.HasPrefix(v.Name, nn.NameOf(l)+"/") {
-				owner[i] = k
-				layerParams[k] += int64(v.Size())
-				break
-			}
-		}
-		if owner[i] < 0 {
-			return nil, fmt.Errorf("profile: variable %s belongs to no top-level layer", v.Name)
-		}
-	}
-	type group struct {
-		first, last int // layer indices
-		vars        []int
-	}
-	var groups []group
-	for k := range q {
-		if layerParams[k] > 0 || len(groups) == 0 {
-			groups = append(groups, group{first: k, last: k})
-		} else {
-			groups[len(groups)-1].last = k
-		}
-	}
-	for i, k := range owner {
-		for gi := range groups {
-			if k >= groups[gi].first && k <= groups[gi].last {
-				groups[gi].vars = append(groups[gi].vars, i)
-			}
-		}
+	m.layers = b.Build(nn.NewGraph(1)) // names and order only
+	if err := m.groupUnits(); err != nil {
+		return nil, err
 	}
 
 	p := &Profile{Model: b.Name, Config: b.Config, Parameters: nn.ParameterCount(prog.G), Batch: o.Batch,
 		Threads: o.Threads, CPUs: runtime.NumCPU(), CPU: cpuModel(), Reps: o.Reps, Date: time.Now().UTC().Format(time.RFC3339)}
 
-	say("%s: warm-up step", b.Name)
+	m.say("%s: warm-up step", b.Name)
 	t0 := time.Now()
 	if _, _, err := prog.Gradients(x, y); err != nil {
 		return nil, err
 	}
 	p.StepS = time.Since(t0).Seconds()
-	say("%s: one step takes %.2fs; measuring %d units", b.Name, p.StepS, len(groups))
+	m.say("%s: one step takes %.2fs; measuring %d units", b.Name, p.StepS, len(m.groups))
 
-	// Forward, cumulative.
-	fwd := make([]float64, len(groups)+1)
-	for gi, gr := range groups {
-		if fwd[gi+1], err = timeRun([]*tf.Operation{prog.Units[gr.last].Op}); err != nil {
-			return nil, err
-		}
-		say("%s: forward to %s %.3fs", b.Name, nn.NameOf(q[gr.last]), fwd[gi+1])
-	}
-	loss, err := timeRun([]*tf.Operation{prog.Loss.Op})
+	fwd, loss, err := m.forward(ctx)
 	if err != nil {
 		return nil, err
 	}
-	// Backward, cumulative from the top.
-	bwd := make([]float64, len(groups)+1)
-	bwd[len(groups)] = loss
-	var targets []*tf.Operation
-	for gi := len(groups) - 1; gi >= 0; gi-- {
-		for _, i := range groups[gi].vars {
-			targets = append(targets, prog.VarGrads[i].Op)
+	bwd, err := m.backward(ctx)
+	if err != nil {
+		return nil, err
+	}
+	loss = monotonic(fwd, bwd, loss)
+	m.fillUnits(p, fwd, bwd, loss)
+	if p.UpdateS, err = m.update(); err != nil {
+		return nil, err
+	}
+	m.say("%s: forward %.3fs, backward %.3fs, update %.3fs", b.Name, p.ForwardS, p.BackwardS, p.UpdateS)
+	return p, nil
+}
+
+func (o Options) withDefaults() Options {
+	if o.Batch <= 0 {
+		o.Batch = 1
+	}
+	if o.Reps <= 0 {
+		o.Reps = 3
+	}
+	if o.Threads <= 0 {
+		o.Threads = runtime.NumCPU()
+	}
+	return o
+}
+
+// measurer holds what the phases of Measure share: the program run on
+// one synthetic batch, the model's top-level layers and their units.
+type measurer struct {
+	model    string
+	reps     int
+	progress func(string)
+	prog     *nn.Program
+	feeds    map[tf.Output]*tf.Tensor
+	// layers are the model's top-level layers, in forward order;
+	// layerParams their trainable parameter counts.
+	layers      nn.Sequential
+	layerParams []int64
+	groups      []unitGroup
+}
+
+// unitGroup is the layers of one Unit: first (with parameters, except
+// for leading parameter-free layers) to last, and the indices of their
+// trainable variables.
+type unitGroup struct {
+	first, last int // layer indices
+	vars        []int
+}
+
+func (m *measurer) say(format string, a ...any) {
+	if m.progress != nil {
+		m.progress(fmt.Sprintf(format, a...))
+	}
+}
+
+// timeRun runs targets reps times and returns the fastest run in seconds.
+func (m *measurer) timeRun(ctx context.Context, targets []*tf.Operation) (float64, error) {
+	best := 0.0
+	for r := 0; r < m.reps; r++ {
+		if err := ctx.Err(); err != nil {
+			return 0, err
 		}
-		if bwd[gi], err = timeRun(targets); err != nil {
+		t0 := time.Now()
+		if _, err := m.prog.Sess.Run(m.feeds, nil, targets); err != nil {
+			return 0, err
+		}
+		if d := time.Since(t0).Seconds(); r == 0 || d < best {
+			best = d
+		}
+	}
+	return best, nil
+}
+
+// groupUnits finds the top-level layer owning each trainable variable and
+// groups the layers into units: a layer with parameters starts a unit,
+// a parameter-free one joins the unit before it.
+func (m *measurer) groupUnits() error {
+	trainable := m.prog.G.VariablesWith(nn.Trainable)
+	owner := make([]int, len(trainable)) // variable -> layer index
+	m.layerParams = make([]int64, len(m.layers))
+	for i, v := range trainable {
+		owner[i] = -1
+		for k, l := range m.layers {
+			if strings.HasPrefix(v.Name, nn.NameOf(l)+"/") {
+				owner[i] = k
+				m.layerParams[k] += int64(v.Size())
+				break
+			}
+		}
+		if owner[i] < 0 {
+			return fmt.Errorf("profile: variable %s belongs to no top-level layer", v.Name)
+		}
+	}
+	for k := range m.layers {
+		if m.layerParams[k] > 0 || len(m.groups) == 0 {
+			m.groups = append(m.groups, unitGroup{first: k, last: k})
+		} else {
+			m.groups[len(m.groups)-1].last = k
+		}
+	}
+	for i, k := range owner {
+		for gi := range m.groups {
+			if k >= m.groups[gi].first && k <= m.groups[gi].last {
+				m.groups[gi].vars = append(m.groups[gi].vars, i)
+			}
+		}
+	}
+	return nil
+}
+
+// forward times the training pass up to each unit, cumulatively (fwd[0]
+// is 0, fwd[g+1] up to unit g), and up to the loss.
+func (m *measurer) forward(ctx context.Context) (fwd []float64, loss float64, err error) {
+	fwd = make([]float64, len(m.groups)+1)
+	for gi, gr := range m.groups {
+		if fwd[gi+1], err = m.timeRun(ctx, []*tf.Operation{m.prog.Units[gr.last].Op}); err != nil {
+			return nil, 0, err
+		}
+		m.say("%s: forward to %s %.3fs", m.model, nn.NameOf(m.layers[gr.last]), fwd[gi+1])
+	}
+	if loss, err = m.timeRun(ctx, []*tf.Operation{m.prog.Loss.Op}); err != nil {
+		return nil, 0, err
+	}
+	return fwd, loss, nil
+}
+
+// backward times the gradients from the top down to each unit,
+// cumulatively: bwd[g] is the gradients of units g and above; the caller
+// sets bwd[len(groups)], the loss alone.
+func (m *measurer) backward(ctx context.Context) ([]float64, error) {
+	bwd := make([]float64, len(m.groups)+1)
+	var targets []*tf.Operation
+	for gi := len(m.groups) - 1; gi >= 0; gi-- {
+		for _, i := range m.groups[gi].vars {
+			targets = append(targets, m.prog.VarGrads[i].Op)
+		}
+		var err error
+		if bwd[gi], err = m.timeRun(ctx, targets); err != nil {
 			return nil, err
 		}
-		say("%s: gradients down to %s %.3fs", b.Name, nn.NameOf(q[groups[gi].first]), bwd[gi])
+		m.say("%s: gradients down to %s %.3fs", m.model, nn.NameOf(m.layers[m.groups[gi].first]), bwd[gi])
 	}
-	// Measurements are noisy: make the cumulative times monotonic.
+	return bwd, nil
+}
+
+// monotonic makes the noisy cumulative times monotonic, the loss at least
+// the whole forward pass and the top of bwd the loss, which it returns.
+func monotonic(fwd, bwd []float64, loss float64) float64 {
 	for i := 1; i < len(fwd); i++ {
 		fwd[i] = max(fwd[i], fwd[i-1])
 	}
-	loss = max(loss, fwd[len(groups)])
-	bwd[len(groups)] = loss
-	for i := len(groups) - 1; i >= 0; i-- {
+	top := len(bwd) - 1
+	loss = max(loss, fwd[top])
+	bwd[top] = loss
+	for i := top - 1; i >= 0; i-- {
 		bwd[i] = max(bwd[i], bwd[i+1])
 	}
+	return loss
+}
+
+// fillUnits sets p's units and forward and backward times from the
+// cumulative ones.
+func (m *measurer) fillUnits(p *Profile, fwd, bwd []float64, loss float64) {
 	p.ForwardS = loss
-	for gi, gr := range groups {
-		u := Unit{Name: nn.NameOf(q[gr.first]), ForwardS: fwd[gi+1] - fwd[gi], BackwardS: bwd[gi] - bwd[gi+1]}
-		if gi == len(groups)-1 {
+	for gi, gr := range m.groups {
+		u := Unit{Name: nn.NameOf(m.layers[gr.first]), ForwardS: fwd[gi+1] - fwd[gi], BackwardS: bwd[gi] - bwd[gi+1]}
+		if gi == len(m.groups)-1 {
 			u.ForwardS += loss - fwd[gi+1]
 		}
 		for k := gr.first; k <= gr.last; k++ {
-			u.Parameters += layerParams[k]
+			u.Parameters += m.layerParams[k]
 			if k > gr.first {
-				u.Layers = append(u.Layers, nn.NameOf(q[k]))
+				u.Layers = append(u.Layers, nn.NameOf(m.layers[k]))
 			}
 		}
 		p.BackwardS += u.BackwardS
 		p.Units = append(p.Units, u)
 	}
+}
 
-	// The update, with zero gradient sums.
-	sums := make([][]float32, len(prog.Buckets))
-	for i, bk := range prog.Buckets {
+// update times the optimizer update with zero gradient sums, the fastest
+// of reps runs.
+func (m *measurer) update() (float64, error) {
+	sums := make([][]float32, len(m.prog.Buckets))
+	for i, bk := range m.prog.Buckets {
 		sums[i] = make([]float32, bk.Size)
 	}
-	for r := 0; r < o.Reps; r++ {
+	best := 0.0
+	for r := 0; r < m.reps; r++ {
 		t0 := time.Now()
-		if err := prog.Apply(sums, r+1); err != nil {
-			return nil, err
+		if err := m.prog.Apply(sums, r+1); err != nil {
+			return 0, err
 		}
-		if d := time.Since(t0).Seconds(); r == 0 || d < p.UpdateS {
-			p.UpdateS = d
+		if d := time.Since(t0).Seconds(); r == 0 || d < best {
+			best = d
 		}
 	}
-	say("%s: forward %.3fs, backward %.3fs, update %.3fs", b.Name, p.ForwardS, p.BackwardS, p.UpdateS)
-	return p, nil
+	return best, nil
 }
 
 func cpuModel() string {

@@ -171,135 +171,19 @@ func Run(ctx context.Context, o Options, be collective.Backend) ([]EpochResult, 
 			p.Close()
 		}
 	}()
-	startEpoch, step := 0, 0
-	ckPath := o.checkpointPath()
-	ck := o.Resume
-	if ck == nil && ckPath != "" {
-		if ck, err = LoadCheckpointFile(ckPath); errors.Is(err, fs.ErrNotExist) {
-			ck, err = nil, nil
-		}
-		if err != nil {
-			return nil, nil, err
-		}
+	t := &trainer{o: &o, p: p, be: be, ckPath: o.checkpointPath()}
+	startEpoch, err := t.resume()
+	if err != nil {
+		return nil, nil, err
 	}
-	if ck != nil {
-		if ck.Model != o.Model {
-			return nil, nil, fmt.Errorf("train: checkpoint in %s is of model %q, not %q", o.CheckpointDir, ck.Model, o.Model)
-		}
-		if err := p.SetValues(ck.Values); err != nil {
-			return nil, nil, fmt.Errorf("train: restoring %s: %w", o.CheckpointDir, err)
-		}
-		startEpoch, step = ck.Epoch+1, ck.Step
-		if o.Progress != nil {
-			fmt.Fprintf(o.Progress, "resumed from %s after epoch %d\n", o.CheckpointDir, ck.Epoch+1)
-		}
+	if err := t.prepare(); err != nil {
+		return nil, nil, err
 	}
-
-	tr := o.Train
-	batches := &data.Batches{Set: tr, Batch: o.Batch, Rank: o.Rank, Workers: o.Workers, Seed: uint64(o.Seed)}
-	steps := batches.Steps()
-	if steps == 0 {
-		return nil, nil, fmt.Errorf("train: %d examples make no global batch of %d", tr.Len(), o.Batch*o.Workers)
-	}
-	es := tr.ExampleSize()
-	x := make([]float32, o.Batch*es)
-	y := make([]float32, o.Batch*tr.Classes)
-	gradElems := 0
-	for _, b := range p.Buckets {
-		gradElems += b.Size
-	}
-	testShard := o.Test.Shard(o.Rank, o.Workers)
-
 	var results []EpochResult
 	for epoch := startEpoch; epoch < o.Epochs; epoch++ {
-		batches.Epoch(epoch)
-		t0 := time.Now()
-		var comm, compute, evalTime time.Duration
-		lossSum := 0.0
-		for s := 0; s < steps; s++ {
-			if err := ctx.Err(); err != nil {
-				return nil, nil, err
-			}
-			tr.Gather(batches.Indices(s), x, y)
-			xt, err := nn.Float32Tensor(x, int64(o.Batch), int64(tr.H), int64(tr.W), int64(tr.C))
-			if err != nil {
-				return nil, nil, err
-			}
-			yt, err := nn.Float32Tensor(y, int64(o.Batch), int64(tr.Classes))
-			if err != nil {
-				return nil, nil, err
-			}
-			tc := time.Now()
-			loss, bufs, err := p.Gradients(xt, yt)
-			if err != nil {
-				return nil, nil, fmt.Errorf("train: step %d: %w", step, err)
-			}
-			tm := time.Now()
-			compute += tm.Sub(tc)
-			for i := range bufs {
-				if err := be.AllReduceFloat32(ctx, bufs[i]); err != nil {
-					return nil, nil, fmt.Errorf("train: allreduce of bucket %d at step %d: %w", i, step, err)
-				}
-			}
-			ta := time.Now()
-			comm += ta.Sub(tm)
-			step++
-			if err := p.Apply(bufs, step); err != nil {
-				return nil, nil, fmt.Errorf("train: update %d: %w", step, err)
-			}
-			compute += time.Since(ta)
-			lossSum += float64(loss)
-			if o.EvalEvery > 0 && (s+1)%o.EvalEvery == 0 && s+1 < steps {
-				te := time.Now()
-				trainLoss, testLoss, testAcc, err := evaluateAll(ctx, p, be, o.Workers, testShard, lossSum, s+1)
-				if err != nil {
-					return nil, nil, err
-				}
-				evalTime += time.Since(te)
-				if o.OnEval != nil {
-					o.OnEval(EvalResult{Kind: "eval", Epoch: epoch + 1, Step: s + 1, Steps: steps,
-						Progress: float64(epoch) + float64(s+1)/float64(steps), TrainLoss: trainLoss, TestLoss: testLoss,
-						TestAccuracy: testAcc, ElapsedS: time.Since(t0).Seconds()})
-				}
-			}
-			if o.Progress != nil && (s%20 == 0 || s == steps-1) {
-				el := time.Since(t0)
-				// The steps left at this epoch's pace; evaluation is extra.
-				left := el / time.Duration(s+1) * time.Duration(steps-s-1+(o.Epochs-epoch-1)*steps)
-				fmt.Fprintf(o.Progress, "\repoch %d/%d  step %4d/%d  loss %.4f  %6.1f ms/step  comm %4.1f%%  about %v left  ",
-					epoch+1, o.Epochs, s+1, steps, lossSum/float64(s+1),
-					1e3*el.Seconds()/float64(s+1), 100*comm.Seconds()/math.Max(el.Seconds(), 1e-9), left.Round(time.Second))
-			}
-		}
-		trainTime := time.Since(t0) - evalTime
-
-		trainLoss, testLoss, testAcc, err := evaluateAll(ctx, p, be, o.Workers, testShard, lossSum, steps)
+		r, err := t.epoch(ctx, epoch)
 		if err != nil {
 			return nil, nil, err
-		}
-		r := EpochResult{
-			Epoch: epoch + 1, Model: o.Model, Backend: o.Backend, Workers: o.Workers, Steps: steps,
-			TrainLoss:    trainLoss,
-			TestLoss:     testLoss,
-			TestAccuracy: testAcc,
-			StepS:        trainTime.Seconds() / float64(steps),
-			CommS:        comm.Seconds(),
-			ComputeS:     compute.Seconds(),
-			EpochS:       time.Since(t0).Seconds(),
-			GradElems:    gradElems,
-		}
-		if o.Progress != nil {
-			fmt.Fprintf(o.Progress, "\repoch %d/%d  train loss %.4f  test loss %.4f  test accuracy %.2f%%  %.1f ms/step  comm %.1fs\n",
-				r.Epoch, o.Epochs, r.TrainLoss, r.TestLoss, 100*r.TestAccuracy, 1e3*r.StepS, r.CommS)
-		}
-		if ckPath != "" && (o.Rank == 0 || o.PerRankCheckpoint) {
-			vals, err := p.Values(nil)
-			if err != nil {
-				return nil, nil, err
-			}
-			if err := saveCheckpointFile(ckPath, &Checkpoint{Model: o.Model, Epoch: epoch, Step: step, Values: vals}); err != nil {
-				return nil, nil, err
-			}
 		}
 		results = append(results, r)
 		if o.OnEpoch != nil {
@@ -308,6 +192,199 @@ func Run(ctx context.Context, o Options, be collective.Backend) ([]EpochResult, 
 	}
 	ok = true
 	return results, p, nil
+}
+
+// trainer is one worker's training state across epochs.
+type trainer struct {
+	o      *Options
+	p      *nn.Program
+	be     collective.Backend
+	ckPath string // checkpoint file, "" for none
+	step   int    // updates applied so far
+
+	batches   *data.Batches
+	steps     int       // per epoch
+	x, y      []float32 // the batch's examples and one-hot labels, reused by every step
+	gradElems int
+	testShard *data.Set
+}
+
+// epochClock is an epoch's running figures.
+type epochClock struct {
+	t0                      time.Time
+	comm, compute, evalTime time.Duration
+	lossSum                 float64
+}
+
+// resume restores the checkpoint to start from (Options.Resume, else the
+// checkpoint file when there is one) and returns the first epoch to run.
+func (t *trainer) resume() (startEpoch int, err error) {
+	o := t.o
+	ck := o.Resume
+	if ck == nil && t.ckPath != "" {
+		if ck, err = LoadCheckpointFile(t.ckPath); errors.Is(err, fs.ErrNotExist) {
+			ck, err = nil, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	if ck == nil {
+		return 0, nil
+	}
+	if ck.Model != o.Model {
+		return 0, fmt.Errorf("train: checkpoint in %s is of model %q, not %q", o.CheckpointDir, ck.Model, o.Model)
+	}
+	if err := t.p.SetValues(ck.Values); err != nil {
+		return 0, fmt.Errorf("train: restoring %s: %w", o.CheckpointDir, err)
+	}
+	t.step = ck.Step
+	if o.Progress != nil {
+		fmt.Fprintf(o.Progress, "resumed from %s after epoch %d\n", o.CheckpointDir, ck.Epoch+1)
+	}
+	return ck.Epoch + 1, nil
+}
+
+// prepare sets up the batches of this rank and the buffers every step
+// reuses.
+func (t *trainer) prepare() error {
+	o, tr := t.o, t.o.Train
+	t.batches = &data.Batches{Set: tr, Batch: o.Batch, Rank: o.Rank, Workers: o.Workers, Seed: uint64(o.Seed)}
+	t.steps = t.batches.Steps()
+	if t.steps == 0 {
+		return fmt.Errorf("train: %d examples make no global batch of %d", tr.Len(), o.Batch*o.Workers)
+	}
+	t.x = make([]float32, o.Batch*tr.ExampleSize())
+	t.y = make([]float32, o.Batch*tr.Classes)
+	for _, b := range t.p.Buckets {
+		t.gradElems += b.Size
+	}
+	t.testShard = o.Test.Shard(o.Rank, o.Workers)
+	return nil
+}
+
+// epoch trains one epoch, evaluates, reports and writes the checkpoint.
+func (t *trainer) epoch(ctx context.Context, epoch int) (EpochResult, error) {
+	o := t.o
+	t.batches.Epoch(epoch)
+	c := epochClock{t0: time.Now()}
+	for s := 0; s < t.steps; s++ {
+		if err := ctx.Err(); err != nil {
+			return EpochResult{}, err
+		}
+		if err := t.trainStep(ctx, s, &c); err != nil {
+			return EpochResult{}, err
+		}
+		if o.EvalEvery > 0 && (s+1)%o.EvalEvery == 0 && s+1 < t.steps {
+			if err := t.evalWithin(ctx, epoch, s+1, &c); err != nil {
+				return EpochResult{}, err
+			}
+		}
+		if o.Progress != nil && (s%20 == 0 || s == t.steps-1) {
+			t.showStep(epoch, s, &c)
+		}
+	}
+	trainTime := time.Since(c.t0) - c.evalTime
+
+	trainLoss, testLoss, testAcc, err := evaluateAll(ctx, t.p, t.be, o.Workers, t.testShard, c.lossSum, t.steps)
+	if err != nil {
+		return EpochResult{}, err
+	}
+	r := EpochResult{
+		Epoch: epoch + 1, Model: o.Model, Backend: o.Backend, Workers: o.Workers, Steps: t.steps,
+		TrainLoss:    trainLoss,
+		TestLoss:     testLoss,
+		TestAccuracy: testAcc,
+		StepS:        trainTime.Seconds() / float64(t.steps),
+		CommS:        c.comm.Seconds(),
+		ComputeS:     c.compute.Seconds(),
+		EpochS:       time.Since(c.t0).Seconds(),
+		GradElems:    t.gradElems,
+	}
+	if o.Progress != nil {
+		fmt.Fprintf(o.Progress, "\repoch %d/%d  train loss %.4f  test loss %.4f  test accuracy %.2f%%  %.1f ms/step  comm %.1fs\n",
+			r.Epoch, o.Epochs, r.TrainLoss, r.TestLoss, 100*r.TestAccuracy, 1e3*r.StepS, r.CommS)
+	}
+	if t.ckPath != "" && (o.Rank == 0 || o.PerRankCheckpoint) {
+		if err := t.checkpoint(epoch); err != nil {
+			return EpochResult{}, err
+		}
+	}
+	return r, nil
+}
+
+// trainStep computes the gradients of step s's batch, allreduces them and
+// applies the average, adding its times and loss to c.
+func (t *trainer) trainStep(ctx context.Context, s int, c *epochClock) error {
+	o, tr := t.o, t.o.Train
+	tr.Gather(t.batches.Indices(s), t.x, t.y)
+	xt, err := nn.Float32Tensor(t.x, int64(o.Batch), int64(tr.H), int64(tr.W), int64(tr.C))
+	if err != nil {
+		return err
+	}
+	yt, err := nn.Float32Tensor(t.y, int64(o.Batch), int64(tr.Classes))
+	if err != nil {
+		return err
+	}
+	tc := time.Now()
+	loss, bufs, err := t.p.Gradients(xt, yt)
+	if err != nil {
+		return fmt.Errorf("train: step %d: %w", t.step, err)
+	}
+	tm := time.Now()
+	c.compute += tm.Sub(tc)
+	for i := range bufs {
+		if err := t.be.AllReduceFloat32(ctx, bufs[i]); err != nil {
+			return fmt.Errorf("train: allreduce of bucket %d at step %d: %w", i, t.step, err)
+		}
+	}
+	ta := time.Now()
+	c.comm += ta.Sub(tm)
+	t.step++
+	if err := t.p.Apply(bufs, t.step); err != nil {
+		return fmt.Errorf("train: update %d: %w", t.step, err)
+	}
+	c.compute += time.Since(ta)
+	c.lossSum += float64(loss)
+	return nil
+}
+
+// evalWithin evaluates after done steps of the epoch and hands the result
+// to OnEval; its time goes to c.evalTime.
+func (t *trainer) evalWithin(ctx context.Context, epoch, done int, c *epochClock) error {
+	o := t.o
+	te := time.Now()
+	trainLoss, testLoss, testAcc, err := evaluateAll(ctx, t.p, t.be, o.Workers, t.testShard, c.lossSum, done)
+	if err != nil {
+		return err
+	}
+	c.evalTime += time.Since(te)
+	if o.OnEval != nil {
+		o.OnEval(EvalResult{Kind: "eval", Epoch: epoch + 1, Step: done, Steps: t.steps,
+			Progress: float64(epoch) + float64(done)/float64(t.steps), TrainLoss: trainLoss, TestLoss: testLoss,
+			TestAccuracy: testAcc, ElapsedS: time.Since(c.t0).Seconds()})
+	}
+	return nil
+}
+
+// showStep writes the status line after step s.
+func (t *trainer) showStep(epoch, s int, c *epochClock) {
+	o, steps := t.o, t.steps
+	el := time.Since(c.t0)
+	// The steps left at this epoch's pace; evaluation is extra.
+	left := el / time.Duration(s+1) * time.Duration(steps-s-1+(o.Epochs-epoch-1)*steps)
+	fmt.Fprintf(o.Progress, "\repoch %d/%d  step %4d/%d  loss %.4f  %6.1f ms/step  comm %4.1f%%  about %v left  ",
+		epoch+1, o.Epochs, s+1, steps, c.lossSum/float64(s+1),
+		1e3*el.Seconds()/float64(s+1), 100*c.comm.Seconds()/math.Max(el.Seconds(), 1e-9), left.Round(time.Second))
+}
+
+// checkpoint writes this rank's checkpoint file after epoch.
+func (t *trainer) checkpoint(epoch int) error {
+	vals, err := t.p.Values(nil)
+	if err != nil {
+		return err
+	}
+	return saveCheckpointFile(t.ckPath, &Checkpoint{Model: t.o.Model, Epoch: epoch, Step: t.step, Values: vals})
 }
 
 // evaluateAll evaluates the model on every rank's test shard and returns

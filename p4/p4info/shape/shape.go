@@ -100,137 +100,166 @@ func newModel() *Model {
 // Counter externs are read too, for which the program must link the package
 // that registers their info messages (p4/tna).
 func FromP4Info(info *p4configv1.P4Info) (*Model, error) {
-	m := newModel()
-	m.Arch = info.GetPkgInfo().GetArch()
-	actionName := map[uint32]string{}
+	r := &reader{m: newModel(), actionName: map[uint32]string{}, structs: info.GetTypeInfo().GetStructs()}
+	r.m.Arch = info.GetPkgInfo().GetArch()
+	for _, step := range []func(*p4configv1.P4Info) error{r.actions, r.tables, r.registersAndCounters, r.externs} {
+		if err := step(info); err != nil {
+			return nil, err
+		}
+	}
+	return r.m, nil
+}
+
+// reader builds a Model from a P4Info, entity kind by entity kind.
+type reader struct {
+	m          *Model
+	actionName map[uint32]string
+	structs    map[string]*p4configv1.P4StructTypeSpec
+}
+
+func (r *reader) actions(info *p4configv1.P4Info) error {
 	for _, a := range info.GetActions() {
 		name := a.GetPreamble().GetName()
-		if _, dup := m.Actions[name]; dup {
-			return nil, fmt.Errorf("action %s listed twice", name)
+		if _, dup := r.m.Actions[name]; dup {
+			return fmt.Errorf("action %s listed twice", name)
 		}
 		act := &Action{ID: a.GetPreamble().GetId()}
 		for _, p := range a.GetParams() {
 			act.Params = append(act.Params, Param{ID: p.GetId(), Name: p.GetName(), Width: int(p.GetBitwidth())})
 		}
-		m.Actions[name] = act
-		actionName[act.ID] = name
+		r.m.Actions[name] = act
+		r.actionName[act.ID] = name
 	}
+	return nil
+}
+
+func (r *reader) tables(info *p4configv1.P4Info) error {
 	for _, t := range info.GetTables() {
 		name := t.GetPreamble().GetName()
-		if _, dup := m.Tables[name]; dup {
-			return nil, fmt.Errorf("table %s listed twice", name)
+		if _, dup := r.m.Tables[name]; dup {
+			return fmt.Errorf("table %s listed twice", name)
 		}
 		tab := &Table{ID: t.GetPreamble().GetId(), Size: t.GetSize(), Actions: map[string]string{}}
 		for _, mf := range t.GetMatchFields() {
 			tab.Keys = append(tab.Keys, Key{ID: mf.GetId(), Name: mf.GetName(), Width: int(mf.GetBitwidth()), Match: mf.GetMatchType().String()})
 		}
 		for _, ref := range t.GetActionRefs() {
-			an, ok := actionName[ref.GetId()]
+			an, ok := r.actionName[ref.GetId()]
 			if !ok {
-				return nil, fmt.Errorf("table %s: action id %#x is not in the P4Info", name, ref.GetId())
+				return fmt.Errorf("table %s: action id %#x is not in the P4Info", name, ref.GetId())
 			}
 			tab.Actions[an] = ref.GetScope().String()
 		}
 		if id := t.GetConstDefaultActionId(); id != 0 {
-			an, ok := actionName[id]
+			an, ok := r.actionName[id]
 			if !ok {
-				return nil, fmt.Errorf("table %s: const default action id %#x is not in the P4Info", name, id)
+				return fmt.Errorf("table %s: const default action id %#x is not in the P4Info", name, id)
 			}
 			tab.ConstDefault = an
 		}
-		m.Tables[name] = tab
+		r.m.Tables[name] = tab
 	}
-	structs := info.GetTypeInfo().GetStructs()
-	addRegister := func(name string, id uint32, size int64, ts *p4configv1.P4DataTypeSpec) error {
-		reg := &Register{ID: id, Size: size}
-		switch {
-		case ts.GetBitstring() != nil:
-			reg.Elem = []Field{{Type: bitstring(ts.GetBitstring())}}
-		case ts.GetStruct() != nil:
-			reg.Struct = ts.GetStruct().GetName()
-			st, ok := structs[reg.Struct]
-			if !ok {
-				return fmt.Errorf("register %s: struct %s is not in type_info", name, reg.Struct)
-			}
-			for _, mem := range st.GetMembers() {
-				bs := mem.GetTypeSpec().GetBitstring()
-				if bs == nil {
-					return fmt.Errorf("register %s: member %s is not a bit string", name, mem.GetName())
-				}
-				reg.Elem = append(reg.Elem, Field{Name: mem.GetName(), Type: bitstring(bs)})
-			}
-		default:
-			return fmt.Errorf("register %s: unsupported type %v", name, ts)
-		}
-		if _, dup := m.Registers[name]; dup {
-			return fmt.Errorf("register %s listed twice", name)
-		}
-		m.Registers[name] = reg
-		return nil
-	}
-	addCounter := func(name string, id uint32, size int64, unit string) error {
-		if _, dup := m.Counters[name]; dup {
-			return fmt.Errorf("counter %s listed twice", name)
-		}
-		m.Counters[name] = &Counter{ID: id, Size: size, Unit: unit}
-		return nil
-	}
-	for _, r := range info.GetRegisters() {
-		if err := addRegister(r.GetPreamble().GetName(), r.GetPreamble().GetId(), int64(r.GetSize()), r.GetTypeSpec()); err != nil {
-			return nil, err
+	return nil
+}
+
+func (r *reader) registersAndCounters(info *p4configv1.P4Info) error {
+	for _, g := range info.GetRegisters() {
+		if err := r.addRegister(g.GetPreamble().GetName(), g.GetPreamble().GetId(), int64(g.GetSize()), g.GetTypeSpec()); err != nil {
+			return err
 		}
 	}
 	for _, c := range info.GetCounters() {
-		if err := addCounter(c.GetPreamble().GetName(), c.GetPreamble().GetId(), c.GetSize(), c.GetSpec().GetUnit().String()); err != nil {
-			return nil, err
+		if err := r.addCounter(c.GetPreamble().GetName(), c.GetPreamble().GetId(), c.GetSize(), c.GetSpec().GetUnit().String()); err != nil {
+			return err
 		}
 	}
-	// Tofino's Register and Counter externs (package barefoot, registered by
-	// p4/tna); other externs (port metadata, snapshots) have no counterpart
-	// in the model.
+	return nil
+}
+
+func (r *reader) addRegister(name string, id uint32, size int64, ts *p4configv1.P4DataTypeSpec) error {
+	reg := &Register{ID: id, Size: size}
+	switch {
+	case ts.GetBitstring() != nil:
+		reg.Elem = []Field{{Type: bitstring(ts.GetBitstring())}}
+	case ts.GetStruct() != nil:
+		reg.Struct = ts.GetStruct().GetName()
+		st, ok := r.structs[reg.Struct]
+		if !ok {
+			return fmt.Errorf("register %s: struct %s is not in type_info", name, reg.Struct)
+		}
+		for _, mem := range st.GetMembers() {
+			bs := mem.GetTypeSpec().GetBitstring()
+			if bs == nil {
+				return fmt.Errorf("register %s: member %s is not a bit string", name, mem.GetName())
+			}
+			reg.Elem = append(reg.Elem, Field{Name: mem.GetName(), Type: bitstring(bs)})
+		}
+	default:
+		return fmt.Errorf("register %s: unsupported type %v", name, ts)
+	}
+	if _, dup := r.m.Registers[name]; dup {
+		return fmt.Errorf("register %s listed twice", name)
+	}
+	r.m.Registers[name] = reg
+	return nil
+}
+
+func (r *reader) addCounter(name string, id uint32, size int64, unit string) error {
+	if _, dup := r.m.Counters[name]; dup {
+		return fmt.Errorf("counter %s listed twice", name)
+	}
+	r.m.Counters[name] = &Counter{ID: id, Size: size, Unit: unit}
+	return nil
+}
+
+// externs reads Tofino's Register and Counter externs (package barefoot,
+// registered by p4/tna); other externs (port metadata, snapshots) have no
+// counterpart in the model.
+func (r *reader) externs(info *p4configv1.P4Info) error {
 	for _, e := range info.GetExterns() {
 		kind := e.GetExternTypeName()
 		if kind != "Register" && kind != "Counter" {
 			continue
 		}
 		for _, in := range e.GetInstances() {
-			name, id := in.GetPreamble().GetName(), in.GetPreamble().GetId()
-			x, err := in.GetInfo().UnmarshalNew()
-			if err != nil {
-				return nil, fmt.Errorf("%s %s: %w", kind, name, err)
-			}
-			fields := x.ProtoReflect()
-			get := func(f string) protoreflect.Value {
-				fd := fields.Descriptor().Fields().ByName(protoreflect.Name(f))
-				if fd == nil {
-					return protoreflect.Value{}
-				}
-				return fields.Get(fd)
-			}
-			size := get("size").Int()
-			if kind == "Counter" {
-				spec := get("spec").Message()
-				ufd := spec.Descriptor().Fields().ByName("unit")
-				unit := string(ufd.Enum().Values().ByNumber(spec.Get(ufd).Enum()).Name())
-				if err := addCounter(name, id, size, unit); err != nil {
-					return nil, err
-				}
-				continue
-			}
-			ts := &p4configv1.P4DataTypeSpec{}
-			b, err := proto.Marshal(get("type_spec").Message().Interface())
-			if err == nil {
-				err = proto.Unmarshal(b, ts)
-			}
-			if err != nil {
-				return nil, fmt.Errorf("register %s: type: %w", name, err)
-			}
-			if err := addRegister(name, id, size, ts); err != nil {
-				return nil, err
+			if err := r.extern(kind, in); err != nil {
+				return err
 			}
 		}
 	}
-	return m, nil
+	return nil
+}
+
+func (r *reader) extern(kind string, in *p4configv1.ExternInstance) error {
+	name, id := in.GetPreamble().GetName(), in.GetPreamble().GetId()
+	x, err := in.GetInfo().UnmarshalNew()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", kind, name, err)
+	}
+	fields := x.ProtoReflect()
+	get := func(f string) protoreflect.Value {
+		fd := fields.Descriptor().Fields().ByName(protoreflect.Name(f))
+		if fd == nil {
+			return protoreflect.Value{}
+		}
+		return fields.Get(fd)
+	}
+	size := get("size").Int()
+	if kind == "Counter" {
+		spec := get("spec").Message()
+		ufd := spec.Descriptor().Fields().ByName("unit")
+		unit := string(ufd.Enum().Values().ByNumber(spec.Get(ufd).Enum()).Name())
+		return r.addCounter(name, id, size, unit)
+	}
+	ts := &p4configv1.P4DataTypeSpec{}
+	b, err := proto.Marshal(get("type_spec").Message().Interface())
+	if err == nil {
+		err = proto.Unmarshal(b, ts)
+	}
+	if err != nil {
+		return fmt.Errorf("register %s: type: %w", name, err)
+	}
+	return r.addRegister(name, id, size, ts)
 }
 
 // WithoutPrefix returns the model with a leading prefix (the Tofino
@@ -382,129 +411,148 @@ type Options struct {
 // scopes, const default action, size, action parameters (name, width, id),
 // register element types and sizes, counter sizes and units.
 func Compare(a, b *Model, opts Options) []Diff {
-	var diffs []Diff
-	add := func(entity, format string, args ...any) {
-		diffs = append(diffs, Diff{Entity: entity, Msg: fmt.Sprintf(format, args...)})
+	c := &comparer{opts: opts, aName: opts.AName, bName: opts.BName}
+	if c.aName == "" {
+		c.aName = "a"
 	}
-	aName, bName, skip := opts.AName, opts.BName, opts.Skip
-	if aName == "" {
-		aName = "a"
-	}
-	if bName == "" {
-		bName = "b"
+	if c.bName == "" {
+		c.bName = "b"
 	}
 	if !opts.IgnoreArch && a.Arch != b.Arch {
-		add("pkg_info", "architecture %q in %s, %q in %s", a.Arch, aName, b.Arch, bName)
+		c.add("pkg_info", "architecture %q in %s, %q in %s", a.Arch, c.aName, b.Arch, c.bName)
 	}
-	presence := func(kind string, an, bn []string) []string {
-		var both []string
-		for _, n := range an {
-			if slices.Contains(bn, n) {
-				both = append(both, n)
-			} else if skip == nil || !skip(kind, n) {
-				add(n, "%s in %s, missing in %s", kind, aName, bName)
-			}
-		}
-		for _, n := range bn {
-			if !slices.Contains(an, n) && (skip == nil || !skip(kind, n)) {
-				add(n, "%s in %s, missing in %s", kind, bName, aName)
-			}
-		}
-		return both
+	for _, n := range c.presence(KindTable, keys(a.Tables), keys(b.Tables)) {
+		c.table(n, a.Tables[n], b.Tables[n])
 	}
-	ids := func(entity string, x, y uint32) {
-		if x != 0 && y != 0 && x != y {
-			add(entity, "id %#x in %s, %#x in %s", x, aName, y, bName)
-		}
+	for _, n := range c.presence(KindAction, keys(a.Actions), keys(b.Actions)) {
+		c.action(n, a.Actions[n], b.Actions[n])
 	}
-
-	for _, n := range presence(KindTable, keys(a.Tables), keys(b.Tables)) {
-		x, y := a.Tables[n], b.Tables[n]
-		ids(n, x.ID, y.ID)
-		if len(x.Keys) != len(y.Keys) {
-			add(n, "%d match fields in %s, %d in %s", len(x.Keys), aName, len(y.Keys), bName)
-		}
-		for i := 0; i < min(len(x.Keys), len(y.Keys)); i++ {
-			kx, ky := x.Keys[i], y.Keys[i]
-			if kx.Name != ky.Name {
-				add(n, "match field %d is %q in %s, %q in %s", i+1, kx.Name, aName, ky.Name, bName)
-				continue
-			}
-			if kx.Width != ky.Width {
-				add(n, "match field %s is %d bits in %s, %d in %s", kx.Name, kx.Width, aName, ky.Width, bName)
-			}
-			if kx.Match != ky.Match {
-				add(n, "match field %s is %s in %s, %s in %s", kx.Name, kx.Match, aName, ky.Match, bName)
-			}
-			if kx.ID != ky.ID {
-				add(n, "match field %s has id %d in %s, %d in %s", kx.Name, kx.ID, aName, ky.ID, bName)
-			}
-		}
-		for _, an := range keys(x.Actions) {
-			sy, ok := y.Actions[an]
-			switch {
-			case !ok:
-				add(n, "action %s allowed in %s, not in %s", an, aName, bName)
-			case sy != x.Actions[an]:
-				add(n, "action %s has scope %s in %s, %s in %s", an, x.Actions[an], aName, sy, bName)
-			}
-		}
-		for _, an := range keys(y.Actions) {
-			if _, ok := x.Actions[an]; !ok {
-				add(n, "action %s allowed in %s, not in %s", an, bName, aName)
-			}
-		}
-		if x.ConstDefault != y.ConstDefault {
-			add(n, "const default action %q in %s, %q in %s", x.ConstDefault, aName, y.ConstDefault, bName)
-		}
-		if !opts.IgnoreSizes && x.Size != y.Size {
-			add(n, "size %d in %s, %d in %s", x.Size, aName, y.Size, bName)
-		}
-	}
-
-	for _, n := range presence(KindAction, keys(a.Actions), keys(b.Actions)) {
-		x, y := a.Actions[n], b.Actions[n]
-		ids(n, x.ID, y.ID)
-		if len(x.Params) != len(y.Params) {
-			add(n, "%d parameters in %s, %d in %s", len(x.Params), aName, len(y.Params), bName)
-		}
-		for i := 0; i < min(len(x.Params), len(y.Params)); i++ {
-			px, py := x.Params[i], y.Params[i]
-			if px.Name != py.Name {
-				add(n, "parameter %d is %q in %s, %q in %s", i+1, px.Name, aName, py.Name, bName)
-				continue
-			}
-			if px.Width != py.Width {
-				add(n, "parameter %s is %d bits in %s, %d in %s", px.Name, px.Width, aName, py.Width, bName)
-			}
-			if px.ID != py.ID {
-				add(n, "parameter %s has id %d in %s, %d in %s", px.Name, px.ID, aName, py.ID, bName)
-			}
-		}
-	}
-
-	for _, n := range presence(KindRegister, keys(a.Registers), keys(b.Registers)) {
+	for _, n := range c.presence(KindRegister, keys(a.Registers), keys(b.Registers)) {
 		x, y := a.Registers[n], b.Registers[n]
-		ids(n, x.ID, y.ID)
+		c.ids(n, x.ID, y.ID)
 		if ex, ey := x.ElemType(), y.ElemType(); ex != ey {
-			add(n, "element type %s in %s, %s in %s", ex, aName, ey, bName)
+			c.add(n, "element type %s in %s, %s in %s", ex, c.aName, ey, c.bName)
 		}
-		if !opts.IgnoreSizes && x.Size != y.Size {
-			add(n, "size %d in %s, %d in %s", x.Size, aName, y.Size, bName)
-		}
+		c.size(n, x.Size, y.Size)
 	}
-
-	for _, n := range presence(KindCounter, keys(a.Counters), keys(b.Counters)) {
+	for _, n := range c.presence(KindCounter, keys(a.Counters), keys(b.Counters)) {
 		x, y := a.Counters[n], b.Counters[n]
-		ids(n, x.ID, y.ID)
-		if !opts.IgnoreSizes && x.Size != y.Size {
-			add(n, "size %d in %s, %d in %s", x.Size, aName, y.Size, bName)
-		}
+		c.ids(n, x.ID, y.ID)
+		c.size(n, x.Size, y.Size)
 		if normUnit(x.Unit) != normUnit(y.Unit) {
-			add(n, "unit %s in %s, %s in %s", x.Unit, aName, y.Unit, bName)
+			c.add(n, "unit %s in %s, %s in %s", x.Unit, c.aName, y.Unit, c.bName)
 		}
 	}
-	return diffs
+	return c.diffs
+}
+
+// comparer gathers the differences Compare finds, naming the two sides.
+type comparer struct {
+	opts         Options
+	aName, bName string
+	diffs        []Diff
+}
+
+func (c *comparer) add(entity, format string, args ...any) {
+	c.diffs = append(c.diffs, Diff{Entity: entity, Msg: fmt.Sprintf(format, args...)})
+}
+
+// presence reports the entities of a kind found on one side only (unless
+// skipped) and returns those on both.
+func (c *comparer) presence(kind string, an, bn []string) []string {
+	skipped := func(n string) bool { return c.opts.Skip != nil && c.opts.Skip(kind, n) }
+	var both []string
+	for _, n := range an {
+		if slices.Contains(bn, n) {
+			both = append(both, n)
+		} else if !skipped(n) {
+			c.add(n, "%s in %s, missing in %s", kind, c.aName, c.bName)
+		}
+	}
+	for _, n := range bn {
+		if !slices.Contains(an, n) && !skipped(n) {
+			c.add(n, "%s in %s, missing in %s", kind, c.bName, c.aName)
+		}
+	}
+	return both
+}
+
+// ids reports two known ids that differ.
+func (c *comparer) ids(entity string, x, y uint32) {
+	if x != 0 && y != 0 && x != y {
+		c.add(entity, "id %#x in %s, %#x in %s", x, c.aName, y, c.bName)
+	}
+}
+
+// size reports two sizes that differ, unless sizes are ignored.
+func (c *comparer) size(entity string, x, y int64) {
+	if !c.opts.IgnoreSizes && x != y {
+		c.add(entity, "size %d in %s, %d in %s", x, c.aName, y, c.bName)
+	}
+}
+
+func (c *comparer) table(n string, x, y *Table) {
+	c.ids(n, x.ID, y.ID)
+	if len(x.Keys) != len(y.Keys) {
+		c.add(n, "%d match fields in %s, %d in %s", len(x.Keys), c.aName, len(y.Keys), c.bName)
+	}
+	for i := 0; i < min(len(x.Keys), len(y.Keys)); i++ {
+		c.key(n, i, x.Keys[i], y.Keys[i])
+	}
+	for _, an := range keys(x.Actions) {
+		sy, ok := y.Actions[an]
+		switch {
+		case !ok:
+			c.add(n, "action %s allowed in %s, not in %s", an, c.aName, c.bName)
+		case sy != x.Actions[an]:
+			c.add(n, "action %s has scope %s in %s, %s in %s", an, x.Actions[an], c.aName, sy, c.bName)
+		}
+	}
+	for _, an := range keys(y.Actions) {
+		if _, ok := x.Actions[an]; !ok {
+			c.add(n, "action %s allowed in %s, not in %s", an, c.bName, c.aName)
+		}
+	}
+	if x.ConstDefault != y.ConstDefault {
+		c.add(n, "const default action %q in %s, %q in %s", x.ConstDefault, c.aName, y.ConstDefault, c.bName)
+	}
+	c.size(n, x.Size, y.Size)
+}
+
+func (c *comparer) key(n string, i int, kx, ky Key) {
+	if kx.Name != ky.Name {
+		c.add(n, "match field %d is %q in %s, %q in %s", i+1, kx.Name, c.aName, ky.Name, c.bName)
+		return
+	}
+	if kx.Width != ky.Width {
+		c.add(n, "match field %s is %d bits in %s, %d in %s", kx.Name, kx.Width, c.aName, ky.Width, c.bName)
+	}
+	if kx.Match != ky.Match {
+		c.add(n, "match field %s is %s in %s, %s in %s", kx.Name, kx.Match, c.aName, ky.Match, c.bName)
+	}
+	if kx.ID != ky.ID {
+		c.add(n, "match field %s has id %d in %s, %d in %s", kx.Name, kx.ID, c.aName, ky.ID, c.bName)
+	}
+}
+
+func (c *comparer) action(n string, x, y *Action) {
+	c.ids(n, x.ID, y.ID)
+	if len(x.Params) != len(y.Params) {
+		c.add(n, "%d parameters in %s, %d in %s", len(x.Params), c.aName, len(y.Params), c.bName)
+	}
+	for i := 0; i < min(len(x.Params), len(y.Params)); i++ {
+		px, py := x.Params[i], y.Params[i]
+		if px.Name != py.Name {
+			c.add(n, "parameter %d is %q in %s, %q in %s", i+1, px.Name, c.aName, py.Name, c.bName)
+			continue
+		}
+		if px.Width != py.Width {
+			c.add(n, "parameter %s is %d bits in %s, %d in %s", px.Name, px.Width, c.aName, py.Width, c.bName)
+		}
+		if px.ID != py.ID {
+			c.add(n, "parameter %s has id %d in %s, %d in %s", px.Name, px.ID, c.aName, py.ID, c.bName)
+		}
+	}
 }
 
 // ElemType renders a register element type: bit<32>, int<8> or

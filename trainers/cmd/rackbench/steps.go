@@ -70,57 +70,15 @@ type StepsReport struct {
 }
 
 func steps(ctx context.Context, args []string) error {
-	var rf rackFlags
-	fs := flag.NewFlagSet("rackbench steps", flag.ContinueOnError)
-	rf.register(fs)
-	models := fs.String("models", "ncf,deeplight,lstm,resnet50", "benchmark models (each with profiles/<model>.json; the batch is the profile's)")
-	rates := fs.String("rates", "200,1000", "port rates in Mbit/s")
-	workerCounts := fs.String("worker-counts", "", "job sizes to run (comma-separated, each at most --workers; default --workers)")
-	backends := fs.String("backends", "switchml,ring", "backends: switchml, ring")
-	profiles := fs.String("profiles", "profiles", "directory of the profiles")
-	timed := fs.Int("steps", 5, "timed steps per point")
-	warmup := fs.Int("warmup", 1, "untimed steps before them")
-	bucketElems := fs.Int("bucket-elems", 25e6/4, "gradient values per allreduce bucket, for training and replay alike (DDP's 25 MB)")
-	threads := fs.Int("threads", 1, "TensorFlow intra-op threads per rank")
-	out := fs.String("out", "results/rack-e2e", "output directory")
-	name := fs.String("name", "steps", "results file names: NAME.json and NAME.md in --out")
-	if err := fs.Parse(args); err != nil {
+	f, err := parseStepsFlags(args)
+	if err != nil {
 		return err
 	}
-	if *timed < 1 || *warmup < 0 {
-		return fmt.Errorf("--steps %d --warmup %d: want at least one timed step", *timed, *warmup)
-	}
-	rateList, err := rackrun.Floats(*rates)
+	pl, err := f.plan()
 	if err != nil {
-		return fmt.Errorf("--rates: %w", err)
+		return err
 	}
-	counts := []int{rf.workers}
-	if *workerCounts != "" {
-		counts = nil
-		for _, s := range strings.Split(*workerCounts, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(s))
-			if err != nil || n < 1 || n > rf.workers {
-				return fmt.Errorf("--worker-counts: %q: want job sizes from 1 to --workers (%d)", s, rf.workers)
-			}
-			counts = append(counts, n)
-		}
-	}
-	bes := strings.Split(*backends, ",")
-	for _, b := range bes {
-		if b != "switchml" && b != "ring" {
-			return fmt.Errorf("--backends: unknown backend %q (want switchml or ring)", b)
-		}
-	}
-	profs := map[string]*profile.Profile{}
-	modelList := strings.Split(*models, ",")
-	for _, m := range modelList {
-		p, err := profile.Load(filepath.Join(*profiles, m+".json"))
-		if err != nil {
-			return fmt.Errorf("--models %s: %w (measure it with `train --model %s --profile-out`)", m, err, m)
-		}
-		profs[m] = p
-	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
+	if err := os.MkdirAll(f.out, 0o755); err != nil {
 		return err
 	}
 	tmp, err := os.MkdirTemp("", "rackbench")
@@ -128,68 +86,172 @@ func steps(ctx context.Context, args []string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	trainBin, replayBin := filepath.Join(tmp, "train"), filepath.Join(tmp, "replaybench")
-	if err := rackrun.Build(ctx, trainBin, "./cmd/train"); err != nil {
+	sr := &stepsRun{f: f, pl: pl, trainBin: filepath.Join(tmp, "train"), replayBin: filepath.Join(tmp, "replaybench")}
+	if err := rackrun.Build(ctx, sr.trainBin, "./cmd/train"); err != nil {
 		return err
 	}
-	if err := rackrun.Build(ctx, replayBin, "./cmd/replaybench"); err != nil {
+	if err := rackrun.Build(ctx, sr.replayBin, "./cmd/replaybench"); err != nil {
 		return err
 	}
-	r, err := rf.start(ctx, rateList[0])
-	if err != nil {
+	if sr.rack, err = f.rf.start(ctx, pl.rates[0]); err != nil {
 		return err
 	}
-	defer r.Close()
+	defer sr.rack.Close()
 
 	rep := &StepsReport{Date: time.Now().UTC().Format(time.RFC3339), Command: "rackbench steps " + strings.Join(args, " "),
-		Commit: rackrun.Commit(ctx), CPUs: runtime.NumCPU(), StepsTimed: *timed, Warmup: *warmup, BucketElems: *bucketElems, Threads: *threads,
-		Settings: fmt.Sprintf("MTU %d; switchml: the library's 4 lanes and window 64, %d values per packet (0 = 256); momentum update; replay without overlap (--sequential)", rf.mtu, rf.packetElems)}
-	run := 0
-	for _, rate := range rateList {
-		if err := r.SetRate(rate); err != nil {
+		Commit: rackrun.Commit(ctx), CPUs: runtime.NumCPU(), StepsTimed: f.timed, Warmup: f.warmup, BucketElems: f.bucketElems, Threads: f.threads,
+		Settings: fmt.Sprintf("MTU %d; switchml: the library's 4 lanes and window 64, %d values per packet (0 = 256); momentum update; replay without overlap (--sequential)", f.rf.mtu, f.rf.packetElems)}
+	if err := sr.runAll(ctx, rep); err != nil {
+		return err
+	}
+	fmt.Print(stepsMarkdown(rep))
+	return nil
+}
+
+// stepsFlags are the flags of `rackbench steps`.
+type stepsFlags struct {
+	rf                                              rackFlags
+	models, rates, workerCounts, backends, profiles string
+	timed, warmup, bucketElems, threads             int
+	out, name                                       string
+}
+
+func parseStepsFlags(args []string) (*stepsFlags, error) {
+	f := &stepsFlags{}
+	fs := flag.NewFlagSet("rackbench steps", flag.ContinueOnError)
+	f.rf.register(fs)
+	fs.StringVar(&f.models, "models", "ncf,deeplight,lstm,resnet50", "benchmark models (each with profiles/<model>.json; the batch is the profile's)")
+	fs.StringVar(&f.rates, "rates", "200,1000", "port rates in Mbit/s")
+	fs.StringVar(&f.workerCounts, "worker-counts", "", "job sizes to run (comma-separated, each at most --workers; default --workers)")
+	fs.StringVar(&f.backends, "backends", "switchml,ring", "backends: switchml, ring")
+	fs.StringVar(&f.profiles, "profiles", "profiles", "directory of the profiles")
+	fs.IntVar(&f.timed, "steps", 5, "timed steps per point")
+	fs.IntVar(&f.warmup, "warmup", 1, "untimed steps before them")
+	fs.IntVar(&f.bucketElems, "bucket-elems", 25e6/4, "gradient values per allreduce bucket, for training and replay alike (DDP's 25 MB)")
+	fs.IntVar(&f.threads, "threads", 1, "TensorFlow intra-op threads per rank")
+	fs.StringVar(&f.out, "out", "results/rack-e2e", "output directory")
+	fs.StringVar(&f.name, "name", "steps", "results file names: NAME.json and NAME.md in --out")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if f.timed < 1 || f.warmup < 0 {
+		return nil, fmt.Errorf("--steps %d --warmup %d: want at least one timed step", f.timed, f.warmup)
+	}
+	return f, nil
+}
+
+// stepsPlan is what `rackbench steps` runs: every rate, job size, model
+// (with its profile) and backend.
+type stepsPlan struct {
+	rates    []float64
+	counts   []int
+	models   []string
+	profs    map[string]*profile.Profile
+	backends []string
+}
+
+// plan checks the lists of the flags and loads the models' profiles.
+func (f *stepsFlags) plan() (*stepsPlan, error) {
+	rateList, err := rackrun.Floats(f.rates)
+	if err != nil {
+		return nil, fmt.Errorf("--rates: %w", err)
+	}
+	pl := &stepsPlan{rates: rateList, counts: []int{f.rf.workers}, profs: map[string]*profile.Profile{}}
+	if f.workerCounts != "" {
+		pl.counts = nil
+		for _, s := range strings.Split(f.workerCounts, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || n < 1 || n > f.rf.workers {
+				return nil, fmt.Errorf("--worker-counts: %q: want job sizes from 1 to --workers (%d)", s, f.rf.workers)
+			}
+			pl.counts = append(pl.counts, n)
+		}
+	}
+	pl.backends = strings.Split(f.backends, ",")
+	for _, b := range pl.backends {
+		if b != "switchml" && b != "ring" {
+			return nil, fmt.Errorf("--backends: unknown backend %q (want switchml or ring)", b)
+		}
+	}
+	pl.models = strings.Split(f.models, ",")
+	for _, m := range pl.models {
+		p, err := profile.Load(filepath.Join(f.profiles, m+".json"))
+		if err != nil {
+			return nil, fmt.Errorf("--models %s: %w (measure it with `train --model %s --profile-out`)", m, err, m)
+		}
+		pl.profs[m] = p
+	}
+	return pl, nil
+}
+
+// stepsRun runs the points of a plan on the rack.
+type stepsRun struct {
+	f                   *stepsFlags
+	pl                  *stepsPlan
+	rack                *rackrun.Rack
+	trainBin, replayBin string
+	run                 int // points started, numbering each point's two jobs
+}
+
+// runAll runs every point, adding each to rep and rewriting the results
+// file after each.
+func (sr *stepsRun) runAll(ctx context.Context, rep *StepsReport) error {
+	for _, rate := range sr.pl.rates {
+		if err := sr.rack.SetRate(rate); err != nil {
 			return err
 		}
-		for _, n := range counts {
-			for _, m := range modelList {
-				p := profs[m]
-				for _, be := range bes {
-					run++
-					rf.quiet(ctx)
-					pt := StepPoint{RateMbit: rate, Workers: n, Model: m, Backend: be, Batch: p.Batch, Parameters: p.Parameters, ProfileCPUs: profileCPUs(p), Others: rackrun.Others()}
-					fmt.Fprintf(os.Stderr, "== %g Mbit/s, %d workers, %s (batch %d), %s\n", rate, n, m, p.Batch, be)
-					common := []string{"--backend", be, "--workers", strconv.Itoa(n), "--bucket-elems", strconv.Itoa(*bucketElems)}
-					meas, err := measureSteps(ctx, r, trainBin, n, append(common, "--model", m, "--batch", strconv.Itoa(p.Batch),
-						"--steps", strconv.Itoa(*timed), "--warmup-steps", strconv.Itoa(*warmup), "--optimizer", "momentum",
-						"--intra-op-threads", strconv.Itoa(*threads), "--packet-elements", strconv.Itoa(rf.packetElems),
-						"--join-timeout", "2m", "--json", "--quiet"), be, 2*run)
-					if err == nil {
-						pt.Measured = meas
-						fmt.Fprintf(os.Stderr, "   measured: step %.3fs (TensorFlow %.3fs, allreduce %.3fs)\n", meas.StepS, meas.ComputeS, meas.CommS)
-						var rp *Replayed
-						rp, err = replaySteps(ctx, r, replayBin, n, filepath.Join(*profiles, m+".json"), be, 2*run+1, *timed, *warmup, *bucketElems, rf.packetElems)
-						if err == nil {
-							pt.Replayed = rp
-							fmt.Fprintf(os.Stderr, "   replayed: step %.3fs (compute %.3fs, allreduce %.3fs)\n", rp.StepS, rp.ComputeS, rp.CommS)
-						}
-					}
+		for _, n := range sr.pl.counts {
+			for _, m := range sr.pl.models {
+				for _, be := range sr.pl.backends {
+					pt, err := sr.point(ctx, rate, n, m, be)
 					if err != nil {
-						if ctx.Err() != nil {
-							return ctx.Err()
-						}
-						pt.Error = err.Error()
-						fmt.Fprintf(os.Stderr, "   failed: %v\n", err)
+						return err
 					}
-					pt.Others = mergeOthers(pt.Others, rackrun.Others())
 					rep.Points = append(rep.Points, pt)
-					if err := writeSteps(filepath.Join(*out, *name), rep); err != nil {
+					if err := writeSteps(filepath.Join(sr.f.out, sr.f.name), rep); err != nil {
 						return err
 					}
 				}
 			}
 		}
 	}
-	fmt.Print(stepsMarkdown(rep))
 	return nil
+}
+
+// point measures real training of model m over backend be on n workers
+// at rate, then replays m's profile the same way. A failure is recorded
+// in the point; the error is only the context's, when it ended.
+func (sr *stepsRun) point(ctx context.Context, rate float64, n int, m, be string) (StepPoint, error) {
+	sr.run++
+	run := sr.run
+	sr.f.rf.quiet(ctx)
+	p := sr.pl.profs[m]
+	pt := StepPoint{RateMbit: rate, Workers: n, Model: m, Backend: be, Batch: p.Batch, Parameters: p.Parameters, ProfileCPUs: profileCPUs(p), Others: rackrun.Others()}
+	fmt.Fprintf(os.Stderr, "== %g Mbit/s, %d workers, %s (batch %d), %s\n", rate, n, m, p.Batch, be)
+	common := []string{"--backend", be, "--workers", strconv.Itoa(n), "--bucket-elems", strconv.Itoa(sr.f.bucketElems)}
+	meas, err := measureSteps(ctx, sr.rack, sr.trainBin, n, append(common, "--model", m, "--batch", strconv.Itoa(p.Batch),
+		"--steps", strconv.Itoa(sr.f.timed), "--warmup-steps", strconv.Itoa(sr.f.warmup), "--optimizer", "momentum",
+		"--intra-op-threads", strconv.Itoa(sr.f.threads), "--packet-elements", strconv.Itoa(sr.f.rf.packetElems),
+		"--join-timeout", "2m", "--json", "--quiet"), be, 2*run)
+	if err == nil {
+		pt.Measured = meas
+		fmt.Fprintf(os.Stderr, "   measured: step %.3fs (TensorFlow %.3fs, allreduce %.3fs)\n", meas.StepS, meas.ComputeS, meas.CommS)
+		var rp *Replayed
+		rp, err = replaySteps(ctx, sr.rack, sr.replayBin, n, filepath.Join(sr.f.profiles, m+".json"), be, 2*run+1, sr.f.timed, sr.f.warmup, sr.f.bucketElems, sr.f.rf.packetElems)
+		if err == nil {
+			pt.Replayed = rp
+			fmt.Fprintf(os.Stderr, "   replayed: step %.3fs (compute %.3fs, allreduce %.3fs)\n", rp.StepS, rp.ComputeS, rp.CommS)
+		}
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return StepPoint{}, ctx.Err()
+		}
+		pt.Error = err.Error()
+		fmt.Fprintf(os.Stderr, "   failed: %v\n", err)
+	}
+	pt.Others = mergeOthers(pt.Others, rackrun.Others())
+	return pt, nil
 }
 
 // rankCommands returns one command per rank of an n-rank job, each in its

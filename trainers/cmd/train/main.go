@@ -306,37 +306,70 @@ func trainWorker(ctx context.Context, f *flags, o train.Options, be collective.B
 // launch starts the backend's infrastructure and the worker processes, and
 // waits for them.
 func launch(ctx context.Context, f *flags, cmdArgs []string, stdout io.Writer) error {
-	if f.checkpointDir != "" && !f.resume {
-		if err := os.RemoveAll(f.checkpointDir); err != nil {
-			return err
-		}
-	}
-	// Check the data before starting anything so a missing data set is one
-	// clear error, not N.
-	if f.dataset == "fashion-mnist" && models.LookupBench(f.model) == nil {
-		if _, err := os.Stat(f.dataDir); err != nil {
-			return fmt.Errorf("Fashion-MNIST not found in %s: install it with `apt-get install dataset-fashion-mnist` (or run trainers/setup.sh)", f.dataDir)
-		}
+	if err := prepareLaunch(f); err != nil {
+		return err
 	}
 	exe, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	extra := []string{}
-	var cleanup []func()
-	defer func() {
-		for i := len(cleanup) - 1; i >= 0; i-- {
-			cleanup[i]()
+	var cl cleanups
+	defer cl.run()
+	extra, err := startBackend(ctx, f, &cl)
+	if err != nil {
+		return err
+	}
+	args := append(append([]string(nil), cmdArgs...), extra...)
+	cmds := make([]*exec.Cmd, f.workers)
+	for r := range cmds {
+		if cmds[r], err = startWorker(ctx, exe, args, r, stdout, &cl); err != nil {
+			return err
 		}
-	}()
+	}
+	return waitWorkers(cmds)
+}
+
+// cleanups are undone in reverse order.
+type cleanups []func()
+
+func (cl *cleanups) add(f func()) { *cl = append(*cl, f) }
+
+func (cl cleanups) run() {
+	for i := len(cl) - 1; i >= 0; i-- {
+		cl[i]()
+	}
+}
+
+// prepareLaunch clears the checkpoints of a fresh run and checks the data
+// before starting anything, so that a missing data set is one clear
+// error, not N.
+func prepareLaunch(f *flags) error {
+	if f.checkpointDir != "" && !f.resume {
+		if err := os.RemoveAll(f.checkpointDir); err != nil {
+			return err
+		}
+	}
+	if f.dataset == "fashion-mnist" && models.LookupBench(f.model) == nil {
+		if _, err := os.Stat(f.dataDir); err != nil {
+			return fmt.Errorf("Fashion-MNIST not found in %s: install it with `apt-get install dataset-fashion-mnist` (or run trainers/setup.sh)", f.dataDir)
+		}
+	}
+	return nil
+}
+
+// startBackend starts what the backend needs beside the workers (the star
+// server, ring ports, a local switch and controller) and returns the flags
+// that tell the workers where it is.
+func startBackend(ctx context.Context, f *flags, cl *cleanups) ([]string, error) {
+	extra := []string{}
 	switch kind, _ := collective.ParseKind(f.backend); kind {
 	case collective.Exact:
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return err
+			return nil, err
 		}
 		star := collective.ServeStar(ctx, ln, f.workers)
-		cleanup = append(cleanup, func() { star.Close() })
+		cl.add(func() { star.Close() })
 		extra = append(extra, "--star-addr", star.Addr())
 	case collective.Ring:
 		addrs := make([]string, f.workers)
@@ -344,7 +377,7 @@ func launch(ctx context.Context, f *flags, cmdArgs []string, stdout io.Writer) e
 			// Reserve a free port; the worker listens on it right after.
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
-				return err
+				return nil, err
 			}
 			addrs[i] = ln.Addr().String()
 			ln.Close()
@@ -354,48 +387,59 @@ func launch(ctx context.Context, f *flags, cmdArgs []string, stdout io.Writer) e
 		if f.controller == "" {
 			addr, stop, err := startLocalFabric(ctx)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			cleanup = append(cleanup, stop)
+			cl.add(stop)
 			extra = append(extra, "--controller", addr)
 		}
 		if f.job == "" {
 			extra = append(extra, "--job", "train-"+strconv.Itoa(os.Getpid()))
 		}
 	}
+	return extra, nil
+}
 
-	args := append(append([]string(nil), cmdArgs...), extra...)
-	cmds := make([]*exec.Cmd, f.workers)
-	for r := range cmds {
-		c := exec.CommandContext(ctx, exe, append(args, "--worker-rank", strconv.Itoa(r))...)
-		c.Env = append(os.Environ(), "TF_CPP_MIN_LOG_LEVEL=2")
-		c.Cancel = func() error { return c.Process.Signal(syscall.SIGTERM) }
-		c.WaitDelay = 5 * time.Second
-		if r == 0 {
-			c.Stdout = stdout
-			c.Stderr = os.Stderr
-		} else {
-			// Other ranks speak only when something goes wrong.
-			pr, pw := io.Pipe()
-			c.Stdout = io.Discard
-			c.Stderr = pw
-			go func(r int) {
-				sc := bufio.NewScanner(pr)
-				for sc.Scan() {
-					// TensorFlow's start-up chatter (absl info lines).
-					if l := sc.Text(); strings.HasPrefix(l, "I0000") || strings.HasPrefix(l, "WARNING: All log messages") {
-						continue
-					}
-					fmt.Fprintf(os.Stderr, "[rank %d] %s\n", r, sc.Text())
-				}
-			}(r)
-			cleanup = append(cleanup, func() { pw.Close() })
-		}
-		if err := c.Start(); err != nil {
-			return fmt.Errorf("starting worker %d: %w", r, err)
-		}
-		cmds[r] = c
+// startWorker starts the worker process of rank r. Rank 0 writes to
+// stdout and stderr; the other ranks speak only when something goes
+// wrong, through stderr with their rank in front.
+func startWorker(ctx context.Context, exe string, args []string, r int, stdout io.Writer, cl *cleanups) (*exec.Cmd, error) {
+	c := exec.CommandContext(ctx, exe, append(args, "--worker-rank", strconv.Itoa(r))...)
+	c.Env = append(os.Environ(), "TF_CPP_MIN_LOG_LEVEL=2")
+	c.Cancel = func() error { return c.Process.Signal(syscall.SIGTERM) }
+	c.WaitDelay = 5 * time.Second
+	if r == 0 {
+		c.Stdout = stdout
+		c.Stderr = os.Stderr
+	} else {
+		pr, pw := io.Pipe()
+		c.Stdout = io.Discard
+		c.Stderr = pw
+		go relayStderr(r, pr)
+		cl.add(func() { pw.Close() })
 	}
+	if err := c.Start(); err != nil {
+		return nil, fmt.Errorf("starting worker %d: %w", r, err)
+	}
+	return c, nil
+}
+
+// relayStderr copies rank r's stderr to ours, each line prefixed with the
+// rank, without TensorFlow's start-up chatter.
+func relayStderr(r int, pr io.Reader) {
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		// TensorFlow's start-up chatter (absl info lines).
+		if l := sc.Text(); strings.HasPrefix(l, "I0000") || strings.HasPrefix(l, "WARNING: All log messages") {
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "[rank %d] %s\n", r, sc.Text())
+	}
+}
+
+// waitWorkers waits for every worker and returns the first failure. One
+// worker failing leaves the others blocked in an allreduce: it stops the
+// ones still running.
+func waitWorkers(cmds []*exec.Cmd) error {
 	errs := make(chan error, len(cmds))
 	for r, c := range cmds {
 		go func(r int, c *exec.Cmd) {
@@ -410,8 +454,6 @@ func launch(ctx context.Context, f *flags, cmdArgs []string, stdout io.Writer) e
 	for range cmds {
 		if err := <-errs; err != nil && first == nil {
 			first = err
-			// One worker failing leaves the others blocked in an allreduce:
-			// stop the ones this launcher started.
 			for _, c := range cmds {
 				if c.ProcessState == nil && c.Process != nil {
 					c.Process.Signal(syscall.SIGTERM)
