@@ -61,7 +61,7 @@ func runController(ctx context.Context, args []string) error {
 	fs.Uint64Var(&cfg.ElectionID, "election-id", 1, "election id (the highest connected controller is primary)")
 	fs.BoolVar(&cfg.YieldPrimary, "yield-primary", false, "stay backup when another controller takes primaryship of the switch (a standby, or a hand-over); by default the controller takes it back with a higher election id, and logs who took it")
 	kind := fs.String("target-kind", "softswitch", "what runs at --target: softswitch, bmv2 or tofino; selects the P4Info and whether --device-config is needed")
-	deviceConfig := fs.String("device-config", "", "compiled program pushed with the pipeline: BMv2 JSON or Tofino binary (required for bmv2 and tofino)")
+	deviceConfig := fs.String("device-config", "", "compiled program pushed with the pipeline (required for bmv2 and tofino): BMv2's JSON; for tofino, bf-p4c's output directory (packed into Stratum's BfPipelineConfig) or the file `switchml p4 pack` wrote")
 	p4infoPath := fs.String("p4info", "", "P4Info text file to push instead of the one that --target-kind selects")
 	fs.BoolVar(&cfg.SkipPipeline, "skip-pipeline", false, "do not push the pipeline: the target already runs the SwitchML program")
 	portMap := fs.String("port-map", "", "file of \"WORKER-IP PORT\" lines: the switch port that reaches each worker host (required for bmv2 and tofino)")
@@ -177,6 +177,10 @@ func runController(ctx context.Context, args []string) error {
 		}
 	}
 	switch {
+	case *deviceConfig != "" && *kind == controller.KindTofino:
+		if cfg.DeviceConfig, err = tofinoDeviceConfig(*deviceConfig); err != nil {
+			return err
+		}
 	case *deviceConfig != "":
 		if cfg.DeviceConfig, err = os.ReadFile(*deviceConfig); err != nil {
 			return fmt.Errorf("read --device-config: %w", err)

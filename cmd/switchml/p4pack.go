@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/switchml/switchml-go/p4/stratum"
+)
+
+func init() {
+	register("p4", "P4 program tools: `p4 pack --target tofino --out FILE DIR` packs bf-p4c's output directory into the device config Stratum (stratum_bfrt) takes", runP4)
+}
+
+func runP4(_ context.Context, args []string) error {
+	if len(args) == 0 || args[0] != "pack" {
+		fmt.Fprintf(os.Stderr, "Usage: switchml p4 pack --target tofino --out FILE DIR\n\n%s\n", commands["p4"].summary)
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+			return nil
+		}
+		return errUsage
+	}
+	fs := newFlags("p4", "pack --target tofino --out FILE DIR")
+	target := fs.String("target", "tofino", "the switch the config is for: tofino (Stratum's BfPipelineConfig, for Tofino 1 and Tofino 2)")
+	out := fs.String("out", "", "file to write the packed config to (required)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintf(fs.Output(), "want one DIR (bf-p4c's output directory, its -o), got %d arguments\n", fs.NArg())
+		fs.Usage()
+		return errUsage
+	}
+	if *target != "tofino" {
+		return fmt.Errorf("--target %q: only tofino is packed (BMv2 takes the compiler's JSON as it is)", *target)
+	}
+	if *out == "" {
+		return fmt.Errorf("--out FILE is required")
+	}
+	b, err := stratum.Pack(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(*out, b, 0o644); err != nil {
+		return fmt.Errorf("write --out: %w", err)
+	}
+	return nil
+}
+
+// tofinoDeviceConfig is what --device-config gives a Tofino: bf-p4c's output
+// directory, packed here, or a file `switchml p4 pack` wrote (checked to be
+// a BfPipelineConfig with at least one profile).
+func tofinoDeviceConfig(path string) ([]byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("--device-config: %w", err)
+	}
+	if st.IsDir() {
+		b, err := stratum.Pack(path)
+		if err != nil {
+			return nil, fmt.Errorf("--device-config: %w", err)
+		}
+		return b, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--device-config: %w", err)
+	}
+	cfg, err := stratum.Unpack(b)
+	if err != nil || cfg.GetP4Name() == "" || len(cfg.GetProfiles()) == 0 {
+		return nil, fmt.Errorf("--device-config %s is not a packed Stratum pipeline config: give bf-p4c's output directory, or the file `switchml p4 pack --target tofino` writes", path)
+	}
+	return b, nil
+}
