@@ -191,17 +191,6 @@ func RegisterUpdate(registerID uint32, index int64, value uint64) *p4v1.Update {
 	return &p4v1.Update{Type: p4v1.Update_MODIFY, Entity: &p4v1.Entity{Entity: &p4v1.Entity_RegisterEntry{RegisterEntry: re}}}
 }
 
-// PairRegisterUpdate builds the write of one cell of a register whose
-// element is a struct of two bit strings (TNA's pair registers).
-func PairRegisterUpdate(registerID uint32, index int64, first, second uint64) *p4v1.Update {
-	data := &p4v1.P4Data{Data: &p4v1.P4Data_Struct{Struct: &p4v1.P4StructLike{Members: []*p4v1.P4Data{
-		{Data: &p4v1.P4Data_Bitstring{Bitstring: p4info.Bytes(first)}},
-		{Data: &p4v1.P4Data_Bitstring{Bitstring: p4info.Bytes(second)}},
-	}}}}
-	re := &p4v1.RegisterEntry{RegisterId: registerID, Index: &p4v1.Index{Index: index}, Data: data}
-	return &p4v1.Update{Type: p4v1.Update_MODIFY, Entity: &p4v1.Entity{Entity: &p4v1.Entity_RegisterEntry{RegisterEntry: re}}}
-}
-
 // InstallJob inserts a job's multicast group and reply entries, then its
 // worker entries (so the switch accepts the job's packets only once it can
 // answer them). On failure it removes what it installed.
@@ -340,7 +329,9 @@ func (c *Client) SetRegisterBackend(rb RegisterBackend) {
 // index set*slots + slot), so that a job starting there finds them idle.
 // Values and exponents need no reset: the first contribution overwrites them.
 // Where the program keeps a slot's two bitmaps in one pair register (TNA),
-// that register is written, once per slot. With a RegisterBackend the writes
+// that register is written, once per slot, with one bitstring (what
+// Stratum takes). Every write is a MODIFY of one index, sent in batches of
+// up to writeBatch updates per WriteRequest. With a RegisterBackend the writes
 // go through it, a range per register and set.
 func (c *Client) ResetPool(ctx context.Context, base, size, slots int) error {
 	if base < 0 || size < 0 || base+size > slots {
@@ -376,7 +367,13 @@ func (c *Client) ResetPool(ctx context.Context, base, size, slots int) error {
 	}
 	for slot := base; slot < base+size; slot++ {
 		if ids.RegisterPoolBitmapPair != 0 {
-			if err := add(PairRegisterUpdate(ids.RegisterPoolBitmapPair, int64(slot), 0, 0)); err != nil {
+			// One bitstring for both sets: Stratum takes only bitstring
+			// register data and writes it to the data field named
+			// "<register>.f1" (WriteRegisterEntry in
+			// stratum/hal/lib/barefoot/bfrt_table_manager.cc,
+			// BfSdeWrapper::WriteRegister in bf_sde_wrapper.cc); f2 is
+			// left to the SDE's zeroed data object (docs/tofino.md).
+			if err := add(RegisterUpdate(ids.RegisterPoolBitmapPair, int64(slot), 0)); err != nil {
 				return fmt.Errorf("reset pool: %w", err)
 			}
 		}

@@ -14,7 +14,7 @@ const (
 	ActionSetDropRates     = "SwitchMLIngress.set_drop_rates"
 	TableARPReply          = "SwitchMLIngress.arp_reply"
 	ActionSendARPReply     = "SwitchMLIngress.send_arp_reply"
-	RegisterPoolBitmapPair = "SwitchMLIngress.pool_bitmap_pair" // TNA: index = slot, {set0, set1}
+	RegisterPoolBitmapPair = "SwitchMLIngress.pool_bitmap_pair" // TNA: index = slot, {f1, f2} = the bitmaps of sets 0 and 1
 )
 
 // IDs are the ids a controller uses, as one P4Info assigns them. The main

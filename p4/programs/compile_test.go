@@ -350,7 +350,7 @@ func TestCompiledComparisonReportsMutations(t *testing.T) {
 		run(t, "tna", compiledTNA(t).p4info, []mut{
 			{"unprefixed table", `name: "pipe\.SwitchMLIngress\.workers"`, `name: "SwitchMLIngress.workers"`, "pipe.SwitchMLIngress.workers", "missing in"},
 			{"pair register renamed", `name: "pipe\.SwitchMLIngress\.pool_values_07"`, `name: "pipe.SwitchMLIngress.pool_values_7"`, "pipe.SwitchMLIngress.pool_values_07", "missing in"},
-			{"pair member", `name: "set1"`, `name: "set_1"`, "pipe.SwitchMLIngress.pool_bitmap_pair", "element type"},
+			{"pair member", `name: "f2"`, `name: "f_2"`, "pipe.SwitchMLIngress.pool_bitmap_pair", "element type"},
 			{"register size", `(name: "pipe\.SwitchMLIngress\.pool_bitmap_pair"\n(?:.*\n){9}\s+)size: 8192`, "${1}size: 16384", "pipe.SwitchMLIngress.pool_bitmap_pair", "size 8192"},
 			{"extern id", `id: 2340929569\n`, "id: 2340929570\n", "pipe.SwitchMLIngress.pool_count", "id 0x8b87c021"},
 			{"counter unit", `unit: PACKETS`, "unit: BYTES", "pipe.SwitchMLIngress.stats", "unit PACKETS"},

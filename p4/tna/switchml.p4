@@ -15,7 +15,7 @@
  *  - A register entry is read and written once per pass, by one
  *    RegisterAction, in one stage. So:
  *      * the bitmaps of both sets of a slot share one entry
- *        (pool_bitmap_pair, indexed by slot, {set0, set1}): one access sets
+ *        (pool_bitmap_pair, indexed by slot, {f1, f2} = sets 0 and 1): one access sets
  *        the rank's bit in set b and clears it in set 1-b. This replaces
  *        the main P4Info's pool_bitmap (indexed by set*8192+slot).
  *      * the 64 sums are spread over 32 registers of element pairs,
@@ -158,9 +158,13 @@ struct value_pair_t {
     value_t second; // element 2j+1
 }
 
+// The members are named f1 and f2, not after the sets: Stratum writes a
+// register through the BF Runtime data field whose name ends in ".f1"
+// (GetRegisterDataFieldId in stratum/hal/lib/barefoot/bf_sde_wrapper.cc),
+// and bf-p4c names a register's fields after the members of its type.
 struct bitmap_pair_t {
-    bit<32> set0;
-    bit<32> set1;
+    bit<32> f1; // set 0's bitmap
+    bit<32> f2; // set 1's bitmap
 }
 
 header ethernet_h {
@@ -461,17 +465,17 @@ control SwitchMLIngress(inout headers_t hdr,
 
     RegisterAction<bitmap_pair_t, slot_t, bit<32>>(pool_bitmap_pair) pool_bitmap_set0 = {
         void apply(inout bitmap_pair_t value, out bit<32> rv) {
-            rv = value.set0;
-            value.set0 = value.set0 | meta.mask;
-            value.set1 = value.set1 & ~meta.mask;
+            rv = value.f1;
+            value.f1 = value.f1 | meta.mask;
+            value.f2 = value.f2 & ~meta.mask;
         }
     };
 
     RegisterAction<bitmap_pair_t, slot_t, bit<32>>(pool_bitmap_pair) pool_bitmap_set1 = {
         void apply(inout bitmap_pair_t value, out bit<32> rv) {
-            rv = value.set1;
-            value.set1 = value.set1 | meta.mask;
-            value.set0 = value.set0 & ~meta.mask;
+            rv = value.f2;
+            value.f2 = value.f2 | meta.mask;
+            value.f1 = value.f1 & ~meta.mask;
         }
     };
 
