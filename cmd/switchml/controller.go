@@ -178,8 +178,17 @@ func runController(ctx context.Context, args []string) error {
 	}
 	switch {
 	case *deviceConfig != "" && *kind == controller.KindTofino:
-		if cfg.DeviceConfig, err = tofinoDeviceConfig(*deviceConfig); err != nil {
+		var tofino2 bool
+		if cfg.DeviceConfig, tofino2, err = tofinoDeviceConfig(*deviceConfig); err != nil {
 			return err
+		}
+		if tofino2 && *p4infoPath == "" {
+			// The Tofino 2 program tags slots with their job: its
+			// P4Info has the tag, and the controller resets no pool.
+			cfg.P4Info = &p4configv1.P4Info{}
+			if err := prototext.Unmarshal(tna.P4InfoTofino2Text, cfg.P4Info); err != nil {
+				return fmt.Errorf("parse the Tofino 2 P4Info: %w", err)
+			}
 		}
 	case *deviceConfig != "":
 		if cfg.DeviceConfig, err = os.ReadFile(*deviceConfig); err != nil {

@@ -49,26 +49,28 @@ func runP4(_ context.Context, args []string) error {
 
 // tofinoDeviceConfig is what --device-config gives a Tofino: bf-p4c's output
 // directory, packed here, or a file `switchml p4 pack` wrote (checked to be
-// a BfPipelineConfig with at least one profile).
-func tofinoDeviceConfig(path string) ([]byte, error) {
+// a BfPipelineConfig with at least one profile). tofino2 reports a
+// directory compiled for Tofino 2, whose program has its own P4Info.
+func tofinoDeviceConfig(path string) (b []byte, tofino2 bool, err error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return nil, fmt.Errorf("--device-config: %w", err)
+		return nil, false, fmt.Errorf("--device-config: %w", err)
 	}
 	if st.IsDir() {
 		b, err := stratum.Pack(path)
 		if err != nil {
-			return nil, fmt.Errorf("--device-config: %w", err)
+			return nil, false, fmt.Errorf("--device-config: %w", err)
 		}
-		return b, nil
+		target, _ := stratum.Target(path) // Pack read it already
+		return b, target == "tofino2", nil
 	}
-	b, err := os.ReadFile(path)
+	b, err = os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("--device-config: %w", err)
+		return nil, false, fmt.Errorf("--device-config: %w", err)
 	}
 	cfg, err := stratum.Unpack(b)
 	if err != nil || cfg.GetP4Name() == "" || len(cfg.GetProfiles()) == 0 {
-		return nil, fmt.Errorf("--device-config %s is not a packed Stratum pipeline config: give bf-p4c's output directory, or the file `switchml p4 pack --target tofino` writes", path)
+		return nil, false, fmt.Errorf("--device-config %s is not a packed Stratum pipeline config: give bf-p4c's output directory, or the file `switchml p4 pack --target tofino` writes", path)
 	}
-	return b, nil
+	return b, false, nil
 }

@@ -338,6 +338,12 @@ func (c *Client) ResetPool(ctx context.Context, base, size, slots int) error {
 		return fmt.Errorf("controller: pool reset [%d, %d) outside the switch's %d slots", base, base+size, slots)
 	}
 	ids := c.IDs()
+	if ids.RegisterPoolTag != 0 {
+		// The program tags each (set, slot) with its job and treats a
+		// new job's first packet there as the first of an idle set
+		// (the Tofino 2 program): nothing to write.
+		return nil
+	}
 	c.mu.Lock()
 	rb := c.regs
 	c.mu.Unlock()

@@ -48,13 +48,17 @@ type manifest struct {
 	} `json:"programs"`
 }
 
-// Build reads bf-p4c's output directory dir (the one given to bf-p4c -o)
-// and returns the pipeline config Stratum takes: p4_name is the program's
-// name without ".p4", bfruntime_info is bfrt.json, and each of the
-// program's pipelines is a profile with its context.json and binary
-// (tofino.bin, or tofino2.bin for Tofino 2) and the hardware pipes it runs
-// on. A file that is missing is named in the error.
-func Build(dir string) (*BfPipelineConfig, error) {
+// Target returns the chip bf-p4c compiled the program in dir for, as its
+// manifest.json says ("tofino" or "tofino2").
+func Target(dir string) (string, error) {
+	m, err := readManifest(dir)
+	if err != nil {
+		return "", err
+	}
+	return m.Target, nil
+}
+
+func readManifest(dir string) (*manifest, error) {
 	mpath := filepath.Join(dir, "manifest.json")
 	mb, err := os.ReadFile(mpath)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -67,6 +71,21 @@ func Build(dir string) (*BfPipelineConfig, error) {
 	if err := json.Unmarshal(mb, &m); err != nil {
 		return nil, fmt.Errorf("stratum: %s: %v", mpath, err)
 	}
+	return &m, nil
+}
+
+// Build reads bf-p4c's output directory dir (the one given to bf-p4c -o)
+// and returns the pipeline config Stratum takes: p4_name is the program's
+// name without ".p4", bfruntime_info is bfrt.json, and each of the
+// program's pipelines is a profile with its context.json and binary
+// (tofino.bin, or tofino2.bin for Tofino 2) and the hardware pipes it runs
+// on. A file that is missing is named in the error.
+func Build(dir string) (*BfPipelineConfig, error) {
+	m, err := readManifest(dir)
+	if err != nil {
+		return nil, err
+	}
+	mpath := filepath.Join(dir, "manifest.json")
 	if len(m.Programs) != 1 {
 		return nil, fmt.Errorf("stratum: %s lists %d programs; Stratum takes one", mpath, len(m.Programs))
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/p4info/shape"
 	"github.com/switchml/switchml-go/p4/stratum"
-	"github.com/switchml/switchml-go/p4/tna"
+	_ "github.com/switchml/switchml-go/p4/tna" // the Tofino P4Info extension messages
 )
 
 // recorder is a P4Runtime server that serves the P4Info bf-p4c writes for
@@ -44,10 +44,12 @@ type recorder struct {
 	groups   map[uint32][]*p4v1.Replica
 }
 
-func newRecorder(t *testing.T) *recorder {
+// newRecorder serves the P4Info text (tna.P4InfoText or
+// tna.P4InfoTofino2Text).
+func newRecorder(t *testing.T, p4infoText []byte) *recorder {
 	t.Helper()
 	info := &p4configv1.P4Info{}
-	if err := prototext.Unmarshal(tna.P4InfoText, info); err != nil {
+	if err := prototext.Unmarshal(p4infoText, info); err != nil {
 		t.Fatal(err)
 	}
 	m, err := shape.FromP4Info(info)

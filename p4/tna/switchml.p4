@@ -104,7 +104,17 @@
  * in p4/programs.
  */
 #include <core.p4>
+#if __TARGET_TOFINO__ == 2
+#include <t2na.p4>
+#else
 #include <tna.p4>
+#endif
+
+// Tofino 2 (bf-p4c --target tofino2 --arch t2na) has 20 stages, room for
+// the per-slot job tag (JOB_TAG below); Tofino 1's 12 are all taken.
+#if __TARGET_TOFINO__ == 2
+#define JOB_TAG 1
+#endif
 
 const bit<16> ETHERTYPE_IPV4 = 0x0800;
 const bit<16> ETHERTYPE_ARP = 0x0806;
@@ -122,8 +132,13 @@ const bit<32> STATS_SIZE = 32;
 const bit<32> TABLE_SIZE = 16384;
 const bit<8> REPLY_TTL = 64;
 
-// Low 7 bits of the recirculation port of every pipe on Tofino 1.
+// Low 7 bits of the recirculation port of every pipe: 68 on Tofino 1, 6 on
+// Tofino 2 (its pipe-local ports 0..7 are the CPU and recirculation ports).
+#if __TARGET_TOFINO__ == 2
+const bit<7> RECIRC_PORT_LOW = 6;
+#else
 const bit<7> RECIRC_PORT_LOW = 68;
+#endif
 
 // What pass 2 does with a complete set.
 const bit<8> PASS_MULTICAST = 1;
@@ -348,6 +363,9 @@ struct metadata_t {
     bit<32> bitmap_old;
     bit<32> seen;
     bit<16> count_old;
+#ifdef JOB_TAG
+    bit<8> new_use;     // 1 when this is the job's first packet on (set, slot)
+#endif
     bit<3> op;
     pool_index_t idx;
     bit<16> rnd;
@@ -503,6 +521,43 @@ control SwitchMLIngress(inout headers_t hdr,
             rv = value;
         }
     };
+
+#ifdef JOB_TAG
+    // The switch job id that last used each (set, slot). A packet of
+    // another job finds the set idle whatever the previous job left there
+    // (its bitmap half is overwritten with the packet's rank; the countdown,
+    // exponent and sums are overwritten as on any first contribution), so
+    // the controller writes no register when it hands a partition to a new
+    // job.
+    Register<bit<32>, pool_index_t>(POOL_INDICES) pool_tag;
+
+    RegisterAction<bit<32>, pool_index_t, bit<8>>(pool_tag) pool_tag_claim = {
+        void apply(inout bit<32> value, out bit<8> rv) {
+            if (value == meta.job_id) {
+                rv = 0;
+            } else {
+                rv = 1;
+            }
+            value = meta.job_id;
+        }
+    };
+
+    RegisterAction<bitmap_pair_t, slot_t, bit<32>>(pool_bitmap_pair) pool_bitmap_new0 = {
+        void apply(inout bitmap_pair_t value, out bit<32> rv) {
+            rv = 0;
+            value.f1 = meta.mask;
+            value.f2 = value.f2 & ~meta.mask;
+        }
+    };
+
+    RegisterAction<bitmap_pair_t, slot_t, bit<32>>(pool_bitmap_pair) pool_bitmap_new1 = {
+        void apply(inout bitmap_pair_t value, out bit<32> rv) {
+            rv = 0;
+            value.f2 = meta.mask;
+            value.f1 = value.f1 & ~meta.mask;
+        }
+    };
+#endif
 
     Register<int<8>, pool_index_t>(POOL_INDICES) pool_exponent;
 
@@ -1651,6 +1706,25 @@ control SwitchMLIngress(inout headers_t hdr,
         meta.bitmap_old = pool_bitmap_set1.execute(hdr.switchml.slot);
         meta.seen = meta.bitmap_old & meta.mask;
     }
+
+#ifdef JOB_TAG
+    @hidden
+    action claim_tag() {
+        meta.new_use = pool_tag_claim.execute(meta.idx);
+    }
+
+    @hidden
+    action bitmap_new0() {
+        meta.bitmap_old = pool_bitmap_new0.execute(hdr.switchml.slot);
+        meta.seen = 0;
+    }
+
+    @hidden
+    action bitmap_new1() {
+        meta.bitmap_old = pool_bitmap_new1.execute(hdr.switchml.slot);
+        meta.seen = 0;
+    }
+#endif
 
     @hidden
     action count_seen() {
@@ -3226,11 +3300,26 @@ control SwitchMLIngress(inout headers_t hdr,
                 drop();
             } else {
                 // ---- pass 1: bitmap, countdown, exponent, sums ----
+#ifdef JOB_TAG
+                claim_tag();
+                if (meta.new_use == 1) {
+                    if (hdr.switchml.set == 0) {
+                        bitmap_new0();
+                    } else {
+                        bitmap_new1();
+                    }
+                } else if (hdr.switchml.set == 0) {
+                    bitmap_set0();
+                } else {
+                    bitmap_set1();
+                }
+#else
                 if (hdr.switchml.set == 0) {
                     bitmap_set0();
                 } else {
                     bitmap_set1();
                 }
+#endif
 
                 if (meta.seen != 0) {
                     count_seen();
