@@ -324,6 +324,16 @@ func (c *Client) SetRegisterBackend(rb RegisterBackend) {
 	c.mu.Unlock()
 }
 
+// KeepResetting makes ResetPool reset the pool even where the program tags
+// slots with their job: a controller that adopted the pipeline an earlier
+// one pushed does not know which switch job ids that one gave out, and a
+// job id used again would match the tag a finished job left on its slots.
+func (c *Client) KeepResetting() {
+	c.mu.Lock()
+	c.adopted = true
+	c.mu.Unlock()
+}
+
 // ResetPool zeroes the worker bitmap and countdown of both sets of slots
 // [base, base+size) on a switch with the given number of slots (register
 // index set*slots + slot), so that a job starting there finds them idle.
@@ -338,15 +348,16 @@ func (c *Client) ResetPool(ctx context.Context, base, size, slots int) error {
 		return fmt.Errorf("controller: pool reset [%d, %d) outside the switch's %d slots", base, base+size, slots)
 	}
 	ids := c.IDs()
-	if ids.RegisterPoolTag != 0 {
+	c.mu.Lock()
+	rb, adopted := c.regs, c.adopted
+	c.mu.Unlock()
+	if ids.RegisterPoolTag != 0 && !adopted {
 		// The program tags each (set, slot) with its job and treats a
 		// new job's first packet there as the first of an idle set
-		// (the Tofino 2 program): nothing to write.
+		// (the Tofino 2 program): nothing to write. Not so on a switch
+		// whose registers an earlier controller's jobs left (KeepResetting).
 		return nil
 	}
-	c.mu.Lock()
-	rb := c.regs
-	c.mu.Unlock()
 	if rb != nil {
 		if ids.RegisterPoolBitmap == 0 {
 			return fmt.Errorf("controller: pool reset through the register backend needs register %s", p4info.RegisterPoolBitmap)

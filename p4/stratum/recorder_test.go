@@ -39,7 +39,7 @@ type recorder struct {
 	pipeline *p4v1.ForwardingPipelineConfig
 	pushes   []*p4v1.SetForwardingPipelineConfigRequest
 	writes   []*p4v1.WriteRequest
-	refused  []string
+	refused  []refusal
 	entries  map[string]*p4v1.TableEntry // by table id and match
 	groups   map[uint32][]*p4v1.Replica
 }
@@ -161,11 +161,11 @@ func (r *recorder) Write(_ context.Context, req *p4v1.WriteRequest) (*p4v1.Write
 	r.writes = append(r.writes, req)
 	var details []*p4v1.Error
 	failed := false
-	for i, u := range req.GetUpdates() {
+	for _, u := range req.GetUpdates() {
 		err := r.apply(u)
 		if err != nil {
 			failed = true
-			r.refused = append(r.refused, fmt.Sprintf("update %d (%v): %v", i, prototext.Format(u), err))
+			r.refused = append(r.refused, refusal{u, status.Code(err), err})
 		}
 		st := status.Convert(err)
 		details = append(details, &p4v1.Error{CanonicalCode: int32(st.Code()), Message: st.Message()})
@@ -420,8 +420,17 @@ func (r *recorder) Read(req *p4v1.ReadRequest, st p4v1.P4Runtime_ReadServer) err
 	return st.Send(&p4v1.ReadResponse{Entities: out})
 }
 
+// refusal is an update the server refused, and why.
+type refusal struct {
+	u    *p4v1.Update
+	code codes.Code
+	err  error
+}
+
+func (f refusal) String() string { return fmt.Sprintf("%v: %v", prototext.Format(f.u), f.err) }
+
 // snapshot returns what was recorded so far.
-func (r *recorder) snapshot() (pushes []*p4v1.SetForwardingPipelineConfigRequest, writes []*p4v1.WriteRequest, refused []string, groups int) {
+func (r *recorder) snapshot() (pushes []*p4v1.SetForwardingPipelineConfigRequest, writes []*p4v1.WriteRequest, refused []refusal, groups int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append(pushes, r.pushes...), append(writes, r.writes...), append(refused, r.refused...), len(r.groups)
