@@ -125,6 +125,11 @@ func runController(ctx context.Context, args []string) error {
 	if cfg.P4Info, err = targetP4Info(*kind, *p4infoPath); err != nil {
 		return err
 	}
+	if *kind == controller.KindTofino {
+		if err := stratumP4Info(cfg.P4Info); err != nil {
+			return err
+		}
+	}
 	if cfg.Switch, err = controller.TargetFor(*kind, *maxElements); err != nil {
 		return fmt.Errorf("--target-kind, --max-elements: %w", err)
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 
+	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
+
 	"github.com/switchml/switchml-go/p4/stratum"
 )
 
@@ -73,4 +75,18 @@ func tofinoDeviceConfig(path string) (b []byte, tofino2 bool, err error) {
 		return nil, false, fmt.Errorf("--device-config %s is not a packed Stratum pipeline config: give bf-p4c's output directory, or the file `switchml p4 pack --target tofino` writes", path)
 	}
 	return b, false, nil
+}
+
+// stratumP4Info refuses a P4Info whose registers or counters are Tofino
+// externs: Stratum maps only standard P4Runtime registers and counters to
+// the switch's objects (BfrtIdMapper::BuildP4InfoAndBfrtInfoMapping in
+// stratum/hal/lib/barefoot/bfrt_id_mapper.cc), so every pool reset and
+// counter read would fail.
+func stratumP4Info(info *p4configv1.P4Info) error {
+	for _, e := range info.GetExterns() {
+		if n := e.GetExternTypeName(); n == "Register" || n == "Counter" {
+			return fmt.Errorf("--p4info lists its %ss as Tofino externs, which Stratum cannot address: compile with bf-p4c --p4runtime-force-std-externs (docs/tofino.md)", n)
+		}
+	}
+	return nil
 }

@@ -90,7 +90,6 @@ var Programs = []ProgramSpec{
 		Extra: append(append([]string{
 			shape.KindRegister + " SwitchMLIngress.pool_bitmap_pair",
 		}, pairRegisterNames()...), sharedExtra...),
-		Prefix:             "pipe.",
 		GeneratedExternIDs: true,
 	},
 	{
@@ -108,7 +107,6 @@ var Programs = []ProgramSpec{
 			shape.KindRegister + " SwitchMLIngress.pool_bitmap_pair",
 			shape.KindRegister + " SwitchMLIngress.pool_tag",
 		}, pairRegisterNames()...), sharedExtra...),
-		Prefix:             "pipe.",
 		GeneratedExternIDs: true,
 	},
 }

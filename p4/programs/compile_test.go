@@ -126,7 +126,7 @@ func bfp4c(t *testing.T, tools *p4tools.Tools, name, target, arch string) *compi
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	out, err := tools.Run(ctx, dir, "bf-p4c", "--target", target, "--arch", arch, "--std", "p4-16", "-g",
-		"-o", "out", "--p4runtime-files", "out/switchml.p4info.txtpb", "switchml.p4")
+		"--p4runtime-force-std-externs", "-o", "out", "--p4runtime-files", "out/switchml.p4info.txtpb", "switchml.p4")
 	c.output = string(out)
 	if err != nil {
 		c.err = err
@@ -311,7 +311,7 @@ func TestTofino2Compiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := m.Registers["pipe."+p4info.RegisterPoolTag]; r == nil || r.Size != p4info.PoolIndices || r.ElemType() != "bit<32>" {
+	if r := m.Registers[p4info.RegisterPoolTag]; r == nil || r.Size != p4info.PoolIndices || r.ElemType() != "bit<32>" {
 		t.Errorf("pool_tag = %+v, want bit<32> x %d", r, p4info.PoolIndices)
 	}
 	in1, eg1 := stages(t, compiledTNA(t))
@@ -361,15 +361,15 @@ func TestStratumPackCompiled(t *testing.T) {
 }
 
 // Every name the controller uses (the constants of package p4info) is in
-// the P4Info bf-p4c writes, under "pipe." or not, except the two registers
-// Tofino replaces by pair registers, which are there by name.
+// the P4Info bf-p4c writes, except the two registers Tofino replaces by
+// pair registers, which are there by name; and the registers and the
+// counter are standard P4Runtime ones, the only kind Stratum maps.
 func TestTNACompiledHasControllerNames(t *testing.T) {
 	m, err := ModelFromText(compiledTNA(t).p4info)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stripped := m.WithoutPrefix("pipe.")
-	names := stripped.Names()
+	names := m.Names()
 	want := []string{
 		shape.KindTable + " " + p4info.TableWorkers,
 		shape.KindTable + " " + p4info.TableReplyAddress,
@@ -399,13 +399,20 @@ func TestTNACompiledHasControllerNames(t *testing.T) {
 			t.Errorf("compiled TNA P4Info has %s, which the pair registers replace", gone)
 		}
 	}
-	// Tables and externs carry the prefix, actions do not.
-	if m.Tables["pipe."+p4info.TableWorkers] == nil || m.Actions[p4info.ActionSetWorker] == nil ||
-		m.Registers["pipe."+p4info.RegisterPoolCount] == nil || m.Counters["pipe."+p4info.CounterStats] == nil {
-		t.Errorf("compiled TNA P4Info names: %v", m.Names())
-	}
-	if w := stripped.Tables[p4info.TableWorkers]; w == nil || w.ID != p4info.TableWorkersID {
+	if w := m.Tables[p4info.TableWorkers]; w == nil || w.ID != p4info.TableWorkersID {
 		t.Errorf("workers = %+v, want id %#x", w, p4info.TableWorkersID)
+	}
+	info, err := LoadP4Info(compiledTNA(t).p4info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.GetRegisters()) != 35 || len(info.GetCounters()) != 1 {
+		t.Errorf("the P4Info lists %d standard registers and %d counters, want 35 and 1 (--p4runtime-force-std-externs)", len(info.GetRegisters()), len(info.GetCounters()))
+	}
+	for _, e := range info.GetExterns() {
+		if n := e.GetExternTypeName(); n == "Register" || n == "Counter" {
+			t.Errorf("the P4Info lists %s as Tofino externs, which Stratum does not map", n)
+		}
 	}
 }
 
@@ -460,14 +467,14 @@ func TestCompiledComparisonReportsMutations(t *testing.T) {
 	})
 	t.Run("tna", func(t *testing.T) {
 		run(t, "tna", compiledTNA(t).p4info, []mut{
-			{"unprefixed table", `name: "pipe\.SwitchMLIngress\.workers"`, `name: "SwitchMLIngress.workers"`, "pipe.SwitchMLIngress.workers", "missing in"},
-			{"pair register renamed", `name: "pipe\.SwitchMLIngress\.pool_values_07"`, `name: "pipe.SwitchMLIngress.pool_values_7"`, "pipe.SwitchMLIngress.pool_values_07", "missing in"},
-			{"pair member", `name: "f2"`, `name: "f_2"`, "pipe.SwitchMLIngress.pool_bitmap_pair", "element type"},
-			{"register size", `(name: "pipe\.SwitchMLIngress\.pool_bitmap_pair"\n(?:.*\n){9}\s+)size: 8192`, "${1}size: 16384", "pipe.SwitchMLIngress.pool_bitmap_pair", "size 8192"},
-			{"extern id", `id: 2340929569\n`, "id: 2340929570\n", "pipe.SwitchMLIngress.pool_count", "id 0x8b87c021"},
-			{"counter unit", `unit: PACKETS`, "unit: BYTES", "pipe.SwitchMLIngress.stats", "unit PACKETS"},
+			{"prefixed table", `name: "SwitchMLIngress\.workers"`, `name: "pipe.SwitchMLIngress.workers"`, "SwitchMLIngress.workers", "missing in"},
+			{"pair register renamed", `name: "SwitchMLIngress\.pool_values_07"`, `name: "SwitchMLIngress.pool_values_7"`, "SwitchMLIngress.pool_values_07", "missing in"},
+			{"pair member", `name: "f2"`, `name: "f_2"`, "SwitchMLIngress.pool_bitmap_pair", "element type"},
+			{"register size", `(name: "SwitchMLIngress\.pool_bitmap_pair"\n(?:.*\n){7}\s+)size: 8192`, "${1}size: 16384", "SwitchMLIngress.pool_bitmap_pair", "size 8192"},
+			{"register id", `id: 377995297\n`, "id: 377995298\n", "SwitchMLIngress.pool_count", "id 0x1687c021"},
+			{"counter unit", `unit: PACKETS`, "unit: BYTES", "SwitchMLIngress.stats", "unit PACKETS"},
 			{"param width", `(name: "pool_size"\n\s+)bitwidth: 32`, "${1}bitwidth: 16", "SwitchMLIngress.set_worker", "parameter pool_size is 32 bits"},
-			{"port metadata", `key_name: "ig_intr_md"`, `key_name: "ig_md"`, "", ""},
+			{"port metadata", `value: "ig_intr_md\.ingress_port"`, `value: "ig_md.ingress_port"`, "", ""},
 		})
 	})
 }

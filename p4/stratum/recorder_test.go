@@ -33,6 +33,10 @@ type recorder struct {
 	info  *p4configv1.P4Info
 	model *shape.Model
 	names map[uint32]string // id -> name of tables, actions, registers, counters
+	// mapped are the ids Stratum maps to BF Runtime objects: tables,
+	// standard registers and counters, not Tofino externs
+	// (BfrtIdMapper::BuildP4InfoAndBfrtInfoMapping, bfrt_id_mapper.cc).
+	mapped map[uint32]bool
 
 	mu       sync.Mutex
 	changed  chan struct{} // closed and replaced on every accepted write
@@ -56,7 +60,7 @@ func newRecorder(t *testing.T, p4infoText []byte) *recorder {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &recorder{info: info, model: m, names: map[uint32]string{}, changed: make(chan struct{}),
+	r := &recorder{info: info, model: m, names: map[uint32]string{}, mapped: map[uint32]bool{}, changed: make(chan struct{}),
 		entries: map[string]*p4v1.TableEntry{}, groups: map[uint32][]*p4v1.Replica{}}
 	for n, x := range m.Tables {
 		r.names[x.ID] = n
@@ -69,6 +73,15 @@ func newRecorder(t *testing.T, p4infoText []byte) *recorder {
 	}
 	for n, x := range m.Counters {
 		r.names[x.ID] = n
+	}
+	for _, x := range info.GetTables() {
+		r.mapped[x.GetPreamble().GetId()] = true
+	}
+	for _, x := range info.GetRegisters() {
+		r.mapped[x.GetPreamble().GetId()] = true
+	}
+	for _, x := range info.GetCounters() {
+		r.mapped[x.GetPreamble().GetId()] = true
 	}
 	return r
 }
@@ -87,8 +100,7 @@ func (r *recorder) serve(t *testing.T) string {
 	return lis.Addr().String()
 }
 
-// id is the id the compiler's P4Info gives the object named name (with
-// bf-p4c's "pipe." prefix where it has one).
+// id is the id the compiler's P4Info gives the object named name.
 func (r *recorder) id(t *testing.T, name string) uint32 {
 	t.Helper()
 	for id, n := range r.names {
@@ -216,6 +228,9 @@ func (r *recorder) checkRegister(typ p4v1.Update_Type, re *p4v1.RegisterEntry) e
 	if bs == nil {
 		return status.Error(codes.InvalidArgument, "Only bitstring registers data types are supported.")
 	}
+	if !r.mapped[re.GetRegisterId()] {
+		return status.Errorf(codes.Internal, "Unable to find bfrt id from p4info id: %d", re.GetRegisterId())
+	}
 	name, ok := r.names[re.GetRegisterId()]
 	reg := r.model.Registers[name]
 	if !ok || reg == nil {
@@ -247,6 +262,9 @@ func (r *recorder) checkCounter(typ p4v1.Update_Type, ce *p4v1.CounterEntry) err
 	}
 	if ce.GetIndex() == nil {
 		return status.Error(codes.InvalidArgument, "Modifying an indirect counter without counter index is currently not supported.")
+	}
+	if !r.mapped[ce.GetCounterId()] {
+		return status.Errorf(codes.Internal, "Unable to find bfrt id from p4info id: %d", ce.GetCounterId())
 	}
 	name := r.names[ce.GetCounterId()]
 	c := r.model.Counters[name]
@@ -311,6 +329,9 @@ func (r *recorder) applyPRE(typ p4v1.Update_Type, pre *p4v1.PacketReplicationEng
 // 2^24-1 as kMaxPriority in bfrt_constants.h) and keeps the table's state
 // for INSERT/MODIFY/DELETE answers.
 func (r *recorder) applyTable(typ p4v1.Update_Type, te *p4v1.TableEntry) error {
+	if !r.mapped[te.GetTableId()] {
+		return status.Errorf(codes.Internal, "Unable to find bfrt id from p4info id: %d", te.GetTableId())
+	}
 	name := r.names[te.GetTableId()]
 	tab := r.model.Tables[name]
 	if tab == nil {

@@ -184,7 +184,7 @@ func runStratumJob(t *testing.T, chip string, p4infoText []byte, adopt bool) {
 			t.Fatalf("first controller: %v", err)
 		}
 	}
-	ids0 := struct{ arp uint32 }{rec.id(t, "pipe."+p4info.TableARPReply)}
+	ids0 := struct{ arp uint32 }{rec.id(t, p4info.TableARPReply)}
 	runCtx, stop := context.WithCancel(ctx)
 	ready := make(chan net.Addr, 1)
 	done := make(chan error, 1)
@@ -257,8 +257,8 @@ func runStratumJob(t *testing.T, chip string, p4infoText []byte, adopt bool) {
 	}
 
 	ids := struct{ arp, workers, replies, bitmap, count, setWorker, setReply, sendARP uint32 }{
-		rec.id(t, "pipe."+p4info.TableARPReply), rec.id(t, "pipe."+p4info.TableWorkers), rec.id(t, "pipe."+p4info.TableReplyAddress),
-		rec.id(t, "pipe."+p4info.RegisterPoolBitmapPair), rec.id(t, "pipe."+p4info.RegisterPoolCount),
+		rec.id(t, p4info.TableARPReply), rec.id(t, p4info.TableWorkers), rec.id(t, p4info.TableReplyAddress),
+		rec.id(t, p4info.RegisterPoolBitmapPair), rec.id(t, p4info.RegisterPoolCount),
 		rec.id(t, p4info.ActionSetWorker), rec.id(t, p4info.ActionSetReply), rec.id(t, p4info.ActionSendARPReply),
 	}
 	base, size := int(resps[0].GetPoolBase()), int(resps[0].GetPoolSize())
@@ -398,7 +398,8 @@ func runStratumJob(t *testing.T, chip string, p4infoText []byte, adopt bool) {
 // The server refuses what Stratum refuses, so the test above would catch a
 // controller that sent it: register data as a struct (P4Runtime allows it,
 // Stratum does not), a register INSERT, a register whose element has no f1
-// field, a counter write without an index. The controller's own counter
+// field, a register known only as a Tofino extern, a counter write without
+// an index. The controller's own counter
 // reset and read go through.
 func TestStratumRecorderRefuses(t *testing.T) {
 	rec := newRecorder(t, tna.P4InfoText)
@@ -413,7 +414,7 @@ func TestStratumRecorderRefuses(t *testing.T) {
 	if err := cl.UseP4Info(rec.info); err != nil {
 		t.Fatal(err)
 	}
-	bitmap, values := rec.id(t, "pipe."+p4info.RegisterPoolBitmapPair), rec.id(t, "pipe.SwitchMLIngress.pool_values_00")
+	bitmap, values := rec.id(t, p4info.RegisterPoolBitmapPair), rec.id(t, "SwitchMLIngress.pool_values_00")
 	structData := &p4v1.P4Data{Data: &p4v1.P4Data_Struct{Struct: &p4v1.P4StructLike{Members: []*p4v1.P4Data{
 		{Data: &p4v1.P4Data_Bitstring{Bitstring: []byte{0}}}, {Data: &p4v1.P4Data_Bitstring{Bitstring: []byte{0}}}}}}}
 	reg := func(typ p4v1.Update_Type, id uint32, data *p4v1.P4Data) *p4v1.Update {
@@ -433,6 +434,9 @@ func TestStratumRecorderRefuses(t *testing.T) {
 			return u
 		}(), "must be MODIFY"},
 		{"no f1 field", controller.RegisterUpdate(values, 1, 0), "Could not find register data field"},
+		// An id that only a Tofino extern has (what bf-p4c gives pool_count
+		// without --p4runtime-force-std-externs).
+		{"extern id", controller.RegisterUpdate(0x8b87c021, 1, 0), "Unable to find bfrt id"},
 		{"too wide", reg(p4v1.Update_MODIFY, bitmap, &p4v1.P4Data{Data: &p4v1.P4Data_Bitstring{Bitstring: []byte{1, 0, 0, 0, 0}}}), "not a bit<32>"},
 		{"counter without index", &p4v1.Update{Type: p4v1.Update_MODIFY, Entity: &p4v1.Entity{Entity: &p4v1.Entity_CounterEntry{CounterEntry: &p4v1.CounterEntry{
 			CounterId: cl.IDs().CounterStats, Data: &p4v1.CounterData{}}}}}, "without counter index"},
