@@ -316,8 +316,9 @@ func (r *recorder) applyPRE(typ p4v1.Update_Type, pre *p4v1.PacketReplicationEng
 		if rep.GetInstance() > 65535 {
 			return status.Errorf(codes.InvalidArgument, "replica instance %d above 65535", rep.GetInstance())
 		}
-		if rep.GetEgressPort() >= 512 { //nolint:staticcheck // Stratum reads this field
-			return status.Errorf(codes.InvalidArgument, "egress port %d is not a Tofino device port", rep.GetEgressPort()) //nolint:staticcheck
+		//lint:ignore SA1019 the field Stratum reads
+		if port := rep.GetEgressPort(); port >= 512 {
+			return status.Errorf(codes.InvalidArgument, "egress port %d is not a Tofino device port", port)
 		}
 	}
 	r.groups[id] = mg.GetReplicas()

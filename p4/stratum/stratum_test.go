@@ -267,7 +267,7 @@ func runStratumJob(t *testing.T, chip string, p4infoText []byte, adopt bool) {
 	}
 
 	// Walk every update in order.
-	type seen struct{ resets, resetRequests, inserts, deletes int }
+	type seen struct{ resets, resetRequests int }
 	var s seen
 	var mgid uint32
 	bitmapIdx, countIdx := map[int64]bool{}, map[int64]bool{}
@@ -310,7 +310,8 @@ func runStratumJob(t *testing.T, chip string, p4infoText []byte, adopt bool) {
 					mgid = mg.GetMulticastGroupId()
 					var got []string
 					for _, rep := range mg.GetReplicas() {
-						got = append(got, fmt.Sprintf("%d@%d", rep.GetInstance(), rep.GetEgressPort())) //nolint:staticcheck // what Stratum reads
+						//lint:ignore SA1019 the field Stratum reads
+						got = append(got, fmt.Sprintf("%d@%d", rep.GetInstance(), rep.GetEgressPort()))
 					}
 					want := []string{}
 					for r := 0; r < world; r++ {
