@@ -258,6 +258,9 @@ var tnaWarnings = []string{
 	"Unknown annotation: id",      // backend does not know @id; the P4Info honours it on tables and actions
 	"may be uninitialized when",   // metadata the parsers leave to the control blocks
 	"min_parse_depth_accept_loop", // from tna.p4's own parser
+	// --p4runtime-force-std-externs: the pool index's identity Hash has
+	// no standard P4Info form, and nothing for a controller to program.
+	"No known conversion to standard P4Info for 'DynHash' extern type",
 }
 
 // bf-p4c compiles the TNA program for Tofino all the way to tofino.bin and
