@@ -170,7 +170,10 @@ func ReplyUpdate(ids p4info.IDs, typ p4v1.Update_Type, r ReplyEntry) (*p4v1.Upda
 }
 
 // GroupUpdate builds the update of a multicast group. Ports are sent in the
-// (deprecated but universally supported) egress_port field.
+// (deprecated but universally supported) egress_port field, the one
+// Stratum reads (BfrtPreManager::WriteMulticastGroupEntry in
+// stratum/hal/lib/barefoot/bfrt_pre_manager.cc); the instance is the rank,
+// which the egress sees as the replication id.
 func GroupUpdate(typ p4v1.Update_Type, id uint16, replicas []Replica) *p4v1.Update {
 	mg := &p4v1.MulticastGroupEntry{MulticastGroupId: uint32(id)}
 	if typ != p4v1.Update_DELETE {
@@ -535,8 +538,10 @@ func (c *Client) ReadCounters(ctx context.Context) ([]int64, error) {
 	return out, nil
 }
 
-// ResetCounters zeroes every stats counter, one write per index (BMv2's
-// P4Runtime server refuses a wildcard write to an indirect counter).
+// ResetCounters zeroes every stats counter, one MODIFY per index (BMv2's
+// P4Runtime server refuses a wildcard write to an indirect counter, and so
+// does Stratum: BfrtCounterManager::WriteIndirectCounterEntry in
+// stratum/hal/lib/barefoot/bfrt_counter_manager.cc).
 func (c *Client) ResetCounters(ctx context.Context) error {
 	ups := make([]*p4v1.Update, p4info.StatsSize)
 	for i := range ups {
