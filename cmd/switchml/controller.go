@@ -61,7 +61,7 @@ func runController(ctx context.Context, args []string) error {
 	fs.Uint64Var(&cfg.ElectionID, "election-id", 1, "election id (the highest connected controller is primary)")
 	fs.BoolVar(&cfg.YieldPrimary, "yield-primary", false, "stay backup when another controller takes primaryship of the switch (a standby, or a hand-over); by default the controller takes it back with a higher election id, and logs who took it")
 	kind := fs.String("target-kind", "softswitch", "what runs at --target: softswitch, bmv2 or tofino; selects the P4Info and whether --device-config is needed")
-	deviceConfig := fs.String("device-config", "", "compiled program pushed with the pipeline: BMv2 JSON or Tofino binary (required for bmv2 and tofino)")
+	deviceConfig := fs.String("device-config", "", "compiled program pushed with the pipeline (required for bmv2 and tofino): BMv2's JSON; for tofino, bf-p4c's output directory (packed into Stratum's BfPipelineConfig) or the file `switchml p4 pack` wrote")
 	p4infoPath := fs.String("p4info", "", "P4Info text file to push instead of the one that --target-kind selects")
 	fs.BoolVar(&cfg.SkipPipeline, "skip-pipeline", false, "do not push the pipeline: the target already runs the SwitchML program")
 	portMap := fs.String("port-map", "", "file of \"WORKER-IP PORT\" lines: the switch port that reaches each worker host (required for bmv2 and tofino)")
@@ -125,6 +125,11 @@ func runController(ctx context.Context, args []string) error {
 	if cfg.P4Info, err = targetP4Info(*kind, *p4infoPath); err != nil {
 		return err
 	}
+	if *kind == controller.KindTofino {
+		if err := stratumP4Info(cfg.P4Info); err != nil {
+			return err
+		}
+	}
 	if cfg.Switch, err = controller.TargetFor(*kind, *maxElements); err != nil {
 		return fmt.Errorf("--target-kind, --max-elements: %w", err)
 	}
@@ -181,6 +186,19 @@ func runController(ctx context.Context, args []string) error {
 		}
 	}
 	switch {
+	case *deviceConfig != "" && *kind == controller.KindTofino:
+		var tofino2 bool
+		if cfg.DeviceConfig, tofino2, err = tofinoDeviceConfig(*deviceConfig); err != nil {
+			return err
+		}
+		if tofino2 && *p4infoPath == "" {
+			// The Tofino 2 program tags slots with their job: its
+			// P4Info has the tag, and the controller resets no pool.
+			cfg.P4Info = &p4configv1.P4Info{}
+			if err := prototext.Unmarshal(tna.P4InfoTofino2Text, cfg.P4Info); err != nil {
+				return fmt.Errorf("parse the Tofino 2 P4Info: %w", err)
+			}
+		}
 	case *deviceConfig != "":
 		if cfg.DeviceConfig, err = os.ReadFile(*deviceConfig); err != nil {
 			return fmt.Errorf("read --device-config: %w", err)
