@@ -19,7 +19,7 @@ func init() {
 	targets.Register(targets.Target{
 		Kind:              targets.BMv2,
 		Summary:           "BMv2 running the v1model program",
-		P4Info:            func() (*p4configv1.P4Info, error) { return targets.ParseP4Info(v1model.P4InfoText) },
+		P4Info:            func(string) (*p4configv1.P4Info, error) { return targets.ParseP4Info(v1model.P4InfoText) },
 		DeviceConfig:      targets.ReadDeviceConfig,
 		DeviceConfigNeeds: "the BMv2 JSON p4c-bm2-ss compiles (see p4/README.md)",
 		CheckDeviceConfig: CheckProgram,

@@ -16,7 +16,7 @@ func TestTargetRegistered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := k.P4Info()
+	info, err := k.P4Info("")
 	if err != nil || info.GetPkgInfo().GetArch() != "v1model" {
 		t.Fatalf("P4Info arch %q, %v; want v1model", info.GetPkgInfo().GetArch(), err)
 	}

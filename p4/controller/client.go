@@ -96,6 +96,9 @@ type Client struct {
 	ids       p4info.IDs // of the pipeline this client pushed or adopted
 	regs      RegisterBackend
 	keys      bool // the switch checks tags: jobs' keys go with their entries (CheckAuth)
+	// adopted: the switch kept a pipeline an earlier controller pushed,
+	// with register state that controller's job ids left (KeepResetting).
+	adopted bool
 }
 
 // ErrNotPrimary is returned by Dial's caller checks and helpers that need to

@@ -173,7 +173,10 @@ func ReplyUpdate(ids p4info.IDs, typ p4v1.Update_Type, r ReplyEntry) (*p4v1.Upda
 }
 
 // GroupUpdate builds the update of a multicast group. Ports are sent in the
-// (deprecated but universally supported) egress_port field.
+// (deprecated but universally supported) egress_port field, the one
+// Stratum reads (BfrtPreManager::WriteMulticastGroupEntry in
+// stratum/hal/lib/barefoot/bfrt_pre_manager.cc); the instance is the rank,
+// which the egress sees as the replication id.
 func GroupUpdate(typ p4v1.Update_Type, id uint16, replicas []Replica) *p4v1.Update {
 	mg := &p4v1.MulticastGroupEntry{MulticastGroupId: uint32(id)}
 	if typ != p4v1.Update_DELETE {
@@ -192,17 +195,6 @@ func RegisterUpdate(registerID uint32, index int64, value uint64) *p4v1.Update {
 	if index >= 0 {
 		re.Index = &p4v1.Index{Index: index}
 	}
-	return &p4v1.Update{Type: p4v1.Update_MODIFY, Entity: &p4v1.Entity{Entity: &p4v1.Entity_RegisterEntry{RegisterEntry: re}}}
-}
-
-// PairRegisterUpdate builds the write of one cell of a register whose
-// element is a struct of two bit strings (TNA's pair registers).
-func PairRegisterUpdate(registerID uint32, index int64, first, second uint64) *p4v1.Update {
-	data := &p4v1.P4Data{Data: &p4v1.P4Data_Struct{Struct: &p4v1.P4StructLike{Members: []*p4v1.P4Data{
-		{Data: &p4v1.P4Data_Bitstring{Bitstring: p4info.Bytes(first)}},
-		{Data: &p4v1.P4Data_Bitstring{Bitstring: p4info.Bytes(second)}},
-	}}}}
-	re := &p4v1.RegisterEntry{RegisterId: registerID, Index: &p4v1.Index{Index: index}, Data: data}
 	return &p4v1.Update{Type: p4v1.Update_MODIFY, Entity: &p4v1.Entity{Entity: &p4v1.Entity_RegisterEntry{RegisterEntry: re}}}
 }
 
@@ -355,12 +347,24 @@ func (c *Client) SetRegisterBackend(rb RegisterBackend) {
 	c.mu.Unlock()
 }
 
+// KeepResetting makes ResetPool reset the pool even where the program tags
+// slots with their job: a controller that adopted the pipeline an earlier
+// one pushed does not know which switch job ids that one gave out, and a
+// job id used again would match the tag a finished job left on its slots.
+func (c *Client) KeepResetting() {
+	c.mu.Lock()
+	c.adopted = true
+	c.mu.Unlock()
+}
+
 // ResetPool zeroes the worker bitmap and countdown of both sets of slots
 // [base, base+size) on a switch with the given number of slots (register
 // index set*slots + slot), so that a job starting there finds them idle.
 // Values and exponents need no reset: the first contribution overwrites them.
 // Where the program keeps a slot's two bitmaps in one pair register (TNA),
-// that register is written, once per slot. With a RegisterBackend the writes
+// that register is written, once per slot, with one bitstring (what
+// Stratum takes). Every write is a MODIFY of one index, sent in batches of
+// up to writeBatch updates per WriteRequest. With a RegisterBackend the writes
 // go through it, a range per register and set.
 func (c *Client) ResetPool(ctx context.Context, base, size, slots int) error {
 	if base < 0 || size < 0 || base+size > slots {
@@ -368,8 +372,15 @@ func (c *Client) ResetPool(ctx context.Context, base, size, slots int) error {
 	}
 	ids := c.IDs()
 	c.mu.Lock()
-	rb := c.regs
+	rb, adopted := c.regs, c.adopted
 	c.mu.Unlock()
+	if ids.RegisterPoolTag != 0 && !adopted {
+		// The program tags each (set, slot) with its job and treats a
+		// new job's first packet there as the first of an idle set
+		// (the Tofino 2 program): nothing to write. Not so on a switch
+		// whose registers an earlier controller's jobs left (KeepResetting).
+		return nil
+	}
 	if rb != nil {
 		if ids.RegisterPoolBitmap == 0 {
 			return fmt.Errorf("controller: pool reset through the register backend needs register %s", p4info.RegisterPoolBitmap)
@@ -401,7 +412,13 @@ func (c *Client) ResetPool(ctx context.Context, base, size, slots int) error {
 	}
 	for slot := base; slot < base+size; slot++ {
 		if ids.RegisterPoolBitmapPair != 0 {
-			if err := add(PairRegisterUpdate(ids.RegisterPoolBitmapPair, int64(slot), 0, 0)); err != nil {
+			// One bitstring for both sets: Stratum takes only bitstring
+			// register data and writes it to the data field named
+			// "<register>.f1" (WriteRegisterEntry in
+			// stratum/hal/lib/barefoot/bfrt_table_manager.cc,
+			// BfSdeWrapper::WriteRegister in bf_sde_wrapper.cc); f2 is
+			// left to the SDE's zeroed data object (docs/tofino.md).
+			if err := add(RegisterUpdate(ids.RegisterPoolBitmapPair, int64(slot), 0)); err != nil {
 				return fmt.Errorf("reset pool: %w", err)
 			}
 		}
@@ -547,8 +564,10 @@ func (c *Client) ReadCounters(ctx context.Context) ([]int64, error) {
 	return out, nil
 }
 
-// ResetCounters zeroes every stats counter, one write per index (BMv2's
-// P4Runtime server refuses a wildcard write to an indirect counter).
+// ResetCounters zeroes every stats counter, one MODIFY per index (BMv2's
+// P4Runtime server refuses a wildcard write to an indirect counter, and so
+// does Stratum: BfrtCounterManager::WriteIndirectCounterEntry in
+// stratum/hal/lib/barefoot/bfrt_counter_manager.cc).
 func (c *Client) ResetCounters(ctx context.Context) error {
 	ups := make([]*p4v1.Update, p4info.StatsSize)
 	for i := range ups {

@@ -167,16 +167,30 @@ func (o Options) prepareTarget(cfg *Config) error {
 	return err
 }
 
-// p4Info is the P4Info to push: the file's, else the kind's.
+// p4Info is the P4Info to push, the file's or else the kind's (for its
+// device config), once the kind has checked it.
 func (o Options) p4Info(kind targets.Target) (*p4configv1.P4Info, error) {
+	var info *p4configv1.P4Info
 	if o.P4InfoFile == "" {
-		return kind.P4Info()
+		var err error
+		if info, err = kind.P4Info(o.DeviceConfigFile); err != nil {
+			return nil, err
+		}
+	} else {
+		text, err := os.ReadFile(o.P4InfoFile)
+		if err != nil {
+			return nil, fmt.Errorf("read --p4info: %w", err)
+		}
+		if info, err = targets.ParseP4Info(text); err != nil {
+			return nil, err
+		}
 	}
-	text, err := os.ReadFile(o.P4InfoFile)
-	if err != nil {
-		return nil, fmt.Errorf("read --p4info: %w", err)
+	if kind.CheckP4Info != nil {
+		if err := kind.CheckP4Info(info); err != nil {
+			return nil, err
+		}
 	}
-	return targets.ParseP4Info(text)
+	return info, nil
 }
 
 func readPortMap(path string) (map[netip.Addr]uint32, error) {
@@ -219,7 +233,7 @@ func (o Options) registers(kind targets.Target, target string) (RegisterBackend,
 func (o Options) deviceConfig(kind targets.Target, info *p4configv1.P4Info) ([]byte, error) {
 	switch {
 	case o.DeviceConfigFile == "" && kind.DeviceConfig != nil && !o.SkipPipeline:
-		return nil, fmt.Errorf("--target-kind %s needs --device-config (%s) or --skip-pipeline", kind.Kind, kind.DeviceConfigNeeds)
+		return nil, fmt.Errorf("--target-kind %s needs --device-config or --skip-pipeline: --device-config takes %s", kind.Kind, kind.DeviceConfigNeeds)
 	case o.DeviceConfigFile == "":
 		return nil, nil
 	case kind.DeviceConfig == nil:

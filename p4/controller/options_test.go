@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -9,8 +10,11 @@ import (
 	"strings"
 	"testing"
 
+	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
+
 	_ "github.com/switchml/switchml-go/p4/bmv2" // the bmv2 kind registers itself
 	"github.com/switchml/switchml-go/p4/p4info"
+	"github.com/switchml/switchml-go/p4/stratum"
 	"github.com/switchml/switchml-go/p4/targets"
 )
 
@@ -26,7 +30,7 @@ func init() {
 	targets.Register(targets.Target{
 		Kind:    testKind,
 		Summary: "a test switch",
-		P4Info:  p4info.Load,
+		P4Info:  func(string) (*p4configv1.P4Info, error) { return p4info.Load() },
 		DeviceConfig: func(dir string) ([]byte, error) {
 			b, err := os.ReadFile(filepath.Join(dir, "program.bin"))
 			return append([]byte("packed:"), b...), err
@@ -47,6 +51,28 @@ func flagDefaults(kind string) Options {
 	return o
 }
 
+// bfOutput lays out a directory as bf-p4c writes it for chip.
+func bfOutput(t *testing.T, chip string) string {
+	t.Helper()
+	dir := t.TempDir()
+	bin := "tofino.bin"
+	if chip == "tofino2" {
+		bin = "tofino2.bin"
+	}
+	for name, text := range map[string]string{
+		"manifest.json":     `{"target": "` + chip + `", "programs": [{"program_name": "switchml.p4", "pipes": [{"pipe_id": 0, "pipe_name": "pipe"}]}]}`,
+		"bfrt.json":         `{"tables": []}`,
+		"pipe/context.json": `{"program_name": "switchml.p4"}`,
+		"pipe/" + bin:       "\x00\x01",
+	} {
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, dir, name, text)
+	}
+	return dir
+}
+
 func writeFile(t *testing.T, dir, name, text string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
@@ -60,7 +86,6 @@ func TestOptionsPrepareLooksTheKindUp(t *testing.T) {
 	dir := t.TempDir()
 	ports := writeFile(t, dir, "ports.txt", "10.0.0.1 1\n")
 	writeFile(t, dir, "program.bin", "PROGRAM")
-	tofinoBin := writeFile(t, dir, "tofino.bin", "TOFINO")
 
 	soft, err := flagDefaults("").Prepare()
 	if err != nil {
@@ -87,14 +112,30 @@ func TestOptionsPrepareLooksTheKindUp(t *testing.T) {
 		t.Errorf("a tree of bmv2 switches: %v; want each switch's pool reset through the Thrift server it names", err)
 	}
 
-	o = flagDefaults(KindTofino)
-	o.PortMapFile, o.DeviceConfigFile = ports, tofinoBin
-	tf, err := o.Prepare()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(tf.DeviceConfig) != "TOFINO" || tf.Registers != nil || !tf.Switch.P4() || tf.P4Info.GetPkgInfo().GetArch() != "tna" {
-		t.Errorf("tofino: device config %q, registers %v, P4 %v, arch %q; want the file as it is, P4Runtime resets and the TNA P4Info", tf.DeviceConfig, tf.Registers, tf.Switch.P4(), tf.P4Info.GetPkgInfo().GetArch())
+	// Tofino: bf-p4c's output directory is packed for Stratum, and a Tofino
+	// 2 build brings its own P4Info; a packed file is pushed as it is.
+	for _, chip := range []string{"tofino", "tofino2"} {
+		bf := bfOutput(t, chip)
+		o = flagDefaults(KindTofino)
+		o.PortMapFile, o.DeviceConfigFile = ports, bf
+		tf, err := o.Prepare()
+		if err != nil {
+			t.Fatal(err)
+		}
+		packed, err := stratum.Pack(bf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, tagErr := p4info.Register(tf.P4Info, p4info.RegisterPoolTag)
+		if !bytes.Equal(tf.DeviceConfig, packed) || tf.Registers != nil || !tf.Switch.P4() || (tagErr == nil) != (chip == "tofino2") {
+			t.Errorf("%s: device config of %d bytes (packed: %d), registers %v, P4 %v, job tag register %v; want the packed directory, P4Runtime resets and the chip's P4Info",
+				chip, len(tf.DeviceConfig), len(packed), tf.Registers, tf.Switch.P4(), tagErr == nil)
+		}
+		file := writeFile(t, dir, chip+".pb.bin", string(packed))
+		o.DeviceConfigFile = file
+		if tf, err := o.Prepare(); err != nil || !bytes.Equal(tf.DeviceConfig, packed) {
+			t.Errorf("%s: a packed file: %v, %d bytes; want it pushed as it is", chip, err, len(tf.DeviceConfig))
+		}
 	}
 
 	o = flagDefaults(testKind)
@@ -124,7 +165,7 @@ func TestOptionsPrepareRefuses(t *testing.T) {
 		{"register server on the software switch", func(o *Options) { o.RegisterServer = "10.0.0.5:9090" }, []string{"--bmv2-thrift is for --target-kind bmv2 or testswitch"}},
 		{"auth on a P4 switch", func(o *Options) { o.TargetKind, o.Auth, o.PortMapFile, o.SkipPipeline = KindBMv2, true, ports, true }, []string{"--auth with --target-kind bmv2", "cannot check a MAC"}},
 		{"no port map", func(o *Options) { o.TargetKind, o.SkipPipeline = KindTofino, true }, []string{"--target-kind tofino needs --port-map"}},
-		{"no device config", func(o *Options) { o.TargetKind, o.PortMapFile = KindTofino, ports }, []string{"--target-kind tofino needs --device-config (the pipeline package", "or --skip-pipeline"}},
+		{"no device config", func(o *Options) { o.TargetKind, o.PortMapFile = KindTofino, ports }, []string{"--target-kind tofino needs --device-config or --skip-pipeline", "bf-p4c's output directory"}},
 		{"device config the kind checks", func(o *Options) { o.TargetKind, o.PortMapFile, o.DeviceConfigFile = KindBMv2, ports, garbage }, []string{"--device-config " + garbage + " with the P4Info", "not a BMv2 JSON program"}},
 		{"bad values", func(o *Options) { o.Slots, o.MaxElements, o.IngressLoss, o.JoinTimeout = 0, 5000, 1, 0 },
 			[]string{"--slots 0", "--max-elements 5000", "--simulate-loss-in 1", "--join-timeout 0s"}},
@@ -132,6 +173,10 @@ func TestOptionsPrepareRefuses(t *testing.T) {
 		{"topology of Tofinos", func(o *Options) {
 			o.TargetKind, o.TopologyFile, o.PortMapFile, o.SkipPipeline = KindTofino, topology, ports, true
 		}, []string{"--topology with --target-kind tofino", "a tree runs on softswitch or bmv2"}},
+		{"tofino device config that is no packed config", func(o *Options) { o.TargetKind, o.PortMapFile, o.DeviceConfigFile = KindTofino, ports, garbage }, []string{"is not a packed Stratum pipeline config"}},
+		{"tofino P4Info with Tofino externs", func(o *Options) {
+			o.TargetKind, o.PortMapFile, o.SkipPipeline, o.P4InfoFile = KindTofino, ports, true, writeFile(t, dir, "externs.txtpb", `externs { extern_type_id: 131 extern_type_name: "Register" }`)
+		}, []string{"--p4info lists its Registers as Tofino externs"}},
 		{"bad MAC", func(o *Options) { o.SwitchMACAddr = "02:00" }, []string{"bad --switch-mac"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

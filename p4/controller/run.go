@@ -341,6 +341,7 @@ func program(ctx context.Context, cl *Client, cfg Config, dp netip.AddrPort) (ad
 			if err := cl.UseP4Info(info); err != nil {
 				return false, err
 			}
+			cl.KeepResetting()
 			adopted = true
 		} else {
 			err := cl.SetPipeline(pctx, info, cfg.DeviceConfig, cookie)
@@ -356,6 +357,7 @@ func program(ctx context.Context, cl *Client, cfg Config, dp netip.AddrPort) (ad
 		if err := cl.UseP4Info(cfg.P4Info); err != nil {
 			return false, err
 		}
+		cl.KeepResetting() // the pipeline and its registers are someone else's
 	}
 	if cfg.Registers != nil {
 		cl.SetRegisterBackend(cfg.Registers)

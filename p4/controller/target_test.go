@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -159,17 +158,5 @@ func TestParsePortMap(t *testing.T) {
 		if _, err := ParsePortMap(strings.NewReader(c.text)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("ParsePortMap(%q): %v, want an error containing %q", c.text, err, c.want)
 		}
-	}
-}
-
-func TestPairRegisterUpdate(t *testing.T) {
-	u := PairRegisterUpdate(0x16000010, 5, 0, 3)
-	re := u.GetEntity().GetRegisterEntry()
-	if u.GetType() != p4v1.Update_MODIFY || re.GetRegisterId() != 0x16000010 || re.GetIndex().GetIndex() != 5 {
-		t.Fatalf("update %v", u)
-	}
-	ms := re.GetData().GetStruct().GetMembers()
-	if len(ms) != 2 || len(ms[0].GetBitstring()) != 1 || ms[0].GetBitstring()[0] != 0 || ms[1].GetBitstring()[0] != 3 {
-		t.Errorf("pair data %v, want the struct {0, 3}", re.GetData())
 	}
 }

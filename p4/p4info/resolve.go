@@ -14,7 +14,11 @@ const (
 	ActionSetDropRates     = "SwitchMLIngress.set_drop_rates"
 	TableARPReply          = "SwitchMLIngress.arp_reply"
 	ActionSendARPReply     = "SwitchMLIngress.send_arp_reply"
-	RegisterPoolBitmapPair = "SwitchMLIngress.pool_bitmap_pair" // TNA: index = slot, {set0, set1}
+	RegisterPoolBitmapPair = "SwitchMLIngress.pool_bitmap_pair" // TNA: index = slot, {f1, f2} = the bitmaps of sets 0 and 1
+	// RegisterPoolTag is the per-(set, slot) job tag of the Tofino 2
+	// program: with it, a job's first packet on a slot finds it idle, and
+	// the pool needs no reset.
+	RegisterPoolTag = "SwitchMLIngress.pool_tag"
 
 	// The leaf role of a two-level tree (v1model): a job's uplink to its
 	// parent switch, the table that recognises the parent's results, and
@@ -66,6 +70,9 @@ type IDs struct {
 	// of a slot in one pair register (RegisterPoolBitmapPair, Tofino).
 	RegisterPoolBitmap, RegisterPoolBitmapPair uint32
 	RegisterPoolCount                          uint32
+	// RegisterPoolTag is nonzero where the program tags slots with the
+	// job that uses them (Tofino 2): no pool reset is needed there.
+	RegisterPoolTag uint32
 	// Program-specific tables; zero when the P4Info has none.
 	TableDropSimulator, ActionSetDropRates uint32
 	TableARPReply, ActionSendARPReply      uint32
@@ -147,6 +154,7 @@ func Resolve(info *p4configv1.P4Info) (IDs, error) {
 	if ids.RegisterPoolBitmap == 0 && ids.RegisterPoolBitmapPair == 0 {
 		errs = append(errs, fmt.Errorf("no register %s (or %s)", RegisterPoolBitmap, RegisterPoolBitmapPair))
 	}
+	ids.RegisterPoolTag = find(regs, "register", RegisterPoolTag, false)
 	ids.TableDropSimulator = find(tables, "table", TableDropSimulator, false)
 	ids.ActionSetDropRates = find(actions, "action", ActionSetDropRates, false)
 	ids.TableARPReply = find(tables, "table", TableARPReply, false)

@@ -102,7 +102,23 @@ var Programs = []ProgramSpec{
 		Extra: append(append([]string{
 			shape.KindRegister + " SwitchMLIngress.pool_bitmap_pair",
 		}, pairRegisterNames()...), sharedExtra...),
-		Prefix:             "pipe.",
+		GeneratedExternIDs: true,
+	},
+	{
+		// The same source compiled for Tofino 2, where it tags each
+		// (set, slot) with its job (JOB_TAG in the source).
+		Name:   "tofino2",
+		Arch:   "t2na",
+		Source: "tna/switchml.p4",
+		P4Info: "tna/switchml.tofino2.p4info.txtpb",
+		Absent: []string{
+			shape.KindRegister + " SwitchMLIngress.pool_bitmap",
+			shape.KindRegister + " SwitchMLIngress.pool_values",
+		},
+		Extra: append(append([]string{
+			shape.KindRegister + " SwitchMLIngress.pool_bitmap_pair",
+			shape.KindRegister + " SwitchMLIngress.pool_tag",
+		}, pairRegisterNames()...), sharedExtra...),
 		GeneratedExternIDs: true,
 	},
 }

@@ -1,6 +1,7 @@
 package programs
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/p4info/shape"
 	"github.com/switchml/switchml-go/p4/p4tools"
+	"github.com/switchml/switchml-go/p4/stratum"
 )
 
 // The compilers run once per test binary, in a directory TestMain removes.
@@ -79,9 +81,10 @@ func p4cV1Model(tools *p4tools.Tools, src []byte, name string) *compiled {
 }
 
 var (
-	v1Once, tnaOnce sync.Once
-	v1Result        *compiled
-	tnaResult       *compiled
+	v1Once, tnaOnce, t2Once sync.Once
+	v1Result                *compiled
+	tnaResult               *compiled
+	t2Result                *compiled
 )
 
 // compiledV1Model is the checked-in v1model program compiled by p4c.
@@ -97,28 +100,58 @@ func compiledV1Model(t *testing.T) *compiled {
 func compiledTNA(t *testing.T) *compiled {
 	t.Helper()
 	tools := p4tools.ForTest(t)
-	tnaOnce.Do(func() {
-		dir := filepath.Join(scratch, "tna")
-		tnaResult = &compiled{dir: dir}
-		c := tnaResult
-		if c.err = os.MkdirAll(dir, 0o755); c.err != nil {
-			return
-		}
-		if c.err = os.WriteFile(filepath.Join(dir, "switchml.p4"), read(t, "tna/switchml.p4"), 0o644); c.err != nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		out, err := tools.Run(ctx, dir, "bf-p4c", "--target", "tofino", "--arch", "tna", "--std", "p4-16",
-			"-o", "out", "--p4runtime-files", "out/switchml.p4info.txtpb", "switchml.p4")
-		c.output = string(out)
-		if err != nil {
-			c.err = err
-			return
-		}
-		c.p4info, c.err = os.ReadFile(filepath.Join(dir, "out", "switchml.p4info.txtpb"))
-	})
+	tnaOnce.Do(func() { tnaResult = bfp4c(t, tools, "tna", "tofino", "tna") })
 	return tnaResult.get(t)
+}
+
+// compiledTofino2 is the same source compiled for Tofino 2.
+func compiledTofino2(t *testing.T) *compiled {
+	t.Helper()
+	tools := p4tools.ForTest(t)
+	t2Once.Do(func() { t2Result = bfp4c(t, tools, "tofino2", "tofino2", "t2na") })
+	return t2Result.get(t)
+}
+
+// bfp4c compiles tna/switchml.p4 with bf-p4c for a target and architecture
+// into scratch/name (with -g, for the resource logs).
+func bfp4c(t *testing.T, tools *p4tools.Tools, name, target, arch string) *compiled {
+	dir := filepath.Join(scratch, name)
+	c := &compiled{dir: dir}
+	if c.err = os.MkdirAll(dir, 0o755); c.err != nil {
+		return c
+	}
+	if c.err = os.WriteFile(filepath.Join(dir, "switchml.p4"), read(t, "tna/switchml.p4"), 0o644); c.err != nil {
+		return c
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	out, err := tools.Run(ctx, dir, "bf-p4c", "--target", target, "--arch", arch, "--std", "p4-16", "-g",
+		"--p4runtime-force-std-externs", "-o", "out", "--p4runtime-files", "out/switchml.p4info.txtpb", "switchml.p4")
+	c.output = string(out)
+	if err != nil {
+		c.err = err
+		return c
+	}
+	c.p4info, c.err = os.ReadFile(filepath.Join(dir, "out", "switchml.p4info.txtpb"))
+	return c
+}
+
+// stages reads the number of ingress and egress stages bf-p4c allocated
+// from its table summary (pipe/logs/table_summary.log, written with -g).
+func stages(t *testing.T, c *compiled) (ingress, egress int) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(c.dir, "out", "pipe", "logs", "table_summary.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := regexp.MustCompile(`Number of stages for ingress table allocation: (\d+)`).FindSubmatch(b)
+	eg := regexp.MustCompile(`Number of stages for egress table allocation: (\d+)`).FindSubmatch(b)
+	if in == nil || eg == nil {
+		t.Fatalf("no stage counts in bf-p4c's table summary:\n%.2000s", b)
+	}
+	fmt.Sscan(string(in[1]), &ingress)
+	fmt.Sscan(string(eg[1]), &egress)
+	return ingress, egress
 }
 
 // warnings lists the compiler's warning lines, without those expected.
@@ -225,6 +258,9 @@ var tnaWarnings = []string{
 	"Unknown annotation: id",      // backend does not know @id; the P4Info honours it on tables and actions
 	"may be uninitialized when",   // metadata the parsers leave to the control blocks
 	"min_parse_depth_accept_loop", // from tna.p4's own parser
+	// --p4runtime-force-std-externs: the pool index's identity Hash has
+	// no standard P4Info form, and nothing for a controller to program.
+	"No known conversion to standard P4Info for 'DynHash' extern type",
 }
 
 // bf-p4c compiles the TNA program for Tofino all the way to tofino.bin and
@@ -248,16 +284,95 @@ func TestTNACompiles(t *testing.T) {
 	}
 }
 
+// bf-p4c compiles the same source for Tofino 2 down to tofino2.bin, with
+// the per-slot job tag, in at most Tofino 2's 20 stages, and writes
+// exactly the checked-in Tofino 2 P4Info; the Tofino 1 program stays within
+// its 12 stages without the tag.
+func TestTofino2Compiles(t *testing.T) {
+	c := compiledTofino2(t)
+	if w := warnings(c.output, tnaWarnings...); len(w) > 0 {
+		t.Errorf("bf-p4c warns:\n%s", strings.Join(w, "\n"))
+	}
+	if st, err := os.Stat(filepath.Join(c.dir, "out", "pipe", "tofino2.bin")); err != nil || st.Size() == 0 {
+		t.Errorf("no tofino2.bin: %v", err)
+	}
+	checkedIn := read(t, "tna/switchml.tofino2.p4info.txtpb")
+	diffs, err := CheckCompiled(c.p4info, checkedIn, spec(t, "tofino2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logDiffs(t, diffs)
+	if !equalP4Info(t, c.p4info, checkedIn) {
+		t.Error("tna/switchml.tofino2.p4info.txtpb is not what bf-p4c writes for Tofino 2: copy the compiler's P4Info over it (keep the header comment)")
+	}
+	in, eg := stages(t, c)
+	t.Logf("Tofino 2: %d ingress stages, %d egress stages (of 20)", in, eg)
+	if in > 20 || eg > 20 {
+		t.Errorf("Tofino 2 program uses %d ingress, %d egress stages; Tofino 2 has 20", in, eg)
+	}
+	m, err := ModelFromText(c.p4info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := m.Registers[p4info.RegisterPoolTag]; r == nil || r.Size != p4info.PoolIndices || r.ElemType() != "bit<32>" {
+		t.Errorf("pool_tag = %+v, want bit<32> x %d", r, p4info.PoolIndices)
+	}
+	in1, eg1 := stages(t, compiledTNA(t))
+	t.Logf("Tofino 1: %d ingress stages, %d egress stages (of 12)", in1, eg1)
+	if in1 > 12 {
+		t.Errorf("Tofino 1 program uses %d ingress stages of 12", in1)
+	}
+}
+
+// The compiler's output directories pack into the BfPipelineConfig
+// stratum_bfrt takes: the program's name, bfrt.json byte for byte, one
+// profile whose context and binary are pipe/context.json and
+// pipe/tofino.bin (tofino2.bin for Tofino 2).
+func TestStratumPackCompiled(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		out  *compiled
+		bin  string
+	}{{"tofino", compiledTNA(t), "tofino.bin"}, {"tofino2", compiledTofino2(t), "tofino2.bin"}} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(c.out.dir, "out")
+			b, err := stratum.Pack(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := stratum.Unpack(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			file := func(rel string) []byte {
+				b, err := os.ReadFile(filepath.Join(dir, rel))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return b
+			}
+			if cfg.GetP4Name() != "switchml" || !bytes.Equal(cfg.GetBfruntimeInfo(), file("bfrt.json")) || len(cfg.GetProfiles()) != 1 {
+				t.Fatalf("p4_name %q, bfrt.json equal %v, %d profiles", cfg.GetP4Name(), bytes.Equal(cfg.GetBfruntimeInfo(), file("bfrt.json")), len(cfg.GetProfiles()))
+			}
+			p := cfg.GetProfiles()[0]
+			if p.GetProfileName() != "pipe" || !bytes.Equal(p.GetContext(), file("pipe/context.json")) ||
+				!bytes.Equal(p.GetBinary(), file("pipe/"+c.bin)) || !slices.Equal(p.GetPipeScope(), []uint32{0, 1, 2, 3}) {
+				t.Errorf("profile %q scope %v: context or binary differ from the compiler's files", p.GetProfileName(), p.GetPipeScope())
+			}
+		})
+	}
+}
+
 // Every name the controller uses (the constants of package p4info) is in
-// the P4Info bf-p4c writes, under "pipe." or not, except the two registers
-// Tofino replaces by pair registers, which are there by name.
+// the P4Info bf-p4c writes, except the two registers Tofino replaces by
+// pair registers, which are there by name; and the registers and the
+// counter are standard P4Runtime ones, the only kind Stratum maps.
 func TestTNACompiledHasControllerNames(t *testing.T) {
 	m, err := ModelFromText(compiledTNA(t).p4info)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stripped := m.WithoutPrefix("pipe.")
-	names := stripped.Names()
+	names := m.Names()
 	want := []string{
 		shape.KindTable + " " + p4info.TableWorkers,
 		shape.KindTable + " " + p4info.TableReplyAddress,
@@ -287,13 +402,20 @@ func TestTNACompiledHasControllerNames(t *testing.T) {
 			t.Errorf("compiled TNA P4Info has %s, which the pair registers replace", gone)
 		}
 	}
-	// Tables and externs carry the prefix, actions do not.
-	if m.Tables["pipe."+p4info.TableWorkers] == nil || m.Actions[p4info.ActionSetWorker] == nil ||
-		m.Registers["pipe."+p4info.RegisterPoolCount] == nil || m.Counters["pipe."+p4info.CounterStats] == nil {
-		t.Errorf("compiled TNA P4Info names: %v", m.Names())
-	}
-	if w := stripped.Tables[p4info.TableWorkers]; w == nil || w.ID != p4info.TableWorkersID {
+	if w := m.Tables[p4info.TableWorkers]; w == nil || w.ID != p4info.TableWorkersID {
 		t.Errorf("workers = %+v, want id %#x", w, p4info.TableWorkersID)
+	}
+	info, err := LoadP4Info(compiledTNA(t).p4info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.GetRegisters()) != 35 || len(info.GetCounters()) != 1 {
+		t.Errorf("the P4Info lists %d standard registers and %d counters, want 35 and 1 (--p4runtime-force-std-externs)", len(info.GetRegisters()), len(info.GetCounters()))
+	}
+	for _, e := range info.GetExterns() {
+		if n := e.GetExternTypeName(); n == "Register" || n == "Counter" {
+			t.Errorf("the P4Info lists %s as Tofino externs, which Stratum does not map", n)
+		}
 	}
 }
 
@@ -348,14 +470,14 @@ func TestCompiledComparisonReportsMutations(t *testing.T) {
 	})
 	t.Run("tna", func(t *testing.T) {
 		run(t, "tna", compiledTNA(t).p4info, []mut{
-			{"unprefixed table", `name: "pipe\.SwitchMLIngress\.workers"`, `name: "SwitchMLIngress.workers"`, "pipe.SwitchMLIngress.workers", "missing in"},
-			{"pair register renamed", `name: "pipe\.SwitchMLIngress\.pool_values_07"`, `name: "pipe.SwitchMLIngress.pool_values_7"`, "pipe.SwitchMLIngress.pool_values_07", "missing in"},
-			{"pair member", `name: "set1"`, `name: "set_1"`, "pipe.SwitchMLIngress.pool_bitmap_pair", "element type"},
-			{"register size", `(name: "pipe\.SwitchMLIngress\.pool_bitmap_pair"\n(?:.*\n){9}\s+)size: 8192`, "${1}size: 16384", "pipe.SwitchMLIngress.pool_bitmap_pair", "size 8192"},
-			{"extern id", `id: 2340929569\n`, "id: 2340929570\n", "pipe.SwitchMLIngress.pool_count", "id 0x8b87c021"},
-			{"counter unit", `unit: PACKETS`, "unit: BYTES", "pipe.SwitchMLIngress.stats", "unit PACKETS"},
+			{"prefixed table", `name: "SwitchMLIngress\.workers"`, `name: "pipe.SwitchMLIngress.workers"`, "SwitchMLIngress.workers", "missing in"},
+			{"pair register renamed", `name: "SwitchMLIngress\.pool_values_07"`, `name: "SwitchMLIngress.pool_values_7"`, "SwitchMLIngress.pool_values_07", "missing in"},
+			{"pair member", `name: "f2"`, `name: "f_2"`, "SwitchMLIngress.pool_bitmap_pair", "element type"},
+			{"register size", `(name: "SwitchMLIngress\.pool_bitmap_pair"\n(?:.*\n){7}\s+)size: 8192`, "${1}size: 16384", "SwitchMLIngress.pool_bitmap_pair", "size 8192"},
+			{"register id", `id: 377995297\n`, "id: 377995298\n", "SwitchMLIngress.pool_count", "id 0x1687c021"},
+			{"counter unit", `unit: PACKETS`, "unit: BYTES", "SwitchMLIngress.stats", "unit PACKETS"},
 			{"param width", `(name: "pool_size"\n\s+)bitwidth: 32`, "${1}bitwidth: 16", "SwitchMLIngress.set_worker", "parameter pool_size is 32 bits"},
-			{"port metadata", `key_name: "ig_intr_md"`, `key_name: "ig_md"`, "", ""},
+			{"port metadata", `value: "ig_intr_md\.ingress_port"`, `value: "ig_md.ingress_port"`, "", ""},
 		})
 	})
 }

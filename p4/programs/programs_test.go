@@ -186,7 +186,7 @@ func TestSharedShapes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := tna.Registers["SwitchMLIngress.pool_bitmap_pair"]; r == nil || r.Size != p4info.Slots || r.ElemType() != "{set0:bit<32>,set1:bit<32>}" {
+	if r := tna.Registers["SwitchMLIngress.pool_bitmap_pair"]; r == nil || r.Size != p4info.Slots || r.ElemType() != "{f1:bit<32>,f2:bit<32>}" {
 		t.Errorf("tna pool_bitmap_pair = %+v", r)
 	}
 	for _, p := range Data().Pairs {

@@ -3,6 +3,7 @@ package targets
 import (
 	"fmt"
 
+	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/programs"
 	"github.com/switchml/switchml-go/wire"
@@ -19,7 +20,7 @@ func init() {
 	Register(Target{
 		Kind:         Softswitch,
 		Summary:      "the software switch",
-		P4Info:       p4info.Load,
+		P4Info:       func(string) (*p4configv1.P4Info, error) { return p4info.Load() },
 		Capabilities: softswitchCapabilities,
 	})
 }

@@ -35,8 +35,13 @@ type Target struct {
 	// Summary says in a few words what runs there, for help texts.
 	Summary string
 	// P4Info returns the P4Info of the program the kind runs, a fresh
-	// message each call.
-	P4Info func() (*p4configv1.P4Info, error)
+	// message each call. deviceConfig is the --device-config path ("" for
+	// none), for kinds whose P4Info depends on what the program was
+	// compiled for.
+	P4Info func(deviceConfig string) (*p4configv1.P4Info, error)
+	// CheckP4Info, if set, refuses a P4Info (the kind's or the operator's)
+	// that the switch cannot serve.
+	CheckP4Info func(info *p4configv1.P4Info) error
 	// DeviceConfig reads the compiled program pushed with the pipeline
 	// from the path the operator gives (--device-config) and returns it as
 	// the switch expects it in ForwardingPipelineConfig.p4_device_config.

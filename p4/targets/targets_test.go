@@ -19,7 +19,7 @@ func TestKindsAndLookup(t *testing.T) {
 		if want := kind; (want == "" && k.Kind != Softswitch) || (want != "" && k.Kind != want) {
 			t.Errorf("Lookup(%q) = %q", kind, k.Kind)
 		}
-		if info, err := k.P4Info(); err != nil || len(info.GetTables()) == 0 {
+		if info, err := k.P4Info(""); err != nil || len(info.GetTables()) == 0 {
 			t.Errorf("%s's P4Info: %v tables, %v", k.Kind, len(info.GetTables()), err)
 		}
 	}
@@ -29,7 +29,7 @@ func TestKindsAndLookup(t *testing.T) {
 	if got := KindsWhere(func(_ Target, c Capabilities) bool { return c.NeedsPortMap }); !slices.Equal(got, []string{Tofino}) {
 		t.Errorf("kinds that need a port map: %q, want tofino", got)
 	}
-	if h := DeviceConfigHelp(); !strings.HasPrefix(h, "tofino: the pipeline package") || strings.Contains(h, Softswitch) {
+	if h := DeviceConfigHelp(); !strings.HasPrefix(h, "tofino: bf-p4c's output directory") || strings.Contains(h, Softswitch) {
 		t.Errorf("DeviceConfigHelp() = %q, want what tofino reads and nothing of the software switch", h)
 	}
 	if h := Help(); !strings.Contains(h, "softswitch (the software switch)") || !strings.Contains(h, "tofino (") {

@@ -6,20 +6,23 @@ import (
 
 	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
 	"github.com/switchml/switchml-go/p4/programs"
+	"github.com/switchml/switchml-go/p4/stratum"
 	"github.com/switchml/switchml-go/p4/tna"
 )
 
-// Tofino runs the TNA program (p4/tna). Its device config is read as the
-// P4Runtime server on the switch expects it: this is where a packer of the
-// compiler's outputs plugs in. Registers are written over P4Runtime (p4/README.md
-// says why bf_switchd refuses that).
+// Tofino runs the TNA program (p4/tna) behind Stratum (stratum_bfrt; see
+// docs/tofino.md). Its device config is Stratum's BfPipelineConfig, packed
+// from bf-p4c's output directory or read as "switchml p4 pack" wrote it;
+// a program compiled for Tofino 2 has its own P4Info (the per-slot job
+// tag). Registers are written over P4Runtime.
 func init() {
 	Register(Target{
 		Kind:              Tofino,
-		Summary:           "a Tofino running the TNA program",
-		P4Info:            func() (*p4configv1.P4Info, error) { return ParseP4Info(tna.P4InfoText) },
-		DeviceConfig:      ReadDeviceConfig,
-		DeviceConfigNeeds: "the pipeline package the switch's P4Runtime server expects (see p4/README.md)",
+		Summary:           "a Tofino running the TNA program, behind Stratum",
+		P4Info:            tofinoP4Info,
+		CheckP4Info:       stratumP4Info,
+		DeviceConfig:      tofinoDeviceConfig,
+		DeviceConfigNeeds: "bf-p4c's output directory (packed into Stratum's BfPipelineConfig) or the file \"switchml p4 pack\" wrote",
 		Capabilities:      FixedProgram,
 	})
 }
@@ -31,12 +34,65 @@ func FixedProgram(int) (Capabilities, error) {
 	return Capabilities{PacketElements: []int{programs.Elements}, MaxWorkers: programs.MaxWorkers, NeedsMAC: true, NeedsPortMap: true}, nil
 }
 
-// ReadDeviceConfig reads a device config file as it is (a BMv2 JSON, a
-// Tofino binary).
+// ReadDeviceConfig reads a device config file as it is (a BMv2 JSON).
 func ReadDeviceConfig(path string) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read --device-config: %w", err)
 	}
 	return b, nil
+}
+
+// tofinoP4Info is the P4Info of the program compiled in deviceConfig: the
+// Tofino 2 one for bf-p4c's output directory of a Tofino 2 build, else
+// the Tofino 1 one.
+func tofinoP4Info(deviceConfig string) (*p4configv1.P4Info, error) {
+	text := tna.P4InfoText
+	if st, err := os.Stat(deviceConfig); err == nil && st.IsDir() {
+		// An unreadable manifest is the device config's to report.
+		if chip, _ := stratum.Target(deviceConfig); chip == "tofino2" {
+			text = tna.P4InfoTofino2Text
+		}
+	}
+	return ParseP4Info(text)
+}
+
+// tofinoDeviceConfig is what --device-config gives a Tofino: bf-p4c's
+// output directory, packed here, or a file "switchml p4 pack" wrote
+// (checked to be a BfPipelineConfig with at least one profile).
+func tofinoDeviceConfig(path string) ([]byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("--device-config: %w", err)
+	}
+	if st.IsDir() {
+		b, err := stratum.Pack(path)
+		if err != nil {
+			return nil, fmt.Errorf("--device-config: %w", err)
+		}
+		return b, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--device-config: %w", err)
+	}
+	cfg, err := stratum.Unpack(b)
+	if err != nil || cfg.GetP4Name() == "" || len(cfg.GetProfiles()) == 0 {
+		return nil, fmt.Errorf("--device-config %s is not a packed Stratum pipeline config: give bf-p4c's output directory, or the file \"switchml p4 pack --target tofino\" writes", path)
+	}
+	return b, nil
+}
+
+// stratumP4Info refuses a P4Info whose registers or counters are Tofino
+// externs: Stratum maps only standard P4Runtime registers and counters to
+// the switch's objects (BfrtIdMapper::BuildP4InfoAndBfrtInfoMapping in
+// stratum/hal/lib/barefoot/bfrt_id_mapper.cc), so every pool reset and
+// counter read would fail.
+func stratumP4Info(info *p4configv1.P4Info) error {
+	for _, e := range info.GetExterns() {
+		if n := e.GetExternTypeName(); n == "Register" || n == "Counter" {
+			return fmt.Errorf("--p4info lists its %ss as Tofino externs, which Stratum cannot address: compile with bf-p4c --p4runtime-force-std-externs (docs/tofino.md)", n)
+		}
+	}
+	return nil
 }

@@ -10,3 +10,10 @@ import _ "embed"
 //
 //go:embed switchml.p4info.txtpb
 var P4InfoText []byte
+
+// P4InfoTofino2Text is switchml.tofino2.p4info.txtpb, the P4Info bf-p4c
+// writes for switchml.p4 compiled for Tofino 2 (--target tofino2 --arch
+// t2na): the Tofino 1 P4Info plus the per-slot job tag register.
+//
+//go:embed switchml.tofino2.p4info.txtpb
+var P4InfoTofino2Text []byte
