@@ -13,16 +13,16 @@ func init() {
 }
 
 func runP4(_ context.Context, args []string) error {
+	fs := newFlags("p4", "pack [--target tofino] --out FILE DIR")
+	target := fs.String("target", "tofino", "the switch the config is for: tofino (Stratum's BfPipelineConfig, for Tofino 1 and Tofino 2)")
+	out := fs.String("out", "", "file to write the packed config to (required)")
 	if len(args) == 0 || args[0] != "pack" {
-		fmt.Fprintf(os.Stderr, "Usage: switchml p4 pack --target tofino --out FILE DIR\n\n%s\n", commands["p4"].summary)
+		fs.Usage()
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
 			return nil
 		}
 		return errUsage
 	}
-	fs := newFlags("p4", "pack --target tofino --out FILE DIR")
-	target := fs.String("target", "tofino", "the switch the config is for: tofino (Stratum's BfPipelineConfig, for Tofino 1 and Tofino 2)")
-	out := fs.String("out", "", "file to write the packed config to (required)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
