@@ -111,33 +111,9 @@ type Config struct {
 // are aborted with that cause and Run reconnects with back-off and programs
 // the switch afresh; registrations meanwhile fail with a clear error.
 func Run(ctx context.Context, cfg Config) error {
-	if cfg.Target == "" {
-		cfg.Target = DefaultTarget
-	}
-	if cfg.Listen == "" {
-		cfg.Listen = DefaultListen
-	}
-	if cfg.Slots == 0 {
-		cfg.Slots = p4info.Slots
-	}
-	if cfg.ConnectTimeout == 0 {
-		cfg.ConnectTimeout = 30 * time.Second
-	}
-	if cfg.AdoptGrace == 0 {
-		cfg.AdoptGrace = 10 * time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Switch.Kind == "" {
-		t, err := TargetFor(KindSoftswitch, 0)
-		if err != nil {
-			return err
-		}
-		cfg.Switch = t
-	}
-	if cfg.Switch.P4() && len(cfg.Switch.Ports) == 0 {
-		return fmt.Errorf("controller: a %s switch needs a port map: which switch port reaches each worker address (--port-map)", cfg.Switch.Kind)
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return err
 	}
 	cfg.control = newControl()
 	if cfg.Metrics != nil {
@@ -200,30 +176,73 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("controller: job service: %w", err)
 		case <-cl.done:
 		}
-		// The switch restarted or the link to it broke: whatever it
-		// aggregated is gone or unknowable, so the live jobs end with
-		// that reason, and the controller programs the switch afresh
-		// once it answers again.
-		lost := cl.streamError()
-		cfg.Logger.Warn("controller: lost the switch; reconnecting", "target", cfg.Target, "err", lost)
-		svc.SwitchLost(fmt.Sprintf("aborted: the controller lost the switch at %s (%v); what it held for the job is gone: join again", cfg.Target, lost))
-		cl.Close()
-		if back, err := redial(ctx, cfg.Logger, "switch", func() (err error) {
-			cl, adopted, err = connect(ctx, cfg, dp)
+		var back bool
+		if cl, back, err = reconnect(ctx, cfg, dp, svc, cl); !back {
 			return err
-		}, "target", cfg.Target); !back {
-			return err
-		}
-		svc.SwitchBack(controlled{cl})
-		if adopted {
-			// The switch kept its tables: the aborted jobs' entries are
-			// still there, and go once no rank claims them.
-			if err := svc.Adopt(ctx, cl, cfg.AdoptGrace); err != nil {
-				cfg.Logger.Warn("controller: reading back the switch's jobs", "err", err)
-			}
 		}
 		cfg.Logger.Info("controller: switch programmed again", "target", cfg.Target)
 	}
+}
+
+// reconnect ends the live jobs after the switch was lost (it restarted or
+// the link to it broke: whatever it aggregated is gone or unknowable),
+// then dials it again with back-off and programs it afresh. back is false
+// when ctx ended first.
+func reconnect(ctx context.Context, cfg Config, dp netip.AddrPort, svc *JobService, cl *Client) (_ *Client, back bool, err error) {
+	lost := cl.streamError()
+	cfg.Logger.Warn("controller: lost the switch; reconnecting", "target", cfg.Target, "err", lost)
+	svc.SwitchLost(fmt.Sprintf("aborted: the controller lost the switch at %s (%v); what it held for the job is gone: join again", cfg.Target, lost))
+	cl.Close()
+	var adopted bool
+	if back, err := redial(ctx, cfg.Logger, "switch", func() (err error) {
+		cl, adopted, err = connect(ctx, cfg, dp)
+		return err
+	}, "target", cfg.Target); !back {
+		return nil, false, err
+	}
+	svc.SwitchBack(controlled{cl})
+	if adopted {
+		// The switch kept its tables: the aborted jobs' entries are
+		// still there, and go once no rank claims them.
+		if err := svc.Adopt(ctx, cl, cfg.AdoptGrace); err != nil {
+			cfg.Logger.Warn("controller: reading back the switch's jobs", "err", err)
+		}
+	}
+	return cl, true, nil
+}
+
+// withDefaults fills in what cfg leaves zero and checks that a P4 switch
+// has its port map.
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.Target == "" {
+		cfg.Target = DefaultTarget
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = DefaultListen
+	}
+	if cfg.Slots == 0 {
+		cfg.Slots = p4info.Slots
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = 30 * time.Second
+	}
+	if cfg.AdoptGrace == 0 {
+		cfg.AdoptGrace = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Switch.Kind == "" {
+		t, err := TargetFor(KindSoftswitch, 0)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Switch = t
+	}
+	if cfg.Switch.P4() && len(cfg.Switch.Ports) == 0 {
+		return cfg, fmt.Errorf("controller: a %s switch needs a port map: which switch port reaches each worker address (--port-map)", cfg.Switch.Kind)
+	}
+	return cfg, nil
 }
 
 // registerMetrics hands the job service's collector to cfg.Metrics, if
