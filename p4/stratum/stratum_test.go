@@ -138,11 +138,21 @@ func TestStratumJobControlTraffic(t *testing.T) {
 	t.Run("tofino2 adopted", func(t *testing.T) { runStratumJob(t, "tofino2", tna.P4InfoTofino2Text, true) })
 }
 
+// The job's layout: three ranks of two lanes with a window of eight.
+const jobWorld, jobLanes, jobWindow = 3, 2, 8
+
+// rankAddr is the address of rank's worker; rankPort is its switch port.
+func rankAddr(rank int) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, 0, byte(rank + 1)}) }
+func rankPort(rank int) uint32     { return uint32(8 * (rank + 1)) }
+
+// startFunc runs a controller until ctx ends, reporting its job service's
+// address on ready and Run's result on done.
+type startFunc func(ctx context.Context, ready chan<- net.Addr, done chan<- error)
+
 // runStratumJob runs the job; with adopt, a first controller pushes the
 // pipeline and stops before the one that serves the job starts.
 func runStratumJob(t *testing.T, chip string, p4infoText []byte, adopt bool) {
 	rec := newRecorder(t, p4infoText)
-	target := rec.serve(t)
 	dir, _ := fakeOutput(t, chip)
 	devcfg, err := stratum.Pack(dir)
 	if err != nil {
@@ -151,18 +161,65 @@ func runStratumJob(t *testing.T, chip string, p4infoText []byte, adopt bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	const world, lanes, window = 3, 2, 8
+	start := stratumController(t, rec, rec.serve(t), devcfg)
+	if adopt {
+		runFirstController(ctx, t, start)
+	}
+	arpID := rec.id(t, p4info.TableARPReply)
+	jobs, stopController := serveJobs(ctx, t, start)
+	defer stopController()
+
+	resps := registerRanks(ctx, t, jobs)
+	_, active, _, _ := rec.snapshot()
+	leaveRanks(ctx, t, jobs, resps)
+	if err := rec.await(ctx, func() bool { _, _, _, groups := rec.snapshot(); return groups == 0 }); err != nil {
+		t.Fatalf("the job's multicast group was never deleted: %v", err)
+	}
+	pushes, writes, refused, _ := rec.snapshot()
+	if adopt {
+		// The ARP entry the first controller wrote is there: the second
+		// one's INSERT is refused, and it modifies the entry instead.
+		refused = slices.DeleteFunc(refused, func(r refusal) bool {
+			return r.u.GetEntity().GetTableEntry().GetTableId() == arpID && r.code == codes.AlreadyExists
+		})
+	}
+	if len(refused) > 0 {
+		t.Fatalf("the server refused, as Stratum would: %v", refused)
+	}
+
+	// The pipeline: pushed once, packed for stratum_bfrt.
+	if len(pushes) != 1 || pushes[0].GetAction() != p4v1.SetForwardingPipelineConfigRequest_VERIFY_AND_COMMIT ||
+		!bytes.Equal(pushes[0].GetConfig().GetP4DeviceConfig(), devcfg) {
+		t.Fatalf("pipeline pushes %d, want one VERIFY_AND_COMMIT with the packed config", len(pushes))
+	}
+
+	c := newTrafficChecker(t, rec, resps[0], adopt)
+	if c.size != jobLanes*jobWindow {
+		t.Fatalf("pool size %d, want %d", c.size, jobLanes*jobWindow)
+	}
+	// Walk every update in order.
+	for wi, w := range writes {
+		c.write(wi, w)
+	}
+	c.checkTotals(chip == "tofino2" && !adopt)
+	if len(active) == 0 {
+		t.Error("no writes while the job was active")
+	}
+}
+
+// stratumController returns a startFunc for a controller of a Tofino with
+// the job's ranks on their ports, pushing devcfg to target.
+func stratumController(t *testing.T, rec *recorder, target string, devcfg []byte) startFunc {
+	t.Helper()
 	sw, err := controller.TargetFor(controller.KindTofino, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := func(rank int) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, 0, byte(rank + 1)}) }
-	port := func(rank int) uint32 { return uint32(8 * (rank + 1)) }
 	sw.Ports = map[netip.Addr]uint32{}
-	for r := 0; r < world; r++ {
-		sw.Ports[addr(r)] = port(r)
+	for r := 0; r < jobWorld; r++ {
+		sw.Ports[rankAddr(r)] = rankPort(r)
 	}
-	start := func(ctx context.Context, ready chan<- net.Addr, done chan<- error) {
+	return func(ctx context.Context, ready chan<- net.Addr, done chan<- error) {
 		done <- controller.Run(ctx, controller.Config{
 			Target: target, Listen: "127.0.0.1:0", Dataplane: "10.0.0.254:48864", Switch: sw,
 			P4Info: rec.info, DeviceConfig: devcfg, SwitchMAC: net.HardwareAddr{2, 0x53, 0x4d, 0x4c, 0, 0xfe},
@@ -170,52 +227,70 @@ func runStratumJob(t *testing.T, chip string, p4infoText []byte, adopt bool) {
 			Logger:    quiet, Ready: func(a net.Addr) { ready <- a },
 		})
 	}
-	if adopt {
-		firstCtx, stopFirst := context.WithCancel(ctx)
-		ready, done := make(chan net.Addr, 1), make(chan error, 1)
-		go start(firstCtx, ready, done)
-		select {
-		case <-ready:
-		case err := <-done:
-			t.Fatalf("first controller ended before serving: %v", err)
-		}
+}
+
+// runFirstController runs a controller until it serves, then stops it.
+func runFirstController(ctx context.Context, t *testing.T, start startFunc) {
+	t.Helper()
+	firstCtx, stopFirst := context.WithCancel(ctx)
+	ready, done := make(chan net.Addr, 1), make(chan error, 1)
+	go start(firstCtx, ready, done)
+	select {
+	case <-ready:
+	case err := <-done:
 		stopFirst()
-		if err := <-done; err != nil {
-			t.Fatalf("first controller: %v", err)
-		}
+		t.Fatalf("first controller ended before serving: %v", err)
 	}
-	ids0 := struct{ arp uint32 }{rec.id(t, p4info.TableARPReply)}
+	stopFirst()
+	if err := <-done; err != nil {
+		t.Fatalf("first controller: %v", err)
+	}
+}
+
+// serveJobs starts a controller and returns a client of its job service
+// and a function that closes the client, stops the controller and checks
+// how it ended.
+func serveJobs(ctx context.Context, t *testing.T, start startFunc) (jobpb.JobServiceClient, func()) {
+	t.Helper()
 	runCtx, stop := context.WithCancel(ctx)
 	ready := make(chan net.Addr, 1)
 	done := make(chan error, 1)
 	go start(runCtx, ready, done)
-	defer func() {
+	stopController := func() {
 		stop()
 		if err := <-done; err != nil {
 			t.Errorf("controller: %v", err)
 		}
-	}()
+	}
 	var jobsAddr net.Addr
 	select {
 	case jobsAddr = <-ready:
 	case err := <-done:
+		stop()
 		t.Fatalf("controller ended before serving: %v", err)
 	}
 	conn, err := grpc.NewClient(jobsAddr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
+		stopController()
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	jobs := jobpb.NewJobServiceClient(conn)
+	return jobpb.NewJobServiceClient(conn), func() {
+		conn.Close()
+		stopController()
+	}
+}
 
-	resps := make([]*jobpb.RegisterResponse, world)
-	errs := make([]error, world)
+// registerRanks registers every rank of the job at once.
+func registerRanks(ctx context.Context, t *testing.T, jobs jobpb.JobServiceClient) []*jobpb.RegisterResponse {
+	t.Helper()
+	resps := make([]*jobpb.RegisterResponse, jobWorld)
+	errs := make([]error, jobWorld)
 	var wg sync.WaitGroup
-	for r := 0; r < world; r++ {
-		req := &jobpb.RegisterRequest{Job: "tofino", Rank: uint32(r), WorldSize: world, Lanes: lanes, Window: window, Elements: 64,
+	for r := 0; r < jobWorld; r++ {
+		req := &jobpb.RegisterRequest{Job: "tofino", Rank: uint32(r), WorldSize: jobWorld, Lanes: jobLanes, Window: jobWindow, Elements: 64,
 			Mac: []byte{2, 0, 0, 0, 0, byte(r + 1)}}
-		for l := 0; l < lanes; l++ {
-			req.LaneAddresses = append(req.LaneAddresses, netip.AddrPortFrom(addr(r), uint16(40000+l)).String())
+		for l := 0; l < jobLanes; l++ {
+			req.LaneAddresses = append(req.LaneAddresses, netip.AddrPortFrom(rankAddr(r), uint16(40000+l)).String())
 		}
 		wg.Add(1)
 		go func() {
@@ -229,170 +304,198 @@ func runStratumJob(t *testing.T, chip string, p4infoText []byte, adopt bool) {
 			t.Fatalf("rank %d: %v", r, err)
 		}
 	}
-	_, active, _, _ := rec.snapshot()
-	for r := 0; r < world; r++ {
+	return resps
+}
+
+// leaveRanks has every rank leave the job.
+func leaveRanks(ctx context.Context, t *testing.T, jobs jobpb.JobServiceClient, resps []*jobpb.RegisterResponse) {
+	t.Helper()
+	for r := 0; r < jobWorld; r++ {
 		if _, err := jobs.Leave(ctx, &jobpb.LeaveRequest{Job: "tofino", Rank: uint32(r), SessionId: resps[r].GetSessionId(), RankSecret: resps[r].GetRankSecret()}); err != nil {
 			t.Fatalf("leave rank %d: %v", r, err)
 		}
 	}
-	if err := rec.await(ctx, func() bool { _, _, _, groups := rec.snapshot(); return groups == 0 }); err != nil {
-		t.Fatalf("the job's multicast group was never deleted: %v", err)
-	}
-	pushes, writes, refused, _ := rec.snapshot()
-	if adopt {
-		// The ARP entry the first controller wrote is there: the second
-		// one's INSERT is refused, and it modifies the entry instead.
-		refused = slices.DeleteFunc(refused, func(r refusal) bool {
-			return r.u.GetEntity().GetTableEntry().GetTableId() == ids0.arp && r.code == codes.AlreadyExists
-		})
-	}
-	if len(refused) > 0 {
-		t.Fatalf("the server refused, as Stratum would: %v", refused)
-	}
+}
 
-	// The pipeline: pushed once, packed for stratum_bfrt.
-	if len(pushes) != 1 || pushes[0].GetAction() != p4v1.SetForwardingPipelineConfigRequest_VERIFY_AND_COMMIT ||
-		!bytes.Equal(pushes[0].GetConfig().GetP4DeviceConfig(), devcfg) {
-		t.Fatalf("pipeline pushes %d, want one VERIFY_AND_COMMIT with the packed config", len(pushes))
-	}
+// trafficChecker checks the controller's write requests one update at a
+// time, with one method per kind of entity, and counts what it saw.
+type trafficChecker struct {
+	t     *testing.T
+	rec   *recorder
+	adopt bool
+	ids   struct{ arp, workers, replies, bitmap, count, setWorker, setReply, sendARP uint32 }
+	// The job as the controller placed it.
+	base, size int
+	jobID      uint32
 
-	ids := struct{ arp, workers, replies, bitmap, count, setWorker, setReply, sendARP uint32 }{
-		rec.id(t, p4info.TableARPReply), rec.id(t, p4info.TableWorkers), rec.id(t, p4info.TableReplyAddress),
-		rec.id(t, p4info.RegisterPoolBitmapPair), rec.id(t, p4info.RegisterPoolCount),
-		rec.id(t, p4info.ActionSetWorker), rec.id(t, p4info.ActionSetReply), rec.id(t, p4info.ActionSendARPReply),
-	}
-	base, size := int(resps[0].GetPoolBase()), int(resps[0].GetPoolSize())
-	if size != lanes*window {
-		t.Fatalf("pool size %d, want %d", size, lanes*window)
-	}
+	mgid                   uint32 // the job's multicast group, once installed
+	bitmapIdx, countIdx    map[int64]bool
+	resets, resetWrites    int // register updates, and write requests holding them
+	workerAdds, workerDels int
+	replyAdds, replyDels   int
+	groupDeleted           bool
+}
 
-	// Walk every update in order.
-	type seen struct{ resets, resetRequests int }
-	var s seen
-	var mgid uint32
-	bitmapIdx, countIdx := map[int64]bool{}, map[int64]bool{}
-	workerAdds, workerDels, replyAdds, replyDels := 0, 0, 0, 0
-	groupDeleted := false
-	for wi, w := range writes {
-		regs := 0
-		for _, u := range w.GetUpdates() {
-			e := u.GetEntity()
-			switch {
-			case e.GetRegisterEntry() != nil:
-				re := e.GetRegisterEntry()
-				regs++
-				if u.GetType() != p4v1.Update_MODIFY || re.GetIndex() == nil {
-					t.Errorf("register write %v: want a MODIFY of one index", u)
-				}
-				v, err := p4info.Uint(re.GetData().GetBitstring(), 64)
-				if err != nil || v != 0 {
-					t.Errorf("register write %v: want zero", u)
-				}
-				switch re.GetRegisterId() {
-				case ids.bitmap:
-					if len(re.GetData().GetBitstring()) > 4 {
-						t.Errorf("pool_bitmap_pair data %x wider than its 32-bit f1", re.GetData().GetBitstring())
-					}
-					bitmapIdx[re.GetIndex().GetIndex()] = true
-				case ids.count:
-					if len(re.GetData().GetBitstring()) > 2 {
-						t.Errorf("pool_count data %x wider than its 16 bits", re.GetData().GetBitstring())
-					}
-					countIdx[re.GetIndex().GetIndex()] = true
-				default:
-					t.Errorf("register %#x (%s) written; the reset writes pool_bitmap_pair and pool_count", re.GetRegisterId(), rec.names[re.GetRegisterId()])
-				}
-				s.resets++
-			case e.GetPacketReplicationEngineEntry() != nil:
-				mg := e.GetPacketReplicationEngineEntry().GetMulticastGroupEntry()
-				switch u.GetType() {
-				case p4v1.Update_INSERT:
-					mgid = mg.GetMulticastGroupId()
-					var got []string
-					for _, rep := range mg.GetReplicas() {
-						//lint:ignore SA1019 the field Stratum reads
-						got = append(got, fmt.Sprintf("%d@%d", rep.GetInstance(), rep.GetEgressPort()))
-					}
-					want := []string{}
-					for r := 0; r < world; r++ {
-						want = append(want, fmt.Sprintf("%d@%d", r, port(r)))
-					}
-					slices.Sort(got)
-					if !slices.Equal(got, want) {
-						t.Errorf("group %d replicas (rank@port) %v, want %v", mgid, got, want)
-					}
-				case p4v1.Update_DELETE:
-					if mg.GetMulticastGroupId() != mgid || workerDels != world*lanes {
-						t.Errorf("group %d deleted with %d of %d worker entries gone (group %d installed)", mg.GetMulticastGroupId(), workerDels, world*lanes, mgid)
-					}
-					groupDeleted = true
-				default:
-					t.Errorf("multicast update %v", u.GetType())
-				}
-			case e.GetTableEntry() != nil:
-				te := e.GetTableEntry()
-				switch te.GetTableId() {
-				case ids.arp:
-					if (u.GetType() != p4v1.Update_INSERT && !(adopt && u.GetType() == p4v1.Update_MODIFY)) || te.GetAction().GetAction().GetActionId() != ids.sendARP {
-						t.Errorf("arp_reply update %v", u)
-					}
-				case ids.workers:
-					if u.GetType() == p4v1.Update_DELETE {
-						workerDels++
-						continue
-					}
-					a := te.GetAction().GetAction()
-					p := map[uint32]uint64{}
-					for _, x := range a.GetParams() {
-						p[x.GetParamId()], _ = p4info.Uint(x.GetValue(), 32)
-					}
-					w := p4info.WorkerFromParams(p)
-					if u.GetType() != p4v1.Update_INSERT || a.GetActionId() != ids.setWorker || mgid == 0 || uint32(w.MulticastGroup) != mgid ||
-						int(w.PoolBase) != base || int(w.PoolSize) != size || int(w.NumWorkers) != world || w.JobID != resps[0].GetJobId() {
-						t.Errorf("workers update %v: want an INSERT of set_worker with group %d, pool [%d,+%d), %d workers, job %d", u, mgid, base, size, world, resps[0].GetJobId())
-					}
-					workerAdds++
-				case ids.replies:
-					if u.GetType() == p4v1.Update_DELETE {
-						replyDels++
-					} else if u.GetType() == p4v1.Update_INSERT && te.GetAction().GetAction().GetActionId() == ids.setReply {
-						replyAdds++
-					} else {
-						t.Errorf("reply_address update %v", u)
-					}
-				default:
-					t.Errorf("write to table %#x (%s)", te.GetTableId(), rec.names[te.GetTableId()])
-				}
-			default:
-				t.Errorf("write request %d: unexpected entity %v", wi, e)
-			}
-		}
-		if regs > 0 {
-			s.resetRequests++
-			if regs != len(w.GetUpdates()) {
-				t.Errorf("write request %d mixes the pool reset with other updates", wi)
-			}
+func newTrafficChecker(t *testing.T, rec *recorder, placed *jobpb.RegisterResponse, adopt bool) *trafficChecker {
+	c := &trafficChecker{
+		t: t, rec: rec, adopt: adopt,
+		base: int(placed.GetPoolBase()), size: int(placed.GetPoolSize()), jobID: placed.GetJobId(),
+		bitmapIdx: map[int64]bool{}, countIdx: map[int64]bool{},
+	}
+	c.ids.arp, c.ids.workers, c.ids.replies = rec.id(t, p4info.TableARPReply), rec.id(t, p4info.TableWorkers), rec.id(t, p4info.TableReplyAddress)
+	c.ids.bitmap, c.ids.count = rec.id(t, p4info.RegisterPoolBitmapPair), rec.id(t, p4info.RegisterPoolCount)
+	c.ids.setWorker, c.ids.setReply, c.ids.sendARP = rec.id(t, p4info.ActionSetWorker), rec.id(t, p4info.ActionSetReply), rec.id(t, p4info.ActionSendARPReply)
+	return c
+}
+
+// write checks the wi-th write request: each update, and that the pool
+// reset is not mixed with other updates.
+func (c *trafficChecker) write(wi int, w *p4v1.WriteRequest) {
+	regs := 0
+	for _, u := range w.GetUpdates() {
+		e := u.GetEntity()
+		switch {
+		case e.GetRegisterEntry() != nil:
+			regs++
+			c.register(u)
+		case e.GetPacketReplicationEngineEntry() != nil:
+			c.multicast(u)
+		case e.GetTableEntry() != nil:
+			c.table(u)
+		default:
+			c.t.Errorf("write request %d: unexpected entity %v", wi, e)
 		}
 	}
-	wantResets, wantRequests := 3*size, 1
-	if chip == "tofino2" && !adopt {
+	if regs > 0 {
+		c.resetWrites++
+		if regs != len(w.GetUpdates()) {
+			c.t.Errorf("write request %d mixes the pool reset with other updates", wi)
+		}
+	}
+}
+
+// register checks a register update: a MODIFY of one index to zero, of
+// pool_bitmap_pair or pool_count, no wider than the register's element.
+func (c *trafficChecker) register(u *p4v1.Update) {
+	re := u.GetEntity().GetRegisterEntry()
+	if u.GetType() != p4v1.Update_MODIFY || re.GetIndex() == nil {
+		c.t.Errorf("register write %v: want a MODIFY of one index", u)
+	}
+	v, err := p4info.Uint(re.GetData().GetBitstring(), 64)
+	if err != nil || v != 0 {
+		c.t.Errorf("register write %v: want zero", u)
+	}
+	switch re.GetRegisterId() {
+	case c.ids.bitmap:
+		if len(re.GetData().GetBitstring()) > 4 {
+			c.t.Errorf("pool_bitmap_pair data %x wider than its 32-bit f1", re.GetData().GetBitstring())
+		}
+		c.bitmapIdx[re.GetIndex().GetIndex()] = true
+	case c.ids.count:
+		if len(re.GetData().GetBitstring()) > 2 {
+			c.t.Errorf("pool_count data %x wider than its 16 bits", re.GetData().GetBitstring())
+		}
+		c.countIdx[re.GetIndex().GetIndex()] = true
+	default:
+		c.t.Errorf("register %#x (%s) written; the reset writes pool_bitmap_pair and pool_count", re.GetRegisterId(), c.rec.names[re.GetRegisterId()])
+	}
+	c.resets++
+}
+
+// multicast checks a multicast group update: the INSERT replicates to
+// every rank's port, the DELETE comes after every worker entry is gone.
+func (c *trafficChecker) multicast(u *p4v1.Update) {
+	mg := u.GetEntity().GetPacketReplicationEngineEntry().GetMulticastGroupEntry()
+	switch u.GetType() {
+	case p4v1.Update_INSERT:
+		c.mgid = mg.GetMulticastGroupId()
+		var got []string
+		for _, rep := range mg.GetReplicas() {
+			//lint:ignore SA1019 the field Stratum reads
+			got = append(got, fmt.Sprintf("%d@%d", rep.GetInstance(), rep.GetEgressPort()))
+		}
+		want := []string{}
+		for r := 0; r < jobWorld; r++ {
+			want = append(want, fmt.Sprintf("%d@%d", r, rankPort(r)))
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			c.t.Errorf("group %d replicas (rank@port) %v, want %v", c.mgid, got, want)
+		}
+	case p4v1.Update_DELETE:
+		if mg.GetMulticastGroupId() != c.mgid || c.workerDels != jobWorld*jobLanes {
+			c.t.Errorf("group %d deleted with %d of %d worker entries gone (group %d installed)", mg.GetMulticastGroupId(), c.workerDels, jobWorld*jobLanes, c.mgid)
+		}
+		c.groupDeleted = true
+	default:
+		c.t.Errorf("multicast update %v", u.GetType())
+	}
+}
+
+// table checks a table update by its table.
+func (c *trafficChecker) table(u *p4v1.Update) {
+	te := u.GetEntity().GetTableEntry()
+	switch te.GetTableId() {
+	case c.ids.arp:
+		if (u.GetType() != p4v1.Update_INSERT && !(c.adopt && u.GetType() == p4v1.Update_MODIFY)) || te.GetAction().GetAction().GetActionId() != c.ids.sendARP {
+			c.t.Errorf("arp_reply update %v", u)
+		}
+	case c.ids.workers:
+		c.workers(u)
+	case c.ids.replies:
+		if u.GetType() == p4v1.Update_DELETE {
+			c.replyDels++
+		} else if u.GetType() == p4v1.Update_INSERT && te.GetAction().GetAction().GetActionId() == c.ids.setReply {
+			c.replyAdds++
+		} else {
+			c.t.Errorf("reply_address update %v", u)
+		}
+	default:
+		c.t.Errorf("write to table %#x (%s)", te.GetTableId(), c.rec.names[te.GetTableId()])
+	}
+}
+
+// workers checks a workers table update: an INSERT of set_worker with the
+// job's group, pool partition, size and id, or a DELETE.
+func (c *trafficChecker) workers(u *p4v1.Update) {
+	if u.GetType() == p4v1.Update_DELETE {
+		c.workerDels++
+		return
+	}
+	a := u.GetEntity().GetTableEntry().GetAction().GetAction()
+	p := map[uint32]uint64{}
+	for _, x := range a.GetParams() {
+		p[x.GetParamId()], _ = p4info.Uint(x.GetValue(), 32)
+	}
+	w := p4info.WorkerFromParams(p)
+	if u.GetType() != p4v1.Update_INSERT || a.GetActionId() != c.ids.setWorker || c.mgid == 0 || uint32(w.MulticastGroup) != c.mgid ||
+		int(w.PoolBase) != c.base || int(w.PoolSize) != c.size || int(w.NumWorkers) != jobWorld || w.JobID != c.jobID {
+		c.t.Errorf("workers update %v: want an INSERT of set_worker with group %d, pool [%d,+%d), %d workers, job %d", u, c.mgid, c.base, c.size, jobWorld, c.jobID)
+	}
+	c.workerAdds++
+}
+
+// checkTotals checks what the walk counted: the pool reset (none when
+// tagged, as on a Tofino 2 the controller pushed the pipeline to), every
+// worker and reply entry added and deleted, and the group deleted.
+func (c *trafficChecker) checkTotals(tagged bool) {
+	wantResets, wantRequests := 3*c.size, 1
+	if tagged {
 		wantResets, wantRequests = 0, 0
 	}
 	// The reset: both sets' bitmaps of every slot of the partition (one
 	// pool_bitmap_pair cell per slot) and both sets' countdowns.
-	for slot := base; wantResets > 0 && slot < base+size; slot++ {
-		if !bitmapIdx[int64(slot)] || !countIdx[int64(slot)] || !countIdx[int64(p4info.Slots+slot)] {
-			t.Errorf("slot %d not reset (bitmap %v, count set0 %v set1 %v)", slot, bitmapIdx[int64(slot)], countIdx[int64(slot)], countIdx[int64(p4info.Slots+slot)])
+	for slot := c.base; wantResets > 0 && slot < c.base+c.size; slot++ {
+		if !c.bitmapIdx[int64(slot)] || !c.countIdx[int64(slot)] || !c.countIdx[int64(p4info.Slots+slot)] {
+			c.t.Errorf("slot %d not reset (bitmap %v, count set0 %v set1 %v)", slot, c.bitmapIdx[int64(slot)], c.countIdx[int64(slot)], c.countIdx[int64(p4info.Slots+slot)])
 		}
 	}
-	if s.resets != wantResets || s.resetRequests != wantRequests {
-		t.Errorf("pool reset: %d register writes in %d write requests, want %d in %d", s.resets, s.resetRequests, wantResets, wantRequests)
+	if c.resets != wantResets || c.resetWrites != wantRequests {
+		c.t.Errorf("pool reset: %d register writes in %d write requests, want %d in %d", c.resets, c.resetWrites, wantResets, wantRequests)
 	}
-	if workerAdds != world*lanes || replyAdds != world*lanes || workerDels != world*lanes || replyDels != world*lanes || !groupDeleted {
-		t.Errorf("workers +%d -%d, replies +%d -%d, group deleted %v; want %d each", workerAdds, workerDels, replyAdds, replyDels, groupDeleted, world*lanes)
-	}
-	if len(active) == 0 {
-		t.Error("no writes while the job was active")
+	n := jobWorld * jobLanes
+	if c.workerAdds != n || c.replyAdds != n || c.workerDels != n || c.replyDels != n || !c.groupDeleted {
+		c.t.Errorf("workers +%d -%d, replies +%d -%d, group deleted %v; want %d each", c.workerAdds, c.workerDels, c.replyAdds, c.replyDels, c.groupDeleted, n)
 	}
 }
 
