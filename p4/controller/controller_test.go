@@ -332,6 +332,33 @@ func TestRegisterProgramsTheSwitch(t *testing.T) {
 			t.Fatalf("rank %d: %v", i, err)
 		}
 	}
+	checkSessionResponses(t, resps)
+	checkSessionEntries(ctx, t, h, resps[0])
+
+	// Barrier and broadcast within the session.
+	checkBarrierBroadcast(ctx, t, h, resps)
+	checkBarrierRefusals(ctx, t, h, resps[0])
+
+	// Rank 0 registering again starts a fresh session: old entries replaced.
+	resps2, errs := h.registerAll(ctx, regReq("a", 0, 2, 1, 4, 0), regReq("a", 1, 2, 1, 4, 0))
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatal(errs)
+	}
+	if resps2[0].GetSessionId() == resps[0].GetSessionId() {
+		t.Fatal("restart kept the session id")
+	}
+	if workers, _ := h.sw.ReadWorkers(ctx); len(workers) != 2 {
+		t.Fatalf("after restart with 1 lane: %d worker entries, want 2", len(workers))
+	}
+
+	// Leave: entries stay until the last rank leaves.
+	checkLeaveRemovesEntries(ctx, t, h, resps2)
+}
+
+// checkSessionResponses checks that two ranks registered into one session,
+// each with a rank secret of its own, and got the job's placement.
+func checkSessionResponses(t *testing.T, resps []*jobpb.RegisterResponse) {
+	t.Helper()
 	r := resps[0]
 	if resps[1].GetSessionId() != r.GetSessionId() || resps[1].GetJobId() != r.GetJobId() || resps[1].GetFirstSeq() != r.GetFirstSeq() {
 		t.Fatalf("ranks got different sessions: %v / %v", resps[0], resps[1])
@@ -342,6 +369,12 @@ func TestRegisterProgramsTheSwitch(t *testing.T) {
 	if r.GetPoolSize() != 8 || r.GetSwitchDataplane() != "127.0.0.1:48864" || r.GetSessionId() == 0 {
 		t.Fatalf("response = %v", r)
 	}
+}
+
+// checkSessionEntries checks the switch's worker, reply and multicast
+// entries for a job of 2 ranks x 2 lanes placed as r says.
+func checkSessionEntries(ctx context.Context, t *testing.T, h *jobHarness, r *jobpb.RegisterResponse) {
+	t.Helper()
 	workers, err := h.sw.ReadWorkers(ctx)
 	if err != nil || len(workers) != 4 {
 		t.Fatalf("switch has %d worker entries (%v), want 2 ranks x 2 lanes", len(workers), err)
@@ -362,8 +395,13 @@ func TestRegisterProgramsTheSwitch(t *testing.T) {
 			t.Fatalf("replicas = %v, want ranks 0 and 1", reps)
 		}
 	}
+}
 
-	// Barrier and broadcast within the session.
+// checkBarrierBroadcast has both ranks pass a barrier, then broadcast from
+// rank 1, and checks both get its data.
+func checkBarrierBroadcast(ctx context.Context, t *testing.T, h *jobHarness, resps []*jobpb.RegisterResponse) {
+	t.Helper()
+	session := resps[0].GetSessionId()
 	var wg sync.WaitGroup
 	got := make([][]byte, 2)
 	bErrs := make([]error, 2)
@@ -371,7 +409,7 @@ func TestRegisterProgramsTheSwitch(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := h.jobs.Barrier(ctx, &jobpb.BarrierRequest{Job: "a", Rank: rank, SessionId: r.GetSessionId(), Name: "start", RankSecret: resps[rank].GetRankSecret()}); err != nil {
+			if _, err := h.jobs.Barrier(ctx, &jobpb.BarrierRequest{Job: "a", Rank: rank, SessionId: session, Name: "start", RankSecret: resps[rank].GetRankSecret()}); err != nil {
 				bErrs[rank] = err
 				return
 			}
@@ -379,7 +417,7 @@ func TestRegisterProgramsTheSwitch(t *testing.T) {
 			if rank == 1 {
 				data = []byte("hello")
 			}
-			resp, err := h.jobs.Broadcast(ctx, &jobpb.BroadcastRequest{Job: "a", Rank: rank, SessionId: r.GetSessionId(), Root: 1, Data: data, RankSecret: resps[rank].GetRankSecret()})
+			resp, err := h.jobs.Broadcast(ctx, &jobpb.BroadcastRequest{Job: "a", Rank: rank, SessionId: session, Root: 1, Data: data, RankSecret: resps[rank].GetRankSecret()})
 			bErrs[rank] = err
 			got[rank] = resp.GetData()
 		}()
@@ -390,43 +428,41 @@ func TestRegisterProgramsTheSwitch(t *testing.T) {
 			t.Fatalf("rank %d broadcast = %q, %v", rank, got[rank], bErrs[rank])
 		}
 	}
+}
+
+// checkBarrierRefusals checks that a barrier of a stale session is refused
+// and one nobody else joins waits until its deadline.
+func checkBarrierRefusals(ctx context.Context, t *testing.T, h *jobHarness, r *jobpb.RegisterResponse) {
+	t.Helper()
 	if _, err := h.jobs.Barrier(ctx, &jobpb.BarrierRequest{Job: "a", Rank: 0, SessionId: r.GetSessionId() + 2, RankSecret: r.GetRankSecret()}); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("barrier with a stale session = %v, want FAILED_PRECONDITION", err)
 	}
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	_, err = h.jobs.Barrier(short, &jobpb.BarrierRequest{Job: "a", Rank: 0, SessionId: r.GetSessionId(), Name: "lonely", RankSecret: r.GetRankSecret()})
+	_, err := h.jobs.Barrier(short, &jobpb.BarrierRequest{Job: "a", Rank: 0, SessionId: r.GetSessionId(), Name: "lonely", RankSecret: r.GetRankSecret()})
 	cancel()
 	if status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("barrier nobody joins = %v, want DEADLINE_EXCEEDED", err)
 	}
+}
 
-	// Rank 0 registering again starts a fresh session: old entries replaced.
-	resps2, errs := h.registerAll(ctx, regReq("a", 0, 2, 1, 4, 0), regReq("a", 1, 2, 1, 4, 0))
-	if errs[0] != nil || errs[1] != nil {
-		t.Fatal(errs)
-	}
-	if resps2[0].GetSessionId() == r.GetSessionId() {
-		t.Fatal("restart kept the session id")
-	}
-	if workers, _ := h.sw.ReadWorkers(ctx); len(workers) != 2 {
-		t.Fatalf("after restart with 1 lane: %d worker entries, want 2", len(workers))
-	}
-
-	// Leave: entries stay until the last rank leaves.
-	s2 := resps2[0].GetSessionId()
-	if _, err := h.jobs.Leave(ctx, &jobpb.LeaveRequest{Job: "a", Rank: 0, SessionId: s2, RankSecret: resps2[0].GetRankSecret()}); err != nil {
+// checkLeaveRemovesEntries has the two ranks leave one after the other and
+// checks the switch keeps the job's entries until the last one leaves.
+func checkLeaveRemovesEntries(ctx context.Context, t *testing.T, h *jobHarness, resps []*jobpb.RegisterResponse) {
+	t.Helper()
+	s := resps[0].GetSessionId()
+	if _, err := h.jobs.Leave(ctx, &jobpb.LeaveRequest{Job: "a", Rank: 0, SessionId: s, RankSecret: resps[0].GetRankSecret()}); err != nil {
 		t.Fatal(err)
 	}
 	if workers, _ := h.sw.ReadWorkers(ctx); len(workers) != 2 {
 		t.Fatalf("after one leave: %d worker entries, want 2", len(workers))
 	}
-	if _, err := h.jobs.Leave(ctx, &jobpb.LeaveRequest{Job: "a", Rank: 1, SessionId: s2, RankSecret: resps2[1].GetRankSecret()}); err != nil {
+	if _, err := h.jobs.Leave(ctx, &jobpb.LeaveRequest{Job: "a", Rank: 1, SessionId: s, RankSecret: resps[1].GetRankSecret()}); err != nil {
 		t.Fatal(err)
 	}
 	<-h.svc.Drained() // entries go in the background
-	workers, _ = h.sw.ReadWorkers(ctx)
-	replies, _ = h.sw.ReadReplies(ctx)
-	groups, _ = h.sw.ReadMulticastGroups(ctx)
+	workers, _ := h.sw.ReadWorkers(ctx)
+	replies, _ := h.sw.ReadReplies(ctx)
+	groups, _ := h.sw.ReadMulticastGroups(ctx)
 	if len(workers)+len(replies)+len(groups) != 0 {
 		t.Fatalf("after all left: %d workers, %d replies, %d groups remain", len(workers), len(replies), len(groups))
 	}
