@@ -143,38 +143,66 @@ func TestSharedShapes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := m.Tables[p4info.TableWorkers]
-		if w == nil || len(w.Keys) != 2 ||
-			w.Keys[0] != (shape.Key{ID: 1, Name: "hdr.ipv4.src_addr", Width: 32, Match: "EXACT"}) ||
-			w.Keys[1] != (shape.Key{ID: 2, Name: "hdr.udp.src_port", Width: 16, Match: "EXACT"}) ||
-			w.ConstDefault != p4info.ActionDrop || w.Size != 16384 {
-			t.Errorf("%s: workers = %+v", s.Name, w)
-		}
-		r := m.Tables[p4info.TableReplyAddress]
-		if r == nil || len(r.Keys) != 3 ||
-			r.Keys[0] != (shape.Key{ID: 1, Name: "meta.job_id", Width: 32, Match: "EXACT"}) ||
-			r.Keys[1] != (shape.Key{ID: 2, Name: "meta.rank", Width: 16, Match: "EXACT"}) ||
-			r.Keys[2] != (shape.Key{ID: 3, Name: "meta.lane", Width: 8, Match: "EXACT"}) {
-			t.Errorf("%s: reply_address = %+v", s.Name, r)
-		}
-		want := []shape.Param{{ID: 1, Name: "job_id", Width: 32}, {ID: 2, Name: "rank", Width: 16}, {ID: 3, Name: "num_workers", Width: 16}, {ID: 4, Name: "mgid", Width: 16}, {ID: 5, Name: "lane", Width: 8}, {ID: 6, Name: "pool_base", Width: 32}, {ID: 7, Name: "pool_size", Width: 32}}
-		if a := m.Actions[p4info.ActionSetWorker]; a == nil || !slices.Equal(a.Params, want) {
-			t.Errorf("%s: set_worker = %+v", s.Name, a)
-		}
-		want = []shape.Param{{ID: 1, Name: "dst_mac", Width: 48}, {ID: 2, Name: "dst_ipv4", Width: 32}, {ID: 3, Name: "dst_port", Width: 16}}
-		if a := m.Actions[p4info.ActionSetReply]; a == nil || !slices.Equal(a.Params, want) {
-			t.Errorf("%s: set_reply = %+v", s.Name, a)
-		}
-		if c := m.Counters[p4info.CounterStats]; c == nil || c.Size != p4info.StatsSize || c.Unit != "PACKETS" {
-			t.Errorf("%s: stats = %+v", s.Name, c)
-		}
-		if c := m.Registers[p4info.RegisterPoolCount]; c == nil || c.ElemType() != "bit<16>" || c.Size != p4info.PoolIndices {
-			t.Errorf("%s: pool_count = %+v", s.Name, c)
-		}
-		if c := m.Registers[p4info.RegisterPoolExponent]; c == nil || c.ElemType() != "int<8>" || c.Size != p4info.PoolIndices {
-			t.Errorf("%s: pool_exponent = %+v", s.Name, c)
-		}
+		checkSharedTables(t, s.Name, m)
+		checkSharedActions(t, s.Name, m)
+		checkSharedExterns(t, s.Name, m)
 	}
+	checkV1ModelValues(t)
+	checkTNARegisters(t)
+}
+
+// checkSharedTables checks the keys of workers and reply_address, and the
+// default action and size of workers.
+func checkSharedTables(t *testing.T, name string, m *shape.Model) {
+	t.Helper()
+	w := m.Tables[p4info.TableWorkers]
+	if w == nil || len(w.Keys) != 2 ||
+		w.Keys[0] != (shape.Key{ID: 1, Name: "hdr.ipv4.src_addr", Width: 32, Match: "EXACT"}) ||
+		w.Keys[1] != (shape.Key{ID: 2, Name: "hdr.udp.src_port", Width: 16, Match: "EXACT"}) ||
+		w.ConstDefault != p4info.ActionDrop || w.Size != 16384 {
+		t.Errorf("%s: workers = %+v", name, w)
+	}
+	r := m.Tables[p4info.TableReplyAddress]
+	if r == nil || len(r.Keys) != 3 ||
+		r.Keys[0] != (shape.Key{ID: 1, Name: "meta.job_id", Width: 32, Match: "EXACT"}) ||
+		r.Keys[1] != (shape.Key{ID: 2, Name: "meta.rank", Width: 16, Match: "EXACT"}) ||
+		r.Keys[2] != (shape.Key{ID: 3, Name: "meta.lane", Width: 8, Match: "EXACT"}) {
+		t.Errorf("%s: reply_address = %+v", name, r)
+	}
+}
+
+// checkSharedActions checks the parameters of set_worker and set_reply.
+func checkSharedActions(t *testing.T, name string, m *shape.Model) {
+	t.Helper()
+	want := []shape.Param{{ID: 1, Name: "job_id", Width: 32}, {ID: 2, Name: "rank", Width: 16}, {ID: 3, Name: "num_workers", Width: 16}, {ID: 4, Name: "mgid", Width: 16}, {ID: 5, Name: "lane", Width: 8}, {ID: 6, Name: "pool_base", Width: 32}, {ID: 7, Name: "pool_size", Width: 32}}
+	if a := m.Actions[p4info.ActionSetWorker]; a == nil || !slices.Equal(a.Params, want) {
+		t.Errorf("%s: set_worker = %+v", name, a)
+	}
+	want = []shape.Param{{ID: 1, Name: "dst_mac", Width: 48}, {ID: 2, Name: "dst_ipv4", Width: 32}, {ID: 3, Name: "dst_port", Width: 16}}
+	if a := m.Actions[p4info.ActionSetReply]; a == nil || !slices.Equal(a.Params, want) {
+		t.Errorf("%s: set_reply = %+v", name, a)
+	}
+}
+
+// checkSharedExterns checks the stats counter and the pool_count and
+// pool_exponent registers.
+func checkSharedExterns(t *testing.T, name string, m *shape.Model) {
+	t.Helper()
+	if c := m.Counters[p4info.CounterStats]; c == nil || c.Size != p4info.StatsSize || c.Unit != "PACKETS" {
+		t.Errorf("%s: stats = %+v", name, c)
+	}
+	if c := m.Registers[p4info.RegisterPoolCount]; c == nil || c.ElemType() != "bit<16>" || c.Size != p4info.PoolIndices {
+		t.Errorf("%s: pool_count = %+v", name, c)
+	}
+	if c := m.Registers[p4info.RegisterPoolExponent]; c == nil || c.ElemType() != "int<8>" || c.Size != p4info.PoolIndices {
+		t.Errorf("%s: pool_exponent = %+v", name, c)
+	}
+}
+
+// checkV1ModelValues checks v1model's pool_values: one bit<32> cell per
+// value of every pool index.
+func checkV1ModelValues(t *testing.T) {
+	t.Helper()
 	v1, err := ProgramModel(read(t, "v1model/switchml.p4info.txtpb"), spec(t, "v1model"))
 	if err != nil {
 		t.Fatal(err)
@@ -182,6 +210,12 @@ func TestSharedShapes(t *testing.T) {
 	if r := v1.Registers[p4info.RegisterPoolValues]; r == nil || r.Size != p4info.PoolIndices*p4info.ValuesPerIndex || r.ElemType() != "bit<32>" {
 		t.Errorf("v1model pool_values = %+v", r)
 	}
+}
+
+// checkTNARegisters checks TNA's pair registers: pool_bitmap_pair per slot
+// and each pool_values_NN per pool index.
+func checkTNARegisters(t *testing.T) {
+	t.Helper()
 	tna, err := ProgramModel(read(t, "tna/switchml.p4info.txtpb"), spec(t, "tna"))
 	if err != nil {
 		t.Fatal(err)
