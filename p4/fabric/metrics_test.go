@@ -55,6 +55,10 @@ func value(m *dto.Metric) float64 {
 	return 0
 }
 
+// The scraped job: two ranks of two lanes with a window of 16, summing
+// 50,000 elements three times.
+const scrapedWorkers, scrapedElements, scrapedIters = 2, 50_000, 3
+
 // TestMetricsDuringAJob scrapes the switch's and the controller's
 // collectors while a job runs through a switch that loses results, and
 // checks that the counters agree with what the job did.
@@ -67,51 +71,11 @@ func TestMetricsDuringAJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	before := gather(t, reg)
-	for _, reason := range []string{"not_worker", "malformed", "out_of_partition", "stale", "mismatch", "bad_tag"} {
-		if _, ok := before["switchml_switch_drops_total{reason="+reason+"}"]; !ok {
-			t.Errorf("no drop counter for reason %s: %v", reason, before)
-		}
-	}
-	if before["switchml_switch_slots"] != 256 || before["switchml_controller_slots_free"] != 256 {
-		t.Errorf("an idle switch of 256 slots: %v", before)
-	}
+	checkIdleMetrics(t, gather(t, reg))
 
-	const workers, elements, iters = 2, 50_000, 3
-	sessions := make([]*switchml.Session, workers)
-	var wg sync.WaitGroup
-	errs := make([]error, workers)
-	for r := range sessions {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sessions[r], errs[r] = switchml.Join(ctx, switchml.Config{Controller: f.ControllerAddr(), Job: "scraped", Rank: r, Workers: workers, Lanes: 2, Window: 16})
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	for it := range iters {
-		for r, s := range sessions {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				x := make([]int32, elements)
-				for i := range x {
-					x[i] = int32(r + i)
-				}
-				errs[r] = s.AllReduceInt32(ctx, x)
-			}()
-		}
-		wg.Wait()
-		for r, err := range errs {
-			if err != nil {
-				t.Fatalf("allreduce %d rank %d: %v", it, r, err)
-			}
-		}
+	sessions := joinScraped(ctx, t, f.ControllerAddr())
+	for it := range scrapedIters {
+		reduceScraped(ctx, t, sessions, it)
 	}
 	during := gather(t, reg)
 	for _, s := range sessions {
@@ -120,19 +84,96 @@ func TestMetricsDuringAJob(t *testing.T) {
 		}
 	}
 
-	pe := sessions[0].PacketElements()
-	packets := float64(iters * workers * ((elements + pe - 1) / pe))
-	if got := during["switchml_switch_received_packets_total"]; got < packets {
-		t.Errorf("switch received %v packets, want at least %v (%d x %d elements in %d-value packets from %d workers)", got, packets, iters, elements, pe, workers)
+	checkSwitchMetrics(t, during, sessions[0].PacketElements())
+	checkControllerMetrics(t, during)
+	// Labels of a job last as long as the job.
+	awaitJobUnlabelled(t, reg)
+	for i := range pipeline.NumStats {
+		if i == pipeline.StatReceived {
+			continue
+		}
+		if _, ok := during["switchml_switch_drops_total{reason="+strings.TrimPrefix(i.String(), "drop_")+"}"]; !ok && strings.HasPrefix(i.String(), "drop_") {
+			t.Errorf("counter %s is not exposed", i)
+		}
 	}
-	if got := during["switchml_switch_received_bytes_total"]; got < float64(iters*workers*elements*4) {
-		t.Errorf("switch received %v bytes, want at least %d", got, iters*workers*elements*4)
+}
+
+// checkIdleMetrics checks an idle switch's scrape: a drop counter for
+// every reason, and all 256 slots there and free.
+func checkIdleMetrics(t *testing.T, before gathered) {
+	t.Helper()
+	for _, reason := range []string{"not_worker", "malformed", "out_of_partition", "stale", "mismatch", "bad_tag"} {
+		if _, ok := before["switchml_switch_drops_total{reason="+reason+"}"]; !ok {
+			t.Errorf("no drop counter for reason %s: %v", reason, before)
+		}
+	}
+	if before["switchml_switch_slots"] != 256 || before["switchml_controller_slots_free"] != 256 {
+		t.Errorf("an idle switch of 256 slots: %v", before)
+	}
+}
+
+// joinScraped joins the scraped job's ranks.
+func joinScraped(ctx context.Context, t *testing.T, controller string) []*switchml.Session {
+	t.Helper()
+	sessions := make([]*switchml.Session, scrapedWorkers)
+	var wg sync.WaitGroup
+	errs := make([]error, scrapedWorkers)
+	for r := range sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sessions[r], errs[r] = switchml.Join(ctx, switchml.Config{Controller: controller, Job: "scraped", Rank: r, Workers: scrapedWorkers, Lanes: 2, Window: 16})
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return sessions
+}
+
+// reduceScraped makes the it-th allreduce call on every rank.
+func reduceScraped(ctx context.Context, t *testing.T, sessions []*switchml.Session, it int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, len(sessions))
+	for r, s := range sessions {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			x := make([]int32, scrapedElements)
+			for i := range x {
+				x[i] = int32(r + i)
+			}
+			errs[r] = s.AllReduceInt32(ctx, x)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("allreduce %d rank %d: %v", it, r, err)
+		}
+	}
+}
+
+// checkSwitchMetrics checks the switch's counters against the job's
+// packets of pe elements, the loss and the UDP transport.
+func checkSwitchMetrics(t *testing.T, during gathered, pe int) {
+	t.Helper()
+	packets := float64(scrapedIters * scrapedWorkers * ((scrapedElements + pe - 1) / pe))
+	if got := during["switchml_switch_received_packets_total"]; got < packets {
+		t.Errorf("switch received %v packets, want at least %v (%d x %d elements in %d-value packets from %d workers)", got, packets, scrapedIters, scrapedElements, pe, scrapedWorkers)
+	}
+	if got := during["switchml_switch_received_bytes_total"]; got < float64(scrapedIters*scrapedWorkers*scrapedElements*4) {
+		t.Errorf("switch received %v bytes, want at least %d", got, scrapedIters*scrapedWorkers*scrapedElements*4)
 	}
 	if got, in := during["switchml_switch_pipeline_packets_total"], during["switchml_switch_received_packets_total"]; got != in {
 		t.Errorf("pipeline saw %v packets, the data plane received %v", got, in)
 	}
-	if during["switchml_switch_results_multicast_total"] < packets/workers {
-		t.Errorf("%v results multicast, want at least %v", during["switchml_switch_results_multicast_total"], packets/workers)
+	if during["switchml_switch_results_multicast_total"] < packets/scrapedWorkers {
+		t.Errorf("%v results multicast, want at least %v", during["switchml_switch_results_multicast_total"], packets/scrapedWorkers)
 	}
 	// The switch drops 5% of what it sends: workers time out and the
 	// switch answers their retransmissions from completed slots.
@@ -145,33 +186,36 @@ func TestMetricsDuringAJob(t *testing.T) {
 	if _, ok := during["switchml_switch_shm_shared_total"]; ok {
 		t.Errorf("a UDP switch exposes shared-memory counters: %v", during)
 	}
+}
+
+// checkControllerMetrics checks the controller's gauges and counters while
+// the job is active.
+func checkControllerMetrics(t *testing.T, during gathered) {
+	t.Helper()
 	if during["switchml_controller_jobs{state=active}"] != 1 || during["switchml_controller_job_slots{job=scraped}"] != 2*16 ||
-		during["switchml_controller_job_workers{job=scraped}"] != workers || during["switchml_controller_slots_free"] != 256-2*16 {
+		during["switchml_controller_job_workers{job=scraped}"] != scrapedWorkers || during["switchml_controller_slots_free"] != 256-2*16 {
 		t.Errorf("controller during the job: %v", during)
 	}
-	if during["switchml_controller_registrations_total{code=OK}"] != workers || during["switchml_controller_job_ready_seconds"] != 1 {
+	if during["switchml_controller_registrations_total{code=OK}"] != scrapedWorkers || during["switchml_controller_job_ready_seconds"] != 1 {
 		t.Errorf("controller registrations: %v", during)
 	}
-	// Labels of a job last as long as the job.
+}
+
+// awaitJobUnlabelled waits for the finished job's series to go and for it
+// to be counted as finished.
+func awaitJobUnlabelled(t *testing.T, reg prometheus.Gatherer) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		after := gather(t, reg)
 		_, still := after["switchml_controller_job_slots{job=scraped}"]
 		if !still && after["switchml_controller_jobs_ended_total{cause=finished}"] == 1 {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the finished job is still labelled or not counted: %v", after)
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-	for i := range pipeline.NumStats {
-		if i == pipeline.StatReceived {
-			continue
-		}
-		if _, ok := during["switchml_switch_drops_total{reason="+strings.TrimPrefix(i.String(), "drop_")+"}"]; !ok && strings.HasPrefix(i.String(), "drop_") {
-			t.Errorf("counter %s is not exposed", i)
-		}
 	}
 }
 
