@@ -86,15 +86,7 @@ func TestHierarchTreeSplit(t *testing.T) {
 		t.Fatal(err)
 	}
 	hosts := []string{"10.0.1.5", "10.0.2.7", "10.0.1.6", "10.0.3.1"}
-	j := JobEntries{MulticastGroup: 3}
-	for r, h := range hosts {
-		for lane := range 2 {
-			a := netip.AddrPortFrom(netip.MustParseAddr(h), uint16(5000+lane))
-			j.Workers = append(j.Workers, WorkerEntry{Addr: a, Worker: pipeline.Worker{JobID: 9, Rank: uint16(r), NumWorkers: 4, MulticastGroup: 3, Lane: uint8(lane), PoolBase: 16, PoolSize: 8}})
-			j.Replies = append(j.Replies, ReplyEntry{JobID: 9, Rank: uint16(r), Lane: uint8(lane), Addr: a})
-		}
-		j.Replicas = append(j.Replicas, Replica{Instance: uint16(r)})
-	}
+	j := splitJobEntries(hosts)
 	if err := tree.ResetPool(context.Background(), 16, 8, 512); err != nil {
 		t.Fatal(err)
 	}
@@ -105,32 +97,9 @@ func TestHierarchTreeSplit(t *testing.T) {
 		t.Errorf("pool resets: spine %d, leaves %d and %d; want one each", spine.resets, l0.resets, l1.resets)
 	}
 	for k, leaf := range []*recorder{l0, l1} {
-		if len(leaf.installed) != 1 {
-			t.Fatalf("leaf %d: %d installs", k, len(leaf.installed))
-		}
-		e := leaf.installed[0]
-		if len(e.Workers) != 4 || len(e.Replies) != 4 || len(e.Replicas) != 2 || e.MulticastGroup != 3 {
-			t.Fatalf("leaf %d entries %+v: want 2 ranks x 2 lanes, 2 replicas, group 3", k, e)
-		}
-		for _, w := range e.Workers {
-			// Global ranks k and k+2 become local ranks 0 and 1.
-			wantLocal := uint16(0)
-			if w.Addr.Addr() == netip.MustParseAddr(hosts[k+2]) {
-				wantLocal = 1
-			}
-			if w.NumWorkers != 2 || w.Rank != wantLocal || w.PoolBase != 16 || w.PoolSize != 8 {
-				t.Errorf("leaf %d worker %v: rank %d of %d, pool %d+%d; want rank %d of 2, pool 16+8", k, w.Addr, w.Rank, w.NumWorkers, w.PoolBase, w.PoolSize, wantLocal)
-			}
-		}
+		checkLeafInstall(t, k, leaf, hosts)
 	}
-	if len(spine.installed) != 1 {
-		t.Fatalf("spine: %d installs", len(spine.installed))
-	}
-	s := spine.installed[0]
-	if len(s.Workers) != 2 || s.Workers[0].Addr != netip.MustParseAddrPort("10.0.1.1:48864") || s.Workers[1].Addr != netip.MustParseAddrPort("10.0.2.1:48864") ||
-		s.Workers[1].Rank != 1 || s.Workers[1].NumWorkers != 2 || len(s.Replies) != 2 || s.Replies[1].Addr != s.Workers[1].Addr {
-		t.Fatalf("spine entries %+v: want the two leaves' data planes as ranks 0 and 1 of 2", s)
-	}
+	checkSpineInstall(t, spine)
 	// A rank under no leaf cannot be placed; a failing spine undoes the
 	// leaves' installs.
 	bad := j
@@ -145,5 +114,57 @@ func TestHierarchTreeSplit(t *testing.T) {
 	}
 	if len(l0.removed) != 1 || len(l1.removed) != 1 {
 		t.Errorf("after the spine failed the leaves had %d and %d removals, want 1 each", len(l0.removed), len(l1.removed))
+	}
+}
+
+// splitJobEntries is job 9 of one rank per host, two lanes each, in group
+// 3 on pool slots 16 to 24.
+func splitJobEntries(hosts []string) JobEntries {
+	j := JobEntries{MulticastGroup: 3}
+	for r, h := range hosts {
+		for lane := range 2 {
+			a := netip.AddrPortFrom(netip.MustParseAddr(h), uint16(5000+lane))
+			j.Workers = append(j.Workers, WorkerEntry{Addr: a, Worker: pipeline.Worker{JobID: 9, Rank: uint16(r), NumWorkers: 4, MulticastGroup: 3, Lane: uint8(lane), PoolBase: 16, PoolSize: 8}})
+			j.Replies = append(j.Replies, ReplyEntry{JobID: 9, Rank: uint16(r), Lane: uint8(lane), Addr: a})
+		}
+		j.Replicas = append(j.Replicas, Replica{Instance: uint16(r)})
+	}
+	return j
+}
+
+// checkLeafInstall checks leaf k got one install of its two ranks (global
+// ranks k and k+2) as local ranks 0 and 1 of 2, on the job's pool slots.
+func checkLeafInstall(t *testing.T, k int, leaf *recorder, hosts []string) {
+	t.Helper()
+	if len(leaf.installed) != 1 {
+		t.Fatalf("leaf %d: %d installs", k, len(leaf.installed))
+	}
+	e := leaf.installed[0]
+	if len(e.Workers) != 4 || len(e.Replies) != 4 || len(e.Replicas) != 2 || e.MulticastGroup != 3 {
+		t.Fatalf("leaf %d entries %+v: want 2 ranks x 2 lanes, 2 replicas, group 3", k, e)
+	}
+	for _, w := range e.Workers {
+		// Global ranks k and k+2 become local ranks 0 and 1.
+		wantLocal := uint16(0)
+		if w.Addr.Addr() == netip.MustParseAddr(hosts[k+2]) {
+			wantLocal = 1
+		}
+		if w.NumWorkers != 2 || w.Rank != wantLocal || w.PoolBase != 16 || w.PoolSize != 8 {
+			t.Errorf("leaf %d worker %v: rank %d of %d, pool %d+%d; want rank %d of 2, pool 16+8", k, w.Addr, w.Rank, w.NumWorkers, w.PoolBase, w.PoolSize, wantLocal)
+		}
+	}
+}
+
+// checkSpineInstall checks the spine got one install with the two leaves'
+// data planes as its ranks 0 and 1 of 2.
+func checkSpineInstall(t *testing.T, spine *recorder) {
+	t.Helper()
+	if len(spine.installed) != 1 {
+		t.Fatalf("spine: %d installs", len(spine.installed))
+	}
+	s := spine.installed[0]
+	if len(s.Workers) != 2 || s.Workers[0].Addr != netip.MustParseAddrPort("10.0.1.1:48864") || s.Workers[1].Addr != netip.MustParseAddrPort("10.0.2.1:48864") ||
+		s.Workers[1].Rank != 1 || s.Workers[1].NumWorkers != 2 || len(s.Replies) != 2 || s.Replies[1].Addr != s.Workers[1].Addr {
+		t.Fatalf("spine entries %+v: want the two leaves' data planes as ranks 0 and 1 of 2", s)
 	}
 }
