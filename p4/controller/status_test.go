@@ -29,8 +29,42 @@ func TestStatusListsLiveJobs(t *testing.T) {
 		t.Errorf("slots %d, in use %d; want 64 and %d", st.GetSlots(), st.GetSlotsInUse(), a.GetPoolSize()+b.GetPoolSize())
 	}
 	want := map[string]*jobpb.RegisterResponse{"alpha": a, "beta": b}
-	if len(st.GetJobs()) != 2 {
-		t.Fatalf("status lists %d jobs, want 2: %v", len(st.GetJobs()), st.GetJobs())
+	checkStatusJobs(t, st, want)
+	checkStatusHidesSessions(t, st, want)
+	if st.GetSwitchCountersError() != "" || len(st.GetSwitchCounters()) == 0 || st.GetSwitchCounters()[0].GetName() != "received" {
+		t.Errorf("switch counters %v, error %q", st.GetSwitchCounters(), st.GetSwitchCountersError())
+	}
+
+	// The metrics agree with the table.
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(h.svc.Collector())
+	checkLiveJobMetrics(t, h, reg, a, b)
+
+	// alpha ends: its ranks leave; it is gone from the table and the
+	// gauges, and counted as finished.
+	for r := range uint32(2) {
+		if _, err := h.jobs.Leave(ctx, &jobpb.LeaveRequest{Job: "alpha", Rank: r, SessionId: a.GetSessionId(), RankSecret: h.secret("alpha", r)}); err != nil {
+			t.Fatal(err)
+		}
+		cancelsA[r]()
+	}
+	<-h.svc.Drained()
+	st, err = h.jobs.Status(ctx, &jobpb.StatusRequest{SkipSwitchCounters: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.GetJobs()) != 1 || st.GetJobs()[0].GetName() != "beta" || st.GetEnded()["finished"] != 1 || len(st.GetSwitchCounters()) != 0 {
+		t.Errorf("after alpha left: %v", st)
+	}
+	checkEndedJobMetrics(t, reg, b)
+}
+
+// checkStatusJobs checks the status lists exactly the jobs of want, each
+// active at its partition with every rank leased, on one lane.
+func checkStatusJobs(t *testing.T, st *jobpb.StatusResponse, want map[string]*jobpb.RegisterResponse) {
+	t.Helper()
+	if len(st.GetJobs()) != len(want) {
+		t.Fatalf("status lists %d jobs, want %d: %v", len(st.GetJobs()), len(want), st.GetJobs())
 	}
 	for _, j := range st.GetJobs() {
 		resp := want[j.GetName()]
@@ -49,21 +83,26 @@ func TestStatusListsLiveJobs(t *testing.T) {
 			}
 		}
 	}
+}
+
+// checkStatusHidesSessions checks the status names no session and shows
+// none of the jobs' session ids.
+func checkStatusHidesSessions(t *testing.T, st *jobpb.StatusResponse, jobs map[string]*jobpb.RegisterResponse) {
+	t.Helper()
 	if strings.Contains(st.String(), "session") {
 		t.Errorf("status names a session: %v", st)
 	}
-	for _, resp := range want {
+	for _, resp := range jobs {
 		if id := resp.GetSessionId(); strings.Contains(st.String(), " "+strconv.FormatUint(id, 10)) {
 			t.Errorf("status reveals session id %d", id)
 		}
 	}
-	if st.GetSwitchCountersError() != "" || len(st.GetSwitchCounters()) == 0 || st.GetSwitchCounters()[0].GetName() != "received" {
-		t.Errorf("switch counters %v, error %q", st.GetSwitchCounters(), st.GetSwitchCountersError())
-	}
+}
 
-	// The metrics agree with the table.
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(h.svc.Collector())
+// checkLiveJobMetrics checks the gauges and counters while jobs a (alpha)
+// and b (beta) are live.
+func checkLiveJobMetrics(t *testing.T, h *jobHarness, reg prometheus.Gatherer, a, b *jobpb.RegisterResponse) {
+	t.Helper()
 	if n := (metricWith(t, reg, "switchml_controller_jobs", "state", "active")); n != 2 {
 		t.Errorf("active jobs %v, want 2", n)
 	}
@@ -79,23 +118,12 @@ func TestStatusListsLiveJobs(t *testing.T) {
 	if n := testutil.CollectAndCount(h.svc.metrics.ready); n != 1 {
 		t.Errorf("ready histogram: %d series", n)
 	}
+}
 
-	// alpha ends: its ranks leave; it is gone from the table and the
-	// gauges, and counted as finished.
-	for r := range uint32(2) {
-		if _, err := h.jobs.Leave(ctx, &jobpb.LeaveRequest{Job: "alpha", Rank: r, SessionId: a.GetSessionId(), RankSecret: h.secret("alpha", r)}); err != nil {
-			t.Fatal(err)
-		}
-		cancelsA[r]()
-	}
-	<-h.svc.Drained()
-	st, err = h.jobs.Status(ctx, &jobpb.StatusRequest{SkipSwitchCounters: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(st.GetJobs()) != 1 || st.GetJobs()[0].GetName() != "beta" || st.GetEnded()["finished"] != 1 || len(st.GetSwitchCounters()) != 0 {
-		t.Errorf("after alpha left: %v", st)
-	}
+// checkEndedJobMetrics checks that after alpha finished one job is counted
+// as finished and only b (beta) has slots.
+func checkEndedJobMetrics(t *testing.T, reg prometheus.Gatherer, b *jobpb.RegisterResponse) {
+	t.Helper()
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP switchml_controller_jobs_ended_total Jobs that ended, by cause (finished, restarted, rank_failed, rank_lost, abandoned, switch_lost, unclaimed, failed, fallback).
 # TYPE switchml_controller_jobs_ended_total counter
