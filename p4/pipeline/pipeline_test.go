@@ -282,6 +282,28 @@ func TestControlPlane(t *testing.T) {
 		t.Fatal("4096 elements accepted")
 	}
 	p := newPipe(t, 8, 4, 4)
+	checkWorkersTable(t, p)
+	checkMulticastTable(t, p)
+	// Registers: shape, bounds, round trip.
+	checkRegisterAccess(t, p)
+	if err := p.ResetPool(0, 8); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := p.ReadRegister("pool_bitmap", 1); v[0] != 0 {
+		t.Fatal("ResetPool left a bitmap")
+	}
+	if p.ResetPool(4, 5) == nil {
+		t.Fatal("ResetPool beyond the pool accepted")
+	}
+	if err := p.SetCounter(StatReceived, 5); err != nil || p.Counter(StatReceived) != 5 {
+		t.Fatal("SetCounter")
+	}
+}
+
+// checkWorkersTable checks the workers table of a pipeline of 8 slots and
+// 4 workers: invalid entries refused, insert, modify, list and delete.
+func checkWorkersTable(t *testing.T, p *Pipeline) {
+	t.Helper()
 	k := WorkerKey{addr(1)}
 	for _, w := range []Worker{
 		{NumWorkers: 0, PoolSize: 1},
@@ -316,6 +338,12 @@ func TestControlPlane(t *testing.T) {
 	if err := p.DeleteWorker(k); err != nil || p.DeleteWorker(k) == nil {
 		t.Fatal("delete")
 	}
+}
+
+// checkMulticastTable checks a multicast group's insert, duplicate insert,
+// modify and listing.
+func checkMulticastTable(t *testing.T, p *Pipeline) {
+	t.Helper()
 	if err := p.InsertMulticastGroup(3, []Replica{{1, 0}}); err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +359,13 @@ func TestControlPlane(t *testing.T) {
 		}
 		return true
 	})
-	// Registers: shape, bounds, round trip.
+}
+
+// checkRegisterAccess checks the registers of a pipeline of 8 slots, 4
+// elements and 4 workers: their size, out-of-range indices, unknown names
+// and values, and a write read back from each.
+func checkRegisterAccess(t *testing.T, p *Pipeline) {
+	t.Helper()
 	if n, _ := p.RegisterSize(RegPoolValues); n != 2*8*4 {
 		t.Fatalf("pool_values size %d", n)
 	}
@@ -355,18 +389,6 @@ func TestControlPlane(t *testing.T) {
 		if v, err := p.ReadRegister(c.name, c.idx); err != nil || v[0] != c.v {
 			t.Fatalf("%s[%d] = %v %v", c.name, c.idx, v, err)
 		}
-	}
-	if err := p.ResetPool(0, 8); err != nil {
-		t.Fatal(err)
-	}
-	if v, _ := p.ReadRegister("pool_bitmap", 1); v[0] != 0 {
-		t.Fatal("ResetPool left a bitmap")
-	}
-	if p.ResetPool(4, 5) == nil {
-		t.Fatal("ResetPool beyond the pool accepted")
-	}
-	if err := p.SetCounter(StatReceived, 5); err != nil || p.Counter(StatReceived) != 5 {
-		t.Fatal("SetCounter")
 	}
 }
 
