@@ -87,6 +87,19 @@ func TestOptionsPrepareLooksTheKindUp(t *testing.T) {
 	ports := writeFile(t, dir, "ports.txt", "10.0.0.1 1\n")
 	writeFile(t, dir, "program.bin", "PROGRAM")
 
+	checkPrepareSoftswitch(t)
+	checkPrepareBMv2(t, dir, ports)
+	// Tofino: bf-p4c's output directory is packed for Stratum, and a Tofino
+	// 2 build brings its own P4Info; a packed file is pushed as it is.
+	for _, chip := range []string{"tofino", "tofino2"} {
+		checkPrepareTofino(t, dir, ports, chip)
+	}
+	checkPrepareRegisteredKind(t, dir, ports)
+}
+
+// checkPrepareSoftswitch checks the default kind is the software switch.
+func checkPrepareSoftswitch(t *testing.T) {
+	t.Helper()
 	soft, err := flagDefaults("").Prepare()
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +108,12 @@ func TestOptionsPrepareLooksTheKindUp(t *testing.T) {
 		!slices.Equal(soft.Switch.PacketElements, []int{32, 64, 128, 256}) {
 		t.Errorf("default kind: switch %+v, P4Info %v, device config %q, registers %v; want the software switch", soft.Switch, soft.P4Info != nil, soft.DeviceConfig, soft.Registers)
 	}
+}
 
+// checkPrepareBMv2 checks a BMv2 switch and a tree of them reset their
+// pools through Thrift.
+func checkPrepareBMv2(t *testing.T, dir, ports string) {
+	t.Helper()
 	o := flagDefaults(KindBMv2)
 	o.PortMapFile, o.SkipPipeline = ports, true
 	bm, err := o.Prepare()
@@ -111,34 +129,41 @@ func TestOptionsPrepareLooksTheKindUp(t *testing.T) {
 	if tree, err := o.Prepare(); err != nil || tree.Topology == nil || tree.Topology.Registers == nil || fmt.Sprint(tree.Topology.Registers("10.0.1.1:9090")) != "10.0.1.1:9090" {
 		t.Errorf("a tree of bmv2 switches: %v; want each switch's pool reset through the Thrift server it names", err)
 	}
+}
 
-	// Tofino: bf-p4c's output directory is packed for Stratum, and a Tofino
-	// 2 build brings its own P4Info; a packed file is pushed as it is.
-	for _, chip := range []string{"tofino", "tofino2"} {
-		bf := bfOutput(t, chip)
-		o = flagDefaults(KindTofino)
-		o.PortMapFile, o.DeviceConfigFile = ports, bf
-		tf, err := o.Prepare()
-		if err != nil {
-			t.Fatal(err)
-		}
-		packed, err := stratum.Pack(bf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, tagErr := p4info.Register(tf.P4Info, p4info.RegisterPoolTag)
-		if !bytes.Equal(tf.DeviceConfig, packed) || tf.Registers != nil || !tf.Switch.P4() || (tagErr == nil) != (chip == "tofino2") {
-			t.Errorf("%s: device config of %d bytes (packed: %d), registers %v, P4 %v, job tag register %v; want the packed directory, P4Runtime resets and the chip's P4Info",
-				chip, len(tf.DeviceConfig), len(packed), tf.Registers, tf.Switch.P4(), tagErr == nil)
-		}
-		file := writeFile(t, dir, chip+".pb.bin", string(packed))
-		o.DeviceConfigFile = file
-		if tf, err := o.Prepare(); err != nil || !bytes.Equal(tf.DeviceConfig, packed) {
-			t.Errorf("%s: a packed file: %v, %d bytes; want it pushed as it is", chip, err, len(tf.DeviceConfig))
-		}
+// checkPrepareTofino checks a Tofino of chip takes bf-p4c's output
+// directory packed for Stratum with the chip's P4Info, and a packed file
+// as it is.
+func checkPrepareTofino(t *testing.T, dir, ports, chip string) {
+	t.Helper()
+	bf := bfOutput(t, chip)
+	o := flagDefaults(KindTofino)
+	o.PortMapFile, o.DeviceConfigFile = ports, bf
+	tf, err := o.Prepare()
+	if err != nil {
+		t.Fatal(err)
 	}
+	packed, err := stratum.Pack(bf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, tagErr := p4info.Register(tf.P4Info, p4info.RegisterPoolTag)
+	if !bytes.Equal(tf.DeviceConfig, packed) || tf.Registers != nil || !tf.Switch.P4() || (tagErr == nil) != (chip == "tofino2") {
+		t.Errorf("%s: device config of %d bytes (packed: %d), registers %v, P4 %v, job tag register %v; want the packed directory, P4Runtime resets and the chip's P4Info",
+			chip, len(tf.DeviceConfig), len(packed), tf.Registers, tf.Switch.P4(), tagErr == nil)
+	}
+	file := writeFile(t, dir, chip+".pb.bin", string(packed))
+	o.DeviceConfigFile = file
+	if tf, err := o.Prepare(); err != nil || !bytes.Equal(tf.DeviceConfig, packed) {
+		t.Errorf("%s: a packed file: %v, %d bytes; want it pushed as it is", chip, err, len(tf.DeviceConfig))
+	}
+}
 
-	o = flagDefaults(testKind)
+// checkPrepareRegisteredKind checks a kind added to the registry gets its
+// packer's device config, its register server and its capabilities.
+func checkPrepareRegisteredKind(t *testing.T, dir, ports string) {
+	t.Helper()
+	o := flagDefaults(testKind)
 	o.PortMapFile, o.DeviceConfigFile, o.RegisterServer = ports, dir, "10.0.0.9:1"
 	tk, err := o.Prepare()
 	if err != nil {
