@@ -205,7 +205,7 @@ func checkControllerMetrics(t *testing.T, during gathered) {
 // to be counted as finished.
 func awaitJobUnlabelled(t *testing.T, reg prometheus.Gatherer) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		after := gather(t, reg)
 		_, still := after["switchml_controller_job_slots{job=scraped}"]
