@@ -41,12 +41,13 @@ const (
 func (r *bmv2Rack) workerNS(rank int) string { return fmt.Sprintf("%sw%d", r.tag, rank) }
 func (r *bmv2Rack) dataIP(rank int) string   { return fmt.Sprintf("10.78.0.%d", 10+rank) }
 
-// newBMv2Rack builds the namespaces and starts BMv2 with the compiled
-// program's JSON (not yet pushed: the controller pushes it).
-func newBMv2Rack(t *testing.T, workers int) *bmv2Rack {
+// compileForBMv2Rack skips where BMv2 jobs in network namespaces cannot
+// run (in -short, which skips what starts, not root, no ip command, no
+// toolchain) and compiles the v1model program for BMv2.
+func compileForBMv2Rack(t *testing.T, starts string) (*p4tools.Tools, string) {
 	t.Helper()
 	if testing.Short() {
-		t.Skip("starts BMv2 and processes; skipped in -short")
+		t.Skip(starts + "; skipped in -short")
 	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create network namespaces (run the tests as root)")
@@ -55,13 +56,21 @@ func newBMv2Rack(t *testing.T, workers int) *bmv2Rack {
 		t.Skip("needs iproute2's ip command: apt-get install iproute2")
 	}
 	tools := p4tools.ForTest(t)
-	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	jsonPath, _, err := bmv2.Compile(ctx, tools, filepath.Join("..", "..", "p4", "v1model", "switchml.p4"), dir)
+	jsonPath, _, err := bmv2.Compile(ctx, tools, filepath.Join("..", "..", "p4", "v1model", "switchml.p4"), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
+	return tools, jsonPath
+}
+
+// newBMv2Rack builds the namespaces and starts BMv2 with the compiled
+// program's JSON (not yet pushed: the controller pushes it).
+func newBMv2Rack(t *testing.T, workers int) *bmv2Rack {
+	t.Helper()
+	tools, jsonPath := compileForBMv2Rack(t, "starts BMv2 and processes")
+	dir := t.TempDir()
 	r := &bmv2Rack{tag: fmt.Sprintf("smb%d", os.Getpid()%100000), workers: workers, tools: tools, json: jsonPath}
 	r.sw = r.tag + "s"
 	run := func(args ...string) {

@@ -15,7 +15,6 @@ import (
 	"github.com/switchml/switchml-go/p4/bmv2"
 	"github.com/switchml/switchml-go/p4/controller"
 	"github.com/switchml/switchml-go/p4/fabric"
-	"github.com/switchml/switchml-go/p4/p4tools"
 )
 
 // bmv2Tree is a two-level tree of BMv2 switches running the v1model
@@ -43,23 +42,8 @@ func (r *bmv2Tree) dataIP(rank int) string {
 
 func newBMv2Tree(t *testing.T) *bmv2Tree {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts three BMv2 switches and processes; skipped in -short")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces (run the tests as root)")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs iproute2's ip command: apt-get install iproute2")
-	}
-	tools := p4tools.ForTest(t)
+	tools, jsonPath := compileForBMv2Rack(t, "starts three BMv2 switches and processes")
 	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	jsonPath, _, err := bmv2.Compile(ctx, tools, filepath.Join("..", "..", "p4", "v1model", "switchml.p4"), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const leaves = 2
 	r := &bmv2Tree{tag: fmt.Sprintf("smt%d", os.Getpid()%100000), workers: leaves * treeWorkersPerLeaf, json: jsonPath}
 	r.sw = r.tag + "s"
