@@ -31,7 +31,7 @@ trap 'exit 130' INT TERM
 
 # Build first, unloaded: compiling is not what is under test.
 echo "== building the tests"
-go test -race -count=1 -run '^$' ./p4/local/ ./switchml/ ./switchml/ring/ ./p4/controller/ ./cmd/switchml/ >/dev/null
+go test -race -count=1 -run '^$' ./p4/local/ ./switchml/ ./switchml/ring/ ./p4/controller/ ./p4/controller/jobcore/ ./cmd/switchml/ >/dev/null
 
 echo "== $load busy loops for at most ${limit}s"
 for ((i = 0; i < load; i++)); do
@@ -49,7 +49,7 @@ run() {
 run ./p4/local/
 run ./switchml/
 run ./switchml/ring/
-run ./p4/controller/
+run ./p4/controller/ ./p4/controller/jobcore/
 # The CLI's tests start real processes; only the fallback and fault ones.
 run -run 'Fallback|KilledWorker|SwitchRestart|MutualTLS|ControllerRestart|ChaosShort|NaNRank|HijackAndFlood' ./cmd/switchml/
 
