@@ -5,13 +5,10 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/switchml/switchml-go/p4/p4info"
-	"github.com/switchml/switchml-go/p4/p4info/shape"
 	"github.com/switchml/switchml-go/p4/p4tools"
 )
 
@@ -106,46 +103,6 @@ func withoutLeafBlocks(t *testing.T, src string) string {
 		t.Fatal("unterminated SWITCHML_LEAF block")
 	}
 	return strings.Join(out, "")
-}
-
-// bf-p4c compiles the TNA program with the leaf role (-DSWITCHML_LEAF) for
-// Tofino 2 down to tofino2.bin in at most its 20 stages, and its P4Info has
-// the leaf's tables, actions and registers under the names the controller
-// uses (package p4info). No packet test: no Tofino model runs here.
-func TestTofino2LeafCompiles(t *testing.T) {
-	tools := p4tools.ForTest(t)
-	c := bfp4cLeaf(tools, leafSource(t), "tofino2-leaf", "tofino2", "t2na").get(t)
-	if w := warnings(c.output, tnaWarnings...); len(w) > 0 {
-		t.Errorf("bf-p4c warns:\n%s", strings.Join(w, "\n"))
-	}
-	if st, err := os.Stat(filepath.Join(c.dir, "out", "pipe", "tofino2.bin")); err != nil || st.Size() == 0 {
-		t.Errorf("no tofino2.bin: %v", err)
-	}
-	m, err := ModelFromText(c.p4info)
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := m.Names()
-	for _, w := range []string{
-		shape.KindTable + " " + p4info.TableUplink,
-		shape.KindAction + " " + p4info.ActionSetUplink,
-		shape.KindTable + " " + p4info.TableFromParent,
-		shape.KindAction + " " + p4info.ActionSetParentResult,
-		shape.KindRegister + " " + p4info.RegisterPoolWaiting,
-		shape.KindRegister + " " + p4info.RegisterPoolUse,
-		// The rest of the Tofino 2 program is still there.
-		shape.KindTable + " " + p4info.TableWorkers,
-		shape.KindRegister + " " + p4info.RegisterPoolTag,
-	} {
-		if !slices.Contains(names, w) {
-			t.Errorf("the leaf program's P4Info has no %s", w)
-		}
-	}
-	in, eg := stages(t, c)
-	t.Logf("Tofino 2 with the leaf role: %d ingress stages, %d egress stages (of 20)", in, eg)
-	if in > 20 || eg > 20 {
-		t.Errorf("the leaf program uses %d ingress, %d egress stages; Tofino 2 has 20", in, eg)
-	}
 }
 
 // The leaf role refuses Tofino 1, where it has no room: the preprocessor
