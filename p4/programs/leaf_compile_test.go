@@ -113,7 +113,7 @@ func TestTofinoLeafRefused(t *testing.T) {
 	if c.err == nil {
 		t.Fatal("bf-p4c compiled the leaf role for Tofino 1")
 	}
-	if !strings.Contains(c.output, "SWITCHML_LEAF needs Tofino 2") {
+	if !strings.Contains(c.output, `error: #error "SWITCHML_LEAF needs Tofino 2`) {
 		t.Errorf("bf-p4c failed without the leaf role's reason:\n%.2000s", c.output)
 	}
 }
