@@ -15,23 +15,28 @@ import (
 func main() {
 	in := flag.String("in", "", "template to expand (switchml.p4.tmpl)")
 	out := flag.String("out", "", "P4 file to write")
+	leaf := flag.Bool("leaf", false, "add the TNA program's leaf role behind #ifdef SWITCHML_LEAF (compile with -DSWITCHML_LEAF for Tofino 2)")
 	flag.Parse()
 	if *in == "" || *out == "" {
 		fmt.Fprintln(os.Stderr, "usage: gen -in TEMPLATE -out FILE")
 		os.Exit(2)
 	}
-	if err := run(*in, *out); err != nil {
+	if err := run(*in, *out, *leaf); err != nil {
 		fmt.Fprintln(os.Stderr, "gen:", err)
 		os.Exit(1)
 	}
 }
 
-func run(in, out string) error {
+func run(in, out string, leaf bool) error {
 	tmpl, err := os.ReadFile(in)
 	if err != nil {
 		return err
 	}
-	src, err := programs.Generate(filepath.Base(in), tmpl)
+	gen := programs.Generate
+	if leaf {
+		gen = programs.GenerateLeaf
+	}
+	src, err := gen(filepath.Base(in), tmpl)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,119 @@
+package programs
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchml/switchml-go/p4/p4tools"
+)
+
+// leafSource is the TNA template expanded with the leaf role (behind
+// #ifdef SWITCHML_LEAF), as `go run ./gen -leaf` writes it.
+func leafSource(t *testing.T) []byte {
+	t.Helper()
+	src, err := GenerateLeaf("switchml.p4.tmpl", read(t, "tna/switchml.p4.tmpl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
+
+// bfp4cLeaf compiles the leaf source with -DSWITCHML_LEAF for a target
+// into scratch/name, as bfp4c does the checked-in program.
+func bfp4cLeaf(tools *p4tools.Tools, src []byte, name, target, arch string) *compiled {
+	dir := filepath.Join(scratch, name)
+	c := &compiled{dir: dir}
+	if c.err = os.MkdirAll(dir, 0o755); c.err != nil {
+		return c
+	}
+	if c.err = os.WriteFile(filepath.Join(dir, "switchml.p4"), src, 0o644); c.err != nil {
+		return c
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	out, err := tools.Run(ctx, dir, "bf-p4c", "--target", target, "--arch", arch, "--std", "p4-16", "-g",
+		"-DSWITCHML_LEAF", "--p4runtime-force-std-externs", "-o", "out", "--p4runtime-files", "out/switchml.p4info.txtpb", "switchml.p4")
+	c.output = string(out)
+	if err != nil {
+		c.err = err
+		return c
+	}
+	c.p4info, c.err = os.ReadFile(filepath.Join(dir, "out", "switchml.p4info.txtpb"))
+	return c
+}
+
+// The leaf role is an addition: without it the template expands to the
+// checked-in program, and the leaf expansion only adds lines, all of them
+// behind SWITCHML_LEAF (checked by removing those blocks again).
+func TestLeafSourceIsBehindSwitch(t *testing.T) {
+	shipped, err := Generate("switchml.p4.tmpl", read(t, "tna/switchml.p4.tmpl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(shipped, read(t, "tna/switchml.p4")) {
+		t.Fatal("tna/switchml.p4 is not the template's expansion without the leaf role: run go generate in p4/programs")
+	}
+	leaf := leafSource(t)
+	if bytes.Equal(leaf, shipped) || !bytes.Contains(leaf, []byte("#ifdef SWITCHML_LEAF")) {
+		t.Fatal("the leaf expansion has no SWITCHML_LEAF block")
+	}
+	if got := withoutLeafBlocks(t, string(leaf)); got != string(shipped) {
+		t.Errorf("the leaf expansion without its SWITCHML_LEAF blocks differs from tna/switchml.p4 (%d and %d bytes)", len(got), len(shipped))
+	}
+}
+
+// withoutLeafBlocks removes the `#ifdef SWITCHML_LEAF` blocks of a source,
+// as the preprocessor does without -DSWITCHML_LEAF: each block's lines up
+// to its #else (whose lines stay) or #endif.
+func withoutLeafBlocks(t *testing.T, src string) string {
+	t.Helper()
+	var out []string
+	depth := 0 // conditional nesting inside a leaf block; 0 outside one
+	inElse := false
+	for _, l := range strings.SplitAfter(src, "\n") {
+		d := strings.TrimSpace(l)
+		switch {
+		case depth == 0 && !inElse && d == "#ifdef SWITCHML_LEAF":
+			depth = 1
+			continue
+		case depth > 0 && strings.HasPrefix(d, "#if"):
+			depth++
+		case depth > 1 && d == "#endif":
+			depth--
+		case depth == 1 && d == "#else":
+			depth, inElse = 0, true
+			continue
+		case depth == 1 && d == "#endif":
+			depth = 0
+			continue
+		case inElse && d == "#endif":
+			inElse = false
+			continue
+		}
+		if depth == 0 {
+			out = append(out, l)
+		}
+	}
+	if depth != 0 || inElse {
+		t.Fatal("unterminated SWITCHML_LEAF block")
+	}
+	return strings.Join(out, "")
+}
+
+// The leaf role refuses Tofino 1, where it has no room: the preprocessor
+// stops with the reason.
+func TestTofinoLeafRefused(t *testing.T) {
+	tools := p4tools.ForTest(t)
+	c := bfp4cLeaf(tools, leafSource(t), "tofino-leaf", "tofino", "tna")
+	if c.err == nil {
+		t.Fatal("bf-p4c compiled the leaf role for Tofino 1")
+	}
+	if !strings.Contains(c.output, `error: #error "SWITCHML_LEAF needs Tofino 2`) {
+		t.Errorf("bf-p4c failed without the leaf role's reason:\n%.2000s", c.output)
+	}
+}
