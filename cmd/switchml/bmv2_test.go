@@ -65,6 +65,44 @@ func compileForBMv2Rack(t *testing.T, starts string) (*p4tools.Tools, string) {
 	return tools, jsonPath
 }
 
+// netnsRunner runs the commands that build a rack's namespaces, failing
+// the test on the first that fails.
+func netnsRunner(t *testing.T) func(args ...string) {
+	return func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+}
+
+// addBMv2Worker makes worker w's namespace ns beside the switch's
+// namespace sw: its data port eth0 (dataIP/24) cabled to dW in sw, which
+// BMv2 takes as a port, and its management port mgmt0 (mgmtIP/24) on sw's
+// bridge br0.
+func addBMv2Worker(run func(args ...string), tag, sw, ns string, w int, dataIP, mgmtIP string) {
+	run("ip", "netns", "add", ns)
+	run("ip", "-n", ns, "link", "set", "lo", "up")
+	run("ip", "link", "add", fmt.Sprintf("%sd%d", tag, w), "netns", ns, "type", "veth", "peer", "name", fmt.Sprintf("d%d", w), "netns", sw)
+	run("ip", "-n", ns, "link", "set", fmt.Sprintf("%sd%d", tag, w), "name", "eth0")
+	run("ip", "-n", ns, "addr", "add", dataIP+"/24", "dev", "eth0")
+	run("ip", "-n", ns, "link", "set", "eth0", "up")
+	run("ip", "-n", sw, "link", "set", fmt.Sprintf("d%d", w), "up")
+	// BMv2 reads frames as the sender's kernel hands them to the veth:
+	// with UDP segmentation offload on, a run of datagrams arrives as
+	// one oversized frame, of which the program takes the first
+	// datagram (every job then fails: checked). Turning the offload
+	// off makes the kernel cut runs into datagrams, as a NIC does on
+	// the wire.
+	run("ip", "netns", "exec", ns, "ethtool", "-K", "eth0", "tx-udp-segmentation", "off")
+	run("ip", "link", "add", fmt.Sprintf("%sm%d", tag, w), "netns", ns, "type", "veth", "peer", "name", fmt.Sprintf("m%d", w), "netns", sw)
+	run("ip", "-n", ns, "link", "set", fmt.Sprintf("%sm%d", tag, w), "name", "mgmt0")
+	run("ip", "-n", ns, "addr", "add", mgmtIP+"/24", "dev", "mgmt0")
+	run("ip", "-n", ns, "link", "set", "mgmt0", "up")
+	run("ip", "-n", sw, "link", "set", fmt.Sprintf("m%d", w), "master", "br0")
+	run("ip", "-n", sw, "link", "set", fmt.Sprintf("m%d", w), "up")
+}
+
 // newBMv2Rack builds the namespaces and starts BMv2 with the compiled
 // program's JSON (not yet pushed: the controller pushes it).
 func newBMv2Rack(t *testing.T, workers int) *bmv2Rack {
@@ -73,12 +111,7 @@ func newBMv2Rack(t *testing.T, workers int) *bmv2Rack {
 	dir := t.TempDir()
 	r := &bmv2Rack{tag: fmt.Sprintf("smb%d", os.Getpid()%100000), workers: workers, tools: tools, json: jsonPath}
 	r.sw = r.tag + "s"
-	run := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
+	run := netnsRunner(t)
 	t.Cleanup(func() {
 		for w := 0; w < workers; w++ {
 			exec.Command("ip", "netns", "del", r.workerNS(w)).Run()
@@ -94,28 +127,7 @@ func newBMv2Rack(t *testing.T, workers int) *bmv2Rack {
 	ports := map[uint32]string{}
 	for w := 0; w < workers; w++ {
 		ns := r.workerNS(w)
-		run("ip", "netns", "add", ns)
-		run("ip", "-n", ns, "link", "set", "lo", "up")
-		// Data: eth0 <-> dN, BMv2 port w+1.
-		run("ip", "link", "add", fmt.Sprintf("%sd%d", r.tag, w), "netns", ns, "type", "veth", "peer", "name", fmt.Sprintf("d%d", w), "netns", r.sw)
-		run("ip", "-n", ns, "link", "set", fmt.Sprintf("%sd%d", r.tag, w), "name", "eth0")
-		run("ip", "-n", ns, "addr", "add", r.dataIP(w)+"/24", "dev", "eth0")
-		run("ip", "-n", ns, "link", "set", "eth0", "up")
-		run("ip", "-n", r.sw, "link", "set", fmt.Sprintf("d%d", w), "up")
-		// BMv2 reads frames as the sender's kernel hands them to the veth:
-		// with UDP segmentation offload on, a run of datagrams arrives as
-		// one oversized frame, of which the program takes the first
-		// datagram (every job then fails: checked). Turning the offload
-		// off makes the kernel cut runs into datagrams, as a NIC does on
-		// the wire.
-		run("ip", "netns", "exec", ns, "ethtool", "-K", "eth0", "tx-udp-segmentation", "off")
-		// Management: mgmt0 <-> mN on the bridge.
-		run("ip", "link", "add", fmt.Sprintf("%sm%d", r.tag, w), "netns", ns, "type", "veth", "peer", "name", fmt.Sprintf("m%d", w), "netns", r.sw)
-		run("ip", "-n", ns, "link", "set", fmt.Sprintf("%sm%d", r.tag, w), "name", "mgmt0")
-		run("ip", "-n", ns, "addr", "add", fmt.Sprintf("10.79.0.%d/24", 10+w), "dev", "mgmt0")
-		run("ip", "-n", ns, "link", "set", "mgmt0", "up")
-		run("ip", "-n", r.sw, "link", "set", fmt.Sprintf("m%d", w), "master", "br0")
-		run("ip", "-n", r.sw, "link", "set", fmt.Sprintf("m%d", w), "up")
+		addBMv2Worker(run, r.tag, r.sw, ns, w, r.dataIP(w), fmt.Sprintf("10.79.0.%d", 10+w))
 		ports[uint32(w+1)] = fmt.Sprintf("d%d", w)
 		fmt.Fprintf(&portMap, "%s %d\n", r.dataIP(w), w+1)
 	}

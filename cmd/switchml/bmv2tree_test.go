@@ -47,12 +47,7 @@ func newBMv2Tree(t *testing.T) *bmv2Tree {
 	const leaves = 2
 	r := &bmv2Tree{tag: fmt.Sprintf("smt%d", os.Getpid()%100000), workers: leaves * treeWorkersPerLeaf, json: jsonPath}
 	r.sw = r.tag + "s"
-	run := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
+	run := netnsRunner(t)
 	t.Cleanup(func() {
 		for w := 0; w < r.workers; w++ {
 			exec.Command("ip", "netns", "del", r.workerNS(w)).Run()
@@ -70,22 +65,7 @@ func newBMv2Tree(t *testing.T) *bmv2Tree {
 	var portMap strings.Builder
 	for w := 0; w < r.workers; w++ {
 		ns, leaf := r.workerNS(w), w/treeWorkersPerLeaf
-		run("ip", "netns", "add", ns)
-		run("ip", "-n", ns, "link", "set", "lo", "up")
-		run("ip", "link", "add", fmt.Sprintf("%sd%d", r.tag, w), "netns", ns, "type", "veth", "peer", "name", fmt.Sprintf("d%d", w), "netns", r.sw)
-		run("ip", "-n", ns, "link", "set", fmt.Sprintf("%sd%d", r.tag, w), "name", "eth0")
-		run("ip", "-n", ns, "addr", "add", r.dataIP(w)+"/24", "dev", "eth0")
-		run("ip", "-n", ns, "link", "set", "eth0", "up")
-		run("ip", "-n", r.sw, "link", "set", fmt.Sprintf("d%d", w), "up")
-		// BMv2 takes a segmentation-offloaded run of datagrams for one
-		// frame (see newBMv2Rack).
-		run("ip", "netns", "exec", ns, "ethtool", "-K", "eth0", "tx-udp-segmentation", "off")
-		run("ip", "link", "add", fmt.Sprintf("%sm%d", r.tag, w), "netns", ns, "type", "veth", "peer", "name", fmt.Sprintf("m%d", w), "netns", r.sw)
-		run("ip", "-n", ns, "link", "set", fmt.Sprintf("%sm%d", r.tag, w), "name", "mgmt0")
-		run("ip", "-n", ns, "addr", "add", fmt.Sprintf("10.76.0.%d/24", 10+w), "dev", "mgmt0")
-		run("ip", "-n", ns, "link", "set", "mgmt0", "up")
-		run("ip", "-n", r.sw, "link", "set", fmt.Sprintf("m%d", w), "master", "br0")
-		run("ip", "-n", r.sw, "link", "set", fmt.Sprintf("m%d", w), "up")
+		addBMv2Worker(run, r.tag, r.sw, ns, w, r.dataIP(w), fmt.Sprintf("10.76.0.%d", 10+w))
 		port := uint32(w%treeWorkersPerLeaf + 1)
 		leafPorts[leaf][port] = fmt.Sprintf("d%d", w)
 		fmt.Fprintf(&portMap, "%s %d\n", r.dataIP(w), port)
