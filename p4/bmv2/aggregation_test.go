@@ -384,29 +384,38 @@ func (g *rig) compareStats(label string) {
 	t := g.t
 	t.Helper()
 	mnow := g.model.Counters()
+	st, diffs, err := countersMoved(g.ctx, g.cl, sharedStats, g.stats, &g.mstats, &mnow)
+	if err != nil {
+		t.Fatalf("%s: read counters: %v", label, err)
+	}
+	g.stats, g.mstats = st, mnow
+	if len(diffs) > 0 {
+		g.errorf("%s: counters: %s", label, strings.Join(diffs, "; "))
+	}
+}
+
+// countersMoved reads BMv2's counters and compares how each of stats moved
+// since before with how the model's moved from mbefore to mnow. A read can
+// fall between two counts of one packet's ingress pass, so a difference is
+// read again, three reads at most. It returns the last read and the
+// differences left.
+func countersMoved(ctx context.Context, cl *controller.Client, stats []pipeline.Stat, before []int64, mbefore, mnow *[pipeline.NumStats]uint64) ([]int64, []string, error) {
 	var diffs []string
-	for try := 0; try < 3; try++ {
-		st, err := g.cl.ReadCounters(g.ctx)
+	for try := 0; ; try++ {
+		st, err := cl.ReadCounters(ctx)
 		if err != nil {
-			t.Fatalf("%s: read counters: %v", label, err)
+			return nil, nil, err
 		}
 		diffs = diffs[:0]
-		for _, s := range sharedStats {
-			bm := at(st, int(s)) - at(g.stats, int(s))
-			md := int64(mnow[s] - g.mstats[s])
-			if bm != md {
+		for _, s := range stats {
+			if bm, md := at(st, int(s))-at(before, int(s)), int64(mnow[s]-mbefore[s]); bm != md {
 				diffs = append(diffs, fmt.Sprintf("%v +%d on BMv2, +%d in the model", s, bm, md))
 			}
 		}
 		if len(diffs) == 0 || try == 2 {
-			g.stats = st
-			break
+			return st, diffs, nil
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-	g.mstats = mnow
-	if len(diffs) > 0 {
-		g.errorf("%s: counters: %s", label, strings.Join(diffs, "; "))
 	}
 }
 

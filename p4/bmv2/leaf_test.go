@@ -223,25 +223,12 @@ func (g *leafRig) compareStats(what string) {
 	t := g.t
 	t.Helper()
 	mnow := g.model.Counters()
-	var diffs []string
-	for try := 0; try < 3; try++ {
-		st, err := g.cl.ReadCounters(g.ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		diffs = diffs[:0]
-		for _, s := range append(append([]pipeline.Stat{}, sharedStats...), leafStats...) {
-			if bm, md := at(st, int(s))-at(g.stats, int(s)), int64(mnow[s]-g.mst[s]); bm != md {
-				diffs = append(diffs, fmt.Sprintf("%v +%d on BMv2, +%d in the model", s, bm, md))
-			}
-		}
-		if len(diffs) == 0 || try == 2 {
-			g.stats = st
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+	stats := append(append([]pipeline.Stat{}, sharedStats...), leafStats...)
+	st, diffs, err := countersMoved(g.ctx, g.cl, stats, g.stats, &g.mst, &mnow)
+	if err != nil {
+		t.Fatal(err)
 	}
-	g.mst = mnow
+	g.stats, g.mst = st, mnow
 	if len(diffs) > 0 {
 		t.Errorf("%s: counters: %s", what, strings.Join(diffs, "; "))
 	}
