@@ -20,10 +20,7 @@ func refuse(code codes.Code, format string, args ...any) error {
 
 // entriesOf is what the switch holds for a job the core placed.
 func entriesOf(p jobcore.Placement) JobEntries {
-	j := JobEntries{MulticastGroup: p.Group}
-	if p.Key != nil {
-		j.Key = AuthKey(p.Key)
-	}
+	j := JobEntries{MulticastGroup: p.Group, Key: p.Key}
 	for _, w := range p.Workers {
 		j.Workers = append(j.Workers, WorkerEntry{Addr: w.Addr, Worker: pipeline.Worker{
 			JobID: p.JobID, Rank: w.Rank, NumWorkers: uint16(p.World), MulticastGroup: p.Group,

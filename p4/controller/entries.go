@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/switchml/switchml-go/p4/controller/jobcore"
 	"net/netip"
 	"sort"
 
@@ -57,18 +58,7 @@ type JobEntries struct {
 
 // AuthKey is a job's data-plane key. It prints as a placeholder, so that
 // logging entries never shows it.
-type AuthKey []byte
-
-// String hides the key.
-func (k AuthKey) String() string {
-	if k == nil {
-		return "none"
-	}
-	return "[secret]"
-}
-
-// Format hides the key from every fmt verb.
-func (k AuthKey) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(k.String())) }
+type AuthKey = jobcore.Key
 
 // jobID is the switch job id of the entries (0 without workers).
 func (j JobEntries) jobID() uint32 {
