@@ -112,8 +112,8 @@ func runAllReduce(ctx context.Context, args []string) error {
 		// A run that failed verified nothing, whatever it checked first.
 		rep.Error, rep.Verified = err.Error(), false
 	}
-	if ru, ok := cpuUsage(); ok {
-		rep.CPUUserS, rep.CPUSysS = ru.user, ru.sys
+	if u, sys, ok := benchmarks.ProcessCPU(); ok {
+		rep.CPUUserS, rep.CPUSysS = u, sys
 	}
 	if len(rep.TATs) > 0 {
 		sorted := append([]float64(nil), rep.TATs...)
@@ -173,8 +173,8 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dt dtype.Codec, e
 	}
 	// Verified is set once every iteration's check passed, and only then.
 	rep.Verified = false
-	var meter cpuMeter
-	defer meter.report(rep)
+	var meter benchmarks.CPUMeter
+	defer meter.Report(rep)
 	for it := 0; it < warmup+iters; it++ {
 		dtype.Fill(dt, data, seed, cfg.Rank)
 		if it == nanAt && elements > 0 && dt.Scaled() {
@@ -185,11 +185,11 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dt dtype.Codec, e
 		if err := barrier(fmt.Sprintf("iter-%d", it)); err != nil {
 			return err
 		}
-		meter.begin()
+		meter.Begin()
 		start := time.Now()
 		err := sess.AllReduce(ctx, dt, data)
 		tat := time.Since(start)
-		meter.end()
+		meter.End()
 		if err != nil {
 			return fmt.Errorf("allreduce %d: %w", it, err)
 		}
