@@ -13,6 +13,11 @@
 // TagLen bytes of a keyed MAC follow the payload (see Tagger). The
 // compatible header has no spare bit, so its packets cannot be tagged.
 //
+// Bit 1 of the extended header's first byte says the packet is sparse
+// (the block-sparse mode): SparseFields more bytes follow the header, the
+// block the packet is about and the sender's next non-zero block (see
+// Header.Sparse, NextKey).
+//
 // Both headers are followed by the payload: Elements big-endian
 // two's-complement int32 values. Parse validates the payload length; Append
 // writes only the header so the caller can quantize straight into the bytes
@@ -62,6 +67,9 @@ const (
 	CompatLen = 10
 	// ExtendedLen is the length of the extended header.
 	ExtendedLen = 18
+	// SparseLen is the length of a sparse extended header: ExtendedLen
+	// and the Block and Next fields.
+	SparseLen = ExtendedLen + 8
 	// ExtendedVersion is the only extended header version defined.
 	ExtendedVersion = 1
 	// MaxCompatSlot is the largest slot the compatible pool index holds (14 bits).
@@ -71,7 +79,7 @@ const (
 	// MaxElements is the largest element count of the extended header.
 	MaxElements = 2048
 	// MaxPacket is the largest packet either format can describe.
-	MaxPacket = ExtendedLen + 4*MaxElements + TagLen
+	MaxPacket = SparseLen + 4*MaxElements + TagLen
 )
 
 const (
@@ -82,7 +90,41 @@ const (
 	// flagTagged, in the extended header's first byte, says a tag
 	// follows the payload.
 	flagTagged = 0x01
+	// flagSparse, in the extended header's first byte, says the Block
+	// and Next fields follow the header.
+	flagSparse = 0x02
 )
+
+// Sparse mode constants. A sparse packet's Next field is a key that
+// orders (block, exponent) pairs so that the smallest key names the
+// smallest block and, among equal blocks, the largest exponent: the switch
+// keeps the minimum over the workers' keys and so finds the next block
+// anyone needs and the exponent that block must be quantized with.
+const (
+	// NoNext is the Next key of a sender with no non-zero block left.
+	NoNext = ^uint32(0)
+	// DirectoryBlock is the Block of a directory packet: its payload
+	// holds one Next key per slot of the lane, and the switch keeps their
+	// element-wise minimum instead of a sum.
+	DirectoryBlock = ^uint32(0)
+	// MaxSparseBlocks bounds the blocks of a sparse lane: a key holds the
+	// block index in 24 bits.
+	MaxSparseBlocks = 1<<24 - 1
+)
+
+// NextKey is the Next key of block b whose values have exponent exp
+// (quant.MinExponent for unscaled types). b must be below MaxSparseBlocks.
+func NextKey(b int, exp int8) uint32 {
+	return uint32(b)<<8 | uint32(uint8(127-int(exp)))
+}
+
+// SplitKey is the inverse of NextKey; ok is false for NoNext.
+func SplitKey(k uint32) (b int, exp int8, ok bool) {
+	if k == NoNext {
+		return 0, 0, false
+	}
+	return int(k >> 8), int8(127 - int(k&0xff)), true
+}
 
 // compatElements maps the compatible size code to the element count:
 // 128, 256, 512 and 1024 payload bytes.
@@ -114,6 +156,7 @@ var (
 	ErrSet            = errors.New("wire: set must be 0 or 1")
 	ErrFormat         = errors.New("wire: unknown format")
 	ErrTagCompat      = errors.New("wire: the compatible header cannot carry a tag (use the extended header)")
+	ErrSparseCompat   = errors.New("wire: the compatible header cannot carry the sparse fields (use the extended header)")
 )
 
 // Header is a decoded aggregation header. The same type describes requests
@@ -142,6 +185,13 @@ type Header struct {
 	// layout only). Append writes the flag; the tag itself is appended
 	// after the payload by Tagger.Seal.
 	Tagged bool
+	// Sparse marks a packet of the block-sparse mode (extended layout
+	// only): Block and Next follow the header. Block is the lane's block
+	// whose values the payload holds (DirectoryBlock for a directory); a
+	// sender without values for it sends no payload. Next is the sender's
+	// NextKey, or in a result the minimum over the workers' keys.
+	Sparse      bool
+	Block, Next uint32
 }
 
 // Len returns the header length in bytes for h.Format (0 for an unknown
@@ -151,6 +201,9 @@ func (h *Header) Len() int {
 	case FormatCompat:
 		return CompatLen
 	case FormatExtended:
+		if h.Sparse {
+			return SparseLen
+		}
 		return ExtendedLen
 	}
 	return 0
@@ -177,6 +230,9 @@ func (h *Header) Append(b []byte) ([]byte, error) {
 	case FormatCompat:
 		if h.Tagged {
 			return b, ErrTagCompat
+		}
+		if h.Sparse {
+			return b, ErrSparseCompat
 		}
 		code, ok := CompatSizeCode(h.Elements)
 		if !ok {
@@ -208,12 +264,20 @@ func (h *Header) Append(b []byte) ([]byte, error) {
 		if h.Tagged {
 			first |= flagTagged
 		}
+		if h.Sparse {
+			first |= flagSparse
+		}
 		b = append(b, first, ExtendedVersion)
 		b = binary.BigEndian.AppendUint32(b, h.Seq)
 		b = binary.BigEndian.AppendUint32(b, h.PacketID)
 		b = binary.BigEndian.AppendUint32(b, idx)
 		b = append(b, byte(h.Exp0), byte(h.Exp1))
-		return binary.BigEndian.AppendUint16(b, uint16(h.Elements)), nil
+		b = binary.BigEndian.AppendUint16(b, uint16(h.Elements))
+		if h.Sparse {
+			b = binary.BigEndian.AppendUint32(b, h.Block)
+			b = binary.BigEndian.AppendUint32(b, h.Next)
+		}
+		return b, nil
 	}
 	return b, ErrFormat
 }
@@ -260,7 +324,7 @@ func Parse(b []byte) (Header, []byte, error) {
 		if len(b) < ExtendedLen {
 			return h, nil, ErrShort
 		}
-		if b[0]&0x0f&^flagTagged != 0 {
+		if b[0]&0x0f&^(flagTagged|flagSparse) != 0 {
 			return h, nil, ErrReservedBits
 		}
 		if b[1] != ExtendedVersion {
@@ -277,11 +341,20 @@ func Parse(b []byte) (Header, []byte, error) {
 			Exp1:     int8(b[15]),
 			Elements: int(binary.BigEndian.Uint16(b[16:18])),
 			Tagged:   b[0]&flagTagged != 0,
+			Sparse:   b[0]&flagSparse != 0,
 		}
 		if h.Elements > MaxElements {
 			return Header{}, nil, ErrSize
 		}
 		hl = ExtendedLen
+		if h.Sparse {
+			if len(b) < SparseLen {
+				return Header{}, nil, ErrShort
+			}
+			h.Block = binary.BigEndian.Uint32(b[18:22])
+			h.Next = binary.BigEndian.Uint32(b[22:26])
+			hl = SparseLen
+		}
 	default:
 		return h, nil, ErrMsgType
 	}
