@@ -14,6 +14,7 @@
 package pipeline
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -204,7 +205,13 @@ type Pipeline struct {
 	waiting  []bool   // a leaf's use complete here, the parent's result still missing
 	asked    []uint16 // retransmissions a waiting use has seen
 	lane     []uint8  // lane of the use's workers: where a parent's result goes
-	values   []int32  // MaxElements per idx
+	// The block-sparse mode's part of a use (wire.Header.Sparse): the
+	// block it sums (the directory's wire.DirectoryBlock) and the
+	// minimum of its contributors' Next keys.
+	sparse []bool
+	block  []uint32
+	next   []uint32
+	values []int32 // MaxElements per idx
 
 	stats [NumStats]uint64
 
@@ -246,6 +253,9 @@ func New(cfg Config) (*Pipeline, error) {
 		waiting:  make([]bool, idxs),
 		asked:    make([]uint16, idxs),
 		lane:     make([]uint8, idxs),
+		sparse:   make([]bool, idxs),
+		block:    make([]uint32, idxs),
+		next:     make([]uint32, idxs),
 		values:   make([]int32, idxs*cfg.MaxElements),
 		owner:    make([]atomic.Int32, cfg.Slots),
 	}, nil
@@ -796,6 +806,9 @@ func (p *Pipeline) ClearRegisters() {
 	clear(p.packetID)
 	clear(p.used)
 	clear(p.waiting)
+	clear(p.sparse)
+	clear(p.block)
+	clear(p.next)
 	clear(p.values)
 	p.disown(0, p.cfg.Slots)
 }
@@ -876,7 +889,7 @@ func (p *Pipeline) process(st *[NumStats]uint64, cache *workerCache, shard int32
 	// element count, sequence number and packet id. Anything else is a packet
 	// delayed from an earlier use of this (slot, set) or a confused sender;
 	// adding it would corrupt the sum.
-	if !fresh && (int(p.elements[idx]) != h.Elements || p.seq[idx] != h.Seq || p.packetID[idx] != h.PacketID) {
+	if !fresh && !p.sameUse(idx, &h) {
 		noReply(st, out, StatDropMismatch)
 		return
 	}
@@ -914,9 +927,10 @@ func (p *Pipeline) process(st *[NumStats]uint64, cache *workerCache, shard int32
 	// is what lets set 1-b be reused (fresh) once every worker moved on.
 	p.bitmap[other*p.words+word] &^= bit
 
-	vals := p.values[idx*p.cfg.MaxElements : idx*p.cfg.MaxElements+h.Elements]
+	base := idx * p.cfg.MaxElements
 	if seen {
-		p.repeated(st, idx, w, &h, vals, tg, out)
+		res := p.result(idx, &h)
+		p.repeated(st, idx, w, &res, p.values[base:base+res.Elements], tg, out)
 		return
 	}
 
@@ -931,25 +945,87 @@ func (p *Pipeline) process(st *[NumStats]uint64, cache *workerCache, shard int32
 		p.used[idx] = true
 		p.waiting[idx] = false
 		p.lane[idx] = w.Lane
-		wire.ReadPayload(vals, payload)
+		p.sparse[idx], p.block[idx], p.next[idx] = h.Sparse, h.Block, h.Next
+		wire.ReadPayload(p.values[base:base+h.Elements], payload)
 	} else {
 		p.count[idx]--
 		p.exponent[idx] = max(p.exponent[idx], h.Exp0)
-		wire.AddPayload(vals, payload)
+		p.addContribution(idx, &h, payload)
 	}
 	if p.count[idx] != 0 {
 		noReply(st, out, StatAbsorbed)
 		return
 	}
+	res := p.result(idx, &h)
+	vals := p.values[base : base+res.Elements]
 
 	if len(p.uplinks) != 0 {
 		if _, ok := p.uplinks[w.JobID]; ok {
 			p.waiting[idx], p.asked[idx] = true, 0
-			p.upstream(st, StatUpstream, w.JobID, &h, vals, p.exponent[idx], out)
+			p.upstream(st, StatUpstream, w.JobID, &res, vals, p.exponent[idx], out)
 			return
 		}
 	}
-	p.multicast(st, cache, w.JobID, w.MulticastGroup, w.Lane, &h, vals, p.exponent[idx], tg, out)
+	p.multicast(st, cache, w.JobID, w.MulticastGroup, w.Lane, &res, vals, p.exponent[idx], tg, out)
+}
+
+// sameUse reports whether h is a contribution to the use in progress at
+// idx. In the sparse mode a worker without values for the use's block
+// sends none (Elements 0); the others must agree on the count.
+func (p *Pipeline) sameUse(idx int, h *wire.Header) bool {
+	if p.seq[idx] != h.Seq || p.packetID[idx] != h.PacketID || p.sparse[idx] != h.Sparse {
+		return false
+	}
+	n := int(p.elements[idx])
+	if !h.Sparse {
+		return n == h.Elements
+	}
+	if p.block[idx] != h.Block {
+		return false
+	}
+	if h.Block == wire.DirectoryBlock {
+		return n == h.Elements
+	}
+	return n == h.Elements || n == 0 || h.Elements == 0
+}
+
+// addContribution folds a further contribution to the use at idx into
+// it: a sum, or for a sparse directory the element-wise minimum of keys.
+// A sparse use keeps the minimum of the Next keys too, and takes its
+// element count from its first contribution with values.
+func (p *Pipeline) addContribution(idx int, h *wire.Header, payload []byte) {
+	base := idx * p.cfg.MaxElements
+	if !h.Sparse {
+		wire.AddPayload(p.values[base:base+h.Elements], payload)
+		return
+	}
+	p.next[idx] = min(p.next[idx], h.Next)
+	switch {
+	case h.Elements == 0:
+	case h.Block == wire.DirectoryBlock:
+		vals := p.values[base : base+h.Elements]
+		for i := range vals {
+			k := binary.BigEndian.Uint32(payload[4*i:])
+			vals[i] = int32(min(uint32(vals[i]), k))
+		}
+	case p.elements[idx] == 0:
+		p.elements[idx] = uint16(h.Elements)
+		wire.ReadPayload(p.values[base:base+h.Elements], payload)
+	default:
+		wire.AddPayload(p.values[base:base+h.Elements], payload)
+	}
+}
+
+// result is the header of the result of the use at idx, which h
+// contributed to: h's identity with the use's element count and, in the
+// sparse mode, its minimum Next key.
+func (p *Pipeline) result(idx int, h *wire.Header) wire.Header {
+	res := *h
+	res.Elements = int(p.elements[idx])
+	if h.Sparse {
+		res.Next = p.next[idx]
+	}
+	return res
 }
 
 // admit runs the checks a packet passes before it touches a slot: its
