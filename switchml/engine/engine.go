@@ -100,6 +100,10 @@ type Config struct {
 	// Lane is the lane's index among the worker's lanes, which the switch
 	// knows from the lane's source address; tags bind it.
 	Lane uint8
+	// Sparse runs ops in the block-sparse mode (see sparse.go): only
+	// blocks that some worker holds non-zero travel. Every worker of a job
+	// must agree on it. Extended format only.
+	Sparse bool
 }
 
 // withDefaults fills zero fields and validates the rest.
@@ -144,6 +148,9 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	default:
 		return c, fmt.Errorf("engine: unknown format %d", c.Format)
+	}
+	if c.Sparse && c.Format != wire.FormatExtended {
+		return c, fmt.Errorf("engine: the sparse mode needs the extended format: the compatible header has no room for its fields")
 	}
 	if c.Key != nil && c.Format != wire.FormatExtended {
 		return c, fmt.Errorf("engine: tagged packets need the extended format: the compatible header has no room for a tag")
@@ -225,6 +232,7 @@ type slotState struct {
 	// Intrusive timer list, in deadline order (see Lane.timerHead).
 	prev, next int32
 	timed      bool
+	sparseSlot
 }
 
 // Lane is the protocol state of one lane. It is not safe for concurrent use.
@@ -273,6 +281,8 @@ type Lane struct {
 	timerHead, timerTail int32
 
 	stats LaneStats
+
+	sp sparseOp
 }
 
 // NewLane returns a lane with every slot at set 0, matching a freshly reset
@@ -315,6 +325,9 @@ func (l *Lane) Start(op Op, now time.Duration) error {
 	}
 	if op.DType == nil {
 		op.DType = dtype.Int32
+	}
+	if l.cfg.Sparse {
+		return l.startSparse(op, now)
 	}
 	size := op.DType.Size()
 	if len(op.Data)%size != 0 {
@@ -524,20 +537,12 @@ func (l *Lane) AppendPacket(b []byte) ([]byte, bool) {
 	if !l.active {
 		return b, false
 	}
-	var s int
-	for {
-		if l.qLen == 0 {
-			return b, false
-		}
-		s = int(l.queue[l.qHead])
-		l.qHead = (l.qHead + 1) % len(l.queue)
-		l.qLen--
-		l.slots[s].queued = false
-		// A retransmission queued just before the slot's last result
-		// arrived has nothing left to send.
-		if l.slots[s].packet >= 0 {
-			break
-		}
+	s, ok := l.pop()
+	if !ok {
+		return b, false
+	}
+	if l.cfg.Sparse {
+		return l.appendSparse(b, s)
 	}
 	st := &l.slots[s]
 	p := st.packet
@@ -594,10 +599,33 @@ func (l *Lane) AppendPacket(b []byte) ([]byte, bool) {
 		l.op.DType.Quantize(dst, l.blockData(lo, hi), l.cfg.NumWorkers, st.dataExp)
 	}
 	clear(dst[filled:])
+	return l.sent(b, start, s), true
+}
+
+// pop takes the next slot with a packet to send off the send queue.
+func (l *Lane) pop() (int, bool) {
+	for l.qLen > 0 {
+		s := int(l.queue[l.qHead])
+		l.qHead = (l.qHead + 1) % len(l.queue)
+		l.qLen--
+		l.slots[s].queued = false
+		// A retransmission queued just before the slot's last result
+		// arrived has nothing left to send.
+		if l.slots[s].packet >= 0 {
+			return s, true
+		}
+	}
+	return 0, false
+}
+
+// sent tags the packet b[start:] of slot s (Config.Key), counts it and
+// starts the slot's timer.
+func (l *Lane) sent(b []byte, start, s int) []byte {
 	if l.tg != nil {
-		// Within the room grown above: the tag lands in b's memory.
+		// Within the room the caller grew: the tag lands in b's memory.
 		b = b[:start+len(l.tg.SealRequest(b[start:], uint16(l.cfg.Rank), l.cfg.Lane))]
 	}
+	st := &l.slots[s]
 	if st.sentOnce {
 		l.stats.Retransmits++
 		st.retried = true
@@ -608,7 +636,7 @@ func (l *Lane) AppendPacket(b []byte) ([]byte, bool) {
 	}
 	st.lastSent = l.now
 	l.timerAppend(s, l.now+l.timeout)
-	return b, true
+	return b
 }
 
 // Receive handles a packet from the switch at time now. Results of other
@@ -617,7 +645,7 @@ func (l *Lane) AppendPacket(b []byte) ([]byte, bool) {
 func (l *Lane) Receive(pkt []byte, now time.Duration) {
 	l.now = max(l.now, now)
 	h, payload, err := wire.Parse(pkt)
-	if err != nil || h.Format != l.cfg.Format {
+	if err != nil || h.Format != l.cfg.Format || h.Sparse != l.cfg.Sparse {
 		l.stats.Malformed++
 		return
 	}
@@ -633,6 +661,10 @@ func (l *Lane) Receive(pkt []byte, now time.Duration) {
 	}
 	if h.Seq != seq {
 		l.stats.Stale++
+		return
+	}
+	if l.cfg.Sparse {
+		l.receiveSparse(&h, payload)
 		return
 	}
 	rel := h.PacketID - l.pidBase // wraps like the counter
@@ -652,20 +684,7 @@ func (l *Lane) Receive(pkt []byte, now time.Duration) {
 		return
 	}
 
-	// Accepted.
-	l.stats.Results++
-	l.noProgress = 0
-	l.lastResult = l.now
-	l.timerRemove(s)
-	if !st.retried {
-		l.sampleRTT(l.now-st.sentAt, false)
-	} else {
-		// Ambiguous (Karn): the result answers some copy, but the time
-		// since the latest copy is a lower bound of the round trip. It
-		// may only raise the estimate; without it a timeout below the
-		// round trip would resend every packet and never learn.
-		l.sampleRTT(l.now-st.lastSent, true)
-	}
+	l.accepted(s)
 	if db := l.dataBlock(p); db >= 0 {
 		lo, hi := l.block(db)
 		l.op.DType.Dequantize(l.blockData(lo, hi), payload, l.cfg.NumWorkers, st.dataExp)
@@ -682,10 +701,34 @@ func (l *Lane) Receive(pkt []byte, now time.Duration) {
 		st.packet = -1
 	}
 	if l.received == l.total {
-		l.active = false
-		l.qLen = 0
-		l.timerHead, l.timerTail = -1, -1
+		l.finish()
 	}
+}
+
+// accepted does what every accepted result does: it counts, stops the
+// slot's timer and samples the round trip.
+func (l *Lane) accepted(s int) {
+	st := &l.slots[s]
+	l.stats.Results++
+	l.noProgress = 0
+	l.lastResult = l.now
+	l.timerRemove(s)
+	if !st.retried {
+		l.sampleRTT(l.now-st.sentAt, false)
+	} else {
+		// Ambiguous (Karn): the result answers some copy, but the time
+		// since the latest copy is a lower bound of the round trip. It
+		// may only raise the estimate; without it a timeout below the
+		// round trip would resend every packet and never learn.
+		l.sampleRTT(l.now-st.lastSent, true)
+	}
+}
+
+// finish ends the op in progress successfully.
+func (l *Lane) finish() {
+	l.active = false
+	l.qLen = 0
+	l.timerHead, l.timerTail = -1, -1
 }
 
 // tagRoom is the room a packet of a lane with cfg needs for its tag.
