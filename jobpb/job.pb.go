@@ -25,7 +25,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// Packet header layout the workers will use (switchml/wire.Format).
+// Packet header layout the workers will use (wire.Format).
 type Format int32
 
 const (
@@ -101,8 +101,11 @@ type RegisterRequest struct {
 	// to take the job's entries) is answered with the reason (fallback)
 	// instead of an error, so that every rank moves to the ring together.
 	FallbackAddress string `protobuf:"bytes,11,opt,name=fallback_address,json=fallbackAddress,proto3" json:"fallback_address,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The job runs the block-sparse mode (extended header, software switch
+	// only): every rank of a job must agree, as on the packet size.
+	Sparse        bool `protobuf:"varint,12,opt,name=sparse,proto3" json:"sparse,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterRequest) Reset() {
@@ -210,6 +213,13 @@ func (x *RegisterRequest) GetFallbackAddress() string {
 		return x.FallbackAddress
 	}
 	return ""
+}
+
+func (x *RegisterRequest) GetSparse() bool {
+	if x != nil {
+		return x.Sparse
+	}
+	return false
 }
 
 type RegisterResponse struct {
@@ -1370,6 +1380,7 @@ type JobStatus struct {
 	// Ranks left out of ranks to keep the reply within its size bound (a job
 	// of very many ranks and lanes); they are registered all the same.
 	RanksOmitted  uint32 `protobuf:"varint,12,opt,name=ranks_omitted,json=ranksOmitted,proto3" json:"ranks_omitted,omitempty"`
+	Sparse        bool   `protobuf:"varint,13,opt,name=sparse,proto3" json:"sparse,omitempty"` // the job runs the block-sparse mode
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1486,6 +1497,13 @@ func (x *JobStatus) GetRanksOmitted() uint32 {
 		return x.RanksOmitted
 	}
 	return 0
+}
+
+func (x *JobStatus) GetSparse() bool {
+	if x != nil {
+		return x.Sparse
+	}
+	return false
 }
 
 type RankStatus struct {
@@ -1620,7 +1638,7 @@ var File_job_proto protoreflect.FileDescriptor
 
 const file_job_proto_rawDesc = "" +
 	"\n" +
-	"\tjob.proto\x12\x16switchml.controller.v1\"\xd2\x02\n" +
+	"\tjob.proto\x12\x16switchml.controller.v1\"\xea\x02\n" +
 	"\x0fRegisterRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x1d\n" +
@@ -1634,7 +1652,8 @@ const file_job_proto_rawDesc = "" +
 	"\x03mac\x18\t \x01(\fR\x03mac\x12\x14\n" +
 	"\x05token\x18\n" +
 	" \x01(\tR\x05token\x12)\n" +
-	"\x10fallback_address\x18\v \x01(\tR\x0ffallbackAddress\"\xfa\x02\n" +
+	"\x10fallback_address\x18\v \x01(\tR\x0ffallbackAddress\x12\x16\n" +
+	"\x06sparse\x18\f \x01(\bR\x06sparse\"\xfa\x02\n" +
 	"\x10RegisterResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12)\n" +
@@ -1741,7 +1760,7 @@ const file_job_proto_rawDesc = "" +
 	"\n" +
 	"EndedEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xfc\x02\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\x94\x03\n" +
 	"\tJobStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1d\n" +
@@ -1757,7 +1776,8 @@ const file_job_proto_rawDesc = "" +
 	" \x01(\x01R\n" +
 	"ageSeconds\x128\n" +
 	"\x05ranks\x18\v \x03(\v2\".switchml.controller.v1.RankStatusR\x05ranks\x12#\n" +
-	"\rranks_omitted\x18\f \x01(\rR\franksOmitted\"s\n" +
+	"\rranks_omitted\x18\f \x01(\rR\franksOmitted\x12\x16\n" +
+	"\x06sparse\x18\r \x01(\bR\x06sparse\"s\n" +
 	"\n" +
 	"RankStatus\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\rR\x04rank\x12%\n" +

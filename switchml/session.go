@@ -289,7 +289,7 @@ func (s *Session) register(ctx context.Context, addrs []string, bind string) (*j
 			Job: cfg.Job, Rank: uint32(cfg.Rank), WorldSize: uint32(cfg.Workers),
 			Lanes: uint32(cfg.Lanes), Window: uint32(cfg.Window), Elements: uint32(cfg.PacketElements),
 			Format: format, LaneAddresses: addrs, Mac: macOf(bind), Token: cfg.Token,
-			FallbackAddress: s.ringAddress(),
+			FallbackAddress: s.ringAddress(), Sparse: cfg.Sparse,
 		}, grpc.WaitForReady(true))
 		return err
 	})
@@ -354,7 +354,7 @@ func (s *Session) startLanes(resp *jobpb.RegisterResponse, peers []netip.AddrPor
 			// in time that a loaded machine's stalls do not trip; the
 			// simulator runs the same policy.
 			Timeout: cfg.Timeout, GiveUp: cfg.GiveUp,
-			Key: resp.GetAuthKey(), Lane: uint8(i),
+			Key: resp.GetAuthKey(), Lane: uint8(i), Sparse: cfg.Sparse,
 		})
 		if err != nil {
 			return fmt.Errorf("switchml: lane %d: %w", i, err)

@@ -392,6 +392,11 @@ func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (
 		return nil, err
 	}
 	tree, _ := s.current.Load().Switch.(*Tree)
+	if tree != nil && req.GetSparse() {
+		err := invalid("the sparse mode runs on a single software switch, and this controller programs a tree of switches: join without Sparse (--sparse), or through a controller of one switch")
+		s.step(func(c *jobcore.Core) { c.CannotForm(req, err, time.Now()) })
+		return nil, err
+	}
 	var leafDP netip.AddrPort
 	if addrs := chk.LaneAddresses(); tree != nil && len(addrs) > 0 {
 		var ok bool

@@ -106,6 +106,9 @@ func (t Target) check(r *jobpb.RegisterRequest, addrs []netip.AddrPort) error {
 	if t.Auth && r.GetFormat() != jobpb.Format_FORMAT_EXTENDED {
 		return invalid("the switch checks a tag on every packet (--auth), and the compatible header has no room for one: join with the extended header and Auth (--extended --auth)")
 	}
+	if r.GetSparse() && t.P4() {
+		return invalid("the sparse mode runs on the software switch: the %s switch's program has no sparse pipeline (docs/design.md, \"Block-sparse aggregation\"); join without Sparse (--sparse)", t.Kind)
+	}
 	switch r.GetFormat() {
 	case jobpb.Format_FORMAT_EXTENDED:
 		if t.MaxExtendedElements == 0 {

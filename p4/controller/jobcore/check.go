@@ -109,6 +109,9 @@ func checkRequest(r *jobpb.RegisterRequest) ([]netip.AddrPort, error) {
 	default:
 		return nil, Invalid("unknown format %v", r.GetFormat())
 	}
+	if r.GetSparse() && r.GetFormat() != jobpb.Format_FORMAT_EXTENDED {
+		return nil, Invalid("the sparse mode needs the extended header: the compatible header has no room for its block fields")
+	}
 	addrs := make([]netip.AddrPort, len(r.GetLaneAddresses()))
 	for i, s := range r.GetLaneAddresses() {
 		if len(s) > maxAddressLen {
@@ -146,6 +149,9 @@ func mismatch(j, r *jobpb.RegisterRequest) string {
 			}
 			return fmt.Sprintf("%s %d differs from %d registered by rank %d", x.name, x.b, x.a, j.GetRank())
 		}
+	}
+	if j.GetSparse() != r.GetSparse() {
+		return fmt.Sprintf("sparse %v differs from %v registered by rank %d", r.GetSparse(), j.GetSparse(), j.GetRank())
 	}
 	return ""
 }

@@ -158,7 +158,7 @@ func (c *Core) StatusJobs(now time.Time, first, size int, v StatusView) ([]*jobp
 		j := e.j
 		js := &jobpb.JobStatus{
 			Name: j.name, State: e.state, WorldSize: uint32(len(j.ranks)),
-			Lanes: j.params.GetLanes(), Window: j.params.GetWindow(), PacketElements: j.params.GetElements(),
+			Lanes: j.params.GetLanes(), Window: j.params.GetWindow(), PacketElements: j.params.GetElements(), Sparse: j.params.GetSparse(),
 			PoolSize: j.resp.GetPoolSize(),
 		}
 		if !v.Redact {
