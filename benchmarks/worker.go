@@ -14,6 +14,12 @@ type WorkerReport struct {
 	Lanes          int    `json:"lanes"`
 	Window         int    `json:"window"`
 	PacketElements int    `json:"packet_elements"`
+	// Sparse says the run used the block-sparse mode; Density is the
+	// share of blocks its generated tensors held values in (1: all), and
+	// Gradients the directory of recorded gradients it reduced instead.
+	Sparse    bool    `json:"sparse,omitempty"`
+	Density   float64 `json:"density,omitempty"`
+	Gradients string  `json:"gradients,omitempty"`
 	// Transport is what the lanes used: "udp", "shm" or "afxdp" (empty: an
 	// older worker, or another system).
 	Transport   string    `json:"transport,omitempty"`

@@ -30,7 +30,7 @@ var allreduceFlags = map[string]string{
 	"Lanes": "lanes", "Transport": "transport", "Window": "window", "PacketElements": "packet-elements", "Extended": "extended", "Auth": "auth",
 	"Timeout": "timeout", "JoinTimeout": "join-timeout", "ConnectTimeout": "connect-timeout", "GiveUp": "give-up",
 	"Faults.Drop": "drop", "Faults.Duplicate": "duplicate", "Faults.Reorder": "reorder", "Trace": "trace", "TraceEvents": "trace-events",
-	"Fallback": "fallback", "FallbackOnLoss": "fallback-on-loss", "FallbackListen": "fallback-listen", "FallbackPeers": "fallback-peers",
+	"Sparse": "sparse", "Fallback": "fallback", "FallbackOnLoss": "fallback-on-loss", "FallbackListen": "fallback-listen", "FallbackPeers": "fallback-peers",
 }
 
 func runAllReduce(ctx context.Context, args []string) error {
@@ -47,6 +47,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.Window, "window", 0, fmt.Sprintf("packets in flight per lane (0: %d; with --transport shm, 1 lane of 256 measured best)", switchml.DefaultWindow))
 	fs.IntVar(&cfg.PacketElements, "packet-elements", 0, "int32 values per packet (32/64/128/256; up to 2048 with --extended); 0: what the switch takes (256 on the software switch, 64 on the P4 programs)")
 	fs.BoolVar(&cfg.Extended, "extended", false, "use the software switch's extended header (needed above 256 values per packet or 32 workers)")
+	fs.BoolVar(&cfg.Sparse, "sparse", false, "block-sparse mode: send only the packets' blocks that are not all zero (every rank of a job needs the same; extended header, software switch)")
 	fs.BoolVar(&cfg.Auth, "auth", false, "tag every packet with the job's key, for a software switch that checks tags (switch and controller --auth); needs --extended")
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, fmt.Sprintf("retransmission timeout per packet (0: %v, or %v with --transport shm)", switchml.DefaultTimeout, switchml.DefaultShmTimeout))
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", switchml.DefaultJoinTimeout, "how long to wait for every rank to join")
@@ -67,6 +68,9 @@ func runAllReduce(ctx context.Context, args []string) error {
 	iters := fs.Int("iters", 5, "timed allreduce calls")
 	warmup := fs.Int("warmup", 1, "untimed allreduce calls before the timed ones")
 	seed := fs.Uint64("seed", 1, "seed of the tensor contents")
+	var in tensorInput
+	fs.Float64Var(&in.density, "density", 1, "share of the tensor's blocks (of --packet-elements values) that hold values; the others are all zero, and which ones differs by rank (1: every block)")
+	fs.StringVar(&in.gradients, "gradients", "", "allreduce recorded float32 gradients instead of generated data: rank r reads DIR/rank<r>.f32 (raw little-endian float32, every rank's file the same size; --elements and --dtype are taken from them) and verifies against the sum of every rank's file")
 	nanAt := fs.Int("nan-at", -1, "put a NaN into this rank's input at this allreduce (0-based, warm-up included), to watch a bad input end the job")
 	asJSON := fs.Bool("json", false, "print one JSON object with the results on stdout")
 	verify := fs.Bool("verify", true, "check every result against the exact sum")
@@ -88,13 +92,18 @@ func runAllReduce(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("--dtype: %w", err)
 	}
-	if *elements < 0 || *iters < 1 || *warmup < 0 {
-		return fmt.Errorf("want --elements >= 0, --iters >= 1 and --warmup >= 0")
+	if *elements < 0 || *iters < 1 || *warmup < 0 || !(in.density > 0 && in.density <= 1) {
+		return fmt.Errorf("want --elements >= 0, --iters >= 1, --warmup >= 0 and 0 < --density <= 1")
+	}
+	if in.gradients != "" {
+		if dt, *elements, err = in.gradientElements(cfg.Rank); err != nil {
+			return err
+		}
 	}
 	cfg.Faults.Seed = *seed*1000 + uint64(cfg.Rank)
 
 	rep := benchmarks.WorkerReport{Workers: cfg.Workers, Rank: cfg.Rank, Elements: *elements, DType: dt.Name(), Iters: *iters,
-		Lanes: cfg.Lanes, Window: cfg.Window, PacketElements: cfg.PacketElements}
+		Lanes: cfg.Lanes, Window: cfg.Window, PacketElements: cfg.PacketElements, Sparse: cfg.Sparse, Density: in.density, Gradients: in.gradients}
 	var trace *traceFile
 	if *tracePath != "" {
 		if trace, err = createTrace(*tracePath); err != nil {
@@ -102,7 +111,8 @@ func runAllReduce(ctx context.Context, args []string) error {
 		}
 		cfg.Trace = trace
 	}
-	err = allreduceRounds(ctx, cfg, dt, *elements, *iters, *warmup, *seed, *verify, *nanAt, *metricsAddr, &rep)
+	in.seed = *seed
+	err = allreduceRounds(ctx, cfg, dt, *elements, *iters, *warmup, in, *verify, *nanAt, *metricsAddr, &rep)
 	if trace != nil {
 		if terr := trace.Close(); terr != nil && err == nil {
 			err = terr
@@ -138,7 +148,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 	return err
 }
 
-func allreduceRounds(ctx context.Context, cfg switchml.Config, dt dtype.Codec, elements, iters, warmup int, seed uint64, verify bool, nanAt int, metricsAddr string, rep *benchmarks.WorkerReport) error {
+func allreduceRounds(ctx context.Context, cfg switchml.Config, dt dtype.Codec, elements, iters, warmup int, in tensorInput, verify bool, nanAt int, metricsAddr string, rep *benchmarks.WorkerReport) error {
 	sess, err := switchml.Join(ctx, cfg)
 	if err != nil {
 		return switchml.InFlags(err, allreduceFlags)
@@ -158,7 +168,9 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dt dtype.Codec, e
 	rep.PacketElements, rep.Lanes, rep.Window = sess.PacketElements(), sess.Lanes(), sess.Window()
 	var exp dtype.Expectation
 	if verify {
-		exp = dtype.Expect(dt, seed, cfg.Workers, elements, sess.PacketElements())
+		if exp, err = in.expect(dt, cfg.Workers, elements, sess.PacketElements()); err != nil {
+			return err
+		}
 	}
 	data := dtype.New(dt, elements)
 	// The run's barriers wait for the slowest rank as long as an
@@ -176,7 +188,9 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dt dtype.Codec, e
 	var meter benchmarks.CPUMeter
 	defer meter.Report(rep)
 	for it := 0; it < warmup+iters; it++ {
-		dtype.Fill(dt, data, seed, cfg.Rank)
+		if err := in.fill(dt, data, cfg.Rank, sess.PacketElements()); err != nil {
+			return err
+		}
 		if it == nanAt && elements > 0 && dt.Scaled() {
 			dt.Set(data, elements/2, math.NaN())
 		}

@@ -75,11 +75,57 @@ type Expectation struct {
 // [i-k+1, i+k-1], which the aligned blocks j-1, j and j+1 cover, so their
 // largest exponent bounds the block's.
 func Expect(c Codec, seed uint64, workers, n, k int) Expectation {
+	e, _ := ExpectInputs(c, workers, n, k, func(in []byte, r int) error {
+		Fill(c, in, seed, r)
+		return nil
+	})
+	return e
+}
+
+// FillDensity is Fill with only a share density of the blocks of k values
+// holding data: the others are all zero, as most blocks of an embedding
+// table's gradient are. Which blocks hold data depends on seed, rank and
+// the block alone, so the ranks' non-zero blocks differ. A density of 1 or
+// more is Fill.
+func FillDensity(c Codec, data []byte, seed uint64, rank, k int, density float64) {
+	Fill(c, data, seed, rank)
+	if density >= 1 {
+		return
+	}
+	k = max(k, 1)
+	n := len(data) / c.Size()
+	for lo := 0; lo < n; lo += k {
+		if !BlockHolds(seed, rank, lo/k, density) {
+			clear(data[lo*c.Size() : min(lo+k, n)*c.Size()])
+		}
+	}
+}
+
+// BlockHolds says whether block b of rank's FillDensity data holds values.
+func BlockHolds(seed uint64, rank, b int, density float64) bool {
+	h := splitmix(^seed ^ splitmix(uint64(rank)<<40^uint64(b)))
+	return float64(h>>11)/(1<<53) < density
+}
+
+// ExpectDensity is Expect of FillDensity data.
+func ExpectDensity(c Codec, seed uint64, workers, n, k int, density float64) Expectation {
+	e, _ := ExpectInputs(c, workers, n, k, func(in []byte, r int) error {
+		FillDensity(c, in, seed, r, k, density)
+		return nil
+	})
+	return e
+}
+
+// ExpectInputs is Expect of any inputs: fill writes rank r's n values
+// into in, or fails.
+func ExpectInputs(c Codec, workers, n, k int, fill func(in []byte, r int) error) (Expectation, error) {
 	e := Expectation{c: c, want: make([]float64, n), tol: make([]float64, n)}
 	maxAbs := make([]float64, n)
 	in := New(c, n)
 	for r := range workers {
-		Fill(c, in, seed, r)
+		if err := fill(in, r); err != nil {
+			return e, err
+		}
 		for i := range n {
 			v := c.Get(in, i)
 			e.want[i] += v
@@ -87,7 +133,7 @@ func Expect(c Codec, seed uint64, workers, n, k int) Expectation {
 		}
 	}
 	if !c.Scaled() {
-		return e
+		return e, nil
 	}
 	k = max(k, 1)
 	blocks := (n + k - 1) / k
@@ -109,7 +155,7 @@ func Expect(c Codec, seed uint64, workers, n, k int) Expectation {
 		}
 		e.tol[i] = c.Bound(workers, ex)
 	}
-	return e
+	return e, nil
 }
 
 // Check compares a result with the expectation and describes the first
