@@ -107,7 +107,7 @@ func switchml_join(cfg *C.switchml_cconfig, out *C.int64_t, errBuf *C.char, errL
 		Extended:    cfg.extended != 0,
 		Fallback:    goString(cfg.fallback), FallbackOnLoss: cfg.fallback_on_loss != 0,
 		FallbackListen: goString(cfg.fallback_listen), FallbackPeers: splitPeers(goString(cfg.fallback_peers)),
-		Transport: goString(cfg.transport),
+		Transport: goString(cfg.transport), Sparse: cfg.sparse != 0,
 	})
 	if err == nil {
 		*out = C.int64_t(id)

@@ -35,7 +35,7 @@
 extern "C" {
 #endif
 
-#define SWITCHML_ABI_VERSION 4
+#define SWITCHML_ABI_VERSION 5
 
 typedef enum switchml_status {
 	SWITCHML_OK = 0,
@@ -108,6 +108,12 @@ typedef struct switchml_config {
 	   use UDP and the library logs why; switchml_transport says what
 	   they use. */
 	const char *transport;
+	/* Since ABI version 5: nonzero runs every allreduce in the
+	   block-sparse mode: a rank sends only the blocks (packet_elements
+	   values) of its tensor that are not all zero, for gradients of
+	   embedding tables. Every rank of a job must agree; it uses the
+	   extended header and needs the software switch. */
+	int32_t sparse;
 } switchml_config;
 
 /* SWITCHML_ABI_VERSION of the library actually loaded. */

@@ -9,7 +9,7 @@ import ctypes
 import os
 import threading
 
-ABI_VERSION = 4
+ABI_VERSION = 5
 
 # switchml_status
 OK = 0
@@ -84,6 +84,7 @@ class _Config(ctypes.Structure):
         ("fallback_listen", ctypes.c_char_p),
         ("fallback_peers", ctypes.c_char_p),
         ("transport", ctypes.c_char_p),
+        ("sparse", ctypes.c_int32),
     ]
 
 
@@ -182,14 +183,15 @@ class Session:
 
     def __init__(self, controller, job, rank, workers, *, bind=None, token=None, lanes=0, window=0,
                  packet_elements=0, join_timeout=None, give_up=None, extended=False, fallback=None,
-                 fallback_on_loss=False, fallback_listen=None, fallback_peers=None, transport=None):
+                 fallback_on_loss=False, fallback_listen=None, fallback_peers=None, transport=None,
+                 sparse=False):
         enc = lambda s: s.encode() if s else None  # noqa: E731
         if isinstance(fallback_peers, (list, tuple)):
             fallback_peers = ",".join(fallback_peers)
         cfg = _Config(enc(controller), enc(job), rank, workers, enc(bind), enc(token), lanes, window,
                       packet_elements, _ms(join_timeout), _ms(give_up), 1 if extended else 0,
                       enc(fallback), 1 if fallback_on_loss else 0, enc(fallback_listen), enc(fallback_peers),
-                      enc(transport))
+                      enc(transport), 1 if sparse else 0)
         h = ctypes.c_int64(0)
         l = lib()
         call(l.switchml_join, ctypes.byref(cfg), ctypes.byref(h))

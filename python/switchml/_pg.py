@@ -58,6 +58,7 @@ def _session_settings():
          "bind": os.environ.get("SWITCHML_BIND") or None,
          "transport": os.environ.get("SWITCHML_TRANSPORT") or None,
          "extended": os.environ.get("SWITCHML_EXTENDED", "") not in ("", "0"),
+         "sparse": os.environ.get("SWITCHML_SPARSE", "") not in ("", "0"),
          "fallback": os.environ.get("SWITCHML_FALLBACK") or None,
          "fallback_on_loss": os.environ.get("SWITCHML_FALLBACK_ON_LOSS", "") not in ("", "0"),
          "fallback_listen": os.environ.get("SWITCHML_FALLBACK_LISTEN") or None,

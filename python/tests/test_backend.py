@@ -87,6 +87,30 @@ class SharedMemory(unittest.TestCase):
                     self.assertLessEqual(err, 1e-5 * want.abs().max().item(), "float32 at rank %d" % r)
 
 
+class Sparse(unittest.TestCase):
+    def test_sparse_sums_match_gloo(self):
+        # SWITCHML_SPARSE=1: an embedding gradient and a mostly zero int32
+        # tensor, summed over the block-sparse mode, against gloo.
+        world = 3
+        res = run_ranks("sparse", "switchml", world, SWITCHML_SPARSE="1")
+        for r, (code, outp, _) in enumerate(res):
+            self.assertEqual(code, 0, "rank %d:\n%s" % (r, outp[-3000:]))
+        want = results("sparse", "gloo", world)
+        for r, (_, _, got) in enumerate(res):
+            self.assertTrue(torch.equal(got["ints"], want[r]["ints"]), "int32 sums differ at rank %d" % r)
+            err = (got["grad"] - want[r]["grad"]).abs().max().item()
+            self.assertLessEqual(err, 1e-5 * want[r]["grad"].abs().max().item(), "gradient at rank %d" % r)
+            self.assertGreater(want[r]["grad"].abs().max().item(), 0)
+
+    def test_ranks_must_agree(self):
+        # Rank 0 sets SWITCHML_SPARSE=1, the others do not: the job must
+        # not form, and a rank says why.
+        res = run_ranks("sparse_mismatch", "switchml", 2)
+        outs = "".join(outp for _, outp, _ in res)
+        self.assertTrue(all(code != 0 for code, _, _ in res), outs[-3000:])
+        self.assertIn("sparse", outs)
+
+
 class OpsAgainstGloo(unittest.TestCase):
     world = 3
 

@@ -134,6 +134,27 @@ def transport(backend, rank, world):
     return out
 
 
+def sparse(backend, rank, world):
+    """The gradient of an embedding table, which few rows of each rank's
+    batch touch, and an int32 tensor with mostly zero blocks."""
+    torch.manual_seed(7)
+    emb = torch.nn.Embedding(5000, 32)
+    g = torch.Generator().manual_seed(50 + rank)
+    ids = torch.randint(0, 5000, (40,), generator=g)
+    emb(ids).pow(2).sum().backward()
+    grad = emb.weight.grad.contiguous()
+    dist.all_reduce(grad)
+    x = torch.zeros(100000, dtype=torch.int32)
+    x[rank * 3000:rank * 3000 + 700] = torch.arange(700, dtype=torch.int32) - rank
+    dist.all_reduce(x)
+    return {"grad": grad, "ints": x}
+
+
+def sparse_mismatch(backend, rank, world):
+    """Never reached: rank 0 joins sparse, the others dense."""
+    raise AssertionError("the job formed although its ranks disagree on SWITCHML_SPARSE")
+
+
 def live_works():
     """Work objects the switchml group still keeps alive (0 once every
     collective has completed and been waited for)."""
@@ -197,6 +218,8 @@ def ddp(backend, rank, world):
 def main():
     scenario, backend, rank, world, port, path = sys.argv[1:7]
     rank, world = int(rank), int(world)
+    if scenario == "sparse_mismatch" and rank == 0:
+        os.environ["SWITCHML_SPARSE"] = "1"
     dist.init_process_group(backend, rank=rank, world_size=world, init_method="tcp://127.0.0.1:%s" % port,
                             timeout=datetime.timedelta(seconds=120))
     out = globals()[scenario](backend, rank, world)

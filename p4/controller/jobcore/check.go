@@ -136,6 +136,10 @@ func mismatch(j, r *jobpb.RegisterRequest) string {
 		name string
 		a, b uint32
 	}
+	// Before the format, which the sparse mode implies.
+	if j.GetSparse() != r.GetSparse() {
+		return fmt.Sprintf("sparse %v differs from %v registered by rank %d", r.GetSparse(), j.GetSparse(), j.GetRank())
+	}
 	for _, x := range []p{
 		{"world_size", j.GetWorldSize(), r.GetWorldSize()},
 		{"lanes", j.GetLanes(), r.GetLanes()},
@@ -149,9 +153,6 @@ func mismatch(j, r *jobpb.RegisterRequest) string {
 			}
 			return fmt.Sprintf("%s %d differs from %d registered by rank %d", x.name, x.b, x.a, j.GetRank())
 		}
-	}
-	if j.GetSparse() != r.GetSparse() {
-		return fmt.Sprintf("sparse %v differs from %v registered by rank %d", r.GetSparse(), j.GetSparse(), j.GetRank())
 	}
 	return ""
 }
