@@ -251,6 +251,7 @@ func (s *Session) executeSwitch(h *Handle) error {
 	}
 	seq := s.seq
 	s.seq++
+	dense := s.cfg.Sparse && s.sparseDense(h.n)
 	s.mu.Unlock()
 	begin := time.Now()
 	ranges := engine.SplitLanes(h.n, len(s.lanes), s.cfg.PacketElements)
@@ -261,7 +262,7 @@ func (s *Session) executeSwitch(h *Handle) error {
 			continue
 		}
 		op := h.op.Slice(r)
-		op.Seq = seq
+		op.Seq, op.Dense = seq, dense
 		active++
 		go func(l *laneDriver) { errs <- l.run(h.ctx, s.quit, s.aborted, op) }(s.lanes[i])
 	}
@@ -285,6 +286,9 @@ func (s *Session) executeSwitch(h *Handle) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	before := s.stats
+	if s.cfg.Sparse && first == nil {
+		s.sparseDone(h.n, dense, ranges)
+	}
 	s.stats.Packets, s.stats.Retransmits, s.stats.Timeouts, s.stats.SentBytes, s.stats.RTT, s.stats.Timeout = 0, 0, 0, 0, 0, 0
 	for _, l := range s.lanes {
 		st := l.eng.Stats()

@@ -82,6 +82,9 @@ type Session struct {
 	broken error
 	seq    uint32
 	stats  Stats
+	// sparse is the sparse mode's record of the tensor sizes it met
+	// (Config.Sparse), by element count.
+	sparse map[int]*sparseRecord
 
 	// trace, if set, keeps the timeline (Config.Trace); durations is the
 	// histogram of completed calls that Collector exposes.
@@ -93,7 +96,10 @@ type Session struct {
 
 // Stats counts a session's protocol activity.
 type Stats struct {
-	AllReduces  uint64 // completed calls
+	AllReduces uint64 // completed calls
+	// DenseCalls counts the calls of a Sparse session that ran dense
+	// (see SparseCrossover).
+	DenseCalls  uint64
 	Failed      uint64 // calls that failed once started
 	Packets     uint64 // packets sent, first transmissions and retransmissions
 	Retransmits uint64 // packets sent again after a timeout

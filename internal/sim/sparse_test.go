@@ -94,6 +94,15 @@ func sparseRun(t *testing.T, seed uint64, loss float64) Stats {
 	}
 	dts := []dtype.Codec{[]dtype.Codec{dtype.Int32, dtype.Float32}[rng.IntN(2)], dtype.Float32, dtype.Int32}
 	w := sparseWorkload(rng, n, k, sizes, dts, []float64{0, 0.01, 0.1, 0.5, 1})
+	// Some ops run dense on the sparse lanes, as the session's policy
+	// decides for tensors whose blocks all travel anyway.
+	for i := range sizes {
+		if rng.IntN(3) == 0 {
+			for r := range w.ops {
+				w.ops[r][i].Dense = true
+			}
+		}
+	}
 	dense := w.clone()
 	window := 1 + rng.IntN(6)
 	link := Link{Latency: 10 * time.Microsecond, Jitter: 10 * time.Microsecond, Bandwidth: 1e9, Loss: loss, Duplicate: 0.02}

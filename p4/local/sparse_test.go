@@ -126,3 +126,67 @@ func TestSparseMustAgree(t *testing.T) {
 		t.Fatal("no rank was told the job mismatches on the sparse mode")
 	}
 }
+
+// TestSparseFallsBackToDense: a Sparse session sends a tensor whose
+// blocks are all held dense from its second call on, probes it sparse
+// again every 16th call, and keeps a sparse tensor sparse; every sum is
+// right either way.
+func TestSparseFallsBackToDense(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fab := local.ForTest(t, local.Options{})
+	const n, calls = 2, 20
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	stats := make([]switchml.Stats, n)
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sess, err := switchml.Join(ctx, switchml.Config{Controller: fab.ControllerAddr(), Job: "crossover", Rank: r, Workers: n, Lanes: 2, Window: 8, PacketElements: 64, Sparse: true})
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer sess.Close()
+			for c := 0; c < calls; c++ {
+				full := make([]int32, 10_000) // every block held
+				part := make([]int32, 20_000) // one block held
+				for i := range full {
+					full[i] = int32(i + r)
+				}
+				part[640+r] = 5
+				for _, x := range [][]int32{full, part} {
+					if err := sess.AllReduceInt32(ctx, x); err != nil {
+						errs[r] = err
+						return
+					}
+				}
+				for i := range full {
+					if full[i] != int32(2*i+1) {
+						errs[r] = fmt.Errorf("call %d: full[%d] = %d, want %d", c, i, full[i], 2*i+1)
+						return
+					}
+				}
+				if part[640] != 5 || part[641] != 5 || part[0] != 0 {
+					errs[r] = fmt.Errorf("call %d: the sparse tensor summed wrong", c)
+					return
+				}
+			}
+			stats[r] = sess.Stats()
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	// The full tensor: call 0 sparse, 1..15 dense, 16 sparse again, 17..19
+	// dense. The sparse one never dense.
+	for r, st := range stats {
+		if st.DenseCalls != 18 {
+			t.Fatalf("rank %d: %d calls ran dense, want 18", r, st.DenseCalls)
+		}
+	}
+}

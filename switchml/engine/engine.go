@@ -197,6 +197,10 @@ type Op struct {
 	// block; Slice keeps it in step with the data.
 	Exps     []int8
 	ExpBlock int
+	// Dense runs the op in the dense mode on a lane configured Sparse:
+	// every block travels, without the sparse fields and the directory.
+	// Every worker must decide alike for each op.
+	Dense bool
 }
 
 // Errors of the engine.
@@ -282,7 +286,8 @@ type Lane struct {
 
 	stats LaneStats
 
-	sp sparseOp
+	sparse bool // the op in progress runs the sparse mode
+	sp     sparseOp
 }
 
 // NewLane returns a lane with every slot at set 0, matching a freshly reset
@@ -326,7 +331,8 @@ func (l *Lane) Start(op Op, now time.Duration) error {
 	if op.DType == nil {
 		op.DType = dtype.Int32
 	}
-	if l.cfg.Sparse {
+	l.sparse = l.cfg.Sparse && !op.Dense
+	if l.sparse {
 		return l.startSparse(op, now)
 	}
 	size := op.DType.Size()
@@ -541,7 +547,7 @@ func (l *Lane) AppendPacket(b []byte) ([]byte, bool) {
 	if !ok {
 		return b, false
 	}
-	if l.cfg.Sparse {
+	if l.sparse {
 		return l.appendSparse(b, s)
 	}
 	st := &l.slots[s]
@@ -645,7 +651,7 @@ func (l *Lane) sent(b []byte, start, s int) []byte {
 func (l *Lane) Receive(pkt []byte, now time.Duration) {
 	l.now = max(l.now, now)
 	h, payload, err := wire.Parse(pkt)
-	if err != nil || h.Format != l.cfg.Format || h.Sparse != l.cfg.Sparse {
+	if err != nil || h.Format != l.cfg.Format || h.Sparse != l.sparse {
 		l.stats.Malformed++
 		return
 	}
@@ -663,7 +669,7 @@ func (l *Lane) Receive(pkt []byte, now time.Duration) {
 		l.stats.Stale++
 		return
 	}
-	if l.cfg.Sparse {
+	if l.sparse {
 		l.receiveSparse(&h, payload)
 		return
 	}

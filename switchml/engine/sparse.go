@@ -59,6 +59,15 @@ type sparseOp struct {
 	dir     []uint32 // the directory this worker sends: one key per slot
 	live    int      // chains still running; the directory counts until its result
 	maxStep int      // the longest chain so far
+	steps   int      // chain steps so far: the blocks some worker holds
+}
+
+// SparseBlocks reports, for the lane's last op if it ran the sparse mode,
+// how many of its blocks some worker held (and so travelled) and how
+// many it had; ok is false after a dense op. Every worker of a job sees
+// the same figures, so they can decide alike from them.
+func (l *Lane) SparseBlocks() (held, blocks int, ok bool) {
+	return l.sp.steps, l.blocks, l.sparse
 }
 
 func (l *Lane) startSparse(op Op, now time.Duration) error {
@@ -95,6 +104,7 @@ func (l *Lane) startSparse(op Op, now time.Duration) error {
 	for s := range l.slots {
 		l.slots[s] = slotState{packet: -1, prev: -1, next: -1}
 	}
+	l.sp.live, l.sp.maxStep, l.sp.steps = 1, 0, 0
 	l.active = blocks > 0
 	if !l.active {
 		return nil
@@ -105,7 +115,6 @@ func (l *Lane) startSparse(op Op, now time.Duration) error {
 		st.own, st.ownExp = l.scan(s)
 		l.sp.dir = append(l.sp.dir, l.key(st.own, st.ownExp))
 	}
-	l.sp.live, l.sp.maxStep = 1, 0
 	l.total++
 	l.assign(0, 0)
 	return nil
@@ -165,6 +174,7 @@ func (l *Lane) step(s, k, cur int, exp int8) {
 	}
 	st.key = l.key(st.own, st.ownExp)
 	l.sp.maxStep = max(l.sp.maxStep, k)
+	l.sp.steps++
 	l.total++
 	l.assign(s, k*l.win+s)
 }
