@@ -32,3 +32,27 @@ func TestSparseRefusedOnP4Targets(t *testing.T) {
 		t.Fatalf("sparse registration on the software switch: %v", err)
 	}
 }
+
+// TestSparseRefusedOnATree: a controller that programs a tree of switches
+// refuses a sparse registration, saying why, before it touches the job.
+func TestSparseRefusedOnATree(t *testing.T) {
+	topo, err := ParseTopology(strings.NewReader(twoLeaves))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree, err := NewTree(topo, &recorder{}, []Switch{&recorder{}, &recorder{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := NewJobService(tree, ServiceConfig{Dataplane: netip.MustParseAddrPort("10.0.0.1:48864"), Slots: testSlots, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := regReq("emb", 0, 2, 1, 4, 0)
+	r.LaneAddresses = []string{"10.0.1.5:5000"}
+	r.Sparse, r.Format = true, jobpb.Format_FORMAT_EXTENDED
+	_, err = svc.Register(testCtx(t), r)
+	if err == nil || !strings.Contains(err.Error(), "sparse mode runs on a single software switch") {
+		t.Fatalf("sparse registration on a tree: err = %v", err)
+	}
+}
