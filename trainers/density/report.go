@@ -141,7 +141,7 @@ func Markdown(w io.Writer, h *Header, results []*ModelResult, papers []*PaperRow
 
 	fmt.Fprintf(w, "| model | batch | elements | embedding share |")
 	for _, k := range ks {
-		fmt.Fprintf(w, " density at %d |", k)
+		fmt.Fprintf(w, " per worker at %d |", k)
 	}
 	for _, n := range h.Options.Unions {
 		for _, k := range ks {
@@ -212,14 +212,14 @@ func Markdown(w io.Writer, h *Header, results []*ModelResult, papers []*PaperRow
 		"It keeps d as measured at the harness's table sizes and batch; a larger table at the same batch would have a lower d.\n\n")
 	fmt.Fprintf(w, "| profile | from | parameters | embedding parameters | s |")
 	for _, k := range ks {
-		fmt.Fprintf(w, " density at %d |", k)
+		fmt.Fprintf(w, " per worker at %d |", k)
 	}
 	for _, n := range h.Options.Unions {
 		for _, k := range ks {
 			fmt.Fprintf(w, " union of %d at %d |", n, k)
 		}
 	}
-	fmt.Fprintf(w, "\n|---|---|---:|---|---:|")
+	fmt.Fprintf(w, "\n|---|---|---:|---:|---:|")
 	for range ks {
 		fmt.Fprintf(w, "---:|")
 	}

@@ -143,7 +143,7 @@ type ModelResult struct {
 // Run trains each model for Warmup+Steps real steps: at every step each of
 // the R workers computes its gradient from the same weights on its own
 // batch, the step's gradients are measured, and their average updates the
-// weights (data-parallel training with an exact allreduce).
+// weights (data-parallel training, the sum taken here in float32).
 func Run(ctx context.Context, o Options) ([]*ModelResult, error) {
 	if o.Workers < 1 {
 		return nil, fmt.Errorf("density: %d workers: want at least 1", o.Workers)
@@ -167,11 +167,11 @@ func Run(ctx context.Context, o Options) ([]*ModelResult, error) {
 func runModel(ctx context.Context, o Options, name string) (*ModelResult, error) {
 	b := models.LookupBench(name)
 	if b == nil {
-		return nil, fmt.Errorf("not a benchmark model")
+		return nil, fmt.Errorf("not a benchmark model (want ncf, deeplight or lstm)")
 	}
 	unit, ok := EmbeddingUnits[name]
 	if !ok {
-		return nil, fmt.Errorf("no embedding unit known for it (known: ncf, deeplight, lstm)")
+		return nil, fmt.Errorf("no embedding unit known for it (want ncf, deeplight or lstm)")
 	}
 	prof, err := profile.Load(filepath.Join(o.Profiles, name+".json"))
 	if err != nil {
