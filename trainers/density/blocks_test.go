@@ -153,3 +153,39 @@ func TestRankFileIsRawLittleEndianFloat32(t *testing.T) {
 		t.Fatalf("read back %v, want %v", got, want)
 	}
 }
+
+func TestPapersTakeTheProfilesEmbeddingShare(t *testing.T) {
+	dir := t.TempDir()
+	// A profile of 1000 parameters, 900 of them in the unit "emb".
+	prof := `{"model":"toy-paper","parameters":1000,"batch":4,"units":[{"name":"emb","parameters":900},{"name":"dense","parameters":100}]}`
+	if err := os.WriteFile(filepath.Join(dir, "toy-paper.json"), []byte(prof), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	saved := PaperProfiles
+	PaperProfiles = []struct{ Profile, From string }{{"toy-paper", "toy"}}
+	t.Cleanup(func() { PaperProfiles = saved })
+
+	m := &ModelResult{Model: "toy", EmbeddingUnit: "emb", Blocks: map[string]*BlockStats{
+		"256": {Worker: ShareStat{Embedding: Stat{Mean: 0.1}}, Union: map[string]*ShareStat{"8": {Embedding: Stat{Mean: 0.5}}}},
+	}}
+	rows, err := Papers(dir, []*ModelResult{m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 {
+		t.Fatalf("%d rows, want 1", len(rows))
+	}
+	r := rows[0]
+	if r.EmbeddingParameters != 900 || r.EmbeddingShare != 0.9 {
+		t.Errorf("embedding %d parameters, share %v; want 900, 0.9", r.EmbeddingParameters, r.EmbeddingShare)
+	}
+	// 0.9*0.1 + 0.1 and 0.9*0.5 + 0.1.
+	if w, u := r.Worker["256"], r.Union["256"]["8"]; math.Abs(w-0.19) > 1e-12 || math.Abs(u-0.55) > 1e-12 {
+		t.Errorf("per worker %v, union of 8 %v; want 0.19, 0.55", w, u)
+	}
+
+	m.EmbeddingUnit = "missing"
+	if _, err := Papers(dir, []*ModelResult{m}); err == nil {
+		t.Error("a profile without the embedding unit: no error")
+	}
+}
