@@ -153,6 +153,15 @@ func Run(ctx context.Context, o Options) ([]*ModelResult, error) {
 			return nil, fmt.Errorf("density: union of %d workers: want 1..%d (the workers per step)", n, o.Workers)
 		}
 	}
+	if len(o.BlockSizes) == 0 {
+		return nil, fmt.Errorf("density: no block size to measure: give at least one (256, 64)")
+	}
+	// Refuse an unknown model before the others have run for minutes.
+	for _, m := range o.Models {
+		if _, ok := EmbeddingUnits[m]; !ok || models.LookupBench(m) == nil {
+			return nil, fmt.Errorf("density: model %q: want ncf, deeplight or lstm (the benchmark models whose embedding unit is known)", m)
+		}
+	}
 	var out []*ModelResult
 	for _, m := range o.Models {
 		r, err := runModel(ctx, o, m)

@@ -33,7 +33,11 @@ func main() {
 		return
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "density:", err)
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "density:") {
+			msg = "density: " + msg
+		}
+		fmt.Fprintln(os.Stderr, msg)
 		os.Exit(1)
 	}
 }
