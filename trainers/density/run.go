@@ -173,7 +173,40 @@ func Run(ctx context.Context, o Options) ([]*ModelResult, error) {
 	return out, nil
 }
 
+// modelRun is the measurement of one model: its program, the block
+// layouts at each block size, the result so far and the gradient sum of
+// the step.
+type modelRun struct {
+	o       Options
+	name    string
+	b       *models.Bench
+	batch   int
+	steps   int
+	p       *nn.Program
+	layouts []*Layout
+	res     *ModelResult
+	sum     [][]float32
+	dumpDir string
+}
+
 func runModel(ctx context.Context, o Options, name string) (*ModelResult, error) {
+	start := time.Now()
+	m, err := newModelRun(o, name)
+	if err != nil {
+		return nil, err
+	}
+	defer m.p.Close()
+	for s := 0; s < o.Warmup+m.steps; s++ {
+		if err := m.step(ctx, s); err != nil {
+			return nil, err
+		}
+	}
+	m.res.Seconds = time.Since(start).Seconds()
+	return m.res, nil
+}
+
+// newModelRun builds the model's program and its block layouts.
+func newModelRun(o Options, name string) (*modelRun, error) {
 	b := models.LookupBench(name)
 	if b == nil {
 		return nil, fmt.Errorf("not a benchmark model (want ncf, deeplight or lstm)")
@@ -186,16 +219,15 @@ func runModel(ctx context.Context, o Options, name string) (*ModelResult, error)
 	if err != nil {
 		return nil, fmt.Errorf("reading its profile for the batch size: %w", err)
 	}
-	steps := o.Steps
+	m := &modelRun{o: o, name: name, b: b, batch: prof.Batch, steps: o.Steps, dumpDir: filepath.Join(o.DumpDir, name)}
 	if s, ok := o.StepsFor[name]; ok {
-		steps = s
+		m.steps = s
 	}
 	opt, err := train.NewOptimizer(o.Optimizer, o.LR)
 	if err != nil {
 		return nil, err
 	}
-	start := time.Now()
-	p, err := nn.Build(nn.Spec{
+	m.p, err = nn.Build(nn.Spec{
 		Seed: o.Seed, OpSeed: o.Seed*7919 + 1,
 		InputShape: b.InputShape, InputType: b.InputType, Classes: b.Classes,
 		Model:     func(g *nn.Graph) nn.Layer { return b.Build(g) },
@@ -205,172 +237,214 @@ func runModel(ctx context.Context, o Options, name string) (*ModelResult, error)
 	if err != nil {
 		return nil, err
 	}
-	defer p.Close()
+	if err := m.layout(unit); err != nil {
+		m.p.Close()
+		return nil, err
+	}
+	m.sum = make([][]float32, len(m.p.Buckets))
+	for i, bk := range m.p.Buckets {
+		m.sum[i] = make([]float32, bk.Size)
+	}
+	if o.Progress != nil {
+		fmt.Fprintf(o.Progress, "%s: %d values in %d buckets, embedding unit %q %.2f%%, batch %d, %d workers, %d+%d steps\n",
+			name, m.res.Elements, m.res.Buckets, unit, 100*m.res.EmbeddingShare, m.batch, o.Workers, o.Warmup, m.steps)
+	}
+	return m, nil
+}
 
-	buckets := make([][]Var, len(p.Buckets))
-	for i, bk := range p.Buckets {
+// layout cuts the program's buckets into blocks at each block size and
+// starts the result.
+func (m *modelRun) layout(unit string) error {
+	buckets := make([][]Var, len(m.p.Buckets))
+	for i, bk := range m.p.Buckets {
 		for _, v := range bk.Vars {
 			buckets[i] = append(buckets[i], Var{Name: v.Name, Size: v.Size()})
 		}
 	}
-	layouts := make([]*Layout, len(o.BlockSizes))
-	for i, k := range o.BlockSizes {
-		if layouts[i], err = NewLayout(k, buckets, UnitPrefix(unit)); err != nil {
-			return nil, err
+	m.layouts = make([]*Layout, len(m.o.BlockSizes))
+	for i, k := range m.o.BlockSizes {
+		var err error
+		if m.layouts[i], err = NewLayout(k, buckets, UnitPrefix(unit)); err != nil {
+			return err
 		}
 	}
-	lay0 := layouts[0]
-	res := &ModelResult{Kind: "model", Model: name, Config: b.Config, Input: Input, Batch: prof.Batch,
-		Workers: o.Workers, Warmup: o.Warmup, Steps: steps, Elements: lay0.Elements, Buckets: len(lay0.Buckets),
+	lay0 := m.layouts[0]
+	m.res = &ModelResult{Kind: "model", Model: m.name, Config: m.b.Config, Input: Input, Batch: m.batch,
+		Workers: m.o.Workers, Warmup: m.o.Warmup, Steps: m.steps, Elements: lay0.Elements, Buckets: len(lay0.Buckets),
 		EmbeddingUnit: unit, EmbeddingElements: lay0.EmbeddingElements,
 		EmbeddingShare: ratio(lay0.EmbeddingElements, lay0.Elements), Blocks: map[string]*BlockStats{}}
-	for _, l := range layouts {
+	for _, l := range m.layouts {
 		bs := &BlockStats{Blocks: l.Blocks(), Union: map[string]*ShareStat{}}
 		for _, e := range l.Embedding {
 			if e {
 				bs.EmbeddingBlocks++
 			}
 		}
-		res.Blocks[strconv.Itoa(l.K)] = bs
+		m.res.Blocks[strconv.Itoa(l.K)] = bs
 	}
-	if o.Progress != nil {
-		fmt.Fprintf(o.Progress, "%s: %d values in %d buckets, embedding unit %q %.2f%%, batch %d, %d workers, %d+%d steps\n",
-			name, res.Elements, res.Buckets, unit, 100*res.EmbeddingShare, prof.Batch, o.Workers, o.Warmup, steps)
-	}
+	return nil
+}
 
-	sum := make([][]float32, len(p.Buckets))
-	for i, bk := range p.Buckets {
-		sum[i] = make([]float32, bk.Size)
-	}
-	for s := 0; s < o.Warmup+steps; s++ {
-		t0 := time.Now()
-		measured := s >= o.Warmup
-		dump := measured && s == o.Warmup && o.DumpDir != ""
-		dumpDir := filepath.Join(o.DumpDir, name)
-		if dump {
-			if err := os.MkdirAll(dumpDir, 0o755); err != nil {
-				return nil, fmt.Errorf("creating the dump directory: %w", err)
-			}
-		}
-		// unions[k][j] is the mask of the first n = o.Unions[j] workers.
-		unions := make([][][]bool, len(layouts))
-		rec := &StepRecord{Kind: "step", Model: name, Step: s, Densities: map[string]StepDensity{}}
-		for li, l := range layouts {
-			unions[li] = make([][]bool, len(o.Unions))
-			for j := range o.Unions {
-				unions[li][j] = make([]bool, l.Blocks())
-			}
-			rec.Densities[strconv.Itoa(l.K)] = StepDensity{Union: map[string]Share{}}
-		}
-		for i := range sum {
-			clear(sum[i])
-		}
-		var loss float64
-		for r := 0; r < o.Workers; r++ {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			rng := rand.New(rand.NewPCG(uint64(o.Seed), uint64(s*o.Workers+r+1)))
-			x, y, err := b.Synthetic(rng, prof.Batch)
-			if err != nil {
-				return nil, err
-			}
-			l, bufs, err := p.Gradients(x, y)
-			if err != nil {
-				return nil, fmt.Errorf("step %d, worker %d: %w", s, r, err)
-			}
-			loss += float64(l) / float64(o.Workers)
-			for i, buf := range bufs {
-				for j, v := range buf {
-					sum[i][j] += v
-				}
-			}
-			if !measured {
-				continue
-			}
-			for li, lay := range layouts {
-				mask := make([]bool, lay.Blocks())
-				if err := lay.Mark(bufs, mask); err != nil {
-					return nil, err
-				}
-				d := rec.Densities[strconv.Itoa(lay.K)]
-				d.Workers = append(d.Workers, lay.Count(mask))
-				rec.Densities[strconv.Itoa(lay.K)] = d
-				for j, n := range o.Unions {
-					if r < n {
-						orInto(unions[li][j], mask)
-					}
-				}
-			}
-			if dump {
-				if err := WriteRank(dumpDir, r, bufs); err != nil {
-					return nil, err
-				}
-			}
-		}
-		if math.IsNaN(loss) || math.IsInf(loss, 0) {
-			return nil, fmt.Errorf("step %d: the loss is %v; the densities of a diverged model mean nothing", s, loss)
-		}
-		if err := p.Apply(sum, s+1); err != nil {
-			return nil, fmt.Errorf("step %d: update: %w", s, err)
-		}
-		rec.Loss, rec.Seconds = loss, time.Since(t0).Seconds()
-		if measured {
-			for li, lay := range layouts {
-				key := strconv.Itoa(lay.K)
-				bs := res.Blocks[key]
-				for _, w := range rec.Densities[key].Workers {
-					bs.Worker.add(w)
-				}
-				for j, n := range o.Unions {
-					u := lay.Count(unions[li][j])
-					rec.Densities[key].Union[strconv.Itoa(n)] = u
-					nk := strconv.Itoa(n)
-					if bs.Union[nk] == nil {
-						bs.Union[nk] = &ShareStat{}
-					}
-					bs.Union[nk].add(u)
-				}
-			}
-			if o.OnStep != nil {
-				o.OnStep(rec)
-			}
-		}
-		if dump {
-			res.Dump = dumpDir
-			files := make([]string, o.Workers)
-			for r := range files {
-				files[r] = RankFile(r)
-			}
-			if err := WriteMeta(dumpDir, &Meta{Model: name, Elements: lay0.Elements, Buckets: lay0.Buckets,
-				Ranks: o.Workers, Files: files, Format: "raw little-endian float32, the buckets one after the other",
-				Step: s, Warmup: o.Warmup, Batch: prof.Batch, Input: Input, Seed: o.Seed,
-				Densities: rec.Densities, Commit: o.Commit}); err != nil {
-				return nil, err
-			}
-		}
-		if o.Progress != nil {
-			what := "warm-up"
-			if measured {
-				k := strconv.Itoa(layouts[0].K)
-				d := rec.Densities[k]
-				var w float64
-				for _, x := range d.Workers {
-					w += x.All / float64(len(d.Workers))
-				}
-				what = fmt.Sprintf("density at %s: %.4f per worker", k, w)
-				for _, n := range o.Unions {
-					what += fmt.Sprintf(", %.4f union of %d", d.Union[strconv.Itoa(n)].All, n)
-				}
-				if dump {
-					what += ", dumped to " + dumpDir
-				}
-			}
-			fmt.Fprintf(o.Progress, "%s step %d/%d: %.1fs, loss %.4f, %s\n", name, s+1, o.Warmup+steps, rec.Seconds, loss, what)
+// stepState is what one step gathers: its record and, per layout, the
+// union masks of the first n workers (one per Options.Unions entry).
+type stepState struct {
+	rec      *StepRecord
+	unions   [][][]bool
+	measured bool
+	dump     bool
+	loss     float64
+}
+
+// step runs step s: every worker's gradient on its own batch, measured
+// (after the warm-up) and dumped (the first measured step), then the
+// update with their average.
+func (m *modelRun) step(ctx context.Context, s int) error {
+	t0 := time.Now()
+	st := &stepState{measured: s >= m.o.Warmup, rec: &StepRecord{Kind: "step", Model: m.name, Step: s, Densities: map[string]StepDensity{}}}
+	st.dump = st.measured && s == m.o.Warmup && m.o.DumpDir != ""
+	if st.dump {
+		if err := os.MkdirAll(m.dumpDir, 0o755); err != nil {
+			return fmt.Errorf("creating the dump directory: %w", err)
 		}
 	}
-	res.Seconds = time.Since(start).Seconds()
-	return res, nil
+	st.unions = make([][][]bool, len(m.layouts))
+	for li, l := range m.layouts {
+		st.unions[li] = make([][]bool, len(m.o.Unions))
+		for j := range m.o.Unions {
+			st.unions[li][j] = make([]bool, l.Blocks())
+		}
+		st.rec.Densities[strconv.Itoa(l.K)] = StepDensity{Union: map[string]Share{}}
+	}
+	for i := range m.sum {
+		clear(m.sum[i])
+	}
+	for r := 0; r < m.o.Workers; r++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := m.worker(s, r, st); err != nil {
+			return err
+		}
+	}
+	if math.IsNaN(st.loss) || math.IsInf(st.loss, 0) {
+		return fmt.Errorf("step %d: the loss is %v; the densities of a diverged model mean nothing", s, st.loss)
+	}
+	if err := m.p.Apply(m.sum, s+1); err != nil {
+		return fmt.Errorf("step %d: update: %w", s, err)
+	}
+	st.rec.Loss, st.rec.Seconds = st.loss, time.Since(t0).Seconds()
+	if st.measured {
+		m.record(st)
+	}
+	if st.dump {
+		if err := m.writeMeta(s, st); err != nil {
+			return err
+		}
+	}
+	m.progress(s, st)
+	return nil
+}
+
+// worker computes worker r's gradient of step s, adds it to the sum and,
+// in a measured step, marks its blocks (and dumps it).
+func (m *modelRun) worker(s, r int, st *stepState) error {
+	rng := rand.New(rand.NewPCG(uint64(m.o.Seed), uint64(s*m.o.Workers+r+1)))
+	x, y, err := m.b.Synthetic(rng, m.batch)
+	if err != nil {
+		return err
+	}
+	l, bufs, err := m.p.Gradients(x, y)
+	if err != nil {
+		return fmt.Errorf("step %d, worker %d: %w", s, r, err)
+	}
+	st.loss += float64(l) / float64(m.o.Workers)
+	for i, buf := range bufs {
+		for j, v := range buf {
+			m.sum[i][j] += v
+		}
+	}
+	if !st.measured {
+		return nil
+	}
+	for li, lay := range m.layouts {
+		mask := make([]bool, lay.Blocks())
+		if err := lay.Mark(bufs, mask); err != nil {
+			return err
+		}
+		d := st.rec.Densities[strconv.Itoa(lay.K)]
+		d.Workers = append(d.Workers, lay.Count(mask))
+		st.rec.Densities[strconv.Itoa(lay.K)] = d
+		for j, n := range m.o.Unions {
+			if r < n {
+				orInto(st.unions[li][j], mask)
+			}
+		}
+	}
+	if st.dump {
+		return WriteRank(m.dumpDir, r, bufs)
+	}
+	return nil
+}
+
+// record adds a measured step's densities to the result.
+func (m *modelRun) record(st *stepState) {
+	for li, lay := range m.layouts {
+		key := strconv.Itoa(lay.K)
+		bs := m.res.Blocks[key]
+		for _, w := range st.rec.Densities[key].Workers {
+			bs.Worker.add(w)
+		}
+		for j, n := range m.o.Unions {
+			u := lay.Count(st.unions[li][j])
+			nk := strconv.Itoa(n)
+			st.rec.Densities[key].Union[nk] = u
+			if bs.Union[nk] == nil {
+				bs.Union[nk] = &ShareStat{}
+			}
+			bs.Union[nk].add(u)
+		}
+	}
+	if m.o.OnStep != nil {
+		m.o.OnStep(st.rec)
+	}
+}
+
+// writeMeta describes the dumped step.
+func (m *modelRun) writeMeta(s int, st *stepState) error {
+	m.res.Dump = m.dumpDir
+	files := make([]string, m.o.Workers)
+	for r := range files {
+		files[r] = RankFile(r)
+	}
+	lay0 := m.layouts[0]
+	return WriteMeta(m.dumpDir, &Meta{Model: m.name, Elements: lay0.Elements, Buckets: lay0.Buckets,
+		Ranks: m.o.Workers, Files: files, Format: "raw little-endian float32, the buckets one after the other",
+		Step: s, Warmup: m.o.Warmup, Batch: m.batch, Input: Input, Seed: m.o.Seed,
+		Densities: st.rec.Densities, Commit: m.o.Commit})
+}
+
+// progress reports step s.
+func (m *modelRun) progress(s int, st *stepState) {
+	if m.o.Progress == nil {
+		return
+	}
+	what := "warm-up"
+	if st.measured {
+		k := strconv.Itoa(m.layouts[0].K)
+		d := st.rec.Densities[k]
+		var w float64
+		for _, x := range d.Workers {
+			w += x.All / float64(len(d.Workers))
+		}
+		what = fmt.Sprintf("density at %s: %.4f per worker", k, w)
+		for _, n := range m.o.Unions {
+			what += fmt.Sprintf(", %.4f union of %d", d.Union[strconv.Itoa(n)].All, n)
+		}
+		if st.dump {
+			what += ", dumped to " + m.dumpDir
+		}
+	}
+	fmt.Fprintf(m.o.Progress, "%s step %d/%d: %.1fs, loss %.4f, %s\n", m.name, s+1, m.o.Warmup+m.steps, st.rec.Seconds, st.loss, what)
 }
 
 func orInto(dst, src []bool) {
