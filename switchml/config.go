@@ -93,10 +93,10 @@ type Config struct {
 	// not all zero, blocks that are zero at every worker travel nowhere,
 	// and the result is the same sum, bit for bit, as the dense mode's.
 	// Gradients of embedding tables, which touch few rows per step, are
-	// what it is for. A tensor size whose last sparse call found at least
-	// SparseCrossover of its blocks held by some rank runs dense (all ranks
-	// decide alike), with a sparse call every 16th to notice a change;
-	// Stats.DenseCalls counts those calls. Every rank
+	// what it is for. A tensor size whose last two calls found at least
+	// SparseCrossover of its blocks held by some rank runs dense, until a
+	// call finds fewer (all ranks decide alike); Stats.DenseCalls counts
+	// those calls. Every rank
 	// of a job must agree (Join fails with ErrJobMismatch otherwise). It
 	// uses the extended header (Sparse sets Extended) and needs the
 	// software switch: P4 switches and trees refuse it at Join.
