@@ -2,8 +2,9 @@ package switchml
 
 import "github.com/switchml/switchml-go/switchml/engine"
 
-// SparseCrossover is the share of a tensor's blocks, held by some rank,
-// from which a Sparse session sends a tensor of that size dense: the
+// DefaultSparseCrossover is the default of Config.SparseCrossover: the
+// share of a tensor's blocks, held by some rank, from which a Sparse
+// session sends a tensor of that size dense: the
 // results come back for those blocks anyway, so the sparse mode saves
 // little there and costs its directory round trip, its scan for zero
 // blocks and 8 header bytes a packet. A size runs dense once its last two
@@ -13,7 +14,16 @@ import "github.com/switchml/switchml-go/switchml/engine"
 // the same share. Every rank sees the same results, so all of them decide
 // alike. The figure comes from the density sweep in docs/performance.md,
 // "Block-sparse aggregation".
-const SparseCrossover = 0.9
+const DefaultSparseCrossover = 0.9
+
+// sparseCrossover is what a rank registers as its crossover: nothing
+// without the sparse mode.
+func sparseCrossover(c Config) float64 {
+	if !c.Sparse {
+		return 0
+	}
+	return c.SparseCrossover
+}
 
 // sparseRecord is what a Sparse session knows of one tensor size: the
 // shares of blocks held at its last two calls, latest first (-1: none).
@@ -23,7 +33,8 @@ type sparseRecord struct{ held [2]float64 }
 // dense. Callers hold s.mu.
 func (s *Session) sparseDense(n int) bool {
 	r := s.sparse[n]
-	return r != nil && r.held[0] >= SparseCrossover && r.held[1] >= SparseCrossover
+	c := s.cfg.SparseCrossover
+	return r != nil && r.held[0] >= c && r.held[1] >= c
 }
 
 // sparseHeld is the share of blocks some rank held in the call of h that

@@ -374,6 +374,7 @@ func TestCoreRefusesRegistrations(t *testing.T) {
 			q.Sparse, q.Format = true, jobpb.Format_FORMAT_EXTENDED
 		}, codes.FailedPrecondition, "sparse true differs from false"},
 		{"sparse compat", func(q *jobpb.RegisterRequest) { q.Sparse = true }, codes.InvalidArgument, "sparse mode needs the extended header"},
+		{"sparse crossover", func(q *jobpb.RegisterRequest) { q.SparseCrossover = 0.5 }, codes.FailedPrecondition, "sparse_crossover 0.5 differs from 0"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := newRig(t, 64)
