@@ -89,7 +89,7 @@ func plotBars(path, title, ylabel string, rs []result, ins []sparseInput) error 
 	pl.Y.Label.Text = ylabel
 	pl.Legend.Top = true
 	systems := systemsIn(rs)
-	width := vg.Points(60 / float64(max(len(systems), 1)))
+	width := vg.Points(120 / float64(max(len(systems), 1)))
 	var names []string
 	for _, in := range ins {
 		names = append(names, in.label)
@@ -117,6 +117,9 @@ func plotBars(path, title, ylabel string, rs []result, ins []sparseInput) error 
 		return nil
 	}
 	pl.NominalX(names...)
-	pl.Y.Min = 0
+	// Room for the outer bars beside each input's tick and for the
+	// legend above the tallest bar.
+	pl.X.Min, pl.X.Max = -0.5, float64(len(ins))-0.5
+	pl.Y.Min, pl.Y.Max = 0, pl.Y.Max*1.25
 	return pl.Save(7*vg.Inch, 4.5*vg.Inch, path)
 }
