@@ -32,9 +32,18 @@ Sweeps vary one factor around the base point (--base-workers, --size or
   loopback  --loopback-workers on 127.0.0.1 at --loopback-size, CPU per system
   jobs      --jobs concurrent jobs at --tune-size, int32, ranks sharing the
             ports (switchml, switchml-tree; not in the default run)
+  density   --density shares of non-empty blocks in the generated tensors
+            at --size and --base-workers (the SwitchML systems; the others
+            run once: their cost does not depend on the values; not in
+            the default run)
+  gradients --gradients directories of recorded gradients (rank<r>.f32 for
+            each of --base-workers ranks), every system at --rate (Gloo and
+            torch-switchml read the files too, ring and mpi reduce a tensor
+            of the same size; not in the default run)
 With --rack-leaves N the rack is a two-level tree and switchml-tree runs a
 leaf switch per leaf under a spine; the other systems cross the same tree.
-Example: switchml bench --sweeps workers --systems switchml,gloo,ring --workers 2,4,8 --size 64MiB --rate 200`
+Example: switchml bench --sweeps workers --systems switchml,gloo,ring --workers 2,4,8 --size 64MiB --rate 200
+Block-sparse: switchml bench --modes rack --sweeps density --systems switchml,switchml-sparse,gloo --base-workers 8 --density 0.001,0.01,0.1,0.5,1`
 
 // FlagError is a flag whose value RegisterFlags' check refused.
 type FlagError struct {
@@ -97,6 +106,9 @@ func (o *Options) registerListFlags(fs *flag.FlagSet) func() error {
 	windowSweep := fs.String("window-sweep", joinList(o.Windows, strconv.Itoa), "windows of the window sweep")
 	jobCounts := fs.String("jobs", joinList(o.JobCounts, strconv.Itoa), "numbers of concurrent jobs of the jobs sweep")
 	loopbackSize := fs.String("loopback-size", FormatSize(o.LoopbackSize), "tensor size of the loopback comparison")
+	densities := fs.String("density", joinList(o.Densities, func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }),
+		"shares of each rank's blocks that hold values in the generated tensors, of the density sweep (each in (0, 1])")
+	gradients := fs.String("gradients", strings.Join(o.Gradients, ","), "directories of recorded gradients of the gradients sweep, comma-separated: rank r reads DIR/rank<r>.f32 (raw little-endian float32)")
 	return func() error {
 		var errs []error
 		set := func(flag string, err error) {
@@ -117,6 +129,8 @@ func (o *Options) registerListFlags(fs *flag.FlagSet) func() error {
 		set("loopback-size", setValue(&o.LoopbackSize, *loopbackSize, ParseSize))
 		set("sizes", setList(&o.Sizes, *sizes, ParseSize))
 		set("rates", setList(&o.Rates, *rates, parseRate))
+		set("density", setList(&o.Densities, *densities, parseDensity))
+		set("gradients", setList(&o.Gradients, *gradients, func(s string) (string, error) { return s, nil }))
 		if len(errs) > 0 {
 			return errs[0] // the first, as a person fixes them one by one
 		}
@@ -137,6 +151,9 @@ func (o *Options) checkFlags() error {
 	}
 	if slices.Contains(o.Systems, "switchml-tree") && o.RackLeaves < 2 {
 		return &FlagError{"systems", errors.New("switchml-tree runs on a tree: give --rack-leaves 2 or more")}
+	}
+	if err := o.checkSparseFlags(); err != nil {
+		return err
 	}
 	if len(Plan(o)) == 0 {
 		return &FlagError{"sweeps", errors.New("the chosen modes, sweeps and systems give no point to run")}
@@ -203,6 +220,14 @@ func atLeastOne(f string) (int, error) {
 	v, err := strconv.Atoi(f)
 	if err != nil || v < 1 {
 		return 0, fmt.Errorf("%q: want integers of at least 1, comma-separated", f)
+	}
+	return v, nil
+}
+
+func parseDensity(s string) (float64, error) {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || !(v > 0 && v <= 1) {
+		return 0, fmt.Errorf("%q is not a density: want a share of blocks above 0 and at most 1, like 0.01", s)
 	}
 	return v, nil
 }

@@ -30,7 +30,9 @@ import (
 // switchml-auth is SwitchML with an authenticated data plane: the switch,
 // the controller and every worker run with --auth (a tag on every packet,
 // checked by the switch), the workers with the extended header it needs.
-var Systems = []string{"switchml", "switchml-auth", "switchml-afxdp", "switchml-shm", "switchml-tree", "torch-switchml", "gloo", "ring", "mpi"}
+// switchml-sparse is SwitchML in the block-sparse mode (allreduce
+// --sparse): a worker sends only its blocks that hold values.
+var Systems = []string{"switchml", "switchml-sparse", "switchml-auth", "switchml-afxdp", "switchml-shm", "switchml-tree", "torch-switchml", "gloo", "ring", "mpi"}
 
 // DefaultSystems are those the default run compares; torch-switchml runs
 // when named.
@@ -38,7 +40,7 @@ var DefaultSystems = []string{"switchml", "gloo", "ring", "mpi"}
 
 // runsOnSwitch tells the systems whose workers join the suite's switch.
 func runsOnSwitch(system string) bool {
-	return system == "switchml" || system == "switchml-auth" || system == "switchml-afxdp" || system == "switchml-shm" || system == "switchml-tree" || system == "torch-switchml"
+	return system == "switchml" || system == "switchml-sparse" || system == "switchml-auth" || system == "switchml-afxdp" || system == "switchml-shm" || system == "switchml-tree" || system == "torch-switchml"
 }
 
 // systemTransport is the --transport a system's workers and switch run
@@ -59,11 +61,25 @@ func systemAuth(system string) bool {
 	return system == "switchml-auth"
 }
 
+// systemSparse tells the systems whose workers run in the block-sparse
+// mode (--sparse).
+func systemSparse(system string) bool {
+	return system == "switchml-sparse"
+}
+
 // extendedHeader tells whether the workers of a SwitchML point run with
 // the extended header: when asked for (Options.Extended), for packets the
-// compatible header cannot carry, and with --auth, whose tag needs it.
+// compatible header cannot carry, with --auth, whose tag needs it, and in
+// the block-sparse mode, whose block keys it carries.
 func extendedHeader(o *Options, p Point) bool {
-	return o.Extended || p.PacketElements > 256 || systemAuth(p.System)
+	return o.Extended || p.PacketElements > 256 || systemAuth(p.System) || systemSparse(p.System)
+}
+
+// fillsDensity tells the systems whose workers generate their tensors
+// with a share of empty blocks (allreduce --density); the others reduce
+// a tensor of the same size, whose values do not change their cost.
+func fillsDensity(system string) bool {
+	return runsOnSwitch(system) && system != "torch-switchml"
 }
 
 // Modes are the topologies the suite runs on: the emulated rack (network
@@ -72,9 +88,10 @@ var Modes = []string{"rack", "loopback"}
 
 // Sweeps are the sweeps the suite knows; each varies one factor around the
 // base point.
-// "jobs" (concurrent jobs on one switch, sharing the workers' ports) runs
-// when named.
-var Sweeps = []string{"workers", "sizes", "rates", "packet", "window", "loopback", "jobs"}
+// "jobs" (concurrent jobs on one switch, sharing the workers' ports),
+// "density" (generated tensors with a share of empty blocks) and
+// "gradients" (recorded gradients read from files) run when named.
+var Sweeps = []string{"workers", "sizes", "rates", "packet", "window", "loopback", "jobs", "density", "gradients"}
 
 // DefaultSweeps are those the default run makes.
 var DefaultSweeps = []string{"workers", "sizes", "rates", "packet", "window", "loopback"}
@@ -119,6 +136,16 @@ type Options struct {
 	// job has BaseWorkers ranks, one in every worker's namespace, so the
 	// jobs share the ports; int32 tensors of TuneSize, checked exactly.
 	JobCounts []int `json:"jobs_sweep,omitempty"`
+	// Densities are the densities of the density sweep: the share of
+	// each rank's blocks (of PacketElements values) that hold values in
+	// the tensors the SwitchML systems generate, at the base point
+	// (BaseWorkers, Size, Rate). The other systems' cost does not depend
+	// on the values: they run once, with a tensor of the same size.
+	Densities []float64 `json:"density_sweep,omitempty"`
+	// Gradients are directories of recorded gradients (rank<r>.f32, raw
+	// little-endian float32), one input of the gradients sweep each:
+	// every system reduces rank r's file at BaseWorkers workers and Rate.
+	Gradients []string `json:"gradients,omitempty"`
 	// SMLTimeout is SwitchML's retransmission timeout; zero keeps the
 	// library's default.
 	SMLTimeout time.Duration `json:"switchml_timeout_ns"`
@@ -178,6 +205,7 @@ func DefaultOptions() Options {
 		Workers: []int{2, 4, 8}, Size: 64 << 20, Sizes: []int64{1 << 20, 4 << 20, 16 << 20, 64 << 20}, TuneSize: 16 << 20,
 		Rate: 200, Rates: []float64{100, 200, 400},
 		JobCounts:   []int{1, 2, 4},
+		Densities:   []float64{0.001, 0.01, 0.1, 0.5, 1},
 		BaseWorkers: 4, PacketElements: 256, PacketSweep: []int{64, 128, 256}, Window: 64, Windows: []int{16, 32, 64}, Lanes: 4,
 		LoopbackWorkers: 4, LoopbackSize: 64 << 20,
 		Iters: 5, Warmup: 1, Verify: true,
@@ -201,6 +229,18 @@ func (o *Options) check() error {
 	}
 	if o.SwitchShards < 0 || o.SwitchShards > fabric.MaxShards {
 		return fmt.Errorf("benchmarks: SwitchShards %d, want 0..%d", o.SwitchShards, fabric.MaxShards)
+	}
+	for _, d := range o.Densities {
+		if !(d > 0 && d <= 1) {
+			return fmt.Errorf("benchmarks: Densities %v: every density must be in (0, 1]", o.Densities)
+		}
+	}
+	if slices.Contains(o.Sweeps, "gradients") {
+		for _, dir := range o.Gradients {
+			if _, err := checkGradients(dir, o.BaseWorkers); err != nil {
+				return fmt.Errorf("benchmarks: %w", err)
+			}
+		}
 	}
 	return nil
 }
@@ -255,12 +295,19 @@ type Point struct {
 	// Jobs, in the jobs sweep, is the number of jobs running at once
 	// (their ranks in the same namespaces); 0 elsewhere.
 	Jobs int `json:"jobs,omitempty"`
+	// Density, in the density sweep, is the share of each rank's blocks
+	// that hold values in the generated tensors; 0 elsewhere, and for
+	// the systems whose cost does not depend on the values.
+	Density float64 `json:"density,omitempty"`
+	// Gradients, in the gradients sweep, is the directory of recorded
+	// gradients every rank reads its tensor from.
+	Gradients string `json:"gradients,omitempty"`
 	// Sweeps names the sweeps this point belongs to.
 	Sweeps []string `json:"sweeps"`
 }
 
 func (p Point) key() string {
-	return fmt.Sprintf("%s/%s/%d/%d/%g/%d/%d/%d/%d", p.Mode, p.System, p.Workers, p.Bytes, p.RateMbit, p.PacketElements, p.Window, p.Lanes, p.Jobs)
+	return fmt.Sprintf("%s/%s/%d/%d/%g/%d/%d/%d/%d/%g/%s", p.Mode, p.System, p.Workers, p.Bytes, p.RateMbit, p.PacketElements, p.Window, p.Lanes, p.Jobs, p.Density, p.Gradients)
 }
 
 func (p Point) String() string {
@@ -273,6 +320,12 @@ func (p Point) String() string {
 	}
 	if p.Jobs > 0 {
 		s += fmt.Sprintf(" jobs=%d", p.Jobs)
+	}
+	if p.Density > 0 {
+		s += fmt.Sprintf(" density=%g", p.Density)
+	}
+	if p.Gradients != "" {
+		s += " gradients=" + filepath.Base(p.Gradients)
 	}
 	return s
 }
@@ -357,6 +410,22 @@ func (pl *planner) system(sys string) {
 	}
 	if sys == "switchml" || sys == "switchml-tree" {
 		vary("jobs", tune, o.JobCounts, func(p *Point, j int) { p.Jobs = j })
+	}
+	if pl.has("density") {
+		for _, d := range o.Densities {
+			p := rack
+			if fillsDensity(sys) {
+				p.Density = d
+			}
+			pl.add("density", p) // once for the others: their cost does not depend on the values
+		}
+	}
+	if pl.has("gradients") {
+		for _, dir := range o.Gradients {
+			p := rack
+			p.Gradients, p.Bytes = dir, gradientBytes(dir)
+			pl.add("gradients", p)
+		}
 	}
 }
 

@@ -81,3 +81,45 @@ func plotSpeedup(path string, rs []result, o Options) error {
 	pl.Y.Min = 0
 	return pl.Save(7*vg.Inch, 4.5*vg.Inch, path)
 }
+
+// plotBars draws each system's median TAT on every input as grouped bars.
+func plotBars(path, title, ylabel string, rs []result, ins []sparseInput) error {
+	pl := plot.New()
+	pl.Title.Text = title
+	pl.Y.Label.Text = ylabel
+	pl.Legend.Top = true
+	systems := systemsIn(rs)
+	width := vg.Points(120 / float64(max(len(systems), 1)))
+	var names []string
+	for _, in := range ins {
+		names = append(names, in.label)
+	}
+	drawn := 0
+	for i, s := range systems {
+		vals := make(plotter.Values, len(ins))
+		for j, in := range ins {
+			if r, ok := in.of(s); ok {
+				vals[j] = r.MedianTAT
+			}
+		}
+		bars, err := plotter.NewBarChart(vals, width)
+		if err != nil {
+			return err
+		}
+		bars.Color = plotutil.Color(i)
+		bars.LineStyle.Width = 0
+		bars.Offset = width * vg.Length(float64(i)-float64(len(systems)-1)/2)
+		pl.Add(bars)
+		pl.Legend.Add(systemNames[s], bars)
+		drawn++
+	}
+	if drawn == 0 || len(ins) == 0 {
+		return nil
+	}
+	pl.NominalX(names...)
+	// Room for the outer bars beside each input's tick and for the
+	// legend above the tallest bar.
+	pl.X.Min, pl.X.Max = -0.5, float64(len(ins))-0.5
+	pl.Y.Min, pl.Y.Max = 0, pl.Y.Max*1.25
+	return pl.Save(7*vg.Inch, 4.5*vg.Inch, path)
+}

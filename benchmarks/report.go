@@ -14,7 +14,7 @@ import (
 	"github.com/switchml/switchml-go/wire"
 )
 
-var systemNames = map[string]string{"switchml": "SwitchML", "switchml-auth": "SwitchML (--auth)", "switchml-afxdp": "SwitchML (AF_XDP)", "switchml-shm": "SwitchML (shared memory)", "switchml-tree": "SwitchML (2 levels)", "torch-switchml": "PyTorch-SwitchML", "gloo": "Gloo", "ring": "Ring (Go)", "mpi": "OpenMPI"}
+var systemNames = map[string]string{"switchml": "SwitchML", "switchml-sparse": "SwitchML sparse", "switchml-auth": "SwitchML (--auth)", "switchml-afxdp": "SwitchML (AF_XDP)", "switchml-shm": "SwitchML (shared memory)", "switchml-tree": "SwitchML (2 levels)", "torch-switchml": "PyTorch-SwitchML", "gloo": "Gloo", "ring": "Ring (Go)", "mpi": "OpenMPI"}
 
 // resultIndex finds results by their sweep and coordinates.
 type resultIndex struct {
@@ -154,6 +154,9 @@ func writeReport(dir string, f *resultsFile) (string, error) {
 		if err := section(); err != nil {
 			return "", err
 		}
+	}
+	if err := w.sparse(); err != nil {
+		return "", err
 	}
 	w.loopback()
 	w.cpuPerByte()

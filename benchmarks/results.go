@@ -47,6 +47,9 @@ type result struct {
 	// and retransmissions included); the switch received as many and sent
 	// about as many results (SwitchML).
 	Packets uint64 `json:"packets,omitempty"`
+	// BlockDensity is the share of the input's blocks that hold values,
+	// per worker and over all workers (density and gradients sweeps).
+	BlockDensity *blockDensity `json:"block_density,omitempty"`
 	// Transports are the workers' and (last) the switch's transports
 	// ("udp", "afxdp") where a system chooses one.
 	Transports []string `json:"transports,omitempty"`

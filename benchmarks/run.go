@@ -124,6 +124,7 @@ type driver struct {
 	mpi       string // path of the compiled MPI program
 	mpiWhy    string
 	probed    map[float64]bool
+	densities map[string]*blockDensity // blockDensity's, per input
 
 	// torchSML is the environment that gives the PyTorch script the
 	// switchml backend (nil: torch-switchml cannot run, for torchSMLWhy).
@@ -265,6 +266,7 @@ func (b *driver) runPoint(ctx context.Context, idx int, p Point) (res result) {
 	if err := b.gather(&res, reps, fab); err != nil {
 		return fail(err)
 	}
+	res.BlockDensity = b.blockDensity(p)
 	return res
 }
 

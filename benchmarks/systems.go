@@ -37,7 +37,7 @@ func (b *driver) runSystem(ctx context.Context, idx int, p Point, fab *fabric.Fa
 	var cmds []*exec.Cmd
 	var err error
 	switch p.System {
-	case "switchml", "switchml-auth", "switchml-tree", "switchml-afxdp", "switchml-shm":
+	case "switchml", "switchml-sparse", "switchml-auth", "switchml-tree", "switchml-afxdp", "switchml-shm":
 		cmds = l.switchml(fab)
 	case "ring":
 		cmds, err = l.ring()
@@ -172,6 +172,12 @@ func (l launcher) torch(fab *fabric.Fabric) ([]*exec.Cmd, error) {
 		c := l.command(r, b.o.Python, b.gloo, "--rank", strconv.Itoa(r), "--world", strconv.Itoa(p.Workers),
 			"--master-addr", l.host(0), "--master-port", strconv.Itoa(port), "--ifname", ifname,
 			"--elements", elements, "--iters", iters, "--warmup", warmup, "--backend", backend)
+		if p.Gradients != "" {
+			c.Args = append(c.Args, "--input", gradientFile(p.Gradients, r), "--inputs", p.Gradients)
+		}
+		if !b.o.Verify {
+			c.Args = append(c.Args, "--no-verify")
+		}
 		c.Env = env
 		cmds = append(cmds, c)
 	}
@@ -247,6 +253,15 @@ func switchmlArgs(o *Options, p Point, controller, job string, rank int, dtype s
 	}
 	if systemAuth(p.System) {
 		args = append(args, "--auth")
+	}
+	if systemSparse(p.System) {
+		args = append(args, "--sparse")
+	}
+	switch {
+	case p.Gradients != "":
+		args = append(args, "--gradients", p.Gradients) // the files set --elements
+	case p.Density > 0 && p.Density < 1:
+		args = append(args, "--density", strconv.FormatFloat(p.Density, 'g', -1, 64))
 	}
 	if t := systemTransport(p.System); t != "" {
 		args = append(args, "--transport", t)

@@ -13,7 +13,7 @@ import (
 )
 
 func init() {
-	register("bench", "the benchmark suite: SwitchML against Gloo, a Go ring and OpenMPI on an emulated rack and on loopback; writes JSON, PNG plots and a Markdown summary", runBench)
+	register("bench", "the benchmark suite: SwitchML (dense and block-sparse) against Gloo, a Go ring and OpenMPI on an emulated rack and on loopback; writes JSON, PNG plots and a Markdown summary", runBench)
 }
 
 // benchCommand is what the flags of switchml bench ask for: a run, its

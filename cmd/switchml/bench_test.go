@@ -46,6 +46,7 @@ func TestBenchFlags(t *testing.T) {
 		"rates":   {"--rates", "0"},
 		"flags":   {"--iters", "0"},
 		"sweeps":  {"--modes", "rack", "--systems", "mpi"}, // mpi runs on loopback only
+		"density": {"--sweeps", "density", "--systems", "switchml-sparse", "--density", "0"},
 	} {
 		out.Reset()
 		if _, err := parseBenchFlags(args, &out); !errors.Is(err, errUsage) || !strings.Contains(out.String(), "bad --"+flag+":") {
