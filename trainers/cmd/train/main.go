@@ -131,6 +131,9 @@ func parseFlags(args []string) (*flags, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--backend: %w", err)
 	}
+	if kind == collective.SwitchMLSparse {
+		return nil, errors.New("--backend switchml-sparse: train does not start or join a sparse job; use switchml here (replaybench replays the sparse mode)")
+	}
 	if f.workers < 1 || f.workers > 64 {
 		return nil, fmt.Errorf("--workers %d: want 1..64", f.workers)
 	}
