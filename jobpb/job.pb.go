@@ -103,9 +103,12 @@ type RegisterRequest struct {
 	FallbackAddress string `protobuf:"bytes,11,opt,name=fallback_address,json=fallbackAddress,proto3" json:"fallback_address,omitempty"`
 	// The job runs the block-sparse mode (extended header, software switch
 	// only): every rank of a job must agree, as on the packet size.
-	Sparse        bool `protobuf:"varint,12,opt,name=sparse,proto3" json:"sparse,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Sparse bool `protobuf:"varint,12,opt,name=sparse,proto3" json:"sparse,omitempty"`
+	// With sparse: the share of a tensor's blocks held by some rank from
+	// which the ranks send tensors of its size dense; they must agree.
+	SparseCrossover float64 `protobuf:"fixed64,13,opt,name=sparse_crossover,json=sparseCrossover,proto3" json:"sparse_crossover,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RegisterRequest) Reset() {
@@ -220,6 +223,13 @@ func (x *RegisterRequest) GetSparse() bool {
 		return x.Sparse
 	}
 	return false
+}
+
+func (x *RegisterRequest) GetSparseCrossover() float64 {
+	if x != nil {
+		return x.SparseCrossover
+	}
+	return 0
 }
 
 type RegisterResponse struct {
@@ -1638,7 +1648,7 @@ var File_job_proto protoreflect.FileDescriptor
 
 const file_job_proto_rawDesc = "" +
 	"\n" +
-	"\tjob.proto\x12\x16switchml.controller.v1\"\xea\x02\n" +
+	"\tjob.proto\x12\x16switchml.controller.v1\"\x95\x03\n" +
 	"\x0fRegisterRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x1d\n" +
@@ -1653,7 +1663,8 @@ const file_job_proto_rawDesc = "" +
 	"\x05token\x18\n" +
 	" \x01(\tR\x05token\x12)\n" +
 	"\x10fallback_address\x18\v \x01(\tR\x0ffallbackAddress\x12\x16\n" +
-	"\x06sparse\x18\f \x01(\bR\x06sparse\"\xfa\x02\n" +
+	"\x06sparse\x18\f \x01(\bR\x06sparse\x12)\n" +
+	"\x10sparse_crossover\x18\r \x01(\x01R\x0fsparseCrossover\"\xfa\x02\n" +
 	"\x10RegisterResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12)\n" +

@@ -282,12 +282,16 @@ func (s *Session) executeSwitch(h *Handle) error {
 			first = verdict
 		}
 	}
+	held := 0.0
+	if s.cfg.Sparse && first == nil {
+		held = s.sparseHeld(h, dense, ranges)
+	}
 	end := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	before := s.stats
 	if s.cfg.Sparse && first == nil {
-		s.sparseDone(h.n, dense, ranges)
+		s.sparseDone(h.n, dense, held)
 	}
 	s.stats.Packets, s.stats.Retransmits, s.stats.Timeouts, s.stats.SentBytes, s.stats.RTT, s.stats.Timeout = 0, 0, 0, 0, 0, 0
 	for _, l := range s.lanes {

@@ -93,14 +93,19 @@ type Config struct {
 	// not all zero, blocks that are zero at every worker travel nowhere,
 	// and the result is the same sum, bit for bit, as the dense mode's.
 	// Gradients of embedding tables, which touch few rows per step, are
-	// what it is for. A tensor size whose last sparse call found at least
-	// SparseCrossover of its blocks held by some rank runs dense (all ranks
-	// decide alike), with a sparse call every 16th to notice a change;
-	// Stats.DenseCalls counts those calls. Every rank
+	// what it is for. A tensor size whose last two calls found at least
+	// SparseCrossover of its blocks held by some rank runs dense, until a
+	// call finds fewer (all ranks decide alike); Stats.DenseCalls counts
+	// those calls. Every rank
 	// of a job must agree (Join fails with ErrJobMismatch otherwise). It
 	// uses the extended header (Sparse sets Extended) and needs the
 	// software switch: P4 switches and trees refuse it at Join.
 	Sparse bool
+	// SparseCrossover is the share of a tensor's blocks held by some rank
+	// from which a Sparse session sends tensors of its size dense
+	// (DefaultSparseCrossover if zero; above 1, never). Every rank of a
+	// job must use the same (Join fails with ErrJobMismatch otherwise).
+	SparseCrossover float64
 	// Timeout is the retransmission timeout of a packet (DefaultTimeout,
 	// or DefaultShmTimeout with TransportShm); it grows with the measured
 	// round trip.
@@ -243,6 +248,9 @@ func (c Config) withDefaults() Config {
 	if c.Sparse {
 		c.Extended = true
 	}
+	if c.SparseCrossover == 0 {
+		c.SparseCrossover = DefaultSparseCrossover
+	}
 	return c
 }
 
@@ -382,6 +390,7 @@ var configChecks = []func(c *Config, p *fieldErrors){
 	checkWorld,
 	checkLanes,
 	checkPacketElements,
+	checkSparse,
 	checkCompatHeader,
 	checkDurations,
 	checkFaults,
@@ -450,6 +459,13 @@ func checkPacketElements(c *Config, p *fieldErrors) {
 		if _, ok := wire.CompatSizeCode(c.PacketElements); !ok {
 			p.add("PacketElements", c.PacketElements, "the compatible header carries 32, 64, 128 or 256; set {Extended} for other sizes")
 		}
+	}
+}
+
+// checkSparse checks the sparse mode's crossover.
+func checkSparse(c *Config, p *fieldErrors) {
+	if !(c.SparseCrossover > 0) {
+		p.add("SparseCrossover", c.SparseCrossover, "want a share above 0 (0 takes the default %v; above 1 never sends dense)", DefaultSparseCrossover)
 	}
 }
 

@@ -98,7 +98,7 @@ type Session struct {
 type Stats struct {
 	AllReduces uint64 // completed calls
 	// DenseCalls counts the calls of a Sparse session that ran dense
-	// (see SparseCrossover).
+	// (see Config.SparseCrossover).
 	DenseCalls  uint64
 	Failed      uint64 // calls that failed once started
 	Packets     uint64 // packets sent, first transmissions and retransmissions
@@ -295,7 +295,7 @@ func (s *Session) register(ctx context.Context, addrs []string, bind string) (*j
 			Job: cfg.Job, Rank: uint32(cfg.Rank), WorldSize: uint32(cfg.Workers),
 			Lanes: uint32(cfg.Lanes), Window: uint32(cfg.Window), Elements: uint32(cfg.PacketElements),
 			Format: format, LaneAddresses: addrs, Mac: macOf(bind), Token: cfg.Token,
-			FallbackAddress: s.ringAddress(), Sparse: cfg.Sparse,
+			FallbackAddress: s.ringAddress(), Sparse: cfg.Sparse, SparseCrossover: sparseCrossover(cfg),
 		}, grpc.WaitForReady(true))
 		return err
 	})

@@ -170,6 +170,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte{0x10})
 	f.Add(packet(f, Header{Format: FormatExtended, Seq: 3, Slot: 4, Elements: 2, Tagged: true}))
 	f.Add(packet(f, Header{Format: FormatExtended, Tagged: true}))
+	f.Add(packet(f, Header{Format: FormatExtended, Seq: 3, Slot: 4, Elements: 2, Sparse: true, Block: 9, Next: NoNext}))
+	f.Add(packet(f, Header{Format: FormatExtended, Sparse: true, Tagged: true, Block: DirectoryBlock}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, payload, err := Parse(b)
 		if err != nil {

@@ -30,7 +30,7 @@ var allreduceFlags = map[string]string{
 	"Lanes": "lanes", "Transport": "transport", "Window": "window", "PacketElements": "packet-elements", "Extended": "extended", "Auth": "auth",
 	"Timeout": "timeout", "JoinTimeout": "join-timeout", "ConnectTimeout": "connect-timeout", "GiveUp": "give-up",
 	"Faults.Drop": "drop", "Faults.Duplicate": "duplicate", "Faults.Reorder": "reorder", "Trace": "trace", "TraceEvents": "trace-events",
-	"Sparse": "sparse", "Fallback": "fallback", "FallbackOnLoss": "fallback-on-loss", "FallbackListen": "fallback-listen", "FallbackPeers": "fallback-peers",
+	"Sparse": "sparse", "SparseCrossover": "sparse-crossover", "Fallback": "fallback", "FallbackOnLoss": "fallback-on-loss", "FallbackListen": "fallback-listen", "FallbackPeers": "fallback-peers",
 }
 
 func runAllReduce(ctx context.Context, args []string) error {
@@ -48,6 +48,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.PacketElements, "packet-elements", 0, "int32 values per packet (32/64/128/256; up to 2048 with --extended); 0: what the switch takes (256 on the software switch, 64 on the P4 programs)")
 	fs.BoolVar(&cfg.Extended, "extended", false, "use the software switch's extended header (needed above 256 values per packet or 32 workers)")
 	fs.BoolVar(&cfg.Sparse, "sparse", false, "block-sparse mode: send only the packets' blocks that are not all zero (every rank of a job needs the same; extended header, software switch)")
+	fs.Float64Var(&cfg.SparseCrossover, "sparse-crossover", 0, fmt.Sprintf("with --sparse: the share of a tensor's blocks held by some rank from which its size goes dense (0: %v; above 1: never)", switchml.DefaultSparseCrossover))
 	fs.BoolVar(&cfg.Auth, "auth", false, "tag every packet with the job's key, for a software switch that checks tags (switch and controller --auth); needs --extended")
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, fmt.Sprintf("retransmission timeout per packet (0: %v, or %v with --transport shm)", switchml.DefaultTimeout, switchml.DefaultShmTimeout))
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", switchml.DefaultJoinTimeout, "how long to wait for every rank to join")

@@ -127,10 +127,10 @@ func TestSparseMustAgree(t *testing.T) {
 	}
 }
 
-// TestSparseFallsBackToDense: a Sparse session sends a tensor whose
-// blocks are all held dense from its second call on, probes it sparse
-// again every 16th call, and keeps a sparse tensor sparse; every sum is
-// right either way.
+// TestSparseFallsBackToDense: a Sparse session sends a tensor size dense
+// once two calls found nearly all its blocks held, and sparse again once a
+// call finds fewer; tensors of one size that alternate between dense and
+// sparse stay sparse. Every sum is right either way.
 func TestSparseFallsBackToDense(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -143,37 +143,7 @@ func TestSparseFallsBackToDense(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sess, err := switchml.Join(ctx, switchml.Config{Controller: fab.ControllerAddr(), Job: "crossover", Rank: r, Workers: n, Lanes: 2, Window: 8, PacketElements: 64, Sparse: true})
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			defer sess.Close()
-			for c := 0; c < calls; c++ {
-				full := make([]int32, 10_000) // every block held
-				part := make([]int32, 20_000) // one block held
-				for i := range full {
-					full[i] = int32(i + r)
-				}
-				part[640+r] = 5
-				for _, x := range [][]int32{full, part} {
-					if err := sess.AllReduceInt32(ctx, x); err != nil {
-						errs[r] = err
-						return
-					}
-				}
-				for i := range full {
-					if full[i] != int32(2*i+1) {
-						errs[r] = fmt.Errorf("call %d: full[%d] = %d, want %d", c, i, full[i], 2*i+1)
-						return
-					}
-				}
-				if part[640] != 5 || part[641] != 5 || part[0] != 0 {
-					errs[r] = fmt.Errorf("call %d: the sparse tensor summed wrong", c)
-					return
-				}
-			}
-			stats[r] = sess.Stats()
+			stats[r], errs[r] = crossoverWorker(ctx, fab.ControllerAddr(), r, n, calls)
 		}()
 	}
 	wg.Wait()
@@ -182,11 +152,55 @@ func TestSparseFallsBackToDense(t *testing.T) {
 			t.Fatalf("rank %d: %v", r, err)
 		}
 	}
-	// The full tensor: call 0 sparse, 1..15 dense, 16 sparse again, 17..19
-	// dense. The sparse one never dense.
+	// The tensor of 10,000 values is full at calls 0..9, then holds one
+	// block: calls 0 and 1 run sparse, 2..10 dense (call 10 finds it
+	// sparse), 11..19 sparse. The tensors of 3,000 values alternate full
+	// and sparse and never run dense.
 	for r, st := range stats {
-		if st.DenseCalls != 18 {
-			t.Fatalf("rank %d: %d calls ran dense, want 18", r, st.DenseCalls)
+		if st.DenseCalls != 9 {
+			t.Fatalf("rank %d: %d calls ran dense, want 9", r, st.DenseCalls)
 		}
 	}
+}
+
+// crossoverWorker is rank's part of TestSparseFallsBackToDense.
+func crossoverWorker(ctx context.Context, ctl string, rank, n, calls int) (switchml.Stats, error) {
+	sess, err := switchml.Join(ctx, switchml.Config{Controller: ctl, Job: "crossover", Rank: rank, Workers: n, Lanes: 2, Window: 8, PacketElements: 64, Sparse: true})
+	if err != nil {
+		return switchml.Stats{}, err
+	}
+	defer sess.Close()
+	fill := func(size int, full bool) []int32 {
+		x := make([]int32, size)
+		for i := range x {
+			if full || i == 640+rank {
+				x[i] = int32(i + rank)
+			}
+		}
+		return x
+	}
+	for c := 0; c < calls; c++ {
+		for _, t := range []struct {
+			size int
+			full bool
+		}{{10_000, c < 10}, {3000, true}, {3000, false}} {
+			x := fill(t.size, t.full)
+			if err := sess.AllReduceInt32(ctx, x); err != nil {
+				return switchml.Stats{}, err
+			}
+			for i, v := range x {
+				want := int32(0)
+				switch {
+				case t.full:
+					want = int32(2*i + 1)
+				case i == 640 || i == 641:
+					want = int32(i + i - 640)
+				}
+				if v != want {
+					return switchml.Stats{}, fmt.Errorf("call %d, %d values (full %v): [%d] = %d, want %d", c, t.size, t.full, i, v, want)
+				}
+			}
+		}
+	}
+	return sess.Stats(), nil
 }

@@ -527,6 +527,7 @@ func FuzzProcess(f *testing.F) {
 	f.Add([]byte{0, 1, 0, 0, 5, 1, 1, 0, 0, 5, 2, 1, 0, 0, 5})
 	f.Add([]byte{0x80, 12, 0x11, 0, 0, 0, 0, 0, 0, 1, 0, 0, 1, 2})
 	f.Add([]byte{3, 2, 1, 0x81, 9, 4, 2, 1, 0x81, 9, 5})
+	f.Add([]byte{0, 0xc1, 0x13, 0x21, 1, 0xc1, 0x13, 0x25, 2, 0xc1, 0x13, 0x40})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p := newPipe(t, 8, 8, 70)
 		setupJob(t, p, 1, 0, 3, 1, 0, 4)    // 3 workers, slots 0..3
@@ -565,6 +566,18 @@ func FuzzProcess(f *testing.F) {
 				}
 				if h.Format == wire.FormatExtended {
 					h.Elements = int(b2 & 15)
+					// Bit 6: a sparse packet, about block e&3 (3: a
+					// directory), with a key from e, with or without
+					// values.
+					if a&0x40 != 0 {
+						h.Sparse, h.Block, h.Next = true, uint32(e&3), uint32(e)<<6
+						if h.Block == 3 {
+							h.Block = wire.DirectoryBlock
+						}
+						if e&4 != 0 && h.Block != wire.DirectoryBlock {
+							h.Elements = 0
+						}
+					}
 				}
 				pkt = mkpkt(t, h, []int32{int32(e) << 24, int32(b2)})
 			}

@@ -126,7 +126,7 @@ func (l *Lane) scan(b int) (int, int8) {
 	for ; b < l.blocks; b += l.win {
 		lo, hi := l.block(b)
 		d := l.blockData(lo, hi)
-		if allZero(d) {
+		if AllZero(d) {
 			continue
 		}
 		switch {
@@ -141,7 +141,9 @@ func (l *Lane) scan(b int) (int, int8) {
 	return -1, 0
 }
 
-func allZero(b []byte) bool {
+// AllZero reports whether every byte of b is zero: a block of values
+// that the sparse mode does not send.
+func AllZero(b []byte) bool {
 	for len(b) >= 8 {
 		if binary.NativeEndian.Uint64(b) != 0 {
 			return false

@@ -37,7 +37,7 @@ type ThroughputResult struct {
 // warmup+steps steps (real TensorFlow compute, real allreduce of every
 // bucket, averaged update) and reports the timed steps.
 func RunSynthetic(ctx context.Context, o Options, b *models.Bench, warmup, steps int, be collective.Backend) (*ThroughputResult, error) {
-	opt, err := optimizer(o.Optimizer, o.LR)
+	opt, err := NewOptimizer(o.Optimizer, o.LR)
 	if err != nil {
 		return nil, err
 	}

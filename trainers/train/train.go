@@ -108,7 +108,9 @@ type EvalResult struct {
 	ElapsedS float64 `json:"elapsed_s"`
 }
 
-func optimizer(name string, lr float32) (nn.Optimizer, error) {
+// NewOptimizer returns the named optimizer with its default learning rate
+// when lr is 0.
+func NewOptimizer(name string, lr float32) (nn.Optimizer, error) {
 	switch name {
 	case "adam", "":
 		if lr == 0 {
@@ -130,7 +132,7 @@ func Build(o *Options) (*nn.Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	opt, err := optimizer(o.Optimizer, o.LR)
+	opt, err := NewOptimizer(o.Optimizer, o.LR)
 	if err != nil {
 		return nil, err
 	}

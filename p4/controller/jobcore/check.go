@@ -140,6 +140,9 @@ func mismatch(j, r *jobpb.RegisterRequest) string {
 	if j.GetSparse() != r.GetSparse() {
 		return fmt.Sprintf("sparse %v differs from %v registered by rank %d", r.GetSparse(), j.GetSparse(), j.GetRank())
 	}
+	if j.GetSparseCrossover() != r.GetSparseCrossover() {
+		return fmt.Sprintf("sparse_crossover %v differs from %v registered by rank %d", r.GetSparseCrossover(), j.GetSparseCrossover(), j.GetRank())
+	}
 	for _, x := range []p{
 		{"world_size", j.GetWorldSize(), r.GetWorldSize()},
 		{"lanes", j.GetLanes(), r.GetLanes()},

@@ -370,6 +370,11 @@ func TestCoreRefusesRegistrations(t *testing.T) {
 		}, codes.AlreadyExists, `rank 0 of job "j"`},
 		{"rank outside", func(q *jobpb.RegisterRequest) { q.Rank = 2 }, codes.InvalidArgument, "rank 2 outside"},
 		{"packet size", func(q *jobpb.RegisterRequest) { q.Elements = 100 }, codes.InvalidArgument, "compatible header"},
+		{"sparse", func(q *jobpb.RegisterRequest) {
+			q.Sparse, q.Format = true, jobpb.Format_FORMAT_EXTENDED
+		}, codes.FailedPrecondition, "sparse true differs from false"},
+		{"sparse compat", func(q *jobpb.RegisterRequest) { q.Sparse = true }, codes.InvalidArgument, "sparse mode needs the extended header"},
+		{"sparse crossover", func(q *jobpb.RegisterRequest) { q.SparseCrossover = 0.5 }, codes.FailedPrecondition, "sparse_crossover 0.5 differs from 0"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := newRig(t, 64)
