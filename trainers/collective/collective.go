@@ -1,6 +1,7 @@
 // Package collective is the allreduce seam of the trainers: every backend
-// (a float64 TCP star, the TCP ring, the SwitchML switch) sums a float32
-// buffer in place across the workers of a job.
+// (a float64 TCP star, the TCP ring, the SwitchML switch, dense or
+// block-sparse) sums a float32 buffer in place across the workers of a
+// job.
 package collective
 
 import (
@@ -27,15 +28,23 @@ const (
 	Ring Kind = "ring"
 	// SwitchML aggregates in the (software) switch.
 	SwitchML Kind = "switchml"
+	// SwitchMLSparse is SwitchML in the block-sparse mode
+	// (switchml.Config.Sparse): a worker sends only its blocks that are
+	// not all zero. It needs the software switch.
+	SwitchMLSparse Kind = "switchml-sparse"
 )
+
+// Switch tells whether the backend aggregates in a SwitchML switch (and
+// so needs a controller).
+func (k Kind) Switch() bool { return k == SwitchML || k == SwitchMLSparse }
 
 // ParseKind validates a backend name.
 func ParseKind(s string) (Kind, error) {
 	switch k := Kind(strings.ToLower(s)); k {
-	case Exact, Ring, SwitchML:
+	case Exact, Ring, SwitchML, SwitchMLSparse:
 		return k, nil
 	}
-	return "", fmt.Errorf("unknown backend %q (want exact, ring or switchml)", s)
+	return "", fmt.Errorf("unknown backend %q (want exact, ring, switchml or switchml-sparse)", s)
 }
 
 // Config tells a worker how to reach the others for a given backend.
@@ -67,7 +76,7 @@ func Dial(ctx context.Context, cfg Config) (Backend, error) {
 		return DialStar(ctx, cfg.StarAddr, cfg.Rank, cfg.Workers)
 	case Ring:
 		return dialRing(ctx, cfg)
-	case SwitchML:
+	case SwitchML, SwitchMLSparse:
 		return dialSwitchML(ctx, cfg)
 	}
 	return nil, fmt.Errorf("collective: unknown backend %q", cfg.Kind)

@@ -56,7 +56,7 @@ func Join(ctx context.Context, cfg JoinConfig) (Backend, error) {
 		return nil, fmt.Errorf("collective: rank %d of %d workers is out of range", cfg.Rank, cfg.Workers)
 	}
 	switch {
-	case cfg.Kind == SwitchML:
+	case cfg.Kind.Switch():
 		return joinSwitchML(ctx, cfg)
 	case cfg.Kind != Ring && cfg.Kind != Exact:
 		return nil, fmt.Errorf("collective: unknown backend %q", cfg.Kind)

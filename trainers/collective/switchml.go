@@ -15,10 +15,12 @@ func dialSwitchML(ctx context.Context, cfg Config) (Backend, error) {
 		return nil, fmt.Errorf("collective: switchml backend needs a controller address")
 	}
 	// The extended header (software switch) carries what the compatible
-	// one cannot: other packet sizes, larger jobs.
+	// one cannot: other packet sizes, larger jobs, the sparse mode (which
+	// sets it itself).
 	extended := switchml.NeedsExtended(cfg.Workers, cfg.PacketElements)
 	s, err := switchml.Join(ctx, switchml.Config{Controller: cfg.Controller, Job: cfg.Job, Rank: cfg.Rank, Workers: cfg.Workers,
-		Lanes: cfg.Lanes, Window: cfg.Window, PacketElements: cfg.PacketElements, Extended: extended, Trace: cfg.Trace})
+		Lanes: cfg.Lanes, Window: cfg.Window, PacketElements: cfg.PacketElements, Extended: extended,
+		Sparse: cfg.Kind == SwitchMLSparse, Trace: cfg.Trace})
 	if err != nil {
 		return nil, fmt.Errorf("collective: switchml: %w", err)
 	}

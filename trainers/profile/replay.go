@@ -1,6 +1,7 @@
 package profile
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -31,6 +32,9 @@ type Replayer struct {
 	// Rank fills the gradients with rank-dependent values; Workers is the
 	// job size, which Check needs.
 	Rank, Workers int
+	// BlockElems is the values per packet of a SwitchML backend, whose
+	// blocks bound the error Check allows on recorded gradients (0: 256).
+	BlockElems int
 	// Sequential holds every allreduce back until the whole backward pass
 	// is over, as the train command's loop does (gradients, then the
 	// buckets' allreduces one after the other, then the update), instead
@@ -38,6 +42,12 @@ type Replayer struct {
 	Sequential bool
 
 	bufs [][]float32
+	// starts are the buckets' offsets in the model's gradient.
+	starts []int
+	// grads and reader, when set, hold the recorded gradients the buckets
+	// are filled from (UseGradients).
+	grads  *Gradients
+	reader *gradientReader
 }
 
 // NewReplayer prepares the gradient buffers of the buckets. A bucket of
@@ -47,23 +57,59 @@ type Replayer struct {
 // per worker of the rack.
 func NewReplayer(p *Profile, bucketElems int, be collective.Backend, rank, workers, maxBuffer int) *Replayer {
 	r := &Replayer{Profile: p, Buckets: p.Buckets(bucketElems), Backend: be, Rank: rank, Workers: workers}
+	start := 0
 	for _, b := range r.Buckets {
 		n := b.Elems
 		if maxBuffer > 0 {
 			n = min(n, maxBuffer)
 		}
 		r.bufs = append(r.bufs, make([]float32, n))
+		r.starts = append(r.starts, start)
+		start += b.Elems
 	}
 	return r
 }
 
-// fill sets bucket i's buffer to this rank's contribution.
-func (r *Replayer) fill(i int) {
+// UseGradients fills the buckets with this rank's recorded gradient
+// instead of constants, from g, which OpenGradients checked against the
+// replay's buckets. Close releases the file.
+func (r *Replayer) UseGradients(g *Gradients) error {
+	if r.Rank >= g.Ranks {
+		return fmt.Errorf("profile: %s holds no gradient of rank %d (%d ranks)", g.Dir, r.Rank, g.Ranks)
+	}
+	rd, err := openGradientReader(GradientsFile(g.Dir, r.Rank))
+	if err != nil {
+		return err
+	}
+	if r.reader != nil {
+		r.reader.Close()
+	}
+	r.grads, r.reader = g, rd
+	return nil
+}
+
+// Close releases the recorded gradients' file, if any.
+func (r *Replayer) Close() error {
+	if r.reader == nil {
+		return nil
+	}
+	err := r.reader.Close()
+	r.reader = nil
+	return err
+}
+
+// fill sets bucket i's buffer to this rank's contribution to its values
+// from off on: the recorded gradient, or the constant (rank+1)/(i+1).
+func (r *Replayer) fill(i, off int) error {
+	b := r.bufs[i][:min(len(r.bufs[i]), r.Buckets[i].Elems-off)]
+	if r.reader != nil {
+		return r.reader.read(b, r.starts[i]+off)
+	}
 	v := float32(r.Rank+1) / float32(1+i)
-	b := r.bufs[i]
 	for j := range b {
 		b[j] = v
 	}
+	return nil
 }
 
 // allReduce sums bucket i, through its buffer in pieces when the buffer is
@@ -73,7 +119,9 @@ func (r *Replayer) allReduce(ctx context.Context, i int) error {
 	for off := 0; off < r.Buckets[i].Elems; off += len(buf) {
 		piece := buf[:min(len(buf), r.Buckets[i].Elems-off)]
 		if off > 0 {
-			r.fill(i)
+			if err := r.fill(i, off); err != nil {
+				return err
+			}
 		}
 		if err := r.Backend.AllReduceFloat32(ctx, piece); err != nil {
 			return fmt.Errorf("profile: allreduce of bucket %d (values %d..%d of %d): %w", i, off, off+len(piece), r.Buckets[i].Elems, err)
@@ -102,7 +150,9 @@ func sleepUntil(ctx context.Context, t time.Time) error {
 func (r *Replayer) Step(ctx context.Context) (StepResult, error) {
 	p := r.Profile
 	for i := range r.bufs {
-		r.fill(i)
+		if err := r.fill(i, 0); err != nil {
+			return StepResult{}, err
+		}
 	}
 	ready := make(chan int, len(r.Buckets))
 	type commDone struct {
@@ -164,14 +214,26 @@ func (r *Replayer) Step(ctx context.Context) (StepResult, error) {
 	return res, nil
 }
 
-// Check verifies that the last step's allreduces summed: rank r
-// contributes (r+1)/(i+1) to every value of bucket i (of its last piece
-// when it went through its buffer in pieces).
+// Check verifies that the last step's allreduces summed, in bucket i (in
+// its last piece when it went through its buffer in pieces): with recorded
+// gradients, every value against the sum of every rank's recorded values
+// (Gradients.CheckSum); with constants, where rank r contributes
+// (r+1)/(i+1) to every value, about a hundred values of each bucket.
 func (r *Replayer) Check() error {
 	w := float64(r.Workers * (r.Workers + 1) / 2)
 	for i, b := range r.bufs {
+		off := 0
 		if last := r.Buckets[i].Elems % len(b); last > 0 {
 			b = b[:last]
+			off = r.Buckets[i].Elems - last
+		} else if len(b) > 0 {
+			off = r.Buckets[i].Elems - len(b)
+		}
+		if r.grads != nil {
+			if err := r.grads.CheckSum(b, r.starts[i]+off, r.Workers, cmp.Or(r.BlockElems, 256)); err != nil {
+				return fmt.Errorf("%w (bucket %d)", err, i)
+			}
+			continue
 		}
 		want := w / float64(i+1)
 		for j := 0; j < len(b); j += max(1, len(b)/97) {

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,6 +43,11 @@ type Point struct {
 	// Others are the heavy processes that ran on the machine at the start
 	// or the end of the point: they shared its CPUs.
 	Others []string `json:"others,omitempty"`
+	// Gradients is the directory of the recorded gradients the buckets
+	// held (empty: constants).
+	Gradients string `json:"gradients,omitempty"`
+	// Switch is rank 0's switchml counters over the point's whole run.
+	Switch *SwitchStats `json:"switch,omitempty"`
 }
 
 // RunInfo says how a run was made: the command and the commit of the code.
@@ -63,27 +70,29 @@ type Report struct {
 	BucketElems int       `json:"bucket_elems"`
 	// MaxBufferElems, when positive, is the buffer larger buckets went
 	// through in pieces.
-	MaxBufferElems int     `json:"max_buffer_elems,omitempty"`
-	StepsTimed     int     `json:"steps_timed"`
-	Warmup         int     `json:"warmup_steps"`
-	CPUs           int     `json:"cpus"`
-	SwitchML       string  `json:"switchml_settings"`
-	Points         []Point `json:"points"`
+	MaxBufferElems int    `json:"max_buffer_elems,omitempty"`
+	StepsTimed     int    `json:"steps_timed"`
+	Warmup         int    `json:"warmup_steps"`
+	CPUs           int    `json:"cpus"`
+	SwitchML       string `json:"switchml_settings"`
+	// Gradients is the --gradients directory (empty: constants).
+	Gradients string  `json:"gradients,omitempty"`
+	Points    []Point `json:"points"`
 }
 
 type benchFlags struct {
-	models, backends, rates, profiles, out, python, glooScript, prefix, subnet string
-	workers, steps, warmup, lanes, window, packetElems, mtu                    int
-	bucketMB, maxBufferMB                                                      float64
-	pointTimeout, waitQuiet                                                    time.Duration
-	quiet                                                                      bool
+	models, backends, rates, profiles, out, python, glooScript, prefix, subnet, gradients string
+	workers, steps, warmup, lanes, window, packetElems, mtu                               int
+	bucketMB, maxBufferMB                                                                 float64
+	pointTimeout, waitQuiet                                                               time.Duration
+	quiet                                                                                 bool
 }
 
 func bench(ctx context.Context, args []string) error {
 	var f benchFlags
 	fs := flag.NewFlagSet("replaybench", flag.ContinueOnError)
 	fs.StringVar(&f.models, "models", "ncf,deeplight,resnet50,lstm,bert,vgg19,ssd", "models to replay (profiles/<model>.json)")
-	fs.StringVar(&f.backends, "backends", "switchml,ring,gloo", "backends: switchml, ring, gloo, exact")
+	fs.StringVar(&f.backends, "backends", "switchml,ring,gloo", "backends: switchml, switchml-sparse (the block-sparse mode), ring, gloo")
 	fs.StringVar(&f.rates, "rates", "200,1000", "port rates in Mbit/s")
 	fs.StringVar(&f.profiles, "profiles", "profiles", "directory of the profiles")
 	fs.StringVar(&f.out, "out", "results/replay", "output directory (replay.json, replay.md, replay.png)")
@@ -103,6 +112,7 @@ func bench(ctx context.Context, args []string) error {
 	fs.DurationVar(&f.pointTimeout, "point-timeout", 30*time.Minute, "give up on one point after this long")
 	fs.DurationVar(&f.waitQuiet, "wait-quiet", 30*time.Minute, "before each point, wait up to this long for other benchmarks, tests and training on the machine to end (0: do not wait)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no status line of the running point (it is drawn only on a terminal)")
+	fs.StringVar(&f.gradients, "gradients", "", "fill the buckets of rank r with the recorded gradient DIR/<model>/rank<r>.f32 (the density command's --dump) instead of constants, with every backend; a model without DIR/<model> replays constants")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -116,6 +126,11 @@ func bench(ctx context.Context, args []string) error {
 	}
 	models := strings.Split(f.models, ",")
 	backends := strings.Split(f.backends, ",")
+	for _, b := range backends {
+		if !slices.Contains([]string{"switchml", "switchml-sparse", "ring", "gloo"}, b) {
+			return fmt.Errorf("--backends: unknown backend %q (want switchml, switchml-sparse, ring or gloo)", b)
+		}
+	}
 	profs := map[string]*profile.Profile{}
 	for _, m := range models {
 		p, err := profile.Load(filepath.Join(f.profiles, m+".json"))
@@ -124,6 +139,7 @@ func bench(ctx context.Context, args []string) error {
 		}
 		profs[m] = p
 	}
+	grads, gradErr := recordedGradients(f.gradients, profs, bucketElems, f.workers, os.Stderr)
 	if err := os.MkdirAll(f.out, 0o755); err != nil {
 		return err
 	}
@@ -144,7 +160,7 @@ func bench(ctx context.Context, args []string) error {
 	run0 := RunInfo{Command: "replaybench " + strings.Join(args, " "), Commit: rackrun.Commit(ctx), Date: time.Now().UTC().Format(time.RFC3339)}
 	rep := &Report{Date: run0.Date, Command: run0.Command, Commit: run0.Commit, Runs: []RunInfo{run0},
 		Workers: f.workers, BucketElems: bucketElems, MaxBufferElems: maxBufferElems(&f), StepsTimed: f.steps, Warmup: f.warmup, CPUs: runtime.NumCPU(),
-		SwitchML: fmt.Sprintf("%d lanes, window %d, %d values per packet, MTU %d", f.lanes, f.window, f.packetElems, f.mtu)}
+		SwitchML: fmt.Sprintf("%d lanes, window %d, %d values per packet, MTU %d", f.lanes, f.window, f.packetElems, f.mtu), Gradients: f.gradients}
 	for _, rate := range rates {
 		rep.RatesMbit = append(rep.RatesMbit, strconv.FormatFloat(rate, 'f', -1, 64))
 	}
@@ -168,10 +184,14 @@ func bench(ctx context.Context, args []string) error {
 						progress.Round(time.Since(started)), progress.Left(done, elapsed))
 				})
 				rackrun.WaitQuiet(ctx, f.waitQuiet, func(s string) { fmt.Fprintln(line, "   "+s) })
-				pt := Point{RateMbit: rate, Model: m, Backend: be, Workers: f.workers, Parameters: p.Parameters, Others: rackrun.Others()}
-				pctx, cancel := context.WithTimeout(ctx, f.pointTimeout)
-				res, err := runPoint(pctx, r, &f, exe, filepath.Join(f.profiles, m+".json"), be, run, bucketElems)
-				cancel()
+				pt := Point{RateMbit: rate, Model: m, Backend: be, Workers: f.workers, Parameters: p.Parameters, Others: rackrun.Others(), Gradients: grads[m]}
+				var res *WorkerResult
+				err := gradErr[m]
+				if err == nil {
+					pctx, cancel := context.WithTimeout(ctx, f.pointTimeout)
+					res, err = runPoint(pctx, r, &f, exe, filepath.Join(f.profiles, m+".json"), grads[m], be, run, bucketElems)
+					cancel()
+				}
 				if err != nil {
 					if ctx.Err() != nil {
 						return ctx.Err()
@@ -179,7 +199,7 @@ func bench(ctx context.Context, args []string) error {
 					pt.Error = err.Error()
 					fmt.Fprintf(line, "   failed: %v\n", err)
 				} else {
-					pt.Buckets, pt.Steps = res.Buckets, res.Steps
+					pt.Buckets, pt.Steps, pt.Switch = res.Buckets, res.Steps, res.Switch
 					pt.StepS, pt.ComputeS, pt.ExposedCommS = medians(res.Steps)
 					fmt.Fprintf(line, "   step %.3fs, compute %.3fs, exposed comm %.3fs\n", pt.StepS, pt.ComputeS, pt.ExposedCommS)
 				}
@@ -199,11 +219,36 @@ func bench(ctx context.Context, args []string) error {
 	return nil
 }
 
+// recordedGradients finds each model's recorded gradients under dir:
+// grads[m] is the model's directory, gradErr[m] why its files do not fit
+// the replay (which fails the model's points rather than replay other
+// data than asked). A model without a directory replays constants; log
+// says so.
+func recordedGradients(dir string, profs map[string]*profile.Profile, bucketElems, workers int, log io.Writer) (grads map[string]string, gradErr map[string]error) {
+	grads, gradErr = map[string]string{}, map[string]error{}
+	if dir == "" {
+		return grads, gradErr
+	}
+	for m, p := range profs {
+		md := filepath.Join(dir, m)
+		if _, err := os.Stat(md); errors.Is(err, os.ErrNotExist) {
+			fmt.Fprintf(log, "replaybench: %s: no recorded gradients in %s: it replays constants\n", m, md)
+			continue
+		}
+		grads[m] = md
+		if _, err := profile.OpenGradients(md, p, p.Buckets(bucketElems), workers); err != nil {
+			gradErr[m] = err
+			fmt.Fprintf(log, "replaybench: %s: the recorded gradients do not fit the replay, its points fail: %v\n", m, err)
+		}
+	}
+	return grads, gradErr
+}
+
 func maxBufferElems(f *benchFlags) int { return int(f.maxBufferMB * 1e6 / 4) }
 
 // runPoint runs every worker of one backend in its namespace and returns
 // rank 0's result.
-func runPoint(ctx context.Context, r *rackrun.Rack, f *benchFlags, exe, prof, backend string, run, bucketElems int) (*WorkerResult, error) {
+func runPoint(ctx context.Context, r *rackrun.Rack, f *benchFlags, exe, prof, gradients, backend string, run, bucketElems int) (*WorkerResult, error) {
 	n := f.workers
 	cmds := make([]*exec.Cmd, n)
 	outs := make([]bytes.Buffer, n)
@@ -214,17 +259,20 @@ func runPoint(ctx context.Context, r *rackrun.Rack, f *benchFlags, exe, prof, ba
 	for i := 0; i < n; i++ {
 		var c *exec.Cmd
 		common := []string{"--steps", strconv.Itoa(f.steps), "--warmup", strconv.Itoa(f.warmup), "--bucket-elems", strconv.Itoa(bucketElems),
-			"--max-buffer-elems", strconv.Itoa(maxBufferElems(f))}
+			"--max-buffer-elems", strconv.Itoa(maxBufferElems(f)), "--packet-elements", strconv.Itoa(f.packetElems)}
+		if gradients != "" {
+			common = append(common, "--gradients", gradients)
+		}
 		switch backend {
 		case "gloo":
 			c = r.Command(ctx, r.WorkerNS(i), f.python, append([]string{f.glooScript, "--profile", prof, "--rank", strconv.Itoa(i),
 				"--world", strconv.Itoa(n), "--master-addr", r.WorkerIP(0), "--master-port", strconv.Itoa(29500 + run%500),
 				"--ifname", "eth0"}, common...)...)
-		case "switchml", "ring":
+		case "switchml", "switchml-sparse", "ring":
 			c = r.Command(ctx, r.WorkerNS(i), exe, append([]string{"worker", "--profile", prof, "--backend", backend,
 				"--rank", strconv.Itoa(i), "--workers", strconv.Itoa(n), "--ring-addrs", strings.Join(ring, ","),
 				"--controller", r.Controller(), "--job", fmt.Sprintf("replay-%d", run),
-				"--lanes", strconv.Itoa(f.lanes), "--window", strconv.Itoa(f.window), "--packet-elements", strconv.Itoa(f.packetElems)}, common...)...)
+				"--lanes", strconv.Itoa(f.lanes), "--window", strconv.Itoa(f.window)}, common...)...)
 		default:
 			return nil, fmt.Errorf("unknown backend %q", backend)
 		}
@@ -305,6 +353,9 @@ func markdown(rep *Report, models, backends []string, rates []float64) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "Profile replay, %d workers on the emulated rack, %d timed steps per point after %d warm-up (medians), buckets of %d values; switchml: %s.\n\n",
 		rep.Workers, rep.StepsTimed, rep.Warmup, rep.BucketElems, rep.SwitchML)
+	if rep.Gradients != "" {
+		fmt.Fprintf(&sb, "The buckets held the recorded gradients of %s/<model> (rank r's file rank<r>.f32), with every backend, and every value of the results was checked against the sum of every rank's file; the points whose data says constants had none.\n\n", rep.Gradients)
+	}
 	if rep.MaxBufferElems > 0 {
 		fmt.Fprintf(&sb, "Buckets of more than %d values went through one buffer of that size in pieces, one allreduce per piece, with every backend.\n\n", rep.MaxBufferElems)
 	}
@@ -374,6 +425,9 @@ func markdown(rep *Report, models, backends []string, rates []float64) string {
 		}
 		sb.WriteString("\n")
 	}
+	if slices.Contains(backends, "switchml-sparse") {
+		sparseTables(&sb, rep, models, backends, rates)
+	}
 	var shared []string
 	for _, p := range rep.Points {
 		if others := rackrun.Heavy(p.Others); len(others) > 0 {
@@ -396,4 +450,40 @@ func commas(n int64) string {
 		out = append(out, s[i])
 	}
 	return string(out)
+}
+
+// sparseTables writes, per rate, each model's step and exposed
+// communication per backend, with the speedup of switchml-sparse over
+// each (its step time divided into the other's), and what rank 0's
+// switchml session sent.
+func sparseTables(sb *strings.Builder, rep *Report, models, backends []string, rates []float64) {
+	for _, rate := range rates {
+		fmt.Fprintf(sb, "### switchml-sparse against the others, %g Mbit/s per port\n\n", rate)
+		sb.WriteString("| model | data | backend | step (s) | exposed comm (s) | switchml-sparse speedup | rank 0 sent (MB) | dense calls / allreduces |\n")
+		sb.WriteString("|---|---|---|---:|---:|---:|---:|---:|\n")
+		for _, m := range models {
+			sparse := find(rep, rate, m, "switchml-sparse")
+			for _, b := range backends {
+				p := find(rep, rate, m, b)
+				if p == nil {
+					continue
+				}
+				data := "constants"
+				if p.Gradients != "" {
+					data = "recorded"
+				}
+				speedup := "—"
+				if sparse != nil && b != "switchml-sparse" && sparse.StepS > 0 {
+					speedup = fmt.Sprintf("%.2fx", p.StepS/sparse.StepS)
+				}
+				sent, dense := "—", "—"
+				if p.Switch != nil {
+					sent = fmt.Sprintf("%.1f", float64(p.Switch.SentBytes)/1e6)
+					dense = fmt.Sprintf("%d / %d", p.Switch.DenseCalls, p.Switch.AllReduces)
+				}
+				fmt.Fprintf(sb, "| %s | %s | %s | %.3f | %.3f | %s | %s | %s |\n", m, data, b, p.StepS, p.ExposedCommS, speedup, sent, dense)
+			}
+		}
+		sb.WriteString("\nSent and dense calls count rank 0's whole run: the barriers, the warm-up and the timed steps.\n\n")
+	}
 }

@@ -3,9 +3,16 @@
 // allreduce of each model's gradients, on the emulated rack of package
 // benchmarks/rack: one network namespace per worker, one for the switch,
 // every port shaped to the same rate. For each rate, model and backend
-// (switchml through the software switch in the switch namespace, the Go
-// ring, Gloo through torch.distributed) it runs the workers, and it writes
-// the results as JSON, a Markdown table and a PNG plot. It needs root.
+// (switchml through the software switch in the switch namespace, dense or
+// block-sparse, the Go ring, Gloo through torch.distributed) it runs the
+// workers, and it writes the results as JSON, a Markdown table and a PNG
+// plot. It needs root.
+//
+// The gradient buffers hold constants, or with --gradients DIR a recorded
+// training step: rank r's buckets hold DIR/<model>/rank<r>.f32 (as the
+// density command's --dump writes them), with every backend, and each
+// worker checks every value of its results against the sum of all ranks'
+// files. A model without a directory there replays constants.
 //
 //	go build -o /tmp/replaybench ./cmd/replaybench && sudo /tmp/replaybench --out results/replay
 //
@@ -31,6 +38,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/switchml/switchml-go/switchml"
 	"github.com/switchml/switchml-go/trainers/collective"
 	"github.com/switchml/switchml-go/trainers/profile"
 	"github.com/switchml/switchml-go/trainers/train"
@@ -67,12 +75,27 @@ type WorkerResult struct {
 	Workers int                  `json:"workers"`
 	Buckets int                  `json:"buckets"`
 	Steps   []profile.StepResult `json:"steps"`
+	// Gradients is the directory of the recorded gradients the buckets
+	// held (empty: constants).
+	Gradients string `json:"gradients,omitempty"`
+	// Switch is what a switchml session counted over the whole run, steps
+	// and checks included (nil for the other backends).
+	Switch *SwitchStats `json:"switch,omitempty"`
+}
+
+// SwitchStats is the part of a switchml session's counters the report
+// shows.
+type SwitchStats struct {
+	AllReduces  uint64 `json:"allreduces"`
+	DenseCalls  uint64 `json:"dense_calls"`
+	SentBytes   uint64 `json:"sent_bytes"`
+	Retransmits uint64 `json:"retransmits"`
 }
 
 func worker(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("replaybench worker", flag.ContinueOnError)
 	prof := fs.String("profile", "", "profile JSON")
-	backend := fs.String("backend", "ring", "ring, switchml or exact")
+	backend := fs.String("backend", "ring", "ring, switchml, switchml-sparse or exact")
 	rank := fs.Int("rank", 0, "rank")
 	workers := fs.Int("workers", 1, "workers")
 	ringAddrs := fs.String("ring-addrs", "", "ring: comma-separated listen address of every rank")
@@ -87,6 +110,7 @@ func worker(ctx context.Context, args []string) error {
 	warmup := fs.Int("warmup", 1, "untimed steps first")
 	maxBuffer := fs.Int("max-buffer-elems", 0, "allreduce a bucket larger than this in pieces through one buffer of this many values (0 = whole buckets)")
 	sequential := fs.Bool("sequential", false, "allreduce the buckets only after the whole backward pass, as the train command does, instead of overlapping them with it")
+	gradients := fs.String("gradients", "", "fill the buckets with this rank's recorded gradient DIR/rank<r>.f32 instead of constants (DIR holds the model's files and meta.json)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -113,8 +137,18 @@ func worker(ctx context.Context, args []string) error {
 	}
 	defer be.Close()
 	rp := profile.NewReplayer(p, *bucketElems, be, *rank, *workers, *maxBuffer)
-	rp.Sequential = *sequential
-	out := WorkerResult{Backend: *backend, Model: p.Model, Rank: *rank, Workers: *workers, Buckets: len(rp.Buckets)}
+	rp.Sequential, rp.BlockElems = *sequential, *pe
+	if *gradients != "" {
+		g, err := profile.OpenGradients(*gradients, p, rp.Buckets, *workers)
+		if err != nil {
+			return err
+		}
+		if err := rp.UseGradients(g); err != nil {
+			return err
+		}
+		defer rp.Close()
+	}
+	out := WorkerResult{Backend: *backend, Model: p.Model, Rank: *rank, Workers: *workers, Buckets: len(rp.Buckets), Gradients: *gradients}
 	one := make([]float32, 1)
 	for s := 0; s < *warmup+*steps; s++ {
 		// A one-value allreduce lines the ranks up before each step.
@@ -133,6 +167,10 @@ func worker(ctx context.Context, args []string) error {
 	}
 	if err := rp.Check(); err != nil {
 		return err
+	}
+	if s, ok := be.(interface{ Stats() switchml.Stats }); ok {
+		st := s.Stats()
+		out.Switch = &SwitchStats{AllReduces: st.AllReduces, DenseCalls: st.DenseCalls, SentBytes: st.SentBytes, Retransmits: st.Retransmits}
 	}
 	return json.NewEncoder(os.Stdout).Encode(out)
 }

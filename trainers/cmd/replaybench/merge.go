@@ -38,7 +38,8 @@ func loadReport(path string) (*Report, error) {
 // Merge combines reports, in order: every run of every report is kept,
 // and a later report's point replaces an earlier one's of the same rate,
 // model and backend. The reports must have measured the same way
-// (workers, timed and warm-up steps, bucket size, SwitchML settings), or
+// (workers, timed and warm-up steps, bucket size, SwitchML settings, the
+// recorded gradients), or
 // the table would mix configurations without saying so.
 func Merge(reps []*Report) (*Report, error) {
 	if len(reps) == 0 {
@@ -46,7 +47,7 @@ func Merge(reps []*Report) (*Report, error) {
 	}
 	first := reps[0]
 	out := &Report{Workers: first.Workers, BucketElems: first.BucketElems, MaxBufferElems: first.MaxBufferElems, StepsTimed: first.StepsTimed,
-		Warmup: first.Warmup, CPUs: first.CPUs, SwitchML: first.SwitchML}
+		Warmup: first.Warmup, CPUs: first.CPUs, SwitchML: first.SwitchML, Gradients: first.Gradients}
 	for k, r := range reps {
 		for _, d := range []struct {
 			what string
@@ -58,6 +59,7 @@ func Merge(reps []*Report) (*Report, error) {
 			{"bucket values", first.BucketElems, r.BucketElems},
 			{"largest buffer", first.MaxBufferElems, r.MaxBufferElems},
 			{"switchml settings", first.SwitchML, r.SwitchML},
+			{"recorded gradients", first.Gradients, r.Gradients},
 		} {
 			if d.a != d.b {
 				return nil, fmt.Errorf("report %d has %s %v, report 1 has %v: merge only runs measured the same way", k+1, d.what, d.b, d.a)

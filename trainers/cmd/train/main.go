@@ -128,8 +128,9 @@ func parseFlags(args []string) (*flags, error) {
 		return nil, fmt.Errorf("unknown --dataset %q (want fashion-mnist or synthetic)", f.dataset)
 	}
 	kind, err := collective.ParseKind(f.backend)
-	if err != nil {
-		return nil, fmt.Errorf("--backend: %w", err)
+	if err != nil || kind == collective.SwitchMLSparse {
+		// The sparse mode is replaybench's; train does not start or join it.
+		return nil, fmt.Errorf("--backend %q: want exact, ring or switchml", f.backend)
 	}
 	if f.workers < 1 || f.workers > 64 {
 		return nil, fmt.Errorf("--workers %d: want 1..64", f.workers)

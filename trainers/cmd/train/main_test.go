@@ -94,6 +94,7 @@ func TestFlagErrorsNameFlags(t *testing.T) {
 		{[]string{"--backend", "switchml", "--packet-elements", "4096"}, []string{"--packet-elements = 4096", "1..2048"}},
 		{[]string{"--model", "resnet"}, []string{"--model", "known:"}},
 		{[]string{"--backend", "mpi"}, []string{"--backend", "want exact, ring or switchml"}},
+		{[]string{"--backend", "switchml-sparse"}, []string{"--backend", "want exact, ring or switchml"}},
 		{[]string{"--workers", "0"}, []string{"--workers 0", "1..64"}},
 	} {
 		_, err := parseFlags(tc.args)
