@@ -88,9 +88,8 @@ type benchFlags struct {
 	quiet                                                                                 bool
 }
 
-func bench(ctx context.Context, args []string) error {
-	var f benchFlags
-	fs := flag.NewFlagSet("replaybench", flag.ContinueOnError)
+// register defines the flags of a run into f.
+func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.models, "models", "ncf,deeplight,resnet50,lstm,bert,vgg19,ssd", "models to replay (profiles/<model>.json)")
 	fs.StringVar(&f.backends, "backends", "switchml,ring,gloo", "backends: switchml, switchml-sparse (the block-sparse mode), ring, gloo")
 	fs.StringVar(&f.rates, "rates", "200,1000", "port rates in Mbit/s")
@@ -113,6 +112,12 @@ func bench(ctx context.Context, args []string) error {
 	fs.DurationVar(&f.waitQuiet, "wait-quiet", 30*time.Minute, "before each point, wait up to this long for other benchmarks, tests and training on the machine to end (0: do not wait)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no status line of the running point (it is drawn only on a terminal)")
 	fs.StringVar(&f.gradients, "gradients", "", "fill the buckets of rank r with the recorded gradient DIR/<model>/rank<r>.f32 (the density command's --dump) instead of constants, with every backend; a model without DIR/<model> replays constants")
+}
+
+func bench(ctx context.Context, args []string) error {
+	var f benchFlags
+	fs := flag.NewFlagSet("replaybench", flag.ContinueOnError)
+	f.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
