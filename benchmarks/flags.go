@@ -108,6 +108,7 @@ func (o *Options) registerListFlags(fs *flag.FlagSet) func() error {
 	loopbackSize := fs.String("loopback-size", FormatSize(o.LoopbackSize), "tensor size of the loopback comparison")
 	densities := fs.String("density", joinList(o.Densities, func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }),
 		"shares of each rank's blocks that hold values in the generated tensors, of the density sweep (each in (0, 1])")
+	fs.Float64Var(&o.SparseCrossover, "sparse-crossover", o.SparseCrossover, "switchml-sparse workers' --sparse-crossover: the share of a tensor's blocks held from which its size goes dense (0: the library's default; above 1: never)")
 	gradients := fs.String("gradients", strings.Join(o.Gradients, ","), "directories of recorded gradients of the gradients sweep, comma-separated: rank r reads DIR/rank<r>.f32 (raw little-endian float32)")
 	return func() error {
 		var errs []error

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -146,6 +147,10 @@ type Options struct {
 	// little-endian float32), one input of the gradients sweep each:
 	// every system reduces rank r's file at BaseWorkers workers and Rate.
 	Gradients []string `json:"gradients,omitempty"`
+	// SparseCrossover, if set, is the switchml-sparse workers'
+	// --sparse-crossover (above 1: never dense), to measure the sparse
+	// mode where the library would send dense.
+	SparseCrossover float64 `json:"sparse_crossover,omitempty"`
 	// SMLTimeout is SwitchML's retransmission timeout; zero keeps the
 	// library's default.
 	SMLTimeout time.Duration `json:"switchml_timeout_ns"`
@@ -229,6 +234,9 @@ func (o *Options) check() error {
 	}
 	if o.SwitchShards < 0 || o.SwitchShards > fabric.MaxShards {
 		return fmt.Errorf("benchmarks: SwitchShards %d, want 0..%d", o.SwitchShards, fabric.MaxShards)
+	}
+	if o.SparseCrossover < 0 || math.IsNaN(o.SparseCrossover) {
+		return fmt.Errorf("benchmarks: SparseCrossover %v: want 0 (the library's default) or a share above 0", o.SparseCrossover)
 	}
 	for _, d := range o.Densities {
 		if !(d > 0 && d <= 1) {

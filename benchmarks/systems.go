@@ -256,6 +256,9 @@ func switchmlArgs(o *Options, p Point, controller, job string, rank int, dtype s
 	}
 	if systemSparse(p.System) {
 		args = append(args, "--sparse")
+		if o.SparseCrossover != 0 {
+			args = append(args, "--sparse-crossover", strconv.FormatFloat(o.SparseCrossover, 'g', -1, 64))
+		}
 	}
 	switch {
 	case p.Gradients != "":
