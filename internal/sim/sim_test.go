@@ -190,17 +190,7 @@ func TestLossySeeds(t *testing.T) {
 	}
 	for _, loss := range []float64{0.0001, 0.01, 0.1} {
 		t.Run(fmt.Sprint("loss=", loss), func(t *testing.T) {
-			var total Stats
-			for seed := 0; seed < seeds; seed++ {
-				st := lossyRun(t, uint64(seed)+uint64(loss*1e6)<<20, loss)
-				total.Lost += st.Lost
-				total.Duplicated += st.Duplicated
-				total.SetReuses += st.SetReuses
-				total.Lanes.Retransmits += st.Lanes.Retransmits
-				total.Switch[pipeline.StatRetransmitReply] += st.Switch[pipeline.StatRetransmitReply]
-			}
-			t.Logf("%d runs: lost %d, duplicated %d, retransmits %d, unicast replies %d, set reuses checked %d",
-				seeds, total.Lost, total.Duplicated, total.Lanes.Retransmits, total.Switch[pipeline.StatRetransmitReply], total.SetReuses)
+			total := sweep(t, seeds, loss, lossyRun)
 			if total.SetReuses == 0 || total.Duplicated == 0 {
 				t.Fatal("the sweep exercised neither set reuse nor duplication")
 			}
@@ -209,6 +199,23 @@ func TestLossySeeds(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sweep runs seeds seeded jobs at loss through run and sums what they
+// lost, duplicated and recovered.
+func sweep(t *testing.T, seeds int, loss float64, run func(*testing.T, uint64, float64) Stats) Stats {
+	var total Stats
+	for seed := 0; seed < seeds; seed++ {
+		st := run(t, uint64(seed)+uint64(loss*1e6)<<20, loss)
+		total.Lost += st.Lost
+		total.Duplicated += st.Duplicated
+		total.SetReuses += st.SetReuses
+		total.Lanes.Retransmits += st.Lanes.Retransmits
+		total.Switch[pipeline.StatRetransmitReply] += st.Switch[pipeline.StatRetransmitReply]
+	}
+	t.Logf("%d runs: lost %d, duplicated %d, retransmits %d, unicast replies %d, set reuses checked %d",
+		seeds, total.Lost, total.Duplicated, total.Lanes.Retransmits, total.Switch[pipeline.StatRetransmitReply], total.SetReuses)
+	return total
 }
 
 // TestSetReuseHeavyLoss pushes many slot reuses through heavy loss with the

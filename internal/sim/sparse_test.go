@@ -145,17 +145,7 @@ func TestSparseLossySeeds(t *testing.T) {
 	}
 	for _, loss := range []float64{0.01, 0.1} {
 		t.Run(fmt.Sprint("loss=", loss), func(t *testing.T) {
-			var total Stats
-			for seed := 0; seed < seeds; seed++ {
-				st := sparseRun(t, uint64(seed)+uint64(loss*1e6)<<20, loss)
-				total.Lost += st.Lost
-				total.Duplicated += st.Duplicated
-				total.SetReuses += st.SetReuses
-				total.Lanes.Retransmits += st.Lanes.Retransmits
-				total.Switch[pipeline.StatRetransmitReply] += st.Switch[pipeline.StatRetransmitReply]
-			}
-			t.Logf("%d runs: lost %d, duplicated %d, retransmits %d, unicast replies %d, set reuses checked %d",
-				seeds, total.Lost, total.Duplicated, total.Lanes.Retransmits, total.Switch[pipeline.StatRetransmitReply], total.SetReuses)
+			total := sweep(t, seeds, loss, sparseRun)
 			if total.SetReuses == 0 || total.Duplicated == 0 || total.Lost == 0 || total.Lanes.Retransmits == 0 || total.Switch[pipeline.StatRetransmitReply] == 0 {
 				t.Fatal("the sweep exercised too little: set reuse, duplication, loss and recovery must all occur")
 			}

@@ -585,19 +585,12 @@ func (l *Lane) AppendPacket(b []byte) ([]byte, bool) {
 		}
 	}
 	start := len(b)
-	b, err := h.Append(b)
-	if err != nil {
-		// Config validation makes this unreachable; fail loudly rather
-		// than send garbage.
-		l.fail(fmt.Errorf("engine: encoding packet %d: %w", p, err))
-		return b[:start], false
+	b, dst, ok := l.appendHeader(b, &h, s)
+	if !ok {
+		return b, false
 	}
-	off := len(b)
-	// The payload is written in place (no allocation when b has room);
-	// what the block does not fill (a short last block, the exponent
+	// What the block does not fill (a short last block, the exponent
 	// round) is zeroed.
-	b = slices.Grow(b, 4*h.Elements+tagRoom(l.cfg))[:off+4*h.Elements]
-	dst := b[off:]
 	filled := 0
 	if db := l.dataBlock(p); db >= 0 {
 		lo, hi := l.block(db)
@@ -606,6 +599,23 @@ func (l *Lane) AppendPacket(b []byte) ([]byte, bool) {
 	}
 	clear(dst[filled:])
 	return l.sent(b, start, s), true
+}
+
+// appendHeader appends h for slot s's packet to b and grows b by the
+// payload, which dst is, with room for a tag after it: the payload is
+// written in place (no allocation when b has room). A header that does not
+// encode fails the op (configuration checks make it unreachable: better
+// fail loudly than send garbage).
+func (l *Lane) appendHeader(b []byte, h *wire.Header, s int) (out, dst []byte, ok bool) {
+	start := len(b)
+	b, err := h.Append(b)
+	if err != nil {
+		l.fail(fmt.Errorf("engine: encoding slot %d's packet: %w", s, err))
+		return b[:start], nil, false
+	}
+	off := len(b)
+	b = slices.Grow(b, 4*h.Elements+tagRoom(l.cfg))[:off+4*h.Elements]
+	return b, b[off:], true
 }
 
 // pop takes the next slot with a packet to send off the send queue.

@@ -32,7 +32,6 @@ package engine
 import (
 	"encoding/binary"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/switchml/switchml-go/quant"
@@ -207,14 +206,10 @@ func (l *Lane) appendSparse(b []byte, s int) ([]byte, bool) {
 		h.Block, h.Next = uint32(st.cur), st.key
 	}
 	start := len(b)
-	b, err := h.Append(b)
-	if err != nil {
-		l.fail(fmt.Errorf("engine: encoding slot %d's packet: %w", s, err))
-		return b[:start], false
+	b, dst, ok := l.appendHeader(b, &h, s)
+	if !ok {
+		return b, false
 	}
-	off := len(b)
-	b = slices.Grow(b, 4*h.Elements+tagRoom(l.cfg))[:off+4*h.Elements]
-	dst := b[off:]
 	switch {
 	case st.step == 0:
 		for i, k := range l.sp.dir {

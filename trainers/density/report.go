@@ -126,6 +126,27 @@ func group(n int) string {
 	return b.String()
 }
 
+// densityHeader writes a table's header rows: lead's columns, a density
+// column per block size and one per union of n workers at each block
+// size, then tail's columns; leadAlign and tailAlign are their alignment
+// cells.
+func densityHeader(w io.Writer, ks, unions []int, lead, leadAlign, tail, tailAlign string) {
+	fmt.Fprint(w, lead)
+	for _, k := range ks {
+		fmt.Fprintf(w, " per worker at %d |", k)
+	}
+	for _, n := range unions {
+		for _, k := range ks {
+			fmt.Fprintf(w, " union of %d at %d |", n, k)
+		}
+	}
+	fmt.Fprintf(w, "%s\n%s", tail, leadAlign)
+	for range (1 + len(unions)) * len(ks) {
+		fmt.Fprint(w, "---:|")
+	}
+	fmt.Fprintf(w, "%s\n", tailAlign)
+}
+
 // Markdown writes the tables: the density of each model, its embedding
 // and other blocks apart, and the estimates for the profiled models.
 func Markdown(w io.Writer, h *Header, results []*ModelResult, papers []*PaperRow) {
@@ -139,25 +160,7 @@ func Markdown(w io.Writer, h *Header, results []*ModelResult, papers []*PaperRow
 		h.Options.Optimizer, h.Options.BucketElems, h.Options.Threads, h.Options.Workers, h.Options.Workers, h.Options.Warmup)
 	fmt.Fprintf(w, "Input: %s.\n\n", Input)
 
-	fmt.Fprintf(w, "| model | batch | elements | embedding share |")
-	for _, k := range ks {
-		fmt.Fprintf(w, " per worker at %d |", k)
-	}
-	for _, n := range h.Options.Unions {
-		for _, k := range ks {
-			fmt.Fprintf(w, " union of %d at %d |", n, k)
-		}
-	}
-	fmt.Fprintf(w, " steps |\n|---|---:|---:|---:|")
-	for range ks {
-		fmt.Fprintf(w, "---:|")
-	}
-	for range h.Options.Unions {
-		for range ks {
-			fmt.Fprintf(w, "---:|")
-		}
-	}
-	fmt.Fprintf(w, "---:|\n")
+	densityHeader(w, ks, h.Options.Unions, "| model | batch | elements | embedding share |", "|---|---:|---:|---:|", " steps |", "---:|")
 	for _, r := range results {
 		fmt.Fprintf(w, "| %s | %d | %s | %s |", r.Model, r.Batch, group(r.Elements), pct(r.EmbeddingShare))
 		for _, k := range ks {
@@ -210,25 +213,7 @@ func Markdown(w io.Writer, h *Header, results []*ModelResult, papers []*PaperRow
 	fmt.Fprintf(w, "\nProfiled models (`profiles/<profile>.json`): s is the embedding unit's share of the parameters in the profile; "+
 		"the density is s*d + (1-s), with d the measured model's mean embedding-block density (per worker, or of the union), every other block counted non-zero. "+
 		"It keeps d as measured at the harness's table sizes and batch; a larger table at the same batch would have a lower d.\n\n")
-	fmt.Fprintf(w, "| profile | from | parameters | embedding parameters | s |")
-	for _, k := range ks {
-		fmt.Fprintf(w, " per worker at %d |", k)
-	}
-	for _, n := range h.Options.Unions {
-		for _, k := range ks {
-			fmt.Fprintf(w, " union of %d at %d |", n, k)
-		}
-	}
-	fmt.Fprintf(w, "\n|---|---|---:|---:|---:|")
-	for range ks {
-		fmt.Fprintf(w, "---:|")
-	}
-	for range h.Options.Unions {
-		for range ks {
-			fmt.Fprintf(w, "---:|")
-		}
-	}
-	fmt.Fprintln(w)
+	densityHeader(w, ks, h.Options.Unions, "| profile | from | parameters | embedding parameters | s |", "|---|---|---:|---:|---:|", "", "")
 	for _, p := range papers {
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |", p.Profile, p.From, group(int(p.Parameters)), group(int(p.EmbeddingParameters)), pct(p.EmbeddingShare))
 		for _, k := range ks {
