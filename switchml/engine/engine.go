@@ -335,39 +335,59 @@ func (l *Lane) Start(op Op, now time.Duration) error {
 	if l.sparse {
 		return l.startSparse(op, now)
 	}
+	op, n, err := l.prepare(op, op.CheckOnSend && op.Exps == nil)
+	if err != nil {
+		return err
+	}
+	l.begin(op, n, now)
+	l.total = l.blocks
+	if l.float {
+		l.total += l.win // the exponent round
+	}
+	l.nextPID += uint32(l.total)
+	l.active = l.total > 0
+	for s := 0; s < l.win; s++ {
+		l.assign(s, s)
+	}
+	return nil
+}
+
+// prepare checks that op holds whole values and, unless deferCheck, that
+// its floats are finite, and drops Exps that do not fit the lane's blocks;
+// n is the number of values.
+func (l *Lane) prepare(op Op, deferCheck bool) (_ Op, n int, err error) {
 	size := op.DType.Size()
 	if len(op.Data)%size != 0 {
-		return fmt.Errorf("engine: op %d holds %d bytes, not a whole number of %d-byte %s values", op.Seq, len(op.Data), size, op.DType.Name())
+		return op, 0, fmt.Errorf("engine: op %d holds %d bytes, not a whole number of %d-byte %s values", op.Seq, len(op.Data), size, op.DType.Name())
 	}
-	n := len(op.Data) / size
+	n = len(op.Data) / size
 	float := op.DType.Scaled()
-	if float && !op.Checked && !(op.CheckOnSend && op.Exps == nil) {
+	if float && !op.Checked && !deferCheck {
 		if err := op.DType.Check(op.Data); err != nil {
-			return fmt.Errorf("engine: input of op %d: %w", op.Seq, err)
+			return op, 0, fmt.Errorf("engine: input of op %d: %w", op.Seq, err)
 		}
 	}
 	k := l.cfg.Elements
 	if op.Exps != nil && (!float || op.ExpBlock != k || len(op.Exps) < (n+k-1)/k) {
 		op.Exps = nil
 	}
-	l.op = op
-	l.length = n
-	l.size = size
+	return op, n, nil
+}
+
+// begin makes op of n values the lane's op at time now, in either mode:
+// its blocks and window, no result in, every slot idle, no timer running,
+// nothing queued. The caller assigns the first packets.
+func (l *Lane) begin(op Op, n int, now time.Duration) {
+	k := l.cfg.Elements
+	l.op, l.length, l.size = op, n, op.DType.Size()
 	l.blocks = (n + k - 1) / k
 	l.win = min(l.cfg.Window, l.blocks)
-	l.float = float
-	l.total = l.blocks
-	if l.float {
-		l.total += l.win // the exponent round
-	}
-	l.received = 0
-	l.err = nil
+	l.float = op.DType.Scaled()
+	l.received, l.err = 0, nil
 	l.pidBase = l.nextPID
-	l.nextPID += uint32(l.total)
 	l.now = max(l.now, now)
 	l.timeout = l.rto()
-	l.sinceBackoff = 0
-	l.noProgress = 0
+	l.sinceBackoff, l.noProgress = 0, 0
 	l.lastResult = l.now
 	l.qHead, l.qLen = 0, 0
 	l.timerHead, l.timerTail = -1, -1
@@ -375,11 +395,6 @@ func (l *Lane) Start(op Op, now time.Duration) error {
 	for s := range l.slots {
 		l.slots[s] = slotState{packet: -1, prev: -1, next: -1}
 	}
-	l.active = l.total > 0
-	for s := 0; s < l.win; s++ {
-		l.assign(s, s)
-	}
-	return nil
 }
 
 // assign makes packet p the outstanding packet of slot s, on the slot's

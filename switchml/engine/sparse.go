@@ -70,41 +70,21 @@ func (l *Lane) SparseBlocks() (held, blocks int, ok bool) {
 }
 
 func (l *Lane) startSparse(op Op, now time.Duration) error {
-	size := op.DType.Size()
-	if len(op.Data)%size != 0 {
-		return fmt.Errorf("engine: op %d holds %d bytes, not a whole number of %d-byte %s values", op.Seq, len(op.Data), size, op.DType.Name())
-	}
-	n := len(op.Data) / size
-	float := op.DType.Scaled()
-	if float && !op.Checked {
-		if err := op.DType.Check(op.Data); err != nil {
-			return fmt.Errorf("engine: input of op %d: %w", op.Seq, err)
-		}
+	// The scan for non-zero blocks reads every block before the first
+	// packet: check the floats then, not as packets go.
+	op, n, err := l.prepare(op, false)
+	if err != nil {
+		return err
 	}
 	k := l.cfg.Elements
-	blocks := (n + k - 1) / k
-	if blocks > wire.MaxSparseBlocks {
+	if blocks := (n + k - 1) / k; blocks > wire.MaxSparseBlocks {
 		return fmt.Errorf("engine: op %d has %d blocks of %d values on one lane; the sparse mode numbers at most %d: use more lanes or larger packets", op.Seq, blocks, k, wire.MaxSparseBlocks)
 	}
-	if op.Exps != nil && (!float || op.ExpBlock != k || len(op.Exps) < blocks) {
-		op.Exps = nil
-	}
-	l.op, l.length, l.size, l.blocks, l.float = op, n, size, blocks, float
-	l.win = min(l.cfg.Window, blocks, k)
-	l.total, l.received, l.err = 0, 0, nil
-	l.pidBase = l.nextPID
-	l.now = max(l.now, now)
-	l.timeout = l.rto()
-	l.sinceBackoff, l.noProgress = 0, 0
-	l.lastResult = l.now
-	l.qHead, l.qLen = 0, 0
-	l.timerHead, l.timerTail = -1, -1
-	l.stats.Ops++
-	for s := range l.slots {
-		l.slots[s] = slotState{packet: -1, prev: -1, next: -1}
-	}
+	l.begin(op, n, now)
+	l.win = min(l.win, k) // the directory holds a key per slot in one packet
+	l.total = 0
 	l.sp.live, l.sp.maxStep, l.sp.steps = 1, 0, 0
-	l.active = blocks > 0
+	l.active = l.blocks > 0
 	if !l.active {
 		return nil
 	}
