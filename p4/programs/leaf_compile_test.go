@@ -5,10 +5,13 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/switchml/switchml-go/p4/p4info"
+	"github.com/switchml/switchml-go/p4/p4info/shape"
 	"github.com/switchml/switchml-go/p4/p4tools"
 )
 
@@ -116,4 +119,91 @@ func TestTofinoLeafRefused(t *testing.T) {
 	if !strings.Contains(c.output, `error: #error "SWITCHML_LEAF needs Tofino 2`) {
 		t.Errorf("bf-p4c failed without the leaf role's reason:\n%.2000s", c.output)
 	}
+}
+
+// The leaf role compiles for Tofino 2 down to tofino2.bin within its 20
+// stages, and its P4Info is the Tofino 2 program's (every table, action,
+// register and counter, with the same ids) plus the leaf's tables,
+// actions and registers, the two actions taking the 16-bit slot offset.
+func TestTofino2LeafCompiles(t *testing.T) {
+	tools := p4tools.ForTest(t)
+	c := bfp4cLeaf(tools, leafSource(t), "tofino2-leaf", "tofino2", "t2na")
+	if c.err != nil {
+		t.Fatalf("bf-p4c did not compile the leaf role for Tofino 2: %v\n%s", c.err, lastLines(c.output, 60))
+	}
+	if w := warnings(c.output, tnaWarnings...); len(w) > 0 {
+		t.Errorf("bf-p4c warns:\n%s", strings.Join(w, "\n"))
+	}
+	if st, err := os.Stat(filepath.Join(c.dir, "out", "pipe", "tofino2.bin")); err != nil || st.Size() == 0 {
+		t.Errorf("no tofino2.bin: %v", err)
+	}
+	in, eg := stages(t, c)
+	t.Logf("Tofino 2 leaf: %d ingress stages, %d egress stages (of 20)", in, eg)
+	if in > 20 || eg > 20 {
+		t.Errorf("the Tofino 2 leaf uses %d ingress, %d egress stages; Tofino 2 has 20", in, eg)
+	}
+
+	leaf, err := ModelFromText(c.p4info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switchOnly, err := ModelFromText(read(t, "tna/switchml.tofino2.p4info.txtpb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n, tb := range switchOnly.Tables {
+		if got := leaf.Tables[n]; got == nil || got.ID != tb.ID {
+			t.Errorf("table %s (id %#x) is not in the leaf's P4Info with its id: %+v", n, tb.ID, got)
+		}
+	}
+	for n, a := range switchOnly.Actions {
+		if got := leaf.Actions[n]; got == nil || (n != "NoAction" && got.ID != a.ID) {
+			t.Errorf("action %s (id %#x) is not in the leaf's P4Info with its id: %+v", n, a.ID, got)
+		}
+	}
+	for n := range switchOnly.Registers {
+		if leaf.Registers[n] == nil {
+			t.Errorf("register %s is not in the leaf's P4Info", n)
+		}
+	}
+	for n := range switchOnly.Counters {
+		if leaf.Counters[n] == nil {
+			t.Errorf("counter %s is not in the leaf's P4Info", n)
+		}
+	}
+
+	for _, n := range []string{p4info.TableUplink, p4info.TableFromParent} {
+		if leaf.Tables[n] == nil {
+			t.Errorf("the leaf's P4Info has no table %s", n)
+		}
+	}
+	for _, n := range []string{p4info.RegisterPoolWaiting, p4info.RegisterPoolUse} {
+		if leaf.Registers[n] == nil {
+			t.Errorf("the leaf's P4Info has no register %s", n)
+		}
+	}
+	wantParams := map[string][]shape.Param{
+		p4info.ActionSetUplink: {{ID: 1, Name: "port", Width: 9}, {ID: 2, Name: "parent_mac", Width: 48},
+			{ID: 3, Name: "parent_ipv4", Width: 32}, {ID: 4, Name: "parent_port", Width: 16}, {ID: 5, Name: "slot_delta", Width: 16}},
+		p4info.ActionSetParentResult: {{ID: 1, Name: "job_id", Width: 32}, {ID: 2, Name: "mgid", Width: 16}, {ID: 3, Name: "slot_delta", Width: 16}},
+	}
+	for n, want := range wantParams {
+		a := leaf.Actions[n]
+		if a == nil {
+			t.Errorf("the leaf's P4Info has no action %s", n)
+			continue
+		}
+		if !slices.Equal(a.Params, want) {
+			t.Errorf("action %s has parameters %+v, want %+v", n, a.Params, want)
+		}
+	}
+}
+
+// lastLines is the end of a compiler's output, where its errors are.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
