@@ -92,8 +92,8 @@ var (
 		slotBits: 14,
 	}
 	// leafSlotDelta: the controller computes the offset, and the program
-	// adds it to a slot and keeps the slot's 13 bits (TNA, which has no
-	// room for a 32-bit subtraction on the slot).
+	// adds it to a slot and keeps the slot's 13 bits (the TNA leaf, where
+	// 32-bit bases break Tofino 2's action constraints; p4/README.md).
 	leafSlotDelta = leafForm{
 		name:  "the TNA leaf's",
 		param: "slot_delta",
@@ -308,17 +308,16 @@ func Resolve(info *p4configv1.P4Info) (IDs, error) {
 	checkAction(ids.ActionSendARPReply, ActionSendARPReply, []field{{"switch_mac", 1, 48}})
 	// set_uplink tells the leaf's form (or, without it, set_parent_result);
 	// every leaf object is then checked against that form.
-	form := leafBases
 	up, pr := params(ids.ActionSetUplink), params(ids.ActionSetParentResult)
 	switch {
 	case up != nil && up[leafBases.param] != nil && up[leafSlotDelta.param] != nil:
 		errs = append(errs, fmt.Errorf("action %s has both parameters %s (the v1model leaf) and %s (the TNA leaf): the controller writes one form", ActionSetUplink, leafBases.param, leafSlotDelta.param))
-	case up != nil && up[leafSlotDelta.param] != nil, up == nil && pr != nil && pr[leafSlotDelta.param] != nil:
-		form = leafSlotDelta
+	case up != nil && up[leafSlotDelta.param] != nil, up == nil && pr[leafSlotDelta.param] != nil:
+		ids.LeafSlotDelta = true
 	case up != nil && up[leafBases.param] == nil:
 		errs = append(errs, fmt.Errorf("action %s has neither parameter %s (32 bits, the v1model leaf) nor %s (16 bits, the TNA leaf)", ActionSetUplink, leafBases.param, leafSlotDelta.param))
 	}
-	ids.LeafSlotDelta = form.param == leafSlotDelta.param && (up != nil || pr != nil)
+	form := ids.leafForm()
 	note = " (" + form.name + " form)"
 	checkTable(ids.TableUplink, TableUplink, []field{{"meta.job_id", UplinkJobID, 32}})
 	checkAction(ids.ActionSetUplink, ActionSetUplink, form.uplink)
