@@ -86,7 +86,11 @@ type Uplink struct {
 // P4Info: its SwitchMLIngress.uplink entry (where its partial sums go) and
 // its SwitchMLIngress.from_parent entry (the parent's address and the
 // job's slot range there: packets that are the job's results). DELETE needs
-// only the keys; for it, withAction is false.
+// only the keys; for it, withAction is false. The actions locate the job's
+// slots at the parent in the program's form (IDs.LeafSlotDelta): both
+// partitions' bases, or the offset from one partition to the other mod
+// 65536, which the program adds to a slot of 13 bits; there both
+// partitions must lie within the 8192 slots.
 func UplinkEntries(ids IDs, u Uplink, withAction bool) (uplink, fromParent *p4v1.TableEntry, err error) {
 	if !ids.Leaf() {
 		return nil, nil, fmt.Errorf("p4info: the pipeline has no %s and %s tables: this program cannot be a leaf of a tree", TableUplink, TableFromParent)
@@ -95,12 +99,18 @@ func UplinkEntries(ids IDs, u Uplink, withAction bool) (uplink, fromParent *p4v1
 	if err != nil {
 		return nil, nil, fmt.Errorf("p4info: parent of job %d: %w", u.JobID, err)
 	}
+	form := ids.leafForm()
 	last := uint64(u.ParentBase) + uint64(u.PoolSize) - 1
 	switch {
 	case u.PoolSize == 0:
 		return nil, nil, fmt.Errorf("p4info: uplink of job %d has an empty partition", u.JobID)
-	case last >= 1<<fromParentSlotBits:
-		return nil, nil, fmt.Errorf("p4info: uplink of job %d: slots %d..%d at the parent exceed the program's %d-bit slot numbers", u.JobID, u.ParentBase, last, fromParentSlotBits)
+	case last >= 1<<form.slotBits:
+		return nil, nil, fmt.Errorf("p4info: uplink of job %d: slots %d..%d at the parent exceed the program's %d-bit slot numbers", u.JobID, u.ParentBase, last, form.slotBits)
+	case ids.LeafSlotDelta && uint64(u.PoolBase)+uint64(u.PoolSize) > 1<<form.slotBits:
+		// A slot plus the offset wraps at 8192: a partition beyond would
+		// land on other slots.
+		return nil, nil, fmt.Errorf("p4info: uplink of job %d: slots %d..%d on the leaf exceed the program's %d-bit slot numbers (place the job's partition below slot %d)",
+			u.JobID, u.PoolBase, uint64(u.PoolBase)+uint64(u.PoolSize)-1, form.slotBits, 1<<form.slotBits)
 	case u.Port >= 1<<uplinkPortBits:
 		return nil, nil, fmt.Errorf("p4info: uplink of job %d: port %d exceeds the program's %d-bit ports", u.JobID, u.Port, uplinkPortBits)
 	}
@@ -112,25 +122,27 @@ func UplinkEntries(ids IDs, u Uplink, withAction bool) (uplink, fromParent *p4v1
 		Range(FromParentSlotID, uint64(u.ParentBase), last),
 	}}
 	if withAction {
-		uplink.Action = &p4v1.TableAction{Type: &p4v1.TableAction_Action{Action: &p4v1.Action{
-			ActionId: ids.ActionSetUplink,
-			Params: []*p4v1.Action_Param{
-				Param(SetUplinkPort, uint64(u.Port)),
-				Param(SetUplinkParentMAC, MAC(u.ParentMAC)),
-				Param(SetUplinkParentIPv4, uint64(ip)),
-				Param(SetUplinkParentPort, uint64(u.Parent.Port())),
-				Param(SetUplinkParentBase, uint64(u.ParentBase)),
-			},
-		}}}
-		fromParent.Action = &p4v1.TableAction{Type: &p4v1.TableAction_Action{Action: &p4v1.Action{
-			ActionId: ids.ActionSetParentResult,
-			Params: []*p4v1.Action_Param{
-				Param(SetParentResultJobID, uint64(u.JobID)),
-				Param(SetParentResultMgid, uint64(u.MulticastGroup)),
-				Param(SetParentResultPoolBase, uint64(u.PoolBase)),
-				Param(SetParentResultParentBase, uint64(u.ParentBase)),
-			},
-		}}}
+		upParams := []*p4v1.Action_Param{
+			Param(SetUplinkPort, uint64(u.Port)),
+			Param(SetUplinkParentMAC, MAC(u.ParentMAC)),
+			Param(SetUplinkParentIPv4, uint64(ip)),
+			Param(SetUplinkParentPort, uint64(u.Parent.Port())),
+		}
+		prParams := []*p4v1.Action_Param{
+			Param(SetParentResultJobID, uint64(u.JobID)),
+			Param(SetParentResultMgid, uint64(u.MulticastGroup)),
+		}
+		if ids.LeafSlotDelta {
+			// Unsigned differences wrap: uint16 keeps them mod 65536,
+			// which is the offset mod 8192 too.
+			upParams = append(upParams, Param(SetUplinkSlotDelta, uint64(uint16(u.ParentBase-u.PoolBase))))
+			prParams = append(prParams, Param(SetParentResultSlotDelta, uint64(uint16(u.PoolBase-u.ParentBase))))
+		} else {
+			upParams = append(upParams, Param(SetUplinkParentBase, uint64(u.ParentBase)))
+			prParams = append(prParams, Param(SetParentResultPoolBase, uint64(u.PoolBase)), Param(SetParentResultParentBase, uint64(u.ParentBase)))
+		}
+		uplink.Action = &p4v1.TableAction{Type: &p4v1.TableAction_Action{Action: &p4v1.Action{ActionId: ids.ActionSetUplink, Params: upParams}}}
+		fromParent.Action = &p4v1.TableAction{Type: &p4v1.TableAction_Action{Action: &p4v1.Action{ActionId: ids.ActionSetParentResult, Params: prParams}}}
 	}
 	return uplink, fromParent, nil
 }

@@ -20,9 +20,9 @@ const (
 	// the pool needs no reset.
 	RegisterPoolTag = "SwitchMLIngress.pool_tag"
 
-	// The leaf role of a two-level tree (v1model): a job's uplink to its
-	// parent switch, the table that recognises the parent's results, and
-	// the registers of a use that waits for them.
+	// The leaf role of a two-level tree (v1model, and TNA for Tofino 2): a
+	// job's uplink to its parent switch, the table that recognises the
+	// parent's results, and the registers of a use that waits for them.
 	TableUplink           = "SwitchMLIngress.uplink"
 	ActionSetUplink       = "SwitchMLIngress.set_uplink"
 	TableFromParent       = "SwitchMLIngress.from_parent"
@@ -36,26 +36,82 @@ const (
 	UplinkJobID         uint32 = 1 // meta.job_id, 32 bits
 	FromParentSrcAddrID uint32 = 1 // hdr.ipv4.src_addr, 32 bits
 	FromParentSrcPortID uint32 = 2 // hdr.udp.src_port, 16 bits
-	FromParentSlotID    uint32 = 3 // hdr.switchml.slot, 14 bits, range
+	FromParentSlotID    uint32 = 3 // hdr.switchml.slot, range: 14 bits (v1model), 13 (TNA)
 
-	fromParentSlotBits = 14
-	uplinkPortBits     = 9
+	uplinkPortBits = 9
 )
 
 // Parameter ids of SwitchMLIngress.set_uplink and
-// SwitchMLIngress.set_parent_result.
+// SwitchMLIngress.set_parent_result. The two programs locate a job's slots
+// at the parent in two forms: the v1model leaf takes both partitions'
+// bases, the TNA leaf one slot_delta per direction (IDs.LeafSlotDelta).
 const (
 	SetUplinkPort       uint32 = 1 // 9 bits: the switch port cabled to the parent
 	SetUplinkParentMAC  uint32 = 2 // 48 bits
 	SetUplinkParentIPv4 uint32 = 3 // 32 bits
 	SetUplinkParentPort uint32 = 4 // 16 bits
-	SetUplinkParentBase uint32 = 5 // 32 bits: the job's first slot at the parent
+	SetUplinkParentBase uint32 = 5 // v1model, 32 bits: the job's first slot at the parent
+	SetUplinkSlotDelta  uint32 = 5 // TNA, 16 bits: (parent_base - pool_base) mod 65536
 
 	SetParentResultJobID      uint32 = 1 // 32 bits
 	SetParentResultMgid       uint32 = 2 // 16 bits
-	SetParentResultPoolBase   uint32 = 3 // 32 bits
-	SetParentResultParentBase uint32 = 4 // 32 bits
+	SetParentResultPoolBase   uint32 = 3 // v1model, 32 bits
+	SetParentResultParentBase uint32 = 4 // v1model, 32 bits
+	SetParentResultSlotDelta  uint32 = 3 // TNA, 16 bits: (pool_base - parent_base) mod 65536
 )
+
+// field is a match field or an action parameter as the controller writes
+// it.
+type field struct {
+	name  string
+	id    uint32
+	width int32
+}
+
+// leafForm is one form of the leaf role's actions: the parameters that
+// locate a job's slots at the parent, and the width of the slots that
+// from_parent matches.
+type leafForm struct {
+	name         string // says which program has it, in errors
+	param        string // set_uplink's parameter that tells the form
+	uplink       []field
+	parentResult []field
+	slotBits     int32
+}
+
+var (
+	// leafBases: slot PoolBase+i at the leaf is slot ParentBase+i at the
+	// parent; the program computes the offset (v1model).
+	leafBases = leafForm{
+		name:  "the v1model leaf's",
+		param: "parent_base",
+		uplink: []field{{"port", SetUplinkPort, uplinkPortBits}, {"parent_mac", SetUplinkParentMAC, 48},
+			{"parent_ipv4", SetUplinkParentIPv4, 32}, {"parent_port", SetUplinkParentPort, 16}, {"parent_base", SetUplinkParentBase, 32}},
+		parentResult: []field{{"job_id", SetParentResultJobID, 32}, {"mgid", SetParentResultMgid, 16},
+			{"pool_base", SetParentResultPoolBase, 32}, {"parent_base", SetParentResultParentBase, 32}},
+		slotBits: 14,
+	}
+	// leafSlotDelta: the controller computes the offset, and the program
+	// adds it to a slot and keeps the slot's 13 bits (the TNA leaf, where
+	// 32-bit bases break Tofino 2's action constraints; p4/README.md).
+	leafSlotDelta = leafForm{
+		name:  "the TNA leaf's",
+		param: "slot_delta",
+		uplink: []field{{"port", SetUplinkPort, uplinkPortBits}, {"parent_mac", SetUplinkParentMAC, 48},
+			{"parent_ipv4", SetUplinkParentIPv4, 32}, {"parent_port", SetUplinkParentPort, 16}, {"slot_delta", SetUplinkSlotDelta, 16}},
+		parentResult: []field{{"job_id", SetParentResultJobID, 32}, {"mgid", SetParentResultMgid, 16}, {"slot_delta", SetParentResultSlotDelta, 16}},
+		slotBits:     13,
+	}
+)
+
+// leafForm is the form of the leaf role's actions that the ids' program
+// has.
+func (ids IDs) leafForm() leafForm {
+	if ids.LeafSlotDelta {
+		return leafSlotDelta
+	}
+	return leafBases
+}
 
 // IDs are the ids a controller uses, as one P4Info assigns them. The main
 // P4Info, the v1model program and the software switch share the constants of
@@ -79,6 +135,13 @@ type IDs struct {
 	// The leaf role's tables; zero in a program that cannot be a leaf.
 	TableUplink, ActionSetUplink           uint32
 	TableFromParent, ActionSetParentResult uint32
+	// LeafSlotDelta is true where the leaf's set_uplink and
+	// set_parent_result take one 16-bit slot_delta each, the offset
+	// between the job's partitions at the leaf and at the parent that the
+	// controller computes, and its slots are 13 bits (the TNA leaf); false
+	// where they take both partitions' 32-bit bases (the v1model leaf) or
+	// the program has no leaf role.
+	LeafSlotDelta bool
 }
 
 // Leaf reports whether the program can be a leaf of a two-level tree (it
@@ -164,11 +227,6 @@ func Resolve(info *p4configv1.P4Info) (IDs, error) {
 	ids.TableFromParent = find(tables, "table", TableFromParent, false)
 	ids.ActionSetParentResult = find(actions, "action", ActionSetParentResult, false)
 
-	type field struct {
-		name  string
-		id    uint32
-		width int32
-	}
 	checkTable := func(id uint32, name string, want []field) {
 		if id == 0 {
 			return
@@ -194,6 +252,25 @@ func Resolve(info *p4configv1.P4Info) (IDs, error) {
 			}
 		}
 	}
+	// params is the action's parameters by name (nil when it is absent).
+	params := func(id uint32) map[string]*p4configv1.Action_Param {
+		if id == 0 {
+			return nil
+		}
+		for _, a := range info.GetActions() {
+			if a.GetPreamble().GetId() == id {
+				out := map[string]*p4configv1.Action_Param{}
+				for _, p := range a.GetParams() {
+					out[p.GetName()] = p
+				}
+				return out
+			}
+		}
+		return nil
+	}
+	// note follows a missing parameter: the form the program was taken to
+	// have, for the leaf's actions.
+	note := ""
 	checkAction := func(id uint32, name string, want []field) {
 		if id == 0 {
 			return
@@ -211,7 +288,7 @@ func Resolve(info *p4configv1.P4Info) (IDs, error) {
 				}
 				switch {
 				case got == nil:
-					errs = append(errs, fmt.Errorf("action %s has no parameter %s", name, w.name))
+					errs = append(errs, fmt.Errorf("action %s has no parameter %s%s", name, w.name, note))
 				case got.GetId() != w.id || got.GetBitwidth() != w.width:
 					errs = append(errs, fmt.Errorf("action %s parameter %s is id %d, %d bits; the controller writes id %d, %d bits",
 						name, w.name, got.GetId(), got.GetBitwidth(), w.id, w.width))
@@ -229,13 +306,24 @@ func Resolve(info *p4configv1.P4Info) (IDs, error) {
 	checkAction(ids.ActionSetDropRates, ActionSetDropRates, []field{{"ingress_drop_rate", 1, 16}, {"egress_drop_rate", 2, 16}})
 	checkTable(ids.TableARPReply, TableARPReply, []field{{"hdr.arp.target_proto_addr", 1, 32}})
 	checkAction(ids.ActionSendARPReply, ActionSendARPReply, []field{{"switch_mac", 1, 48}})
+	// set_uplink tells the leaf's form (or, without it, set_parent_result);
+	// every leaf object is then checked against that form.
+	up, pr := params(ids.ActionSetUplink), params(ids.ActionSetParentResult)
+	switch {
+	case up != nil && up[leafBases.param] != nil && up[leafSlotDelta.param] != nil:
+		errs = append(errs, fmt.Errorf("action %s has both parameters %s (the v1model leaf) and %s (the TNA leaf): the controller writes one form", ActionSetUplink, leafBases.param, leafSlotDelta.param))
+	case up != nil && up[leafSlotDelta.param] != nil, up == nil && pr[leafSlotDelta.param] != nil:
+		ids.LeafSlotDelta = true
+	case up != nil && up[leafBases.param] == nil:
+		errs = append(errs, fmt.Errorf("action %s has neither parameter %s (32 bits, the v1model leaf) nor %s (16 bits, the TNA leaf)", ActionSetUplink, leafBases.param, leafSlotDelta.param))
+	}
+	form := ids.leafForm()
+	note = " (" + form.name + " form)"
 	checkTable(ids.TableUplink, TableUplink, []field{{"meta.job_id", UplinkJobID, 32}})
-	checkAction(ids.ActionSetUplink, ActionSetUplink, []field{{"port", SetUplinkPort, uplinkPortBits}, {"parent_mac", SetUplinkParentMAC, 48},
-		{"parent_ipv4", SetUplinkParentIPv4, 32}, {"parent_port", SetUplinkParentPort, 16}, {"parent_base", SetUplinkParentBase, 32}})
+	checkAction(ids.ActionSetUplink, ActionSetUplink, form.uplink)
 	checkTable(ids.TableFromParent, TableFromParent, []field{{"hdr.ipv4.src_addr", FromParentSrcAddrID, 32},
-		{"hdr.udp.src_port", FromParentSrcPortID, 16}, {"hdr.switchml.slot", FromParentSlotID, fromParentSlotBits}})
-	checkAction(ids.ActionSetParentResult, ActionSetParentResult, []field{{"job_id", SetParentResultJobID, 32}, {"mgid", SetParentResultMgid, 16},
-		{"pool_base", SetParentResultPoolBase, 32}, {"parent_base", SetParentResultParentBase, 32}})
+		{"hdr.udp.src_port", FromParentSrcPortID, 16}, {"hdr.switchml.slot", FromParentSlotID, form.slotBits}})
+	checkAction(ids.ActionSetParentResult, ActionSetParentResult, form.parentResult)
 	if len(errs) > 0 {
 		return IDs{}, fmt.Errorf("p4info: not the SwitchML pipeline the controller drives: %w", errors.Join(errs...))
 	}

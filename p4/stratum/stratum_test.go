@@ -132,6 +132,8 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 func TestStratumJobControlTraffic(t *testing.T) {
 	t.Run("tofino", func(t *testing.T) { runStratumJob(t, "tofino", tna.P4InfoText, false) })
 	t.Run("tofino2", func(t *testing.T) { runStratumJob(t, "tofino2", tna.P4InfoTofino2Text, false) })
+	// The leaf role's program runs as a plain switch: no uplink entries.
+	t.Run("tofino2 leaf", func(t *testing.T) { runStratumJob(t, "tofino2", tna.P4InfoTofino2LeafText, false) })
 	// A controller that finds the pipeline running (an earlier controller
 	// pushed it) cannot know which job ids that one used: a reused id
 	// would match a finished job's tag, so it resets the pool all the same.

@@ -1,10 +1,14 @@
 package targets
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 
 	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
+	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/programs"
 	"github.com/switchml/switchml-go/p4/stratum"
 	"github.com/switchml/switchml-go/p4/tna"
@@ -14,7 +18,7 @@ import (
 // docs/tofino.md). Its device config is Stratum's BfPipelineConfig, packed
 // from bf-p4c's output directory or read as "switchml p4 pack" wrote it;
 // a program compiled for Tofino 2 has its own P4Info (the per-slot job
-// tag). Registers are written over P4Runtime.
+// tag), and so has its leaf role. Registers are written over P4Runtime.
 func init() {
 	Register(Target{
 		Kind:              Tofino,
@@ -44,17 +48,45 @@ func ReadDeviceConfig(path string) ([]byte, error) {
 }
 
 // tofinoP4Info is the P4Info of the program compiled in deviceConfig: the
-// Tofino 2 one for bf-p4c's output directory of a Tofino 2 build, else
-// the Tofino 1 one.
+// Tofino 2 one for bf-p4c's output directory of a Tofino 2 build (the
+// leaf role's where the build has it), else the Tofino 1 one.
 func tofinoP4Info(deviceConfig string) (*p4configv1.P4Info, error) {
 	text := tna.P4InfoText
 	if st, err := os.Stat(deviceConfig); err == nil && st.IsDir() {
 		// An unreadable manifest is the device config's to report.
 		if chip, _ := stratum.Target(deviceConfig); chip == "tofino2" {
 			text = tna.P4InfoTofino2Text
+			if hasLeafRole(deviceConfig) {
+				text = tna.P4InfoTofino2LeafText
+			}
 		}
 	}
 	return ParseP4Info(text)
+}
+
+// hasLeafRole reports whether the program bf-p4c compiled into dir has
+// the leaf role (-DSWITCHML_LEAF): its bfrt.json lists the uplink table
+// under the pipeline instance ("pipe.SwitchMLIngress.uplink"). An
+// unreadable bfrt.json is the device config's to report.
+func hasLeafRole(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "bfrt.json"))
+	if err != nil {
+		return false
+	}
+	var bfrt struct {
+		Tables []struct {
+			Name string `json:"name"`
+		} `json:"tables"`
+	}
+	if json.Unmarshal(b, &bfrt) != nil {
+		return false
+	}
+	for _, t := range bfrt.Tables {
+		if t.Name == p4info.TableUplink || strings.HasSuffix(t.Name, "."+p4info.TableUplink) {
+			return true
+		}
+	}
+	return false
 }
 
 // tofinoDeviceConfig is what --device-config gives a Tofino: bf-p4c's

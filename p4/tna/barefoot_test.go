@@ -18,7 +18,7 @@ func TestP4InfoParsesAndRoundTrips(t *testing.T) {
 	for name, c := range map[string]struct {
 		text      []byte
 		registers int
-	}{"tofino": {P4InfoText, 35}, "tofino2": {P4InfoTofino2Text, 36}} {
+	}{"tofino": {P4InfoText, 35}, "tofino2": {P4InfoTofino2Text, 36}, "tofino2 leaf": {P4InfoTofino2LeafText, 38}} {
 		info := &p4configv1.P4Info{}
 		if err := prototext.Unmarshal(c.text, info); err != nil {
 			t.Fatalf("%s: %v", name, err)

@@ -17,3 +17,12 @@ var P4InfoText []byte
 //
 //go:embed switchml.tofino2.p4info.txtpb
 var P4InfoTofino2Text []byte
+
+// P4InfoTofino2LeafText is switchml.tofino2-leaf.p4info.txtpb, the P4Info
+// bf-p4c writes for the leaf role of a two-level tree (the template
+// expanded with "gen -leaf", compiled for Tofino 2 with -DSWITCHML_LEAF):
+// the Tofino 2 P4Info plus tables uplink and from_parent, whose actions
+// take a 16-bit slot_delta, and registers pool_waiting and pool_use.
+//
+//go:embed switchml.tofino2-leaf.p4info.txtpb
+var P4InfoTofino2LeafText []byte
