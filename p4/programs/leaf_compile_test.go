@@ -122,9 +122,10 @@ func TestTofinoLeafRefused(t *testing.T) {
 }
 
 // The leaf role compiles for Tofino 2 down to tofino2.bin within its 20
-// stages, and its P4Info is the Tofino 2 program's (every table, action,
-// register and counter, with the same ids) plus the leaf's tables,
-// actions and registers, the two actions taking the 16-bit slot offset.
+// stages, writing exactly the checked-in tna/switchml.tofino2-leaf.p4info.txtpb;
+// that P4Info is the Tofino 2 program's (every table, action, register and
+// counter, with the same ids) plus the leaf's tables, actions and
+// registers, the two actions taking the 16-bit slot offset.
 func TestTofino2LeafCompiles(t *testing.T) {
 	tools := p4tools.ForTest(t)
 	c := bfp4cLeaf(tools, leafSource(t), "tofino2-leaf", "tofino2", "t2na")
@@ -136,6 +137,10 @@ func TestTofino2LeafCompiles(t *testing.T) {
 	}
 	if st, err := os.Stat(filepath.Join(c.dir, "out", "pipe", "tofino2.bin")); err != nil || st.Size() == 0 {
 		t.Errorf("no tofino2.bin: %v", err)
+	}
+	// The P4Info the controller resolves the leaf's slot_delta actions from.
+	if !equalP4Info(t, c.p4info, read(t, "tna/switchml.tofino2-leaf.p4info.txtpb")) {
+		t.Error("tna/switchml.tofino2-leaf.p4info.txtpb is not what bf-p4c writes for the leaf role on Tofino 2: copy the compiler's P4Info over it (keep the header comment)")
 	}
 	in, eg := stages(t, c)
 	t.Logf("Tofino 2 leaf: %d ingress stages, %d egress stages (of 20)", in, eg)
