@@ -188,146 +188,180 @@ func preambles[T interface{ GetPreamble() *p4configv1.Preamble }](xs []T) []*p4c
 // that a P4Info of another program, or of another version of this one, is
 // refused before anything is written to the switch.
 func Resolve(info *p4configv1.P4Info) (IDs, error) {
-	var ids IDs
-	var errs []error
-	tables, actions := preambles(info.GetTables()), preambles(info.GetActions())
-	find := func(pres []*p4configv1.Preamble, kind, name string, required bool) uint32 {
-		p := lookup(pres, name)
-		if p == nil {
-			if required {
-				errs = append(errs, fmt.Errorf("no %s %s", kind, name))
-			}
-			return 0
-		}
-		return p.GetId()
-	}
-	ids.TableWorkers = find(tables, "table", TableWorkers, true)
-	ids.TableReplyAddress = find(tables, "table", TableReplyAddress, true)
-	ids.ActionSetWorker = find(actions, "action", ActionSetWorker, true)
-	ids.ActionSetReply = find(actions, "action", ActionSetReply, true)
-	ids.CounterStats = find(preambles(info.GetCounters()), "counter", CounterStats, false)
-	if ids.CounterStats == 0 {
-		// TNA counters are Tofino externs, listed apart from P4 counters.
-		ids.CounterStats = find(externPreambles(info), "counter", CounterStats, true)
-	}
-	regs := append(preambles(info.GetRegisters()), externPreambles(info)...)
-	ids.RegisterPoolCount = find(regs, "register", RegisterPoolCount, true)
-	ids.RegisterPoolBitmap = find(regs, "register", RegisterPoolBitmap, false)
-	ids.RegisterPoolBitmapPair = find(regs, "register", RegisterPoolBitmapPair, false)
-	if ids.RegisterPoolBitmap == 0 && ids.RegisterPoolBitmapPair == 0 {
-		errs = append(errs, fmt.Errorf("no register %s (or %s)", RegisterPoolBitmap, RegisterPoolBitmapPair))
-	}
-	ids.RegisterPoolTag = find(regs, "register", RegisterPoolTag, false)
-	ids.TableDropSimulator = find(tables, "table", TableDropSimulator, false)
-	ids.ActionSetDropRates = find(actions, "action", ActionSetDropRates, false)
-	ids.TableARPReply = find(tables, "table", TableARPReply, false)
-	ids.ActionSendARPReply = find(actions, "action", ActionSendARPReply, false)
-	ids.TableUplink = find(tables, "table", TableUplink, false)
-	ids.ActionSetUplink = find(actions, "action", ActionSetUplink, false)
-	ids.TableFromParent = find(tables, "table", TableFromParent, false)
-	ids.ActionSetParentResult = find(actions, "action", ActionSetParentResult, false)
-
-	checkTable := func(id uint32, name string, want []field) {
-		if id == 0 {
-			return
-		}
-		for _, t := range info.GetTables() {
-			if t.GetPreamble().GetId() != id {
-				continue
-			}
-			for _, w := range want {
-				var got *p4configv1.MatchField
-				for _, mf := range t.GetMatchFields() {
-					if mf.GetName() == w.name {
-						got = mf
-					}
-				}
-				switch {
-				case got == nil:
-					errs = append(errs, fmt.Errorf("table %s has no match field %s", name, w.name))
-				case got.GetId() != w.id || got.GetBitwidth() != w.width:
-					errs = append(errs, fmt.Errorf("table %s match field %s is id %d, %d bits; the controller writes id %d, %d bits",
-						name, w.name, got.GetId(), got.GetBitwidth(), w.id, w.width))
-				}
-			}
-		}
-	}
-	// params is the action's parameters by name (nil when it is absent).
-	params := func(id uint32) map[string]*p4configv1.Action_Param {
-		if id == 0 {
-			return nil
-		}
-		for _, a := range info.GetActions() {
-			if a.GetPreamble().GetId() == id {
-				out := map[string]*p4configv1.Action_Param{}
-				for _, p := range a.GetParams() {
-					out[p.GetName()] = p
-				}
-				return out
-			}
-		}
-		return nil
-	}
-	// note follows a missing parameter: the form the program was taken to
-	// have, for the leaf's actions.
-	note := ""
-	checkAction := func(id uint32, name string, want []field) {
-		if id == 0 {
-			return
-		}
-		for _, a := range info.GetActions() {
-			if a.GetPreamble().GetId() != id {
-				continue
-			}
-			for _, w := range want {
-				var got *p4configv1.Action_Param
-				for _, p := range a.GetParams() {
-					if p.GetName() == w.name {
-						got = p
-					}
-				}
-				switch {
-				case got == nil:
-					errs = append(errs, fmt.Errorf("action %s has no parameter %s%s", name, w.name, note))
-				case got.GetId() != w.id || got.GetBitwidth() != w.width:
-					errs = append(errs, fmt.Errorf("action %s parameter %s is id %d, %d bits; the controller writes id %d, %d bits",
-						name, w.name, got.GetId(), got.GetBitwidth(), w.id, w.width))
-				}
-			}
-		}
-	}
-	checkTable(ids.TableWorkers, TableWorkers, []field{{"hdr.ipv4.src_addr", WorkersSrcAddrID, 32}, {"hdr.udp.src_port", WorkersSrcPortID, 16}})
-	checkTable(ids.TableReplyAddress, TableReplyAddress, []field{{"meta.job_id", ReplyJobID, 32}, {"meta.rank", ReplyRankID, 16}, {"meta.lane", ReplyLaneID, 8}})
-	checkAction(ids.ActionSetWorker, ActionSetWorker, []field{
-		{"job_id", SetWorkerJobID, 32}, {"rank", SetWorkerRank, 16}, {"num_workers", SetWorkerNumWorkers, 16},
-		{"mgid", SetWorkerMgid, 16}, {"lane", SetWorkerLane, 8}, {"pool_base", SetWorkerPoolBase, 32}, {"pool_size", SetWorkerPoolSize, 32}})
-	checkAction(ids.ActionSetReply, ActionSetReply, []field{{"dst_mac", SetReplyDstMAC, 48}, {"dst_ipv4", SetReplyDstIPv4, 32}, {"dst_port", SetReplyDstPort, 16}})
-	checkTable(ids.TableDropSimulator, TableDropSimulator, []field{{"meta.job_id", 1, 32}, {"meta.rank", 2, 16}})
-	checkAction(ids.ActionSetDropRates, ActionSetDropRates, []field{{"ingress_drop_rate", 1, 16}, {"egress_drop_rate", 2, 16}})
-	checkTable(ids.TableARPReply, TableARPReply, []field{{"hdr.arp.target_proto_addr", 1, 32}})
-	checkAction(ids.ActionSendARPReply, ActionSendARPReply, []field{{"switch_mac", 1, 48}})
-	// set_uplink tells the leaf's form (or, without it, set_parent_result);
-	// every leaf object is then checked against that form.
-	up, pr := params(ids.ActionSetUplink), params(ids.ActionSetParentResult)
-	switch {
-	case up != nil && up[leafBases.param] != nil && up[leafSlotDelta.param] != nil:
-		errs = append(errs, fmt.Errorf("action %s has both parameters %s (the v1model leaf) and %s (the TNA leaf): the controller writes one form", ActionSetUplink, leafBases.param, leafSlotDelta.param))
-	case up != nil && up[leafSlotDelta.param] != nil, up == nil && pr[leafSlotDelta.param] != nil:
-		ids.LeafSlotDelta = true
-	case up != nil && up[leafBases.param] == nil:
-		errs = append(errs, fmt.Errorf("action %s has neither parameter %s (32 bits, the v1model leaf) nor %s (16 bits, the TNA leaf)", ActionSetUplink, leafBases.param, leafSlotDelta.param))
-	}
-	form := ids.leafForm()
-	note = " (" + form.name + " form)"
-	checkTable(ids.TableUplink, TableUplink, []field{{"meta.job_id", UplinkJobID, 32}})
-	checkAction(ids.ActionSetUplink, ActionSetUplink, form.uplink)
-	checkTable(ids.TableFromParent, TableFromParent, []field{{"hdr.ipv4.src_addr", FromParentSrcAddrID, 32},
-		{"hdr.udp.src_port", FromParentSrcPortID, 16}, {"hdr.switchml.slot", FromParentSlotID, form.slotBits}})
-	checkAction(ids.ActionSetParentResult, ActionSetParentResult, form.parentResult)
-	if len(errs) > 0 {
-		return IDs{}, fmt.Errorf("p4info: not the SwitchML pipeline the controller drives: %w", errors.Join(errs...))
+	r := &resolver{info: info}
+	ids := r.objects()
+	r.checkMain(ids)
+	ids.LeafSlotDelta = r.leafSlotDelta(ids)
+	r.checkLeaf(ids)
+	if len(r.errs) > 0 {
+		return IDs{}, fmt.Errorf("p4info: not the SwitchML pipeline the controller drives: %w", errors.Join(r.errs...))
 	}
 	return ids, nil
+}
+
+// resolver is one Resolve: the P4Info, and every problem found in it.
+type resolver struct {
+	info *p4configv1.P4Info
+	errs []error
+	// note follows a missing parameter: the form the program was taken to
+	// have, for the leaf's actions.
+	note string
+}
+
+func (r *resolver) errorf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Errorf(format, args...))
+}
+
+// find is the id of the object named name among pres, 0 when there is none
+// (a problem when it is required).
+func (r *resolver) find(pres []*p4configv1.Preamble, kind, name string, required bool) uint32 {
+	p := lookup(pres, name)
+	if p == nil {
+		if required {
+			r.errorf("no %s %s", kind, name)
+		}
+		return 0
+	}
+	return p.GetId()
+}
+
+// objects finds the ids of every object the controller uses.
+func (r *resolver) objects() IDs {
+	var ids IDs
+	info := r.info
+	tables, actions := preambles(info.GetTables()), preambles(info.GetActions())
+	ids.TableWorkers = r.find(tables, "table", TableWorkers, true)
+	ids.TableReplyAddress = r.find(tables, "table", TableReplyAddress, true)
+	ids.ActionSetWorker = r.find(actions, "action", ActionSetWorker, true)
+	ids.ActionSetReply = r.find(actions, "action", ActionSetReply, true)
+	ids.CounterStats = r.find(preambles(info.GetCounters()), "counter", CounterStats, false)
+	if ids.CounterStats == 0 {
+		// TNA counters are Tofino externs, listed apart from P4 counters.
+		ids.CounterStats = r.find(externPreambles(info), "counter", CounterStats, true)
+	}
+	regs := append(preambles(info.GetRegisters()), externPreambles(info)...)
+	ids.RegisterPoolCount = r.find(regs, "register", RegisterPoolCount, true)
+	ids.RegisterPoolBitmap = r.find(regs, "register", RegisterPoolBitmap, false)
+	ids.RegisterPoolBitmapPair = r.find(regs, "register", RegisterPoolBitmapPair, false)
+	if ids.RegisterPoolBitmap == 0 && ids.RegisterPoolBitmapPair == 0 {
+		r.errorf("no register %s (or %s)", RegisterPoolBitmap, RegisterPoolBitmapPair)
+	}
+	ids.RegisterPoolTag = r.find(regs, "register", RegisterPoolTag, false)
+	ids.TableDropSimulator = r.find(tables, "table", TableDropSimulator, false)
+	ids.ActionSetDropRates = r.find(actions, "action", ActionSetDropRates, false)
+	ids.TableARPReply = r.find(tables, "table", TableARPReply, false)
+	ids.ActionSendARPReply = r.find(actions, "action", ActionSendARPReply, false)
+	ids.TableUplink = r.find(tables, "table", TableUplink, false)
+	ids.ActionSetUplink = r.find(actions, "action", ActionSetUplink, false)
+	ids.TableFromParent = r.find(tables, "table", TableFromParent, false)
+	ids.ActionSetParentResult = r.find(actions, "action", ActionSetParentResult, false)
+	return ids
+}
+
+// checkMain checks the fields and parameters of the switch's own tables
+// and actions.
+func (r *resolver) checkMain(ids IDs) {
+	r.checkTable(ids.TableWorkers, TableWorkers, []field{{"hdr.ipv4.src_addr", WorkersSrcAddrID, 32}, {"hdr.udp.src_port", WorkersSrcPortID, 16}})
+	r.checkTable(ids.TableReplyAddress, TableReplyAddress, []field{{"meta.job_id", ReplyJobID, 32}, {"meta.rank", ReplyRankID, 16}, {"meta.lane", ReplyLaneID, 8}})
+	r.checkAction(ids.ActionSetWorker, ActionSetWorker, []field{
+		{"job_id", SetWorkerJobID, 32}, {"rank", SetWorkerRank, 16}, {"num_workers", SetWorkerNumWorkers, 16},
+		{"mgid", SetWorkerMgid, 16}, {"lane", SetWorkerLane, 8}, {"pool_base", SetWorkerPoolBase, 32}, {"pool_size", SetWorkerPoolSize, 32}})
+	r.checkAction(ids.ActionSetReply, ActionSetReply, []field{{"dst_mac", SetReplyDstMAC, 48}, {"dst_ipv4", SetReplyDstIPv4, 32}, {"dst_port", SetReplyDstPort, 16}})
+	r.checkTable(ids.TableDropSimulator, TableDropSimulator, []field{{"meta.job_id", 1, 32}, {"meta.rank", 2, 16}})
+	r.checkAction(ids.ActionSetDropRates, ActionSetDropRates, []field{{"ingress_drop_rate", 1, 16}, {"egress_drop_rate", 2, 16}})
+	r.checkTable(ids.TableARPReply, TableARPReply, []field{{"hdr.arp.target_proto_addr", 1, 32}})
+	r.checkAction(ids.ActionSendARPReply, ActionSendARPReply, []field{{"switch_mac", 1, 48}})
+}
+
+// leafSlotDelta tells the leaf's form from set_uplink's parameters (or,
+// without set_uplink, set_parent_result's): true for the TNA leaf's
+// slot_delta.
+func (r *resolver) leafSlotDelta(ids IDs) bool {
+	up, pr := r.params(ids.ActionSetUplink), r.params(ids.ActionSetParentResult)
+	switch {
+	case up != nil && up[leafBases.param] != nil && up[leafSlotDelta.param] != nil:
+		r.errorf("action %s has both parameters %s (the v1model leaf) and %s (the TNA leaf): the controller writes one form", ActionSetUplink, leafBases.param, leafSlotDelta.param)
+	case up != nil && up[leafSlotDelta.param] != nil, up == nil && pr[leafSlotDelta.param] != nil:
+		return true
+	case up != nil && up[leafBases.param] == nil:
+		r.errorf("action %s has neither parameter %s (32 bits, the v1model leaf) nor %s (16 bits, the TNA leaf)", ActionSetUplink, leafBases.param, leafSlotDelta.param)
+	}
+	return false
+}
+
+// checkLeaf checks every object of the leaf role against the program's
+// form.
+func (r *resolver) checkLeaf(ids IDs) {
+	form := ids.leafForm()
+	r.note = " (" + form.name + " form)"
+	r.checkTable(ids.TableUplink, TableUplink, []field{{"meta.job_id", UplinkJobID, 32}})
+	r.checkAction(ids.ActionSetUplink, ActionSetUplink, form.uplink)
+	r.checkTable(ids.TableFromParent, TableFromParent, []field{{"hdr.ipv4.src_addr", FromParentSrcAddrID, 32},
+		{"hdr.udp.src_port", FromParentSrcPortID, 16}, {"hdr.switchml.slot", FromParentSlotID, form.slotBits}})
+	r.checkAction(ids.ActionSetParentResult, ActionSetParentResult, form.parentResult)
+}
+
+// checkTable checks the match fields of the table with id (none: 0).
+func (r *resolver) checkTable(id uint32, name string, want []field) {
+	if id == 0 {
+		return
+	}
+	for _, t := range r.info.GetTables() {
+		if t.GetPreamble().GetId() != id {
+			continue
+		}
+		for _, w := range want {
+			var got *p4configv1.MatchField
+			for _, mf := range t.GetMatchFields() {
+				if mf.GetName() == w.name {
+					got = mf
+				}
+			}
+			switch {
+			case got == nil:
+				r.errorf("table %s has no match field %s", name, w.name)
+			case got.GetId() != w.id || got.GetBitwidth() != w.width:
+				r.errorf("table %s match field %s is id %d, %d bits; the controller writes id %d, %d bits",
+					name, w.name, got.GetId(), got.GetBitwidth(), w.id, w.width)
+			}
+		}
+	}
+}
+
+// params is the parameters by name of the action with id (nil when it is
+// absent).
+func (r *resolver) params(id uint32) map[string]*p4configv1.Action_Param {
+	if id == 0 {
+		return nil
+	}
+	for _, a := range r.info.GetActions() {
+		if a.GetPreamble().GetId() == id {
+			out := map[string]*p4configv1.Action_Param{}
+			for _, p := range a.GetParams() {
+				out[p.GetName()] = p
+			}
+			return out
+		}
+	}
+	return nil
+}
+
+// checkAction checks the parameters of the action with id (none: 0).
+func (r *resolver) checkAction(id uint32, name string, want []field) {
+	got := r.params(id)
+	if got == nil {
+		return
+	}
+	for _, w := range want {
+		p := got[w.name]
+		switch {
+		case p == nil:
+			r.errorf("action %s has no parameter %s%s", name, w.name, r.note)
+		case p.GetId() != w.id || p.GetBitwidth() != w.width:
+			r.errorf("action %s parameter %s is id %d, %d bits; the controller writes id %d, %d bits",
+				name, w.name, p.GetId(), p.GetBitwidth(), w.id, w.width)
+		}
+	}
 }
 
 // externPreambles lists the preambles of architecture-specific externs
