@@ -185,36 +185,6 @@ func TestUplinkEntriesSlotDeltaRefuses(t *testing.T) {
 	}
 }
 
-// TestUplinkEntriesBasesUnchanged: the v1model leaf's entries are, to the
-// byte, the bases form: set_uplink's 32-bit parent_base as its fifth
-// parameter and set_parent_result's pool_base and parent_base.
-func TestUplinkEntriesBasesUnchanged(t *testing.T) {
-	ids, err := p4info.Resolve(parse(t, v1model.P4InfoText))
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := p4info.Uplink{JobID: 7, Port: 5, ParentMAC: [6]byte{2, 0, 0, 0, 0, 9}, Uplink: pipeline.Uplink{
-		Parent: netip.MustParseAddrPort("10.1.0.254:48864"), ParentBase: 40, PoolBase: 100, PoolSize: 64, MulticastGroup: 3}}
-	up, from, err := p4info.UplinkEntries(ids, u, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := func(e *p4v1.TableEntry, params [][2]uint64) {
-		t.Helper()
-		got := e.GetAction().GetAction().GetParams()
-		if len(got) != len(params) {
-			t.Fatalf("table %#x: %d parameters, want %d", e.GetTableId(), len(got), len(params))
-		}
-		for i, p := range params {
-			if got[i].GetParamId() != uint32(p[0]) || string(got[i].GetValue()) != string(p4info.Bytes(p[1])) {
-				t.Errorf("table %#x parameter %d: id %d value %x, want id %d value %x", e.GetTableId(), i, got[i].GetParamId(), got[i].GetValue(), p[0], p4info.Bytes(p[1]))
-			}
-		}
-	}
-	want(up, [][2]uint64{{1, 5}, {2, 0x020000000009}, {3, 0x0a0100fe}, {4, 48864}, {5, 40}})
-	want(from, [][2]uint64{{1, 7}, {2, 3}, {3, 100}, {4, 40}})
-}
-
 // TestResolveRefusesIncompleteLeaf: a leaf whose actions have neither
 // complete form is refused, naming what is missing.
 func TestResolveRefusesIncompleteLeaf(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
+	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
 	"google.golang.org/protobuf/encoding/prototext"
 
 	"github.com/switchml/switchml-go/p4/p4info"
@@ -69,14 +70,11 @@ func TestUplinkEntries(t *testing.T) {
 	if up.GetTableId() != 0x02000102 || up.GetAction().GetAction().GetActionId() != 0x01000102 {
 		t.Errorf("uplink entry ids: table %#x action %#x", up.GetTableId(), up.GetAction().GetAction().GetActionId())
 	}
-	params := map[uint32]uint64{}
-	for _, p := range up.GetAction().GetAction().GetParams() {
-		params[p.GetParamId()], _ = p4info.Uint(p.GetValue(), 64)
-	}
-	if params[p4info.SetUplinkPort] != 5 || params[p4info.SetUplinkParentIPv4] != 0x0a0100fe || params[p4info.SetUplinkParentPort] != 48864 ||
-		params[p4info.SetUplinkParentBase] != 300 || params[p4info.SetUplinkParentMAC] != 0x020000000009 {
-		t.Errorf("set_uplink parameters %v", params)
-	}
+	// The bases form, to the byte and in order: set_uplink's 32-bit
+	// parent_base as its fifth parameter, set_parent_result's pool_base
+	// and parent_base.
+	wantParams(t, up, [][2]uint64{{1, 5}, {2, 0x020000000009}, {3, 0x0a0100fe}, {4, 48864}, {5, 300}})
+	wantParams(t, from, [][2]uint64{{1, 7}, {2, 3}, {3, 100}, {4, 300}})
 	r := from.GetMatch()[2].GetRange()
 	lo, _ := p4info.Uint(r.GetLow(), 14)
 	hi, _ := p4info.Uint(r.GetHigh(), 14)
@@ -98,6 +96,21 @@ func TestUplinkEntries(t *testing.T) {
 	bad.ParentBase = 16380
 	if _, _, err := p4info.UplinkEntries(ids, bad, true); err == nil {
 		t.Error("slots beyond 14 bits accepted")
+	}
+}
+
+// wantParams checks an entry's action parameters: ids and canonical values
+// (p4info.Bytes), in order.
+func wantParams(t *testing.T, e *p4v1.TableEntry, params [][2]uint64) {
+	t.Helper()
+	got := e.GetAction().GetAction().GetParams()
+	if len(got) != len(params) {
+		t.Fatalf("table %#x: %d parameters, want %d", e.GetTableId(), len(got), len(params))
+	}
+	for i, p := range params {
+		if got[i].GetParamId() != uint32(p[0]) || string(got[i].GetValue()) != string(p4info.Bytes(p[1])) {
+			t.Errorf("table %#x parameter %d: id %d value %x, want id %d value %x", e.GetTableId(), i, got[i].GetParamId(), got[i].GetValue(), p[0], p4info.Bytes(p[1]))
+		}
 	}
 }
 
