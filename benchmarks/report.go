@@ -208,21 +208,25 @@ func (w *reportWriter) header() {
 	}
 }
 
+// tatHeader writes a table's header rows: the leading columns, one TAT
+// column per system, then the trailing columns.
+func tatHeader(p func(string, ...any), systems, lead, tail []string) {
+	cols := slices.Clone(lead)
+	for _, s := range systems {
+		cols = append(cols, systemNames[s]+" TAT (s)")
+	}
+	cols = append(cols, tail...)
+	p("| %s |\n|%s\n", strings.Join(cols, " | "), strings.Repeat("---|", len(cols)))
+}
+
 // workersSweep is the rack's TAT against workers, with its plots.
 func (w *reportWriter) workersSweep() error {
 	p, o, x, dir := w.p, w.o, w.x, w.dir
 	if rs := x.in("workers", "rack"); len(rs) > 0 {
 		p("## Rack: TAT against workers (%s, %g Mbit/s ports, SwitchML k=%d, W=%d, %d lanes)\n\n", FormatSize(o.Size), o.Rate, o.PacketElements, o.Window, o.Lanes)
 		systems := systemsIn(rs)
-		p("| workers |")
-		for _, s := range systems {
-			p(" %s TAT (s) |", systemNames[s])
-		}
-		p(" SwitchML efficiency | Gloo / SwitchML | Ring / SwitchML | ideal ring / SwitchML | SwitchML retransmits | tbf drops |\n|---|")
-		for range systems {
-			p("---|")
-		}
-		p("---|---|---|---|---|---|\n")
+		tatHeader(p, systems, []string{"workers"}, []string{"SwitchML efficiency", "Gloo / SwitchML", "Ring / SwitchML",
+			"ideal ring / SwitchML", "SwitchML retransmits", "tbf drops"})
 		for _, n := range values(rs, byWorkers) {
 			sm, okS := one(rs, "switchml", byWorkers, n)
 			gl, okG := one(rs, "gloo", byWorkers, n)

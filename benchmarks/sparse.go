@@ -257,15 +257,8 @@ func sparseInputs(rs []result, sweep string) []sparseInput {
 // the packets SwitchML's workers sent per allreduce.
 func sparseTable(p func(string, ...any), rs []result, ins []sparseInput, inputHeader string, calls int) {
 	systems := systemsIn(rs)
-	p("| %s | density per worker | union density |", inputHeader)
-	for _, s := range systems {
-		p(" %s TAT (s) |", systemNames[s])
-	}
-	p(" sparse speedup over SwitchML | sparse speedup over Gloo | SwitchML packets per allreduce | sparse packets per allreduce | verified |\n|---|---|---|")
-	for range systems {
-		p("---|")
-	}
-	p("---|---|---|---|---|\n")
+	tatHeader(p, systems, []string{inputHeader, "density per worker", "union density"}, []string{"sparse speedup over SwitchML",
+		"sparse speedup over Gloo", "SwitchML packets per allreduce", "sparse packets per allreduce", "verified"})
 	for _, in := range ins {
 		var d *blockDensity
 		for _, s := range []string{"switchml-sparse", "switchml"} {
