@@ -154,6 +154,25 @@ func stages(t *testing.T, c *compiled) (ingress, egress int) {
 	return ingress, egress
 }
 
+// fitsStages logs the stages a compiled program uses and checks that
+// they fit the chip's limit, in ingress and in egress.
+func fitsStages(t *testing.T, c *compiled, chip string, limit int) {
+	t.Helper()
+	in, eg := stages(t, c)
+	t.Logf("%s: %d ingress stages, %d egress stages (of %d)", chip, in, eg, limit)
+	if in > limit || eg > limit {
+		t.Errorf("%s: the program uses %d ingress, %d egress stages; the chip has %d", chip, in, eg, limit)
+	}
+}
+
+// hasBinary checks that bf-p4c wrote the chip's binary (pipe/name).
+func hasBinary(t *testing.T, c *compiled, name string) {
+	t.Helper()
+	if st, err := os.Stat(filepath.Join(c.dir, "out", "pipe", name)); err != nil || st.Size() == 0 {
+		t.Errorf("no %s: %v", name, err)
+	}
+}
+
 // warnings lists the compiler's warning lines, without those expected.
 func warnings(output string, expected ...string) []string {
 	var out []string
@@ -270,9 +289,7 @@ func TestTNACompiles(t *testing.T) {
 	if w := warnings(c.output, tnaWarnings...); len(w) > 0 {
 		t.Errorf("bf-p4c warns:\n%s", strings.Join(w, "\n"))
 	}
-	if st, err := os.Stat(filepath.Join(c.dir, "out", "pipe", "tofino.bin")); err != nil || st.Size() == 0 {
-		t.Errorf("no tofino.bin: %v", err)
-	}
+	hasBinary(t, c, "tofino.bin")
 	checkedIn := read(t, "tna/switchml.p4info.txtpb")
 	diffs, err := CheckCompiled(c.p4info, checkedIn, spec(t, "tna"))
 	if err != nil {
@@ -293,9 +310,7 @@ func TestTofino2Compiles(t *testing.T) {
 	if w := warnings(c.output, tnaWarnings...); len(w) > 0 {
 		t.Errorf("bf-p4c warns:\n%s", strings.Join(w, "\n"))
 	}
-	if st, err := os.Stat(filepath.Join(c.dir, "out", "pipe", "tofino2.bin")); err != nil || st.Size() == 0 {
-		t.Errorf("no tofino2.bin: %v", err)
-	}
+	hasBinary(t, c, "tofino2.bin")
 	checkedIn := read(t, "tna/switchml.tofino2.p4info.txtpb")
 	diffs, err := CheckCompiled(c.p4info, checkedIn, spec(t, "tofino2"))
 	if err != nil {
@@ -305,11 +320,7 @@ func TestTofino2Compiles(t *testing.T) {
 	if !equalP4Info(t, c.p4info, checkedIn) {
 		t.Error("tna/switchml.tofino2.p4info.txtpb is not what bf-p4c writes for Tofino 2: copy the compiler's P4Info over it (keep the header comment)")
 	}
-	in, eg := stages(t, c)
-	t.Logf("Tofino 2: %d ingress stages, %d egress stages (of 20)", in, eg)
-	if in > 20 || eg > 20 {
-		t.Errorf("Tofino 2 program uses %d ingress, %d egress stages; Tofino 2 has 20", in, eg)
-	}
+	fitsStages(t, c, "Tofino 2", 20)
 	m, err := ModelFromText(c.p4info)
 	if err != nil {
 		t.Fatal(err)
@@ -317,11 +328,7 @@ func TestTofino2Compiles(t *testing.T) {
 	if r := m.Registers[p4info.RegisterPoolTag]; r == nil || r.Size != p4info.PoolIndices || r.ElemType() != "bit<32>" {
 		t.Errorf("pool_tag = %+v, want bit<32> x %d", r, p4info.PoolIndices)
 	}
-	in1, eg1 := stages(t, compiledTNA(t))
-	t.Logf("Tofino 1: %d ingress stages, %d egress stages (of 12)", in1, eg1)
-	if in1 > 12 {
-		t.Errorf("Tofino 1 program uses %d ingress stages of 12", in1)
-	}
+	fitsStages(t, compiledTNA(t), "Tofino 1", 12)
 }
 
 // The compiler's output directories pack into the BfPipelineConfig

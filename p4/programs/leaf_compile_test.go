@@ -135,18 +135,12 @@ func TestTofino2LeafCompiles(t *testing.T) {
 	if w := warnings(c.output, tnaWarnings...); len(w) > 0 {
 		t.Errorf("bf-p4c warns:\n%s", strings.Join(w, "\n"))
 	}
-	if st, err := os.Stat(filepath.Join(c.dir, "out", "pipe", "tofino2.bin")); err != nil || st.Size() == 0 {
-		t.Errorf("no tofino2.bin: %v", err)
-	}
+	hasBinary(t, c, "tofino2.bin")
 	// The P4Info the controller resolves the leaf's slot_delta actions from.
 	if !equalP4Info(t, c.p4info, read(t, "tna/switchml.tofino2-leaf.p4info.txtpb")) {
 		t.Error("tna/switchml.tofino2-leaf.p4info.txtpb is not what bf-p4c writes for the leaf role on Tofino 2: copy the compiler's P4Info over it (keep the header comment)")
 	}
-	in, eg := stages(t, c)
-	t.Logf("Tofino 2 leaf: %d ingress stages, %d egress stages (of 20)", in, eg)
-	if in > 20 || eg > 20 {
-		t.Errorf("the Tofino 2 leaf uses %d ingress, %d egress stages; Tofino 2 has 20", in, eg)
-	}
+	fitsStages(t, c, "Tofino 2 leaf", 20)
 
 	leaf, err := ModelFromText(c.p4info)
 	if err != nil {
