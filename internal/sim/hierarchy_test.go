@@ -101,16 +101,7 @@ func TestHierarchLossySeeds(t *testing.T) {
 		t.Run(fmt.Sprint("loss=", loss), func(t *testing.T) {
 			var total Stats
 			for seed := 0; seed < seeds; seed++ {
-				st := hierarchRun(t, uint64(seed)+uint64(loss*1e6)<<20, loss)
-				total.Lost += st.Lost
-				total.TrunkLost += st.TrunkLost
-				total.Duplicated += st.Duplicated
-				total.SetReuses += st.SetReuses
-				total.Lanes.Retransmits += st.Lanes.Retransmits
-				for i := range st.Switch {
-					total.Switch[i] += st.Switch[i]
-					total.Spine[i] += st.Spine[i]
-				}
+				addStats(&total, hierarchRun(t, uint64(seed)+uint64(loss*1e6)<<20, loss))
 			}
 			t.Logf("%d runs: lost %d (%d on trunks), duplicated %d, worker retransmits %d, partial sums resent %d, spine unicast replies %d, leaf unicast replies %d, stale drops at leaves %d and at the spine %d, set reuses checked %d",
 				seeds, total.Lost, total.TrunkLost, total.Duplicated, total.Lanes.Retransmits, total.Switch[pipeline.StatUpstreamResend],

@@ -206,16 +206,25 @@ func TestLossySeeds(t *testing.T) {
 func sweep(t *testing.T, seeds int, loss float64, run func(*testing.T, uint64, float64) Stats) Stats {
 	var total Stats
 	for seed := 0; seed < seeds; seed++ {
-		st := run(t, uint64(seed)+uint64(loss*1e6)<<20, loss)
-		total.Lost += st.Lost
-		total.Duplicated += st.Duplicated
-		total.SetReuses += st.SetReuses
-		total.Lanes.Retransmits += st.Lanes.Retransmits
-		total.Switch[pipeline.StatRetransmitReply] += st.Switch[pipeline.StatRetransmitReply]
+		addStats(&total, run(t, uint64(seed)+uint64(loss*1e6)<<20, loss))
 	}
 	t.Logf("%d runs: lost %d, duplicated %d, retransmits %d, unicast replies %d, set reuses checked %d",
 		seeds, total.Lost, total.Duplicated, total.Lanes.Retransmits, total.Switch[pipeline.StatRetransmitReply], total.SetReuses)
 	return total
+}
+
+// addStats adds a run's losses, duplicates, recoveries and switch
+// counters to total.
+func addStats(total *Stats, st Stats) {
+	total.Lost += st.Lost
+	total.TrunkLost += st.TrunkLost
+	total.Duplicated += st.Duplicated
+	total.SetReuses += st.SetReuses
+	total.Lanes.Retransmits += st.Lanes.Retransmits
+	for i := range st.Switch {
+		total.Switch[i] += st.Switch[i]
+		total.Spine[i] += st.Spine[i]
+	}
 }
 
 // TestSetReuseHeavyLoss pushes many slot reuses through heavy loss with the

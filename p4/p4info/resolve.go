@@ -166,12 +166,18 @@ func DefaultIDs() IDs {
 // same-named object elsewhere cannot be mistaken for ours.
 func lookup(pres []*p4configv1.Preamble, name string) *p4configv1.Preamble {
 	for _, p := range pres {
-		n := p.GetName()
-		if n == name || (strings.HasSuffix(n, "."+name) && !strings.Contains(strings.TrimSuffix(n, "."+name), ".")) {
+		if Names(p.GetName(), name) {
 			return p
 		}
 	}
 	return nil
+}
+
+// Names reports whether n, a name in a P4Info or a BF Runtime schema
+// (bfrt.json), is name itself or name under one pipeline instance prefix
+// ("pipe.SwitchMLIngress.workers").
+func Names(n, name string) bool {
+	return n == name || (strings.HasSuffix(n, "."+name) && !strings.Contains(strings.TrimSuffix(n, "."+name), "."))
 }
 
 func preambles[T interface{ GetPreamble() *p4configv1.Preamble }](xs []T) []*p4configv1.Preamble {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
 	"github.com/switchml/switchml-go/p4/p4info"
@@ -82,7 +81,7 @@ func hasLeafRole(dir string) bool {
 		return false
 	}
 	for _, t := range bfrt.Tables {
-		if t.Name == p4info.TableUplink || strings.HasSuffix(t.Name, "."+p4info.TableUplink) {
+		if p4info.Names(t.Name, p4info.TableUplink) {
 			return true
 		}
 	}
