@@ -13,6 +13,7 @@ import (
 // memory, on a small tensor: every rank must report a verified sum, no
 // failure, and the transport asked for.
 func TestDemo(t *testing.T) {
+	needProcesses(t)
 	row := regexp.MustCompile(`(?m)^\s+(\d+)\s+\S+ s\s+\S+ Gb/s\s+(\S+)\s+\d+\s+\S+ s\s+(\S+)\s*$`)
 	for _, kind := range []string{"udp", "shm"} {
 		t.Run(kind, func(t *testing.T) {

@@ -45,6 +45,15 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// needProcesses skips, with -short, a test that runs a job's processes
+// (switch, controller, workers); a single `switchml --help` is not one.
+func needProcesses(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("skipped with -short: runs a job as processes")
+	}
+}
+
 // proc is a running switchml process the test started.
 type proc struct {
 	*fabric.Proc
@@ -60,6 +69,7 @@ func binaryCmd(prefix []string, args ...string) *exec.Cmd {
 // first) and stops it when the test ends.
 func spawn(t *testing.T, prefix []string, args ...string) *proc {
 	t.Helper()
+	needProcesses(t)
 	fp, err := fabric.StartProc(args[0], false, binaryCmd(prefix, args...))
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,9 @@
 package p4tools
 
-import "errors"
+import (
+	"errors"
+	"flag"
+)
 
 // TB is what ForTest needs of a test or benchmark; *testing.T and
 // *testing.B have it. The package does not import testing, so that it stays
@@ -12,10 +15,14 @@ type TB interface {
 }
 
 // ForTest returns the prepared toolchain. It skips the test, saying why,
-// only when the toolchain is absent; a toolchain that is there but cannot be
-// prepared fails the test.
+// when the toolchain is absent or the tests run with -short (the compilers
+// and BMv2 take minutes: the full suite runs them); a toolchain that is
+// there but cannot be prepared fails the test.
 func ForTest(tb TB) *Tools {
 	tb.Helper()
+	if short() {
+		tb.Skipf("skipped with -short: runs the P4 toolchain (p4c, bf-p4c or BMv2)")
+	}
 	t, err := Prepare()
 	if errors.Is(err, ErrAbsent) {
 		tb.Skipf("skipped: %v", err)
@@ -24,4 +31,12 @@ func ForTest(tb TB) *Tools {
 		tb.Fatal(err)
 	}
 	return t
+}
+
+// short reports whether the test binary runs with -short, read from the
+// flag that package testing registers, so that this package need not
+// import testing.
+func short() bool {
+	f := flag.Lookup("test.short")
+	return f != nil && f.Value.String() == "true"
 }

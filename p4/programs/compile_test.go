@@ -39,20 +39,33 @@ func TestMain(m *testing.M) {
 }
 
 // compiled is what one compiler run left: the P4Info text, the compiler's
-// output (warnings) and the output directory.
+// output (warnings) and the output directory. cached says the run was
+// restored from the compile cache (p4tools.RunCached): the same compiler
+// ran on the same source before, and this is what it wrote then.
 type compiled struct {
 	p4info []byte
 	output string
 	dir    string
+	cached bool
 	err    error
 }
 
 func (c *compiled) get(t *testing.T) *compiled {
 	t.Helper()
+	c.logCached(t)
 	if c.err != nil {
 		t.Fatal(c.err)
 	}
 	return c
+}
+
+// logCached says in the test's log when the compile was restored.
+func (c *compiled) logCached(t *testing.T) {
+	t.Helper()
+	if c.cached {
+		t.Logf("%s: the compiler's result for this source, restored from the compile cache (%s=off compiles afresh)",
+			filepath.Base(c.dir), p4tools.EnvCompileCache)
+	}
 }
 
 // p4cV1Model compiles a v1model source with p4c-bm2-ss into a fresh
@@ -69,9 +82,9 @@ func p4cV1Model(tools *p4tools.Tools, src []byte, name string) *compiled {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	// The command p4/README.md gives.
-	out, err := tools.Run(ctx, dir, "p4c-bm2-ss", "--arch", "v1model", "--std", "p4-16",
+	out, cached, err := tools.RunCached(ctx, dir, []string{filepath.Join(dir, "switchml.p4")}, "p4c-bm2-ss", "--arch", "v1model", "--std", "p4-16",
 		"-o", "switchml.json", "--p4runtime-files", "switchml.p4info.txtpb", "switchml.p4")
-	c.output = string(out)
+	c.output, c.cached = string(out), cached
 	if err != nil {
 		c.err = err
 		return c
@@ -125,9 +138,9 @@ func bfp4c(t *testing.T, tools *p4tools.Tools, name, target, arch string) *compi
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	out, err := tools.Run(ctx, dir, "bf-p4c", "--target", target, "--arch", arch, "--std", "p4-16", "-g",
+	out, cached, err := tools.RunCached(ctx, dir, []string{filepath.Join(dir, "switchml.p4")}, "bf-p4c", "--target", target, "--arch", arch, "--std", "p4-16", "-g",
 		"--p4runtime-force-std-externs", "-o", "out", "--p4runtime-files", "out/switchml.p4info.txtpb", "switchml.p4")
-	c.output = string(out)
+	c.output, c.cached = string(out), cached
 	if err != nil {
 		c.err = err
 		return c

@@ -39,9 +39,9 @@ func bfp4cLeaf(tools *p4tools.Tools, src []byte, name, target, arch string) *com
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	out, err := tools.Run(ctx, dir, "bf-p4c", "--target", target, "--arch", arch, "--std", "p4-16", "-g",
+	out, cached, err := tools.RunCached(ctx, dir, []string{filepath.Join(dir, "switchml.p4")}, "bf-p4c", "--target", target, "--arch", arch, "--std", "p4-16", "-g",
 		"-DSWITCHML_LEAF", "--p4runtime-force-std-externs", "-o", "out", "--p4runtime-files", "out/switchml.p4info.txtpb", "switchml.p4")
-	c.output = string(out)
+	c.output, c.cached = string(out), cached
 	if err != nil {
 		c.err = err
 		return c
@@ -113,6 +113,7 @@ func withoutLeafBlocks(t *testing.T, src string) string {
 func TestTofinoLeafRefused(t *testing.T) {
 	tools := p4tools.ForTest(t)
 	c := bfp4cLeaf(tools, leafSource(t), "tofino-leaf", "tofino", "tna")
+	c.logCached(t)
 	if c.err == nil {
 		t.Fatal("bf-p4c compiled the leaf role for Tofino 1")
 	}
@@ -129,6 +130,7 @@ func TestTofinoLeafRefused(t *testing.T) {
 func TestTofino2LeafCompiles(t *testing.T) {
 	tools := p4tools.ForTest(t)
 	c := bfp4cLeaf(tools, leafSource(t), "tofino2-leaf", "tofino2", "t2na")
+	c.logCached(t)
 	if c.err != nil {
 		t.Fatalf("bf-p4c did not compile the leaf role for Tofino 2: %v\n%s", c.err, lastLines(c.output, 60))
 	}
