@@ -1,57 +1,126 @@
 #!/usr/bin/env bash
-# Runs every test of the project. Installs what a fresh machine lacks first:
-# Go modules (from the module proxy), the Debian packages the tests use, and
-# for the trainers module libtensorflow, Fashion-MNIST and ONNX Runtime
-# (trainers/setup.sh, cached in ~/.cache/switchml).
-set -euo pipefail
+# Runs every test of the project and ends with one summary: each stage's
+# result and time, every failed test with its first lines, every skipped
+# test with its reason. Every stage runs even after another failed; the
+# exit status is non-zero if anything failed.
+#
+# It installs what a fresh machine lacks first: Go modules (from the module
+# proxy), the Debian packages the tests use (as root; otherwise it says
+# which are missing and the tests that need them skip), the P4 toolchain's
+# runtime libraries, and for the trainers module libtensorflow,
+# Fashion-MNIST and ONNX Runtime (trainers/setup.sh, cached in
+# ~/.cache/switchml).
+#
+# Two lanes run side by side on the machine's cores:
+#   race      go test -race ./... (library, switch, controller, CLI)
+#   the rest  lint (vet, gofmt, staticcheck), alloc (the allocation tests
+#             without -race), fuzz (each fuzz target for a few seconds),
+#             capi (libswitchml.so and its C test), python (the PyTorch
+#             backend's tests), trainers (TensorFlow through graft)
+#
+# Each stage's whole output is kept in its log (the folder is printed at
+# the start; SWITCHML_TEST_OUT chooses it). SWITCHML_TEST_STAGES="lint
+# python" runs only the stages named (the set-up always runs);
+# SWITCHML_SKIP_TRAINERS=1 leaves the trainers stage out. While changing code, `go test -short ./...` is the
+# fast loop (about two minutes): no compilers, root or process trees.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 
-need_apt=()
-command -v ip >/dev/null || need_apt+=(iproute2)
-command -v ethtool >/dev/null || need_apt+=(ethtool) # the BMv2 test turns off segmentation offload on its veth ports
-command -v protoc >/dev/null || true # generated code is checked in; protoc is only for regeneration
-command -v gcc >/dev/null || need_apt+=(gcc) # cgo: the C interface in capi/ and its C test
-# The PyTorch backend's tests run on Debian's PyTorch (1.13, CPU, gloo).
-/usr/bin/python3 -c 'import torch' 2>/dev/null || need_apt+=(python3-torch)
-/usr/bin/python3 -m pytest --version >/dev/null 2>&1 || need_apt+=(python3-pytest)
-if [[ ${#need_apt[@]} -gt 0 ]]; then
-	if [[ $(id -u) -eq 0 ]]; then
-		apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need_apt[@]}" >&2
-	else
-		echo "test.sh: missing ${need_apt[*]} (not root, cannot install); tests that need them will skip" >&2
+out=${SWITCHML_TEST_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/switchml-test.XXXXXX")}
+mkdir -p "$out/bin" "$out/lib"
+: >"$out/stages.tsv"
+echo "== logs of every stage in $out"
+t_start=${EPOCHREALTIME/./}
+
+# stage NAME FUNCTION: runs FUNCTION with its output in $out/NAME.log and on
+# the console behind [NAME], and records its exit status and time.
+stage() {
+	local name=$1 fn=$2 t0 rc secs
+	if [[ -n "${SWITCHML_TEST_STAGES:-}" && " $SWITCHML_TEST_STAGES " != *" $name "* && $name != setup ]]; then
+		return 0
 	fi
-fi
+	t0=${EPOCHREALTIME/./}
+	echo "== [$name] started"
+	{
+		"$fn"
+		echo $? >"$out/$name.rc"
+	} 2>&1 | tee "$out/$name.log" | sed -u "s/^/[$name] /"
+	rc=$(cat "$out/$name.rc" 2>/dev/null || echo 1)
+	secs=$(((${EPOCHREALTIME/./} - t0) / 1000000))
+	printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$secs" "$out/$name.log" >>"$out/stages.tsv"
+	if [[ $rc == 0 ]]; then
+		echo "== [$name] done in ${secs}s"
+	else
+		echo "== [$name] FAILED (exit $rc) in ${secs}s"
+	fi
+}
 
-# The P4 toolchain (p4c, BMv2, bf-p4c) sits beside the checkout in
-# shared/tools/p4; its env.sh installs the Debian libraries it runs on. The
-# tests prepare a runnable copy themselves (p4/p4tools) and skip the
-# compiler and BMv2 tests, saying so, only where the toolchain is absent.
-p4tools="${SWITCHML_P4_TOOLS:-$(cd .. && pwd)/shared/tools/p4}"
-if [[ -f "$p4tools/env.sh" ]]; then
-	echo "== P4 toolchain at $p4tools: installing its runtime libraries where missing"
-	(source "$p4tools/env.sh" >&2)
-else
-	echo "== no P4 toolchain at $p4tools: the compiler and BMv2 tests will skip"
-fi
+# gotest NAME ARGS...: go test -json ARGS, its log short on the console,
+# every test's outcome kept for the summary as $out/NAME.results.json.
+gotest() {
+	local name=$1
+	shift
+	go test -json "$@" 2>&1 | "$out/bin/testreport" go "$out/$name.results.json"
+	local rc=("${PIPESTATUS[@]}")
+	((rc[0] == 0 && rc[1] == 0))
+}
 
-echo "== go vet ./..."
-go vet ./...
-echo "== gofmt"
-bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
-if [[ -n "$bad" ]]; then echo "gofmt would change: $bad"; exit 1; fi
+run_setup() {
+	local need_apt=()
+	command -v ip >/dev/null || need_apt+=(iproute2)
+	command -v ethtool >/dev/null || need_apt+=(ethtool) # the BMv2 test turns off segmentation offload on its veth ports
+	command -v gcc >/dev/null || need_apt+=(gcc)         # cgo: the C interface in capi/ and its C test
+	# The PyTorch backend's tests run on Debian's PyTorch (1.13, CPU, gloo).
+	/usr/bin/python3 -c 'import torch' 2>/dev/null || need_apt+=(python3-torch)
+	/usr/bin/python3 -m pytest --version >/dev/null 2>&1 || need_apt+=(python3-pytest)
+	if [[ ${#need_apt[@]} -gt 0 ]]; then
+		if [[ $(id -u) -eq 0 ]]; then
+			apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need_apt[@]}" || return
+		else
+			echo "missing ${need_apt[*]} (not root, cannot install); tests that need them will skip"
+		fi
+	fi
+	# The P4 toolchain (p4c, BMv2, bf-p4c) sits beside the checkout in
+	# shared/tools/p4; its env.sh installs the Debian libraries it runs on.
+	# The tests prepare a runnable copy themselves (p4/p4tools) and skip the
+	# compiler and BMv2 tests, saying so, only where the toolchain is absent.
+	local p4tools="${SWITCHML_P4_TOOLS:-$(cd .. && pwd)/shared/tools/p4}"
+	if [[ -f "$p4tools/env.sh" ]]; then
+		echo "P4 toolchain at $p4tools: installing its runtime libraries where missing"
+		(source "$p4tools/env.sh") || return
+	else
+		echo "no P4 toolchain at $p4tools: the compiler and BMv2 tests will skip"
+	fi
+	go mod download && go build -o "$out/bin/testreport" ./internal/testreport/cmd/testreport
+}
 
 # staticcheck, pinned, from the module proxy (cached after the first run).
 staticcheck=honnef.co/go/tools/cmd/staticcheck@v0.8.2
-echo "== staticcheck ($staticcheck)"
-go run "$staticcheck" ./...
 
-echo "== go test -race ./... (library, switch, controller, CLI)"
-go test -race -timeout 30m ./...
+run_lint() {
+	local rc=0 bad
+	echo "go vet ./..."
+	go vet ./... || rc=1
+	echo "gofmt"
+	bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+	if [[ -n "$bad" ]]; then
+		echo "gofmt would change: $bad"
+		rc=1
+	fi
+	echo "staticcheck ($staticcheck)"
+	go run "$staticcheck" ./... || rc=1
+	return $rc
+}
+
+run_race() {
+	gotest race -race -timeout 30m ./...
+}
 
 # The race detector makes allocation counts meaningless, so the tests that
 # prove the per-packet paths allocate nothing run again without it.
-echo "== allocation tests without -race"
-go test -count=1 -run 'NoAllocs|AllocatesNothing|DoesNotGrow' ./switchml/... ./p4/... ./wire/... ./transport/...
+run_alloc() {
+	gotest alloc -count=1 -run 'NoAllocs|AllocatesNothing|DoesNotGrow' ./switchml/... ./p4/... ./wire/... ./transport/...
+}
 
 # Each fuzz target for a few seconds: a smoke pass, not a campaign. Go's
 # fuzzing coordinator can end a time-bounded run with a bare "context
@@ -59,41 +128,73 @@ go test -count=1 -run 'NoAllocs|AllocatesNothing|DoesNotGrow' ./switchml/... ./p
 # failing input found; such a run is repeated once with a count-bounded
 # budget, which has no deadline to race. A real finding prints "Failing
 # input written" and fails at once.
-echo "== fuzz smoke pass"
-fuzz_smoke() {
-	local pkg=$1 target=$2 out
-	if out=$(go test -run '^$' -fuzz "^${target}\$" -fuzztime 3s "$pkg" 2>&1); then
-		echo "$out" | tail -n 2
-		return 0
-	fi
-	echo "$out"
-	if grep -q 'context deadline exceeded' <<<"$out" && ! grep -q 'Failing input written' <<<"$out"; then
-		echo "fuzz smoke: $target hit the fuzzing coordinator's deadline race; running it again for 2000 inputs"
-		go test -run '^$' -fuzz "^${target}\$" -fuzztime 2000x "$pkg"
-		return
-	fi
-	return 1
+run_fuzz() {
+	local rc=0 pkg target stream
+	stream=$(mktemp)
+	while read -r pkg target; do
+		echo "$target ($pkg)"
+		if ! go test -json -run '^$' -fuzz "^${target}\$" -fuzztime 3s "$pkg" >"$stream" 2>&1 &&
+			grep -q 'context deadline exceeded' "$stream" && ! grep -q 'Failing input written' "$stream"; then
+			echo "$target hit the fuzzing coordinator's deadline race; running it again for 2000 inputs"
+			go test -json -run '^$' -fuzz "^${target}\$" -fuzztime 2000x "$pkg" >"$stream" 2>&1
+		fi
+		"$out/bin/testreport" go "$out/fuzz.$target.results.json" <"$stream" || rc=1
+	done < <(grep -rl --include='*_test.go' '^func Fuzz' . | while read -r f; do
+		for t in $(grep -o '^func Fuzz[A-Za-z0-9_]*' "$f" | sed 's/^func //'); do echo "./$(dirname "${f#./}") $t"; done
+	done | sort -u)
+	rm -f "$stream"
+	# The fuzz runs' outcomes are in the results; a failed one fails the stage.
+	return $rc
 }
-while read -r pkg target; do
-	fuzz_smoke "$pkg" "$target"
-done < <(grep -rl --include='*_test.go' '^func Fuzz' . | while read -r f; do
-	for t in $(grep -o '^func Fuzz[A-Za-z0-9_]*' "$f" | sed 's/^func //'); do echo "./$(dirname "${f#./}") $t"; done
-done | sort -u)
 
 # The C interface: libswitchml.so, its header checked against the one cgo
-# generates, the C test program; then the PyTorch backend's tests (each
-# rank a process, against gloo on the same inputs) on that library.
-echo "== libswitchml (capi) and the PyTorch backend (python/)"
-capi_build=$(mktemp -d)
-go build -buildmode=c-shared -o "$capi_build/libswitchml.so" ./capi
-gcc -fsyntax-only -Wall -Werror -Icapi -include "$capi_build/libswitchml.h" capi/ctest/abi_test.c
-gcc -Wall -Werror -Icapi -o "$capi_build/abi_test" capi/ctest/abi_test.c -L"$capi_build" -lswitchml -lpthread -lm
-LD_LIBRARY_PATH="$capi_build" "$capi_build/abi_test"
-SWITCHML_LIBRARY="$capi_build/libswitchml.so" /usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests
-rm -rf "$capi_build"
+# generates, the C test program. The library stays for the python stage.
+run_capi() {
+	go build -buildmode=c-shared -o "$out/lib/libswitchml.so" ./capi &&
+		gcc -fsyntax-only -Wall -Werror -Icapi -include "$out/lib/libswitchml.h" capi/ctest/abi_test.c &&
+		gcc -Wall -Werror -Icapi -o "$out/lib/abi_test" capi/ctest/abi_test.c -L"$out/lib" -lswitchml -lpthread -lm &&
+		LD_LIBRARY_PATH="$out/lib" "$out/lib/abi_test"
+}
 
-if [[ "${SWITCHML_SKIP_TRAINERS:-}" != 1 ]]; then
-	echo "== trainers (TensorFlow through graft)"
-	eval "$(trainers/setup.sh)"
-	(cd trainers && go vet ./... && go run "$staticcheck" ./... && go test -timeout 30m ./...)
+# The PyTorch backend's tests (each rank a process, against gloo on the
+# same inputs) on that library.
+run_python() {
+	if [[ ! -f "$out/lib/libswitchml.so" ]]; then
+		echo "no libswitchml.so: the capi stage failed"
+		return 1
+	fi
+	SWITCHML_LIBRARY="$out/lib/libswitchml.so" /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider \
+		--junitxml="$out/python.xml" python/tests
+	local rc=$?
+	"$out/bin/testreport" junit "$out/python.xml" "$out/python.results.json" || rc=1
+	return $rc
+}
+
+run_trainers() {
+	local setup
+	setup=$(trainers/setup.sh) || return
+	eval "$setup"
+	(cd trainers && go vet ./... && go run "$staticcheck" ./... && gotest trainers -timeout 30m ./...)
+}
+
+stage setup run_setup
+if [[ ! -x "$out/bin/testreport" ]]; then
+	echo "== the set-up did not build the test reporter; see $out/setup.log"
+	exit 1
 fi
+(stage race run_race) &
+lane_race=$!
+(
+	stage lint run_lint
+	stage alloc run_alloc
+	stage fuzz run_fuzz
+	stage capi run_capi
+	stage python run_python
+	if [[ "${SWITCHML_SKIP_TRAINERS:-}" != 1 ]]; then
+		stage trainers run_trainers
+	fi
+) &
+lane_rest=$!
+wait $lane_race $lane_rest
+
+exec "$out/bin/testreport" summary "$out" "$(((${EPOCHREALTIME/./} - t_start) / 1000000))"

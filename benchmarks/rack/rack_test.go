@@ -15,6 +15,9 @@ import (
 
 func needRoot(t *testing.T) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("skipped with -short: builds network namespaces")
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create network namespaces (run the tests as root)")
 	}

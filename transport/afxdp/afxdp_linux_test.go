@@ -28,6 +28,9 @@ import (
 // be used here.
 func requireAFXDP(t *testing.T) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("skipped with -short: builds network namespaces")
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("AF_XDP unavailable: the test creates network namespaces and attaches XDP programs, which needs root")
 	}
