@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs the timing-sensitive tests (the embedded fabric, the session, the
-# controller, the ring, and the fallback and fault tests of the CLI) while
-# every core is kept busy, as on a shared or overloaded machine: a test that
-# waits for a fixed time instead of for its event fails here. Exits non-zero
-# on any failure. Run from anywhere in the repository.
+# controller, the ring, the fallback and fault tests of the CLI, and the
+# PyTorch backend's tests in python/tests) while every core is kept busy, as
+# on a shared or overloaded machine: a test that waits for a fixed time
+# instead of for its event fails here. Exits non-zero on any failure. Run
+# from anywhere in the repository.
 #
 #   COUNT  runs of each test (default 5)
 #   LOAD   busy loops to start (default: one per core)
@@ -16,6 +17,7 @@ count=${COUNT:-5}
 load=${LOAD:-$(nproc)}
 limit=${LIMIT:-3600}
 
+pylib=$(mktemp -d)
 loops=()
 stop_load() {
 	for pid in "${loops[@]}"; do
@@ -26,12 +28,13 @@ stop_load() {
 	done
 	loops=()
 }
-trap stop_load EXIT
+trap 'stop_load; rm -rf "$pylib"' EXIT
 trap 'exit 130' INT TERM
 
 # Build first, unloaded: compiling is not what is under test.
 echo "== building the tests"
 go test -race -count=1 -run '^$' ./p4/local/ ./switchml/ ./switchml/ring/ ./p4/controller/ ./p4/controller/jobcore/ ./cmd/switchml/ >/dev/null
+go build -buildmode=c-shared -o "$pylib/libswitchml.so" ./capi
 
 echo "== $load busy loops for at most ${limit}s"
 for ((i = 0; i < load; i++)); do
@@ -43,7 +46,7 @@ failed=()
 run() {
 	echo "== go test -race -count=$count $*"
 	if ! go test -race -count="$count" -timeout 60m "$@"; then
-		failed+=("$*")
+		failed+=("go test $*")
 	fi
 }
 run ./p4/local/
@@ -52,10 +55,18 @@ run ./switchml/ring/
 run ./p4/controller/ ./p4/controller/jobcore/
 # The CLI's tests start real processes; only the fallback and fault ones.
 run -run 'Fallback|KilledWorker|SwitchRestart|MutualTLS|ControllerRestart|ChaosShort|NaNRank|HijackAndFlood' ./cmd/switchml/
+# The PyTorch backend's tests, whose ranks are processes too (they need
+# /usr/bin/python3 with torch and pytest, as scripts/test.sh does).
+for i in $(seq "$count"); do
+	echo "== python tests, run $i of $count"
+	if ! SWITCHML_LIBRARY="$pylib/libswitchml.so" /usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests; then
+		failed+=("python tests (run $i)")
+	fi
+done
 
 stop_load
 if ((${#failed[@]} > 0)); then
-	printf 'FAILED under load: go test %s\n' "${failed[@]}"
+	printf 'FAILED under load: %s\n' "${failed[@]}"
 	exit 1
 fi
 echo "== every timing-sensitive test passed under load"

@@ -4,7 +4,6 @@ import datetime
 import os
 import subprocess
 import sys
-import time
 import unittest
 
 import torch.distributed as dist
@@ -17,11 +16,11 @@ from switchml import _pg  # noqa: E402
 
 class Rendezvous(unittest.TestCase):
     def test_no_rank_0(self):
+        # Nothing will ever name the job: the wait ends at its own bound,
+        # with the reason.
         store = dist.PrefixStore("t1", dist.HashStore())
-        t0 = time.monotonic()
         with self.assertRaisesRegex(TimeoutError, "rank 0 named no job within 0.5 s"):
             _pg.ProcessGroupSwitchML._rendezvous(store, 1, 2, None, 0.5)
-        self.assertLess(time.monotonic() - t0, 10)
 
     def test_a_rank_missing(self):
         store = dist.PrefixStore("t2", dist.HashStore())
@@ -42,13 +41,13 @@ class Rendezvous(unittest.TestCase):
         store.set("switchml/job", "127.0.0.1:1 2 torch-x secret")
         with self.assertRaisesRegex(Exception, "rank 1 was started with world_size=3, rank 0 with 2"):
             _pg.ProcessGroupSwitchML._rendezvous(store, 1, 3, None, 5)
-        # Rank 0, still waiting for its peers, learns the reason at once.
-        t0 = time.monotonic()
+        # Rank 0, still waiting for its peers, learns the reason at once:
+        # with a wait far longer than the test could last, only the
+        # mismatch can end it, and JobMismatch (not TimeoutError) says so.
         with self.assertRaises(Exception) as cm:
-            _pg.ProcessGroupSwitchML._rendezvous(store, 0, 2, "127.0.0.1:1", 30)
-        self.assertEqual(type(cm.exception).__name__, "JobMismatch")
+            _pg.ProcessGroupSwitchML._rendezvous(store, 0, 2, "127.0.0.1:1", 600)
+        self.assertEqual(type(cm.exception).__name__, "JobMismatch", cm.exception)
         self.assertIn("world sizes differ", str(cm.exception))
-        self.assertLess(time.monotonic() - t0, 10)
 
 
 class Loading(unittest.TestCase):

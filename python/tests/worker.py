@@ -1,15 +1,17 @@
 """One rank of a test scenario, run by the tests as a subprocess:
 
-    python3 worker.py SCENARIO BACKEND RANK WORLD PORT OUT
+    python3 worker.py SCENARIO BACKEND RANK WORLD OUT
 
-It saves what the scenario produced to OUT (torch.save of a dict); a
-failure ends it with a traceback and a non-zero status.
+Rank 0 serves the job's TCP store on a port of the kernel's choosing and
+prints "STORE <port>"; every other rank reads that port from its first
+line of stdin. Each saves what the scenario produced to OUT (torch.save of
+a dict); a failure ends it with a traceback and a non-zero status. Rank 0
+then waits for its stdin to close (see main).
 """
 import datetime
 import os
-import signal
 import sys
-import threading
+import time
 
 import torch
 import torch.distributed as dist
@@ -180,21 +182,38 @@ def abort(backend, rank, world):
 
 
 def interrupt(backend, rank, world):
-    """Allreduces in a loop; rank 1 gets a SIGINT (Ctrl-C) in the middle of
-    one. Its peers must fail at once naming rank 1, and rank 1 must end
-    with KeyboardInterrupt."""
+    """Rank 1 gets a SIGINT (Ctrl-C) in the middle of an allreduce. Ranks 1
+    and 2 start it and print INSIDE once a packet of theirs has reached the
+    switch; rank 0 calls only once the test writes a line to its stdin,
+    after rank 1 has ended, so the call cannot complete before that. The
+    test sends the SIGINT once both said INSIDE. Rank 1 must end with
+    KeyboardInterrupt, ranks 2 and 0 fail naming rank 1."""
     dist.barrier()
     x = torch.ones(200_000)
-    for i in range(100_000):
-        if rank == 1 and i == 3:
-            threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()
-        try:
+    try:
+        if rank == 0:
+            sys.stdin.readline()
             dist.all_reduce(x)
-        except KeyboardInterrupt:
-            raise
-        except Exception as e:  # recorded for the test to judge
-            return {"error": (type(e).__name__, str(e)), "iterations": i}
-    return {"error": None}
+        else:
+            session = dist.distributed_c10d._get_default_group()._session
+            # With SWITCHML_TRANSPORT=shm and one lane, the session's
+            # transport turns "shm" once the lane has written a packet
+            # into the switch's inbox: the call is then on the switch.
+            if session.transport() != "udp":
+                raise AssertionError("transport is %r before the allreduce: want SWITCHML_TRANSPORT=shm, "
+                                     "SWITCHML_LANES=1 and no allreduce before" % session.transport())
+            work = dist.all_reduce(x, async_op=True)
+            while session.transport() != "shm":
+                if work.is_completed():
+                    raise AssertionError("the allreduce completed without rank 0")
+                time.sleep(0.01)
+            print("INSIDE", flush=True)
+            work.wait()
+        return {"error": None}
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # recorded for the test to judge
+        return {"error": (type(e).__name__, str(e))}
 
 
 def ddp(backend, rank, world):
@@ -215,16 +234,43 @@ def ddp(backend, rank, world):
     return {"params": [p.detach().clone() for p in model.parameters()], "losses": losses, "live": live_works()}
 
 
+# How long a collective may take, and the ranks may wait for each other
+# to start: only a guard, far beyond what a loaded machine needs. In the
+# interrupt scenario longer than the test's own guard, so that only the
+# job's end can end the calls held up there.
+TIMEOUTS = {"interrupt": 600}
+TIMEOUT = 120
+
+
+def store(rank, world, timeout):
+    """The job's TCP store, served by rank 0. A port chosen before rank 0
+    starts could be taken by the time it listens (on a busy machine, by
+    any connection made meanwhile): rank 0 binds one the kernel picks and
+    says which, and the test hands it to the other ranks."""
+    if rank == 0:
+        s = dist.TCPStore("127.0.0.1", 0, world, True, timeout, wait_for_workers=False)
+        print("STORE %d" % s.port, flush=True)
+        return s
+    return dist.TCPStore("127.0.0.1", int(sys.stdin.readline()), world, False, timeout)
+
+
 def main():
-    scenario, backend, rank, world, port, path = sys.argv[1:7]
+    scenario, backend, rank, world, path = sys.argv[1:6]
     rank, world = int(rank), int(world)
     if scenario == "sparse_mismatch" and rank == 0:
         os.environ["SWITCHML_SPARSE"] = "1"
-    dist.init_process_group(backend, rank=rank, world_size=world, init_method="tcp://127.0.0.1:%s" % port,
-                            timeout=datetime.timedelta(seconds=120))
+    timeout = datetime.timedelta(seconds=TIMEOUTS.get(scenario, TIMEOUT))
+    dist.init_process_group(backend, store=store(rank, world, timeout), rank=rank, world_size=world, timeout=timeout)
     out = globals()[scenario](backend, rank, world)
     torch.save(out, path)
     dist.destroy_process_group()
+    if rank == 0:
+        # Rank 0 serves the TCP store and the embedded switch and
+        # controller, which stop when it ends: it stays until the test
+        # closes its stdin, once every other rank has ended, so that a
+        # rank still waiting for its last results, its last answer or its
+        # job's end is not cut off.
+        sys.stdin.read()
 
 
 if __name__ == "__main__":
