@@ -33,10 +33,11 @@ const (
 // Test is one test's outcome. Package is the Go package or the Python
 // module; Detail is a failure's output or a skip's reason.
 type Test struct {
-	Package string `json:"package"`
-	Name    string `json:"name"`
-	Status  Status `json:"status"`
-	Detail  string `json:"detail,omitempty"`
+	Package string  `json:"package"`
+	Name    string  `json:"name"`
+	Status  Status  `json:"status"`
+	Detail  string  `json:"detail,omitempty"`
+	Seconds float64 `json:"seconds,omitempty"`
 }
 
 // Results are the outcomes a stage's runners reported.
@@ -140,7 +141,7 @@ func ReadGoJSON(r io.Reader, echo io.Writer) (*Results, error) {
 			if gt != nil {
 				lines = gt.lines
 			}
-			t := Test{Package: ev.Package, Name: ev.Test, Status: Status(ev.Action)}
+			t := Test{Package: ev.Package, Name: ev.Test, Status: Status(ev.Action), Seconds: ev.Elapsed}
 			switch t.Status {
 			case Failed:
 				pkgFailed[ev.Package] = true
@@ -423,8 +424,37 @@ func WriteSummary(w io.Writer, stages []Stage, total time.Duration) {
 			fmt.Fprint(w, s)
 		}
 	}
+	writeSlowest(w, stages, 10)
 	r := Results{Tests: all}
 	fmt.Fprintf(w, "\ntests: %d passed, %d failed, %d skipped\n", r.Count(Passed), r.Count(Failed), r.Count(Skipped))
+}
+
+// writeSlowest lists the n top-level tests that took longest: where a
+// stage's time goes.
+func writeSlowest(w io.Writer, stages []Stage, n int) {
+	type timed struct {
+		stage string
+		t     Test
+	}
+	var all []timed
+	for _, s := range stages {
+		for _, t := range s.Results.Tests {
+			if t.Seconds > 0 && !strings.Contains(t.Name, "/") {
+				all = append(all, timed{s.Name, t})
+			}
+		}
+	}
+	if len(all) == 0 {
+		return
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].t.Seconds > all[j].t.Seconds })
+	if len(all) > n {
+		all = all[:n]
+	}
+	fmt.Fprintf(w, "\nslowest tests:\n")
+	for _, x := range all {
+		fmt.Fprintf(w, "  %7.1fs  [%s] %s %s\n", x.t.Seconds, x.stage, x.t.Package, x.t.Name)
+	}
 }
 
 func clock(d time.Duration) string {

@@ -172,7 +172,8 @@ func TestSummary(t *testing.T) {
 	dir := writeRun(t, "lint\t1\t12.4\tDIR/lint.log\nrace\t0\t300\tDIR/race.log\npython\t0\t61\tDIR/python.log\n",
 		map[string]*Results{
 			"race.results.json": {Tests: []Test{
-				{Package: "p/x", Name: "TestA", Status: Passed},
+				{Package: "p/x", Name: "TestA", Status: Passed, Seconds: 42.5},
+				{Package: "p/x", Name: "TestA/sub", Status: Passed, Seconds: 40},
 				{Package: "p/x", Name: "TestB", Status: Failed, Detail: "=== RUN TestB\n    x_test.go:3: got 1, want 2\n--- FAIL: TestB\n"},
 				{Package: "p/y", Name: "TestC", Status: Skipped, Detail: "y_test.go:9: needs root"},
 			}},
@@ -193,7 +194,7 @@ func TestSummary(t *testing.T) {
 	WriteSummary(&out, stages, 370*time.Second)
 	s := out.String()
 	for stage, want := range map[string]string{
-		"lint": "FAILED 0:12 0 0 0", "race": "FAILED 5:00 1 1 1", "python": "ok 1:01 1 0 1",
+		"lint": "FAILED 0:12 0 0 0", "race": "FAILED 5:00 2 1 1", "python": "ok 1:01 1 0 1",
 		"total": "6:10 (wall clock; stages overlap)",
 	} {
 		if got := row(s, stage); got != want {
@@ -205,11 +206,15 @@ func TestSummary(t *testing.T) {
 		"[lint] exited 1 with no failed test reported",
 		"log line 30", "[race] p/y TestC: y_test.go:9: needs root",
 		"[python] test_local.Loading test_x: no torch 2",
-		"\ntests: 2 passed, 1 failed, 2 skipped\n",
+		"\ntests: 3 passed, 1 failed, 2 skipped\n",
+		"slowest tests:\n     42.5s  [race] p/x TestA\n",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("the summary lacks %q:\n%s", want, s)
 		}
+	}
+	if strings.Contains(s, "TestA/sub") {
+		t.Errorf("the slowest tests list a subtest beside its parent:\n%s", s)
 	}
 	if strings.Contains(s, "log line 15\n") {
 		t.Errorf("the summary shows more than the log's last 15 lines:\n%s", s)
