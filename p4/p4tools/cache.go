@@ -83,12 +83,16 @@ func compileCacheDir() (string, bool) {
 	}
 }
 
-// compileKey hashes what decides a compiler's result: the toolchain (its
-// prepared copy is named after its fingerprint), the tool, the arguments
-// with dir and the inputs' paths taken out, and the inputs' contents.
+// compileKey hashes what decides a compiler's result: the toolchain (by
+// content, see identity), the tool, the arguments with dir and the inputs'
+// paths taken out, and the inputs' contents.
 func (t *Tools) compileKey(dir string, inputs []string, name string, args []string) (string, error) {
+	id, err := t.identity()
+	if err != nil {
+		return "", err
+	}
 	h := sha256.New()
-	fmt.Fprintf(h, "toolchain %s\ntool %s\n", filepath.Base(t.Dir), name)
+	fmt.Fprintf(h, "toolchain %s\ntool %s\n", id, name)
 	absDir, err := filepath.Abs(dir)
 	if err != nil {
 		return "", fmt.Errorf("p4tools: %w", err)
@@ -114,6 +118,46 @@ func (t *Tools) compileKey(dir string, inputs []string, name string, args []stri
 		h.Write(b)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:32], nil
+}
+
+// identity names the toolchain by what it holds, not where: its README and
+// the name and size of every file in it. A copy of the same toolchain in
+// another folder (a fresh clone with shared/ laid beside it) has the same
+// identity, and so finds the compiles an earlier run kept.
+func (t *Tools) identity() (string, error) {
+	t.idOnce.Do(func() {
+		src := t.Source
+		if src == "" {
+			src = t.Dir
+		}
+		h := sha256.New()
+		if b, err := os.ReadFile(filepath.Join(src, "README.md")); err == nil {
+			h.Write(b)
+		}
+		t.idErr = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() {
+				return nil
+			}
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			rel, err := filepath.Rel(src, p)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(h, "%s %d\n", filepath.ToSlash(rel), info.Size())
+			return nil
+		})
+		if t.idErr != nil {
+			t.idErr = fmt.Errorf("p4tools: reading the toolchain %s: %w", src, t.idErr)
+		}
+		t.id = hex.EncodeToString(h.Sum(nil))[:16]
+	})
+	return t.id, t.idErr
 }
 
 // An entry is a folder: output (the compiler's combined output), status

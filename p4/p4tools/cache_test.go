@@ -67,6 +67,15 @@ func TestRunCachedRestoresARun(t *testing.T) {
 		}
 	}
 
+	// The same toolchain copied to another folder (a fresh clone with
+	// shared/ beside it) finds the run too.
+	moved := &Tools{Dir: filepath.Join(t.TempDir(), "elsewhere")}
+	must(t, copyFiles(tools.Dir, moved.Dir, nil))
+	dir5, in5 := workDir(t, "control c {}\n")
+	if _, cached, err := moved.RunCached(ctx, dir5, []string{in5}, "cc", "--target", in5); err != nil || !cached || runs() != 1 {
+		t.Errorf("the toolchain in another folder: cached=%v runs=%d err=%v", cached, runs(), err)
+	}
+
 	// Another source, or other arguments: compiled again.
 	dir3, in3 := workDir(t, "control d {}\n")
 	if _, cached, err := tools.RunCached(ctx, dir3, []string{in3}, "cc", "--target", in3); err != nil || cached || runs() != 2 {

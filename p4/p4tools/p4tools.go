@@ -40,6 +40,10 @@ type Tools struct {
 	Source string
 	// Dir is the prepared copy the tools run from.
 	Dir string
+
+	idOnce sync.Once // identity, for the compile cache
+	id     string
+	idErr  error
 }
 
 // Locate returns the toolchain folder: $SWITCHML_P4_TOOLS if set, else the
