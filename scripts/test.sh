@@ -117,11 +117,11 @@ run_lint() {
 # goroutine: the race detector has nothing to find there and slows its
 # seeded sweeps fivefold, so it runs without -race in the other lane.
 run_race() {
-	gotest race -race -timeout 30m $(go list ./... | grep -v '/internal/sim$')
+	gotest race -race -count=1 -timeout 30m $(go list ./... | grep -v '/internal/sim$')
 }
 
 run_sim() {
-	gotest sim -timeout 30m ./internal/sim
+	gotest sim -count=1 -timeout 30m ./internal/sim
 }
 
 # The race detector makes allocation counts meaningless, so the tests that
@@ -182,7 +182,7 @@ run_trainers() {
 	local setup
 	setup=$(trainers/setup.sh) || return
 	eval "$setup"
-	(cd trainers && go vet ./... && go run "$staticcheck" ./... && gotest trainers -timeout 30m ./...)
+	(cd trainers && go vet ./... && go run "$staticcheck" ./... && gotest trainers -count=1 -timeout 30m ./...)
 }
 
 stage setup run_setup
