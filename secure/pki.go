@@ -142,6 +142,25 @@ func serial() *big.Int {
 	return n
 }
 
+// writePEM writes one PEM block to file with mode 0600, whatever file was
+// before: it writes a new file beside it and renames it over, so that an
+// existing file's mode (or a symbolic link there) never carries over to a
+// new private key.
 func writePEM(file, typ string, der []byte) error {
-	return os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600)
+	f, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // after the rename, nothing is left to remove
+	_, err = f.Write(pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), 0o600)
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), file)
 }

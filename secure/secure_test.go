@@ -56,3 +56,43 @@ func TestConfigs(t *testing.T) {
 		}
 	}
 }
+
+func TestLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:50051": true, "[::1]:9559": true, "localhost:1": true, "127.0.0.2": true, "[::ffff:127.0.0.1]:1": true,
+		"0.0.0.0:50051": false, ":50051": false, "[::]:1": false, "10.0.0.1:1": false, "example.com:1": false, "": false,
+	} {
+		if got := Loopback(addr); got != want {
+			t.Errorf("Loopback(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}
+
+// TestPKIKeysPrivate: keys are written with mode 0600 even over files that
+// were readable by others, and through no symbolic link.
+func TestPKIKeysPrivate(t *testing.T) {
+	dir := t.TempDir()
+	elsewhere := filepath.Join(t.TempDir(), "elsewhere")
+	if err := os.WriteFile(filepath.Join(dir, "ca-key.pem"), []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, filepath.Join(dir, "worker-key.pem")); err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPKI(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := p.Issue(RoleWorker); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"ca-key.pem", "worker-key.pem"} {
+		fi, err := os.Lstat(filepath.Join(dir, n))
+		if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v, %v; want a regular file with mode 0600", n, fi.Mode(), err)
+		}
+	}
+	if _, err := os.Stat(elsewhere); err == nil {
+		t.Errorf("the key was written through the symbolic link to %s", elsewhere)
+	}
+}

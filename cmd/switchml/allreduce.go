@@ -40,7 +40,8 @@ func runAllReduce(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.Job, "job", "demo", "job name, the same on every rank")
 	fs.IntVar(&cfg.Rank, "rank", 0, "this worker's rank, 0..workers-1")
 	fs.IntVar(&cfg.Workers, "workers", 1, "number of workers in the job")
-	fs.StringVar(&cfg.Token, "token", os.Getenv("SWITCHML_TOKEN"), "the job owner's secret, the same on every rank (default $SWITCHML_TOKEN): the controller refuses this job's name to clients without it")
+	fs.StringVar(&cfg.Token, "token", "", "the job owner's secret, the same on every rank: the controller refuses this job's name to clients without it. On the command line every local user can read it (ps, /proc): prefer --token-file or $SWITCHML_TOKEN (which --token overrides)")
+	tokenFile := fs.String("token-file", "", "read the job owner's secret from this `FILE` (a trailing newline is dropped) instead of --token or $SWITCHML_TOKEN")
 	fs.StringVar(&cfg.Bind, "bind", "", "local IP the switch sees for this worker (default: the address that reaches the controller)")
 	fs.IntVar(&cfg.Lanes, "lanes", 0, fmt.Sprintf("parallel lanes (sockets) per worker (0: %d; every rank of a job needs the same)", switchml.DefaultLanes))
 	fs.StringVar(&cfg.Transport, "transport", switchml.TransportUDP, `how lanes move packets: "udp" (kernel sockets), "afxdp" (AF_XDP sockets on the --bind address's interface, bypassing the kernel's stack; falls back to UDP, saying why, where it cannot; Linux, root) or "shm" (UDP sockets whose datagrams to a switch on this host started with --transport shm go through shared memory; Linux)`)
@@ -83,6 +84,9 @@ func runAllReduce(ctx context.Context, args []string) error {
 		return err
 	}
 	defer stopProfile()
+	if cfg.Token, err = jobToken(fs, *tokenFile, os.Stderr); err != nil {
+		return err
+	}
 	if *peers != "" {
 		cfg.FallbackPeers = strings.Split(*peers, ",")
 	}

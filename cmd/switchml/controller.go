@@ -30,6 +30,7 @@ func runController(ctx context.Context, args []string) error {
 	fs.BoolVar(&o.SkipPipeline, "skip-pipeline", false, "do not push the pipeline: the target already runs the SwitchML program")
 	fs.StringVar(&o.PortMapFile, "port-map", "", "file of \"WORKER-IP PORT\" lines: the switch port that reaches each worker host (required for "+p4+")")
 	fs.BoolVar(&o.Auth, "auth", false, "the software switch checks a tag on every packet (it runs with --auth): give each job a random key, over P4Runtime to the switch and over this service's TLS to the job's ranks, which must join with --auth; the controller refuses to start if the switch disagrees")
+	fs.BoolVar(&o.InsecureAuthOverPlaintext, "insecure-auth-over-plaintext", false, "with --auth, hand the job keys over links without TLS that leave this host (the job service without --tls-cert, the switch without --target-tls-ca): anyone who reads that network can forge tagged packets; refused without this flag, not needed on loopback")
 	fs.StringVar(&o.SwitchMACAddr, "switch-mac", "", "Ethernet address the P4 switch answers ARP for its data plane address with ("+p4+"; default: no ARP answers, workers need a static neighbour entry)")
 	fs.IntVar(&o.MaxElements, "max-elements", controller.DefaultSoftswitchMaxElements, "softswitch: its --max-elements, the largest packet it takes")
 	fs.Float64Var(&o.IngressLoss, "simulate-loss-in", 0, p4+": fraction of contributions the switch drops on arrival (tests loss recovery)")

@@ -368,7 +368,7 @@ func TestAuthOverAFXDP(t *testing.T) {
 		t.Skipf("AF_XDP unavailable: %v", err)
 	}
 	sw, prefix := netnsRack(t, workers, 79)
-	f := startFabricWith(t, []string{"ip", "netns", "exec", sw}, "10.79.0.1", []string{"--transport", "afxdp", "--auth"}, []string{"--auth"})
+	f := startFabricWith(t, []string{"ip", "netns", "exec", sw}, "10.79.0.1", []string{"--transport", "afxdp", "--auth"}, []string{"--auth", "--insecure-auth-over-plaintext"})
 	if logs := f.fab.Logs()["switch"]; !strings.Contains(logs, "transport=afxdp") || !strings.Contains(logs, "auth=true") {
 		t.Fatalf("the switch is not checking tags on AF_XDP; its log:\n%s", logs)
 	}

@@ -65,6 +65,14 @@ func runSwitch(ctx context.Context, args []string) error {
 	log.Info("software switch up", "dataplane", strings.Join(sw.DataplaneAddrs(), ","), "shards", cfg.Shards, "transport", sw.Transport(), "p4runtime", sw.P4RuntimeAddr(),
 		"slots", pc.Slots, "max_elements", pc.MaxElements, "parent", cfg.Parent, "auth", cfg.Auth, "drop", cfg.Faults.Drop, "duplicate", cfg.Faults.Duplicate, "reorder", cfg.Faults.Reorder)
 
+	if !cfg.Auth && cfg.Parent == "" {
+		for _, a := range sw.DataplaneAddrs() {
+			if !secure.Loopback(a) {
+				log.Warn("switch: the data plane is reachable from other hosts and its packets are not authenticated: whoever can send from a worker's address can change the sums; run the switch, the controller and the workers with --auth", "addr", a)
+			}
+		}
+	}
+
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if *metricsAddr != "" {

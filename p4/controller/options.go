@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -54,6 +55,12 @@ type Options struct {
 	SwitchMACAddr string
 	// Auth: the software switch checks a tag on every packet (--auth).
 	Auth bool
+	// InsecureAuthOverPlaintext lets Auth hand the job keys over links
+	// without TLS that leave this host (--insecure-auth-over-plaintext):
+	// the job service off loopback without TLSCert, or the switch's
+	// P4Runtime off loopback without TargetTLSCA. Prepare refuses that
+	// otherwise; on loopback no key leaves the host and nothing is asked.
+	InsecureAuthOverPlaintext bool
 	// TLSCert, TLSKey and TLSClientCA secure the job service (--tls-cert,
 	// --tls-key, --tls-client-ca; see secure.Server).
 	TLSCert, TLSKey, TLSClientCA string
@@ -74,6 +81,9 @@ func RunFromOptions(ctx context.Context, o Options) error {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	for _, w := range o.exposures(cfg) {
+		cfg.Logger.Warn(w.msg, "addr", w.addr)
 	}
 	if cfg.Ready == nil {
 		log := cfg.Logger
@@ -101,6 +111,9 @@ func (o Options) Prepare() (Config, error) {
 		return Config{}, err
 	}
 	if err := o.prepareTLS(&cfg); err != nil {
+		return Config{}, err
+	}
+	if err := o.keysInClear(cfg); err != nil {
 		return Config{}, err
 	}
 	if o.SwitchMACAddr != "" {
@@ -267,6 +280,77 @@ func (o Options) prepareTLS(cfg *Config) error {
 		return fmt.Errorf("--target-tls-ca, --target-tls-cert, --target-tls-key: %w", err)
 	}
 	return nil
+}
+
+// p4RuntimeAddrs are the P4Runtime addresses the controller dials: the
+// target's, or every switch's of the topology.
+func p4RuntimeAddrs(cfg Config) []string {
+	if cfg.Topology == nil {
+		return []string{cmp.Or(cfg.Target, DefaultTarget)}
+	}
+	addrs := []string{cfg.Topology.Spine.P4Runtime}
+	for _, l := range cfg.Topology.Leaves {
+		addrs = append(addrs, l.P4Runtime)
+	}
+	return addrs
+}
+
+// keysInClear refuses --auth when the job keys would leave this host
+// without TLS: to the ranks over a plaintext job service, or to the switch
+// over a plaintext P4Runtime link, off loopback. Anyone capturing packets
+// there could then tag forged packets. --insecure-auth-over-plaintext
+// allows it.
+func (o Options) keysInClear(cfg Config) error {
+	if !o.Auth || o.InsecureAuthOverPlaintext {
+		return nil
+	}
+	var where []string
+	if cfg.TLS == nil && !secure.Loopback(cmp.Or(o.Listen, DefaultListen)) {
+		where = append(where, fmt.Sprintf("to the ranks over the job service at --listen %s without TLS (give it --tls-cert and --tls-key)", cmp.Or(o.Listen, DefaultListen)))
+	}
+	if cfg.TargetTLS == nil {
+		for _, a := range p4RuntimeAddrs(cfg) {
+			if !secure.Loopback(a) {
+				where = append(where, fmt.Sprintf("to the switch over P4Runtime at %s without TLS (give --target-tls-ca)", a))
+			}
+		}
+	}
+	if len(where) == 0 {
+		return nil
+	}
+	return fmt.Errorf("--auth: each job's key would travel in clear %s; anyone who captures it can forge tagged packets. Secure the link, or pass --insecure-auth-over-plaintext if nobody else can read that network", strings.Join(where, " and "))
+}
+
+// exposure is what a setting leaves open off this host, and where.
+type exposure struct{ msg, addr string }
+
+// exposures lists the settings that leave the controller's links readable
+// or its data plane forgeable from other hosts, each naming the flag that
+// closes it; RunFromOptions logs them as warnings.
+func (o Options) exposures(cfg Config) []exposure {
+	var out []exposure
+	if cfg.TLS == nil && !secure.Loopback(cmp.Or(o.Listen, DefaultListen)) {
+		out = append(out, exposure{"controller: the job service listens without TLS on a non-loopback address: tokens and rank secrets cross the network in clear, and callers are known only by IP address; give it --tls-cert and --tls-key (and --tls-client-ca)", cmp.Or(o.Listen, DefaultListen)})
+	}
+	if cfg.TargetTLS == nil {
+		for _, a := range p4RuntimeAddrs(cfg) {
+			if !secure.Loopback(a) {
+				out = append(out, exposure{"controller: the link to the switch's P4Runtime service is plaintext and leaves this host: whoever sits on it can read and change what the controller writes; give --target-tls-ca (and --target-tls-cert, --target-tls-key)", a})
+			}
+		}
+	}
+	if !o.Auth && cfg.Topology == nil && cfg.Switch.Kind == KindSoftswitch {
+		dps, err := DataplanesFor(o.Dataplane, cmp.Or(cfg.Target, DefaultTarget))
+		if err != nil {
+			return out // Run says what is wrong with them
+		}
+		for _, dp := range dps {
+			if !dp.Addr().IsLoopback() {
+				out = append(out, exposure{"controller: the data plane is reachable from other hosts and its packets are not authenticated: whoever can send from a worker's address can change the sums; run the switch, this controller and the workers with --auth", dp.String()})
+			}
+		}
+	}
+	return out
 }
 
 // flagsValid checks the settings whose bad values would otherwise surface

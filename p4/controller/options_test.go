@@ -234,3 +234,74 @@ func TestTargetForGoesThroughTheRegistry(t *testing.T) {
 		t.Error("P4() does not follow the kinds' port-map need")
 	}
 }
+
+// TestAuthKeysInClear: --auth is refused when a job's key would leave this
+// host without TLS, to the ranks or to the switch, unless
+// --insecure-auth-over-plaintext; on loopback it is taken as it is.
+func TestAuthKeysInClear(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		set  func(o *Options)
+		want []string // nil: accepted
+	}{
+		{"loopback", func(o *Options) { o.Target, o.Listen = "", "" }, nil},
+		{"job service off loopback", func(o *Options) { o.Target, o.Listen = "127.0.0.1:9559", "0.0.0.0:50051" },
+			[]string{"--auth", "in clear", "--listen 0.0.0.0:50051", "--tls-cert", "--insecure-auth-over-plaintext"}},
+		{"switch off loopback", func(o *Options) { o.Listen = "localhost:50051" },
+			[]string{"P4Runtime at 10.0.0.5:9559", "--target-tls-ca", "--insecure-auth-over-plaintext"}},
+		{"allowed", func(o *Options) { o.Listen, o.InsecureAuthOverPlaintext = ":50051", true }, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := flagDefaults(targets.Softswitch)
+			o.Auth = true
+			c.set(&o)
+			_, err := o.Prepare()
+			if c.want == nil {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestExposures: what RunFromOptions warns about, by setting.
+func TestExposures(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		set   func(o *Options)
+		addrs []string
+	}{
+		{"loopback", func(o *Options) { o.Target, o.Listen = "127.0.0.1:9559", "127.0.0.1:50051" }, nil},
+		{"everything open", func(o *Options) { o.Listen = "0.0.0.0:50051" }, []string{"0.0.0.0:50051", "10.0.0.5:9559", "10.0.0.5:48864"}},
+		{"auth", func(o *Options) { o.Target, o.Dataplane, o.Auth = "127.0.0.1:9559", "10.0.0.5:48864", true }, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := flagDefaults(targets.Softswitch)
+			c.set(&o)
+			cfg, err := o.Prepare()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var addrs []string
+			for _, e := range o.exposures(cfg) {
+				addrs = append(addrs, e.addr)
+				if !strings.Contains(e.msg, "give") && !strings.Contains(e.msg, "with --auth") {
+					t.Errorf("%q names no flag that fixes it", e.msg)
+				}
+			}
+			if !slices.Equal(addrs, c.addrs) {
+				t.Errorf("warnings about %v, want %v", addrs, c.addrs)
+			}
+		})
+	}
+}

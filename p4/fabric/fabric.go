@@ -67,7 +67,8 @@ type Config struct {
 	Transport string
 	// Auth runs the switch and the controller with --auth: each job gets
 	// a key, and the switch drops packets without its tag (workers join
-	// with switchml.Config.Auth).
+	// with switchml.Config.Auth). A subprocess controller also gets
+	// --insecure-auth-over-plaintext, since its links stay on this machine.
 	Auth bool
 
 	// Dataplane, P4Runtime and Controller are the switch's UDP address
@@ -179,7 +180,9 @@ func Start(ctx context.Context, cfg Config) (*Fabric, error) {
 		}
 		if cfg.Auth {
 			cfg.SwitchArgs = append(slices.Clip(cfg.SwitchArgs), "--auth")
-			cfg.ControllerArgs = append(slices.Clip(cfg.ControllerArgs), "--auth")
+			// A fabric's hosts are this machine's network namespaces: the
+			// job keys do not leave it, TLS or not.
+			cfg.ControllerArgs = append(slices.Clip(cfg.ControllerArgs), "--auth", "--insecure-auth-over-plaintext")
 		}
 		return startProcs(ctx, cfg)
 	}
