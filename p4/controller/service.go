@@ -382,9 +382,10 @@ func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (
 	var chk jobcore.Checked
 	var offline string
 	var back chan struct{}
+	client := secure.IdentityOf(ctx).Name()
 	s.step(func(c *jobcore.Core) {
 		if chk, err = c.Check(req); err != nil {
-			c.CannotForm(req, err, time.Now()) // its peers learn at once why the job cannot form
+			c.CannotForm(req, client, err, time.Now()) // its peers learn at once why the job cannot form
 		}
 		offline, back = c.Offline(), s.back
 	})
@@ -394,7 +395,7 @@ func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (
 	tree, _ := s.current.Load().Switch.(*Tree)
 	if tree != nil && req.GetSparse() {
 		err := invalid("the sparse mode runs on a single software switch, and this controller programs a tree of switches: join without Sparse (--sparse), or through a controller of one switch")
-		s.step(func(c *jobcore.Core) { c.CannotForm(req, err, time.Now()) })
+		s.step(func(c *jobcore.Core) { c.CannotForm(req, client, err, time.Now()) })
 		return nil, err
 	}
 	var leafDP netip.AddrPort
@@ -403,7 +404,7 @@ func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (
 		if leafDP, ok = tree.DataplaneOf(addrs[0].Addr()); !ok {
 			err := invalid("rank %d sends from %v, which is under no leaf of the controller's topology (%s); add its prefix to a leaf's workers, or bind the worker to a listed address",
 				req.GetRank(), addrs[0].Addr(), tree.topo)
-			s.step(func(c *jobcore.Core) { c.CannotForm(req, err, time.Now()) })
+			s.step(func(c *jobcore.Core) { c.CannotForm(req, client, err, time.Now()) })
 			return nil, err
 		}
 	}
@@ -423,7 +424,6 @@ func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (
 	}
 	ctx, cancel := answerBefore(ctx)
 	defer cancel()
-	client := secure.IdentityOf(ctx).Name()
 	w, ch, err := s.enter(func(c *jobcore.Core, w jobcore.Waiter) error { return c.Register(w, chk, client, time.Now()) })
 	if err != nil {
 		return nil, err
