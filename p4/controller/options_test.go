@@ -234,3 +234,18 @@ func TestTargetForGoesThroughTheRegistry(t *testing.T) {
 		t.Error("P4() does not follow the kinds' port-map need")
 	}
 }
+
+// TestLoopbackAddress: only a loopback IP or localhost keeps the job
+// service on loopback; every other address, and every interface, does
+// not.
+func TestLoopbackAddress(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:50051": true, "127.3.4.5:1": true, "[::1]:50051": true, "localhost:50051": true,
+		":50051": false, "0.0.0.0:50051": false, "[::]:50051": false, "10.0.0.1:50051": false,
+		"[::ffff:127.0.0.1]:1": true, "switch.example:50051": false, "bad": false,
+	} {
+		if got := loopbackAddress(addr); got != want {
+			t.Errorf("loopbackAddress(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}

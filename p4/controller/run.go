@@ -97,6 +97,12 @@ type Config struct {
 	// default the controller takes it back at once.
 	YieldPrimary bool
 
+	// AllowOpenJobs lets a job service that listens beyond loopback take
+	// jobs without a token (--allow-open-jobs), which any client that
+	// reaches it may then join, restart or end. By default such a service
+	// refuses them; on loopback they are taken, and logged as open.
+	AllowOpenJobs bool
+
 	// control follows primaryship on the switches (set by Run).
 	control *control
 
@@ -142,7 +148,7 @@ func Run(ctx context.Context, cfg Config) error {
 			cl.Close()
 		}
 	}()
-	svc, err := NewJobService(controlled{cl}, ServiceConfig{Dataplane: dp, Shards: shards, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger, Admin: cfg.Admin, JobLimits: cfg.JobLimits})
+	svc, err := NewJobService(controlled{cl}, ServiceConfig{Dataplane: dp, Shards: shards, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger, Admin: cfg.Admin, JobLimits: cfg.JobLimits, RefuseOpenJobs: cfg.refuseOpenJobs()})
 	if err != nil {
 		return err
 	}
@@ -209,6 +215,35 @@ func reconnect(ctx context.Context, cfg Config, dp netip.AddrPort, svc *JobServi
 		}
 	}
 	return cl, true, nil
+}
+
+// refuseOpenJobs reports whether the job service refuses jobs without a
+// token: it listens beyond loopback, and AllowOpenJobs is not set (which
+// is then warned about).
+func (cfg Config) refuseOpenJobs() bool {
+	if loopbackAddress(cfg.Listen) {
+		return false
+	}
+	if cfg.AllowOpenJobs {
+		cfg.Logger.Warn("controller: the job service listens beyond loopback and takes jobs without a token (--allow-open-jobs): any client that reaches it may join, restart or end them", "listen", cfg.Listen)
+		return false
+	}
+	return true
+}
+
+// loopbackAddress reports whether a listen address (host:port) is on
+// loopback only: a loopback IP, or localhost. An empty host listens on
+// every interface.
+func loopbackAddress(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // withDefaults fills in what cfg leaves zero and checks that a P4 switch

@@ -55,6 +55,11 @@ type ServiceConfig struct {
 	// defaults). Registrations it cannot serve are refused.
 	Target Target
 	Logger *slog.Logger
+	// RefuseOpenJobs refuses registrations without a token
+	// (PermissionDenied), as a job service that listens beyond loopback
+	// does by default (Config.AllowOpenJobs); otherwise such jobs are
+	// taken, and logged as open.
+	RefuseOpenJobs bool
 	JobLimits
 }
 
@@ -188,7 +193,7 @@ func NewJobService(sw Switch, cfg ServiceConfig) (*JobService, error) {
 	c := jobcore.New(jobcore.Config{Dataplane: cfg.Dataplane, Shards: cfg.Shards, Slots: cfg.Slots, Logger: cfg.Logger,
 		Admit: cfg.Target.check, PortOf: cfg.Target.portOf, Keyed: cfg.Target.Auth,
 		Rand: randUint64, DrainWait: switchRPCTimeout, LeaseGrace: cfg.LeaseGrace, JoinTimeout: cfg.JoinTimeout,
-		MaxJobsPerClient: max(cfg.MaxJobsPerClient, 0), MaxSlotsPerClient: cfg.MaxSlotsPerClient})
+		MaxJobsPerClient: max(cfg.MaxJobsPerClient, 0), MaxSlotsPerClient: cfg.MaxSlotsPerClient, RefuseOpen: cfg.RefuseOpenJobs})
 	drained := make(chan struct{})
 	close(drained)
 	s := &JobService{sw: sw, cfg: cfg, log: cfg.Logger, core: c, waiters: map[jobcore.Waiter]chan jobcore.Answer{}, drained: drained, metrics: newServiceMetrics()}
