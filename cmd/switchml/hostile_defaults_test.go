@@ -153,4 +153,3 @@ func TestHostileSecondRoleP4Runtime(t *testing.T) {
 		t.Errorf("the controller lost primaryship:\n%s", f.ctl.Logs())
 	}
 }
-
