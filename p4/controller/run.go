@@ -98,8 +98,8 @@ type Config struct {
 	YieldPrimary bool
 
 	// AllowOpenJobs lets a job service that listens beyond loopback take
-	// jobs without a token (--allow-open-jobs), which any client that
-	// reaches it may then join, restart or end. By default such a service
+	// jobs without a token (--allow-open-jobs), whose missing ranks any
+	// client that reaches it may then take. By default such a service
 	// refuses them; on loopback they are taken, and logged as open.
 	AllowOpenJobs bool
 
@@ -225,7 +225,7 @@ func (cfg Config) refuseOpenJobs() bool {
 		return false
 	}
 	if cfg.AllowOpenJobs {
-		cfg.Logger.Warn("controller: the job service listens beyond loopback and takes jobs without a token (--allow-open-jobs): any client that reaches it may join, restart or end them", "listen", cfg.Listen)
+		cfg.Logger.Warn("controller: the job service listens beyond loopback and takes jobs without a token (--allow-open-jobs): any client that reaches it may take their missing ranks", "listen", cfg.Listen)
 		return false
 	}
 	return true
