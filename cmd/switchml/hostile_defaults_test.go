@@ -90,9 +90,9 @@ func TestHostileTakenRank(t *testing.T) {
 }
 
 // TestHostileOpenJobOffLoopback: a controller whose job service listens
-// on every interface (--listen :PORT) refuses a job without a token with
-// PERMISSION_DENIED saying how to give one, and runs the same job with a
-// token, verified.
+// on every interface (--listen :PORT) refuses a job without a token (the
+// worker fails, the refusal saying how to give one; its code is checked in
+// jobcore), and runs the same job with a token, verified.
 func TestHostileOpenJobOffLoopback(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes; skipped in -short")
