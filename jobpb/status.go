@@ -79,7 +79,7 @@ func WriteStatusText(w io.Writer, addr string, st *StatusResponse) error {
 		fmt.Fprintf(w, "control lost: %s\n", st.GetControlLost())
 	}
 	if st.GetRedacted() {
-		fmt.Fprintln(w, "redacted: this certificate is not an operator's (controller --admin), so lane addresses and switch placement are left out")
+		fmt.Fprintln(w, "redacted: this certificate is not an operator's (controller --admin), so other identities' jobs, lane addresses and switch placement are left out")
 	}
 	fmt.Fprintln(w)
 	if len(st.GetJobs()) == 0 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"slices"
 
 	"github.com/switchml/switchml-go/p4/fabric"
 )
@@ -24,6 +25,9 @@ func (r *Rack) Fabric(ctx context.Context, exe string, cfg fabric.Config) fabric
 	ns := r.SwitchNS()
 	cfg.Dataplane = net.JoinHostPort(r.SwitchIP(), DataplanePort)
 	cfg.Controller = net.JoinHostPort(r.SwitchIP(), ControllerPort)
+	// The rack's namespaces are the run's own, and its workers join
+	// without a token.
+	cfg.ControllerArgs = append(slices.Clone(cfg.ControllerArgs), "--allow-open-jobs")
 	cfg.P4Runtime = P4RuntimeAddr
 	cfg.Command = func(args ...string) *exec.Cmd { return r.Command(ctx, ns, exe, args...) }
 	cfg.Dial = DialIn(ns)
@@ -61,6 +65,9 @@ func (r *Rack) TreeFabric(ctx context.Context, exe string, cfg fabric.Config) (f
 	ns := r.SwitchNS()
 	cfg.Dataplane = net.JoinHostPort(r.SwitchIP(), TreeDataplanePort)
 	cfg.Controller = net.JoinHostPort(r.SwitchIP(), TreeControllerPort)
+	// The rack's namespaces are the run's own, and its workers join
+	// without a token.
+	cfg.ControllerArgs = append(slices.Clone(cfg.ControllerArgs), "--allow-open-jobs")
 	cfg.P4Runtime = TreeP4RuntimeAddr
 	cfg.Command = func(args ...string) *exec.Cmd { return r.Command(ctx, ns, exe, args...) }
 	cfg.Dial = DialIn(ns)

@@ -157,7 +157,7 @@ func (r *bmv2Rack) startController(t *testing.T, extra ...string) *proc {
 	t.Helper()
 	args := append([]string{"controller", "--target", "127.0.0.1:9559", "--target-kind", "bmv2",
 		"--device-config", r.json, "--port-map", r.portMap, "--switch-mac", bmv2SwitchMAC,
-		"--dataplane", bmv2SwitchIP + ":48864", "--listen", r.controller}, extra...)
+		"--dataplane", bmv2SwitchIP + ":48864", "--listen", r.controller, "--allow-open-jobs"}, extra...)
 	p := spawn(t, []string{"ip", "netns", "exec", r.sw}, args...)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -292,7 +292,7 @@ func (r *bmv2Rack) badInput(t *testing.T) {
 		{"no port map", []string{"--port-map", ""}, "needs --port-map"},
 	} {
 		args := append([]string{"controller", "--target", "127.0.0.1:9559", "--target-kind", "bmv2",
-			"--device-config", r.json, "--port-map", r.portMap, "--listen", r.controller, "--connect-timeout", "20s"}, c.args...)
+			"--device-config", r.json, "--port-map", r.portMap, "--listen", r.controller, "--allow-open-jobs", "--connect-timeout", "20s"}, c.args...)
 		p := spawn(t, []string{"ip", "netns", "exec", r.sw}, args...)
 		err := p.wait(t, time.Minute)
 		if err == nil || !strings.Contains(p.Logs(), c.want) {

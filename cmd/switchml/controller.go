@@ -47,6 +47,7 @@ func runController(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.LeaseGrace, "lease-grace", controller.DefaultLeaseGrace, "how long each rank of a job that got its slots has to open its lease (Watch); a rank that has not ends the job and frees its slots")
 	fs.DurationVar(&o.JoinTimeout, "join-timeout", controller.DefaultJoinTimeout, "how long a job may wait for all its ranks to register; then it is released, and its waiting ranks hear which never came")
 	fs.IntVar(&o.MaxJobsPerClient, "max-jobs-per-client", controller.DefaultMaxJobsPerClient, "jobs, gathering or running, that one client identity (its certificate's name under mutual TLS, else its IP address) may hold; -1: no limit")
+	fs.BoolVar(&o.AllowOpenJobs, "allow-open-jobs", false, "take jobs without a token (allreduce --token, $SWITCHML_TOKEN) although --listen is beyond loopback: any client that reaches the job service may then take their missing ranks; by default such a controller refuses them (on loopback they are taken, and logged as open)")
 	fs.IntVar(&o.MaxSlotsPerClient, "max-slots-per-client", 0, "slots (lanes*window, summed over its jobs) that one client identity may hold; 0: no limit beyond the pool")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	metricsAddr := fs.String("metrics", "", metricsFlagHelp)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,10 +18,11 @@ import (
 )
 
 // TestHostileStatusStranger: on a mutual-TLS controller set up as the
-// README says, `switchml status` with a worker's certificate shows the
-// jobs but none of their lane addresses or switch placement (which would
-// help forge packets into them); the operator's admin.pem sees them; the
-// job runs on, verified.
+// README says, `switchml status` with the certificate the job's ranks
+// joined with shows the job but none of its lane addresses or switch
+// placement (which would help forge packets into it); another worker
+// certificate sees no job at all, not even its name; the operator's
+// admin.pem sees it whole; the job runs on, verified.
 func TestHostileStatusStranger(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes; skipped in -short")
@@ -66,6 +68,19 @@ func TestHostileStatusStranger(t *testing.T) {
 			s.Close()
 		}
 	}()
+
+	// A stranger: a worker certificate of another name, signed by the
+	// same CA.
+	if _, _, err := (&secure.PKI{Dir: certs, CA: pem("ca.pem")}).IssueRole("stranger", secure.RoleWorker); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := statusCommand(ctx, []string{"--controller", f.controller, "--tls-ca", pem("ca.pem"), "--tls-cert", pem("stranger.pem"), "--tls-key", pem("stranger-key.pem")}, &out); err != nil {
+		t.Fatalf("status as a stranger: %v", err)
+	}
+	if strings.Contains(out.String(), "victim") || !strings.Contains(out.String(), "no jobs") || !strings.Contains(out.String(), "redacted") {
+		t.Errorf("status with stranger.pem shows another identity's job, or is not redacted:\n%s", out.String())
+	}
 
 	type statusJSON struct {
 		Redacted bool `json:"redacted"`

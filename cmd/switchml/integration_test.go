@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -140,6 +141,9 @@ func startFabricWith(t *testing.T, prefix []string, host string, switchArgs, con
 	if host != "" {
 		cfg.Dataplane, cfg.P4Runtime, cfg.Controller = host+":48864", host+":9559", host+":50051"
 		cfg.Dial = rack.DialIn(prefix[len(prefix)-1])
+		// The namespaces are the test's own, and its workers join
+		// without a token.
+		cfg.ControllerArgs = append(slices.Clone(controllerArgs), "--allow-open-jobs")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

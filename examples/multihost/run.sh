@@ -77,7 +77,9 @@ done
 echo "== the software switch and the controller in the switch namespace"
 ip netns exec "$sw" "$switchml" switch --dataplane "$subnet.1:48864" --p4rt 127.0.0.1:9559 >"$work/switch.log" 2>&1 &
 pids+=($!)
-ip netns exec "$sw" "$switchml" controller --target 127.0.0.1:9559 --listen "$subnet.1:50051" \
+# --allow-open-jobs: the namespaces are this run's own, and the trainers
+# join without a token.
+ip netns exec "$sw" "$switchml" controller --target 127.0.0.1:9559 --listen "$subnet.1:50051" --allow-open-jobs \
 	--dataplane "$subnet.1:48864" >"$work/controller.log" 2>&1 &
 pids+=($!)
 netns_wait_controller "$switchml" "$subnet.1:50051" "$work/controller.log" "$work/switch.log"

@@ -326,7 +326,9 @@ func (h *jobHarness) registerAll(ctx context.Context, reqs ...*jobpb.RegisterReq
 func TestRegisterProgramsTheSwitch(t *testing.T) {
 	h := newJobHarness(t, testSlots)
 	ctx := testCtx(t)
-	resps, errs := h.registerAll(ctx, regReq("a", 0, 2, 2, 4, 0), regReq("a", 1, 2, 2, 4, 0))
+	// With a token, which a restart in place needs.
+	tokened := func(r *jobpb.RegisterRequest) *jobpb.RegisterRequest { r.Token = "t"; return r }
+	resps, errs := h.registerAll(ctx, tokened(regReq("a", 0, 2, 2, 4, 0)), tokened(regReq("a", 1, 2, 2, 4, 0)))
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", i, err)
@@ -340,7 +342,7 @@ func TestRegisterProgramsTheSwitch(t *testing.T) {
 	checkBarrierRefusals(ctx, t, h, resps[0])
 
 	// Rank 0 registering again starts a fresh session: old entries replaced.
-	resps2, errs := h.registerAll(ctx, regReq("a", 0, 2, 1, 4, 0), regReq("a", 1, 2, 1, 4, 0))
+	resps2, errs := h.registerAll(ctx, tokened(regReq("a", 0, 2, 1, 4, 0)), tokened(regReq("a", 1, 2, 1, 4, 0)))
 	if errs[0] != nil || errs[1] != nil {
 		t.Fatal(errs)
 	}

@@ -97,6 +97,12 @@ type Config struct {
 	// default the controller takes it back at once.
 	YieldPrimary bool
 
+	// AllowOpenJobs lets a job service that listens beyond loopback take
+	// jobs without a token (--allow-open-jobs), whose missing ranks any
+	// client that reaches it may then take. By default such a service
+	// refuses them; on loopback they are taken, and logged as open.
+	AllowOpenJobs bool
+
 	// control follows primaryship on the switches (set by Run).
 	control *control
 
@@ -142,7 +148,7 @@ func Run(ctx context.Context, cfg Config) error {
 			cl.Close()
 		}
 	}()
-	svc, err := NewJobService(controlled{cl}, ServiceConfig{Dataplane: dp, Shards: shards, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger, Admin: cfg.Admin, JobLimits: cfg.JobLimits})
+	svc, err := NewJobService(controlled{cl}, ServiceConfig{Dataplane: dp, Shards: shards, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger, Admin: cfg.Admin, JobLimits: cfg.JobLimits, RefuseOpenJobs: cfg.refuseOpenJobs()})
 	if err != nil {
 		return err
 	}
@@ -209,6 +215,20 @@ func reconnect(ctx context.Context, cfg Config, dp netip.AddrPort, svc *JobServi
 		}
 	}
 	return cl, true, nil
+}
+
+// refuseOpenJobs reports whether the job service refuses jobs without a
+// token: it listens beyond loopback, and AllowOpenJobs is not set (which
+// is then warned about).
+func (cfg Config) refuseOpenJobs() bool {
+	if secure.Loopback(cfg.Listen) {
+		return false
+	}
+	if cfg.AllowOpenJobs {
+		cfg.Logger.Warn("controller: the job service listens beyond loopback and takes jobs without a token (--allow-open-jobs): any client that reaches it may take their missing ranks", "listen", cfg.Listen)
+		return false
+	}
+	return true
 }
 
 // withDefaults fills in what cfg leaves zero and checks that a P4 switch

@@ -32,7 +32,7 @@ func runTree(ctx context.Context, cfg Config) error {
 			cl.Close()
 		}
 	}()
-	svc, err := NewJobService(tree, ServiceConfig{Dataplane: cfg.Topology.Spine.dataplane, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger, Admin: cfg.Admin, JobLimits: cfg.JobLimits})
+	svc, err := NewJobService(tree, ServiceConfig{Dataplane: cfg.Topology.Spine.dataplane, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger, Admin: cfg.Admin, JobLimits: cfg.JobLimits, RefuseOpenJobs: cfg.refuseOpenJobs()})
 	if err != nil {
 		return err
 	}

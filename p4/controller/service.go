@@ -55,6 +55,11 @@ type ServiceConfig struct {
 	// defaults). Registrations it cannot serve are refused.
 	Target Target
 	Logger *slog.Logger
+	// RefuseOpenJobs refuses registrations without a token
+	// (PermissionDenied), as a job service that listens beyond loopback
+	// does by default (Config.AllowOpenJobs); otherwise such jobs are
+	// taken, and logged as open.
+	RefuseOpenJobs bool
 	JobLimits
 }
 
@@ -188,7 +193,7 @@ func NewJobService(sw Switch, cfg ServiceConfig) (*JobService, error) {
 	c := jobcore.New(jobcore.Config{Dataplane: cfg.Dataplane, Shards: cfg.Shards, Slots: cfg.Slots, Logger: cfg.Logger,
 		Admit: cfg.Target.check, PortOf: cfg.Target.portOf, Keyed: cfg.Target.Auth,
 		Rand: randUint64, DrainWait: switchRPCTimeout, LeaseGrace: cfg.LeaseGrace, JoinTimeout: cfg.JoinTimeout,
-		MaxJobsPerClient: max(cfg.MaxJobsPerClient, 0), MaxSlotsPerClient: cfg.MaxSlotsPerClient})
+		MaxJobsPerClient: max(cfg.MaxJobsPerClient, 0), MaxSlotsPerClient: cfg.MaxSlotsPerClient, RefuseOpen: cfg.RefuseOpenJobs})
 	drained := make(chan struct{})
 	close(drained)
 	s := &JobService{sw: sw, cfg: cfg, log: cfg.Logger, core: c, waiters: map[jobcore.Waiter]chan jobcore.Answer{}, drained: drained, metrics: newServiceMetrics()}
@@ -382,9 +387,10 @@ func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (
 	var chk jobcore.Checked
 	var offline string
 	var back chan struct{}
+	client := secure.IdentityOf(ctx).Name()
 	s.step(func(c *jobcore.Core) {
 		if chk, err = c.Check(req); err != nil {
-			c.CannotForm(req, err, time.Now()) // its peers learn at once why the job cannot form
+			c.CannotForm(req, client, err, time.Now()) // its peers learn at once why the job cannot form
 		}
 		offline, back = c.Offline(), s.back
 	})
@@ -394,7 +400,7 @@ func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (
 	tree, _ := s.current.Load().Switch.(*Tree)
 	if tree != nil && req.GetSparse() {
 		err := invalid("the sparse mode runs on a single software switch, and this controller programs a tree of switches: join without Sparse (--sparse), or through a controller of one switch")
-		s.step(func(c *jobcore.Core) { c.CannotForm(req, err, time.Now()) })
+		s.step(func(c *jobcore.Core) { c.CannotForm(req, client, err, time.Now()) })
 		return nil, err
 	}
 	var leafDP netip.AddrPort
@@ -403,7 +409,7 @@ func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (
 		if leafDP, ok = tree.DataplaneOf(addrs[0].Addr()); !ok {
 			err := invalid("rank %d sends from %v, which is under no leaf of the controller's topology (%s); add its prefix to a leaf's workers, or bind the worker to a listed address",
 				req.GetRank(), addrs[0].Addr(), tree.topo)
-			s.step(func(c *jobcore.Core) { c.CannotForm(req, err, time.Now()) })
+			s.step(func(c *jobcore.Core) { c.CannotForm(req, client, err, time.Now()) })
 			return nil, err
 		}
 	}
@@ -423,7 +429,6 @@ func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (
 	}
 	ctx, cancel := answerBefore(ctx)
 	defer cancel()
-	client := secure.IdentityOf(ctx).Name()
 	w, ch, err := s.enter(func(c *jobcore.Core, w jobcore.Waiter) error { return c.Register(w, chk, client, time.Now()) })
 	if err != nil {
 		return nil, err

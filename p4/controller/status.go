@@ -76,9 +76,10 @@ func parsePageToken(t string) (int, error) {
 // Status implements jobpb.JobService: the job table as the core
 // holds it, a page at a time, and the switch's counters read afterwards,
 // outside the lock. Any caller may ask; a caller over TLS that is not an
-// operator (ServiceConfig.Admin) gets the reply redacted: no lane
-// addresses, switch job ids or partition bases, which would help forge
-// packets into another job.
+// operator (ServiceConfig.Admin) gets the reply redacted: only the jobs
+// its identity started or registered a rank of (another's job names and
+// missing ranks would let it join them), and no lane addresses, switch
+// job ids or partition bases, which would help forge packets into a job.
 func (s *JobService) Status(ctx context.Context, req *jobpb.StatusRequest) (*jobpb.StatusResponse, error) {
 	first, err := parsePageToken(req.GetPageToken())
 	if err != nil {
@@ -98,7 +99,7 @@ func (s *JobService) Status(ctx context.Context, req *jobpb.StatusRequest) (*job
 		Ended: map[string]uint64{}, Redacted: redact,
 	}
 	var next int
-	resp.Jobs, next = s.core.StatusJobs(time.Now(), first, size, jobcore.StatusView{Redact: redact, RankBytes: statusRankBytes})
+	resp.Jobs, next = s.core.StatusJobs(time.Now(), first, size, jobcore.StatusView{Redact: redact, Client: id.Name(), RankBytes: statusRankBytes})
 	s.mu.Unlock()
 	if next > 0 {
 		resp.NextPageToken = pageToken(next)

@@ -44,8 +44,8 @@ func asPeer(t *testing.T, ctx context.Context, tlsOn bool, certFile string) cont
 }
 
 // TestStatusRedactsForStrangers: over TLS, a worker's certificate (or
-// none) sees the job table without lane addresses, switch job ids or
-// partition bases; an admin certificate, a name given as Admin, and a
+// none) sees none of another identity's jobs, not even their names; an
+// admin certificate, a name given as Admin, and a
 // caller without TLS see it whole.
 func TestStatusRedactsForStrangers(t *testing.T) {
 	h := newJobHarness(t, 64)
@@ -82,18 +82,10 @@ func TestStatusRedactsForStrangers(t *testing.T) {
 		}
 		return len(st.GetJobs()) == 2 && !st.GetRedacted()
 	}
+	// The jobs were registered by another identity (the harness's
+	// plain connection): a stranger sees none of them.
 	bare := func(st *jobpb.StatusResponse) bool {
-		for _, j := range st.GetJobs() {
-			if j.GetJobId() != 0 || j.GetPoolBase() != 0 || len(j.GetRanks()) != 2 || j.GetPoolSize() == 0 {
-				return false
-			}
-			for _, r := range j.GetRanks() {
-				if len(r.GetLaneAddresses()) != 0 {
-					return false
-				}
-			}
-		}
-		return len(st.GetJobs()) == 2 && st.GetRedacted()
+		return len(st.GetJobs()) == 0 && st.GetRedacted() && st.GetSlotsInUse() > 0
 	}
 	for _, c := range []struct {
 		name   string

@@ -272,6 +272,35 @@ func TestP4RuntimeRoleConfigRefused(t *testing.T) {
 	}
 }
 
+// TestP4RuntimeRefusesOtherRoles: a controller certificate arbitrating
+// for a role other than the default one is refused with
+// PERMISSION_DENIED naming the role, at any election id, and cannot
+// write beside the default role's primary, which stays primary.
+func TestP4RuntimeRefusesOtherRoles(t *testing.T) {
+	ctx := ctxT(t)
+	sw := newTLSSwitch(t)
+	ctl := sw.client("controller", secure.RoleController)
+	one := &p4v1.Uint128{Low: 1}
+	if _, upd, err := arbitrateAs(ctx, ctl, "", one); err != nil || upd.GetStatus().GetCode() != int32(codes.OK) {
+		t.Fatalf("controller arbitration: %v %v, want primary", upd, err)
+	}
+	shadow := sw.client("shadow", secure.RoleController)
+	for _, e := range []*p4v1.Uint128{{Low: 1}, {Low: math.MaxUint64}} {
+		_, upd, err := arbitrateAs(ctx, shadow, "shadow", e)
+		if upd != nil || status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `role "shadow"`) {
+			t.Errorf("role shadow election %s: %v, %v; want PermissionDenied naming the role", fmt128(e), upd, err)
+		}
+	}
+	_, err := shadow.Write(ctx, &p4v1.WriteRequest{DeviceId: testDevice, Role: "shadow", ElectionId: &p4v1.Uint128{Low: 100},
+		Updates: []*p4v1.Update{workerUpdate(p4v1.Update_INSERT, [4]byte{10, 0, 0, 9}, 6000, 0)}})
+	if status.Code(err) == codes.OK {
+		t.Error("a write for role shadow went through")
+	}
+	if err := pushPipeline(ctx, ctl, "", one); err != nil {
+		t.Fatalf("the default role's primary: %v", err)
+	}
+}
+
 // TestP4RuntimeAllowNeedsClientCA: an allow list on a switch that checks
 // no client certificates is a configuration error, not a silent no-op.
 func TestP4RuntimeAllowNeedsClientCA(t *testing.T) {

@@ -15,10 +15,12 @@
 // certificates there are no identities and every caller may.
 //
 // P4Runtime coverage (p4.v1, version 1.5.0): stream channel arbitration with
-// election ids and roles (the highest election id is primary; only the
-// primary may Write or SetForwardingPipelineConfig; a backup's status names
-// the primary's identity and election id; role configs are refused, since
-// every role has full pipeline access); pipeline config VERIFY,
+// election ids for the default role only (the highest election id is
+// primary; only the primary may Write or SetForwardingPipelineConfig; a
+// backup's status names the primary's identity and election id; role
+// configs are refused with INVALID_ARGUMENT, and any other role with
+// PERMISSION_DENIED, since every role would have full pipeline access
+// unseen by the default role's controller); pipeline config VERIFY,
 // VERIFY_AND_SAVE, VERIFY_AND_COMMIT, COMMIT, RECONCILE_AND_COMMIT, accepted
 // only for a P4Info structurally equal to the embedded one (sizes are not
 // compared); Write and Read of both tables, multicast groups, the pool

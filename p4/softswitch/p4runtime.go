@@ -308,6 +308,12 @@ func (s *P4Runtime) arbitrate(st *stream, m *p4v1.MasterArbitrationUpdate) error
 		// rather than pretend to honour one.
 		return status.Errorf(codes.InvalidArgument, "role %q: this switch cannot honour role configs (it has no per-role access scopes); leave Role.config unset, which gives the role full pipeline access", role)
 	}
+	if role != "" {
+		// Every role would have the whole pipeline, and a controller of
+		// the default role would never see another role's primary write
+		// beside it: only the default role arbitrates.
+		return status.Errorf(codes.PermissionDenied, "role %q: this switch serves the default role only (every role would have full pipeline access, unseen by the default role's controller); arbitrate without a role", role)
+	}
 	if st.arbitrated {
 		if m.GetDeviceId() != s.deviceID {
 			return status.Errorf(codes.FailedPrecondition, "stream is bound to device %d, arbitration names device %d", s.deviceID, m.GetDeviceId())

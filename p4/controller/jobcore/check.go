@@ -35,6 +35,9 @@ func (c *Core) Check(r *jobpb.RegisterRequest) (Checked, error) {
 	if err != nil {
 		return Checked{}, err
 	}
+	if c.cfg.RefuseOpen && r.GetToken() == "" {
+		return Checked{}, Refuse(codes.PermissionDenied, "job %q has no token, and this controller's job service listens beyond loopback, where it takes only jobs with one: give every rank the same secret token (switchml allreduce --token, or $SWITCHML_TOKEN; switchml.Config.Token), or start the controller with --allow-open-jobs", r.GetJob())
+	}
 	if err := c.cfg.Admit(r, addrs); err != nil {
 		var tooBig *TooBig
 		if r.GetFallbackAddress() != "" && errors.As(err, &tooBig) {

@@ -120,6 +120,8 @@ type registration struct {
 	req   *jobpb.RegisterRequest
 	addrs []netip.AddrPort // its lane addresses, parsed
 	by    Waiter           // the call waiting for the job (0: none)
+	// client is the identity that registered the rank.
+	client string
 }
 
 // job is one generation of a named job: from the first registration of a
@@ -236,6 +238,10 @@ type Config struct {
 	// bound.
 	MaxJobsPerClient  int
 	MaxSlotsPerClient int
+	// RefuseOpen refuses registrations without a token (a job service
+	// that listens off loopback); otherwise such a job is open to every
+	// client, and logged so.
+	RefuseOpen bool
 }
 
 // Core is the job service's state machine. Its methods are steps: each one
@@ -261,7 +267,12 @@ type Core struct {
 	// (CannotForm) for unformedFor, so that a rank of that run arriving
 	// late is told why at once instead of waiting alone.
 	unformed map[string]*unformedJob
-	waits    map[Waiter]*wait
+	// owners remembers, by name, the owners of jobs with a token that
+	// ended within ownerKept (keepOwner); unstamped are those not dated
+	// yet.
+	owners    map[string]endedJob
+	unstamped []string
+	waits     map[Waiter]*wait
 	// offline says why the switch cannot be programmed now ("" when it
 	// can).
 	offline string
@@ -286,6 +297,7 @@ func New(cfg Config) *Core {
 	return &Core{
 		cfg: cfg, log: cfg.Logger, jobs: map[string]*job{}, installing: map[uint64]*job{}, draining: map[uint64]*job{},
 		detached: map[uint32]*job{}, ended: map[uint64]endedSession{}, waits: map[Waiter]*wait{}, unformed: map[string]*unformedJob{},
+		owners: map[string]endedJob{},
 	}
 }
 

@@ -52,6 +52,12 @@ func regReq(job string, rank, world, lanes, window uint32, host byte) *jobpb.Reg
 	return r
 }
 
+// withToken sets req's token.
+func withToken(req *jobpb.RegisterRequest, token string) *jobpb.RegisterRequest {
+	req.Token = token
+	return req
+}
+
 // rigMaxWorkers is the largest job the rig's switch serves.
 const rigMaxWorkers = 32
 
@@ -120,7 +126,7 @@ func (r *rig) register(req *jobpb.RegisterRequest) (Waiter, error) {
 func (c *Core) admit(w Waiter, req *jobpb.RegisterRequest, client string, now time.Time) error {
 	chk, err := c.Check(req)
 	if err != nil {
-		c.CannotForm(req, err, now)
+		c.CannotForm(req, client, err, now)
 		return err
 	}
 	return c.Register(w, chk, client, now)
@@ -166,9 +172,15 @@ func (r *rig) takeRemoval() Removal {
 // installs it and returns the response its ranks got.
 func (r *rig) run(job string, world uint32, host byte) *jobpb.RegisterResponse {
 	r.t.Helper()
+	return r.runWith(job, world, host, "")
+}
+
+// runWith is run with every rank registering with token.
+func (r *rig) runWith(job string, world uint32, host byte, token string) *jobpb.RegisterResponse {
+	r.t.Helper()
 	var reqs []*jobpb.RegisterRequest
 	for rank := range world {
-		reqs = append(reqs, regReq(job, rank, world, 1, 4, host))
+		reqs = append(reqs, withToken(regReq(job, rank, world, 1, 4, host), token))
 	}
 	ws := r.mustRegister(reqs...)
 	in := r.takeInstall()
@@ -508,7 +520,7 @@ func TestCoreJobEnds(t *testing.T) {
 			}
 		}, "finished: every rank left", true},
 		{"restarted", func(r *rig, _ *jobpb.RegisterResponse, _ []Waiter) {
-			r.mustRegister(regReq("j", 0, 2, 1, 4, 1))
+			r.mustRegister(withToken(regReq("j", 0, 2, 1, 4, 1), "t"))
 		}, "restarted: rank 0 registered again", true},
 		{"switch lost", func(r *rig, _ *jobpb.RegisterResponse, _ []Waiter) {
 			r.c.SwitchLost("aborted: the switch went away")
@@ -516,7 +528,7 @@ func TestCoreJobEnds(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := newRig(t, 64)
-			resp := r.run("j", 2, 1)
+			resp := r.runWith("j", 2, 1, "t")
 			leases := []Waiter{
 				r.watch(&jobpb.WatchRequest{Job: "j", Rank: 0, SessionId: resp.GetSessionId()}),
 				r.watch(&jobpb.WatchRequest{Job: "j", Rank: 1, SessionId: resp.GetSessionId()}),
@@ -610,9 +622,9 @@ func TestCoreQueuedJobLosingARankGathersAgain(t *testing.T) {
 // and its successor waits for that.
 func TestCoreRetiredWhileInstalling(t *testing.T) {
 	r := newRig(t, 64)
-	first := r.mustRegister(regReq("j", 0, 1, 1, 4, 1))[0]
+	first := r.mustRegister(withToken(regReq("j", 0, 1, 1, 4, 1), "t"))[0]
 	in := r.takeInstall()
-	second := r.mustRegister(regReq("j", 0, 1, 1, 4, 1))[0]
+	second := r.mustRegister(withToken(regReq("j", 0, 1, 1, 4, 1), "t"))[0]
 	wantRefusal(t, r.answer(first).err, codes.Aborted, "restarted: rank 0 registered again")
 	if len(r.removals) != 0 || len(r.installs) != 0 || r.c.Draining() != 1 {
 		t.Fatalf("removals %v, installs %v, draining %d; want the install to finish first", r.removals, r.installs, r.c.Draining())

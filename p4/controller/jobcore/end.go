@@ -28,6 +28,7 @@ func (c *Core) end(j *job, cause EndCause, why string, switchGone bool) {
 	if j.state.retired() {
 		return
 	}
+	c.keepOwner(j)
 	c.endings[cause]++
 	was := j.state
 	j.cause = why
@@ -146,6 +147,7 @@ func giveUpRound(wt *wait, code codes.Code) error {
 // Tick tells the core the time: adoption grace periods and waits for
 // draining end by it.
 func (c *Core) Tick(now time.Time) {
+	c.stampOwners(now)
 	kept := c.adoptions[:0]
 	var due []adoption
 	for _, a := range c.adoptions {

@@ -28,6 +28,16 @@ func (c *Core) Register(w Waiter, chk Checked, client string, now time.Time) err
 	if j != nil && subtle.ConstantTimeCompare(j.owner[:], owner[:]) != 1 {
 		return Refuse(codes.PermissionDenied, "job %q belongs to another owner: its ranks registered with a different token (pick another job name, or use the job's token)", name)
 	}
+	if j != nil && j.open() && (j.state >= jobInstalling || j.ranks[rank] != nil) {
+		// Without a token nothing tells the rank's own process, starting
+		// again, from anyone else: the job goes on.
+		return Refuse(codes.PermissionDenied, "job %q rank %d is taken: the job runs without a token, so it can be neither joined twice nor restarted by a registration (wait for it to end, or pick another job name; give every rank a token, --token or $SWITCHML_TOKEN, to restart a job in place)", name, rank)
+	}
+	if j == nil {
+		if err := c.endedOwner(name, owner, now); err != nil {
+			return err
+		}
+	}
 	if err := c.addressesFree(name, addrs); err != nil {
 		return err
 	}
@@ -51,16 +61,19 @@ func (c *Core) Register(w Waiter, chk Checked, client string, now time.Time) err
 		j = c.newJob(name, int(req.GetWorldSize()))
 		j.params, j.owner, j.client, j.registeredAt = req, owner, client, now
 		c.jobs[name] = j
+		if j.open() {
+			c.log.Info("controller: open job: it has no token, so any client that reaches the job service may join it; give its ranks a token (--token or $SWITCHML_TOKEN)", "job", name, "client", client)
+		}
 	} else if m := mismatch(j.params, req); m != "" {
 		err := Refuse(codes.FailedPrecondition, "job %q rank %d: %s", name, rank, m)
-		c.CannotForm(req, err, now)
+		c.CannotForm(req, client, err, now)
 		return err
 	}
 	if j.ranks[rank] == nil {
 		j.arrived++
 	}
 	delete(j.expired, rank)
-	j.ranks[rank] = &registration{req: req, addrs: addrs, by: w}
+	j.ranks[rank] = &registration{req: req, addrs: addrs, by: w, client: client}
 	if ringWhy != "" {
 		j.ringWhy = ringWhy
 	}
@@ -77,8 +90,10 @@ func (c *Core) Register(w Waiter, chk Checked, client string, now time.Time) err
 // size, an address the switch cannot reach, a malformed request): the
 // ranks already waiting fail at once with the cause, naming the rank,
 // instead of waiting out the join timeout for it. Only a registration with
-// the job's token can end it.
-func (c *Core) CannotForm(req *jobpb.RegisterRequest, err error, now time.Time) {
+// the job's token can end it; a job without a token, only one from the
+// client identity that started it (client). Anyone else's refusal leaves
+// the job gathering.
+func (c *Core) CannotForm(req *jobpb.RegisterRequest, client string, err error, now time.Time) {
 	switch CodeOf(err) {
 	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
 	default:
@@ -89,7 +104,7 @@ func (c *Core) CannotForm(req *jobpb.RegisterRequest, err error, now time.Time) 
 		return
 	}
 	owner := sha256.Sum256([]byte(req.GetToken()))
-	if subtle.ConstantTimeCompare(j.owner[:], owner[:]) != 1 {
+	if subtle.ConstantTimeCompare(j.owner[:], owner[:]) != 1 || (j.open() && client != j.client) {
 		return
 	}
 	cause := Refuse(codes.FailedPrecondition, "job %q cannot form: rank %d was refused: %v", j.name, req.GetRank(), err)
@@ -108,6 +123,74 @@ func (c *Core) CannotForm(req *jobpb.RegisterRequest, err error, now time.Time) 
 		c.unformed[j.name] = u
 	}
 	c.fail(j, cause)
+}
+
+// openOwner is the owner of a job whose ranks registered without a token.
+var openOwner = sha256.Sum256(nil)
+
+// open reports whether the job's ranks registered without a token.
+func (j *job) open() bool { return j.owner == openOwner }
+
+// ownerKept is how long the core remembers the owner of a job with a
+// token after it ended, and maxOwnersKept how many it remembers at most.
+const (
+	ownerKept     = time.Minute
+	maxOwnersKept = maxJobs
+)
+
+// endedJob is the owner of a job with a token that ended, and when (zero
+// until the next step that tells the time: the core reads no clock).
+type endedJob struct {
+	owner [32]byte
+	at    time.Time
+}
+
+// keepOwner remembers the owner of a job with a token that ended, so that
+// for ownerKept its name stays its owner's: between two runs of a job
+// (one per epoch, a restart) nobody else takes the name. The oldest are
+// forgotten first past maxOwnersKept.
+func (c *Core) keepOwner(j *job) {
+	if j.open() || j.registeredAt.IsZero() {
+		return
+	}
+	if _, ok := c.owners[j.name]; !ok && len(c.owners) >= maxOwnersKept {
+		oldest, first := "", true
+		for name, e := range c.owners {
+			if first || (!e.at.IsZero() && (c.owners[oldest].at.IsZero() || e.at.Before(c.owners[oldest].at))) {
+				oldest, first = name, false
+			}
+		}
+		delete(c.owners, oldest)
+	}
+	c.owners[j.name] = endedJob{owner: j.owner}
+	c.unstamped = append(c.unstamped, j.name)
+}
+
+// stampOwners dates the owners kept since the last step that told the
+// time.
+func (c *Core) stampOwners(now time.Time) {
+	for _, name := range c.unstamped {
+		if e, ok := c.owners[name]; ok && e.at.IsZero() {
+			e.at = now
+			c.owners[name] = e
+		}
+	}
+	c.unstamped = c.unstamped[:0]
+}
+
+// endedOwner refuses a registration that would start a job anew under the
+// name of a job with another owner's token that ended within ownerKept.
+func (c *Core) endedOwner(name string, owner [32]byte, now time.Time) error {
+	c.stampOwners(now)
+	e, ok := c.owners[name]
+	if !ok {
+		return nil
+	}
+	if now.Sub(e.at) >= ownerKept || subtle.ConstantTimeCompare(e.owner[:], owner[:]) == 1 {
+		delete(c.owners, name)
+		return nil
+	}
+	return Refuse(codes.PermissionDenied, "job %q ended less than %v ago and belongs to another owner: its ranks registered with a different token (pick another job name, or use the job's token)", name, ownerKept)
 }
 
 // unformedFor is how long a job that could not form is remembered for the
@@ -198,6 +281,7 @@ func (c *Core) fallback(j *job, why string, addrs []string) {
 	if c.jobs[j.name] == j {
 		delete(c.jobs, j.name)
 	}
+	c.keepOwner(j)
 	j.state, j.cause = jobGone, "fell back to the ring: "+why
 	c.endings[EndFallback]++
 	c.log.Warn("controller: job runs over the ring", "job", j.name, "workers", len(j.ranks), "why", why)
@@ -213,6 +297,7 @@ func (c *Core) fail(j *job, err error) {
 	if c.jobs[j.name] == j {
 		delete(c.jobs, j.name)
 	}
+	c.keepOwner(j)
 	j.state, j.err, j.cause = jobGone, err, err.Error()
 	c.endings[EndFailed]++
 	c.log.Warn("controller: job failed", "job", j.name, "err", err)

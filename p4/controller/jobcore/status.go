@@ -113,11 +113,30 @@ func (c *Core) liveJobs() []*job {
 }
 
 // StatusView says how much of the job table a Status reply shows: all of
-// it to an operator, no addresses or switch-side placement to others; and
+// it to an operator; to others (Redact) only the jobs that Client started
+// or registered a rank of, without addresses or switch-side placement; and
 // how many bytes of lane addresses one reply may carry.
 type StatusView struct {
 	Redact    bool
+	Client    string
 	RankBytes int
+}
+
+// shows reports whether v shows j: an operator sees every job, anyone
+// else only those it started or registered a rank of.
+func (v StatusView) shows(j *job) bool {
+	if !v.Redact {
+		return true
+	}
+	if j.client != "" && j.client == v.Client {
+		return true
+	}
+	for _, reg := range j.ranks {
+		if reg != nil && reg.client != "" && reg.client == v.Client {
+			return true
+		}
+	}
+	return false
 }
 
 // StatusJobs describes a page of the job table for an operator: size
@@ -133,6 +152,9 @@ func (c *Core) StatusJobs(now time.Time, first, size int, v StatusView) ([]*jobp
 	}
 	var all []entry
 	for _, j := range c.liveJobs() {
+		if !v.shows(j) {
+			continue
+		}
 		state := j.state.String()
 		if c.detached[j.resp.GetJobId()] == j {
 			state = StateUnclaimed
@@ -140,7 +162,7 @@ func (c *Core) StatusJobs(now time.Time, first, size int, v StatusView) ([]*jobp
 		all = append(all, entry{j, state})
 	}
 	for _, n := range slices.Sorted(maps.Keys(c.jobs)) {
-		if j := c.jobs[n]; j.state == jobGathering || j.state == jobQueued {
+		if j := c.jobs[n]; (j.state == jobGathering || j.state == jobQueued) && v.shows(j) {
 			all = append(all, entry{j, j.state.String()})
 		}
 	}

@@ -217,7 +217,7 @@ func TestCoreQuotaPerClient(t *testing.T) {
 	r.c.cfg.MaxJobsPerClient = 2
 	reg := func(client, job string, rank, world, window uint32, host byte) (Waiter, error) {
 		w := r.waiter()
-		r.regs[w] = regReq(job, rank, world, 1, window, host)
+		r.regs[w] = withToken(regReq(job, rank, world, 1, window, host), "t")
 		err := r.c.admit(w, r.regs[w], client, r.now)
 		r.collect()
 		return w, err
