@@ -43,6 +43,30 @@ type Stats struct {
 	// with the rest of the batch); LastSendError is the latest refusal.
 	SendErrors    atomic.Uint64
 	LastSendError atomic.Value // error
+	// SelfDrops counts datagrams not sent because their destination is
+	// the switch's own data-plane address (a lane registered with it;
+	// the controller refuses such registrations): the switch never sends
+	// to itself.
+	SelfDrops atomic.Uint64
+}
+
+// selfAddresses are the addresses datagrams to conn would reach conn
+// itself at: its own, or for a socket bound to every address, each local
+// address with its port.
+func selfAddresses(conn transport.PacketConn) []netip.AddrPort {
+	local := conn.LocalAddr()
+	local = netip.AddrPortFrom(local.Addr().Unmap(), local.Port())
+	if !local.Addr().IsUnspecified() {
+		return []netip.AddrPort{local}
+	}
+	self := []netip.AddrPort{netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), local.Port())}
+	addrs, _ := net.InterfaceAddrs() // none known: loopback only
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Unmap().Is4() {
+			self = append(self, netip.AddrPortFrom(p.Addr().Unmap(), local.Port()))
+		}
+	}
+	return self
 }
 
 // Serve processes datagrams from conn until ctx is done or conn fails.
@@ -64,6 +88,7 @@ func Serve(ctx context.Context, conn transport.PacketConn, proc Processor, fault
 	var res pipeline.Output
 	var grouped grouper
 	batcher, _ := proc.(Batcher)
+	self := selfAddresses(conn)
 
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
@@ -119,6 +144,10 @@ func Serve(ctx context.Context, conn transport.PacketConn, proc Processor, fault
 					replies[i] = append(replies[i][:0], res.Packet...)
 				}
 				for _, d := range res.Dests {
+					if slices.Contains(self, d) {
+						stats.SelfDrops.Add(1)
+						continue
+					}
 					out = append(out, transport.Message{Buf: replies[i], Addr: d})
 				}
 			}

@@ -243,6 +243,7 @@ func (s *Switch) Stats() *dataplane.Stats {
 		sum.ReceivedBytes.Add(st.ReceivedBytes.Load())
 		sum.SentBytes.Add(st.SentBytes.Load())
 		sum.SendErrors.Add(st.SendErrors.Load())
+		sum.SelfDrops.Add(st.SelfDrops.Load())
 		if e := st.LastSendError.Load(); e != nil {
 			sum.LastSendError.Store(e)
 		}
@@ -320,6 +321,9 @@ func (s *Switch) Summary() []any {
 	}
 	if n := st.SendErrors.Load(); n > 0 {
 		out = append(out, "send_errors", n, "last_send_error", st.LastSendError.Load())
+	}
+	if n := st.SelfDrops.Load(); n > 0 {
+		out = append(out, "self_drops", n)
 	}
 	return out
 }
