@@ -118,7 +118,7 @@ func (r *rig) register(req *jobpb.RegisterRequest) (Waiter, error) {
 // Refusal by Check ends the gathering job it was for when waiting cannot
 // mend it.
 func (c *Core) admit(w Waiter, req *jobpb.RegisterRequest, client string, now time.Time) error {
-	chk, err := c.Check(req)
+	chk, err := c.Check(req, netip.Addr{})
 	if err != nil {
 		c.CannotForm(req, err, now)
 		return err
