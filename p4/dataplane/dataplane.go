@@ -50,29 +50,53 @@ type Stats struct {
 	SelfDrops atomic.Uint64
 }
 
-// selfAddresses are the addresses datagrams to conn would reach conn
-// itself at: its own, or for a socket bound to every address, each local
-// address with its port.
-func selfAddresses(conn transport.PacketConn) []netip.AddrPort {
-	local := conn.LocalAddr()
-	local = netip.AddrPortFrom(local.Addr().Unmap(), local.Port())
-	if !local.Addr().IsUnspecified() {
-		return []netip.AddrPort{local}
-	}
-	self := []netip.AddrPort{netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), local.Port())}
-	addrs, _ := net.InterfaceAddrs() // none known: loopback only
-	for _, a := range addrs {
-		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Unmap().Is4() {
-			self = append(self, netip.AddrPortFrom(p.Addr().Unmap(), local.Port()))
+// self is where a datagram would reach the switch itself: the sockets'
+// addresses (conn's and its sibling shards'), and for a socket bound to
+// every address, each local address and loopback address with its port.
+type self struct {
+	addrs []netip.AddrPort
+	// loopbackPorts are the ports of sockets bound to every address,
+	// which any loopback address reaches.
+	loopbackPorts []uint16
+}
+
+// selfOf is where datagrams would reach conn or one of siblings.
+func selfOf(conn transport.PacketConn, siblings []netip.AddrPort) self {
+	var me self
+	var locals []netip.Addr
+	for _, a := range append([]netip.AddrPort{conn.LocalAddr()}, siblings...) {
+		a = netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
+		if !a.Addr().IsUnspecified() {
+			me.addrs = append(me.addrs, a)
+			continue
+		}
+		me.loopbackPorts = append(me.loopbackPorts, a.Port())
+		if locals == nil {
+			addrs, _ := net.InterfaceAddrs() // none known: loopback only
+			for _, ia := range addrs {
+				if p, err := netip.ParsePrefix(ia.String()); err == nil {
+					locals = append(locals, p.Addr().Unmap())
+				}
+			}
+		}
+		for _, ip := range locals {
+			me.addrs = append(me.addrs, netip.AddrPortFrom(ip, a.Port()))
 		}
 	}
-	return self
+	return me
+}
+
+// has reports whether a datagram to d would reach the switch itself.
+func (me *self) has(d netip.AddrPort) bool {
+	return slices.Contains(me.addrs, d) || (d.Addr().IsLoopback() && slices.Contains(me.loopbackPorts, d.Port()))
 }
 
 // Serve processes datagrams from conn until ctx is done or conn fails.
 // faults, if non-nil, is applied to every outgoing batch (the software
-// switch's drop/duplicate/reorder simulator). It returns nil when ctx ends.
-func Serve(ctx context.Context, conn transport.PacketConn, proc Processor, faults *transport.Injector, stats *Stats) error {
+// switch's drop/duplicate/reorder simulator). It never sends to conn's own
+// address nor to siblings (the switch's other shards), counting such
+// copies in stats.SelfDrops. It returns nil when ctx ends.
+func Serve(ctx context.Context, conn transport.PacketConn, proc Processor, faults *transport.Injector, stats *Stats, siblings ...netip.AddrPort) error {
 	batch := conn.Batch()
 	in := make([]transport.Message, batch)
 	for i := range in {
@@ -88,7 +112,7 @@ func Serve(ctx context.Context, conn transport.PacketConn, proc Processor, fault
 	var res pipeline.Output
 	var grouped grouper
 	batcher, _ := proc.(Batcher)
-	self := selfAddresses(conn)
+	me := selfOf(conn, siblings)
 
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
@@ -144,7 +168,7 @@ func Serve(ctx context.Context, conn transport.PacketConn, proc Processor, fault
 					replies[i] = append(replies[i][:0], res.Packet...)
 				}
 				for _, d := range res.Dests {
-					if slices.Contains(self, d) {
+					if me.has(d) {
 						stats.SelfDrops.Add(1)
 						continue
 					}

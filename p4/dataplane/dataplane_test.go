@@ -3,7 +3,6 @@ package dataplane
 import (
 	"context"
 	"net/netip"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -175,22 +174,33 @@ func TestServeNeverSendsToItself(t *testing.T) {
 	}
 }
 
-// TestSelfAddressesOfAWildcardSocket: a socket bound to every address
-// counts each local address with its port, loopback among them, as its own.
-func TestSelfAddressesOfAWildcardSocket(t *testing.T) {
+// TestSelfOfAWildcardSocket: a socket bound to every address counts each
+// local address and any loopback address with its port as its own, and a
+// sibling shard's address too; other ports and hosts are not.
+func TestSelfOfAWildcardSocket(t *testing.T) {
 	sw, err := transport.Listen("0.0.0.0:0", transport.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sw.Close()
-	self := selfAddresses(sw)
 	port := sw.LocalAddr().Port()
-	if !slices.Contains(self, netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port)) {
-		t.Errorf("own addresses %v lack 127.0.0.1:%d", self, port)
+	sibling := netip.MustParseAddrPort("10.9.8.7:48865")
+	me := selfOf(sw, []netip.AddrPort{sibling})
+	for _, a := range []netip.AddrPort{
+		netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port),
+		netip.AddrPortFrom(netip.MustParseAddr("127.3.2.1"), port),
+		sibling,
+	} {
+		if !me.has(a) {
+			t.Errorf("%v is not counted as the switch's own", a)
+		}
 	}
-	for _, a := range self {
-		if a.Port() != port || a.Addr().IsUnspecified() {
-			t.Errorf("own address %v, want a local address with port %d", a, port)
+	for _, a := range []netip.AddrPort{
+		netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port+1),
+		netip.AddrPortFrom(netip.MustParseAddr("192.0.2.1"), port),
+	} {
+		if me.has(a) {
+			t.Errorf("%v is counted as the switch's own", a)
 		}
 	}
 }

@@ -265,8 +265,12 @@ func (s *Switch) Serve(ctx context.Context) error {
 	defer s.closeConns()
 	errc := make(chan error, 1+len(s.conns))
 	go func() { errc <- s.srv.ServeP4Runtime(ctx, s.lis) }()
+	shards := make([]netip.AddrPort, len(s.conns))
 	for k, conn := range s.conns {
-		go func() { errc <- dataplane.Serve(ctx, conn, s.shards[k], s.injs[k], &s.stats[k]) }()
+		shards[k] = conn.LocalAddr()
+	}
+	for k, conn := range s.conns {
+		go func() { errc <- dataplane.Serve(ctx, conn, s.shards[k], s.injs[k], &s.stats[k], shards...) }()
 	}
 	var first error
 	pending := 1 + len(s.conns)
