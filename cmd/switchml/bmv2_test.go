@@ -157,7 +157,10 @@ func (r *bmv2Rack) startController(t *testing.T, extra ...string) *proc {
 	t.Helper()
 	args := append([]string{"controller", "--target", "127.0.0.1:9559", "--target-kind", "bmv2",
 		"--device-config", r.json, "--port-map", r.portMap, "--switch-mac", bmv2SwitchMAC,
-		"--dataplane", bmv2SwitchIP + ":48864", "--listen", r.controller, "--allow-open-jobs"}, extra...)
+		"--dataplane", bmv2SwitchIP + ":48864", "--listen", r.controller, "--allow-open-jobs",
+		// Workers reach the controller on the management network and the
+		// switch on the data network.
+		"--allow-lane-address-mismatch"}, extra...)
 	p := spawn(t, []string{"ip", "netns", "exec", r.sw}, args...)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -125,7 +125,10 @@ func (r *bmv2Tree) startController(t *testing.T, extra ...string) *proc {
 	t.Helper()
 	args := append([]string{"controller", "--target-kind", "bmv2", "--topology", r.topology,
 		"--device-config", r.json, "--port-map", r.portMap, "--switch-mac", bmv2SwitchMAC,
-		"--listen", r.controller, "--allow-open-jobs"}, extra...)
+		"--listen", r.controller, "--allow-open-jobs",
+		// Workers reach the controller on the management network and the
+		// switch on the data network.
+		"--allow-lane-address-mismatch"}, extra...)
 	p := spawn(t, []string{"ip", "netns", "exec", r.sw}, args...)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

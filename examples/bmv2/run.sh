@@ -71,6 +71,7 @@ pids+=($!)
 ip netns exec "$sw" "$work/switchml" controller --target 127.0.0.1:9559 --target-kind bmv2 \
 	--device-config "$work/switchml.json" --port-map "$work/ports.txt" \
 	--dataplane 10.78.0.254:48864 --switch-mac 02:53:4d:4c:00:fe --listen 10.79.0.1:50051 --allow-open-jobs \
+	--allow-lane-address-mismatch \
 	--simulate-loss-in "$loss" --simulate-loss-out "$loss" >"$work/controller.log" 2>&1 &
 pids+=($!)
 netns_wait_controller "$work/switchml" 10.79.0.1:50051 "$work/controller.log" "$work/bmv2.log"

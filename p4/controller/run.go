@@ -106,6 +106,10 @@ type Config struct {
 	// control follows primaryship on the switches (set by Run).
 	control *control
 
+	// AllowLaneAddressMismatch takes registrations whose lane addresses
+	// are not on the caller's host (ServiceConfig.AllowLaneAddressMismatch).
+	AllowLaneAddressMismatch bool
+
 	// JobLimits bound what jobs and clients can make the job service hold
 	// (zero fields: the defaults).
 	JobLimits
@@ -148,7 +152,8 @@ func Run(ctx context.Context, cfg Config) error {
 			cl.Close()
 		}
 	}()
-	svc, err := NewJobService(controlled{cl}, ServiceConfig{Dataplane: dp, Shards: shards, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger, Admin: cfg.Admin, JobLimits: cfg.JobLimits, RefuseOpenJobs: cfg.refuseOpenJobs()})
+	svc, err := NewJobService(controlled{cl}, ServiceConfig{Dataplane: dp, Shards: shards, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger, Admin: cfg.Admin, JobLimits: cfg.JobLimits,
+		RefuseOpenJobs: cfg.refuseOpenJobs(), AllowLaneAddressMismatch: cfg.AllowLaneAddressMismatch})
 	if err != nil {
 		return err
 	}

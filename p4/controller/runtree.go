@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"reflect"
 	"time"
 
@@ -32,7 +33,14 @@ func runTree(ctx context.Context, cfg Config) error {
 			cl.Close()
 		}
 	}()
-	svc, err := NewJobService(tree, ServiceConfig{Dataplane: cfg.Topology.Spine.dataplane, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger, Admin: cfg.Admin, JobLimits: cfg.JobLimits, RefuseOpenJobs: cfg.refuseOpenJobs()})
+	var leaves []netip.AddrPort
+	var subnets []netip.Prefix
+	for _, l := range cfg.Topology.Leaves {
+		leaves = append(leaves, l.dataplane)
+		subnets = append(subnets, l.prefixes...)
+	}
+	svc, err := NewJobService(tree, ServiceConfig{Dataplane: cfg.Topology.Spine.dataplane, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger, Admin: cfg.Admin, JobLimits: cfg.JobLimits,
+		SwitchAddresses: leaves, Subnets: subnets, AllowLaneAddressMismatch: cfg.AllowLaneAddressMismatch, RefuseOpenJobs: cfg.refuseOpenJobs()})
 	if err != nil {
 		return err
 	}

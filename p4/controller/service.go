@@ -48,6 +48,19 @@ type ServiceConfig struct {
 	// certificates with the admin role (secure.RoleAdmin). Without TLS
 	// there are no identities, and every caller sees it whole.
 	Admin secure.Allow
+	// SwitchAddresses are the switch's other data-plane addresses (a
+	// tree's leaves), and Subnets the worker networks the controller knows
+	// (a tree's leaves' prefixes): no lane address may be one of the
+	// former or the broadcast address of one of the latter, nor Dataplane
+	// or a shard's.
+	SwitchAddresses []netip.AddrPort
+	Subnets         []netip.Prefix
+	// AllowLaneAddressMismatch takes lane addresses whose IP is not the
+	// caller's as the job service sees it (workers behind NAT, or with a
+	// data-plane network apart from the one that reaches the controller).
+	// By default they are refused: the switch sends each lane's results
+	// to its address.
+	AllowLaneAddressMismatch bool
 	// Slots is the switch's pool size per set (default p4info.Slots); jobs
 	// get disjoint partitions of it.
 	Slots int
@@ -191,9 +204,13 @@ func NewJobService(sw Switch, cfg ServiceConfig) (*JobService, error) {
 		return nil, fmt.Errorf("controller: NewJobService: %w", err)
 	}
 	c := jobcore.New(jobcore.Config{Dataplane: cfg.Dataplane, Shards: cfg.Shards, Slots: cfg.Slots, Logger: cfg.Logger,
+		SwitchAddresses: cfg.SwitchAddresses, Subnets: cfg.Subnets, AllowLaneAddressMismatch: cfg.AllowLaneAddressMismatch,
 		Admit: cfg.Target.check, PortOf: cfg.Target.portOf, Keyed: cfg.Target.Auth,
 		Rand: randUint64, DrainWait: switchRPCTimeout, LeaseGrace: cfg.LeaseGrace, JoinTimeout: cfg.JoinTimeout,
 		MaxJobsPerClient: max(cfg.MaxJobsPerClient, 0), MaxSlotsPerClient: cfg.MaxSlotsPerClient, RefuseOpen: cfg.RefuseOpenJobs})
+	if cfg.AllowLaneAddressMismatch {
+		cfg.Logger.Warn("controller: lane addresses are not checked against the caller's address (--allow-lane-address-mismatch): a client can aim the switch's results at another host; use it only where workers reach the controller through NAT or another network than their data plane")
+	}
 	drained := make(chan struct{})
 	close(drained)
 	s := &JobService{sw: sw, cfg: cfg, log: cfg.Logger, core: c, waiters: map[jobcore.Waiter]chan jobcore.Answer{}, drained: drained, metrics: newServiceMetrics()}
@@ -379,17 +396,20 @@ func (s *JobService) Describe(context.Context, *jobpb.DescribeRequest) (*jobpb.D
 	return s.cfg.Target.describe(s.cfg.Slots), nil
 }
 
-// Register implements jobpb.JobService. Any client may register;
-// a new job counts against the caller's identity (secure.IdentityOf), and
-// a job's name belongs to its token while the job lives.
+// Register implements jobpb.JobService. Any client may register, for
+// lane sockets on its own host (the core checks the lane addresses against
+// the caller's IP, which the driver reads from the connection); a new job
+// counts against the caller's identity (secure.IdentityOf), and a job's
+// name belongs to its token while the job lives.
 func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (resp *jobpb.RegisterResponse, err error) {
 	defer func() { s.metrics.registrations.WithLabelValues(status.Code(err).String()).Inc() }()
+	caller := secure.IdentityOf(ctx)
 	var chk jobcore.Checked
 	var offline string
 	var back chan struct{}
-	client := secure.IdentityOf(ctx).Name()
+	client := caller.Name()
 	s.step(func(c *jobcore.Core) {
-		if chk, err = c.Check(req); err != nil {
+		if chk, err = c.Check(req, caller.Addr); err != nil {
 			c.CannotForm(req, client, err, time.Now()) // its peers learn at once why the job cannot form
 		}
 		offline, back = c.Offline(), s.back

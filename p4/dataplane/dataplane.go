@@ -43,12 +43,60 @@ type Stats struct {
 	// with the rest of the batch); LastSendError is the latest refusal.
 	SendErrors    atomic.Uint64
 	LastSendError atomic.Value // error
+	// SelfDrops counts datagrams not sent because their destination is
+	// the switch's own data-plane address (a lane registered with it;
+	// the controller refuses such registrations): the switch never sends
+	// to itself.
+	SelfDrops atomic.Uint64
+}
+
+// self is where a datagram would reach the switch itself: the sockets'
+// addresses (conn's and its sibling shards'), and for a socket bound to
+// every address, each local address and loopback address with its port.
+type self struct {
+	addrs []netip.AddrPort
+	// loopbackPorts are the ports of sockets bound to every address,
+	// which any loopback address reaches.
+	loopbackPorts []uint16
+}
+
+// selfOf is where datagrams would reach conn or one of siblings.
+func selfOf(conn transport.PacketConn, siblings []netip.AddrPort) self {
+	var me self
+	var locals []netip.Addr
+	for _, a := range append([]netip.AddrPort{conn.LocalAddr()}, siblings...) {
+		a = netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
+		if !a.Addr().IsUnspecified() {
+			me.addrs = append(me.addrs, a)
+			continue
+		}
+		me.loopbackPorts = append(me.loopbackPorts, a.Port())
+		if locals == nil {
+			addrs, _ := net.InterfaceAddrs() // none known: loopback only
+			for _, ia := range addrs {
+				if p, err := netip.ParsePrefix(ia.String()); err == nil {
+					locals = append(locals, p.Addr().Unmap())
+				}
+			}
+		}
+		for _, ip := range locals {
+			me.addrs = append(me.addrs, netip.AddrPortFrom(ip, a.Port()))
+		}
+	}
+	return me
+}
+
+// has reports whether a datagram to d would reach the switch itself.
+func (me *self) has(d netip.AddrPort) bool {
+	return slices.Contains(me.addrs, d) || (d.Addr().IsLoopback() && slices.Contains(me.loopbackPorts, d.Port()))
 }
 
 // Serve processes datagrams from conn until ctx is done or conn fails.
 // faults, if non-nil, is applied to every outgoing batch (the software
-// switch's drop/duplicate/reorder simulator). It returns nil when ctx ends.
-func Serve(ctx context.Context, conn transport.PacketConn, proc Processor, faults *transport.Injector, stats *Stats) error {
+// switch's drop/duplicate/reorder simulator). It never sends to conn's own
+// address nor to siblings (the switch's other shards), counting such
+// copies in stats.SelfDrops. It returns nil when ctx ends.
+func Serve(ctx context.Context, conn transport.PacketConn, proc Processor, faults *transport.Injector, stats *Stats, siblings ...netip.AddrPort) error {
 	batch := conn.Batch()
 	in := make([]transport.Message, batch)
 	for i := range in {
@@ -64,6 +112,7 @@ func Serve(ctx context.Context, conn transport.PacketConn, proc Processor, fault
 	var res pipeline.Output
 	var grouped grouper
 	batcher, _ := proc.(Batcher)
+	me := selfOf(conn, siblings)
 
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
@@ -119,6 +168,10 @@ func Serve(ctx context.Context, conn transport.PacketConn, proc Processor, fault
 					replies[i] = append(replies[i][:0], res.Packet...)
 				}
 				for _, d := range res.Dests {
+					if me.has(d) {
+						stats.SelfDrops.Add(1)
+						continue
+					}
 					out = append(out, transport.Message{Buf: replies[i], Addr: d})
 				}
 			}

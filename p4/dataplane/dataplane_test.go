@@ -133,3 +133,74 @@ func TestServeOutlivesARefusedSend(t *testing.T) {
 		t.Errorf("last send error %v, want the refused destination named", stats.LastSendError.Load())
 	}
 }
+
+// TestServeNeverSendsToItself: a reply whose destination is the switch's
+// own address (a lane registered with it) is dropped and counted; the
+// other copies go out, and the switch does not feed itself.
+func TestServeNeverSendsToItself(t *testing.T) {
+	sw, err := transport.Listen("127.0.0.1:0", transport.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := transport.Listen("127.0.0.1:0", transport.Options{})
+	defer a.Close()
+	proc := &fanout{dests: []netip.AddrPort{sw.LocalAddr(), a.LocalAddr()}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var stats Stats
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, sw, proc, nil, &stats) }()
+	const rounds = 3
+	for round := 0; round < rounds; round++ {
+		if _, err := a.WriteBatch([]transport.Message{{Buf: []byte("abc"), Addr: sw.LocalAddr()}}); err != nil {
+			t.Fatal(err)
+		}
+		ms := []transport.Message{{Buf: make([]byte, 64)}}
+		n, err := a.ReadBatch(ms, time.Now().Add(5*time.Second))
+		if err != nil || n != 1 || string(ms[0].Buf) != "cba" {
+			t.Fatalf("round %d: got %d datagrams %q (%v), want the reply \"cba\"", round, n, ms[0].Buf, err)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	if got := stats.SelfDrops.Load(); got != rounds {
+		t.Errorf("%d self drops, want %d", got, rounds)
+	}
+	// Every datagram the switch took came from a; a copy it sent itself
+	// would have been received and answered too.
+	if r, s := stats.Received.Load(), stats.Sent.Load(); r != rounds || s != rounds {
+		t.Errorf("received %d, sent %d, want %d each", r, s, rounds)
+	}
+}
+
+// TestSelfOfAWildcardSocket: a socket bound to every address counts each
+// local address and any loopback address with its port as its own, and a
+// sibling shard's address too; other ports and hosts are not.
+func TestSelfOfAWildcardSocket(t *testing.T) {
+	sw, err := transport.Listen("0.0.0.0:0", transport.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sw.Close()
+	port := sw.LocalAddr().Port()
+	sibling := netip.MustParseAddrPort("10.9.8.7:48865")
+	me := selfOf(sw, []netip.AddrPort{sibling})
+	for _, a := range []netip.AddrPort{
+		netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port),
+		netip.AddrPortFrom(netip.MustParseAddr("127.3.2.1"), port),
+		sibling,
+	} {
+		if !me.has(a) {
+			t.Errorf("%v is not counted as the switch's own", a)
+		}
+	}
+	for _, a := range []netip.AddrPort{
+		netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port+1),
+		netip.AddrPortFrom(netip.MustParseAddr("192.0.2.1"), port),
+	} {
+		if me.has(a) {
+			t.Errorf("%v is counted as the switch's own", a)
+		}
+	}
+}

@@ -14,9 +14,9 @@ import (
 type switchCollector struct {
 	sw *Switch
 
-	received, sent, receivedBytes, sentBytes, sendErrors *prometheus.Desc
-	socketDrops, slots, maxElements                      *prometheus.Desc
-	drops                                                *prometheus.Desc
+	received, sent, receivedBytes, sentBytes, sendErrors, selfDrops *prometheus.Desc
+	socketDrops, slots, maxElements                                 *prometheus.Desc
+	drops                                                           *prometheus.Desc
 	// A shared-memory data plane's own counters.
 	shmDatagrams, shmShared, shmRingFull, shmDoorbells *prometheus.Desc
 	// pipeline holds the description of every pipeline.Stat that is not a
@@ -57,6 +57,7 @@ func (s *Switch) Collector() prometheus.Collector {
 		receivedBytes: prometheus.NewDesc("switchml_switch_received_bytes_total", "UDP payload bytes the data plane received.", nil, nil),
 		sentBytes:     prometheus.NewDesc("switchml_switch_sent_bytes_total", "UDP payload bytes the data plane handed to the kernel.", nil, nil),
 		sendErrors:    prometheus.NewDesc("switchml_switch_send_errors_total", "Datagrams the kernel refused to send.", nil, nil),
+		selfDrops:     prometheus.NewDesc("switchml_switch_self_drops_total", "Datagrams not sent because their destination is the switch's own data-plane address.", nil, nil),
 		socketDrops:   prometheus.NewDesc("switchml_switch_socket_drops_total", "Datagrams the kernel dropped at the data plane socket (receive queue full), as /proc/net/udp counts them.", nil, nil),
 		slots:         prometheus.NewDesc("switchml_switch_slots", "Aggregation slots per set in the switch's pool.", nil, nil),
 		maxElements:   prometheus.NewDesc("switchml_switch_max_packet_elements", "Largest number of values per packet the switch takes.", nil, nil),
@@ -80,7 +81,7 @@ func (s *Switch) Collector() prometheus.Collector {
 }
 
 func (c *switchCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.received, c.sent, c.receivedBytes, c.sentBytes, c.sendErrors, c.socketDrops, c.slots, c.maxElements, c.drops,
+	for _, d := range []*prometheus.Desc{c.received, c.sent, c.receivedBytes, c.sentBytes, c.sendErrors, c.selfDrops, c.socketDrops, c.slots, c.maxElements, c.drops,
 		c.shmDatagrams, c.shmShared, c.shmRingFull, c.shmDoorbells} {
 		ch <- d
 	}
@@ -101,6 +102,7 @@ func (c *switchCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.receivedBytes, st.ReceivedBytes.Load())
 	counter(c.sentBytes, st.SentBytes.Load())
 	counter(c.sendErrors, st.SendErrors.Load())
+	counter(c.selfDrops, st.SelfDrops.Load())
 	var drops uint64
 	found := false
 	for _, conn := range c.sw.conns {

@@ -243,6 +243,7 @@ func (s *Switch) Stats() *dataplane.Stats {
 		sum.ReceivedBytes.Add(st.ReceivedBytes.Load())
 		sum.SentBytes.Add(st.SentBytes.Load())
 		sum.SendErrors.Add(st.SendErrors.Load())
+		sum.SelfDrops.Add(st.SelfDrops.Load())
 		if e := st.LastSendError.Load(); e != nil {
 			sum.LastSendError.Store(e)
 		}
@@ -264,8 +265,12 @@ func (s *Switch) Serve(ctx context.Context) error {
 	defer s.closeConns()
 	errc := make(chan error, 1+len(s.conns))
 	go func() { errc <- s.srv.ServeP4Runtime(ctx, s.lis) }()
+	shards := make([]netip.AddrPort, len(s.conns))
 	for k, conn := range s.conns {
-		go func() { errc <- dataplane.Serve(ctx, conn, s.shards[k], s.injs[k], &s.stats[k]) }()
+		shards[k] = conn.LocalAddr()
+	}
+	for k, conn := range s.conns {
+		go func() { errc <- dataplane.Serve(ctx, conn, s.shards[k], s.injs[k], &s.stats[k], shards...) }()
 	}
 	var first error
 	pending := 1 + len(s.conns)
@@ -320,6 +325,9 @@ func (s *Switch) Summary() []any {
 	}
 	if n := st.SendErrors.Load(); n > 0 {
 		out = append(out, "send_errors", n, "last_send_error", st.LastSendError.Load())
+	}
+	if n := st.SelfDrops.Load(); n > 0 {
+		out = append(out, "self_drops", n)
 	}
 	return out
 }

@@ -4,10 +4,12 @@ package jobcore
 // jobs that hold lane addresses.
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 
 	"github.com/switchml/switchml-go/jobpb"
@@ -26,17 +28,23 @@ type Checked struct {
 // LaneAddresses are the registration's lane addresses, parsed.
 func (k Checked) LaneAddresses() []netip.AddrPort { return k.addrs }
 
-// Check validates a registration on its own and against the target; it
-// changes nothing, and Register takes what it returns. A registration that
-// may run over the ring (fallback_address) is not refused for a job larger
-// than the switch serves: its job goes to the ring instead.
-func (c *Core) Check(r *jobpb.RegisterRequest) (Checked, error) {
+// Check validates a registration on its own, against the switch's own
+// addresses, against from (the caller's IP as the job service sees it;
+// invalid for a caller without one, as over an in-process connection,
+// which is not checked) and against the target; it changes nothing, and
+// Register takes what it returns. A registration that may run over the
+// ring (fallback_address) is not refused for a job larger than the switch
+// serves: its job goes to the ring instead.
+func (c *Core) Check(r *jobpb.RegisterRequest, from netip.Addr) (Checked, error) {
 	addrs, err := checkRequest(r)
 	if err != nil {
 		return Checked{}, err
 	}
 	if c.cfg.RefuseOpen && r.GetToken() == "" {
 		return Checked{}, Refuse(codes.PermissionDenied, "job %q has no token, and this controller's job service listens beyond loopback, where it takes only jobs with one: give every rank the same secret token (switchml allreduce --token, or $SWITCHML_TOKEN; switchml.Config.Token), or start the controller with --allow-open-jobs", r.GetJob())
+	}
+	if err := c.checkLanes(addrs, from); err != nil {
+		return Checked{}, err
 	}
 	if err := c.cfg.Admit(r, addrs); err != nil {
 		var tooBig *TooBig
@@ -125,12 +133,67 @@ func checkRequest(r *jobpb.RegisterRequest) ([]netip.AddrPort, error) {
 			return nil, Invalid("lane %d address %q: %v (want ipv4:port)", i, s, err)
 		}
 		a = netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
-		if !a.Addr().Is4() || a.Addr().IsUnspecified() || a.Port() == 0 {
-			return nil, Invalid("lane %d address %v: want the IPv4 address and port the switch sees as the source", i, a)
+		if why := notALane(a); why != "" {
+			return nil, Invalid("lane %d address %v: %s; give the IPv4 address and port of the rank's lane socket as the switch sees it", i, a, why)
 		}
 		addrs[i] = a
 	}
 	return addrs, nil
+}
+
+// broadcast4 is the IPv4 limited broadcast address.
+var broadcast4 = netip.AddrFrom4([4]byte{255, 255, 255, 255})
+
+// notALane says why a can be no lane socket's address, the switch sending
+// the lane's results there: "" if it can be.
+func notALane(a netip.AddrPort) string {
+	ip := a.Addr()
+	switch {
+	case ip.IsUnspecified():
+		return "an unspecified address"
+	case !ip.Is4():
+		return "not an IPv4 address"
+	case ip == broadcast4:
+		return "the broadcast address (the switch would send results to every host)"
+	case ip.IsMulticast():
+		return "a multicast address (the switch would send results to a group)"
+	case a.Port() == 0:
+		return "port 0"
+	}
+	return ""
+}
+
+// checkLanes refuses lane addresses that would make the switch send to
+// itself or to a subnet's broadcast address, and, unless
+// Config.AllowLaneAddressMismatch, lane addresses on another host than
+// the caller's: the switch sends each lane's results to its address, so a
+// registration naming someone else's would aim the switch at them. A
+// loopback caller may name any loopback address (workers on the
+// controller's host bind 127.0.0.0/8 addresses of their own).
+func (c *Core) checkLanes(addrs []netip.AddrPort, from netip.Addr) error {
+	from = from.Unmap()
+	for i, a := range addrs {
+		if a == c.cfg.Dataplane || slices.Contains(c.cfg.Shards, a) || slices.Contains(c.cfg.SwitchAddresses, a) {
+			return Invalid("lane %d address %v is the switch's own data-plane address: the switch would send results to itself; give the address of the rank's lane socket", i, a)
+		}
+		for _, p := range c.cfg.Subnets {
+			if p.Addr().Is4() && p.Bits() < 31 && p.Contains(a.Addr()) && a.Addr() == lastOf(p) {
+				return Invalid("lane %d address %v is the broadcast address of the workers' subnet %v: the switch would send results to every host on it; give the address of the rank's lane socket", i, a, p)
+			}
+		}
+		if c.cfg.AllowLaneAddressMismatch || !from.IsValid() || a.Addr() == from || (from.IsLoopback() && a.Addr().IsLoopback()) {
+			continue
+		}
+		return Invalid("lane %d address %v is not on the caller's host %v: the switch sends each lane's results to its address, so a rank registers only sockets of its own; bind the lanes to the address that reaches the controller (--bind), or, where the controller sees workers through NAT or on another network than their data plane, start the controller with --allow-lane-address-mismatch", i, a, from)
+	}
+	return nil
+}
+
+// lastOf is the last address of an IPv4 prefix (its broadcast address).
+func lastOf(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().As4()
+	binary.BigEndian.PutUint32(b[:], binary.BigEndian.Uint32(b[:])|(1<<(32-p.Bits())-1))
+	return netip.AddrFrom4(b)
 }
 
 // mismatch names the first parameter on which r disagrees with the job.

@@ -208,6 +208,16 @@ type Config struct {
 	// Shards are the data-plane addresses of a switch with several
 	// shards, Dataplane first; a job's lanes are spread over them.
 	Shards []netip.AddrPort
+	// SwitchAddresses are the switch's other data-plane addresses (a
+	// tree's leaves): like Dataplane and Shards, no lane may name one.
+	SwitchAddresses []netip.AddrPort
+	// Subnets are the worker networks the controller knows of (a tree's
+	// leaves' prefixes): no lane may name one's broadcast address.
+	Subnets []netip.Prefix
+	// AllowLaneAddressMismatch lets a registration name lane addresses
+	// whose IP is not the caller's (NAT, a separate data-plane network).
+	// By default Check refuses them.
+	AllowLaneAddressMismatch bool
 	// Slots is the pool's size per set; jobs get disjoint partitions.
 	Slots int
 	// Admit refuses a registration the switch cannot serve (it has

@@ -124,7 +124,7 @@ func (r *rig) register(req *jobpb.RegisterRequest) (Waiter, error) {
 // Refusal by Check ends the gathering job it was for when waiting cannot
 // mend it.
 func (c *Core) admit(w Waiter, req *jobpb.RegisterRequest, client string, now time.Time) error {
-	chk, err := c.Check(req)
+	chk, err := c.Check(req, netip.Addr{})
 	if err != nil {
 		c.CannotForm(req, client, err, now)
 		return err
