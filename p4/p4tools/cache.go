@@ -20,8 +20,9 @@ import (
 // cache off ("off") or moves it (a folder).
 const EnvCompileCache = "SWITCHML_P4_COMPILE_CACHE"
 
-// maxCached is how many compiler runs the cache keeps; the oldest go first.
-const maxCached = 24
+// maxCached is how many compiler runs the cache keeps (a bf-p4c run with -g
+// leaves about 65 MB); the least recently used go first.
+const maxCached = 12
 
 // RunCached runs a compiler as Run does, in dir, and keeps what the run
 // left: its output, its exit status and every file it wrote under dir. A
