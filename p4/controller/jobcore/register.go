@@ -40,6 +40,16 @@ func (c *Core) Register(w Waiter, chk Checked, client string, now time.Time) err
 			return err
 		}
 	}
+	cost := registrationCost(req)
+	need := cost
+	if j != nil && !replaces {
+		if old := j.ranks[rank]; old != nil && old.client == client {
+			need -= old.cost // it replaces its own earlier registration
+		}
+	}
+	if err := c.withinBytes(client, need, "this registration"); err != nil {
+		return err
+	}
 	if replaces {
 		c.retire(j, EndRestarted, "restarted: rank "+strconv.Itoa(int(rank))+" registered again")
 		j = nil
@@ -56,11 +66,8 @@ func (c *Core) Register(w Waiter, chk Checked, client string, now time.Time) err
 		c.CannotForm(req, err, now)
 		return err
 	}
-	if j.ranks[rank] == nil {
-		j.arrived++
-	}
 	delete(j.expired, rank)
-	j.ranks[rank] = &registration{req: req, addrs: addrs, by: w}
+	j.setRank(rank, &registration{req: req, addrs: addrs, by: w, client: client, cost: cost})
 	if ringWhy != "" {
 		j.ringWhy = ringWhy
 	}
