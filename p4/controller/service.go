@@ -72,9 +72,15 @@ type JobLimits struct {
 	// client identity (secure.Identity.Name of the job's first registrant)
 	// holds (default DefaultMaxJobsPerClient; negative: no bound).
 	MaxJobsPerClient int
-	// MaxSlotsPerClient, if positive, bounds the slots (lanes*window) of
-	// one client identity's jobs; 0: no bound beyond the pool.
+	// MaxSlotsPerClient bounds the slots (lanes*window) of one client
+	// identity's jobs (default: half the pool, DefaultSlotShare; negative:
+	// no bound beyond the pool).
 	MaxSlotsPerClient int
+	// MaxBytesPerClient bounds the bytes one client identity makes the
+	// service hold: its waiting and registered ranks (job name, token,
+	// lane addresses) and its jobs' broadcasts not yet fetched (default
+	// DefaultMaxBytesPerClient; negative: no bound).
+	MaxBytesPerClient int
 }
 
 // Defaults of JobLimits.
@@ -82,6 +88,15 @@ const (
 	DefaultLeaseGrace       = 10 * time.Second
 	DefaultJoinTimeout      = 5 * time.Minute
 	DefaultMaxJobsPerClient = 64
+	// DefaultMaxBytesPerClient holds a job of 256 ranks with 64 lanes
+	// each, and a job's 16 MiB of broadcasts, several times over.
+	DefaultMaxBytesPerClient = 64 << 20
+	// DefaultSlotShare is the share of the pool one client identity may
+	// hold unless MaxSlotsPerClient says otherwise: half, so that one
+	// client's job (a large window and many lanes) leaves room for the
+	// others, and one still fits a job of 4,096 slots (--window 4096, the
+	// largest, with one lane) on the default pool of 8,192.
+	DefaultSlotShare = 2
 )
 
 // withDefaults fills in the zero limits.
@@ -95,7 +110,22 @@ func (l JobLimits) withDefaults() JobLimits {
 	if l.MaxJobsPerClient == 0 {
 		l.MaxJobsPerClient = DefaultMaxJobsPerClient
 	}
+	if l.MaxBytesPerClient == 0 {
+		l.MaxBytesPerClient = DefaultMaxBytesPerClient
+	}
 	return l
+}
+
+// slotsPerClient is the slot quota of one client identity on a pool of
+// slots per set (0: no bound).
+func (l JobLimits) slotsPerClient(slots int) int {
+	switch {
+	case l.MaxSlotsPerClient < 0:
+		return 0
+	case l.MaxSlotsPerClient > 0:
+		return l.MaxSlotsPerClient
+	}
+	return max(slots/DefaultSlotShare, 1)
 }
 
 // check refuses limits that make no sense.
@@ -105,8 +135,10 @@ func (l JobLimits) check() error {
 		return fmt.Errorf("lease grace %v: want a positive duration", l.LeaseGrace)
 	case l.JoinTimeout < 0:
 		return fmt.Errorf("join timeout %v: want a positive duration", l.JoinTimeout)
-	case l.MaxSlotsPerClient < 0:
-		return fmt.Errorf("max slots per client %d: want 0 (no bound) or more", l.MaxSlotsPerClient)
+	case l.MaxSlotsPerClient < -1:
+		return fmt.Errorf("max slots per client %d: want 1 or more, 0 for the default (half the pool), or -1 for no bound", l.MaxSlotsPerClient)
+	case l.MaxBytesPerClient < -1:
+		return fmt.Errorf("max bytes per client %d: want 1 or more, 0 for the default, or -1 for no bound", l.MaxBytesPerClient)
 	}
 	return nil
 }
@@ -188,7 +220,8 @@ func NewJobService(sw Switch, cfg ServiceConfig) (*JobService, error) {
 	c := jobcore.New(jobcore.Config{Dataplane: cfg.Dataplane, Shards: cfg.Shards, Slots: cfg.Slots, Logger: cfg.Logger,
 		Admit: cfg.Target.check, PortOf: cfg.Target.portOf, Keyed: cfg.Target.Auth,
 		Rand: randUint64, DrainWait: switchRPCTimeout, LeaseGrace: cfg.LeaseGrace, JoinTimeout: cfg.JoinTimeout,
-		MaxJobsPerClient: max(cfg.MaxJobsPerClient, 0), MaxSlotsPerClient: cfg.MaxSlotsPerClient})
+		MaxJobsPerClient: max(cfg.MaxJobsPerClient, 0), MaxSlotsPerClient: cfg.JobLimits.slotsPerClient(cfg.Slots),
+		MaxBytesPerClient: max(cfg.MaxBytesPerClient, 0)})
 	drained := make(chan struct{})
 	close(drained)
 	s := &JobService{sw: sw, cfg: cfg, log: cfg.Logger, core: c, waiters: map[jobcore.Waiter]chan jobcore.Answer{}, drained: drained, metrics: newServiceMetrics()}

@@ -202,7 +202,7 @@ func startInProcess(ctx context.Context, cfg Config) (*Fabric, error) {
 	if err != nil {
 		return nil, err
 	}
-	target.Auth = cfg.Auth
+	target.Auth, target.SoftswitchMaxWorkers = cfg.Auth, cfg.MaxWorkers
 	if cfg.Controller == "" {
 		cfg.Controller = "127.0.0.1:0"
 	}
@@ -334,7 +334,7 @@ func startProcs(ctx context.Context, cfg Config) (*Fabric, error) {
 		switches = []string{"--topology", f.topologyFile}
 	}
 	f.ctlArgs = slices.Concat([]string{"controller"}, switches, []string{"--listen", cfg.Controller,
-		"--slots", strconv.Itoa(cfg.Slots), "--max-elements", strconv.Itoa(cfg.MaxElements)}, cfg.ControllerArgs)
+		"--slots", strconv.Itoa(cfg.Slots), "--max-elements", strconv.Itoa(cfg.MaxElements), "--max-workers", strconv.Itoa(cfg.MaxWorkers)}, cfg.ControllerArgs)
 	if f.swProc, err = StartProc("switch", cfg.Echo, cfg.Command(f.swArgs...)); err != nil {
 		f.Close()
 		return nil, err
