@@ -85,13 +85,39 @@ func TestCoreByteBudgetCountsRegistrations(t *testing.T) {
 	if _, err := reg("addr:10.0.0.2", big(3)); err != nil {
 		t.Fatalf("another client: %v", err)
 	}
-	// Registering a rank again replaces its bytes rather than adding.
+	// Registering a rank again replaces its bytes rather than adding, and
+	// the call it replaces is answered rather than left holding them.
 	if _, err := reg("addr:10.0.0.1", big(2)); err != nil {
 		t.Fatalf("rank 2 registering again: %v", err)
 	}
+	wantRefusal(t, r.answer(ws[2]).err, codes.Aborted, "job \"fat\" rank 2 registered again")
 	// A registration that gives up frees its bytes.
 	r.c.GiveUp(ws[1], codes.Canceled)
 	if _, err := reg("addr:10.0.0.1", big(4)); err != nil {
 		t.Fatalf("after a registration gave up: %v", err)
 	}
+}
+
+// TestCoreSlotQuotaAndTheRing: a job over its client's slot quota is
+// refused, naming the flag, unless it may run over the ring, where it
+// goes; a job larger than the whole pool is told there is no room.
+func TestCoreSlotQuotaAndTheRing(t *testing.T) {
+	r := newRig(t, 64)
+	r.c.cfg.MaxSlotsPerClient = 32
+	_, err := r.register(regReq("half-and-more", 0, 1, 2, 24, 1))
+	wantRefusal(t, err, codes.ResourceExhausted, "over the limit of 32 per client (controller --max-slots-per-client)")
+	ring := regReq("ring", 0, 1, 2, 24, 2)
+	ring.FallbackAddress = "127.0.0.1:7000"
+	w, err := r.register(ring)
+	if err != nil {
+		t.Fatalf("a registration that may run over the ring: %v", err)
+	}
+	if a := r.answer(w); !strings.Contains(a.resp.GetFallback(), "--max-slots-per-client") {
+		t.Fatalf("answer %+v: want the ring, for the quota", a)
+	}
+	w, err = r.register(regReq("whole-and-more", 0, 1, 2, 64, 3))
+	if err != nil {
+		t.Fatalf("a job larger than the pool: %v", err)
+	}
+	wantRefusal(t, r.answer(w).err, codes.ResourceExhausted, "switch has no room")
 }

@@ -49,7 +49,7 @@ const (
 	// what each lane address costs beyond its text: both count against
 	// the client's byte budget (Config.MaxBytesPerClient).
 	regOverhead  = 4 << 10
-	laneOverhead = 48
+	laneOverhead = 96
 )
 
 // jobState is where one generation of a job is in its life. It only moves
@@ -291,7 +291,10 @@ type Core struct {
 	// (CannotForm) for unformedFor, so that a rank of that run arriving
 	// late is told why at once instead of waiting alone.
 	unformed map[string]*unformedJob
-	waits    map[Waiter]*wait
+	// lanes are the lane addresses the ranks of the current generations
+	// (jobs) hold.
+	lanes map[netip.AddrPort]*laneHolder
+	waits map[Waiter]*wait
 	// offline says why the switch cannot be programmed now ("" when it
 	// can).
 	offline string
@@ -316,6 +319,7 @@ func New(cfg Config) *Core {
 	return &Core{
 		cfg: cfg, log: cfg.Logger, jobs: map[string]*job{}, installing: map[uint64]*job{}, draining: map[uint64]*job{},
 		detached: map[uint32]*job{}, ended: map[uint64]endedSession{}, waits: map[Waiter]*wait{}, unformed: map[string]*unformedJob{},
+		lanes: map[netip.AddrPort]*laneHolder{},
 	}
 }
 

@@ -22,9 +22,7 @@ func (c *Core) retire(j *job, cause EndCause, why string) { c.end(j, cause, why,
 // end retires a generation; with switchGone its entries went with the
 // switch, and nothing is removed.
 func (c *Core) end(j *job, cause EndCause, why string, switchGone bool) {
-	if c.jobs[j.name] == j {
-		delete(c.jobs, j.name)
-	}
+	c.dropJob(j)
 	if j.state.retired() {
 		return
 	}
@@ -95,7 +93,7 @@ func (c *Core) GiveUp(w Waiter, code codes.Code) error {
 func (c *Core) giveUpRegistration(w Waiter, wt *wait, code codes.Code) error {
 	j, rank := wt.job, wt.rank
 	if reg := j.ranks[rank]; reg != nil && reg.by == w {
-		j.setRank(rank, nil)
+		c.setRank(j, rank, nil)
 		// Other ranks timing out at the same moment must not name
 		// this one as never registered.
 		j.expired[rank] = true

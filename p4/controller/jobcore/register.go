@@ -6,6 +6,7 @@ package jobcore
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"strconv"
 	"time"
 
@@ -37,7 +38,13 @@ func (c *Core) Register(w Waiter, chk Checked, client string, now time.Time) err
 	}
 	if j == nil || replaces {
 		if err := c.withinQuota(client, req, j); err != nil {
-			return err
+			var tooBig *TooBig
+			if req.GetFallbackAddress() == "" || !errors.As(err, &tooBig) {
+				return err
+			}
+			// Over its slot quota, a job that may run over the ring
+			// goes there.
+			ringWhy = err.Error()
 		}
 	}
 	cost := registrationCost(req)
@@ -60,14 +67,18 @@ func (c *Core) Register(w Waiter, chk Checked, client string, now time.Time) err
 		}
 		j = c.newJob(name, int(req.GetWorldSize()))
 		j.params, j.owner, j.client, j.registeredAt = req, owner, client, now
-		c.jobs[name] = j
+		c.addJob(j)
 	} else if m := mismatch(j.params, req); m != "" {
 		err := Refuse(codes.FailedPrecondition, "job %q rank %d: %s", name, rank, m)
 		c.CannotForm(req, err, now)
 		return err
 	}
 	delete(j.expired, rank)
-	j.setRank(rank, &registration{req: req, addrs: addrs, by: w, client: client, cost: cost})
+	if old := j.ranks[rank]; old != nil && old.by != 0 && old.by != w {
+		// Its call would wait on holding what it sent: it is answered.
+		c.reply(old.by, Answer{err: Refuse(codes.Aborted, "job %q rank %d registered again, and the newer registration replaces this one", name, rank)})
+	}
+	c.setRank(j, rank, &registration{req: req, addrs: addrs, by: w, client: client, cost: cost})
 	if ringWhy != "" {
 		j.ringWhy = ringWhy
 	}
@@ -152,7 +163,9 @@ func (c *Core) lateForUnformed(req *jobpb.RegisterRequest, owner [32]byte, now t
 
 // withinQuota refuses a new job of client's when the client's jobs
 // (gathering or running; replacing, the one it replaces aside) already
-// reach its limit, or would need more than its slots.
+// reach its limit, or would need more than its slots. A job larger than
+// the whole pool is not held to the slot quota: it never holds slots, and
+// placing it says why.
 func (c *Core) withinQuota(client string, req *jobpb.RegisterRequest, replacing *job) error {
 	if c.cfg.MaxJobsPerClient <= 0 && c.cfg.MaxSlotsPerClient <= 0 {
 		return nil
@@ -168,9 +181,9 @@ func (c *Core) withinQuota(client string, req *jobpb.RegisterRequest, replacing 
 		return Refuse(codes.ResourceExhausted, "client %s holds %d jobs, the limit per client (controller --max-jobs-per-client); wait for one of them to end", client, jobs)
 	}
 	need := int(req.GetLanes() * req.GetWindow())
-	if limit := c.cfg.MaxSlotsPerClient; limit > 0 && slots+need > limit {
-		return Refuse(codes.ResourceExhausted, "client %s would hold %d slots with this job's lanes*window = %d, over the limit of %d per client (controller --max-slots-per-client); lower window or lanes, or wait for a job to end",
-			client, slots+need, need, limit)
+	if limit := c.cfg.MaxSlotsPerClient; limit > 0 && slots+need > limit && need <= c.cfg.Slots {
+		return &TooBig{Refuse(codes.ResourceExhausted, "client %s would hold %d slots with this job's lanes*window = %d, over the limit of %d per client (controller --max-slots-per-client), by default half the pool; lower window or lanes, or wait for a job to end",
+			client, slots+need, need, limit).(*Refusal)}
 	}
 	return nil
 }
@@ -202,9 +215,7 @@ func (c *Core) cannotPlace(j *job, err error) {
 // the reason and the ring's addresses: the job runs over the ring, without
 // the switch or a session on this controller.
 func (c *Core) fallback(j *job, why string, addrs []string) {
-	if c.jobs[j.name] == j {
-		delete(c.jobs, j.name)
-	}
+	c.dropJob(j)
 	j.state, j.cause = jobGone, "fell back to the ring: "+why
 	c.endings[EndFallback]++
 	c.log.Warn("controller: job runs over the ring", "job", j.name, "workers", len(j.ranks), "why", why)
@@ -217,9 +228,7 @@ func (c *Core) fallback(j *job, why string, addrs []string) {
 // fail ends a generation that could not run, answering its registrations
 // with err.
 func (c *Core) fail(j *job, err error) {
-	if c.jobs[j.name] == j {
-		delete(c.jobs, j.name)
-	}
+	c.dropJob(j)
 	j.state, j.err, j.cause = jobGone, err, err.Error()
 	c.endings[EndFailed]++
 	c.log.Warn("controller: job failed", "job", j.name, "err", err)
