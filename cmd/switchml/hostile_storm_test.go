@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,13 +18,14 @@ import (
 )
 
 // stormRegistration is rank's registration of a job of world ranks, with
-// lanes lane addresses of addrLen bytes each and a token of tokenLen
-// bytes, from a client that owns no socket.
-func stormRegistration(job string, rank, world, lanes uint32, addrLen, tokenLen int) *jobpb.RegisterRequest {
+// lanes lane addresses of addrLen bytes each on a made-up address (host
+// numbers it) and a token of tokenLen bytes, from a client that owns no
+// socket.
+func stormRegistration(job string, rank, host, world, lanes uint32, addrLen, tokenLen int) *jobpb.RegisterRequest {
 	r := &jobpb.RegisterRequest{Job: job, Rank: rank, WorldSize: world, Lanes: lanes, Window: 1, Elements: 64,
 		Format: jobpb.Format_FORMAT_EXTENDED, Token: strings.Repeat("t", tokenLen)}
 	for l := range lanes {
-		ip, port := fmt.Sprintf("127.%d.%d.%d", 20+rank/62500, rank/250%250, rank%250+1), 1000+l
+		ip, port := fmt.Sprintf("127.%d.%d.%d", 20+host/62500, host/250%250, host%250+1), 1000+l
 		a := fmt.Sprintf("%s:%d", ip, port)
 		if pad := addrLen - len(fmt.Sprintf("[::ffff:%s%%]:%d", ip, port)); pad > 0 {
 			// The IPv4-mapped IPv6 form with a zone, which the controller
@@ -36,10 +38,10 @@ func stormRegistration(job string, rank, world, lanes uint32, addrLen, tokenLen 
 	return r
 }
 
-// registrationStorm sends n registrations of one job of world ranks
-// (ranks 0..n-1) at once from client, each giving up after giveUp, and
+// registrationStorm sends n registrations (req makes the i-th) at once,
+// spread over clients (connections), each giving up after giveUp, and
 // returns their answers once all are in.
-func registrationStorm(ctx context.Context, client jobpb.JobServiceClient, job string, n int, world uint32, giveUp time.Duration, req func(rank uint32) *jobpb.RegisterRequest) []error {
+func registrationStorm(ctx context.Context, clients []jobpb.JobServiceClient, n int, giveUp time.Duration, req func(i uint32) *jobpb.RegisterRequest) []error {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -48,7 +50,7 @@ func registrationStorm(ctx context.Context, client jobpb.JobServiceClient, job s
 			defer wg.Done()
 			short, cancel := context.WithTimeout(ctx, giveUp)
 			defer cancel()
-			_, errs[i] = client.Register(short, req(uint32(i)), grpc.WaitForReady(true))
+			_, errs[i] = clients[i%len(clients)].Register(short, req(uint32(i)), grpc.WaitForReady(true))
 		}()
 	}
 	wg.Wait()
@@ -71,8 +73,16 @@ func TestHostileRegistrationStorm(t *testing.T) {
 		[]string{"--slots", "64", "--max-workers", "65535"})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	errs := registrationStorm(ctx, jobClient(t, f.controller, "127.0.0.2"), "storm", storm, world, 2*time.Second,
-		func(rank uint32) *jobpb.RegisterRequest { return stormRegistration("storm", rank, world, 1, 0, 0) })
+	// Over four connections, each within the calls a connection may have
+	// open at once (128), all from one address.
+	var conns []jobpb.JobServiceClient
+	for range 4 {
+		conns = append(conns, jobClient(t, f.controller, "127.0.0.2"))
+	}
+	errs := registrationStorm(ctx, conns, storm, 2*time.Second,
+		func(rank uint32) *jobpb.RegisterRequest {
+			return stormRegistration("storm", rank, rank, world, 1, 0, 0)
+		})
 	longest := 0
 	for i, err := range errs {
 		if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "never registered") {
@@ -106,10 +116,17 @@ func TestMeasureRegistrationStorm(t *testing.T) {
 	f := startFabricWith(t, nil, "", []string{"--slots", "64", "--max-workers", "65535"}, append([]string{"--slots", "64"}, args...))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	client := jobClient(t, f.controller, "127.0.0.2")
+	// SWITCHML_STORM_CONNS connections from one address (default 1).
+	n, _ := strconv.Atoi(os.Getenv("SWITCHML_STORM_CONNS"))
+	var conns []jobpb.JobServiceClient
+	for range max(n, 1) {
+		conns = append(conns, jobClient(t, f.controller, "127.0.0.2"))
+	}
 	start := time.Now()
-	errs := registrationStorm(ctx, client, "storm", 5000, 65535, 20*time.Second,
-		func(rank uint32) *jobpb.RegisterRequest { return stormRegistration("storm", rank, 65535, 1, 0, 0) })
+	errs := registrationStorm(ctx, conns, 5000, 20*time.Second,
+		func(rank uint32) *jobpb.RegisterRequest {
+			return stormRegistration("storm", rank, rank, 65535, 1, 0, 0)
+		})
 	gaveUp := time.Now()
 	st := spawn(t, nil, "status", "--controller", f.controller, "--json", "--no-counters", "--timeout", "10m")
 	err := st.wait(t, 15*time.Minute)
@@ -118,8 +135,8 @@ func TestMeasureRegistrationStorm(t *testing.T) {
 
 	// 40 jobs of 256 ranks (within the 64 jobs per client), each rank with
 	// 256 lanes.
-	errs = registrationStorm(ctx, client, "fat", 10000, 256, 20*time.Second, func(i uint32) *jobpb.RegisterRequest {
-		return stormRegistration(fmt.Sprintf("fat-%d", i/256), i%256, 256, 256, 64, 1024)
+	errs = registrationStorm(ctx, conns, 10000, 20*time.Second, func(i uint32) *jobpb.RegisterRequest {
+		return stormRegistration(fmt.Sprintf("fat-%d", i/256), i%256, i, 256, 256, 64, 1024)
 	})
 	t.Logf("10000 registrations of 256 lanes: %s", codesOf(errs))
 	st2 := spawn(t, nil, "status", "--controller", f.controller, "--json", "--no-counters", "--timeout", "10m")

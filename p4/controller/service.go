@@ -162,6 +162,12 @@ type JobService struct {
 	metrics *serviceMetrics
 	control controlState // see SetControlLost
 
+	// calls counts the bytes of each client identity's Register calls in
+	// progress, bounded by MaxBytesPerClient apart from the core's lock,
+	// so that a flood of them is refused without queueing for it.
+	callsMu sync.Mutex
+	calls   map[string]int
+
 	mu   sync.Mutex // guards the core and the fields below
 	core *jobcore.Core
 	// waiters are the calls waiting for the core's answer; each channel
@@ -224,7 +230,7 @@ func NewJobService(sw Switch, cfg ServiceConfig) (*JobService, error) {
 		MaxBytesPerClient: max(cfg.MaxBytesPerClient, 0)})
 	drained := make(chan struct{})
 	close(drained)
-	s := &JobService{sw: sw, cfg: cfg, log: cfg.Logger, core: c, waiters: map[jobcore.Waiter]chan jobcore.Answer{}, drained: drained, metrics: newServiceMetrics()}
+	s := &JobService{sw: sw, cfg: cfg, log: cfg.Logger, core: c, calls: map[string]int{}, waiters: map[jobcore.Waiter]chan jobcore.Answer{}, drained: drained, metrics: newServiceMetrics()}
 	s.current.Store(&switchRef{sw})
 	return s, nil
 }
@@ -412,11 +418,19 @@ func (s *JobService) Describe(context.Context, *jobpb.DescribeRequest) (*jobpb.D
 // a job's name belongs to its token while the job lives.
 func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (resp *jobpb.RegisterResponse, err error) {
 	defer func() { s.metrics.registrations.WithLabelValues(status.Code(err).String()).Inc() }()
-	var chk jobcore.Checked
+	client := secure.IdentityOf(ctx).Name()
+	release, err := s.callBytes(client, jobcore.RegistrationCost(req))
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	// Check reads only the core's configuration: the addresses are parsed
+	// outside the lock.
+	chk, err := s.core.Check(req)
 	var offline string
 	var back chan struct{}
 	s.step(func(c *jobcore.Core) {
-		if chk, err = c.Check(req); err != nil {
+		if err != nil {
 			c.CannotForm(req, err, time.Now()) // its peers learn at once why the job cannot form
 		}
 		offline, back = c.Offline(), s.back
@@ -456,7 +470,6 @@ func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (
 	}
 	ctx, cancel := answerBefore(ctx)
 	defer cancel()
-	client := secure.IdentityOf(ctx).Name()
 	w, ch, err := s.enter(func(c *jobcore.Core, w jobcore.Waiter) error { return c.Register(w, chk, client, time.Now()) })
 	if err != nil {
 		return nil, err
@@ -472,6 +485,30 @@ func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (
 		return resp, nil
 	}
 	return a.Registered(), nil
+}
+
+// callBytes counts n bytes of a Register call of client's in progress, or
+// refuses the call when the client's calls would hold more than its
+// budget; release uncounts them.
+func (s *JobService) callBytes(client string, n int) (release func(), err error) {
+	limit := s.cfg.MaxBytesPerClient
+	if limit <= 0 {
+		return func() {}, nil
+	}
+	s.callsMu.Lock()
+	defer s.callsMu.Unlock()
+	if held := s.calls[client]; held+n > limit {
+		return nil, status.Errorf(codes.ResourceExhausted, "client %s has %d bytes of registrations in progress, and this one of %d would take it over its budget of %d (controller --max-bytes-per-client): wait for its registrations to be answered",
+			client, held, n, limit)
+	}
+	s.calls[client] += n
+	return func() {
+		s.callsMu.Lock()
+		defer s.callsMu.Unlock()
+		if s.calls[client] -= n; s.calls[client] <= 0 {
+			delete(s.calls, client)
+		}
+	}, nil
 }
 
 // Barrier implements jobpb.JobService. Only a rank of the session,

@@ -60,7 +60,7 @@ func TestCoreByteBudgetCountsRegistrations(t *testing.T) {
 		req.Token = strings.Repeat("t", maxTokenLen)
 		return req
 	}
-	cost := registrationCost(big(0))
+	cost := RegistrationCost(big(0))
 	r.c.cfg.MaxBytesPerClient = 3*cost + cost/2
 	reg := func(client string, req *jobpb.RegisterRequest) (Waiter, error) {
 		w := r.waiter()

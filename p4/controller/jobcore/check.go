@@ -27,7 +27,8 @@ type Checked struct {
 func (k Checked) LaneAddresses() []netip.AddrPort { return k.addrs }
 
 // Check validates a registration on its own and against the target; it
-// changes nothing, and Register takes what it returns. A registration that
+// changes nothing and reads only the configuration, so the driver may call
+// it without holding the core, and Register takes what it returns. A registration that
 // may run over the ring (fallback_address) is not refused for a job larger
 // than the switch serves: its job goes to the ring instead.
 func (c *Core) Check(r *jobpb.RegisterRequest) (Checked, error) {

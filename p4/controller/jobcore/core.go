@@ -26,6 +26,7 @@ import (
 
 	"github.com/switchml/switchml-go/jobpb"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 )
 
 // Bounds on what clients can make the controller hold.
@@ -133,15 +134,12 @@ type registration struct {
 	cost   int
 }
 
-// registrationCost is the bytes a registration makes the controller hold:
-// its job name, token, ring and Ethernet addresses, its lane addresses
-// (as text and parsed), and the call waiting for the job.
-func registrationCost(req *jobpb.RegisterRequest) int {
-	n := regOverhead + len(req.GetJob()) + len(req.GetToken()) + len(req.GetFallbackAddress()) + len(req.GetMac())
-	for _, a := range req.GetLaneAddresses() {
-		n += len(a) + laneOverhead
-	}
-	return n
+// RegistrationCost is the bytes a registration makes the controller hold:
+// the request as it came (job name, token, addresses, and any fields the
+// controller does not know, which it keeps), its lane addresses parsed and
+// indexed, and the call waiting for the job.
+func RegistrationCost(req *jobpb.RegisterRequest) int {
+	return regOverhead + proto.Size(req) + len(req.GetLaneAddresses())*laneOverhead
 }
 
 // job is one generation of a named job: from the first registration of a

@@ -47,7 +47,7 @@ func (c *Core) Register(w Waiter, chk Checked, client string, now time.Time) err
 			ringWhy = err.Error()
 		}
 	}
-	cost := registrationCost(req)
+	cost := RegistrationCost(req)
 	need := cost
 	if j != nil && !replaces {
 		if old := j.ranks[rank]; old != nil && old.client == client {
