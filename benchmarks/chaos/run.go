@@ -24,7 +24,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	fab, err := fabric.Start(ctx, fabric.Config{Command: cfg.Command, Slots: cfg.Slots, Echo: cfg.Verbose})
+	// Every job comes from this host, and the leak check needs every slot.
+	fab, err := fabric.Start(ctx, fabric.Config{Command: cfg.Command, Slots: cfg.Slots, Echo: cfg.Verbose,
+		MaxSlotsPerClient: -1})
 	if err != nil {
 		return nil, err
 	}

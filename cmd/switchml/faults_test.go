@@ -105,8 +105,9 @@ func TestKilledWorker(t *testing.T) {
 		t.Skip("starts processes; skipped in -short")
 	}
 	// lanes*window = 64: the job takes every slot of the switch, so the
-	// next run fits only if the dead job's partition was freed.
-	f := startFabricWith(t, nil, "", []string{"--slots", "64"}, []string{"--slots", "64"})
+	// next run fits only if the dead job's partition was freed (its
+	// client may hold the whole pool).
+	f := startFabricWith(t, nil, "", []string{"--slots", "64"}, []string{"--slots", "64", "--max-slots-per-client", "-1"})
 	ps := longJob(t, f, "killed")
 	// Kill rank 2 as the OOM killer would.
 	killed := time.Now()

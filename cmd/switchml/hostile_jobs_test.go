@@ -186,10 +186,12 @@ func TestHostileSessionIDWithoutSecret(t *testing.T) {
 	t.Logf("%d session ids tried, %d refusals, none naming a session id", len(ids), len(texts))
 }
 
-// TestHostileRegistrationsWithoutLease: two registrations that take the
-// whole pool and never open their leases hold it no longer than the lease
-// grace (its default, 10 s): the pool is free again once it has passed,
-// the controller saying why, and a job that needs all of it runs, verified.
+// TestHostileRegistrationsWithoutLease: one client cannot take the whole
+// pool (its share is half of it by default); two clients whose
+// registrations take the pool between them and never open their leases
+// hold it no longer than the lease grace (its default, 10 s): the pool is
+// free again once it has passed, the controller saying why, and a job
+// that needs a client's whole share runs, verified.
 func TestHostileRegistrationsWithoutLease(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes; skipped in -short")
@@ -198,9 +200,13 @@ func TestHostileRegistrationsWithoutLease(t *testing.T) {
 	jobs := jobClient(t, f.controller, "")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	_, err := jobClient(t, f.controller, "127.0.0.4").Register(ctx, hostileRegistration("hog", 1, 8192, 9), grpc.WaitForReady(true))
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "over the limit of 4096 per client (controller --max-slots-per-client)") {
+		t.Fatalf("one client's registration of the whole pool: %v, want ResourceExhausted naming its share and the flag", err)
+	}
 	start := time.Now()
-	for i, window := range []uint32{7936, 256} {
-		if _, err := jobs.Register(ctx, hostileRegistration(fmt.Sprintf("squat-%d", i), 1, window, i), grpc.WaitForReady(true)); err != nil {
+	for i, from := range []string{"127.0.0.2", "127.0.0.3"} {
+		if _, err := jobClient(t, f.controller, from).Register(ctx, hostileRegistration(fmt.Sprintf("squat-%d", i), 1, 4096, i), grpc.WaitForReady(true)); err != nil {
 			t.Fatalf("registration %d: %v", i, err)
 		}
 	}
@@ -225,7 +231,7 @@ func TestHostileRegistrationsWithoutLease(t *testing.T) {
 			t.Errorf("the controller's log does not say why squat-%d ended:\n%s", i, f.ctl.Logs())
 		}
 	}
-	runJob(t, f, nil, jobSpec{name: "whole-pool", dtype: "int32", workers: 2, elements: 50_000, iters: 2, lanes: 16, window: 512})
+	runJob(t, f, nil, jobSpec{name: "whole-share", dtype: "int32", workers: 2, elements: 50_000, iters: 2, lanes: 16, window: 256})
 }
 
 // TestHostileHugeJobName: a job name of 1 MB is refused before the

@@ -23,7 +23,9 @@ func TestInterruptedRank(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes; skipped in -short")
 	}
-	f := startFabricWith(t, nil, "", []string{"--slots", "64"}, []string{"--slots", "64"})
+	// The job takes every slot (lanes*window = 64), so its client may
+	// hold the whole pool.
+	f := startFabricWith(t, nil, "", []string{"--slots", "64"}, []string{"--slots", "64", "--max-slots-per-client", "-1"})
 	ps := longJob(t, f, "sigint")
 	fault := time.Now()
 	if err := ps[1].Cmd().Process.Signal(syscall.SIGINT); err != nil {

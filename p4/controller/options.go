@@ -35,6 +35,9 @@ type Options struct {
 	TargetKind string
 	// MaxElements is the software switch's --max-elements (--max-elements).
 	MaxElements int
+	// MaxWorkers is the software switch's --max-workers (--max-workers): no
+	// job of more ranks is let in (0: DefaultSoftswitchMaxWorkers).
+	MaxWorkers int
 	// P4InfoFile is a P4Info text file pushed instead of the kind's own
 	// (--p4info).
 	P4InfoFile string
@@ -155,6 +158,7 @@ func (o Options) prepareTarget(cfg *Config) error {
 		return fmt.Errorf("--target-kind, --max-elements: %w", err)
 	}
 	cfg.Switch.Auth = o.Auth
+	cfg.Switch.SoftswitchMaxWorkers = o.MaxWorkers
 	if cfg.Topology != nil && !caps.Tree {
 		return fmt.Errorf("--topology with --target-kind %s: its program has no leaf role; a tree runs on %s", kind.Kind, orList(targets.KindsWhere(func(_ targets.Target, c targets.Capabilities) bool { return c.Tree })))
 	}
@@ -363,6 +367,9 @@ func (o Options) flagsValid() error {
 	if o.MaxElements < 1 || o.MaxElements > wire.MaxElements {
 		errs = append(errs, fmt.Errorf("--max-elements %d: want 1..%d (the software switch's own --max-elements)", o.MaxElements, wire.MaxElements))
 	}
+	if o.MaxWorkers < 0 || o.MaxWorkers > pipeline.MaxWorkersCap {
+		errs = append(errs, fmt.Errorf("--max-workers %d: want 1..%d (the software switch's own --max-workers)", o.MaxWorkers, pipeline.MaxWorkersCap))
+	}
 	for _, c := range []struct {
 		flag string
 		p    float64
@@ -387,8 +394,11 @@ func jobLimitsValid(l JobLimits) error {
 	if l.MaxJobsPerClient == 0 || l.MaxJobsPerClient < -1 {
 		errs = append(errs, fmt.Errorf("--max-jobs-per-client %d: want 1 or more, or -1 for no limit", l.MaxJobsPerClient))
 	}
-	if l.MaxSlotsPerClient < 0 {
-		errs = append(errs, fmt.Errorf("--max-slots-per-client %d: want 0 (no limit) or more", l.MaxSlotsPerClient))
+	if l.MaxSlotsPerClient < -1 {
+		errs = append(errs, fmt.Errorf("--max-slots-per-client %d: want 1 or more, 0 for half the pool, or -1 for no limit", l.MaxSlotsPerClient))
+	}
+	if l.MaxBytesPerClient == 0 || l.MaxBytesPerClient < -1 {
+		errs = append(errs, fmt.Errorf("--max-bytes-per-client %d: want 1 or more, or -1 for no limit", l.MaxBytesPerClient))
 	}
 	return errors.Join(errs...)
 }

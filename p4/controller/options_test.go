@@ -47,7 +47,7 @@ func init() {
 func flagDefaults(kind string) Options {
 	o := Options{TargetKind: kind, MaxElements: DefaultSoftswitchMaxElements}
 	o.Target, o.Slots = "10.0.0.5:9559", 8192
-	o.LeaseGrace, o.JoinTimeout, o.MaxJobsPerClient = DefaultLeaseGrace, DefaultJoinTimeout, DefaultMaxJobsPerClient
+	o.LeaseGrace, o.JoinTimeout, o.MaxJobsPerClient, o.MaxBytesPerClient = DefaultLeaseGrace, DefaultJoinTimeout, DefaultMaxJobsPerClient, DefaultMaxBytesPerClient
 	return o
 }
 

@@ -307,6 +307,13 @@ func redial(ctx context.Context, log *slog.Logger, what string, dial func() erro
 	}
 }
 
+// maxRequestBytes bounds a job service request, maxCallsPerConn the calls
+// one connection has open at once.
+const (
+	maxRequestBytes = 2 << 20
+	maxCallsPerConn = 128
+)
+
 // listenJobs serves the job service on cfg.Listen; stop ends it. served
 // reports the server's end (put back what you take from it, for stop).
 func listenJobs(cfg Config, svc *JobService) (lis net.Listener, served chan error, stop func(), err error) {
@@ -314,7 +321,13 @@ func listenJobs(cfg Config, svc *JobService) (lis net.Listener, served chan erro
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("controller: listen %s: %w", cfg.Listen, err)
 	}
-	var opts []grpc.ServerOption
+	// No call's request is larger than a broadcast of 1 MiB and its
+	// fields: a larger one is refused before it is read whole.
+	// A worker's session has a few calls open at once (its registration,
+	// lease, barrier or broadcast): a connection with more waits for room,
+	// so that one connection cannot make the service read and hold
+	// thousands of requests at once.
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(maxRequestBytes), grpc.MaxConcurrentStreams(maxCallsPerConn)}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}

@@ -90,9 +90,15 @@ type JobLimits struct {
 	// client identity (secure.Identity.Name of the job's first registrant)
 	// holds (default DefaultMaxJobsPerClient; negative: no bound).
 	MaxJobsPerClient int
-	// MaxSlotsPerClient, if positive, bounds the slots (lanes*window) of
-	// one client identity's jobs; 0: no bound beyond the pool.
+	// MaxSlotsPerClient bounds the slots (lanes*window) of one client
+	// identity's jobs (default: half the pool, DefaultSlotShare; negative:
+	// no bound beyond the pool).
 	MaxSlotsPerClient int
+	// MaxBytesPerClient bounds the bytes one client identity makes the
+	// service hold: its waiting and registered ranks (job name, token,
+	// lane addresses) and its jobs' broadcasts not yet fetched (default
+	// DefaultMaxBytesPerClient; negative: no bound).
+	MaxBytesPerClient int
 }
 
 // Defaults of JobLimits.
@@ -100,6 +106,15 @@ const (
 	DefaultLeaseGrace       = 10 * time.Second
 	DefaultJoinTimeout      = 5 * time.Minute
 	DefaultMaxJobsPerClient = 64
+	// DefaultMaxBytesPerClient holds a job of 256 ranks with 64 lanes
+	// each, and a job's 16 MiB of broadcasts, several times over.
+	DefaultMaxBytesPerClient = 64 << 20
+	// DefaultSlotShare is the share of the pool one client identity may
+	// hold unless MaxSlotsPerClient says otherwise: half, so that one
+	// client's job (a large window and many lanes) leaves room for the
+	// others, and one still fits a job of 4,096 slots (--window 4096, the
+	// largest, with one lane) on the default pool of 8,192.
+	DefaultSlotShare = 2
 )
 
 // withDefaults fills in the zero limits.
@@ -113,7 +128,22 @@ func (l JobLimits) withDefaults() JobLimits {
 	if l.MaxJobsPerClient == 0 {
 		l.MaxJobsPerClient = DefaultMaxJobsPerClient
 	}
+	if l.MaxBytesPerClient == 0 {
+		l.MaxBytesPerClient = DefaultMaxBytesPerClient
+	}
 	return l
+}
+
+// slotsPerClient is the slot quota of one client identity on a pool of
+// slots per set (0: no bound).
+func (l JobLimits) slotsPerClient(slots int) int {
+	switch {
+	case l.MaxSlotsPerClient < 0:
+		return 0
+	case l.MaxSlotsPerClient > 0:
+		return l.MaxSlotsPerClient
+	}
+	return max(slots/DefaultSlotShare, 1)
 }
 
 // check refuses limits that make no sense.
@@ -123,8 +153,10 @@ func (l JobLimits) check() error {
 		return fmt.Errorf("lease grace %v: want a positive duration", l.LeaseGrace)
 	case l.JoinTimeout < 0:
 		return fmt.Errorf("join timeout %v: want a positive duration", l.JoinTimeout)
-	case l.MaxSlotsPerClient < 0:
-		return fmt.Errorf("max slots per client %d: want 0 (no bound) or more", l.MaxSlotsPerClient)
+	case l.MaxSlotsPerClient < -1:
+		return fmt.Errorf("max slots per client %d: want 1 or more, 0 for the default (half the pool), or -1 for no bound", l.MaxSlotsPerClient)
+	case l.MaxBytesPerClient < -1:
+		return fmt.Errorf("max bytes per client %d: want 1 or more, 0 for the default, or -1 for no bound", l.MaxBytesPerClient)
 	}
 	return nil
 }
@@ -147,6 +179,12 @@ type JobService struct {
 
 	metrics *serviceMetrics
 	control controlState // see SetControlLost
+
+	// calls counts the bytes of each client identity's Register calls in
+	// progress, bounded by MaxBytesPerClient apart from the core's lock,
+	// so that a flood of them is refused without queueing for it.
+	callsMu sync.Mutex
+	calls   map[string]int
 
 	mu   sync.Mutex // guards the core and the fields below
 	core *jobcore.Core
@@ -207,13 +245,14 @@ func NewJobService(sw Switch, cfg ServiceConfig) (*JobService, error) {
 		SwitchAddresses: cfg.SwitchAddresses, Subnets: cfg.Subnets, AllowLaneAddressMismatch: cfg.AllowLaneAddressMismatch,
 		Admit: cfg.Target.check, PortOf: cfg.Target.portOf, Keyed: cfg.Target.Auth,
 		Rand: randUint64, DrainWait: switchRPCTimeout, LeaseGrace: cfg.LeaseGrace, JoinTimeout: cfg.JoinTimeout,
-		MaxJobsPerClient: max(cfg.MaxJobsPerClient, 0), MaxSlotsPerClient: cfg.MaxSlotsPerClient, RefuseOpen: cfg.RefuseOpenJobs})
+		MaxJobsPerClient: max(cfg.MaxJobsPerClient, 0), MaxSlotsPerClient: cfg.JobLimits.slotsPerClient(cfg.Slots),
+		MaxBytesPerClient: max(cfg.MaxBytesPerClient, 0), RefuseOpen: cfg.RefuseOpenJobs})
 	if cfg.AllowLaneAddressMismatch {
 		cfg.Logger.Warn("controller: lane addresses are not checked against the caller's address (--allow-lane-address-mismatch): a client can aim the switch's results at another host; use it only where workers reach the controller through NAT or another network than their data plane")
 	}
 	drained := make(chan struct{})
 	close(drained)
-	s := &JobService{sw: sw, cfg: cfg, log: cfg.Logger, core: c, waiters: map[jobcore.Waiter]chan jobcore.Answer{}, drained: drained, metrics: newServiceMetrics()}
+	s := &JobService{sw: sw, cfg: cfg, log: cfg.Logger, core: c, calls: map[string]int{}, waiters: map[jobcore.Waiter]chan jobcore.Answer{}, drained: drained, metrics: newServiceMetrics()}
 	s.current.Store(&switchRef{sw})
 	return s, nil
 }
@@ -404,12 +443,19 @@ func (s *JobService) Describe(context.Context, *jobpb.DescribeRequest) (*jobpb.D
 func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (resp *jobpb.RegisterResponse, err error) {
 	defer func() { s.metrics.registrations.WithLabelValues(status.Code(err).String()).Inc() }()
 	caller := secure.IdentityOf(ctx)
-	var chk jobcore.Checked
+	client := caller.Name()
+	release, err := s.callBytes(client, jobcore.RegistrationCost(req))
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	// Check reads only the core's configuration: the addresses are parsed
+	// outside the lock.
+	chk, err := s.core.Check(req, caller.Addr)
 	var offline string
 	var back chan struct{}
-	client := caller.Name()
 	s.step(func(c *jobcore.Core) {
-		if chk, err = c.Check(req, caller.Addr); err != nil {
+		if err != nil {
 			c.CannotForm(req, client, err, time.Now()) // its peers learn at once why the job cannot form
 		}
 		offline, back = c.Offline(), s.back
@@ -464,6 +510,30 @@ func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (
 		return resp, nil
 	}
 	return a.Registered(), nil
+}
+
+// callBytes counts n bytes of a Register call of client's in progress, or
+// refuses the call when the client's calls would hold more than its
+// budget; release uncounts them.
+func (s *JobService) callBytes(client string, n int) (release func(), err error) {
+	limit := s.cfg.MaxBytesPerClient
+	if limit <= 0 {
+		return func() {}, nil
+	}
+	s.callsMu.Lock()
+	defer s.callsMu.Unlock()
+	if held := s.calls[client]; held+n > limit {
+		return nil, status.Errorf(codes.ResourceExhausted, "client %s has %d bytes of registrations in progress, and this one of %d would take it over its budget of %d (controller --max-bytes-per-client): wait for its registrations to be answered",
+			client, held, n, limit)
+	}
+	s.calls[client] += n
+	return func() {
+		s.callsMu.Lock()
+		defer s.callsMu.Unlock()
+		if s.calls[client] -= n; s.calls[client] <= 0 {
+			delete(s.calls, client)
+		}
+	}, nil
 }
 
 // Barrier implements jobpb.JobService. Only a rank of the session,

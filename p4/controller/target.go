@@ -27,6 +27,10 @@ const (
 // packet (its --max-elements).
 const DefaultSoftswitchMaxElements = targets.DefaultSoftswitchMaxElements
 
+// DefaultSoftswitchMaxWorkers is the software switch's default largest job
+// (its --max-workers).
+const DefaultSoftswitchMaxWorkers = 256
+
 // Target is what the switch behind the controller takes. Registrations that
 // ask for more are refused with an error that says what the switch takes.
 type Target struct {
@@ -38,9 +42,12 @@ type Target struct {
 	// 0 means the switch does not parse the extended header.
 	MaxExtendedElements int
 	// MaxWorkers is the largest job with the compatible header (the width
-	// of a slot's worker bitmap). The extended header allows wire.MaxWorkers
-	// on the software switch.
+	// of a slot's worker bitmap), and with any header on a P4 switch.
 	MaxWorkers int
+	// SoftswitchMaxWorkers is the software switch's --max-workers, the
+	// largest job it takes with the extended header (0: its default,
+	// DefaultSoftswitchMaxWorkers).
+	SoftswitchMaxWorkers int
 	// Ports maps a worker's IP address to the switch port that reaches it.
 	// A P4 switch replicates results to ports and cannot learn them, so it
 	// needs the map; nil means the software switch, which sends through its
@@ -125,6 +132,10 @@ func (t Target) check(r *jobpb.RegisterRequest, addrs []netip.AddrPort) error {
 			return &jobcore.TooBig{Refusal: refuse(codes.InvalidArgument, "world size %d: the %s switch serves at most %d workers per job with the compatible header", r.GetWorldSize(), t.Kind, t.MaxWorkers).(*jobcore.Refusal)}
 		}
 	}
+	if limit, from := t.maxJobWorkers(r.GetFormat()); int(r.GetWorldSize()) > limit {
+		return &jobcore.TooBig{Refusal: refuse(codes.InvalidArgument, "world size %d: the %s switch serves at most %d workers per job (%s); run fewer ranks",
+			r.GetWorldSize(), t.Kind, limit, from).(*jobcore.Refusal)}
+	}
 	if t.NeedsMAC && len(r.GetMac()) != 6 {
 		return invalid("rank %d sent no Ethernet address: the %s switch addresses results to the worker's MAC (upgrade the worker, or bind it to an Ethernet interface)", r.GetRank(), t.Kind)
 	}
@@ -139,6 +150,21 @@ func (t Target) check(r *jobpb.RegisterRequest, addrs []netip.AddrPort) error {
 		}
 	}
 	return nil
+}
+
+// maxJobWorkers is the largest job the switch serves with a header
+// format, and where that bound comes from. The compatible header's is
+// checked with the packet sizes.
+func (t Target) maxJobWorkers(f jobpb.Format) (int, string) {
+	switch {
+	case f != jobpb.Format_FORMAT_EXTENDED:
+		return t.MaxWorkers, "the width of a slot's worker bitmap with the compatible header"
+	case t.P4():
+		return t.MaxWorkers, "the width of its program's worker bitmap"
+	case t.SoftswitchMaxWorkers > 0:
+		return t.SoftswitchMaxWorkers, "the switch's --max-workers, as the controller's --max-workers gives it"
+	}
+	return DefaultSoftswitchMaxWorkers, "the switch's default --max-workers; the controller's --max-workers gives another"
 }
 
 // portOf is the switch port that reaches addr (the rank on the software

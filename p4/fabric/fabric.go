@@ -56,6 +56,11 @@ type Config struct {
 	MaxElements int
 	// MaxWorkers is the largest job (default 256).
 	MaxWorkers int
+	// MaxSlotsPerClient is the controller's slot quota per client
+	// identity (its --max-slots-per-client): 0, half the pool; -1, none
+	// (a fabric whose jobs all come from one address and that wants one
+	// of them to take the whole pool).
+	MaxSlotsPerClient int
 	// Faults are injected into every packet the switch sends.
 	Faults transport.Faults
 	// Shards is the number of the switch's data-plane loops, each on its
@@ -205,7 +210,7 @@ func startInProcess(ctx context.Context, cfg Config) (*Fabric, error) {
 	if err != nil {
 		return nil, err
 	}
-	target.Auth = cfg.Auth
+	target.Auth, target.SoftswitchMaxWorkers = cfg.Auth, cfg.MaxWorkers
 	if cfg.Controller == "" {
 		cfg.Controller = "127.0.0.1:0"
 	}
@@ -216,8 +221,8 @@ func startInProcess(ctx context.Context, cfg Config) (*Fabric, error) {
 	f.goRun(func() error {
 		return controller.Run(runCtx, controller.Config{
 			Target: f.p4rt, Listen: cfg.Controller, Dataplane: strings.Join(sw.DataplaneAddrs(), ","), Slots: cfg.Slots, Switch: target, Logger: cfg.Logger,
-			Metrics: cfg.Metrics,
-			Ready:   func(a net.Addr) { ready <- a.String() },
+			Metrics: cfg.Metrics, JobLimits: controller.JobLimits{MaxSlotsPerClient: cfg.MaxSlotsPerClient},
+			Ready: func(a net.Addr) { ready <- a.String() },
 		})
 	})
 	timer := time.NewTimer(cfg.ReadyTimeout)
@@ -337,7 +342,8 @@ func startProcs(ctx context.Context, cfg Config) (*Fabric, error) {
 		switches = []string{"--topology", f.topologyFile}
 	}
 	f.ctlArgs = slices.Concat([]string{"controller"}, switches, []string{"--listen", cfg.Controller,
-		"--slots", strconv.Itoa(cfg.Slots), "--max-elements", strconv.Itoa(cfg.MaxElements)}, cfg.ControllerArgs)
+		"--slots", strconv.Itoa(cfg.Slots), "--max-elements", strconv.Itoa(cfg.MaxElements), "--max-workers", strconv.Itoa(cfg.MaxWorkers),
+		"--max-slots-per-client", strconv.Itoa(cfg.MaxSlotsPerClient)}, cfg.ControllerArgs)
 	if f.swProc, err = StartProc("switch", cfg.Echo, cfg.Command(f.swArgs...)); err != nil {
 		f.Close()
 		return nil, err

@@ -125,7 +125,7 @@ func wantRing(t *testing.T, sess []*switchml.Session, reason string) {
 func TestFallbackFullPool(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	fab := local.ForTest(t, local.Options{Slots: 32})
+	fab := local.ForTest(t, local.Options{Slots: 32, MaxSlotsPerClient: -1}) // the first job takes the whole pool
 	first := joinAll(t, ctx, jobConfigs(fab.ControllerAddr(), "first", 2, 2, 16, switchml.FallbackRing))
 	second := joinAll(t, ctx, jobConfigs(fab.ControllerAddr(), "second", 3, 2, 8, switchml.FallbackRing))
 	for r, s := range first {

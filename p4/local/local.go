@@ -25,6 +25,10 @@ type Options struct {
 	MaxElements int
 	// MaxWorkers is the largest job (default 256).
 	MaxWorkers int
+	// MaxSlotsPerClient is the controller's slot quota per client
+	// address: 0, half the pool; -1, none (every rank of an embedded
+	// fabric comes from one address).
+	MaxSlotsPerClient int
 	// Faults are injected into every packet the switch sends.
 	Faults transport.Faults
 	// Shards is the number of the switch's data-plane loops (default 1):
@@ -48,7 +52,7 @@ type Fabric = fabric.Fabric
 // can join. Close stops both.
 func Start(ctx context.Context, opts Options) (*Fabric, error) {
 	return fabric.Start(ctx, fabric.Config{
-		Slots: opts.Slots, MaxElements: opts.MaxElements, MaxWorkers: opts.MaxWorkers,
+		Slots: opts.Slots, MaxElements: opts.MaxElements, MaxWorkers: opts.MaxWorkers, MaxSlotsPerClient: opts.MaxSlotsPerClient,
 		Faults: opts.Faults, Shards: opts.Shards, Transport: opts.Transport, Logger: opts.Logger,
 	})
 }

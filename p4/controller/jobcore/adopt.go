@@ -34,7 +34,7 @@ func (c *Core) claim(req *jobpb.WatchRequest) error {
 	j.owner = sha256.Sum256([]byte(req.GetToken()))
 	j.resp.SessionId = req.GetSessionId()
 	j.params = &jobpb.RegisterRequest{Job: j.name, WorldSize: uint32(len(j.ranks))}
-	c.jobs[j.name] = j
+	c.addJob(j)
 	c.log.Info("controller: job taken over from the switch", "job", j.name, "job_id", req.GetJobId(), "workers", len(j.ranks))
 	return nil
 }

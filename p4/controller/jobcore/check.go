@@ -31,10 +31,11 @@ func (k Checked) LaneAddresses() []netip.AddrPort { return k.addrs }
 // Check validates a registration on its own, against the switch's own
 // addresses, against from (the caller's IP as the job service sees it;
 // invalid for a caller without one, as over an in-process connection,
-// which is not checked) and against the target; it changes nothing, and
-// Register takes what it returns. A registration that may run over the
-// ring (fallback_address) is not refused for a job larger than the switch
-// serves: its job goes to the ring instead.
+// which is not checked) and against the target; it changes nothing and
+// reads only the configuration, so the driver may call it without holding
+// the core, and Register takes what it returns. A registration that may
+// run over the ring (fallback_address) is not refused for a job larger
+// than the switch serves: its job goes to the ring instead.
 func (c *Core) Check(r *jobpb.RegisterRequest, from netip.Addr) (Checked, error) {
 	addrs, err := checkRequest(r)
 	if err != nil {
@@ -229,36 +230,84 @@ func mismatch(j, r *jobpb.RegisterRequest) string {
 // addressesFree refuses lane addresses that another live job's workers
 // hold: a socket belongs to one live process, so such a registration is a
 // mistake or an attempt to take the other job's traffic. A job whose
-// process died is ended by its lease, which frees its addresses.
+// process died is ended by its lease, which frees its addresses. It looks
+// each address up, whatever the number of jobs and ranks.
 func (c *Core) addressesFree(name string, addrs []netip.AddrPort) error {
-	mine := make(map[netip.AddrPort]bool, len(addrs))
-	for _, a := range addrs {
-		mine[a] = true
-	}
 	// Of several holders the one first by name is named, so that the
-	// answer does not depend on map order.
-	var holder *job
-	var rank int
+	// answer does not depend on the order of the addresses.
+	var holder *laneHolder
 	var addr netip.AddrPort
-	for _, other := range c.jobs {
-		if other.name == name || (holder != nil && other.name > holder.name) {
+	for _, a := range addrs {
+		h := c.lanes[a]
+		if h == nil || h.job.name == name || (holder != nil && h.job.name >= holder.job.name) {
 			continue
 		}
-	search:
-		for r, reg := range other.ranks {
-			if reg == nil {
-				continue
-			}
-			for _, a := range reg.addrs {
-				if mine[a] {
-					holder, rank, addr = other, r, a
-					break search
-				}
-			}
-		}
+		holder, addr = h, a
 	}
 	if holder != nil {
-		return Refuse(codes.AlreadyExists, "lane address %v is held by rank %d of job %q, which is still running (if its process is gone, the controller ends that job as soon as its lease lapses)", addr, rank, holder.name)
+		return Refuse(codes.AlreadyExists, "lane address %v is held by rank %d of job %q, which is still running (if its process is gone, the controller ends that job as soon as its lease lapses)", addr, holder.rank, holder.job.name)
 	}
 	return nil
+}
+
+// laneHolder is the job and rank that hold a lane address, and how many
+// of their lanes use it.
+type laneHolder struct {
+	job  *job
+	rank uint32
+	n    int
+}
+
+// addJob makes j the current generation of its name, its ranks' lane
+// addresses held.
+func (c *Core) addJob(j *job) {
+	c.jobs[j.name] = j
+	for r, reg := range j.ranks {
+		if reg != nil {
+			c.holdLanes(j, uint32(r), reg, 1)
+		}
+	}
+}
+
+// dropJob forgets j as the current generation of its name, and frees its
+// lane addresses.
+func (c *Core) dropJob(j *job) {
+	if c.jobs[j.name] != j {
+		return
+	}
+	delete(c.jobs, j.name)
+	for r, reg := range j.ranks {
+		if reg != nil {
+			c.holdLanes(j, uint32(r), reg, -1)
+		}
+	}
+}
+
+// setRank puts reg (nil: none) in rank's place of j, keeping the lane
+// addresses held by the current generations.
+func (c *Core) setRank(j *job, rank uint32, reg *registration) {
+	current := c.jobs[j.name] == j
+	if old := j.ranks[rank]; old != nil && current {
+		c.holdLanes(j, rank, old, -1)
+	}
+	j.setRank(rank, reg)
+	if reg != nil && current {
+		c.holdLanes(j, rank, reg, 1)
+	}
+}
+
+// holdLanes counts (by +1 or -1) reg's lane addresses as held by rank of j.
+func (c *Core) holdLanes(j *job, rank uint32, reg *registration, by int) {
+	for _, a := range reg.addrs {
+		h := c.lanes[a]
+		switch {
+		case by > 0 && (h == nil || h.job != j):
+			c.lanes[a] = &laneHolder{job: j, rank: rank, n: 1}
+		case h == nil || h.job != j:
+		case h.n+by <= 0:
+			delete(c.lanes, a)
+		default:
+			h.n += by
+		}
+	}
 }

@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/jobpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 )
 
 // Bounds on what clients can make the controller hold.
@@ -43,6 +45,12 @@ const (
 	// one job's broadcasts hold at once until every rank fetched them.
 	maxBroadcastData = 1 << 20
 	maxBroadcastHeld = 16 << 20
+	// regOverhead is what a waiting registration costs beyond its strings
+	// (the request, its call and the bookkeeping around it), laneOverhead
+	// what each lane address costs beyond its text: both count against
+	// the client's byte budget (Config.MaxBytesPerClient).
+	regOverhead  = 4 << 10
+	laneOverhead = 96
 )
 
 // jobState is where one generation of a job is in its life. It only moves
@@ -120,8 +128,18 @@ type registration struct {
 	req   *jobpb.RegisterRequest
 	addrs []netip.AddrPort // its lane addresses, parsed
 	by    Waiter           // the call waiting for the job (0: none)
-	// client is the identity that registered the rank.
+	// client is the identity that registered it, cost the bytes it
+	// counts against that identity's budget.
 	client string
+	cost   int
+}
+
+// RegistrationCost is the bytes a registration makes the controller hold:
+// the request as it came (job name, token, addresses, and any fields the
+// controller does not know, which it keeps), its lane addresses parsed and
+// indexed, and the call waiting for the job.
+func RegistrationCost(req *jobpb.RegisterRequest) int {
+	return regOverhead + proto.Size(req) + len(req.GetLaneAddresses())*laneOverhead
 }
 
 // job is one generation of a named job: from the first registration of a
@@ -146,6 +164,9 @@ type job struct {
 	ranks   []*registration
 	arrived int
 	expired map[uint32]bool // ranks whose registration timed out
+	// bytes sums the costs of the registrations in ranks, by the client
+	// identity that made them.
+	bytes map[string]int
 	// registeredAt is the first registration (zero for a job found on the
 	// switch), queuedAt when the last rank came in, activeAt when the
 	// switch took its entries.
@@ -252,6 +273,11 @@ type Config struct {
 	// that listens off loopback); otherwise such a job is open to every
 	// client, and logged so.
 	RefuseOpen bool
+	// MaxBytesPerClient bounds the bytes one client identity makes the
+	// core hold: its registrations (job name, token, lane addresses, the
+	// waiting call), and the broadcasts of the jobs it created not every
+	// rank fetched yet; 0: no bound.
+	MaxBytesPerClient int
 }
 
 // Core is the job service's state machine. Its methods are steps: each one
@@ -282,7 +308,10 @@ type Core struct {
 	// yet.
 	owners    map[string]endedJob
 	unstamped []string
-	waits     map[Waiter]*wait
+	// lanes are the lane addresses the ranks of the current generations
+	// (jobs) hold.
+	lanes map[netip.AddrPort]*laneHolder
+	waits map[Waiter]*wait
 	// offline says why the switch cannot be programmed now ("" when it
 	// can).
 	offline string
@@ -308,6 +337,7 @@ func New(cfg Config) *Core {
 		cfg: cfg, log: cfg.Logger, jobs: map[string]*job{}, installing: map[uint64]*job{}, draining: map[uint64]*job{},
 		detached: map[uint32]*job{}, ended: map[uint64]endedSession{}, waits: map[Waiter]*wait{}, unformed: map[string]*unformedJob{},
 		owners: map[string]endedJob{},
+		lanes:  map[netip.AddrPort]*laneHolder{},
 	}
 }
 
@@ -322,9 +352,66 @@ func (c *Core) newJob(name string, world int) *job {
 	c.lastGen++
 	return &job{
 		gen: c.lastGen, name: name, ranks: make([]*registration, world),
-		expired: map[uint32]bool{}, left: map[uint32]bool{}, leased: map[uint32]bool{},
+		expired: map[uint32]bool{}, left: map[uint32]bool{}, leased: map[uint32]bool{}, bytes: map[string]int{},
 		rounds: map[string]*roundSet{}, barrierSeq: map[uint32]uint64{}, waits: map[Waiter]*wait{},
 	}
+}
+
+// setRank puts reg (nil: none) in rank's place, keeping the count of
+// arrived ranks and the clients' bytes.
+func (j *job) setRank(rank uint32, reg *registration) {
+	if old := j.ranks[rank]; old != nil {
+		j.arrived--
+		if j.bytes[old.client] -= old.cost; j.bytes[old.client] <= 0 {
+			delete(j.bytes, old.client)
+		}
+	}
+	j.ranks[rank] = reg
+	if reg != nil {
+		j.arrived++
+		if j.bytes == nil {
+			j.bytes = map[string]int{}
+		}
+		j.bytes[reg.client] += reg.cost
+	}
+}
+
+// bytesOf is what client holds in the job: its registrations, and the
+// broadcasts not yet fetched if it created the job.
+func (j *job) bytesOf(client string) int {
+	n := j.bytes[client]
+	if j.client == client {
+		n += j.held
+	}
+	return n
+}
+
+// bytesOf is what client makes the core hold, over the jobs that gather,
+// run or drain (a job's memory goes with it when it leaves them). It
+// visits jobs, never their ranks.
+func (c *Core) bytesOf(client string) int {
+	n := 0
+	for _, j := range c.jobs {
+		n += j.bytesOf(client)
+	}
+	for _, j := range c.draining {
+		n += j.bytesOf(client)
+	}
+	return n
+}
+
+// withinBytes refuses need more bytes for client when they would take it
+// over its budget.
+func (c *Core) withinBytes(client string, need int, what string) error {
+	limit := c.cfg.MaxBytesPerClient
+	if limit <= 0 {
+		return nil
+	}
+	if held := c.bytesOf(client); held+need > limit {
+		return Refuse(codes.ResourceExhausted, "client %s holds %d bytes of registrations and broadcasts on the controller, and %s of %d bytes would take it over its budget of %d (controller --max-bytes-per-client): end some of its jobs, or let their ranks finish registering",
+			client, held, what, need, limit)
+	}
+	return nil
 }
 
 func (c *Core) addWait(w Waiter, wt *wait) {

@@ -587,11 +587,11 @@ func TestCoreLeaseOfALeftRankIsQuiet(t *testing.T) {
 func TestCoreGiveUpNamesMissingRanks(t *testing.T) {
 	r := newRig(t, 64)
 	ws := r.mustRegister(regReq("late", 0, 4, 1, 4, 1), regReq("late", 2, 4, 1, 4, 1))
-	wantRefusal(t, r.c.GiveUp(ws[0], codes.DeadlineExceeded), codes.DeadlineExceeded, "ranks [1 3] of 4 never registered before rank 0's deadline")
+	wantRefusal(t, r.c.GiveUp(ws[0], codes.DeadlineExceeded), codes.DeadlineExceeded, "ranks 1 and 3 of 4 never registered before rank 0's deadline")
 	if r.c.jobs["late"] == nil {
 		t.Fatal("the job was forgotten while rank 2 still waits")
 	}
-	wantRefusal(t, r.c.GiveUp(ws[1], codes.Canceled), codes.Canceled, "ranks [1 3] of 4")
+	wantRefusal(t, r.c.GiveUp(ws[1], codes.Canceled), codes.Canceled, "ranks 1 and 3 of 4")
 	if r.c.jobs["late"] != nil {
 		t.Fatal("a job whose every rank gave up is kept")
 	}

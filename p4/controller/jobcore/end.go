@@ -22,9 +22,7 @@ func (c *Core) retire(j *job, cause EndCause, why string) { c.end(j, cause, why,
 // end retires a generation; with switchGone its entries went with the
 // switch, and nothing is removed.
 func (c *Core) end(j *job, cause EndCause, why string, switchGone bool) {
-	if c.jobs[j.name] == j {
-		delete(c.jobs, j.name)
-	}
+	c.dropJob(j)
 	if j.state.retired() {
 		return
 	}
@@ -89,12 +87,14 @@ func (c *Core) GiveUp(w Waiter, code codes.Code) error {
 }
 
 // giveUpRegistration takes a registration whose caller gave up out of its
-// job, and names the ranks that never came.
+// job, and names the ranks that never came. It costs the same whatever
+// the world size: the count of missing ranks is kept as ranks come and go,
+// and at most missingNamed of them are named, found among the first
+// missingScan ranks.
 func (c *Core) giveUpRegistration(w Waiter, wt *wait, code codes.Code) error {
 	j, rank := wt.job, wt.rank
 	if reg := j.ranks[rank]; reg != nil && reg.by == w {
-		j.ranks[rank] = nil
-		j.arrived--
+		c.setRank(j, rank, nil)
 		// Other ranks timing out at the same moment must not name
 		// this one as never registered.
 		j.expired[rank] = true
@@ -107,14 +107,43 @@ func (c *Core) giveUpRegistration(w Waiter, wt *wait, code codes.Code) error {
 		// registrations that give up would pile up jobs.
 		c.retire(j, EndAbandoned, "abandoned: every rank gave up waiting")
 	}
-	var missing []int
-	for r, reg := range j.ranks {
-		if reg == nil && !j.expired[uint32(r)] {
-			missing = append(missing, r)
+	// Registered and expired ranks are disjoint (a rank that registers
+	// again leaves expired), so the rest never came.
+	missing := len(j.ranks) - j.arrived - len(j.expired)
+	return Refuse(code, "job %q: %s of %d never registered before rank %d's deadline (start every rank, or check the job name and world size)",
+		j.name, j.missingText(missing), len(j.ranks), rank)
+}
+
+// missingNamed bounds the ranks a give-up names, missingScan the ranks
+// it looks at to find them.
+const (
+	missingNamed = 3
+	missingScan  = 1024
+)
+
+// missingText names the job's missing ranks (missing of them) in bounded
+// work and text: "rank 3", "ranks 3, 7 and 9", "ranks 3, 7, 9 and 65530
+// others", or "65530 ranks" when none is among the first missingScan.
+func (j *job) missingText(missing int) string {
+	if missing <= 0 {
+		return "no rank"
+	}
+	var named []string
+	for r := 0; r < len(j.ranks) && r < missingScan && len(named) < missingNamed; r++ {
+		if j.ranks[r] == nil && !j.expired[uint32(r)] {
+			named = append(named, strconv.Itoa(r))
 		}
 	}
-	return Refuse(code, "job %q: ranks %v of %d never registered before rank %d's deadline (start every rank, or check the job name and world size)",
-		j.name, missing, len(j.ranks), rank)
+	switch others := missing - len(named); {
+	case len(named) == 0:
+		return strconv.Itoa(missing) + " ranks"
+	case others > 0:
+		return "ranks " + strings.Join(named, ", ") + " and " + strconv.Itoa(others) + " others"
+	case len(named) == 1:
+		return "rank " + named[0]
+	default:
+		return "ranks " + strings.Join(named[:len(named)-1], ", ") + " and " + named[len(named)-1]
+	}
 }
 
 // giveUpRound takes a rank whose caller gave up out of its barrier or

@@ -6,6 +6,7 @@ package jobcore
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"strconv"
 	"time"
 
@@ -47,8 +48,24 @@ func (c *Core) Register(w Waiter, chk Checked, client string, now time.Time) err
 	}
 	if j == nil || replaces {
 		if err := c.withinQuota(client, req, j); err != nil {
-			return err
+			var tooBig *TooBig
+			if req.GetFallbackAddress() == "" || !errors.As(err, &tooBig) {
+				return err
+			}
+			// Over its slot quota, a job that may run over the ring
+			// goes there.
+			ringWhy = err.Error()
 		}
+	}
+	cost := RegistrationCost(req)
+	need := cost
+	if j != nil && !replaces {
+		if old := j.ranks[rank]; old != nil && old.client == client {
+			need -= old.cost // it replaces its own earlier registration
+		}
+	}
+	if err := c.withinBytes(client, need, "this registration"); err != nil {
+		return err
 	}
 	if replaces {
 		c.retire(j, EndRestarted, "restarted: rank "+strconv.Itoa(int(rank))+" registered again")
@@ -60,7 +77,7 @@ func (c *Core) Register(w Waiter, chk Checked, client string, now time.Time) err
 		}
 		j = c.newJob(name, int(req.GetWorldSize()))
 		j.params, j.owner, j.client, j.registeredAt = req, owner, client, now
-		c.jobs[name] = j
+		c.addJob(j)
 		if j.open() {
 			c.log.Info("controller: open job: it has no token, so any client that reaches the job service may join it; give its ranks a token (--token or $SWITCHML_TOKEN)", "job", name, "client", client)
 		}
@@ -69,11 +86,12 @@ func (c *Core) Register(w Waiter, chk Checked, client string, now time.Time) err
 		c.CannotForm(req, client, err, now)
 		return err
 	}
-	if j.ranks[rank] == nil {
-		j.arrived++
-	}
 	delete(j.expired, rank)
-	j.ranks[rank] = &registration{req: req, addrs: addrs, by: w, client: client}
+	if old := j.ranks[rank]; old != nil && old.by != 0 && old.by != w {
+		// Its call would wait on holding what it sent: it is answered.
+		c.reply(old.by, Answer{err: Refuse(codes.Aborted, "job %q rank %d registered again, and the newer registration replaces this one", name, rank)})
+	}
+	c.setRank(j, rank, &registration{req: req, addrs: addrs, by: w, client: client, cost: cost})
 	if ringWhy != "" {
 		j.ringWhy = ringWhy
 	}
@@ -228,7 +246,9 @@ func (c *Core) lateForUnformed(req *jobpb.RegisterRequest, owner [32]byte, now t
 
 // withinQuota refuses a new job of client's when the client's jobs
 // (gathering or running; replacing, the one it replaces aside) already
-// reach its limit, or would need more than its slots.
+// reach its limit, or would need more than its slots. A job larger than
+// the whole pool is not held to the slot quota: it never holds slots, and
+// placing it says why.
 func (c *Core) withinQuota(client string, req *jobpb.RegisterRequest, replacing *job) error {
 	if c.cfg.MaxJobsPerClient <= 0 && c.cfg.MaxSlotsPerClient <= 0 {
 		return nil
@@ -244,9 +264,9 @@ func (c *Core) withinQuota(client string, req *jobpb.RegisterRequest, replacing 
 		return Refuse(codes.ResourceExhausted, "client %s holds %d jobs, the limit per client (controller --max-jobs-per-client); wait for one of them to end", client, jobs)
 	}
 	need := int(req.GetLanes() * req.GetWindow())
-	if limit := c.cfg.MaxSlotsPerClient; limit > 0 && slots+need > limit {
-		return Refuse(codes.ResourceExhausted, "client %s would hold %d slots with this job's lanes*window = %d, over the limit of %d per client (controller --max-slots-per-client); lower window or lanes, or wait for a job to end",
-			client, slots+need, need, limit)
+	if limit := c.cfg.MaxSlotsPerClient; limit > 0 && slots+need > limit && need <= c.cfg.Slots {
+		return &TooBig{Refuse(codes.ResourceExhausted, "client %s would hold %d slots with this job's lanes*window = %d, over the limit of %d per client (controller --max-slots-per-client), by default half the pool; lower window or lanes, or wait for a job to end",
+			client, slots+need, need, limit).(*Refusal)}
 	}
 	return nil
 }
@@ -278,9 +298,7 @@ func (c *Core) cannotPlace(j *job, err error) {
 // the reason and the ring's addresses: the job runs over the ring, without
 // the switch or a session on this controller.
 func (c *Core) fallback(j *job, why string, addrs []string) {
-	if c.jobs[j.name] == j {
-		delete(c.jobs, j.name)
-	}
+	c.dropJob(j)
 	c.keepOwner(j)
 	j.state, j.cause = jobGone, "fell back to the ring: "+why
 	c.endings[EndFallback]++
@@ -294,9 +312,7 @@ func (c *Core) fallback(j *job, why string, addrs []string) {
 // fail ends a generation that could not run, answering its registrations
 // with err.
 func (c *Core) fail(j *job, err error) {
-	if c.jobs[j.name] == j {
-		delete(c.jobs, j.name)
-	}
+	c.dropJob(j)
 	c.keepOwner(j)
 	j.state, j.err, j.cause = jobGone, err, err.Error()
 	c.endings[EndFailed]++

@@ -214,6 +214,12 @@ func (c *Core) Broadcast(w Waiter, req *jobpb.BroadcastRequest) error {
 		j.unjoin(rs, r, k, rank)
 		return Refuse(codes.ResourceExhausted, "job %q holds %d bytes of broadcasts not every rank fetched yet, the controller's limit is %d: let the ranks fetch them first", j.name, j.held, maxBroadcastHeld)
 	}
+	if rank == root {
+		if err := c.withinBytes(j.client, len(req.GetData()), fmt.Sprintf("job %q's broadcast %q", j.name, req.GetName())); err != nil {
+			j.unjoin(rs, r, k, rank)
+			return err
+		}
+	}
 	r.root, r.hasRoot = root, true
 	c.addWait(w, &wait{kind: waitBroadcast, job: j, rank: rank, name: req.GetName(), set: rs, k: k, round: r})
 	if rank == root {

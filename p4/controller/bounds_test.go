@@ -1,0 +1,70 @@
+package controller
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchml/switchml-go/jobpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// TestServiceDefaultBounds: with no limits set, a job of more ranks than
+// the software switch's default --max-workers is refused, naming the cap
+// and where it comes from; and one client may take half the pool, not
+// all of it, unless --max-slots-per-client says otherwise.
+func TestServiceDefaultBounds(t *testing.T) {
+	serve := func(limits JobLimits, target Target) jobpb.JobServiceClient {
+		svc, err := NewJobService(&recorder{}, ServiceConfig{Dataplane: netip.MustParseAddrPort("127.0.0.1:48864"), Slots: 64, Logger: quiet,
+			Target: target, JobLimits: limits})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return serveJobs(t, svc)
+	}
+	ctx := testCtx(t)
+	jobs := serve(JobLimits{}, Target{})
+	huge := regReq("huge", 0, 65535, 1, 4, 1)
+	huge.Format = jobpb.Format_FORMAT_EXTENDED
+	_, err := jobs.Register(ctx, huge)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "at most 256 workers per job") || !strings.Contains(err.Error(), "--max-workers") {
+		t.Fatalf("a job of 65535 ranks: %v, want InvalidArgument naming 256 and --max-workers", err)
+	}
+	target, err := TargetFor(KindSoftswitch, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target.SoftswitchMaxWorkers = 1000
+	_, err = serve(JobLimits{}, target).Register(ctx, huge)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "at most 1000 workers per job (the switch's --max-workers, as the controller's --max-workers gives it)") {
+		t.Fatalf("a job of 65535 ranks on a switch of 1000: %v", err)
+	}
+
+	// Half the pool: 32 slots of 64.
+	_, err = jobs.Register(ctx, regReq("whole", 0, 2, 2, 32, 2))
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "over the limit of 32 per client (controller --max-slots-per-client)") {
+		t.Fatalf("one client's job of the whole pool: %v, want ResourceExhausted naming the quota", err)
+	}
+	registerBoth := func(jobs jobpb.JobServiceClient, name string, window uint32) {
+		t.Helper()
+		errs := make(chan error, 2)
+		for rank := range uint32(2) {
+			go func() {
+				short, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				_, err := jobs.Register(short, regReq(name, rank, 2, 2, window, 3))
+				errs <- err
+			}()
+		}
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatalf("job %s of %d slots: %v", name, 2*window, err)
+			}
+		}
+	}
+	registerBoth(jobs, "half", 16)
+	registerBoth(serve(JobLimits{MaxSlotsPerClient: -1}, Target{}), "whole", 32)
+}
