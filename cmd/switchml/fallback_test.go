@@ -12,9 +12,7 @@ import (
 // switch has no room for over the ring, and verifies it; with the
 // controller unreachable, --fallback-peers lets the ranks meet.
 func TestFallbackCLI(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	f := startFabricWith(t, nil, "", []string{"--slots", "16"}, []string{"--slots", "16"})
 	for _, dtype := range []string{"int32", "float16"} {
 		reps := runJob(t, f, nil, jobSpec{name: "full-" + dtype, dtype: dtype, workers: 3, elements: 50_001, iters: 2,
@@ -55,9 +53,7 @@ func TestFallbackCLI(t *testing.T) {
 // ranks (--fallback-on-loss) finish every iteration over the ring, with
 // verified sums.
 func TestFallbackOnLossCLI(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	metrics := freeAddr(t)
 	f := startFabric(t, nil, "", "--metrics", metrics)
 	crashed := make(chan error, 1)
@@ -97,9 +93,7 @@ func TestFallbackOnLossCLI(t *testing.T) {
 // controller lives on; a job that may fall back gathers at the controller
 // and runs over the ring instead of waiting for the switch.
 func TestFallbackSwitchDownAtJoinCLI(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	f := startFabric(t, nil, "")
 	if err := f.fab.Crash("switch"); err != nil {
 		t.Fatal(err)

@@ -101,9 +101,7 @@ func (f *switchSide) restart(t *testing.T, which string) *proc {
 // the controller's lease can end their wait), and the job name must be
 // free for a new run at once, on the slots the dead job held.
 func TestKilledWorker(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	// lanes*window = 64: the job takes every slot of the switch, so the
 	// next run fits only if the dead job's partition was freed (its
 	// client may hold the whole pool).
@@ -124,9 +122,7 @@ func TestKilledWorker(t *testing.T) {
 // lost (their give-up is ten minutes away), the controller must stay up and
 // program the new switch, and a new job must then run on it.
 func TestSwitchRestart(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	f := startFabric(t, nil, "")
 	ps := longJob(t, f, "restart")
 	killed := time.Now()
@@ -147,9 +143,7 @@ func TestSwitchRestart(t *testing.T) {
 // with a certificate of another CA and a controller that does not present
 // a certificate to the switch are all refused.
 func TestMutualTLS(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	dir := t.TempDir()
 	pki, err := secure.NewPKI(filepath.Join(dir, "pki"))
 	if err != nil {
@@ -212,9 +206,7 @@ func TestMutualTLS(t *testing.T) {
 // the ranks take their leases up again: the job runs on to the end, every
 // result verified, and a new job can then start beside nothing stale.
 func TestControllerRestart(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	f := startFabric(t, nil, "")
 	ps := make([]*proc, faultJobWorkers)
 	for r := range ps {
@@ -245,9 +237,7 @@ func TestControllerRestart(t *testing.T) {
 // failure must name the fault that caused it (the command exits non-zero
 // otherwise).
 func TestChaosShort(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	out := filepath.Join(t.TempDir(), "chaos.json")
 	p := spawn(t, nil, "chaos", "--duration", "15s", "--seed", "3", "--iters", "60", "--json", out)
 	if err := p.wait(t, 5*time.Minute); err != nil {
@@ -271,9 +261,7 @@ func TestChaosShort(t *testing.T) {
 // refuses the call, and its peers, waiting for its share, fail with its
 // reason instead of waiting for the switch (ten minutes).
 func TestNaNRank(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	f := startFabric(t, nil, "")
 	ps := make([]*proc, faultJobWorkers)
 	fault := time.Now()
@@ -295,9 +283,7 @@ func TestNaNRank(t *testing.T) {
 // refused at once, the job runs to the end, verified, and the controller
 // still has room for new jobs.
 func TestHijackAndFlood(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	f := startFabric(t, nil, "")
 	ps := make([]*proc, faultJobWorkers)
 	for r := range ps {

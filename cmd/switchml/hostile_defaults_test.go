@@ -23,9 +23,7 @@ import (
 // token keeps its rank 0 and outlives a registration of another world
 // size, and runs, verified, once its own rank 1 comes.
 func TestHostileTakenRank(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	f := startFabric(t, nil, "")
 	start := func(job string, ranks []int, extra ...string) []*proc {
 		var ps []*proc
@@ -94,9 +92,7 @@ func TestHostileTakenRank(t *testing.T) {
 // worker fails, the refusal saying how to give one; its code is checked in
 // jobcore), and runs the same job with a token, verified.
 func TestHostileOpenJobOffLoopback(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	dp, _ := fabric.FreePort("udp")
 	p4, _ := fabric.FreePort("tcp")
 	port, _ := fabric.FreePort("tcp")
@@ -123,9 +119,7 @@ func TestHostileOpenJobOffLoopback(t *testing.T) {
 // naming the role, it writes nothing, and a job afterwards runs, verified,
 // the controller still primary.
 func TestHostileSecondRoleP4Runtime(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	f := startMTLS(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -97,9 +97,7 @@ var longNumber = regexp.MustCompile(`\d{10,}`)
 // by a lease, or join its barriers and broadcasts; no answer names a
 // session id; the job runs to the end, verified.
 func TestHostileSessionIDWithoutSecret(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	f := startFabric(t, nil, "")
 	ps := make([]*proc, 2)
 	for r := range ps {
@@ -193,9 +191,7 @@ func TestHostileSessionIDWithoutSecret(t *testing.T) {
 // free again once it has passed, the controller saying why, and a job
 // that needs a client's whole share runs, verified.
 func TestHostileRegistrationsWithoutLease(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	f := startFabric(t, nil, "")
 	jobs := jobClient(t, f.controller, "")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -237,9 +233,7 @@ func TestHostileRegistrationsWithoutLease(t *testing.T) {
 // TestHostileHugeJobName: a job name of 1 MB is refused before the
 // controller keeps or logs it, and a job beside runs, verified.
 func TestHostileHugeJobName(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	f := startFabric(t, nil, "")
 	jobs := jobClient(t, f.controller, "")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -265,9 +259,7 @@ func TestHostileHugeJobName(t *testing.T) {
 // limit (its default, 64), and a job from another identity runs, verified,
 // while the flood holds its share.
 func TestHostileFloodFromOneIdentity(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	f := startFabric(t, nil, "")
 	flooder := jobClient(t, f.controller, "127.0.0.2")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -322,9 +314,7 @@ func TestHostileFloodFromOneIdentity(t *testing.T) {
 // the end, verified: names whose rounds are over are forgotten. And a run
 // that fails after iterations that checked out is not reported verified.
 func TestHostileManyIterations(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	f := startFabric(t, nil, "")
 	runJob(t, f, nil, jobSpec{name: "iters", dtype: "int32", workers: 2, elements: 256, iters: 600, lanes: 1, window: 8})
 

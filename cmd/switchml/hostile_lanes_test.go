@@ -20,9 +20,7 @@ import (
 // address and why, and takes no slots; a victim job on the same switch
 // finishes, verified.
 func TestHostileLaneAddresses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	f := startFabric(t, nil, "")
 	victim := make([]*proc, 2)
 	for r := range victim {

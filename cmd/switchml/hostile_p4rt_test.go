@@ -106,9 +106,7 @@ func wantRefused(t *testing.T, what string, err error, who string) {
 // Each is refused with PERMISSION_DENIED naming it; the controller stays
 // primary, and a job started afterwards runs verified.
 func TestHostileWorkerCertP4Runtime(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	f := startMTLS(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -164,9 +162,7 @@ func TestHostileWorkerCertP4Runtime(t *testing.T) {
 // controller's move. The first controller logs who took primaryship, takes
 // it back with election id 101, and a job afterwards runs verified.
 func TestHostileControllerTakeover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	f := startMTLS(t)
 	if _, _, err := f.pki.IssueRole("ctl2", secure.RoleController); err != nil {
 		t.Fatal(err)

@@ -24,9 +24,7 @@ import (
 // certificate sees no job at all, not even its name; the operator's
 // admin.pem sees it whole; the job runs on, verified.
 func TestHostileStatusStranger(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	dir := t.TempDir()
 	certs := filepath.Join(dir, "certs")
 	if err := certsCommandForTest(certs); err != nil {

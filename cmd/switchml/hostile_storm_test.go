@@ -63,9 +63,7 @@ func registrationStorm(ctx context.Context, clients []jobpb.JobServiceClient, n 
 // ranks never came; then `switchml status` answers, and a job from
 // another address runs, verified.
 func TestHostileRegistrationStorm(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	const storm, world = 500, 65535
 	// A small pool keeps the switch's per-slot worker bitmaps of 65,535
 	// ranks small.

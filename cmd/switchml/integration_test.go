@@ -46,12 +46,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// needProcesses skips, with -short, a test that runs a job's processes
+// needProcesses skips, with -short, a test that starts switchml processes
 // (switch, controller, workers); a single `switchml --help` is not one.
 func needProcesses(t testing.TB) {
 	t.Helper()
 	if testing.Short() {
-		t.Skip("skipped with -short: runs a job as processes")
+		t.Skip("skipped with -short: starts switchml processes")
 	}
 }
 
@@ -234,9 +234,7 @@ func runJob(t *testing.T, f switchSide, prefixes func(rank int) []string, js job
 }
 
 func TestLoopbackJobs(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	f := startFabric(t, nil, "")
 	// Several jobs in a row on the same switch and controller, both
 	// types, two lane counts, sizes that do not fill the last packet.
@@ -256,9 +254,7 @@ func TestLoopbackJobs(t *testing.T) {
 }
 
 func TestLoopbackLoss(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	// 1% loss on the switch's output and on every worker's output, with
 	// duplication and reordering on the workers' side.
 	f := startFabric(t, nil, "", "--drop", "0.01", "--seed", "3")
@@ -282,9 +278,7 @@ func TestLoopbackLoss(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	f := startFabric(t, nil, "")
 	common := func(job string, rank, workers int, extra ...string) []string {
 		return append([]string{"allreduce", "--controller", f.controller, "--job", job, "--rank", fmt.Sprint(rank),
@@ -356,9 +350,7 @@ func TestBadInput(t *testing.T) {
 // TestWait: switchml wait returns once a controller serves, and fails,
 // naming the address, where none does.
 func TestWait(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	f := startFabric(t, nil, "")
 	ctx := context.Background()
 	if err := runWait(ctx, []string{"--controller", f.controller, "--timeout", "30s"}); err != nil {
@@ -382,9 +374,7 @@ func must[T any](v T, err error) T {
 // packets through shared-memory inboxes, one with loss injected on both
 // sides, and one whose ranks mix shared memory and UDP.
 func TestLoopbackJobsSharedMemory(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	f := startFabric(t, nil, "", "--transport", "shm", "--drop", "0.005", "--seed", "5")
 	if !strings.Contains(f.sw.Logs(), "transport=shm") {
 		t.Fatalf("the switch does not serve shared memory:\n%s", f.sw.Logs())

@@ -20,9 +20,7 @@ import (
 // job's abort, naming the rank and the interrupt, not a timeout; the
 // controller logs the cause; and the job's name and slots are free again.
 func TestInterruptedRank(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	// The job takes every slot (lanes*window = 64), so its client may
 	// hold the whole pool.
 	f := startFabricWith(t, nil, "", []string{"--slots", "64"}, []string{"--slots", "64", "--max-slots-per-client", "-1"})
@@ -47,9 +45,7 @@ func TestInterruptedRank(t *testing.T) {
 // fails with ErrControllerUnreachable naming the address (after
 // --connect-timeout, not the join timeout).
 func TestNoController(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	port, err := fabric.FreePort("tcp")
 	if err != nil {
 		t.Fatal(err)
@@ -66,9 +62,7 @@ func TestNoController(t *testing.T) {
 // after the join timeout, ten minutes here) with the mismatch as the
 // cause.
 func TestWrongWorkersEndsTheJob(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	f := startFabric(t, nil, "")
 	var ps []*proc
 	for r, n := range []int{3, 3, 4} {
@@ -88,9 +82,7 @@ func TestWrongWorkersEndsTheJob(t *testing.T) {
 // stopped; the controller, finding the switch answering, records no switch
 // loss.
 func TestStoppedRankIsNamed(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	f := startFabric(t, nil, "")
 	ps := longJob(t, f, "stopped", "5s")
 	stopped := ps[1].Cmd().Process

@@ -61,9 +61,7 @@ func TestNetworkNamespacesAFXDP(t *testing.T) {
 // command prefix, and removes them all when the test ends.
 func netnsRack(t *testing.T, workers, net int) (string, func(int) []string) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create network namespaces (run the tests as root)")
 	}

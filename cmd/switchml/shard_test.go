@@ -17,9 +17,7 @@ import (
 // output: jobs of one and four lanes get exact sums, both shards carry
 // packets and none reaches a shard that does not serve its slot.
 func TestShardedSwitchProcesses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	fab, err := fabric.Start(ctx, fabric.Config{

@@ -15,9 +15,7 @@ import (
 // results verify, and at a density of 1% the workers send at most 3% of
 // the packets of the same run without --sparse.
 func TestSparseAllReduce(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	f := startFabric(t, nil, "")
 	packets := func(reps []benchmarks.WorkerReport) (n uint64) {
 		for _, r := range reps {
@@ -46,9 +44,7 @@ func TestSparseAllReduce(t *testing.T) {
 // TestSparseAllReduceLossy: the sparse mode recovers from loss,
 // duplication and reordering between real processes.
 func TestSparseAllReduceLossy(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	f := startFabric(t, nil, "", "--drop", "0.01", "--seed", "5")
 	for _, dt := range []string{"int32", "float32"} {
 		reps := runJob(t, f, nil, jobSpec{name: "sparse-loss-" + dt, dtype: dt, workers: 3, elements: 300_000, iters: 3,
@@ -67,9 +63,7 @@ func TestSparseAllReduceLossy(t *testing.T) {
 // rank reads its file, and the result verifies against the sum of all
 // files.
 func TestSparseGradientFiles(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes; skipped in -short")
-	}
+	needProcesses(t)
 	dir := t.TempDir()
 	const n, size = 3, 50_000
 	for r := range n {
