@@ -299,6 +299,24 @@ func p4RuntimeAddrs(cfg Config) []string {
 	return addrs
 }
 
+// plaintextLinks returns the controller's links that carry secrets
+// without TLS and leave this host: the job service's listen address
+// (listen, empty if it is on loopback or has TLS) and the switches'
+// P4Runtime addresses (empty if the link has TLS).
+func (o Options) plaintextLinks(cfg Config) (listen string, switches []string) {
+	if l := cmp.Or(o.Listen, DefaultListen); cfg.TLS == nil && !secure.Loopback(l) {
+		listen = l
+	}
+	if cfg.TargetTLS == nil {
+		for _, a := range p4RuntimeAddrs(cfg) {
+			if !secure.Loopback(a) {
+				switches = append(switches, a)
+			}
+		}
+	}
+	return listen, switches
+}
+
 // keysInClear refuses --auth when the job keys would leave this host
 // without TLS: to the ranks over a plaintext job service, or to the switch
 // over a plaintext P4Runtime link, off loopback. Anyone capturing packets
@@ -308,16 +326,13 @@ func (o Options) keysInClear(cfg Config) error {
 	if !o.Auth || o.InsecureAuthOverPlaintext {
 		return nil
 	}
+	listen, switches := o.plaintextLinks(cfg)
 	var where []string
-	if cfg.TLS == nil && !secure.Loopback(cmp.Or(o.Listen, DefaultListen)) {
-		where = append(where, fmt.Sprintf("to the ranks over the job service at --listen %s without TLS (give it --tls-cert and --tls-key)", cmp.Or(o.Listen, DefaultListen)))
+	if listen != "" {
+		where = append(where, fmt.Sprintf("to the ranks over the job service at --listen %s without TLS (give it --tls-cert and --tls-key)", listen))
 	}
-	if cfg.TargetTLS == nil {
-		for _, a := range p4RuntimeAddrs(cfg) {
-			if !secure.Loopback(a) {
-				where = append(where, fmt.Sprintf("to the switch over P4Runtime at %s without TLS (give --target-tls-ca)", a))
-			}
-		}
+	for _, a := range switches {
+		where = append(where, fmt.Sprintf("to the switch over P4Runtime at %s without TLS (give --target-tls-ca)", a))
 	}
 	if len(where) == 0 {
 		return nil
@@ -333,15 +348,12 @@ type exposure struct{ msg, addr string }
 // closes it; RunFromOptions logs them as warnings.
 func (o Options) exposures(cfg Config) []exposure {
 	var out []exposure
-	if cfg.TLS == nil && !secure.Loopback(cmp.Or(o.Listen, DefaultListen)) {
-		out = append(out, exposure{"controller: the job service listens without TLS on a non-loopback address: tokens and rank secrets cross the network in clear, and callers are known only by IP address; give it --tls-cert and --tls-key (and --tls-client-ca)", cmp.Or(o.Listen, DefaultListen)})
+	listen, switches := o.plaintextLinks(cfg)
+	if listen != "" {
+		out = append(out, exposure{"controller: the job service listens without TLS on a non-loopback address: tokens and rank secrets cross the network in clear, and callers are known only by IP address; give it --tls-cert and --tls-key (and --tls-client-ca)", listen})
 	}
-	if cfg.TargetTLS == nil {
-		for _, a := range p4RuntimeAddrs(cfg) {
-			if !secure.Loopback(a) {
-				out = append(out, exposure{"controller: the link to the switch's P4Runtime service is plaintext and leaves this host: whoever sits on it can read and change what the controller writes; give --target-tls-ca (and --target-tls-cert, --target-tls-key)", a})
-			}
-		}
+	for _, a := range switches {
+		out = append(out, exposure{"controller: the link to the switch's P4Runtime service is plaintext and leaves this host: whoever sits on it can read and change what the controller writes; give --target-tls-ca (and --target-tls-cert, --target-tls-key)", a})
 	}
 	if !o.Auth && cfg.Topology == nil && cfg.Switch.Kind == KindSoftswitch {
 		dps, err := DataplanesFor(o.Dataplane, cmp.Or(cfg.Target, DefaultTarget))

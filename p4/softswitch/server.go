@@ -173,7 +173,7 @@ func (s *Server) ServeP4Runtime(ctx context.Context, lis net.Listener) error {
 	if s.tls != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls)))
 	}
-	if s.p4rt.Allowed() == nil && !loopback(lis.Addr()) {
+	if s.p4rt.Allowed() == nil && !secure.Loopback(lis.Addr().String()) {
 		s.log.Warn("p4runtime: serving without client certificates on a non-loopback address: whoever reaches it can program the switch; give it --tls-cert, --tls-key and --tls-client-ca",
 			"addr", lis.Addr().String())
 	}
@@ -196,12 +196,6 @@ func (s *Server) ServeP4Runtime(ctx context.Context, lis net.Listener) error {
 		return nil
 	}
 	return err
-}
-
-// loopback reports whether a listener's address is a loopback one.
-func loopback(a net.Addr) bool {
-	ap, err := netip.ParseAddrPort(a.String())
-	return err == nil && ap.Addr().Unmap().IsLoopback()
 }
 
 // PipelineTarget adapts a pipeline to the Target the P4Runtime service
