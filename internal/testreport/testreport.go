@@ -194,13 +194,19 @@ func unfinished(running map[string]*goTest, pkg string) []Test {
 	return out
 }
 
-// bodyLines drops the runner's own framing lines (=== RUN and the like)
-// from a test's output.
+// framing reports whether a line of a test's output is the runner's own
+// (=== RUN, --- FAIL: and the like) rather than what the test said.
+func framing(line string) bool {
+	s := strings.TrimSpace(line)
+	return strings.HasPrefix(s, "=== ") || strings.HasPrefix(s, "--- FAIL") ||
+		strings.HasPrefix(s, "--- SKIP") || strings.HasPrefix(s, "--- PASS")
+}
+
+// bodyLines drops the runner's framing lines from a test's output.
 func bodyLines(lines []string) string {
 	var b strings.Builder
 	for _, l := range lines {
-		s := strings.TrimSpace(l)
-		if strings.HasPrefix(s, "=== ") {
+		if framing(l) {
 			continue
 		}
 		b.WriteString(l)
@@ -213,11 +219,9 @@ func bodyLines(lines []string) string {
 func skipReason(lines []string) string {
 	var parts []string
 	for _, l := range lines {
-		s := strings.TrimSpace(l)
-		if s == "" || strings.HasPrefix(s, "=== ") || strings.HasPrefix(s, "--- SKIP") {
-			continue
+		if s := strings.TrimSpace(l); s != "" && !framing(l) {
+			parts = append(parts, s)
 		}
-		parts = append(parts, s)
 	}
 	if len(parts) == 0 {
 		return "(no reason given)"
@@ -466,7 +470,7 @@ func head(s string, n int) string {
 	lines := strings.SplitAfter(strings.TrimRight(s, "\n"), "\n")
 	var keep []string
 	for _, l := range lines {
-		if t := strings.TrimSpace(l); t == "" || strings.HasPrefix(t, "=== ") || strings.HasPrefix(t, "--- FAIL") {
+		if strings.TrimSpace(l) == "" || framing(l) {
 			continue
 		}
 		keep = append(keep, l)
