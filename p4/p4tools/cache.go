@@ -212,28 +212,14 @@ func store(root, entry, dir string, inputs []string, out []byte, code int) error
 // copyFiles copies the folders and regular files under src to dst, less
 // the files whose absolute paths skip holds.
 func copyFiles(src, dst string, skip map[string]bool) error {
-	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, p)
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
-		}
-		if !d.Type().IsRegular() {
+	return walkCopy(src, dst, func(p, out string, info fs.FileInfo) error {
+		if !info.Mode().IsRegular() {
 			return nil
 		}
 		if abs, err := filepath.Abs(p); err != nil || skip[abs] {
 			return err
 		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		return copyFile(p, filepath.Join(dst, rel), info.Mode().Perm()|0o200)
+		return copyFile(p, out, info.Mode().Perm()|0o200)
 	})
 }
 

@@ -170,23 +170,8 @@ func fingerprint(src string) (string, error) {
 // small regular file whose whole content names a sibling that exists) into
 // links.
 func copyTree(src, dst string) error {
-	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, p)
-		if err != nil {
-			return err
-		}
-		out := filepath.Join(dst, rel)
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		switch {
-		case d.IsDir():
-			return os.MkdirAll(out, 0o755)
-		case info.Mode()&fs.ModeSymlink != 0:
+	return walkCopy(src, dst, func(p, out string, info fs.FileInfo) error {
+		if info.Mode()&fs.ModeSymlink != 0 {
 			target, err := os.Readlink(p)
 			if err != nil {
 				return err
@@ -197,6 +182,29 @@ func copyTree(src, dst string) error {
 			return os.Symlink(target, out)
 		}
 		return copyFile(p, out, info.Mode().Perm()|0o200)
+	})
+}
+
+// walkCopy lays out under dst the folders under src, and hands each other
+// entry to file with the path it takes under dst.
+func walkCopy(src, dst string, file func(p, out string, info fs.FileInfo) error) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		out := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(out, 0o755)
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		return file(p, out, info)
 	})
 }
 
