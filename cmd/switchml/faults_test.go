@@ -226,7 +226,7 @@ func TestControllerRestart(t *testing.T) {
 			t.Errorf("rank %d: report %+v (%v): want 150 verified allreduces", r, rep, err)
 		}
 	}
-	if !strings.Contains(c.Logs(), "job taken over from the switch") {
+	if !strings.Contains(c.Logs(), "job found on the switch, waiting for its ranks") {
 		t.Errorf("the restarted controller did not take the job over:\n%s", c.Logs())
 	}
 	runJob(t, f, nil, jobSpec{name: "after-restart", dtype: "int32", workers: faultJobWorkers, elements: 50_000, iters: 2, lanes: 2, window: 32})

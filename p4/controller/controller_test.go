@@ -247,6 +247,9 @@ type jobHarness struct {
 	sw   *Client
 	// secrets are the rank secrets joined handed out, by "job/rank".
 	secrets map[string][]byte
+	// state is the service's state file ("": none), for the switch at
+	// target.
+	state, target string
 }
 
 // secret is the rank secret joined got for a job's rank.
@@ -263,6 +266,13 @@ func newJobHarness(t *testing.T, slots int) *jobHarness {
 // (the switch underneath is the software switch all the same).
 func newJobHarnessFor(t *testing.T, slots int, kind Target) *jobHarness {
 	t.Helper()
+	return newJobHarnessWith(t, slots, kind, "")
+}
+
+// newJobHarnessWith is newJobHarnessFor with the service keeping its
+// jobs' claims in the state file at state ("": none).
+func newJobHarnessWith(t *testing.T, slots int, kind Target, state string) *jobHarness {
+	t.Helper()
 	target, _ := startSwitch(t)
 	ctx := testCtx(t)
 	c := dial(t, ctx, target, 1)
@@ -270,11 +280,12 @@ func newJobHarnessFor(t *testing.T, slots int, kind Target) *jobHarness {
 		t.Fatal(err)
 	}
 	svc, err := NewJobService(c, ServiceConfig{Dataplane: netip.MustParseAddrPort("127.0.0.1:48864"), Slots: slots, Target: kind, Logger: quiet,
-		JobLimits: harnessLimits})
+		JobLimits: harnessLimits, State: state, StateTarget: target})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &jobHarness{svc: svc, jobs: serveJobs(t, svc), sw: c, secrets: map[string][]byte{}}
+	t.Cleanup(svc.stop)
+	return &jobHarness{svc: svc, jobs: serveJobs(t, svc), sw: c, secrets: map[string][]byte{}, state: state, target: target}
 }
 
 // harnessLimits keep the time bounds of the harness's service out of the

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"net/netip"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -192,33 +193,54 @@ func TestSwitchLostEndsJobsAndHoldsRegistrations(t *testing.T) {
 
 // restarted serves a second job service over the same switch, as a
 // controller restarted beside running jobs would, adopting what the switch
-// holds.
+// holds with the claims the first one kept in the harness's state file.
 func restarted(t *testing.T, h *jobHarness, grace time.Duration) (*JobService, jobpb.JobServiceClient) {
 	t.Helper()
-	svc, err := NewJobService(h.sw, ServiceConfig{Dataplane: netip.MustParseAddrPort("127.0.0.1:48864"), Slots: testSlots, Logger: quiet})
+	h.svc.stop()
+	svc, err := NewJobService(h.sw, ServiceConfig{Dataplane: netip.MustParseAddrPort("127.0.0.1:48864"), Slots: testSlots, Logger: quiet,
+		State: h.state, StateTarget: h.target})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(svc.stop)
 	if err := svc.Adopt(testCtx(t), h.sw, grace); err != nil {
 		t.Fatal(err)
 	}
 	return svc, serveJobs(t, svc)
 }
 
+// statefulHarness is a job harness whose service keeps a state file.
+func statefulHarness(t *testing.T) *jobHarness {
+	t.Helper()
+	return newJobHarnessWith(t, testSlots, Target{}, filepath.Join(t.TempDir(), "switchml", "controller.state"))
+}
+
 // TestRestartedControllerTakesJobsBack: a job found on the switch is handed
-// back to its ranks when they watch their session with its switch job id;
-// barriers work again, and a new job gets slots of its own.
+// back to its ranks, who prove themselves by the claim the controller kept
+// before the restart, and never to a caller that names its switch job id
+// or its session; barriers work again, and a new job gets slots of its
+// own.
 func TestRestartedControllerTakesJobsBack(t *testing.T) {
-	h := newJobHarness(t, testSlots)
+	h := statefulHarness(t)
 	ctx := testCtx(t)
 	_, _, resps := joinedAll(t, h, "kept", 2)
 	resp := resps[0]
 	svc, jobs := restarted(t, h, time.Hour)
-	// Until its ranks are back, the session is not refused, only not yet
-	// there.
-	_, err := jobs.Barrier(ctx, &jobpb.BarrierRequest{Job: "kept", Rank: 0, SessionId: resp.GetSessionId(), Name: "b", RankSecret: resp.GetRankSecret()})
-	if status.Code(err) != codes.Unavailable {
-		t.Fatalf("barrier before the claim: %v, want Unavailable", err)
+	for _, req := range []*jobpb.WatchRequest{
+		{Job: "attacker", Rank: 0, SessionId: 1, JobId: resp.GetJobId(), RankSecret: make([]byte, 16)},
+		{Job: "kept", Rank: 0, SessionId: resp.GetSessionId(), JobId: resp.GetJobId(), RankSecret: make([]byte, 16)},
+		{Job: "kept", Rank: 1, SessionId: resp.GetSessionId(), JobId: resp.GetJobId(), RankSecret: resps[0].GetRankSecret()},
+	} {
+		st, err := jobs.Watch(ctx, req)
+		if err == nil {
+			_, err = st.Recv()
+		}
+		if err == nil {
+			t.Fatalf("watch %v took the job back", req)
+		}
+	}
+	if _, err := jobs.Barrier(ctx, &jobpb.BarrierRequest{Job: "kept", Rank: 0, SessionId: resp.GetSessionId(), Name: "b", RankSecret: make([]byte, 16)}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("barrier with a made-up secret: %v, want PermissionDenied", err)
 	}
 	for r := range uint32(2) {
 		st, err := jobs.Watch(ctx, &jobpb.WatchRequest{Job: "kept", Rank: r, SessionId: resp.GetSessionId(), JobId: resp.GetJobId(), RankSecret: resps[r].GetRankSecret()})
@@ -260,7 +282,7 @@ func TestRestartedControllerTakesJobsBack(t *testing.T) {
 // removed after the grace period; a job whose ranks do not all come back is
 // aborted, naming the missing rank.
 func TestRestartedControllerEndsWhatNobodyClaims(t *testing.T) {
-	h := newJobHarness(t, testSlots)
+	h := statefulHarness(t)
 	ctx := testCtx(t)
 	joined(t, h, "orphan", 2)
 	_, _, halves := joinedAll(t, h, "half", 2)
@@ -291,7 +313,7 @@ func TestRestartedControllerEndsWhatNobodyClaims(t *testing.T) {
 // have counted past it; on a job that was never taken over, counts release
 // nothing.
 func TestBarrierPassedBeforeTheRestart(t *testing.T) {
-	h := newJobHarness(t, testSlots)
+	h := statefulHarness(t)
 	ctx := testCtx(t)
 	_, _, resps := joinedAll(t, h, "rounds", 2)
 	resp := resps[0]

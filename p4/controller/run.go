@@ -80,6 +80,10 @@ type Config struct {
 	// the jobs it finds on the switch to take their leases up again
 	// (default 10s); jobs not claimed in time are removed.
 	AdoptGrace time.Duration
+	// State is the file the controller keeps its jobs' claims in
+	// (ServiceConfig.State), so that their ranks can take them back after
+	// a restart. Empty: jobs end when the controller restarts.
+	State string
 	// ConnectTimeout bounds the wait for the switch at start (default 30s).
 	ConnectTimeout time.Duration
 	Logger         *slog.Logger
@@ -136,7 +140,13 @@ func Run(ctx context.Context, cfg Config) error {
 		if cfg.Switch.Auth {
 			return fmt.Errorf("controller: --auth with --topology: the hop from a leaf to its parent carries no tags; run the tree without --auth")
 		}
+		if cfg.State != "" {
+			return fmt.Errorf("controller: --state with --topology: a tree's jobs are not taken back after a restart; leave --state out")
+		}
 		return runTree(ctx, cfg)
+	}
+	if cfg.State == "" {
+		cfg.Logger.Info("controller: no --state file: jobs running on the switch end if this controller restarts")
 	}
 	shards, err := DataplanesFor(cfg.Dataplane, cfg.Target)
 	if err != nil {
@@ -153,7 +163,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}()
 	svc, err := NewJobService(controlled{cl}, ServiceConfig{Dataplane: dp, Shards: shards, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger, Admin: cfg.Admin, JobLimits: cfg.JobLimits,
-		RefuseOpenJobs: cfg.refuseOpenJobs(), AllowLaneAddressMismatch: cfg.AllowLaneAddressMismatch})
+		RefuseOpenJobs: cfg.refuseOpenJobs(), AllowLaneAddressMismatch: cfg.AllowLaneAddressMismatch, State: cfg.State, StateTarget: cfg.Target})
 	if err != nil {
 		return err
 	}

@@ -73,6 +73,14 @@ type ServiceConfig struct {
 	// does by default (Config.AllowOpenJobs); otherwise such jobs are
 	// taken, and logged as open.
 	RefuseOpenJobs bool
+	// State, if set, is the file in which the service keeps the claims of
+	// the jobs it places (each rank's secret and the job's token, hashed),
+	// before it programs the switch for them: a restarted service reads
+	// them back (StateTarget names the switch they are for), and Adopt
+	// hands a job found on the switch only to ranks that prove themselves
+	// by its claim. Without it, jobs found on the switch after a restart
+	// cannot be taken back and end when the grace runs out.
+	State, StateTarget string
 	JobLimits
 }
 
@@ -200,6 +208,12 @@ type JobService struct {
 	// timer ticks the core at its next deadline, until stop.
 	timer   *time.Timer
 	stopped bool
+
+	// state keeps the claims of the jobs on the switch (ServiceConfig.State;
+	// nil: none are kept); claims are those it held at start, for Adopt.
+	state  *stateFile
+	claims []jobcore.Claim
+	saving sync.WaitGroup // writes of the state file under way
 }
 
 // NewJobService returns a job service programming sw.
@@ -253,6 +267,12 @@ func NewJobService(sw Switch, cfg ServiceConfig) (*JobService, error) {
 	drained := make(chan struct{})
 	close(drained)
 	s := &JobService{sw: sw, cfg: cfg, log: cfg.Logger, core: c, calls: map[string]int{}, waiters: map[jobcore.Waiter]chan jobcore.Answer{}, drained: drained, metrics: newServiceMetrics()}
+	if cfg.State != "" {
+		var err error
+		if s.state, s.claims, err = openState(cfg.State, cfg.StateTarget); err != nil {
+			return nil, err
+		}
+	}
 	s.current.Store(&switchRef{sw})
 	return s, nil
 }
@@ -278,12 +298,45 @@ func (s *JobService) step(f func(c *jobcore.Core)) {
 	}
 	s.noteDrained()
 	s.rearm()
+	// Claims change in the core's order; install writes them before it
+	// programs the switch. A service that stopped keeps what it had: its
+	// jobs are still on the switch, for the next controller.
+	keep := s.state != nil && !s.stopped
+	if keep {
+		for _, in := range fx.Installs {
+			s.state.set(in.Claim)
+		}
+		for _, id := range fx.Forgets {
+			s.state.forget(id)
+		}
+	}
+	save := keep && len(fx.Forgets) > 0 && len(fx.Installs) == 0
+	if keep {
+		s.saving.Add(len(fx.Installs))
+	}
+	if save {
+		s.saving.Add(1)
+	}
 	s.mu.Unlock()
 	for _, in := range fx.Installs {
-		go s.install(in)
+		go s.install(in, keep)
 	}
 	for _, rm := range fx.Removals {
 		go s.remove(rm)
+	}
+	if save {
+		go func() {
+			defer s.saving.Done()
+			s.saveState()
+		}()
+	}
+}
+
+// saveState writes the claims to the state file, if they changed.
+func (s *JobService) saveState() {
+	if err := s.state.flush(); err != nil {
+		s.metrics.switchErrors.WithLabelValues("state").Inc()
+		s.log.Error("controller: the jobs' claims could not be kept: jobs placed from now on end if this controller restarts", "state", s.state.path, "err", err)
 	}
 }
 
@@ -360,15 +413,21 @@ func (s *JobService) tick() { s.step(func(c *jobcore.Core) { c.Tick(time.Now()) 
 // were ended by the server stopping, not by their ranks, and abort no job.
 func (s *JobService) stop() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.stopped = true
 	if s.timer != nil {
 		s.timer.Stop()
 	}
+	s.mu.Unlock()
+	// No write of the state file starts once stopped is set.
+	s.saving.Wait()
 }
 
 // install programs the switch for a job the core placed, and reports.
-func (s *JobService) install(in jobcore.Install) {
+func (s *JobService) install(in jobcore.Install, save bool) {
+	if save {
+		s.saveState()
+		s.saving.Done()
+	}
 	s.swMu.Lock()
 	ctx, cancel := context.WithTimeout(context.Background(), switchRPCTimeout)
 	err := s.sw.ResetPool(ctx, int(in.Place.PoolBase), int(in.Place.PoolSize), s.cfg.Slots)
@@ -696,7 +755,9 @@ func (s *JobService) Adopt(ctx context.Context, sw interface {
 	if err != nil {
 		return fmt.Errorf("controller: read back the switch's multicast groups: %w", err)
 	}
-	s.step(func(c *jobcore.Core) { c.Adopt(placementsOf(workers, replies, groups), time.Now(), grace) })
+	claims := s.claims
+	s.claims = nil // after a reconnect, Adopt finds only jobs that ended with the switch
+	s.step(func(c *jobcore.Core) { c.Adopt(placementsOf(workers, replies, groups), claims, time.Now(), grace) })
 	return nil
 }
 

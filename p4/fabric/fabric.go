@@ -27,6 +27,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -150,6 +151,7 @@ type Fabric struct {
 	swProc, ctlProc *Proc
 	leafProcs       []*Proc
 	topologyFile    string
+	stateDir        string // the controller's --state file's folder, if the fabric made it
 	command         func(args ...string) *exec.Cmd
 	swArgs, ctlArgs []string
 	echo            bool
@@ -344,6 +346,14 @@ func startProcs(ctx context.Context, cfg Config) (*Fabric, error) {
 	f.ctlArgs = slices.Concat([]string{"controller"}, switches, []string{"--listen", cfg.Controller,
 		"--slots", strconv.Itoa(cfg.Slots), "--max-elements", strconv.Itoa(cfg.MaxElements), "--max-workers", strconv.Itoa(cfg.MaxWorkers),
 		"--max-slots-per-client", strconv.Itoa(cfg.MaxSlotsPerClient)}, cfg.ControllerArgs)
+	if len(cfg.Leaves) == 0 && !slices.Contains(cfg.ControllerArgs, "--state") {
+		// The controller keeps its jobs' claims, so that a restarted one
+		// (Restart) hands them back to their ranks.
+		if f.stateDir, err = os.MkdirTemp("", "switchml-fabric-state-"); err != nil {
+			return nil, fmt.Errorf("fabric: a folder for the controller's state: %w", err)
+		}
+		f.ctlArgs = append(f.ctlArgs, "--state", filepath.Join(f.stateDir, "controller.state"))
+	}
 	if f.swProc, err = StartProc("switch", cfg.Echo, cfg.Command(f.swArgs...)); err != nil {
 		f.Close()
 		return nil, err
@@ -549,6 +559,9 @@ func (f *Fabric) Close() error {
 	var errs []error
 	if f.topologyFile != "" {
 		defer os.Remove(f.topologyFile)
+	}
+	if f.stateDir != "" {
+		defer os.RemoveAll(f.stateDir)
 	}
 	for _, p := range append([]*Proc{f.ctlProc, f.swProc}, f.leafProcs...) {
 		if p == nil {

@@ -1,57 +1,53 @@
 package jobcore
 
 // Jobs a restarted controller finds on the switch, and how their ranks take
-// them back.
+// them back: only with the proof their Claim keeps (the hash of each rank's
+// secret, and of the job's token), never by naming the switch job id.
 
 import (
-	"crypto/sha256"
 	"fmt"
 	"maps"
 	"slices"
 	"time"
 
 	"github.com/switchml/switchml-go/jobpb"
-	"google.golang.org/grpc/codes"
 )
 
-// claim hands a job found on the switch to the first rank that names it
-// (by switch job id) after a controller restart.
-func (c *Core) claim(req *jobpb.WatchRequest) error {
-	j := c.detached[req.GetJobId()]
-	if j == nil || req.GetJobId() == 0 {
-		return nil
+// claim is what proves j's ranks after a controller restart.
+func (j *job) claim() Claim {
+	return Claim{
+		JobID: j.resp.GetJobId(), Job: j.name, Session: j.resp.GetSessionId(), Owner: j.owner, Client: j.client,
+		Ranks: j.keys.hashesOf(len(j.ranks)), PoolBase: j.resp.GetPoolBase(), PoolSize: j.resp.GetPoolSize(), World: len(j.ranks),
 	}
-	switch {
-	case req.GetRank() >= uint32(len(j.ranks)):
-		return Invalid("rank %d outside 0..%d of the job on the switch", req.GetRank(), len(j.ranks)-1)
-	case req.GetJob() == "" || req.GetSessionId() == 0:
-		return Invalid("a claim names the job and its session")
-	case c.jobs[req.GetJob()] != nil:
-		return Refuse(codes.AlreadyExists, "job %q already runs under another session", req.GetJob())
-	}
-	delete(c.detached, req.GetJobId())
-	j.name = req.GetJob()
-	j.owner = sha256.Sum256([]byte(req.GetToken()))
-	j.resp.SessionId = req.GetSessionId()
-	j.params = &jobpb.RegisterRequest{Job: j.name, WorldSize: uint32(len(j.ranks))}
-	c.addJob(j)
-	c.log.Info("controller: job taken over from the switch", "job", j.name, "job_id", req.GetJobId(), "workers", len(j.ranks))
-	return nil
+}
+
+// fits reports whether cl is the claim of the job placed at p.
+func (cl Claim) fits(p Placement) bool {
+	return cl.JobID == p.JobID && cl.PoolBase == p.PoolBase && cl.PoolSize == p.PoolSize &&
+		cl.World == p.World && len(cl.Ranks) == p.World && cl.Job != "" && len(cl.Job) <= maxNameLen && cl.Session != 0
 }
 
 // Adopt keeps the jobs a switch holds (found: its tables, as an earlier
-// controller left them, a placement per switch job id): their partitions
-// stay taken, and their ranks take them back by watching their sessions
-// again with the switch job id. At now+grace, jobs nobody claimed are
-// removed, and so are claimed jobs whose ranks did not all come back.
-func (c *Core) Adopt(found []Placement, now time.Time, grace time.Duration) {
+// controller left them, a placement per switch job id), whose partitions
+// stay taken. A job with a claim that fits it (claims: those the earlier
+// controller kept) runs on under its name and session, and its ranks take
+// their leases up again by proving themselves with their secrets and the
+// job's token. A job without one cannot be taken back. At now+grace, jobs
+// whose ranks did not all come back are removed. Claims that fit no job
+// found are forgotten (Effects.Forgets).
+func (c *Core) Adopt(found []Placement, claims []Claim, now time.Time, grace time.Duration) {
+	byID := map[uint32]Claim{}
+	for _, cl := range claims {
+		byID[cl.JobID] = cl
+	}
 	jobs := map[uint32]*job{}
+	unproven := 0
 	for _, p := range found {
 		if jobs[p.JobID] != nil {
 			continue // one placement per switch job id
 		}
 		j := c.newJob("", p.World)
-		j.state, j.adopted, j.keys, j.place = jobActive, true, learnedKeys(), p
+		j.state, j.adopted, j.place = jobActive, true, p
 		j.resp = &jobpb.RegisterResponse{JobId: p.JobID, PoolBase: p.PoolBase, PoolSize: p.PoolSize, SwitchDataplane: c.cfg.Dataplane.String()}
 		lanes := 0
 		for _, w := range p.Workers {
@@ -69,11 +65,26 @@ func (c *Core) Adopt(found []Placement, now time.Time, grace time.Duration) {
 		}
 		j.resp.LaneDataplanes = c.laneDataplanes(p.JobID, lanes)
 		jobs[p.JobID] = j
-		c.detached[p.JobID] = j
 		c.jobID = max(c.jobID, p.JobID)
+		cl, ok := byID[p.JobID]
+		delete(byID, p.JobID)
+		if !ok || !cl.fits(p) || c.jobs[cl.Job] != nil {
+			unproven++
+			c.detached[p.JobID] = j
+			continue
+		}
+		j.name, j.owner, j.client, j.keys = cl.Job, cl.Owner, cl.Client, claimedKeys(cl.Ranks)
+		j.resp.SessionId = cl.Session
+		j.params = &jobpb.RegisterRequest{Job: j.name, WorldSize: uint32(p.World)}
+		c.addJob(j)
+		c.log.Info("controller: job found on the switch, waiting for its ranks", "job", j.name, "job_id", p.JobID, "workers", p.World)
 	}
+	c.out.Forgets = append(c.out.Forgets, slices.Sorted(maps.Keys(byID))...)
 	if len(jobs) > 0 {
-		c.log.Info("controller: jobs found on the switch, waiting for their ranks", "jobs", len(jobs), "grace", grace)
+		c.log.Info("controller: jobs found on the switch", "jobs", len(jobs), "without_claim", unproven, "grace", grace)
+	}
+	if unproven > 0 {
+		c.log.Warn("controller: jobs found on the switch that this controller has no claim for (it kept none: --state unset, or the file was lost) cannot be taken back by their ranks; their room is freed after the grace", "jobs", unproven, "grace", grace)
 	}
 	c.adoptions = append(c.adoptions, adoption{deadline: now.Add(grace), found: jobs})
 }
@@ -86,11 +97,18 @@ func (c *Core) EndUnclaimed(a adoption) {
 		j := a.found[id]
 		if c.detached[id] == j {
 			delete(c.detached, id)
+			c.retire(j, EndUnclaimed, "removed: found on the switch after a controller restart, with no claim its ranks could prove themselves by")
+			continue
+		}
+		if j.state.retired() {
+			continue
+		}
+		if len(j.leased) == 0 {
 			c.retire(j, EndUnclaimed, "removed: found on the switch after a controller restart, and no rank took it back")
 			continue
 		}
 		for r := range j.ranks {
-			if !j.leased[uint32(r)] && !j.state.retired() {
+			if !j.leased[uint32(r)] {
 				c.retire(j, EndRankLost, fmt.Sprintf("aborted: rank %d did not come back after the controller restarted", r))
 				break
 			}

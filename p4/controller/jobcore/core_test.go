@@ -1,6 +1,7 @@
 package jobcore
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -29,6 +30,7 @@ type rig struct {
 	secrets  map[string][]byte
 	installs []Install
 	removals []Removal
+	forgets  []uint32
 }
 
 // The rig's time bounds: long enough that tests about other things never
@@ -103,6 +105,7 @@ func (r *rig) collect() {
 	}
 	r.installs = append(r.installs, fx.Installs...)
 	r.removals = append(r.removals, fx.Removals...)
+	r.forgets = append(r.forgets, fx.Forgets...)
 }
 
 func (r *rig) waiter() Waiter {
@@ -688,40 +691,80 @@ func adoptedJob(id uint32, base uint32, host byte) Placement {
 	return p
 }
 
-// TestCoreAdoption: jobs found on the switch keep their room; ranks claim
-// them by switch job id; at the end of the grace, unclaimed jobs are
-// removed and half-claimed ones aborted naming the missing rank.
+// claimFor is the claim an earlier controller kept for the job placed at
+// p, named job, with session and token, whose ranks hold adoptedSecret.
+func claimFor(p Placement, job string, session uint64, token string) Claim {
+	cl := Claim{JobID: p.JobID, Job: job, Session: session, Owner: sha256.Sum256([]byte(token)), Client: "127.0.0.1",
+		PoolBase: p.PoolBase, PoolSize: p.PoolSize, World: p.World}
+	for r := range p.World {
+		cl.Ranks = append(cl.Ranks, sha256.Sum256(adoptedSecret(uint32(r))))
+	}
+	return cl
+}
+
+// TestCoreAdoption: jobs found on the switch keep their room; those with a
+// fitting claim run on under its name and session, and their ranks take
+// them back by proving themselves; at the end of the grace, jobs without a
+// claim and unclaimed ones are removed, half-claimed ones aborted naming
+// the missing rank, and claims of jobs that ended are forgotten.
 func TestCoreAdoption(t *testing.T) {
 	r := newRig(t, 64)
 	var found []Placement
-	for i, id := range []uint32{7, 9, 11} {
+	for i, id := range []uint32{7, 9, 11, 13, 15} {
 		found = append(found, adoptedJob(id, uint32(4*i), byte(i+1)))
 	}
 	found[0].Members = []Member{{0, 0}, {1, 1}}
+	misfit := claimFor(found[4], "misfit", 55, "")
+	misfit.PoolBase++ // a claim for another partition proves nothing here
+	claims := []Claim{claimFor(found[0], "kept", 77, ""), claimFor(found[1], "half", 99, ""), claimFor(found[3], "idle", 33, ""),
+		misfit, claimFor(adoptedJob(21, 40, 9), "gone", 21, "")}
 	const grace = 10 * time.Second
-	r.c.Adopt(found, r.now, grace)
+	r.c.Adopt(found, claims, r.now, grace)
 	r.collect()
+	if !slices.Equal(r.forgets, []uint32{21}) {
+		t.Fatalf("forgotten claims %v, want the one whose job is not on the switch (21)", r.forgets)
+	}
+	r.forgets = nil
 
+	// A claimed job is there under its name at once; its ranks prove
+	// themselves with their secrets and the job's token, never by naming
+	// its switch job id.
 	_, err := r.barrier("kept", 0, 77, "b", 1)
-	wantRefusal(t, err, codes.Unavailable, "taking its running jobs over")
-	claim := func(job string, rank uint32, session uint64, id uint32) Waiter {
-		return r.watch(&jobpb.WatchRequest{Job: job, Rank: rank, SessionId: session, JobId: id})
+	if err != nil {
+		t.Fatalf("barrier of a claimed job: %v", err)
 	}
-	claim("kept", 0, 77, 7)
-	claim("kept", 1, 77, 7)
-	half := claim("half", 0, 99, 9)
-	if err := r.c.Watch(r.waiter(), &jobpb.WatchRequest{Job: "kept", Rank: 0, SessionId: 5, JobId: 11, RankSecret: adoptedSecret(0)}); CodeOf(err) != codes.AlreadyExists {
-		t.Fatalf("claiming a second job under a running name: %v", err)
+	for _, req := range []*jobpb.WatchRequest{
+		{Job: "kept", Rank: 0, SessionId: 77, JobId: 7, RankSecret: adoptedSecret(1)},
+		{Job: "kept", Rank: 0, SessionId: 77, JobId: 7, RankSecret: nil},
+		{Job: "kept", Rank: 0, SessionId: 77, JobId: 7, RankSecret: adoptedSecret(0), Token: "guess"},
+	} {
+		wantRefusal(t, r.c.Watch(r.waiter(), req), codes.PermissionDenied, "does not match")
 	}
+	for _, req := range []*jobpb.WatchRequest{
+		{Job: "attacker", Rank: 0, SessionId: 5, JobId: 11, RankSecret: adoptedSecret(0)},
+		{Job: "attacker", Rank: 0, SessionId: 5, JobId: 15, RankSecret: adoptedSecret(0)},
+		{Job: "misfit", Rank: 0, SessionId: 55, JobId: 15, RankSecret: adoptedSecret(0)},
+	} {
+		if err := r.c.Watch(r.waiter(), req); err == nil {
+			t.Fatalf("watch %v took a job found on the switch without a claim", req)
+		}
+	}
+	r.watch(&jobpb.WatchRequest{Job: "kept", Rank: 0, SessionId: 77, JobId: 7})
+	r.watch(&jobpb.WatchRequest{Job: "kept", Rank: 1, SessionId: 77, JobId: 7})
+	half := r.watch(&jobpb.WatchRequest{Job: "half", Rank: 0, SessionId: 99, JobId: 9})
 	if got := r.c.ActiveJobs()["kept"]; got.GetPoolBase() != 0 || got.GetJobId() != 7 || got.GetSessionId() != 77 {
 		t.Fatalf("claimed job %v", got)
+	}
+	if got := r.c.ActiveJobs()["attacker"]; got != nil {
+		t.Fatalf("an unclaimed job went to a caller: %v", got)
 	}
 
 	// A new job gets room and an id beside the adopted ones.
 	resp := r.run("new", 1, 9)
-	if resp.GetPoolBase() != 12 || resp.GetJobId() != 12 {
-		t.Fatalf("new job at base %d with id %d, want 12 and 12", resp.GetPoolBase(), resp.GetJobId())
+	if resp.GetPoolBase() != 20 || resp.GetJobId() != 16 {
+		t.Fatalf("new job at base %d with id %d, want 20 and 16", resp.GetPoolBase(), resp.GetJobId())
 	}
+	r.forgets = nil
 
 	if d, ok := r.c.Deadline(); !ok || !d.Equal(r.now.Add(grace)) {
 		t.Fatalf("deadline %v, %v; want the grace's end", d, ok)
@@ -734,8 +777,15 @@ func TestCoreAdoption(t *testing.T) {
 	if why := r.answer(half).ended; !strings.Contains(why, "rank 1 did not come back") {
 		t.Fatalf("half-claimed job ended with %q", why)
 	}
-	if len(r.removals) != 2 || r.removals[0].Place.JobID != 9 || r.removals[1].Place.JobID != 11 {
-		t.Fatalf("removals %+v, want jobs 9 and 11", r.removals)
+	var removed []uint32
+	for _, rm := range r.removals {
+		removed = append(removed, rm.Place.JobID)
+	}
+	if !slices.Equal(removed, []uint32{9, 11, 13, 15}) {
+		t.Fatalf("removals of jobs %v, want 9, 11, 13 and 15", removed)
+	}
+	if !slices.Equal(slices.Sorted(slices.Values(r.forgets)), []uint32{9, 11, 13, 15}) {
+		t.Fatalf("forgotten claims %v, want those of the removed jobs", r.forgets)
 	}
 	if r.c.ActiveJobs()["kept"] == nil {
 		t.Fatal("the fully claimed job ended")
@@ -784,7 +834,7 @@ func TestCoreBarrierRounds(t *testing.T) {
 
 	// Taken over: rank 1 passed barrier 7 before the restart and waits at
 	// 8; rank 0 re-sends 7 and is released by the count.
-	r.c.Adopt([]Placement{adoptedJob(5, 32, 7)}, r.now, time.Hour)
+	r.c.Adopt([]Placement{adoptedJob(5, 32, 7)}, []Claim{claimFor(adoptedJob(5, 32, 7), "t", 55, "")}, r.now, time.Hour)
 	for rank := range uint32(2) {
 		r.watch(&jobpb.WatchRequest{Job: "t", Rank: rank, SessionId: 55, JobId: 5})
 	}

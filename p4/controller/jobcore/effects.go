@@ -41,6 +41,32 @@ type Install struct {
 	Gen   uint64
 	Job   string
 	Place Placement
+	// Claim is what the job's ranks prove themselves with, for the driver
+	// to keep where a restarted controller finds it (see Adopt) before it
+	// programs the switch.
+	Claim Claim
+}
+
+// Claim is what proves the ranks of a job on the switch to a controller
+// that restarted: it holds no secret, only hashes of them, so that whoever
+// reads where it is kept learns the job's name, session and partition but
+// cannot act as one of its ranks.
+type Claim struct {
+	JobID   uint32 `json:"job_id"`
+	Job     string `json:"job"`
+	Session uint64 `json:"session"`
+	// Owner is the SHA-256 of the job's token (of the empty string for a
+	// job without one).
+	Owner [32]byte `json:"owner"`
+	// Client is the identity whose quotas the job counts against.
+	Client string `json:"client"`
+	// Ranks are the SHA-256 of each rank's secret, in rank order.
+	Ranks [][32]byte `json:"ranks"`
+	// PoolBase, PoolSize and World must be what the switch holds for the
+	// job id, or the claim is for another job.
+	PoolBase uint32 `json:"pool_base"`
+	PoolSize uint32 `json:"pool_size"`
+	World    int    `json:"world"`
 }
 
 // Removal asks the driver to take a retired job's entries off the switch,
@@ -94,4 +120,7 @@ type Effects struct {
 	Answers  []Answer
 	Installs []Install
 	Removals []Removal
+	// Forgets are the switch job ids whose claims (Install.Claim) no
+	// longer prove anything: their jobs ended.
+	Forgets []uint32
 }

@@ -26,6 +26,9 @@ func (c *Core) end(j *job, cause EndCause, why string, switchGone bool) {
 	if j.state.retired() {
 		return
 	}
+	if id := j.place.JobID; id != 0 {
+		c.out.Forgets = append(c.out.Forgets, id)
+	}
 	c.keepOwner(j)
 	c.endings[cause]++
 	was := j.state

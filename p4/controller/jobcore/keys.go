@@ -21,11 +21,11 @@ const RankSecretLen = 16
 // rankKeys holds what a session's ranks prove themselves with. A session
 // the controller started keeps one random master key and derives each
 // rank's secret from it (so that an ended session's keys stay small
-// however many ranks it had); a session taken over from the switch learns
-// each rank's secret from the rank's first Watch.
+// however many ranks it had); a session taken over from the switch after a
+// restart knows only each secret's hash, from the job's Claim.
 type rankKeys struct {
-	master  []byte
-	learned map[uint32][]byte
+	master []byte
+	hashes [][32]byte
 }
 
 // drawKeys draws a session's master key from the core's Rand.
@@ -37,42 +37,48 @@ func (c *Core) drawKeys() *rankKeys {
 	return &rankKeys{master: master}
 }
 
-// learnedKeys are the keys of a session taken over from the switch, whose
-// ranks bring their secrets back one by one.
-func learnedKeys() *rankKeys { return &rankKeys{learned: map[uint32][]byte{}} }
+// claimedKeys are the keys of a session taken over from the switch: the
+// hashes of its ranks' secrets, from its Claim.
+func claimedKeys(hashes [][32]byte) *rankKeys { return &rankKeys{hashes: hashes} }
 
-// secret is rank's secret, or nil when it is not known (yet).
+// secret is rank's secret, or nil when it is not known (a session taken
+// over from the switch knows only the hashes).
 func (k *rankKeys) secret(rank uint32) []byte {
-	if k == nil {
+	if k == nil || k.master == nil {
 		return nil
-	}
-	if k.master == nil {
-		return k.learned[rank]
 	}
 	m := hmac.New(sha256.New, k.master)
 	m.Write(binary.BigEndian.AppendUint32([]byte("switchml rank secret "), rank))
 	return m.Sum(nil)[:RankSecretLen]
 }
 
-// known reports whether rank's secret is known.
-func (k *rankKeys) known(rank uint32) bool { return k.secret(rank) != nil }
+// hashes are the SHA-256 of the secrets of a session's world ranks, for
+// its Claim.
+func (k *rankKeys) hashesOf(world int) [][32]byte {
+	if k.master == nil {
+		return k.hashes
+	}
+	out := make([][32]byte, world)
+	for r := range out {
+		out[r] = sha256.Sum256(k.secret(uint32(r)))
+	}
+	return out
+}
 
 // check refuses a call of rank's that does not carry its secret.
 func (k *rankKeys) check(rank uint32, got []byte) error {
-	want := k.secret(rank)
-	if want == nil || subtle.ConstantTimeCompare(want, got) != 1 {
+	ok := false
+	switch {
+	case k == nil:
+	case k.master != nil:
+		ok = subtle.ConstantTimeCompare(k.secret(rank), got) == 1
+	case rank < uint32(len(k.hashes)) && len(got) == RankSecretLen:
+		h := sha256.Sum256(got)
+		ok = subtle.ConstantTimeCompare(k.hashes[rank][:], h[:]) == 1
+	}
+	if !ok {
 		return Refuse(codes.PermissionDenied, "rank %d's secret does not match: a call within a session carries the rank_secret the rank's registration was answered with", rank)
 	}
-	return nil
-}
-
-// learn keeps the secret a rank of a session taken over from the switch
-// brought back.
-func (k *rankKeys) learn(rank uint32, secret []byte) error {
-	if len(secret) != RankSecretLen {
-		return Invalid("rank_secret of %d bytes, want %d (the one the rank's registration was answered with)", len(secret), RankSecretLen)
-	}
-	k.learned[rank] = append([]byte(nil), secret...)
 	return nil
 }
 

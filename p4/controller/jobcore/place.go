@@ -68,9 +68,9 @@ func (c *Core) activate(j *job) {
 		place.Key = c.drawKey()
 		j.resp.AuthKey = place.Key
 	}
-	j.state, j.place = jobInstalling, place
+	j.state, j.place, j.keys = jobInstalling, place, c.drawKeys()
 	c.installing[j.gen] = j
-	c.out.Installs = append(c.out.Installs, Install{Gen: j.gen, Job: j.name, Place: place})
+	c.out.Installs = append(c.out.Installs, Install{Gen: j.gen, Job: j.name, Place: place, Claim: j.claim()})
 }
 
 // laneDataplanes says which shard each of a job's lanes sends to, or nil
@@ -163,7 +163,6 @@ func (c *Core) Installed(gen uint64, err error, now time.Time) (took time.Durati
 			return 0, false
 		}
 		j.state, j.activeAt = jobActive, now
-		j.keys = c.drawKeys()
 		p := j.params
 		c.log.Info("controller: job ready", "job", j.name, "job_id", j.resp.GetJobId(),
 			"workers", len(j.ranks), "lanes", p.GetLanes(), "pool_base", j.resp.GetPoolBase(), "pool_size", j.resp.GetPoolSize(),

@@ -61,9 +61,6 @@ func (c *Core) session(name string, rank uint32, session uint64, secret []byte) 
 	if err != nil {
 		return nil, err
 	}
-	if j.adopted && !j.keys.known(rank) {
-		return nil, Refuse(codes.Unavailable, "rank %d of job %q has not taken its lease back since the controller restarted; retry once it has (Watch)", rank, name)
-	}
 	if err := j.keys.check(rank, secret); err != nil {
 		return nil, err
 	}
@@ -359,40 +356,31 @@ func (c *Core) PartitionOf(req *jobpb.AbortRequest) (p Partition, ok bool, err e
 	return Partition{Job: j.name, Base: int(j.resp.GetPoolBase()), Size: int(j.resp.GetPoolSize()), World: len(j.ranks)}, true, nil
 }
 
-// Watch takes a rank's lease on its session (claiming a job found on the
-// switch, if the request names one); w is answered when the job ends.
+// Watch takes a rank's lease on its session; w is answered when the job
+// ends.
 //
-// A rank of a job taken over from the switch proves itself the first time
-// with the job's token (that of the rank that claimed it), and its secret
-// is learned then.
+// A rank of a job taken over from the switch after a controller restart
+// proves itself with its secret, as always, and with the job's token.
 func (c *Core) Watch(w Waiter, req *jobpb.WatchRequest) error {
 	if len(req.GetToken()) > maxTokenLen {
 		return Invalid("token of %d bytes, want at most %d", len(req.GetToken()), maxTokenLen)
-	}
-	if err := checkName("job", req.GetJob()); err != nil {
-		return err
-	}
-	if err := c.claim(req); err != nil {
-		return err
 	}
 	j, err := c.lookup(req.GetJob(), req.GetRank(), req.GetSessionId(), req.GetRankSecret())
 	if err != nil {
 		return err
 	}
 	rank := req.GetRank()
-	if j.adopted && !j.keys.known(rank) {
+	if err := j.keys.check(rank, req.GetRankSecret()); err != nil {
+		return err
+	}
+	if j.adopted {
 		token := sha256.Sum256([]byte(req.GetToken()))
 		if subtle.ConstantTimeCompare(token[:], j.owner[:]) != 1 {
 			return Refuse(codes.PermissionDenied, "rank %d's token does not match job %q's: a rank taking its job back after a controller restart carries the job's token", rank, j.name)
 		}
-		if err := j.keys.learn(rank, req.GetRankSecret()); err != nil {
-			return err
-		}
-	} else if err := j.keys.check(rank, req.GetRankSecret()); err != nil {
-		return err
 	}
-	j.leased[req.GetRank()] = true
-	c.addWait(w, &wait{kind: waitLease, job: j, rank: req.GetRank()})
+	j.leased[rank] = true
+	c.addWait(w, &wait{kind: waitLease, job: j, rank: rank})
 	return nil
 }
 

@@ -2,6 +2,7 @@ package jobcore
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -111,33 +112,53 @@ func TestCoreRankSecrets(t *testing.T) {
 }
 
 // TestCoreAdoptedRanksProveThemselves: a rank taking a job back after a
-// controller restart proves itself with the job's token the first time,
-// and with the secret it brought from then on.
+// controller restart proves itself with its secret, checked against the
+// hash its claim kept, and with the job's token; the claim the core hands
+// its driver for a job it places holds hashes, never the secrets.
 func TestCoreAdoptedRanksProveThemselves(t *testing.T) {
 	r := newRig(t, 64)
-	r.c.Adopt([]Placement{adoptedJob(7, 0, 1)}, r.now, time.Hour)
+	p := adoptedJob(7, 0, 1)
+	r.c.Adopt([]Placement{p}, []Claim{claimFor(p, "kept", 77, "t")}, r.now, time.Hour)
 	r.collect()
 	r.watch(&jobpb.WatchRequest{Job: "kept", Rank: 0, SessionId: 77, JobId: 7, Token: "t"})
-	// Rank 1 has not come back: its calls wait for it, whoever sends them.
-	_, err := r.barrier("kept", 1, 77, "b", 1)
-	wantRefusal(t, err, codes.Unavailable, "rank 1 of job \"kept\" has not taken its lease back")
-	// The first Watch of rank 1 needs the job's token.
 	for _, token := range []string{"", "guess"} {
 		err := r.c.Watch(r.waiter(), &jobpb.WatchRequest{Job: "kept", Rank: 1, SessionId: 77, JobId: 7, Token: token, RankSecret: adoptedSecret(1)})
 		wantRefusal(t, err, codes.PermissionDenied, "rank 1's token does not match job \"kept\"'s")
 	}
-	err = r.c.Watch(r.waiter(), &jobpb.WatchRequest{Job: "kept", Rank: 1, SessionId: 77, JobId: 7, Token: "t", RankSecret: []byte("short")})
-	wantRefusal(t, err, codes.InvalidArgument, "rank_secret of 5 bytes")
+	for _, secret := range [][]byte{[]byte("short"), adoptedSecret(0), nil} {
+		err := r.c.Watch(r.waiter(), &jobpb.WatchRequest{Job: "kept", Rank: 1, SessionId: 77, JobId: 7, Token: "t", RankSecret: secret})
+		wantRefusal(t, err, codes.PermissionDenied, "rank 1's secret does not match")
+	}
+	err := r.c.Barrier(r.waiter(), &jobpb.BarrierRequest{Job: "kept", Rank: 1, SessionId: 77, Name: "b", RankSecret: adoptedSecret(0)})
+	wantRefusal(t, err, codes.PermissionDenied, "rank 1's secret does not match")
 	r.watch(&jobpb.WatchRequest{Job: "kept", Rank: 1, SessionId: 77, JobId: 7, Token: "t"})
-	// From now on the secret counts, not the token.
-	err = r.c.Barrier(r.waiter(), &jobpb.BarrierRequest{Job: "kept", Rank: 1, SessionId: 77, Name: "b", RankSecret: adoptedSecret(0)})
-	wantRefusal(t, err, codes.PermissionDenied, "rank 1's secret does not match")
-	err = r.c.Watch(r.waiter(), &jobpb.WatchRequest{Job: "kept", Rank: 1, SessionId: 77, JobId: 7, Token: "t", RankSecret: adoptedSecret(0)})
-	wantRefusal(t, err, codes.PermissionDenied, "rank 1's secret does not match")
 	w0, _ := r.barrier("kept", 0, 77, "b", 1)
 	w1, _ := r.barrier("kept", 1, 77, "b", 1)
 	if r.answer(w0).err != nil || r.answer(w1).err != nil {
 		t.Fatalf("barrier of the taken-over job: %v, %v", r.answer(w0).err, r.answer(w1).err)
+	}
+
+	// A job the core places comes with its claim: the hashes of the
+	// secrets its ranks are answered with, and of its token.
+	ws := r.mustRegister(regReq("placed", 0, 2, 1, 4, 3), regReq("placed", 1, 2, 1, 4, 3))
+	in := r.takeInstall()
+	r.c.Installed(in.Gen, nil, r.now)
+	r.collect()
+	cl := in.Claim
+	if cl.Job != "placed" || cl.JobID != in.Place.JobID || cl.World != 2 || len(cl.Ranks) != 2 || cl.PoolBase != in.Place.PoolBase || cl.PoolSize != in.Place.PoolSize {
+		t.Fatalf("claim %+v of placement %+v", cl, in.Place)
+	}
+	for rank, w := range ws {
+		resp := r.answer(w).resp
+		if cl.Session != resp.GetSessionId() {
+			t.Fatalf("claim of session %d, ranks answered with %d", cl.Session, resp.GetSessionId())
+		}
+		if sha256.Sum256(resp.GetRankSecret()) != cl.Ranks[rank] {
+			t.Fatalf("rank %d's hash in the claim is not that of its secret", rank)
+		}
+		if bytes.Contains(fmt.Appendf(nil, "%+v", cl), resp.GetRankSecret()) {
+			t.Fatalf("the claim holds rank %d's secret", rank)
+		}
 	}
 }
 
