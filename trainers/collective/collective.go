@@ -59,6 +59,9 @@ type Config struct {
 	// SwitchML: controller address and job name.
 	Controller string
 	Job        string
+	// Token is the job owner's secret (switchml.Config.Token), the same on
+	// every rank: a controller beyond loopback refuses jobs without one.
+	Token string
 	// SwitchML tuning; zero values take the library's defaults.
 	Lanes, Window, PacketElements int
 	// Trace, if set, receives the SwitchML session's timeline when the

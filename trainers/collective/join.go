@@ -118,7 +118,7 @@ func joinPeers(ctx context.Context, cfg JoinConfig) (Backend, error) {
 }
 
 func joinAtController(ctx context.Context, cfg JoinConfig) (Backend, error) {
-	s, err := switchml.Join(ctx, switchml.Config{Controller: cfg.Controller, Job: cfg.Job, Rank: cfg.Rank, Workers: cfg.Workers,
+	s, err := switchml.Join(ctx, switchml.Config{Controller: cfg.Controller, Job: cfg.Job, Token: cfg.Token, Rank: cfg.Rank, Workers: cfg.Workers,
 		Lanes: rendezvousLanes, Window: rendezvousWindow})
 	if err != nil {
 		return nil, fmt.Errorf("collective: meeting at the controller: %w", err)

@@ -18,7 +18,7 @@ func dialSwitchML(ctx context.Context, cfg Config) (Backend, error) {
 	// one cannot: other packet sizes, larger jobs, the sparse mode (which
 	// sets it itself).
 	extended := switchml.NeedsExtended(cfg.Workers, cfg.PacketElements)
-	s, err := switchml.Join(ctx, switchml.Config{Controller: cfg.Controller, Job: cfg.Job, Rank: cfg.Rank, Workers: cfg.Workers,
+	s, err := switchml.Join(ctx, switchml.Config{Controller: cfg.Controller, Job: cfg.Job, Token: cfg.Token, Rank: cfg.Rank, Workers: cfg.Workers,
 		Lanes: cfg.Lanes, Window: cfg.Window, PacketElements: cfg.PacketElements, Extended: extended,
 		Sparse: cfg.Kind == SwitchMLSparse, Trace: cfg.Trace})
 	if err != nil {

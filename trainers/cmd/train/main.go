@@ -18,6 +18,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -67,6 +68,9 @@ type flags struct {
 	rank          int
 	peers, listen string
 	joinTimeout   time.Duration
+	// token is the switchml job's token, from --token-file or
+	// $SWITCHML_TOKEN.
+	tokenFile, token string
 
 	// Set by the launcher for the worker processes.
 	workerRank int
@@ -89,6 +93,7 @@ func parseFlags(args []string) (*flags, error) {
 	fs.IntVar(&f.rank, "rank", -1, "run only this rank (0..workers-1) of a job whose ranks run on several hosts, each started the same way with its own --rank; -1 runs all --workers ranks on this host")
 	fs.StringVar(&f.peers, "peers", "", "ring and exact with --rank: comma-separated host:port of every rank in rank order, where each listens (exact: rank 0's alone is enough); the ranks meet at the first")
 	fs.StringVar(&f.listen, "listen", "", "ring and exact with --rank and --controller: host:port this rank listens on (default: this host's address toward the controller, any port)")
+	fs.StringVar(&f.tokenFile, "token-file", "", "switchml: `FILE` holding the job's token, the same on every rank (default: $SWITCHML_TOKEN); a controller that listens beyond loopback refuses jobs without one")
 	fs.DurationVar(&f.joinTimeout, "join-timeout", 2*time.Minute, "with --rank: how long to wait at start for the other ranks and the controller before giving up")
 	fs.IntVar(&f.epochs, "epochs", 3, "training epochs")
 	fs.IntVar(&f.batch, "batch", 64, "batch size per worker (the global batch is workers × batch)")
@@ -154,7 +159,27 @@ func parseFlags(args []string) (*flags, error) {
 	if err := checkRankFlags(f, kind); err != nil {
 		return nil, err
 	}
+	if f.token, err = readToken(f.tokenFile); err != nil {
+		return nil, err
+	}
 	return f, nil
+}
+
+// readToken is the job's token: file's content (less a trailing newline),
+// or $SWITCHML_TOKEN without one. Errors name the file, never its content.
+func readToken(file string) (string, error) {
+	if file == "" {
+		return os.Getenv("SWITCHML_TOKEN"), nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	b = bytes.TrimSuffix(bytes.TrimSuffix(b, []byte("\n")), []byte("\r"))
+	if len(b) == 0 {
+		return "", fmt.Errorf("--token-file %s is empty: write the job's token into it (the same on every rank)", file)
+	}
+	return string(b), nil
 }
 
 // switchmlFlags names the flag that sets each switchml.Config field the
@@ -228,7 +253,7 @@ func runWorker(ctx context.Context, f *flags) error {
 	dctx, dcancel := context.WithTimeout(ctx, 2*time.Minute)
 	be, err := collective.Dial(dctx, collective.Config{
 		Kind: kind, Rank: f.workerRank, Workers: f.workers,
-		StarAddr: f.starAddr, RingAddrs: ring, Controller: f.controller, Job: f.job,
+		StarAddr: f.starAddr, RingAddrs: ring, Controller: f.controller, Job: f.job, Token: f.token,
 		PacketElements: f.packetElements, Trace: trace,
 	})
 	dcancel()

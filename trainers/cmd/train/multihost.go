@@ -118,7 +118,7 @@ func runRank(ctx context.Context, f *flags) error {
 	jctx, cancel := context.WithTimeout(ctx, f.joinTimeout)
 	be, err := collective.Join(jctx, collective.JoinConfig{
 		Config: collective.Config{Kind: kind, Rank: f.rank, Workers: f.workers,
-			Controller: f.controller, Job: cmp.Or(f.job, defaultRankJob), PacketElements: f.packetElements, Trace: trace},
+			Controller: f.controller, Job: cmp.Or(f.job, defaultRankJob), Token: f.token, PacketElements: f.packetElements, Trace: trace},
 		Peers: f.peerList(), Listen: f.listen, Settings: jobSettings(f, tr, te, ck),
 	})
 	expired := jctx.Err() != nil && ctx.Err() == nil
