@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"runtime/debug"
 	"strings"
 
 	_ "github.com/switchml/switchml-go/p4/bmv2" // registers the bmv2 target kind
@@ -53,6 +56,8 @@ func runController(ctx context.Context, args []string) error {
 	fs.BoolVar(&o.AllowLaneAddressMismatch, "allow-lane-address-mismatch", false, "take registrations whose lane addresses are not the caller's IP as this service sees it (workers behind NAT, or with a data-plane network apart from the one that reaches the controller); by default they are refused, since the switch sends each lane's results to its address. The switch's own data-plane address, multicast, broadcast and unspecified addresses and port 0 stay refused")
 	fs.IntVar(&o.MaxSlotsPerClient, "max-slots-per-client", 0, "slots (lanes*window, summed over its jobs) that one client identity may hold; 0: half of --slots; -1: no limit beyond the pool")
 	fs.IntVar(&o.MaxBytesPerClient, "max-bytes-per-client", controller.DefaultMaxBytesPerClient, "bytes one client identity may make the controller hold: its ranks' registrations (job name, token, lane addresses, the waiting call) and its jobs' broadcasts not yet fetched; -1: no limit")
+	fs.IntVar(&o.MaxCallsPerClient, "max-calls-per-client", controller.DefaultMaxCallsPerClient, "calls (registrations, barriers, broadcasts, leaves, aborts; not leases or status) one client identity may have open at once, however many connections it opens: one beyond is refused before its request is read; -1: no limit")
+	memoryLimit := fs.Int("memory-limit", defaultControllerMemoryMiB, "soft limit, in MiB, on the controller's memory: its garbage collector works harder as the heap nears it, so that a storm of calls that are refused leaves no peak of garbage behind (what clients make it hold is bounded by --max-bytes-per-client each); raise it for many client identities; 0: none; $GOMEMLIMIT, if set, wins")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	metricsAddr := fs.String("metrics", "", metricsFlagHelp)
 	fs.StringVar(&o.TopologyFile, "topology", "", "`FILE` of JSON describing a two-level tree of software switches to program as one, instead of --target: {\"spine\": {\"p4runtime\": ADDR, \"dataplane\": ADDR}, \"leaves\": [{\"p4runtime\": ADDR, \"dataplane\": ADDR, \"workers\": [PREFIX, ...]}, ...]}; each leaf runs \"switchml switch --parent\" with the spine's dataplane address; BMv2 leaves (--target-kind bmv2) instead name uplink_port, port and thrift (see the docs of p4/controller.Topology)")
@@ -64,6 +69,9 @@ func runController(ctx context.Context, args []string) error {
 		return err
 	}
 	o.Logger = log
+	if err := setMemoryLimit(*memoryLimit); err != nil {
+		return err
+	}
 	if *metricsAddr != "" {
 		reg, err := newMetricsRegistry()
 		if err != nil {
@@ -75,4 +83,21 @@ func runController(ctx context.Context, args []string) error {
 		o.Metrics = reg
 	}
 	return controller.RunFromOptions(ctx, o)
+}
+
+// defaultControllerMemoryMiB is the controller's soft memory limit unless
+// --memory-limit or $GOMEMLIMIT says otherwise.
+const defaultControllerMemoryMiB = 256
+
+// setMemoryLimit sets the runtime's soft memory limit to mib MiB (0: none),
+// unless $GOMEMLIMIT set one.
+func setMemoryLimit(mib int) error {
+	if mib < 0 {
+		return fmt.Errorf("--memory-limit %d: want MiB, or 0 for no limit", mib)
+	}
+	if os.Getenv("GOMEMLIMIT") != "" || mib == 0 {
+		return nil
+	}
+	debug.SetMemoryLimit(int64(mib) << 20)
+	return nil
 }

@@ -111,7 +111,7 @@ func TestMeasureRegistrationStorm(t *testing.T) {
 		t.Skip("a measurement: set SWITCHML_MEASURE=storm to run it")
 	}
 	args := strings.Fields(os.Getenv("SWITCHML_STORM_CONTROLLER_ARGS")) // e.g. flags an older controller lacks, left out
-	f := startFabricWith(t, nil, "", []string{"--slots", "64", "--max-workers", "65535"}, append([]string{"--slots", "64"}, args...))
+	f := startFabricWith(t, nil, "", []string{"--slots", "64", "--max-workers", "65535"}, append([]string{"--slots", "64", "--max-workers", "65535"}, args...))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	// SWITCHML_STORM_CONNS connections from one address (default 1).

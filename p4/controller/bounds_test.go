@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 	"net/netip"
 	"strings"
 	"testing"
@@ -67,4 +69,77 @@ func TestServiceDefaultBounds(t *testing.T) {
 	}
 	registerBoth(jobs, "half", 16)
 	registerBoth(serve(JobLimits{MaxSlotsPerClient: -1}, Target{}), "whole", 32)
+}
+
+// TestCallsPerClientBounded: a client identity's calls beyond
+// MaxCallsPerClient are refused as they arrive, naming the flag, while
+// its status and leases are not counted; a call that ends makes room.
+func TestCallsPerClientBounded(t *testing.T) {
+	target, _ := startSwitch(t)
+	ctx := testCtx(t)
+	c := dial(t, ctx, target, 1)
+	if err := c.SetPipeline(ctx, nil, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	limits := harnessLimits
+	limits.MaxCallsPerClient = 3
+	svc, err := NewJobService(c, ServiceConfig{Dataplane: netip.MustParseAddrPort("127.0.0.1:48864"), Slots: testSlots, Logger: quiet, JobLimits: limits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := serveJobs(t, svc)
+	open := func() int {
+		svc.callsMu.Lock()
+		defer svc.callsMu.Unlock()
+		n := 0
+		for _, k := range svc.open {
+			n += k
+		}
+		return n
+	}
+	// Three registrations wait for their jobs' other ranks.
+	cancels := make([]context.CancelFunc, 3)
+	errs := make(chan error, 3)
+	for i := range cancels {
+		rctx, cancel := context.WithCancel(ctx)
+		cancels[i] = cancel
+		go func() {
+			_, err := jobs.Register(rctx, regReq(fmt.Sprintf("wait-%d", i), 0, 2, 1, 4, byte(10+i)))
+			errs <- err
+		}()
+	}
+	for open() < 3 {
+		runtime.Gosched()
+	}
+	_, err = jobs.Register(ctx, regReq("one-too-many", 0, 2, 1, 4, 20))
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--max-calls-per-client") {
+		t.Fatalf("a fourth call: %v, want ResourceExhausted naming --max-calls-per-client", err)
+	}
+	if _, err := jobs.Status(ctx, &jobpb.StatusRequest{SkipSwitchCounters: true}); err != nil {
+		t.Fatalf("status at the limit: %v", err)
+	}
+	cancels[0]()
+	if err := <-errs; status.Code(err) != codes.Canceled {
+		t.Fatalf("cancelled registration: %v", err)
+	}
+	for open() > 2 {
+		runtime.Gosched()
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		_, err := jobs.Register(rctx, regReq("room-again", 0, 2, 1, 4, 21))
+		errs <- err
+	}()
+	for open() < 3 {
+		select {
+		case err := <-errs:
+			t.Fatalf("a call once another ended: %v", err)
+		default:
+			runtime.Gosched()
+		}
+	}
+	for _, c := range cancels[1:] {
+		c()
+	}
 }

@@ -297,7 +297,7 @@ var harnessLimits = JobLimits{LeaseGrace: time.Hour, JoinTimeout: time.Hour, Max
 func serveJobs(t *testing.T, svc *JobService) jobpb.JobServiceClient {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
-	g := grpc.NewServer()
+	g := grpc.NewServer(grpc.InTapHandle(svc.tapCall))
 	jobpb.RegisterJobServiceServer(g, svc)
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)

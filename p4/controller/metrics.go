@@ -14,6 +14,7 @@ type serviceMetrics struct {
 	ready         prometheus.Histogram
 	switchErrors  *prometheus.CounterVec
 	switchLost    prometheus.Counter
+	refusedCalls  prometheus.Counter
 }
 
 func newServiceMetrics() *serviceMetrics {
@@ -34,6 +35,10 @@ func newServiceMetrics() *serviceMetrics {
 		switchLost: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchml_controller_switch_lost_total",
 			Help: "Times the controller lost its P4Runtime connection to the switch (every live job ends).",
+		}),
+		refusedCalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchml_controller_calls_refused_total",
+			Help: "Calls refused as they arrived because their client identity had --max-calls-per-client calls open.",
 		}),
 	}
 }
@@ -75,6 +80,7 @@ func (c *serviceCollector) Describe(ch chan<- *prometheus.Desc) {
 	m.ready.Describe(ch)
 	m.switchErrors.Describe(ch)
 	m.switchLost.Describe(ch)
+	m.refusedCalls.Describe(ch)
 }
 
 // liveJob is what the collector keeps of a live job once the lock is
@@ -128,4 +134,5 @@ func (c *serviceCollector) Collect(ch chan<- prometheus.Metric) {
 	m.ready.Collect(ch)
 	m.switchErrors.Collect(ch)
 	m.switchLost.Collect(ch)
+	m.refusedCalls.Collect(ch)
 }

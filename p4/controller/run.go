@@ -337,7 +337,7 @@ func listenJobs(cfg Config, svc *JobService) (lis net.Listener, served chan erro
 	// lease, barrier or broadcast): a connection with more waits for room,
 	// so that one connection cannot make the service read and hold
 	// thousands of requests at once.
-	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(maxRequestBytes), grpc.MaxConcurrentStreams(maxCallsPerConn)}
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(maxRequestBytes), grpc.MaxConcurrentStreams(maxCallsPerConn), grpc.InTapHandle(svc.tapCall)}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}

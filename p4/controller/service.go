@@ -18,6 +18,7 @@ import (
 	"github.com/switchml/switchml-go/secure"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -107,6 +108,12 @@ type JobLimits struct {
 	// lane addresses) and its jobs' broadcasts not yet fetched (default
 	// DefaultMaxBytesPerClient; negative: no bound).
 	MaxBytesPerClient int
+	// MaxCallsPerClient bounds the calls one client identity has open at
+	// once (registrations, barriers, broadcasts, leaves and aborts; not
+	// leases or status): a call beyond it is refused as it arrives, before
+	// its request is read (default DefaultMaxCallsPerClient; negative: no
+	// bound).
+	MaxCallsPerClient int
 }
 
 // Defaults of JobLimits.
@@ -117,6 +124,10 @@ const (
 	// DefaultMaxBytesPerClient holds a job of 256 ranks with 64 lanes
 	// each, and a job's 16 MiB of broadcasts, several times over.
 	DefaultMaxBytesPerClient = 64 << 20
+	// DefaultMaxCallsPerClient lets every rank of the largest job the
+	// software switch takes by default (256) have two calls open from one
+	// host.
+	DefaultMaxCallsPerClient = 512
 	// DefaultSlotShare is the share of the pool one client identity may
 	// hold unless MaxSlotsPerClient says otherwise: half, so that one
 	// client's job (a large window and many lanes) leaves room for the
@@ -138,6 +149,9 @@ func (l JobLimits) withDefaults() JobLimits {
 	}
 	if l.MaxBytesPerClient == 0 {
 		l.MaxBytesPerClient = DefaultMaxBytesPerClient
+	}
+	if l.MaxCallsPerClient == 0 {
+		l.MaxCallsPerClient = DefaultMaxCallsPerClient
 	}
 	return l
 }
@@ -165,6 +179,8 @@ func (l JobLimits) check() error {
 		return fmt.Errorf("max slots per client %d: want 1 or more, 0 for the default (half the pool), or -1 for no bound", l.MaxSlotsPerClient)
 	case l.MaxBytesPerClient < -1:
 		return fmt.Errorf("max bytes per client %d: want 1 or more, 0 for the default, or -1 for no bound", l.MaxBytesPerClient)
+	case l.MaxCallsPerClient < -1:
+		return fmt.Errorf("max calls per client %d: want 1 or more, 0 for the default, or -1 for no bound", l.MaxCallsPerClient)
 	}
 	return nil
 }
@@ -193,6 +209,7 @@ type JobService struct {
 	// so that a flood of them is refused without queueing for it.
 	callsMu sync.Mutex
 	calls   map[string]int
+	open    map[string]int // calls open, by client identity (tapCall)
 
 	mu   sync.Mutex // guards the core and the fields below
 	core *jobcore.Core
@@ -266,7 +283,7 @@ func NewJobService(sw Switch, cfg ServiceConfig) (*JobService, error) {
 	}
 	drained := make(chan struct{})
 	close(drained)
-	s := &JobService{sw: sw, cfg: cfg, log: cfg.Logger, core: c, calls: map[string]int{}, waiters: map[jobcore.Waiter]chan jobcore.Answer{}, drained: drained, metrics: newServiceMetrics()}
+	s := &JobService{sw: sw, cfg: cfg, log: cfg.Logger, core: c, calls: map[string]int{}, open: map[string]int{}, waiters: map[jobcore.Waiter]chan jobcore.Answer{}, drained: drained, metrics: newServiceMetrics()}
 	if cfg.State != "" {
 		var err error
 		if s.state, s.claims, err = openState(cfg.State, cfg.StateTarget); err != nil {
@@ -569,6 +586,40 @@ func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (
 		return resp, nil
 	}
 	return a.Registered(), nil
+}
+
+// tapCall is the job service's grpc.InTapHandle: it counts a call as it
+// arrives, before its request is read, against its client identity's
+// MaxCallsPerClient, and refuses it beyond; the count goes when the call
+// ends. So a storm of calls from one identity, however many connections
+// it opens, costs no more than that many requests read at once.
+func (s *JobService) tapCall(ctx context.Context, info *tap.Info) (context.Context, error) {
+	limit := s.cfg.MaxCallsPerClient
+	switch info.FullMethodName {
+	case jobpb.JobService_Watch_FullMethodName, jobpb.JobService_Status_FullMethodName, jobpb.JobService_Describe_FullMethodName:
+		return ctx, nil
+	}
+	if limit <= 0 {
+		return ctx, nil
+	}
+	client := secure.IdentityOf(ctx).Name()
+	s.callsMu.Lock()
+	open := s.open[client]
+	if open >= limit {
+		s.callsMu.Unlock()
+		s.metrics.refusedCalls.Inc()
+		return nil, status.Errorf(codes.ResourceExhausted, "client %s has %d calls open, its limit (controller --max-calls-per-client): wait for them to be answered", client, open)
+	}
+	s.open[client] = open + 1
+	s.callsMu.Unlock()
+	context.AfterFunc(ctx, func() {
+		s.callsMu.Lock()
+		if s.open[client]--; s.open[client] <= 0 {
+			delete(s.open, client)
+		}
+		s.callsMu.Unlock()
+	})
+	return ctx, nil
 }
 
 // callBytes counts n bytes of a Register call of client's in progress, or
