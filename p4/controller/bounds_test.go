@@ -3,8 +3,8 @@ package controller
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"net/netip"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
