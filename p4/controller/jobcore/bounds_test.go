@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/switchml/switchml-go/jobpb"
 	"google.golang.org/grpc/codes"
@@ -120,4 +121,30 @@ func TestCoreSlotQuotaAndTheRing(t *testing.T) {
 		t.Fatalf("a job larger than the pool: %v", err)
 	}
 	wantRefusal(t, r.answer(w).err, codes.ResourceExhausted, "switch has no room")
+}
+
+// TestCoreRoundGiveUpCostsTheSameAtAnyWorldSize: a rank that gives up
+// waiting in a barrier of a job of 65,535 ranks is answered with a bounded
+// message naming a few of the ranks that did not come, and their count.
+func TestCoreRoundGiveUpCostsTheSameAtAnyWorldSize(t *testing.T) {
+	const world = 65535
+	r := newRig(t, 64)
+	p := Placement{JobID: 3, PoolBase: 0, PoolSize: 4, Group: 3, World: world}
+	r.c.Adopt([]Placement{p}, []Claim{claimFor(p, "huge", 9, "")}, r.now, time.Hour)
+	r.collect()
+	var ws []Waiter
+	for _, rank := range []uint32{0, 2, 5} {
+		w, err := r.barrier("huge", rank, 9, "b", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, w)
+	}
+	wantRefusal(t, r.c.GiveUp(ws[1], codes.DeadlineExceeded), codes.DeadlineExceeded,
+		"job \"huge\" barrier \"b\": ranks 1, 3, 4 and 65529 others did not come before rank 2's deadline (3 of 65535 ranks arrived, 0 of them gave up waiting)")
+	err := r.c.GiveUp(ws[0], codes.DeadlineExceeded)
+	wantRefusal(t, err, codes.DeadlineExceeded, "ranks 1, 3, 4 and 65529 others did not come before rank 0's deadline (3 of 65535 ranks arrived, 1 of them gave up waiting)")
+	if len(err.Error()) > 512 {
+		t.Fatalf("give-up answered with %d bytes", len(err.Error()))
+	}
 }

@@ -128,12 +128,18 @@ const (
 // work and text: "rank 3", "ranks 3, 7 and 9", "ranks 3, 7, 9 and 65530
 // others", or "65530 ranks" when none is among the first missingScan.
 func (j *job) missingText(missing int) string {
+	return nameMissing(len(j.ranks), missing, func(r int) bool { return j.ranks[r] == nil && !j.expired[uint32(r)] })
+}
+
+// nameMissing names missing ranks of world, at most missingNamed of them,
+// found by absent among the first missingScan.
+func nameMissing(world, missing int, absent func(r int) bool) string {
 	if missing <= 0 {
 		return "no rank"
 	}
 	var named []string
-	for r := 0; r < len(j.ranks) && r < missingScan && len(named) < missingNamed; r++ {
-		if j.ranks[r] == nil && !j.expired[uint32(r)] {
+	for r := 0; r < world && r < missingScan && len(named) < missingNamed; r++ {
+		if absent(r) {
 			named = append(named, strconv.Itoa(r))
 		}
 	}
@@ -150,30 +156,27 @@ func (j *job) missingText(missing int) string {
 }
 
 // giveUpRound takes a rank whose caller gave up out of its barrier or
-// broadcast round, and names who did not come.
+// broadcast round, and names who did not come, in bounded work and text
+// whatever the world size (see nameMissing).
 func giveUpRound(wt *wait, code codes.Code) error {
-	j, rank := wt.job, wt.rank
-	var missing []string
-	for r := range j.ranks {
-		if uint32(r) != rank && !wt.round.arrived[uint32(r)] && !wt.round.gaveUp[uint32(r)] {
-			missing = append(missing, strconv.Itoa(r))
-		}
+	j, rank, round := wt.job, wt.rank, wt.round
+	// A rank that joins a round leaves its gaveUp: the two are disjoint,
+	// and rank is among the arrived.
+	missing := len(j.ranks) - len(round.arrived) - len(round.gaveUp)
+	who := nameMissing(len(j.ranks), missing, func(r int) bool {
+		return uint32(r) != rank && !round.arrived[uint32(r)] && !round.gaveUp[uint32(r)]
+	})
+	arrived := len(round.arrived)
+	if round.gaveUp == nil {
+		round.gaveUp = map[uint32]bool{}
 	}
-	arrived := len(wt.round.arrived)
-	if wt.round.gaveUp == nil {
-		wt.round.gaveUp = map[uint32]bool{}
-	}
-	wt.round.gaveUp[rank] = true
-	j.unjoin(wt.set, wt.round, wt.k, rank)
+	round.gaveUp[rank] = true
+	j.unjoin(wt.set, round, wt.k, rank)
 	if wt.kind == waitBarrier {
-		who := "ranks " + strings.Join(missing, ", ")
-		if len(missing) == 1 {
-			who = "rank " + missing[0]
-		}
 		return Refuse(code, "job %q barrier %q: %s did not come before rank %d's deadline (%d of %d ranks arrived, %d of them gave up waiting)",
-			j.name, wt.name, who, rank, arrived+len(wt.round.gaveUp)-1, len(j.ranks), len(wt.round.gaveUp)-1)
+			j.name, wt.name, who, rank, arrived+len(round.gaveUp)-1, len(j.ranks), len(round.gaveUp)-1)
 	}
-	return Refuse(code, "job %q broadcast %q: root %d did not send before rank %d's deadline", j.name, wt.name, wt.round.root, rank)
+	return Refuse(code, "job %q broadcast %q: root %d did not send before rank %d's deadline", j.name, wt.name, round.root, rank)
 }
 
 // Tick tells the core the time: adoption grace periods and waits for

@@ -128,15 +128,9 @@ func (v StatusView) shows(j *job) bool {
 	if !v.Redact {
 		return true
 	}
-	if j.client != "" && j.client == v.Client {
-		return true
-	}
-	for _, reg := range j.ranks {
-		if reg != nil && reg.client != "" && reg.client == v.Client {
-			return true
-		}
-	}
-	return false
+	// j.bytes counts the registrations of each client with a rank in j,
+	// so the check visits no rank.
+	return v.Client != "" && (j.client == v.Client || j.bytes[v.Client] > 0)
 }
 
 // StatusJobs describes a page of the job table for an operator: size
