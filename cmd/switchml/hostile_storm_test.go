@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,4 +156,83 @@ func codesOf(errs []error) string {
 		n[status.Code(err)]++
 	}
 	return fmt.Sprint(n)
+}
+
+// TestHostileFatRegistrationStorm: one client identity opens 2,000
+// registrations of 256 lanes of 64-byte addresses and a 1 KiB token each,
+// over 20 connections (room for 2,560 calls at 128 a connection). Those
+// beyond its 512 open calls are refused as they arrive, naming
+// --max-calls-per-client; the controller's memory stays bounded (its peak
+// resident set under 300 MB), `switchml status` answers, and a job from
+// another identity runs, verified, while the storm holds its calls open.
+func TestHostileFatRegistrationStorm(t *testing.T) {
+	needProcesses(t)
+	const storm, limit = 2000, 512
+	f := startFabric(t, nil, "")
+	var conns []jobpb.JobServiceClient
+	for range 20 {
+		conns = append(conns, jobClient(t, f.controller, "127.0.0.2"))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var refused, other atomic.Int64
+	var firstRefusal atomic.Value
+	var wg sync.WaitGroup
+	for i := range storm {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := stormRegistration(fmt.Sprintf("fat-%d", i/256), uint32(i%256), uint32(i), 256, 256, 64, 1024)
+			_, err := conns[i%len(conns)].Register(ctx, req, grpc.WaitForReady(true))
+			switch status.Code(err) {
+			case codes.ResourceExhausted:
+				refused.Add(1)
+				firstRefusal.CompareAndSwap(nil, err.Error())
+			case codes.Canceled:
+			default:
+				other.Add(1)
+				t.Errorf("registration %d of the storm: %v", i, err)
+			}
+		}()
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for refused.Load()+other.Load() < storm-limit {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d registrations refused: the storm was not stopped at %d open calls", refused.Load(), storm, limit)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if msg, _ := firstRefusal.Load().(string); !strings.Contains(msg, "--max-calls-per-client") {
+		t.Fatalf("a refusal says %q: want the limit's flag", msg)
+	}
+	st := spawn(t, nil, "status", "--controller", f.controller, "--json", "--no-counters", "--timeout", "2m")
+	if err := st.wait(t, 3*time.Minute); err != nil {
+		t.Fatalf("switchml status during the storm: %v\n%s", err, st.Logs())
+	}
+	runJob(t, f, nil, jobSpec{name: "despite-storm", dtype: "int32", workers: 2, elements: 50_000, iters: 2, bind: []string{"127.0.0.1", "127.0.0.1"}})
+	if hwm := peakRSS(t, f.ctl.Cmd().Process.Pid); hwm > 300<<20 {
+		t.Errorf("controller peak resident set %d MB during the storm, want under 300 MB", hwm>>20)
+	}
+	cancel()
+	wg.Wait()
+}
+
+// peakRSS is the peak resident set (VmHWM) of process pid, in bytes.
+func peakRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				t.Fatalf("VmHWM %q: %v", v, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no VmHWM in /proc/%d/status", pid)
+	return 0
 }
