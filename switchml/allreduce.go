@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"gorgonia.org/tensor"
-
 	"github.com/switchml/switchml-go/quant"
 	"github.com/switchml/switchml-go/switchml/dtype"
 	"github.com/switchml/switchml-go/switchml/engine"
@@ -160,25 +158,6 @@ func (s *Session) StartBFloat16(ctx context.Context, x []uint16) *Handle {
 	return s.Start(ctx, dtype.BFloat16, dtype.Bytes(x))
 }
 
-// StartTensor begins an in-place sum of a dense float32 or int32 tensor.
-func (s *Session) StartTensor(ctx context.Context, t *tensor.Dense) *Handle {
-	if t == nil {
-		return failed(fmt.Errorf("switchml: nil tensor"))
-	}
-	if t.IsView() {
-		return failed(fmt.Errorf("switchml: tensor is a view; call Materialize() and reduce the copy"))
-	}
-	switch d := t.Data().(type) {
-	case []float32:
-		return s.StartFloat32(ctx, d)
-	case []int32:
-		return s.StartInt32(ctx, d)
-	case float32, int32:
-		return failed(fmt.Errorf("switchml: scalar tensor; reshape it to a vector of one element"))
-	}
-	return failed(fmt.Errorf("switchml: tensor dtype %v not supported: use Float32 or Int32", t.Dtype()))
-}
-
 func failed(err error) *Handle {
 	h := &Handle{err: err, done: make(chan struct{})}
 	close(h.done)
@@ -208,11 +187,6 @@ func (s *Session) AllReduceFloat16(ctx context.Context, x []uint16) error {
 // AllReduceBFloat16 sums bfloat16 values (as bits) across all ranks in place.
 func (s *Session) AllReduceBFloat16(ctx context.Context, x []uint16) error {
 	return s.StartBFloat16(ctx, x).Wait(context.Background())
-}
-
-// AllReduceTensor sums a dense float32 or int32 tensor across all ranks in place.
-func (s *Session) AllReduceTensor(ctx context.Context, t *tensor.Dense) error {
-	return s.StartTensor(ctx, t).Wait(context.Background())
 }
 
 // run executes queued calls one at a time, in order, across the lanes.

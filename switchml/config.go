@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/transport"
-	"github.com/switchml/switchml-go/transport/afxdp"
 	"github.com/switchml/switchml-go/transport/shm"
 	"github.com/switchml/switchml-go/wire"
 )
@@ -178,10 +177,13 @@ type Config struct {
 // serve over the ring allreduce.
 const FallbackRing = "ring"
 
-// The Config.Transport values.
+// The Config.Transport values. TransportAFXDP needs its package,
+// github.com/switchml/switchml-go/transport/afxdp, imported (for its side
+// effect) to register it; the library does not pull its dependencies in
+// otherwise.
 const (
 	TransportUDP   = transport.UDP
-	TransportAFXDP = afxdp.Name
+	TransportAFXDP = "afxdp"
 	TransportShm   = shm.Name
 )
 

@@ -5,10 +5,11 @@
 //
 // A worker joins a job through the controller (Join, with the controller's
 // address, the job name, its rank and the world size) and then sums
-// []float32, []int32, float16/bfloat16 bits or gorgonia dense tensors in
-// place across all ranks (AllReduceFloat32 and friends, or the Start*
-// variants that return a Handle); AllReduce and Start take any type of
-// package dtype's registry, as the tensor's bytes. Floats travel as
+// []float32, []int32 or float16/bfloat16 bits in place across all ranks
+// (AllReduceFloat32 and friends, or the Start* variants that return a
+// Handle); AllReduce and Start take any type of package dtype's registry,
+// as the tensor's bytes, and package switchml/tensor sums gorgonia dense
+// tensors. Floats travel as
 // block-scaled 32-bit fixed point with a per-block exponent shared through
 // the switch (package quant); int32 is summed exactly, wrapping.
 //

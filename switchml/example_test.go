@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"gorgonia.org/tensor"
-
 	"github.com/switchml/switchml-go/p4/local"
 	"github.com/switchml/switchml-go/switchml"
 )
@@ -95,35 +93,6 @@ func ExampleSession_StartFloat32() {
 	// Output:
 	// weights [0.5 -2 6]
 	// counts [1 200]
-}
-
-// A gorgonia dense tensor of float32 or int32 is summed in place, whatever
-// its shape. AllReduceTensor blocks until every rank has contributed, so
-// each rank calls it from its own goroutine.
-func ExampleSession_AllReduceTensor() {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	sessions, closeAll, err := joinLocal(ctx, "tensor", 3)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer closeAll()
-
-	tensors := make([]*tensor.Dense, len(sessions))
-	errs := make([]error, len(sessions))
-	var wg sync.WaitGroup
-	for rank, sess := range sessions {
-		tensors[rank] = tensor.New(tensor.WithShape(2, 3), tensor.WithBacking([]float32{1, 2, 3, 4, 5, 6}))
-		wg.Go(func() { errs[rank] = sess.AllReduceTensor(ctx, tensors[rank]) })
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		fmt.Println(err)
-		return
-	}
-	fmt.Println(tensors[0].Shape(), tensors[0].Data())
-	// Output: (2, 3) [3 6 9 12 15 18]
 }
 
 // joinLocal starts an embedded switch and joins every rank of a job to it,

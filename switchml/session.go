@@ -23,8 +23,6 @@ import (
 	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/switchml/engine"
 	"github.com/switchml/switchml-go/transport"
-	"github.com/switchml/switchml-go/transport/afxdp"
-	"github.com/switchml/switchml-go/transport/shm"
 	"github.com/switchml/switchml-go/wire"
 )
 
@@ -599,24 +597,15 @@ func (s *Session) Transport() string {
 	if len(s.lanes) == 0 {
 		return TransportUDP
 	}
-	xdp, shared := 0, 0
-	for _, l := range s.lanes {
-		switch c := l.conn.(type) {
-		case *afxdp.Conn:
-			xdp++
-		case *shm.Conn:
-			if c.Stats().ShmTX > 0 {
-				shared++
-			}
+	// Every lane opened the same transport; one that moves its packets
+	// over UDP (fell back, or has not reached a peer's inbox) makes it UDP.
+	carries := transport.CarrierOf(s.lanes[0].conn)
+	for _, l := range s.lanes[1:] {
+		if transport.CarrierOf(l.conn) != carries {
+			return TransportUDP
 		}
 	}
-	switch len(s.lanes) {
-	case xdp:
-		return TransportAFXDP
-	case shared:
-		return TransportShm
-	}
-	return TransportUDP
+	return carries
 }
 
 // listenLane opens a lane's socket on a free port of the bind address,

@@ -91,9 +91,20 @@ func Lookup(name string) (Kind, error) {
 	k, ok := registry.kinds[name]
 	registry.RUnlock()
 	if !ok {
+		if pkg := optional[name]; pkg != "" {
+			return Kind{}, fmt.Errorf("transport %q is not in this program: import %q (for its side effect) to register it; or want %s", name, pkg, namesText())
+		}
 		return Kind{}, fmt.Errorf("transport %q: want %s", name, namesText())
 	}
 	return k, nil
+}
+
+// optional are the transports of this module that a program registers by
+// importing their package, which Lookup names when one is asked for but
+// missing.
+var optional = map[string]string{
+	"afxdp": "github.com/switchml/switchml-go/transport/afxdp",
+	"shm":   "github.com/switchml/switchml-go/transport/shm",
 }
 
 // Names lists the registered transports, UDP first, then by name.

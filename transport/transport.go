@@ -94,6 +94,24 @@ type PacketConn interface {
 
 var _ PacketConn = (*Conn)(nil)
 
+// Carrier is a PacketConn of a transport other than UDP: Kind is the
+// transport's name, and Carries the transport its packets take now (Kind,
+// or UDP while it reaches its peers through kernel sockets, as a
+// shared-memory Conn does until a peer with an inbox). A PacketConn that
+// is not a Carrier is a UDP socket.
+type Carrier interface {
+	Kind() string
+	Carries() string
+}
+
+// CarrierOf is the transport c's packets take now.
+func CarrierOf(c PacketConn) string {
+	if k, ok := c.(Carrier); ok {
+		return k.Carries()
+	}
+	return UDP
+}
+
 // InPlaceWriter is a PacketConn that lets a sender build datagrams in the
 // memory they are sent from, saving a copy (package shm's Conns).
 type InPlaceWriter interface {

@@ -236,3 +236,31 @@ func TestTheCheckCatchesUpwardImports(t *testing.T) {
 		}
 	}
 }
+
+// heavyModules are the outside modules the library that `go get` users
+// import must not pull in: they come with optional parts (gorgonia tensors,
+// the AF_XDP transport), each in a package of its own.
+var heavyModules = []string{"gorgonia.org/", "github.com/apache/arrow", "github.com/cilium/ebpf"}
+
+// TestTheLibraryIsLight: package switchml, with what it imports, pulls in
+// none of heavyModules; the packages that do are named.
+func TestTheLibraryIsLight(t *testing.T) {
+	root := moduleRoot(t)
+	cmd := exec.Command("go", "list", "-deps", "./switchml")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps ./switchml: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, "google.golang.org/grpc") {
+		t.Fatalf("go list -deps ./switchml lists %d packages without grpc: not the library's graph", len(deps))
+	}
+	for _, d := range deps {
+		for _, h := range heavyModules {
+			if strings.HasPrefix(d, h) {
+				t.Errorf("package switchml depends on %s: keep it in an optional package (switchml/tensor, transport/afxdp)", d)
+			}
+		}
+	}
+}

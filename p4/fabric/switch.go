@@ -17,8 +17,8 @@ import (
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/softswitch"
 	"github.com/switchml/switchml-go/transport"
-	"github.com/switchml/switchml-go/transport/afxdp"
-	"github.com/switchml/switchml-go/transport/shm"
+	_ "github.com/switchml/switchml-go/transport/afxdp" // the switch takes --transport afxdp
+	_ "github.com/switchml/switchml-go/transport/shm"   // and shm
 )
 
 // SwitchConfig describes a software switch.
@@ -353,24 +353,21 @@ func listenDataplane(kind, addr string, logger *slog.Logger) (transport.PacketCo
 	return t.Switch(transport.SwitchSpec{Addr: addr, UDP: transport.Options{Batch: 128, SocketBuffer: 4 << 20}, Logf: logf})
 }
 
-// Transport is what the data plane moves packets through: afxdp.Name when
-// every shard got an AF_XDP socket, shm.Name when every shard got a
-// shared-memory inbox, else transport.UDP.
+// Transport is what the data plane moves packets through: the transport
+// it was started with when every shard got a socket of its own (a
+// transport.Carrier), else transport.UDP (a shard fell back to kernel
+// sockets).
 func (s *Switch) Transport() string {
-	xdp, shared := 0, 0
+	kind := transport.UDP
 	for _, c := range s.conns {
-		switch c.(type) {
-		case *afxdp.Conn:
-			xdp++
-		case *shm.Conn:
-			shared++
+		k, ok := c.(transport.Carrier)
+		if !ok {
+			return transport.UDP
 		}
+		// A switch's shared-memory inbox carries packets from the first
+		// lane that writes into it: it is the transport's, whatever it
+		// has moved so far.
+		kind = k.Kind()
 	}
-	switch len(s.conns) {
-	case xdp:
-		return afxdp.Name
-	case shared:
-		return shm.Name
-	}
-	return transport.UDP
+	return kind
 }

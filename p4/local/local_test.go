@@ -2,6 +2,7 @@ package local_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/switchml/switchml-go/p4/local"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/switchml"
+	swtensor "github.com/switchml/switchml-go/switchml/tensor"
 )
 
 // TestJobOnEmbeddedFabric runs workers as goroutines against an embedded
@@ -80,7 +82,7 @@ func worker(ctx context.Context, ctl string, rank, n, size int) error {
 	for i := range 20 {
 		tt.Data().([]float32)[i] = float32(i + rank)
 	}
-	if err := sess.AllReduceTensor(ctx, tt); err != nil {
+	if err := swtensor.AllReduce(ctx, sess, tt); err != nil {
 		return fmt.Errorf("tensor: %w", err)
 	}
 	for i, v := range tt.Data().([]float32) {
@@ -88,8 +90,8 @@ func worker(ctx context.Context, ctl string, rank, n, size int) error {
 			return fmt.Errorf("tensor element %d = %v, want %v", i, v, want)
 		}
 	}
-	if err := sess.AllReduceTensor(ctx, tensor.New(tensor.WithShape(2), tensor.WithBacking([]float64{1, 2}))); err == nil {
-		return fmt.Errorf("float64 tensor accepted")
+	if err := swtensor.AllReduce(ctx, sess, tensor.New(tensor.WithShape(2), tensor.WithBacking([]float64{1, 2}))); !errors.Is(err, swtensor.ErrUnsupported) {
+		return fmt.Errorf("float64 tensor: %v, want ErrUnsupported", err)
 	}
 	one := []int32{int32(rank)}
 	if err := sess.AllReduceInt32(ctx, one); err != nil {

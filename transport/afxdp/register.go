@@ -33,3 +33,11 @@ func listenSwitch(s transport.SwitchSpec) (transport.PacketConn, error) {
 	}
 	return ListenOrUDP(ap, Options{Batch: s.UDP.Batch}, s.UDP, s.Logf)
 }
+
+// Carries is the transport the Conn's packets take: Name.
+func (c *Conn) Carries() string { return Name }
+
+// Kind is the Conn's transport, Name.
+func (c *Conn) Kind() string { return Name }
+
+var _ transport.Carrier = (*Conn)(nil)

@@ -38,3 +38,17 @@ func listenSwitch(s transport.SwitchSpec) (transport.PacketConn, error) {
 	opts := Options{Producers: 256, CoalesceWakeups: true, ShareCopies: true, YieldsBeforeSleep: DefaultYields}
 	return ListenOrUDP(ap, opts, s.UDP, s.Logf)
 }
+
+// Carries is the transport the Conn's packets take: Name once it has
+// written into a peer's inbox, else UDP (no peer it sent to has one).
+func (c *Conn) Carries() string {
+	if c.Stats().ShmTX > 0 {
+		return Name
+	}
+	return transport.UDP
+}
+
+// Kind is the Conn's transport, Name.
+func (c *Conn) Kind() string { return Name }
+
+var _ transport.Carrier = (*Conn)(nil)
