@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/p4/local"
 	"github.com/switchml/switchml-go/switchml"
 	"github.com/switchml/switchml-go/transport"
 )
@@ -32,6 +33,10 @@ type Demo struct {
 	Drop           float64 // switch-side drop probability
 	Transport      string  // switchml.TransportUDP or switchml.TransportShm
 	Verbose        bool    // copy every process's log to stderr
+	// Port, if set, pins the switch's data plane at Port, its P4Runtime
+	// server at Port+1 and the controller at Port+2, on 127.0.0.1
+	// (local.Ports); by default they are free ports.
+	Port int
 
 	// Command returns the command that runs `switchml ARGS...`, stopped
 	// when the demo's context ends.
@@ -50,6 +55,9 @@ func (d *Demo) Check() error {
 	}
 	if _, err := elementSize(d.DType); err != nil {
 		return err
+	}
+	if _, _, _, err := local.Ports(d.Port, 1); err != nil {
+		return fmt.Errorf("--%w", err)
 	}
 	switch {
 	case d.Elements < 1:
@@ -101,8 +109,12 @@ func (d Demo) Run(ctx context.Context, out io.Writer) error {
 	defer cancel()
 	fmt.Fprintf(out, "SwitchML demo: %d workers, %d x %s each (%.1f MiB), %d iterations\n", d.Workers, d.Elements, d.DType,
 		float64(d.Elements*size)/(1<<20), d.Iters)
+	dp, p4rt, ctl, err := local.Ports(d.Port, 1)
+	if err != nil {
+		return fmt.Errorf("--%w", err)
+	}
 	fab, err := fabric.Start(ctx, fabric.Config{Command: d.Command, Echo: d.Verbose, MaxElements: max(d.PacketElements, 1024),
-		Faults: transport.Faults{Drop: d.Drop, Seed: 1}, Transport: d.Transport})
+		Faults: transport.Faults{Drop: d.Drop, Seed: 1}, Transport: d.Transport, Dataplane: dp, P4Runtime: p4rt, Controller: ctl})
 	if err != nil {
 		return err
 	}

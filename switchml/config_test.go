@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
 )
 
 func TestConfigValidation(t *testing.T) {
@@ -201,5 +204,24 @@ func TestShmTimeoutDefault(t *testing.T) {
 		if got := c.cfg.withDefaults().Timeout; got != c.want {
 			t.Errorf("transport %q, timeout %v: got %v, want %v", c.cfg.Transport, c.cfg.Timeout, got, c.want)
 		}
+	}
+}
+
+// TestJoinAtAnotherGRPCServer: a controller address that answers gRPC
+// without the job service (the switch's P4Runtime port, given by mistake)
+// fails at once, saying so.
+func TestJoinAtAnotherGRPCServer(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	go func() { _ = g.Serve(lis) }()
+	defer g.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err = Join(ctx, Config{Controller: lis.Addr().String(), Job: "j", Workers: 1})
+	if !errors.Is(err, ErrControllerUnreachable) || !strings.Contains(err.Error(), "not a switchml controller") || !strings.Contains(err.Error(), "P4Runtime port") {
+		t.Fatalf("Join at a gRPC server without the job service = %v, want ErrControllerUnreachable naming the P4Runtime port", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -656,6 +657,11 @@ func (s *Session) rpcError(what string, err error) error {
 		return fmt.Errorf("switchml: %s: %w", what, context.Canceled)
 	case codes.Aborted:
 		return fmt.Errorf("%w: %s: %s", ErrAborted, what, st.Message())
+	case codes.Unimplemented:
+		if strings.Contains(st.Message(), "unknown service") {
+			return fmt.Errorf("%w: %s: %s answers gRPC but serves no job service (%s): it is not a switchml controller; is it the switch's P4Runtime port (switch --p4rt)? Give the address of `switchml controller --listen`",
+				ErrControllerUnreachable, what, s.cfg.Controller, st.Message())
+		}
 	}
 	return fmt.Errorf("switchml: %s: %s: %s", what, st.Code(), st.Message())
 }

@@ -29,6 +29,7 @@ func runDemo(ctx context.Context, args []string) error {
 	fs.Float64Var(&d.Drop, "drop", 0, "switch-side drop probability, to watch loss recovery")
 	fs.StringVar(&d.Transport, "transport", switchml.TransportUDP, `how the workers and the switch move packets: "udp" (kernel sockets) or "shm" (shared memory on this host)`)
 	fs.BoolVar(&d.Verbose, "v", false, "show the logs of every process")
+	fs.IntVar(&d.Port, "port", 0, "pin the ports on 127.0.0.1: the switch's data plane at this port, its P4Runtime server at the next and the controller at the one after (0: free ports)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

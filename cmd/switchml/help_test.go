@@ -14,7 +14,7 @@ func helpFlags(help string) map[string]string {
 	flags := map[string]string{}
 	name := ""
 	for _, line := range strings.Split(help, "\n") {
-		if m := regexp.MustCompile(`^  -(\S+)`).FindStringSubmatch(line); m != nil {
+		if m := regexp.MustCompile(`^  --(\S+)`).FindStringSubmatch(line); m != nil {
 			name = m[1]
 			flags[name] = line
 		} else if name != "" && strings.HasPrefix(line, "    \t") {
@@ -49,6 +49,9 @@ func TestHelpUsageLines(t *testing.T) {
 			if !strings.HasPrefix(usage, "Usage: switchml "+name) {
 				t.Fatalf("%s --help starts with %q, want its usage line", name, usage)
 			}
+			if m := regexp.MustCompile(`(?m)^  -[^-]\S*`).FindString(help); m != "" {
+				t.Errorf("%s --help lists %q: want every flag as --name, as the usage lines write them", name, strings.TrimSpace(m))
+			}
 			flags := helpFlags(help)
 			if len(flags) == 0 && name != "p4tools" {
 				t.Fatalf("%s --help lists no flags:\n%s", name, help)
@@ -67,5 +70,19 @@ func TestHelpUsageLines(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestHelpAndVersionExitZero: asking for help, of the command or of a
+// subcommand, and for the version, succeeds; --version names the build.
+func TestHelpAndVersionExitZero(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"help"}, {"p4", "--help"}, {"p4", "pack", "--help"}, {"demo", "-h"}, {"--version"}, {"version"}} {
+		out, err := exec.Command(binary, args...).CombinedOutput()
+		if err != nil {
+			t.Errorf("switchml %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		if args[0] == "--version" && !regexp.MustCompile(`^switchml \S+.*, go1\.`).Match(out) {
+			t.Errorf("switchml --version printed %q, want the module version and the Go release", out)
+		}
 	}
 }

@@ -23,7 +23,10 @@ import (
 	"maps"
 	"os"
 	"os/signal"
+	"reflect"
+	"runtime/debug"
 	"slices"
+	"strings"
 	"syscall"
 )
 
@@ -43,13 +46,17 @@ func usage(w io.Writer) {
 	for _, n := range slices.Sorted(maps.Keys(commands)) {
 		fmt.Fprintf(w, "  %-11s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintf(w, "\nRun 'switchml <command> --help' for the flags of a command.\n")
+	fmt.Fprintf(w, "\nRun 'switchml <command> --help' for the flags of a command, 'switchml --version' for the build.\n")
 }
 
 // errUsage marks errors whose message already told the user what to do.
 var errUsage = errors.New("usage")
 
 func main() {
+	if len(os.Args) == 2 && (os.Args[1] == "--version" || os.Args[1] == "-version" || os.Args[1] == "version") {
+		fmt.Println(version())
+		return
+	}
 	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
 		usage(os.Stdout)
 		if len(os.Args) < 2 {
@@ -96,9 +103,81 @@ func newFlags(name, synopsis string) *flag.FlagSet {
 	fs := flag.NewFlagSet("switchml "+name, flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: switchml %s %s\n\n%s\n\nFlags:\n", name, synopsis, commands[name].summary)
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	return fs
+}
+
+// printFlags lists fs's flags as flag.PrintDefaults does, but each as
+// --name, the way the usage lines and the docs write them (the flag
+// package takes either).
+func printFlags(fs *flag.FlagSet) {
+	w := fs.Output()
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if name != "" {
+			line += " " + name
+		}
+		line += "\n    \t" + strings.ReplaceAll(usage, "\n", "\n    \t")
+		if !isZeroValue(f) {
+			if reflect.TypeOf(f.Value).String() == "*flag.stringValue" {
+				line += fmt.Sprintf(" (default %q)", f.DefValue)
+			} else {
+				line += fmt.Sprintf(" (default %v)", f.DefValue)
+			}
+		}
+		fmt.Fprintln(w, line)
+	})
+}
+
+// isZeroValue reports whether f's default is its type's zero value (then
+// printFlags names no default), as the flag package decides it.
+func isZeroValue(f *flag.Flag) (zero bool) {
+	t := reflect.TypeOf(f.Value)
+	var z reflect.Value
+	if t.Kind() == reflect.Pointer {
+		z = reflect.New(t.Elem())
+	} else {
+		z = reflect.Zero(t)
+	}
+	v, ok := z.Interface().(flag.Value)
+	if !ok {
+		return false
+	}
+	defer func() {
+		if recover() != nil {
+			zero = false // a Value whose zero cannot print itself
+		}
+	}()
+	return f.DefValue == v.String()
+}
+
+// version is what --version prints: the module's version, and the commit
+// the binary was built from when the build recorded it.
+func version() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "switchml (no build information)"
+	}
+	out := "switchml " + info.Main.Version
+	var rev, modified, when string
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = ", with uncommitted changes"
+			}
+		case "vcs.time":
+			when = " of " + s.Value
+		}
+	}
+	if rev != "" {
+		out += fmt.Sprintf(" (commit %s%s%s)", rev, when, modified)
+	}
+	return out + ", " + info.GoVersion
 }
 
 // parseFlags parses args and rejects stray positional arguments.

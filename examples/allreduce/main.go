@@ -2,7 +2,11 @@
 // embedded software switch and controller, runs four workers as goroutines
 // and sums a gradient-sized float32 vector across them.
 //
-//	go run ./examples/allreduce
+//	go run ./examples/allreduce [--port BASE]
+//
+// With --port, the switch's data plane, its P4Runtime server and the
+// controller listen on 127.0.0.1 at BASE, BASE+1 and BASE+2 (for a
+// firewall, or to watch them); by default on free ports.
 //
 // In a real job each worker is its own process (or host) and calls
 // switchml.Join with the address of a running controller.
@@ -10,6 +14,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log"
 	"sync"
@@ -20,10 +25,12 @@ import (
 )
 
 func main() {
+	port := flag.Int("port", 0, "pin the switch's and the controller's ports on 127.0.0.1 from this one (0: free ports)")
+	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	fab, err := local.Start(ctx, local.Options{})
+	fab, err := local.Start(ctx, local.Options{Port: *port})
 	if err != nil {
 		log.Fatal(err)
 	}

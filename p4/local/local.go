@@ -11,7 +11,11 @@ package local
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"net"
+	"strconv"
+	"strings"
 
 	"github.com/switchml/switchml-go/p4/fabric"
 	"github.com/switchml/switchml-go/transport"
@@ -42,6 +46,30 @@ type Options struct {
 	Transport string
 	// Logger receives the switch's and controller's logs (default: discarded).
 	Logger *slog.Logger
+	// Port, if set, pins the ports on 127.0.0.1: the switch's data plane
+	// at Port (its shards at the ports after it), its P4Runtime server at
+	// Port+Shards and the controller's job service at Port+Shards+1. By
+	// default each is a free port.
+	Port int
+}
+
+// Ports are the addresses a fabric with Options.Port pins: data plane (every
+// shard's, comma-separated), P4Runtime and controller; empty strings for
+// port 0. It refuses a base port that leaves no room.
+func Ports(base, shards int) (dataplane, p4rt, controller string, err error) {
+	if base == 0 {
+		return "", "", "", nil
+	}
+	shards = max(shards, 1)
+	if base < 1024 || base+shards+1 > 65535 {
+		return "", "", "", fmt.Errorf("port %d: want 1024..%d, so that the %d ports from it are unprivileged and exist", base, 65535-shards-1, shards+2)
+	}
+	at := func(p int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(p)) }
+	var dps []string
+	for i := range shards {
+		dps = append(dps, at(base+i))
+	}
+	return strings.Join(dps, ","), at(base + shards), at(base + shards + 1), nil
 }
 
 // Fabric is a running switch and controller: ControllerAddr is what
@@ -51,8 +79,13 @@ type Fabric = fabric.Fabric
 // Start brings up the switch and the controller and returns once workers
 // can join. Close stops both.
 func Start(ctx context.Context, opts Options) (*Fabric, error) {
+	dp, p4rt, ctl, err := Ports(opts.Port, opts.Shards)
+	if err != nil {
+		return nil, fmt.Errorf("local: %w", err)
+	}
 	return fabric.Start(ctx, fabric.Config{
 		Slots: opts.Slots, MaxElements: opts.MaxElements, MaxWorkers: opts.MaxWorkers, MaxSlotsPerClient: opts.MaxSlotsPerClient,
 		Faults: opts.Faults, Shards: opts.Shards, Transport: opts.Transport, Logger: opts.Logger,
+		Dataplane: dp, P4Runtime: p4rt, Controller: ctl,
 	})
 }
