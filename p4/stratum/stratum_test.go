@@ -2,6 +2,7 @@ package stratum_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,11 +29,15 @@ import (
 	"github.com/switchml/switchml-go/p4/tna"
 )
 
-// fakeOutput writes a directory laid out as bf-p4c's output for target
-// ("tofino" or "tofino2") and returns it with the bytes of its files.
-func fakeOutput(t *testing.T, target string) (dir string, files map[string][]byte) {
+// fakeOutput writes a directory laid out as bf-p4c's output for program
+// ("tofino", "tofino2" or "tofino2-leaf") and returns it with the bytes of
+// its files. bfrt.json is the one bf-p4c writes for the program (checked
+// in under testdata, kept equal to the compiler's by p4/programs
+// TestBfrtJSONCheckedIn); context.json and the binary are stand-ins.
+func fakeOutput(t *testing.T, program string) (dir string, files map[string][]byte) {
 	t.Helper()
 	dir = t.TempDir()
+	target := strings.TrimSuffix(program, "-leaf")
 	bin := "tofino.bin"
 	if target == "tofino2" {
 		bin = "tofino2.bin"
@@ -40,7 +46,7 @@ func fakeOutput(t *testing.T, target string) (dir string, files map[string][]byt
 		{"pipe_id": 0, "pipe_name": "pipe", "files": {"context": {"path": "pipe/context.json"}}}]}]}`, target)
 	files = map[string][]byte{
 		"manifest.json":            []byte(manifest),
-		"bfrt.json":                []byte(`{"schema_version": "1.0.0", "tables": []}`),
+		"bfrt.json":                bfrtJSON(t, program),
 		"pipe/context.json":        []byte(`{"program_name": "switchml.p4"}`),
 		filepath.Join("pipe", bin): {0x01, 0x02, 0x00, 0xff},
 	}
@@ -53,6 +59,36 @@ func fakeOutput(t *testing.T, target string) (dir string, files map[string][]byt
 		}
 	}
 	return dir, files
+}
+
+// bfrtJSON is the bfrt.json bf-p4c writes for program.
+func bfrtJSON(t *testing.T, program string) []byte {
+	t.Helper()
+	f, err := os.Open(filepath.Join("testdata", program+".bfrt.json.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// packed is the device config the controller pushes for program.
+func packed(t *testing.T, program string) []byte {
+	t.Helper()
+	dir, _ := fakeOutput(t, program)
+	b, err := stratum.Pack(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // Pack's bytes decode with Stratum's bf.proto into the program's name,
@@ -133,7 +169,7 @@ func TestStratumJobControlTraffic(t *testing.T) {
 	t.Run("tofino", func(t *testing.T) { runStratumJob(t, "tofino", tna.P4InfoText, false) })
 	t.Run("tofino2", func(t *testing.T) { runStratumJob(t, "tofino2", tna.P4InfoTofino2Text, false) })
 	// The leaf role's program runs as a plain switch: no uplink entries.
-	t.Run("tofino2 leaf", func(t *testing.T) { runStratumJob(t, "tofino2", tna.P4InfoTofino2LeafText, false) })
+	t.Run("tofino2 leaf", func(t *testing.T) { runStratumJob(t, "tofino2-leaf", tna.P4InfoTofino2LeafText, false) })
 	// A controller that finds the pipeline running (an earlier controller
 	// pushed it) cannot know which job ids that one used: a reused id
 	// would match a finished job's tag, so it resets the pool all the same.
@@ -153,9 +189,9 @@ type startFunc func(ctx context.Context, ready chan<- net.Addr, done chan<- erro
 
 // runStratumJob runs the job; with adopt, a first controller pushes the
 // pipeline and stops before the one that serves the job starts.
-func runStratumJob(t *testing.T, chip string, p4infoText []byte, adopt bool) {
+func runStratumJob(t *testing.T, program string, p4infoText []byte, adopt bool) {
 	rec := newRecorder(t, p4infoText)
-	dir, _ := fakeOutput(t, chip)
+	dir, _ := fakeOutput(t, program)
 	devcfg, err := stratum.Pack(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -203,7 +239,7 @@ func runStratumJob(t *testing.T, chip string, p4infoText []byte, adopt bool) {
 	for wi, w := range writes {
 		c.write(wi, w)
 	}
-	c.checkTotals(chip == "tofino2" && !adopt)
+	c.checkTotals(strings.HasPrefix(program, "tofino2") && !adopt)
 	if len(active) == 0 {
 		t.Error("no writes while the job was active")
 	}
@@ -520,7 +556,7 @@ func TestStratumRecorderRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	if err := cl.UseP4Info(rec.info); err != nil {
+	if err := cl.SetPipeline(ctx, rec.info, packed(t, "tofino"), 0); err != nil {
 		t.Fatal(err)
 	}
 	bitmap, values := rec.id(t, p4info.RegisterPoolBitmapPair), rec.id(t, "SwitchMLIngress.pool_values_00")
