@@ -167,6 +167,20 @@ func (t Target) maxJobWorkers(f jobpb.Format) (int, string) {
 	return DefaultSoftswitchMaxWorkers, "the switch's default --max-workers; the controller's --max-workers gives another"
 }
 
+// placeable refuses a job whose ranks' ports the switch cannot serve
+// together: on a switch with pipes (a Tofino), ports of more than one
+// pipe (targets.Capabilities.OnePipe).
+func (t Target) placeable(members []jobcore.Member) error {
+	ports := make(map[int]uint32, len(members))
+	for _, m := range members {
+		ports[int(m.Rank)] = m.Port
+	}
+	if err := t.capabilities().OnePipe(ports); err != nil {
+		return refuse(codes.FailedPrecondition, "the %s switch cannot aggregate this job: %v", t.Kind, err)
+	}
+	return nil
+}
+
 // portOf is the switch port that reaches addr (the rank on the software
 // switch, whose replicas carry no port).
 func (t Target) portOf(addr netip.Addr, rank int) uint32 {

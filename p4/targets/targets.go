@@ -85,6 +85,13 @@ type Capabilities struct {
 	// Tree: the switch can be a leaf or the spine of a two-level tree
 	// (--topology).
 	Tree bool
+	// PortsPerPipe, if not 0, says the switch has several pipes, each
+	// with its own copy of the program's registers, and that device port
+	// p belongs to pipe p / PortsPerPipe. A packet is aggregated in the
+	// registers of the pipe it entered by, so a job whose ranks sit on
+	// ports of two pipes splits its contributions between two copies of
+	// its slots and never completes (see OnePipe).
+	PortsPerPipe int
 }
 
 // RegisterServer is a register service beside the switch's P4Runtime
