@@ -92,6 +92,11 @@ type Capabilities struct {
 	// ports of two pipes splits its contributions between two copies of
 	// its slots and never completes (see OnePipe).
 	PortsPerPipe int
+	// AnswersProbe: the switch answers a probe (wire.AppendProbe) sent to
+	// its data-plane address, so the controller can check that address
+	// before it hands it to workers. A P4 program answers none: it drops
+	// packets from senders it has no workers entry for.
+	AnswersProbe bool
 }
 
 // RegisterServer is a register service beside the switch's P4Runtime
