@@ -130,7 +130,7 @@ func tofinoDeviceConfig(path string) ([]byte, error) {
 
 // stratumP4Info refuses a P4Info whose registers or counters are Tofino
 // externs: Stratum maps only standard P4Runtime registers and counters to
-// the switch's objects (BfrtIdMapper::BuildP4InfoAndBfrtInfoMapping in
+// the switch's objects (BfrtIdMapper::PushForwardingPipelineConfig in
 // stratum/hal/lib/barefoot/bfrt_id_mapper.cc), so every pool reset and
 // counter read would fail.
 func stratumP4Info(info *p4configv1.P4Info) error {
