@@ -180,7 +180,7 @@ func (c *Client) run(ctx context.Context, target string, first chan<- error) {
 			c.mu.Lock()
 			c.primary, c.streamErr = false, err
 			c.mu.Unlock()
-			report(fmt.Errorf("controller: arbitration with %s: %w", target, err))
+			report(c.arbitrationError(target, err))
 			if ctx.Err() == nil {
 				c.log.Warn("controller: P4Runtime stream ended", "target", target, "err", err)
 			}
@@ -209,6 +209,18 @@ func (c *Client) run(ctx context.Context, target string, first chan<- error) {
 			c.log.Warn("controller: stream error from switch", "code", codes.Code(e.GetCanonicalCode()), "msg", e.GetMessage())
 		}
 	}
+}
+
+// arbitrationError is the error of a stream the switch ended while the
+// client arbitrated. A switch that refuses the arbitration's ids (Stratum
+// refuses a device id that is not one of its chassis config's node ids,
+// and an election id of 0) is told apart, naming the flags to change.
+func (c *Client) arbitrationError(target string, err error) error {
+	if status.Code(err) == codes.InvalidArgument {
+		return fmt.Errorf("controller: arbitration with %s as device %d, election id %s: %w (--device-id must be the switch's device id, on Stratum the id of a node of its chassis config; --election-id must not be 0)",
+			target, c.deviceID, fmt128(c.electionID()), err)
+	}
+	return fmt.Errorf("controller: arbitration with %s: %w", target, err)
 }
 
 // arbitration is the client's arbitration update with election id e.

@@ -101,6 +101,7 @@ func RunFromOptions(ctx context.Context, o Options) error {
 // they name and returns the Config to Run. Nothing is dialled.
 func (o Options) Prepare() (Config, error) {
 	cfg := o.Config
+	cfg.ProbeDataplane = true
 	var err error
 	if o.TopologyFile != "" {
 		if cfg.Topology, err = readTopology(o.TopologyFile); err != nil {

@@ -40,6 +40,14 @@ type Config struct {
 	ElectionID uint64 // default 1
 	// Listen is the job service's gRPC address (default DefaultListen).
 	Listen string
+	// ProbeDataplane makes a controller of a switch that answers probes
+	// (the software switch) probe the data-plane addresses before it hands
+	// them out, at start and whenever it reconnects to the switch; while
+	// no switch answers there, registrations are refused with an error
+	// that names the addresses and --dataplane. The CLI sets it (Options.
+	// Prepare); a program that runs the switch beside the controller
+	// knows its address and may leave it off.
+	ProbeDataplane bool
 	// Dataplane is the switch data plane address handed to workers; empty
 	// means the target's host with port 48864. A software switch with
 	// several shards (--shards) has one address per shard: list them all,
@@ -162,6 +170,12 @@ func Run(ctx context.Context, cfg Config) error {
 			cl.Close()
 		}
 	}()
+	if cfg.ProbeDataplane && cfg.Switch.capabilities().AnswersProbe {
+		// Workers handed an address where no switch answers would wait
+		// for results that cannot come; check it before serving.
+		cfg.Switch.dataplane = &dataplaneCheck{}
+		cfg.Switch.dataplane.probe(ctx, cfg, shards)
+	}
 	svc, err := NewJobService(controlled{cl}, ServiceConfig{Dataplane: dp, Shards: shards, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger, Admin: cfg.Admin, JobLimits: cfg.JobLimits,
 		RefuseOpenJobs: cfg.refuseOpenJobs(), AllowLaneAddressMismatch: cfg.AllowLaneAddressMismatch, State: cfg.State, StateTarget: cfg.Target})
 	if err != nil {
@@ -202,6 +216,10 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		cfg.Logger.Info("controller: switch programmed again", "target", cfg.Target)
+		if cfg.Switch.dataplane != nil {
+			// The switch may have come back on another data-plane address.
+			cfg.Switch.dataplane.probe(ctx, cfg, shards)
+		}
 	}
 }
 

@@ -274,7 +274,7 @@ func NewJobService(sw Switch, cfg ServiceConfig) (*JobService, error) {
 	}
 	c := jobcore.New(jobcore.Config{Dataplane: cfg.Dataplane, Shards: cfg.Shards, Slots: cfg.Slots, Logger: cfg.Logger,
 		SwitchAddresses: cfg.SwitchAddresses, Subnets: cfg.Subnets, AllowLaneAddressMismatch: cfg.AllowLaneAddressMismatch,
-		Admit: cfg.Target.check, PortOf: cfg.Target.portOf, Keyed: cfg.Target.Auth,
+		Admit: cfg.Target.check, PortOf: cfg.Target.portOf, Placeable: cfg.Target.placeable, Keyed: cfg.Target.Auth,
 		Rand: randUint64, DrainWait: switchRPCTimeout, LeaseGrace: cfg.LeaseGrace, JoinTimeout: cfg.JoinTimeout,
 		MaxJobsPerClient: max(cfg.MaxJobsPerClient, 0), MaxSlotsPerClient: cfg.JobLimits.slotsPerClient(cfg.Slots),
 		MaxBytesPerClient: max(cfg.MaxBytesPerClient, 0), RefuseOpen: cfg.RefuseOpenJobs})

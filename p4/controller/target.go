@@ -62,6 +62,11 @@ type Target struct {
 	// and to the job's ranks in RegisterResponse.auth_key; Describe tells
 	// workers. The controller checks at connect that the switch agrees.
 	Auth bool
+
+	// dataplane, set by Run for a switch that answers probes, refuses
+	// registrations while the switch does not answer at the data-plane
+	// address the controller hands out.
+	dataplane *dataplaneCheck
 }
 
 // TargetFor returns what a kind of target takes, as the registry of
@@ -109,6 +114,9 @@ func (t Target) describe(slots int) *jobpb.DescribeResponse {
 // check refuses a registration the target cannot serve. addrs are the
 // request's lane addresses (already parsed).
 func (t Target) check(r *jobpb.RegisterRequest, addrs []netip.AddrPort) error {
+	if why := t.dataplane.refusal(); why != "" {
+		return refuse(codes.FailedPrecondition, "%s", why)
+	}
 	k := int(r.GetElements())
 	if t.Auth && r.GetFormat() != jobpb.Format_FORMAT_EXTENDED {
 		return invalid("the switch checks a tag on every packet (--auth), and the compatible header has no room for one: join with the extended header and Auth (--extended --auth)")
@@ -165,6 +173,20 @@ func (t Target) maxJobWorkers(f jobpb.Format) (int, string) {
 		return t.SoftswitchMaxWorkers, "the switch's --max-workers, as the controller's --max-workers gives it"
 	}
 	return DefaultSoftswitchMaxWorkers, "the switch's default --max-workers; the controller's --max-workers gives another"
+}
+
+// placeable refuses a job whose ranks' ports the switch cannot serve
+// together: on a switch with pipes (a Tofino), ports of more than one
+// pipe (targets.Capabilities.OnePipe).
+func (t Target) placeable(members []jobcore.Member) error {
+	ports := make(map[int]uint32, len(members))
+	for _, m := range members {
+		ports[int(m.Rank)] = m.Port
+	}
+	if err := t.capabilities().OnePipe(ports); err != nil {
+		return refuse(codes.FailedPrecondition, "the %s switch cannot aggregate this job: %v", t.Kind, err)
+	}
+	return nil
 }
 
 // portOf is the switch port that reaches addr (the rank on the software

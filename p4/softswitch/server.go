@@ -14,6 +14,7 @@ import (
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/secure"
+	"github.com/switchml/switchml-go/wire"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )
@@ -125,6 +126,9 @@ func (s *Server) P4Runtime() *P4Runtime { return s.p4rt }
 // Process runs one datagram from src through the pipeline; out receives the
 // reply and its destinations. Safe for concurrent use with the control plane.
 func (s *Server) Process(src netip.AddrPort, pkt []byte, out *pipeline.Output) {
+	if answerProbe(src, pkt, out) {
+		return
+	}
 	s.mu.Lock()
 	s.pipe.Process(src, pkt, out)
 	s.mu.Unlock()
@@ -156,7 +160,24 @@ func (s *Shard) EndBatch() { s.mu.RUnlock() }
 // Process runs one datagram through the pipeline; call it between BeginBatch
 // and EndBatch.
 func (s *Shard) Process(src netip.AddrPort, pkt []byte, out *pipeline.Output) {
+	if answerProbe(src, pkt, out) {
+		return
+	}
 	s.sh.Process(src, pkt, out)
+}
+
+// answerProbe answers a controller's probe (wire.IsProbe) to its sender,
+// which tells the controller that this switch serves the address it sent
+// to; it reports false, touching nothing, for any other packet. The
+// pipeline never sees a probe, as a P4 switch never answers one.
+func answerProbe(src netip.AddrPort, pkt []byte, out *pipeline.Output) bool {
+	if !wire.IsProbe(pkt) {
+		return false
+	}
+	out.Packet = wire.AppendProbeAnswer(out.Packet[:0], pkt)
+	out.Dests = append(out.Dests[:0], src)
+	out.Reason = pipeline.StatReceived
+	return true
 }
 
 // Counters returns the pipeline's stats counters (not affected by P4Runtime

@@ -2,6 +2,7 @@ package stratum_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,11 +29,15 @@ import (
 	"github.com/switchml/switchml-go/p4/tna"
 )
 
-// fakeOutput writes a directory laid out as bf-p4c's output for target
-// ("tofino" or "tofino2") and returns it with the bytes of its files.
-func fakeOutput(t *testing.T, target string) (dir string, files map[string][]byte) {
+// fakeOutput writes a directory laid out as bf-p4c's output for program
+// ("tofino", "tofino2" or "tofino2-leaf") and returns it with the bytes of
+// its files. bfrt.json is the one bf-p4c writes for the program (checked
+// in under testdata, kept equal to the compiler's by p4/programs
+// TestBfrtJSONCheckedIn); context.json and the binary are stand-ins.
+func fakeOutput(t *testing.T, program string) (dir string, files map[string][]byte) {
 	t.Helper()
 	dir = t.TempDir()
+	target := strings.TrimSuffix(program, "-leaf")
 	bin := "tofino.bin"
 	if target == "tofino2" {
 		bin = "tofino2.bin"
@@ -40,7 +46,7 @@ func fakeOutput(t *testing.T, target string) (dir string, files map[string][]byt
 		{"pipe_id": 0, "pipe_name": "pipe", "files": {"context": {"path": "pipe/context.json"}}}]}]}`, target)
 	files = map[string][]byte{
 		"manifest.json":            []byte(manifest),
-		"bfrt.json":                []byte(`{"schema_version": "1.0.0", "tables": []}`),
+		"bfrt.json":                bfrtJSON(t, program),
 		"pipe/context.json":        []byte(`{"program_name": "switchml.p4"}`),
 		filepath.Join("pipe", bin): {0x01, 0x02, 0x00, 0xff},
 	}
@@ -53,6 +59,36 @@ func fakeOutput(t *testing.T, target string) (dir string, files map[string][]byt
 		}
 	}
 	return dir, files
+}
+
+// bfrtJSON is the bfrt.json bf-p4c writes for program.
+func bfrtJSON(t *testing.T, program string) []byte {
+	t.Helper()
+	f, err := os.Open(filepath.Join("testdata", program+".bfrt.json.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// packed is the device config the controller pushes for program.
+func packed(t *testing.T, program string) []byte {
+	t.Helper()
+	dir, _ := fakeOutput(t, program)
+	b, err := stratum.Pack(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // Pack's bytes decode with Stratum's bf.proto into the program's name,
@@ -130,22 +166,24 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // On Tofino 2 the program tags slots with their job (pool_tag), and the
 // same job makes no register write at all.
 func TestStratumJobControlTraffic(t *testing.T) {
-	t.Run("tofino", func(t *testing.T) { runStratumJob(t, "tofino", tna.P4InfoText, false) })
-	t.Run("tofino2", func(t *testing.T) { runStratumJob(t, "tofino2", tna.P4InfoTofino2Text, false) })
+	t.Run("tofino", func(t *testing.T) { runStratumJob(t, "tofino", tna.P4InfoText, false, pipe0Ports) })
+	t.Run("tofino2", func(t *testing.T) { runStratumJob(t, "tofino2", tna.P4InfoTofino2Text, false, pipe0Ports) })
 	// The leaf role's program runs as a plain switch: no uplink entries.
-	t.Run("tofino2 leaf", func(t *testing.T) { runStratumJob(t, "tofino2", tna.P4InfoTofino2LeafText, false) })
+	t.Run("tofino2 leaf", func(t *testing.T) { runStratumJob(t, "tofino2-leaf", tna.P4InfoTofino2LeafText, false, pipe0Ports) })
 	// A controller that finds the pipeline running (an earlier controller
 	// pushed it) cannot know which job ids that one used: a reused id
 	// would match a finished job's tag, so it resets the pool all the same.
-	t.Run("tofino2 adopted", func(t *testing.T) { runStratumJob(t, "tofino2", tna.P4InfoTofino2Text, true) })
+	t.Run("tofino2 adopted", func(t *testing.T) { runStratumJob(t, "tofino2", tna.P4InfoTofino2Text, true, pipe0Ports) })
 }
 
 // The job's layout: three ranks of two lanes with a window of eight.
 const jobWorld, jobLanes, jobWindow = 3, 2, 8
 
-// rankAddr is the address of rank's worker; rankPort is its switch port.
+// rankAddr is the address of rank's worker.
 func rankAddr(rank int) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, 0, byte(rank + 1)}) }
-func rankPort(rank int) uint32     { return uint32(8 * (rank + 1)) }
+
+// pipe0Ports are the ranks' switch ports, all in pipe 0.
+var pipe0Ports = []uint32{8, 16, 24}
 
 // startFunc runs a controller until ctx ends, reporting its job service's
 // address on ready and Run's result on done.
@@ -153,9 +191,9 @@ type startFunc func(ctx context.Context, ready chan<- net.Addr, done chan<- erro
 
 // runStratumJob runs the job; with adopt, a first controller pushes the
 // pipeline and stops before the one that serves the job starts.
-func runStratumJob(t *testing.T, chip string, p4infoText []byte, adopt bool) {
+func runStratumJob(t *testing.T, program string, p4infoText []byte, adopt bool, ports []uint32) {
 	rec := newRecorder(t, p4infoText)
-	dir, _ := fakeOutput(t, chip)
+	dir, _ := fakeOutput(t, program)
 	devcfg, err := stratum.Pack(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +201,7 @@ func runStratumJob(t *testing.T, chip string, p4infoText []byte, adopt bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	start := stratumController(t, rec, rec.serve(t), devcfg)
+	start := stratumController(t, rec, rec.serve(t), devcfg, ports)
 	if adopt {
 		runFirstController(ctx, t, start)
 	}
@@ -195,7 +233,7 @@ func runStratumJob(t *testing.T, chip string, p4infoText []byte, adopt bool) {
 		t.Fatalf("pipeline pushes %d, want one VERIFY_AND_COMMIT with the packed config", len(pushes))
 	}
 
-	c := newTrafficChecker(t, rec, resps[0], adopt)
+	c := newTrafficChecker(t, rec, resps[0], adopt, ports)
 	if c.size != jobLanes*jobWindow {
 		t.Fatalf("pool size %d, want %d", c.size, jobLanes*jobWindow)
 	}
@@ -203,15 +241,15 @@ func runStratumJob(t *testing.T, chip string, p4infoText []byte, adopt bool) {
 	for wi, w := range writes {
 		c.write(wi, w)
 	}
-	c.checkTotals(chip == "tofino2" && !adopt)
+	c.checkTotals(strings.HasPrefix(program, "tofino2") && !adopt)
 	if len(active) == 0 {
 		t.Error("no writes while the job was active")
 	}
 }
 
 // stratumController returns a startFunc for a controller of a Tofino with
-// the job's ranks on their ports, pushing devcfg to target.
-func stratumController(t *testing.T, rec *recorder, target string, devcfg []byte) startFunc {
+// the job's ranks on ports (rank r on ports[r]), pushing devcfg to target.
+func stratumController(t *testing.T, rec *recorder, target string, devcfg []byte, ports []uint32) startFunc {
 	t.Helper()
 	sw, err := controller.TargetFor(controller.KindTofino, 0)
 	if err != nil {
@@ -219,7 +257,7 @@ func stratumController(t *testing.T, rec *recorder, target string, devcfg []byte
 	}
 	sw.Ports = map[netip.Addr]uint32{}
 	for r := 0; r < jobWorld; r++ {
-		sw.Ports[rankAddr(r)] = rankPort(r)
+		sw.Ports[rankAddr(r)] = ports[r]
 	}
 	return func(ctx context.Context, ready chan<- net.Addr, done chan<- error) {
 		done <- controller.Run(ctx, controller.Config{
@@ -288,6 +326,18 @@ func serveJobs(ctx context.Context, t *testing.T, start startFunc) (jobpb.JobSer
 // registerRanks registers every rank of the job at once.
 func registerRanks(ctx context.Context, t *testing.T, jobs jobpb.JobServiceClient) []*jobpb.RegisterResponse {
 	t.Helper()
+	resps, errs := registerAll(ctx, jobs)
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return resps
+}
+
+// registerAll registers every rank of the job at once and returns what
+// each got.
+func registerAll(ctx context.Context, jobs jobpb.JobServiceClient) ([]*jobpb.RegisterResponse, []error) {
 	resps := make([]*jobpb.RegisterResponse, jobWorld)
 	errs := make([]error, jobWorld)
 	var wg sync.WaitGroup
@@ -304,12 +354,7 @@ func registerRanks(ctx context.Context, t *testing.T, jobs jobpb.JobServiceClien
 		}()
 	}
 	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	return resps
+	return resps, errs
 }
 
 // leaveRanks has every rank leave the job.
@@ -328,6 +373,7 @@ type trafficChecker struct {
 	t     *testing.T
 	rec   *recorder
 	adopt bool
+	ports []uint32 // rank r's switch port is ports[r]
 	ids   struct{ arp, workers, replies, bitmap, count, setWorker, setReply, sendARP uint32 }
 	// The job as the controller placed it.
 	base, size int
@@ -341,9 +387,9 @@ type trafficChecker struct {
 	groupDeleted           bool
 }
 
-func newTrafficChecker(t *testing.T, rec *recorder, placed *jobpb.RegisterResponse, adopt bool) *trafficChecker {
+func newTrafficChecker(t *testing.T, rec *recorder, placed *jobpb.RegisterResponse, adopt bool, ports []uint32) *trafficChecker {
 	c := &trafficChecker{
-		t: t, rec: rec, adopt: adopt,
+		t: t, rec: rec, adopt: adopt, ports: ports,
 		base: int(placed.GetPoolBase()), size: int(placed.GetPoolSize()), jobID: placed.GetJobId(),
 		bitmapIdx: map[int64]bool{}, countIdx: map[int64]bool{},
 	}
@@ -421,7 +467,7 @@ func (c *trafficChecker) multicast(u *p4v1.Update) {
 		}
 		want := []string{}
 		for r := 0; r < jobWorld; r++ {
-			want = append(want, fmt.Sprintf("%d@%d", r, rankPort(r)))
+			want = append(want, fmt.Sprintf("%d@%d", r, c.ports[r]))
 		}
 		slices.Sort(got)
 		if !slices.Equal(got, want) {
@@ -520,7 +566,7 @@ func TestStratumRecorderRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	if err := cl.UseP4Info(rec.info); err != nil {
+	if err := cl.SetPipeline(ctx, rec.info, packed(t, "tofino"), 0); err != nil {
 		t.Fatal(err)
 	}
 	bitmap, values := rec.id(t, p4info.RegisterPoolBitmapPair), rec.id(t, "SwitchMLIngress.pool_values_00")

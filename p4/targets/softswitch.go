@@ -38,5 +38,5 @@ func softswitchCapabilities(maxElements int) (Capabilities, error) {
 			sizes = append(sizes, k)
 		}
 	}
-	return Capabilities{PacketElements: sizes, MaxExtendedElements: maxElements, MaxWorkers: programs.MaxWorkers, Auth: true, Tree: true}, nil
+	return Capabilities{PacketElements: sizes, MaxExtendedElements: maxElements, MaxWorkers: programs.MaxWorkers, Auth: true, Tree: true, AnswersProbe: true}, nil
 }

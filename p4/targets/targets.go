@@ -85,6 +85,18 @@ type Capabilities struct {
 	// Tree: the switch can be a leaf or the spine of a two-level tree
 	// (--topology).
 	Tree bool
+	// PortsPerPipe, if not 0, says the switch has several pipes, each
+	// with its own copy of the program's registers, and that device port
+	// p belongs to pipe p / PortsPerPipe. A packet is aggregated in the
+	// registers of the pipe it entered by, so a job whose ranks sit on
+	// ports of two pipes splits its contributions between two copies of
+	// its slots and never completes (see OnePipe).
+	PortsPerPipe int
+	// AnswersProbe: the switch answers a probe (wire.AppendProbe) sent to
+	// its data-plane address, so the controller can check that address
+	// before it hands it to workers. A P4 program answers none: it drops
+	// packets from senders it has no workers entry for.
+	AnswersProbe bool
 }
 
 // RegisterServer is a register service beside the switch's P4Runtime

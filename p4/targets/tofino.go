@@ -26,8 +26,22 @@ func init() {
 		CheckP4Info:       stratumP4Info,
 		DeviceConfig:      tofinoDeviceConfig,
 		DeviceConfigNeeds: "bf-p4c's output directory (packed into Stratum's BfPipelineConfig) or the file \"switchml p4 pack\" wrote",
-		Capabilities:      FixedProgram,
+		Capabilities:      tofinoCapabilities,
 	})
+}
+
+// TofinoPortsPerPipe is the number of device ports per pipe on Tofino 1
+// and Tofino 2: a device port is 9 bits, the top two the pipe
+// (ingress_port[8:7]), so pipe = port >> 7.
+const TofinoPortsPerPipe = 128
+
+// tofinoCapabilities are FixedProgram's, on a chip whose registers live
+// in each pipe: the program is loaded on every pipe (the pipe scope Pack
+// writes), and recirculates within the pipe a packet entered by.
+func tofinoCapabilities(maxElements int) (Capabilities, error) {
+	c, err := FixedProgram(maxElements)
+	c.PortsPerPipe = TofinoPortsPerPipe
+	return c, err
 }
 
 // FixedProgram is the capabilities of a P4 program built from p4/programs:
@@ -116,7 +130,7 @@ func tofinoDeviceConfig(path string) ([]byte, error) {
 
 // stratumP4Info refuses a P4Info whose registers or counters are Tofino
 // externs: Stratum maps only standard P4Runtime registers and counters to
-// the switch's objects (BfrtIdMapper::BuildP4InfoAndBfrtInfoMapping in
+// the switch's objects (BfrtIdMapper::PushForwardingPipelineConfig in
 // stratum/hal/lib/barefoot/bfrt_id_mapper.cc), so every pool reset and
 // counter read would fail.
 func stratumP4Info(info *p4configv1.P4Info) error {

@@ -249,6 +249,11 @@ type Config struct {
 	// PortOf is the switch port that reaches a rank's address (nil: the
 	// rank, as on the software switch).
 	PortOf func(addr netip.Addr, rank int) uint32
+	// Placeable refuses a gathered job the switch cannot serve with its
+	// ranks on these ports (a Tofino's ranks on ports of two pipes). The
+	// job then goes to the ring if it may, else every rank gets the
+	// refusal. Nil places every job.
+	Placeable func(members []Member) error
 	// Keyed: the switch checks a tag on every packet, and each job gets a
 	// data-plane key.
 	Keyed  bool

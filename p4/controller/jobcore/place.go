@@ -42,18 +42,27 @@ func (c *Core) place(now time.Time) {
 // switch job id, and asks the driver to program the switch.
 func (c *Core) activate(j *job) {
 	p := j.params
+	var members []Member
+	for rank, reg := range j.ranks {
+		// Every lane of a rank binds the same address (Config.Bind).
+		members = append(members, Member{Port: c.cfg.PortOf(reg.addrs[0].Addr(), rank), Rank: uint16(rank)})
+	}
+	if c.cfg.Placeable != nil {
+		if err := c.cfg.Placeable(members); err != nil {
+			c.cannotPlace(j, err)
+			return
+		}
+	}
 	size := p.GetLanes() * p.GetWindow()
 	base, mgid, jobID, err := c.allocate(size)
 	if err != nil {
 		c.cannotPlace(j, err)
 		return
 	}
-	place := Placement{JobID: jobID, PoolBase: base, PoolSize: size, Group: mgid, World: len(j.ranks)}
+	place := Placement{JobID: jobID, PoolBase: base, PoolSize: size, Group: mgid, World: len(j.ranks), Members: members}
 	for rank, reg := range j.ranks {
 		var mac [6]byte
 		copy(mac[:], reg.req.GetMac())
-		// Every lane of a rank binds the same address (Config.Bind).
-		place.Members = append(place.Members, Member{Port: c.cfg.PortOf(reg.addrs[0].Addr(), rank), Rank: uint16(rank)})
 		for lane, a := range reg.addrs {
 			place.Workers = append(place.Workers, Lane{Rank: uint16(rank), Lane: uint8(lane), Addr: a, MAC: mac})
 		}
