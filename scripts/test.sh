@@ -15,7 +15,8 @@
 #   race      go test -race ./... (library, switch, controller, CLI)
 #   the rest  lint (vet, gofmt, staticcheck), sim (the simulator's seeded
 #             sweeps, without -race), alloc (the allocation tests
-#             without -race), fuzz (each fuzz target for a few seconds),
+#             without -race), memory (the controller's peak memory under a
+#             storm of calls, without -race), fuzz (each fuzz target for a few seconds),
 #             capi (libswitchml.so and its C test), python (the PyTorch
 #             backend's tests), trainers (TensorFlow through graft)
 #
@@ -130,6 +131,13 @@ run_alloc() {
 	gotest alloc -count=1 -run 'NoAllocs|AllocatesNothing|DoesNotGrow' ./switchml/... ./p4/... ./wire/... ./transport/...
 }
 
+# Bounds on a process's memory, which the race detector's shadow memory
+# would swamp: the controller's peak under a storm of calls, on binaries
+# built without it.
+run_memory() {
+	gotest memory -count=1 -run 'MemoryBound' ./cmd/switchml
+}
+
 # Each fuzz target for a few seconds: a smoke pass, not a campaign. Go's
 # fuzzing coordinator can end a time-bounded run with a bare "context
 # deadline exceeded" on a loaded machine, a race at the deadline with no
@@ -196,6 +204,7 @@ lane_race=$!
 	stage lint run_lint
 	stage sim run_sim
 	stage alloc run_alloc
+	stage memory run_memory
 	stage fuzz run_fuzz
 	stage capi run_capi
 	stage python run_python
