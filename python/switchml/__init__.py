@@ -17,6 +17,8 @@ asked by name (float32, float16, bfloat16 and int32 among them), the
 others any dtype. Other collectives raise NotImplementedError.
 Session and LocalSwitch expose the library without torch.
 """
+import inspect
+
 from ._lib import (ConfigError, ControllerUnreachable, JobAborted, JobMismatch, LocalSwitch, Session,
                    SwitchMLError, SwitchMLTimeout, library_path)
 
@@ -35,5 +37,15 @@ if _dist is not None and _dist.is_available():
 
     __all__.append("ProcessGroupSwitchML")
 
+    def _register():
+        # torch 2.x asks which devices a backend serves (and warns when it
+        # is not told); 1.13's register_backend has no such argument.
+        try:
+            params = inspect.signature(_dist.Backend.register_backend).parameters
+        except (TypeError, ValueError):
+            params = {}
+        kwargs = {"devices": ["cpu"]} if "devices" in params else {}
+        _dist.Backend.register_backend(BACKEND, _create, **kwargs)
+
     if not hasattr(_dist.Backend, BACKEND.upper()):
-        _dist.Backend.register_backend(BACKEND, _create)
+        _register()

@@ -274,6 +274,30 @@ class OpsAgainstGloo(unittest.TestCase):
             self.assertLessEqual(err2d, 1e-5 * want["sum2d"].abs().max().item(), out)
             self.assertEqual(got["empty"].numel(), 0, out)
 
+    def test_reduce_scatter(self):
+        # Each rank's shard of the sum (or average), against gloo's
+        # reduce_scatter (or, where gloo has none, its allreduce's shard).
+        tol = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
+        out = show(self.res)
+        for rank in range(self.world):
+            got, want = self.sml[rank], self.gloo[rank]
+            keys = [k for k in want if isinstance(k, tuple) and k[0] == "rs"]
+            self.assertEqual(len(keys), 7, out)
+            for key in keys:
+                g, w = got[key], want[key]
+                self.assertEqual((g.dtype, g.shape), (w.dtype, w.shape), "%s%s" % (key, out))
+                if w.dtype == torch.int32:
+                    self.assertTrue(torch.equal(g, w), "%s differs at rank %d%s" % (key, rank, out))
+                    continue
+                err = (g.float() - w.float()).abs().max().item()
+                self.assertLessEqual(err, tol[w.dtype] * w.abs().max().float().item(), "%s rank %d%s" % (key, rank, out))
+            err = (got["rs_list"] - want["rs_list"]).abs().max().item()
+            self.assertLessEqual(err, 1e-5 * want["rs_list"].abs().max().item(), "list form, rank %d%s" % (rank, out))
+            for k, (g, w) in enumerate(zip(got["rs_coalesced"], want["rs_coalesced"])):
+                self.assertTrue(torch.equal(g, w), "coalesced pair %d at rank %d: %s, gloo %s%s" % (k, rank, g, w, out))
+            for k, (g, w) in enumerate(zip(got["gather_coalesced"], want["gather_coalesced"])):
+                self.assertTrue(torch.equal(g, w), "coalesced allgather %d at rank %d: %s, gloo %s%s" % (k, rank, g, w, out))
+
     def test_unreachable_controller_falls_back_to_the_ring(self):
         # SWITCHML_FALLBACK=ring with every rank's ring address: the ranks
         # meet without the controller and run the same collectives over
@@ -336,7 +360,8 @@ class Refusals(unittest.TestCase):
                 "product": ("NotImplementedError", "PRODUCT"),
                 "avg_int": ("TypeError", "AVG"),
                 "reduce": ("NotImplementedError", "reduce"),
-                "reduce_scatter": ("NotImplementedError", "reduce_scatter"),
+                "reduce_scatter": ("NotImplementedError", "reduce_scatter with ReduceOp.MAX"),
+                "reduce_scatter_size": ("ValueError", "world size (2) times the output"),
                 "all_to_all": ("NotImplementedError", "all_to_all"),
                 "send": ("NotImplementedError", "send"),
             }
