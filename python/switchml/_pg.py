@@ -300,6 +300,7 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
         self._closed = False
         self._ops = 0
         self._ops_lock = threading.Lock()
+        self._traffic = {}
         self._queue = queue.Queue()
         self._live = _LiveWorks()
         join_timeout = _number("SWITCHML_JOIN_TIMEOUT", float) or JOIN_TIMEOUT
@@ -477,15 +478,31 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
 
     # --- collectives ---
 
-    def _reduce_into(self, t):
+    def _reduce_into(self, t, kind):
         if t.numel():
+            self._count(kind, t)
             self._session.allreduce(t.data_ptr(), t.numel(), _dtype_code(t), self._timeout_s)
 
-    def _sum_bytes(self, buf):
+    def _sum_bytes(self, buf, kind):
         """Sums an int32 tensor exactly: the transport of the byte-level
         collectives, where all but one rank contribute zeros."""
         if buf.numel():
+            self._count(kind, buf)
             self._session.allreduce(buf.data_ptr(), buf.numel(), _dtype_code(buf), self._timeout_s)
+
+    def _count(self, kind, t):
+        with self._ops_lock:
+            calls, nbytes = self._traffic.get(kind, (0, 0))
+            self._traffic[kind] = (calls + 1, nbytes + t.numel() * t.element_size())
+
+    def traffic(self):
+        """What this rank's collectives handed the switch so far, by kind
+        ("allreduce", "broadcast", "allgather", "reduce_scatter"): a dict
+        of (calls, bytes). Each byte counted is sent to the switch and the
+        switch sends a byte back (the sum, to every rank): the traffic
+        model of the README."""
+        with self._ops_lock:
+            return dict(self._traffic)
 
     @staticmethod
     def _sum_or_avg(opts, what):
@@ -521,7 +538,7 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
 
         def run():
             for t in tensors:
-                self._reduce_into(t)
+                self._reduce_into(t, "allreduce")
                 if name == "AVG":
                     t.div_(size)
             return tensors
@@ -547,7 +564,7 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
                 buf = torch.zeros((flat.numel() + 3) // 4, dtype=torch.int32)
                 if me == root:
                     buf.view(torch.uint8)[:flat.numel()].copy_(flat)
-                self._sum_bytes(buf)
+                self._sum_bytes(buf, "broadcast")
                 if me != root:
                     flat.copy_(buf.view(torch.uint8)[:flat.numel()])
             return tensors
@@ -609,7 +626,7 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
         raw = buf.view(torch.uint8)
         me = self.rank()
         raw[me * stride * 4:me * stride * 4 + nbytes].copy_(inp.reshape(-1).view(torch.uint8))
-        self._sum_bytes(buf)
+        self._sum_bytes(buf, "allgather")
         for r, o in enumerate(outs):
             if nbytes:
                 o.reshape(-1).view(torch.uint8).copy_(raw[r * stride * 4:r * stride * 4 + nbytes])
@@ -635,7 +652,7 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
         if not n:
             return
         buf = inp.reshape(-1).clone()
-        self._reduce_into(buf)
+        self._reduce_into(buf, "reduce_scatter")
         shard = buf.narrow(0, self.rank() * n, n)
         if name == "AVG":
             shard.div_(self.size())

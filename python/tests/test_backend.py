@@ -451,5 +451,36 @@ class DDP(unittest.TestCase):
         self.assertEqual(sml[0]["live"], 0, out)
 
 
+def _fully_shard_missing():
+    """Why this torch cannot run FSDP's fully_shard on a CPU DeviceMesh,
+    or None if it can."""
+    try:
+        from torch.distributed.device_mesh import init_device_mesh  # noqa: F401
+        from torch.distributed.fsdp import fully_shard  # noqa: F401
+    except ImportError as e:
+        return "torch %s has no fully_shard on a DeviceMesh (%s): FSDP2 needs torch 2.x" % (torch.__version__, e)
+    return None
+
+
+class FSDP(unittest.TestCase):
+    @unittest.skipIf(_fully_shard_missing(), _fully_shard_missing())
+    def test_fully_shard_matches_gloo(self):
+        world = 3
+        res = results("fsdp", "switchml", world)
+        out = show(res)
+        sml = [saved for _, _, saved in res]
+        gloo = [saved for _, _, saved in results("fsdp", "gloo", world)]
+        for r in range(world):
+            self.assertEqual(len(sml[r]["losses"]), 5, out)
+            for step, (a, b) in enumerate(zip(sml[r]["losses"], gloo[r]["losses"])):
+                self.assertLess(abs(a - b), 1e-3, "rank %d step %d: loss %g, gloo's %g%s" % (r, step, a, b, out))
+            # FSDP's collectives crossed the switch: parameters gathered
+            # (forward and backward) and gradients reduce-scattered, every step.
+            traffic = sml[r]["traffic"]
+            self.assertGreaterEqual(traffic.get("allgather", (0, 0))[0], 5, "rank %d: %s%s" % (r, traffic, out))
+            self.assertGreaterEqual(traffic.get("reduce_scatter", (0, 0))[0], 5, "rank %d: %s%s" % (r, traffic, out))
+        self.assertEqual(sml[0]["live"], 0, out)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -288,7 +288,7 @@ def ddp(backend, rank, world):
     opt = torch.optim.SGD(net.parameters(), lr=0.05)
     g = torch.Generator().manual_seed(rank)
     losses = []
-    for _ in range(6):
+    for _ in range(10):
         x, y = torch.randn(16, 20, generator=g), torch.randint(0, 4, (16,), generator=g)
         opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(net(x), y)
@@ -296,6 +296,46 @@ def ddp(backend, rank, world):
         opt.step()
         losses.append(loss.item())
     return {"params": [p.detach().clone() for p in model.parameters()], "losses": losses, "live": live_works()}
+
+
+def fsdp(backend, rank, world):
+    """A few steps of FSDP (fully_shard, torch 2.x) on a CPU DeviceMesh:
+    each layer's parameters sharded across the ranks, gathered for the
+    forward and backward passes (all_gather_into_tensor), their gradients
+    reduced to the shards (reduce_scatter_tensor)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(20, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    mesh = init_device_mesh("cpu", (world,))
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(rank)
+    losses = []
+    for _ in range(5):
+        x, y = torch.randn(16, 20, generator=g), torch.randint(0, 4, (16,), generator=g)
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return {"losses": losses, "live": live_works(), "traffic": traffic()}
+
+
+def traffic():
+    """What every switchml group of this process handed the switch, by
+    kind of collective: {kind: (calls, bytes)} (empty on gloo)."""
+    from switchml import _pg
+    total = {}
+    for pg in list(_pg._groups):
+        for kind, (calls, nbytes) in pg.traffic().items():
+            c, b = total.get(kind, (0, 0))
+            total[kind] = (c + calls, b + nbytes)
+    return total
 
 
 # How long a collective may take, and the ranks may wait for each other
