@@ -207,6 +207,9 @@ run_python() {
 		echo "building libswitchml.so (the capi stage did not run)"
 		go build -buildmode=c-shared -o "$out/lib/libswitchml.so" ./capi || return
 	fi
+	# The switchml binary: the torchrun test runs a job through a switch and
+	# controller of its own too.
+	go build -o "$out/bin/switchml" ./cmd/switchml || return
 	local rc=0
 	python_tests 1.13 /usr/bin/python3 || rc=1
 	python_tests 2 "$torch_venv/bin/python" || rc=1
@@ -221,7 +224,7 @@ python_tests() {
 		return 1
 	fi
 	echo "torch $name: $("$py" -c 'import torch; print(torch.__version__)') ($py)"
-	SWITCHML_LIBRARY="$out/lib/libswitchml.so" "$py" -m pytest -q -rs -p no:cacheprovider \
+	SWITCHML_LIBRARY="$out/lib/libswitchml.so" SWITCHML_BINARY="$out/bin/switchml" "$py" -m pytest -q -rs -p no:cacheprovider \
 		--junitxml="$out/python-$name.xml" --junit-prefix="torch-$name" python/tests
 	rc=$?
 	"$out/bin/testreport" junit "$out/python-$name.xml" "$out/python.torch-$name.results.json" || rc=1

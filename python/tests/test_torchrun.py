@@ -3,6 +3,7 @@ rendezvous, each rank comparing every collective of switchml against
 gloo's on a second group (torchrun_worker.py)."""
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,7 @@ def run_torchrun(world, **extra):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(HERE)] + [p for p in [env.get("PYTHONPATH")] if p])
     env.pop("SWITCHML_CONTROLLER", None)
+    env.pop("SWITCHML_BINARY", None)
     env.setdefault("OMP_NUM_THREADS", "1")
     env.update(extra)
     logs = tempfile.TemporaryDirectory()
@@ -68,6 +70,54 @@ def run_torchrun(world, **extra):
     return p.returncode, outp
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Controller:
+    """A switchml switch and controller on loopback, as
+    docs/operations.md starts them, from the binary SWITCHML_BINARY names;
+    ready once `switchml wait` says the controller serves."""
+
+    def __init__(self, binary):
+        dataplane, p4rt = "127.0.0.1:%d" % free_port(), "127.0.0.1:%d" % free_port()
+        self.address = "127.0.0.1:%d" % free_port()
+        self._log = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
+        self.procs = []
+        try:
+            for args in (["switch", "--dataplane", dataplane, "--p4rt", p4rt],
+                         ["controller", "--target", p4rt, "--listen", self.address, "--dataplane", dataplane]):
+                self.procs.append(subprocess.Popen([binary] + args, stdout=self._log, stderr=subprocess.STDOUT))
+            wait = subprocess.run([binary, "wait", "--controller", self.address, "--timeout", "%ds" % TIMEOUT],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, encoding="utf-8", errors="replace",
+                                  timeout=TIMEOUT + 30)
+            if wait.returncode != 0:
+                raise AssertionError("the controller at %s did not start serving: %s\n%s" % (
+                    self.address, wait.stdout, self.output()))
+        except BaseException:
+            self.close()
+            raise
+
+    def output(self):
+        self._log.flush()
+        self._log.seek(0)
+        return "--- switch and controller ---\n" + self._log.read()[-4000:]
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self._log.close()
+
+
 class Torchrun(unittest.TestCase):
     world = 3
 
@@ -79,6 +129,20 @@ class Torchrun(unittest.TestCase):
         # torch 2.x warns at register_backend when it is not told the
         # devices: import switchml must not.
         self.assertNotIn("Device capability of switchml unspecified", outp, outp[-6000:])
+
+    @unittest.skipUnless(os.environ.get("SWITCHML_BINARY"), "SWITCHML_BINARY names no switchml binary (go build -o "
+                         "switchml ./cmd/switchml; scripts/test.sh builds one)")
+    def test_collectives_match_gloo_through_a_controller(self):
+        ctl = Controller(os.environ["SWITCHML_BINARY"])
+        try:
+            code, outp = run_torchrun(self.world, SWITCHML_CONTROLLER=ctl.address)
+            self.assertEqual(code, 0, "torchrun exited %d:\n%s\n%s" % (code, outp[-6000:], ctl.output()))
+            for r in range(self.world):
+                self.assertIn("OK rank %d" % r, outp, outp[-6000:])
+            # The job ran on this controller: it logged the job's ranks.
+            self.assertIn("torch-", ctl.output(), ctl.output())
+        finally:
+            ctl.close()
 
 
 if __name__ == "__main__":
