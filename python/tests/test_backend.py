@@ -298,6 +298,15 @@ class OpsAgainstGloo(unittest.TestCase):
             for k, (g, w) in enumerate(zip(got["gather_coalesced"], want["gather_coalesced"])):
                 self.assertTrue(torch.equal(g, w), "coalesced allgather %d at rank %d: %s, gloo %s%s" % (k, rank, g, w, out))
 
+    def test_traffic(self):
+        # What a rank hands the switch (and gets back: the switch returns
+        # every sum to every rank) for 4000-byte shards: reduce_scatter
+        # the whole input, all_gather world size times its input.
+        for rank in range(self.world):
+            t = self.sml[rank]["traffic"]
+            self.assertEqual(t["reduce_scatter"], (1, 4000 * self.world), "rank %d%s" % (rank, show(self.res)))
+            self.assertEqual(t["allgather"], (1, 4000 * self.world), "rank %d%s" % (rank, show(self.res)))
+
     def test_unreachable_controller_falls_back_to_the_ring(self):
         # SWITCHML_FALLBACK=ring with every rank's ring address: the ranks
         # meet without the controller and run the same collectives over

@@ -123,6 +123,15 @@ def ops(backend, rank, world):
         pg = dist.distributed_c10d._get_default_group()
         pg.allgather_into_tensor_coalesced([o for _, o in g2], [i for i, _ in g2], torch._C._distributed_c10d.AllgatherOptions()).wait()
     out["gather_coalesced"] = [o for _, o in g2]
+    if backend != "gloo":
+        # The traffic model of the README: what one call hands the switch.
+        pg = dist.distributed_c10d._get_default_group()
+        before = pg.traffic()
+        dist.reduce_scatter_tensor(torch.empty(1000), torch.ones(1000 * world))
+        dist.all_gather_into_tensor(torch.empty(1000 * world), torch.ones(1000))
+        after = pg.traffic()
+        out["traffic"] = {k: (after[k][0] - before.get(k, (0, 0))[0], after[k][1] - before.get(k, (0, 0))[1])
+                          for k in ("reduce_scatter", "allgather")}
     dist.barrier()
     out["live"] = live_works()
     return out
