@@ -10,9 +10,10 @@ SWITCHML_CONTROLLER=host:port selects a running controller; without it,
 rank 0 runs a software switch and controller inside its process, on
 loopback, which serves a job of processes on one host.
 
-The backend implements all_reduce (SUM, and AVG for floats),
-broadcast, all_gather (also all_gather_into_tensor) and barrier on
-contiguous CPU tensors; all_reduce takes the dtypes the library sums,
+The backend implements all_reduce and reduce_scatter (also
+reduce_scatter_tensor; SUM, and AVG for floats), broadcast, all_gather
+(also all_gather_into_tensor) and barrier on contiguous CPU tensors, on
+torch 1.13 and 2.x; the reductions take the dtypes the library sums,
 asked by name (float32, float16, bfloat16 and int32 among them), the
 others any dtype. Other collectives raise NotImplementedError.
 Session and LocalSwitch expose the library without torch.

@@ -1,12 +1,19 @@
 """The "switchml" torch.distributed backend: a ProcessGroup written in
 Python over the library's ctypes binding.
 
-torch 1.13 lets a Python class derive from torch.distributed.ProcessGroup
-(pybind11 trampolines PyProcessGroup and PyWork): C++ callers such as
-DistributedDataParallel's reducer reach the Python methods, and a Python
-Work's get_future() hands them a torch.futures.Future. Collectives run in
-call order on one thread per group, so the caller (the autograd engine
-during DDP's backward pass) goes on while the switch sums.
+torch (1.13 and 2.x) lets a Python class derive from
+torch.distributed.ProcessGroup (pybind11 trampolines PyProcessGroup and
+PyWork): C++ callers such as DistributedDataParallel's reducer reach the
+Python methods, and a Python Work's get_future() hands them a
+torch.futures.Future. Collectives run in call order on one thread per
+group, so the caller (the autograd engine during DDP's backward pass) goes
+on while the switch sums.
+
+The two torches name some methods differently (1.13's _allgather_base and
+_reduce_scatter_base are 2.x's all_gather_single and
+reduce_scatter_single, after allgather_into_tensor_coalesced and
+reduce_scatter_tensor_coalesced came all_gather_single_coalesced and
+reduce_scatter_single_coalesced): the group answers to every name.
 """
 import atexit
 import datetime
@@ -108,8 +115,8 @@ def _op_name(op):
 
 
 def _not_implemented(op):
-    raise NotImplementedError("switchml: the switchml backend does not implement %s; it has allreduce (SUM, AVG), "
-                              "broadcast, allgather and barrier" % op)
+    raise NotImplementedError("switchml: the switchml backend does not implement %s; it has allreduce and "
+                              "reduce_scatter (SUM, AVG), broadcast, allgather and barrier" % op)
 
 
 class _LiveWorks:
