@@ -507,9 +507,15 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
         ("allreduce", "broadcast", "allgather", "reduce_scatter"): a dict
         of (calls, bytes). Each byte counted is sent to the switch and the
         switch sends a byte back (the sum, to every rank): the traffic
-        model of the README."""
+        model of the README. What went on the wire, headers and
+        retransmissions included, is the library's count: stats()."""
         with self._ops_lock:
             return dict(self._traffic)
+
+    def stats(self):
+        """The library's counters of this rank's session (Session.stats):
+        allreduces, packets and bytes sent, values reduced."""
+        return self._session.stats()
 
     @staticmethod
     def _sum_or_avg(opts, what):

@@ -306,6 +306,11 @@ class OpsAgainstGloo(unittest.TestCase):
             t = self.sml[rank]["traffic"]
             self.assertEqual(t["reduce_scatter"], (1, 4000 * self.world), "rank %d%s" % (rank, show(self.res)))
             self.assertEqual(t["allgather"], (1, 4000 * self.world), "rank %d%s" % (rank, show(self.res)))
+            # The library sent those bytes (as 32-bit values), and headers.
+            for kind, w in self.sml[rank]["wire"].items():
+                self.assertEqual(w["allreduces"], 1, "%s: %s%s" % (kind, w, show(self.res)))
+                self.assertEqual(w["elements"], 1000 * self.world, "%s: %s%s" % (kind, w, show(self.res)))
+                self.assertGreaterEqual(w["sent_bytes"], 4000 * self.world, "%s: %s%s" % (kind, w, show(self.res)))
 
     def test_unreachable_controller_falls_back_to_the_ring(self):
         # SWITCHML_FALLBACK=ring with every rank's ring address: the ranks

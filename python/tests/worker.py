@@ -126,9 +126,16 @@ def ops(backend, rank, world):
     if backend != "gloo":
         # The traffic model of the README: what one call hands the switch.
         pg = dist.distributed_c10d._get_default_group()
+        out["wire"] = {}
         before = pg.traffic()
-        dist.reduce_scatter_tensor(torch.empty(1000), torch.ones(1000 * world))
-        dist.all_gather_into_tensor(torch.empty(1000 * world), torch.ones(1000))
+        for kind, call in (("reduce_scatter", lambda: dist.reduce_scatter_tensor(torch.empty(1000),
+                                                                                 torch.ones(1000 * world))),
+                           ("allgather", lambda: dist.all_gather_into_tensor(torch.empty(1000 * world),
+                                                                             torch.ones(1000)))):
+            wire = pg.stats()
+            call()
+            after = pg.stats()
+            out["wire"][kind] = {k: after[k] - wire[k] for k in after}
         after = pg.traffic()
         out["traffic"] = {k: (after[k][0] - before.get(k, (0, 0))[0], after[k][1] - before.get(k, (0, 0))[1])
                           for k in ("reduce_scatter", "allgather")}
