@@ -658,13 +658,14 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
                              "times the output, of the same dtype" % (what, output.dtype, output.numel(), inp.dtype,
                                                                        inp.numel(), self.size()))
 
-    def _reduce_shard(self, output, inp, name):
-        """Sums a copy of inp across the ranks and writes this rank's
-        stretch of it (divided by the world size for AVG) to output."""
+    def _reduce_shard(self, output, inp, name, scratch=False):
+        """Sums inp across the ranks (a copy of it, unless it is scratch
+        the caller made) and writes this rank's stretch of the sum (divided
+        by the world size for AVG) to output."""
         n = output.numel()
         if not n:
             return
-        buf = inp.reshape(-1).clone()
+        buf = inp.reshape(-1) if scratch else inp.reshape(-1).clone()
         self._reduce_into(buf, "reduce_scatter")
         shard = buf.narrow(0, self.rank() * n, n)
         if name == "AVG":
@@ -712,8 +713,8 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
                                  % (i, t.dtype, t.numel(), out.dtype, out.numel()))
 
         def run():
-            flat = torch.cat([t.reshape(-1) for t in ins]) if out.numel() else out.reshape(-1)
-            self._reduce_shard(out, flat, name)
+            if out.numel():
+                self._reduce_shard(out, torch.cat([t.reshape(-1) for t in ins]), name, scratch=True)
             return output_tensors
         return self._submit(run)
 
