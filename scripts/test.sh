@@ -115,7 +115,11 @@ torch_venv_ready() {
 		echo "torch $("$torch_venv/bin/python" -c 'import torch; print(torch.__version__)') in $torch_venv"
 		return 0
 	fi
-	local tmp="$torch_venv.tmp.$$"
+	local tmp="$torch_venv.tmp.$$" d
+	# What an interrupted run left behind (its process is gone).
+	for d in "$torch_venv".tmp.*; do
+		if [[ -d $d ]] && ! kill -0 "${d##*.}" 2>/dev/null; then rm -rf "$d"; fi
+	done
 	echo "making $torch_venv: torch, pytest and numpy from PyPI (once; about 5 GB with torch's CUDA libraries, minutes to download)"
 	mkdir -p "$(dirname "$torch_venv")" && rm -rf "$tmp" || return
 	if ! /usr/bin/python3 -m venv "$tmp" || ! "$tmp/bin/python" -m pip install -q --disable-pip-version-check torch pytest numpy; then
@@ -124,8 +128,13 @@ torch_venv_ready() {
 		return 1
 	fi
 	grep -lI "$tmp" "$tmp"/bin/* | xargs -r sed -i "s|$tmp|$torch_venv|g"
+	# Another run may have finished one meanwhile: it stays, ours goes.
+	# Only a broken one is replaced.
+	if "$torch_venv/bin/python" -c 'import torch, pytest, numpy' >/dev/null 2>&1; then
+		rm -rf "$tmp"
+		return 0
+	fi
 	rm -rf "$torch_venv"
-	# -T: another run that got there first keeps its own.
 	mv -T "$tmp" "$torch_venv" 2>/dev/null || rm -rf "$tmp"
 }
 
