@@ -35,11 +35,17 @@ mkdir -p "$out/bin" "$out/lib"
 echo "== logs of every stage in $out"
 t_start=${EPOCHREALTIME/./}
 
+# selected NAME: whether this run runs stage NAME (SWITCHML_TEST_STAGES;
+# the set-up always runs).
+selected() {
+	[[ -z "${SWITCHML_TEST_STAGES:-}" || " $SWITCHML_TEST_STAGES " == *" $1 "* || $1 == setup ]]
+}
+
 # stage NAME FUNCTION: runs FUNCTION with its output in $out/NAME.log and on
 # the console behind [NAME], and records its exit status and time.
 stage() {
 	local name=$1 fn=$2 t0 rc secs
-	if [[ -n "${SWITCHML_TEST_STAGES:-}" && " $SWITCHML_TEST_STAGES " != *" $name "* && $name != setup ]]; then
+	if ! selected "$name"; then
 		return 0
 	fi
 	t0=${EPOCHREALTIME/./}
@@ -96,7 +102,9 @@ run_setup() {
 		echo "no P4 toolchain at $p4tools: the compiler and BMv2 tests will skip"
 	fi
 	go mod download && go build -o "$out/bin/testreport" ./internal/testreport/cmd/testreport || return
-	torch_venv_ready
+	if selected python; then
+		torch_venv_ready
+	fi
 }
 
 # The python stage runs the backend's tests on Debian's torch 1.13
