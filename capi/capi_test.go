@@ -101,6 +101,9 @@ func jobThroughHandles(t *testing.T, kind string) {
 				if got, err := transportOf(id); err != nil || got != want {
 					return fmt.Errorf("transport %q (%v), want %q", got, err, want)
 				}
+				if st, err := statsOf(id); err != nil || st.AllReduces == 0 || st.Elements < uint64(n) || st.SentBytes < 4*uint64(n) {
+					return fmt.Errorf("stats after an allreduce of %d values: %+v (%v), want a call, its values and at least their bytes", n, st, err)
+				}
 				buf := []byte("......")
 				if r == 1 {
 					copy(buf, "from 1")

@@ -189,6 +189,24 @@ func switchml_transport(session C.int64_t, out *C.char, outLen C.size_t, errBuf 
 	return finish(writeWhole(out, outLen, "out_len", "transport", t), errBuf, errLen)
 }
 
+//export switchml_stats
+func switchml_stats(session C.int64_t, allreduces, packets, sentBytes, elements *C.uint64_t, errBuf *C.char, errLen C.size_t) (st C.int) {
+	defer recovered(errBuf, errLen, &st)
+	s, err := statsOf(int64(session))
+	if err != nil {
+		return finish(err, errBuf, errLen)
+	}
+	for _, f := range []struct {
+		out *C.uint64_t
+		v   uint64
+	}{{allreduces, s.AllReduces}, {packets, s.Packets}, {sentBytes, s.SentBytes}, {elements, s.Elements}} {
+		if f.out != nil {
+			*f.out = C.uint64_t(f.v)
+		}
+	}
+	return finish(nil, errBuf, errLen)
+}
+
 //export switchml_local_start
 func switchml_local_start(out *C.int64_t, addr *C.char, addrLen C.size_t, errBuf *C.char, errLen C.size_t) (st C.int) {
 	defer recovered(errBuf, errLen, &st)

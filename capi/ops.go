@@ -130,6 +130,14 @@ func transportOf(id int64) (string, error) {
 	return s.Transport(), nil
 }
 
+func statsOf(id int64) (switchml.Stats, error) {
+	s, ok := sessions.get(id)
+	if !ok {
+		return switchml.Stats{}, noHandle("session", id)
+	}
+	return s.Stats(), nil
+}
+
 func closeSession(id int64) error {
 	s, ok := sessions.take(id)
 	if !ok {

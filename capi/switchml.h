@@ -35,7 +35,7 @@
 extern "C" {
 #endif
 
-#define SWITCHML_ABI_VERSION 5
+#define SWITCHML_ABI_VERSION 6
 
 typedef enum switchml_status {
 	SWITCHML_OK = 0,
@@ -161,6 +161,12 @@ int switchml_fallback(int64_t session, int32_t *on_ring, char *why, size_t why_l
    NUL-terminated). A lane counts as "shm" once it has written into the
    switch's inbox, so ask after an allreduce. */
 int switchml_transport(int64_t session, char *out, size_t out_len, char *err, size_t err_len);
+
+/* Since ABI version 6: the session's counters so far (switchml.Stats):
+   completed allreduce calls, packets sent (first transmissions and
+   retransmissions), bytes of those packets (SwitchML headers included),
+   and values reduced. Any pointer may be NULL. */
+int switchml_stats(int64_t session, uint64_t *allreduces, uint64_t *packets, uint64_t *sent_bytes, uint64_t *elements, char *err, size_t err_len);
 
 /* Starts a software switch and a controller inside this process, on
    loopback (package p4/local). *sw receives its handle and addr

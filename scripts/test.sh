@@ -9,7 +9,8 @@
 # which are missing and the tests that need them skip), the P4 toolchain's
 # runtime libraries, and for the trainers module libtensorflow,
 # Fashion-MNIST and ONNX Runtime (trainers/setup.sh, cached in
-# ~/.cache/switchml).
+# ~/.cache/switchml), and torch 2.x from PyPI in a virtual environment
+# (~/.cache/switchml/torch-venv).
 #
 # Two lanes run side by side on the machine's cores:
 #   race      go test -race ./... (library, switch, controller, CLI)
@@ -18,7 +19,8 @@
 #             without -race), memory (the controller's peak memory under a
 #             storm of calls, without -race), fuzz (each fuzz target for a few seconds),
 #             capi (libswitchml.so and its C test), python (the PyTorch
-#             backend's tests), trainers (TensorFlow through graft)
+#             backend's tests, on Debian's torch 1.13 and on torch 2.x from
+#             PyPI), trainers (TensorFlow through graft)
 #
 # Each stage's whole output is kept in its log (the folder is printed at
 # the start; SWITCHML_TEST_OUT chooses it). SWITCHML_TEST_STAGES="lint
@@ -34,11 +36,17 @@ mkdir -p "$out/bin" "$out/lib"
 echo "== logs of every stage in $out"
 t_start=${EPOCHREALTIME/./}
 
+# selected NAME: whether this run runs stage NAME (SWITCHML_TEST_STAGES;
+# the set-up always runs).
+selected() {
+	[[ -z "${SWITCHML_TEST_STAGES:-}" || " $SWITCHML_TEST_STAGES " == *" $1 "* || $1 == setup ]]
+}
+
 # stage NAME FUNCTION: runs FUNCTION with its output in $out/NAME.log and on
 # the console behind [NAME], and records its exit status and time.
 stage() {
 	local name=$1 fn=$2 t0 rc secs
-	if [[ -n "${SWITCHML_TEST_STAGES:-}" && " $SWITCHML_TEST_STAGES " != *" $name "* && $name != setup ]]; then
+	if ! selected "$name"; then
 		return 0
 	fi
 	t0=${EPOCHREALTIME/./}
@@ -75,6 +83,7 @@ run_setup() {
 	# The PyTorch backend's tests run on Debian's PyTorch (1.13, CPU, gloo).
 	/usr/bin/python3 -c 'import torch' 2>/dev/null || need_apt+=(python3-torch)
 	/usr/bin/python3 -m pytest --version >/dev/null 2>&1 || need_apt+=(python3-pytest)
+	/usr/bin/python3 -c 'import ensurepip' 2>/dev/null || need_apt+=(python3-venv) # the torch 2.x venv below
 	if [[ ${#need_apt[@]} -gt 0 ]]; then
 		if [[ $(id -u) -eq 0 ]]; then
 			apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need_apt[@]}" || return
@@ -93,7 +102,49 @@ run_setup() {
 	else
 		echo "no P4 toolchain at $p4tools: the compiler and BMv2 tests will skip"
 	fi
-	go mod download && go build -o "$out/bin/testreport" ./internal/testreport/cmd/testreport
+	go mod download && go build -o "$out/bin/testreport" ./internal/testreport/cmd/testreport || return
+	if selected python; then
+		torch_venv_ready
+	fi
+}
+
+# The python stage runs the backend's tests on Debian's torch 1.13
+# (/usr/bin/python3) and on torch 2.x from PyPI, in a virtual environment
+# cached outside the checkout, so that a clean clone reuses it.
+torch_venv=${SWITCHML_TORCH_VENV:-$HOME/.cache/switchml/torch-venv}
+
+# torch_venv_ready: makes $torch_venv unless it has torch, pytest and numpy
+# already. It is built beside its final place and renamed only once pip
+# has succeeded, so a half-made one (an interrupted run, a failed
+# download) is never used; the scripts in its bin/ (pip's, torchrun,
+# activate) name the build directory, which is rewritten to the final one
+# first.
+torch_venv_ready() {
+	if "$torch_venv/bin/python" -c 'import torch, pytest, numpy' >/dev/null 2>&1; then
+		echo "torch $("$torch_venv/bin/python" -c 'import torch; print(torch.__version__)') in $torch_venv"
+		return 0
+	fi
+	local tmp="$torch_venv.tmp.$$" d
+	# What an interrupted run left behind (its process is gone).
+	for d in "$torch_venv".tmp.*; do
+		if [[ -d $d ]] && ! kill -0 "${d##*.}" 2>/dev/null; then rm -rf "$d"; fi
+	done
+	echo "making $torch_venv: torch, pytest and numpy from PyPI (once; about 5 GB with torch's CUDA libraries, minutes to download)"
+	mkdir -p "$(dirname "$torch_venv")" && rm -rf "$tmp" || return
+	if ! /usr/bin/python3 -m venv "$tmp" || ! "$tmp/bin/python" -m pip install -q --disable-pip-version-check torch pytest numpy; then
+		rm -rf "$tmp"
+		echo "could not make $torch_venv (no route to PyPI?): the python stage's torch 2.x run will fail"
+		return 1
+	fi
+	grep -lI "$tmp" "$tmp"/bin/* | xargs -r sed -i "s|$tmp|$torch_venv|g"
+	# Another run may have finished one meanwhile: it stays, ours goes.
+	# Only a broken one is replaced.
+	if "$torch_venv/bin/python" -c 'import torch, pytest, numpy' >/dev/null 2>&1; then
+		rm -rf "$tmp"
+		return 0
+	fi
+	rm -rf "$torch_venv"
+	mv -T "$tmp" "$torch_venv" 2>/dev/null || rm -rf "$tmp"
 }
 
 # staticcheck, pinned, from the module proxy (cached after the first run).
@@ -173,16 +224,35 @@ run_capi() {
 }
 
 # The PyTorch backend's tests (each rank a process, against gloo on the
-# same inputs) on that library.
+# same inputs) on that library, once on each torch: the results of each
+# run are python.torch-VERSION.results.json, their tests named
+# torch-VERSION.tests.MODULE.
 run_python() {
 	if [[ ! -f "$out/lib/libswitchml.so" ]]; then
-		echo "no libswitchml.so: the capi stage failed"
+		echo "building libswitchml.so (the capi stage did not run)"
+		go build -buildmode=c-shared -o "$out/lib/libswitchml.so" ./capi || return
+	fi
+	# The switchml binary: the torchrun test runs a job through a switch and
+	# controller of its own too.
+	go build -o "$out/bin/switchml" ./cmd/switchml || return
+	local rc=0
+	python_tests 1.13 /usr/bin/python3 || rc=1
+	python_tests 2 "$torch_venv/bin/python" || rc=1
+	return $rc
+}
+
+# python_tests NAME PYTHON: the tests on PYTHON's torch, reported as NAME.
+python_tests() {
+	local name=$1 py=$2 rc
+	if ! "$py" -c 'import torch, pytest' >/dev/null 2>&1; then
+		echo "torch $name: $py has no torch or pytest (see the setup stage's log)"
 		return 1
 	fi
-	SWITCHML_LIBRARY="$out/lib/libswitchml.so" /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider \
-		--junitxml="$out/python.xml" python/tests
-	local rc=$?
-	"$out/bin/testreport" junit "$out/python.xml" "$out/python.results.json" || rc=1
+	echo "torch $name: $("$py" -c 'import torch; print(torch.__version__)') ($py)"
+	SWITCHML_LIBRARY="$out/lib/libswitchml.so" SWITCHML_BINARY="$out/bin/switchml" "$py" -m pytest -q -rs -p no:cacheprovider \
+		--junitxml="$out/python-$name.xml" --junit-prefix="torch-$name" python/tests
+	rc=$?
+	"$out/bin/testreport" junit "$out/python-$name.xml" "$out/python.torch-$name.results.json" || rc=1
 	return $rc
 }
 

@@ -178,6 +178,14 @@ static void *run_rank(void *arg) {
 	CHECK(strcmp(kind, "shm") == 0, "rank %d's lanes use \"%s\", want \"shm\"", r->rank, kind);
 	expect(switchml_transport(s, tiny, sizeof tiny, err, sizeof err), SWITCHML_ERR_INVALID, err, "transport into a short buffer");
 
+	/* Two calls of N values so far: at least their bytes were sent. */
+	uint64_t calls = 0, packets = 0, sent = 0, values = 0;
+	expect(switchml_stats(s, &calls, &packets, &sent, &values, err, sizeof err), SWITCHML_OK, err, "stats");
+	CHECK(calls == 2 && values == 2 * N && packets > 0 && sent >= 8 * (uint64_t)N,
+	      "stats: %llu calls, %llu values, %llu packets, %llu bytes; want 2 calls of %d values", (unsigned long long)calls,
+	      (unsigned long long)values, (unsigned long long)packets, (unsigned long long)sent, N);
+	expect(switchml_stats(s, NULL, NULL, NULL, NULL, err, sizeof err), SWITCHML_OK, err, "stats into nothing");
+
 	/* 1.0 in IEEE half precision is 0x3c00; the sum 1+2+3 = 6 is 0x4600. */
 	uint16_t h[64], b[64];
 	for (int i = 0; i < 64; i++) {

@@ -9,7 +9,7 @@ import ctypes
 import os
 import threading
 
-ABI_VERSION = 5
+ABI_VERSION = 6
 
 # switchml_status
 OK = 0
@@ -124,6 +124,7 @@ def lib():
             "switchml_transport": [i64, buf, size, buf, size],
             "switchml_local_stop": [i64, buf, size],
             "switchml_fallback": [i64, ctypes.POINTER(i32), buf, size, buf, size],
+            "switchml_stats": [i64] + [ctypes.POINTER(ctypes.c_uint64)] * 4 + [buf, size],
         }
         # The version first: an older library lacks the newer functions.
         l.switchml_abi_version.argtypes, l.switchml_abi_version.restype = [], ctypes.c_int
@@ -218,6 +219,14 @@ class Session:
         out = ctypes.create_string_buffer(16)
         call(lib().switchml_transport, self.handle, out, len(out))
         return out.value.decode()
+
+    def stats(self):
+        """The session's counters so far (switchml.Stats): completed
+        allreduce calls, packets sent, the bytes of those packets
+        (SwitchML headers included) and values reduced."""
+        v = [ctypes.c_uint64(0) for _ in range(4)]
+        call(lib().switchml_stats, self.handle, *[ctypes.byref(x) for x in v])
+        return dict(zip(("allreduces", "packets", "sent_bytes", "elements"), (x.value for x in v)))
 
     def barrier(self, name, timeout=None):
         call(lib().switchml_barrier, self.handle, name.encode(), _ms(timeout))

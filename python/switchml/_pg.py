@@ -1,12 +1,19 @@
 """The "switchml" torch.distributed backend: a ProcessGroup written in
 Python over the library's ctypes binding.
 
-torch 1.13 lets a Python class derive from torch.distributed.ProcessGroup
-(pybind11 trampolines PyProcessGroup and PyWork): C++ callers such as
-DistributedDataParallel's reducer reach the Python methods, and a Python
-Work's get_future() hands them a torch.futures.Future. Collectives run in
-call order on one thread per group, so the caller (the autograd engine
-during DDP's backward pass) goes on while the switch sums.
+torch (1.13 and 2.x) lets a Python class derive from
+torch.distributed.ProcessGroup (pybind11 trampolines PyProcessGroup and
+PyWork): C++ callers such as DistributedDataParallel's reducer reach the
+Python methods, and a Python Work's get_future() hands them a
+torch.futures.Future. Collectives run in call order on one thread per
+group, so the caller (the autograd engine during DDP's backward pass) goes
+on while the switch sums.
+
+The two torches name some methods differently (1.13's _allgather_base and
+_reduce_scatter_base are 2.x's all_gather_single and
+reduce_scatter_single, after allgather_into_tensor_coalesced and
+reduce_scatter_tensor_coalesced came all_gather_single_coalesced and
+reduce_scatter_single_coalesced): the group answers to every name.
 """
 import atexit
 import datetime
@@ -108,8 +115,8 @@ def _op_name(op):
 
 
 def _not_implemented(op):
-    raise NotImplementedError("switchml: the switchml backend does not implement %s; it has allreduce (SUM, AVG), "
-                              "broadcast, allgather and barrier" % op)
+    raise NotImplementedError("switchml: the switchml backend does not implement %s; it has allreduce and "
+                              "reduce_scatter (SUM, AVG), broadcast, allgather and barrier" % op)
 
 
 class _LiveWorks:
@@ -300,6 +307,7 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
         self._closed = False
         self._ops = 0
         self._ops_lock = threading.Lock()
+        self._traffic = {}
         self._queue = queue.Queue()
         self._live = _LiveWorks()
         join_timeout = _number("SWITCHML_JOIN_TIMEOUT", float) or JOIN_TIMEOUT
@@ -370,6 +378,36 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
 
     def getBackendName(self):
         return BACKEND
+
+    # torch 2.x names every group (init_process_group and new_group call
+    # _set_group_name) and looks groups up by that name (functional
+    # collectives, DeviceMesh, FSDP). Its ProcessGroup keeps the name on
+    # the C++ backends it holds, and a Python group holds none: the name
+    # lives here instead. 1.13 never asks.
+
+    def setGroupName(self, name):
+        self._group_name = name
+
+    def getGroupName(self):
+        name = getattr(self, "_group_name", None)
+        if name is None:
+            raise RuntimeError("switchml: this process group has no name yet: torch names it when "
+                               "init_process_group or new_group has made it")
+        return name
+
+    @property
+    def group_name(self):
+        return self.getGroupName()
+
+    def setGroupDesc(self, desc):
+        self._group_desc = desc
+
+    def getGroupDesc(self):
+        return getattr(self, "_group_desc", "")
+
+    @property
+    def group_desc(self):
+        return self.getGroupDesc()
 
     def _get_backend_name(self):
         return BACKEND
@@ -447,19 +485,42 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
 
     # --- collectives ---
 
-    def _reduce_into(self, t):
+    def _reduce_into(self, t, kind):
         if t.numel():
+            self._count(kind, t)
             self._session.allreduce(t.data_ptr(), t.numel(), _dtype_code(t), self._timeout_s)
 
-    def _sum_bytes(self, buf):
+    def _sum_bytes(self, buf, kind):
         """Sums an int32 tensor exactly: the transport of the byte-level
         collectives, where all but one rank contribute zeros."""
         if buf.numel():
+            self._count(kind, buf)
             self._session.allreduce(buf.data_ptr(), buf.numel(), _dtype_code(buf), self._timeout_s)
 
-    def allreduce(self, tensors, opts=None):
-        if isinstance(tensors, torch.Tensor):
-            tensors = [tensors]
+    def _count(self, kind, t):
+        with self._ops_lock:
+            calls, nbytes = self._traffic.get(kind, (0, 0))
+            self._traffic[kind] = (calls + 1, nbytes + t.numel() * t.element_size())
+
+    def traffic(self):
+        """What this rank's collectives handed the switch so far, by kind
+        ("allreduce", "broadcast", "allgather", "reduce_scatter"): a dict
+        of (calls, bytes). Each byte counted is sent to the switch and the
+        switch sends a byte back (the sum, to every rank): the traffic
+        model of the README. What went on the wire, headers and
+        retransmissions included, is the library's count: stats()."""
+        with self._ops_lock:
+            return dict(self._traffic)
+
+    def stats(self):
+        """The library's counters of this rank's session (Session.stats):
+        allreduces, packets and bytes sent, values reduced."""
+        return self._session.stats()
+
+    @staticmethod
+    def _sum_or_avg(opts, what):
+        """The reduction opts asks for, by name: SUM or AVG, the two the
+        switch computes."""
         if opts is None:
             op = dist.ReduceOp.SUM
         elif hasattr(opts, "reduceOp"):
@@ -468,7 +529,19 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
             op = opts
         name = _op_name(op)
         if name not in ("SUM", "AVG"):
-            _not_implemented("allreduce with ReduceOp.%s (only SUM and AVG)" % name)
+            _not_implemented("%s with ReduceOp.%s (only SUM and AVG)" % (what, name))
+        return name
+
+    @staticmethod
+    def _check_avg(name, t, what):
+        if name == "AVG" and not t.is_floating_point():
+            raise TypeError("switchml: %s AVG of a %s tensor: averages need a floating dtype; use SUM and divide "
+                            "yourself" % (what, str(t.dtype).replace("torch.", "")))
+
+    def allreduce(self, tensors, opts=None):
+        if isinstance(tensors, torch.Tensor):
+            tensors = [tensors]
+        name = self._sum_or_avg(opts, "allreduce")
         for i, t in enumerate(tensors):
             _check_reducible(t, "tensor %d of allreduce" % i)
             if name == "AVG" and not t.is_floating_point():
@@ -478,7 +551,7 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
 
         def run():
             for t in tensors:
-                self._reduce_into(t)
+                self._reduce_into(t, "allreduce")
                 if name == "AVG":
                     t.div_(size)
             return tensors
@@ -504,7 +577,7 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
                 buf = torch.zeros((flat.numel() + 3) // 4, dtype=torch.int32)
                 if me == root:
                     buf.view(torch.uint8)[:flat.numel()].copy_(flat)
-                self._sum_bytes(buf)
+                self._sum_bytes(buf, "broadcast")
                 if me != root:
                     flat.copy_(buf.view(torch.uint8)[:flat.numel()])
             return tensors
@@ -533,6 +606,30 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
         outs = list(output.reshape(-1).chunk(self.size())) if inp.numel() else [output] * self.size()
         return self._submit(lambda: self._gather(inp, outs) and [output])
 
+    # torch 2.x calls it all_gather_single (after _allgather_base).
+    all_gather_single = _allgather_base
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        if len(outputs) != len(inputs):
+            raise ValueError("switchml: allgather of %d inputs into %d outputs: they must pair up"
+                             % (len(inputs), len(outputs)))
+        pairs = []
+        for i, (out, inp) in enumerate(zip(outputs, inputs)):
+            check_tensor(inp, "allgather input %d" % i)
+            check_tensor(out, "allgather output %d" % i)
+            if out.dtype != inp.dtype or out.numel() != inp.numel() * self.size():
+                raise ValueError("switchml: allgather output %d is %s[%d], want %s[%d] (world size times the input)"
+                                 % (i, out.dtype, out.numel(), inp.dtype, inp.numel() * self.size()))
+            pairs.append((inp, list(out.reshape(-1).chunk(self.size())) if inp.numel() else [out] * self.size()))
+
+        def run():
+            for inp, outs in pairs:
+                self._gather(inp, outs)
+            return list(outputs)
+        return self._submit(run)
+
+    all_gather_single_coalesced = allgather_into_tensor_coalesced
+
     def _gather(self, inp, outs):
         # Each rank writes its bytes into its own stretch of a zeroed
         # buffer; one exact int32 sum then gives every rank all of them.
@@ -542,11 +639,84 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
         raw = buf.view(torch.uint8)
         me = self.rank()
         raw[me * stride * 4:me * stride * 4 + nbytes].copy_(inp.reshape(-1).view(torch.uint8))
-        self._sum_bytes(buf)
+        self._sum_bytes(buf, "allgather")
         for r, o in enumerate(outs):
             if nbytes:
                 o.reshape(-1).view(torch.uint8).copy_(raw[r * stride * 4:r * stride * 4 + nbytes])
         return True
+
+    # --- reduce_scatter: an allreduce of the whole input, of which each
+    # rank keeps its own shard (the switch multicasts every sum to every
+    # rank: a rank sends and receives the whole input) ---
+
+    def _check_reduce_scatter(self, output, inp, name, what):
+        _check_reducible(inp, "%s input" % what)
+        check_tensor(output, "%s output" % what)
+        self._check_avg(name, inp, what)
+        if output.dtype != inp.dtype or inp.numel() != output.numel() * self.size():
+            raise ValueError("switchml: %s output is %s[%d], the input %s[%d]: the input must be world size (%d) "
+                             "times the output, of the same dtype" % (what, output.dtype, output.numel(), inp.dtype,
+                                                                       inp.numel(), self.size()))
+
+    def _reduce_shard(self, output, inp, name, scratch=False):
+        """Sums inp across the ranks (a copy of it, unless it is scratch
+        the caller made) and writes this rank's stretch of the sum (divided
+        by the world size for AVG) to output."""
+        n = output.numel()
+        if not n:
+            return
+        buf = inp.reshape(-1) if scratch else inp.reshape(-1).clone()
+        self._reduce_into(buf, "reduce_scatter")
+        shard = buf.narrow(0, self.rank() * n, n)
+        if name == "AVG":
+            shard.div_(self.size())
+        output.reshape(-1).copy_(shard)
+
+    def reduce_scatter_single(self, output, inp, opts=None):
+        name = self._sum_or_avg(opts, "reduce_scatter_tensor")
+        self._check_reduce_scatter(output, inp, name, "reduce_scatter_tensor")
+        return self._submit(lambda: self._reduce_shard(output, inp, name) or [output])
+
+    # torch 1.13 and the first 2.x releases call it _reduce_scatter_base.
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        name = self._sum_or_avg(opts, "reduce_scatter_tensor")
+        if len(outputs) != len(inputs):
+            raise ValueError("switchml: reduce_scatter of %d inputs into %d outputs: they must pair up"
+                             % (len(inputs), len(outputs)))
+        for i, (out, inp) in enumerate(zip(outputs, inputs)):
+            self._check_reduce_scatter(out, inp, name, "reduce_scatter_tensor (pair %d)" % i)
+
+        def run():
+            for out, inp in zip(outputs, inputs):
+                self._reduce_shard(out, inp, name)
+            return list(outputs)
+        return self._submit(run)
+
+    reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
+
+    def reduce_scatter(self, output_tensors, input_lists, opts=None):
+        name = self._sum_or_avg(opts, "reduce_scatter")
+        if len(output_tensors) != 1 or len(input_lists) != 1:
+            _not_implemented("reduce_scatter of several tensors per rank (%d outputs)" % len(output_tensors))
+        out, ins = output_tensors[0], input_lists[0]
+        check_tensor(out, "reduce_scatter output")
+        if len(ins) != self.size():
+            raise ValueError("switchml: reduce_scatter needs %d input tensors (one per rank), got %d"
+                             % (self.size(), len(ins)))
+        for i, t in enumerate(ins):
+            _check_reducible(t, "reduce_scatter input %d" % i)
+            self._check_avg(name, t, "reduce_scatter")
+            if t.dtype != out.dtype or t.numel() != out.numel():
+                raise ValueError("switchml: reduce_scatter input %d is %s[%d], the output %s[%d]: they must match"
+                                 % (i, t.dtype, t.numel(), out.dtype, out.numel()))
+
+        def run():
+            if out.numel():
+                self._reduce_shard(out, torch.cat([t.reshape(-1) for t in ins]), name, scratch=True)
+            return output_tensors
+        return self._submit(run)
 
     def barrier(self, opts=None):
         name = self._name("barrier")
@@ -562,12 +732,6 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
 
     def scatter(self, *args, **kwargs):
         _not_implemented("scatter")
-
-    def reduce_scatter(self, *args, **kwargs):
-        _not_implemented("reduce_scatter")
-
-    def _reduce_scatter_base(self, *args, **kwargs):
-        _not_implemented("reduce_scatter_tensor")
 
     def alltoall(self, *args, **kwargs):
         _not_implemented("all_to_all")

@@ -274,6 +274,44 @@ class OpsAgainstGloo(unittest.TestCase):
             self.assertLessEqual(err2d, 1e-5 * want["sum2d"].abs().max().item(), out)
             self.assertEqual(got["empty"].numel(), 0, out)
 
+    def test_reduce_scatter(self):
+        # Each rank's shard of the sum (or average), against gloo's
+        # reduce_scatter (or, where gloo has none, its allreduce's shard).
+        tol = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
+        out = show(self.res)
+        for rank in range(self.world):
+            got, want = self.sml[rank], self.gloo[rank]
+            keys = [k for k in want if isinstance(k, tuple) and k[0] == "rs"]
+            self.assertEqual(len(keys), 7, out)
+            for key in keys:
+                g, w = got[key], want[key]
+                self.assertEqual((g.dtype, g.shape), (w.dtype, w.shape), "%s%s" % (key, out))
+                if w.dtype == torch.int32:
+                    self.assertTrue(torch.equal(g, w), "%s differs at rank %d%s" % (key, rank, out))
+                    continue
+                err = (g.float() - w.float()).abs().max().item()
+                self.assertLessEqual(err, tol[w.dtype] * w.abs().max().float().item(), "%s rank %d%s" % (key, rank, out))
+            err = (got["rs_list"] - want["rs_list"]).abs().max().item()
+            self.assertLessEqual(err, 1e-5 * want["rs_list"].abs().max().item(), "list form, rank %d%s" % (rank, out))
+            for k, (g, w) in enumerate(zip(got["rs_coalesced"], want["rs_coalesced"])):
+                self.assertTrue(torch.equal(g, w), "coalesced pair %d at rank %d: %s, gloo %s%s" % (k, rank, g, w, out))
+            for k, (g, w) in enumerate(zip(got["gather_coalesced"], want["gather_coalesced"])):
+                self.assertTrue(torch.equal(g, w), "coalesced allgather %d at rank %d: %s, gloo %s%s" % (k, rank, g, w, out))
+
+    def test_traffic(self):
+        # What a rank hands the switch (and gets back: the switch returns
+        # every sum to every rank) for 4000-byte shards: reduce_scatter
+        # the whole input, all_gather world size times its input.
+        for rank in range(self.world):
+            t = self.sml[rank]["traffic"]
+            self.assertEqual(t["reduce_scatter"], (1, 4000 * self.world), "rank %d%s" % (rank, show(self.res)))
+            self.assertEqual(t["allgather"], (1, 4000 * self.world), "rank %d%s" % (rank, show(self.res)))
+            # The library sent those bytes (as 32-bit values), and headers.
+            for kind, w in self.sml[rank]["wire"].items():
+                self.assertEqual(w["allreduces"], 1, "%s: %s%s" % (kind, w, show(self.res)))
+                self.assertEqual(w["elements"], 1000 * self.world, "%s: %s%s" % (kind, w, show(self.res)))
+                self.assertGreaterEqual(w["sent_bytes"], 4000 * self.world, "%s: %s%s" % (kind, w, show(self.res)))
+
     def test_unreachable_controller_falls_back_to_the_ring(self):
         # SWITCHML_FALLBACK=ring with every rank's ring address: the ranks
         # meet without the controller and run the same collectives over
@@ -336,7 +374,8 @@ class Refusals(unittest.TestCase):
                 "product": ("NotImplementedError", "PRODUCT"),
                 "avg_int": ("TypeError", "AVG"),
                 "reduce": ("NotImplementedError", "reduce"),
-                "reduce_scatter": ("NotImplementedError", "reduce_scatter"),
+                "reduce_scatter": ("NotImplementedError", "reduce_scatter with ReduceOp.MAX"),
+                "reduce_scatter_size": ("ValueError", "world size (2) times the output"),
                 "all_to_all": ("NotImplementedError", "all_to_all"),
                 "send": ("NotImplementedError", "send"),
             }
@@ -423,6 +462,37 @@ class DDP(unittest.TestCase):
         self.assertLess(sml[0]["losses"][-1], sml[0]["losses"][0], out)
         # DDP's reducer held its Work objects only through C++; the group
         # let each go once its future was taken and done.
+        self.assertEqual(sml[0]["live"], 0, out)
+
+
+def _fully_shard_missing():
+    """Why this torch cannot run FSDP's fully_shard on a CPU DeviceMesh,
+    or None if it can."""
+    try:
+        from torch.distributed.device_mesh import init_device_mesh  # noqa: F401
+        from torch.distributed.fsdp import fully_shard  # noqa: F401
+    except ImportError as e:
+        return "torch %s has no fully_shard on a DeviceMesh (%s): FSDP2 needs torch 2.x" % (torch.__version__, e)
+    return None
+
+
+class FSDP(unittest.TestCase):
+    @unittest.skipIf(_fully_shard_missing(), _fully_shard_missing())
+    def test_fully_shard_matches_gloo(self):
+        world = 3
+        res = results("fsdp", "switchml", world)
+        out = show(res)
+        sml = [saved for _, _, saved in res]
+        gloo = [saved for _, _, saved in results("fsdp", "gloo", world)]
+        for r in range(world):
+            self.assertEqual(len(sml[r]["losses"]), 5, out)
+            for step, (a, b) in enumerate(zip(sml[r]["losses"], gloo[r]["losses"])):
+                self.assertLess(abs(a - b), 1e-3, "rank %d step %d: loss %g, gloo's %g%s" % (r, step, a, b, out))
+            # FSDP's collectives crossed the switch: parameters gathered
+            # (forward and backward) and gradients reduce-scattered, every step.
+            traffic = sml[r]["traffic"]
+            self.assertGreaterEqual(traffic.get("allgather", (0, 0))[0], 5, "rank %d: %s%s" % (r, traffic, out))
+            self.assertGreaterEqual(traffic.get("reduce_scatter", (0, 0))[0], 5, "rank %d: %s%s" % (r, traffic, out))
         self.assertEqual(sml[0]["live"], 0, out)
 
 

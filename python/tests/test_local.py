@@ -51,6 +51,20 @@ class Rendezvous(unittest.TestCase):
 
 
 class Loading(unittest.TestCase):
+    def test_import_warns_nothing(self):
+        # torch 2.x warns when a backend is registered without its devices;
+        # every warning is an error here.
+        code = ("import torch.distributed as d, switchml\n"
+                "caps = getattr(d.Backend, 'backend_capability', None)\n"
+                "print('devices', caps.get('switchml') if caps is not None else 'none')\n")
+        env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
+        out = subprocess.run([sys.executable, "-W", "error", "-c", code], env=env, capture_output=True, text=True,
+                             timeout=120)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stderr, "", out.stderr)
+        # Where torch keeps backends' devices, switchml serves the CPU alone.
+        self.assertIn(out.stdout.strip(), ("devices ['cpu']", "devices none"), out.stdout)
+
     def test_missing_library_says_how_to_build_it(self):
         code = ("import switchml, torch.distributed as d\n"
                 "assert d.Backend.SWITCHML\n"  # registered without loading the library

@@ -85,9 +85,88 @@ def ops(backend, rank, world):
     else:
         dist.all_gather_into_tensor(flat, h)
     out["gather_flat"] = flat
+    # reduce_scatter: SUM of every dtype the switch sums, AVG of floats,
+    # the tensor and the list forms, and the coalesced form torch 2.x's
+    # coalescing manager calls.
+    for dt in DTYPES:
+        for op in ("sum", "avg") if dt.is_floating_point else ("sum",):
+            full = inputs(rank, dt, n=3 * world * 100)
+            shard = torch.empty(3 * 100, dtype=dt)
+            reduce_scatter(backend, world, shard, full, op)
+            out["rs", op, dt] = shard
+    ins = [inputs(rank, torch.float32, n=4 * world + r) for r in range(world)]
+    ins = [t.narrow(0, 0, 4) for t in ins]
+    o = torch.empty(4)
+    if backend == "gloo":
+        reduce_scatter(backend, world, o, torch.cat(ins), "sum")
+    else:
+        dist.reduce_scatter(o, ins)
+    out["rs_list"] = o
+    pairs = [(torch.empty(5 + k, dtype=torch.int32), torch.arange(world * (5 + k), dtype=torch.int32) * (rank + k + 1))
+             for k in range(2)]
+    if backend == "gloo":
+        for o, i in pairs:
+            reduce_scatter(backend, world, o, i, "sum")
+    else:
+        pg = dist.distributed_c10d._get_default_group()
+        pg.reduce_scatter_tensor_coalesced([o for o, _ in pairs], [i for _, i in pairs],
+                                           torch._C._distributed_c10d.ReduceScatterOptions()).wait()
+    out["rs_coalesced"] = [o for o, _ in pairs]
+    g2 = [(torch.full((2 + k,), rank * 10 + k, dtype=torch.int64), torch.empty((2 + k) * world, dtype=torch.int64))
+          for k in range(2)]
+    if backend == "gloo":
+        for i, o in g2:
+            parts = [torch.empty_like(i) for _ in range(world)]
+            dist.all_gather(parts, i)
+            o.copy_(torch.cat(parts))
+    else:
+        pg = dist.distributed_c10d._get_default_group()
+        pg.allgather_into_tensor_coalesced([o for _, o in g2], [i for i, _ in g2], torch._C._distributed_c10d.AllgatherOptions()).wait()
+    out["gather_coalesced"] = [o for _, o in g2]
+    if backend != "gloo":
+        # The traffic model of the README: what one call hands the switch.
+        pg = dist.distributed_c10d._get_default_group()
+        out["wire"] = {}
+        before = pg.traffic()
+        for kind, call in (("reduce_scatter", lambda: dist.reduce_scatter_tensor(torch.empty(1000),
+                                                                                 torch.ones(1000 * world))),
+                           ("allgather", lambda: dist.all_gather_into_tensor(torch.empty(1000 * world),
+                                                                             torch.ones(1000)))):
+            wire = pg.stats()
+            call()
+            after = pg.stats()
+            out["wire"][kind] = {k: after[k] - wire[k] for k in after}
+        after = pg.traffic()
+        out["traffic"] = {k: (after[k][0] - before.get(k, (0, 0))[0], after[k][1] - before.get(k, (0, 0))[1])
+                          for k in ("reduce_scatter", "allgather")}
     dist.barrier()
     out["live"] = live_works()
     return out
+
+
+def reduce_scatter(backend, world, output, inp, op, group=None):
+    """reduce_scatter_tensor of inp into output: through the backend, or
+    for the gloo reference with gloo's own reduce_scatter_tensor where the
+    installed torch has it, else an allreduce of which this rank keeps its
+    shard. gloo has no AVG (the reference divides) nor bfloat16 (its
+    reference sums in float32 and rounds once)."""
+    if backend != "gloo":
+        dist.reduce_scatter_tensor(output, inp, op=dist.ReduceOp.AVG if op == "avg" else dist.ReduceOp.SUM,
+                                   group=group)
+        return
+    rank, n = dist.get_rank(group), output.numel()
+    x = inp.float() if inp.dtype == torch.bfloat16 else inp.clone()
+    o = torch.empty(n, dtype=x.dtype)
+    try:
+        dist.reduce_scatter_tensor(o, x, group=group)
+    except (RuntimeError, NotImplementedError) as e:  # torch 1.13's gloo has none
+        if "does not support" not in str(e) and "not supported" not in str(e) and "not implemented" not in str(e):
+            raise
+        dist.all_reduce(x, group=group)
+        o = x.narrow(0, rank * n, n).clone()
+    if op == "avg":
+        o /= world
+    output.copy_(o.to(output.dtype))
 
 
 def errors(backend, rank, world):
@@ -115,7 +194,8 @@ def errors(backend, rank, world):
     catch("product", lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.PRODUCT))
     catch("avg_int", lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist.ReduceOp.AVG))
     catch("reduce", lambda: dist.reduce(torch.ones(3), 0))
-    catch("reduce_scatter", lambda: dist.reduce_scatter(torch.ones(1), [torch.ones(1)] * world))
+    catch("reduce_scatter", lambda: dist.reduce_scatter(torch.ones(1), [torch.ones(1)] * world, op=dist.ReduceOp.MAX))
+    catch("reduce_scatter_size", lambda: dist.reduce_scatter_tensor(torch.ones(2), torch.ones(2 * world + 1)))
     catch("all_to_all", lambda: dist.all_to_all([torch.ones(1)] * world, [torch.ones(1)] * world))
     catch("send", lambda: dist.send(torch.ones(1), (rank + 1) % world))
     catch("bcast_meta", lambda: dist.broadcast(torch.empty(3, device="meta"), 0))
@@ -224,7 +304,7 @@ def ddp(backend, rank, world):
     opt = torch.optim.SGD(net.parameters(), lr=0.05)
     g = torch.Generator().manual_seed(rank)
     losses = []
-    for _ in range(6):
+    for _ in range(10):
         x, y = torch.randn(16, 20, generator=g), torch.randint(0, 4, (16,), generator=g)
         opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(net(x), y)
@@ -232,6 +312,46 @@ def ddp(backend, rank, world):
         opt.step()
         losses.append(loss.item())
     return {"params": [p.detach().clone() for p in model.parameters()], "losses": losses, "live": live_works()}
+
+
+def fsdp(backend, rank, world):
+    """A few steps of FSDP (fully_shard, torch 2.x) on a CPU DeviceMesh:
+    each layer's parameters sharded across the ranks, gathered for the
+    forward and backward passes (all_gather_into_tensor), their gradients
+    reduced to the shards (reduce_scatter_tensor)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(20, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    mesh = init_device_mesh("cpu", (world,))
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(rank)
+    losses = []
+    for _ in range(5):
+        x, y = torch.randn(16, 20, generator=g), torch.randint(0, 4, (16,), generator=g)
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return {"losses": losses, "live": live_works(), "traffic": traffic()}
+
+
+def traffic():
+    """What every switchml group of this process handed the switch, by
+    kind of collective: {kind: (calls, bytes)} (empty on gloo)."""
+    from switchml import _pg
+    total = {}
+    for pg in list(_pg._groups):
+        for kind, (calls, nbytes) in pg.traffic().items():
+            c, b = total.get(kind, (0, 0))
+            total[kind] = (c + calls, b + nbytes)
+    return total
 
 
 # How long a collective may take, and the ranks may wait for each other
