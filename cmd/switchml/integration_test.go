@@ -325,9 +325,11 @@ func TestBadInput(t *testing.T) {
 		_ = sw
 		spawn(t, nil, "controller", "--target", fmt.Sprintf("127.0.0.1:%d", p4), "--listen", fmt.Sprintf("127.0.0.1:%d", ctl),
 			"--dataplane", fmt.Sprintf("127.0.0.1:%d", dead))
+		// The controller serves once its probe of the data plane has gone
+		// unanswered (3 s): the worker waits for it as long as it takes.
 		a := spawn(t, nil, "allreduce", "--controller", fmt.Sprintf("127.0.0.1:%d", ctl), "--job", "x", "--workers", "1",
-			"--give-up", "2s", "--json")
-		if err := a.wait(t, 30*time.Second); err == nil {
+			"--give-up", "2s", "--connect-timeout", "2m", "--json")
+		if err := a.wait(t, 3*time.Minute); err == nil {
 			t.Fatalf("allreduce without a switch succeeded")
 		}
 		if out := string(a.Stdout()) + a.Logs(); !strings.Contains(out, "no answer from the switch") {
