@@ -150,7 +150,7 @@ func writeReport(dir string, f *resultsFile) (string, error) {
 	w.header()
 	goals(&w.b, w.x, w.o)
 	torchTable(&w.b, f.Results)
-	for _, section := range []func() error{w.workersSweep, w.jobsSweep, w.sizesSweep, w.ratesSweep, w.knobSweeps} {
+	for _, section := range []func() error{w.workersSweep, w.jobsSweep, w.sizesSweep, w.ratesSweep, w.knobSweeps, w.collectivesSweep} {
 		if err := section(); err != nil {
 			return "", err
 		}
