@@ -48,13 +48,14 @@ func (w *reportWriter) collectivesSweep() error {
 	p("## Rack: collectives through torch.distributed (%d workers, %s, %s)\n\n", n, FormatSize(o.Size), rateList(rs))
 	p("S = %s is the full tensor of every call: all_reduce of S; reduce_scatter_tensor of S into S/n per rank; all_gather_into_tensor of S/n per rank into S. "+
 		"Both systems run `torch_allreduce.py --op`, one process per rank in the worker namespaces, differing only in the backend's name; torch %v. "+
-		"TAT: median of %d timed calls after %d warm-up (the slowest rank's time of each), with the fastest and slowest of them; every result checked exactly.\n\n",
+		"TAT: median of %d timed calls after %d warm-up (the slowest rank's time of each), with the fastest and slowest of them; every result checked exactly. "+
+		"Ideal ring / switch is the ratio the traffic model gives at line rate: a ring's bytes per rank over the switchml backend's (see the bytes table).\n\n",
 		FormatSize(o.Size), w.env["torch"], o.Iters, o.Warmup)
 	cols := []string{"rate (Mbit/s)", "collective"}
 	for _, s := range systems {
 		cols = append(cols, systemNames[s]+" TAT (s)", "min–max (s)")
 	}
-	cols = append(cols, "Gloo / PyTorch-SwitchML", "verified")
+	cols = append(cols, "Gloo / PyTorch-SwitchML", "ideal ring / switch", "verified")
 	p("| %s |\n|%s\n", strings.Join(cols, " | "), strings.Repeat("---|", len(cols)))
 	for _, rate := range values(rs, byRate) {
 		for _, op := range Collectives {
@@ -79,7 +80,7 @@ func (w *reportWriter) collectivesSweep() error {
 			}
 			gl, okG := found["gloo"]
 			ts, okT := found["torch-switchml"]
-			p(" %s | %v |\n", ratio(gl, ts, okG, okT), verified && len(found) > 0)
+			p(" %s | %.2fx | %v |\n", ratio(gl, ts, okG, okT), modelBytes("gloo", op, n)/modelBytes("torch-switchml", op, n), verified && len(found) > 0)
 		}
 	}
 	p("\n")
