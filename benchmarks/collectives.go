@@ -1,6 +1,7 @@
 package benchmarks
 
 import (
+	"cmp"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -50,7 +51,7 @@ func (w *reportWriter) collectivesSweep() error {
 		"Both systems run `torch_allreduce.py --op`, one process per rank in the worker namespaces, differing only in the backend's name; torch %v. "+
 		"TAT: median of %d timed calls after %d warm-up (the slowest rank's time of each), with the fastest and slowest of them; every result checked exactly. "+
 		"Ideal ring / switch is the ratio the traffic model gives at line rate: a ring's bytes per rank over the switchml backend's (see the bytes table).\n\n",
-		FormatSize(o.Size), w.env["torch"], o.Iters, o.Warmup)
+		FormatSize(o.Size), cmp.Or(w.env["torch"], any("unknown")), o.Iters, o.Warmup)
 	cols := []string{"rate (Mbit/s)", "collective"}
 	for _, s := range systems {
 		cols = append(cols, systemNames[s]+" TAT (s)", "min–max (s)")
