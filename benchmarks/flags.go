@@ -40,10 +40,17 @@ Sweeps vary one factor around the base point (--base-workers, --size or
             each of --base-workers ranks), every system at --rate (Gloo and
             torch-switchml read the files too, ring and mpi reduce a tensor
             of the same size; not in the default run)
+  collectives --collective-ops through torch.distributed at --size,
+            --base-workers and every --rates rate (gloo, torch-switchml):
+            all_reduce of the tensor, reduce_scatter_tensor of it into a
+            shard per rank, all_gather_into_tensor of the shards into it,
+            with the bytes each rank's port sent and received (rack; not
+            in the default run)
 With --rack-leaves N the rack is a two-level tree and switchml-tree runs a
 leaf switch per leaf under a spine; the other systems cross the same tree.
 Example: switchml bench --sweeps workers --systems switchml,gloo,ring --workers 2,4,8 --size 64MiB --rate 200
-Block-sparse: switchml bench --modes rack --sweeps density --systems switchml,switchml-sparse,gloo --base-workers 8 --density 0.001,0.01,0.1,0.5,1`
+Block-sparse: switchml bench --modes rack --sweeps density --systems switchml,switchml-sparse,gloo --base-workers 8 --density 0.001,0.01,0.1,0.5,1
+Collectives: switchml bench --modes rack --sweeps collectives --systems gloo,torch-switchml --base-workers 8 --size 64MiB --rates 200,1000`
 
 // FlagError is a flag whose value RegisterFlags' check refused.
 type FlagError struct {
@@ -109,6 +116,7 @@ func (o *Options) registerListFlags(fs *flag.FlagSet) func() error {
 	densities := fs.String("density", joinList(o.Densities, func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }),
 		"shares of each rank's blocks that hold values in the generated tensors, of the density sweep (each in (0, 1])")
 	fs.Float64Var(&o.SparseCrossover, "sparse-crossover", o.SparseCrossover, "switchml-sparse workers' --sparse-crossover: the share of a tensor's blocks held from which its size goes dense (0: the library's default; above 1: never)")
+	collectiveOps := fs.String("collective-ops", strings.Join(o.CollectiveOps, ","), "calls of the collectives sweep: "+strings.Join(Collectives, ", "))
 	gradients := fs.String("gradients", strings.Join(o.Gradients, ","), "directories of recorded gradients of the gradients sweep, comma-separated: rank r reads DIR/rank<r>.f32 (raw little-endian float32)")
 	return func() error {
 		var errs []error
@@ -132,6 +140,7 @@ func (o *Options) registerListFlags(fs *flag.FlagSet) func() error {
 		set("rates", setList(&o.Rates, *rates, parseRate))
 		set("density", setList(&o.Densities, *densities, parseDensity))
 		set("gradients", setList(&o.Gradients, *gradients, func(s string) (string, error) { return s, nil }))
+		set("collective-ops", setList(&o.CollectiveOps, *collectiveOps, choice(Collectives)))
 		if len(errs) > 0 {
 			return errs[0] // the first, as a person fixes them one by one
 		}
@@ -154,6 +163,9 @@ func (o *Options) checkFlags() error {
 		return &FlagError{"systems", errors.New("switchml-tree runs on a tree: give --rack-leaves 2 or more")}
 	}
 	if err := o.checkSparseFlags(); err != nil {
+		return err
+	}
+	if err := o.checkCollectives(); err != nil {
 		return err
 	}
 	if len(Plan(o)) == 0 {

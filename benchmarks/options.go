@@ -90,9 +90,17 @@ var Modes = []string{"rack", "loopback"}
 // Sweeps are the sweeps the suite knows; each varies one factor around the
 // base point.
 // "jobs" (concurrent jobs on one switch, sharing the workers' ports),
-// "density" (generated tensors with a share of empty blocks) and
-// "gradients" (recorded gradients read from files) run when named.
-var Sweeps = []string{"workers", "sizes", "rates", "packet", "window", "loopback", "jobs", "density", "gradients"}
+// "density" (generated tensors with a share of empty blocks),
+// "gradients" (recorded gradients read from files) and "collectives"
+// (PyTorch's allreduce, reduce_scatter and all_gather over Gloo and over
+// the switchml backend) run when named.
+var Sweeps = []string{"workers", "sizes", "rates", "packet", "window", "loopback", "jobs", "density", "gradients", "collectives"}
+
+// Collectives are the torch.distributed calls the collectives sweep
+// times (torch_allreduce.py --op): all_reduce of a tensor of S bytes,
+// reduce_scatter_tensor of S into S/n per rank, all_gather_into_tensor of
+// S/n per rank into S.
+var Collectives = []string{"all_reduce", "reduce_scatter", "all_gather"}
 
 // DefaultSweeps are those the default run makes.
 var DefaultSweeps = []string{"workers", "sizes", "rates", "packet", "window", "loopback"}
@@ -147,6 +155,10 @@ type Options struct {
 	// little-endian float32), one input of the gradients sweep each:
 	// every system reduces rank r's file at BaseWorkers workers and Rate.
 	Gradients []string `json:"gradients,omitempty"`
+	// CollectiveOps are the calls of the collectives sweep (of
+	// Collectives), each at BaseWorkers, Size and every rate of Rates, for
+	// the systems that run PyTorch (gloo, torch-switchml).
+	CollectiveOps []string `json:"collective_ops,omitempty"`
 	// SparseCrossover, if set, is the switchml-sparse workers'
 	// --sparse-crossover (above 1: never dense), to measure the sparse
 	// mode where the library would send dense.
@@ -209,9 +221,10 @@ func DefaultOptions() Options {
 		Sweeps:  slices.Clone(DefaultSweeps),
 		Workers: []int{2, 4, 8}, Size: 64 << 20, Sizes: []int64{1 << 20, 4 << 20, 16 << 20, 64 << 20}, TuneSize: 16 << 20,
 		Rate: 200, Rates: []float64{100, 200, 400},
-		JobCounts:   []int{1, 2, 4},
-		Densities:   []float64{0.001, 0.01, 0.1, 0.5, 1},
-		BaseWorkers: 4, PacketElements: 256, PacketSweep: []int{64, 128, 256}, Window: 64, Windows: []int{16, 32, 64}, Lanes: 4,
+		JobCounts:     []int{1, 2, 4},
+		Densities:     []float64{0.001, 0.01, 0.1, 0.5, 1},
+		CollectiveOps: slices.Clone(Collectives),
+		BaseWorkers:   4, PacketElements: 256, PacketSweep: []int{64, 128, 256}, Window: 64, Windows: []int{16, 32, 64}, Lanes: 4,
 		LoopbackWorkers: 4, LoopbackSize: 64 << 20,
 		Iters: 5, Warmup: 1, Verify: true,
 		MTU: 1500, Prefix: "smlb", Subnet: "10.213.0.0/24", Python: "/usr/bin/python3",
@@ -242,6 +255,9 @@ func (o *Options) check() error {
 		if !(d > 0 && d <= 1) {
 			return fmt.Errorf("benchmarks: Densities %v: every density must be in (0, 1]", o.Densities)
 		}
+	}
+	if err := o.checkCollectives(); err != nil {
+		return fmt.Errorf("benchmarks: %s: %w", err.Flag, err.Err)
 	}
 	if slices.Contains(o.Sweeps, "gradients") {
 		for _, dir := range o.Gradients {
@@ -310,12 +326,16 @@ type Point struct {
 	// Gradients, in the gradients sweep, is the directory of recorded
 	// gradients every rank reads its tensor from.
 	Gradients string `json:"gradients,omitempty"`
+	// Op, in the collectives sweep, is the call timed other than an
+	// allreduce: reduce_scatter or all_gather (Collectives), of the same
+	// tensor of Bytes; empty for an allreduce.
+	Op string `json:"op,omitempty"`
 	// Sweeps names the sweeps this point belongs to.
 	Sweeps []string `json:"sweeps"`
 }
 
 func (p Point) key() string {
-	return fmt.Sprintf("%s/%s/%d/%d/%g/%d/%d/%d/%d/%g/%s", p.Mode, p.System, p.Workers, p.Bytes, p.RateMbit, p.PacketElements, p.Window, p.Lanes, p.Jobs, p.Density, p.Gradients)
+	return fmt.Sprintf("%s/%s/%d/%d/%g/%d/%d/%d/%d/%g/%s/%s", p.Mode, p.System, p.Workers, p.Bytes, p.RateMbit, p.PacketElements, p.Window, p.Lanes, p.Jobs, p.Density, p.Gradients, p.Op)
 }
 
 func (p Point) String() string {
@@ -334,6 +354,9 @@ func (p Point) String() string {
 	}
 	if p.Gradients != "" {
 		s += " gradients=" + filepath.Base(p.Gradients)
+	}
+	if p.Op != "" {
+		s += " op=" + p.Op
 	}
 	return s
 }
@@ -435,6 +458,43 @@ func (pl *planner) system(sys string) {
 			pl.add("gradients", p)
 		}
 	}
+	if pl.has("collectives") && runsTorch(sys) {
+		for _, r := range o.Rates {
+			for _, op := range o.CollectiveOps {
+				p := rack
+				p.RateMbit, p.Op = r, op
+				if op == "all_reduce" {
+					p.Op = "" // the allreduce the other sweeps time
+				}
+				pl.add("collectives", p)
+			}
+		}
+	}
+}
+
+// runsTorch tells the systems that run torch_allreduce.py.
+func runsTorch(system string) bool { return system == "gloo" || system == "torch-switchml" }
+
+// checkCollectives refuses a collectives sweep no run can make: an
+// unknown call, or a tensor that does not split into a whole number of
+// float32 values per rank. The error names the flag to fix.
+func (o *Options) checkCollectives() *FlagError {
+	if !slices.Contains(o.Sweeps, "collectives") {
+		return nil
+	}
+	if len(o.CollectiveOps) == 0 {
+		return &FlagError{"collective-ops", fmt.Errorf("the collectives sweep needs at least one of %s", strings.Join(Collectives, ", "))}
+	}
+	for _, op := range o.CollectiveOps {
+		if !slices.Contains(Collectives, op) {
+			return &FlagError{"collective-ops", fmt.Errorf("%q: want %s", op, strings.Join(Collectives, ", "))}
+		}
+	}
+	if o.Size%(4*int64(o.BaseWorkers)) != 0 {
+		return &FlagError{"size", fmt.Errorf("the collectives sweep splits the %d-byte tensor into %d shards of float32: want a multiple of %d bytes",
+			o.Size, o.BaseWorkers, 4*o.BaseWorkers)}
+	}
+	return nil
 }
 
 // runs says whether a point can run: its system and mode are chosen, and

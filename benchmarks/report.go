@@ -150,7 +150,7 @@ func writeReport(dir string, f *resultsFile) (string, error) {
 	w.header()
 	goals(&w.b, w.x, w.o)
 	torchTable(&w.b, f.Results)
-	for _, section := range []func() error{w.workersSweep, w.jobsSweep, w.sizesSweep, w.ratesSweep, w.knobSweeps} {
+	for _, section := range []func() error{w.workersSweep, w.jobsSweep, w.sizesSweep, w.ratesSweep, w.knobSweeps, w.collectivesSweep} {
 		if err := section(); err != nil {
 			return "", err
 		}
@@ -517,8 +517,8 @@ func torchTable(b *strings.Builder, rs []result) {
 	}
 	header := false
 	for _, t := range rs {
-		if t.System != "torch-switchml" || t.Error != "" {
-			continue
+		if t.System != "torch-switchml" || t.Error != "" || t.Op != "" {
+			continue // the collectives sweep's other calls have a table of their own
 		}
 		if !header {
 			p("## PyTorch: the switchml backend against Gloo\n\n")

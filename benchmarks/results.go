@@ -30,6 +30,21 @@ type qdiscDelta struct {
 	Overlimits uint64 `json:"overlimits"`
 }
 
+// rankBytes is what one rank's port counted per timed call of a
+// collectives-sweep point (torch_allreduce.py --count-bytes): frames as
+// the interface counts them, headers included, from the barrier before the
+// first timed call to the one after the last, over the number of calls;
+// and, over the switchml backend, what the library sent (SwitchML headers
+// included, UDP, IP and Ethernet not).
+type rankBytes struct {
+	NetSent        float64 `json:"net_sent_bytes"`
+	NetRecv        float64 `json:"net_recv_bytes"`
+	NetSentPackets float64 `json:"net_sent_packets"`
+	NetRecvPackets float64 `json:"net_recv_packets"`
+	LibSent        float64 `json:"lib_sent_bytes,omitempty"`
+	LibPackets     float64 `json:"lib_packets,omitempty"`
+}
+
 // result is a point with everything measured on it.
 type result struct {
 	Point
@@ -70,6 +85,9 @@ type result struct {
 	QdiscDrops     uint64       `json:"qdisc_drops"`
 	WallS          float64      `json:"wall_s"`
 	Error          string       `json:"error,omitempty"`
+	// RankBytes are the bytes every rank's port sent and received per
+	// call (collectives sweep, on the rack), rank by rank.
+	RankBytes []rankBytes `json:"rank_bytes,omitempty"`
 	// JobResults are the jobs of a jobs-sweep point, each on its own.
 	JobResults []jobResult `json:"jobs,omitempty"`
 	// AggregateGoodputMbit is every job's timed tensors over the span from

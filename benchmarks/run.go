@@ -335,6 +335,9 @@ func (b *driver) gather(res *result, reps []rankReport, fab *fabric.Fabric) erro
 			res.Transports = append(res.Transports, rep.Transport)
 		}
 		res.WorkerCPU = append(res.WorkerCPU, rep.cpu)
+		if rep.bytes != nil {
+			res.RankBytes = append(res.RankBytes, *rep.bytes)
+		}
 		res.WorkerCPUPerOp += rep.cpu.total() / float64(b.o.Warmup+b.o.Iters)
 	}
 	if systemTransport(p.System) != "" && fab != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +27,7 @@ type rankReport struct {
 	Transport   string
 	cpu         cpuTime
 	start, end  float64 // the timed calls, Unix seconds (SwitchML)
+	bytes       *rankBytes
 }
 
 // runSystem starts one process per rank (one mpirun for mpi) and collects
@@ -175,6 +177,14 @@ func (l launcher) torch(fab *fabric.Fabric) ([]*exec.Cmd, error) {
 		if p.Gradients != "" {
 			c.Args = append(c.Args, "--input", gradientFile(p.Gradients, r), "--inputs", p.Gradients)
 		}
+		if p.Op != "" {
+			c.Args = append(c.Args, "--op", p.Op)
+		}
+		if l.rack && slices.Contains(p.Sweeps, "collectives") {
+			// The rank's port is its namespace's eth0 alone: what it
+			// counts is this rank's traffic.
+			c.Args = append(c.Args, "--count-bytes")
+		}
 		if !b.o.Verify {
 			c.Args = append(c.Args, "--no-verify")
 		}
@@ -228,6 +238,12 @@ func (b *driver) workerReports(outs [][]byte, p Point) ([]rankReport, error) {
 			start: j.TimedStart, end: j.TimedEnd}
 		if j.CPULoopUserS != nil && j.CPULoopSysS != nil {
 			reps[r].cpu = cpuTime{User: *j.CPULoopUserS, Sys: *j.CPULoopSysS}
+		}
+		if runsTorch(p.System) {
+			var rb rankBytes
+			if err := json.Unmarshal(lastJSONLine(out), &rb); err == nil && rb.NetSent+rb.NetRecv > 0 {
+				reps[r].bytes = &rb
+			}
 		}
 		if !b.o.Verify || (p.System == "switchml" && p.Mode != "rack" && p.Jobs == 0) {
 			reps[r].Verified = false

@@ -1,23 +1,38 @@
 #!/usr/bin/env python3
-"""One rank of an allreduce benchmark through torch.distributed, over gloo
+"""One rank of a collective benchmark through torch.distributed, over gloo
 or over the switchml backend (the Python package in python/): the same
 script with one string changed.
 
-Every rank fills a float32 tensor with rank+1, waits at a barrier, times
-dist.all_reduce, and checks that every element holds world*(world+1)/2.
-With --input FILE --inputs DIR the tensor is instead FILE (raw
-little-endian float32, recorded gradients), and the check compares the
+--op picks the collective; S is the tensor of --elements float32 values
+(the full tensor of the call) for each:
+  all_reduce      dist.all_reduce of S (the default)
+  reduce_scatter  dist.reduce_scatter_tensor of S into S/world per rank
+  all_gather      dist.all_gather_into_tensor of S/world per rank into S
+so that every op moves the same tensor. Every rank fills its input, waits at
+a barrier, times the call, and checks the result exactly: all_reduce fills
+rank+1 and wants world*(world+1)/2 everywhere; reduce_scatter fills shard c
+of its input with (rank+1)*(c+1) and wants (rank+1)*world*(world+1)/2; all_gather
+fills rank+1 and wants shard r of the output to hold r+1.
+With --input FILE --inputs DIR (all_reduce only) the tensor is instead FILE
+(raw little-endian float32, recorded gradients), and the check compares the
 result with the sum of every rank's DIR/rank<r>.f32, within float32
 rounding of a sum in any order.
+
 Each rank prints one JSON object with the same keys as
 `switchml allreduce --json` (tat_s, median_tat_s, goodput_gbps, verified,
 cpu_user_s, cpu_sys_s for the whole process, and cpu_loop_user_s,
-cpu_loop_sys_s: the CPU time of the warm-up and timed all_reduce calls
-alone, as the Go commands report it).
+cpu_loop_sys_s: the CPU time of the warm-up and timed calls alone, as the
+Go commands report it). With --count-bytes it adds what the interface
+--ifname sent and received per timed call (net_*, from /proc/net/dev of
+the rank's network namespace: frames with their headers, TCP's
+acknowledgements and the barriers between the calls included), and, over
+switchml, what the library sent per timed call (lib_sent_bytes,
+lib_packets: SwitchML headers included, UDP, IP and Ethernet not).
 
     python3 torch_allreduce.py --rank R --world N --master-addr IP \
         --master-port P --elements E --iters K [--warmup W] [--ifname eth0] \
-        [--backend gloo|switchml] [--input FILE --inputs DIR] [--no-verify]
+        [--backend gloo|switchml] [--op all_reduce|reduce_scatter|all_gather] \
+        [--count-bytes] [--input FILE --inputs DIR] [--no-verify]
 
 With --backend switchml, SWITCHML_CONTROLLER names the controller (else
 rank 0 runs an embedded switch).
@@ -29,6 +44,9 @@ import os
 import resource
 import sys
 import time
+
+
+OPS = ("all_reduce", "reduce_scatter", "all_gather")
 
 
 def main():
@@ -43,12 +61,19 @@ def main():
     p.add_argument("--ifname", default="", help="interface Gloo binds (GLOO_SOCKET_IFNAME)")
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     p.add_argument("--backend", choices=["gloo", "switchml"], default="gloo")
+    p.add_argument("--op", choices=OPS, default="all_reduce", help="the collective to time (see above)")
+    p.add_argument("--count-bytes", action="store_true",
+                   help="report the bytes --ifname sent and received per timed call (/proc/net/dev)")
     p.add_argument("--input", default="", help="this rank's tensor: a file of raw little-endian float32 values")
     p.add_argument("--inputs", default="", help="directory of every rank's file (rank<r>.f32), to check the sum")
     p.add_argument("--no-verify", action="store_true", help="do not check the result")
     a = p.parse_args()
     if a.ifname:
         os.environ["GLOO_SOCKET_IFNAME"] = a.ifname
+    if a.op != "all_reduce" and (a.input or a.elements % a.world):
+        p.error("--op %s: want --elements a multiple of --world, and no --input" % a.op)
+    if a.count_bytes and not a.ifname:
+        p.error("--count-bytes needs --ifname")
 
     import torch
     import torch.distributed as dist
@@ -59,7 +84,7 @@ def main():
     if a.backend == "switchml":
         import switchml  # noqa: F401  (registers the backend)
         system = "torch-switchml"
-    rep = {"system": system, "torch": torch.__version__, "workers": a.world, "rank": a.rank,
+    rep = {"system": system, "torch": torch.__version__, "workers": a.world, "rank": a.rank, "op": a.op,
            "elements": a.elements, "dtype": "float32", "iters": a.iters, "tat_s": [],
            "median_tat_s": 0.0, "goodput_gbps": 0.0, "verified": False, "retransmits": 0}
     try:
@@ -71,20 +96,22 @@ def main():
             a.elements = rep["elements"] = orig.numel()
             if not a.no_verify:
                 check = file_check(torch, a.inputs, a.world, a.elements)
-        x = torch.empty(a.elements, dtype=torch.float32)
-        want = float(a.world * (a.world + 1) // 2)
+        call, fill, want = collective(torch, dist, a)
         ok = True
-        # CPU time of the all_reduce calls alone (fill, barrier and check left out).
+        counters = Counters(a, dist) if a.count_bytes else None
+        # CPU time of the calls alone (fill, barrier and check left out).
         loop_user = loop_sys = 0.0
         for it in range(a.warmup + a.iters):
+            if it == a.warmup and counters:
+                counters.start()
             if a.input:
-                x.copy_(orig)
+                fill.copy_(orig)
             else:
-                x.fill_(float(a.rank + 1))
+                fill()
             dist.barrier()
             ru0 = resource.getrusage(resource.RUSAGE_SELF)
             t0 = time.perf_counter()
-            dist.all_reduce(x)
+            out = call()
             dt = time.perf_counter() - t0
             ru1 = resource.getrusage(resource.RUSAGE_SELF)
             loop_user += ru1.ru_utime - ru0.ru_utime
@@ -94,13 +121,15 @@ def main():
             if a.no_verify or not a.elements:
                 pass
             elif check is not None:
-                ok = ok and check(x)
-            elif not bool((x == want).all()):
+                ok = ok and check(out)
+            elif not bool((out == want).all()):
                 ok = False
         rep["verified"] = ok and not a.no_verify
         rep["cpu_loop_user_s"] = loop_user
         rep["cpu_loop_sys_s"] = loop_sys
         dist.barrier()
+        if counters:
+            rep.update(counters.per_call(a.iters))
         dist.destroy_process_group()
     except Exception as e:  # reported in the JSON, like the Go commands do
         rep["error"] = "%s: %s" % (type(e).__name__, e)
@@ -114,6 +143,81 @@ def main():
     json.dump(rep, sys.stdout)
     sys.stdout.write("\n")
     return 1 if "error" in rep or not (rep["verified"] or a.no_verify) else 0
+
+
+def collective(torch, dist, a):
+    """The op's timed call, the fill of its input before each call (a
+    tensor to copy the --input file into, for all_reduce with --input) and
+    the result it must give, as a tensor of the output's shape."""
+    n, world, rank = a.elements, a.world, a.rank
+    if a.op == "all_reduce":
+        x = torch.empty(n, dtype=torch.float32)
+
+        def reduce():
+            dist.all_reduce(x)
+            return x
+        return reduce, (x if a.input else lambda: x.fill_(float(rank + 1))), float(world * (world + 1) // 2)
+    shard = n // world
+    if a.op == "reduce_scatter":
+        # Shard c of every rank's input holds (rank+1)*(c+1): the sum
+        # differs per shard, so a rank handed another's shard shows.
+        x = torch.empty(world, shard, dtype=torch.float32)
+        scale = torch.arange(1, world + 1, dtype=torch.float32).unsqueeze(1)
+        y = torch.empty(shard, dtype=torch.float32)
+
+        def scatter():
+            dist.reduce_scatter_tensor(y, x.view(-1))
+            return y
+        return scatter, lambda: torch.mul(scale.expand(world, shard), float(rank + 1), out=x), \
+            float((rank + 1) * world * (world + 1) // 2)
+    x = torch.empty(shard, dtype=torch.float32)
+    y = torch.empty(world, shard, dtype=torch.float32)
+
+    def gather():
+        dist.all_gather_into_tensor(y.view(-1), x)
+        return y
+    return gather, lambda: x.fill_(float(rank + 1)), torch.arange(1, world + 1, dtype=torch.float32).unsqueeze(1)
+
+
+class Counters:
+    """What the rank's interface (and, over switchml, the library) counted
+    from start() to per_call(): the timed calls with their fills, the
+    barrier before each and the one after the last."""
+
+    def __init__(self, a, dist):
+        self.ifname = a.ifname
+        self.group = None
+        if a.backend == "switchml":
+            group = dist.distributed_c10d._get_default_group()
+            self.group = group if hasattr(group, "stats") else None
+
+    def read(self):
+        net = net_dev(self.ifname)
+        lib = self.group.stats() if self.group is not None else None
+        return net, lib
+
+    def start(self):
+        self.net0, self.lib0 = self.read()
+
+    def per_call(self, calls):
+        net1, lib1 = self.read()
+        out = {k: (net1[k] - self.net0[k]) / calls for k in net1}
+        if lib1 is not None:
+            out["lib_sent_bytes"] = (lib1["sent_bytes"] - self.lib0["sent_bytes"]) / calls
+            out["lib_packets"] = (lib1["packets"] - self.lib0["packets"]) / calls
+        return out
+
+
+def net_dev(ifname):
+    """The interface's counters in this network namespace: bytes and
+    packets received and sent."""
+    with open("/proc/net/dev") as f:
+        for line in f:
+            name, sep, rest = line.partition(":")
+            if sep and name.strip() == ifname:
+                v = [int(x) for x in rest.split()]
+                return {"net_recv_bytes": v[0], "net_recv_packets": v[1], "net_sent_bytes": v[8], "net_sent_packets": v[9]}
+    raise ValueError("no interface %s in /proc/net/dev" % ifname)
 
 
 def read_f32(torch, path):
