@@ -54,7 +54,7 @@ run ./switchml/
 run ./switchml/ring/
 run ./p4/controller/ ./p4/controller/jobcore/
 # The CLI's tests start real processes; only the fallback and fault ones.
-run -run 'Fallback|KilledWorker|SwitchRestart|MutualTLS|ControllerRestart|ChaosShort|NaNRank|HijackAndFlood' ./cmd/switchml/
+run -run 'Fallback|KilledWorker|SwitchRestart|MutualTLS|ControllerRestart|ChaosShort|NaNRank|HijackAndFlood|HostileAdoption|HostileRegistrationStorm|HostileFatRegistration|BadInput' ./cmd/switchml/
 # The PyTorch backend's tests, whose ranks are processes too (they need
 # /usr/bin/python3 with torch and pytest, as scripts/test.sh does).
 for i in $(seq "$count"); do
