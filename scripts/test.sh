@@ -102,10 +102,7 @@ run_setup() {
 	else
 		echo "no P4 toolchain at $p4tools: the compiler and BMv2 tests will skip"
 	fi
-	go mod download && go build -o "$out/bin/testreport" ./internal/testreport/cmd/testreport || return
-	if selected python; then
-		torch_venv_ready
-	fi
+	go mod download && go build -o "$out/bin/testreport" ./internal/testreport/cmd/testreport
 }
 
 # The python stage runs the backend's tests on Debian's torch 1.13
@@ -237,6 +234,10 @@ run_python() {
 	go build -o "$out/bin/switchml" ./cmd/switchml || return
 	local rc=0
 	python_tests 1.13 /usr/bin/python3 || rc=1
+	if [[ -f "$out/torch-venv.lock" ]]; then
+		flock "$out/torch-venv.lock" true # the environment's job has ended
+		cat "$out/torch-venv.log"
+	fi
 	python_tests 2 "$torch_venv/bin/python" || rc=1
 	return $rc
 }
@@ -245,7 +246,7 @@ run_python() {
 python_tests() {
 	local name=$1 py=$2 rc
 	if ! "$py" -c 'import torch, pytest' >/dev/null 2>&1; then
-		echo "torch $name: $py has no torch or pytest (see the setup stage's log)"
+		echo "torch $name: $py has no torch or pytest (see torch-venv.log beside this log)"
 		return 1
 	fi
 	echo "torch $name: $("$py" -c 'import torch; print(torch.__version__)') ($py)"
@@ -271,6 +272,16 @@ fi
 (stage race run_race) &
 lane_race=$!
 (
+	# The torch 2.x environment is made (once: minutes of download) beside
+	# the stages before the python stage, which waits for it: its job holds
+	# a lock on $out/torch-venv.lock until it ends, and its log is
+	# $out/torch-venv.log.
+	if selected python; then
+		exec 9>"$out/torch-venv.lock"
+		flock 9
+		torch_venv_ready >"$out/torch-venv.log" 2>&1 &
+		exec 9>&-
+	fi
 	stage lint run_lint
 	stage sim run_sim
 	stage alloc run_alloc
