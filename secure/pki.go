@@ -142,25 +142,41 @@ func serial() *big.Int {
 	return n
 }
 
-// writePEM writes one PEM block to file with mode 0600, whatever file was
-// before: it writes a new file beside it and renames it over, so that an
-// existing file's mode (or a symbolic link there) never carries over to a
-// new private key.
+// writePEM writes one PEM block to file with mode 0600 (WritePrivateFile).
 func writePEM(file, typ string, der []byte) error {
+	return WritePrivateFile(file, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}))
+}
+
+// WritePrivateFile replaces file with b, mode 0600, whatever file was
+// before: it writes a new file beside it, syncs it and renames it over,
+// so that an existing file's mode (or a symbolic link there) never
+// carries over to private content, and a crash leaves the old content or
+// the new.
+func WritePrivateFile(file string, b []byte) error {
 	f, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(f.Name()) // after the rename, nothing is left to remove
-	_, err = f.Write(pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}))
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
 		err = os.Chmod(f.Name(), 0o600)
 	}
+	if err == nil {
+		err = os.Rename(f.Name(), file)
+	}
 	if err != nil {
 		return err
 	}
-	return os.Rename(f.Name(), file)
+	if d, err := os.Open(filepath.Dir(file)); err == nil {
+		_ = d.Sync() // the rename itself survives a crash
+		d.Close()
+	}
+	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"syscall"
 
 	"github.com/switchml/switchml-go/p4/controller/jobcore"
+	"github.com/switchml/switchml-go/secure"
 )
 
 // stateVersion is the format of the state file this controller writes.
@@ -182,9 +183,8 @@ func (f *stateFile) forget(id uint32) {
 	f.mu.Unlock()
 }
 
-// flush writes the claims if the file does not hold them yet: a new file
-// beside it, synced, then renamed over it, so that a crash leaves the old
-// claims or the new ones.
+// flush writes the claims if the file does not hold them yet
+// (secure.WritePrivateFile: a crash leaves the old claims or the new).
 func (f *stateFile) flush() error {
 	f.writeMu.Lock()
 	defer f.writeMu.Unlock()
@@ -203,37 +203,9 @@ func (f *stateFile) flush() error {
 	if err != nil {
 		return err
 	}
-	if err := writePrivate(f.path, b); err != nil {
+	if err := secure.WritePrivateFile(f.path, b); err != nil {
 		return fmt.Errorf("controller: writing the state file: %w", err)
 	}
 	f.written = v
-	return nil
-}
-
-// writePrivate replaces path with b, mode 0600, atomically.
-func writePrivate(path string, b []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
 	return nil
 }
