@@ -154,12 +154,7 @@ func TestMeasureRegistrationStorm(t *testing.T) {
 	st2 := spawn(t, nil, "status", "--controller", f.controller, "--json", "--no-counters", "--timeout", "10m")
 	st2.wait(t, 15*time.Minute)
 	pid := f.ctl.Cmd().Process.Pid
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "VmHWM") || strings.HasPrefix(l, "VmRSS") {
-			t.Log("controller", l)
-		}
-	}
+	t.Logf("controller VmHWM %d kB, VmRSS %d kB", procMemory(t, pid, "VmHWM")>>10, procMemory(t, pid, "VmRSS")>>10)
 }
 
 // codesOf counts answers by code.
@@ -240,21 +235,25 @@ func TestHostileFatRegistrationStormMemoryBound(t *testing.T) {
 }
 
 // peakRSS is the peak resident set (VmHWM) of process pid, in bytes.
-func peakRSS(t *testing.T, pid int) int64 {
+func peakRSS(t *testing.T, pid int) int64 { return procMemory(t, pid, "VmHWM") }
+
+// procMemory is the figure named key (VmHWM, VmRSS) of /proc/PID/status,
+// in bytes.
+func procMemory(t *testing.T, pid int, key string) int64 {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(l, key+":"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			if err != nil {
-				t.Fatalf("VmHWM %q: %v", v, err)
+				t.Fatalf("%s %q: %v", key, v, err)
 			}
 			return kb << 10
 		}
 	}
-	t.Fatalf("no VmHWM in /proc/%d/status", pid)
+	t.Fatalf("no %s in /proc/%d/status", key, pid)
 	return 0
 }
