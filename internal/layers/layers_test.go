@@ -28,17 +28,9 @@ type rules struct {
 // heading: lines "layer N: folder folder ..." and "pure PKG: PKG PKG ...".
 func parseRules(doc []byte) (rules, error) {
 	r := rules{layer: map[string]int{}, pure: map[string][]string{}}
-	_, after, ok := bytes.Cut(doc, []byte("\n## Layer rules\n"))
-	if !ok {
-		return r, fmt.Errorf(`no "## Layer rules" section`)
-	}
-	_, block, ok := bytes.Cut(after, []byte("```\n"))
-	if !ok {
-		return r, fmt.Errorf("no fenced block in the Layer rules section")
-	}
-	block, _, ok = bytes.Cut(block, []byte("```"))
-	if !ok {
-		return r, fmt.Errorf("unterminated fenced block in the Layer rules section")
+	block, err := fencedBlock(doc, "Layer rules")
+	if err != nil {
+		return r, err
 	}
 	sc := bufio.NewScanner(bytes.NewReader(block))
 	for sc.Scan() {
@@ -103,6 +95,24 @@ func (r rules) check(graph map[string][]string) []string {
 		}
 	}
 	return bad
+}
+
+// fencedBlock is the first fenced block after the "## heading" line of
+// doc.
+func fencedBlock(doc []byte, heading string) ([]byte, error) {
+	_, after, ok := bytes.Cut(doc, []byte("\n## "+heading+"\n"))
+	if !ok {
+		return nil, fmt.Errorf("no %q section", "## "+heading)
+	}
+	_, block, ok := bytes.Cut(after, []byte("```\n"))
+	if !ok {
+		return nil, fmt.Errorf("no fenced block in the %s section", heading)
+	}
+	block, _, ok = bytes.Cut(block, []byte("```"))
+	if !ok {
+		return nil, fmt.Errorf("unterminated fenced block in the %s section", heading)
+	}
+	return block, nil
 }
 
 func top(pkg string) string {

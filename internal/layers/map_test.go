@@ -77,13 +77,13 @@ func TestThePackageMapIsTrue(t *testing.T) {
 
 // arrows are the "Who calls whom" lines: a package, and what it imports
 // (X/... for X and the packages under it).
-func arrows(t *testing.T, text string) map[string][]string {
+func arrows(t *testing.T, doc []byte) map[string][]string {
 	t.Helper()
-	_, block, ok := strings.Cut(text, "```\n")
-	if !ok {
-		t.Fatal(`no fenced block in "Who calls whom"`)
+	fenced, err := fencedBlock(doc, "Who calls whom")
+	if err != nil {
+		t.Fatalf("docs/architecture.md: %v", err)
 	}
-	block, _, _ = strings.Cut(block, "```")
+	block := string(fenced)
 	arrow := regexp.MustCompile(`^(\S+) ─+> (.*?)(?:\s+\(.*\))?$`)
 	out := map[string][]string{}
 	for _, line := range strings.Split(strings.TrimSpace(block), "\n") {
@@ -114,7 +114,7 @@ func TestWhoCallsWhomIsTrue(t *testing.T) {
 		t.Fatal(err)
 	}
 	graph := moduleGraph(t, root)
-	drawn := arrows(t, section(t, doc, "Who calls whom"))
+	drawn := arrows(t, doc)
 	if len(drawn) < 10 {
 		t.Fatalf("Who calls whom draws %d packages: not the diagram", len(drawn))
 	}
