@@ -15,17 +15,14 @@ import torch
 import torch.distributed as dist
 
 import switchml  # noqa: F401  (registers the backend)
+from worker import inputs, reduce_scatter  # the backend tests' inputs and gloo reference
+
+# Values per rank of the all_reduce inputs.
+N = 1501
 
 # float32 lands within a few units in the last place of the block's
 # largest value; float16 and bfloat16 within one rounding of their own.
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
-
-
-def inputs(rank, dtype, n=1501):
-    g = torch.Generator().manual_seed(2000 + rank)
-    if dtype == torch.int32:
-        return torch.randint(-1000, 1000, (n,), generator=g, dtype=torch.int32)
-    return (torch.randn(n, generator=g) * 4).to(dtype)
 
 
 def agree(what, got, want):
@@ -41,24 +38,6 @@ def agree(what, got, want):
         raise AssertionError("%s: switchml gave %s, gloo %s" % (what, got, want))
 
 
-def gloo_reduce_scatter(out, inp, avg, gloo, world, rank):
-    """gloo's reduce_scatter_tensor where this torch has it (not 1.13),
-    else the shard of its allreduce; gloo has no AVG (the sum is divided)
-    nor bfloat16 (summed in float32, rounded once)."""
-    x = inp.float() if inp.dtype == torch.bfloat16 else inp.clone()
-    o = torch.empty(out.numel(), dtype=x.dtype)
-    try:
-        dist.reduce_scatter_tensor(o, x, group=gloo)
-    except (RuntimeError, NotImplementedError) as e:
-        if "support" not in str(e) and "implemented" not in str(e):
-            raise
-        dist.all_reduce(x, group=gloo)
-        o = x.narrow(0, rank * out.numel(), out.numel()).clone()
-    if avg:
-        o /= world
-    out.copy_(o.to(out.dtype))
-
-
 def main():
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("switchml")  # env://, from torchrun
@@ -69,9 +48,9 @@ def main():
     # all_reduce: SUM of each dtype, AVG of the floats (gloo divides).
     for dt in (torch.float32, torch.int32, torch.bfloat16):
         for avg in (False, True) if dt.is_floating_point else (False,):
-            x = inputs(rank, dt)
+            x = inputs(rank, dt, n=N)
             dist.all_reduce(x, op=dist.ReduceOp.AVG if avg else dist.ReduceOp.SUM)
-            y = inputs(rank, dt).float() if dt == torch.bfloat16 else inputs(rank, dt)
+            y = inputs(rank, dt, n=N).float() if dt == torch.bfloat16 else inputs(rank, dt, n=N)
             dist.all_reduce(y, group=gloo)
             if avg:
                 y /= world
@@ -105,7 +84,7 @@ def main():
         full = inputs(rank, dt, n=world * 250)
         out, ref = torch.empty(250, dtype=dt), torch.empty(250, dtype=dt)
         dist.reduce_scatter_tensor(out, full, op=dist.ReduceOp.AVG if avg else dist.ReduceOp.SUM)
-        gloo_reduce_scatter(ref, full, avg, gloo, world, rank)
+        reduce_scatter("gloo", world, ref, full, "avg" if avg else "sum", group=gloo)
         agree("reduce_scatter_tensor %s of %s" % ("AVG" if avg else "SUM", dt), out, ref)
 
     dist.barrier()

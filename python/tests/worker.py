@@ -296,21 +296,31 @@ def interrupt(backend, rank, world):
         return {"error": (type(e).__name__, str(e))}
 
 
-def ddp(backend, rank, world):
-    """A few steps of DDP on a small model; every rank gets other data."""
+def small_model():
+    """The model the DDP and FSDP tests train: the same on every rank."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(20, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
-    net = torch.nn.parallel.DistributedDataParallel(model)
+    return torch.nn.Sequential(torch.nn.Linear(20, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+
+
+def train(net, rank, steps):
+    """steps of SGD on net, each rank on data of its own; the losses."""
     opt = torch.optim.SGD(net.parameters(), lr=0.05)
     g = torch.Generator().manual_seed(rank)
     losses = []
-    for _ in range(10):
+    for _ in range(steps):
         x, y = torch.randn(16, 20, generator=g), torch.randint(0, 4, (16,), generator=g)
         opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(net(x), y)
         loss.backward()
         opt.step()
         losses.append(loss.item())
+    return losses
+
+
+def ddp(backend, rank, world):
+    """A few steps of DDP on a small model; every rank gets other data."""
+    model = small_model()
+    losses = train(torch.nn.parallel.DistributedDataParallel(model), rank, 10)
     return {"params": [p.detach().clone() for p in model.parameters()], "losses": losses, "live": live_works()}
 
 
@@ -322,23 +332,13 @@ def fsdp(backend, rank, world):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(20, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    model = small_model()
     mesh = init_device_mesh("cpu", (world,))
     for layer in model:
         if isinstance(layer, torch.nn.Linear):
             fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    g = torch.Generator().manual_seed(rank)
-    losses = []
-    for _ in range(5):
-        x, y = torch.randn(16, 20, generator=g), torch.randint(0, 4, (16,), generator=g)
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = train(model, rank, 5)
     return {"losses": losses, "live": live_works(), "traffic": traffic()}
 
 
