@@ -318,7 +318,9 @@ func (s *JobService) step(f func(c *jobcore.Core)) {
 	// Claims change in the core's order; install writes them before it
 	// programs the switch. A service that stopped keeps what it had: its
 	// jobs are still on the switch, for the next controller.
+	// Each install saves the claims; forgets alone are saved here.
 	keep := s.state != nil && !s.stopped
+	save := keep && len(fx.Forgets) > 0 && len(fx.Installs) == 0
 	if keep {
 		for _, in := range fx.Installs {
 			s.state.set(in.Claim)
@@ -326,13 +328,10 @@ func (s *JobService) step(f func(c *jobcore.Core)) {
 		for _, id := range fx.Forgets {
 			s.state.forget(id)
 		}
-	}
-	save := keep && len(fx.Forgets) > 0 && len(fx.Installs) == 0
-	if keep {
 		s.saving.Add(len(fx.Installs))
-	}
-	if save {
-		s.saving.Add(1)
+		if save {
+			s.saving.Add(1)
+		}
 	}
 	s.mu.Unlock()
 	for _, in := range fx.Installs {
