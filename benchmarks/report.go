@@ -141,6 +141,13 @@ func Report(dir string) (string, error) {
 	if err := json.Unmarshal(data, &f); err != nil {
 		return "", fmt.Errorf("%s is not a results file of the suite: %w", path, err)
 	}
+	for i := range f.Results {
+		// A jobs-sweep point's job count has no key of its own in the
+		// file: "jobs" holds the jobs' results, one each.
+		if r := &f.Results[i]; r.Jobs == 0 && len(r.JobResults) > 0 {
+			r.Jobs = len(r.JobResults)
+		}
+	}
 	return writeReport(dir, &f)
 }
 
