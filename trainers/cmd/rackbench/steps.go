@@ -462,6 +462,11 @@ func report(files []string) error {
 			if err := json.Unmarshal(b, &rep); err != nil {
 				return fmt.Errorf("%s: %w", path, err)
 			}
+			// Files written before target_progress was kept read
+			// it as 0: derive the target's fields from the runs.
+			for i := range rep.Runs {
+				rep.Runs[i].reached(rep.Target)
+			}
 			err = writeAccuracy(base, &rep)
 		case kind.Points != nil:
 			var rep StepsReport
