@@ -194,8 +194,8 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 		var unreachable error
 		if probed, unreachable = s.job.probe(ctx); unreachable != nil {
 			if len(cfg.FallbackPeers) == 0 {
-				return fail(fmt.Errorf("%w: %v (%s); to run over the ring without it, give every rank's ring address in rank order (FallbackPeers, --fallback-peers)",
-					ErrControllerUnreachable, unreachable, s.job.unreachableHint()))
+				return fail(fmt.Errorf("%w: %v: to run over the ring without it, give every rank's ring address in rank order in Config.FallbackPeers (--fallback-peers)",
+					ErrControllerUnreachable, unreachable))
 			}
 			return s.joinRing(ctx, cfg.FallbackPeers, "the controller is unreachable: "+unreachable.Error())
 		}
@@ -390,14 +390,14 @@ func macOf(ip string) []byte {
 func localAddressToward(target string) (string, error) {
 	host, port, err := net.SplitHostPort(target)
 	if err != nil {
-		return "", fmt.Errorf("switchml: bad controller address %q: %v (want host:port)", target, err)
+		return "", fmt.Errorf("switchml: bad Config.Controller %q: want host:port: %v", target, err)
 	}
 	if _, err := strconv.Atoi(port); err != nil {
-		return "", fmt.Errorf("switchml: bad controller port in %q", target)
+		return "", fmt.Errorf("switchml: bad Config.Controller %q: the port is not a number", target)
 	}
 	c, err := net.Dial("udp", net.JoinHostPort(host, port))
 	if err != nil {
-		return "", fmt.Errorf("switchml: no route to the controller %s: %v (set Bind)", target, err)
+		return "", fmt.Errorf("switchml: no route to Config.Controller %s: %v (set Config.Bind)", target, err)
 	}
 	defer c.Close()
 	return c.LocalAddr().(*net.UDPAddr).IP.String(), nil
@@ -409,9 +409,9 @@ func localAddressToward(target string) (string, error) {
 func authMismatch(auth, switchAuth bool) error {
 	switch {
 	case auth && !switchAuth:
-		return fmt.Errorf("%w: Auth (--auth) is set, but the switch does not check tags: start the switch and the controller with --auth, or join without it", ErrJobMismatch)
+		return fmt.Errorf("%w: Config.Auth (--auth) is set, but the switch does not check tags: start the switch and the controller with --auth, or join without it", ErrJobMismatch)
 	case !auth && switchAuth:
-		return fmt.Errorf("%w: the switch checks a tag on every packet (its controller runs with --auth): join with Auth (--auth)", ErrJobMismatch)
+		return fmt.Errorf("%w: Config.Auth is not set, but the switch checks a tag on every packet (its controller runs with --auth): join with Auth (--auth)", ErrJobMismatch)
 	}
 	return nil
 }
@@ -423,7 +423,7 @@ func checkAuthKey(auth bool, key []byte) error {
 		return err
 	}
 	if auth && len(key) != wire.KeyLen {
-		return fmt.Errorf("%w: the controller gave a %d-byte key, want %d: controller and worker versions differ", ErrJobMismatch, len(key), wire.KeyLen)
+		return fmt.Errorf("%w: a %d-byte key from the controller, want %d: controller and worker versions differ", ErrJobMismatch, len(key), wire.KeyLen)
 	}
 	return nil
 }

@@ -168,7 +168,7 @@ func (sw *switchLanes) close() {
 
 // execute runs a call on the switch: each lane drives its share.
 func (sw *switchLanes) execute(h *Handle) error {
-	err := sw.run(h)
+	err := sw.reduce(h)
 	if err != nil && !sw.cfg.FallbackOnLoss && switchLoss(err) {
 		// Every call the loss fails names the option, also one made after
 		// the controller said the switch was lost.
@@ -177,8 +177,8 @@ func (sw *switchLanes) execute(h *Handle) error {
 	return err
 }
 
-// run is execute, without the hint.
-func (sw *switchLanes) run(h *Handle) error {
+// reduce is execute, without the hint.
+func (sw *switchLanes) reduce(h *Handle) error {
 	st := sw.st
 	st.mu.Lock()
 	if st.broken != nil {
