@@ -17,7 +17,7 @@ import (
 const maxSessionMethods = 30
 
 // parseLibrary parses the non-test files of the package in dir.
-func parseLibrary(t *testing.T, dir string) []*ast.File {
+func parseLibrary(t *testing.T, dir string) ([]*ast.File, *token.FileSet) {
 	t.Helper()
 	names, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
@@ -35,7 +35,7 @@ func parseLibrary(t *testing.T, dir string) []*ast.File {
 		}
 		files = append(files, f)
 	}
-	return files
+	return files, fset
 }
 
 // methodsOf lists the methods declared on the named type (by value or
@@ -64,7 +64,8 @@ func methodsOf(files []*ast.File, typ string) []string {
 // the executors; a method count above maxSessionMethods means work
 // crept back into it.
 func TestSessionIsASmallFront(t *testing.T) {
-	if n := len(methodsOf(parseLibrary(t, "."), "Session")); n > maxSessionMethods {
+	files, _ := parseLibrary(t, ".")
+	if n := len(methodsOf(files, "Session")); n > maxSessionMethods {
 		t.Errorf("Session has %d methods, at most %d: give the work to the job client or an executor", n, maxSessionMethods)
 	}
 }
@@ -97,7 +98,8 @@ func TestNoConcreteTransports(t *testing.T) {
 		}
 	}
 	for _, dir := range dirs {
-		for _, f := range parseLibrary(t, dir) {
+		files, fset := parseLibrary(t, dir)
+		for _, f := range files {
 			// The local names of the transports' own packages.
 			concrete := map[string]bool{}
 			for _, imp := range f.Imports {
@@ -112,12 +114,13 @@ func TestNoConcreteTransports(t *testing.T) {
 				concrete[name] = true
 			}
 			check := func(e ast.Expr) {
+				at := fset.Position(e.Pos())
 				if star, ok := e.(*ast.StarExpr); ok {
 					e = star.X
 				}
 				if sel, ok := e.(*ast.SelectorExpr); ok {
 					if id, ok := sel.X.(*ast.Ident); ok && concrete[id.Name] {
-						t.Errorf("%s/%s: asks for %s.%s: ask a capability of package transport instead", dir, f.Name.Name, id.Name, sel.Sel.Name)
+						t.Errorf("%s:%d: asks for %s.%s: ask a capability of package transport instead", at.Filename, at.Line, id.Name, sel.Sel.Name)
 					}
 				}
 			}
