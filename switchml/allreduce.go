@@ -2,11 +2,9 @@ package switchml
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/switchml/switchml-go/quant"
 	"github.com/switchml/switchml-go/switchml/dtype"
 	"github.com/switchml/switchml-go/switchml/engine"
 )
@@ -50,37 +48,23 @@ func (h *Handle) Err() error {
 // be) waiting for its share, so the session ends: the controller aborts the
 // job and tells them the reason.
 func (s *Session) refuse(err error) *Handle {
-	s.mu.Lock()
-	first := s.broken == nil
-	if first {
-		s.broken = fmt.Errorf("switchml: session ended after a refused allreduce (close it and join again): %w", err)
-	}
-	s.mu.Unlock()
-	if first {
-		s.reportAsync(err)
+	if s.st.fail(fmt.Errorf("switchml: session ended after a refused allreduce (close it and join again): %w", err)) {
+		s.job.reportAsync(err)
 		// Ring peers would wait for this rank's share without end: the
 		// broken ring tells them.
-		s.closeRing()
+		if s.ring != nil {
+			s.ring.close()
+		}
 	}
 	return failed(err)
 }
 
-// notStarted fails a call whose context ended before it began. The peers
-// make the same call and would wait for this rank's share, so a call its
-// caller cancelled (an interrupt) ends the job for all of them.
-func (s *Session) notStarted(h *Handle) error {
-	err := h.ctx.Err()
-	if why := s.departure(h.ctx, "allreduce"); why != nil {
-		return s.leaveEarly(why, err)
-	}
-	return err
-}
-
+// start queues the call of op, n values, for run.
 func (s *Session) start(ctx context.Context, op engine.Op, n int) *Handle {
 	h := &Handle{ctx: ctx, op: op, n: n, queued: time.Now(), done: make(chan struct{})}
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
+	s.st.mu.Lock()
+	closed := s.st.closed
+	s.st.mu.Unlock()
 	if closed {
 		h.err = ErrClosed
 		close(h.done)
@@ -88,11 +72,11 @@ func (s *Session) start(ctx context.Context, op engine.Op, n int) *Handle {
 	}
 	select {
 	case s.ops <- h:
-	case <-s.quit:
+	case <-s.st.quit:
 		h.err = ErrClosed
 		close(h.done)
 	case <-ctx.Done():
-		h.err = s.notStarted(h)
+		h.err = s.job.notStarted(ctx)
 		close(h.done)
 	}
 	return h
@@ -121,10 +105,7 @@ func (s *Session) Start(ctx context.Context, c dtype.Codec, data []byte) *Handle
 	if !c.Scaled() {
 		return s.start(ctx, op, n)
 	}
-	s.mu.Lock()
-	onSwitch := s.ring == nil && !s.cfg.FallbackOnLoss
-	s.mu.Unlock()
-	if onSwitch {
+	if active, _ := s.Fallback(); !active && !s.cfg.FallbackOnLoss {
 		op.CheckOnSend = true
 		return s.start(ctx, op, n)
 	}
@@ -189,12 +170,13 @@ func (s *Session) AllReduceBFloat16(ctx context.Context, x []uint16) error {
 	return s.StartBFloat16(ctx, x).Wait(context.Background())
 }
 
-// run executes queued calls one at a time, in order, across the lanes.
+// run executes queued calls one at a time, in order, through the
+// session's executor.
 func (s *Session) run() {
 	defer close(s.done)
 	for {
 		select {
-		case <-s.quit:
+		case <-s.st.quit:
 			// Fail what is still queued rather than leave callers waiting.
 			for {
 				select {
@@ -207,116 +189,11 @@ func (s *Session) run() {
 			}
 		case h := <-s.ops:
 			if h.ctx.Err() != nil {
-				h.err = s.notStarted(h)
+				h.err = s.job.notStarted(h.ctx)
 			} else {
-				h.err = s.execute(h)
+				h.err = s.exec.execute(h)
 			}
 			close(h.done)
 		}
 	}
-}
-
-// executeSwitch runs a call on the switch.
-func (s *Session) executeSwitch(h *Handle) error {
-	s.mu.Lock()
-	if s.broken != nil {
-		s.mu.Unlock()
-		return s.broken
-	}
-	seq := s.seq
-	s.seq++
-	dense := s.cfg.Sparse && s.sparseDense(h.n)
-	s.mu.Unlock()
-	begin := time.Now()
-	ranges := engine.SplitLanes(h.n, len(s.lanes), s.cfg.PacketElements)
-	errs := make(chan error, len(s.lanes))
-	active := 0
-	for i, r := range ranges {
-		if r.Len == 0 {
-			continue
-		}
-		op := h.op.Slice(r)
-		op.Seq, op.Dense = seq, dense
-		active++
-		go func(l *laneDriver) { errs <- l.run(h.ctx, s.quit, s.aborted, op) }(s.lanes[i])
-	}
-	var first error
-	for i := 0; i < active; i++ {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-		}
-	}
-	reported := false
-	if errors.Is(first, ErrTimeoutBudget) && s.departure(h.ctx, "allreduce") == nil {
-		// The switch stopped answering this rank: lost, or waiting for a
-		// rank that stopped sending? The controller looks before it says.
-		var verdict error
-		if reported, verdict = s.verdictOnGiveUp(first); verdict != nil {
-			s.abort(verdict)
-			first = verdict
-		}
-	}
-	held := 0.0
-	if s.cfg.Sparse && first == nil {
-		held = s.sparseHeld(h, dense, ranges)
-	}
-	end := time.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	before := s.stats
-	if s.cfg.Sparse && first == nil {
-		s.sparseDone(h.n, dense, held)
-	}
-	s.stats.Packets, s.stats.Retransmits, s.stats.Timeouts, s.stats.SentBytes, s.stats.RTT, s.stats.Timeout = 0, 0, 0, 0, 0, 0
-	for _, l := range s.lanes {
-		st := l.eng.Stats()
-		s.stats.Packets += st.Sent + st.Retransmits
-		s.stats.Retransmits += st.Retransmits
-		s.stats.Timeouts += st.Timeouts
-		s.stats.SentBytes += l.bytes
-		rtt, rto := l.eng.RTT()
-		s.stats.RTT, s.stats.Timeout = max(s.stats.RTT, rtt), max(s.stats.Timeout, rto)
-	}
-	if s.trace != nil {
-		detail := ""
-		if first != nil {
-			detail = first.Error()
-		}
-		s.trace.span(0, "allreduce", "allreduce", detail, begin, end,
-			traceArg{"seq", int64(seq)}, traceArg{"elements", int64(h.n)},
-			traceArg{"packets", int64(s.stats.Packets - before.Packets)},
-			traceArg{"retransmits", int64(s.stats.Retransmits - before.Retransmits)},
-			traceArg{"queued_us", begin.Sub(h.queued).Microseconds()})
-	}
-	if first != nil {
-		s.stats.Failed++
-		if errors.Is(first, errAborted) {
-			return s.broken
-		}
-		var nf *quant.NonFiniteError
-		if errors.As(first, &nf) {
-			// A lane found it in its share: name the tensor's first.
-			if err := h.op.DType.Check(h.op.Data); err != nil {
-				first = fmt.Errorf("switchml: input not finite: %w", err)
-			}
-		}
-		// Some lane stopped mid-op: its slots are out of step with the
-		// other workers, so no later call can be correct; the others
-		// learn it through the controller.
-		if s.broken == nil {
-			s.broken = fmt.Errorf("switchml: session unusable after a failed allreduce (close it and join again): %w", first)
-			reason := first
-			if why := s.departure(h.ctx, "allreduce"); why != nil {
-				reason = why // the caller stopped it: say so, not what the lanes saw
-			}
-			if !reported {
-				s.reportAsync(reason)
-			}
-		}
-		return first
-	}
-	s.stats.AllReduces++
-	s.stats.Elements += uint64(h.n)
-	s.durations.Observe(end.Sub(begin).Seconds())
-	return nil
 }

@@ -124,8 +124,9 @@ func TestInFlags(t *testing.T) {
 func TestJoinBadConfigFailsFast(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := Join(ctx, Config{Workers: 2, Rank: 5}); err == nil || !strings.Contains(err.Error(), "bad config") {
-		t.Fatalf("Join with a bad config = %v", err)
+	var ce *ConfigError
+	if _, err := Join(ctx, Config{Workers: 2, Rank: 5}); !errors.As(err, &ce) {
+		t.Fatalf("Join with a bad config = %v, want a *ConfigError", err)
 	}
 }
 

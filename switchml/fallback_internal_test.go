@@ -26,7 +26,8 @@ func TestFallbackCatchUpAfterLostResult(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	addrs := make([]string, n)
-	sess := make([]*Session, n)
+	sess := make([]*lossGuard, n)
+	execs := make([]executor, n) // each rank's executor, swapped by the move
 	for r := range sess {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -34,13 +35,15 @@ func TestFallbackCatchUpAfterLostResult(t *testing.T) {
 		}
 		addrs[r] = ln.Addr().String()
 		cfg := Config{Job: "catch-up", Rank: r, Workers: n, Fallback: FallbackRing, FallbackOnLoss: true}.withDefaults()
-		s := &Session{cfg: cfg}
-		s.ringLn, s.dataCollectives, s.durations = ln, true, newDurations(cfg)
+		st := newState()
+		sw := &switchLanes{cfg: cfg, st: st, job: newJobClient(cfg, st), durations: newDurations(cfg)}
+		s := &lossGuard{sw: sw, link: &ringLink{ln: ln}, swap: func(e executor) { execs[r] = e }}
+		execs[r] = s
 		sess[r] = s
 	}
 	for _, s := range sess {
-		s.ringAddrs = addrs
-		defer s.closeRing()
+		s.link.addrs = addrs
+		defer s.link.close()
 	}
 	// The switch's result of call 5 (float32, as quantized sums come
 	// back: values whose every bit matters), and the inputs of call 6.
@@ -99,7 +102,7 @@ func TestFallbackCatchUpAfterLostResult(t *testing.T) {
 				in[i] = input6(r, i)
 			}
 			handles[r] = &Handle{ctx: ctx, op: engine.Op{DType: dtype.Int32, Data: dtype.Bytes(in)}, n: size}
-			errs[r] = s.execute(handles[r])
+			errs[r] = execs[r].execute(handles[r])
 		}()
 	}
 	wg.Wait()
@@ -118,11 +121,20 @@ func TestFallbackCatchUpAfterLostResult(t *testing.T) {
 				t.Fatalf("rank %d call 6 element %d = %d, want %d", r, i, got, want)
 			}
 		}
-		if s.calls != 7 {
-			t.Fatalf("rank %d counts %d calls, want 7", r, s.calls)
+		// Over the ring, rank 0 made call 6; the others finished call 5
+		// and made call 6.
+		want := uint64(2)
+		if r == 0 {
+			want = 1
 		}
-		if active, why := s.Fallback(); !active || why == "" {
-			t.Fatalf("rank %d: Fallback() = %v, %q", r, active, why)
+		if st := s.sw.st.stats; st.AllReduces != want || st.Ring != want {
+			t.Fatalf("rank %d counts %d calls, %d over the ring, want %d", r, st.AllReduces, st.Ring, want)
+		}
+		if _, ok := execs[r].(*ringSum); !ok {
+			t.Fatalf("rank %d runs its calls through %T, want the ring", r, execs[r])
+		}
+		if why := s.sw.st.why; why == "" {
+			t.Fatalf("rank %d: no reason for the ring", r)
 		}
 	}
 }
@@ -133,8 +145,9 @@ func TestFallbackCatchUpAfterLostResult(t *testing.T) {
 // loss does.
 func TestFallbackHintAfterSwitchLost(t *testing.T) {
 	cfg := Config{Job: "hint", Rank: 0, Workers: 2}.withDefaults()
-	s := &Session{cfg: cfg}
-	s.broken = abortedBy(&jobpb.WatchEvent{Aborted: true, Cause: "switch_lost", Reason: "the controller lost the switch"})
+	st := newState()
+	s := &switchLanes{cfg: cfg, st: st, job: newJobClient(cfg, st)}
+	st.broken = abortedBy(&jobpb.WatchEvent{Aborted: true, Cause: "switch_lost", Reason: "the controller lost the switch"})
 	for k := range 2 {
 		err := s.execute(&Handle{ctx: context.Background(), op: engine.Op{DType: dtype.Int32, Data: dtype.Bytes(make([]int32, 4))}, n: 4})
 		if !errors.Is(err, ErrSwitchLost) || !strings.Contains(err.Error(), "FallbackOnLoss") {

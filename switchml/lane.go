@@ -150,8 +150,8 @@ func (l *laneDriver) drive(ctx context.Context, quit, aborted <-chan struct{}, o
 			// controller (ErrAborted) long before this: what is left is a
 			// switch that does not answer, or a peer that is alive but
 			// stopped sending.
-			return fmt.Errorf("switchml: no answer from the switch at %s: it is down or unreachable, no switch listens there (the controller hands out its --dataplane, by default its --target's host and port %d), it drops these %d-value packets (a software switch takes up to its --max-elements), or a rank of the job is alive but stopped calling allreduce: %w",
-				l.peer, wire.UDPPort, l.eng.Config().Elements, err)
+			return fmt.Errorf("switchml: no answer from the switch at %s within Config.GiveUp: %w: the switch is down or unreachable (the controller hands out its --dataplane, port %d by default), drops %d-value packets (a software switch's --max-elements), or a rank stopped calling allreduce",
+				l.peer, err, wire.UDPPort, l.eng.Config().Elements)
 		}
 		return err
 	}

@@ -63,9 +63,9 @@ func (c *sessionCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *sessionCollector) Collect(ch chan<- prometheus.Metric) {
-	c.s.mu.Lock()
-	closed, st := c.s.closed, c.s.stats
-	c.s.mu.Unlock()
+	c.s.st.mu.Lock()
+	closed, st := c.s.st.closed, c.s.st.stats
+	c.s.st.mu.Unlock()
 	if closed {
 		return
 	}

@@ -25,60 +25,45 @@ func sparseCrossover(c Config) float64 {
 	return c.SparseCrossover
 }
 
-// sparseRecord is what a Sparse session knows of one tensor size: the
-// shares of blocks held at its last two calls, latest first (-1: none).
-type sparseRecord struct{ held [2]float64 }
+// sparseBook is what a Sparse session knows of the tensor sizes it met:
+// for each element count, the shares of blocks held at its last two
+// calls, latest first (-1: none). Callers hold the session's lock.
+type sparseBook map[int]*[2]float64
 
-// sparseDense decides whether the call of a tensor of n values runs
-// dense. Callers hold s.mu.
-func (s *Session) sparseDense(n int) bool {
-	r := s.sparse[n]
-	c := s.cfg.SparseCrossover
-	return r != nil && r.held[0] >= c && r.held[1] >= c
+// dense decides whether the call of a tensor of n values runs dense: its
+// last two calls found at least crossover of its blocks held.
+func (b sparseBook) dense(n int, crossover float64) bool {
+	r := b[n]
+	return r != nil && r[0] >= crossover && r[1] >= crossover
 }
 
-// sparseHeld is the share of blocks some rank held in the call of h that
-// the lanes ran on ranges: counted by the lanes for a sparse call, from
-// the result for a dense one.
-func (s *Session) sparseHeld(h *Handle, dense bool, ranges []engine.Range) float64 {
+// done records a completed call of n values with held of its blocks
+// held.
+func (b *sparseBook) done(n int, held float64) {
+	if *b == nil {
+		*b = make(sparseBook)
+	}
+	r := (*b)[n]
+	if r == nil {
+		r = &[2]float64{-1, -1}
+		(*b)[n] = r
+	}
+	r[1], r[0] = r[0], held
+}
+
+// heldInResult is the share of op's blocks of k values (n in all) that
+// are not all zero: a dense call's count of the blocks some rank held.
+func heldInResult(op engine.Op, n, k int) float64 {
 	held, blocks := 0, 0
-	if dense {
-		k, size := max(s.cfg.PacketElements, 1), h.op.DType.Size()
-		for lo := 0; lo < h.n; lo += k {
-			blocks++
-			if !engine.AllZero(h.op.Data[lo*size : min(lo+k, h.n)*size]) {
-				held++
-			}
-		}
-	} else {
-		for i, l := range s.lanes {
-			if ranges[i].Len == 0 {
-				continue // no op: the lane's figures are an earlier call's
-			}
-			if hb, b, ok := l.eng.SparseBlocks(); ok {
-				held, blocks = held+hb, blocks+b
-			}
+	size := op.DType.Size()
+	for lo := 0; lo < n; lo += k {
+		blocks++
+		if !engine.AllZero(op.Data[lo*size : min(lo+k, n)*size]) {
+			held++
 		}
 	}
 	if blocks == 0 {
 		return 0
 	}
 	return float64(held) / float64(blocks)
-}
-
-// sparseDone records a completed call of n values with held of its
-// blocks held. Callers hold s.mu.
-func (s *Session) sparseDone(n int, dense bool, held float64) {
-	if s.sparse == nil {
-		s.sparse = make(map[int]*sparseRecord)
-	}
-	r := s.sparse[n]
-	if r == nil {
-		r = &sparseRecord{held: [2]float64{-1, -1}}
-		s.sparse[n] = r
-	}
-	r.held[1], r.held[0] = r.held[0], held
-	if dense {
-		s.stats.DenseCalls++
-	}
 }

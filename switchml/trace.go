@@ -68,6 +68,14 @@ func (t *tracer) span(tid int, cat, name, detail string, start, end time.Time, a
 	t.mu.Unlock()
 }
 
+// wait records a call that waits for every rank (a barrier, a broadcast)
+// and began at start; a nil tracer records nothing.
+func (t *tracer) wait(what, name string, start time.Time) {
+	if t != nil {
+		t.span(0, "wait", what, name, start, time.Now())
+	}
+}
+
 // micros is t's offset from the epoch in the trace's unit, microseconds.
 func (t *tracer) micros(b []byte, at time.Time) []byte {
 	return strconv.AppendFloat(b, float64(at.Sub(t.epoch).Nanoseconds())/1e3, 'f', 3, 64)
