@@ -206,7 +206,7 @@ func TestHostileControllerTakeover(t *testing.T) {
 func TestStatusControlLost(t *testing.T) {
 	for _, lost := range []string{"", "the controller is not primary on the switch at 127.0.0.1:9559: cert:ctl2 (role controller) took it at 2026-01-02T03:04:05Z"} {
 		var b strings.Builder
-		if err := jobpb.WriteStatusText(&b, "127.0.0.1:50051", &jobpb.StatusResponse{TargetKind: "softswitch", ControlLost: lost}); err != nil {
+		if err := writeStatusText(&b, "127.0.0.1:50051", &jobpb.StatusResponse{TargetKind: "softswitch", ControlLost: lost}); err != nil {
 			t.Fatal(err)
 		}
 		if got := strings.Contains(b.String(), "control lost: "+lost+"\n"); got != (lost != "") || (lost == "" && strings.Contains(b.String(), "control lost")) {
