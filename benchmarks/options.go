@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/switchml/switchml-go/benchmarks/progress"
+	"github.com/switchml/switchml-go/internal/progress"
 	"github.com/switchml/switchml-go/p4/fabric"
 	"github.com/switchml/switchml-go/transport/afxdp"
 	"github.com/switchml/switchml-go/transport/shm"

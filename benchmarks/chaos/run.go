@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/benchmarks"
-	"github.com/switchml/switchml-go/benchmarks/progress"
+	"github.com/switchml/switchml-go/internal/progress"
 	"github.com/switchml/switchml-go/p4/fabric"
 )
 

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/benchmarks/chaos"
-	"github.com/switchml/switchml-go/benchmarks/progress"
+	"github.com/switchml/switchml-go/internal/progress"
 	"github.com/switchml/switchml-go/p4/fabric"
 )
 

@@ -17,8 +17,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/switchml/switchml-go/benchmarks/progress"
 	"github.com/switchml/switchml-go/benchmarks/rack"
+	"github.com/switchml/switchml-go/internal/progress"
 	"github.com/switchml/switchml-go/p4/fabric"
 	"github.com/switchml/switchml-go/trainers/internal/rackrun"
 	"github.com/switchml/switchml-go/trainers/profile"
