@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/internal/harness"
 	"github.com/switchml/switchml-go/p4/local"
 	"github.com/switchml/switchml-go/switchml"
 	"github.com/switchml/switchml-go/transport"
@@ -113,7 +113,7 @@ func (d Demo) Run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--%w", err)
 	}
-	fab, err := fabric.Start(ctx, fabric.Config{Command: d.Command, Echo: d.Verbose, MaxElements: max(d.PacketElements, 1024),
+	fab, err := harness.Start(ctx, harness.Config{Command: d.Command, Echo: d.Verbose, MaxElements: max(d.PacketElements, 1024),
 		Faults: transport.Faults{Drop: d.Drop, Seed: 1}, Transport: d.Transport, Dataplane: dp, P4Runtime: p4rt, Controller: ctl})
 	if err != nil {
 		return err
@@ -155,9 +155,9 @@ func (d Demo) Run(ctx context.Context, out io.Writer) error {
 // runWorkers starts the workers, waits for them and reads their reports;
 // failures say how each failed worker ended.
 func (d Demo) runWorkers(controller string) (reps []WorkerReport, failures []string, err error) {
-	ws := make([]*fabric.Proc, d.Workers)
+	ws := make([]*harness.Proc, d.Workers)
 	for r := range ws {
-		ws[r], err = fabric.StartProc(fmt.Sprintf("worker %d", r), d.Verbose, d.Command("allreduce", "--controller", controller, "--job", "demo",
+		ws[r], err = harness.StartProc(fmt.Sprintf("worker %d", r), d.Verbose, d.Command("allreduce", "--controller", controller, "--job", "demo",
 			"--rank", fmt.Sprint(r), "--workers", fmt.Sprint(d.Workers), "--elements", fmt.Sprint(d.Elements),
 			"--dtype", d.DType, "--iters", fmt.Sprint(d.Iters), "--lanes", fmt.Sprint(d.Lanes), "--window", fmt.Sprint(d.Window),
 			"--packet-elements", fmt.Sprint(d.PacketElements), fmt.Sprintf("--extended=%v", d.Extended), "--transport", d.Transport, "--json"))

@@ -3,7 +3,7 @@
 // (package rack) and on loopback.
 //
 // Options choose the sweeps; Plan lists their points, Run runs them (one
-// process per worker, a switch and a controller from package p4/fabric)
+// process per worker, a switch and a controller from internal/harness)
 // and writes results.json, summary.md and PNG plots, and Report rewrites
 // the summary and plots of an earlier run from its results.json. `switchml
 // bench` is the command line for them; README.md here says how to run it

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/switchml/switchml-go/benchmarks"
-	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/internal/harness"
 	"github.com/switchml/switchml-go/switchml"
 	"github.com/switchml/switchml-go/switchml/dtype"
 )
@@ -39,7 +39,7 @@ func runDemo(ctx context.Context, args []string) error {
 	// The processes started are stopped when the command returns.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	self, err := fabric.SelfCommand(ctx)
+	self, err := harness.SelfCommand(ctx)
 	if err != nil {
 		return err
 	}

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
+	"github.com/switchml/switchml-go/internal/harness"
 	"github.com/switchml/switchml-go/jobpb"
-	"github.com/switchml/switchml-go/p4/fabric"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/secure"
 	"google.golang.org/grpc"
@@ -42,9 +42,9 @@ func startMTLS(t *testing.T) *mtlsFabric {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dp, _ := fabric.FreePort("udp")
-	p4, _ := fabric.FreePort("tcp")
-	ctl, _ := fabric.FreePort("tcp")
+	dp, _ := harness.FreePort("udp")
+	p4, _ := harness.FreePort("tcp")
+	ctl, _ := harness.FreePort("tcp")
 	f := &mtlsFabric{pki: pki, workerArgs: []string{"--tls-ca", pki.CA, "--tls-cert", wCert, "--tls-key", wKey}}
 	f.switchSide = switchSide{dataplane: fmt.Sprintf("127.0.0.1:%d", dp), p4rt: fmt.Sprintf("127.0.0.1:%d", p4), controller: fmt.Sprintf("127.0.0.1:%d", ctl)}
 	f.sw = spawn(t, nil, "switch", "--dataplane", f.dataplane, "--p4rt", f.p4rt, "--tls-cert", swCert, "--tls-key", swKey, "--tls-client-ca", pki.CA)
