@@ -10,9 +10,7 @@
 // and read the results.
 //
 // Options.RegisterFlags binds the options to `switchml bench`'s flags.
-// Demo is `switchml demo` (a whole job on one machine) and RingWorker one
-// rank of `switchml ring`, the Go ring baseline; package benchmarks/chaos
-// is `switchml chaos`.
+// Package benchmarks/chaos is `switchml chaos`.
 //
 // The package also carries the programs the suite runs besides switchml
 // itself, embedded so that the switchml binary holds them, and
