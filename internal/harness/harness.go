@@ -233,7 +233,7 @@ func startProcs(ctx context.Context, cfg Config) (*Fabric, error) {
 	switches := []string{"--target", cfg.P4Runtime, "--dataplane", cfg.Dataplane}
 	if len(cfg.Leaves) > 0 {
 		if shards > 1 {
-			return nil, errors.New("harness: a tree's spine runs one shard")
+			return nil, fmt.Errorf("harness: Shards %d with Leaves: a tree's spine runs one shard", shards)
 		}
 		if f.topologyFile, err = writeTopology(first, cfg.P4Runtime, cfg.Leaves); err != nil {
 			return nil, err
