@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/switchml/switchml-go/benchmarks/rack"
-	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/p4/softswitch"
 )
 
 // FlagsSynopsis is the usage text of the flags RegisterFlags adds, as
@@ -153,8 +153,8 @@ func (o *Options) checkFlags() error {
 	if o.Rate <= 0 || o.Iters < 1 || o.Warmup < 0 || o.BaseWorkers < 1 || o.LoopbackWorkers < 1 || o.Lanes < 1 || o.Window < 1 {
 		return &FlagError{"flags", errors.New("want --rate > 0, --iters >= 1, --warmup >= 0 and positive worker, lane and window counts")}
 	}
-	if o.SwitchShards < 1 || o.SwitchShards > fabric.MaxShards {
-		return &FlagError{"switch-shards", fmt.Errorf("%d: want 1..%d", o.SwitchShards, fabric.MaxShards)}
+	if o.SwitchShards < 1 || o.SwitchShards > softswitch.MaxShards {
+		return &FlagError{"switch-shards", fmt.Errorf("%d: want 1..%d", o.SwitchShards, softswitch.MaxShards)}
 	}
 	if o.RackLeaves != 0 && (o.RackLeaves < 2 || o.RackLeaves > rack.MaxLeaves) {
 		return &FlagError{"rack-leaves", fmt.Errorf("%d: want 2..%d (0: a flat rack)", o.RackLeaves, rack.MaxLeaves)}

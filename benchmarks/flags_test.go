@@ -9,7 +9,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/switchml/switchml-go/benchmarks/progress"
+	"github.com/switchml/switchml-go/internal/progress"
 )
 
 func parseOptions(args ...string) (Options, error) {

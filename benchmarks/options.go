@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/switchml/switchml-go/benchmarks/progress"
-	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/internal/progress"
+	"github.com/switchml/switchml-go/p4/softswitch"
 	"github.com/switchml/switchml-go/transport/afxdp"
 	"github.com/switchml/switchml-go/transport/shm"
 )
@@ -245,8 +245,8 @@ func (o *Options) check() error {
 	if slices.Contains(o.Systems, "switchml-tree") && o.RackLeaves < 2 {
 		return errors.New("benchmarks: switchml-tree runs on a rack built as a tree: set RackLeaves (--rack-leaves) to 2 or more")
 	}
-	if o.SwitchShards < 0 || o.SwitchShards > fabric.MaxShards {
-		return fmt.Errorf("benchmarks: SwitchShards %d, want 0..%d", o.SwitchShards, fabric.MaxShards)
+	if o.SwitchShards < 0 || o.SwitchShards > softswitch.MaxShards {
+		return fmt.Errorf("benchmarks: SwitchShards %d, want 0..%d", o.SwitchShards, softswitch.MaxShards)
 	}
 	if o.SparseCrossover < 0 || math.IsNaN(o.SparseCrossover) {
 		return fmt.Errorf("benchmarks: SparseCrossover %v: want 0 (the library's default) or a share above 0", o.SparseCrossover)

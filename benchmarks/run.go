@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/benchmarks/rack"
-	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/internal/harness"
 )
 
 // Run runs the points Plan lists for o, one at a time: the rack ones on an
@@ -112,13 +112,13 @@ type driver struct {
 	exe, work string
 	file      resultsFile
 	rack      *rack.Rack
-	rackFab   *fabric.Fabric
-	xdpFab    *fabric.Fabric // the rack's switch on AF_XDP (switchml-afxdp)
-	shmFab    *fabric.Fabric // the loopback switch with shared-memory inboxes (switchml-shm)
-	loopAuth  *fabric.Fabric // the loopback switch and controller with --auth (switchml-auth)
-	rackAuth  *fabric.Fabric // the rack's switch and controller with --auth (switchml-auth)
-	treeFab   *fabric.Fabric
-	loopFab   *fabric.Fabric
+	rackFab   *harness.Fabric
+	xdpFab    *harness.Fabric // the rack's switch on AF_XDP (switchml-afxdp)
+	shmFab    *harness.Fabric // the loopback switch with shared-memory inboxes (switchml-shm)
+	loopAuth  *harness.Fabric // the loopback switch and controller with --auth (switchml-auth)
+	rackAuth  *harness.Fabric // the rack's switch and controller with --auth (switchml-auth)
+	treeFab   *harness.Fabric
+	loopFab   *harness.Fabric
 	gloo      string // path of the PyTorch script, "" if Gloo is unavailable
 	glooWhy   string
 	mpi       string // path of the compiled MPI program
@@ -223,7 +223,7 @@ func (b *driver) runPoint(ctx context.Context, idx int, p Point) (res result) {
 			return fail(err)
 		}
 	}
-	var fab *fabric.Fabric
+	var fab *harness.Fabric
 	var switchPIDs []int // the switch, or every switch of a tree
 	if runsOnSwitch(p.System) {
 		var err error
@@ -285,7 +285,7 @@ func (b *driver) missing(system string) string {
 
 // switches starts the point's switch side and returns it with the
 // process ids of its switches (the switch, or every switch of a tree).
-func (b *driver) switches(ctx context.Context, p Point) (*fabric.Fabric, []int, error) {
+func (b *driver) switches(ctx context.Context, p Point) (*harness.Fabric, []int, error) {
 	fab, err := b.fabric(ctx, p.Mode, p.System)
 	if err != nil {
 		return nil, nil, err
@@ -321,7 +321,7 @@ func qdiscDeltas(q0, q1 []rack.QdiscStats, workers int) (ds []qdiscDelta, drops 
 // gather puts the ranks' reports together into the point's result: its
 // repetitions (the slowest rank's time of each), their median, minimum and
 // maximum, goodput, CPU and counts.
-func (b *driver) gather(res *result, reps []rankReport, fab *fabric.Fabric) error {
+func (b *driver) gather(res *result, reps []rankReport, fab *harness.Fabric) error {
 	p := res.Point
 	res.Verified = true
 	for r, rep := range reps {

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/internal/harness"
 )
 
 // rankReport is what the driver keeps of one worker's report.
@@ -32,7 +32,7 @@ type rankReport struct {
 
 // runSystem starts one process per rank (one mpirun for mpi) and collects
 // their reports.
-func (b *driver) runSystem(ctx context.Context, idx int, p Point, fab *fabric.Fabric) ([]rankReport, error) {
+func (b *driver) runSystem(ctx context.Context, idx int, p Point, fab *harness.Fabric) ([]rankReport, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	l := launcher{b: b, ctx: ctx, p: p, idx: idx, rack: p.Mode == "rack"}
@@ -96,7 +96,7 @@ func (l launcher) counts() (elements, iters, warmup string) {
 // several jobs at once, rank r of every job in worker r's namespace;
 // int32 with a seed per job, so that one job's values in another's sums
 // would show.
-func (l launcher) switchml(fab *fabric.Fabric) []*exec.Cmd {
+func (l launcher) switchml(fab *harness.Fabric) []*exec.Cmd {
 	p := l.p
 	verify := l.b.o.Verify && l.rack
 	jobs, dtype := 1, "float32"
@@ -129,7 +129,7 @@ func (l launcher) ring() ([]*exec.Cmd, error) {
 		port := 41000 + r
 		if !l.rack {
 			var err error
-			if port, err = fabric.FreePort("tcp"); err != nil {
+			if port, err = harness.FreePort("tcp"); err != nil {
 				return nil, err
 			}
 		}
@@ -147,13 +147,13 @@ func (l launcher) ring() ([]*exec.Cmd, error) {
 // torch is the PyTorch script per rank, over gloo or, for torch-switchml,
 // the same script with one string changed, on the suite's switch and with
 // SwitchML's settings of this point.
-func (l launcher) torch(fab *fabric.Fabric) ([]*exec.Cmd, error) {
+func (l launcher) torch(fab *harness.Fabric) ([]*exec.Cmd, error) {
 	p, b := l.p, l.b
 	elements, iters, warmup := l.counts()
 	port, ifname := 29500+l.idx%1000, "eth0"
 	if !l.rack {
 		var err error
-		if port, err = fabric.FreePort("tcp"); err != nil {
+		if port, err = harness.FreePort("tcp"); err != nil {
 			return nil, err
 		}
 		ifname = "lo"
@@ -303,11 +303,11 @@ func lastJSONLine(out []byte) []byte {
 // rank would otherwise keep them waiting until the point's timeout.
 // The commands must have been made with a context that cancel ends.
 func runAll(ctx context.Context, cancel context.CancelFunc, cmds []*exec.Cmd, verbose bool, name string) ([][]byte, error) {
-	procs := make([]*fabric.Proc, len(cmds))
+	procs := make([]*harness.Proc, len(cmds))
 	for i, c := range cmds {
 		c.Cancel = func() error { return c.Process.Signal(os.Interrupt) }
 		c.WaitDelay = 5 * time.Second
-		p, err := fabric.StartProc(fmt.Sprintf("%s %d", name, i), verbose, c)
+		p, err := harness.StartProc(fmt.Sprintf("%s %d", name, i), verbose, c)
 		if err != nil {
 			for _, s := range procs[:i] {
 				s.Cmd().Process.Kill()

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/benchmarks/rack"
-	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/internal/harness"
 	"github.com/switchml/switchml-go/wire"
 )
 
@@ -61,13 +61,13 @@ func (b *driver) setRate(ctx context.Context, rate float64) error {
 // on first use and kept up across its points; one that crashed is replaced.
 // On the rack both run in the switch's namespace on the bridge's address,
 // so that SwitchML traffic crosses each worker's port once each way.
-func (b *driver) fabric(ctx context.Context, mode, system string) (*fabric.Fabric, error) {
+func (b *driver) fabric(ctx context.Context, mode, system string) (*harness.Fabric, error) {
 	cur, key := b.fabricSlot(mode, system)
 	// The rack's one switch serves plain UDP, AF_XDP or --auth on the
 	// same ports: only one of them runs at a time.
 	if mode == "rack" && system != "switchml-tree" {
 		for _, other := range []struct {
-			f   **fabric.Fabric
+			f   **harness.Fabric
 			key string
 		}{{&b.rackFab, "rack"}, {&b.xdpFab, "rack-afxdp"}, {&b.rackAuth, "rack-auth"}} {
 			if other.f != cur && *other.f != nil {
@@ -95,7 +95,7 @@ func (b *driver) fabric(ctx context.Context, mode, system string) (*fabric.Fabri
 		// it when the topology is done.
 		cfg = b.rack.Fabric(context.WithoutCancel(ctx), b.exe, cfg)
 	}
-	f, err := fabric.Start(ctx, cfg)
+	f, err := harness.Start(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +105,7 @@ func (b *driver) fabric(ctx context.Context, mode, system string) (*fabric.Fabri
 
 // fabricSlot is where the driver keeps the fabric of a system in a mode,
 // and the name its logs are kept under in results.json.
-func (b *driver) fabricSlot(mode, system string) (**fabric.Fabric, string) {
+func (b *driver) fabricSlot(mode, system string) (**harness.Fabric, string) {
 	switch {
 	case system == "switchml-tree":
 		return &b.treeFab, "rack-tree"
@@ -128,8 +128,8 @@ func (b *driver) fabricSlot(mode, system string) (**fabric.Fabric, string) {
 // packet the wire format allows (so every packet size a sweep may ask
 // for), on the system's transport, with --auth on the switch and the
 // controller for switchml-auth.
-func (b *driver) fabricConfig(system string) fabric.Config {
-	cfg := fabric.Config{MaxElements: wire.MaxElements, Shards: b.o.SwitchShards, Echo: b.o.Verbose,
+func (b *driver) fabricConfig(system string) harness.Config {
+	cfg := harness.Config{MaxElements: wire.MaxElements, Shards: b.o.SwitchShards, Echo: b.o.Verbose,
 		Transport: systemTransport(system), Auth: systemAuth(system),
 		Command: func(args ...string) *exec.Cmd { return exec.Command(b.exe, args...) }}
 	if system == "switchml-tree" {
@@ -140,7 +140,7 @@ func (b *driver) fabricConfig(system string) fabric.Config {
 
 // stopFabric stops the switch and the controller and returns their last
 // log lines (the switch logs its counters when it stops).
-func stopFabric(f *fabric.Fabric) map[string]string {
+func stopFabric(f *harness.Fabric) map[string]string {
 	err := f.Close()
 	out := map[string]string{}
 	for name, logs := range f.Logs() {

@@ -3,10 +3,6 @@
 // proto; protoc comes from Debian's protobuf-compiler and the plugins from
 // `go install google.golang.org/protobuf/cmd/protoc-gen-go@latest
 // google.golang.org/grpc/cmd/protoc-gen-go-grpc@latest`.
-//
-// Beside it, written by hand: NewClient reaches the service, FetchStatus
-// reads a controller's whole status (every page), and WriteStatusText and
-// StatusJSON print it, as `switchml status` does.
 package jobpb
 
 //go:generate protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative job.proto

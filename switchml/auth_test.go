@@ -9,26 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/p4/local"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/switchml"
 )
-
-func startFabric(t *testing.T, cfg fabric.Config) *fabric.Fabric {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	f, err := fabric.Start(ctx, cfg)
-	if err != nil {
-		t.Fatalf("starting the switch and controller: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := f.Close(); err != nil {
-			t.Errorf("switch and controller: %v", err)
-		}
-	})
-	return f
-}
 
 // TestAuthAllReduce runs a job with Auth on a switch that checks tags, over
 // UDP, over shared memory and on a switch with two data-plane shards (each
@@ -43,7 +27,7 @@ func TestAuthAllReduce(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			fab := startFabric(t, fabric.Config{Slots: 512, Auth: true, Transport: tr, Shards: c.shards})
+			fab := local.ForTest(t, local.Options{Slots: 512, Auth: true, Transport: tr, Shards: c.shards})
 			const workers, elements = 3, 20_000
 			var wg sync.WaitGroup
 			errs := make([]error, workers)
@@ -111,8 +95,8 @@ func runAuthRank(ctx context.Context, cfg switchml.Config, elements int) error {
 func TestAuthMismatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	keyed := startFabric(t, fabric.Config{Slots: 64, Auth: true})
-	plain := startFabric(t, fabric.Config{Slots: 64})
+	keyed := local.ForTest(t, local.Options{Slots: 64, Auth: true})
+	plain := local.ForTest(t, local.Options{Slots: 64})
 	// With PacketElements 0 the worker learns from Describe before it
 	// registers; with a packet size it learns from the registration's key.
 	for _, pe := range []int{0, 256} {

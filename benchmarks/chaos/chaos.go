@@ -23,7 +23,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/switchml/switchml-go/benchmarks/progress"
+	"github.com/switchml/switchml-go/internal/progress"
 )
 
 // Faults are what a round may do to its job.

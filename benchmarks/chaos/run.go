@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/benchmarks"
-	"github.com/switchml/switchml-go/benchmarks/progress"
-	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/internal/harness"
+	"github.com/switchml/switchml-go/internal/progress"
 )
 
 // Run starts a switch and a controller, runs rounds until cfg.Duration has
@@ -25,7 +25,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// Every job comes from this host, and the leak check needs every slot.
-	fab, err := fabric.Start(ctx, fabric.Config{Command: cfg.Command, Slots: cfg.Slots, Echo: cfg.Verbose,
+	fab, err := harness.Start(ctx, harness.Config{Command: cfg.Command, Slots: cfg.Slots, Echo: cfg.Verbose,
 		MaxSlotsPerClient: -1})
 	if err != nil {
 		return nil, err
@@ -56,7 +56,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 // runner runs the rounds of one run on its fabric.
 type runner struct {
 	cfg        Config
-	fab        *fabric.Fabric
+	fab        *harness.Fabric
 	controller string
 	sched      *schedule
 }
@@ -67,10 +67,10 @@ func (r *runner) round(ctx context.Context, round int, begin time.Time) (Round, 
 	rd, dtype := r.sched.next(round)
 	start := time.Now()
 	r.showRound(rd, start, begin)
-	ws := make([]*fabric.Proc, rd.Workers)
+	ws := make([]*harness.Proc, rd.Workers)
 	for w := range ws {
 		var err error
-		if ws[w], err = fabric.StartProc(fmt.Sprintf("rank%d", w), r.cfg.Verbose, r.cfg.Command(r.workerArgs(rd, dtype, w)...)); err != nil {
+		if ws[w], err = harness.StartProc(fmt.Sprintf("rank%d", w), r.cfg.Verbose, r.cfg.Command(r.workerArgs(rd, dtype, w)...)); err != nil {
 			return rd, err
 		}
 	}
@@ -115,7 +115,7 @@ func (r *runner) workerArgs(rd Round, dtype string, w int) []string {
 
 // watchExits notes when each process ends: done[w] is closed once
 // exited[w] is set.
-func watchExits(ws []*fabric.Proc) (exited []time.Time, done []chan struct{}) {
+func watchExits(ws []*harness.Proc) (exited []time.Time, done []chan struct{}) {
 	exited = make([]time.Time, len(ws))
 	done = make([]chan struct{}, len(ws))
 	for w, c := range ws {
@@ -132,7 +132,7 @@ func watchExits(ws []*fabric.Proc) (exited []time.Time, done []chan struct{}) {
 // inject does fault to the running job a while after its start: it returns
 // the rank it killed (-1: none), when the fault landed (zero: no fault)
 // and whether every rank had already exited by then.
-func (r *runner) inject(ctx context.Context, fault string, ws []*fabric.Proc, done []chan struct{}) (victim int, faultAt time.Time, missed bool, err error) {
+func (r *runner) inject(ctx context.Context, fault string, ws []*harness.Proc, done []chan struct{}) (victim int, faultAt time.Time, missed bool, err error) {
 	victim = -1
 	if _, ok := expected[fault]; !ok {
 		return victim, faultAt, false, nil
@@ -173,7 +173,7 @@ func (r *runner) restart(which string) error {
 
 // workerError is what a worker's report says went wrong: empty if it
 // verified its sums.
-func workerError(c *fabric.Proc) string {
+func workerError(c *harness.Proc) string {
 	var rep benchmarks.WorkerReport
 	_ = json.Unmarshal(bytes.TrimSpace(c.Stdout()), &rep)
 	if rep.Error == "" && (c.Wait() != nil || !rep.Verified) {
@@ -186,10 +186,10 @@ func workerError(c *fabric.Proc) string {
 // by the rounds.
 func (r *runner) leakCheck(sum *Summary) error {
 	lanes, window := 2, r.cfg.Slots/2
-	leak := make([]*fabric.Proc, 2)
+	leak := make([]*harness.Proc, 2)
 	for w := range leak {
 		var err error
-		if leak[w], err = fabric.StartProc(fmt.Sprintf("leak%d", w), r.cfg.Verbose, r.cfg.Command("allreduce", "--controller", r.controller, "--job", "chaos-leak-check",
+		if leak[w], err = harness.StartProc(fmt.Sprintf("leak%d", w), r.cfg.Verbose, r.cfg.Command("allreduce", "--controller", r.controller, "--job", "chaos-leak-check",
 			"--rank", strconv.Itoa(w), "--workers", "2", "--elements", "100000", "--iters", "2", "--lanes", strconv.Itoa(lanes),
 			"--window", strconv.Itoa(window), "--give-up", "60s", "--json")); err != nil {
 			return err

@@ -7,7 +7,7 @@ import (
 	"os/exec"
 	"slices"
 
-	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/internal/harness"
 )
 
 // Switch ports of the rack's switch side: the data plane and the job
@@ -18,10 +18,10 @@ const (
 	P4RuntimeAddr  = "127.0.0.1:9559"
 )
 
-// Fabric completes cfg so that fabric.Start runs the software switch and
+// Fabric completes cfg so that harness.Start runs the software switch and
 // the controller (exe is the switchml command) inside the switch namespace,
 // where workers reach them at SwitchIP, and checks readiness from inside it.
-func (r *Rack) Fabric(ctx context.Context, exe string, cfg fabric.Config) fabric.Config {
+func (r *Rack) Fabric(ctx context.Context, exe string, cfg harness.Config) harness.Config {
 	ns := r.SwitchNS()
 	cfg.Dataplane = net.JoinHostPort(r.SwitchIP(), DataplanePort)
 	cfg.Controller = net.JoinHostPort(r.SwitchIP(), ControllerPort)
@@ -54,11 +54,11 @@ const (
 	TreeP4RuntimeAddr  = "127.0.0.1:9569"
 )
 
-// TreeFabric completes cfg so that fabric.Start runs a two-level tree in a
+// TreeFabric completes cfg so that harness.Start runs a two-level tree in a
 // rack built with leaves: the spine and the controller in the switch
 // namespace, leaf k's switch in leaf k's namespace on LeafIP(k), with the
 // workers under it.
-func (r *Rack) TreeFabric(ctx context.Context, exe string, cfg fabric.Config) (fabric.Config, error) {
+func (r *Rack) TreeFabric(ctx context.Context, exe string, cfg harness.Config) (harness.Config, error) {
 	if r.Leaves() < 2 {
 		return cfg, fmt.Errorf("rack: a tree fabric needs a rack with 2 or more leaves (this one has %d)", r.Leaves())
 	}
@@ -80,7 +80,7 @@ func (r *Rack) TreeFabric(ctx context.Context, exe string, cfg fabric.Config) (f
 			}
 		}
 		leafNS := r.LeafNS(k)
-		cfg.Leaves = append(cfg.Leaves, fabric.Leaf{
+		cfg.Leaves = append(cfg.Leaves, harness.Leaf{
 			Dataplane: net.JoinHostPort(r.LeafIP(k), DataplanePort),
 			P4Runtime: net.JoinHostPort(r.LeafIP(k), "9559"),
 			Workers:   workers,

@@ -9,7 +9,7 @@ import (
 	"syscall"
 
 	"github.com/switchml/switchml-go/benchmarks"
-	"github.com/switchml/switchml-go/benchmarks/progress"
+	"github.com/switchml/switchml-go/internal/progress"
 )
 
 func init() {

@@ -13,8 +13,8 @@ import (
 
 	"github.com/switchml/switchml-go/benchmarks"
 	"github.com/switchml/switchml-go/benchmarks/rack"
+	"github.com/switchml/switchml-go/internal/harness"
 	"github.com/switchml/switchml-go/p4/bmv2"
-	"github.com/switchml/switchml-go/p4/fabric"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/p4tools"
 	"github.com/switchml/switchml-go/p4/v1model"
@@ -171,7 +171,7 @@ func (r *bmv2Rack) startController(t *testing.T, extra ...string) *proc {
 		case <-ctx.Done():
 		}
 	}()
-	if err := fabric.WaitReady(ctx, r.controller, rack.DialIn(r.sw), nil); err != nil {
+	if err := harness.WaitReady(ctx, r.controller, rack.DialIn(r.sw), nil); err != nil {
 		t.Fatalf("controller not ready (%v):\n%s", err, p.Logs())
 	}
 	return p

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/benchmarks/rack"
+	"github.com/switchml/switchml-go/internal/harness"
 	"github.com/switchml/switchml-go/p4/bmv2"
 	"github.com/switchml/switchml-go/p4/controller"
-	"github.com/switchml/switchml-go/p4/fabric"
 )
 
 // bmv2Tree is a two-level tree of BMv2 switches running the v1model
@@ -139,7 +139,7 @@ func (r *bmv2Tree) startController(t *testing.T, extra ...string) *proc {
 		case <-ctx.Done():
 		}
 	}()
-	if err := fabric.WaitReady(ctx, r.controller, rack.DialIn(r.sw), nil); err != nil {
+	if err := harness.WaitReady(ctx, r.controller, rack.DialIn(r.sw), nil); err != nil {
 		t.Fatalf("controller not ready (%v):\n%s", err, p.Logs())
 	}
 	return p

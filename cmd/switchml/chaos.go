@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/benchmarks/chaos"
-	"github.com/switchml/switchml-go/benchmarks/progress"
-	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/internal/harness"
+	"github.com/switchml/switchml-go/internal/progress"
 )
 
 func init() {
@@ -33,7 +33,7 @@ func runChaos(ctx context.Context, args []string) error {
 	// The processes started are stopped when the command returns.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	self, err := fabric.SelfCommand(ctx)
+	self, err := harness.SelfCommand(ctx)
 	if err != nil {
 		return err
 	}

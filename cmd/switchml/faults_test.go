@@ -23,7 +23,7 @@ import (
 	"github.com/switchml/switchml-go/benchmarks/chaos"
 	"github.com/switchml/switchml-go/jobpb"
 
-	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/internal/harness"
 	"github.com/switchml/switchml-go/secure"
 )
 
@@ -163,14 +163,14 @@ func TestMutualTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dp, _ := fabric.FreePort("udp")
-	p4, _ := fabric.FreePort("tcp")
-	ctl, _ := fabric.FreePort("tcp")
+	dp, _ := harness.FreePort("udp")
+	p4, _ := harness.FreePort("tcp")
+	ctl, _ := harness.FreePort("tcp")
 	f := switchSide{dataplane: fmt.Sprintf("127.0.0.1:%d", dp), p4rt: fmt.Sprintf("127.0.0.1:%d", p4), controller: fmt.Sprintf("127.0.0.1:%d", ctl)}
 	spawn(t, nil, "switch", "--dataplane", f.dataplane, "--p4rt", f.p4rt, "--tls-cert", swCert, "--tls-key", swKey, "--tls-client-ca", pki.CA)
 
 	// A controller that does not present a certificate is refused.
-	other, _ := fabric.FreePort("tcp")
+	other, _ := harness.FreePort("tcp")
 	bad := spawn(t, nil, "controller", "--target", f.p4rt, "--listen", fmt.Sprintf("127.0.0.1:%d", other), "--dataplane", f.dataplane,
 		"--target-tls-ca", pki.CA, "--connect-timeout", "3s")
 	if err := bad.wait(t, time.Minute); err == nil {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/p4/controller"
-	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/p4/softswitch"
 	"github.com/switchml/switchml-go/switchml"
 	"github.com/switchml/switchml-go/switchml/ring"
 )
@@ -114,7 +114,7 @@ func TestAllReduceFlagsCoverConfig(t *testing.T) {
 }
 
 func TestSwitchFlagErrors(t *testing.T) {
-	cfg := reflect.TypeFor[fabric.SwitchConfig]()
+	cfg := reflect.TypeFor[softswitch.Config]()
 	for _, tc := range []struct {
 		args []string
 		want []string

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/benchmarks"
-	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/internal/harness"
 	"github.com/switchml/switchml-go/secure"
 )
 
@@ -38,7 +38,7 @@ func spawnEnv(t *testing.T, env []string, args ...string) *proc {
 	needProcesses(t)
 	cmd := binaryCmd(nil, args...)
 	cmd.Env = append(os.Environ(), env...)
-	fp, err := fabric.StartProc(args[0], false, cmd)
+	fp, err := harness.StartProc(args[0], false, cmd)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
-	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/internal/harness"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -93,9 +93,9 @@ func TestHostileTakenRank(t *testing.T) {
 // jobcore), and runs the same job with a token, verified.
 func TestHostileOpenJobOffLoopback(t *testing.T) {
 	needProcesses(t)
-	dp, _ := fabric.FreePort("udp")
-	p4, _ := fabric.FreePort("tcp")
-	port, _ := fabric.FreePort("tcp")
+	dp, _ := harness.FreePort("udp")
+	p4, _ := harness.FreePort("tcp")
+	port, _ := harness.FreePort("tcp")
 	f := switchSide{dataplane: fmt.Sprintf("127.0.0.1:%d", dp), p4rt: fmt.Sprintf("127.0.0.1:%d", p4), controller: fmt.Sprintf("127.0.0.1:%d", port)}
 	f.sw = spawn(t, nil, "switch", "--dataplane", f.dataplane, "--p4rt", f.p4rt)
 	f.ctl = spawn(t, nil, "controller", "--target", f.p4rt, "--listen", fmt.Sprintf(":%d", port), "--dataplane", f.dataplane)

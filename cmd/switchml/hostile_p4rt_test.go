@@ -11,8 +11,8 @@ import (
 	"time"
 
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
+	"github.com/switchml/switchml-go/internal/harness"
 	"github.com/switchml/switchml-go/jobpb"
-	"github.com/switchml/switchml-go/p4/fabric"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/secure"
 	"google.golang.org/grpc"
@@ -42,9 +42,9 @@ func startMTLS(t *testing.T) *mtlsFabric {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dp, _ := fabric.FreePort("udp")
-	p4, _ := fabric.FreePort("tcp")
-	ctl, _ := fabric.FreePort("tcp")
+	dp, _ := harness.FreePort("udp")
+	p4, _ := harness.FreePort("tcp")
+	ctl, _ := harness.FreePort("tcp")
 	f := &mtlsFabric{pki: pki, workerArgs: []string{"--tls-ca", pki.CA, "--tls-cert", wCert, "--tls-key", wKey}}
 	f.switchSide = switchSide{dataplane: fmt.Sprintf("127.0.0.1:%d", dp), p4rt: fmt.Sprintf("127.0.0.1:%d", p4), controller: fmt.Sprintf("127.0.0.1:%d", ctl)}
 	f.sw = spawn(t, nil, "switch", "--dataplane", f.dataplane, "--p4rt", f.p4rt, "--tls-cert", swCert, "--tls-key", swKey, "--tls-client-ca", pki.CA)
@@ -206,7 +206,7 @@ func TestHostileControllerTakeover(t *testing.T) {
 func TestStatusControlLost(t *testing.T) {
 	for _, lost := range []string{"", "the controller is not primary on the switch at 127.0.0.1:9559: cert:ctl2 (role controller) took it at 2026-01-02T03:04:05Z"} {
 		var b strings.Builder
-		if err := jobpb.WriteStatusText(&b, "127.0.0.1:50051", &jobpb.StatusResponse{TargetKind: "softswitch", ControlLost: lost}); err != nil {
+		if err := writeStatusText(&b, "127.0.0.1:50051", &jobpb.StatusResponse{TargetKind: "softswitch", ControlLost: lost}); err != nil {
 			t.Fatal(err)
 		}
 		if got := strings.Contains(b.String(), "control lost: "+lost+"\n"); got != (lost != "") || (lost == "" && strings.Contains(b.String(), "control lost")) {

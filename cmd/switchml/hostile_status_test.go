@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/internal/harness"
 	"github.com/switchml/switchml-go/secure"
 	"github.com/switchml/switchml-go/switchml"
 )
@@ -31,9 +31,9 @@ func TestHostileStatusStranger(t *testing.T) {
 		t.Fatal(err)
 	}
 	pem := func(name string) string { return filepath.Join(certs, name) }
-	dp, _ := fabric.FreePort("udp")
-	p4, _ := fabric.FreePort("tcp")
-	ctl, _ := fabric.FreePort("tcp")
+	dp, _ := harness.FreePort("udp")
+	p4, _ := harness.FreePort("tcp")
+	ctl, _ := harness.FreePort("tcp")
 	f := switchSide{dataplane: fmt.Sprintf("127.0.0.1:%d", dp), p4rt: fmt.Sprintf("127.0.0.1:%d", p4), controller: fmt.Sprintf("127.0.0.1:%d", ctl)}
 	spawn(t, nil, "switch", "--dataplane", f.dataplane, "--p4rt", f.p4rt,
 		"--tls-cert", pem("switch.pem"), "--tls-key", pem("switch-key.pem"), "--tls-client-ca", pem("ca.pem"))

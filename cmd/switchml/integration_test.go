@@ -16,7 +16,7 @@ import (
 
 	"github.com/switchml/switchml-go/benchmarks"
 	"github.com/switchml/switchml-go/benchmarks/rack"
-	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/internal/harness"
 )
 
 // The integration tests run the real binary: a software switch, a
@@ -57,7 +57,7 @@ func needProcesses(t testing.TB) {
 
 // proc is a running switchml process the test started.
 type proc struct {
-	*fabric.Proc
+	*harness.Proc
 }
 
 // binaryCmd is the binary with args, behind prefix (e.g. "ip netns exec ns").
@@ -71,7 +71,7 @@ func binaryCmd(prefix []string, args ...string) *exec.Cmd {
 func spawn(t *testing.T, prefix []string, args ...string) *proc {
 	t.Helper()
 	needProcesses(t)
-	fp, err := fabric.StartProc(args[0], false, binaryCmd(prefix, args...))
+	fp, err := harness.StartProc(args[0], false, binaryCmd(prefix, args...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func spawn(t *testing.T, prefix []string, args ...string) *proc {
 }
 
 // adopt stops p when the test ends and shows its log if the test failed.
-func adopt(t *testing.T, fp *fabric.Proc) *proc {
+func adopt(t *testing.T, fp *harness.Proc) *proc {
 	t.Cleanup(func() {
 		fp.Stop(5 * time.Second)
 		if t.Failed() {
@@ -106,7 +106,7 @@ func (p *proc) wait(t *testing.T, d time.Duration) error {
 type switchSide struct {
 	dataplane, p4rt, controller string
 	sw, ctl                     *proc // when the test started them
-	fab                         *fabric.Fabric
+	fab                         *harness.Fabric
 }
 
 // waitRunning waits until the controller has programmed job n times (its
@@ -134,7 +134,7 @@ func startFabric(t *testing.T, prefix []string, host string, switchArgs ...strin
 // host, and the readiness check dials from inside namespace ns.
 func startFabricWith(t *testing.T, prefix []string, host string, switchArgs, controllerArgs []string) switchSide {
 	t.Helper()
-	cfg := fabric.Config{
+	cfg := harness.Config{
 		Command:    func(args ...string) *exec.Cmd { return binaryCmd(prefix, args...) },
 		SwitchArgs: switchArgs, ControllerArgs: controllerArgs, ReadyTimeout: time.Minute,
 	}
@@ -147,7 +147,7 @@ func startFabricWith(t *testing.T, prefix []string, host string, switchArgs, con
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	fab, err := fabric.Start(ctx, cfg)
+	fab, err := harness.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +306,7 @@ func TestBadInput(t *testing.T) {
 		}
 	})
 	t.Run("no controller", func(t *testing.T) {
-		port, _ := fabric.FreePort("tcp")
+		port, _ := harness.FreePort("tcp")
 		a := spawn(t, nil, "allreduce", "--controller", fmt.Sprintf("127.0.0.1:%d", port), "--job", "x", "--workers", "1", "--join-timeout", "2s", "--json")
 		if err := a.wait(t, 20*time.Second); err == nil {
 			t.Fatalf("join without a controller succeeded")
@@ -318,9 +318,9 @@ func TestBadInput(t *testing.T) {
 	t.Run("switch not there", func(t *testing.T) {
 		// A controller that points workers at a data plane address where
 		// no switch listens.
-		p4, _ := fabric.FreePort("tcp")
-		ctl, _ := fabric.FreePort("tcp")
-		dead, _ := fabric.FreePort("udp")
+		p4, _ := harness.FreePort("tcp")
+		ctl, _ := harness.FreePort("tcp")
+		dead, _ := harness.FreePort("udp")
 		sw := spawn(t, nil, "switch", "--dataplane", "127.0.0.1:0", "--p4rt", fmt.Sprintf("127.0.0.1:%d", p4))
 		_ = sw
 		spawn(t, nil, "controller", "--target", fmt.Sprintf("127.0.0.1:%d", p4), "--listen", fmt.Sprintf("127.0.0.1:%d", ctl),
@@ -338,8 +338,8 @@ func TestBadInput(t *testing.T) {
 	})
 	t.Run("slots disagree", func(t *testing.T) {
 		// The controller would hand out slots the switch does not have.
-		p4, _ := fabric.FreePort("tcp")
-		ctl, _ := fabric.FreePort("tcp")
+		p4, _ := harness.FreePort("tcp")
+		ctl, _ := harness.FreePort("tcp")
 		spawn(t, nil, "switch", "--dataplane", "127.0.0.1:0", "--p4rt", fmt.Sprintf("127.0.0.1:%d", p4), "--slots", "64")
 		c := spawn(t, nil, "controller", "--target", fmt.Sprintf("127.0.0.1:%d", p4), "--listen", fmt.Sprintf("127.0.0.1:%d", ctl),
 			"--dataplane", "127.0.0.1:48864", "--slots", "128")
@@ -358,7 +358,7 @@ func TestWait(t *testing.T) {
 	if err := runWait(ctx, []string{"--controller", f.controller, "--timeout", "30s"}); err != nil {
 		t.Fatalf("wait for a serving controller: %v", err)
 	}
-	dead := fmt.Sprintf("127.0.0.1:%d", must(fabric.FreePort("tcp")))
+	dead := fmt.Sprintf("127.0.0.1:%d", must(harness.FreePort("tcp")))
 	err := runWait(ctx, []string{"--controller", dead, "--timeout", "500ms"})
 	if err == nil || !strings.Contains(err.Error(), dead) || !strings.Contains(err.Error(), "--timeout") {
 		t.Fatalf("wait for nothing: %v", err)

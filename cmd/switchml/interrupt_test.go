@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/internal/harness"
 )
 
 // TestInterruptedRank: Ctrl-C (SIGINT) to one rank of three mid-run. That
@@ -46,7 +46,7 @@ func TestInterruptedRank(t *testing.T) {
 // --connect-timeout, not the join timeout).
 func TestNoController(t *testing.T) {
 	needProcesses(t)
-	port, err := fabric.FreePort("tcp")
+	port, err := harness.FreePort("tcp")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/internal/harness"
+	"github.com/switchml/switchml-go/p4/local"
 	"github.com/switchml/switchml-go/switchml"
 )
 
@@ -27,7 +28,7 @@ import (
 func TestStatusShowsLiveJobs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	fab, err := fabric.Start(ctx, fabric.Config{Slots: 512})
+	fab, err := local.Start(ctx, local.Options{Slots: 512})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +138,7 @@ func scrape(addr string) (map[string]float64, error) {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	p, err := fabric.FreePort("tcp")
+	p, err := harness.FreePort("tcp")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/internal/harness"
 )
 
 // TestShardedSwitchProcesses runs `switchml switch --shards 2` and a
@@ -20,7 +20,7 @@ func TestShardedSwitchProcesses(t *testing.T) {
 	needProcesses(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	fab, err := fabric.Start(ctx, fabric.Config{
+	fab, err := harness.Start(ctx, harness.Config{
 		Command: func(args ...string) *exec.Cmd { return binaryCmd(nil, args...) },
 		Shards:  2, SwitchArgs: []string{"--drop", "0.01", "--seed", "5"}, ReadyTimeout: time.Minute,
 	})

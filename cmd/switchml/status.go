@@ -7,7 +7,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/secure"
 	"github.com/switchml/switchml-go/switchml"
 )
@@ -36,21 +35,21 @@ func statusCommand(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--tls-ca, --tls-cert, --tls-key: %w", err)
 	}
-	c, conn, err := jobpb.NewClient(*addr, tlsCfg)
+	c, conn, err := newJobClient(*addr, tlsCfg)
 	if err != nil {
 		return fmt.Errorf("--controller %q: %w", *addr, err)
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	st, err := jobpb.FetchStatus(ctx, c, *noCounters)
+	st, err := fetchStatus(ctx, c, *noCounters)
 	if err != nil {
 		return fmt.Errorf("status of the controller at %s: %w (is `switchml controller` running there, and given TLS flags if it requires TLS?)", *addr, err)
 	}
 	if !*asJSON {
-		return jobpb.WriteStatusText(out, *addr, st)
+		return writeStatusText(out, *addr, st)
 	}
-	b, err := jobpb.StatusJSON(st)
+	b, err := statusJSON(st)
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/switchml/switchml-go/p4/fabric"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/softswitch"
 	"github.com/switchml/switchml-go/secure"
@@ -20,7 +19,7 @@ func init() {
 
 func runSwitch(ctx context.Context, args []string) error {
 	fs := newFlags("switch", "[--dataplane ADDR] [--p4rt ADDR] [flags]")
-	var cfg fabric.SwitchConfig
+	var cfg softswitch.Config
 	pc := &cfg.Pipeline
 	fs.StringVar(&cfg.Dataplane, "dataplane", "127.0.0.1:48864", "UDP address of the data plane (workers send here); with --shards N, shard k listens at port+k, or give N addresses comma-separated")
 	fs.StringVar(&cfg.Transport, "transport", transport.UDP, `how the data plane moves packets: "udp" (kernel sockets), "afxdp" (AF_XDP sockets on the --dataplane address's interface, bypassing the kernel's stack; falls back to UDP, saying why, where it cannot; Linux, root) or "shm" (UDP sockets plus shared-memory inboxes that workers on this host started with --transport shm use instead of the kernel; Linux)`)
@@ -58,7 +57,7 @@ func runSwitch(ctx context.Context, args []string) error {
 		return fmt.Errorf("--tls-cert, --tls-key, --tls-client-ca: %w", err)
 	}
 	log := cfg.Logger
-	sw, err := fabric.ListenSwitch(cfg)
+	sw, err := softswitch.Listen(cfg)
 	if err != nil {
 		return err
 	}
@@ -94,13 +93,13 @@ func runSwitch(ctx context.Context, args []string) error {
 
 // switchFlagsValid checks the shard, pool and fault flags, naming them,
 // before the pipeline would refuse the same values in its own terms.
-func switchFlagsValid(cfg fabric.SwitchConfig) error {
+func switchFlagsValid(cfg softswitch.Config) error {
 	var errs []error
 	pc, f := cfg.Pipeline, cfg.Faults
 	for _, c := range []struct {
 		flag     string
 		v, limit int
-	}{{"--slots", pc.Slots, pipeline.MaxSlots}, {"--max-elements", pc.MaxElements, wire.MaxElements}, {"--max-workers", pc.MaxWorkers, pipeline.MaxWorkersCap}, {"--shards", cfg.Shards, fabric.MaxShards}} {
+	}{{"--slots", pc.Slots, pipeline.MaxSlots}, {"--max-elements", pc.MaxElements, wire.MaxElements}, {"--max-workers", pc.MaxWorkers, pipeline.MaxWorkersCap}, {"--shards", cfg.Shards, softswitch.MaxShards}} {
 		if c.v < 1 || c.v > c.limit {
 			errs = append(errs, fmt.Errorf("%s %d: want 1..%d", c.flag, c.v, c.limit))
 		}

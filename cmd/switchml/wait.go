@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/internal/harness"
 	"github.com/switchml/switchml-go/secure"
 	"github.com/switchml/switchml-go/switchml"
 )
@@ -33,7 +33,7 @@ func runWait(ctx context.Context, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	if err := fabric.WaitReady(ctx, *addr, nil, tlsCfg); err != nil {
+	if err := harness.WaitReady(ctx, *addr, nil, tlsCfg); err != nil {
 		return fmt.Errorf("the controller at %s did not answer within --timeout %v: %w", *addr, *timeout, err)
 	}
 	return nil

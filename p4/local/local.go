@@ -5,21 +5,32 @@
 // packets still cross real UDP sockets and the switch is still programmed
 // over P4Runtime.
 //
-// It is the in-process case of p4/fabric, which also runs the two as
-// subprocesses.
+// Start returns once the controller is ready, that is once the switch is
+// programmed and workers can join.
 package local
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
-	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchml/switchml-go/p4/controller"
+	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/softswitch"
 	"github.com/switchml/switchml-go/transport"
 )
+
+// readyTimeout bounds how long Start waits for the controller.
+const readyTimeout = 30 * time.Second
 
 // Options size the embedded switch. Zero values take the defaults.
 type Options struct {
@@ -44,8 +55,16 @@ type Options struct {
 	// switchml.Config.Transport "shm" write into; others reach it over
 	// UDP as before.
 	Transport string
+	// Auth runs the switch and the controller with --auth: each job gets
+	// a key, and the switch drops packets without its tag (workers join
+	// with switchml.Config.Auth).
+	Auth bool
 	// Logger receives the switch's and controller's logs (default: discarded).
 	Logger *slog.Logger
+	// Metrics, if set, receives the switch's and the controller's
+	// collectors (softswitch.Switch.Collector,
+	// controller.JobService.Collector) while the fabric runs.
+	Metrics prometheus.Registerer
 	// Port, if set, pins the ports on 127.0.0.1: the switch's data plane
 	// at Port (its shards at the ports after it), its P4Runtime server at
 	// Port+Shards and the controller's job service at Port+Shards+1. By
@@ -73,19 +92,132 @@ func Ports(base, shards int) (dataplane, p4rt, controller string, err error) {
 }
 
 // Fabric is a running switch and controller: ControllerAddr is what
-// workers pass as switchml.Config.Controller, Close stops both.
-type Fabric = fabric.Fabric
+// workers pass as switchml.Config.Controller, Close stops both. Its methods
+// may be called from several goroutines, Close once.
+type Fabric struct {
+	sw         *softswitch.Switch
+	controller string
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
+	mu         sync.Mutex
+	err        error
+	// unregister takes the switch's collector back from Options.Metrics.
+	unregister func()
+}
 
 // Start brings up the switch and the controller and returns once workers
 // can join. Close stops both.
 func Start(ctx context.Context, opts Options) (*Fabric, error) {
+	if opts.Slots < 0 || opts.MaxElements < 0 || opts.MaxWorkers < 0 {
+		return nil, fmt.Errorf("local: Slots %d, MaxElements %d, MaxWorkers %d: none may be negative (0 takes the default)", opts.Slots, opts.MaxElements, opts.MaxWorkers)
+	}
 	dp, p4rt, ctl, err := Ports(opts.Port, opts.Shards)
 	if err != nil {
 		return nil, fmt.Errorf("local: %w", err)
 	}
-	return fabric.Start(ctx, fabric.Config{
-		Slots: opts.Slots, MaxElements: opts.MaxElements, MaxWorkers: opts.MaxWorkers, MaxSlotsPerClient: opts.MaxSlotsPerClient,
-		Faults: opts.Faults, Shards: opts.Shards, Transport: opts.Transport, Logger: opts.Logger,
-		Dataplane: dp, P4Runtime: p4rt, Controller: ctl,
+	if ctl == "" {
+		ctl = "127.0.0.1:0"
+	}
+	opts.Slots = cmp.Or(opts.Slots, 8192)
+	opts.MaxElements = cmp.Or(opts.MaxElements, 1024)
+	opts.MaxWorkers = cmp.Or(opts.MaxWorkers, 256)
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	sw, err := softswitch.Listen(softswitch.Config{
+		Dataplane: dp, Shards: opts.Shards, P4Runtime: p4rt, Faults: opts.Faults, Logger: opts.Logger,
+		Transport: opts.Transport, Auth: opts.Auth,
+		Pipeline: pipeline.Config{Slots: opts.Slots, MaxElements: opts.MaxElements, MaxWorkers: opts.MaxWorkers},
 	})
+	if err != nil {
+		return nil, fmt.Errorf("local: %w", err)
+	}
+	target, err := controller.TargetFor(controller.KindSoftswitch, opts.MaxElements)
+	if err != nil {
+		return nil, fmt.Errorf("local: %w", err)
+	}
+	target.Auth, target.SoftswitchMaxWorkers = opts.Auth, opts.MaxWorkers
+	runCtx, cancel := context.WithCancel(context.Background())
+	f := &Fabric{sw: sw, cancel: cancel}
+	ready := make(chan string, 1)
+	f.goRun(func() error { return sw.Serve(runCtx) })
+	f.goRun(func() error {
+		return controller.Run(runCtx, controller.Config{
+			Target: sw.P4RuntimeAddr(), Listen: ctl, Dataplane: strings.Join(sw.DataplaneAddrs(), ","), Slots: opts.Slots, Switch: target, Logger: opts.Logger,
+			Metrics: opts.Metrics, JobLimits: controller.JobLimits{MaxSlotsPerClient: opts.MaxSlotsPerClient},
+			Ready: func(a net.Addr) { ready <- a.String() },
+		})
+	})
+	timer := time.NewTimer(readyTimeout)
+	defer timer.Stop()
+	select {
+	case f.controller = <-ready:
+		if opts.Metrics != nil {
+			col := sw.Collector()
+			if err := opts.Metrics.Register(col); err != nil {
+				f.Close()
+				return nil, fmt.Errorf("local: registering the switch's metrics: %w", err)
+			}
+			f.unregister = func() { opts.Metrics.Unregister(col) }
+		}
+		return f, nil
+	case <-ctx.Done():
+		f.Close()
+		return nil, ctx.Err()
+	case <-runCtx.Done():
+		return nil, fmt.Errorf("local: the switch or the controller stopped at start: %w", f.Close())
+	case <-timer.C:
+		err := f.Close()
+		return nil, fmt.Errorf("local: switch and controller not ready within %v: %v", readyTimeout, err)
+	}
+}
+
+func (f *Fabric) goRun(fn func() error) {
+	f.wg.Go(func() {
+		if err := fn(); err != nil && !errors.Is(err, context.Canceled) {
+			f.mu.Lock()
+			if f.err == nil {
+				f.err = err
+			}
+			f.mu.Unlock()
+			f.cancel()
+		}
+	})
+}
+
+// ControllerAddr is the job service's address: what workers pass as
+// switchml.Config.Controller.
+func (f *Fabric) ControllerAddr() string { return f.controller }
+
+// DataplaneAddr is the switch's UDP address (its first shard's).
+func (f *Fabric) DataplaneAddr() string { return f.sw.DataplaneAddr() }
+
+// P4RuntimeAddr is the switch's P4Runtime address.
+func (f *Fabric) P4RuntimeAddr() string { return f.sw.P4RuntimeAddr() }
+
+// Switch is the running switch.
+func (f *Fabric) Switch() *softswitch.Switch { return f.sw }
+
+// Counters returns the switch's counters, indexed by pipeline.Stat.
+func (f *Fabric) Counters() [pipeline.NumStats]uint64 { return f.sw.Counters() }
+
+// Exited says whether the switch or the controller has stopped on its own.
+func (f *Fabric) Exited() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err != nil
+}
+
+// Close stops the controller and the switch and reports the first error
+// either hit while running.
+func (f *Fabric) Close() error {
+	f.cancel()
+	f.wg.Wait()
+	if f.unregister != nil {
+		f.unregister()
+		f.unregister = nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
 }

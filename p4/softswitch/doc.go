@@ -6,6 +6,13 @@
 // each holding the lock for reading over a batch of packets; the control
 // plane takes it for writing, so P4Runtime still sees one switch.
 //
+// Listen binds a whole switch, as `switchml switch` runs it: the P4Runtime
+// service's listener and one data-plane socket per shard, of any
+// registered transport (UDP, shared memory, AF_XDP); Switch.Serve runs the
+// service and a p4/dataplane loop per shard, and Switch.Collector exports
+// its counters to Prometheus. p4/local starts one beside a controller in
+// the calling process.
+//
 // Who may program it: with TLS that verifies client certificates
 // (ServerConfig.TLS with ClientCAs), only controller identities, that is
 // certificates with the controller role or named in ServerConfig.Allow, may

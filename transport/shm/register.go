@@ -52,3 +52,11 @@ func (c *Conn) Carries() string {
 func (c *Conn) Kind() string { return Name }
 
 var _ transport.Carrier = (*Conn)(nil)
+
+// InboxCounts are the Conn's Stats of its inboxes.
+func (c *Conn) InboxCounts() transport.InboxCounts {
+	st := c.Stats()
+	return transport.InboxCounts{Received: st.ShmRX, Sent: st.ShmTX, Shared: st.Shared, RingFull: st.Dropped, Wakeups: st.Doorbells}
+}
+
+var _ transport.InboxCounter = (*Conn)(nil)

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/benchmarks/rack"
-	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/internal/harness"
 	"github.com/switchml/switchml-go/trainers/internal/rackrun"
 	"github.com/switchml/switchml-go/trainers/train"
 )
@@ -49,7 +49,7 @@ func (f *rackFlags) quiet(ctx context.Context) {
 // start builds the rack at rateMbit with the switch side in it.
 func (f *rackFlags) start(ctx context.Context, rateMbit float64) (*rackrun.Rack, error) {
 	return rackrun.Start(ctx, rack.Config{Workers: f.workers, RateMbit: rateMbit, MTU: f.mtu, Prefix: f.prefix, Subnet: f.subnet},
-		fabric.Config{MaxElements: max(f.packetElems, 1024), Echo: true,
+		harness.Config{MaxElements: max(f.packetElems, 1024), Echo: true,
 			SwitchArgs: []string{"--log-level", "warn"}, ControllerArgs: []string{"--log-level", "warn"}})
 }
 

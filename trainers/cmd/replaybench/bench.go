@@ -17,9 +17,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/switchml/switchml-go/benchmarks/progress"
 	"github.com/switchml/switchml-go/benchmarks/rack"
-	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/internal/harness"
+	"github.com/switchml/switchml-go/internal/progress"
 	"github.com/switchml/switchml-go/trainers/internal/rackrun"
 	"github.com/switchml/switchml-go/trainers/profile"
 )
@@ -155,7 +155,7 @@ func bench(ctx context.Context, args []string) error {
 	// The switch and the controller run in the rack's switch namespace;
 	// their logs are echoed at warn level and above.
 	r, err := rackrun.Start(ctx, rack.Config{Workers: f.workers, RateMbit: rates[0], MTU: f.mtu, Prefix: f.prefix, Subnet: f.subnet},
-		fabric.Config{MaxElements: max(f.packetElems, 1024), Echo: true,
+		harness.Config{MaxElements: max(f.packetElems, 1024), Echo: true,
 			SwitchArgs: []string{"--log-level", "warn"}, ControllerArgs: []string{"--log-level", "warn"}})
 	if err != nil {
 		return err

@@ -22,20 +22,20 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/benchmarks/rack"
-	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/internal/harness"
 )
 
 // Rack is a built rack whose switch namespace runs the software switch and
 // the controller.
 type Rack struct {
 	*rack.Rack
-	Fabric *fabric.Fabric
+	Fabric *harness.Fabric
 	tmp    string
 }
 
 // Start builds the switchml command, the rack of rc and the switch side
 // (fc completed by rack.Fabric). It needs root. Close undoes it all.
-func Start(ctx context.Context, rc rack.Config, fc fabric.Config) (*Rack, error) {
+func Start(ctx context.Context, rc rack.Config, fc harness.Config) (*Rack, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("the emulated rack needs root (network namespaces and tc)")
 	}
@@ -53,7 +53,7 @@ func Start(ctx context.Context, rc rack.Config, fc fabric.Config) (*Rack, error)
 		os.RemoveAll(tmp)
 		return nil, err
 	}
-	fab, err := fabric.Start(ctx, r.Fabric(ctx, swbin, fc))
+	fab, err := harness.Start(ctx, r.Fabric(ctx, swbin, fc))
 	if err != nil {
 		r.Close()
 		os.RemoveAll(tmp)

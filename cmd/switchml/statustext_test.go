@@ -1,4 +1,4 @@
-package jobpb
+package main
 
 import (
 	"context"
@@ -9,17 +9,19 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+
+	"github.com/switchml/switchml-go/jobpb"
 )
 
 // pagedStatus answers Status from pages of jobs, as a controller with a
 // large job table does.
 type pagedStatus struct {
-	JobServiceClient // other methods are not called
-	pages            [][]*JobStatus
-	reqs             []*StatusRequest
+	jobpb.JobServiceClient // other methods are not called
+	pages                  [][]*jobpb.JobStatus
+	reqs                   []*jobpb.StatusRequest
 }
 
-func (p *pagedStatus) Status(_ context.Context, req *StatusRequest, _ ...grpc.CallOption) (*StatusResponse, error) {
+func (p *pagedStatus) Status(_ context.Context, req *jobpb.StatusRequest, _ ...grpc.CallOption) (*jobpb.StatusResponse, error) {
 	p.reqs = append(p.reqs, req)
 	i := 0
 	if req.GetPageToken() != "" {
@@ -27,7 +29,7 @@ func (p *pagedStatus) Status(_ context.Context, req *StatusRequest, _ ...grpc.Ca
 			return nil, err
 		}
 	}
-	st := &StatusResponse{TargetKind: "softswitch", Slots: 512, Jobs: p.pages[i]}
+	st := &jobpb.StatusResponse{TargetKind: "softswitch", Slots: 512, Jobs: p.pages[i]}
 	if i+1 < len(p.pages) {
 		st.NextPageToken = fmt.Sprintf("page%d", i+1)
 	}
@@ -35,8 +37,8 @@ func (p *pagedStatus) Status(_ context.Context, req *StatusRequest, _ ...grpc.Ca
 }
 
 func TestFetchStatusFollowsPages(t *testing.T) {
-	c := &pagedStatus{pages: [][]*JobStatus{{{Name: "a"}, {Name: "b"}}, {{Name: "c"}}, {{Name: "d"}}}}
-	st, err := FetchStatus(context.Background(), c, false)
+	c := &pagedStatus{pages: [][]*jobpb.JobStatus{{{Name: "a"}, {Name: "b"}}, {{Name: "c"}}, {{Name: "d"}}}}
+	st, err := fetchStatus(context.Background(), c, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,26 +54,26 @@ func TestFetchStatusFollowsPages(t *testing.T) {
 	}
 
 	// A job table that never ends is an error, not a loop.
-	endless := make([][]*JobStatus, statusPagesMax+1)
-	if _, err := FetchStatus(context.Background(), &pagedStatus{pages: endless}, true); err == nil || !strings.Contains(err.Error(), "did not end") {
+	endless := make([][]*jobpb.JobStatus, statusPagesMax+1)
+	if _, err := fetchStatus(context.Background(), &pagedStatus{pages: endless}, true); err == nil || !strings.Contains(err.Error(), "did not end") {
 		t.Errorf("an endless job table: %v", err)
 	}
 }
 
 func TestWriteStatusText(t *testing.T) {
-	st := &StatusResponse{
+	st := &jobpb.StatusResponse{
 		TargetKind: "softswitch", Dataplane: "127.0.0.1:48864", Slots: 512, SlotsInUse: 64,
-		Jobs: []*JobStatus{
+		Jobs: []*jobpb.JobStatus{
 			{Name: "train", State: "active", WorldSize: 2, Lanes: 2, Window: 16, PacketElements: 256, JobId: 3, PoolBase: 32, PoolSize: 32, AgeSeconds: 61.4,
-				Ranks: []*RankStatus{{Rank: 0, LaneAddresses: []string{"127.0.0.1:4000", "127.0.0.1:4001"}, Leased: true}, {Rank: 1, Left: true}}, RanksOmitted: 5},
+				Ranks: []*jobpb.RankStatus{{Rank: 0, LaneAddresses: []string{"127.0.0.1:4000", "127.0.0.1:4001"}, Leased: true}, {Rank: 1, Left: true}}, RanksOmitted: 5},
 			{State: "unclaimed"},
 		},
-		SwitchCounters: []*SwitchCounter{{Name: "received", Packets: 1234}, {Name: "multicast", Packets: 56}},
+		SwitchCounters: []*jobpb.SwitchCounter{{Name: "received", Packets: 1234}, {Name: "multicast", Packets: 56}},
 		Ended:          map[string]uint64{"finished": 3, "rank_lost": 1, "abandoned": 0},
 		Redacted:       true,
 	}
 	var b strings.Builder
-	if err := WriteStatusText(&b, "127.0.0.1:50051", st); err != nil {
+	if err := writeStatusText(&b, "127.0.0.1:50051", st); err != nil {
 		t.Fatal(err)
 	}
 	// Columns are aligned with spaces: compare with each run of them as one.
@@ -99,7 +101,7 @@ func TestWriteStatusText(t *testing.T) {
 	}
 
 	b.Reset()
-	if err := WriteStatusText(&b, "c", &StatusResponse{Offline: "no answer at 127.0.0.1:9559", SwitchCountersError: "not primary"}); err != nil {
+	if err := writeStatusText(&b, "c", &jobpb.StatusResponse{Offline: "no answer at 127.0.0.1:9559", SwitchCountersError: "not primary"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"switch offline: no answer at 127.0.0.1:9559\n", "no jobs\n", "switch counters: not primary\n"} {
@@ -113,7 +115,7 @@ func TestWriteStatusText(t *testing.T) {
 }
 
 func TestStatusJSON(t *testing.T) {
-	b, err := StatusJSON(&StatusResponse{TargetKind: "bmv2", Jobs: []*JobStatus{{Name: "j", PoolSize: 16}}})
+	b, err := statusJSON(&jobpb.StatusResponse{TargetKind: "bmv2", Jobs: []*jobpb.JobStatus{{Name: "j", PoolSize: 16}}})
 	if err != nil {
 		t.Fatal(err)
 	}

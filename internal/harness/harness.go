@@ -1,29 +1,27 @@
-// Package fabric starts a SwitchML switch side: a software switch and the
-// controller that programs it over P4Runtime and runs the job service
-// workers join through. It is the one place that brings the two up, for
-// the embedded default (p4/local), the demo, the benchmarks, the
-// training harness and the tests.
+// Package harness runs a SwitchML switch side as processes, for the demo,
+// the benchmarks, the chaos run, the training harness and the tests: a
+// software switch (or a tree of them) and the controller that programs it
+// over P4Runtime and runs the job service workers join through, each a
+// `switchml switch` or `switchml controller` subprocess (which may be
+// wrapped, for example to run inside a network namespace). Start returns
+// once the controller answers the job service's Describe call over gRPC,
+// that is once the switch is programmed and workers can join; Crash and
+// Restart kill and start them again.
 //
-// Start runs both inside the calling process, or, with Config.Command set,
-// as two `switchml switch` and `switchml controller` subprocesses (which
-// may be wrapped, for example to run inside a network namespace). Either
-// way it returns once the controller answers the job service's Describe
-// call over gRPC, that is once the switch is programmed and workers can
-// join.
+// Proc is the subprocess handle the fabric, the demo, the chaos run and the
+// benchmark runner share; SelfCommand runs this program again, FreePort
+// finds a port, WaitReady waits for a controller.
 //
-// ListenSwitch and Switch are the software switch alone, as the `switchml
-// switch` command runs it; Proc is the subprocess handle the fabric, the
-// demo and the benchmark runner share.
-package fabric
+// The same switch side inside the calling process is p4/local's.
+package harness
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -34,14 +32,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/switchml/switchml-go/jobpb"
-	"github.com/switchml/switchml-go/p4/controller"
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/softswitch"
 	"github.com/switchml/switchml-go/transport"
 )
 
@@ -65,15 +61,15 @@ type Config struct {
 	// Faults are injected into every packet the switch sends.
 	Faults transport.Faults
 	// Shards is the number of the switch's data-plane loops, each on its
-	// own UDP port (default 1; see SwitchConfig.Shards).
+	// own UDP port (default 1; see softswitch.Config.Shards).
 	Shards int
 	// Transport is how the switch's data plane moves packets (see
-	// SwitchConfig.Transport): "udp" ("" too), "shm" or "afxdp". A
-	// subprocess switch gets it as --transport.
+	// softswitch.Config.Transport): "udp" ("" too), "shm" or "afxdp". The
+	// switch gets it as --transport.
 	Transport string
 	// Auth runs the switch and the controller with --auth: each job gets
 	// a key, and the switch drops packets without its tag (workers join
-	// with switchml.Config.Auth). A subprocess controller also gets
+	// with switchml.Config.Auth). The controller also gets
 	// --insecure-auth-over-plaintext, since its links stay on this machine.
 	Auth bool
 
@@ -83,13 +79,12 @@ type Config struct {
 	// address. Empty: free ports on loopback.
 	Dataplane, P4Runtime, Controller string
 
-	// Command, when set, runs the switch and the controller as
-	// subprocesses: it returns the command that runs `switchml ARGS...`,
-	// for instance exec.Command(pathOfSwitchml, args...), or the same
-	// wrapped to run inside a network namespace.
+	// Command returns the command that runs `switchml ARGS...`, for
+	// instance exec.Command(pathOfSwitchml, args...), or the same wrapped
+	// to run inside a network namespace (required).
 	Command func(args ...string) *exec.Cmd
 	// SwitchArgs and ControllerArgs are extra flags of the two
-	// subprocesses.
+	// processes.
 	SwitchArgs, ControllerArgs []string
 	// Echo copies the subprocesses' logs to stderr, line by line behind
 	// their names.
@@ -104,19 +99,11 @@ type Config struct {
 	// DefaultReadyTimeout).
 	ReadyTimeout time.Duration
 
-	// Logger receives the in-process switch's and controller's logs
-	// (default: discarded).
-	Logger *slog.Logger
-	// Metrics, if set, receives the in-process switch's and controller's
-	// collectors (Switch.Collector, controller.JobService.Collector);
-	// subprocesses take --metrics ADDR in SwitchArgs and ControllerArgs.
-	Metrics prometheus.Registerer
-
-	// Leaves, if set, make the fabric a two-level tree (subprocesses
-	// only): the switch at Dataplane is the spine, each leaf a switch
-	// started with --parent, and the controller programs them all from a
-	// topology file (controller --topology). Workers join at Controller as
-	// always and are sent to their leaf.
+	// Leaves, if set, make the fabric a two-level tree: the switch at
+	// Dataplane is the spine, each leaf a switch started with --parent,
+	// and the controller programs them all from a topology file
+	// (controller --topology). Workers join at Controller as always and
+	// are sent to their leaf.
 	Leaves []Leaf
 }
 
@@ -138,16 +125,6 @@ type Leaf struct {
 type Fabric struct {
 	dataplane, p4rt, controller string
 
-	// in-process
-	sw     *Switch
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	err    error
-	// unregister takes the switch's collector back from Config.Metrics.
-	unregister func()
-
-	// subprocesses
 	swProc, ctlProc *Proc
 	leafProcs       []*Proc
 	topologyFile    string
@@ -157,98 +134,33 @@ type Fabric struct {
 	echo            bool
 }
 
-// Start brings up the switch and the controller and returns once workers
-// can join. Close stops both.
+// Start starts the switch and the controller processes and returns once
+// workers can join. Close stops both.
 func Start(ctx context.Context, cfg Config) (*Fabric, error) {
+	if cfg.Command == nil {
+		return nil, errors.New("harness: Config.Command is nil: the fabric runs `switchml switch` and `switchml controller` through it (p4/local starts a switch and a controller in this process)")
+	}
 	if cfg.Slots < 0 || cfg.MaxElements < 0 || cfg.MaxWorkers < 0 {
-		return nil, fmt.Errorf("fabric: Slots (%d), MaxElements (%d) and MaxWorkers (%d) must not be negative", cfg.Slots, cfg.MaxElements, cfg.MaxWorkers)
+		return nil, fmt.Errorf("harness: Slots %d, MaxElements %d, MaxWorkers %d: none may be negative (0 takes the default)", cfg.Slots, cfg.MaxElements, cfg.MaxWorkers)
 	}
-	if cfg.Slots == 0 {
-		cfg.Slots = 8192
+	cfg.Slots = cmp.Or(cfg.Slots, 8192)
+	cfg.MaxElements = cmp.Or(cfg.MaxElements, 1024)
+	cfg.MaxWorkers = cmp.Or(cfg.MaxWorkers, 256)
+	cfg.ReadyTimeout = cmp.Or(cfg.ReadyTimeout, DefaultReadyTimeout)
+	// The switch refuses a transport it lacks too, but only once started.
+	if _, err := transport.Lookup(cfg.Transport); err != nil {
+		return nil, fmt.Errorf("harness: Transport: %w", err)
 	}
-	if cfg.MaxElements == 0 {
-		cfg.MaxElements = 1024
+	if cfg.Transport != "" {
+		cfg.SwitchArgs = append(slices.Clip(cfg.SwitchArgs), "--transport", cfg.Transport)
 	}
-	if cfg.MaxWorkers == 0 {
-		cfg.MaxWorkers = 256
+	if cfg.Auth {
+		cfg.SwitchArgs = append(slices.Clip(cfg.SwitchArgs), "--auth")
+		// A fabric's hosts are this machine's network namespaces: the
+		// job keys do not leave it, TLS or not.
+		cfg.ControllerArgs = append(slices.Clip(cfg.ControllerArgs), "--auth", "--insecure-auth-over-plaintext")
 	}
-	if cfg.ReadyTimeout == 0 {
-		cfg.ReadyTimeout = DefaultReadyTimeout
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if err := checkTransport(cfg.Transport); err != nil {
-		return nil, fmt.Errorf("fabric: %w", err)
-	}
-	if cfg.Command != nil {
-		if cfg.Transport != "" {
-			cfg.SwitchArgs = append(slices.Clip(cfg.SwitchArgs), "--transport", cfg.Transport)
-		}
-		if cfg.Auth {
-			cfg.SwitchArgs = append(slices.Clip(cfg.SwitchArgs), "--auth")
-			// A fabric's hosts are this machine's network namespaces: the
-			// job keys do not leave it, TLS or not.
-			cfg.ControllerArgs = append(slices.Clip(cfg.ControllerArgs), "--auth", "--insecure-auth-over-plaintext")
-		}
-		return startProcs(ctx, cfg)
-	}
-	if len(cfg.Leaves) > 0 {
-		return nil, errors.New("fabric: a tree (Leaves) runs as subprocesses: set Command")
-	}
-	return startInProcess(ctx, cfg)
-}
-
-func startInProcess(ctx context.Context, cfg Config) (*Fabric, error) {
-	sw, err := ListenSwitch(SwitchConfig{
-		Dataplane: cfg.Dataplane, Shards: cfg.Shards, P4Runtime: cfg.P4Runtime, Faults: cfg.Faults, Logger: cfg.Logger,
-		Transport: cfg.Transport, Auth: cfg.Auth,
-		Pipeline: pipeline.Config{Slots: cfg.Slots, MaxElements: cfg.MaxElements, MaxWorkers: cfg.MaxWorkers},
-	})
-	if err != nil {
-		return nil, err
-	}
-	target, err := controller.TargetFor(controller.KindSoftswitch, cfg.MaxElements)
-	if err != nil {
-		return nil, err
-	}
-	target.Auth, target.SoftswitchMaxWorkers = cfg.Auth, cfg.MaxWorkers
-	if cfg.Controller == "" {
-		cfg.Controller = "127.0.0.1:0"
-	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	f := &Fabric{sw: sw, cancel: cancel, dataplane: sw.DataplaneAddr(), p4rt: sw.P4RuntimeAddr()}
-	ready := make(chan string, 1)
-	f.goRun(func() error { return sw.Serve(runCtx) })
-	f.goRun(func() error {
-		return controller.Run(runCtx, controller.Config{
-			Target: f.p4rt, Listen: cfg.Controller, Dataplane: strings.Join(sw.DataplaneAddrs(), ","), Slots: cfg.Slots, Switch: target, Logger: cfg.Logger,
-			Metrics: cfg.Metrics, JobLimits: controller.JobLimits{MaxSlotsPerClient: cfg.MaxSlotsPerClient},
-			Ready: func(a net.Addr) { ready <- a.String() },
-		})
-	})
-	timer := time.NewTimer(cfg.ReadyTimeout)
-	defer timer.Stop()
-	select {
-	case f.controller = <-ready:
-		if cfg.Metrics != nil {
-			col := sw.Collector()
-			if err := cfg.Metrics.Register(col); err != nil {
-				f.Close()
-				return nil, fmt.Errorf("fabric: switch metrics: %w", err)
-			}
-			f.unregister = func() { cfg.Metrics.Unregister(col) }
-		}
-		return f, nil
-	case <-ctx.Done():
-		f.Close()
-		return nil, ctx.Err()
-	case <-runCtx.Done():
-		return nil, fmt.Errorf("fabric: the switch or the controller stopped at start: %w", f.Close())
-	case <-timer.C:
-		err := f.Close()
-		return nil, fmt.Errorf("fabric: switch and controller not ready within %v: %v", cfg.ReadyTimeout, err)
-	}
+	return startProcs(ctx, cfg)
 }
 
 // procDataplanes returns the data-plane addresses of a switch process with
@@ -261,12 +173,12 @@ func procDataplanes(dataplane string, explicit bool, shards int, free func() (st
 		return dataplane, nil
 	}
 	if explicit {
-		dps, err := shardAddrs(dataplane, shards)
+		dps, err := softswitch.ShardAddrs(dataplane, shards)
 		if err != nil {
-			return "", fmt.Errorf("fabric: %w", err)
+			return "", fmt.Errorf("harness: %w", err)
 		}
 		if strings.HasSuffix(dps[0], ":0") {
-			return "", fmt.Errorf("fabric: Dataplane %q with %d shards: give a port (shard k takes port+k), every shard's address comma-separated, or no address", dataplane, shards)
+			return "", fmt.Errorf("harness: Dataplane %q with %d shards: give a port (shard k takes port+k), every shard's address comma-separated, or no address", dataplane, shards)
 		}
 		return strings.Join(dps, ","), nil
 	}
@@ -283,21 +195,6 @@ func procDataplanes(dataplane string, explicit bool, shards int, free func() (st
 	return strings.Join(dps, ","), nil
 }
 
-func (f *Fabric) goRun(fn func() error) {
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
-		if err := fn(); err != nil && !errors.Is(err, context.Canceled) {
-			f.mu.Lock()
-			if f.err == nil {
-				f.err = err
-			}
-			f.mu.Unlock()
-			f.cancel()
-		}
-	}()
-}
-
 func startProcs(ctx context.Context, cfg Config) (*Fabric, error) {
 	addr := func(a *string, network string) error {
 		if *a != "" {
@@ -305,7 +202,7 @@ func startProcs(ctx context.Context, cfg Config) (*Fabric, error) {
 		}
 		p, err := FreePort(network)
 		if err != nil {
-			return fmt.Errorf("fabric: a free %s port: %w", network, err)
+			return fmt.Errorf("harness: a free %s port: %w", network, err)
 		}
 		*a = net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
 		return nil
@@ -336,7 +233,7 @@ func startProcs(ctx context.Context, cfg Config) (*Fabric, error) {
 	switches := []string{"--target", cfg.P4Runtime, "--dataplane", cfg.Dataplane}
 	if len(cfg.Leaves) > 0 {
 		if shards > 1 {
-			return nil, errors.New("fabric: a tree's spine runs one shard")
+			return nil, fmt.Errorf("harness: Shards %d with Leaves: a tree's spine runs one shard", shards)
 		}
 		if f.topologyFile, err = writeTopology(first, cfg.P4Runtime, cfg.Leaves); err != nil {
 			return nil, err
@@ -350,7 +247,7 @@ func startProcs(ctx context.Context, cfg Config) (*Fabric, error) {
 		// The controller keeps its jobs' claims, so that a restarted one
 		// (Restart) hands them back to their ranks.
 		if f.stateDir, err = os.MkdirTemp("", "switchml-fabric-state-"); err != nil {
-			return nil, fmt.Errorf("fabric: a folder for the controller's state: %w", err)
+			return nil, fmt.Errorf("harness: a folder for the controller's state: %w", err)
 		}
 		f.ctlArgs = append(f.ctlArgs, "--state", filepath.Join(f.stateDir, "controller.state"))
 	}
@@ -401,7 +298,7 @@ func startProcs(ctx context.Context, cfg Config) (*Fabric, error) {
 		for _, p := range append([]*Proc{f.swProc, f.ctlProc}, f.leafProcs...) {
 			fmt.Fprintf(&logs, "; %s log:\n%s", p.Name(), indent(p.Logs()))
 		}
-		return nil, fmt.Errorf("fabric: the controller at %s did not come up (%s)%s", cfg.Controller, why, logs.String())
+		return nil, fmt.Errorf("harness: the controller at %s did not come up (%s)%s", cfg.Controller, why, logs.String())
 	}
 	return f, nil
 }
@@ -419,7 +316,7 @@ func WaitReady(ctx context.Context, addr string, dial func(context.Context, stri
 	}
 	cc, err := grpc.NewClient("passthrough:///"+addr, opts...)
 	if err != nil {
-		return fmt.Errorf("fabric: controller address %q: %w", addr, err)
+		return fmt.Errorf("harness: controller address %q: %w", addr, err)
 	}
 	defer cc.Close()
 	client := jobpb.NewJobServiceClient(cc)
@@ -458,21 +355,7 @@ func (f *Fabric) DataplaneAddr() string { return f.dataplane }
 // P4RuntimeAddr is the switch's P4Runtime address.
 func (f *Fabric) P4RuntimeAddr() string { return f.p4rt }
 
-// Switch is the in-process switch, or nil when the switch runs as a
-// subprocess.
-func (f *Fabric) Switch() *Switch { return f.sw }
-
-// Counters returns the in-process switch's counters, indexed by
-// pipeline.Stat (all zero when the switch runs as a subprocess: it logs
-// them when it stops, see Logs).
-func (f *Fabric) Counters() [pipeline.NumStats]uint64 {
-	if f.sw == nil {
-		return [pipeline.NumStats]uint64{}
-	}
-	return f.sw.Counters()
-}
-
-// Procs are the switch and controller subprocesses (nil in-process).
+// Procs are the switch and controller processes.
 func (f *Fabric) Procs() (sw, ctl *Proc) { return f.swProc, f.ctlProc }
 
 // LeafProcs are a tree's leaf switch subprocesses (nil otherwise).
@@ -480,11 +363,6 @@ func (f *Fabric) LeafProcs() []*Proc { return f.leafProcs }
 
 // Exited says whether the switch or the controller has stopped on its own.
 func (f *Fabric) Exited() bool {
-	if f.sw != nil {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return f.err != nil
-	}
 	for _, p := range append([]*Proc{f.swProc, f.ctlProc}, f.leafProcs...) {
 		if p != nil && p.Exited() {
 			return true
@@ -515,7 +393,7 @@ func (f *Fabric) Restart(which string) (*Proc, error) {
 		return nil, err
 	}
 	if !p.Exited() {
-		return nil, fmt.Errorf("fabric: restart %s: it is still running (Crash it first)", which)
+		return nil, fmt.Errorf("harness: restart %s: it is still running (Crash it first)", which)
 	}
 	np, err := StartProc(which, f.echo, f.command(args...))
 	if err != nil {
@@ -530,32 +408,18 @@ func (f *Fabric) Restart(which string) (*Proc, error) {
 }
 
 func (f *Fabric) proc(which string) (*Proc, []string, error) {
-	if f.command == nil {
-		return nil, nil, fmt.Errorf("fabric: %s runs in this process; only subprocesses crash and restart", which)
-	}
 	switch which {
 	case "switch":
 		return f.swProc, f.swArgs, nil
 	case "controller":
 		return f.ctlProc, f.ctlArgs, nil
 	}
-	return nil, nil, fmt.Errorf("fabric: no process %q: want \"switch\" or \"controller\"", which)
+	return nil, nil, fmt.Errorf("harness: no process %q: want \"switch\" or \"controller\"", which)
 }
 
-// Close stops the controller, then the switch, and reports the first
-// error either hit while running (in-process), or how a subprocess that
-// had already exited ended.
+// Close stops the controller, then the switch, and reports how a process
+// that had already exited ended.
 func (f *Fabric) Close() error {
-	if f.cancel != nil {
-		f.cancel()
-		f.wg.Wait()
-		if f.unregister != nil {
-			f.unregister()
-		}
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return f.err
-	}
 	var errs []error
 	if f.topologyFile != "" {
 		defer os.Remove(f.topologyFile)
@@ -580,7 +444,7 @@ func (f *Fabric) Close() error {
 
 // Logs are the subprocesses' logs by name ("switch", "controller"); the
 // switch logs its counters when it stops, so after Close they are
-// complete. Nil in-process.
+// complete.
 func (f *Fabric) Logs() map[string]string {
 	if f.swProc == nil {
 		return nil
@@ -608,7 +472,7 @@ func writeTopology(spineDP, spineP4RT string, leaves []Leaf) (string, error) {
 	}{Spine: sw{P4Runtime: spineP4RT, Dataplane: spineDP}}
 	for k, l := range leaves {
 		if l.Dataplane == "" || l.P4Runtime == "" || len(l.Workers) == 0 {
-			return "", fmt.Errorf("fabric: leaf %d needs Dataplane, P4Runtime and Workers", k)
+			return "", fmt.Errorf("harness: leaf %d needs Dataplane, P4Runtime and Workers", k)
 		}
 		topo.Leaves = append(topo.Leaves, sw{P4Runtime: l.P4Runtime, Dataplane: l.Dataplane, Workers: l.Workers})
 	}
@@ -618,11 +482,11 @@ func writeTopology(spineDP, spineP4RT string, leaves []Leaf) (string, error) {
 	}
 	fh, err := os.CreateTemp("", "switchml-topology-*.json")
 	if err != nil {
-		return "", fmt.Errorf("fabric: topology file: %w", err)
+		return "", fmt.Errorf("harness: topology file: %w", err)
 	}
 	defer fh.Close()
 	if _, err := fh.Write(b); err != nil {
-		return "", fmt.Errorf("fabric: topology file: %w", err)
+		return "", fmt.Errorf("harness: topology file: %w", err)
 	}
 	return fh.Name(), nil
 }

@@ -1,4 +1,4 @@
-package jobpb
+package main
 
 import (
 	"context"
@@ -14,11 +14,13 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/switchml/switchml-go/jobpb"
 )
 
-// NewClient is a client of the job service at addr, over TLS when tlsCfg
+// newJobClient is a client of the job service at addr, over TLS when tlsCfg
 // is set. It connects on first use.
-func NewClient(addr string, tlsCfg *tls.Config) (JobServiceClient, io.Closer, error) {
+func newJobClient(addr string, tlsCfg *tls.Config) (jobpb.JobServiceClient, io.Closer, error) {
 	creds := insecure.NewCredentials()
 	if tlsCfg != nil {
 		creds = credentials.NewTLS(tlsCfg)
@@ -27,19 +29,19 @@ func NewClient(addr string, tlsCfg *tls.Config) (JobServiceClient, io.Closer, er
 	if err != nil {
 		return nil, nil, err
 	}
-	return NewJobServiceClient(cc), cc, nil
+	return jobpb.NewJobServiceClient(cc), cc, nil
 }
 
-// statusPagesMax bounds how many pages FetchStatus follows: more than the
+// statusPagesMax bounds how many pages fetchStatus follows: more than the
 // controller's job table can fill (4,096 jobs at 256 a page).
 const statusPagesMax = 64
 
-// FetchStatus asks for the controller's status page by page, waiting for
+// fetchStatus asks for the controller's status page by page, waiting for
 // the controller to come up, and returns the pages as one answer: the
 // first page's counters and totals, every page's jobs.
-func FetchStatus(ctx context.Context, c JobServiceClient, skipCounters bool) (*StatusResponse, error) {
-	req := &StatusRequest{SkipSwitchCounters: skipCounters}
-	var all *StatusResponse
+func fetchStatus(ctx context.Context, c jobpb.JobServiceClient, skipCounters bool) (*jobpb.StatusResponse, error) {
+	req := &jobpb.StatusRequest{SkipSwitchCounters: skipCounters}
+	var all *jobpb.StatusResponse
 	for range statusPagesMax {
 		st, err := c.Status(ctx, req, grpc.WaitForReady(true))
 		if err != nil {
@@ -55,21 +57,21 @@ func FetchStatus(ctx context.Context, c JobServiceClient, skipCounters bool) (*S
 			return all, nil
 		}
 		// Later pages need no second read of the counters.
-		req = &StatusRequest{SkipSwitchCounters: true, PageToken: st.GetNextPageToken()}
+		req = &jobpb.StatusRequest{SkipSwitchCounters: true, PageToken: st.GetNextPageToken()}
 	}
 	return nil, fmt.Errorf("the job table did not end after %d pages", statusPagesMax)
 }
 
-// StatusJSON is st as indented JSON with the proto's snake_case field
+// statusJSON is st as indented JSON with the proto's snake_case field
 // names, every field present.
-func StatusJSON(st *StatusResponse) ([]byte, error) {
+func statusJSON(st *jobpb.StatusResponse) ([]byte, error) {
 	return protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true, Multiline: true}.Marshal(st)
 }
 
-// WriteStatusText writes the status of the controller at addr as tables
+// writeStatusText writes the status of the controller at addr as tables
 // for people: the switch, the jobs, their ranks, the switch's counters and
 // the jobs that ended.
-func WriteStatusText(w io.Writer, addr string, st *StatusResponse) error {
+func writeStatusText(w io.Writer, addr string, st *jobpb.StatusResponse) error {
 	fmt.Fprintf(w, "controller %s: %s switch, data plane %s; %d of %d slots per set in use\n",
 		addr, st.GetTargetKind(), st.GetDataplane(), st.GetSlotsInUse(), st.GetSlots())
 	if st.GetOffline() != "" {
@@ -95,7 +97,7 @@ func WriteStatusText(w io.Writer, addr string, st *StatusResponse) error {
 	return err
 }
 
-func writeJobs(w io.Writer, jobs []*JobStatus) {
+func writeJobs(w io.Writer, jobs []*jobpb.JobStatus) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tSTATE\tRANKS\tLANES x WINDOW\tPACKET\tSLOTS\tSWITCH ID\tAGE")
 	for _, j := range jobs {
@@ -120,7 +122,7 @@ func writeJobs(w io.Writer, jobs []*JobStatus) {
 	tw.Flush()
 }
 
-func writeRanks(w io.Writer, jobs []*JobStatus) {
+func writeRanks(w io.Writer, jobs []*jobpb.JobStatus) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tRANK\tLEASE\tLANE ADDRESSES")
 	for _, j := range jobs {
@@ -141,7 +143,7 @@ func writeRanks(w io.Writer, jobs []*JobStatus) {
 	tw.Flush()
 }
 
-func writeCounters(w io.Writer, st *StatusResponse) {
+func writeCounters(w io.Writer, st *jobpb.StatusResponse) {
 	switch {
 	case st.GetSwitchCountersError() != "":
 		fmt.Fprintf(w, "switch counters: %s\n", st.GetSwitchCountersError())

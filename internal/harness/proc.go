@@ -1,4 +1,4 @@
-package fabric
+package harness
 
 import (
 	"bytes"
@@ -28,7 +28,7 @@ type Proc struct {
 // and Stderr must be unset: Proc keeps both.
 func StartProc(name string, echo bool, cmd *exec.Cmd) (*Proc, error) {
 	if cmd.Stdout != nil || cmd.Stderr != nil {
-		return nil, fmt.Errorf("fabric: start %s: Stdout and Stderr must be unset (Proc keeps them)", name)
+		return nil, fmt.Errorf("harness: start %s: Stdout and Stderr must be unset (Proc keeps them)", name)
 	}
 	p := &Proc{name: name, cmd: cmd, done: make(chan struct{})}
 	p.log.name, p.log.echo = name, echo
@@ -184,6 +184,6 @@ func FreePort(network string) (int, error) {
 		defer c.Close()
 		return c.LocalAddr().(*net.UDPAddr).Port, nil
 	default:
-		return 0, fmt.Errorf("fabric: FreePort(%q): want \"tcp\" or \"udp\"", network)
+		return 0, fmt.Errorf("harness: FreePort(%q): want \"tcp\" or \"udp\"", network)
 	}
 }

@@ -1,4 +1,4 @@
-package fabric
+package softswitch
 
 import (
 	"bufio"

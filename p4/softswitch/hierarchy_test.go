@@ -1,4 +1,4 @@
-package fabric_test
+package softswitch_test
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/p4/controller"
-	"github.com/switchml/switchml-go/p4/fabric"
 	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/softswitch"
 	"github.com/switchml/switchml-go/switchml"
 	"github.com/switchml/switchml-go/transport"
 )
@@ -21,8 +21,8 @@ import (
 // (127.0.1.1 and 127.0.2.1 for the leaves), with a controller programming
 // them from a topology.
 type tree struct {
-	spine      *fabric.Switch
-	leaves     []*fabric.Switch
+	spine      *softswitch.Switch
+	leaves     []*softswitch.Switch
 	controller string
 	// stop ends leaf k's switch (as a crash would, to its controller).
 	stop   []context.CancelFunc
@@ -34,7 +34,7 @@ type tree struct {
 func startTree(t *testing.T, ctx context.Context, faults transport.Faults) *tree {
 	t.Helper()
 	pc := pipeline.Config{Slots: 512, MaxElements: 256, MaxWorkers: 32}
-	spine, err := fabric.ListenSwitch(fabric.SwitchConfig{Dataplane: "127.0.0.1:0", Pipeline: pc, Faults: faults})
+	spine, err := softswitch.Listen(softswitch.Config{Dataplane: "127.0.0.1:0", Pipeline: pc, Faults: faults})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func startTree(t *testing.T, ctx context.Context, faults transport.Faults) *tree
 	for l := 1; l <= 2; l++ {
 		f := faults
 		f.Seed += uint64(10 * l)
-		leaf, err := fabric.ListenSwitch(fabric.SwitchConfig{Dataplane: fmt.Sprintf("127.0.%d.1:0", l), Pipeline: pc, Faults: f, Parent: spine.DataplaneAddr()})
+		leaf, err := softswitch.Listen(softswitch.Config{Dataplane: fmt.Sprintf("127.0.%d.1:0", l), Pipeline: pc, Faults: f, Parent: spine.DataplaneAddr()})
 		if err != nil {
 			t.Skipf("no loopback address 127.0.%d.1 to bind a leaf to: %v", l, err)
 		}
@@ -189,7 +189,7 @@ func TestHierarchTreeUnderLoss(t *testing.T) {
 }
 
 // serveLeaf runs a leaf switch until the tree stops or stop is called.
-func (tr *tree) serveLeaf(sw *fabric.Switch) {
+func (tr *tree) serveLeaf(sw *softswitch.Switch) {
 	ctx, cancel := context.WithCancel(tr.runCtx)
 	done := make(chan struct{})
 	tr.stop = append(tr.stop, cancel)
@@ -209,10 +209,10 @@ func TestHierarchLeafRestart(t *testing.T) {
 	dp, p4rt := old.DataplaneAddr(), old.P4RuntimeAddr()
 	tr.stop[1]()
 	<-tr.stops[1]
-	var leaf *fabric.Switch
+	var leaf *softswitch.Switch
 	var err error
 	for i := 0; i < 50; i++ { // the ports are free once the old leaf closed them
-		leaf, err = fabric.ListenSwitch(fabric.SwitchConfig{Dataplane: dp, P4Runtime: p4rt, Pipeline: pipeline.Config{Slots: 512, MaxElements: 256, MaxWorkers: 32},
+		leaf, err = softswitch.Listen(softswitch.Config{Dataplane: dp, P4Runtime: p4rt, Pipeline: pipeline.Config{Slots: 512, MaxElements: 256, MaxWorkers: 32},
 			Parent: tr.spine.DataplaneAddr()})
 		if err == nil {
 			break

@@ -1,4 +1,4 @@
-package fabric
+package softswitch
 
 import (
 	"strings"
@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchml/switchml-go/p4/pipeline"
-	"github.com/switchml/switchml-go/transport/shm"
+	"github.com/switchml/switchml-go/transport"
 )
 
 // switchCollector exposes a software switch's counters to Prometheus. It
@@ -17,7 +17,8 @@ type switchCollector struct {
 	received, sent, receivedBytes, sentBytes, sendErrors, selfDrops *prometheus.Desc
 	socketDrops, slots, maxElements                                 *prometheus.Desc
 	drops                                                           *prometheus.Desc
-	// A shared-memory data plane's own counters.
+	// The counters of a data plane with shared-memory inboxes
+	// (transport.InboxCounter).
 	shmDatagrams, shmShared, shmRingFull, shmDoorbells *prometheus.Desc
 	// pipeline holds the description of every pipeline.Stat that is not a
 	// drop (nil for drops, which share the drops family).
@@ -113,25 +114,20 @@ func (c *switchCollector) Collect(ch chan<- prometheus.Metric) {
 	if found {
 		counter(c.socketDrops, drops)
 	}
-	var shmSt shm.Stats
-	shmFound := false
+	var inbox transport.InboxCounts
+	inboxFound := false
 	for _, conn := range c.sw.conns {
-		if sc, ok := conn.(*shm.Conn); ok {
-			st := sc.Stats()
-			shmSt.ShmRX += st.ShmRX
-			shmSt.ShmTX += st.ShmTX
-			shmSt.Shared += st.Shared
-			shmSt.Dropped += st.Dropped
-			shmSt.Doorbells += st.Doorbells
-			shmFound = true
+		if ic, ok := conn.(transport.InboxCounter); ok {
+			inbox.Add(ic.InboxCounts())
+			inboxFound = true
 		}
 	}
-	if shmFound {
-		counter(c.shmDatagrams, shmSt.ShmRX, "received")
-		counter(c.shmDatagrams, shmSt.ShmTX, "sent")
-		counter(c.shmShared, shmSt.Shared)
-		counter(c.shmRingFull, shmSt.Dropped)
-		counter(c.shmDoorbells, shmSt.Doorbells)
+	if inboxFound {
+		counter(c.shmDatagrams, inbox.Received, "received")
+		counter(c.shmDatagrams, inbox.Sent, "sent")
+		counter(c.shmShared, inbox.Shared)
+		counter(c.shmRingFull, inbox.RingFull)
+		counter(c.shmDoorbells, inbox.Wakeups)
 	}
 	cfg := c.sw.srv.PipelineConfig()
 	ch <- prometheus.MustNewConstMetric(c.slots, prometheus.GaugeValue, float64(cfg.Slots))

@@ -1,4 +1,4 @@
-package fabric_test
+package softswitch_test
 
 import (
 	"context"
@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/p4/controller"
-	"github.com/switchml/switchml-go/p4/fabric"
 	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/softswitch"
 	"github.com/switchml/switchml-go/switchml"
 )
 
@@ -21,9 +21,9 @@ import (
 // listen on 127.0.0.9, the data plane on a free port rather than the
 // default 48864: a controller given no --dataplane hands out
 // 127.0.0.9:48864, where no switch answers.
-func probedSwitch(t *testing.T, ctx context.Context) *fabric.Switch {
+func probedSwitch(t *testing.T, ctx context.Context) *softswitch.Switch {
 	t.Helper()
-	sw, err := fabric.ListenSwitch(fabric.SwitchConfig{Dataplane: "127.0.0.9:0", P4Runtime: "127.0.0.9:0",
+	sw, err := softswitch.Listen(softswitch.Config{Dataplane: "127.0.0.9:0", P4Runtime: "127.0.0.9:0",
 		Pipeline: pipeline.Config{Slots: 512, MaxElements: 256, MaxWorkers: 32}})
 	if err != nil {
 		t.Skipf("no loopback address 127.0.0.9 to bind the switch to: %v", err)
@@ -38,7 +38,7 @@ func probedSwitch(t *testing.T, ctx context.Context) *fabric.Switch {
 // runProbingController runs a controller of sw as the CLI runs it
 // (ProbeDataplane), handing out dataplane ("" as without --dataplane), and
 // returns its job service's address.
-func runProbingController(t *testing.T, ctx context.Context, sw *fabric.Switch, dataplane string) string {
+func runProbingController(t *testing.T, ctx context.Context, sw *softswitch.Switch, dataplane string) string {
 	t.Helper()
 	target, err := controller.TargetFor(controller.KindSoftswitch, 256)
 	if err != nil {

@@ -1,4 +1,4 @@
-package benchmarks
+package main
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchml/switchml-go/benchmarks"
 	"github.com/switchml/switchml-go/switchml/ring"
 )
 
@@ -26,11 +27,11 @@ func TestRingWorker(t *testing.T) {
 		}
 		lns[r], addrs[r] = ln, ln.Addr().String()
 	}
-	reps := make([]WorkerReport, n)
+	reps := make([]benchmarks.WorkerReport, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
-		w := RingWorker{Ring: ring.Config{Rank: r, Workers: n, Addrs: addrs, Listener: lns[r]}, Elements: 3000, Iters: 3, Warmup: 1, Seed: 7, Verify: true}
+		w := ringWorker{Ring: ring.Config{Rank: r, Workers: n, Addrs: addrs, Listener: lns[r]}, Elements: 3000, Iters: 3, Warmup: 1, Seed: 7, Verify: true}
 		wg.Go(func() { reps[r], errs[r] = w.Run(ctx) })
 	}
 	wg.Wait()
@@ -48,14 +49,14 @@ func TestRingWorker(t *testing.T) {
 // before dialing, naming the flags, and the report says why.
 func TestRingWorkerRefuses(t *testing.T) {
 	for _, tc := range []struct {
-		w    RingWorker
+		w    ringWorker
 		want []string
 	}{
-		{RingWorker{Ring: ring.Config{Workers: 0}, Iters: 1}, []string{"--workers = 0", "at least 1"}},
-		{RingWorker{Ring: ring.Config{Workers: 2, Rank: 2, Addrs: []string{"a:1", "b:2"}}, Iters: 1}, []string{"--rank = 2", "rank < --workers (2)"}},
-		{RingWorker{Ring: ring.Config{Workers: 3, Addrs: []string{"a:1", "b:2"}}, Iters: 1}, []string{"--addrs has 2 addresses for --workers 3"}},
-		{RingWorker{Ring: ring.Config{Workers: 1, ChunkBytes: -1, DialTimeout: -time.Second}, Iters: 1}, []string{"--chunk-bytes = -1", "--dial-timeout = -1s"}},
-		{RingWorker{Ring: ring.Config{Workers: 1}, Iters: 0}, []string{"--iters >= 1"}},
+		{ringWorker{Ring: ring.Config{Workers: 0}, Iters: 1}, []string{"--workers = 0", "at least 1"}},
+		{ringWorker{Ring: ring.Config{Workers: 2, Rank: 2, Addrs: []string{"a:1", "b:2"}}, Iters: 1}, []string{"--rank = 2", "rank < --workers (2)"}},
+		{ringWorker{Ring: ring.Config{Workers: 3, Addrs: []string{"a:1", "b:2"}}, Iters: 1}, []string{"--addrs has 2 addresses for --workers 3"}},
+		{ringWorker{Ring: ring.Config{Workers: 1, ChunkBytes: -1, DialTimeout: -time.Second}, Iters: 1}, []string{"--chunk-bytes = -1", "--dial-timeout = -1s"}},
+		{ringWorker{Ring: ring.Config{Workers: 1}, Iters: 0}, []string{"--iters >= 1"}},
 	} {
 		rep, err := tc.w.Run(context.Background())
 		for _, want := range tc.want {

@@ -1,4 +1,4 @@
-package fabric_test
+package softswitch_test
 
 import (
 	"bytes"
@@ -9,14 +9,14 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/switchml/switchml-go/p4/fabric"
 	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/softswitch"
 )
 
 // TestLogCounters: the switch logs its counters once per interval until
 // its context ends (on a fake clock).
 func TestLogCounters(t *testing.T) {
-	sw, err := fabric.ListenSwitch(fabric.SwitchConfig{Dataplane: "127.0.0.1:0", P4Runtime: "127.0.0.1:0", Pipeline: pipeline.Config{Slots: 64, MaxElements: 64, MaxWorkers: 4}})
+	sw, err := softswitch.Listen(softswitch.Config{Dataplane: "127.0.0.1:0", P4Runtime: "127.0.0.1:0", Pipeline: pipeline.Config{Slots: 64, MaxElements: 64, MaxWorkers: 4}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package fabric
+package softswitch
 
 import (
 	"context"
@@ -15,14 +15,14 @@ import (
 
 	"github.com/switchml/switchml-go/p4/dataplane"
 	"github.com/switchml/switchml-go/p4/pipeline"
-	"github.com/switchml/switchml-go/p4/softswitch"
 	"github.com/switchml/switchml-go/transport"
 	_ "github.com/switchml/switchml-go/transport/afxdp" // the switch takes --transport afxdp
 	_ "github.com/switchml/switchml-go/transport/shm"   // and shm
 )
 
-// SwitchConfig describes a software switch.
-type SwitchConfig struct {
+// Config describes a software switch: its P4Runtime service and its
+// data plane, as `switchml switch` runs it.
+type Config struct {
 	// Dataplane is the UDP address workers send to (default: a free port
 	// on loopback). With several shards it is the first shard's, and shard
 	// k listens on the same host at port+k (or on a free port each, when
@@ -36,15 +36,15 @@ type SwitchConfig struct {
 	// free port on loopback).
 	P4Runtime string
 	// Pipeline sizes the switch memory; zero fields take
-	// softswitch.DefaultPipeline's.
+	// DefaultPipeline's.
 	Pipeline pipeline.Config
 	// DeviceID is the P4Runtime device id (default 1).
 	DeviceID uint64
 	// TLS, if set, secures the P4Runtime service; with client CAs, only
-	// controllers may program the switch (see softswitch.ServerConfig).
+	// controllers may program the switch (see ServerConfig).
 	TLS *tls.Config
 	// P4RuntimeAllow names the certificates that may program the switch
-	// besides those with the controller role (softswitch.ServerConfig.Allow).
+	// besides those with the controller role (ServerConfig.Allow).
 	P4RuntimeAllow []string
 	// Faults are injected into every packet the switch sends.
 	Faults transport.Faults
@@ -77,23 +77,23 @@ type SwitchConfig struct {
 // Switch is a software switch bound to its addresses: the SwitchML
 // pipeline behind a P4Runtime service and a UDP data plane.
 type Switch struct {
-	srv    *softswitch.Server
+	srv    *Server
 	conns  []transport.PacketConn // one per shard
-	shards []*softswitch.Shard
+	shards []*Shard
 	lis    net.Listener
 	injs   []*transport.Injector // one per shard; nil without faults
 	stats  []dataplane.Stats     // one per shard: no counter shared between cores
 	logger *slog.Logger
 }
 
-// MaxShards bounds SwitchConfig.Shards: the SwitchML port range
+// MaxShards bounds Config.Shards: the SwitchML port range
 // 0xBEE0-0xBEEF has 16 ports.
 const MaxShards = 16
 
-// shardAddrs returns the data-plane addresses of n shards: addr, then the
-// following ports, or free ports when addr's port is 0; or addr's
-// comma-separated list of n addresses.
-func shardAddrs(addr string, n int) ([]string, error) {
+// ShardAddrs returns the data-plane addresses of n shards, as Listen binds
+// them: addr, then the following ports, or free ports when addr's port is
+// 0; or addr's comma-separated list of n addresses.
+func ShardAddrs(addr string, n int) ([]string, error) {
 	if strings.Contains(addr, ",") {
 		list := strings.Split(addr, ",")
 		if len(list) != n {
@@ -123,8 +123,8 @@ func shardAddrs(addr string, n int) ([]string, error) {
 	return out, nil
 }
 
-// ListenSwitch builds the switch and binds its sockets; Serve runs it.
-func ListenSwitch(cfg SwitchConfig) (*Switch, error) {
+// Listen builds the switch and binds its sockets; Serve runs it.
+func Listen(cfg Config) (*Switch, error) {
 	if cfg.Dataplane == "" {
 		cfg.Dataplane = "127.0.0.1:0"
 	}
@@ -143,7 +143,7 @@ func ListenSwitch(cfg SwitchConfig) (*Switch, error) {
 	if cfg.Shards < 1 || cfg.Shards > MaxShards {
 		return nil, fmt.Errorf("switch: %d shards, want 1..%d", cfg.Shards, MaxShards)
 	}
-	addrs, err := shardAddrs(cfg.Dataplane, cfg.Shards)
+	addrs, err := ShardAddrs(cfg.Dataplane, cfg.Shards)
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +167,7 @@ func ListenSwitch(cfg SwitchConfig) (*Switch, error) {
 			return nil, fmt.Errorf("switch: parent %q: give the address and port the parent's data plane sends from", cfg.Parent)
 		}
 	}
-	srv, err := softswitch.NewServer(softswitch.ServerConfig{
+	srv, err := NewServer(ServerConfig{
 		DeviceID: cfg.DeviceID, TLS: cfg.TLS, Allow: cfg.P4RuntimeAllow, Pipeline: cfg.Pipeline, Logger: cfg.Logger, Parent: parent,
 	})
 	if err != nil {
@@ -330,12 +330,6 @@ func (s *Switch) Summary() []any {
 		out = append(out, "self_drops", n)
 	}
 	return out
-}
-
-// checkTransport refuses a data-plane transport the switch does not have.
-func checkTransport(kind string) error {
-	_, err := transport.Lookup(kind)
-	return err
 }
 
 // listenDataplane opens a shard's data-plane socket of the given transport.

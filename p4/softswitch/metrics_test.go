@@ -1,4 +1,4 @@
-package fabric_test
+package softswitch_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/switchml/switchml-go/p4/fabric"
+	"github.com/switchml/switchml-go/p4/local"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/switchml"
 	"github.com/switchml/switchml-go/transport"
@@ -66,7 +66,7 @@ func TestMetricsDuringAJob(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	reg := prometheus.NewPedanticRegistry()
-	f, err := fabric.Start(ctx, fabric.Config{Slots: 256, Metrics: reg, Faults: transport.Faults{Drop: 0.05, Seed: 7}})
+	f, err := local.Start(ctx, local.Options{Slots: 256, Metrics: reg, Faults: transport.Faults{Drop: 0.05, Seed: 7}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +226,7 @@ func TestSharedMemoryMetrics(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	reg := prometheus.NewPedanticRegistry()
-	f, err := fabric.Start(ctx, fabric.Config{Slots: 256, Metrics: reg, Transport: "shm"})
+	f, err := local.Start(ctx, local.Options{Slots: 256, Metrics: reg, Transport: "shm"})
 	if err != nil {
 		t.Fatal(err)
 	}

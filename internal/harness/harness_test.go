@@ -1,80 +1,28 @@
-package fabric
+package harness
 
 import (
 	"context"
 	"errors"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/switchml/switchml-go/p4/pipeline"
-	"github.com/switchml/switchml-go/transport"
 )
-
-func TestInProcess(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	f, err := Start(ctx, Config{Slots: 64, MaxElements: 2048})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if f.Switch() == nil {
-		t.Fatal("in-process fabric has no switch")
-	}
-	if err := WaitReady(ctx, f.ControllerAddr(), nil, nil); err != nil {
-		t.Fatalf("Describe at %s: %v", f.ControllerAddr(), err)
-	}
-	for _, a := range []string{f.ControllerAddr(), f.DataplaneAddr(), f.P4RuntimeAddr()} {
-		if _, err := boundAddr(a); err != nil {
-			t.Errorf("address %q: %v", a, err)
-		}
-	}
-	if f.Exited() {
-		t.Error("Exited() while running")
-	}
-	if err := f.Close(); err != nil {
-		t.Errorf("Close: %v", err)
-	}
-	// Closed means closed: nothing answers at the controller's address.
-	qctx, qcancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer qcancel()
-	if err := WaitReady(qctx, f.ControllerAddr(), nil, nil); err == nil {
-		t.Error("the controller still answers after Close")
-	}
-}
-
-func boundAddr(a string) (string, error) {
-	h, p, err := net.SplitHostPort(a)
-	if err == nil && (h == "" || p == "0") {
-		return "", &net.AddrError{Err: "unbound", Addr: a}
-	}
-	return h, err
-}
 
 func TestBadConfig(t *testing.T) {
 	ctx := context.Background()
-	if _, err := Start(ctx, Config{Slots: -1}); err == nil || !strings.Contains(err.Error(), "Slots") {
+	cmd := func(args ...string) *exec.Cmd { return exec.Command("false", args...) }
+	if _, err := Start(ctx, Config{}); err == nil || !strings.Contains(err.Error(), "Command") {
+		t.Errorf("no Command: %v", err)
+	}
+	if _, err := Start(ctx, Config{Command: cmd, Slots: -1}); err == nil || !strings.Contains(err.Error(), "Slots") {
 		t.Errorf("negative Slots: %v", err)
 	}
-	if _, err := Start(ctx, Config{Faults: transport.Faults{Drop: 2}}); err == nil {
-		t.Error("a drop probability of 2 was taken")
-	}
-	if _, err := Start(ctx, Config{Transport: "tcp"}); err == nil || !strings.Contains(err.Error(), `"tcp"`) {
+	if _, err := Start(ctx, Config{Command: cmd, Transport: "tcp"}); err == nil || !strings.Contains(err.Error(), `"tcp"`) {
 		t.Errorf("transport tcp: %v", err)
-	}
-	// An address in use is named.
-	l, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	_, err = Start(ctx, Config{Dataplane: l.LocalAddr().String()})
-	if err == nil || !strings.Contains(err.Error(), l.LocalAddr().String()) {
-		t.Errorf("data plane address in use: %v", err)
 	}
 }
 
@@ -100,9 +48,6 @@ func TestSubprocesses(t *testing.T) {
 	f, err := Start(ctx, Config{Command: cmd, Slots: 128, MaxElements: 2048})
 	if err != nil {
 		t.Fatal(err)
-	}
-	if f.Switch() != nil || f.Counters() != [pipeline.NumStats]uint64{} {
-		t.Error("subprocess fabric reports an in-process switch")
 	}
 	if err := WaitReady(ctx, f.ControllerAddr(), nil, nil); err != nil {
 		t.Fatal(err)
@@ -179,5 +124,29 @@ func TestFreePort(t *testing.T) {
 	}
 	if _, err := FreePort("sctp"); err == nil {
 		t.Error("FreePort(sctp) succeeded")
+	}
+}
+
+func TestShardProcDataplanes(t *testing.T) {
+	n := 0
+	free := func() (string, error) { n++; return "127.0.0.1:" + strconv.Itoa(40000+n), nil }
+	for _, c := range []struct {
+		dp       string
+		explicit bool
+		shards   int
+		want     string
+	}{
+		{"10.0.0.1:48864", true, 1, "10.0.0.1:48864"},
+		{"10.0.0.1:48864", true, 2, "10.0.0.1:48864,10.0.0.1:48865"},
+		{"127.0.0.1:7,127.0.0.1:9", true, 2, "127.0.0.1:7,127.0.0.1:9"},
+		{"127.0.0.1:39999", false, 3, "127.0.0.1:39999,127.0.0.1:40001,127.0.0.1:40002"},
+	} {
+		got, err := procDataplanes(c.dp, c.explicit, c.shards, free)
+		if err != nil || got != c.want {
+			t.Errorf("procDataplanes(%q, %v, %d) = %q, %v; want %q", c.dp, c.explicit, c.shards, got, err, c.want)
+		}
+	}
+	if _, err := procDataplanes("127.0.0.1:0", true, 2, free); err == nil {
+		t.Error("an explicit port 0 with 2 shards was accepted: the controller could not be told the ports")
 	}
 }
