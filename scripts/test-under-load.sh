@@ -55,13 +55,21 @@ run ./switchml/ring/
 run ./p4/controller/ ./p4/controller/jobcore/
 # The CLI's tests start real processes; only the fallback and fault ones.
 run -run 'Fallback|KilledWorker|SwitchRestart|MutualTLS|ControllerRestart|ChaosShort|NaNRank|HijackAndFlood|HostileAdoption|HostileRegistrationStorm|HostileFatRegistration|BadInput' ./cmd/switchml/
-# The PyTorch backend's tests, whose ranks are processes too (they need
-# /usr/bin/python3 with torch and pytest, as scripts/test.sh does).
-for i in $(seq "$count"); do
-	echo "== python tests, run $i of $count"
-	if ! SWITCHML_LIBRARY="$pylib/libswitchml.so" /usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests; then
-		failed+=("python tests (run $i)")
+# The PyTorch backend's tests, whose ranks are processes too: on Debian's
+# torch (/usr/bin/python3) and on torch 2.x from PyPI in the virtual
+# environment scripts/test.sh makes, each where it has torch and pytest.
+venv=${SWITCHML_TORCH_VENV:-$HOME/.cache/switchml/torch-venv}
+for py in /usr/bin/python3 "$venv/bin/python"; do
+	if ! "$py" -c 'import torch, pytest' >/dev/null 2>&1; then
+		echo "== no python tests on $py: it has no torch or pytest (scripts/test.sh makes $venv)"
+		continue
 	fi
+	for i in $(seq "$count"); do
+		echo "== python tests on $py, run $i of $count"
+		if ! SWITCHML_LIBRARY="$pylib/libswitchml.so" "$py" -m pytest -q -p no:cacheprovider python/tests; then
+			failed+=("python tests on $py (run $i)")
+		fi
+	done
 done
 
 stop_load

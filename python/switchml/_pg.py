@@ -156,6 +156,11 @@ class _LiveWorks:
             return len(self._works)
 
 
+# How often a thread blocked on a collective looks for a signal handler to
+# run: see _Work.wait.
+_SIGNAL_POLL_S = 0.1
+
+
 class _Work(dist.Work):
     """A collective in flight. Its future completes with the result
     tensors, or with the library's exception."""
@@ -172,7 +177,12 @@ class _Work(dist.Work):
 
     def wait(self, timeout=None):
         try:
-            self._done.wait()
+            # Timed waits, one after another: a signal the kernel hands
+            # to another thread (the library's or torch's) sets Python's
+            # flag without waking this one, whose handler (Ctrl-C) runs
+            # only between waits.
+            while not self._done.wait(_SIGNAL_POLL_S):
+                pass
             self._future.wait()
         finally:
             self._live.claimed(self)

@@ -10,7 +10,9 @@ then waits for its stdin to close (see main).
 """
 import datetime
 import os
+import signal
 import sys
+import threading
 import time
 
 import torch
@@ -287,6 +289,16 @@ def interrupt(backend, rank, world):
                 if work.is_completed():
                     raise AssertionError("the allreduce completed without rank 0")
                 time.sleep(0.01)
+            if rank == 1 and os.environ.get("WORKER_SIGINT_ON_THREAD"):
+                # The SIGINT goes to a thread other than the main one, as
+                # the kernel may hand a process's signal to any of its
+                # threads: Python's handler then runs only once the main
+                # thread, waiting below, looks for it.
+                def sigint_on_this_thread():
+                    sys.stdin.readline()
+                    signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
+                threading.Thread(target=sigint_on_this_thread, daemon=True).start()
             print("INSIDE", flush=True)
             work.wait()
         return {"error": None}
