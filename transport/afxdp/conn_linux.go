@@ -121,7 +121,7 @@ func Listen(addr netip.AddrPort, opts Options) (*Conn, error) {
 		return nil, err
 	}
 	if ifc.Flags&net.FlagLoopback != 0 {
-		return nil, fmt.Errorf("afxdp: %s is on the loopback interface %s, which has no XDP path; use an address of a network device", ip, ifc.Name)
+		return nil, fmt.Errorf("afxdp: address %s: on loopback (%s), which has no XDP path", ip, ifc.Name)
 	}
 	if ifc.Flags&net.FlagUp == 0 {
 		return nil, fmt.Errorf("afxdp: interface %s is down; bring it up (ip link set dev %s up)", ifc.Name, ifc.Name)
@@ -224,7 +224,7 @@ func (c *Conn) openPoller() error {
 func Supported() error {
 	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("afxdp: cannot open an AF_XDP socket: %w (needs Linux 5.9 or later built with CONFIG_XDP_SOCKETS, and CAP_NET_RAW)", err)
+		return fmt.Errorf("afxdp: AF_XDP socket: %w (needs Linux 5.9+ with CONFIG_XDP_SOCKETS, and CAP_NET_RAW)", err)
 	}
 	unix.Close(fd)
 	if err := probeProgram(); err != nil {
@@ -253,7 +253,7 @@ func interfaceOf(ip netip.Addr) (*net.Interface, error) {
 			}
 		}
 	}
-	return nil, fmt.Errorf("afxdp: no interface has the address %s; give an IPv4 address configured on the interface to use (ip -4 addr)", ip)
+	return nil, fmt.Errorf("afxdp: address %s: %w", ip, ErrNoInterface)
 }
 
 // frameSizeFor picks the smallest frame size from want up that holds a
@@ -269,8 +269,7 @@ func frameSizeFor(want, mtu int, name string) (int, error) {
 		}
 	}
 	most := page - unix.XDP_PACKET_HEADROOM - ethHeaderLen
-	return 0, fmt.Errorf("afxdp: %s has MTU %d but AF_XDP frames here hold packets of MTU %d at most (a %d-byte page less %d bytes of headroom); lower the MTU to use AF_XDP (ip link set dev %s mtu %d)",
-		name, mtu, most, page, unix.XDP_PACKET_HEADROOM, name, most)
+	return 0, fmt.Errorf("afxdp: %s MTU %d: above the %d an AF_XDP frame holds: lower it (ip link set dev %s mtu %d)", name, mtu, most, name, most)
 }
 
 func bindUDP(ip [4]byte, port uint16) (int, uint16, error) {
