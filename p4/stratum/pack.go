@@ -101,7 +101,7 @@ func Build(dir string) (*BfPipelineConfig, error) {
 	case strings.HasPrefix(m.Target, "tofino2"):
 		binName = "tofino2.bin"
 	default:
-		return nil, fmt.Errorf("stratum: %s: target %q: want tofino or tofino2 (compile with bf-p4c --target tofino or tofino2)", mpath, m.Target)
+		return nil, fmt.Errorf("stratum: %s: target %q: want tofino or tofino2 (bf-p4c --target)", mpath, m.Target)
 	}
 	n := len(prog.Pipes)
 	if n == 0 || n > MaxPipes || MaxPipes%n != 0 {
@@ -178,7 +178,7 @@ func readFile(dir, rel string) ([]byte, error) {
 	path := filepath.Join(dir, rel)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("stratum: %s is missing from bf-p4c's output directory %s (did the compilation finish?)", rel, dir)
+		return nil, fmt.Errorf("stratum: %s is missing from bf-p4c's output %s: did the compilation finish?", rel, dir)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("stratum: %w", err)
