@@ -87,7 +87,7 @@ func Build(dir string) (*BfPipelineConfig, error) {
 	}
 	mpath := filepath.Join(dir, "manifest.json")
 	if len(m.Programs) != 1 {
-		return nil, fmt.Errorf("stratum: %s lists %d programs; Stratum takes one", mpath, len(m.Programs))
+		return nil, fmt.Errorf("stratum: %s: %d programs: Stratum takes one", mpath, len(m.Programs))
 	}
 	prog := m.Programs[0]
 	name := strings.TrimSuffix(filepath.Base(prog.ProgramName), ".p4")
@@ -105,7 +105,7 @@ func Build(dir string) (*BfPipelineConfig, error) {
 	}
 	n := len(prog.Pipes)
 	if n == 0 || n > MaxPipes || MaxPipes%n != 0 {
-		return nil, fmt.Errorf("stratum: %s lists %d pipelines; want 1, 2 or 4", mpath, n)
+		return nil, fmt.Errorf("stratum: %s: %d pipelines: want 1, 2 or 4", mpath, n)
 	}
 	bfrt, err := readFile(dir, "bfrt.json")
 	if err != nil {

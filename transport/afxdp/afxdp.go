@@ -90,7 +90,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.Frames = minFrames
 	}
 	if o.Frames > 1<<20 {
-		return o, fmt.Errorf("afxdp: %d frames is too many; use at most %d", o.Frames, 1<<20)
+		return o, fmt.Errorf("afxdp: Options.Frames %d: above the limit %d", o.Frames, 1<<20)
 	}
 	o.Frames = ceilPow2(o.Frames)
 	if o.FrameSize <= 0 {
@@ -109,7 +109,7 @@ func (o Options) withDefaults() (Options, error) {
 	switch o.Mode {
 	case Auto, Native, Generic:
 	default:
-		return o, fmt.Errorf("afxdp: unknown mode %d; use Auto, Native or Generic", int(o.Mode))
+		return o, fmt.Errorf("afxdp: Options.Mode %d: want Auto, Native or Generic", int(o.Mode))
 	}
 	return o, nil
 }

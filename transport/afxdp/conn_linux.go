@@ -111,10 +111,10 @@ func Listen(addr netip.AddrPort, opts Options) (*Conn, error) {
 	}
 	ip := addr.Addr().Unmap()
 	if !ip.Is4() {
-		return nil, fmt.Errorf("afxdp: %s is not an IPv4 address; the AF_XDP transport handles IPv4 only", addr.Addr())
+		return nil, fmt.Errorf("afxdp: address %s: not IPv4, which AF_XDP here needs", addr.Addr())
 	}
 	if ip.IsUnspecified() {
-		return nil, errors.New("afxdp: cannot listen on 0.0.0.0; give the address of the interface to use")
+		return nil, errors.New("afxdp: address 0.0.0.0: want the address of the interface to use")
 	}
 	ifc, err := interfaceOf(ip)
 	if err != nil {
@@ -124,10 +124,10 @@ func Listen(addr netip.AddrPort, opts Options) (*Conn, error) {
 		return nil, fmt.Errorf("afxdp: address %s: on loopback (%s), which has no XDP path", ip, ifc.Name)
 	}
 	if ifc.Flags&net.FlagUp == 0 {
-		return nil, fmt.Errorf("afxdp: interface %s is down; bring it up (ip link set dev %s up)", ifc.Name, ifc.Name)
+		return nil, fmt.Errorf("afxdp: interface %s is down: ip link set dev %s up", ifc.Name, ifc.Name)
 	}
 	if len(ifc.HardwareAddr) != 6 {
-		return nil, fmt.Errorf("afxdp: interface %s has no Ethernet address; AF_XDP here needs an Ethernet device", ifc.Name)
+		return nil, fmt.Errorf("afxdp: interface %s: no Ethernet address, which AF_XDP here needs", ifc.Name)
 	}
 	frameSize, err := frameSizeFor(opts.FrameSize, ifc.MTU, ifc.Name)
 	if err != nil {
@@ -261,7 +261,7 @@ func interfaceOf(ip netip.Addr) (*net.Interface, error) {
 func frameSizeFor(want, mtu int, name string) (int, error) {
 	page := unix.Getpagesize()
 	if want > page {
-		return 0, fmt.Errorf("afxdp: frame size %d exceeds the page size %d; use at most %d", want, page, page)
+		return 0, fmt.Errorf("afxdp: frame size %d: above the page size %d", want, page)
 	}
 	for fs := want; fs <= page; fs <<= 1 {
 		if fs-unix.XDP_PACKET_HEADROOM >= mtu+ethHeaderLen {
@@ -279,7 +279,7 @@ func bindUDP(ip [4]byte, port uint16) (int, uint16, error) {
 	}
 	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: int(port), Addr: ip}); err != nil {
 		unix.Close(fd)
-		return -1, 0, fmt.Errorf("afxdp: cannot bind UDP %s: %w; pick a free port or 0", netip.AddrPortFrom(netip.AddrFrom4(ip), port), err)
+		return -1, 0, fmt.Errorf("afxdp: binding UDP %s: %w (pick a free port, or 0)", netip.AddrPortFrom(netip.AddrFrom4(ip), port), err)
 	}
 	sa, err := unix.Getsockname(fd)
 	if err != nil {
@@ -645,7 +645,7 @@ func (c *Conn) slowSend(m *Message) error {
 			if n, perr := unix.Poll(c.wpfd[:], 1000); perr != nil && perr != unix.EINTR {
 				return fmt.Errorf("afxdp: waiting to send to %s: %w", m.Addr, perr)
 			} else if n == 0 {
-				return fmt.Errorf("afxdp: the kernel socket did not take a datagram to %s for 1s; check the route", m.Addr)
+				return fmt.Errorf("afxdp: datagram to %s: the kernel socket took none for 1s: check the route", m.Addr)
 			}
 			continue
 		}

@@ -204,7 +204,7 @@ func attach(obj *progObjects, ifindex int, name string, mode Mode, maxLen, mtu i
 	if errG == nil {
 		return l, Generic, nil
 	}
-	return nil, mode, fmt.Errorf("afxdp: cannot attach the XDP program to %s: %v; %v", name, errN, errG)
+	return nil, mode, fmt.Errorf("afxdp: attaching the XDP program to %s: %v; %v", name, errN, errG)
 }
 
 func (d *device) teardown() {
@@ -443,7 +443,7 @@ func (d *device) transmit(c *Conn, ms []Message, idx []int, macs [][6]byte) (int
 			done += k
 		}
 		if err := d.kickTX(); err != nil {
-			return done, fmt.Errorf("afxdp: sending on %s failed: %w; check that the interface is up", d.name, err)
+			return done, fmt.Errorf("afxdp: sending on %s: %w (is the interface up?)", d.name, err)
 		}
 		drained := d.x.zeroCopy || d.txDrained()
 		if done == len(idx) && drained {
