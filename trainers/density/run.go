@@ -327,7 +327,7 @@ func (m *modelRun) step(ctx context.Context, s int) error {
 		}
 	}
 	if math.IsNaN(st.loss) || math.IsInf(st.loss, 0) {
-		return fmt.Errorf("step %d: the loss is %v; the densities of a diverged model mean nothing", s, st.loss)
+		return fmt.Errorf("step %d: loss %v: a diverged model's densities mean nothing", s, st.loss)
 	}
 	if err := m.p.Apply(m.sum, s+1); err != nil {
 		return fmt.Errorf("step %d: update: %w", s, err)

@@ -369,7 +369,7 @@ func prepareLaunch(f *flags) error {
 	}
 	if f.dataset == "fashion-mnist" && models.LookupBench(f.model) == nil {
 		if _, err := os.Stat(f.dataDir); err != nil {
-			return fmt.Errorf("Fashion-MNIST not found in %s: install it with `apt-get install dataset-fashion-mnist` (or run trainers/setup.sh)", f.dataDir)
+			return fmt.Errorf("--data-dir %s: %w: apt-get install dataset-fashion-mnist (or run trainers/setup.sh)", f.dataDir, data.ErrNotInstalled)
 		}
 	}
 	return nil
