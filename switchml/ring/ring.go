@@ -343,8 +343,8 @@ func (r *Ring) acceptPrev(ctx context.Context, ln net.Listener) (net.Conn, error
 		conn, err := ln.Accept()
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, r.setupCtxError(ctx, fmt.Errorf("ring: rank %d: rank %d (Addrs[%d] %s) did not connect to %s in time: is it running, with these Addrs?",
-					r.rank, prevRank, prevRank, r.prevAddr, ln.Addr()))
+				return nil, r.setupCtxError(ctx, fmt.Errorf("ring: rank %d: rank %d (Addrs[%d] %s) did not connect in time: is it running, with these Addrs?",
+					r.rank, prevRank, prevRank, r.prevAddr))
 			}
 			return nil, fmt.Errorf("ring: rank %d: accept on %s: %w", r.rank, ln.Addr(), err)
 		}

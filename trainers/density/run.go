@@ -159,7 +159,7 @@ func Run(ctx context.Context, o Options) ([]*ModelResult, error) {
 	// Refuse an unknown model before the others have run for minutes.
 	for _, m := range o.Models {
 		if _, ok := EmbeddingUnits[m]; !ok || models.LookupBench(m) == nil {
-			return nil, fmt.Errorf("density: model %q: want ncf, deeplight or lstm (the benchmark models whose embedding unit is known)", m)
+			return nil, fmt.Errorf("density: model %q: want ncf, deeplight or lstm", m)
 		}
 	}
 	var out []*ModelResult

@@ -94,7 +94,7 @@ func OpenGradients(dir string, p *Profile, buckets []Bucket, workers int) (*Grad
 	}
 	for _, e := range ends(replay) {
 		if _, found := slices.BinarySearch(recorded, e); !found {
-			return nil, fmt.Errorf("profile: %w: replay bucket end %d splits a recorded bucket (%s: replay ends %s, recorded %s): pick a --bucket-mb whose buckets are unions of the recorded ones",
+			return nil, fmt.Errorf("profile: %w: replay bucket end %d splits a recorded bucket (%s: replay ends %s, recorded %s): use a --bucket-mb whose buckets fit",
 				ErrGradientsMismatch, e, p.Model, joinInts(ends(replay)), joinInts(recorded))
 		}
 	}
