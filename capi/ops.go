@@ -93,7 +93,7 @@ func broadcast(id int64, name string, root int, buf []byte, timeoutMS int64) err
 		return err
 	}
 	if len(got) != len(buf) {
-		return fmt.Errorf("%w: broadcast %q: root %d sent %d bytes, this rank expects %d: every rank must pass the same size", errMismatch, name, root, len(got), len(buf))
+		return fmt.Errorf("%w: broadcast %q: root %d sent %d bytes, this rank expects %d", errMismatch, name, root, len(got), len(buf))
 	}
 	copy(buf, got)
 	return nil

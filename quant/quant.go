@@ -136,7 +136,7 @@ type NonFiniteError struct {
 }
 
 func (e *NonFiniteError) Error() string {
-	return fmt.Sprintf("quant: %s tensor holds %v at index %d; in-network aggregation cannot carry NaN or Inf, check the inputs (e.g. a diverged gradient) before the allreduce",
+	return fmt.Sprintf("quant: %s tensor: %v at index %d: aggregation cannot carry NaN or Inf (a diverged gradient?)",
 		e.Type, e.Value, e.Index)
 }
 

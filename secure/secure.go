@@ -13,6 +13,10 @@ import (
 	"os"
 )
 
+// ErrIncomplete is a set of TLS files that lacks one the others need, such
+// as a certificate without its key.
+var ErrIncomplete = errors.New("secure: incomplete TLS files")
+
 // Server returns the TLS configuration of a server with the certificate
 // and key in certFile and keyFile. With clientCAFile, clients must present
 // a certificate signed by one of its CAs (mutual TLS). All empty: nil, no
@@ -22,7 +26,7 @@ func Server(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
 		return nil, nil
 	}
 	if certFile == "" || keyFile == "" {
-		return nil, errors.New("secure: a TLS server needs both a certificate and its key")
+		return nil, fmt.Errorf("%w: a server needs a certificate and its key", ErrIncomplete)
 	}
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
@@ -47,10 +51,10 @@ func Client(caFile, certFile, keyFile string) (*tls.Config, error) {
 		return nil, nil
 	}
 	if caFile == "" {
-		return nil, errors.New("secure: a TLS client needs the CA that signed the server's certificate")
+		return nil, fmt.Errorf("%w: a client needs the CA of the server's certificate", ErrIncomplete)
 	}
 	if (certFile == "") != (keyFile == "") {
-		return nil, errors.New("secure: a client certificate needs its key, and a key its certificate")
+		return nil, fmt.Errorf("%w: a client certificate needs its key, and a key its certificate", ErrIncomplete)
 	}
 	pool, err := loadPool(caFile)
 	if err != nil {

@@ -2,6 +2,8 @@ package secure
 
 import (
 	"crypto/tls"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,21 +39,26 @@ func TestConfigs(t *testing.T) {
 	for _, bad := range []struct {
 		name string
 		err  func() error
+		is   error // nil: the message has want
 		want string
 	}{
-		{"server without key", func() error { _, err := Server(cert, "", ""); return err }, "certificate and its key"},
-		{"server with a CA alone", func() error { _, err := Server("", "", pki.CA); return err }, "certificate and its key"},
+		{"server without key", func() error { _, err := Server(cert, "", ""); return err }, ErrIncomplete, "certificate and its key"},
+		{"server with a CA alone", func() error { _, err := Server("", "", pki.CA); return err }, ErrIncomplete, "certificate and its key"},
 		{"server key of another certificate", func() error {
 			_, k2, _ := pki.Issue("other")
 			_, err := Server(cert, k2, "")
 			return err
-		}, "server certificate"},
-		{"client without CA", func() error { _, err := Client("", cert, key); return err }, "needs the CA"},
-		{"client cert without key", func() error { _, err := Client(pki.CA, cert, ""); return err }, "needs its key"},
-		{"CA file not PEM", func() error { _, err := Client(junk, "", ""); return err }, "holds no PEM certificate"},
-		{"CA file missing", func() error { _, err := Server(cert, key, filepath.Join(dir, "nope.pem")); return err }, "CA file"},
+		}, nil, "server certificate"},
+		{"client without CA", func() error { _, err := Client("", cert, key); return err }, ErrIncomplete, "needs the CA"},
+		{"client cert without key", func() error { _, err := Client(pki.CA, cert, ""); return err }, ErrIncomplete, "needs its key"},
+		{"CA file not PEM", func() error { _, err := Client(junk, "", ""); return err }, nil, "holds no PEM certificate"},
+		{"CA file missing", func() error { _, err := Server(cert, key, filepath.Join(dir, "nope.pem")); return err }, fs.ErrNotExist, "CA file"},
 	} {
-		if err := bad.err(); err == nil || !strings.Contains(err.Error(), bad.want) {
+		err := bad.err()
+		if bad.is != nil && !errors.Is(err, bad.is) {
+			t.Errorf("%s: %v, want %v", bad.name, err, bad.is)
+		}
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%s: %v, want an error containing %q", bad.name, err, bad.want)
 		}
 	}

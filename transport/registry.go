@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -92,12 +93,15 @@ func Lookup(name string) (Kind, error) {
 	registry.RUnlock()
 	if !ok {
 		if pkg := optional[name]; pkg != "" {
-			return Kind{}, fmt.Errorf("transport %q is not in this program: import %q (for its side effect) to register it; or want %s", name, pkg, namesText())
+			return Kind{}, fmt.Errorf("transport %q: %w: not built into this program (import %s)", name, ErrUnknown, pkg)
 		}
-		return Kind{}, fmt.Errorf("transport %q: want %s", name, namesText())
+		return Kind{}, fmt.Errorf("transport %q: %w: want %s", name, ErrUnknown, namesText())
 	}
 	return k, nil
 }
+
+// ErrUnknown is a transport name that is not registered in this program.
+var ErrUnknown = errors.New("unknown transport")
 
 // optional are the transports of this module that a program registers by
 // importing their package, which Lookup names when one is asked for but

@@ -1,6 +1,7 @@
 package transport_test
 
 import (
+	"errors"
 	"net/netip"
 	"slices"
 	"strings"
@@ -26,7 +27,7 @@ func TestRegistryNames(t *testing.T) {
 		}
 	}
 	_, err := transport.Lookup("tcp")
-	if err == nil || !strings.Contains(err.Error(), `"tcp"`) || !strings.Contains(err.Error(), "udp, afxdp or shm") {
+	if !errors.Is(err, transport.ErrUnknown) || !strings.Contains(err.Error(), `"tcp"`) || !strings.Contains(err.Error(), "udp, afxdp or shm") {
 		t.Fatalf(`Lookup("tcp") = %v, want an error naming it and listing udp, afxdp or shm`, err)
 	}
 }

@@ -132,6 +132,18 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// Errors a caller can tell apart.
+var (
+	// ErrAddrInUse is a GRPCAddr that something already listens on.
+	ErrAddrInUse = errors.New("something already listens there")
+	// ErrExited is a switch that exited before it served P4Runtime.
+	ErrExited = errors.New("simple_switch_grpc exited")
+	// ErrNotProgram is a device config that is no BMv2 JSON program.
+	ErrNotProgram = errors.New("bmv2: device config: not a BMv2 JSON program")
+	// ErrP4InfoMismatch is a P4Info that does not describe the program.
+	ErrP4InfoMismatch = errors.New("bmv2: the P4Info does not match the program")
+)
+
 // Start starts simple_switch_grpc without a program (--no-p4) and returns
 // once its P4Runtime port accepts TCP connections (or ctx ends / the process
 // exits, with its output in the error).
@@ -152,7 +164,7 @@ func Start(ctx context.Context, tools *p4tools.Tools, opts Options) (*Switch, er
 	// serves already would pass for this switch's.
 	if c, err := dialIn(ctx, opts.NetNS, opts.GRPCAddr); err == nil {
 		c.Close()
-		return nil, fmt.Errorf("bmv2: start: something already listens on %s", opts.GRPCAddr)
+		return nil, fmt.Errorf("bmv2: start: GRPCAddr %s: %w", opts.GRPCAddr, ErrAddrInUse)
 	}
 	if opts.DeviceID == 0 {
 		opts.DeviceID = 1
@@ -225,10 +237,10 @@ func (s *Switch) waitReady(ctx context.Context) error {
 		}
 		select {
 		case <-s.exited:
-			return fmt.Errorf("bmv2: simple_switch_grpc exited before serving P4Runtime on %s (%v); its output:\n%s",
-				s.opts.GRPCAddr, s.waitErr, s.out.String())
+			return fmt.Errorf("bmv2: %w before serving P4Runtime on %s: %v; output:\n%s",
+				ErrExited, s.opts.GRPCAddr, s.waitErr, s.out.String())
 		case <-ctx.Done():
-			return fmt.Errorf("bmv2: simple_switch_grpc not serving P4Runtime on %s: %w (last dial: %v); its output:\n%s",
+			return fmt.Errorf("bmv2: simple_switch_grpc not serving P4Runtime on %s: %w (last dial: %v); output:\n%s",
 				s.opts.GRPCAddr, ctx.Err(), err, s.out.String())
 		case <-tick.C:
 		}

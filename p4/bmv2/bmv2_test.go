@@ -35,7 +35,7 @@ func TestStartRefusesBusyAddress(t *testing.T) {
 	}
 	defer l.Close()
 	_, err = Start(context.Background(), &p4tools.Tools{}, Options{GRPCAddr: l.Addr().String()})
-	if err == nil || !strings.Contains(err.Error(), "already listens") {
+	if !errors.Is(err, ErrAddrInUse) {
 		t.Fatalf("Start on a busy address: %v, want an error saying so", err)
 	}
 }
@@ -47,7 +47,7 @@ func TestStartReportsEarlyExit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	_, err := Start(ctx, tools, Options{GRPCAddr: freeAddr(t), Args: []string{"--no-such-option"}})
-	if err == nil || !strings.Contains(err.Error(), "exited") || !strings.Contains(err.Error(), "Error while parsing command line") {
+	if !errors.Is(err, ErrExited) || !strings.Contains(err.Error(), "Error while parsing command line") {
 		t.Fatalf("Start with a bad option: %v, want an early exit with BMv2's message", err)
 	}
 	if ctx.Err() != nil {

@@ -42,10 +42,10 @@ type jsonProgram struct {
 func CheckProgram(programJSON []byte, info *p4configv1.P4Info) error {
 	var p jsonProgram
 	if err := json.Unmarshal(programJSON, &p); err != nil {
-		return fmt.Errorf("bmv2: the device config is not a BMv2 JSON program: %v", err)
+		return fmt.Errorf("%w: %v", ErrNotProgram, err)
 	}
 	if len(p.Pipelines) == 0 || len(p.HeaderTypes) == 0 || len(p.Actions) == 0 {
-		return errors.New("bmv2: the device config is not a BMv2 JSON program (no pipelines, header types or actions): compile the v1model program with p4c-bm2-ss")
+		return fmt.Errorf("%w: no pipelines, header types or actions (compile the v1model program with p4c-bm2-ss)", ErrNotProgram)
 	}
 	var errs []error
 	tables := map[string]bool{}
@@ -111,7 +111,7 @@ func CheckProgram(programJSON []byte, info *p4configv1.P4Info) error {
 	}
 	if len(errs) > 0 {
 		slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
-		return fmt.Errorf("bmv2: the P4Info does not match the program: %w", errors.Join(errs...))
+		return fmt.Errorf("%w: %w", ErrP4InfoMismatch, errors.Join(errs...))
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package bmv2
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -33,16 +34,17 @@ func TestCheckProgram(t *testing.T) {
 		name string
 		js   []byte
 		info *p4configv1.P4Info
+		is   error
 		want string
 	}{
-		{"not JSON", []byte("\x00binary"), v1, "not a BMv2 JSON program"},
-		{"other JSON", []byte(`{"program": "x"}`), v1, "no pipelines"},
-		{"main P4Info", js, mainInfo, "the program's table SwitchMLIngress.arp_reply is not in the P4Info"},
-		{"renamed register", bytes.ReplaceAll(js, []byte(`"SwitchMLIngress.pool_count"`), []byte(`"SwitchMLIngress.pool_cnt"`)), v1, "register SwitchMLIngress.pool_count is not in the program"},
+		{"not JSON", []byte("\x00binary"), v1, ErrNotProgram, "not a BMv2 JSON program"},
+		{"other JSON", []byte(`{"program": "x"}`), v1, ErrNotProgram, "no pipelines"},
+		{"main P4Info", js, mainInfo, ErrP4InfoMismatch, "the program's table SwitchMLIngress.arp_reply is not in the P4Info"},
+		{"renamed register", bytes.ReplaceAll(js, []byte(`"SwitchMLIngress.pool_count"`), []byte(`"SwitchMLIngress.pool_cnt"`)), v1, ErrP4InfoMismatch, "register SwitchMLIngress.pool_count is not in the program"},
 	} {
 		err := CheckProgram(c.js, c.info)
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: %v, want an error containing %q", c.name, err, c.want)
+		if !errors.Is(err, c.is) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %v containing %q", c.name, err, c.is, c.want)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package bmv2
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -20,7 +21,7 @@ func TestTargetRegistered(t *testing.T) {
 	if err != nil || info.GetPkgInfo().GetArch() != "v1model" {
 		t.Fatalf("P4Info arch %q, %v; want v1model", info.GetPkgInfo().GetArch(), err)
 	}
-	if err := k.CheckDeviceConfig([]byte(`{"not": "a program"}`), info); err == nil || !strings.Contains(err.Error(), "not a BMv2 JSON program") {
+	if err := k.CheckDeviceConfig([]byte(`{"not": "a program"}`), info); !errors.Is(err, ErrNotProgram) {
 		t.Errorf("a device config that is no BMv2 program: %v", err)
 	}
 	if k.Registers == nil || k.Registers.DefaultPort != 9090 {

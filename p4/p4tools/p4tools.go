@@ -81,7 +81,7 @@ func Locate() (string, error) {
 			break
 		}
 	}
-	return "", fmt.Errorf("%w: no shared/tools/p4 beside %s or its parents; set %s", ErrAbsent, root, EnvDir)
+	return "", fmt.Errorf("%w: no shared/tools/p4 beside %s or its parents: set %s", ErrAbsent, root, EnvDir)
 }
 
 func isToolchain(d string) bool {

@@ -87,7 +87,7 @@ func Build(dir string) (*BfPipelineConfig, error) {
 	}
 	mpath := filepath.Join(dir, "manifest.json")
 	if len(m.Programs) != 1 {
-		return nil, fmt.Errorf("stratum: %s lists %d programs; Stratum takes one", mpath, len(m.Programs))
+		return nil, fmt.Errorf("stratum: %s: %d programs: Stratum takes one", mpath, len(m.Programs))
 	}
 	prog := m.Programs[0]
 	name := strings.TrimSuffix(filepath.Base(prog.ProgramName), ".p4")
@@ -101,11 +101,11 @@ func Build(dir string) (*BfPipelineConfig, error) {
 	case strings.HasPrefix(m.Target, "tofino2"):
 		binName = "tofino2.bin"
 	default:
-		return nil, fmt.Errorf("stratum: %s: target %q: want tofino or tofino2 (compile with bf-p4c --target tofino or tofino2)", mpath, m.Target)
+		return nil, fmt.Errorf("stratum: %s: target %q: want tofino or tofino2 (bf-p4c --target)", mpath, m.Target)
 	}
 	n := len(prog.Pipes)
 	if n == 0 || n > MaxPipes || MaxPipes%n != 0 {
-		return nil, fmt.Errorf("stratum: %s lists %d pipelines; want 1, 2 or 4", mpath, n)
+		return nil, fmt.Errorf("stratum: %s: %d pipelines: want 1, 2 or 4", mpath, n)
 	}
 	bfrt, err := readFile(dir, "bfrt.json")
 	if err != nil {
@@ -178,7 +178,7 @@ func readFile(dir, rel string) ([]byte, error) {
 	path := filepath.Join(dir, rel)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("stratum: %s is missing from bf-p4c's output directory %s (did the compilation finish?)", rel, dir)
+		return nil, fmt.Errorf("stratum: %s is missing from bf-p4c's output %s: did the compilation finish?", rel, dir)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("stratum: %w", err)

@@ -1,10 +1,15 @@
 package targets
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 )
+
+// ErrPipes is a job whose ranks enter the switch by more than one pipe,
+// whose contributions would never meet.
+var ErrPipes = errors.New("the job's ranks span pipes")
 
 // PipeOf is the pipe of a device port: 0 on a switch with one pipe.
 func (c Capabilities) PipeOf(port uint32) int {
@@ -51,6 +56,6 @@ func (c Capabilities) OnePipe(ports map[int]uint32) error {
 		}
 		parts[i] = fmt.Sprintf("pipe %d: %s", p, strings.Join(named, ", "))
 	}
-	return fmt.Errorf("the job's ranks sit on ports of %d pipes (%s); each pipe keeps its own copy of the aggregation registers (pipe = device port / %d), so contributions entering by different pipes never meet: cable every rank of a job to ports of one pipe (docs/tofino.md, \"Pipes\")",
-		len(pipes), strings.Join(parts, "; "), c.PortsPerPipe)
+	return fmt.Errorf("%w: %d pipes (%s): each has its own registers (pipe = device port / %d): cable the job to one pipe (docs/tofino.md)",
+		ErrPipes, len(pipes), strings.Join(parts, "; "), c.PortsPerPipe)
 }

@@ -12,6 +12,7 @@ package targets
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -137,6 +138,9 @@ func Register(t Target) {
 	registry.kinds[t.Kind] = t
 }
 
+// ErrUnknown is a target kind that is not registered.
+var ErrUnknown = errors.New("unknown target kind")
+
 // Lookup returns the kind of that name; "" is the software switch. An
 // unknown kind's error lists the registered ones.
 func Lookup(kind string) (Target, error) {
@@ -147,7 +151,7 @@ func Lookup(kind string) (Target, error) {
 	t, ok := registry.kinds[kind]
 	registry.RUnlock()
 	if !ok {
-		return Target{}, fmt.Errorf("unknown target kind %q: want %s", kind, orList(Kinds()))
+		return Target{}, fmt.Errorf("%w %q: want %s", ErrUnknown, kind, orList(Kinds()))
 	}
 	return t, nil
 }

@@ -123,7 +123,7 @@ func tofinoDeviceConfig(path string) ([]byte, error) {
 	}
 	cfg, err := stratum.Unpack(b)
 	if err != nil || cfg.GetP4Name() == "" || len(cfg.GetProfiles()) == 0 {
-		return nil, fmt.Errorf("--device-config %s is not a packed Stratum pipeline config: give bf-p4c's output directory, or the file \"switchml p4 pack --target tofino\" writes", path)
+		return nil, fmt.Errorf("--device-config %s is not a packed Stratum pipeline config: want bf-p4c's output directory or switchml p4 pack's file", path)
 	}
 	return b, nil
 }
@@ -136,7 +136,7 @@ func tofinoDeviceConfig(path string) ([]byte, error) {
 func stratumP4Info(info *p4configv1.P4Info) error {
 	for _, e := range info.GetExterns() {
 		if n := e.GetExternTypeName(); n == "Register" || n == "Counter" {
-			return fmt.Errorf("--p4info lists its %ss as Tofino externs, which Stratum cannot address: compile with bf-p4c --p4runtime-force-std-externs (docs/tofino.md)", n)
+			return fmt.Errorf("--p4info lists its %ss as Tofino externs: compile with bf-p4c --p4runtime-force-std-externs", n)
 		}
 	}
 	return nil

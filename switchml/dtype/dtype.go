@@ -13,6 +13,7 @@ package dtype
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -93,13 +94,16 @@ func Register(c Codec) {
 	byCode[c.Code()] = c
 }
 
+// ErrUnknown is a name or code that no registered codec has.
+var ErrUnknown = errors.New("unknown dtype")
+
 // ByName returns the codec of a name, or an error listing the known ones.
 func ByName(name string) (Codec, error) {
 	mu.RLock()
 	c, ok := byName[name]
 	mu.RUnlock()
 	if !ok {
-		return nil, fmt.Errorf("unknown dtype %q: want one of %s", name, strings.Join(Names(), ", "))
+		return nil, fmt.Errorf("%w %q: want one of %s", ErrUnknown, name, strings.Join(Names(), ", "))
 	}
 	return c, nil
 }
@@ -115,7 +119,7 @@ func ByCode(code int) (Codec, error) {
 		for _, c := range All() {
 			known = append(known, fmt.Sprintf("%s (%d)", c.Name(), c.Code()))
 		}
-		return nil, fmt.Errorf("unknown dtype %d: want one of %s", code, strings.Join(known, ", "))
+		return nil, fmt.Errorf("%w %d: want one of %s", ErrUnknown, code, strings.Join(known, ", "))
 	}
 	return c, nil
 }

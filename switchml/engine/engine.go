@@ -150,10 +150,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("engine: unknown format %d", c.Format)
 	}
 	if c.Sparse && c.Format != wire.FormatExtended {
-		return c, fmt.Errorf("engine: the sparse mode needs the extended format: the compatible header has no room for its fields")
+		return c, errors.New("engine: Sparse with the compatible format: the sparse fields need the extended header")
 	}
 	if c.Key != nil && c.Format != wire.FormatExtended {
-		return c, fmt.Errorf("engine: tagged packets need the extended format: the compatible header has no room for a tag")
+		return c, errors.New("engine: Key with the compatible format: a tag needs the extended header")
 	}
 	if c.Key != nil && len(c.Key) != wire.KeyLen {
 		return c, fmt.Errorf("engine: the job's key is %d bytes, want %d", len(c.Key), wire.KeyLen)

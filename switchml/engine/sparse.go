@@ -78,7 +78,7 @@ func (l *Lane) startSparse(op Op, now time.Duration) error {
 	}
 	k := l.cfg.Elements
 	if blocks := (n + k - 1) / k; blocks > wire.MaxSparseBlocks {
-		return fmt.Errorf("engine: op %d has %d blocks of %d values on one lane; the sparse mode numbers at most %d: use more lanes or larger packets", op.Seq, blocks, k, wire.MaxSparseBlocks)
+		return fmt.Errorf("engine: op %d: %d blocks of %d values on a lane, above %d: use more lanes or larger packets", op.Seq, blocks, k, wire.MaxSparseBlocks)
 	}
 	l.begin(op, n, now)
 	l.win = min(l.win, k) // the directory holds a key per slot in one packet

@@ -127,7 +127,7 @@ func brokenError(err error) error {
 	if err == ErrClosed {
 		return ErrClosed
 	}
-	return fmt.Errorf("ring: unusable after an earlier failure (Close and Dial again): %w", err)
+	return fmt.Errorf("%w: %w", ErrBroken, err)
 }
 
 // segment returns the element range of segment i when count elements are split into
@@ -365,10 +365,10 @@ func (r *Ring) ioError(job sendJob, what string, peer int, addr string, err erro
 		return prior
 	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return fmt.Errorf("ring: rank %d: %s rank %d (%s) during %v #%d: nothing moved for %v (StallTimeout): that rank, or one before it in the ring, stopped or has not made the call",
-			r.rank, what, peer, addr, job.dt, job.seq, r.stall)
+		return fmt.Errorf("ring: rank %d: %s rank %d (%s), %v #%d: %w for %v (StallTimeout): a rank stopped or has not made the call",
+			r.rank, what, peer, addr, job.dt, job.seq, ErrStalled, r.stall)
 	}
-	return fmt.Errorf("ring: rank %d: %s rank %d (%s) during %v #%d: %v; that rank failed, was closed or canceled, or called with different arguments",
+	return fmt.Errorf("ring: rank %d: %s rank %d (%s), %v #%d: %v (it failed, was closed, or called differently)",
 		r.rank, what, peer, addr, job.dt, job.seq, err)
 }
 
@@ -383,22 +383,22 @@ func putOpHeader(b []byte, job sendJob) {
 func (r *Ring) checkOpHeader(job sendJob, b []byte) error {
 	prev := (r.rank - 1 + r.n) % r.n
 	if m := binary.LittleEndian.Uint32(b); m != opMagic {
-		return fmt.Errorf("ring: rank %d: garbage from rank %d at the start of %v #%d (magic %#08x); the stream is out of step",
-			r.rank, prev, job.dt, job.seq, m)
+		return fmt.Errorf("ring: rank %d: %v #%d: garbage from rank %d (magic %#08x): the stream is out of step",
+			r.rank, job.dt, job.seq, prev, m)
 	}
 	dt := dtype(b[4])
 	seq := binary.LittleEndian.Uint64(b[8:])
 	count := binary.LittleEndian.Uint64(b[16:])
 	switch {
 	case seq != job.seq:
-		return fmt.Errorf("ring: rank %d: call mismatch: rank %d is at allreduce #%d, this rank at #%d; every rank must make the same calls in the same order",
-			r.rank, prev, seq, job.seq)
+		return fmt.Errorf("ring: rank %d: allreduce #%d: %w: rank %d is at #%d (every rank makes the same calls in order)",
+			r.rank, job.seq, ErrMismatch, prev, seq)
 	case dt != job.dt:
-		return fmt.Errorf("ring: rank %d: call mismatch in allreduce #%d: rank %d called %v, this rank %v",
-			r.rank, job.seq, prev, dt, job.dt)
+		return fmt.Errorf("ring: rank %d: allreduce #%d: %w: rank %d called %v, this rank %v",
+			r.rank, job.seq, ErrMismatch, prev, dt, job.dt)
 	case count != uint64(job.count):
-		return fmt.Errorf("ring: rank %d: call mismatch in allreduce #%d (%v): rank %d passed %d elements, this rank %d",
-			r.rank, job.seq, job.dt, prev, count, job.count)
+		return fmt.Errorf("ring: rank %d: allreduce #%d (%v): %w: rank %d passed %d elements, this rank %d",
+			r.rank, job.seq, job.dt, ErrMismatch, prev, count, job.count)
 	}
 	return nil
 }

@@ -44,8 +44,19 @@ const DefaultChunkBytes = 256 << 10
 // neighbour never starts fails with a clear error instead of hanging.
 const DefaultDialTimeout = 30 * time.Second
 
-// ErrClosed is returned by operations on a Ring after Close.
-var ErrClosed = errors.New("ring: closed")
+// Errors a caller can tell apart.
+var (
+	// ErrClosed is returned by operations on a Ring after Close.
+	ErrClosed = errors.New("ring: closed")
+	// ErrBroken is returned by operations on a Ring that an earlier
+	// failure broke, wrapped with that failure.
+	ErrBroken = errors.New("ring: broken by an earlier failure: Close and Dial again")
+	// ErrMismatch is ranks that disagree: on the ring's size or order at
+	// Dial, or on an allreduce's sequence, type or size.
+	ErrMismatch = errors.New("ranks disagree")
+	// ErrStalled is a neighbour that moved no data for StallTimeout.
+	ErrStalled = errors.New("nothing moved")
+)
 
 // Config describes this rank's place in the ring.
 type Config struct {
@@ -116,7 +127,7 @@ type Ring struct {
 
 // errOpCanceled marks a Ring broken by a canceled context; the caller's error wraps
 // the context's own error instead.
-var errOpCanceled = errors.New("ring: an allreduce was canceled midway; the ring must be dialled again")
+var errOpCanceled = errors.New("ring: an allreduce was canceled midway: dial again")
 
 // Rank returns this endpoint's rank.
 func (r *Ring) Rank() int { return r.rank }
@@ -132,7 +143,7 @@ func (c *Config) validate() error {
 		return fmt.Errorf("ring: Rank = %d out of range [0, %d)", c.Rank, c.Workers)
 	}
 	if c.Workers > 1 && len(c.Addrs) != c.Workers {
-		return fmt.Errorf("ring: %d Addrs for %d workers; give one listen address per rank", len(c.Addrs), c.Workers)
+		return fmt.Errorf("ring: %d Addrs for %d workers: want one listen address per rank", len(c.Addrs), c.Workers)
 	}
 	if c.ChunkBytes < 0 {
 		return fmt.Errorf("ring: ChunkBytes = %d must not be negative", c.ChunkBytes)
@@ -285,7 +296,7 @@ func (r *Ring) dialNext(ctx context.Context) (net.Conn, error) {
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return nil, r.setupCtxError(ctx, fmt.Errorf("ring: rank %d: could not connect to rank %d at %s in time (is it running and listening there?): %v",
+			return nil, r.setupCtxError(ctx, fmt.Errorf("ring: rank %d: connecting to rank %d at %s: %v (is it running and listening?)",
 				r.rank, nextRank, r.nextAddr, err))
 		case <-timer.C:
 		}
@@ -303,8 +314,8 @@ func (r *Ring) dialNext(ctx context.Context) (net.Conn, error) {
 	var buf [helloLen]byte
 	if _, err := readFull(conn, buf[:]); err != nil {
 		conn.Close()
-		return nil, r.setupCtxError(ctx, fmt.Errorf("ring: rank %d: no hello back from %s (Addrs[%d]); is a ring rank listening there? %w",
-			r.rank, r.nextAddr, nextRank, err))
+		return nil, r.setupCtxError(ctx, fmt.Errorf("ring: rank %d: Addrs[%d] %s: no hello back (is a ring rank listening?): %w",
+			r.rank, nextRank, r.nextAddr, err))
 	}
 	h, err := parseHello(buf[:])
 	if err != nil {
@@ -332,8 +343,8 @@ func (r *Ring) acceptPrev(ctx context.Context, ln net.Listener) (net.Conn, error
 		conn, err := ln.Accept()
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, r.setupCtxError(ctx, fmt.Errorf("ring: rank %d: rank %d (Addrs[%d] = %s) did not connect to %s in time (is it running, with these Addrs?)",
-					r.rank, prevRank, prevRank, r.prevAddr, ln.Addr()))
+				return nil, r.setupCtxError(ctx, fmt.Errorf("ring: rank %d: rank %d (Addrs[%d] %s) did not connect in time: is it running, with these Addrs?",
+					r.rank, prevRank, prevRank, r.prevAddr))
 			}
 			return nil, fmt.Errorf("ring: rank %d: accept on %s: %w", r.rank, ln.Addr(), err)
 		}
@@ -367,12 +378,12 @@ func (r *Ring) acceptPrev(ctx context.Context, ln net.Listener) (net.Conn, error
 
 func (r *Ring) checkPeer(h hello, want int, which string) error {
 	if int(h.world) != r.n {
-		return fmt.Errorf("ring: rank %d: world size mismatch: %s peer (rank %d) has Workers = %d, this rank has %d",
-			r.rank, which, h.rank, h.world, r.n)
+		return fmt.Errorf("ring: rank %d: %w: the %s rank (%d) has Workers = %d, this rank %d",
+			r.rank, ErrMismatch, which, h.rank, h.world, r.n)
 	}
 	if int(h.rank) != want {
-		return fmt.Errorf("ring: rank %d: the %s rank should be %d but rank %d answered; check that every rank has the same Addrs in the same order",
-			r.rank, which, want, h.rank)
+		return fmt.Errorf("ring: rank %d: %w: the %s rank should be %d, rank %d answered (give every rank the same Addrs)",
+			r.rank, ErrMismatch, which, want, h.rank)
 	}
 	return nil
 }

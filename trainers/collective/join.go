@@ -231,7 +231,7 @@ func agree(ctx context.Context, rdv Rendezvous, settings []Setting, addr string)
 	for r, b := range all {
 		var h rendezvousHello
 		if err := json.Unmarshal(b, &h); err != nil {
-			return nil, fmt.Errorf("collective: rank %d's rendezvous message is not ours (%v): is it running another version of the program?", r, err)
+			return nil, fmt.Errorf("collective: rank %d: rendezvous message not ours (%v): another version of the program?", r, err)
 		}
 		got[r], addrs[r] = h.Settings, h.Addr
 	}

@@ -151,7 +151,7 @@ func TestPeerRendezvousRefusesOtherWorldSize(t *testing.T) {
 		return err
 	})
 	for r, err := range errs {
-		if err == nil || !strings.Contains(err.Error(), "rank 1 says the job has 3 workers, rank 0 says 2") {
+		if !errors.Is(err, ErrDisagree) || !strings.Contains(err.Error(), "rank 1 says the job has 3 workers, rank 0 says 2") {
 			t.Errorf("rank %d: error %v, want the two world sizes named", r, err)
 		}
 	}
@@ -164,7 +164,7 @@ func TestPeerRendezvousNamesWhoIsMissing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	_, err := JoinPeers(ctx, 1, 2, addr, nil)
-	if err == nil || !strings.Contains(err.Error(), "could not reach rank 0 at "+addr) {
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "could not reach rank 0 at "+addr) {
 		t.Errorf("rank 1 without rank 0: %v", err)
 	}
 
@@ -176,7 +176,7 @@ func TestPeerRendezvousNamesWhoIsMissing(t *testing.T) {
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel2()
 	_, err = JoinPeers(ctx2, 0, 3, ln.Addr().String(), ln)
-	if err == nil || !strings.Contains(err.Error(), "ranks 1, 2 did not join") {
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "ranks 1, 2 did not join") {
 		t.Errorf("rank 0 alone: %v", err)
 	}
 }

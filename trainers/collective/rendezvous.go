@@ -144,8 +144,7 @@ func (p *PeerRendezvous) accept(ctx context.Context, ln net.Listener) error {
 		case a = <-arrivals:
 		case err := <-acceptErr:
 			if ctx.Err() != nil {
-				return fmt.Errorf("collective: rank 0: %s did not join at %s in time (are they running, with %s as rank 0's address?)",
-					p.missing(), ln.Addr(), p.addr)
+				return fmt.Errorf("collective: rank 0: %s did not join at %s: %w", p.missing(), ln.Addr(), ctx.Err())
 			}
 			return fmt.Errorf("collective: rank 0: accept on %s: %w", ln.Addr(), err)
 		}
@@ -163,7 +162,7 @@ func (p *PeerRendezvous) accept(ctx context.Context, ln net.Listener) error {
 			c.SetWriteDeadline(time.Now().Add(rendezvousHelloWait))
 			writeFrame(c, []byte(refusal))
 			c.Close()
-			return fmt.Errorf("collective: rank 0: %s", refusal)
+			return fmt.Errorf("collective: rank 0: %w: %s", ErrDisagree, refusal)
 		}
 		if err := writeFrame(c, nil); err != nil {
 			c.Close()
@@ -219,7 +218,7 @@ func (p *PeerRendezvous) dial(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("collective: rank %d: could not reach rank 0 at %s in time: %v (is rank 0 running, and is that its address?)", p.rank, p.addr, err)
+			return fmt.Errorf("collective: rank %d: could not reach rank 0 at %s: %w (%v)", p.rank, p.addr, ctx.Err(), err)
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, time.Second)
@@ -240,13 +239,13 @@ func (p *PeerRendezvous) dial(ctx context.Context) error {
 	if err != nil {
 		c.Close()
 		if ctx.Err() != nil {
-			return fmt.Errorf("collective: rank %d: rank 0 at %s did not take this rank in time (are all ranks running?)", p.rank, p.addr)
+			return fmt.Errorf("collective: rank %d: rank 0 at %s did not take this rank: %w (are all ranks running?)", p.rank, p.addr, ctx.Err())
 		}
 		return fmt.Errorf("collective: rank %d: joining rank 0 at %s: %w", p.rank, p.addr, err)
 	}
 	if len(reason) > 0 {
 		c.Close()
-		return fmt.Errorf("collective: rank %d: rank 0 at %s refused this rank: %s", p.rank, p.addr, reason)
+		return fmt.Errorf("collective: rank %d: rank 0 at %s refused this rank: %w: %s", p.rank, p.addr, ErrDisagree, reason)
 	}
 	p.conns, p.readers = []net.Conn{c}, []*bufio.Reader{r}
 	return nil

@@ -113,7 +113,7 @@ func openIDX(path string) (io.ReadCloser, error) {
 		if f2, err2 := os.Open(path); err2 == nil {
 			return f2, nil
 		}
-		return nil, fmt.Errorf("%w: %s.gz is missing; install it with `apt-get install dataset-fashion-mnist` (or run trainers/setup.sh)", ErrNotInstalled, path)
+		return nil, fmt.Errorf("%w: %s.gz is missing: apt-get install dataset-fashion-mnist (or run trainers/setup.sh)", ErrNotInstalled, path)
 	}
 	if err != nil {
 		return nil, err

@@ -159,7 +159,7 @@ func Run(ctx context.Context, o Options) ([]*ModelResult, error) {
 	// Refuse an unknown model before the others have run for minutes.
 	for _, m := range o.Models {
 		if _, ok := EmbeddingUnits[m]; !ok || models.LookupBench(m) == nil {
-			return nil, fmt.Errorf("density: model %q: want ncf, deeplight or lstm (the benchmark models whose embedding unit is known)", m)
+			return nil, fmt.Errorf("density: model %q: want ncf, deeplight or lstm", m)
 		}
 	}
 	var out []*ModelResult
@@ -327,7 +327,7 @@ func (m *modelRun) step(ctx context.Context, s int) error {
 		}
 	}
 	if math.IsNaN(st.loss) || math.IsInf(st.loss, 0) {
-		return fmt.Errorf("step %d: the loss is %v; the densities of a diverged model mean nothing", s, st.loss)
+		return fmt.Errorf("step %d: loss %v: a diverged model's densities mean nothing", s, st.loss)
 	}
 	if err := m.p.Apply(m.sum, s+1); err != nil {
 		return fmt.Errorf("step %d: update: %w", s, err)

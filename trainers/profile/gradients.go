@@ -3,6 +3,7 @@ package profile
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -43,6 +44,16 @@ func GradientsFile(dir string, rank int) string {
 	return filepath.Join(dir, fmt.Sprintf("rank%d.f32", rank))
 }
 
+// Errors a caller can tell apart.
+var (
+	// ErrGradientsMismatch is recorded gradients that a replay cannot use:
+	// of another model or size, too few ranks, or buckets that do not fit.
+	ErrGradientsMismatch = errors.New("recorded gradients do not fit the replay")
+	// ErrWrongSum is an allreduce result that is not the sum of the ranks'
+	// recorded gradients.
+	ErrWrongSum = errors.New("wrong sum")
+)
+
 // OpenGradients checks that dir holds recorded gradients of p that a
 // replay of workers ranks with buckets can use: a file per rank of p's
 // gradient size, and recorded buckets that end wherever a replay bucket
@@ -51,7 +62,7 @@ func GradientsFile(dir string, rank int) string {
 func OpenGradients(dir string, p *Profile, buckets []Bucket, workers int) (*Gradients, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "meta.json"))
 	if err != nil {
-		return nil, fmt.Errorf("profile: recorded gradients: %w (want the meta.json the density command's --dump writes beside the rank files)", err)
+		return nil, fmt.Errorf("profile: recorded gradients: %w (want meta.json, as density --dump writes it)", err)
 	}
 	var m gradientsMeta
 	if err := json.Unmarshal(b, &m); err != nil {
@@ -59,13 +70,13 @@ func OpenGradients(dir string, p *Profile, buckets []Bucket, workers int) (*Grad
 	}
 	switch {
 	case m.Model != "" && m.Model != p.Model:
-		return nil, fmt.Errorf("profile: %s holds gradients of %s, the profile is %s's", dir, m.Model, p.Model)
+		return nil, fmt.Errorf("profile: %w: %s holds gradients of %s, the profile is %s's", ErrGradientsMismatch, dir, m.Model, p.Model)
 	case int64(m.Elements) != p.Parameters:
-		return nil, fmt.Errorf("profile: %s holds gradients of %d values, the profile of %s has %d parameters: record them again with the model the profile was measured on", dir, m.Elements, p.Model, p.Parameters)
+		return nil, fmt.Errorf("profile: %w: %s holds gradients of %d values, the profile of %s has %d parameters", ErrGradientsMismatch, dir, m.Elements, p.Model, p.Parameters)
 	case sum(m.Buckets) != m.Elements:
-		return nil, fmt.Errorf("profile: %s/meta.json: its buckets add up to %d values, not its %d elements", dir, sum(m.Buckets), m.Elements)
+		return nil, fmt.Errorf("profile: %w: %s/meta.json: its buckets add up to %d values, not its %d elements", ErrGradientsMismatch, dir, sum(m.Buckets), m.Elements)
 	case m.Ranks < workers:
-		return nil, fmt.Errorf("profile: %s holds the gradients of %d ranks, the replay has %d workers", dir, m.Ranks, workers)
+		return nil, fmt.Errorf("profile: %w: %s holds the gradients of %d ranks, the replay has %d workers", ErrGradientsMismatch, dir, m.Ranks, workers)
 	}
 	for r := range workers {
 		fi, err := os.Stat(GradientsFile(dir, r))
@@ -73,7 +84,7 @@ func OpenGradients(dir string, p *Profile, buckets []Bucket, workers int) (*Grad
 			return nil, fmt.Errorf("profile: recorded gradients: %w", err)
 		}
 		if fi.Size() != 4*int64(m.Elements) {
-			return nil, fmt.Errorf("profile: %s holds %d bytes, want %d (%d float32 values, meta.json's elements)", GradientsFile(dir, r), fi.Size(), 4*m.Elements, m.Elements)
+			return nil, fmt.Errorf("profile: %w: %s holds %d bytes, want %d (%d float32 values)", ErrGradientsMismatch, GradientsFile(dir, r), fi.Size(), 4*m.Elements, m.Elements)
 		}
 	}
 	recorded := ends(m.Buckets)
@@ -83,8 +94,8 @@ func OpenGradients(dir string, p *Profile, buckets []Bucket, workers int) (*Grad
 	}
 	for _, e := range ends(replay) {
 		if _, found := slices.BinarySearch(recorded, e); !found {
-			return nil, fmt.Errorf("profile: the replay's buckets of %s end at values %s, the recorded ones in %s at %s: replay bucket ends %d splits a recorded bucket, whose values need not come from the layers the replay puts there; replay with buckets that are unions of the recorded ones (--bucket-mb), or record with buckets that fit",
-				p.Model, joinInts(ends(replay)), dir, joinInts(recorded), e)
+			return nil, fmt.Errorf("profile: %w: replay bucket end %d splits a recorded bucket (%s: replay ends %s, recorded %s): use a --bucket-mb whose buckets fit",
+				ErrGradientsMismatch, e, p.Model, joinInts(ends(replay)), joinInts(recorded))
 		}
 	}
 	return &Gradients{Dir: dir, Elements: m.Elements, Buckets: m.Buckets, Ranks: m.Ranks}, nil
@@ -207,7 +218,7 @@ func (g *Gradients) CheckSum(got []float32, off, workers, k int) error {
 			tol := quant.ErrorBound(workers, ex) + math.Ldexp(float64(workers*workers), int(ex)-24)
 			want, v := sums[i-lo], float64(got[i])
 			if math.IsNaN(v) || math.Abs(v-want) > tol {
-				return fmt.Errorf("profile: value %d after the allreduce is %g, the sum of the %d ranks' recorded values is %g (tolerance %.3g)", off+i, v, workers, want, tol)
+				return fmt.Errorf("profile: value %d after the allreduce: %w: %g, the sum of the %d ranks' recorded values is %g (tolerance %.3g)", off+i, ErrWrongSum, v, workers, want, tol)
 			}
 		}
 	}

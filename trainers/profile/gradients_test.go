@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"math"
 	"net"
 	"os"
@@ -103,7 +105,7 @@ func TestReplayFillsRecordedGradients(t *testing.T) {
 	// As if a second rank's contribution were missing from the sums.
 	rp.Workers = 2
 	writeGradients(t, dir, p.Model, [][]float32{g0, recordedGradient(1, 1000)}, []int{100, 300, 200, 400})
-	if err := rp.Check(); err == nil || !strings.Contains(err.Error(), "sum of the 2 ranks' recorded values") {
+	if err := rp.Check(); !errors.Is(err, ErrWrongSum) || !strings.Contains(err.Error(), "sum of the 2 ranks' recorded values") {
 		t.Fatalf("Check of sums missing a rank: %v, want a mismatch", err)
 	}
 }
@@ -188,12 +190,12 @@ func TestCheckSum(t *testing.T) {
 	if grads[2][1500] == 0 {
 		t.Fatal("the test wants rank 2 to hold a value at 1500")
 	}
-	if err := g.CheckSum(bad[1000:2700], 1000, n, k); err == nil || !strings.Contains(err.Error(), "value 1500 ") {
+	if err := g.CheckSum(bad[1000:2700], 1000, n, k); !errors.Is(err, ErrWrongSum) || !strings.Contains(err.Error(), "value 1500 ") {
 		t.Errorf("a value missing rank 2's contribution: %v, want a mismatch at value 1500", err)
 	}
 	bad = slices.Clone(sum)
 	bad[2999] = float32(math.NaN())
-	if err := g.CheckSum(bad[2000:], 2000, n, k); err == nil || !strings.Contains(err.Error(), "value 2999 ") {
+	if err := g.CheckSum(bad[2000:], 2000, n, k); !errors.Is(err, ErrWrongSum) || !strings.Contains(err.Error(), "value 2999 ") {
 		t.Errorf("a NaN: %v, want a mismatch at value 2999", err)
 	}
 	if err := g.CheckSum(sum[2000:], 2001, n, k); err == nil {
@@ -215,7 +217,7 @@ func TestOpenGradientsRefusesMismatches(t *testing.T) {
 		workers int
 		want    string
 	}{
-		{"a recorded bucket across a replay bucket's end", two, []int{500, 500}, "t", 2, "replay bucket ends 400 splits a recorded bucket"},
+		{"a recorded bucket across a replay bucket's end", two, []int{500, 500}, "t", 2, "replay bucket end 400 splits a recorded bucket"},
 		{"another model's size", [][]float32{recordedGradient(0, 900), recordedGradient(1, 900)}, []int{900}, "t", 2, "gradients of 900 values"},
 		{"another model", two, []int{400, 600}, "u", 2, "gradients of u"},
 		{"fewer ranks than workers", two, []int{400, 600}, "t", 3, "2 ranks, the replay has 3 workers"},
@@ -223,7 +225,7 @@ func TestOpenGradientsRefusesMismatches(t *testing.T) {
 	} {
 		dir := t.TempDir()
 		writeGradients(t, dir, tc.model, tc.grads, tc.buckets)
-		if _, err := OpenGradients(dir, p, buckets, tc.workers); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := OpenGradients(dir, p, buckets, tc.workers); !errors.Is(err, ErrGradientsMismatch) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error saying %q", tc.name, err, tc.want)
 		}
 	}
@@ -233,10 +235,10 @@ func TestOpenGradientsRefusesMismatches(t *testing.T) {
 	if err := os.Truncate(GradientsFile(dir, 1), 3000); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := OpenGradients(dir, p, buckets, 2); err == nil || !strings.Contains(err.Error(), "holds 3000 bytes, want 4000") {
+	if _, err := OpenGradients(dir, p, buckets, 2); !errors.Is(err, ErrGradientsMismatch) || !strings.Contains(err.Error(), "holds 3000 bytes, want 4000") {
 		t.Errorf("a short rank file: %v", err)
 	}
-	if _, err := OpenGradients(t.TempDir(), p, buckets, 2); err == nil || !strings.Contains(err.Error(), "meta.json") {
+	if _, err := OpenGradients(t.TempDir(), p, buckets, 2); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "meta.json") {
 		t.Errorf("no meta.json: %v", err)
 	}
 }

@@ -1,11 +1,20 @@
 package afxdp
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
 
 	"github.com/switchml/switchml-go/transport"
+)
+
+// Errors a caller can tell apart.
+var (
+	// ErrNoInterface is an address no network interface of this host has.
+	ErrNoInterface = errors.New("no interface has this address")
+	// ErrXDPAttached is an interface that another XDP program holds.
+	ErrXDPAttached = errors.New("another XDP program is attached")
 )
 
 // Mode is how the XDP program that steers datagrams to the socket is
@@ -72,7 +81,7 @@ type Options struct {
 
 func (o Options) withDefaults() (Options, error) {
 	if o.Queue < 0 {
-		return o, fmt.Errorf("afxdp: queue %d is negative; give a receive queue number of the interface (0 is the first)", o.Queue)
+		return o, fmt.Errorf("afxdp: Options.Queue %d: want a receive queue number, 0 or more", o.Queue)
 	}
 	if o.Frames <= 0 {
 		o.Frames = DefaultFrames
@@ -81,7 +90,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.Frames = minFrames
 	}
 	if o.Frames > 1<<20 {
-		return o, fmt.Errorf("afxdp: %d frames is too many; use at most %d", o.Frames, 1<<20)
+		return o, fmt.Errorf("afxdp: Options.Frames %d: above the limit %d", o.Frames, 1<<20)
 	}
 	o.Frames = ceilPow2(o.Frames)
 	if o.FrameSize <= 0 {
@@ -100,7 +109,7 @@ func (o Options) withDefaults() (Options, error) {
 	switch o.Mode {
 	case Auto, Native, Generic:
 	default:
-		return o, fmt.Errorf("afxdp: unknown mode %d; use Auto, Native or Generic", int(o.Mode))
+		return o, fmt.Errorf("afxdp: Options.Mode %d: want Auto, Native or Generic", int(o.Mode))
 	}
 	return o, nil
 }

@@ -850,7 +850,7 @@ func TestVethRefusals(t *testing.T) {
 		}
 		defer l.Close()
 		_, err = Listen(netip.MustParseAddrPort("10.219.3.1:0"), Options{})
-		if err == nil || !strings.Contains(err.Error(), "already has an XDP program") {
+		if !errors.Is(err, ErrXDPAttached) {
 			return fmt.Errorf("Listen with another XDP program attached: %v", err)
 		}
 		t.Logf("refused: %v", err)
@@ -883,7 +883,7 @@ func TestVethRefusals(t *testing.T) {
 	// An address on no interface.
 	mustInNS(t, a, func() error {
 		_, err := Listen(netip.MustParseAddrPort("10.219.99.1:0"), Options{})
-		if err == nil || !strings.Contains(err.Error(), "no interface has the address") {
+		if !errors.Is(err, ErrNoInterface) {
 			return fmt.Errorf("Listen on an absent address: %v", err)
 		}
 		return nil

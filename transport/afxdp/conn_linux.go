@@ -111,23 +111,23 @@ func Listen(addr netip.AddrPort, opts Options) (*Conn, error) {
 	}
 	ip := addr.Addr().Unmap()
 	if !ip.Is4() {
-		return nil, fmt.Errorf("afxdp: %s is not an IPv4 address; the AF_XDP transport handles IPv4 only", addr.Addr())
+		return nil, fmt.Errorf("afxdp: address %s: not IPv4, which AF_XDP here needs", addr.Addr())
 	}
 	if ip.IsUnspecified() {
-		return nil, errors.New("afxdp: cannot listen on 0.0.0.0; give the address of the interface to use")
+		return nil, errors.New("afxdp: address 0.0.0.0: want the address of the interface to use")
 	}
 	ifc, err := interfaceOf(ip)
 	if err != nil {
 		return nil, err
 	}
 	if ifc.Flags&net.FlagLoopback != 0 {
-		return nil, fmt.Errorf("afxdp: %s is on the loopback interface %s, which has no XDP path; use an address of a network device", ip, ifc.Name)
+		return nil, fmt.Errorf("afxdp: address %s: on loopback (%s), which has no XDP path", ip, ifc.Name)
 	}
 	if ifc.Flags&net.FlagUp == 0 {
-		return nil, fmt.Errorf("afxdp: interface %s is down; bring it up (ip link set dev %s up)", ifc.Name, ifc.Name)
+		return nil, fmt.Errorf("afxdp: interface %s is down: ip link set dev %s up", ifc.Name, ifc.Name)
 	}
 	if len(ifc.HardwareAddr) != 6 {
-		return nil, fmt.Errorf("afxdp: interface %s has no Ethernet address; AF_XDP here needs an Ethernet device", ifc.Name)
+		return nil, fmt.Errorf("afxdp: interface %s: no Ethernet address, which AF_XDP here needs", ifc.Name)
 	}
 	frameSize, err := frameSizeFor(opts.FrameSize, ifc.MTU, ifc.Name)
 	if err != nil {
@@ -224,7 +224,7 @@ func (c *Conn) openPoller() error {
 func Supported() error {
 	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("afxdp: cannot open an AF_XDP socket: %w (needs Linux 5.9 or later built with CONFIG_XDP_SOCKETS, and CAP_NET_RAW)", err)
+		return fmt.Errorf("afxdp: AF_XDP socket: %w (needs Linux 5.9+ with CONFIG_XDP_SOCKETS, and CAP_NET_RAW)", err)
 	}
 	unix.Close(fd)
 	if err := probeProgram(); err != nil {
@@ -253,7 +253,7 @@ func interfaceOf(ip netip.Addr) (*net.Interface, error) {
 			}
 		}
 	}
-	return nil, fmt.Errorf("afxdp: no interface has the address %s; give an IPv4 address configured on the interface to use (ip -4 addr)", ip)
+	return nil, fmt.Errorf("afxdp: address %s: %w", ip, ErrNoInterface)
 }
 
 // frameSizeFor picks the smallest frame size from want up that holds a
@@ -261,7 +261,7 @@ func interfaceOf(ip netip.Addr) (*net.Interface, error) {
 func frameSizeFor(want, mtu int, name string) (int, error) {
 	page := unix.Getpagesize()
 	if want > page {
-		return 0, fmt.Errorf("afxdp: frame size %d exceeds the page size %d; use at most %d", want, page, page)
+		return 0, fmt.Errorf("afxdp: frame size %d: above the page size %d", want, page)
 	}
 	for fs := want; fs <= page; fs <<= 1 {
 		if fs-unix.XDP_PACKET_HEADROOM >= mtu+ethHeaderLen {
@@ -269,8 +269,7 @@ func frameSizeFor(want, mtu int, name string) (int, error) {
 		}
 	}
 	most := page - unix.XDP_PACKET_HEADROOM - ethHeaderLen
-	return 0, fmt.Errorf("afxdp: %s has MTU %d but AF_XDP frames here hold packets of MTU %d at most (a %d-byte page less %d bytes of headroom); lower the MTU to use AF_XDP (ip link set dev %s mtu %d)",
-		name, mtu, most, page, unix.XDP_PACKET_HEADROOM, name, most)
+	return 0, fmt.Errorf("afxdp: %s MTU %d: above the %d an AF_XDP frame holds: lower it (ip link set dev %s mtu %d)", name, mtu, most, name, most)
 }
 
 func bindUDP(ip [4]byte, port uint16) (int, uint16, error) {
@@ -280,7 +279,7 @@ func bindUDP(ip [4]byte, port uint16) (int, uint16, error) {
 	}
 	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: int(port), Addr: ip}); err != nil {
 		unix.Close(fd)
-		return -1, 0, fmt.Errorf("afxdp: cannot bind UDP %s: %w; pick a free port or 0", netip.AddrPortFrom(netip.AddrFrom4(ip), port), err)
+		return -1, 0, fmt.Errorf("afxdp: binding UDP %s: %w (pick a free port, or 0)", netip.AddrPortFrom(netip.AddrFrom4(ip), port), err)
 	}
 	sa, err := unix.Getsockname(fd)
 	if err != nil {
@@ -646,7 +645,7 @@ func (c *Conn) slowSend(m *Message) error {
 			if n, perr := unix.Poll(c.wpfd[:], 1000); perr != nil && perr != unix.EINTR {
 				return fmt.Errorf("afxdp: waiting to send to %s: %w", m.Addr, perr)
 			} else if n == 0 {
-				return fmt.Errorf("afxdp: the kernel socket did not take a datagram to %s for 1s; check the route", m.Addr)
+				return fmt.Errorf("afxdp: datagram to %s: the kernel socket took none for 1s: check the route", m.Addr)
 			}
 			continue
 		}

@@ -112,7 +112,7 @@ func newDevice(key devKey, ifc *net.Interface, opts Options, frameSize int) (_ *
 		return nil, fmt.Errorf("afxdp: cannot read the XDP state of %s: %w", d.name, err)
 	}
 	if st.attached != 0 {
-		return nil, fmt.Errorf("afxdp: %s already has an XDP program attached (id %d, %s mode); detach it first (ip link set dev %s xdp off)", d.name, st.progID, st.mode(), d.name)
+		return nil, fmt.Errorf("afxdp: %s: %w (id %d, %s mode): detach it (ip link set dev %s xdp off)", d.name, ErrXDPAttached, st.progID, st.mode(), d.name)
 	}
 	if d.obj, err = newProgObjects(key.queue + 1); err != nil {
 		return nil, fmt.Errorf("afxdp: %w", err)
@@ -204,7 +204,7 @@ func attach(obj *progObjects, ifindex int, name string, mode Mode, maxLen, mtu i
 	if errG == nil {
 		return l, Generic, nil
 	}
-	return nil, mode, fmt.Errorf("afxdp: cannot attach the XDP program to %s: %v; %v", name, errN, errG)
+	return nil, mode, fmt.Errorf("afxdp: attaching the XDP program to %s: %v; %v", name, errN, errG)
 }
 
 func (d *device) teardown() {
@@ -240,7 +240,7 @@ func (d *device) add(c *Conn) error {
 	k := portKey(c.local)
 	if err := d.obj.ports.Put(k, uint8(1)); err != nil {
 		d.remove(c)
-		return fmt.Errorf("afxdp: cannot enter %s in the BPF port map: %w (at most %d Conns per interface and queue)", c.local, err, maxConnsPerDevice)
+		return fmt.Errorf("afxdp: port map entry for %s: %w (at most %d Conns per interface and queue)", c.local, err, maxConnsPerDevice)
 	}
 	return nil
 }
@@ -443,7 +443,7 @@ func (d *device) transmit(c *Conn, ms []Message, idx []int, macs [][6]byte) (int
 			done += k
 		}
 		if err := d.kickTX(); err != nil {
-			return done, fmt.Errorf("afxdp: sending on %s failed: %w; check that the interface is up", d.name, err)
+			return done, fmt.Errorf("afxdp: sending on %s: %w (is the interface up?)", d.name, err)
 		}
 		drained := d.x.zeroCopy || d.txDrained()
 		if done == len(idx) && drained {
@@ -465,7 +465,7 @@ func (d *device) transmit(c *Conn, ms []Message, idx []int, macs [][6]byte) (int
 		if stalled.IsZero() {
 			stalled = time.Now()
 		} else if time.Since(stalled) > txStall {
-			return done, fmt.Errorf("afxdp: %s took no packets for %v (transmit ring stalled); check the link, or use UDP sockets", d.name, txStall)
+			return done, fmt.Errorf("afxdp: %s: transmit ring stalled for %v: check the link, or use UDP", d.name, txStall)
 		}
 		d.txMu.Unlock()
 		if idle < 64 {

@@ -19,7 +19,7 @@ func init() {
 func listenLane(s transport.LaneSpec) (transport.PacketConn, error) {
 	ip, err := netip.ParseAddr(s.Bind)
 	if err != nil {
-		return nil, fmt.Errorf("transport %s needs an IP address to bind, not %q: %v", Name, s.Bind, err)
+		return nil, fmt.Errorf("transport %s: bind address %q: want an IP address", Name, s.Bind)
 	}
 	return ListenOrUDP(netip.AddrPortFrom(ip, 0), Options{}, s.UDP, s.Logf)
 }
@@ -29,7 +29,7 @@ func listenLane(s transport.LaneSpec) (transport.PacketConn, error) {
 func listenSwitch(s transport.SwitchSpec) (transport.PacketConn, error) {
 	ap, err := netip.ParseAddrPort(s.Addr)
 	if err != nil || !ap.Addr().Is4() || ap.Addr().IsUnspecified() {
-		return nil, fmt.Errorf("AF_XDP data plane at %q: give a specific IPv4 address and port (the interface is found from the address)", s.Addr)
+		return nil, fmt.Errorf("transport %s: data plane address %q: want a specific IPv4 address and port", Name, s.Addr)
 	}
 	return ListenOrUDP(ap, Options{Batch: s.UDP.Batch}, s.UDP, s.Logf)
 }

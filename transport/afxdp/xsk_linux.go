@@ -62,7 +62,7 @@ func openXSK(ifindex, queue int, umem []byte, frameSize, ringSize uint32, flags 
 		Size: frameSize,
 	}
 	if err := sockoptPtr(fd, unix.SOL_XDP, unix.XDP_UMEM_REG, unsafe.Pointer(&reg), unsafe.Sizeof(reg)); err != nil {
-		return nil, fmt.Errorf("cannot register %d bytes of UMEM: %w (raise the locked-memory limit, ulimit -l, or run with CAP_IPC_LOCK)", len(umem), err)
+		return nil, fmt.Errorf("registering %d bytes of UMEM: %w (raise ulimit -l, or grant CAP_IPC_LOCK)", len(umem), err)
 	}
 	for _, o := range []struct {
 		opt  int

@@ -164,9 +164,10 @@ func Listen(addr netip.AddrPort, opts Options, udpOpts transport.Options) (*Conn
 	if !addr.Addr().IsValid() || addr.Addr().IsUnspecified() {
 		return nil, errNoAddr
 	}
-	st, err := os.Stat(opts.Dir)
-	if err != nil || !st.IsDir() {
-		return nil, fmt.Errorf("shm: inbox directory %s is not usable (%v): give Options.Dir a directory on a memory file system", opts.Dir, err)
+	if st, err := os.Stat(opts.Dir); err != nil {
+		return nil, fmt.Errorf("shm: Options.Dir: %w", err)
+	} else if !st.IsDir() {
+		return nil, fmt.Errorf("shm: Options.Dir %s: not a directory", opts.Dir)
 	}
 	udp, err := transport.Listen(addr.String(), udpOpts)
 	if err != nil {
@@ -505,7 +506,7 @@ func (c *Conn) readFault(n *int, err *error) {
 		if !faulted(r) {
 			panic(r)
 		}
-		*n, *err = 0, fmt.Errorf("shm: reading inbox %s failed (%v); close the Conn", c.path, r)
+		*n, *err = 0, fmt.Errorf("shm: reading inbox %s: %w (%v): close the Conn", c.path, ErrFault, r)
 	}
 }
 
@@ -703,7 +704,7 @@ func (c *Conn) WriteBatch(ms []Message) (n int, err error) {
 				c.inOutbox = false
 				path := c.out.path
 				c.closeOutbox()
-				err = fmt.Errorf("shm: writing the outbox %s failed (%v); datagrams are copied into each inbox from now on", path, r)
+				err = fmt.Errorf("shm: writing outbox %s: %w (%v): copying into each inbox from now on", path, ErrFault, r)
 				return
 			}
 			dst := netip.AddrPort{}
@@ -711,7 +712,7 @@ func (c *Conn) WriteBatch(ms []Message) (n int, err error) {
 				dst = p.addr
 				c.unmap(p) // without touching the inbox again
 			}
-			err = fmt.Errorf("shm: writing the inbox of %v failed (%v); that destination goes over UDP from now on", dst, r)
+			err = fmt.Errorf("shm: writing the inbox of %v: %w (%v): it goes over UDP from now on", dst, ErrFault, r)
 		}
 	}()
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
@@ -222,7 +223,7 @@ func TestListenRefusals(t *testing.T) {
 	if _, err := Listen(netip.MustParseAddrPort("0.0.0.0:0"), Options{Dir: dir}, transport.Options{}); !errors.Is(err, errNoAddr) {
 		t.Errorf("wildcard address: %v", err)
 	}
-	if _, err := Listen(loopback, Options{Dir: dir + "/missing"}, transport.Options{}); err == nil || !strings.Contains(err.Error(), "not usable") {
+	if _, err := Listen(loopback, Options{Dir: dir + "/missing"}, transport.Options{}); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("missing directory: %v", err)
 	}
 	if _, err := Listen(loopback, Options{Dir: dir, Slots: -1}, transport.Options{}); err == nil {
@@ -305,7 +306,7 @@ func TestTruncatedInboxIsAnErrorNotACrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := a.WriteBatch([]transport.Message{{Buf: make([]byte, 100), Addr: b.LocalAddr()}})
-	if err == nil || !strings.Contains(err.Error(), "goes over UDP") {
+	if !errors.Is(err, ErrFault) {
 		t.Fatalf("write into a truncated inbox: %v", err)
 	}
 	if s := a.Stats(); s.Peers != 0 {
@@ -318,7 +319,7 @@ func TestTruncatedInboxIsAnErrorNotACrash(t *testing.T) {
 		t.Errorf("after the fault: %+v, want the next datagram over UDP", s)
 	}
 	// The owner's reads fault on the same memory: an error, not a crash.
-	if _, err := b.TryReadBatch(make([]transport.Message, 4)); err == nil || !strings.Contains(err.Error(), "reading inbox") {
+	if _, err := b.TryReadBatch(make([]transport.Message, 4)); !errors.Is(err, ErrFault) {
 		t.Errorf("read of a truncated inbox: %v", err)
 	}
 }

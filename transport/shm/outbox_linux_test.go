@@ -3,6 +3,7 @@
 package shm
 
 import (
+	"errors"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -292,7 +293,7 @@ func TestTruncatedOutboxIsAnErrorNotACrash(t *testing.T) {
 	}
 	ms := []transport.Message{{Buf: big(2), Addr: b.LocalAddr()}, {Addr: c.LocalAddr()}}
 	ms[1].Buf = ms[0].Buf
-	if _, err := a.WriteBatch(ms); err == nil || !strings.Contains(err.Error(), "outbox") {
+	if _, err := a.WriteBatch(ms); !errors.Is(err, ErrFault) || !strings.Contains(err.Error(), "outbox") {
 		t.Fatalf("write into a truncated outbox: %v", err)
 	}
 	shared := a.Stats().Shared

@@ -21,7 +21,7 @@ func init() {
 func listenLane(s transport.LaneSpec) (transport.PacketConn, error) {
 	ip, err := netip.ParseAddr(s.Bind)
 	if err != nil {
-		return nil, fmt.Errorf("transport %s needs an IP address to bind, not %q: %v", Name, s.Bind, err)
+		return nil, fmt.Errorf("transport %s: bind address %q: want an IP address", Name, s.Bind)
 	}
 	opts := Options{Producers: 16, Slots: max(256, s.Window+transport.DefaultBatch), CoalesceWakeups: true, YieldsBeforeSleep: DefaultYields}
 	return ListenOrUDP(netip.AddrPortFrom(ip, 0), opts, s.UDP, s.Logf)
@@ -33,7 +33,7 @@ func listenLane(s transport.LaneSpec) (transport.PacketConn, error) {
 func listenSwitch(s transport.SwitchSpec) (transport.PacketConn, error) {
 	ap, err := netip.ParseAddrPort(s.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("shared-memory data plane at %q: give a specific IP address and port: %v", s.Addr, err)
+		return nil, fmt.Errorf("transport %s: data plane address %q: want a specific IP address and port", Name, s.Addr)
 	}
 	opts := Options{Producers: 256, CoalesceWakeups: true, ShareCopies: true, YieldsBeforeSleep: DefaultYields}
 	return ListenOrUDP(ap, opts, s.UDP, s.Logf)

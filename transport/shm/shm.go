@@ -110,7 +110,12 @@ type Stats struct {
 	Peers int
 }
 
-var errNoAddr = errors.New("shm: needs a specific IP address to bind (not 0.0.0.0 or ::): it names the inbox and is the source address of every datagram")
+var errNoAddr = errors.New("shm: address: want a specific IP, not 0.0.0.0 or :: (it names the inbox)")
+
+// ErrFault is a fault on the memory of an inbox or outbox, such as a file
+// another process truncated. The error wrapping it says what the Conn does
+// next.
+var ErrFault = errors.New("memory fault")
 
 // ListenOrUDP opens a Conn on addr, or, if shared memory cannot be used,
 // logs "shm: <reason>; using UDP sockets" through logf (when not nil) and

@@ -9,8 +9,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -22,6 +20,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/trainers/density"
+	"github.com/switchml/switchml-go/trainers/internal/cli"
 	"github.com/switchml/switchml-go/trainers/internal/rackrun"
 )
 
@@ -29,17 +28,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	err := run(ctx, os.Args[1:], os.Stderr)
 	stop()
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		msg := err.Error()
-		if !strings.HasPrefix(msg, "density:") {
-			msg = "density: " + msg
-		}
-		fmt.Fprintln(os.Stderr, msg)
-		os.Exit(1)
-	}
+	cli.Exit("density", err)
 }
 
 // defaultDump is where the gradients go unless --dump says otherwise:
@@ -60,7 +49,7 @@ func ints(s, flagName string) ([]int, error) {
 	for _, f := range strings.Split(s, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 {
-			return nil, fmt.Errorf("--%s %q: want positive integers separated by commas", flagName, s)
+			return nil, cli.Usagef("density", "--%s %q: want positive integers separated by commas", flagName, s)
 		}
 		out = append(out, n)
 	}
@@ -68,8 +57,7 @@ func ints(s, flagName string) ([]int, error) {
 }
 
 func run(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("density", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.NewFlagSet("density", "[flags]", "Block density of the real gradients of ncf, deeplight and lstm over real TensorFlow steps.")
 	var (
 		modelsF, unionsF, blocksF, stepsForF, out, dump, opt string
 		o                                                    density.Options
@@ -90,15 +78,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&o.Profiles, "profiles", "profiles", "directory of the model profiles (batch sizes, units)")
 	fs.StringVar(&dump, "dump", defaultDump(), "write the gradients of every worker at the first measured step to DIR/<model>/rank<r>.f32 and meta.json (empty: do not)")
 	fs.StringVar(&out, "out", "", "write density.md and density.jsonl to this directory (e.g. results/density)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: density [flags]\n\nBlock density of the real gradients of ncf, deeplight and lstm over real TensorFlow steps.")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q; every setting is a flag (see --help)", fs.Args())
 	}
 	var err error
 	if o.Unions, err = ints(unionsF, "unions"); err != nil {
@@ -108,7 +89,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	if o.Steps < 1 || o.Warmup < 0 {
-		return fmt.Errorf("--steps %d --warmup %d: want at least one measured step and no negative warm-up", o.Steps, o.Warmup)
+		return cli.Usagef("density", "--steps %d --warmup %d: want at least one measured step and no negative warm-up", o.Steps, o.Warmup)
 	}
 	if stepsForF != "" {
 		o.StepsFor = map[string]int{}
@@ -116,7 +97,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			m, v, ok := strings.Cut(kv, "=")
 			n, err := strconv.Atoi(v)
 			if !ok || err != nil || n < 1 {
-				return fmt.Errorf("--steps-for %q: want model=steps pairs separated by commas, e.g. lstm=5", stepsForF)
+				return cli.Usagef("density", "--steps-for %q: want model=steps pairs separated by commas, e.g. lstm=5", stepsForF)
 			}
 			o.StepsFor[strings.TrimSpace(m)] = n
 		}

@@ -1,16 +1,17 @@
 // Command plotcurves draws test-accuracy curves from the JSON lines that
 // `train --json` prints, one curve per file:
 //
-//	go run ./cmd/plotcurves -o curves.png exact.jsonl switchml.jsonl
+//	go run ./cmd/plotcurves --out curves.png exact.jsonl switchml.jsonl
 package main
 
 import (
 	"bufio"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/switchml/switchml-go/trainers/internal/cli"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -58,12 +59,18 @@ func read(path string) ([]record, error) {
 }
 
 func main() {
-	out := flag.String("o", "curves.png", "output PNG")
-	title := flag.String("title", "Test accuracy per epoch", "plot title")
-	flag.Parse()
-	if flag.NArg() == 0 {
-		fmt.Fprintln(os.Stderr, "usage: plotcurves [-o out.png] run.jsonl...")
-		os.Exit(2)
+	cli.Exit("plotcurves", run(os.Args[1:]))
+}
+
+func run(args []string) error {
+	fs := cli.NewFlagSet("plotcurves", "[--out FILE.png] [--title TEXT] RUN.jsonl...", "Test-accuracy curves, one per `train --json` output, in one PNG.")
+	out := fs.String("out", "curves.png", "output PNG")
+	title := fs.String("title", "Test accuracy per epoch", "plot title")
+	if err := cli.ParseArgs(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return cli.Usagef("plotcurves", "name the runs: the JSON lines of train --json, one file per run")
 	}
 	p := plot.New()
 	p.Title.Text = *title
@@ -72,11 +79,10 @@ func main() {
 	p.Legend.Top = false
 	p.Legend.Left = false
 	var lines []any
-	for _, path := range flag.Args() {
+	for _, path := range fs.Args() {
 		recs, err := read(path)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "plotcurves:", err)
-			os.Exit(1)
+			return err
 		}
 		pts := make(plotter.XYs, len(recs))
 		for i, r := range recs {
@@ -87,11 +93,7 @@ func main() {
 		lines = append(lines, name, pts)
 	}
 	if err := plotutil.AddLinePoints(p, lines...); err != nil {
-		fmt.Fprintln(os.Stderr, "plotcurves:", err)
-		os.Exit(1)
+		return err
 	}
-	if err := p.Save(7*vg.Inch, 4.5*vg.Inch, *out); err != nil {
-		fmt.Fprintln(os.Stderr, "plotcurves:", err)
-		os.Exit(1)
-	}
+	return p.Save(7*vg.Inch, 4.5*vg.Inch, *out)
 }

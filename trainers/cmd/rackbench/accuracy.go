@@ -21,6 +21,7 @@ import (
 
 	"github.com/switchml/switchml-go/benchmarks/rack"
 	"github.com/switchml/switchml-go/internal/harness"
+	"github.com/switchml/switchml-go/trainers/internal/cli"
 	"github.com/switchml/switchml-go/trainers/internal/rackrun"
 	"github.com/switchml/switchml-go/trainers/train"
 )
@@ -122,7 +123,7 @@ type AccuracyReport struct {
 
 func accuracy(ctx context.Context, args []string) error {
 	var rf rackFlags
-	fs := flag.NewFlagSet("rackbench accuracy", flag.ContinueOnError)
+	fs := cli.NewFlagSet("rackbench accuracy", "[flags]", "Time to a test accuracy per backend, with the accuracy of every epoch (Fashion-MNIST), on the emulated rack.")
 	rf.register(fs)
 	rate := fs.Float64("rate", 200, "port rate in Mbit/s")
 	backends := fs.String("backends", "switchml,ring", "backends, run one after the other: switchml, ring, exact")
@@ -137,16 +138,16 @@ func accuracy(ctx context.Context, args []string) error {
 	evalEvery := fs.Int("eval-every", 0, "also evaluate every N steps within an epoch (train --eval-every), for a finer time to the target")
 	out := fs.String("out", "results/rack-e2e", "output directory")
 	name := fs.String("name", "accuracy", "results file names: NAME.json, NAME.md and NAME.png in --out")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if *target <= 0 || *target > 1 {
-		return fmt.Errorf("--target %v: want a fraction in (0, 1], such as 0.88", *target)
+		return cli.Usagef("rackbench accuracy", "--target %v: want a fraction in (0, 1], such as 0.88", *target)
 	}
 	bes := strings.Split(*backends, ",")
 	for _, b := range bes {
 		if b != "switchml" && b != "ring" && b != "exact" {
-			return fmt.Errorf("--backends: unknown backend %q (want switchml, ring or exact)", b)
+			return cli.Usagef("rackbench accuracy", "--backends: unknown backend %q: want switchml, ring or exact", b)
 		}
 	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {

@@ -19,29 +19,41 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/switchml/switchml-go/trainers/internal/cli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	err := run(ctx, os.Args[1:])
-	if err != nil && !errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(os.Stderr, "rackbench:", err)
-		os.Exit(1)
-	}
+	stop()
+	cli.Exit("rackbench", err)
 }
+
+const usage = `Usage: rackbench <measurement> [flags]
+
+Real TensorFlow training on the emulated rack (needs root).
+
+Measurements:
+  accuracy  time to a test accuracy per backend, with every epoch's accuracy
+  steps     step time of benchmark models beside the profile replay's prediction
+  report    rewrite the tables and plots from the JSON files
+
+Run 'rackbench <measurement> --help' for its flags.
+`
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return errors.New("name a measurement: rackbench accuracy|steps|report [flags] (--help on each)")
+		return cli.Usagef("rackbench", "name a measurement: accuracy, steps or report")
 	}
 	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Print(usage)
+		return nil
 	case "accuracy":
 		return accuracy(ctx, args[1:])
 	case "steps":
@@ -49,5 +61,5 @@ func run(ctx context.Context, args []string) error {
 	case "report":
 		return report(args[1:])
 	}
-	return fmt.Errorf("unknown measurement %q: want accuracy, steps or report", args[0])
+	return cli.Usagef("rackbench", "unknown measurement %q: want accuracy, steps or report", args[0])
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"math"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchml/switchml-go/trainers/internal/cli"
 	"github.com/switchml/switchml-go/trainers/internal/rackrun"
 	"github.com/switchml/switchml-go/trainers/profile"
 	"github.com/switchml/switchml-go/trainers/train"
@@ -118,7 +118,7 @@ type stepsFlags struct {
 
 func parseStepsFlags(args []string) (*stepsFlags, error) {
 	f := &stepsFlags{}
-	fs := flag.NewFlagSet("rackbench steps", flag.ContinueOnError)
+	fs := cli.NewFlagSet("rackbench steps", "[flags]", "Step time of benchmark models on synthetic input, each beside the profile replay's prediction, on the emulated rack.")
 	f.rf.register(fs)
 	fs.StringVar(&f.models, "models", "ncf,deeplight,lstm,resnet50", "benchmark models (each with profiles/<model>.json; the batch is the profile's)")
 	fs.StringVar(&f.rates, "rates", "200,1000", "port rates in Mbit/s")
@@ -131,11 +131,11 @@ func parseStepsFlags(args []string) (*stepsFlags, error) {
 	fs.IntVar(&f.threads, "threads", 1, "TensorFlow intra-op threads per rank")
 	fs.StringVar(&f.out, "out", "results/rack-e2e", "output directory")
 	fs.StringVar(&f.name, "name", "steps", "results file names: NAME.json and NAME.md in --out")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return nil, err
 	}
 	if f.timed < 1 || f.warmup < 0 {
-		return nil, fmt.Errorf("--steps %d --warmup %d: want at least one timed step", f.timed, f.warmup)
+		return nil, cli.Usagef("rackbench steps", "--steps %d --warmup %d: want at least one timed step", f.timed, f.warmup)
 	}
 	return f, nil
 }
@@ -439,9 +439,14 @@ func profileCPUs(p *profile.Profile) float64 {
 
 // report rewrites the table (and plot) of each results file from its JSON:
 // an accuracy run has "runs", a step-time run "points".
-func report(files []string) error {
+func report(args []string) error {
+	fs := cli.NewFlagSet("rackbench report", "NAME.json...", "Rewrites the table and plot beside each results file of accuracy or steps.")
+	if err := cli.ParseArgs(fs, args); err != nil {
+		return err
+	}
+	files := fs.Args()
 	if len(files) == 0 {
-		return fmt.Errorf("rackbench report: name the results files (NAME.json written by accuracy or steps)")
+		return cli.Usagef("rackbench report", "name the results files: NAME.json, written by accuracy or steps")
 	}
 	for _, path := range files {
 		b, err := os.ReadFile(path)

@@ -20,6 +20,7 @@ import (
 	"github.com/switchml/switchml-go/benchmarks/rack"
 	"github.com/switchml/switchml-go/internal/harness"
 	"github.com/switchml/switchml-go/internal/progress"
+	"github.com/switchml/switchml-go/trainers/internal/cli"
 	"github.com/switchml/switchml-go/trainers/internal/rackrun"
 	"github.com/switchml/switchml-go/trainers/profile"
 )
@@ -116,9 +117,12 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 
 func bench(ctx context.Context, args []string) error {
 	var f benchFlags
-	fs := flag.NewFlagSet("replaybench", flag.ContinueOnError)
+	fs := cli.NewFlagSet("replaybench", "[flags] | worker|report|merge|derive|profiles [flags]",
+		"Replays the models' compute profiles with the real allreduce on the emulated rack (needs root).\n"+
+			"The subcommands: report rewrites a run's table and plot, merge combines runs, derive scales a profile,\n"+
+			"profiles lists the profiles; run 'replaybench <subcommand> --help' for their flags.")
 	f.register(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if os.Geteuid() != 0 {
@@ -133,7 +137,7 @@ func bench(ctx context.Context, args []string) error {
 	backends := strings.Split(f.backends, ",")
 	for _, b := range backends {
 		if !slices.Contains([]string{"switchml", "switchml-sparse", "ring", "gloo"}, b) {
-			return fmt.Errorf("--backends: unknown backend %q (want switchml, switchml-sparse, ring or gloo)", b)
+			return cli.Usagef("replaybench", "--backends: unknown backend %q: want switchml, switchml-sparse, ring or gloo", b)
 		}
 	}
 	profs := map[string]*profile.Profile{}
@@ -311,8 +315,13 @@ func writeReport(dir string, rep *Report, models, backends []string, rates []flo
 // report rewrites replay.md and replay.png of each directory from its
 // replay.json.
 func report(dirs []string) error {
+	fs := cli.NewFlagSet("replaybench report", "DIR...", "Rewrites the table and plot of each run directory from its replay.json.")
+	if err := cli.ParseArgs(fs, dirs); err != nil {
+		return err
+	}
+	dirs = fs.Args()
 	if len(dirs) == 0 {
-		return fmt.Errorf("replaybench report: name the result directories (each holding replay.json)")
+		return cli.Usagef("replaybench report", "name the run directories, each holding replay.json")
 	}
 	for _, dir := range dirs {
 		rep, err := loadReport(filepath.Join(dir, "replay.json"))

@@ -1,12 +1,11 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"strconv"
 	"strings"
 
+	"github.com/switchml/switchml-go/trainers/internal/cli"
 	"github.com/switchml/switchml-go/trainers/profile"
 )
 
@@ -28,18 +27,18 @@ func (u unitSizes) Set(s string) error {
 // derive is `replaybench derive`: a profile of a larger model scaled from
 // a measured one (profile.Derive), for replaying the paper-size models.
 func derive(args []string) error {
-	fs := flag.NewFlagSet("replaybench derive", flag.ContinueOnError)
+	fs := cli.NewFlagSet("replaybench derive", "--from P.json --name NAME --unit UNIT=N... [--note TEXT] --out Q.json", "Writes the profile of a larger model scaled from a measured one.")
 	from := fs.String("from", "", "the measured profile to scale from")
 	name := fs.String("name", "", "model name of the derived profile (replay it as --models NAME)")
 	note := fs.String("note", "", "where the sizes come from")
 	out := fs.String("out", "", "the derived profile to write")
 	sizes := unitSizes{}
 	fs.Var(sizes, "unit", "UNIT=PARAMETERS: the unit's parameter count in the derived model (repeat; 0 drops the unit)")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if *from == "" || *name == "" || *out == "" || len(sizes) == 0 {
-		return errors.New("usage: replaybench derive --from P.json --name NAME --unit UNIT=N... [--note TEXT] --out Q.json")
+		return cli.Usagef("replaybench derive", "--from, --name, --unit and --out are required")
 	}
 	p, err := profile.Load(*from)
 	if err != nil {

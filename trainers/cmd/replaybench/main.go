@@ -28,8 +28,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -40,6 +38,7 @@ import (
 
 	"github.com/switchml/switchml-go/switchml"
 	"github.com/switchml/switchml-go/trainers/collective"
+	"github.com/switchml/switchml-go/trainers/internal/cli"
 	"github.com/switchml/switchml-go/trainers/profile"
 	"github.com/switchml/switchml-go/trainers/train"
 )
@@ -47,24 +46,27 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	var err error
-	if len(os.Args) > 1 && os.Args[1] == "worker" {
-		err = worker(ctx, os.Args[2:])
-	} else if len(os.Args) > 1 && os.Args[1] == "report" {
-		err = report(os.Args[2:])
-	} else if len(os.Args) > 1 && os.Args[1] == "merge" {
-		err = merge(os.Args[2:])
-	} else if len(os.Args) > 1 && os.Args[1] == "derive" {
-		err = derive(os.Args[2:])
-	} else if len(os.Args) > 1 && os.Args[1] == "profiles" {
-		err = profiles(os.Args[2:])
-	} else {
-		err = bench(ctx, os.Args[1:])
+	err := run(ctx, os.Args[1:])
+	stop()
+	cli.Exit("replaybench", err)
+}
+
+func run(ctx context.Context, args []string) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "worker":
+			return worker(ctx, args[1:])
+		case "report":
+			return report(args[1:])
+		case "merge":
+			return merge(args[1:])
+		case "derive":
+			return derive(args[1:])
+		case "profiles":
+			return profiles(args[1:])
+		}
 	}
-	if err != nil && !errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(os.Stderr, "replaybench:", err)
-		os.Exit(1)
-	}
+	return bench(ctx, args)
 }
 
 // WorkerResult is what a worker prints.
@@ -93,7 +95,7 @@ type SwitchStats struct {
 }
 
 func worker(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("replaybench worker", flag.ContinueOnError)
+	fs := cli.NewFlagSet("replaybench worker", "[flags]", "One rank of a replay, as the bench runs it in each worker namespace.")
 	prof := fs.String("profile", "", "profile JSON")
 	backend := fs.String("backend", "ring", "ring, switchml, switchml-sparse or exact")
 	rank := fs.Int("rank", 0, "rank")
@@ -111,7 +113,7 @@ func worker(ctx context.Context, args []string) error {
 	maxBuffer := fs.Int("max-buffer-elems", 0, "allreduce a bucket larger than this in pieces through one buffer of this many values (0 = whole buckets)")
 	sequential := fs.Bool("sequential", false, "allreduce the buckets only after the whole backward pass, as the train command does, instead of overlapping them with it")
 	gradients := fs.String("gradients", "", "fill the buckets with this rank's recorded gradient DIR/rank<r>.f32 instead of constants (DIR holds the model's files and meta.json)")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	runtime.GOMAXPROCS(max(2, runtime.NumCPU()))

@@ -3,10 +3,11 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"slices"
+
+	"github.com/switchml/switchml-go/trainers/internal/cli"
 )
 
 // loadReport reads a replay.json. A file written before runs were
@@ -93,13 +94,13 @@ func Merge(reps []*Report) (*Report, error) {
 
 // merge is `replaybench merge --out DIR FILE...`.
 func merge(args []string) error {
-	fs := flag.NewFlagSet("replaybench merge", flag.ContinueOnError)
+	fs := cli.NewFlagSet("replaybench merge", "--out DIR RUN1/replay.json RUN2/replay.json...", "Combines runs into one table that names each run's command and commit; later runs' points replace earlier ones'.")
 	out := fs.String("out", "", "directory to write the merged replay.json, replay.md and replay.png into")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.ParseArgs(fs, args); err != nil {
 		return err
 	}
 	if *out == "" || fs.NArg() == 0 {
-		return errors.New("usage: replaybench merge --out DIR RUN1/replay.json RUN2/replay.json... (later runs' points replace earlier ones')")
+		return cli.Usagef("replaybench merge", "name --out and the runs' replay.json files")
 	}
 	var reps []*Report
 	for _, path := range fs.Args() {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -9,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/switchml/switchml-go/trainers/internal/cli"
 	"github.com/switchml/switchml-go/trainers/profile"
 )
 
@@ -16,9 +16,9 @@ import (
 // (batch, repetitions, threads, forward, backward and update per step),
 // as the README shows it.
 func profiles(args []string) error {
-	fs := flag.NewFlagSet("replaybench profiles", flag.ContinueOnError)
+	fs := cli.NewFlagSet("replaybench profiles", "[--profiles DIR]", "Lists the captured profiles as a table.")
 	dir := fs.String("profiles", "profiles", "directory of the profiles")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	return writeProfiles(os.Stdout, *dir)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -65,7 +66,7 @@ func TestRecordedGradientsPerModel(t *testing.T) {
 	if grads["fits"] != filepath.Join(dir, "fits") || errs["fits"] != nil {
 		t.Errorf("fits: directory %q, error %v", grads["fits"], errs["fits"])
 	}
-	if errs["short"] == nil || !strings.Contains(errs["short"].Error(), "holds 36 bytes") {
+	if !errors.Is(errs["short"], profile.ErrGradientsMismatch) || !strings.Contains(errs["short"].Error(), "holds 36 bytes") {
 		t.Errorf("short files: %v, want an error naming their size", errs["short"])
 	}
 	if _, ok := grads["none"]; ok || errs["none"] != nil || !strings.Contains(log.String(), "none: no recorded gradients") {

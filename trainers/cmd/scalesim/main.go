@@ -25,8 +25,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"math"
 	"os"
@@ -37,6 +35,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchml/switchml-go/trainers/internal/cli"
 	"github.com/switchml/switchml-go/trainers/internal/rackrun"
 	"github.com/switchml/switchml-go/trainers/profile"
 	"github.com/switchml/switchml-go/trainers/scale"
@@ -63,10 +62,7 @@ const (
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil && !errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(os.Stderr, "scalesim:", err)
-		os.Exit(1)
-	}
+	cli.Exit("scalesim", run(os.Args[1:]))
 }
 
 // Report is scale.json.
@@ -81,7 +77,7 @@ type Report struct {
 }
 
 func run(args []string) error {
-	fs := flag.NewFlagSet("scalesim", flag.ContinueOnError)
+	fs := cli.NewFlagSet("scalesim", "[flags]", "Predicts SwitchML's training speedup over a ring allreduce at the SwitchML paper's scale, from the measured profiles.")
 	models := fs.String("models", "resnet50,vgg19,bert,ncf,lstm,deeplight,ssd,ugatit,deeplight-paper,lstm-paper", "models (profiles/<model>.json)")
 	profiles := fs.String("profiles", "profiles", "directory of the profiles")
 	workers := fs.String("workers", "8,16,32,64", "job sizes")
@@ -89,16 +85,16 @@ func run(args []string) error {
 	bucketMB := fs.Float64("bucket-mb", 25, "gradient bucket size in MB")
 	calibrate := fs.String("calibrate", "", "a replaybench replay.json to take this project's transfer efficiencies from (its ncf points at 1000 Mbit/s)")
 	out := fs.String("out", "results/scale", "output directory")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	ns, err := ints(*workers)
 	if err != nil {
-		return fmt.Errorf("--workers: %w", err)
+		return cli.Usage("scalesim", fmt.Errorf("--workers: %w", err))
 	}
 	rs, err := rackrun.Floats(*rates)
 	if err != nil {
-		return fmt.Errorf("--rates: %w", err)
+		return cli.Usage("scalesim", fmt.Errorf("--rates: %w", err))
 	}
 	profs := map[string]*profile.Profile{}
 	names := strings.Split(*models, ",")

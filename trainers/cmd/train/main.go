@@ -22,8 +22,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -41,6 +39,7 @@ import (
 	"github.com/switchml/switchml-go/switchml"
 	"github.com/switchml/switchml-go/trainers/collective"
 	"github.com/switchml/switchml-go/trainers/data"
+	"github.com/switchml/switchml-go/trainers/internal/cli"
 	"github.com/switchml/switchml-go/trainers/models"
 	"github.com/switchml/switchml-go/trainers/onnx"
 	"github.com/switchml/switchml-go/trainers/train"
@@ -80,7 +79,7 @@ type flags struct {
 
 func parseFlags(args []string) (*flags, error) {
 	f := &flags{}
-	fs := flag.NewFlagSet("train", flag.ContinueOnError)
+	fs := cli.NewFlagSet("train", "[flags]", "Data-parallel training of a TensorFlow model over one of the allreduce backends.")
 	fs.StringVar(&f.model, "model", "cnn", "model: "+strings.Join(models.Names(), ", "))
 	fs.StringVar(&f.dataset, "dataset", "fashion-mnist", "data set: fashion-mnist or synthetic")
 	fs.StringVar(&f.dataDir, "data-dir", data.FashionMNISTDir, "directory of the Fashion-MNIST IDX files")
@@ -120,11 +119,8 @@ func parseFlags(args []string) (*flags, error) {
 	fs.IntVar(&f.workerRank, "worker-rank", -1, "internal: run as this worker")
 	fs.StringVar(&f.starAddr, "star-addr", "", "internal: exact backend server")
 	fs.StringVar(&f.ringAddrs, "ring-addrs", "", "internal: comma-separated ring addresses")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if _, err := models.Lookup(f.model); err != nil {
 		return nil, fmt.Errorf("--model: %w", err)
@@ -191,11 +187,7 @@ var switchmlFlags = map[string]string{
 func main() {
 	f, err := parseFlags(os.Args[1:])
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
-		fmt.Fprintln(os.Stderr, "train:", err)
-		os.Exit(2)
+		cli.Exit("train", cli.Usage("train", err))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -377,7 +369,7 @@ func prepareLaunch(f *flags) error {
 	}
 	if f.dataset == "fashion-mnist" && models.LookupBench(f.model) == nil {
 		if _, err := os.Stat(f.dataDir); err != nil {
-			return fmt.Errorf("Fashion-MNIST not found in %s: install it with `apt-get install dataset-fashion-mnist` (or run trainers/setup.sh)", f.dataDir)
+			return fmt.Errorf("--data-dir %s: %w: apt-get install dataset-fashion-mnist (or run trainers/setup.sh)", f.dataDir, data.ErrNotInstalled)
 		}
 	}
 	return nil

@@ -60,15 +60,15 @@ func checkRankFlags(f *flags, kind collective.Kind) error {
 	peers := f.peerList()
 	switch {
 	case kind == collective.SwitchML && f.controller == "":
-		return errors.New("--backend switchml with --rank needs --controller host:port, the address of a running `switchml controller` every rank can reach")
+		return errors.New("--backend switchml with --rank needs --controller host:port (a running switchml controller)")
 	case kind == collective.SwitchML && (f.peers != "" || f.listen != ""):
-		return errors.New("--peers and --listen are for the ring and exact backends; switchml ranks meet at --controller")
+		return errors.New("--peers and --listen: not for switchml, whose ranks meet at --controller")
 	case f.peers != "" && f.controller != "":
 		return errors.New("give either --peers or --controller for the ranks to meet at, not both")
 	case kind != collective.SwitchML && f.peers == "" && f.controller == "":
-		return fmt.Errorf("--backend %s with --rank needs --peers host:port,... (every rank's address, in rank order) or --controller host:port (a running `switchml controller`)", kind)
+		return fmt.Errorf("--backend %s with --rank needs --peers host:port,... (every rank's, in order) or --controller host:port", kind)
 	case f.listen != "" && f.controller == "":
-		return errors.New("--listen is for ranks that meet at --controller; with --peers each rank listens on its own entry")
+		return errors.New("--listen is for ranks that meet at --controller: with --peers each rank listens on its entry")
 	case kind == collective.Ring && f.peers != "" && len(peers) != f.workers:
 		return fmt.Errorf("--peers has %d addresses, --workers is %d: the ring needs one per rank, in rank order", len(peers), f.workers)
 	case kind == collective.Exact && f.peers != "" && len(peers) != 1 && len(peers) != f.workers:
