@@ -23,11 +23,11 @@ import (
 	"maps"
 	"os"
 	"os/signal"
-	"reflect"
 	"runtime/debug"
 	"slices"
-	"strings"
 	"syscall"
+
+	"github.com/switchml/switchml-go/internal/flagusage"
 )
 
 type command struct {
@@ -103,54 +103,9 @@ func newFlags(name, synopsis string) *flag.FlagSet {
 	fs := flag.NewFlagSet("switchml "+name, flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: switchml %s %s\n\n%s\n\nFlags:\n", name, synopsis, commands[name].summary)
-		printFlags(fs)
+		flagusage.Print(fs)
 	}
 	return fs
-}
-
-// printFlags lists fs's flags as flag.PrintDefaults does, but each as
-// --name, the way the usage lines and the docs write them (the flag
-// package takes either).
-func printFlags(fs *flag.FlagSet) {
-	w := fs.Output()
-	fs.VisitAll(func(f *flag.Flag) {
-		name, usage := flag.UnquoteUsage(f)
-		line := "  --" + f.Name
-		if name != "" {
-			line += " " + name
-		}
-		line += "\n    \t" + strings.ReplaceAll(usage, "\n", "\n    \t")
-		if !isZeroValue(f) {
-			if reflect.TypeOf(f.Value).String() == "*flag.stringValue" {
-				line += fmt.Sprintf(" (default %q)", f.DefValue)
-			} else {
-				line += fmt.Sprintf(" (default %v)", f.DefValue)
-			}
-		}
-		fmt.Fprintln(w, line)
-	})
-}
-
-// isZeroValue reports whether f's default is its type's zero value (then
-// printFlags names no default), as the flag package decides it.
-func isZeroValue(f *flag.Flag) (zero bool) {
-	t := reflect.TypeOf(f.Value)
-	var z reflect.Value
-	if t.Kind() == reflect.Pointer {
-		z = reflect.New(t.Elem())
-	} else {
-		z = reflect.Zero(t)
-	}
-	v, ok := z.Interface().(flag.Value)
-	if !ok {
-		return false
-	}
-	defer func() {
-		if recover() != nil {
-			zero = false // a Value whose zero cannot print itself
-		}
-	}()
-	return f.DefValue == v.String()
 }
 
 // version is what --version prints: the module's version, and the commit

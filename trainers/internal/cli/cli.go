@@ -11,8 +11,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"reflect"
 	"strings"
+
+	"github.com/switchml/switchml-go/internal/flagusage"
 )
 
 // UsageError is a command line the command cannot run: an unknown or
@@ -97,7 +98,7 @@ func NewFlagSet(name, synopsis, summary string) *flag.FlagSet {
 	fs.SetOutput(os.Stdout)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: %s %s\n\n%s\n\nFlags:\n", name, synopsis, summary)
-		PrintFlags(fs)
+		flagusage.Print(fs)
 	}
 	return fs
 }
@@ -131,49 +132,4 @@ func ParseArgs(fs *flag.FlagSet, args []string) error {
 		return errors.Join(err, werr)
 	}
 	return Usagef(fs.Name(), "%v", err)
-}
-
-// PrintFlags lists fs's flags as flag.PrintDefaults does, but each as
-// --name, the way the usage lines and the docs write them (the flag
-// package takes either).
-func PrintFlags(fs *flag.FlagSet) {
-	w := fs.Output()
-	fs.VisitAll(func(f *flag.Flag) {
-		name, usage := flag.UnquoteUsage(f)
-		line := "  --" + f.Name
-		if name != "" {
-			line += " " + name
-		}
-		line += "\n    \t" + strings.ReplaceAll(usage, "\n", "\n    \t")
-		if !isZeroValue(f) {
-			if reflect.TypeOf(f.Value).String() == "*flag.stringValue" {
-				line += fmt.Sprintf(" (default %q)", f.DefValue)
-			} else {
-				line += fmt.Sprintf(" (default %v)", f.DefValue)
-			}
-		}
-		fmt.Fprintln(w, line)
-	})
-}
-
-// isZeroValue reports whether f's default is its type's zero value (then
-// PrintFlags names no default), as the flag package decides it.
-func isZeroValue(f *flag.Flag) (zero bool) {
-	t := reflect.TypeOf(f.Value)
-	var z reflect.Value
-	if t.Kind() == reflect.Pointer {
-		z = reflect.New(t.Elem())
-	} else {
-		z = reflect.Zero(t)
-	}
-	v, ok := z.Interface().(flag.Value)
-	if !ok {
-		return false
-	}
-	defer func() {
-		if recover() != nil {
-			zero = false // a Value whose zero cannot print itself
-		}
-	}()
-	return f.DefValue == v.String()
 }
