@@ -559,8 +559,8 @@ func (j *jobClient) rpcError(what string, err error) error {
 		return fmt.Errorf("%w: %s: %s", ErrAborted, what, st.Message())
 	case codes.Unimplemented:
 		if strings.Contains(st.Message(), "unknown service") {
-			return fmt.Errorf("%w: %s: %s is not a switchml controller: it answers gRPC but serves no job service (%s); is it the switch's P4Runtime port (switch --p4rt)? Give the address of `switchml controller --listen`",
-				ErrControllerUnreachable, what, j.cfg.Controller, st.Message())
+			return fmt.Errorf("%w: %s: %s is not a switchml controller: no job service there (the switch's P4Runtime port?); give the address of `switchml controller --listen`",
+				ErrControllerUnreachable, what, j.cfg.Controller)
 		}
 	}
 	return fmt.Errorf("switchml: %s: %s: %s", what, st.Code(), st.Message())

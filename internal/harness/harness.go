@@ -138,7 +138,7 @@ type Fabric struct {
 // workers can join. Close stops both.
 func Start(ctx context.Context, cfg Config) (*Fabric, error) {
 	if cfg.Command == nil {
-		return nil, errors.New("harness: Config.Command is nil: the fabric runs `switchml switch` and `switchml controller` through it (p4/local starts a switch and a controller in this process)")
+		return nil, errors.New("harness: Config.Command is nil: it runs `switchml switch` and `switchml controller` (p4/local starts them in process)")
 	}
 	if cfg.Slots < 0 || cfg.MaxElements < 0 || cfg.MaxWorkers < 0 {
 		return nil, fmt.Errorf("harness: Slots %d, MaxElements %d, MaxWorkers %d: none may be negative (0 takes the default)", cfg.Slots, cfg.MaxElements, cfg.MaxWorkers)

@@ -110,7 +110,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 func controllers(tlsCfg *tls.Config, names []string) (*secure.Allow, error) {
 	if tlsCfg == nil || tlsCfg.ClientCAs == nil {
 		if len(names) > 0 {
-			return nil, fmt.Errorf("softswitch: P4Runtime allow list %q needs client certificates to check: give the switch a TLS certificate and a client CA (--tls-cert, --tls-key, --tls-client-ca)", names)
+			return nil, fmt.Errorf("softswitch: P4Runtime allow list %q: needs client certificates: give --tls-cert, --tls-key and --tls-client-ca", names)
 		}
 		return nil, nil
 	}
