@@ -18,7 +18,7 @@ import (
 	"github.com/switchml/switchml-go/p4/controller"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/p4tools"
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/p4/v1model"
 )
 
@@ -113,8 +113,8 @@ func TestSwitchRoundTrip(t *testing.T) {
 		MulticastGroup: 7,
 		Replicas:       []controller.Replica{{Port: 1, Instance: 0}, {Port: 2, Instance: 1}},
 		Workers: []controller.WorkerEntry{
-			{Addr: netip.MustParseAddrPort("10.9.0.1:5000"), Worker: pipeline.Worker{JobID: 3, Rank: 0, NumWorkers: 2, MulticastGroup: 7, PoolBase: 16, PoolSize: 32}},
-			{Addr: netip.MustParseAddrPort("10.9.0.2:5001"), Worker: pipeline.Worker{JobID: 3, Rank: 1, NumWorkers: 2, MulticastGroup: 7, PoolBase: 16, PoolSize: 32}},
+			{Addr: netip.MustParseAddrPort("10.9.0.1:5000"), Worker: switchjob.Worker{JobID: 3, Rank: 0, NumWorkers: 2, MulticastGroup: 7, PoolBase: 16, PoolSize: 32}},
+			{Addr: netip.MustParseAddrPort("10.9.0.2:5001"), Worker: switchjob.Worker{JobID: 3, Rank: 1, NumWorkers: 2, MulticastGroup: 7, PoolBase: 16, PoolSize: 32}},
 		},
 		Replies: []controller.ReplyEntry{
 			{JobID: 3, Rank: 0, MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: netip.MustParseAddrPort("10.9.0.1:5000")},

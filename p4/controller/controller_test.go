@@ -19,6 +19,7 @@ import (
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/softswitch"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -78,8 +79,8 @@ func sampleJob() JobEntries {
 	b := netip.MustParseAddrPort("127.0.0.2:40002")
 	return JobEntries{
 		Workers: []WorkerEntry{
-			{Addr: a, Worker: pipeline.Worker{JobID: 3, Rank: 0, NumWorkers: 2, MulticastGroup: 5, Lane: 0, PoolBase: 8, PoolSize: 4}},
-			{Addr: b, Worker: pipeline.Worker{JobID: 3, Rank: 1, NumWorkers: 2, MulticastGroup: 5, Lane: 0, PoolBase: 8, PoolSize: 4}},
+			{Addr: a, Worker: switchjob.Worker{JobID: 3, Rank: 0, NumWorkers: 2, MulticastGroup: 5, Lane: 0, PoolBase: 8, PoolSize: 4}},
+			{Addr: b, Worker: switchjob.Worker{JobID: 3, Rank: 1, NumWorkers: 2, MulticastGroup: 5, Lane: 0, PoolBase: 8, PoolSize: 4}},
 		},
 		Replies: []ReplyEntry{
 			{JobID: 3, Rank: 0, Lane: 0, MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: a},

@@ -6,7 +6,7 @@ package controller
 
 import (
 	"github.com/switchml/switchml-go/p4/controller/jobcore"
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"google.golang.org/grpc/codes"
 )
 
@@ -22,7 +22,7 @@ func refuse(code codes.Code, format string, args ...any) error {
 func entriesOf(p jobcore.Placement) JobEntries {
 	j := JobEntries{MulticastGroup: p.Group, Key: p.Key}
 	for _, w := range p.Workers {
-		j.Workers = append(j.Workers, WorkerEntry{Addr: w.Addr, Worker: pipeline.Worker{
+		j.Workers = append(j.Workers, WorkerEntry{Addr: w.Addr, Worker: switchjob.Worker{
 			JobID: p.JobID, Rank: w.Rank, NumWorkers: uint16(p.World), MulticastGroup: p.Group,
 			Lane: w.Lane, PoolBase: p.PoolBase, PoolSize: p.PoolSize,
 		}})

@@ -10,7 +10,7 @@ import (
 
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
 	"github.com/switchml/switchml-go/p4/p4info"
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -19,7 +19,7 @@ import (
 // belongs to rank Rank of the job the switch knows as JobID.
 type WorkerEntry struct {
 	Addr netip.AddrPort
-	pipeline.Worker
+	switchjob.Worker
 }
 
 // ReplyEntry is one SwitchMLEgress.reply_address entry: results for lane Lane

@@ -13,7 +13,7 @@ import (
 	"strings"
 
 	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/p4/targets"
 	"github.com/switchml/switchml-go/secure"
 	"github.com/switchml/switchml-go/wire"
@@ -374,14 +374,14 @@ func (o Options) exposures(cfg Config) []exposure {
 // only once the switch answers, in the controller's own terms.
 func (o Options) flagsValid() error {
 	var errs []error
-	if o.Slots < 1 || o.Slots > pipeline.MaxSlots {
-		errs = append(errs, fmt.Errorf("--slots %d: want 1..%d (and the switch's own --slots)", o.Slots, pipeline.MaxSlots))
+	if o.Slots < 1 || o.Slots > switchjob.MaxSlots {
+		errs = append(errs, fmt.Errorf("--slots %d: want 1..%d (and the switch's own --slots)", o.Slots, switchjob.MaxSlots))
 	}
 	if o.MaxElements < 1 || o.MaxElements > wire.MaxElements {
 		errs = append(errs, fmt.Errorf("--max-elements %d: want 1..%d (the software switch's own --max-elements)", o.MaxElements, wire.MaxElements))
 	}
-	if o.MaxWorkers < 0 || o.MaxWorkers > pipeline.MaxWorkersCap {
-		errs = append(errs, fmt.Errorf("--max-workers %d: want 1..%d (the software switch's own --max-workers)", o.MaxWorkers, pipeline.MaxWorkersCap))
+	if o.MaxWorkers < 0 || o.MaxWorkers > switchjob.MaxWorkersCap {
+		errs = append(errs, fmt.Errorf("--max-workers %d: want 1..%d (the software switch's own --max-workers)", o.MaxWorkers, switchjob.MaxWorkersCap))
 	}
 	for _, c := range []struct {
 		flag string

@@ -13,7 +13,7 @@ import (
 	"strings"
 
 	"github.com/switchml/switchml-go/p4/p4info"
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 )
 
 // Topology describes a two-level tree of switches that one controller
@@ -294,7 +294,7 @@ func (t *Tree) split(j JobEntries) (spine JobEntries, leaves []*JobEntries, err 
 		w0 := e.Workers[0].Worker
 		leaf := &t.topo.Leaves[l]
 		dp := leaf.dataplane
-		spine.Workers = append(spine.Workers, WorkerEntry{Addr: dp, Worker: pipeline.Worker{
+		spine.Workers = append(spine.Workers, WorkerEntry{Addr: dp, Worker: switchjob.Worker{
 			JobID: w0.JobID, Rank: rank, NumWorkers: uint16(used), MulticastGroup: w0.MulticastGroup, PoolBase: w0.PoolBase, PoolSize: w0.PoolSize,
 		}})
 		spine.Replies = append(spine.Replies, ReplyEntry{JobID: w0.JobID, Rank: rank, MAC: leaf.mac, Addr: dp})
@@ -305,7 +305,7 @@ func (t *Tree) split(j JobEntries) (spine JobEntries, leaves []*JobEntries, err 
 			if mac == ([6]byte{}) {
 				mac = [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 			}
-			e.Uplink = &p4info.Uplink{JobID: w0.JobID, Port: leaf.UplinkPort, ParentMAC: mac, Uplink: pipeline.Uplink{
+			e.Uplink = &p4info.Uplink{JobID: w0.JobID, Port: leaf.UplinkPort, ParentMAC: mac, Uplink: switchjob.Uplink{
 				Parent: t.topo.Spine.dataplane, ParentBase: w0.PoolBase, PoolBase: w0.PoolBase, PoolSize: w0.PoolSize, MulticastGroup: w0.MulticastGroup,
 			}}
 		}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 )
 
 const twoBMv2Leaves = `{"spine": {"p4runtime": "127.0.0.1:9559", "dataplane": "10.0.0.1:48864", "thrift": "127.0.0.1:9090", "mac": "02:00:00:00:00:01"},
@@ -28,7 +28,7 @@ func TestHierarchTreeP4Uplinks(t *testing.T) {
 	j := JobEntries{MulticastGroup: 3}
 	for r, h := range []string{"10.0.1.5", "10.0.2.7", "10.0.1.6", "10.0.2.8"} {
 		a := netip.AddrPortFrom(netip.MustParseAddr(h), 5000)
-		j.Workers = append(j.Workers, WorkerEntry{Addr: a, Worker: pipeline.Worker{JobID: 9, Rank: uint16(r), NumWorkers: 4, MulticastGroup: 3, PoolBase: 16, PoolSize: 8}})
+		j.Workers = append(j.Workers, WorkerEntry{Addr: a, Worker: switchjob.Worker{JobID: 9, Rank: uint16(r), NumWorkers: 4, MulticastGroup: 3, PoolBase: 16, PoolSize: 8}})
 		j.Replies = append(j.Replies, ReplyEntry{JobID: 9, Rank: uint16(r), Addr: a})
 		j.Replicas = append(j.Replicas, Replica{Port: uint32(1 + r/2), Instance: uint16(r)})
 	}

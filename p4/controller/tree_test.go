@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 )
 
 const twoLeaves = `{"spine": {"p4runtime": "10.0.0.1:9559", "dataplane": "10.0.0.1:48864"},
@@ -124,7 +124,7 @@ func splitJobEntries(hosts []string) JobEntries {
 	for r, h := range hosts {
 		for lane := range 2 {
 			a := netip.AddrPortFrom(netip.MustParseAddr(h), uint16(5000+lane))
-			j.Workers = append(j.Workers, WorkerEntry{Addr: a, Worker: pipeline.Worker{JobID: 9, Rank: uint16(r), NumWorkers: 4, MulticastGroup: 3, Lane: uint8(lane), PoolBase: 16, PoolSize: 8}})
+			j.Workers = append(j.Workers, WorkerEntry{Addr: a, Worker: switchjob.Worker{JobID: 9, Rank: uint16(r), NumWorkers: 4, MulticastGroup: 3, Lane: uint8(lane), PoolBase: 16, PoolSize: 8}})
 			j.Replies = append(j.Replies, ReplyEntry{JobID: 9, Rank: uint16(r), Lane: uint8(lane), Addr: a})
 		}
 		j.Replicas = append(j.Replicas, Replica{Instance: uint16(r)})

@@ -5,7 +5,7 @@ import (
 
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
 
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 )
 
 // Exact is an exact match on field id.
@@ -24,7 +24,7 @@ func WorkerKey(srcIPv4 uint32, srcPort uint16) []*p4v1.FieldMatch {
 }
 
 // SetWorker is the set_worker action of a workers entry.
-func SetWorker(w pipeline.Worker) *p4v1.TableAction {
+func SetWorker(w switchjob.Worker) *p4v1.TableAction {
 	return &p4v1.TableAction{Type: &p4v1.TableAction_Action{Action: &p4v1.Action{
 		ActionId: ActionSetWorkerID,
 		Params: []*p4v1.Action_Param{
@@ -42,8 +42,8 @@ func SetWorker(w pipeline.Worker) *p4v1.TableAction {
 // WorkerFromParams reads set_worker's parameters, by parameter id, as
 // decoded from a write or a read (each value already checked against its
 // width in the P4Info).
-func WorkerFromParams(p map[uint32]uint64) pipeline.Worker {
-	return pipeline.Worker{
+func WorkerFromParams(p map[uint32]uint64) switchjob.Worker {
+	return switchjob.Worker{
 		JobID:          uint32(p[SetWorkerJobID]),
 		Rank:           uint16(p[SetWorkerRank]),
 		NumWorkers:     uint16(p[SetWorkerNumWorkers]),
@@ -73,11 +73,11 @@ func Range(id uint32, lo, hi uint64) *p4v1.FieldMatch {
 }
 
 // Uplink is what a leaf needs for one job's uplink: the pipeline's
-// pipeline.Uplink plus the switch port cabled to the parent and the
+// switchjob.Uplink plus the switch port cabled to the parent and the
 // parent's Ethernet address, which a P4 switch writes into the frame.
 type Uplink struct {
 	JobID uint32
-	pipeline.Uplink
+	switchjob.Uplink
 	Port      uint32
 	ParentMAC [6]byte
 }

@@ -9,7 +9,7 @@ import (
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
 
 	"github.com/switchml/switchml-go/p4/p4info"
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/p4/tna"
 	"github.com/switchml/switchml-go/p4/v1model"
 )
@@ -99,7 +99,7 @@ func TestUplinkEntriesSlotDelta(t *testing.T) {
 		{8192 - 16, 0, 16, 65536 - 8176, 8176},
 		{500, 500, 128, 0, 0},
 	} {
-		u := p4info.Uplink{JobID: 9, Port: 7, ParentMAC: [6]byte{2, 0, 0, 0, 0, 1}, Uplink: pipeline.Uplink{
+		u := p4info.Uplink{JobID: 9, Port: 7, ParentMAC: [6]byte{2, 0, 0, 0, 0, 1}, Uplink: switchjob.Uplink{
 			Parent: netip.MustParseAddrPort("10.2.0.1:48864"), ParentBase: c.parentBase, PoolBase: c.poolBase, PoolSize: c.size, MulticastGroup: 4}}
 		up, from, err := p4info.UplinkEntries(ids, u, true)
 		if err != nil {
@@ -144,7 +144,7 @@ func TestUplinkEntriesSlotDelta(t *testing.T) {
 // both sides; the port keeps its 9 bits.
 func TestUplinkEntriesSlotDeltaRefuses(t *testing.T) {
 	_, ids := tnaLeafIDs(t)
-	ok := p4info.Uplink{JobID: 3, Port: 1, Uplink: pipeline.Uplink{
+	ok := p4info.Uplink{JobID: 3, Port: 1, Uplink: switchjob.Uplink{
 		Parent: netip.MustParseAddrPort("10.2.0.1:48864"), ParentBase: 0, PoolBase: 0, PoolSize: 64, MulticastGroup: 1}}
 	if _, _, err := p4info.UplinkEntries(ids, ok, true); err != nil {
 		t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 
 	"github.com/switchml/switchml-go/p4/p4info"
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/p4/tna"
 	"github.com/switchml/switchml-go/p4/v1model"
 )
@@ -61,7 +61,7 @@ func TestUplinkEntries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := p4info.Uplink{JobID: 7, Port: 5, ParentMAC: [6]byte{2, 0, 0, 0, 0, 9}, Uplink: pipeline.Uplink{
+	u := p4info.Uplink{JobID: 7, Port: 5, ParentMAC: [6]byte{2, 0, 0, 0, 0, 9}, Uplink: switchjob.Uplink{
 		Parent: netip.MustParseAddrPort("10.1.0.254:48864"), ParentBase: 300, PoolBase: 100, PoolSize: 64, MulticastGroup: 3}}
 	up, from, err := p4info.UplinkEntries(ids, u, true)
 	if err != nil {

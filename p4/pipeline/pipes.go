@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"net/netip"
 )
 
@@ -65,7 +66,7 @@ func (m *Pipes) Each(write func(*Pipeline) error) error {
 func (m *Pipes) Process(port uint32, src netip.AddrPort, pkt []byte, out *Output) {
 	i, ok := m.PipeOf(port)
 	if !ok {
-		out.Packet, out.Dests, out.Reason = out.Packet[:0], out.Dests[:0], StatDropNotWorker
+		out.Packet, out.Dests, out.Reason = out.Packet[:0], out.Dests[:0], switchjob.StatDropNotWorker
 		return
 	}
 	m.pipes[i].Process(src, pkt, out)
