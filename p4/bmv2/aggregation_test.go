@@ -140,27 +140,24 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 
-	job := controller.JobEntries{MulticastGroup: testMgid}
+	job := switchjob.Placement{JobID: testJobID, PoolBase: poolBase, PoolSize: poolSize, Group: testMgid, World: numRanks}
 	g.model, err = pipeline.New(pipeline.Config{Slots: slotsPer, MaxElements: elements, MaxWorkers: 32})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var replicas []switchjob.Replica
 	for r := 0; r < numRanks; r++ {
 		for lane := 0; lane < numLanes; lane++ {
-			w := controller.WorkerEntry{Addr: laneWorkerEP(r, lane).Addr, Worker: switchjob.Worker{JobID: testJobID, Rank: uint16(r), NumWorkers: numRanks,
-				MulticastGroup: testMgid, Lane: uint8(lane), PoolBase: poolBase, PoolSize: poolSize}}
-			rep := controller.ReplyEntry{JobID: testJobID, Rank: uint16(r), Lane: uint8(lane), MAC: laneReplyEP(r, lane).MAC, Addr: laneReplyEP(r, lane).Addr}
-			job.Workers = append(job.Workers, w)
+			l := switchjob.Lane{Rank: uint16(r), Lane: uint8(lane), Addr: laneWorkerEP(r, lane).Addr}
+			rep := switchjob.Lane{Rank: uint16(r), Lane: uint8(lane), MAC: laneReplyEP(r, lane).MAC, Addr: laneReplyEP(r, lane).Addr}
+			job.Workers = append(job.Workers, l)
 			job.Replies = append(job.Replies, rep)
 			g.rankOf[rep.Addr] = r
-			must(t, g.model.InsertWorker(pipeline.WorkerKey{Addr: w.Addr}, switchjob.Worker{JobID: w.JobID, Rank: w.Rank,
-				NumWorkers: w.NumWorkers, MulticastGroup: w.MulticastGroup, Lane: w.Lane, PoolBase: w.PoolBase, PoolSize: w.PoolSize}))
-			must(t, g.model.InsertReply(pipeline.ReplyKey{JobID: rep.JobID, Rank: rep.Rank, Lane: rep.Lane}, pipeline.Reply{MAC: rep.MAC, Addr: rep.Addr}))
+			must(t, g.model.InsertWorker(pipeline.WorkerKey{Addr: l.Addr}, job.Worker(l)))
+			must(t, g.model.InsertReply(pipeline.ReplyKey{JobID: testJobID, Rank: rep.Rank, Lane: rep.Lane}, pipeline.Reply{MAC: rep.MAC, Addr: rep.Addr}))
 		}
-		job.Replicas = append(job.Replicas, controller.Replica{Port: uint32(r + 1), Instance: uint16(r)})
-		replicas = append(replicas, switchjob.Replica{EgressPort: uint32(r + 1), Instance: uint16(r)})
+		job.Replicas = append(job.Replicas, switchjob.Replica{EgressPort: uint32(r + 1), Instance: uint16(r)})
 	}
+	replicas := job.Replicas
 	must(t, g.model.InsertMulticastGroup(testMgid, replicas))
 	if err := g.cl.InstallJob(ctx, job); err != nil {
 		t.Fatal(err)

@@ -109,45 +109,31 @@ func TestSwitchRoundTrip(t *testing.T) {
 			pc.GetCookie(), len(pc.GetP4DeviceConfig()), len(js), err)
 	}
 
-	job := controller.JobEntries{
-		MulticastGroup: 7,
-		Replicas:       []controller.Replica{{Port: 1, Instance: 0}, {Port: 2, Instance: 1}},
-		Workers: []controller.WorkerEntry{
-			{Addr: netip.MustParseAddrPort("10.9.0.1:5000"), Worker: switchjob.Worker{JobID: 3, Rank: 0, NumWorkers: 2, MulticastGroup: 7, PoolBase: 16, PoolSize: 32}},
-			{Addr: netip.MustParseAddrPort("10.9.0.2:5001"), Worker: switchjob.Worker{JobID: 3, Rank: 1, NumWorkers: 2, MulticastGroup: 7, PoolBase: 16, PoolSize: 32}},
+	job := switchjob.Placement{
+		JobID: 3, PoolBase: 16, PoolSize: 32, Group: 7, World: 2,
+		Replicas: []switchjob.Replica{{EgressPort: 1, Instance: 0}, {EgressPort: 2, Instance: 1}},
+		Workers: []switchjob.Lane{
+			{Rank: 0, Addr: netip.MustParseAddrPort("10.9.0.1:5000")},
+			{Rank: 1, Addr: netip.MustParseAddrPort("10.9.0.2:5001")},
 		},
-		Replies: []controller.ReplyEntry{
-			{JobID: 3, Rank: 0, MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: netip.MustParseAddrPort("10.9.0.1:5000")},
-			{JobID: 3, Rank: 1, MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: netip.MustParseAddrPort("10.9.0.2:5001")},
+		Replies: []switchjob.Lane{
+			{Rank: 0, MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: netip.MustParseAddrPort("10.9.0.1:5000")},
+			{Rank: 1, MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: netip.MustParseAddrPort("10.9.0.2:5001")},
 		},
 	}
 	if err := cl.InstallJob(ctx, job); err != nil {
 		t.Fatal(err)
 	}
-	workers, err := cl.ReadWorkers(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(workers, job.Workers) {
-		t.Errorf("workers read back:\n%+v\nwant\n%+v", workers, job.Workers)
-	}
-	replies, err := cl.ReadReplies(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(replies, job.Replies) {
-		t.Errorf("replies read back:\n%+v\nwant\n%+v", replies, job.Replies)
-	}
-	groups, err := cl.ReadMulticastGroups(ctx)
+	found, err := cl.ReadPlacements(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Replicas are a set: the order BMv2 returns them in means nothing.
-	for _, reps := range groups {
-		sort.Slice(reps, func(i, j int) bool { return reps[i].Instance < reps[j].Instance })
+	for _, p := range found {
+		sort.Slice(p.Replicas, func(i, j int) bool { return p.Replicas[i].Instance < p.Replicas[j].Instance })
 	}
-	if !reflect.DeepEqual(groups, map[uint16][]controller.Replica{7: job.Replicas}) {
-		t.Errorf("multicast groups read back: %+v, want group 7 = %+v", groups, job.Replicas)
+	if !reflect.DeepEqual(found, []switchjob.Placement{job}) {
+		t.Errorf("jobs read back:\n%+v\nwant\n%+v", found, job)
 	}
 
 	if err := cl.RemoveJob(ctx, job); err != nil {

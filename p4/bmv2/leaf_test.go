@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/p4/controller"
-	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/p4/v1model"
@@ -79,18 +78,17 @@ func newLeafRig(t *testing.T) *leafRig {
 		t.Fatal(err)
 	}
 	up := switchjob.Uplink{Parent: leafParentEP.Addr, ParentBase: leafParentBase, PoolBase: poolBase, PoolSize: poolSize, MulticastGroup: testMgid}
-	job := controller.JobEntries{MulticastGroup: testMgid,
-		Uplink: &p4info.Uplink{JobID: testJobID, Uplink: up, Port: leafParentPort, ParentMAC: leafParentEP.MAC}}
-	var replicas []switchjob.Replica
+	job := switchjob.Placement{JobID: testJobID, PoolBase: poolBase, PoolSize: poolSize, Group: testMgid, World: leafRanks,
+		Uplink: &switchjob.LeafUplink{Uplink: up, Port: leafParentPort, ParentMAC: leafParentEP.MAC}}
 	for r := 0; r < leafRanks; r++ {
-		w := switchjob.Worker{JobID: testJobID, Rank: uint16(r), NumWorkers: leafRanks, MulticastGroup: testMgid, PoolBase: poolBase, PoolSize: poolSize}
-		job.Workers = append(job.Workers, controller.WorkerEntry{Addr: workerEP(r).Addr, Worker: w})
-		job.Replies = append(job.Replies, controller.ReplyEntry{JobID: testJobID, Rank: uint16(r), MAC: replyEP(r).MAC, Addr: replyEP(r).Addr})
-		job.Replicas = append(job.Replicas, controller.Replica{Port: uint32(r + 1), Instance: uint16(r)})
-		replicas = append(replicas, switchjob.Replica{EgressPort: uint32(r + 1), Instance: uint16(r)})
-		must(t, g.model.InsertWorker(pipeline.WorkerKey{Addr: workerEP(r).Addr}, w))
+		l := switchjob.Lane{Rank: uint16(r), Addr: workerEP(r).Addr}
+		job.Workers = append(job.Workers, l)
+		job.Replies = append(job.Replies, switchjob.Lane{Rank: uint16(r), MAC: replyEP(r).MAC, Addr: replyEP(r).Addr})
+		job.Replicas = append(job.Replicas, switchjob.Replica{EgressPort: uint32(r + 1), Instance: uint16(r)})
+		must(t, g.model.InsertWorker(pipeline.WorkerKey{Addr: l.Addr}, job.Worker(l)))
 		must(t, g.model.InsertReply(pipeline.ReplyKey{JobID: testJobID, Rank: uint16(r)}, pipeline.Reply{MAC: replyEP(r).MAC, Addr: replyEP(r).Addr}))
 	}
+	replicas := job.Replicas
 	must(t, g.model.InsertMulticastGroup(testMgid, replicas))
 	must(t, g.model.InsertUplink(testJobID, up))
 	if err := g.cl.InstallJob(ctx, job); err != nil {

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"sort"
 	"strings"
 	"sync"
@@ -40,14 +41,14 @@ func (s *JobService) ControlLost() string {
 // during a takeover does not leave its entries behind.
 type controlled struct{ *Client }
 
-func (c controlled) InstallJob(ctx context.Context, j JobEntries) error {
+func (c controlled) InstallJob(ctx context.Context, j switchjob.Placement) error {
 	if err := c.awaitControl(ctx); err != nil {
 		return err
 	}
 	return c.Client.InstallJob(ctx, j)
 }
 
-func (c controlled) RemoveJob(ctx context.Context, j JobEntries) error {
+func (c controlled) RemoveJob(ctx context.Context, j switchjob.Placement) error {
 	if err := c.awaitControl(ctx); err != nil {
 		return err
 	}

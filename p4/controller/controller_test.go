@@ -74,20 +74,17 @@ func dial(t *testing.T, ctx context.Context, target string, election uint64) *Cl
 	return c
 }
 
-func sampleJob() JobEntries {
+func sampleJob() switchjob.Placement {
 	a := netip.MustParseAddrPort("127.0.0.1:40001")
 	b := netip.MustParseAddrPort("127.0.0.2:40002")
-	return JobEntries{
-		Workers: []WorkerEntry{
-			{Addr: a, Worker: switchjob.Worker{JobID: 3, Rank: 0, NumWorkers: 2, MulticastGroup: 5, Lane: 0, PoolBase: 8, PoolSize: 4}},
-			{Addr: b, Worker: switchjob.Worker{JobID: 3, Rank: 1, NumWorkers: 2, MulticastGroup: 5, Lane: 0, PoolBase: 8, PoolSize: 4}},
+	return switchjob.Placement{
+		JobID: 3, PoolBase: 8, PoolSize: 4, Group: 5, World: 2,
+		Workers: []switchjob.Lane{{Rank: 0, Addr: a}, {Rank: 1, Addr: b}},
+		Replies: []switchjob.Lane{
+			{Rank: 0, MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: a},
+			{Rank: 1, Addr: b},
 		},
-		Replies: []ReplyEntry{
-			{JobID: 3, Rank: 0, Lane: 0, MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: a},
-			{JobID: 3, Rank: 1, Lane: 0, Addr: b},
-		},
-		MulticastGroup: 5,
-		Replicas:       []Replica{{Port: 0, Instance: 0}, {Port: 1, Instance: 1}},
+		Replicas: []switchjob.Replica{{EgressPort: 0, Instance: 0}, {EgressPort: 1, Instance: 1}},
 	}
 }
 
@@ -109,17 +106,9 @@ func TestClientReadsBackWhatItWrote(t *testing.T) {
 	if err := c.InstallJob(ctx, j); err != nil {
 		t.Fatal(err)
 	}
-	workers, err := c.ReadWorkers(ctx)
-	if err != nil || !reflect.DeepEqual(workers, j.Workers) {
-		t.Fatalf("workers read back = %+v, %v\nwrote %+v", workers, err, j.Workers)
-	}
-	replies, err := c.ReadReplies(ctx)
-	if err != nil || !reflect.DeepEqual(replies, j.Replies) {
-		t.Fatalf("replies read back = %+v, %v\nwrote %+v", replies, err, j.Replies)
-	}
-	groups, err := c.ReadMulticastGroups(ctx)
-	if err != nil || !reflect.DeepEqual(groups, map[uint16][]Replica{5: j.Replicas}) {
-		t.Fatalf("groups read back = %+v, %v", groups, err)
+	found, err := c.ReadPlacements(ctx)
+	if err != nil || !reflect.DeepEqual(found, []switchjob.Placement{j}) {
+		t.Fatalf("placements read back = %+v, %v\nwrote %+v", found, err, j)
 	}
 
 	// Dirty a slot of the partition, reset it, read the registers back.
@@ -161,8 +150,8 @@ func TestClientReadsBackWhatItWrote(t *testing.T) {
 	if err := c.RemoveJob(ctx, j); err != nil {
 		t.Fatalf("second RemoveJob: %v", err)
 	}
-	workers, _ = c.ReadWorkers(ctx)
-	groups, _ = c.ReadMulticastGroups(ctx)
+	workers, _ := c.ReadWorkers(ctx)
+	groups, _ := c.ReadMulticastGroups(ctx)
 	if len(workers) != 0 || len(groups) != 0 {
 		t.Fatalf("after RemoveJob: %d workers, %d groups", len(workers), len(groups))
 	}
@@ -209,7 +198,7 @@ func TestMalformedWrites(t *testing.T) {
 	if err := c.SetPipeline(ctx, nil, nil, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := WorkerUpdate(p4info.DefaultIDs(), p4v1.Update_INSERT, WorkerEntry{Addr: netip.MustParseAddrPort("[::1]:5")}); err == nil {
+	if _, err := WorkerUpdate(p4info.DefaultIDs(), p4v1.Update_INSERT, netip.MustParseAddrPort("[::1]:5"), switchjob.Worker{}); err == nil {
 		t.Fatal("IPv6 worker address accepted")
 	}
 	badRank := sampleJob()
@@ -406,7 +395,7 @@ func checkSessionEntries(ctx context.Context, t *testing.T, h *jobHarness, r *jo
 		t.Fatalf("switch has %d reply entries and %d groups, want 4 and 1", len(replies), len(groups))
 	}
 	for _, reps := range groups {
-		if !reflect.DeepEqual(reps, []Replica{{0, 0}, {1, 1}}) {
+		if !reflect.DeepEqual(reps, []switchjob.Replica{{EgressPort: 0, Instance: 0}, {EgressPort: 1, Instance: 1}}) {
 			t.Fatalf("replicas = %v, want ranks 0 and 1", reps)
 		}
 	}

@@ -178,14 +178,14 @@ func clearJobs(ctx context.Context, cl *Client, timeout time.Duration) error {
 	}
 	var dels []*p4v1.Update
 	for _, w := range workers {
-		u, err := WorkerUpdate(cl.IDs(), p4v1.Update_DELETE, w)
+		u, err := WorkerUpdate(cl.IDs(), p4v1.Update_DELETE, w.Addr, w.Worker)
 		if err != nil {
 			return err
 		}
 		dels = append(dels, u)
 	}
 	for _, r := range replies {
-		u, err := ReplyUpdate(cl.IDs(), p4v1.Update_DELETE, r)
+		u, err := ReplyUpdate(cl.IDs(), p4v1.Update_DELETE, r.JobID, r.Lane)
 		if err != nil {
 			return err
 		}
@@ -195,7 +195,7 @@ func clearJobs(ctx context.Context, cl *Client, timeout time.Duration) error {
 		dels = append(dels, GroupUpdate(p4v1.Update_DELETE, id, nil))
 	}
 	if ids := cl.IDs(); ids.Leaf() {
-		// A P4 leaf's uplink entries (JobEntries.Uplink).
+		// A P4 leaf's uplink entries (Placement.Uplink).
 		for _, table := range []uint32{ids.TableUplink, ids.TableFromParent} {
 			ents, err := cl.Read(ctx, &p4v1.Entity{Entity: &p4v1.Entity_TableEntry{TableEntry: &p4v1.TableEntry{TableId: table}}})
 			if err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"log/slog"
 	"net/netip"
 	"sync"
@@ -25,8 +26,8 @@ import (
 // Switch is what the job service needs from the switch: a P4Runtime Client
 // satisfies it.
 type Switch interface {
-	InstallJob(ctx context.Context, j JobEntries) error
-	RemoveJob(ctx context.Context, j JobEntries) error
+	InstallJob(ctx context.Context, p switchjob.Placement) error
+	RemoveJob(ctx context.Context, p switchjob.Placement) error
 	ResetPool(ctx context.Context, base, size, slots int) error
 }
 
@@ -448,7 +449,7 @@ func (s *JobService) install(in jobcore.Install, save bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), switchRPCTimeout)
 	err := s.sw.ResetPool(ctx, int(in.Place.PoolBase), int(in.Place.PoolSize), s.cfg.Slots)
 	if err == nil {
-		err = s.sw.InstallJob(ctx, entriesOf(in.Place))
+		err = s.sw.InstallJob(ctx, in.Place)
 	}
 	cancel()
 	s.swMu.Unlock()
@@ -475,7 +476,7 @@ func (s *JobService) install(in jobcore.Install, save bool) {
 func (s *JobService) remove(rm jobcore.Removal) {
 	s.swMu.Lock()
 	ctx, cancel := context.WithTimeout(context.Background(), switchRPCTimeout)
-	err := s.sw.RemoveJob(ctx, entriesOf(rm.Place))
+	err := s.sw.RemoveJob(ctx, rm.Place)
 	cancel()
 	s.swMu.Unlock()
 	if err != nil {
@@ -789,25 +790,15 @@ func (s *JobService) SwitchBack(sw Switch) {
 // job id). Jobs nobody claims within grace are removed, and so are claimed
 // jobs whose ranks did not all come back.
 func (s *JobService) Adopt(ctx context.Context, sw interface {
-	ReadWorkers(context.Context) ([]WorkerEntry, error)
-	ReadReplies(context.Context) ([]ReplyEntry, error)
-	ReadMulticastGroups(context.Context) (map[uint16][]Replica, error)
+	ReadPlacements(context.Context) ([]switchjob.Placement, error)
 }, grace time.Duration) error {
-	workers, err := sw.ReadWorkers(ctx)
+	found, err := sw.ReadPlacements(ctx)
 	if err != nil {
-		return fmt.Errorf("controller: read back the switch's workers: %w", err)
-	}
-	replies, err := sw.ReadReplies(ctx)
-	if err != nil {
-		return fmt.Errorf("controller: read back the switch's replies: %w", err)
-	}
-	groups, err := sw.ReadMulticastGroups(ctx)
-	if err != nil {
-		return fmt.Errorf("controller: read back the switch's multicast groups: %w", err)
+		return fmt.Errorf("controller: %w", err)
 	}
 	claims := s.claims
 	s.claims = nil // after a reconnect, Adopt finds only jobs that ended with the switch
-	s.step(func(c *jobcore.Core) { c.Adopt(placementsOf(workers, replies, groups), claims, time.Now(), grace) })
+	s.step(func(c *jobcore.Core) { c.Adopt(found, claims, time.Now(), grace) })
 	return nil
 }
 

@@ -3,6 +3,7 @@ package controller
 import (
 	"bufio"
 	"fmt"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"io"
 	"net/netip"
 	"slices"
@@ -178,10 +179,10 @@ func (t Target) maxJobWorkers(f jobpb.Format) (int, string) {
 // placeable refuses a job whose ranks' ports the switch cannot serve
 // together: on a switch with pipes (a Tofino), ports of more than one
 // pipe (targets.Capabilities.OnePipe).
-func (t Target) placeable(members []jobcore.Member) error {
-	ports := make(map[int]uint32, len(members))
-	for _, m := range members {
-		ports[int(m.Rank)] = m.Port
+func (t Target) placeable(replicas []switchjob.Replica) error {
+	ports := make(map[int]uint32, len(replicas))
+	for _, r := range replicas {
+		ports[int(r.Instance)] = r.EgressPort
 	}
 	if err := t.capabilities().OnePipe(ports); err != nil {
 		return refuse(codes.FailedPrecondition, "the %s switch cannot aggregate this job: %v", t.Kind, err)

@@ -6,13 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net"
 	"net/netip"
-	"slices"
 	"strings"
 
-	"github.com/switchml/switchml-go/p4/p4info"
+	"github.com/switchml/switchml-go/p4/controller/jobcore"
 	"github.com/switchml/switchml-go/p4/switchjob"
 )
 
@@ -185,16 +183,19 @@ func (t *Topology) checkP4(kind string) error {
 }
 
 // LeafOf returns the index of the leaf a worker address attaches to.
-func (t *Topology) LeafOf(a netip.Addr) (int, bool) {
-	a = a.Unmap()
-	for i, l := range t.Leaves {
-		for _, p := range l.prefixes {
-			if p.Contains(a) {
-				return i, true
-			}
-		}
+func (t *Topology) LeafOf(a netip.Addr) (int, bool) { return t.shape(false).LeafOf(a) }
+
+// shape is the tree as the job core splits placements over it; uplinks:
+// the leaves are P4 switches.
+func (t *Topology) shape(uplinks bool) jobcore.Tree {
+	sw := func(s TopologySwitch) jobcore.TreeSwitch {
+		return jobcore.TreeSwitch{Dataplane: s.dataplane, MAC: s.mac, Workers: s.prefixes, Port: s.Port, UplinkPort: s.UplinkPort}
 	}
-	return 0, false
+	tr := jobcore.Tree{Spine: sw(t.Spine), Uplinks: uplinks, Name: t.String()}
+	for _, l := range t.Leaves {
+		tr.Leaves = append(tr.Leaves, sw(l))
+	}
+	return tr
 }
 
 // String summarises the tree for logs.
@@ -216,7 +217,7 @@ type Tree struct {
 	spine  Switch
 	leaves []Switch
 	// uplinks: the leaves are P4 switches, whose jobs each get an uplink
-	// entry (JobEntries.Uplink) instead of following a --parent.
+	// entry (Placement.Uplink) instead of following a --parent.
 	uplinks bool
 }
 
@@ -228,96 +229,10 @@ func NewTree(topo *Topology, spine Switch, leaves []Switch) (*Tree, error) {
 	return &Tree{topo: topo, spine: spine, leaves: leaves}, nil
 }
 
-// split makes each switch's entries from a job's. Leaves without workers
-// of the job get none (nil entries).
-func (t *Tree) split(j JobEntries) (spine JobEntries, leaves []*JobEntries, err error) {
-	leaves = make([]*JobEntries, len(t.leaves))
-	leafOf := map[uint16]int{}        // global rank -> leaf
-	local := map[uint16]uint16{}      // global rank -> rank at its leaf
-	addrOf := map[uint16]netip.Addr{} // global rank -> its first lane's address
-	for _, w := range j.Workers {
-		if _, ok := addrOf[w.Rank]; !ok {
-			addrOf[w.Rank] = w.Addr.Addr()
-		}
-	}
-	counts := make([]uint16, len(t.leaves))
-	for _, r := range slices.Sorted(maps.Keys(addrOf)) {
-		addr := addrOf[r]
-		l, ok := t.topo.LeafOf(addr)
-		if !ok {
-			return spine, nil, fmt.Errorf("rank %d's address %v is under no leaf of the topology (%s); add its prefix to a leaf's workers", r, addr, t.topo)
-		}
-		leafOf[r], local[r] = l, counts[l]
-		counts[l]++
-	}
-	for _, w := range j.Workers {
-		l := leafOf[w.Rank]
-		if leaves[l] == nil {
-			leaves[l] = &JobEntries{MulticastGroup: j.MulticastGroup}
-		}
-		lw := w
-		lw.Rank, lw.NumWorkers = local[w.Rank], counts[l]
-		leaves[l].Workers = append(leaves[l].Workers, lw)
-	}
-	for _, r := range j.Replies {
-		l := leafOf[r.Rank]
-		if leaves[l] == nil {
-			return spine, nil, fmt.Errorf("reply entry for rank %d, which has no worker entry", r.Rank)
-		}
-		lr := r
-		lr.Rank = local[r.Rank]
-		leaves[l].Replies = append(leaves[l].Replies, lr)
-	}
-	for _, rep := range j.Replicas {
-		l := leafOf[rep.Instance]
-		if leaves[l] == nil {
-			return spine, nil, fmt.Errorf("replica for rank %d, which has no worker entry", rep.Instance)
-		}
-		lrep := rep
-		lrep.Instance = local[rep.Instance]
-		leaves[l].Replicas = append(leaves[l].Replicas, lrep)
-	}
-	// The spine: one worker per leaf in use, all lanes from the leaf's one
-	// data-plane address.
-	used := 0
-	for _, e := range leaves {
-		if e != nil {
-			used++
-		}
-	}
-	spine.MulticastGroup = j.MulticastGroup
-	rank := uint16(0)
-	for l, e := range leaves {
-		if e == nil {
-			continue
-		}
-		w0 := e.Workers[0].Worker
-		leaf := &t.topo.Leaves[l]
-		dp := leaf.dataplane
-		spine.Workers = append(spine.Workers, WorkerEntry{Addr: dp, Worker: switchjob.Worker{
-			JobID: w0.JobID, Rank: rank, NumWorkers: uint16(used), MulticastGroup: w0.MulticastGroup, PoolBase: w0.PoolBase, PoolSize: w0.PoolSize,
-		}})
-		spine.Replies = append(spine.Replies, ReplyEntry{JobID: w0.JobID, Rank: rank, MAC: leaf.mac, Addr: dp})
-		spine.Replicas = append(spine.Replicas, Replica{Port: leaf.Port, Instance: rank})
-		if t.uplinks {
-			// The job sits at the same slots on every switch.
-			mac := t.topo.Spine.mac
-			if mac == ([6]byte{}) {
-				mac = [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
-			}
-			e.Uplink = &p4info.Uplink{JobID: w0.JobID, Port: leaf.UplinkPort, ParentMAC: mac, Uplink: switchjob.Uplink{
-				Parent: t.topo.Spine.dataplane, ParentBase: w0.PoolBase, PoolBase: w0.PoolBase, PoolSize: w0.PoolSize, MulticastGroup: w0.MulticastGroup,
-			}}
-		}
-		rank++
-	}
-	return spine, leaves, nil
-}
-
 // InstallJob installs the job's entries on its leaves, then on the spine;
 // on failure it removes what went in.
-func (t *Tree) InstallJob(ctx context.Context, j JobEntries) error {
-	spine, leaves, err := t.split(j)
+func (t *Tree) InstallJob(ctx context.Context, p switchjob.Placement) error {
+	spine, leaves, err := t.topo.shape(t.uplinks).Split(p)
 	if err != nil {
 		return invalid("%v", err)
 	}
@@ -345,8 +260,8 @@ func (t *Tree) InstallJob(ctx context.Context, j JobEntries) error {
 }
 
 // RemoveJob removes the job's entries from the spine and its leaves.
-func (t *Tree) RemoveJob(ctx context.Context, j JobEntries) error {
-	spine, leaves, err := t.split(j)
+func (t *Tree) RemoveJob(ctx context.Context, p switchjob.Placement) error {
+	spine, leaves, err := t.topo.shape(t.uplinks).Split(p)
 	if err != nil {
 		return invalid("%v", err)
 	}

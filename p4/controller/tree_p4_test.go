@@ -25,12 +25,12 @@ func TestHierarchTreeP4Uplinks(t *testing.T) {
 	if err := topo.checkP4(KindBMv2); err != nil {
 		t.Fatal(err)
 	}
-	j := JobEntries{MulticastGroup: 3}
+	j := switchjob.Placement{JobID: 9, PoolBase: 16, PoolSize: 8, Group: 3, World: 4}
 	for r, h := range []string{"10.0.1.5", "10.0.2.7", "10.0.1.6", "10.0.2.8"} {
 		a := netip.AddrPortFrom(netip.MustParseAddr(h), 5000)
-		j.Workers = append(j.Workers, WorkerEntry{Addr: a, Worker: switchjob.Worker{JobID: 9, Rank: uint16(r), NumWorkers: 4, MulticastGroup: 3, PoolBase: 16, PoolSize: 8}})
-		j.Replies = append(j.Replies, ReplyEntry{JobID: 9, Rank: uint16(r), Addr: a})
-		j.Replicas = append(j.Replicas, Replica{Port: uint32(1 + r/2), Instance: uint16(r)})
+		j.Workers = append(j.Workers, switchjob.Lane{Rank: uint16(r), Addr: a})
+		j.Replies = append(j.Replies, switchjob.Lane{Rank: uint16(r), Addr: a})
+		j.Replicas = append(j.Replicas, switchjob.Replica{EgressPort: uint32(1 + r/2), Instance: uint16(r)})
 	}
 	for _, p4 := range []bool{true, false} {
 		spine, l0, l1 := &recorder{}, &recorder{}, &recorder{}
@@ -43,7 +43,7 @@ func TestHierarchTreeP4Uplinks(t *testing.T) {
 			t.Fatal(err)
 		}
 		for k, leaf := range []*recorder{l0, l1} {
-			u := leaf.installed[0].Uplink
+			u, id := leaf.installed[0].Uplink, leaf.installed[0].JobID
 			if !p4 {
 				if u != nil {
 					t.Errorf("software leaf %d got an uplink entry %+v", k, u)
@@ -51,13 +51,13 @@ func TestHierarchTreeP4Uplinks(t *testing.T) {
 				continue
 			}
 			wantMAC := [6]byte{2, 0, 0, 0, 0, 1}
-			if u == nil || u.JobID != 9 || u.Parent != netip.MustParseAddrPort("10.0.0.1:48864") || u.Port != []uint32{9, 7}[k] ||
+			if u == nil || id != 9 || u.Parent != netip.MustParseAddrPort("10.0.0.1:48864") || u.Port != []uint32{9, 7}[k] ||
 				u.ParentBase != 16 || u.PoolBase != 16 || u.PoolSize != 8 || u.MulticastGroup != 3 || u.ParentMAC != wantMAC {
 				t.Errorf("leaf %d uplink %+v: want job 9 to 10.0.0.1:48864 out of port %d, slots 16+8 on both, group 3, MAC %x", k, u, []uint32{9, 7}[k], wantMAC)
 			}
 		}
 		s := spine.installed[0]
-		if s.Uplink != nil || len(s.Replicas) != 2 || s.Replicas[0].Port != 1 || s.Replicas[1].Port != 2 ||
+		if s.Uplink != nil || len(s.Replicas) != 2 || s.Replicas[0].EgressPort != 1 || s.Replicas[1].EgressPort != 2 ||
 			s.Replies[0].MAC != [6]byte{2, 0, 0, 0, 1, 1} || s.Replies[1].MAC != [6]byte{} {
 			t.Errorf("spine entries %+v: want replicas to ports 1 and 2, leaf 0's MAC in its reply entry, no uplink", s)
 		}
