@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchml/switchml-go/p4/controller"
+	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/p4/v1model"
@@ -79,7 +79,7 @@ type rig struct {
 	t      *testing.T
 	ctx    context.Context
 	sw     *Switch
-	cl     *controller.Client
+	cl     *p4rt.Client
 	th     *Thrift
 	ports  []*rawPort
 	model  *pipeline.Pipeline
@@ -129,7 +129,7 @@ func newRig(t *testing.T) *rig {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
 	t.Cleanup(cancel)
 	g := &rig{t: t, ctx: ctx, sw: sw, rankOf: map[netip.AddrPort]int{}, touched: map[int]bool{}}
-	g.cl, err = controller.Dial(ctx, controller.ClientConfig{Target: sw.Addr()})
+	g.cl, err = p4rt.Dial(ctx, p4rt.ClientConfig{Target: sw.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +397,7 @@ func (g *rig) compareStats(label string) {
 // fall between two counts of one packet's ingress pass, so a difference is
 // read again, three reads at most. It returns the last read and the
 // differences left.
-func countersMoved(ctx context.Context, cl *controller.Client, stats []switchjob.Stat, before []int64, mbefore, mnow *[switchjob.NumStats]uint64) ([]int64, []string, error) {
+func countersMoved(ctx context.Context, cl *p4rt.Client, stats []switchjob.Stat, before []int64, mbefore, mnow *[switchjob.NumStats]uint64) ([]int64, []string, error) {
 	var diffs []string
 	for try := 0; ; try++ {
 		st, err := cl.ReadCounters(ctx)

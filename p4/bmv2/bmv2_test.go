@@ -15,7 +15,7 @@ import (
 
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
 
-	"github.com/switchml/switchml-go/p4/controller"
+	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/p4tools"
 	"github.com/switchml/switchml-go/p4/switchjob"
@@ -81,7 +81,7 @@ func TestSwitchRoundTrip(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := controller.Dial(ctx, controller.ClientConfig{Target: sw.Addr()})
+	cl, err := p4rt.Dial(ctx, p4rt.ClientConfig{Target: sw.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestThriftRegisters(t *testing.T) {
 	sw := startSwitch(t, tools, nil, "info")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := controller.Dial(ctx, controller.ClientConfig{Target: sw.Addr()})
+	cl, err := p4rt.Dial(ctx, p4rt.ClientConfig{Target: sw.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +233,7 @@ func TestThriftRegisters(t *testing.T) {
 
 // programmedSwitch starts BMv2 without ports and pushes the compiled
 // program through the controller's client.
-func programmedSwitch(t *testing.T) (*Switch, *controller.Client, context.Context) {
+func programmedSwitch(t *testing.T) (*Switch, *p4rt.Client, context.Context) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("skipped in -short mode: starts BMv2")
@@ -243,7 +243,7 @@ func programmedSwitch(t *testing.T) (*Switch, *controller.Client, context.Contex
 	sw := startSwitch(t, tools, nil, "info")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	cl, err := controller.Dial(ctx, controller.ClientConfig{Target: sw.Addr()})
+	cl, err := p4rt.Dial(ctx, p4rt.ClientConfig{Target: sw.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +260,7 @@ func programmedSwitch(t *testing.T) (*Switch, *controller.Client, context.Contex
 
 // TestControllerResetPool checks that the controller can make a partition
 // idle on BMv2, as its job service does before every job
-// (controller.Client.ResetPool, called from JobService.activate): the
+// (p4rt.Client.ResetPool, called from JobService.activate): the
 // worker bitmaps and countdowns of both sets must end up zero.
 func TestControllerResetPool(t *testing.T) {
 	sw, cl, ctx := programmedSwitch(t)
@@ -286,7 +286,7 @@ func TestControllerResetPool(t *testing.T) {
 
 	cl.SetRegisterBackend(th)
 	if err := cl.ResetPool(ctx, base, size, slots); err != nil {
-		t.Errorf("controller.ResetPool on BMv2 through its Thrift server: %v", err)
+		t.Errorf("p4rt.ResetPool on BMv2 through its Thrift server: %v", err)
 	}
 	for set := 0; set < 2; set++ {
 		for slot := base; slot < base+size; slot++ {
@@ -305,7 +305,7 @@ func TestControllerResetPool(t *testing.T) {
 }
 
 // TestControllerResetCounters checks that the controller can zero the stats
-// counter on BMv2 (controller.Client.ResetCounters).
+// counter on BMv2 (p4rt.Client.ResetCounters).
 func TestControllerResetCounters(t *testing.T) {
 	_, cl, ctx := programmedSwitch(t)
 	// Counts to clear, written one index at a time (which BMv2 takes).
@@ -322,7 +322,7 @@ func TestControllerResetCounters(t *testing.T) {
 		t.Fatalf("counters after writing 1..32: %v, %v", st, err)
 	}
 	if err := cl.ResetCounters(ctx); err != nil {
-		t.Errorf("controller.ResetCounters on BMv2: %v\n"+
+		t.Errorf("p4rt.ResetCounters on BMv2: %v\n"+
 			"BMv2's P4Runtime server refuses a counter write without an index (UNIMPLEMENTED, \"Wildcard write is not "+
 			"supported for indirect counters yet\"); one MODIFY per index, as above, works.", err)
 	}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchml/switchml-go/p4/controller"
+	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/p4/v1model"
@@ -41,7 +41,7 @@ var leafStats = []switchjob.Stat{switchjob.StatUpstream, switchjob.StatUpstreamR
 type leafRig struct {
 	t     *testing.T
 	ctx   context.Context
-	cl    *controller.Client
+	cl    *p4rt.Client
 	ports []*rawPort // ranks 0, 1, then the parent
 	model *pipeline.Pipeline
 	out   pipeline.Output
@@ -67,7 +67,7 @@ func newLeafRig(t *testing.T) *leafRig {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
 	t.Cleanup(cancel)
 	g := &leafRig{t: t, ctx: ctx}
-	if g.cl, err = controller.Dial(ctx, controller.ClientConfig{Target: sw.Addr()}); err != nil {
+	if g.cl, err = p4rt.Dial(ctx, p4rt.ClientConfig{Target: sw.Addr()}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { g.cl.Close() })

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"github.com/switchml/switchml-go/p4/switchjob"
 	"net/netip"
 	"strings"
@@ -25,7 +26,7 @@ func startAuthSwitch(t *testing.T) string {
 	return addr
 }
 
-func keyedJobs(t *testing.T, ctx context.Context, c *Client) []uint32 {
+func keyedJobs(t *testing.T, ctx context.Context, c *p4rt.Client) []uint32 {
 	t.Helper()
 	ents, err := c.Read(ctx, &p4v1.Entity{Entity: &p4v1.Entity_ExternEntry{ExternEntry: &p4v1.ExternEntry{ExternTypeId: p4info.ExternJobKeyType}}})
 	if err != nil {
@@ -49,26 +50,26 @@ func TestCheckAuth(t *testing.T) {
 	authAddr := startAuthSwitch(t)
 	plain := dial(t, ctx, plainAddr, 1)
 	keyed := dial(t, ctx, authAddr, 1)
-	for _, c := range []*Client{plain, keyed} {
+	for _, c := range []*p4rt.Client{plain, keyed} {
 		if err := c.SetPipeline(ctx, nil, nil, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := plain.CheckAuth(ctx, soft, plainAddr); err != nil {
+	if err := checkAuth(ctx, plain, soft, plainAddr); err != nil {
 		t.Fatalf("plain switch, plain controller: %v", err)
 	}
-	if err := keyed.CheckAuth(ctx, authSoft, authAddr); err != nil {
+	if err := checkAuth(ctx, keyed, authSoft, authAddr); err != nil {
 		t.Fatalf("switch and controller with --auth: %v", err)
 	}
-	if err := plain.CheckAuth(ctx, authSoft, plainAddr); err == nil || !strings.Contains(err.Error(), "start the switch with --auth") {
+	if err := checkAuth(ctx, plain, authSoft, plainAddr); err == nil || !strings.Contains(err.Error(), "start the switch with --auth") {
 		t.Fatalf("controller --auth, switch without: %v", err)
 	}
-	if err := keyed.CheckAuth(ctx, soft, authAddr); err == nil || !strings.Contains(err.Error(), "start the controller with --auth") {
+	if err := checkAuth(ctx, keyed, soft, authAddr); err == nil || !strings.Contains(err.Error(), "start the controller with --auth") {
 		t.Fatalf("switch --auth, controller without: %v", err)
 	}
 	bmv2, _ := TargetFor(KindBMv2, 0)
 	bmv2.Auth = true
-	if err := plain.CheckAuth(ctx, bmv2, plainAddr); err == nil || !strings.Contains(err.Error(), "cannot check a MAC") {
+	if err := checkAuth(ctx, plain, bmv2, plainAddr); err == nil || !strings.Contains(err.Error(), "cannot check a MAC") {
 		t.Fatalf("bmv2 with --auth: %v", err)
 	}
 }
@@ -113,7 +114,7 @@ func TestJobKeyEntries(t *testing.T) {
 	// on the switch (its key unknown to the controller) removes the key.
 	target, _ := TargetFor(KindSoftswitch, 0)
 	target.Auth = true
-	if err := c.CheckAuth(ctx, target, addr); err != nil {
+	if err := checkAuth(ctx, c, target, addr); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.InstallJob(ctx, j); err != nil {

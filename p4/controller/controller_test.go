@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -64,9 +65,9 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-func dial(t *testing.T, ctx context.Context, target string, election uint64) *Client {
+func dial(t *testing.T, ctx context.Context, target string, election uint64) *p4rt.Client {
 	t.Helper()
-	c, err := Dial(ctx, ClientConfig{Target: target, ElectionID: election, Logger: quiet})
+	c, err := p4rt.Dial(ctx, p4rt.ClientConfig{Target: target, ElectionID: election, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,8 +114,8 @@ func TestClientReadsBackWhatItWrote(t *testing.T) {
 
 	// Dirty a slot of the partition, reset it, read the registers back.
 	idx := int64(1*testSlots + 9) // set 1, slot 9
-	if err := c.Write(ctx, RegisterUpdate(p4info.RegisterPoolBitmapID, idx, 3), RegisterUpdate(p4info.RegisterPoolCountID, idx, 1),
-		RegisterUpdate(p4info.RegisterPoolBitmapID, 20, 1)); err != nil {
+	if err := c.Write(ctx, p4rt.RegisterUpdate(p4info.RegisterPoolBitmapID, idx, 3), p4rt.RegisterUpdate(p4info.RegisterPoolCountID, idx, 1),
+		p4rt.RegisterUpdate(p4info.RegisterPoolBitmapID, 20, 1)); err != nil {
 		t.Fatal(err)
 	}
 	if v, err := c.ReadRegister(ctx, p4info.RegisterPoolBitmapID, int(idx), 1); err != nil || v[0] != 3 {
@@ -164,7 +165,7 @@ func TestLowerElectionIDRefused(t *testing.T) {
 	if err := high.SetPipeline(ctx, nil, nil, 0); err != nil {
 		t.Fatal(err)
 	}
-	low, err := Dial(ctx, ClientConfig{Target: target, ElectionID: 4, Logger: quiet, YieldPrimary: true})
+	low, err := p4rt.Dial(ctx, p4rt.ClientConfig{Target: target, ElectionID: 4, Logger: quiet, YieldPrimary: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,13 +193,13 @@ func TestMalformedWrites(t *testing.T) {
 	target, _ := startSwitch(t)
 	ctx := testCtx(t)
 	c := dial(t, ctx, target, 1)
-	if err := c.Write(ctx, RegisterUpdate(p4info.RegisterPoolCountID, 0, 0)); status.Code(err) != codes.FailedPrecondition {
+	if err := c.Write(ctx, p4rt.RegisterUpdate(p4info.RegisterPoolCountID, 0, 0)); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("write before pipeline = %v, want FAILED_PRECONDITION", err)
 	}
 	if err := c.SetPipeline(ctx, nil, nil, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := WorkerUpdate(p4info.DefaultIDs(), p4v1.Update_INSERT, netip.MustParseAddrPort("[::1]:5"), switchjob.Worker{}); err == nil {
+	if _, err := p4rt.WorkerUpdate(p4info.DefaultIDs(), p4v1.Update_INSERT, netip.MustParseAddrPort("[::1]:5"), switchjob.Worker{}); err == nil {
 		t.Fatal("IPv6 worker address accepted")
 	}
 	badRank := sampleJob()
@@ -213,8 +214,8 @@ func TestMalformedWrites(t *testing.T) {
 	if gs, _ := c.ReadMulticastGroups(ctx); len(gs) != 0 {
 		t.Fatalf("failed install left %d groups", len(gs))
 	}
-	err = c.Write(ctx, RegisterUpdate(p4info.RegisterPoolCountID, 0, 1<<20), RegisterUpdate(p4info.RegisterPoolCountID, 1, 1))
-	we, ok := err.(*WriteError)
+	err = c.Write(ctx, p4rt.RegisterUpdate(p4info.RegisterPoolCountID, 0, 1<<20), p4rt.RegisterUpdate(p4info.RegisterPoolCountID, 1, 1))
+	we, ok := err.(*p4rt.WriteError)
 	if !ok || len(we.Updates) != 2 || status.Code(we.Updates[0]) != codes.OutOfRange || we.Updates[1] != nil {
 		t.Fatalf("batch with an over-wide value = %v", err)
 	}
@@ -234,7 +235,7 @@ func TestMalformedWrites(t *testing.T) {
 type jobHarness struct {
 	svc  *JobService
 	jobs jobpb.JobServiceClient
-	sw   *Client
+	sw   *p4rt.Client
 	// secrets are the rank secrets joined handed out, by "job/rank".
 	secrets map[string][]byte
 	// state is the service's state file ("": none), for the switch at

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -179,7 +180,7 @@ func (o Options) prepareTarget(cfg *Config) error {
 	}
 	if cfg.Topology != nil && kind.Registers != nil {
 		// Each switch of a tree names its own register server.
-		cfg.Topology.Registers = func(addr string) RegisterBackend { return kind.Registers.Writer(addr) }
+		cfg.Topology.Registers = func(addr string) p4rt.RegisterBackend { return kind.Registers.Writer(addr) }
 	}
 	cfg.DeviceConfig, err = o.deviceConfig(kind, cfg.P4Info)
 	return err
@@ -227,7 +228,7 @@ func readPortMap(path string) (map[netip.Addr]uint32, error) {
 // registers is what resets the pool's registers where the kind's
 // P4Runtime server cannot: its register server, at the address given or
 // on the target's host.
-func (o Options) registers(kind targets.Target, target string) (RegisterBackend, error) {
+func (o Options) registers(kind targets.Target, target string) (p4rt.RegisterBackend, error) {
 	rs := kind.Registers
 	if rs == nil {
 		if o.RegisterServer != "" {

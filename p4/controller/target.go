@@ -2,7 +2,9 @@ package controller
 
 import (
 	"bufio"
+	"context"
 	"fmt"
+	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"github.com/switchml/switchml-go/p4/switchjob"
 	"io"
 	"net/netip"
@@ -249,4 +251,25 @@ func ParsePortMap(r io.Reader) (map[netip.Addr]uint32, error) {
 		return nil, fmt.Errorf("port map is empty: want one \"IPv4-ADDRESS PORT\" line per worker host")
 	}
 	return ports, nil
+}
+
+// checkAuth asks the switch whether it checks tags and refuses a controller
+// that disagrees: keys a switch does not take, or a switch dropping every
+// untagged packet, would fail each job with nothing but timeouts.
+func checkAuth(ctx context.Context, cl *p4rt.Client, t Target, target string) error {
+	if t.P4() {
+		if t.Auth {
+			return fmt.Errorf("controller: --auth: the %s program cannot check a MAC on packets (see p4/README.md for the fabric isolation it needs instead); --auth needs the software switch", t.Kind)
+		}
+		return nil // P4 targets never see the extern
+	}
+	switchAuth, err := cl.ChecksTags(ctx)
+	cl.KeyJobs(switchAuth && t.Auth)
+	switch {
+	case t.Auth && !switchAuth:
+		return fmt.Errorf("controller: --auth, but the switch at %s does not check tags (%v): start the switch with --auth too", target, err)
+	case !t.Auth && switchAuth:
+		return fmt.Errorf("controller: the switch at %s checks a tag on every packet (switch --auth): start the controller with --auth too, or the switch without it", target)
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"io"
 	"net"
 	"net/netip"
@@ -46,7 +47,7 @@ type Topology struct {
 
 	// Registers, if set, reaches the registers of a P4 switch of the tree
 	// through its Thrift address (BMv2; see RegisterBackend).
-	Registers func(thrift string) RegisterBackend `json:"-"`
+	Registers func(thrift string) p4rt.RegisterBackend `json:"-"`
 }
 
 // TopologySwitch is one switch of a Topology.

@@ -1,4 +1,4 @@
-package controller
+package p4rt
 
 import (
 	"context"
@@ -61,29 +61,20 @@ func (c *Client) installKey(ctx context.Context, p switchjob.Placement) error {
 	return nil
 }
 
-// CheckAuth asks the switch whether it checks tags (it answers a Read of
-// the job-key extern only then) and refuses a controller that disagrees:
-// keys a switch does not take, or a switch dropping every untagged packet,
-// would fail each job with nothing but timeouts.
-func (c *Client) CheckAuth(ctx context.Context, t Target, target string) error {
-	if t.P4() {
-		if t.Auth {
-			return fmt.Errorf("controller: --auth: the %s program cannot check a MAC on packets (see p4/README.md for the fabric isolation it needs instead); --auth needs the software switch", t.Kind)
-		}
-		return nil // P4 targets never see the extern
-	}
+// ChecksTags asks the switch whether it checks tags: it answers a Read of
+// the job-key extern only then (err says why it did not).
+func (c *Client) ChecksTags(ctx context.Context) (bool, error) {
 	_, err := c.Read(ctx, &p4v1.Entity{Entity: &p4v1.Entity_ExternEntry{ExternEntry: &p4v1.ExternEntry{ExternTypeId: p4info.ExternJobKeyType}}})
-	switchAuth := err == nil
+	return err == nil, err
+}
+
+// KeyJobs says whether the switch checks tags and jobs have keys there:
+// then RemoveJob also removes the key of a job found on the switch, whose
+// key the client never learnt.
+func (c *Client) KeyJobs(on bool) {
 	c.mu.Lock()
-	c.keys = switchAuth && t.Auth
+	c.keys = on
 	c.mu.Unlock()
-	switch {
-	case t.Auth && !switchAuth:
-		return fmt.Errorf("controller: --auth, but the switch at %s does not check tags (%v): start the switch with --auth too", target, err)
-	case !t.Auth && switchAuth:
-		return fmt.Errorf("controller: the switch at %s checks a tag on every packet (switch --auth): start the controller with --auth too, or the switch without it", target)
-	}
-	return nil
 }
 
 // writeBatch bounds the updates per Write so that a large pool reset stays
@@ -99,7 +90,7 @@ func tableUpdate(typ p4v1.Update_Type, te *p4v1.TableEntry) *p4v1.Update {
 func WorkerUpdate(ids p4info.IDs, typ p4v1.Update_Type, addr netip.AddrPort, w switchjob.Worker) (*p4v1.Update, error) {
 	ip, err := p4info.IPv4(addr.Addr())
 	if err != nil {
-		return nil, fmt.Errorf("controller: worker %v: %w", addr, err)
+		return nil, fmt.Errorf("p4rt: worker %v: %w", addr, err)
 	}
 	te := &p4v1.TableEntry{TableId: ids.TableWorkers, Match: p4info.WorkerKey(ip, addr.Port())}
 	if typ != p4v1.Update_DELETE {
@@ -116,7 +107,7 @@ func ReplyUpdate(ids p4info.IDs, typ p4v1.Update_Type, jobID uint32, r switchjob
 	if typ != p4v1.Update_DELETE {
 		ip, err := p4info.IPv4(r.Addr.Addr())
 		if err != nil {
-			return nil, fmt.Errorf("controller: reply address of job %d rank %d: %w", jobID, r.Rank, err)
+			return nil, fmt.Errorf("p4rt: reply address of job %d rank %d: %w", jobID, r.Rank, err)
 		}
 		te.Action = p4info.SetReply(r.MAC, ip, r.Addr.Port())
 		te.Action.GetAction().ActionId = ids.ActionSetReply
@@ -320,7 +311,7 @@ func (c *Client) KeepResetting() {
 // go through it, a range per register and set.
 func (c *Client) ResetPool(ctx context.Context, base, size, slots int) error {
 	if base < 0 || size < 0 || base+size > slots {
-		return fmt.Errorf("controller: pool reset [%d, %d) outside the switch's %d slots", base, base+size, slots)
+		return fmt.Errorf("p4rt: pool reset [%d, %d) outside the switch's %d slots", base, base+size, slots)
 	}
 	ids := c.IDs()
 	c.mu.Lock()
@@ -335,7 +326,7 @@ func (c *Client) ResetPool(ctx context.Context, base, size, slots int) error {
 	}
 	if rb != nil {
 		if ids.RegisterPoolBitmap == 0 {
-			return fmt.Errorf("controller: pool reset through the register backend needs register %s", p4info.RegisterPoolBitmap)
+			return fmt.Errorf("p4rt: pool reset through the register backend needs register %s", p4info.RegisterPoolBitmap)
 		}
 		names := []string{p4info.RegisterPoolBitmap, p4info.RegisterPoolCount}
 		if ids.Leaf() {
@@ -402,7 +393,7 @@ func (c *Client) ReadWorkers(ctx context.Context) ([]WorkerEntry, error) {
 	for _, e := range ents {
 		m, p, err := entryValues(e.GetTableEntry())
 		if err != nil {
-			return nil, fmt.Errorf("controller: read workers: %w", err)
+			return nil, fmt.Errorf("p4rt: read workers: %w", err)
 		}
 		out = append(out, WorkerEntry{
 			Addr:   netip.AddrPortFrom(p4info.AddrFromIPv4(uint32(m[p4info.WorkersSrcAddrID])), uint16(m[p4info.WorkersSrcPortID])),
@@ -423,7 +414,7 @@ func (c *Client) ReadReplies(ctx context.Context) ([]ReplyEntry, error) {
 	for _, e := range ents {
 		m, p, err := entryValues(e.GetTableEntry())
 		if err != nil {
-			return nil, fmt.Errorf("controller: read reply addresses: %w", err)
+			return nil, fmt.Errorf("p4rt: read reply addresses: %w", err)
 		}
 		out = append(out, ReplyEntry{JobID: uint32(m[p4info.ReplyJobID]), Lane: switchjob.Lane{
 			Rank: uint16(m[p4info.ReplyRankID]), Lane: uint8(m[p4info.ReplyLaneID]),
@@ -460,7 +451,7 @@ func (c *Client) ReadMulticastGroups(ctx context.Context) (map[uint16][]switchjo
 			if b := r.GetPort(); len(b) > 0 {
 				p, err := p4info.Uint(b, 32)
 				if err != nil {
-					return nil, fmt.Errorf("controller: read multicast group %d: replica port: %w", mg.GetMulticastGroupId(), err)
+					return nil, fmt.Errorf("p4rt: read multicast group %d: replica port: %w", mg.GetMulticastGroupId(), err)
 				}
 				port = uint32(p)
 			}
@@ -533,7 +524,7 @@ func (c *Client) ReadRegister(ctx context.Context, registerID uint32, first, cou
 		if i := int(re.GetIndex().GetIndex()) - first; i >= 0 && i < count {
 			v, err := p4info.Uint(re.GetData().GetBitstring(), 64)
 			if err != nil {
-				return nil, fmt.Errorf("controller: read register %#x cell %d: %w", registerID, first+i, err)
+				return nil, fmt.Errorf("p4rt: read register %#x cell %d: %w", registerID, first+i, err)
 			}
 			out[i] = v
 		}
@@ -595,11 +586,11 @@ func entryValues(te *p4v1.TableEntry) (match, params map[uint32]uint64, err erro
 func (c *Client) InstallARPReply(ctx context.Context, ip netip.Addr, mac [6]byte) error {
 	ids := c.IDs()
 	if ids.TableARPReply == 0 || ids.ActionSendARPReply == 0 {
-		return fmt.Errorf("controller: the pipeline has no %s table to answer ARP with", p4info.TableARPReply)
+		return fmt.Errorf("p4rt: the pipeline has no %s table to answer ARP with", p4info.TableARPReply)
 	}
 	a, err := p4info.IPv4(ip)
 	if err != nil {
-		return fmt.Errorf("controller: ARP reply: %w", err)
+		return fmt.Errorf("p4rt: ARP reply: %w", err)
 	}
 	te := &p4v1.TableEntry{TableId: ids.TableARPReply, Match: []*p4v1.FieldMatch{p4info.Exact(1, uint64(a))},
 		Action: &p4v1.TableAction{Type: &p4v1.TableAction_Action{Action: &p4v1.Action{
@@ -609,7 +600,7 @@ func (c *Client) InstallARPReply(ctx context.Context, ip netip.Addr, mac [6]byte
 		err = c.Write(ctx, tableUpdate(p4v1.Update_MODIFY, te))
 	}
 	if err != nil {
-		return fmt.Errorf("controller: install ARP reply for %v: %w", ip, err)
+		return fmt.Errorf("p4rt: install ARP reply for %v: %w", ip, err)
 	}
 	return nil
 }
@@ -621,11 +612,11 @@ func (c *Client) InstallARPReply(ctx context.Context, ip netip.Addr, mac [6]byte
 func (c *Client) SetSimulatedLoss(ctx context.Context, ingress, egress float64) error {
 	ids := c.IDs()
 	if ids.TableDropSimulator == 0 || ids.ActionSetDropRates == 0 {
-		return fmt.Errorf("controller: the pipeline has no %s table to simulate loss with", p4info.TableDropSimulator)
+		return fmt.Errorf("p4rt: the pipeline has no %s table to simulate loss with", p4info.TableDropSimulator)
 	}
 	rate := func(p float64) (uint64, error) {
 		if !(p >= 0 && p < 1) {
-			return 0, fmt.Errorf("controller: simulated loss %v, want 0 <= p < 1", p)
+			return 0, fmt.Errorf("p4rt: simulated loss %v, want 0 <= p < 1", p)
 		}
 		return uint64(p*65536 + 0.5), nil
 	}
@@ -647,7 +638,59 @@ func (c *Client) SetSimulatedLoss(ctx context.Context, ingress, egress float64) 
 		err = c.Write(ctx, tableUpdate(p4v1.Update_MODIFY, te))
 	}
 	if err != nil {
-		return fmt.Errorf("controller: set simulated loss: %w", err)
+		return fmt.Errorf("p4rt: set simulated loss: %w", err)
 	}
 	return nil
+}
+
+// ClearJobs deletes every job entry on the switch: workers, replies,
+// multicast groups and a P4 leaf's uplink entries.
+func (c *Client) ClearJobs(ctx context.Context) error {
+	workers, err := c.ReadWorkers(ctx)
+	if err != nil {
+		return err
+	}
+	replies, err := c.ReadReplies(ctx)
+	if err != nil {
+		return err
+	}
+	groups, err := c.ReadMulticastGroups(ctx)
+	if err != nil {
+		return err
+	}
+	ids := c.IDs()
+	var dels []*p4v1.Update
+	for _, w := range workers {
+		u, err := WorkerUpdate(ids, p4v1.Update_DELETE, w.Addr, w.Worker)
+		if err != nil {
+			return err
+		}
+		dels = append(dels, u)
+	}
+	for _, r := range replies {
+		u, err := ReplyUpdate(ids, p4v1.Update_DELETE, r.JobID, r.Lane)
+		if err != nil {
+			return err
+		}
+		dels = append(dels, u)
+	}
+	for id := range groups {
+		dels = append(dels, GroupUpdate(p4v1.Update_DELETE, id, nil))
+	}
+	if ids.Leaf() {
+		for _, table := range []uint32{ids.TableUplink, ids.TableFromParent} {
+			ents, err := c.Read(ctx, &p4v1.Entity{Entity: &p4v1.Entity_TableEntry{TableEntry: &p4v1.TableEntry{TableId: table}}})
+			if err != nil {
+				return err
+			}
+			for _, e := range ents {
+				te := e.GetTableEntry()
+				dels = append(dels, tableUpdate(p4v1.Update_DELETE, &p4v1.TableEntry{TableId: te.GetTableId(), Match: te.GetMatch(), Priority: te.GetPriority()}))
+			}
+		}
+	}
+	if len(dels) == 0 {
+		return nil
+	}
+	return ignoreNotFound(c.Write(ctx, dels...))
 }
