@@ -83,7 +83,7 @@ func TestJobKeyEntries(t *testing.T) {
 	if err := c.SetPipeline(ctx, nil, nil, 0); err != nil {
 		t.Fatal(err)
 	}
-	j := sampleJob()
+	j := keyedJob()
 	j.Key = switchjob.Key(bytes.Repeat([]byte{0xab}, 32))
 	for _, verb := range []string{"%v", "%+v", "%#v", "%x", "%s", "%q"} {
 		if s := fmt.Sprintf(verb, j); strings.Contains(s, "abab") || strings.Contains(s, "171, 171") || strings.Contains(s, "\xab\xab") {
@@ -181,4 +181,15 @@ func TestRegisterHandsOutKeys(t *testing.T) {
 func found(j switchjob.Placement) switchjob.Placement {
 	j.Key = nil
 	return j
+}
+
+// keyedJob is job 3 of two ranks, one lane each, on slots 8 to 11.
+func keyedJob() switchjob.Placement {
+	p := switchjob.Placement{JobID: 3, PoolBase: 8, PoolSize: 4, Group: 5, World: 2}
+	for r := range uint16(2) {
+		l := switchjob.Lane{Rank: r, Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, byte(r + 1)}), 40001+r)}
+		p.Workers, p.Replies = append(p.Workers, l), append(p.Replies, l)
+		p.Replicas = append(p.Replicas, switchjob.Replica{EgressPort: uint32(r), Instance: r})
+	}
+	return p
 }
