@@ -147,10 +147,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.Topology != nil {
 		if cfg.Switch.Auth {
-			return fmt.Errorf("controller: --auth with --topology: the hop from a leaf to its parent carries no tags; run the tree without --auth")
+			return refuseField("{Auth} with {Topology}: the hop from a leaf to its parent carries no tags; run the tree without {Auth}")
 		}
 		if cfg.State != "" {
-			return fmt.Errorf("controller: --state with --topology: a tree's jobs are not taken back after a restart; leave --state out")
+			return refuseField("{State} with {Topology}: a tree's jobs are not taken back after a restart; leave {State} out")
 		}
 		return runTree(ctx, cfg)
 	}
@@ -294,7 +294,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.Switch = t
 	}
 	if cfg.Switch.P4() && len(cfg.Switch.Ports) == 0 {
-		return cfg, fmt.Errorf("controller: a %s switch needs a port map: which switch port reaches each worker address (--port-map)", cfg.Switch.Kind)
+		return cfg, refuseField("{Ports}: a %s switch needs a port map: which switch port reaches each worker address", cfg.Switch.Kind)
 	}
 	return cfg, nil
 }
@@ -480,14 +480,14 @@ func pipelineCookie(info *p4configv1.P4Info, deviceConfig []byte) (uint64, error
 func checkSlots(ctx context.Context, cl *p4rt.Client, cfg Config) error {
 	if cfg.Switch.P4() {
 		if cfg.Slots > 8192 {
-			return fmt.Errorf("controller: --slots %d: the %s program has 8192 slots per set", cfg.Slots, cfg.Switch.Kind)
+			return refuseField("{Slots} %d: the %s program has 8192 slots per set", cfg.Slots, cfg.Switch.Kind)
 		}
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
 	if _, err := cl.ReadRegister(ctx, cl.IDs().RegisterPoolCount, 2*cfg.Slots-1, 1); err != nil {
-		return fmt.Errorf("controller: the switch at %s does not hold the controller's %d slots per set (reading slot %d of set 1: %v): give the switch and the controller the same --slots", cfg.Target, cfg.Slots, cfg.Slots-1, err)
+		return refuseField("{Slots} %d: the switch at %s does not hold them (reading slot %d of set 1: %v): give the switch and the controller the same slots", cfg.Slots, cfg.Target, cfg.Slots-1, err)
 	}
 	return nil
 }
