@@ -156,7 +156,7 @@ func dialTree(ctx context.Context, cfg Config) (*Tree, []*p4rt.Client, error) {
 				return fail(fmt.Errorf("%s: the program pushed to it has no leaf role (tables %s and %s)", t.Leaves[i].Name, p4info.TableUplink, p4info.TableFromParent))
 			}
 		}
-		tree.uplinks = true
+		tree.shape.Uplinks = true
 	}
 	return tree, clients, nil
 }

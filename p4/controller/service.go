@@ -201,6 +201,10 @@ type JobService struct {
 	// current is sw for readers that must not wait behind programming
 	// (Status reads the switch's counters through it).
 	current atomic.Pointer[switchRef]
+	// away is why the switch cannot be programmed and when it can again
+	// (nil while it can), the core's Offline as of its last change, for
+	// registrations to read without the core's lock.
+	away atomic.Pointer[switchAway]
 
 	metrics *serviceMetrics
 	control controlState // see SetControlLost
@@ -525,48 +529,30 @@ func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (
 		return nil, err
 	}
 	defer release()
-	// Check reads only the core's configuration: the addresses are parsed
-	// outside the lock.
+	// Check reads only the core's configuration, and a tree's shape is
+	// fixed: the request is checked outside the lock.
 	chk, err := s.core.Check(req, caller.Addr)
-	var offline string
-	var back chan struct{}
-	s.step(func(c *jobcore.Core) {
-		if err != nil {
-			c.CannotForm(req, client, err, time.Now()) // its peers learn at once why the job cannot form
-		}
-		offline, back = c.Offline(), s.back
-	})
-	if err != nil {
-		return nil, err
-	}
 	tree, _ := s.current.Load().Switch.(*Tree)
-	if tree != nil && req.GetSparse() {
-		err := invalid("the sparse mode runs on a single software switch, and this controller programs a tree of switches: join without Sparse (--sparse), or through a controller of one switch")
-		s.step(func(c *jobcore.Core) { c.CannotForm(req, client, err, time.Now()) })
-		return nil, err
-	}
 	var leafDP netip.AddrPort
-	if addrs := chk.LaneAddresses(); tree != nil && len(addrs) > 0 {
-		var ok bool
-		if leafDP, ok = tree.DataplaneOf(addrs[0].Addr()); !ok {
-			err := invalid("rank %d sends from %v, which is under no leaf of the controller's topology (%s); add its prefix to a leaf's workers, or bind the worker to a listed address",
-				req.GetRank(), addrs[0].Addr(), tree.topo)
-			s.step(func(c *jobcore.Core) { c.CannotForm(req, client, err, time.Now()) })
-			return nil, err
-		}
+	if err == nil && tree != nil {
+		leafDP, err = tree.shape.Dataplane(req.GetRank(), req.GetSparse(), chk.LaneAddresses())
+	}
+	if err != nil {
+		s.step(func(c *jobcore.Core) { c.CannotForm(req, client, err, time.Now()) }) // its peers learn at once why the job cannot form
+		return nil, err
 	}
 	// While the controller reconnects to the switch, registrations wait
 	// for it as they wait for the other ranks; those that may run over the
 	// ring go on, and their job goes there if the switch is still away
 	// when every rank is in.
-	if offline != "" && req.GetFallbackAddress() == "" {
+	if away := s.away.Load(); away != nil && req.GetFallbackAddress() == "" {
 		wctx, cancel := answerBefore(ctx)
 		select {
-		case <-back:
+		case <-away.back:
 			cancel()
 		case <-wctx.Done():
 			cancel()
-			return nil, status.Errorf(codes.Unavailable, "the switch did not come back before the deadline (%s); join again later", offline)
+			return nil, status.Errorf(codes.Unavailable, "the switch did not come back before the deadline (%s); join again later", away.why)
 		}
 	}
 	ctx, cancel := answerBefore(ctx)
@@ -767,7 +753,14 @@ func (s *JobService) SwitchLost(why string) {
 			s.back = make(chan struct{})
 		}
 		c.SwitchLost(why)
+		s.away.Store(&switchAway{why: c.Offline(), back: s.back})
 	})
+}
+
+// switchAway is why the switch is away, and back, closed when it is back.
+type switchAway struct {
+	why  string
+	back chan struct{}
 }
 
 // SwitchBack hands the service the reprogrammed switch.
@@ -780,6 +773,7 @@ func (s *JobService) SwitchBack(sw Switch) {
 		if c.Offline() != "" {
 			c.SwitchBack()
 			close(s.back)
+			s.away.Store(nil)
 		}
 	})
 }

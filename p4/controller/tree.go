@@ -184,15 +184,14 @@ func (t *Topology) checkP4(kind string) error {
 }
 
 // LeafOf returns the index of the leaf a worker address attaches to.
-func (t *Topology) LeafOf(a netip.Addr) (int, bool) { return t.shape(false).LeafOf(a) }
+func (t *Topology) LeafOf(a netip.Addr) (int, bool) { return t.shape().LeafOf(a) }
 
-// shape is the tree as the job core splits placements over it; uplinks:
-// the leaves are P4 switches.
-func (t *Topology) shape(uplinks bool) jobcore.Tree {
+// shape is the tree as the job core splits placements over it.
+func (t *Topology) shape() jobcore.Tree {
 	sw := func(s TopologySwitch) jobcore.TreeSwitch {
 		return jobcore.TreeSwitch{Dataplane: s.dataplane, MAC: s.mac, Workers: s.prefixes, Port: s.Port, UplinkPort: s.UplinkPort}
 	}
-	tr := jobcore.Tree{Spine: sw(t.Spine), Uplinks: uplinks, Name: t.String()}
+	tr := jobcore.Tree{Spine: sw(t.Spine), Name: t.String()}
 	for _, l := range t.Leaves {
 		tr.Leaves = append(tr.Leaves, sw(l))
 	}
@@ -217,9 +216,10 @@ type Tree struct {
 	topo   *Topology
 	spine  Switch
 	leaves []Switch
-	// uplinks: the leaves are P4 switches, whose jobs each get an uplink
-	// entry (Placement.Uplink) instead of following a --parent.
-	uplinks bool
+	// shape is the topology as the job core splits placements over it;
+	// shape.Uplinks: the leaves are P4 switches, whose jobs each get an
+	// uplink entry (Placement.Uplink) instead of following a --parent.
+	shape jobcore.Tree
 }
 
 // NewTree returns the tree of spine and leaves (in the topology's order).
@@ -227,13 +227,13 @@ func NewTree(topo *Topology, spine Switch, leaves []Switch) (*Tree, error) {
 	if len(leaves) != len(topo.Leaves) {
 		return nil, fmt.Errorf("controller: NewTree: %d leaf switches for %d topology leaves", len(leaves), len(topo.Leaves))
 	}
-	return &Tree{topo: topo, spine: spine, leaves: leaves}, nil
+	return &Tree{topo: topo, spine: spine, leaves: leaves, shape: topo.shape()}, nil
 }
 
 // InstallJob installs the job's entries on its leaves, then on the spine;
 // on failure it removes what went in.
 func (t *Tree) InstallJob(ctx context.Context, p switchjob.Placement) error {
-	spine, leaves, err := t.topo.shape(t.uplinks).Split(p)
+	spine, leaves, err := t.shape.Split(p)
 	if err != nil {
 		return invalid("%v", err)
 	}
@@ -262,7 +262,7 @@ func (t *Tree) InstallJob(ctx context.Context, p switchjob.Placement) error {
 
 // RemoveJob removes the job's entries from the spine and its leaves.
 func (t *Tree) RemoveJob(ctx context.Context, p switchjob.Placement) error {
-	spine, leaves, err := t.topo.shape(t.uplinks).Split(p)
+	spine, leaves, err := t.shape.Split(p)
 	if err != nil {
 		return invalid("%v", err)
 	}
@@ -292,14 +292,4 @@ func (t *Tree) ResetPool(ctx context.Context, base, size, slots int) error {
 		}
 	}
 	return nil
-}
-
-// DataplaneOf returns the data plane a worker sending from a sends to: its
-// leaf's.
-func (t *Tree) DataplaneOf(a netip.Addr) (netip.AddrPort, bool) {
-	l, ok := t.topo.LeafOf(a)
-	if !ok {
-		return netip.AddrPort{}, false
-	}
-	return t.topo.Leaves[l].dataplane, true
 }

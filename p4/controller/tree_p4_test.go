@@ -38,7 +38,7 @@ func TestHierarchTreeP4Uplinks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tree.uplinks = p4
+		tree.shape.Uplinks = p4
 		if err := tree.InstallJob(context.Background(), j); err != nil {
 			t.Fatal(err)
 		}
@@ -67,7 +67,7 @@ func TestHierarchTreeP4Uplinks(t *testing.T) {
 	topo.Spine.mac = [6]byte{}
 	l0 := &recorder{}
 	tree, _ := NewTree(topo, &recorder{}, []Switch{l0, &recorder{}})
-	tree.uplinks = true
+	tree.shape.Uplinks = true
 	if err := tree.InstallJob(context.Background(), j); err != nil {
 		t.Fatal(err)
 	}

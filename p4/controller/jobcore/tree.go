@@ -137,3 +137,21 @@ func (t Tree) Split(p switchjob.Placement) (spine switchjob.Placement, leaves []
 	}
 	return spine, leaves, nil
 }
+
+// Dataplane is the data plane a rank whose lanes send from addrs sends to:
+// its leaf's (a rank without lanes: none). The sparse mode, whose
+// directory a tree does not carry, and a rank under no leaf are refused.
+func (t Tree) Dataplane(rank uint32, sparse bool, addrs []netip.AddrPort) (netip.AddrPort, error) {
+	if sparse {
+		return netip.AddrPort{}, Invalid("the sparse mode runs on a single software switch, and this controller programs a tree of switches: join without Sparse (--sparse), or through a controller of one switch")
+	}
+	if len(addrs) == 0 {
+		return netip.AddrPort{}, nil
+	}
+	l, ok := t.LeafOf(addrs[0].Addr())
+	if !ok {
+		return netip.AddrPort{}, Invalid("rank %d sends from %v, which is under no leaf of the controller's topology (%s); add its prefix to a leaf's workers, or bind the worker to a listed address",
+			rank, addrs[0].Addr(), t.Name)
+	}
+	return t.Leaves[l].Dataplane, nil
+}
