@@ -3,6 +3,7 @@ package controller
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"log/slog"
@@ -515,8 +516,8 @@ func TestRunEndToEnd(t *testing.T) {
 	// A second controller with a lower election id that yields does not
 	// take over.
 	err = Run(ctx, Config{Target: target, Listen: "127.0.0.1:0", ElectionID: 2, Logger: quiet, YieldPrimary: true})
-	if err == nil || !strings.Contains(err.Error(), "not the primary") {
-		t.Fatalf("second Run = %v, want a not-primary error", err)
+	if !errors.Is(err, p4rt.ErrNotPrimary) {
+		t.Fatalf("second Run = %v, want p4rt.ErrNotPrimary", err)
 	}
 	cancel()
 	if err := <-done; err != nil {

@@ -408,7 +408,7 @@ func program(ctx context.Context, cl *p4rt.Client, cfg Config, dp netip.AddrPort
 		if why == "" {
 			why = fmt.Sprintf("another controller with a higher election id than %d programs %s", max(cfg.ElectionID, 1), cfg.Target)
 		}
-		return false, fmt.Errorf("controller: %w: %s", p4rt.ErrNotPrimary, why)
+		return false, fmt.Errorf("controller: switch at %s: %w: %s", cfg.Target, p4rt.ErrNotPrimary, why)
 	}
 	if !cfg.SkipPipeline {
 		info := cfg.P4Info

@@ -259,7 +259,7 @@ func ParsePortMap(r io.Reader) (map[netip.Addr]uint32, error) {
 func checkAuth(ctx context.Context, cl *p4rt.Client, t Target, target string) error {
 	if t.P4() {
 		if t.Auth {
-			return fmt.Errorf("controller: --auth: the %s program cannot check a MAC on packets (see p4/README.md for the fabric isolation it needs instead); --auth needs the software switch", t.Kind)
+			return refuseField("{Auth}: the %s program cannot check a MAC on packets (see p4/README.md for the fabric isolation it needs instead); {Auth} needs the software switch", t.Kind)
 		}
 		return nil // P4 targets never see the extern
 	}
@@ -267,9 +267,9 @@ func checkAuth(ctx context.Context, cl *p4rt.Client, t Target, target string) er
 	cl.KeyJobs(switchAuth && t.Auth)
 	switch {
 	case t.Auth && !switchAuth:
-		return fmt.Errorf("controller: --auth, but the switch at %s does not check tags (%v): start the switch with --auth too", target, err)
+		return refuseField("{Auth}: the switch at %s does not check tags (%v): start the switch with --auth too", target, err)
 	case !t.Auth && switchAuth:
-		return fmt.Errorf("controller: the switch at %s checks a tag on every packet (switch --auth): start the controller with --auth too, or the switch without it", target)
+		return refuseField("{Auth} off: the switch at %s checks a tag on every packet (switch --auth): start the controller with {Auth} too, or the switch without it", target)
 	}
 	return nil
 }

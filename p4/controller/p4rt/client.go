@@ -92,7 +92,7 @@ type Client struct {
 
 // ErrNotPrimary is returned by Dial's caller checks and helpers that need to
 // write while another controller is primary.
-var ErrNotPrimary = errors.New("p4rt: not the primary controller of the switch")
+var ErrNotPrimary = errors.New("not the primary controller of the switch")
 
 // Dial connects to the target, opens the stream channel and arbitrates. It
 // returns once the switch has answered the arbitration, whether this client
