@@ -2,13 +2,13 @@ package controller
 
 import (
 	"context"
-	"github.com/switchml/switchml-go/p4/controller/p4rt"
-	"github.com/switchml/switchml-go/p4/switchjob"
 	"sort"
 	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/switchml/switchml-go/p4/controller/p4rt"
+	"github.com/switchml/switchml-go/p4/switchjob"
 )
 
 // controlState is why the controller cannot program its switch: another

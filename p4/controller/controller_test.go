@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/p4/controller/jobcore"
+	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/softswitch"
 	"github.com/switchml/switchml-go/p4/switchjob"

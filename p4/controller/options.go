@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -12,6 +11,7 @@ import (
 	"strings"
 
 	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
+	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/p4/targets"
 	"github.com/switchml/switchml-go/secure"

@@ -3,10 +3,10 @@ package controller
 import (
 	"context"
 	"fmt"
-	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"net/netip"
 	"reflect"
 
+	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"github.com/switchml/switchml-go/p4/p4info"
 )
 

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"github.com/switchml/switchml-go/p4/controller/p4rt"
-	"github.com/switchml/switchml-go/p4/switchjob"
 	"io"
 	"net/netip"
 	"slices"
@@ -14,6 +12,8 @@ import (
 
 	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/p4/controller/jobcore"
+	"github.com/switchml/switchml-go/p4/controller/p4rt"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/p4/targets"
 	"google.golang.org/grpc/codes"
 )

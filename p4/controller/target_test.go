@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"github.com/switchml/switchml-go/p4/switchjob"
 	"net/netip"
 	"slices"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/p4/switchjob"
 )
 
 func bmv2Target(t *testing.T, ports map[netip.Addr]uint32) Target {

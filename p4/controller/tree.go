@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"io"
 	"net"
 	"net/netip"
 	"strings"
 
 	"github.com/switchml/switchml-go/p4/controller/jobcore"
+	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"github.com/switchml/switchml-go/p4/switchjob"
 )
 

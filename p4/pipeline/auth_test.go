@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/switchml/switchml-go/p4/switchjob"
 	"net/netip"
 	"slices"
 	"testing"
 
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/wire"
 )
 

@@ -2,11 +2,11 @@ package pipeline
 
 import (
 	"errors"
-	"github.com/switchml/switchml-go/p4/switchjob"
 	"net/netip"
 	"slices"
 	"testing"
 
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/wire"
 )
 

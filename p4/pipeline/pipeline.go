@@ -17,12 +17,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/switchml/switchml-go/p4/switchjob"
 	"net/netip"
 	"slices"
 	"strings"
 	"sync/atomic"
 
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/wire"
 )
 

@@ -2,8 +2,9 @@ package pipeline
 
 import (
 	"fmt"
-	"github.com/switchml/switchml-go/p4/switchjob"
 	"net/netip"
+
+	"github.com/switchml/switchml-go/p4/switchjob"
 )
 
 // Pipes is a switch with several pipes, as a Tofino has 2 or 4: the

@@ -1,11 +1,11 @@
 package pipeline
 
 import (
-	"github.com/switchml/switchml-go/p4/switchjob"
 	"net/netip"
 	"sync"
 	"testing"
 
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/wire"
 )
 

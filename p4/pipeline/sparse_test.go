@@ -1,10 +1,10 @@
 package pipeline
 
 import (
-	"github.com/switchml/switchml-go/p4/switchjob"
 	"slices"
 	"testing"
 
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/wire"
 )
 

@@ -2,9 +2,10 @@ package softswitch
 
 import (
 	"errors"
+	"net/netip"
+
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/switchjob"
-	"net/netip"
 )
 
 // Errors a Target returns (wrapped or as is) so that the P4Runtime service can

@@ -6,12 +6,12 @@ package jobcore
 
 import (
 	"fmt"
-	"github.com/switchml/switchml-go/p4/switchjob"
 	"maps"
 	"slices"
 	"time"
 
 	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/p4/switchjob"
 )
 
 // claim is what proves j's ranks after a controller restart.

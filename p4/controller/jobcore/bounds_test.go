@@ -1,7 +1,6 @@
 package jobcore
 
 import (
-	"github.com/switchml/switchml-go/p4/switchjob"
 	"net/netip"
 	"runtime"
 	"strings"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"google.golang.org/grpc/codes"
 )
 

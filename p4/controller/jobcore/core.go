@@ -18,7 +18,6 @@
 package jobcore
 
 import (
-	"github.com/switchml/switchml-go/p4/switchjob"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -26,6 +25,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 )

@@ -3,7 +3,6 @@ package jobcore
 import (
 	"crypto/sha256"
 	"fmt"
-	"github.com/switchml/switchml-go/p4/switchjob"
 	"log/slog"
 	"net/netip"
 	"reflect"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/p4/switchjob"
 )
 
 // rig steps a core by hand: it hands out waiters, keeps the answers and

@@ -9,8 +9,8 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/binary"
-	"github.com/switchml/switchml-go/p4/switchjob"
 
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/wire"
 	"google.golang.org/grpc/codes"
 )

@@ -4,11 +4,11 @@ package jobcore
 // id, and the driver's reports on programming the switch.
 
 import (
-	"github.com/switchml/switchml-go/p4/switchjob"
 	"sort"
 	"time"
 
 	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 )
