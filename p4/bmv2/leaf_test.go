@@ -35,7 +35,7 @@ var leafParentEP = endpoint{MAC: [6]byte{0x02, 0x53, 0x4d, 0x4c, 0x00, 0x01}, Ad
 var leafStats = []switchjob.Stat{switchjob.StatUpstream, switchjob.StatUpstreamResend, switchjob.StatFromParent}
 
 // leafRig is BMv2 running the v1model program as a leaf: one job with an
-// uplink (installed by the controller's Client, JobEntries.Uplink), raw
+// uplink (installed by the P4Runtime client, Placement.Uplink), raw
 // ports for the two workers and for the parent, and the Go pipeline as a
 // leaf of the same parent, fed the same packets.
 type leafRig struct {

@@ -86,7 +86,7 @@ func TestHierarchTreeSplit(t *testing.T) {
 		t.Fatal(err)
 	}
 	hosts := []string{"10.0.1.5", "10.0.2.7", "10.0.1.6", "10.0.3.1"}
-	j := splitJobEntries(hosts)
+	j := splitJob(hosts)
 	if err := tree.ResetPool(context.Background(), 16, 8, 512); err != nil {
 		t.Fatal(err)
 	}
@@ -117,9 +117,9 @@ func TestHierarchTreeSplit(t *testing.T) {
 	}
 }
 
-// splitJobEntries is job 9 of one rank per host, two lanes each, in group
+// splitJob is job 9 of one rank per host, two lanes each, in group
 // 3 on pool slots 16 to 24.
-func splitJobEntries(hosts []string) switchjob.Placement {
+func splitJob(hosts []string) switchjob.Placement {
 	j := switchjob.Placement{JobID: 9, PoolBase: 16, PoolSize: 8, Group: 3, World: 4}
 	for r, h := range hosts {
 		for lane := range 2 {
