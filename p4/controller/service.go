@@ -23,7 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Switch is what the job service needs from the switch: a P4Runtime Client
+// Switch is what the job service needs from the switch: a p4rt.Client
 // satisfies it.
 type Switch interface {
 	InstallJob(ctx context.Context, p switchjob.Placement) error
