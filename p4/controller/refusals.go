@@ -1,7 +1,7 @@
 package controller
 
-// The core's refusals for the driver's own checks (the target's, the
-// topology's).
+// Refusals made as the core makes them, for the driver's own checks (the
+// target's, a tree's).
 
 import (
 	"github.com/switchml/switchml-go/p4/controller/jobcore"
