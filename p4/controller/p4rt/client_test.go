@@ -2,6 +2,7 @@ package p4rt
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -192,8 +193,8 @@ func TestMalformedWrites(t *testing.T) {
 		t.Fatalf("failed install left %d groups", len(gs))
 	}
 	err = c.Write(ctx, RegisterUpdate(p4info.RegisterPoolCountID, 0, 1<<20), RegisterUpdate(p4info.RegisterPoolCountID, 1, 1))
-	we, ok := err.(*WriteError)
-	if !ok || len(we.Updates) != 2 || status.Code(we.Updates[0]) != codes.OutOfRange || we.Updates[1] != nil {
+	var we *WriteError
+	if !errors.As(err, &we) || len(we.Updates) != 2 || status.Code(we.Updates[0]) != codes.OutOfRange || we.Updates[1] != nil {
 		t.Fatalf("batch with an over-wide value = %v", err)
 	}
 	if err := c.InstallJob(ctx, sampleJob()); err != nil {
