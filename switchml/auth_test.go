@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/p4/local"
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/switchml"
 )
 
@@ -44,11 +44,11 @@ func TestAuthAllReduce(t *testing.T) {
 				t.Fatal(err)
 			}
 			c := fab.Counters()
-			if c[pipeline.StatMulticast] == 0 {
+			if c[switchjob.StatMulticast] == 0 {
 				t.Fatal("no slot completed")
 			}
-			if c[pipeline.StatDropBadTag] != 0 {
-				t.Fatalf("%d genuine packets failed the switch's tag check", c[pipeline.StatDropBadTag])
+			if c[switchjob.StatDropBadTag] != 0 {
+				t.Fatalf("%d genuine packets failed the switch's tag check", c[switchjob.StatDropBadTag])
 			}
 		})
 	}

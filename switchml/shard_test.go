@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/p4/local"
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/switchml"
 )
 
@@ -48,10 +48,10 @@ func TestShardedSwitch(t *testing.T) {
 		}
 	}
 	c := fab.Counters()
-	if c[pipeline.StatDropWrongShard] != 0 {
-		t.Errorf("%d packets reached a shard that does not serve their slot", c[pipeline.StatDropWrongShard])
+	if c[switchjob.StatDropWrongShard] != 0 {
+		t.Errorf("%d packets reached a shard that does not serve their slot", c[switchjob.StatDropWrongShard])
 	}
-	if c[pipeline.StatMulticast] == 0 {
+	if c[switchjob.StatMulticast] == 0 {
 		t.Error("no slot completed")
 	}
 }

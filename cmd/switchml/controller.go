@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/netip"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -20,6 +22,7 @@ func runController(ctx context.Context, args []string) error {
 	fs := newFlags("controller", "--target ADDR --listen ADDR [flags]")
 	p4 := strings.Join(targets.KindsWhere(func(_ targets.Target, c targets.Capabilities) bool { return c.NeedsPortMap }), ", ")
 	var o controller.Options
+	var files controllerFiles
 	fs.StringVar(&o.Target, "target", controller.DefaultTarget, "P4Runtime address of the switch")
 	fs.StringVar(&o.Listen, "listen", controller.DefaultListen, "gRPC address of the job service workers join through")
 	fs.StringVar(&o.State, "state", "", "`FILE` in which the controller keeps what proves each running job's ranks (hashes of their secrets and of the job's token; mode 0600, in a folder others cannot write), so that after a restart it hands the jobs it finds on the switch back to their ranks alone; without it, jobs end when the controller restarts")
@@ -30,9 +33,9 @@ func runController(ctx context.Context, args []string) error {
 	fs.BoolVar(&o.YieldPrimary, "yield-primary", false, "stay backup when another controller takes primaryship of the switch (a standby, or a hand-over); by default the controller takes it back with a higher election id, and logs who took it")
 	fs.StringVar(&o.TargetKind, "target-kind", targets.Softswitch, "what runs at --target: "+targets.Help()+"; selects the P4Info, and whether --device-config and --port-map are needed")
 	fs.StringVar(&o.DeviceConfigFile, "device-config", "", "compiled program pushed with the pipeline, required for the kinds that run one: "+targets.DeviceConfigHelp())
-	fs.StringVar(&o.P4InfoFile, "p4info", "", "P4Info text file to push instead of the one that --target-kind selects")
+	fs.StringVar(&files.p4info, "p4info", "", "P4Info text file to push instead of the one that --target-kind selects")
 	fs.BoolVar(&o.SkipPipeline, "skip-pipeline", false, "do not push the pipeline: the target already runs the SwitchML program")
-	fs.StringVar(&o.PortMapFile, "port-map", "", "file of \"WORKER-IP PORT\" lines: the switch port that reaches each worker host (required for "+p4+")")
+	fs.StringVar(&files.portMap, "port-map", "", "file of \"WORKER-IP PORT\" lines: the switch port that reaches each worker host (required for "+p4+")")
 	fs.BoolVar(&o.Auth, "auth", false, "the software switch checks a tag on every packet (it runs with --auth): give each job a random key, over P4Runtime to the switch and over this service's TLS to the job's ranks, which must join with --auth; the controller refuses to start if the switch disagrees")
 	fs.BoolVar(&o.InsecureAuthOverPlaintext, "insecure-auth-over-plaintext", false, "with --auth, hand the job keys over links without TLS that leave this host (the job service without --tls-cert, the switch without --target-tls-ca): anyone who reads that network can forge tagged packets; refused without this flag, not needed on loopback")
 	fs.StringVar(&o.SwitchMACAddr, "switch-mac", "", "Ethernet address the P4 switch answers ARP for its data plane address with ("+p4+"; default: no ARP answers, workers need a static neighbour entry)")
@@ -60,7 +63,7 @@ func runController(ctx context.Context, args []string) error {
 	memoryLimit := fs.Int("memory-limit", defaultControllerMemoryMiB, "soft limit, in MiB, on the controller's memory: its garbage collector works harder as the heap nears it, so that a storm of calls that are refused leaves no peak of garbage behind (what clients make it hold is bounded by --max-bytes-per-client each); raise it for many client identities; 0: none; $GOMEMLIMIT, if set, wins")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	metricsAddr := fs.String("metrics", "", metricsFlagHelp)
-	fs.StringVar(&o.TopologyFile, "topology", "", "`FILE` of JSON describing a two-level tree of software switches to program as one, instead of --target: {\"spine\": {\"p4runtime\": ADDR, \"dataplane\": ADDR}, \"leaves\": [{\"p4runtime\": ADDR, \"dataplane\": ADDR, \"workers\": [PREFIX, ...]}, ...]}; each leaf runs \"switchml switch --parent\" with the spine's dataplane address; BMv2 leaves (--target-kind bmv2) instead name uplink_port, port and thrift (see the docs of p4/controller.Topology)")
+	fs.StringVar(&files.topology, "topology", "", "`FILE` of JSON describing a two-level tree of software switches to program as one, instead of --target: {\"spine\": {\"p4runtime\": ADDR, \"dataplane\": ADDR}, \"leaves\": [{\"p4runtime\": ADDR, \"dataplane\": ADDR, \"workers\": [PREFIX, ...]}, ...]}; each leaf runs \"switchml switch --parent\" with the spine's dataplane address; BMv2 leaves (--target-kind bmv2) instead name uplink_port, port and thrift (see the docs of p4/controller.Topology)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -82,7 +85,82 @@ func runController(ctx context.Context, args []string) error {
 		}
 		o.Metrics = reg
 	}
-	return controller.RunFromOptions(ctx, o)
+	if err := files.read(&o); err != nil {
+		return err
+	}
+	return controller.Named(controller.RunFromOptions(ctx, o), controllerFlag)
+}
+
+// controllerFlags are the controller's flags by the controller.Options
+// field each sets, as the controller's refusals (controller.FieldError)
+// name them.
+var controllerFlags = map[string]string{
+	"Target": "target", "Listen": "listen", "State": "state", "Dataplane": "dataplane", "Slots": "slots",
+	"DeviceID": "device-id", "ElectionID": "election-id", "YieldPrimary": "yield-primary",
+	"TargetKind": "target-kind", "DeviceConfigFile": "device-config", "P4Info": "p4info", "SkipPipeline": "skip-pipeline",
+	"Ports": "port-map", "Auth": "auth", "InsecureAuthOverPlaintext": "insecure-auth-over-plaintext", "SwitchMACAddr": "switch-mac",
+	"MaxElements": "max-elements", "MaxWorkers": "max-workers", "IngressLoss": "simulate-loss-in", "EgressLoss": "simulate-loss-out",
+	"RegisterServer": "bmv2-thrift", "TLSCert": "tls-cert", "TLSKey": "tls-key", "TLSClientCA": "tls-client-ca", "Admins": "admin",
+	"TargetTLSCA": "target-tls-ca", "TargetTLSCert": "target-tls-cert", "TargetTLSKey": "target-tls-key",
+	"ConnectTimeout": "connect-timeout", "LeaseGrace": "lease-grace", "JoinTimeout": "join-timeout",
+	"MaxJobsPerClient": "max-jobs-per-client", "AllowOpenJobs": "allow-open-jobs", "AllowLaneAddressMismatch": "allow-lane-address-mismatch",
+	"MaxSlotsPerClient": "max-slots-per-client", "MaxBytesPerClient": "max-bytes-per-client", "MaxCallsPerClient": "max-calls-per-client",
+	"Topology": "topology",
+}
+
+// controllerFlag is the flag that sets an Options field ("" for none).
+func controllerFlag(field string) string {
+	if f, ok := controllerFlags[field]; ok {
+		return "--" + f
+	}
+	return ""
+}
+
+// controllerFiles are the files the controller's flags name, which the
+// command reads into controller.Options.
+type controllerFiles struct {
+	p4info, portMap, topology string
+}
+
+func (f controllerFiles) read(o *controller.Options) error {
+	if f.p4info != "" {
+		text, err := os.ReadFile(f.p4info)
+		if err != nil {
+			return fmt.Errorf("--p4info: %w", err)
+		}
+		if o.P4Info, err = targets.ParseP4Info(text); err != nil {
+			return fmt.Errorf("--p4info %s: %w", f.p4info, err)
+		}
+	}
+	if f.portMap != "" {
+		ports, err := readFile(f.portMap, controller.ParsePortMap)
+		if err != nil {
+			return fmt.Errorf("--port-map %s: %w", f.portMap, err)
+		}
+		if ports == nil {
+			ports = map[netip.Addr]uint32{}
+		}
+		o.Ports = ports
+	}
+	if f.topology != "" {
+		t, err := readFile(f.topology, controller.ParseTopology)
+		if err != nil {
+			return fmt.Errorf("--topology %s: %w", f.topology, err)
+		}
+		o.Topology = t
+	}
+	return nil
+}
+
+// readFile parses the file at path.
+func readFile[T any](path string, parse func(io.Reader) (T, error)) (T, error) {
+	r, err := os.Open(path)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	defer r.Close()
+	return parse(r)
 }
 
 // defaultControllerMemoryMiB is the controller's soft memory limit unless

@@ -150,3 +150,20 @@ func TestControllerFlagErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestControllerFlagsNameFields: each flag the controller's refusals are
+// written with sets the controller.Options field it stands for, and no two
+// fields share a flag.
+func TestControllerFlagsNameFields(t *testing.T) {
+	opts := reflect.TypeFor[controller.Options]()
+	seen := map[string]string{}
+	for field, flag := range controllerFlags {
+		if _, ok := opts.FieldByName(field); !ok {
+			t.Errorf("--%s stands for %s, which controller.Options lacks", flag, field)
+		}
+		if other, ok := seen[flag]; ok {
+			t.Errorf("--%s stands for both %s and %s", flag, field, other)
+		}
+		seen[flag] = field
+	}
+}

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/softswitch"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/secure"
 	"github.com/switchml/switchml-go/transport"
 	"github.com/switchml/switchml-go/wire"
@@ -99,7 +99,7 @@ func switchFlagsValid(cfg softswitch.Config) error {
 	for _, c := range []struct {
 		flag     string
 		v, limit int
-	}{{"--slots", pc.Slots, pipeline.MaxSlots}, {"--max-elements", pc.MaxElements, wire.MaxElements}, {"--max-workers", pc.MaxWorkers, pipeline.MaxWorkersCap}, {"--shards", cfg.Shards, softswitch.MaxShards}} {
+	}{{"--slots", pc.Slots, switchjob.MaxSlots}, {"--max-elements", pc.MaxElements, wire.MaxElements}, {"--max-workers", pc.MaxWorkers, switchjob.MaxWorkersCap}, {"--shards", cfg.Shards, softswitch.MaxShards}} {
 		if c.v < 1 || c.v > c.limit {
 			errs = append(errs, fmt.Errorf("%s %d: want 1..%d", c.flag, c.v, c.limit))
 		}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/switchml/dtype"
 	"github.com/switchml/switchml-go/switchml/engine"
 	"github.com/switchml/switchml-go/wire"
@@ -36,11 +36,11 @@ func TestHierarchClean(t *testing.T) {
 			switch {
 			case st.Lanes.Timeouts != 0:
 				t.Fatalf("lossless tree timed out %d times", st.Lanes.Timeouts)
-			case st.Switch[pipeline.StatUpstream] != 2*uses || st.Switch[pipeline.StatFromParent] != 2*uses:
+			case st.Switch[switchjob.StatUpstream] != 2*uses || st.Switch[switchjob.StatFromParent] != 2*uses:
 				t.Fatalf("leaves sent %d partial sums and took %d results up, want %d each (2 leaves x %d uses)",
-					st.Switch[pipeline.StatUpstream], st.Switch[pipeline.StatFromParent], 2*uses, uses)
-			case st.Spine[pipeline.StatMulticast] != uses || st.Spine[pipeline.StatReplicas] != 2*uses:
-				t.Fatalf("spine multicast %d uses to %d leaves, want %d to %d", st.Spine[pipeline.StatMulticast], st.Spine[pipeline.StatReplicas], uses, 2*uses)
+					st.Switch[switchjob.StatUpstream], st.Switch[switchjob.StatFromParent], 2*uses, uses)
+			case st.Spine[switchjob.StatMulticast] != uses || st.Spine[switchjob.StatReplicas] != 2*uses:
+				t.Fatalf("spine multicast %d uses to %d leaves, want %d to %d", st.Spine[switchjob.StatMulticast], st.Spine[switchjob.StatReplicas], uses, 2*uses)
 			}
 		})
 	}
@@ -104,17 +104,17 @@ func TestHierarchLossySeeds(t *testing.T) {
 				addStats(&total, hierarchRun(t, uint64(seed)+uint64(loss*1e6)<<20, loss))
 			}
 			t.Logf("%d runs: lost %d (%d on trunks), duplicated %d, worker retransmits %d, partial sums resent %d, spine unicast replies %d, leaf unicast replies %d, stale drops at leaves %d and at the spine %d, set reuses checked %d",
-				seeds, total.Lost, total.TrunkLost, total.Duplicated, total.Lanes.Retransmits, total.Switch[pipeline.StatUpstreamResend],
-				total.Spine[pipeline.StatRetransmitReply], total.Switch[pipeline.StatRetransmitReply],
-				total.Switch[pipeline.StatDropStale], total.Spine[pipeline.StatDropStale], total.SetReuses)
+				seeds, total.Lost, total.TrunkLost, total.Duplicated, total.Lanes.Retransmits, total.Switch[switchjob.StatUpstreamResend],
+				total.Spine[switchjob.StatRetransmitReply], total.Switch[switchjob.StatRetransmitReply],
+				total.Switch[switchjob.StatDropStale], total.Spine[switchjob.StatDropStale], total.SetReuses)
 			switch {
-			case total.TrunkLost == 0 || total.Switch[pipeline.StatUpstreamResend] == 0:
+			case total.TrunkLost == 0 || total.Switch[switchjob.StatUpstreamResend] == 0:
 				t.Fatal("no loss on the trunks was recovered: the sweep does not exercise the upper hop")
-			case total.Spine[pipeline.StatRetransmitReply] == 0:
+			case total.Spine[switchjob.StatRetransmitReply] == 0:
 				t.Fatal("the spine never answered a leaf's resend alone: lost results on the way down were not exercised")
-			case total.Switch[pipeline.StatRetransmitReply] == 0:
+			case total.Switch[switchjob.StatRetransmitReply] == 0:
 				t.Fatal("no leaf answered a worker's retransmission from a completed use")
-			case total.Switch[pipeline.StatDropStale] == 0:
+			case total.Switch[switchjob.StatDropStale] == 0:
 				t.Fatal("no late copy reached a leaf after its slot moved on")
 			case total.SetReuses == 0 || total.Duplicated == 0:
 				t.Fatal("the sweep exercised neither set reuse nor duplication")
@@ -134,11 +134,11 @@ func TestHierarchLostHops(t *testing.T) {
 		counter func(Stats) uint64
 	}{
 		{"partial sums up", func(p Packet) bool { return p.Trunk && p.ToSwitch && p.Leaf == 1 },
-			func(st Stats) uint64 { return st.Switch[pipeline.StatUpstreamResend] }},
+			func(st Stats) uint64 { return st.Switch[switchjob.StatUpstreamResend] }},
 		{"spine result down", func(p Packet) bool { return p.Trunk && !p.ToSwitch && p.Leaf == 0 },
-			func(st Stats) uint64 { return st.Spine[pipeline.StatRetransmitReply] }},
+			func(st Stats) uint64 { return st.Spine[switchjob.StatRetransmitReply] }},
 		{"leaf result to a worker", func(p Packet) bool { return !p.Trunk && !p.ToSwitch && p.Worker == 3 },
-			func(st Stats) uint64 { return st.Switch[pipeline.StatRetransmitReply] }},
+			func(st Stats) uint64 { return st.Switch[switchjob.StatRetransmitReply] }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

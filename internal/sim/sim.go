@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/switchml/engine"
 	"github.com/switchml/switchml-go/wire"
 )
@@ -91,8 +92,8 @@ type Stats struct {
 	Delivered                int
 	SetReuses                int // fresh overwrites of a previously used (slot, set)
 	Lanes                    engine.LaneStats
-	Switch                   [pipeline.NumStats]uint64 // summed over the leaves in a tree
-	Spine                    [pipeline.NumStats]uint64
+	Switch                   [switchjob.NumStats]uint64 // summed over the leaves in a tree
+	Spine                    [switchjob.NumStats]uint64
 	ResultsAcceptedByWorkers int
 }
 
@@ -225,7 +226,7 @@ func New(cfg Config) (*Sim, error) {
 		s.leafAccepted = append(s.leafAccepted, make(map[useKey]int))
 	}
 	const job, mgid = 1, 1
-	reps := make([][]pipeline.Replica, leaves)
+	reps := make([][]switchjob.Replica, leaves)
 	for r := 0; r < cfg.Workers; r++ {
 		leaf := r * leaves / cfg.Workers
 		nd := s.nodes[leaf]
@@ -246,7 +247,7 @@ func New(cfg Config) (*Sim, error) {
 			}
 			wk.lanes = append(wk.lanes, lane)
 		}
-		reps[leaf] = append(reps[leaf], pipeline.Replica{EgressPort: uint32(local), Instance: uint16(local)})
+		reps[leaf] = append(reps[leaf], switchjob.Replica{EgressPort: uint32(local), Instance: uint16(local)})
 		s.ws = append(s.ws, wk)
 	}
 	// Ranks at a switch are the workers' places under it.
@@ -256,7 +257,7 @@ func New(cfg Config) (*Sim, error) {
 		local := next[wk.leaf]
 		next[wk.leaf]++
 		for l, a := range wk.addrs {
-			if err := nd.pipe.InsertWorker(pipeline.WorkerKey{Addr: a}, pipeline.Worker{
+			if err := nd.pipe.InsertWorker(pipeline.WorkerKey{Addr: a}, switchjob.Worker{
 				JobID: job, Rank: uint16(local), NumWorkers: uint16(nd.workers), MulticastGroup: mgid,
 				Lane: uint8(l), PoolBase: cfg.PoolBase, PoolSize: pool,
 			}); err != nil {
@@ -281,10 +282,10 @@ func New(cfg Config) (*Sim, error) {
 		return nil, err
 	}
 	sn := &node{pipe: spine, addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 3, 0, 1}), 48864), workers: cfg.Workers, slotBase: cfg.SpineBase, lastUse: make(map[int]useKey)}
-	var spineReps []pipeline.Replica
+	var spineReps []switchjob.Replica
 	for l := 0; l < leaves; l++ {
 		la := s.nodes[l].addr
-		if err := spine.InsertWorker(pipeline.WorkerKey{Addr: la}, pipeline.Worker{
+		if err := spine.InsertWorker(pipeline.WorkerKey{Addr: la}, switchjob.Worker{
 			JobID: job, Rank: uint16(l), NumWorkers: uint16(leaves), MulticastGroup: mgid, PoolBase: cfg.SpineBase, PoolSize: pool,
 		}); err != nil {
 			return nil, err
@@ -292,8 +293,8 @@ func New(cfg Config) (*Sim, error) {
 		if err := spine.InsertReply(pipeline.ReplyKey{JobID: job, Rank: uint16(l)}, pipeline.Reply{Addr: la}); err != nil {
 			return nil, err
 		}
-		spineReps = append(spineReps, pipeline.Replica{EgressPort: uint32(l), Instance: uint16(l)})
-		if err := s.nodes[l].pipe.InsertUplink(job, pipeline.Uplink{
+		spineReps = append(spineReps, switchjob.Replica{EgressPort: uint32(l), Instance: uint16(l)})
+		if err := s.nodes[l].pipe.InsertUplink(job, switchjob.Uplink{
 			Parent: sn.addr, ParentBase: cfg.SpineBase, PoolBase: cfg.PoolBase, PoolSize: pool, MulticastGroup: mgid,
 		}); err != nil {
 			return nil, err

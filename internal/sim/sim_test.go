@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/quant"
 	"github.com/switchml/switchml-go/switchml"
 	"github.com/switchml/switchml-go/switchml/dtype"
@@ -130,7 +130,7 @@ func TestAllReduceClean(t *testing.T) {
 					t.Fatal(err)
 				}
 				w.check(t, 32)
-				if st.Lanes.Timeouts != 0 || st.Switch[pipeline.StatReceived] != st.Lanes.Sent || st.Switch[pipeline.StatMulticast] != st.Lanes.Results/uint64(c.n) {
+				if st.Lanes.Timeouts != 0 || st.Switch[switchjob.StatReceived] != st.Lanes.Sent || st.Switch[switchjob.StatMulticast] != st.Lanes.Results/uint64(c.n) {
 					t.Fatalf("lossless run: %+v", st)
 				}
 			})
@@ -209,7 +209,7 @@ func sweep(t *testing.T, seeds int, loss float64, run func(*testing.T, uint64, f
 		addStats(&total, run(t, uint64(seed)+uint64(loss*1e6)<<20, loss))
 	}
 	t.Logf("%d runs: lost %d, duplicated %d, retransmits %d, unicast replies %d, set reuses checked %d",
-		seeds, total.Lost, total.Duplicated, total.Lanes.Retransmits, total.Switch[pipeline.StatRetransmitReply], total.SetReuses)
+		seeds, total.Lost, total.Duplicated, total.Lanes.Retransmits, total.Switch[switchjob.StatRetransmitReply], total.SetReuses)
 	return total
 }
 
@@ -247,8 +247,8 @@ func TestSetReuseHeavyLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.check(t, 32)
-	if st.SetReuses < 100 || st.Switch[pipeline.StatRetransmitReply] == 0 {
-		t.Fatalf("reuses %d, unicast replies %d: not enough exercised", st.SetReuses, st.Switch[pipeline.StatRetransmitReply])
+	if st.SetReuses < 100 || st.Switch[switchjob.StatRetransmitReply] == 0 {
+		t.Fatalf("reuses %d, unicast replies %d: not enough exercised", st.SetReuses, st.Switch[switchjob.StatRetransmitReply])
 	}
 }
 
@@ -281,8 +281,8 @@ func TestLostMulticastRecovered(t *testing.T) {
 	w.check(t, 32)
 	// Rank 0 may resend too (its next packet on that slot waits for rank
 	// 1), but only rank 1's resend finds the set complete.
-	if dropped != 1 || st.Switch[pipeline.StatRetransmitReply] != 1 || s.Lane(1, 0).Stats().Retransmits == 0 {
-		t.Fatalf("dropped %d, unicast replies %d, rank 1 %+v", dropped, st.Switch[pipeline.StatRetransmitReply], s.Lane(1, 0).Stats())
+	if dropped != 1 || st.Switch[switchjob.StatRetransmitReply] != 1 || s.Lane(1, 0).Stats().Retransmits == 0 {
+		t.Fatalf("dropped %d, unicast replies %d, rank 1 %+v", dropped, st.Switch[switchjob.StatRetransmitReply], s.Lane(1, 0).Stats())
 	}
 }
 
@@ -334,7 +334,7 @@ func TestExtendedLongDelays(t *testing.T) {
 	var stale uint64
 	for seed := 0; seed < seeds; seed++ {
 		st := lossyRunJitter(t, uint64(seed)+1<<40, 0.05, 300*time.Microsecond, wire.FormatExtended)
-		stale += st.Switch[pipeline.StatDropStale] + st.Switch[pipeline.StatDropMismatch]
+		stale += st.Switch[switchjob.StatDropStale] + st.Switch[switchjob.StatDropMismatch]
 	}
 	if stale == 0 {
 		t.Fatal("no delayed request reached a reused set: the test does not exercise the case")

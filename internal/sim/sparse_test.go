@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/switchml/dtype"
 	"github.com/switchml/switchml-go/switchml/engine"
 	"github.com/switchml/switchml-go/wire"
@@ -146,7 +146,7 @@ func TestSparseLossySeeds(t *testing.T) {
 	for _, loss := range []float64{0.01, 0.1} {
 		t.Run(fmt.Sprint("loss=", loss), func(t *testing.T) {
 			total := sweep(t, seeds, loss, sparseRun)
-			if total.SetReuses == 0 || total.Duplicated == 0 || total.Lost == 0 || total.Lanes.Retransmits == 0 || total.Switch[pipeline.StatRetransmitReply] == 0 {
+			if total.SetReuses == 0 || total.Duplicated == 0 || total.Lost == 0 || total.Lanes.Retransmits == 0 || total.Switch[switchjob.StatRetransmitReply] == 0 {
 				t.Fatal("the sweep exercised too little: set reuse, duplication, loss and recovery must all occur")
 			}
 		})

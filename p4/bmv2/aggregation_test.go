@@ -16,8 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchml/switchml-go/p4/controller"
+	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/p4/v1model"
 	"github.com/switchml/switchml-go/wire"
 )
@@ -34,11 +35,11 @@ const (
 )
 
 // Stats counter indices of the v1model program that the Go model counts
-// the same way (pipeline.Stat values 0..8 and 13).
-var sharedStats = []pipeline.Stat{
-	pipeline.StatReceived, pipeline.StatAggregated, pipeline.StatMulticast, pipeline.StatRetransmitReply,
-	pipeline.StatDropNotWorker, pipeline.StatDropMalformed, pipeline.StatDropOutOfPartition,
-	pipeline.StatDropIncompleteRetransmit, pipeline.StatAbsorbed, pipeline.StatDropStale,
+// the same way (switchjob.Stat values 0..8 and 13).
+var sharedStats = []switchjob.Stat{
+	switchjob.StatReceived, switchjob.StatAggregated, switchjob.StatMulticast, switchjob.StatRetransmitReply,
+	switchjob.StatDropNotWorker, switchjob.StatDropMalformed, switchjob.StatDropOutOfPartition,
+	switchjob.StatDropIncompleteRetransmit, switchjob.StatAbsorbed, switchjob.StatDropStale,
 }
 
 // Full names of the v1model program's pool registers (Thrift names them).
@@ -78,7 +79,7 @@ type rig struct {
 	t      *testing.T
 	ctx    context.Context
 	sw     *Switch
-	cl     *controller.Client
+	cl     *p4rt.Client
 	th     *Thrift
 	ports  []*rawPort
 	model  *pipeline.Pipeline
@@ -88,7 +89,7 @@ type rig struct {
 	sent    int64   // SwitchML frames sent
 	ipID    uint16  // IPv4 identification of the next frame
 	stats   []int64 // BMv2 counters after the last step
-	mstats  [pipeline.NumStats]uint64
+	mstats  [switchjob.NumStats]uint64
 	touched map[int]bool // register indices (set*slots + slot) used
 	steps   int
 	errors  int // reported through errorf
@@ -128,7 +129,7 @@ func newRig(t *testing.T) *rig {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
 	t.Cleanup(cancel)
 	g := &rig{t: t, ctx: ctx, sw: sw, rankOf: map[netip.AddrPort]int{}, touched: map[int]bool{}}
-	g.cl, err = controller.Dial(ctx, controller.ClientConfig{Target: sw.Addr()})
+	g.cl, err = p4rt.Dial(ctx, p4rt.ClientConfig{Target: sw.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,27 +140,24 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 
-	job := controller.JobEntries{MulticastGroup: testMgid}
+	job := switchjob.Placement{JobID: testJobID, PoolBase: poolBase, PoolSize: poolSize, Group: testMgid, World: numRanks}
 	g.model, err = pipeline.New(pipeline.Config{Slots: slotsPer, MaxElements: elements, MaxWorkers: 32})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var replicas []pipeline.Replica
 	for r := 0; r < numRanks; r++ {
 		for lane := 0; lane < numLanes; lane++ {
-			w := controller.WorkerEntry{Addr: laneWorkerEP(r, lane).Addr, Worker: pipeline.Worker{JobID: testJobID, Rank: uint16(r), NumWorkers: numRanks,
-				MulticastGroup: testMgid, Lane: uint8(lane), PoolBase: poolBase, PoolSize: poolSize}}
-			rep := controller.ReplyEntry{JobID: testJobID, Rank: uint16(r), Lane: uint8(lane), MAC: laneReplyEP(r, lane).MAC, Addr: laneReplyEP(r, lane).Addr}
-			job.Workers = append(job.Workers, w)
+			l := switchjob.Lane{Rank: uint16(r), Lane: uint8(lane), Addr: laneWorkerEP(r, lane).Addr}
+			rep := switchjob.Lane{Rank: uint16(r), Lane: uint8(lane), MAC: laneReplyEP(r, lane).MAC, Addr: laneReplyEP(r, lane).Addr}
+			job.Workers = append(job.Workers, l)
 			job.Replies = append(job.Replies, rep)
 			g.rankOf[rep.Addr] = r
-			must(t, g.model.InsertWorker(pipeline.WorkerKey{Addr: w.Addr}, pipeline.Worker{JobID: w.JobID, Rank: w.Rank,
-				NumWorkers: w.NumWorkers, MulticastGroup: w.MulticastGroup, Lane: w.Lane, PoolBase: w.PoolBase, PoolSize: w.PoolSize}))
-			must(t, g.model.InsertReply(pipeline.ReplyKey{JobID: rep.JobID, Rank: rep.Rank, Lane: rep.Lane}, pipeline.Reply{MAC: rep.MAC, Addr: rep.Addr}))
+			must(t, g.model.InsertWorker(pipeline.WorkerKey{Addr: l.Addr}, job.Worker(l)))
+			must(t, g.model.InsertReply(pipeline.ReplyKey{JobID: testJobID, Rank: rep.Rank, Lane: rep.Lane}, pipeline.Reply{MAC: rep.MAC, Addr: rep.Addr}))
 		}
-		job.Replicas = append(job.Replicas, controller.Replica{Port: uint32(r + 1), Instance: uint16(r)})
-		replicas = append(replicas, pipeline.Replica{EgressPort: uint32(r + 1), Instance: uint16(r)})
+		job.Replicas = append(job.Replicas, switchjob.Replica{EgressPort: uint32(r + 1), Instance: uint16(r)})
 	}
+	replicas := job.Replicas
 	must(t, g.model.InsertMulticastGroup(testMgid, replicas))
 	if err := g.cl.InstallJob(ctx, job); err != nil {
 		t.Fatal(err)
@@ -220,7 +218,7 @@ type packet struct {
 	// stats are the counter moves this packet must cause (nil: not
 	// checked, beyond BMv2 and the model agreeing). With bmv2Only they
 	// are BMv2's; otherwise the model's, which BMv2's must equal.
-	stats map[pipeline.Stat]int64
+	stats map[switchjob.Stat]int64
 }
 
 func (p packet) String() string {
@@ -260,8 +258,8 @@ func (g *rig) step(what string, p packet, want []*result) [][][]byte {
 		if p.stats != nil {
 			after := g.model.Counters()
 			for i := range after {
-				if d := int64(after[i] - before[i]); d != p.stats[pipeline.Stat(i)] {
-					g.errorf("%s: the model's counter %v moved by %d, want %d", label, pipeline.Stat(i), d, p.stats[pipeline.Stat(i)])
+				if d := int64(after[i] - before[i]); d != p.stats[switchjob.Stat(i)] {
+					g.errorf("%s: the model's counter %v moved by %d, want %d", label, switchjob.Stat(i), d, p.stats[switchjob.Stat(i)])
 				}
 			}
 		}
@@ -399,7 +397,7 @@ func (g *rig) compareStats(label string) {
 // fall between two counts of one packet's ingress pass, so a difference is
 // read again, three reads at most. It returns the last read and the
 // differences left.
-func countersMoved(ctx context.Context, cl *controller.Client, stats []pipeline.Stat, before []int64, mbefore, mnow *[pipeline.NumStats]uint64) ([]int64, []string, error) {
+func countersMoved(ctx context.Context, cl *p4rt.Client, stats []switchjob.Stat, before []int64, mbefore, mnow *[switchjob.NumStats]uint64) ([]int64, []string, error) {
 	var diffs []string
 	for try := 0; ; try++ {
 		st, err := cl.ReadCounters(ctx)
@@ -421,7 +419,7 @@ func countersMoved(ctx context.Context, cl *controller.Client, stats []pipeline.
 
 // checkStats checks that BMv2's counters moved by want for the last packet
 // (every other counter unchanged).
-func (g *rig) checkStats(label string, want map[pipeline.Stat]int64) {
+func (g *rig) checkStats(label string, want map[switchjob.Stat]int64) {
 	t := g.t
 	t.Helper()
 	var diffs []string
@@ -432,8 +430,8 @@ func (g *rig) checkStats(label string, want map[pipeline.Stat]int64) {
 		}
 		diffs = diffs[:0]
 		for i := 0; i < max(len(st), len(g.stats)); i++ {
-			if d := at(st, i) - at(g.stats, i); d != want[pipeline.Stat(i)] {
-				diffs = append(diffs, fmt.Sprintf("counter %d (%v) +%d, want +%d", i, pipeline.Stat(i), d, want[pipeline.Stat(i)]))
+			if d := at(st, i) - at(g.stats, i); d != want[switchjob.Stat(i)] {
+				diffs = append(diffs, fmt.Sprintf("counter %d (%v) +%d, want +%d", i, switchjob.Stat(i), d, want[switchjob.Stat(i)]))
 			}
 		}
 		if len(diffs) == 0 || try == 2 {

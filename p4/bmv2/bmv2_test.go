@@ -15,10 +15,10 @@ import (
 
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
 
-	"github.com/switchml/switchml-go/p4/controller"
+	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/p4tools"
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/p4/v1model"
 )
 
@@ -81,7 +81,7 @@ func TestSwitchRoundTrip(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := controller.Dial(ctx, controller.ClientConfig{Target: sw.Addr()})
+	cl, err := p4rt.Dial(ctx, p4rt.ClientConfig{Target: sw.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,45 +109,31 @@ func TestSwitchRoundTrip(t *testing.T) {
 			pc.GetCookie(), len(pc.GetP4DeviceConfig()), len(js), err)
 	}
 
-	job := controller.JobEntries{
-		MulticastGroup: 7,
-		Replicas:       []controller.Replica{{Port: 1, Instance: 0}, {Port: 2, Instance: 1}},
-		Workers: []controller.WorkerEntry{
-			{Addr: netip.MustParseAddrPort("10.9.0.1:5000"), Worker: pipeline.Worker{JobID: 3, Rank: 0, NumWorkers: 2, MulticastGroup: 7, PoolBase: 16, PoolSize: 32}},
-			{Addr: netip.MustParseAddrPort("10.9.0.2:5001"), Worker: pipeline.Worker{JobID: 3, Rank: 1, NumWorkers: 2, MulticastGroup: 7, PoolBase: 16, PoolSize: 32}},
+	job := switchjob.Placement{
+		JobID: 3, PoolBase: 16, PoolSize: 32, Group: 7, World: 2,
+		Replicas: []switchjob.Replica{{EgressPort: 1, Instance: 0}, {EgressPort: 2, Instance: 1}},
+		Workers: []switchjob.Lane{
+			{Rank: 0, Addr: netip.MustParseAddrPort("10.9.0.1:5000")},
+			{Rank: 1, Addr: netip.MustParseAddrPort("10.9.0.2:5001")},
 		},
-		Replies: []controller.ReplyEntry{
-			{JobID: 3, Rank: 0, MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: netip.MustParseAddrPort("10.9.0.1:5000")},
-			{JobID: 3, Rank: 1, MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: netip.MustParseAddrPort("10.9.0.2:5001")},
+		Replies: []switchjob.Lane{
+			{Rank: 0, MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: netip.MustParseAddrPort("10.9.0.1:5000")},
+			{Rank: 1, MAC: [6]byte{2, 0, 0, 0, 0, 2}, Addr: netip.MustParseAddrPort("10.9.0.2:5001")},
 		},
 	}
 	if err := cl.InstallJob(ctx, job); err != nil {
 		t.Fatal(err)
 	}
-	workers, err := cl.ReadWorkers(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(workers, job.Workers) {
-		t.Errorf("workers read back:\n%+v\nwant\n%+v", workers, job.Workers)
-	}
-	replies, err := cl.ReadReplies(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(replies, job.Replies) {
-		t.Errorf("replies read back:\n%+v\nwant\n%+v", replies, job.Replies)
-	}
-	groups, err := cl.ReadMulticastGroups(ctx)
+	found, err := cl.ReadPlacements(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Replicas are a set: the order BMv2 returns them in means nothing.
-	for _, reps := range groups {
-		sort.Slice(reps, func(i, j int) bool { return reps[i].Instance < reps[j].Instance })
+	for _, p := range found {
+		sort.Slice(p.Replicas, func(i, j int) bool { return p.Replicas[i].Instance < p.Replicas[j].Instance })
 	}
-	if !reflect.DeepEqual(groups, map[uint16][]controller.Replica{7: job.Replicas}) {
-		t.Errorf("multicast groups read back: %+v, want group 7 = %+v", groups, job.Replicas)
+	if !reflect.DeepEqual(found, []switchjob.Placement{job}) {
+		t.Errorf("jobs read back:\n%+v\nwant\n%+v", found, job)
 	}
 
 	if err := cl.RemoveJob(ctx, job); err != nil {
@@ -170,7 +156,7 @@ func TestThriftRegisters(t *testing.T) {
 	sw := startSwitch(t, tools, nil, "info")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := controller.Dial(ctx, controller.ClientConfig{Target: sw.Addr()})
+	cl, err := p4rt.Dial(ctx, p4rt.ClientConfig{Target: sw.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +233,7 @@ func TestThriftRegisters(t *testing.T) {
 
 // programmedSwitch starts BMv2 without ports and pushes the compiled
 // program through the controller's client.
-func programmedSwitch(t *testing.T) (*Switch, *controller.Client, context.Context) {
+func programmedSwitch(t *testing.T) (*Switch, *p4rt.Client, context.Context) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("skipped in -short mode: starts BMv2")
@@ -257,7 +243,7 @@ func programmedSwitch(t *testing.T) (*Switch, *controller.Client, context.Contex
 	sw := startSwitch(t, tools, nil, "info")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	cl, err := controller.Dial(ctx, controller.ClientConfig{Target: sw.Addr()})
+	cl, err := p4rt.Dial(ctx, p4rt.ClientConfig{Target: sw.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +260,7 @@ func programmedSwitch(t *testing.T) (*Switch, *controller.Client, context.Contex
 
 // TestControllerResetPool checks that the controller can make a partition
 // idle on BMv2, as its job service does before every job
-// (controller.Client.ResetPool, called from JobService.activate): the
+// (p4rt.Client.ResetPool, called from JobService.activate): the
 // worker bitmaps and countdowns of both sets must end up zero.
 func TestControllerResetPool(t *testing.T) {
 	sw, cl, ctx := programmedSwitch(t)
@@ -300,7 +286,7 @@ func TestControllerResetPool(t *testing.T) {
 
 	cl.SetRegisterBackend(th)
 	if err := cl.ResetPool(ctx, base, size, slots); err != nil {
-		t.Errorf("controller.ResetPool on BMv2 through its Thrift server: %v", err)
+		t.Errorf("p4rt.ResetPool on BMv2 through its Thrift server: %v", err)
 	}
 	for set := 0; set < 2; set++ {
 		for slot := base; slot < base+size; slot++ {
@@ -319,7 +305,7 @@ func TestControllerResetPool(t *testing.T) {
 }
 
 // TestControllerResetCounters checks that the controller can zero the stats
-// counter on BMv2 (controller.Client.ResetCounters).
+// counter on BMv2 (p4rt.Client.ResetCounters).
 func TestControllerResetCounters(t *testing.T) {
 	_, cl, ctx := programmedSwitch(t)
 	// Counts to clear, written one index at a time (which BMv2 takes).
@@ -336,7 +322,7 @@ func TestControllerResetCounters(t *testing.T) {
 		t.Fatalf("counters after writing 1..32: %v, %v", st, err)
 	}
 	if err := cl.ResetCounters(ctx); err != nil {
-		t.Errorf("controller.ResetCounters on BMv2: %v\n"+
+		t.Errorf("p4rt.ResetCounters on BMv2: %v\n"+
 			"BMv2's P4Runtime server refuses a counter write without an index (UNIMPLEMENTED, \"Wildcard write is not "+
 			"supported for indirect counters yet\"); one MODIFY per index, as above, works.", err)
 	}

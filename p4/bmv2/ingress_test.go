@@ -11,13 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/wire"
 )
 
 // statDropSimulated is the v1model program's counter of contributions its
 // drop simulator discarded.
-const statDropSimulated = pipeline.Stat(31)
+const statDropSimulated = switchjob.Stat(31)
 
 // fixLengths rewrites the IPv4 total length, the UDP length and the IPv4
 // checksum of a frame whose payload was changed.
@@ -44,13 +44,13 @@ func TestIngressChecks(t *testing.T) {
 	}
 	stranger := workerEP(0)
 	stranger.Addr = netip.AddrPortFrom(stranger.Addr.Addr(), 39999)
-	received := func(s pipeline.Stat) map[pipeline.Stat]int64 {
-		return map[pipeline.Stat]int64{pipeline.StatReceived: 1, s: 1}
+	received := func(s switchjob.Stat) map[switchjob.Stat]int64 {
+		return map[switchjob.Stat]int64{switchjob.StatReceived: 1, s: 1}
 	}
-	malformed := received(pipeline.StatDropMalformed)
+	malformed := received(switchjob.StatDropMalformed)
 	withSlot := func(slot uint32) packet {
 		p := u.packet(0)
-		p.hdr.Slot, p.stats = slot, received(pipeline.StatDropOutOfPartition)
+		p.hdr.Slot, p.stats = slot, received(switchjob.StatDropOutOfPartition)
 		return p
 	}
 
@@ -60,7 +60,7 @@ func TestIngressChecks(t *testing.T) {
 	}{
 		{"unknown sender (source port)", func() packet {
 			p := u.packet(0)
-			p.from, p.stats = &stranger, received(pipeline.StatDropNotWorker)
+			p.from, p.stats = &stranger, received(switchjob.StatDropNotWorker)
 			return p
 		}()},
 		{"slot below the partition", withSlot(poolBase - 1)},
@@ -176,7 +176,7 @@ func TestARPAndSimulatedLoss(t *testing.T) {
 	for r := range u.vals {
 		u.vals[r] = blockValues(rng, r, false)
 	}
-	lossy := func(r int, stats map[pipeline.Stat]int64) packet {
+	lossy := func(r int, stats map[switchjob.Stat]int64) packet {
 		p := u.packet(r)
 		p.bmv2Only, p.stats = true, stats
 		return p
@@ -187,19 +187,19 @@ func TestARPAndSimulatedLoss(t *testing.T) {
 	}
 	for r := 0; r < numRanks; r++ {
 		g.step(fmt.Sprintf("ingress loss: rank %d's contribution is lost", r),
-			lossy(r, map[pipeline.Stat]int64{pipeline.StatReceived: 1, statDropSimulated: 1}), nothing())
+			lossy(r, map[switchjob.Stat]int64{switchjob.StatReceived: 1, statDropSimulated: 1}), nothing())
 	}
 	if err := g.cl.SetSimulatedLoss(g.ctx, 0, 0.99998); err != nil {
 		t.Fatal(err)
 	}
-	absorbed := map[pipeline.Stat]int64{pipeline.StatReceived: 1, pipeline.StatAggregated: 1, pipeline.StatAbsorbed: 1}
+	absorbed := map[switchjob.Stat]int64{switchjob.StatReceived: 1, switchjob.StatAggregated: 1, switchjob.StatAbsorbed: 1}
 	g.step("egress loss: rank 1 contributes", lossy(1, absorbed), nothing())
 	g.step("egress loss: rank 2 contributes", lossy(2, absorbed), nothing())
 	g.step("egress loss: rank 0 completes, every copy of the result is lost", lossy(0,
-		map[pipeline.Stat]int64{pipeline.StatReceived: 1, pipeline.StatAggregated: 1, pipeline.StatMulticast: 1}), nothing())
+		map[switchjob.Stat]int64{switchjob.StatReceived: 1, switchjob.StatAggregated: 1, switchjob.StatMulticast: 1}), nothing())
 	if err := g.cl.SetSimulatedLoss(g.ctx, 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	p := lossy(2, map[pipeline.Stat]int64{pipeline.StatReceived: 1, pipeline.StatRetransmitReply: 1})
+	p := lossy(2, map[switchjob.Stat]int64{switchjob.StatReceived: 1, switchjob.StatRetransmitReply: 1})
 	g.step("loss off: rank 2's retransmission gets the result", p, only(2, u.result(2, p)))
 }

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchml/switchml-go/p4/controller"
-	"github.com/switchml/switchml-go/p4/p4info"
+	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/p4/v1model"
 	"github.com/switchml/switchml-go/wire"
 )
@@ -32,23 +32,23 @@ const (
 var leafParentEP = endpoint{MAC: [6]byte{0x02, 0x53, 0x4d, 0x4c, 0x00, 0x01}, Addr: netip.MustParseAddrPort("10.9.0.1:48864")}
 
 // Counters the leaf role moves, beyond sharedStats.
-var leafStats = []pipeline.Stat{pipeline.StatUpstream, pipeline.StatUpstreamResend, pipeline.StatFromParent}
+var leafStats = []switchjob.Stat{switchjob.StatUpstream, switchjob.StatUpstreamResend, switchjob.StatFromParent}
 
 // leafRig is BMv2 running the v1model program as a leaf: one job with an
-// uplink (installed by the controller's Client, JobEntries.Uplink), raw
+// uplink (installed by the P4Runtime client, Placement.Uplink), raw
 // ports for the two workers and for the parent, and the Go pipeline as a
 // leaf of the same parent, fed the same packets.
 type leafRig struct {
 	t     *testing.T
 	ctx   context.Context
-	cl    *controller.Client
+	cl    *p4rt.Client
 	ports []*rawPort // ranks 0, 1, then the parent
 	model *pipeline.Pipeline
 	out   pipeline.Output
 	sent  int64
 	ipID  uint16
 	stats []int64
-	mst   [pipeline.NumStats]uint64
+	mst   [switchjob.NumStats]uint64
 }
 
 func newLeafRig(t *testing.T) *leafRig {
@@ -67,7 +67,7 @@ func newLeafRig(t *testing.T) *leafRig {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
 	t.Cleanup(cancel)
 	g := &leafRig{t: t, ctx: ctx}
-	if g.cl, err = controller.Dial(ctx, controller.ClientConfig{Target: sw.Addr()}); err != nil {
+	if g.cl, err = p4rt.Dial(ctx, p4rt.ClientConfig{Target: sw.Addr()}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { g.cl.Close() })
@@ -77,19 +77,18 @@ func newLeafRig(t *testing.T) *leafRig {
 	if g.model, err = pipeline.New(pipeline.Config{Slots: slotsPer, MaxElements: elements, MaxWorkers: 32}); err != nil {
 		t.Fatal(err)
 	}
-	up := pipeline.Uplink{Parent: leafParentEP.Addr, ParentBase: leafParentBase, PoolBase: poolBase, PoolSize: poolSize, MulticastGroup: testMgid}
-	job := controller.JobEntries{MulticastGroup: testMgid,
-		Uplink: &p4info.Uplink{JobID: testJobID, Uplink: up, Port: leafParentPort, ParentMAC: leafParentEP.MAC}}
-	var replicas []pipeline.Replica
+	up := switchjob.Uplink{Parent: leafParentEP.Addr, ParentBase: leafParentBase, PoolBase: poolBase, PoolSize: poolSize, MulticastGroup: testMgid}
+	job := switchjob.Placement{JobID: testJobID, PoolBase: poolBase, PoolSize: poolSize, Group: testMgid, World: leafRanks,
+		Uplink: &switchjob.LeafUplink{Uplink: up, Port: leafParentPort, ParentMAC: leafParentEP.MAC}}
 	for r := 0; r < leafRanks; r++ {
-		w := pipeline.Worker{JobID: testJobID, Rank: uint16(r), NumWorkers: leafRanks, MulticastGroup: testMgid, PoolBase: poolBase, PoolSize: poolSize}
-		job.Workers = append(job.Workers, controller.WorkerEntry{Addr: workerEP(r).Addr, Worker: w})
-		job.Replies = append(job.Replies, controller.ReplyEntry{JobID: testJobID, Rank: uint16(r), MAC: replyEP(r).MAC, Addr: replyEP(r).Addr})
-		job.Replicas = append(job.Replicas, controller.Replica{Port: uint32(r + 1), Instance: uint16(r)})
-		replicas = append(replicas, pipeline.Replica{EgressPort: uint32(r + 1), Instance: uint16(r)})
-		must(t, g.model.InsertWorker(pipeline.WorkerKey{Addr: workerEP(r).Addr}, w))
+		l := switchjob.Lane{Rank: uint16(r), Addr: workerEP(r).Addr}
+		job.Workers = append(job.Workers, l)
+		job.Replies = append(job.Replies, switchjob.Lane{Rank: uint16(r), MAC: replyEP(r).MAC, Addr: replyEP(r).Addr})
+		job.Replicas = append(job.Replicas, switchjob.Replica{EgressPort: uint32(r + 1), Instance: uint16(r)})
+		must(t, g.model.InsertWorker(pipeline.WorkerKey{Addr: l.Addr}, job.Worker(l)))
 		must(t, g.model.InsertReply(pipeline.ReplyKey{JobID: testJobID, Rank: uint16(r)}, pipeline.Reply{MAC: replyEP(r).MAC, Addr: replyEP(r).Addr}))
 	}
+	replicas := job.Replicas
 	must(t, g.model.InsertMulticastGroup(testMgid, replicas))
 	must(t, g.model.InsertUplink(testJobID, up))
 	if err := g.cl.InstallJob(ctx, job); err != nil {
@@ -124,7 +123,7 @@ func newLeafRig(t *testing.T) *leafRig {
 // frame, its addresses and its SwitchML bytes, and the counters. want
 // names the counter the model must move (besides received), so that each
 // step shows the path it takes. It returns the frames per port.
-func (g *leafRig) step(what string, from int, h wire.Header, vals []int32, want pipeline.Stat) [][][]byte {
+func (g *leafRig) step(what string, from int, h wire.Header, vals []int32, want switchjob.Stat) [][][]byte {
 	t := g.t
 	t.Helper()
 	src := leafParentEP
@@ -223,7 +222,7 @@ func (g *leafRig) compareStats(what string) {
 	t := g.t
 	t.Helper()
 	mnow := g.model.Counters()
-	stats := append(append([]pipeline.Stat{}, sharedStats...), leafStats...)
+	stats := append(append([]switchjob.Stat{}, sharedStats...), leafStats...)
 	st, diffs, err := countersMoved(g.ctx, g.cl, stats, g.stats, &g.mst, &mnow)
 	if err != nil {
 		t.Fatal(err)
@@ -288,26 +287,26 @@ func TestBMv2Leaf(t *testing.T) {
 	} {
 		name := func(s string) string { return fmt.Sprintf("use %d: %s", round, s) }
 		v0, v1 := vals(), vals()
-		g.step(name("rank 0 contributes"), 0, hdr(c.slot, c.set, c.seq, c.id, c.exps[0]), v0, pipeline.StatAbsorbed)
-		partial := up(g.step(name("rank 1 completes: partial sums go up"), 1, hdr(c.slot, c.set, c.seq, c.id, c.exps[1]), v1, pipeline.StatUpstream))
+		g.step(name("rank 0 contributes"), 0, hdr(c.slot, c.set, c.seq, c.id, c.exps[0]), v0, switchjob.StatAbsorbed)
+		partial := up(g.step(name("rank 1 completes: partial sums go up"), 1, hdr(c.slot, c.set, c.seq, c.id, c.exps[1]), v1, switchjob.StatUpstream))
 		if want := c.slot - poolBase + leafParentBase; partial.Hdr.Slot != want {
 			t.Errorf("%s: partial sums for slot %d at the parent, want %d", name("up"), partial.Hdr.Slot, want)
 		}
 		// Retransmissions while waiting: the first of each round of the
 		// two ranks goes up again.
-		g.step(name("rank 0 retransmits: sent up again"), 0, hdr(c.slot, c.set, c.seq, c.id, c.exps[0]), v0, pipeline.StatUpstreamResend)
-		g.step(name("rank 1 retransmits in the same round: dropped"), 1, hdr(c.slot, c.set, c.seq, c.id, c.exps[1]), v1, pipeline.StatDropIncompleteRetransmit)
-		g.step(name("rank 1 retransmits again: sent up again"), 1, hdr(c.slot, c.set, c.seq, c.id, c.exps[1]), v1, pipeline.StatUpstreamResend)
+		g.step(name("rank 0 retransmits: sent up again"), 0, hdr(c.slot, c.set, c.seq, c.id, c.exps[0]), v0, switchjob.StatUpstreamResend)
+		g.step(name("rank 1 retransmits in the same round: dropped"), 1, hdr(c.slot, c.set, c.seq, c.id, c.exps[1]), v1, switchjob.StatDropIncompleteRetransmit)
+		g.step(name("rank 1 retransmits again: sent up again"), 1, hdr(c.slot, c.set, c.seq, c.id, c.exps[1]), v1, switchjob.StatUpstreamResend)
 
 		other := vals()
 		rh, rv := parentResult(partial, other, c.parentExp)
 		stale := rh
 		stale.PacketID++
-		g.step(name("a result of another use (packet id): dropped"), leafRanks, stale, rv, pipeline.StatDropStale)
+		g.step(name("a result of another use (packet id): dropped"), leafRanks, stale, rv, switchjob.StatDropStale)
 		stale = rh
 		stale.Seq++
-		g.step(name("a result of another use (sequence number): dropped"), leafRanks, stale, rv, pipeline.StatDropStale)
-		got := g.step(name("the parent's result: multicast"), leafRanks, rh, rv, pipeline.StatFromParent)
+		g.step(name("a result of another use (sequence number): dropped"), leafRanks, stale, rv, switchjob.StatDropStale)
+		got := g.step(name("the parent's result: multicast"), leafRanks, rh, rv, switchjob.StatFromParent)
 		for r := 0; r < leafRanks; r++ {
 			if len(got[r]) == 1 {
 				if f := parseFrame(got[r][0]); f.Hdr.Slot != c.slot || f.Hdr.Exp0 != c.parentExp {
@@ -315,8 +314,8 @@ func TestBMv2Leaf(t *testing.T) {
 				}
 			}
 		}
-		g.step(name("the parent's result again: dropped"), leafRanks, rh, rv, pipeline.StatDropStale)
-		g.step(name("rank 0 lost the result: answered from it"), 0, hdr(c.slot, c.set, c.seq, c.id, c.exps[0]), v0, pipeline.StatRetransmitReply)
+		g.step(name("the parent's result again: dropped"), leafRanks, rh, rv, switchjob.StatDropStale)
+		g.step(name("rank 0 lost the result: answered from it"), 0, hdr(c.slot, c.set, c.seq, c.id, c.exps[0]), v0, switchjob.StatRetransmitReply)
 	}
 	// A stranger sending from another address is no parent.
 	stranger := leafParentEP
@@ -325,9 +324,9 @@ func TestBMv2Leaf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := g.model.Counters()[pipeline.StatDropNotWorker]
+	before := g.model.Counters()[switchjob.StatDropNotWorker]
 	g.model.Process(stranger.Addr, fr[ethLen+ipv4Len+udpLen:], &g.out)
-	if g.model.Counters()[pipeline.StatDropNotWorker] != before+1 {
+	if g.model.Counters()[switchjob.StatDropNotWorker] != before+1 {
 		t.Fatal("the model took a stranger's packet")
 	}
 	must(t, g.ports[leafRanks].send(fr))

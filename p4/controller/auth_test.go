@@ -10,9 +10,11 @@ import (
 
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
 	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/softswitch"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -24,7 +26,7 @@ func startAuthSwitch(t *testing.T) string {
 	return addr
 }
 
-func keyedJobs(t *testing.T, ctx context.Context, c *Client) []uint32 {
+func keyedJobs(t *testing.T, ctx context.Context, c *p4rt.Client) []uint32 {
 	t.Helper()
 	ents, err := c.Read(ctx, &p4v1.Entity{Entity: &p4v1.Entity_ExternEntry{ExternEntry: &p4v1.ExternEntry{ExternTypeId: p4info.ExternJobKeyType}}})
 	if err != nil {
@@ -48,26 +50,29 @@ func TestCheckAuth(t *testing.T) {
 	authAddr := startAuthSwitch(t)
 	plain := dial(t, ctx, plainAddr, 1)
 	keyed := dial(t, ctx, authAddr, 1)
-	for _, c := range []*Client{plain, keyed} {
+	for _, c := range []*p4rt.Client{plain, keyed} {
 		if err := c.SetPipeline(ctx, nil, nil, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := plain.CheckAuth(ctx, soft, plainAddr); err != nil {
+	if err := checkAuth(ctx, plain, soft, plainAddr); err != nil {
 		t.Fatalf("plain switch, plain controller: %v", err)
 	}
-	if err := keyed.CheckAuth(ctx, authSoft, authAddr); err != nil {
+	if err := checkAuth(ctx, keyed, authSoft, authAddr); err != nil {
 		t.Fatalf("switch and controller with --auth: %v", err)
 	}
-	if err := plain.CheckAuth(ctx, authSoft, plainAddr); err == nil || !strings.Contains(err.Error(), "start the switch with --auth") {
-		t.Fatalf("controller --auth, switch without: %v", err)
+	refusedAuth := func(err error, why string) bool {
+		return isFieldError(err, "Auth") && strings.Contains(err.Error(), why)
 	}
-	if err := keyed.CheckAuth(ctx, soft, authAddr); err == nil || !strings.Contains(err.Error(), "start the controller with --auth") {
+	if err := checkAuth(ctx, plain, authSoft, plainAddr); !refusedAuth(err, "start the switch with --auth") {
+		t.Fatalf("controller with Auth, switch without: %v", err)
+	}
+	if err := checkAuth(ctx, keyed, soft, authAddr); !refusedAuth(err, "start the controller with Auth") {
 		t.Fatalf("switch --auth, controller without: %v", err)
 	}
 	bmv2, _ := TargetFor(KindBMv2, 0)
 	bmv2.Auth = true
-	if err := plain.CheckAuth(ctx, bmv2, plainAddr); err == nil || !strings.Contains(err.Error(), "cannot check a MAC") {
+	if err := checkAuth(ctx, plain, bmv2, plainAddr); !refusedAuth(err, "cannot check a MAC") {
 		t.Fatalf("bmv2 with --auth: %v", err)
 	}
 }
@@ -81,8 +86,8 @@ func TestJobKeyEntries(t *testing.T) {
 	if err := c.SetPipeline(ctx, nil, nil, 0); err != nil {
 		t.Fatal(err)
 	}
-	j := sampleJob()
-	j.Key = AuthKey(bytes.Repeat([]byte{0xab}, 32))
+	j := keyedJob()
+	j.Key = switchjob.Key(bytes.Repeat([]byte{0xab}, 32))
 	for _, verb := range []string{"%v", "%+v", "%#v", "%x", "%s", "%q"} {
 		if s := fmt.Sprintf(verb, j); strings.Contains(s, "abab") || strings.Contains(s, "171, 171") || strings.Contains(s, "\xab\xab") {
 			t.Fatalf("%s of the entries shows the key: %s", verb, s)
@@ -96,7 +101,7 @@ func TestJobKeyEntries(t *testing.T) {
 	}
 	// A key the switch kept (a job found by a restarted controller) is
 	// replaced, not an error.
-	if err := c.RemoveJob(ctx, JobEntries{Workers: j.Workers, Replies: j.Replies, MulticastGroup: j.MulticastGroup}); err != nil {
+	if err := c.RemoveJob(ctx, found(j)); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.InstallJob(ctx, j); err != nil {
@@ -112,13 +117,13 @@ func TestJobKeyEntries(t *testing.T) {
 	// on the switch (its key unknown to the controller) removes the key.
 	target, _ := TargetFor(KindSoftswitch, 0)
 	target.Auth = true
-	if err := c.CheckAuth(ctx, target, addr); err != nil {
+	if err := checkAuth(ctx, c, target, addr); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.InstallJob(ctx, j); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.RemoveJob(ctx, JobEntries{Workers: j.Workers, Replies: j.Replies, MulticastGroup: j.MulticastGroup}); err != nil {
+	if err := c.RemoveJob(ctx, found(j)); err != nil {
 		t.Fatal(err)
 	}
 	if got := keyedJobs(t, ctx, c); len(got) != 0 {
@@ -173,4 +178,21 @@ func TestRegisterHandsOutKeys(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "--extended --auth") {
 		t.Fatalf("compatible header on a switch with --auth: %v", err)
 	}
+}
+
+// found is j as a restarted controller reads it back from the switch: no key.
+func found(j switchjob.Placement) switchjob.Placement {
+	j.Key = nil
+	return j
+}
+
+// keyedJob is job 3 of two ranks, one lane each, on slots 8 to 11.
+func keyedJob() switchjob.Placement {
+	p := switchjob.Placement{JobID: 3, PoolBase: 8, PoolSize: 4, Group: 5, World: 2}
+	for r := range uint16(2) {
+		l := switchjob.Lane{Rank: r, Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, byte(r + 1)}), 40001+r)}
+		p.Workers, p.Replies = append(p.Workers, l), append(p.Replies, l)
+		p.Replicas = append(p.Replicas, switchjob.Replica{EgressPort: uint32(r), Instance: r})
+	}
+	return p
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/switchml/switchml-go/p4/controller/p4rt"
+	"github.com/switchml/switchml-go/p4/switchjob"
 )
 
 // controlState is why the controller cannot program its switch: another
@@ -38,24 +40,24 @@ func (s *JobService) ControlLost() string {
 // took primaryship, and when) rather than letting the switch refuse each
 // write with PERMISSION_DENIED. Removals wait too, so that a job ending
 // during a takeover does not leave its entries behind.
-type controlled struct{ *Client }
+type controlled struct{ *p4rt.Client }
 
-func (c controlled) InstallJob(ctx context.Context, j JobEntries) error {
-	if err := c.awaitControl(ctx); err != nil {
+func (c controlled) InstallJob(ctx context.Context, j switchjob.Placement) error {
+	if err := c.AwaitControl(ctx); err != nil {
 		return err
 	}
 	return c.Client.InstallJob(ctx, j)
 }
 
-func (c controlled) RemoveJob(ctx context.Context, j JobEntries) error {
-	if err := c.awaitControl(ctx); err != nil {
+func (c controlled) RemoveJob(ctx context.Context, j switchjob.Placement) error {
+	if err := c.AwaitControl(ctx); err != nil {
 		return err
 	}
 	return c.Client.RemoveJob(ctx, j)
 }
 
 func (c controlled) ResetPool(ctx context.Context, base, size, slots int) error {
-	if err := c.awaitControl(ctx); err != nil {
+	if err := c.AwaitControl(ctx); err != nil {
 		return err
 	}
 	return c.Client.ResetPool(ctx, base, size, slots)

@@ -3,6 +3,7 @@ package controller
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -13,12 +14,12 @@ import (
 	"testing"
 	"time"
 
-	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
 	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/p4/controller/jobcore"
-	"github.com/switchml/switchml-go/p4/p4info"
+	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/softswitch"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -63,9 +64,9 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-func dial(t *testing.T, ctx context.Context, target string, election uint64) *Client {
+func dial(t *testing.T, ctx context.Context, target string, election uint64) *p4rt.Client {
 	t.Helper()
-	c, err := Dial(ctx, ClientConfig{Target: target, ElectionID: election, Logger: quiet})
+	c, err := p4rt.Dial(ctx, p4rt.ClientConfig{Target: target, ElectionID: election, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,178 +74,12 @@ func dial(t *testing.T, ctx context.Context, target string, election uint64) *Cl
 	return c
 }
 
-func sampleJob() JobEntries {
-	a := netip.MustParseAddrPort("127.0.0.1:40001")
-	b := netip.MustParseAddrPort("127.0.0.2:40002")
-	return JobEntries{
-		Workers: []WorkerEntry{
-			{Addr: a, Worker: pipeline.Worker{JobID: 3, Rank: 0, NumWorkers: 2, MulticastGroup: 5, Lane: 0, PoolBase: 8, PoolSize: 4}},
-			{Addr: b, Worker: pipeline.Worker{JobID: 3, Rank: 1, NumWorkers: 2, MulticastGroup: 5, Lane: 0, PoolBase: 8, PoolSize: 4}},
-		},
-		Replies: []ReplyEntry{
-			{JobID: 3, Rank: 0, Lane: 0, MAC: [6]byte{2, 0, 0, 0, 0, 1}, Addr: a},
-			{JobID: 3, Rank: 1, Lane: 0, Addr: b},
-		},
-		MulticastGroup: 5,
-		Replicas:       []Replica{{Port: 0, Instance: 0}, {Port: 1, Instance: 1}},
-	}
-}
-
-func TestClientReadsBackWhatItWrote(t *testing.T) {
-	target, _ := startSwitch(t)
-	ctx := testCtx(t)
-	c := dial(t, ctx, target, 5)
-	if !c.Primary() {
-		t.Fatal("sole controller is not primary")
-	}
-	if err := c.SetPipeline(ctx, nil, nil, 99); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := c.Pipeline(ctx)
-	if err != nil || cfg.GetCookie().GetCookie() != 99 || cfg.GetP4Info().GetPkgInfo().GetArch() != "v1model" {
-		t.Fatalf("pipeline read back: %v, %v", cfg.GetCookie(), err)
-	}
-	j := sampleJob()
-	if err := c.InstallJob(ctx, j); err != nil {
-		t.Fatal(err)
-	}
-	workers, err := c.ReadWorkers(ctx)
-	if err != nil || !reflect.DeepEqual(workers, j.Workers) {
-		t.Fatalf("workers read back = %+v, %v\nwrote %+v", workers, err, j.Workers)
-	}
-	replies, err := c.ReadReplies(ctx)
-	if err != nil || !reflect.DeepEqual(replies, j.Replies) {
-		t.Fatalf("replies read back = %+v, %v\nwrote %+v", replies, err, j.Replies)
-	}
-	groups, err := c.ReadMulticastGroups(ctx)
-	if err != nil || !reflect.DeepEqual(groups, map[uint16][]Replica{5: j.Replicas}) {
-		t.Fatalf("groups read back = %+v, %v", groups, err)
-	}
-
-	// Dirty a slot of the partition, reset it, read the registers back.
-	idx := int64(1*testSlots + 9) // set 1, slot 9
-	if err := c.Write(ctx, RegisterUpdate(p4info.RegisterPoolBitmapID, idx, 3), RegisterUpdate(p4info.RegisterPoolCountID, idx, 1),
-		RegisterUpdate(p4info.RegisterPoolBitmapID, 20, 1)); err != nil {
-		t.Fatal(err)
-	}
-	if v, err := c.ReadRegister(ctx, p4info.RegisterPoolBitmapID, int(idx), 1); err != nil || v[0] != 3 {
-		t.Fatalf("bitmap before reset = %v, %v", v, err)
-	}
-	if err := c.ResetPool(ctx, 8, 4, testSlots); err != nil {
-		t.Fatal(err)
-	}
-	for _, reg := range []uint32{p4info.RegisterPoolBitmapID, p4info.RegisterPoolCountID} {
-		v, err := c.ReadRegister(ctx, reg, int(idx), 1)
-		if err != nil || v[0] != 0 {
-			t.Fatalf("register %#x after reset = %v, %v", reg, v, err)
-		}
-	}
-	if v, _ := c.ReadRegister(ctx, p4info.RegisterPoolBitmapID, 20, 1); v[0] != 1 {
-		t.Fatalf("reset of slots 8..11 touched slot 20: %v", v)
-	}
-	if err := c.ResetPool(ctx, 60, 8, testSlots); err == nil {
-		t.Fatal("reset beyond the switch's slots accepted")
-	}
-	stats, err := c.ReadCounters(ctx)
-	if err != nil || len(stats) != p4info.StatsSize {
-		t.Fatalf("counters = %v, %v", stats, err)
-	}
-	if err := c.ResetCounters(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	// Remove: everything gone, and removing again is not an error.
-	if err := c.RemoveJob(ctx, j); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.RemoveJob(ctx, j); err != nil {
-		t.Fatalf("second RemoveJob: %v", err)
-	}
-	workers, _ = c.ReadWorkers(ctx)
-	groups, _ = c.ReadMulticastGroups(ctx)
-	if len(workers) != 0 || len(groups) != 0 {
-		t.Fatalf("after RemoveJob: %d workers, %d groups", len(workers), len(groups))
-	}
-}
-
-func TestLowerElectionIDRefused(t *testing.T) {
-	target, _ := startSwitch(t)
-	ctx := testCtx(t)
-	high := dial(t, ctx, target, 10)
-	if err := high.SetPipeline(ctx, nil, nil, 0); err != nil {
-		t.Fatal(err)
-	}
-	low, err := Dial(ctx, ClientConfig{Target: target, ElectionID: 4, Logger: quiet, YieldPrimary: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { low.Close() })
-	if low.Primary() {
-		t.Fatal("controller with the lower election id became primary")
-	}
-	err = low.InstallJob(ctx, sampleJob())
-	if status.Code(err) != codes.PermissionDenied {
-		t.Fatalf("backup InstallJob = %v, want PERMISSION_DENIED", err)
-	}
-	if err := low.SetPipeline(ctx, nil, nil, 0); status.Code(err) != codes.PermissionDenied {
-		t.Fatalf("backup SetPipeline = %v, want PERMISSION_DENIED", err)
-	}
-	// Reads are open to backups.
-	if _, err := low.ReadWorkers(ctx); err != nil {
-		t.Fatalf("backup read: %v", err)
-	}
-	if err := high.InstallJob(ctx, sampleJob()); err != nil {
-		t.Fatalf("primary InstallJob: %v", err)
-	}
-}
-
-func TestMalformedWrites(t *testing.T) {
-	target, _ := startSwitch(t)
-	ctx := testCtx(t)
-	c := dial(t, ctx, target, 1)
-	if err := c.Write(ctx, RegisterUpdate(p4info.RegisterPoolCountID, 0, 0)); status.Code(err) != codes.FailedPrecondition {
-		t.Fatalf("write before pipeline = %v, want FAILED_PRECONDITION", err)
-	}
-	if err := c.SetPipeline(ctx, nil, nil, 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := WorkerUpdate(p4info.DefaultIDs(), p4v1.Update_INSERT, WorkerEntry{Addr: netip.MustParseAddrPort("[::1]:5")}); err == nil {
-		t.Fatal("IPv6 worker address accepted")
-	}
-	badRank := sampleJob()
-	badRank.Workers[1].Rank = 7 // rank >= num_workers: the pipeline refuses it
-	err := c.InstallJob(ctx, badRank)
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "rank") {
-		t.Fatalf("install with bad rank = %v, want INVALID_ARGUMENT naming the rank", err)
-	}
-	if ws, _ := c.ReadWorkers(ctx); len(ws) != 0 {
-		t.Fatalf("failed install left %d worker entries", len(ws))
-	}
-	if gs, _ := c.ReadMulticastGroups(ctx); len(gs) != 0 {
-		t.Fatalf("failed install left %d groups", len(gs))
-	}
-	err = c.Write(ctx, RegisterUpdate(p4info.RegisterPoolCountID, 0, 1<<20), RegisterUpdate(p4info.RegisterPoolCountID, 1, 1))
-	we, ok := err.(*WriteError)
-	if !ok || len(we.Updates) != 2 || status.Code(we.Updates[0]) != codes.OutOfRange || we.Updates[1] != nil {
-		t.Fatalf("batch with an over-wide value = %v", err)
-	}
-	if err := c.InstallJob(ctx, sampleJob()); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.InstallJob(ctx, sampleJob()); status.Code(err) != codes.AlreadyExists {
-		t.Fatalf("second install = %v, want ALREADY_EXISTS", err)
-	}
-	if ws, _ := c.ReadWorkers(ctx); len(ws) != 2 {
-		t.Fatalf("duplicate install's rollback removed the first install: %d workers left", len(ws))
-	}
-}
-
 // jobHarness is a job service in front of a software switch, served over
 // bufconn, plus a P4Runtime client to inspect the switch.
 type jobHarness struct {
 	svc  *JobService
 	jobs jobpb.JobServiceClient
-	sw   *Client
+	sw   *p4rt.Client
 	// secrets are the rank secrets joined handed out, by "job/rank".
 	secrets map[string][]byte
 	// state is the service's state file ("": none), for the switch at
@@ -405,7 +240,7 @@ func checkSessionEntries(ctx context.Context, t *testing.T, h *jobHarness, r *jo
 		t.Fatalf("switch has %d reply entries and %d groups, want 4 and 1", len(replies), len(groups))
 	}
 	for _, reps := range groups {
-		if !reflect.DeepEqual(reps, []Replica{{0, 0}, {1, 1}}) {
+		if !reflect.DeepEqual(reps, []switchjob.Replica{{EgressPort: 0, Instance: 0}, {EgressPort: 1, Instance: 1}}) {
 			t.Fatalf("replicas = %v, want ranks 0 and 1", reps)
 		}
 	}
@@ -681,8 +516,8 @@ func TestRunEndToEnd(t *testing.T) {
 	// A second controller with a lower election id that yields does not
 	// take over.
 	err = Run(ctx, Config{Target: target, Listen: "127.0.0.1:0", ElectionID: 2, Logger: quiet, YieldPrimary: true})
-	if err == nil || !strings.Contains(err.Error(), "not the primary") {
-		t.Fatalf("second Run = %v, want a not-primary error", err)
+	if !errors.Is(err, p4rt.ErrNotPrimary) {
+		t.Fatalf("second Run = %v, want p4rt.ErrNotPrimary", err)
 	}
 	cancel()
 	if err := <-done; err != nil {

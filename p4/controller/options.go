@@ -4,16 +4,15 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
 
 	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/controller/p4rt"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/p4/targets"
 	"github.com/switchml/switchml-go/secure"
 	"github.com/switchml/switchml-go/wire"
@@ -21,13 +20,16 @@ import (
 
 // Options are the controller daemon's settings as an operator gives them
 // (the flags of `switchml controller`): the embedded Config's plain fields,
-// plus names of files and kinds that Prepare reads, looks up and checks.
+// plus the kind and the files that Prepare looks up, reads and checks.
 // Slots, MaxElements and the job limits are checked as given (0 is
-// refused, not taken for a default). Errors name the flags.
+// refused, not taken for a default). Prepare's refusals are FieldErrors
+// naming the fields (Named writes them as a command's flags).
 type Options struct {
-	// Config holds the plain settings. Prepare replaces its Topology,
-	// P4Info, DeviceConfig, Switch, Registers, SwitchMAC, TLS, TargetTLS
-	// and Admin with what the fields below make.
+	// Config holds the plain settings, and the P4Info to push instead of
+	// the kind's (nil: the kind's) and the Topology, as read by the
+	// caller. Prepare replaces its DeviceConfig, Switch, Registers,
+	// SwitchMAC, TLS, TargetTLS and Admin with what the fields below make,
+	// and checks its P4Info against the kind.
 	Config
 
 	// TargetKind is the kind of switch at Target (--target-kind; "": the
@@ -38,18 +40,13 @@ type Options struct {
 	// MaxWorkers is the software switch's --max-workers (--max-workers): no
 	// job of more ranks is let in (0: DefaultSoftswitchMaxWorkers).
 	MaxWorkers int
-	// P4InfoFile is a P4Info text file pushed instead of the kind's own
-	// (--p4info).
-	P4InfoFile string
 	// DeviceConfigFile is the compiled program, read as the kind reads it
 	// (--device-config).
 	DeviceConfigFile string
-	// PortMapFile holds "WORKER-IP PORT" lines (--port-map; see
-	// ParsePortMap), required by kinds that replicate to ports.
-	PortMapFile string
-	// TopologyFile is a two-level tree of software switches programmed as
-	// one instead of Target (--topology; see ParseTopology).
-	TopologyFile string
+	// Ports is the switch port that reaches each worker address (see
+	// ParsePortMap), required by kinds that replicate to ports; nil: none
+	// given.
+	Ports map[netip.Addr]uint32
 	// RegisterServer is the address of the kind's register server
 	// (--bmv2-thrift; default: the target's host, the server's port).
 	RegisterServer string
@@ -103,12 +100,7 @@ func (o Options) Prepare() (Config, error) {
 	cfg := o.Config
 	cfg.ProbeDataplane = true
 	var err error
-	if o.TopologyFile != "" {
-		if cfg.Topology, err = readTopology(o.TopologyFile); err != nil {
-			return Config{}, err
-		}
-	}
-	if err := errors.Join(o.flagsValid(), jobLimitsValid(o.JobLimits)); err != nil {
+	if err := errors.Join(o.fieldsValid(), jobLimitsValid(o.JobLimits)); err != nil {
 		return Config{}, err
 	}
 	if err := o.prepareTarget(&cfg); err != nil {
@@ -122,23 +114,10 @@ func (o Options) Prepare() (Config, error) {
 	}
 	if o.SwitchMACAddr != "" {
 		if cfg.SwitchMAC, err = net.ParseMAC(o.SwitchMACAddr); err != nil || len(cfg.SwitchMAC) != 6 {
-			return Config{}, fmt.Errorf("bad --switch-mac %q: want an Ethernet address such as 02:53:4d:4c:00:fe", o.SwitchMACAddr)
+			return Config{}, refuseField("{SwitchMACAddr} %q: want an Ethernet address such as 02:53:4d:4c:00:fe", o.SwitchMACAddr)
 		}
 	}
 	return cfg, nil
-}
-
-func readTopology(path string) (*Topology, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("read --topology: %w", err)
-	}
-	defer f.Close()
-	t, err := ParseTopology(f)
-	if err != nil {
-		return nil, fmt.Errorf("--topology %s: %w", path, err)
-	}
-	return t, nil
 }
 
 // prepareTarget looks the kind up and makes what it needs: its P4Info,
@@ -146,92 +125,69 @@ func readTopology(path string) (*Topology, error) {
 func (o Options) prepareTarget(cfg *Config) error {
 	kind, err := targets.Lookup(o.TargetKind)
 	if err != nil {
-		return fmt.Errorf("--target-kind: %w", err)
+		return refuseField("{TargetKind} %q: %w", o.TargetKind, err)
 	}
 	if cfg.P4Info, err = o.p4Info(kind); err != nil {
 		return err
 	}
 	if cfg.Switch, err = TargetFor(kind.Kind, o.MaxElements); err != nil {
-		return fmt.Errorf("--target-kind, --max-elements: %w", err)
+		return refuseField("{TargetKind} %s with {MaxElements} %d: %w", kind.Kind, o.MaxElements, err)
 	}
 	caps, err := kind.Capabilities(o.MaxElements)
 	if err != nil {
-		return fmt.Errorf("--target-kind, --max-elements: %w", err)
+		return refuseField("{TargetKind} %s with {MaxElements} %d: %w", kind.Kind, o.MaxElements, err)
 	}
 	cfg.Switch.Auth = o.Auth
 	cfg.Switch.SoftswitchMaxWorkers = o.MaxWorkers
 	if cfg.Topology != nil && !caps.Tree {
-		return fmt.Errorf("--topology with --target-kind %s: its program has no leaf role; a tree runs on %s", kind.Kind, orList(targets.KindsWhere(func(_ targets.Target, c targets.Capabilities) bool { return c.Tree })))
+		return refuseField("{Topology} with {TargetKind} %s: its program has no leaf role; a tree runs on %s", kind.Kind, orList(targets.KindsWhere(func(_ targets.Target, c targets.Capabilities) bool { return c.Tree })))
 	}
 	if o.Auth && !caps.Auth {
-		return fmt.Errorf("--auth with --target-kind %s: a P4 program cannot check a MAC on packets; --auth needs the software switch (p4/README.md says how to isolate a P4 switch's fabric instead)", kind.Kind)
+		return refuseField("{Auth} with {TargetKind} %s: a P4 program cannot check a MAC on packets; {Auth} needs the software switch (p4/README.md says how to isolate a P4 switch's fabric instead)", kind.Kind)
 	}
 	switch {
-	case o.PortMapFile != "":
-		if cfg.Switch.Ports, err = readPortMap(o.PortMapFile); err != nil {
-			return err
-		}
+	case o.Ports != nil:
+		cfg.Switch.Ports = o.Ports
 	case caps.NeedsPortMap:
-		return fmt.Errorf("--target-kind %s needs --port-map FILE: one \"WORKER-IP PORT\" line per worker host (a P4 switch cannot learn which port reaches a worker)", kind.Kind)
+		return refuseField("{TargetKind} %s needs {Ports}: one \"WORKER-IP PORT\" line per worker host (a P4 switch cannot learn which port reaches a worker)", kind.Kind)
 	}
 	if cfg.Registers, err = o.registers(kind, cfg.Target); err != nil {
 		return err
 	}
 	if cfg.Topology != nil && kind.Registers != nil {
 		// Each switch of a tree names its own register server.
-		cfg.Topology.Registers = func(addr string) RegisterBackend { return kind.Registers.Writer(addr) }
+		cfg.Topology.Registers = func(addr string) p4rt.RegisterBackend { return kind.Registers.Writer(addr) }
 	}
 	cfg.DeviceConfig, err = o.deviceConfig(kind, cfg.P4Info)
 	return err
 }
 
-// p4Info is the P4Info to push, the file's or else the kind's (for its
+// p4Info is the P4Info to push, the one given or else the kind's (for its
 // device config), once the kind has checked it.
 func (o Options) p4Info(kind targets.Target) (*p4configv1.P4Info, error) {
-	var info *p4configv1.P4Info
-	if o.P4InfoFile == "" {
+	info := o.P4Info
+	if info == nil {
 		var err error
 		if info, err = kind.P4Info(o.DeviceConfigFile); err != nil {
-			return nil, err
-		}
-	} else {
-		text, err := os.ReadFile(o.P4InfoFile)
-		if err != nil {
-			return nil, fmt.Errorf("read --p4info: %w", err)
-		}
-		if info, err = targets.ParseP4Info(text); err != nil {
 			return nil, err
 		}
 	}
 	if kind.CheckP4Info != nil {
 		if err := kind.CheckP4Info(info); err != nil {
-			return nil, err
+			return nil, refuseField("{P4Info} for {TargetKind} %s: %w", kind.Kind, err)
 		}
 	}
 	return info, nil
 }
 
-func readPortMap(path string) (map[netip.Addr]uint32, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("read --port-map: %w", err)
-	}
-	defer f.Close()
-	ports, err := ParsePortMap(f)
-	if err != nil {
-		return nil, fmt.Errorf("--port-map %s: %w", path, err)
-	}
-	return ports, nil
-}
-
 // registers is what resets the pool's registers where the kind's
 // P4Runtime server cannot: its register server, at the address given or
 // on the target's host.
-func (o Options) registers(kind targets.Target, target string) (RegisterBackend, error) {
+func (o Options) registers(kind targets.Target, target string) (p4rt.RegisterBackend, error) {
 	rs := kind.Registers
 	if rs == nil {
 		if o.RegisterServer != "" {
-			return nil, fmt.Errorf("--bmv2-thrift is for --target-kind %s: %s writes its registers over P4Runtime", orList(targets.KindsWhere(func(t targets.Target, _ targets.Capabilities) bool { return t.Registers != nil })), kind.Kind)
+			return nil, refuseField("{RegisterServer} is for {TargetKind} %s: %s writes its registers over P4Runtime", orList(targets.KindsWhere(func(t targets.Target, _ targets.Capabilities) bool { return t.Registers != nil })), kind.Kind)
 		}
 		return nil, nil
 	}
@@ -239,7 +195,7 @@ func (o Options) registers(kind targets.Target, target string) (RegisterBackend,
 	if addr == "" {
 		host, _, err := net.SplitHostPort(target)
 		if err != nil {
-			return nil, fmt.Errorf("bad --target %q: %v", target, err)
+			return nil, refuseField("{Target} %q: %w", target, err)
 		}
 		addr = net.JoinHostPort(host, strconv.Itoa(rs.DefaultPort))
 	}
@@ -251,19 +207,19 @@ func (o Options) registers(kind targets.Target, target string) (RegisterBackend,
 func (o Options) deviceConfig(kind targets.Target, info *p4configv1.P4Info) ([]byte, error) {
 	switch {
 	case o.DeviceConfigFile == "" && kind.DeviceConfig != nil && !o.SkipPipeline:
-		return nil, fmt.Errorf("--target-kind %s needs --device-config or --skip-pipeline: --device-config takes %s", kind.Kind, kind.DeviceConfigNeeds)
+		return nil, refuseField("{TargetKind} %s needs {DeviceConfigFile} or {SkipPipeline}: {DeviceConfigFile} takes %s", kind.Kind, kind.DeviceConfigNeeds)
 	case o.DeviceConfigFile == "":
 		return nil, nil
 	case kind.DeviceConfig == nil:
-		return nil, fmt.Errorf("--device-config is for %s targets: %s runs no compiled program (is --target-kind right?)", orList(targets.KindsWhere(func(t targets.Target, _ targets.Capabilities) bool { return t.DeviceConfig != nil })), kind.Summary)
+		return nil, refuseField("{DeviceConfigFile} is for %s targets: %s runs no compiled program (is {TargetKind} right?)", orList(targets.KindsWhere(func(t targets.Target, _ targets.Capabilities) bool { return t.DeviceConfig != nil })), kind.Summary)
 	}
 	b, err := kind.DeviceConfig(o.DeviceConfigFile)
 	if err != nil {
-		return nil, err
+		return nil, refuseField("{DeviceConfigFile} %s: %w", o.DeviceConfigFile, err)
 	}
 	if kind.CheckDeviceConfig != nil {
 		if err := kind.CheckDeviceConfig(b, info); err != nil {
-			return nil, fmt.Errorf("--device-config %s with the P4Info: %w", o.DeviceConfigFile, err)
+			return nil, refuseField("{DeviceConfigFile} %s with the P4Info: %w", o.DeviceConfigFile, err)
 		}
 	}
 	return b, nil
@@ -273,16 +229,16 @@ func (o Options) deviceConfig(kind targets.Target, info *p4configv1.P4Info) ([]b
 func (o Options) prepareTLS(cfg *Config) error {
 	var err error
 	if cfg.TLS, err = secure.Server(o.TLSCert, o.TLSKey, o.TLSClientCA); err != nil {
-		return fmt.Errorf("--tls-cert, --tls-key, --tls-client-ca: %w", err)
+		return refuseField("{TLSCert}, {TLSKey}, {TLSClientCA}: %w", err)
 	}
 	if len(o.Admins) > 0 {
 		if cfg.TLS == nil || o.TLSClientCA == "" {
-			return fmt.Errorf("--admin names a client certificate: it needs --tls-cert, --tls-key and --tls-client-ca (without mutual TLS every caller sees the whole status)")
+			return refuseField("{Admins} names a client certificate: it needs {TLSCert}, {TLSKey} and {TLSClientCA} (without mutual TLS every caller sees the whole status)")
 		}
 		cfg.Admin = secure.Allow{Roles: []string{secure.RoleAdmin}, Names: o.Admins}
 	}
 	if cfg.TargetTLS, err = secure.Client(o.TargetTLSCA, o.TargetTLSCert, o.TargetTLSKey); err != nil {
-		return fmt.Errorf("--target-tls-ca, --target-tls-cert, --target-tls-key: %w", err)
+		return refuseField("{TargetTLSCA}, {TargetTLSCert}, {TargetTLSKey}: %w", err)
 	}
 	return nil
 }
@@ -329,16 +285,19 @@ func (o Options) keysInClear(cfg Config) error {
 	}
 	listen, switches := o.plaintextLinks(cfg)
 	var where []string
+	var args []any
 	if listen != "" {
-		where = append(where, fmt.Sprintf("to the ranks over the job service at --listen %s without TLS (give it --tls-cert and --tls-key)", listen))
+		where = append(where, "to the ranks over the job service at {Listen} %s without TLS (give it {TLSCert} and {TLSKey})")
+		args = append(args, listen)
 	}
 	for _, a := range switches {
-		where = append(where, fmt.Sprintf("to the switch over P4Runtime at %s without TLS (give --target-tls-ca)", a))
+		where = append(where, "to the switch over P4Runtime at %s without TLS (give {TargetTLSCA})")
+		args = append(args, a)
 	}
 	if len(where) == 0 {
 		return nil
 	}
-	return fmt.Errorf("--auth: each job's key would travel in clear %s; anyone who captures it can forge tagged packets. Secure the link, or pass --insecure-auth-over-plaintext if nobody else can read that network", strings.Join(where, " and "))
+	return refuseField("{Auth}: each job's key would travel in clear "+strings.Join(where, " and ")+": anyone who captures it can forge tagged packets; secure the link, or set {InsecureAuthOverPlaintext} if nobody else can read that network", args...)
 }
 
 // exposure is what a setting leaves open off this host, and where.
@@ -370,26 +329,24 @@ func (o Options) exposures(cfg Config) []exposure {
 	return out
 }
 
-// flagsValid checks the settings whose bad values would otherwise surface
+// fieldsValid checks the settings whose bad values would otherwise surface
 // only once the switch answers, in the controller's own terms.
-func (o Options) flagsValid() error {
+func (o Options) fieldsValid() error {
 	var errs []error
-	if o.Slots < 1 || o.Slots > pipeline.MaxSlots {
-		errs = append(errs, fmt.Errorf("--slots %d: want 1..%d (and the switch's own --slots)", o.Slots, pipeline.MaxSlots))
+	if o.Slots < 1 || o.Slots > switchjob.MaxSlots {
+		errs = append(errs, refuseField("{Slots} %d: want 1..%d (and the switch's own slots)", o.Slots, switchjob.MaxSlots))
 	}
 	if o.MaxElements < 1 || o.MaxElements > wire.MaxElements {
-		errs = append(errs, fmt.Errorf("--max-elements %d: want 1..%d (the software switch's own --max-elements)", o.MaxElements, wire.MaxElements))
+		errs = append(errs, refuseField("{MaxElements} %d: want 1..%d (the software switch's own largest packet)", o.MaxElements, wire.MaxElements))
 	}
-	if o.MaxWorkers < 0 || o.MaxWorkers > pipeline.MaxWorkersCap {
-		errs = append(errs, fmt.Errorf("--max-workers %d: want 1..%d (the software switch's own --max-workers)", o.MaxWorkers, pipeline.MaxWorkersCap))
+	if o.MaxWorkers < 0 || o.MaxWorkers > switchjob.MaxWorkersCap {
+		errs = append(errs, refuseField("{MaxWorkers} %d: want 1..%d (the software switch's own largest job)", o.MaxWorkers, switchjob.MaxWorkersCap))
 	}
-	for _, c := range []struct {
-		flag string
-		p    float64
-	}{{"--simulate-loss-in", o.IngressLoss}, {"--simulate-loss-out", o.EgressLoss}} {
-		if !(c.p >= 0 && c.p < 1) {
-			errs = append(errs, fmt.Errorf("%s %g: a fraction lies in [0, 1)", c.flag, c.p))
-		}
+	if !(o.IngressLoss >= 0 && o.IngressLoss < 1) {
+		errs = append(errs, refuseField("{IngressLoss} %g: a fraction lies in [0, 1)", o.IngressLoss))
+	}
+	if !(o.EgressLoss >= 0 && o.EgressLoss < 1) {
+		errs = append(errs, refuseField("{EgressLoss} %g: a fraction lies in [0, 1)", o.EgressLoss))
 	}
 	return errors.Join(errs...)
 }
@@ -399,19 +356,19 @@ func (o Options) flagsValid() error {
 func jobLimitsValid(l JobLimits) error {
 	var errs []error
 	if l.LeaseGrace <= 0 {
-		errs = append(errs, fmt.Errorf("--lease-grace %v: want a positive duration", l.LeaseGrace))
+		errs = append(errs, refuseField("{LeaseGrace} %v: want a positive duration", l.LeaseGrace))
 	}
 	if l.JoinTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("--join-timeout %v: want a positive duration", l.JoinTimeout))
+		errs = append(errs, refuseField("{JoinTimeout} %v: want a positive duration", l.JoinTimeout))
 	}
 	if l.MaxJobsPerClient == 0 || l.MaxJobsPerClient < -1 {
-		errs = append(errs, fmt.Errorf("--max-jobs-per-client %d: want 1 or more, or -1 for no limit", l.MaxJobsPerClient))
+		errs = append(errs, refuseField("{MaxJobsPerClient} %d: want 1 or more, or -1 for no limit", l.MaxJobsPerClient))
 	}
 	if l.MaxSlotsPerClient < -1 {
-		errs = append(errs, fmt.Errorf("--max-slots-per-client %d: want 1 or more, 0 for half the pool, or -1 for no limit", l.MaxSlotsPerClient))
+		errs = append(errs, refuseField("{MaxSlotsPerClient} %d: want 1 or more, 0 for half the pool, or -1 for no limit", l.MaxSlotsPerClient))
 	}
 	if l.MaxBytesPerClient == 0 || l.MaxBytesPerClient < -1 {
-		errs = append(errs, fmt.Errorf("--max-bytes-per-client %d: want 1 or more, or -1 for no limit", l.MaxBytesPerClient))
+		errs = append(errs, refuseField("{MaxBytesPerClient} %d: want 1 or more, or -1 for no limit", l.MaxBytesPerClient))
 	}
 	return errors.Join(errs...)
 }

@@ -3,7 +3,9 @@ package controller
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -84,17 +86,16 @@ func writeFile(t *testing.T, dir, name, text string) string {
 
 func TestOptionsPrepareLooksTheKindUp(t *testing.T) {
 	dir := t.TempDir()
-	ports := writeFile(t, dir, "ports.txt", "10.0.0.1 1\n")
 	writeFile(t, dir, "program.bin", "PROGRAM")
 
 	checkPrepareSoftswitch(t)
-	checkPrepareBMv2(t, dir, ports)
+	checkPrepareBMv2(t)
 	// Tofino: bf-p4c's output directory is packed for Stratum, and a Tofino
 	// 2 build brings its own P4Info; a packed file is pushed as it is.
 	for _, chip := range []string{"tofino", "tofino2"} {
-		checkPrepareTofino(t, dir, ports, chip)
+		checkPrepareTofino(t, dir, chip)
 	}
-	checkPrepareRegisteredKind(t, dir, ports)
+	checkPrepareRegisteredKind(t, dir)
 }
 
 // checkPrepareSoftswitch checks the default kind is the software switch.
@@ -112,10 +113,10 @@ func checkPrepareSoftswitch(t *testing.T) {
 
 // checkPrepareBMv2 checks a BMv2 switch and a tree of them reset their
 // pools through Thrift.
-func checkPrepareBMv2(t *testing.T, dir, ports string) {
+func checkPrepareBMv2(t *testing.T) {
 	t.Helper()
 	o := flagDefaults(KindBMv2)
-	o.PortMapFile, o.SkipPipeline = ports, true
+	o.Ports, o.SkipPipeline = ports, true
 	bm, err := o.Prepare()
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +125,7 @@ func checkPrepareBMv2(t *testing.T, dir, ports string) {
 		t.Errorf("bmv2: switch %+v, registers %v, arch %q; want a P4 switch reset through Thrift at 10.0.0.5:9090 with the v1model P4Info", bm.Switch, bm.Registers, bm.P4Info.GetPkgInfo().GetArch())
 	}
 
-	o.TopologyFile = writeFile(t, dir, "tree.json", `{"spine": {"p4runtime": "10.0.0.1:9559", "dataplane": "10.0.0.1:48864", "thrift": "10.0.0.1:9090"},
+	o.Topology = parseTopology(t, `{"spine": {"p4runtime": "10.0.0.1:9559", "dataplane": "10.0.0.1:48864", "thrift": "10.0.0.1:9090"},
 		"leaves": [{"p4runtime": "10.0.1.1:9559", "dataplane": "10.0.1.1:48864", "thrift": "10.0.1.1:9090", "workers": ["10.0.1.0/24"], "uplink_port": 9, "port": 1}]}`)
 	if tree, err := o.Prepare(); err != nil || tree.Topology == nil || tree.Topology.Registers == nil || fmt.Sprint(tree.Topology.Registers("10.0.1.1:9090")) != "10.0.1.1:9090" {
 		t.Errorf("a tree of bmv2 switches: %v; want each switch's pool reset through the Thrift server it names", err)
@@ -134,11 +135,11 @@ func checkPrepareBMv2(t *testing.T, dir, ports string) {
 // checkPrepareTofino checks a Tofino of chip takes bf-p4c's output
 // directory packed for Stratum with the chip's P4Info, and a packed file
 // as it is.
-func checkPrepareTofino(t *testing.T, dir, ports, chip string) {
+func checkPrepareTofino(t *testing.T, dir, chip string) {
 	t.Helper()
 	bf := bfOutput(t, chip)
 	o := flagDefaults(KindTofino)
-	o.PortMapFile, o.DeviceConfigFile = ports, bf
+	o.Ports, o.DeviceConfigFile = ports, bf
 	tf, err := o.Prepare()
 	if err != nil {
 		t.Fatal(err)
@@ -161,10 +162,10 @@ func checkPrepareTofino(t *testing.T, dir, ports, chip string) {
 
 // checkPrepareRegisteredKind checks a kind added to the registry gets its
 // packer's device config, its register server and its capabilities.
-func checkPrepareRegisteredKind(t *testing.T, dir, ports string) {
+func checkPrepareRegisteredKind(t *testing.T, dir string) {
 	t.Helper()
 	o := flagDefaults(testKind)
-	o.PortMapFile, o.DeviceConfigFile, o.RegisterServer = ports, dir, "10.0.0.9:1"
+	o.Ports, o.DeviceConfigFile, o.RegisterServer = ports, dir, "10.0.0.9:1"
 	tk, err := o.Prepare()
 	if err != nil {
 		t.Fatal(err)
@@ -176,40 +177,44 @@ func checkPrepareRegisteredKind(t *testing.T, dir, ports string) {
 
 func TestOptionsPrepareRefuses(t *testing.T) {
 	dir := t.TempDir()
-	ports := writeFile(t, dir, "ports.txt", "10.0.0.1 1\n")
 	garbage := writeFile(t, dir, "garbage.json", `{"not": "a program"}`)
-	topology := writeFile(t, dir, "tree.json", `{"spine": {"p4runtime": "10.0.0.1:9559", "dataplane": "10.0.0.1:48864"},
+	topology := parseTopology(t, `{"spine": {"p4runtime": "10.0.0.1:9559", "dataplane": "10.0.0.1:48864"},
 		"leaves": [{"p4runtime": "10.0.1.1:9559", "dataplane": "10.0.1.1:48864", "workers": ["10.0.1.0/24"]}]}`)
+	externs, err := targets.ParseP4Info([]byte(`externs { extern_type_id: 131 extern_type_name: "Register" }`))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name string
 		set  func(*Options)
 		want []string
 	}{
-		{"unknown kind", func(o *Options) { o.TargetKind = "tofino2" }, []string{`--target-kind: unknown target kind "tofino2"`, "softswitch, bmv2, testswitch or tofino"}},
-		{"device config on the software switch", func(o *Options) { o.DeviceConfigFile = garbage }, []string{"--device-config is for bmv2, testswitch or tofino", "the software switch runs no compiled program"}},
-		{"register server on the software switch", func(o *Options) { o.RegisterServer = "10.0.0.5:9090" }, []string{"--bmv2-thrift is for --target-kind bmv2 or testswitch"}},
-		{"auth on a P4 switch", func(o *Options) { o.TargetKind, o.Auth, o.PortMapFile, o.SkipPipeline = KindBMv2, true, ports, true }, []string{"--auth with --target-kind bmv2", "cannot check a MAC"}},
-		{"no port map", func(o *Options) { o.TargetKind, o.SkipPipeline = KindTofino, true }, []string{"--target-kind tofino needs --port-map"}},
-		{"no device config", func(o *Options) { o.TargetKind, o.PortMapFile = KindTofino, ports }, []string{"--target-kind tofino needs --device-config or --skip-pipeline", "bf-p4c's output directory"}},
-		{"device config the kind checks", func(o *Options) { o.TargetKind, o.PortMapFile, o.DeviceConfigFile = KindBMv2, ports, garbage }, []string{"--device-config " + garbage + " with the P4Info", "not a BMv2 JSON program"}},
+		{"unknown kind", func(o *Options) { o.TargetKind = "tofino2" }, []string{`TargetKind "tofino2": unknown target kind "tofino2"`, "softswitch, bmv2, testswitch or tofino"}},
+		{"device config on the software switch", func(o *Options) { o.DeviceConfigFile = garbage }, []string{"DeviceConfigFile is for bmv2, testswitch or tofino", "the software switch runs no compiled program"}},
+		{"register server on the software switch", func(o *Options) { o.RegisterServer = "10.0.0.5:9090" }, []string{"RegisterServer is for TargetKind bmv2 or testswitch"}},
+		{"auth on a P4 switch", func(o *Options) { o.TargetKind, o.Auth, o.Ports, o.SkipPipeline = KindBMv2, true, ports, true }, []string{"Auth with TargetKind bmv2", "cannot check a MAC"}},
+		{"no port map", func(o *Options) { o.TargetKind, o.SkipPipeline = KindTofino, true }, []string{"TargetKind tofino needs Ports"}},
+		{"no device config", func(o *Options) { o.TargetKind, o.Ports = KindTofino, ports }, []string{"TargetKind tofino needs DeviceConfigFile or SkipPipeline", "bf-p4c's output directory"}},
+		{"device config the kind checks", func(o *Options) { o.TargetKind, o.Ports, o.DeviceConfigFile = KindBMv2, ports, garbage }, []string{"DeviceConfigFile " + garbage + " with the P4Info", "not a BMv2 JSON program"}},
 		{"bad values", func(o *Options) { o.Slots, o.MaxElements, o.IngressLoss, o.JoinTimeout = 0, 5000, 1, 0 },
-			[]string{"--slots 0", "--max-elements 5000", "--simulate-loss-in 1", "--join-timeout 0s"}},
-		{"admin without mutual TLS", func(o *Options) { o.Admins = []string{"ops"} }, []string{"--admin names a client certificate"}},
+			[]string{"Slots 0", "MaxElements 5000", "IngressLoss 1", "JoinTimeout 0s"}},
+		{"admin without mutual TLS", func(o *Options) { o.Admins = []string{"ops"} }, []string{"Admins names a client certificate"}},
 		{"topology of Tofinos", func(o *Options) {
-			o.TargetKind, o.TopologyFile, o.PortMapFile, o.SkipPipeline = KindTofino, topology, ports, true
-		}, []string{"--topology with --target-kind tofino", "a tree runs on softswitch or bmv2"}},
-		{"tofino device config that is no packed config", func(o *Options) { o.TargetKind, o.PortMapFile, o.DeviceConfigFile = KindTofino, ports, garbage }, []string{"is not a packed Stratum pipeline config"}},
+			o.TargetKind, o.Topology, o.Ports, o.SkipPipeline = KindTofino, topology, ports, true
+		}, []string{"Topology with TargetKind tofino", "a tree runs on softswitch or bmv2"}},
+		{"tofino device config that is no packed config", func(o *Options) { o.TargetKind, o.Ports, o.DeviceConfigFile = KindTofino, ports, garbage }, []string{"is not a packed Stratum pipeline config"}},
 		{"tofino P4Info with Tofino externs", func(o *Options) {
-			o.TargetKind, o.PortMapFile, o.SkipPipeline, o.P4InfoFile = KindTofino, ports, true, writeFile(t, dir, "externs.txtpb", `externs { extern_type_id: 131 extern_type_name: "Register" }`)
+			o.TargetKind, o.Ports, o.SkipPipeline, o.P4Info = KindTofino, ports, true, externs
 		}, []string{"--p4info lists its Registers as Tofino externs"}},
-		{"bad MAC", func(o *Options) { o.SwitchMACAddr = "02:00" }, []string{"bad --switch-mac"}},
+		{"bad MAC", func(o *Options) { o.SwitchMACAddr = "02:00" }, []string{`SwitchMACAddr "02:00"`}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o := flagDefaults("")
 			c.set(&o)
 			_, err := o.Prepare()
-			if err == nil {
-				t.Fatal("accepted")
+			var fe *FieldError
+			if !errors.As(err, &fe) {
+				t.Fatalf("error %v, want a FieldError", err)
 			}
 			for _, w := range c.want {
 				if !strings.Contains(err.Error(), w) {
@@ -246,9 +251,9 @@ func TestAuthKeysInClear(t *testing.T) {
 	}{
 		{"loopback", func(o *Options) { o.Target, o.Listen = "", "" }, nil},
 		{"job service off loopback", func(o *Options) { o.Target, o.Listen = "127.0.0.1:9559", "0.0.0.0:50051" },
-			[]string{"--auth", "in clear", "--listen 0.0.0.0:50051", "--tls-cert", "--insecure-auth-over-plaintext"}},
+			[]string{"Auth", "in clear", "Listen 0.0.0.0:50051", "TLSCert", "InsecureAuthOverPlaintext"}},
 		{"switch off loopback", func(o *Options) { o.Listen = "localhost:50051" },
-			[]string{"P4Runtime at 10.0.0.5:9559", "--target-tls-ca", "--insecure-auth-over-plaintext"}},
+			[]string{"P4Runtime at 10.0.0.5:9559", "TargetTLSCA", "InsecureAuthOverPlaintext"}},
 		{"allowed", func(o *Options) { o.Listen, o.InsecureAuthOverPlaintext = ":50051", true }, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -262,8 +267,9 @@ func TestAuthKeysInClear(t *testing.T) {
 				}
 				return
 			}
-			if err == nil {
-				t.Fatal("accepted")
+			var fe *FieldError
+			if !errors.As(err, &fe) || !slices.Contains(fe.Fields, "Auth") {
+				t.Fatalf("error %v, want a FieldError about Auth", err)
 			}
 			for _, w := range c.want {
 				if !strings.Contains(err.Error(), w) {
@@ -304,4 +310,16 @@ func TestExposures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ports is a port map of one worker host.
+var ports = map[netip.Addr]uint32{netip.MustParseAddr("10.0.0.1"): 1}
+
+func parseTopology(t *testing.T, text string) *Topology {
+	t.Helper()
+	topo, err := ParseTopology(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return topo
 }

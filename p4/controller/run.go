@@ -18,6 +18,7 @@ import (
 	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/secure"
 	"github.com/switchml/switchml-go/wire"
@@ -79,7 +80,7 @@ type Config struct {
 	IngressLoss, EgressLoss float64
 	// Registers, if set, writes the registers the P4Runtime server cannot
 	// (BMv2's Thrift server; see RegisterBackend).
-	Registers RegisterBackend
+	Registers p4rt.RegisterBackend
 	// TLS, if set, secures the job service (with ClientCAs, workers must
 	// present a certificate); TargetTLS secures the P4Runtime link to the
 	// switch. See secure.
@@ -146,10 +147,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.Topology != nil {
 		if cfg.Switch.Auth {
-			return fmt.Errorf("controller: --auth with --topology: the hop from a leaf to its parent carries no tags; run the tree without --auth")
+			return refuseField("{Auth} with {Topology}: the hop from a leaf to its parent carries no tags; run the tree without {Auth}")
 		}
 		if cfg.State != "" {
-			return fmt.Errorf("controller: --state with --topology: a tree's jobs are not taken back after a restart; leave --state out")
+			return refuseField("{State} with {Topology}: a tree's jobs are not taken back after a restart; leave {State} out")
 		}
 		return runTree(ctx, cfg)
 	}
@@ -209,7 +210,7 @@ func Run(ctx context.Context, cfg Config) error {
 		case err := <-served:
 			served <- err // for the deferred stop
 			return fmt.Errorf("controller: job service: %w", err)
-		case <-cl.done:
+		case <-cl.Done():
 		}
 		var back bool
 		if cl, back, err = reconnect(ctx, cfg, dp, svc, cl); !back {
@@ -227,8 +228,8 @@ func Run(ctx context.Context, cfg Config) error {
 // the link to it broke: whatever it aggregated is gone or unknowable),
 // then dials it again with back-off and programs it afresh. back is false
 // when ctx ended first.
-func reconnect(ctx context.Context, cfg Config, dp netip.AddrPort, svc *JobService, cl *Client) (_ *Client, back bool, err error) {
-	lost := cl.streamError()
+func reconnect(ctx context.Context, cfg Config, dp netip.AddrPort, svc *JobService, cl *p4rt.Client) (_ *p4rt.Client, back bool, err error) {
+	lost := cl.StreamError()
 	cfg.Logger.Warn("controller: lost the switch; reconnecting", "target", cfg.Target, "err", lost)
 	svc.SwitchLost(fmt.Sprintf("aborted: the controller lost the switch at %s (%v); what it held for the job is gone: join again", cfg.Target, lost))
 	cl.Close()
@@ -293,7 +294,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.Switch = t
 	}
 	if cfg.Switch.P4() && len(cfg.Switch.Ports) == 0 {
-		return cfg, fmt.Errorf("controller: a %s switch needs a port map: which switch port reaches each worker address (--port-map)", cfg.Switch.Kind)
+		return cfg, refuseField("{Ports}: a %s switch needs a port map: which switch port reaches each worker address", cfg.Switch.Kind)
 	}
 	return cfg, nil
 }
@@ -323,7 +324,7 @@ func redial(ctx context.Context, log *slog.Logger, what string, dial func() erro
 		if ctx.Err() != nil {
 			return false, nil
 		}
-		if errors.Is(err, ErrNotPrimary) {
+		if errors.Is(err, p4rt.ErrNotPrimary) {
 			return false, err
 		}
 		log.Warn("controller: "+what+" not back yet", append(attrs, "err", err, "retry_in", backoff)...)
@@ -376,16 +377,16 @@ func listenJobs(cfg Config, svc *JobService) (lis net.Listener, served chan erro
 
 // connect dials the switch, becomes its primary controller, pushes the
 // pipeline and writes the program's own entries.
-func connect(ctx context.Context, cfg Config, dp netip.AddrPort) (*Client, bool, error) {
+func connect(ctx context.Context, cfg Config, dp netip.AddrPort) (*p4rt.Client, bool, error) {
 	dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
-	cc := ClientConfig{Target: cfg.Target, DeviceID: cfg.DeviceID, ElectionID: cfg.ElectionID, Logger: cfg.Logger, YieldPrimary: cfg.YieldPrimary}
+	cc := p4rt.ClientConfig{Target: cfg.Target, DeviceID: cfg.DeviceID, ElectionID: cfg.ElectionID, Logger: cfg.Logger, YieldPrimary: cfg.YieldPrimary}
 	if cfg.control != nil {
 		cc.OnControl = cfg.control.watch(cfg.Target)
 	}
 	if cfg.TargetTLS != nil {
 		cc.DialOptions = append(cc.DialOptions, grpc.WithTransportCredentials(credentials.NewTLS(cfg.TargetTLS)))
 	}
-	cl, err := Dial(dctx, cc)
+	cl, err := p4rt.Dial(dctx, cc)
 	cancel()
 	if err != nil {
 		return nil, false, err
@@ -401,13 +402,13 @@ func connect(ctx context.Context, cfg Config, dp netip.AddrPort) (*Client, bool,
 // program makes the switch run the configured pipeline. A switch that
 // already runs it (same cookie: an earlier controller pushed it) keeps its
 // tables, and adopted reports so: its jobs can be taken over.
-func program(ctx context.Context, cl *Client, cfg Config, dp netip.AddrPort) (adopted bool, err error) {
+func program(ctx context.Context, cl *p4rt.Client, cfg Config, dp netip.AddrPort) (adopted bool, err error) {
 	if !cl.Primary() {
 		why := cl.ControlLost()
 		if why == "" {
 			why = fmt.Sprintf("another controller with a higher election id than %d programs %s", max(cfg.ElectionID, 1), cfg.Target)
 		}
-		return false, fmt.Errorf("controller: %w: %s", ErrNotPrimary, why)
+		return false, fmt.Errorf("controller: switch at %s: %w: %s", cfg.Target, p4rt.ErrNotPrimary, why)
 	}
 	if !cfg.SkipPipeline {
 		info := cfg.P4Info
@@ -452,7 +453,7 @@ func program(ctx context.Context, cl *Client, cfg Config, dp netip.AddrPort) (ad
 	}
 	actx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
-	if err := cl.CheckAuth(actx, cfg.Switch, cfg.Target); err != nil {
+	if err := checkAuth(actx, cl, cfg.Switch, cfg.Target); err != nil {
 		return false, err
 	}
 	return adopted, setupProgram(ctx, cl, cfg, dp)
@@ -476,24 +477,24 @@ func pipelineCookie(info *p4configv1.P4Info, deviceConfig []byte) (uint64, error
 // software switch answers register reads, so its last slot of the second set
 // is read; P4 switches hold the P4Info's 8192 (their P4Runtime servers read
 // no registers, and the P4Info fixes the size).
-func checkSlots(ctx context.Context, cl *Client, cfg Config) error {
+func checkSlots(ctx context.Context, cl *p4rt.Client, cfg Config) error {
 	if cfg.Switch.P4() {
 		if cfg.Slots > 8192 {
-			return fmt.Errorf("controller: --slots %d: the %s program has 8192 slots per set", cfg.Slots, cfg.Switch.Kind)
+			return refuseField("{Slots} %d: the %s program has 8192 slots per set", cfg.Slots, cfg.Switch.Kind)
 		}
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
 	if _, err := cl.ReadRegister(ctx, cl.IDs().RegisterPoolCount, 2*cfg.Slots-1, 1); err != nil {
-		return fmt.Errorf("controller: the switch at %s does not hold the controller's %d slots per set (reading slot %d of set 1: %v): give the switch and the controller the same --slots", cfg.Target, cfg.Slots, cfg.Slots-1, err)
+		return refuseField("{Slots} %d: the switch at %s does not hold them (reading slot %d of set 1: %v): give the switch and the controller the same slots", cfg.Slots, cfg.Target, cfg.Slots-1, err)
 	}
 	return nil
 }
 
 // setupProgram writes the program-specific entries the configuration asks
 // for, each bounded by the connect timeout.
-func setupProgram(ctx context.Context, cl *Client, cfg Config, dp netip.AddrPort) error {
+func setupProgram(ctx context.Context, cl *p4rt.Client, cfg Config, dp netip.AddrPort) error {
 	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
 	if len(cfg.SwitchMAC) > 0 {
@@ -511,15 +512,6 @@ func setupProgram(ctx context.Context, cl *Client, cfg Config, dp netip.AddrPort
 		cfg.Logger.Warn("controller: the switch drops packets on purpose", "ingress", cfg.IngressLoss, "egress", cfg.EgressLoss)
 	}
 	return nil
-}
-
-func (c *Client) streamError() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.streamErr == nil {
-		return errors.New("stream ended")
-	}
-	return c.streamErr
 }
 
 // DataplanesFor returns the data plane addresses of a switch's shards:

@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"reflect"
-	"time"
 
-	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
+	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"github.com/switchml/switchml-go/p4/p4info"
 )
 
@@ -66,7 +65,7 @@ func runTree(ctx context.Context, cfg Config) error {
 			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(served)},
 		}
 		for _, cl := range clients {
-			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(cl.done)})
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(cl.Done())})
 		}
 		chosen, v, _ := reflect.Select(cases)
 		switch chosen {
@@ -79,7 +78,7 @@ func runTree(ctx context.Context, cfg Config) error {
 		}
 		lostCl := clients[chosen-2]
 		name := treeName(cfg.Topology, chosen-2)
-		lost := lostCl.streamError()
+		lost := lostCl.StreamError()
 		cfg.Logger.Warn("controller: lost a switch of the tree; reconnecting", "switch", name, "err", lost)
 		svc.SwitchLost(fmt.Sprintf("aborted: the controller lost %s of the tree (%v); what it held for the job is gone: join again", name, lost))
 		for _, cl := range clients {
@@ -107,10 +106,10 @@ func treeName(t *Topology, i int) string {
 
 // dialTree connects to every switch of the topology and programs it: the
 // spine first, then the leaves.
-func dialTree(ctx context.Context, cfg Config) (*Tree, []*Client, error) {
+func dialTree(ctx context.Context, cfg Config) (*Tree, []*p4rt.Client, error) {
 	t := cfg.Topology
-	var clients []*Client
-	fail := func(err error) (*Tree, []*Client, error) {
+	var clients []*p4rt.Client
+	fail := func(err error) (*Tree, []*p4rt.Client, error) {
 		for _, cl := range clients {
 			cl.Close()
 		}
@@ -132,7 +131,10 @@ func dialTree(ctx context.Context, cfg Config) (*Tree, []*Client, error) {
 			// The switch kept an earlier controller's entries; a tree
 			// controller takes no jobs over, so they go, or they would
 			// collide with the jobs placed now.
-			if err := clearJobs(ctx, cl, cfg.ConnectTimeout); err != nil {
+			cctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+			err := cl.ClearJobs(cctx)
+			cancel()
+			if err != nil {
 				return fail(fmt.Errorf("%s: removing an earlier controller's jobs: %w", treeName(t, i), err))
 			}
 			cfg.Logger.Warn("controller: removed the job entries left on a switch of the tree", "switch", treeName(t, i))
@@ -154,61 +156,7 @@ func dialTree(ctx context.Context, cfg Config) (*Tree, []*Client, error) {
 				return fail(fmt.Errorf("%s: the program pushed to it has no leaf role (tables %s and %s)", t.Leaves[i].Name, p4info.TableUplink, p4info.TableFromParent))
 			}
 		}
-		tree.uplinks = true
+		tree.shape.Uplinks = true
 	}
 	return tree, clients, nil
-}
-
-// clearJobs deletes every job entry on the switch: workers, replies and
-// multicast groups.
-func clearJobs(ctx context.Context, cl *Client, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	workers, err := cl.ReadWorkers(ctx)
-	if err != nil {
-		return err
-	}
-	replies, err := cl.ReadReplies(ctx)
-	if err != nil {
-		return err
-	}
-	groups, err := cl.ReadMulticastGroups(ctx)
-	if err != nil {
-		return err
-	}
-	var dels []*p4v1.Update
-	for _, w := range workers {
-		u, err := WorkerUpdate(cl.IDs(), p4v1.Update_DELETE, w)
-		if err != nil {
-			return err
-		}
-		dels = append(dels, u)
-	}
-	for _, r := range replies {
-		u, err := ReplyUpdate(cl.IDs(), p4v1.Update_DELETE, r)
-		if err != nil {
-			return err
-		}
-		dels = append(dels, u)
-	}
-	for id := range groups {
-		dels = append(dels, GroupUpdate(p4v1.Update_DELETE, id, nil))
-	}
-	if ids := cl.IDs(); ids.Leaf() {
-		// A P4 leaf's uplink entries (JobEntries.Uplink).
-		for _, table := range []uint32{ids.TableUplink, ids.TableFromParent} {
-			ents, err := cl.Read(ctx, &p4v1.Entity{Entity: &p4v1.Entity_TableEntry{TableEntry: &p4v1.TableEntry{TableId: table}}})
-			if err != nil {
-				return err
-			}
-			for _, e := range ents {
-				te := e.GetTableEntry()
-				dels = append(dels, tableUpdate(p4v1.Update_DELETE, &p4v1.TableEntry{TableId: te.GetTableId(), Match: te.GetMatch(), Priority: te.GetPriority()}))
-			}
-		}
-	}
-	if len(dels) == 0 {
-		return nil
-	}
-	return ignoreNotFound(cl.Write(ctx, dels...))
 }

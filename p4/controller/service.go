@@ -15,6 +15,7 @@ import (
 	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/p4/controller/jobcore"
 	"github.com/switchml/switchml-go/p4/p4info"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/secure"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,11 +23,11 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Switch is what the job service needs from the switch: a P4Runtime Client
+// Switch is what the job service needs from the switch: a p4rt.Client
 // satisfies it.
 type Switch interface {
-	InstallJob(ctx context.Context, j JobEntries) error
-	RemoveJob(ctx context.Context, j JobEntries) error
+	InstallJob(ctx context.Context, p switchjob.Placement) error
+	RemoveJob(ctx context.Context, p switchjob.Placement) error
 	ResetPool(ctx context.Context, base, size, slots int) error
 }
 
@@ -200,6 +201,10 @@ type JobService struct {
 	// current is sw for readers that must not wait behind programming
 	// (Status reads the switch's counters through it).
 	current atomic.Pointer[switchRef]
+	// away is why the switch cannot be programmed and when it can again
+	// (nil while it can), the core's Offline as of its last change, for
+	// registrations to read without the core's lock.
+	away atomic.Pointer[switchAway]
 
 	metrics *serviceMetrics
 	control controlState // see SetControlLost
@@ -448,7 +453,7 @@ func (s *JobService) install(in jobcore.Install, save bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), switchRPCTimeout)
 	err := s.sw.ResetPool(ctx, int(in.Place.PoolBase), int(in.Place.PoolSize), s.cfg.Slots)
 	if err == nil {
-		err = s.sw.InstallJob(ctx, entriesOf(in.Place))
+		err = s.sw.InstallJob(ctx, in.Place)
 	}
 	cancel()
 	s.swMu.Unlock()
@@ -475,7 +480,7 @@ func (s *JobService) install(in jobcore.Install, save bool) {
 func (s *JobService) remove(rm jobcore.Removal) {
 	s.swMu.Lock()
 	ctx, cancel := context.WithTimeout(context.Background(), switchRPCTimeout)
-	err := s.sw.RemoveJob(ctx, entriesOf(rm.Place))
+	err := s.sw.RemoveJob(ctx, rm.Place)
 	cancel()
 	s.swMu.Unlock()
 	if err != nil {
@@ -524,48 +529,30 @@ func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (
 		return nil, err
 	}
 	defer release()
-	// Check reads only the core's configuration: the addresses are parsed
-	// outside the lock.
+	// Check reads only the core's configuration, and a tree's shape is
+	// fixed: the request is checked outside the lock.
 	chk, err := s.core.Check(req, caller.Addr)
-	var offline string
-	var back chan struct{}
-	s.step(func(c *jobcore.Core) {
-		if err != nil {
-			c.CannotForm(req, client, err, time.Now()) // its peers learn at once why the job cannot form
-		}
-		offline, back = c.Offline(), s.back
-	})
-	if err != nil {
-		return nil, err
-	}
 	tree, _ := s.current.Load().Switch.(*Tree)
-	if tree != nil && req.GetSparse() {
-		err := invalid("the sparse mode runs on a single software switch, and this controller programs a tree of switches: join without Sparse (--sparse), or through a controller of one switch")
-		s.step(func(c *jobcore.Core) { c.CannotForm(req, client, err, time.Now()) })
-		return nil, err
-	}
 	var leafDP netip.AddrPort
-	if addrs := chk.LaneAddresses(); tree != nil && len(addrs) > 0 {
-		var ok bool
-		if leafDP, ok = tree.DataplaneOf(addrs[0].Addr()); !ok {
-			err := invalid("rank %d sends from %v, which is under no leaf of the controller's topology (%s); add its prefix to a leaf's workers, or bind the worker to a listed address",
-				req.GetRank(), addrs[0].Addr(), tree.topo)
-			s.step(func(c *jobcore.Core) { c.CannotForm(req, client, err, time.Now()) })
-			return nil, err
-		}
+	if err == nil && tree != nil {
+		leafDP, err = tree.shape.Dataplane(req.GetRank(), req.GetSparse(), chk.LaneAddresses())
+	}
+	if err != nil {
+		s.step(func(c *jobcore.Core) { c.CannotForm(req, client, err, time.Now()) }) // its peers learn at once why the job cannot form
+		return nil, err
 	}
 	// While the controller reconnects to the switch, registrations wait
 	// for it as they wait for the other ranks; those that may run over the
 	// ring go on, and their job goes there if the switch is still away
 	// when every rank is in.
-	if offline != "" && req.GetFallbackAddress() == "" {
+	if away := s.away.Load(); away != nil && req.GetFallbackAddress() == "" {
 		wctx, cancel := answerBefore(ctx)
 		select {
-		case <-back:
+		case <-away.back:
 			cancel()
 		case <-wctx.Done():
 			cancel()
-			return nil, status.Errorf(codes.Unavailable, "the switch did not come back before the deadline (%s); join again later", offline)
+			return nil, status.Errorf(codes.Unavailable, "the switch did not come back before the deadline (%s); join again later", away.why)
 		}
 	}
 	ctx, cancel := answerBefore(ctx)
@@ -766,7 +753,14 @@ func (s *JobService) SwitchLost(why string) {
 			s.back = make(chan struct{})
 		}
 		c.SwitchLost(why)
+		s.away.Store(&switchAway{why: c.Offline(), back: s.back})
 	})
+}
+
+// switchAway is why the switch is away, and back, closed when it is back.
+type switchAway struct {
+	why  string
+	back chan struct{}
 }
 
 // SwitchBack hands the service the reprogrammed switch.
@@ -779,6 +773,7 @@ func (s *JobService) SwitchBack(sw Switch) {
 		if c.Offline() != "" {
 			c.SwitchBack()
 			close(s.back)
+			s.away.Store(nil)
 		}
 	})
 }
@@ -789,25 +784,15 @@ func (s *JobService) SwitchBack(sw Switch) {
 // job id). Jobs nobody claims within grace are removed, and so are claimed
 // jobs whose ranks did not all come back.
 func (s *JobService) Adopt(ctx context.Context, sw interface {
-	ReadWorkers(context.Context) ([]WorkerEntry, error)
-	ReadReplies(context.Context) ([]ReplyEntry, error)
-	ReadMulticastGroups(context.Context) (map[uint16][]Replica, error)
+	ReadPlacements(context.Context) ([]switchjob.Placement, error)
 }, grace time.Duration) error {
-	workers, err := sw.ReadWorkers(ctx)
+	found, err := sw.ReadPlacements(ctx)
 	if err != nil {
-		return fmt.Errorf("controller: read back the switch's workers: %w", err)
-	}
-	replies, err := sw.ReadReplies(ctx)
-	if err != nil {
-		return fmt.Errorf("controller: read back the switch's replies: %w", err)
-	}
-	groups, err := sw.ReadMulticastGroups(ctx)
-	if err != nil {
-		return fmt.Errorf("controller: read back the switch's multicast groups: %w", err)
+		return fmt.Errorf("controller: %w", err)
 	}
 	claims := s.claims
 	s.claims = nil // after a reconnect, Adopt finds only jobs that ended with the switch
-	s.step(func(c *jobcore.Core) { c.Adopt(placementsOf(workers, replies, groups), claims, time.Now(), grace) })
+	s.step(func(c *jobcore.Core) { c.Adopt(found, claims, time.Now(), grace) })
 	return nil
 }
 

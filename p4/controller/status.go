@@ -10,7 +10,7 @@ import (
 	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/p4/controller/jobcore"
 	"github.com/switchml/switchml-go/p4/p4info"
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/secure"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -126,7 +126,7 @@ func (s *JobService) Status(ctx context.Context, req *jobpb.StatusRequest) (*job
 	}
 	for i, n := range counts {
 		name := counterName(i)
-		if n == 0 && i >= int(pipeline.NumStats) && name == "" {
+		if n == 0 && i >= int(switchjob.NumStats) && name == "" {
 			continue
 		}
 		if name == "" {
@@ -141,8 +141,8 @@ func (s *JobService) Status(ctx context.Context, req *jobpb.StatusRequest) (*job
 // and the P4 programs' simulated-loss drops; "" for an unnamed index.
 func counterName(i int) string {
 	switch {
-	case i < int(pipeline.NumStats):
-		return pipeline.Stat(i).String()
+	case i < int(switchjob.NumStats):
+		return switchjob.Stat(i).String()
 	case i == p4info.StatsSize-1:
 		return "drop_simulated"
 	}

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net/netip"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/p4/controller/jobcore"
+	"github.com/switchml/switchml-go/p4/controller/p4rt"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/p4/targets"
 	"google.golang.org/grpc/codes"
 )
@@ -178,10 +181,10 @@ func (t Target) maxJobWorkers(f jobpb.Format) (int, string) {
 // placeable refuses a job whose ranks' ports the switch cannot serve
 // together: on a switch with pipes (a Tofino), ports of more than one
 // pipe (targets.Capabilities.OnePipe).
-func (t Target) placeable(members []jobcore.Member) error {
-	ports := make(map[int]uint32, len(members))
-	for _, m := range members {
-		ports[int(m.Rank)] = m.Port
+func (t Target) placeable(replicas []switchjob.Replica) error {
+	ports := make(map[int]uint32, len(replicas))
+	for _, r := range replicas {
+		ports[int(r.Instance)] = r.EgressPort
 	}
 	if err := t.capabilities().OnePipe(ports); err != nil {
 		return refuse(codes.FailedPrecondition, "the %s switch cannot aggregate this job: %v", t.Kind, err)
@@ -248,4 +251,25 @@ func ParsePortMap(r io.Reader) (map[netip.Addr]uint32, error) {
 		return nil, fmt.Errorf("port map is empty: want one \"IPv4-ADDRESS PORT\" line per worker host")
 	}
 	return ports, nil
+}
+
+// checkAuth asks the switch whether it checks tags and refuses a controller
+// that disagrees: keys a switch does not take, or a switch dropping every
+// untagged packet, would fail each job with nothing but timeouts.
+func checkAuth(ctx context.Context, cl *p4rt.Client, t Target, target string) error {
+	if t.P4() {
+		if t.Auth {
+			return refuseField("{Auth}: the %s program cannot check a MAC on packets (see p4/README.md for the fabric isolation it needs instead); {Auth} needs the software switch", t.Kind)
+		}
+		return nil // P4 targets never see the extern
+	}
+	switchAuth, err := cl.ChecksTags(ctx)
+	cl.KeyJobs(switchAuth && t.Auth)
+	switch {
+	case t.Auth && !switchAuth:
+		return refuseField("{Auth}: the switch at %s does not check tags (%v): start the switch with --auth too", target, err)
+	case !t.Auth && switchAuth:
+		return refuseField("{Auth} off: the switch at %s checks a tag on every packet (switch --auth): start the controller with {Auth} too, or the switch without it", target)
+	}
+	return nil
 }

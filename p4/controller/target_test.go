@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/p4/switchjob"
 )
 
 func bmv2Target(t *testing.T, ports map[netip.Addr]uint32) Target {
@@ -50,8 +51,8 @@ func TestP4TargetProgramsPortsAndMACs(t *testing.T) {
 		t.Fatalf("groups %v, want one", groups)
 	}
 	for _, reps := range groups {
-		slices.SortFunc(reps, func(a, b Replica) int { return int(a.Instance) - int(b.Instance) })
-		if want := []Replica{{Port: 7, Instance: 0}, {Port: 3, Instance: 1}}; !slices.Equal(reps, want) {
+		slices.SortFunc(reps, func(a, b switchjob.Replica) int { return int(a.Instance) - int(b.Instance) })
+		if want := []switchjob.Replica{{EgressPort: 7, Instance: 0}, {EgressPort: 3, Instance: 1}}; !slices.Equal(reps, want) {
 			t.Errorf("replicas %v, want %v (ports from the port map)", reps, want)
 		}
 	}

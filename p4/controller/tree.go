@@ -6,14 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net"
 	"net/netip"
-	"slices"
 	"strings"
 
-	"github.com/switchml/switchml-go/p4/p4info"
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/controller/jobcore"
+	"github.com/switchml/switchml-go/p4/controller/p4rt"
+	"github.com/switchml/switchml-go/p4/switchjob"
 )
 
 // Topology describes a two-level tree of switches that one controller
@@ -48,7 +47,7 @@ type Topology struct {
 
 	// Registers, if set, reaches the registers of a P4 switch of the tree
 	// through its Thrift address (BMv2; see RegisterBackend).
-	Registers func(thrift string) RegisterBackend `json:"-"`
+	Registers func(thrift string) p4rt.RegisterBackend `json:"-"`
 }
 
 // TopologySwitch is one switch of a Topology.
@@ -185,16 +184,18 @@ func (t *Topology) checkP4(kind string) error {
 }
 
 // LeafOf returns the index of the leaf a worker address attaches to.
-func (t *Topology) LeafOf(a netip.Addr) (int, bool) {
-	a = a.Unmap()
-	for i, l := range t.Leaves {
-		for _, p := range l.prefixes {
-			if p.Contains(a) {
-				return i, true
-			}
-		}
+func (t *Topology) LeafOf(a netip.Addr) (int, bool) { return t.shape().LeafOf(a) }
+
+// shape is the tree as the job core splits placements over it.
+func (t *Topology) shape() jobcore.Tree {
+	sw := func(s TopologySwitch) jobcore.TreeSwitch {
+		return jobcore.TreeSwitch{Dataplane: s.dataplane, MAC: s.mac, Workers: s.prefixes, Port: s.Port, UplinkPort: s.UplinkPort}
 	}
-	return 0, false
+	tr := jobcore.Tree{Spine: sw(t.Spine), Name: t.String()}
+	for _, l := range t.Leaves {
+		tr.Leaves = append(tr.Leaves, sw(l))
+	}
+	return tr
 }
 
 // String summarises the tree for logs.
@@ -215,9 +216,10 @@ type Tree struct {
 	topo   *Topology
 	spine  Switch
 	leaves []Switch
-	// uplinks: the leaves are P4 switches, whose jobs each get an uplink
-	// entry (JobEntries.Uplink) instead of following a --parent.
-	uplinks bool
+	// shape is the topology as the job core splits placements over it;
+	// shape.Uplinks: the leaves are P4 switches, whose jobs each get an
+	// uplink entry (Placement.Uplink) instead of following a --parent.
+	shape jobcore.Tree
 }
 
 // NewTree returns the tree of spine and leaves (in the topology's order).
@@ -225,99 +227,13 @@ func NewTree(topo *Topology, spine Switch, leaves []Switch) (*Tree, error) {
 	if len(leaves) != len(topo.Leaves) {
 		return nil, fmt.Errorf("controller: NewTree: %d leaf switches for %d topology leaves", len(leaves), len(topo.Leaves))
 	}
-	return &Tree{topo: topo, spine: spine, leaves: leaves}, nil
-}
-
-// split makes each switch's entries from a job's. Leaves without workers
-// of the job get none (nil entries).
-func (t *Tree) split(j JobEntries) (spine JobEntries, leaves []*JobEntries, err error) {
-	leaves = make([]*JobEntries, len(t.leaves))
-	leafOf := map[uint16]int{}        // global rank -> leaf
-	local := map[uint16]uint16{}      // global rank -> rank at its leaf
-	addrOf := map[uint16]netip.Addr{} // global rank -> its first lane's address
-	for _, w := range j.Workers {
-		if _, ok := addrOf[w.Rank]; !ok {
-			addrOf[w.Rank] = w.Addr.Addr()
-		}
-	}
-	counts := make([]uint16, len(t.leaves))
-	for _, r := range slices.Sorted(maps.Keys(addrOf)) {
-		addr := addrOf[r]
-		l, ok := t.topo.LeafOf(addr)
-		if !ok {
-			return spine, nil, fmt.Errorf("rank %d's address %v is under no leaf of the topology (%s); add its prefix to a leaf's workers", r, addr, t.topo)
-		}
-		leafOf[r], local[r] = l, counts[l]
-		counts[l]++
-	}
-	for _, w := range j.Workers {
-		l := leafOf[w.Rank]
-		if leaves[l] == nil {
-			leaves[l] = &JobEntries{MulticastGroup: j.MulticastGroup}
-		}
-		lw := w
-		lw.Rank, lw.NumWorkers = local[w.Rank], counts[l]
-		leaves[l].Workers = append(leaves[l].Workers, lw)
-	}
-	for _, r := range j.Replies {
-		l := leafOf[r.Rank]
-		if leaves[l] == nil {
-			return spine, nil, fmt.Errorf("reply entry for rank %d, which has no worker entry", r.Rank)
-		}
-		lr := r
-		lr.Rank = local[r.Rank]
-		leaves[l].Replies = append(leaves[l].Replies, lr)
-	}
-	for _, rep := range j.Replicas {
-		l := leafOf[rep.Instance]
-		if leaves[l] == nil {
-			return spine, nil, fmt.Errorf("replica for rank %d, which has no worker entry", rep.Instance)
-		}
-		lrep := rep
-		lrep.Instance = local[rep.Instance]
-		leaves[l].Replicas = append(leaves[l].Replicas, lrep)
-	}
-	// The spine: one worker per leaf in use, all lanes from the leaf's one
-	// data-plane address.
-	used := 0
-	for _, e := range leaves {
-		if e != nil {
-			used++
-		}
-	}
-	spine.MulticastGroup = j.MulticastGroup
-	rank := uint16(0)
-	for l, e := range leaves {
-		if e == nil {
-			continue
-		}
-		w0 := e.Workers[0].Worker
-		leaf := &t.topo.Leaves[l]
-		dp := leaf.dataplane
-		spine.Workers = append(spine.Workers, WorkerEntry{Addr: dp, Worker: pipeline.Worker{
-			JobID: w0.JobID, Rank: rank, NumWorkers: uint16(used), MulticastGroup: w0.MulticastGroup, PoolBase: w0.PoolBase, PoolSize: w0.PoolSize,
-		}})
-		spine.Replies = append(spine.Replies, ReplyEntry{JobID: w0.JobID, Rank: rank, MAC: leaf.mac, Addr: dp})
-		spine.Replicas = append(spine.Replicas, Replica{Port: leaf.Port, Instance: rank})
-		if t.uplinks {
-			// The job sits at the same slots on every switch.
-			mac := t.topo.Spine.mac
-			if mac == ([6]byte{}) {
-				mac = [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
-			}
-			e.Uplink = &p4info.Uplink{JobID: w0.JobID, Port: leaf.UplinkPort, ParentMAC: mac, Uplink: pipeline.Uplink{
-				Parent: t.topo.Spine.dataplane, ParentBase: w0.PoolBase, PoolBase: w0.PoolBase, PoolSize: w0.PoolSize, MulticastGroup: w0.MulticastGroup,
-			}}
-		}
-		rank++
-	}
-	return spine, leaves, nil
+	return &Tree{topo: topo, spine: spine, leaves: leaves, shape: topo.shape()}, nil
 }
 
 // InstallJob installs the job's entries on its leaves, then on the spine;
 // on failure it removes what went in.
-func (t *Tree) InstallJob(ctx context.Context, j JobEntries) error {
-	spine, leaves, err := t.split(j)
+func (t *Tree) InstallJob(ctx context.Context, p switchjob.Placement) error {
+	spine, leaves, err := t.shape.Split(p)
 	if err != nil {
 		return invalid("%v", err)
 	}
@@ -345,8 +261,8 @@ func (t *Tree) InstallJob(ctx context.Context, j JobEntries) error {
 }
 
 // RemoveJob removes the job's entries from the spine and its leaves.
-func (t *Tree) RemoveJob(ctx context.Context, j JobEntries) error {
-	spine, leaves, err := t.split(j)
+func (t *Tree) RemoveJob(ctx context.Context, p switchjob.Placement) error {
+	spine, leaves, err := t.shape.Split(p)
 	if err != nil {
 		return invalid("%v", err)
 	}
@@ -376,14 +292,4 @@ func (t *Tree) ResetPool(ctx context.Context, base, size, slots int) error {
 		}
 	}
 	return nil
-}
-
-// DataplaneOf returns the data plane a worker sending from a sends to: its
-// leaf's.
-func (t *Tree) DataplaneOf(a netip.Addr) (netip.AddrPort, bool) {
-	l, ok := t.topo.LeafOf(a)
-	if !ok {
-		return netip.AddrPort{}, false
-	}
-	return t.topo.Leaves[l].dataplane, true
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 )
 
 const twoBMv2Leaves = `{"spine": {"p4runtime": "127.0.0.1:9559", "dataplane": "10.0.0.1:48864", "thrift": "127.0.0.1:9090", "mac": "02:00:00:00:00:01"},
@@ -25,12 +25,12 @@ func TestHierarchTreeP4Uplinks(t *testing.T) {
 	if err := topo.checkP4(KindBMv2); err != nil {
 		t.Fatal(err)
 	}
-	j := JobEntries{MulticastGroup: 3}
+	j := switchjob.Placement{JobID: 9, PoolBase: 16, PoolSize: 8, Group: 3, World: 4}
 	for r, h := range []string{"10.0.1.5", "10.0.2.7", "10.0.1.6", "10.0.2.8"} {
 		a := netip.AddrPortFrom(netip.MustParseAddr(h), 5000)
-		j.Workers = append(j.Workers, WorkerEntry{Addr: a, Worker: pipeline.Worker{JobID: 9, Rank: uint16(r), NumWorkers: 4, MulticastGroup: 3, PoolBase: 16, PoolSize: 8}})
-		j.Replies = append(j.Replies, ReplyEntry{JobID: 9, Rank: uint16(r), Addr: a})
-		j.Replicas = append(j.Replicas, Replica{Port: uint32(1 + r/2), Instance: uint16(r)})
+		j.Workers = append(j.Workers, switchjob.Lane{Rank: uint16(r), Addr: a})
+		j.Replies = append(j.Replies, switchjob.Lane{Rank: uint16(r), Addr: a})
+		j.Replicas = append(j.Replicas, switchjob.Replica{EgressPort: uint32(1 + r/2), Instance: uint16(r)})
 	}
 	for _, p4 := range []bool{true, false} {
 		spine, l0, l1 := &recorder{}, &recorder{}, &recorder{}
@@ -38,12 +38,12 @@ func TestHierarchTreeP4Uplinks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tree.uplinks = p4
+		tree.shape.Uplinks = p4
 		if err := tree.InstallJob(context.Background(), j); err != nil {
 			t.Fatal(err)
 		}
 		for k, leaf := range []*recorder{l0, l1} {
-			u := leaf.installed[0].Uplink
+			u, id := leaf.installed[0].Uplink, leaf.installed[0].JobID
 			if !p4 {
 				if u != nil {
 					t.Errorf("software leaf %d got an uplink entry %+v", k, u)
@@ -51,13 +51,13 @@ func TestHierarchTreeP4Uplinks(t *testing.T) {
 				continue
 			}
 			wantMAC := [6]byte{2, 0, 0, 0, 0, 1}
-			if u == nil || u.JobID != 9 || u.Parent != netip.MustParseAddrPort("10.0.0.1:48864") || u.Port != []uint32{9, 7}[k] ||
+			if u == nil || id != 9 || u.Parent != netip.MustParseAddrPort("10.0.0.1:48864") || u.Port != []uint32{9, 7}[k] ||
 				u.ParentBase != 16 || u.PoolBase != 16 || u.PoolSize != 8 || u.MulticastGroup != 3 || u.ParentMAC != wantMAC {
 				t.Errorf("leaf %d uplink %+v: want job 9 to 10.0.0.1:48864 out of port %d, slots 16+8 on both, group 3, MAC %x", k, u, []uint32{9, 7}[k], wantMAC)
 			}
 		}
 		s := spine.installed[0]
-		if s.Uplink != nil || len(s.Replicas) != 2 || s.Replicas[0].Port != 1 || s.Replicas[1].Port != 2 ||
+		if s.Uplink != nil || len(s.Replicas) != 2 || s.Replicas[0].EgressPort != 1 || s.Replicas[1].EgressPort != 2 ||
 			s.Replies[0].MAC != [6]byte{2, 0, 0, 0, 1, 1} || s.Replies[1].MAC != [6]byte{} {
 			t.Errorf("spine entries %+v: want replicas to ports 1 and 2, leaf 0's MAC in its reply entry, no uplink", s)
 		}
@@ -67,7 +67,7 @@ func TestHierarchTreeP4Uplinks(t *testing.T) {
 	topo.Spine.mac = [6]byte{}
 	l0 := &recorder{}
 	tree, _ := NewTree(topo, &recorder{}, []Switch{l0, &recorder{}})
-	tree.uplinks = true
+	tree.shape.Uplinks = true
 	if err := tree.InstallJob(context.Background(), j); err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 )
 
 const twoLeaves = `{"spine": {"p4runtime": "10.0.0.1:9559", "dataplane": "10.0.0.1:48864"},
@@ -55,19 +55,19 @@ func TestHierarchTopologyErrors(t *testing.T) {
 
 // recorder is a Switch that keeps what it was asked to install.
 type recorder struct {
-	installed, removed []JobEntries
+	installed, removed []switchjob.Placement
 	resets             int
 	fail               error
 }
 
-func (r *recorder) InstallJob(_ context.Context, j JobEntries) error {
+func (r *recorder) InstallJob(_ context.Context, j switchjob.Placement) error {
 	if r.fail != nil {
 		return r.fail
 	}
 	r.installed = append(r.installed, j)
 	return nil
 }
-func (r *recorder) RemoveJob(_ context.Context, j JobEntries) error {
+func (r *recorder) RemoveJob(_ context.Context, j switchjob.Placement) error {
 	r.removed = append(r.removed, j)
 	return nil
 }
@@ -86,7 +86,7 @@ func TestHierarchTreeSplit(t *testing.T) {
 		t.Fatal(err)
 	}
 	hosts := []string{"10.0.1.5", "10.0.2.7", "10.0.1.6", "10.0.3.1"}
-	j := splitJobEntries(hosts)
+	j := splitJob(hosts)
 	if err := tree.ResetPool(context.Background(), 16, 8, 512); err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestHierarchTreeSplit(t *testing.T) {
 	// A rank under no leaf cannot be placed; a failing spine undoes the
 	// leaves' installs.
 	bad := j
-	bad.Workers = append([]WorkerEntry(nil), j.Workers...)
+	bad.Workers = append([]switchjob.Lane(nil), j.Workers...)
 	bad.Workers[0].Addr = netip.MustParseAddrPort("192.168.0.1:5000")
 	if err := tree.InstallJob(context.Background(), bad); err == nil || !strings.Contains(err.Error(), "under no leaf") {
 		t.Errorf("rank outside the topology: %v", err)
@@ -117,17 +117,17 @@ func TestHierarchTreeSplit(t *testing.T) {
 	}
 }
 
-// splitJobEntries is job 9 of one rank per host, two lanes each, in group
+// splitJob is job 9 of one rank per host, two lanes each, in group
 // 3 on pool slots 16 to 24.
-func splitJobEntries(hosts []string) JobEntries {
-	j := JobEntries{MulticastGroup: 3}
+func splitJob(hosts []string) switchjob.Placement {
+	j := switchjob.Placement{JobID: 9, PoolBase: 16, PoolSize: 8, Group: 3, World: 4}
 	for r, h := range hosts {
 		for lane := range 2 {
 			a := netip.AddrPortFrom(netip.MustParseAddr(h), uint16(5000+lane))
-			j.Workers = append(j.Workers, WorkerEntry{Addr: a, Worker: pipeline.Worker{JobID: 9, Rank: uint16(r), NumWorkers: 4, MulticastGroup: 3, Lane: uint8(lane), PoolBase: 16, PoolSize: 8}})
-			j.Replies = append(j.Replies, ReplyEntry{JobID: 9, Rank: uint16(r), Lane: uint8(lane), Addr: a})
+			j.Workers = append(j.Workers, switchjob.Lane{Rank: uint16(r), Lane: uint8(lane), Addr: a})
+			j.Replies = append(j.Replies, switchjob.Lane{Rank: uint16(r), Lane: uint8(lane), Addr: a})
 		}
-		j.Replicas = append(j.Replicas, Replica{Instance: uint16(r)})
+		j.Replicas = append(j.Replicas, switchjob.Replica{Instance: uint16(r)})
 	}
 	return j
 }
@@ -140,7 +140,7 @@ func checkLeafInstall(t *testing.T, k int, leaf *recorder, hosts []string) {
 		t.Fatalf("leaf %d: %d installs", k, len(leaf.installed))
 	}
 	e := leaf.installed[0]
-	if len(e.Workers) != 4 || len(e.Replies) != 4 || len(e.Replicas) != 2 || e.MulticastGroup != 3 {
+	if len(e.Workers) != 4 || len(e.Replies) != 4 || len(e.Replicas) != 2 || e.Group != 3 {
 		t.Fatalf("leaf %d entries %+v: want 2 ranks x 2 lanes, 2 replicas, group 3", k, e)
 	}
 	for _, w := range e.Workers {
@@ -149,8 +149,8 @@ func checkLeafInstall(t *testing.T, k int, leaf *recorder, hosts []string) {
 		if w.Addr.Addr() == netip.MustParseAddr(hosts[k+2]) {
 			wantLocal = 1
 		}
-		if w.NumWorkers != 2 || w.Rank != wantLocal || w.PoolBase != 16 || w.PoolSize != 8 {
-			t.Errorf("leaf %d worker %v: rank %d of %d, pool %d+%d; want rank %d of 2, pool 16+8", k, w.Addr, w.Rank, w.NumWorkers, w.PoolBase, w.PoolSize, wantLocal)
+		if e.World != 2 || w.Rank != wantLocal || e.PoolBase != 16 || e.PoolSize != 8 {
+			t.Errorf("leaf %d worker %v: rank %d of %d, pool %d+%d; want rank %d of 2, pool 16+8", k, w.Addr, w.Rank, e.World, e.PoolBase, e.PoolSize, wantLocal)
 		}
 	}
 }
@@ -164,7 +164,7 @@ func checkSpineInstall(t *testing.T, spine *recorder) {
 	}
 	s := spine.installed[0]
 	if len(s.Workers) != 2 || s.Workers[0].Addr != netip.MustParseAddrPort("10.0.1.1:48864") || s.Workers[1].Addr != netip.MustParseAddrPort("10.0.2.1:48864") ||
-		s.Workers[1].Rank != 1 || s.Workers[1].NumWorkers != 2 || len(s.Replies) != 2 || s.Replies[1].Addr != s.Workers[1].Addr {
+		s.Workers[1].Rank != 1 || s.World != 2 || len(s.Replies) != 2 || s.Replies[1].Addr != s.Workers[1].Addr {
 		t.Fatalf("spine entries %+v: want the two leaves' data planes as ranks 0 and 1 of 2", s)
 	}
 }

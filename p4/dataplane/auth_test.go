@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/transport"
 	"github.com/switchml/switchml-go/wire"
 )
@@ -42,16 +43,16 @@ func TestServeDropsBadTags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var reps []pipeline.Replica
+	var reps []switchjob.Replica
 	for r, c := range []*transport.Conn{a, b} {
-		w := pipeline.Worker{JobID: 1, Rank: uint16(r), NumWorkers: 2, MulticastGroup: 1, PoolSize: 8}
+		w := switchjob.Worker{JobID: 1, Rank: uint16(r), NumWorkers: 2, MulticastGroup: 1, PoolSize: 8}
 		if err := p.InsertWorker(pipeline.WorkerKey{Addr: c.LocalAddr()}, w); err != nil {
 			t.Fatal(err)
 		}
 		if err := p.InsertReply(pipeline.ReplyKey{JobID: 1, Rank: uint16(r)}, pipeline.Reply{Addr: c.LocalAddr()}); err != nil {
 			t.Fatal(err)
 		}
-		reps = append(reps, pipeline.Replica{Instance: uint16(r)})
+		reps = append(reps, switchjob.Replica{Instance: uint16(r)})
 	}
 	if err := p.InsertMulticastGroup(1, reps); err != nil {
 		t.Fatal(err)
@@ -108,7 +109,7 @@ func TestServeDropsBadTags(t *testing.T) {
 		}
 	}
 	proc.mu.Lock()
-	bad := p.Counter(pipeline.StatDropBadTag)
+	bad := p.Counter(switchjob.StatDropBadTag)
 	proc.mu.Unlock()
 	if bad != 1 {
 		t.Fatalf("drop_bad_tag = %d, want 1", bad)

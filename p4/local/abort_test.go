@@ -15,7 +15,7 @@ import (
 
 	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/p4/local"
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/switchml"
 	"github.com/switchml/switchml-go/switchml/dtype"
 )
@@ -97,7 +97,7 @@ func TestPeerLostMidAllReduce(t *testing.T) {
 	<-inCall
 	// Both ranks are waiting for rank 2's contributions once the switch
 	// holds every lane's first window of each.
-	if err := waitCounter(ctx, fab, pipeline.StatAggregated, 2*lanes*window); err != nil {
+	if err := waitCounter(ctx, fab, switchjob.StatAggregated, 2*lanes*window); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
@@ -153,7 +153,7 @@ func TestBrokenRankTellsItsPeers(t *testing.T) {
 	<-joined
 	// Ranks 0 and 1 are inside the call (their first windows reached the
 	// switch) when rank 1's application gives up.
-	if err := waitCounter(ctx, fab, pipeline.StatAggregated, 2*lanes*window); err != nil {
+	if err := waitCounter(ctx, fab, switchjob.StatAggregated, 2*lanes*window); err != nil {
 		t.Fatal(err)
 	}
 	stop()
@@ -198,7 +198,7 @@ func nanRank(t *testing.T, c dtype.Codec) {
 			if r == 1 {
 				// The others are inside the call: the switch holds
 				// every lane's first window of both.
-				if err := waitCounter(ctx, fab, pipeline.StatAggregated, 2*lanes*window); err != nil {
+				if err := waitCounter(ctx, fab, switchjob.StatAggregated, 2*lanes*window); err != nil {
 					errs[r] = err
 					return
 				}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/p4/local"
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/switchml"
 )
 
@@ -219,7 +219,7 @@ func TestFallbackDeadSwitchAtJoin(t *testing.T) {
 
 // waitCounter waits until the switch's counter c reaches at least n: the
 // event a test acts on (ranks inside a call, results coming back).
-func waitCounter(ctx context.Context, fab *local.Fabric, c pipeline.Stat, n uint64) error {
+func waitCounter(ctx context.Context, fab *local.Fabric, c switchjob.Stat, n uint64) error {
 	for fab.Counters()[c] < n {
 		select {
 		case <-ctx.Done():
@@ -298,11 +298,11 @@ func TestFallbackOnLossBetweenCalls(t *testing.T) {
 func TestFallbackOnLossDuringCall(t *testing.T) {
 	ctx, fab, sess, kill := lossRig(t, true)
 	mustRound(t, ctx, sess, 0, 1000)
-	done := fab.Counters()[pipeline.StatMulticast]
+	done := fab.Counters()[switchjob.StatMulticast]
 	mustRound(t, ctx, sess, 1, 1<<20, func() {
 		// Mid-call: the switch has sent the call's first results (of
 		// thousands per lane).
-		if err := waitCounter(ctx, fab, pipeline.StatMulticast, done+1); err != nil {
+		if err := waitCounter(ctx, fab, switchjob.StatMulticast, done+1); err != nil {
 			t.Error(err)
 		}
 		kill()

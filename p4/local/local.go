@@ -26,6 +26,7 @@ import (
 	"github.com/switchml/switchml-go/p4/controller"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/softswitch"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/transport"
 )
 
@@ -198,8 +199,8 @@ func (f *Fabric) P4RuntimeAddr() string { return f.sw.P4RuntimeAddr() }
 // Switch is the running switch.
 func (f *Fabric) Switch() *softswitch.Switch { return f.sw }
 
-// Counters returns the switch's counters, indexed by pipeline.Stat.
-func (f *Fabric) Counters() [pipeline.NumStats]uint64 { return f.sw.Counters() }
+// Counters returns the switch's counters, indexed by switchjob.Stat.
+func (f *Fabric) Counters() [switchjob.NumStats]uint64 { return f.sw.Counters() }
 
 // Exited says whether the switch or the controller has stopped on its own.
 func (f *Fabric) Exited() bool {

@@ -12,7 +12,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/switchml/switchml-go/p4/local"
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/switchml"
 	swtensor "github.com/switchml/switchml-go/switchml/tensor"
 )
@@ -40,7 +40,7 @@ func TestJobOnEmbeddedFabric(t *testing.T) {
 			t.Errorf("rank %d: %v", r, err)
 		}
 	}
-	if c := fab.Counters(); c[pipeline.StatMulticast] == 0 {
+	if c := fab.Counters(); c[switchjob.StatMulticast] == 0 {
 		t.Fatalf("the switch multicast nothing: counters %v", c)
 	}
 }

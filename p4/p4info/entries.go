@@ -5,7 +5,7 @@ import (
 
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
 
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 )
 
 // Exact is an exact match on field id.
@@ -24,7 +24,7 @@ func WorkerKey(srcIPv4 uint32, srcPort uint16) []*p4v1.FieldMatch {
 }
 
 // SetWorker is the set_worker action of a workers entry.
-func SetWorker(w pipeline.Worker) *p4v1.TableAction {
+func SetWorker(w switchjob.Worker) *p4v1.TableAction {
 	return &p4v1.TableAction{Type: &p4v1.TableAction_Action{Action: &p4v1.Action{
 		ActionId: ActionSetWorkerID,
 		Params: []*p4v1.Action_Param{
@@ -42,8 +42,8 @@ func SetWorker(w pipeline.Worker) *p4v1.TableAction {
 // WorkerFromParams reads set_worker's parameters, by parameter id, as
 // decoded from a write or a read (each value already checked against its
 // width in the P4Info).
-func WorkerFromParams(p map[uint32]uint64) pipeline.Worker {
-	return pipeline.Worker{
+func WorkerFromParams(p map[uint32]uint64) switchjob.Worker {
+	return switchjob.Worker{
 		JobID:          uint32(p[SetWorkerJobID]),
 		Rank:           uint16(p[SetWorkerRank]),
 		NumWorkers:     uint16(p[SetWorkerNumWorkers]),
@@ -72,18 +72,8 @@ func Range(id uint32, lo, hi uint64) *p4v1.FieldMatch {
 	return &p4v1.FieldMatch{FieldId: id, FieldMatchType: &p4v1.FieldMatch_Range_{Range: &p4v1.FieldMatch_Range{Low: Bytes(lo), High: Bytes(hi)}}}
 }
 
-// Uplink is what a leaf needs for one job's uplink: the pipeline's
-// pipeline.Uplink plus the switch port cabled to the parent and the
-// parent's Ethernet address, which a P4 switch writes into the frame.
-type Uplink struct {
-	JobID uint32
-	pipeline.Uplink
-	Port      uint32
-	ParentMAC [6]byte
-}
-
-// UplinkEntries are a job's entries of the leaf role, with the ids of one
-// P4Info: its SwitchMLIngress.uplink entry (where its partial sums go) and
+// UplinkEntries are the entries of the leaf role of job jobID, with the
+// ids of one P4Info: its SwitchMLIngress.uplink entry (where its partial sums go) and
 // its SwitchMLIngress.from_parent entry (the parent's address and the
 // job's slot range there: packets that are the job's results). DELETE needs
 // only the keys; for it, withAction is false. The actions locate the job's
@@ -91,30 +81,30 @@ type Uplink struct {
 // partitions' bases, or the offset from one partition to the other mod
 // 65536, which the program adds to a slot of 13 bits; there both
 // partitions must lie within the 8192 slots.
-func UplinkEntries(ids IDs, u Uplink, withAction bool) (uplink, fromParent *p4v1.TableEntry, err error) {
+func UplinkEntries(ids IDs, jobID uint32, u switchjob.LeafUplink, withAction bool) (uplink, fromParent *p4v1.TableEntry, err error) {
 	if !ids.Leaf() {
 		return nil, nil, fmt.Errorf("p4info: the pipeline has no %s and %s tables: this program cannot be a leaf of a tree", TableUplink, TableFromParent)
 	}
 	ip, err := IPv4(u.Parent.Addr())
 	if err != nil {
-		return nil, nil, fmt.Errorf("p4info: parent of job %d: %w", u.JobID, err)
+		return nil, nil, fmt.Errorf("p4info: parent of job %d: %w", jobID, err)
 	}
 	form := ids.leafForm()
 	last := uint64(u.ParentBase) + uint64(u.PoolSize) - 1
 	switch {
 	case u.PoolSize == 0:
-		return nil, nil, fmt.Errorf("p4info: uplink of job %d has an empty partition", u.JobID)
+		return nil, nil, fmt.Errorf("p4info: uplink of job %d has an empty partition", jobID)
 	case last >= 1<<form.slotBits:
-		return nil, nil, fmt.Errorf("p4info: uplink of job %d: slots %d..%d at the parent exceed the program's %d-bit slot numbers", u.JobID, u.ParentBase, last, form.slotBits)
+		return nil, nil, fmt.Errorf("p4info: uplink of job %d: slots %d..%d at the parent exceed the program's %d-bit slot numbers", jobID, u.ParentBase, last, form.slotBits)
 	case ids.LeafSlotDelta && uint64(u.PoolBase)+uint64(u.PoolSize) > 1<<form.slotBits:
 		// A slot plus the offset wraps at 8192: a partition beyond would
 		// land on other slots.
 		return nil, nil, fmt.Errorf("p4info: uplink of job %d: slots %d..%d on the leaf exceed the program's %d-bit slot numbers (place the job's partition below slot %d)",
-			u.JobID, u.PoolBase, uint64(u.PoolBase)+uint64(u.PoolSize)-1, form.slotBits, 1<<form.slotBits)
+			jobID, u.PoolBase, uint64(u.PoolBase)+uint64(u.PoolSize)-1, form.slotBits, 1<<form.slotBits)
 	case u.Port >= 1<<uplinkPortBits:
-		return nil, nil, fmt.Errorf("p4info: uplink of job %d: port %d exceeds the program's %d-bit ports", u.JobID, u.Port, uplinkPortBits)
+		return nil, nil, fmt.Errorf("p4info: uplink of job %d: port %d exceeds the program's %d-bit ports", jobID, u.Port, uplinkPortBits)
 	}
-	uplink = &p4v1.TableEntry{TableId: ids.TableUplink, Match: []*p4v1.FieldMatch{Exact(UplinkJobID, uint64(u.JobID))}}
+	uplink = &p4v1.TableEntry{TableId: ids.TableUplink, Match: []*p4v1.FieldMatch{Exact(UplinkJobID, uint64(jobID))}}
 	// A range match needs a priority (P4Runtime); the job's ranges at one
 	// parent are disjoint, so all entries share one.
 	fromParent = &p4v1.TableEntry{TableId: ids.TableFromParent, Priority: 1, Match: []*p4v1.FieldMatch{
@@ -129,7 +119,7 @@ func UplinkEntries(ids IDs, u Uplink, withAction bool) (uplink, fromParent *p4v1
 			Param(SetUplinkParentPort, uint64(u.Parent.Port())),
 		}
 		prParams := []*p4v1.Action_Param{
-			Param(SetParentResultJobID, uint64(u.JobID)),
+			Param(SetParentResultJobID, uint64(jobID)),
 			Param(SetParentResultMgid, uint64(u.MulticastGroup)),
 		}
 		if ids.LeafSlotDelta {

@@ -9,7 +9,7 @@ import (
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
 
 	"github.com/switchml/switchml-go/p4/p4info"
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/p4/tna"
 	"github.com/switchml/switchml-go/p4/v1model"
 )
@@ -99,9 +99,9 @@ func TestUplinkEntriesSlotDelta(t *testing.T) {
 		{8192 - 16, 0, 16, 65536 - 8176, 8176},
 		{500, 500, 128, 0, 0},
 	} {
-		u := p4info.Uplink{JobID: 9, Port: 7, ParentMAC: [6]byte{2, 0, 0, 0, 0, 1}, Uplink: pipeline.Uplink{
+		u := switchjob.LeafUplink{Port: 7, ParentMAC: [6]byte{2, 0, 0, 0, 0, 1}, Uplink: switchjob.Uplink{
 			Parent: netip.MustParseAddrPort("10.2.0.1:48864"), ParentBase: c.parentBase, PoolBase: c.poolBase, PoolSize: c.size, MulticastGroup: 4}}
-		up, from, err := p4info.UplinkEntries(ids, u, true)
+		up, from, err := p4info.UplinkEntries(ids, 9, u, true)
 		if err != nil {
 			t.Fatalf("pool %d, parent %d: %v", c.poolBase, c.parentBase, err)
 		}
@@ -144,25 +144,25 @@ func TestUplinkEntriesSlotDelta(t *testing.T) {
 // both sides; the port keeps its 9 bits.
 func TestUplinkEntriesSlotDeltaRefuses(t *testing.T) {
 	_, ids := tnaLeafIDs(t)
-	ok := p4info.Uplink{JobID: 3, Port: 1, Uplink: pipeline.Uplink{
+	ok := switchjob.LeafUplink{Port: 1, Uplink: switchjob.Uplink{
 		Parent: netip.MustParseAddrPort("10.2.0.1:48864"), ParentBase: 0, PoolBase: 0, PoolSize: 64, MulticastGroup: 1}}
-	if _, _, err := p4info.UplinkEntries(ids, ok, true); err != nil {
+	if _, _, err := p4info.UplinkEntries(ids, 3, ok, true); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
 		name string
-		set  func(*p4info.Uplink)
+		set  func(*switchjob.LeafUplink)
 		want string
 	}{
-		{"leaf partition past 8192", func(u *p4info.Uplink) { u.PoolBase = tnaSlots - 63 }, "slots 8129..8192 on the leaf exceed the program's 13-bit"},
-		{"leaf partition beyond 8192", func(u *p4info.Uplink) { u.PoolBase = 9000 }, "on the leaf exceed"},
-		{"parent partition past 8192", func(u *p4info.Uplink) { u.ParentBase = tnaSlots - 63 }, "slots 8129..8192 at the parent exceed the program's 13-bit"},
-		{"port", func(u *p4info.Uplink) { u.Port = 512 }, "port 512 exceeds"},
-		{"empty", func(u *p4info.Uplink) { u.PoolSize = 0 }, "empty partition"},
+		{"leaf partition past 8192", func(u *switchjob.LeafUplink) { u.PoolBase = tnaSlots - 63 }, "slots 8129..8192 on the leaf exceed the program's 13-bit"},
+		{"leaf partition beyond 8192", func(u *switchjob.LeafUplink) { u.PoolBase = 9000 }, "on the leaf exceed"},
+		{"parent partition past 8192", func(u *switchjob.LeafUplink) { u.ParentBase = tnaSlots - 63 }, "slots 8129..8192 at the parent exceed the program's 13-bit"},
+		{"port", func(u *switchjob.LeafUplink) { u.Port = 512 }, "port 512 exceeds"},
+		{"empty", func(u *switchjob.LeafUplink) { u.PoolSize = 0 }, "empty partition"},
 	} {
 		u := ok
 		c.set(&u)
-		_, _, err := p4info.UplinkEntries(ids, u, true)
+		_, _, err := p4info.UplinkEntries(ids, 3, u, true)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error containing %q", c.name, err, c.want)
 		}
@@ -170,7 +170,7 @@ func TestUplinkEntriesSlotDeltaRefuses(t *testing.T) {
 	// The last slots of both partitions are the program's last slot.
 	edge := ok
 	edge.PoolBase, edge.ParentBase = tnaSlots-64, tnaSlots-64
-	if _, _, err := p4info.UplinkEntries(ids, edge, true); err != nil {
+	if _, _, err := p4info.UplinkEntries(ids, 3, edge, true); err != nil {
 		t.Errorf("partitions ending at slot 8191: %v", err)
 	}
 	// The v1model leaf's 14-bit slots still take a partition there.
@@ -180,7 +180,7 @@ func TestUplinkEntriesSlotDeltaRefuses(t *testing.T) {
 	}
 	far := ok
 	far.PoolBase, far.ParentBase = 9000, 9000
-	if _, _, err := p4info.UplinkEntries(v1, far, true); err != nil {
+	if _, _, err := p4info.UplinkEntries(v1, 3, far, true); err != nil {
 		t.Errorf("v1model leaf, slots 9000..9063: %v", err)
 	}
 }

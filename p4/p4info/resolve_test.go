@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 
 	"github.com/switchml/switchml-go/p4/p4info"
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/p4/tna"
 	"github.com/switchml/switchml-go/p4/v1model"
 )
@@ -61,9 +61,9 @@ func TestUplinkEntries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := p4info.Uplink{JobID: 7, Port: 5, ParentMAC: [6]byte{2, 0, 0, 0, 0, 9}, Uplink: pipeline.Uplink{
+	u := switchjob.LeafUplink{Port: 5, ParentMAC: [6]byte{2, 0, 0, 0, 0, 9}, Uplink: switchjob.Uplink{
 		Parent: netip.MustParseAddrPort("10.1.0.254:48864"), ParentBase: 300, PoolBase: 100, PoolSize: 64, MulticastGroup: 3}}
-	up, from, err := p4info.UplinkEntries(ids, u, true)
+	up, from, err := p4info.UplinkEntries(ids, 7, u, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,20 +81,20 @@ func TestUplinkEntries(t *testing.T) {
 	if from.GetTableId() != 0x02000103 || from.GetPriority() == 0 || lo != 300 || hi != 363 {
 		t.Errorf("from_parent entry: table %#x priority %d slots %d..%d, want 300..363", from.GetTableId(), from.GetPriority(), lo, hi)
 	}
-	if del, _, err := p4info.UplinkEntries(ids, u, false); err != nil || del.GetAction() != nil {
+	if del, _, err := p4info.UplinkEntries(ids, 7, u, false); err != nil || del.GetAction() != nil {
 		t.Errorf("DELETE entries: %v, action %v", err, del.GetAction())
 	}
-	if _, _, err := p4info.UplinkEntries(p4info.DefaultIDs(), u, true); err == nil || !strings.Contains(err.Error(), "cannot be a leaf") {
+	if _, _, err := p4info.UplinkEntries(p4info.DefaultIDs(), 7, u, true); err == nil || !strings.Contains(err.Error(), "cannot be a leaf") {
 		t.Errorf("main P4Info: %v, want a refusal", err)
 	}
 	bad := u
 	bad.Port = 512
-	if _, _, err := p4info.UplinkEntries(ids, bad, true); err == nil {
+	if _, _, err := p4info.UplinkEntries(ids, 7, bad, true); err == nil {
 		t.Error("port 512 on 9-bit ports accepted")
 	}
 	bad = u
 	bad.ParentBase = 16380
-	if _, _, err := p4info.UplinkEntries(ids, bad, true); err == nil {
+	if _, _, err := p4info.UplinkEntries(ids, 7, bad, true); err == nil {
 		t.Error("slots beyond 14 bits accepted")
 	}
 }

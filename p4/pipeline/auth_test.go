@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/wire"
 )
 
@@ -62,14 +63,14 @@ func TestBadTagDropped(t *testing.T) {
 	}
 	for name, pkt := range forged {
 		p.Process(addr(0), pkt, &out)
-		if len(out.Dests) != 0 || out.Reason != StatDropBadTag {
+		if len(out.Dests) != 0 || out.Reason != switchjob.StatDropBadTag {
 			t.Fatalf("%s: dests %v reason %v, want drop_bad_tag", name, out.Dests, out.Reason)
 		}
 	}
-	if got := p.Counter(StatDropBadTag); got != uint64(len(forged)) {
+	if got := p.Counter(switchjob.StatDropBadTag); got != uint64(len(forged)) {
 		t.Fatalf("drop_bad_tag = %d, want %d", got, len(forged))
 	}
-	if p.Counter(StatAggregated) != 0 {
+	if p.Counter(switchjob.StatAggregated) != 0 {
 		t.Fatal("a forged packet was aggregated")
 	}
 	bm, _ := p.ReadRegister(RegPoolBitmap, 5)
@@ -77,7 +78,7 @@ func TestBadTagDropped(t *testing.T) {
 		t.Fatalf("bitmap %#x after forged packets, want untouched", bm[0])
 	}
 	p.Process(addr(0), good0, &out)
-	if out.Reason != StatAbsorbed {
+	if out.Reason != switchjob.StatAbsorbed {
 		t.Fatalf("rank 0's genuine packet: reason %v, want absorbed", out.Reason)
 	}
 	// A forgery between the genuine contributions changes nothing either.
@@ -102,7 +103,7 @@ func TestBadTagDropped(t *testing.T) {
 	// Rank 0 lost the result and sends again: the answer is tagged too,
 	// and a forged retransmission gets none.
 	p.Process(addr(0), forged["rank 1's tag"], &out)
-	if len(out.Dests) != 0 || out.Reason != StatDropBadTag {
+	if len(out.Dests) != 0 || out.Reason != switchjob.StatDropBadTag {
 		t.Fatalf("forged retransmission: %d destinations, reason %v", len(out.Dests), out.Reason)
 	}
 	p.Process(addr(0), good0, &out)
@@ -132,7 +133,7 @@ func TestAuthNeedsKey(t *testing.T) {
 	h := wire.Header{Format: wire.FormatExtended, Seq: 1, Slot: 5, Elements: 4}
 	var out Output
 	p.Process(addr(0), mkpkt(t, h, nil), &out)
-	if out.Reason != StatDropBadTag {
+	if out.Reason != switchjob.StatDropBadTag {
 		t.Fatalf("job without a key: reason %v, want drop_bad_tag", out.Reason)
 	}
 	if err := p.InsertKey(7, make([]byte, 16)); !errors.Is(err, ErrInvalid) {
@@ -153,7 +154,7 @@ func TestAuthNeedsKey(t *testing.T) {
 	}
 	h.PacketID++
 	p.Process(addr(0), sealedPkt(t, jobKeyBytes(1), 0, h, nil), &out)
-	if out.Reason != StatDropBadTag {
+	if out.Reason != switchjob.StatDropBadTag {
 		t.Fatalf("after the key went: reason %v, want drop_bad_tag", out.Reason)
 	}
 
@@ -163,7 +164,7 @@ func TestAuthNeedsKey(t *testing.T) {
 		t.Fatalf("key on a switch without Auth: %v, want ErrInvalid", err)
 	}
 	plain.Process(addr(0), sealedPkt(t, jobKeyBytes(1), 0, h, nil), &out)
-	if out.Reason != StatDropBadTag {
+	if out.Reason != switchjob.StatDropBadTag {
 		t.Fatalf("tagged packet on a switch without Auth: reason %v, want drop_bad_tag", out.Reason)
 	}
 	plain.Process(addr(0), mkpkt(t, h, nil), &out)
@@ -191,7 +192,7 @@ func TestAuthShards(t *testing.T) {
 			t.Fatalf("shard %d: reason %v, want a result", i+1, out.Reason)
 		}
 		sh.Process(addr(0), mkpkt(t, h, nil), &out)
-		if out.Reason != StatDropBadTag {
+		if out.Reason != switchjob.StatDropBadTag {
 			t.Fatalf("shard %d, untagged: reason %v, want drop_bad_tag", i+1, out.Reason)
 		}
 	}
@@ -246,7 +247,7 @@ func FuzzProcessAuth(f *testing.F) {
 			before := slicesClone(p)
 			p.Process(addr(int(rank)), pkt, &out)
 			if !genuine {
-				if out.Reason != StatDropBadTag && out.Reason != StatDropMalformed || len(out.Dests) != 0 {
+				if out.Reason != switchjob.StatDropBadTag && out.Reason != switchjob.StatDropMalformed || len(out.Dests) != 0 {
 					t.Fatalf("forged packet: reason %v, %d destinations", out.Reason, len(out.Dests))
 				}
 				if !registersEqual(before, p) {
@@ -324,7 +325,7 @@ func BenchmarkProcessAuth(b *testing.B) {
 						_ = p.ResetPool(0, slots)
 					}
 				}
-				if p.Counter(StatDropBadTag) != 0 || p.Counter(StatDropStale) != 0 {
+				if p.Counter(switchjob.StatDropBadTag) != 0 || p.Counter(switchjob.StatDropStale) != 0 {
 					b.Fatalf("packets dropped: %v", p.Counters())
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/packet")

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/wire"
 )
 
@@ -20,7 +21,7 @@ func leafWithUplink(t *testing.T) *Pipeline {
 	t.Helper()
 	p := newPipe(t, 16, 64, 32)
 	setupJob(t, p, 7, 0, 3, 1, 4, 8)
-	if err := p.InsertUplink(7, Uplink{Parent: parentAddr, ParentBase: 100, PoolBase: 4, PoolSize: 8, MulticastGroup: 1}); err != nil {
+	if err := p.InsertUplink(7, switchjob.Uplink{Parent: parentAddr, ParentBase: 100, PoolBase: 4, PoolSize: 8, MulticastGroup: 1}); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -91,12 +92,12 @@ func TestHierarchLeafSendsPartialSumsUpAndResultDown(t *testing.T) {
 
 	// The parent's duplicate is stale now.
 	p.Process(parentAddr, mkpkt(t, res, []int32{30, 60, 90, 12}), &out)
-	if len(out.Dests) != 0 || out.Reason != StatDropStale {
+	if len(out.Dests) != 0 || out.Reason != switchjob.StatDropStale {
 		t.Fatalf("duplicate result: dests %v reason %v, want dropped as stale", out.Dests, out.Reason)
 	}
 	c := p.Counters()
-	if c[StatUpstream] != 1 || c[StatUpstreamResend] != 2 || c[StatFromParent] != 1 {
-		t.Fatalf("counters upstream %d, resend %d, from parent %d; want 1, 2, 1", c[StatUpstream], c[StatUpstreamResend], c[StatFromParent])
+	if c[switchjob.StatUpstream] != 1 || c[switchjob.StatUpstreamResend] != 2 || c[switchjob.StatFromParent] != 1 {
+		t.Fatalf("counters upstream %d, resend %d, from parent %d; want 1, 2, 1", c[switchjob.StatUpstream], c[switchjob.StatUpstreamResend], c[switchjob.StatFromParent])
 	}
 }
 
@@ -110,7 +111,7 @@ func TestHierarchLeafRefusesResultsOfOtherUses(t *testing.T) {
 	// for it, so this is a stray copy.
 	p.Process(addr(0), mkpkt(t, h, []int32{1, 1}), &out)
 	p.Process(parentAddr, mkpkt(t, res, []int32{9, 9}), &out)
-	if out.Reason != StatDropStale || len(out.Dests) != 0 {
+	if out.Reason != switchjob.StatDropStale || len(out.Dests) != 0 {
 		t.Fatalf("result before completion: dests %v reason %v, want dropped as stale", out.Dests, out.Reason)
 	}
 	p.Process(addr(1), mkpkt(t, h, []int32{1, 1}), &out)
@@ -122,19 +123,19 @@ func TestHierarchLeafRefusesResultsOfOtherUses(t *testing.T) {
 	old := res
 	old.Seq, old.PacketID = 2, 4
 	p.Process(parentAddr, mkpkt(t, old, []int32{7, 7}), &out)
-	if out.Reason != StatDropStale {
+	if out.Reason != switchjob.StatDropStale {
 		t.Fatalf("result of an older use: reason %v, want dropped as stale", out.Reason)
 	}
 	// A slot outside the job's partition at the parent.
 	out2 := res
 	out2.Slot = 140
 	p.Process(parentAddr, mkpkt(t, out2, []int32{7, 7}), &out)
-	if out.Reason != StatDropOutOfPartition {
+	if out.Reason != switchjob.StatDropOutOfPartition {
 		t.Fatalf("result outside the partition: reason %v, want out of partition", out.Reason)
 	}
 	// Another source is no parent and no worker.
 	p.Process(otherAddr, mkpkt(t, res, []int32{7, 7}), &out)
-	if out.Reason != StatDropNotWorker {
+	if out.Reason != switchjob.StatDropNotWorker {
 		t.Fatalf("result from a stranger: reason %v, want not a worker", out.Reason)
 	}
 	p.Process(parentAddr, mkpkt(t, res, []int32{9, 9}), &out)
@@ -148,15 +149,15 @@ func TestHierarchLeafRefusesResultsOfOtherUses(t *testing.T) {
 func TestHierarchTwoLevelsSum(t *testing.T) {
 	spine := newPipe(t, 8, 64, 32)
 	leafAddr := []netip.AddrPort{netip.MustParseAddrPort("10.201.0.1:48864"), netip.MustParseAddrPort("10.201.0.2:48864")}
-	var reps []Replica
+	var reps []switchjob.Replica
 	for l, a := range leafAddr {
-		if err := spine.InsertWorker(WorkerKey{a}, Worker{JobID: 3, Rank: uint16(l), NumWorkers: 2, MulticastGroup: 5, PoolBase: 0, PoolSize: 8}); err != nil {
+		if err := spine.InsertWorker(WorkerKey{a}, switchjob.Worker{JobID: 3, Rank: uint16(l), NumWorkers: 2, MulticastGroup: 5, PoolBase: 0, PoolSize: 8}); err != nil {
 			t.Fatal(err)
 		}
 		if err := spine.InsertReply(ReplyKey{JobID: 3, Rank: uint16(l)}, Reply{Addr: a}); err != nil {
 			t.Fatal(err)
 		}
-		reps = append(reps, Replica{EgressPort: uint32(l), Instance: uint16(l)})
+		reps = append(reps, switchjob.Replica{EgressPort: uint32(l), Instance: uint16(l)})
 	}
 	if err := spine.InsertMulticastGroup(5, reps); err != nil {
 		t.Fatal(err)
@@ -165,7 +166,7 @@ func TestHierarchTwoLevelsSum(t *testing.T) {
 	for l := range leaves {
 		leaves[l] = newPipe(t, 8, 64, 32)
 		setupJob(t, leaves[l], 1, 10*l, 2, 1, 0, 8)
-		if err := leaves[l].InsertUplink(1, Uplink{Parent: parentAddr, ParentBase: 0, PoolBase: 0, PoolSize: 8, MulticastGroup: 1}); err != nil {
+		if err := leaves[l].InsertUplink(1, switchjob.Uplink{Parent: parentAddr, ParentBase: 0, PoolBase: 0, PoolSize: 8, MulticastGroup: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -209,7 +210,7 @@ func TestHierarchTwoLevelsSum(t *testing.T) {
 
 func TestHierarchUplinkTable(t *testing.T) {
 	p := newPipe(t, 16, 64, 32)
-	u := Uplink{Parent: parentAddr, PoolBase: 4, PoolSize: 8, MulticastGroup: 1}
+	u := switchjob.Uplink{Parent: parentAddr, PoolBase: 4, PoolSize: 8, MulticastGroup: 1}
 	if err := p.InsertUplink(1, u); err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +228,7 @@ func TestHierarchUplinkTable(t *testing.T) {
 		t.Fatalf("no parent address: %v, want ErrInvalid", err)
 	}
 	var n int
-	p.Uplinks(func(id uint32, got Uplink) bool { n++; return got == u && id == 1 })
+	p.Uplinks(func(id uint32, got switchjob.Uplink) bool { n++; return got == u && id == 1 })
 	if n != 1 {
 		t.Fatalf("Uplinks listed %d entries, want 1", n)
 	}
@@ -246,9 +247,9 @@ func TestHierarchParentFollowsWorkers(t *testing.T) {
 	p := newPipe(t, 16, 64, 32)
 	p.SetParent(parentAddr)
 	setupJob(t, p, 7, 0, 2, 1, 4, 8)
-	var got []Uplink
-	p.Uplinks(func(id uint32, u Uplink) bool { got = append(got, u); return true })
-	want := Uplink{Parent: parentAddr, ParentBase: 4, PoolBase: 4, PoolSize: 8, MulticastGroup: 1}
+	var got []switchjob.Uplink
+	p.Uplinks(func(id uint32, u switchjob.Uplink) bool { got = append(got, u); return true })
+	want := switchjob.Uplink{Parent: parentAddr, ParentBase: 4, PoolBase: 4, PoolSize: 8, MulticastGroup: 1}
 	if len(got) != 1 || got[0] != want {
 		t.Fatalf("uplinks %+v, want [%+v]", got, want)
 	}
@@ -263,7 +264,7 @@ func TestHierarchParentFollowsWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := 0
-	p.Uplinks(func(uint32, Uplink) bool { n++; return true })
+	p.Uplinks(func(uint32, switchjob.Uplink) bool { n++; return true })
 	if n != 1 {
 		t.Fatalf("%d uplinks after one of two workers left, want 1", n)
 	}
@@ -271,7 +272,7 @@ func TestHierarchParentFollowsWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	n = 0
-	p.Uplinks(func(uint32, Uplink) bool { n++; return true })
+	p.Uplinks(func(uint32, switchjob.Uplink) bool { n++; return true })
 	if n != 0 {
 		t.Fatalf("%d uplinks after the job's workers left, want 0", n)
 	}

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/wire"
 )
 
@@ -43,12 +44,6 @@ type Config struct {
 	Auth bool
 }
 
-// Limits of Config.
-const (
-	MaxSlots      = 1 << 20 // memory, not format, bound: 2*MaxSlots*MaxElements int32s
-	MaxWorkersCap = 1 << 16 // ranks are 16-bit in the workers table
-)
-
 // Errors of the control-plane API.
 var (
 	ErrExists   = errors.New("pipeline: entry already exists")
@@ -59,17 +54,6 @@ var (
 // WorkerKey is the match key of the workers table: the source address and
 // UDP port of one lane socket of one worker.
 type WorkerKey struct{ Addr netip.AddrPort }
-
-// Worker is the action data of set_worker.
-type Worker struct {
-	JobID          uint32 // the switch's id of the job (partition owner), not the allreduce sequence
-	Rank           uint16
-	NumWorkers     uint16
-	MulticastGroup uint16
-	Lane           uint8
-	PoolBase       uint32 // first slot of the job's partition
-	PoolSize       uint32 // number of slots of the partition
-}
 
 // ReplyKey is the match key of the reply_address table.
 type ReplyKey struct {
@@ -83,75 +67,6 @@ type ReplyKey struct {
 type Reply struct {
 	MAC  [6]byte
 	Addr netip.AddrPort
-}
-
-// Uplink is the action data of set_parent: it makes this switch a leaf of
-// a parent switch for one job. Once all of the job's workers here have
-// contributed to a slot use, the partial sums (still int32, with the
-// exponent maximum) go to Parent instead of back to the workers; the
-// parent sees this switch as one worker of its own job. The parent's result
-// replaces the partial sums in the slot and is multicast to the workers.
-type Uplink struct {
-	// Parent is the parent switch's data-plane address. Results coming from
-	// it are recognised by this source address.
-	Parent netip.AddrPort
-	// ParentBase is the first slot of the job's partition at the parent;
-	// slot PoolBase+i here is slot ParentBase+i there.
-	ParentBase uint32
-	// PoolBase and PoolSize repeat the job's partition here, and
-	// MulticastGroup its group, so a result from the parent finds its slot
-	// and its workers without a workers-table entry.
-	PoolBase, PoolSize uint32
-	MulticastGroup     uint16
-}
-
-// Replica is one copy made by a multicast group; Instance (the replication
-// id) is the rank the copy is for.
-type Replica struct {
-	EgressPort uint32
-	Instance   uint16
-}
-
-// Stat indexes the stats counter array. The first nine values are fixed by
-// the P4Info counter description.
-type Stat uint8
-
-const (
-	StatReceived                 Stat = iota // every packet handed to Process
-	StatAggregated                           // contributions added to a slot (fresh or not)
-	StatMulticast                            // slot uses completed and multicast
-	StatRetransmitReply                      // retransmissions answered by unicast
-	StatDropNotWorker                        // source not in the workers table
-	StatDropMalformed                        // header or payload rejected by wire.Parse, or too many elements
-	StatDropOutOfPartition                   // slot outside the worker's pool partition
-	StatDropIncompleteRetransmit             // retransmission for a slot still aggregating
-	StatAbsorbed                             // contribution added to a slot still waiting for others: no packet out, nothing lost
-	StatDropMismatch                         // element count differs from the slot use in progress
-	StatDropNoGroup                          // completed, but the multicast group is missing
-	StatReplicas                             // reply packets emitted by multicast
-	StatDropNoReply                          // a reply skipped: no reply_address entry for (job, rank, lane)
-	StatDropStale                            // a request older than the slot use it reaches (delayed or duplicated in the network)
-	StatDropWrongShard                       // reached a data-plane shard other than the one whose loop serves its slot
-	StatUpstream                             // a leaf's completed partial sums sent to its parent switch
-	StatUpstreamResend                       // partial sums sent again: a worker retransmitted while the parent's result was missing
-	StatFromParent                           // results from the parent switch, multicast to the leaf's workers
-	StatDropBadTag                           // tag wrong or missing (Config.Auth), or a tag the switch cannot check
-	NumStats
-)
-
-var statNames = [NumStats]string{
-	"received", "aggregated", "multicast", "retransmit_reply", "drop_not_worker",
-	"drop_malformed", "drop_out_of_partition", "drop_incomplete_retransmit",
-	"absorbed", "drop_mismatch", "drop_no_group", "replicas", "drop_no_reply", "drop_stale",
-	"drop_wrong_shard", "upstream", "upstream_resend", "from_parent", "drop_bad_tag",
-}
-
-// String returns the counter name used in logs and metrics.
-func (s Stat) String() string {
-	if s < NumStats {
-		return statNames[s]
-	}
-	return fmt.Sprintf("stat(%d)", uint8(s))
 }
 
 // Output receives the result of Process. Its slices are reused across calls
@@ -168,7 +83,7 @@ type Output struct {
 	// Reason is the counter that says why no packet went out (meaningful
 	// when Dests is empty): a drop, or StatAbsorbed for a contribution the
 	// slot keeps until the others arrive.
-	Reason Stat
+	Reason switchjob.Stat
 }
 
 // Pipeline is the switch state. It is not safe for concurrent use, except
@@ -177,7 +92,7 @@ type Pipeline struct {
 	cfg   Config
 	words int // uint64 words per bitmap
 
-	workers map[WorkerKey]Worker
+	workers map[WorkerKey]switchjob.Worker
 	// workersGen counts changes to workers: a workerCache filled at an
 	// older generation is stale.
 	workersGen uint64
@@ -186,8 +101,8 @@ type Pipeline struct {
 	// an older generation is stale.
 	fanoutGen uint64
 	replies   map[ReplyKey]Reply
-	groups    map[uint16][]Replica
-	uplinks   map[uint32]Uplink // by JobID
+	groups    map[uint16][]switchjob.Replica
+	uplinks   map[uint32]switchjob.Uplink // by JobID
 	// keys holds each job's key and Taggers (Config.Auth), by JobID.
 	keys map[uint32]*jobKey
 	// parent, when valid, is the switch every job here is a leaf of: its
@@ -213,7 +128,7 @@ type Pipeline struct {
 	next   []uint32
 	values []int32 // MaxElements per idx
 
-	stats [NumStats]uint64
+	stats [switchjob.NumStats]uint64
 
 	// shards are the data-plane loops that may run Shard.Process
 	// concurrently; owner[slot] is 1 + the index of the shard whose loop
@@ -224,24 +139,24 @@ type Pipeline struct {
 
 // New returns an empty switch with all registers zero.
 func New(cfg Config) (*Pipeline, error) {
-	if cfg.Slots < 1 || cfg.Slots > MaxSlots {
-		return nil, fmt.Errorf("pipeline: Slots = %d, want 1..%d", cfg.Slots, MaxSlots)
+	if cfg.Slots < 1 || cfg.Slots > switchjob.MaxSlots {
+		return nil, fmt.Errorf("pipeline: Slots = %d, want 1..%d", cfg.Slots, switchjob.MaxSlots)
 	}
 	if cfg.MaxElements < 1 || cfg.MaxElements > wire.MaxElements {
 		return nil, fmt.Errorf("pipeline: MaxElements = %d, want 1..%d", cfg.MaxElements, wire.MaxElements)
 	}
-	if cfg.MaxWorkers < 1 || cfg.MaxWorkers > MaxWorkersCap {
-		return nil, fmt.Errorf("pipeline: MaxWorkers = %d, want 1..%d", cfg.MaxWorkers, MaxWorkersCap)
+	if cfg.MaxWorkers < 1 || cfg.MaxWorkers > switchjob.MaxWorkersCap {
+		return nil, fmt.Errorf("pipeline: MaxWorkers = %d, want 1..%d", cfg.MaxWorkers, switchjob.MaxWorkersCap)
 	}
 	idxs := 2 * cfg.Slots
 	words := (cfg.MaxWorkers + 63) / 64
 	return &Pipeline{
 		cfg:      cfg,
 		words:    words,
-		workers:  make(map[WorkerKey]Worker),
+		workers:  make(map[WorkerKey]switchjob.Worker),
 		replies:  make(map[ReplyKey]Reply),
-		groups:   make(map[uint16][]Replica),
-		uplinks:  make(map[uint32]Uplink),
+		groups:   make(map[uint16][]switchjob.Replica),
+		uplinks:  make(map[uint32]switchjob.Uplink),
 		keys:     make(map[uint32]*jobKey),
 		bitmap:   make([]uint64, idxs*words),
 		count:    make([]uint16, idxs),
@@ -277,7 +192,7 @@ func New(cfg Config) (*Pipeline, error) {
 type Shard struct {
 	p     *Pipeline
 	id    int32
-	stats [NumStats]uint64
+	stats [switchjob.NumStats]uint64
 	cache workerCache
 }
 
@@ -304,14 +219,14 @@ type workerCache struct {
 	gen   uint64
 	valid bool
 	src   netip.AddrPort
-	w     Worker
+	w     switchjob.Worker
 	// fanouts remembers multicasts' destinations, saving a lookup per
 	// rank of every result.
 	fanouts [fanoutWays]fanout
 }
 
 // lookupWorker is p.workers[src] through c.
-func (p *Pipeline) lookupWorker(c *workerCache, src netip.AddrPort) (Worker, bool) {
+func (p *Pipeline) lookupWorker(c *workerCache, src netip.AddrPort) (switchjob.Worker, bool) {
 	if c.valid && c.gen == p.workersGen && c.src == src {
 		return c.w, true
 	}
@@ -357,7 +272,7 @@ func normalize(a netip.AddrPort) netip.AddrPort {
 	return netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
 }
 
-func (p *Pipeline) checkWorker(k WorkerKey, w Worker) error {
+func (p *Pipeline) checkWorker(k WorkerKey, w switchjob.Worker) error {
 	switch {
 	case !k.Addr.IsValid():
 		return fmt.Errorf("%w: worker address %v", ErrInvalid, k.Addr)
@@ -372,7 +287,7 @@ func (p *Pipeline) checkWorker(k WorkerKey, w Worker) error {
 }
 
 // InsertWorker adds a workers table entry.
-func (p *Pipeline) InsertWorker(k WorkerKey, w Worker) error {
+func (p *Pipeline) InsertWorker(k WorkerKey, w switchjob.Worker) error {
 	k.Addr = normalize(k.Addr)
 	if err := p.checkWorker(k, w); err != nil {
 		return err
@@ -408,11 +323,11 @@ func (p *Pipeline) SetParent(parent netip.AddrPort) {
 func (p *Pipeline) Parent() (netip.AddrPort, bool) { return p.parent, p.parent.IsValid() }
 
 // followParent keeps the uplink of w's job in step with its workers entry.
-func (p *Pipeline) followParent(w Worker) {
+func (p *Pipeline) followParent(w switchjob.Worker) {
 	if !p.parent.IsValid() {
 		return
 	}
-	p.uplinks[w.JobID] = Uplink{Parent: p.parent, ParentBase: w.PoolBase, PoolBase: w.PoolBase, PoolSize: w.PoolSize, MulticastGroup: w.MulticastGroup}
+	p.uplinks[w.JobID] = switchjob.Uplink{Parent: p.parent, ParentBase: w.PoolBase, PoolBase: w.PoolBase, PoolSize: w.PoolSize, MulticastGroup: w.MulticastGroup}
 }
 
 // forgetParent drops the uplink of a job whose last workers entry went.
@@ -429,7 +344,7 @@ func (p *Pipeline) forgetParent(jobID uint32) {
 }
 
 // ModifyWorker replaces an existing workers table entry.
-func (p *Pipeline) ModifyWorker(k WorkerKey, w Worker) error {
+func (p *Pipeline) ModifyWorker(k WorkerKey, w switchjob.Worker) error {
 	k.Addr = normalize(k.Addr)
 	if err := p.checkWorker(k, w); err != nil {
 		return err
@@ -462,7 +377,7 @@ func (p *Pipeline) DeleteWorker(k WorkerKey) error {
 
 // Workers calls fn for every workers entry in address order until fn
 // returns false.
-func (p *Pipeline) Workers(fn func(WorkerKey, Worker) bool) {
+func (p *Pipeline) Workers(fn func(WorkerKey, switchjob.Worker) bool) {
 	keys := make([]WorkerKey, 0, len(p.workers))
 	for k := range p.workers {
 		keys = append(keys, k)
@@ -554,7 +469,7 @@ func cmp3[T uint8 | uint16 | uint32](a, b T) int {
 }
 
 // InsertMulticastGroup adds a PRE multicast group. The replicas are copied.
-func (p *Pipeline) InsertMulticastGroup(id uint16, replicas []Replica) error {
+func (p *Pipeline) InsertMulticastGroup(id uint16, replicas []switchjob.Replica) error {
 	if _, ok := p.groups[id]; ok {
 		return fmt.Errorf("%w: multicast group %d", ErrExists, id)
 	}
@@ -564,7 +479,7 @@ func (p *Pipeline) InsertMulticastGroup(id uint16, replicas []Replica) error {
 }
 
 // ModifyMulticastGroup replaces the replicas of an existing group.
-func (p *Pipeline) ModifyMulticastGroup(id uint16, replicas []Replica) error {
+func (p *Pipeline) ModifyMulticastGroup(id uint16, replicas []switchjob.Replica) error {
 	if _, ok := p.groups[id]; !ok {
 		return fmt.Errorf("%w: multicast group %d", ErrNotFound, id)
 	}
@@ -585,7 +500,7 @@ func (p *Pipeline) DeleteMulticastGroup(id uint16) error {
 
 // MulticastGroups calls fn for every group in id order until fn returns
 // false. fn must not keep or modify the slice.
-func (p *Pipeline) MulticastGroups(fn func(uint16, []Replica) bool) {
+func (p *Pipeline) MulticastGroups(fn func(uint16, []switchjob.Replica) bool) {
 	ids := make([]uint16, 0, len(p.groups))
 	for id := range p.groups {
 		ids = append(ids, id)
@@ -598,7 +513,7 @@ func (p *Pipeline) MulticastGroups(fn func(uint16, []Replica) bool) {
 	}
 }
 
-func (p *Pipeline) checkUplink(u Uplink) error {
+func (p *Pipeline) checkUplink(u switchjob.Uplink) error {
 	switch {
 	case !u.Parent.IsValid():
 		return fmt.Errorf("%w: parent address %v", ErrInvalid, u.Parent)
@@ -611,7 +526,7 @@ func (p *Pipeline) checkUplink(u Uplink) error {
 }
 
 // InsertUplink makes this switch a leaf of u.Parent for job jobID.
-func (p *Pipeline) InsertUplink(jobID uint32, u Uplink) error {
+func (p *Pipeline) InsertUplink(jobID uint32, u switchjob.Uplink) error {
 	if err := p.checkUplink(u); err != nil {
 		return err
 	}
@@ -624,7 +539,7 @@ func (p *Pipeline) InsertUplink(jobID uint32, u Uplink) error {
 }
 
 // ModifyUplink replaces the uplink of job jobID.
-func (p *Pipeline) ModifyUplink(jobID uint32, u Uplink) error {
+func (p *Pipeline) ModifyUplink(jobID uint32, u switchjob.Uplink) error {
 	if err := p.checkUplink(u); err != nil {
 		return err
 	}
@@ -648,7 +563,7 @@ func (p *Pipeline) DeleteUplink(jobID uint32) error {
 
 // Uplinks calls fn for every uplink entry in job order until fn returns
 // false.
-func (p *Pipeline) Uplinks(fn func(uint32, Uplink) bool) {
+func (p *Pipeline) Uplinks(fn func(uint32, switchjob.Uplink) bool) {
 	ids := make([]uint32, 0, len(p.uplinks))
 	for id := range p.uplinks {
 		ids = append(ids, id)
@@ -814,15 +729,15 @@ func (p *Pipeline) ClearRegisters() {
 }
 
 // Counter returns one stats counter, summed over the shards.
-func (p *Pipeline) Counter(s Stat) uint64 {
-	if s >= NumStats {
+func (p *Pipeline) Counter(s switchjob.Stat) uint64 {
+	if s >= switchjob.NumStats {
 		return 0
 	}
 	return p.Counters()[s]
 }
 
 // Counters returns all stats counters, summed over the shards.
-func (p *Pipeline) Counters() [NumStats]uint64 {
+func (p *Pipeline) Counters() [switchjob.NumStats]uint64 {
 	c := p.stats
 	for _, sh := range p.shards {
 		for i, v := range sh.stats {
@@ -833,9 +748,9 @@ func (p *Pipeline) Counters() [NumStats]uint64 {
 }
 
 // SetCounter overwrites a counter (P4Runtime counter writes, resets).
-func (p *Pipeline) SetCounter(s Stat, v uint64) error {
-	if s >= NumStats {
-		return fmt.Errorf("%w: counter index %d, have %d", ErrInvalid, s, NumStats)
+func (p *Pipeline) SetCounter(s switchjob.Stat, v uint64) error {
+	if s >= switchjob.NumStats {
+		return fmt.Errorf("%w: counter index %d, have %d", ErrInvalid, s, switchjob.NumStats)
 	}
 	p.stats[s] = v
 	for _, sh := range p.shards {
@@ -846,7 +761,7 @@ func (p *Pipeline) SetCounter(s Stat, v uint64) error {
 
 // noReply counts a packet that sends nothing under s, which also tells the
 // driver why (out.Reason).
-func noReply(st *[NumStats]uint64, out *Output, s Stat) {
+func noReply(st *[switchjob.NumStats]uint64, out *Output, s switchjob.Stat) {
 	st[s]++
 	out.Reason = s
 }
@@ -862,11 +777,11 @@ func (p *Pipeline) Process(src netip.AddrPort, pkt []byte, out *Output) {
 
 // process is Process counting in st; shard, unless 0, is the id of the
 // calling Shard, which must own the packet's slot.
-func (p *Pipeline) process(st *[NumStats]uint64, cache *workerCache, shard int32, src netip.AddrPort, pkt []byte, out *Output) {
+func (p *Pipeline) process(st *[switchjob.NumStats]uint64, cache *workerCache, shard int32, src netip.AddrPort, pkt []byte, out *Output) {
 	out.Packet = out.Packet[:0]
 	out.Dests = out.Dests[:0]
-	out.Reason = StatReceived
-	st[StatReceived]++
+	out.Reason = switchjob.StatReceived
+	st[switchjob.StatReceived]++
 
 	w, h, payload, tg, ok := p.admit(st, cache, shard, src, pkt, out)
 	if !ok {
@@ -890,7 +805,7 @@ func (p *Pipeline) process(st *[NumStats]uint64, cache *workerCache, shard int32
 	// delayed from an earlier use of this (slot, set) or a confused sender;
 	// adding it would corrupt the sum.
 	if !fresh && !p.sameUse(idx, &h) {
-		noReply(st, out, StatDropMismatch)
+		noReply(st, out, switchjob.StatDropMismatch)
 		return
 	}
 	// In the extended format sequence numbers are 32 bits and never wrap
@@ -909,7 +824,7 @@ func (p *Pipeline) process(st *[NumStats]uint64, cache *workerCache, shard int32
 	// slot, so this only drops stale copies.
 	if fresh && p.used[idx] && (h.Seq == p.seq[idx] && h.PacketID == p.packetID[idx] ||
 		h.Format == wire.FormatExtended && !newer(h.Seq, h.PacketID, p.seq[idx], p.packetID[idx])) {
-		noReply(st, out, StatDropStale)
+		noReply(st, out, switchjob.StatDropStale)
 		return
 	}
 	// A new contributor to a completed use can only be a duplicate from a
@@ -917,7 +832,7 @@ func (p *Pipeline) process(st *[NumStats]uint64, cache *workerCache, shard int32
 	// the other set). Touching the bitmaps would undo that worker's mark in
 	// the set it is using now, so leave all state alone.
 	if !seen && !fresh && p.count[idx] == 0 {
-		noReply(st, out, StatDropStale)
+		noReply(st, out, switchjob.StatDropStale)
 		return
 	}
 
@@ -934,7 +849,7 @@ func (p *Pipeline) process(st *[NumStats]uint64, cache *workerCache, shard int32
 		return
 	}
 
-	st[StatAggregated]++
+	st[switchjob.StatAggregated]++
 	if fresh {
 		// Overwrite instead of add: no reset is ever needed between uses.
 		p.count[idx] = w.NumWorkers - 1
@@ -953,7 +868,7 @@ func (p *Pipeline) process(st *[NumStats]uint64, cache *workerCache, shard int32
 		p.addContribution(idx, &h, payload)
 	}
 	if p.count[idx] != 0 {
-		noReply(st, out, StatAbsorbed)
+		noReply(st, out, switchjob.StatAbsorbed)
 		return
 	}
 	res := p.result(idx, &h)
@@ -962,7 +877,7 @@ func (p *Pipeline) process(st *[NumStats]uint64, cache *workerCache, shard int32
 	if len(p.uplinks) != 0 {
 		if _, ok := p.uplinks[w.JobID]; ok {
 			p.waiting[idx], p.asked[idx] = true, 0
-			p.upstream(st, StatUpstream, w.JobID, &res, vals, p.exponent[idx], out)
+			p.upstream(st, switchjob.StatUpstream, w.JobID, &res, vals, p.exponent[idx], out)
 			return
 		}
 	}
@@ -1033,17 +948,17 @@ func (p *Pipeline) result(idx int, h *wire.Header) wire.Header {
 // it parses, its tag verifies, its slot is in the sender's partition and,
 // with several shards, served by this one. A packet that fails one is
 // counted and answered with nothing (ok false).
-func (p *Pipeline) admit(st *[NumStats]uint64, cache *workerCache, shard int32, src netip.AddrPort, pkt []byte, out *Output) (w Worker, h wire.Header, payload []byte, tg *wire.Tagger, ok bool) {
+func (p *Pipeline) admit(st *[switchjob.NumStats]uint64, cache *workerCache, shard int32, src netip.AddrPort, pkt []byte, out *Output) (w switchjob.Worker, h wire.Header, payload []byte, tg *wire.Tagger, ok bool) {
 	w, ok = p.lookupWorker(cache, normalize(src))
 	if !ok {
 		if len(p.uplinks) == 0 || !p.fromParent(st, cache, shard, normalize(src), pkt, out) {
-			noReply(st, out, StatDropNotWorker)
+			noReply(st, out, switchjob.StatDropNotWorker)
 		}
 		return w, h, nil, nil, false
 	}
 	h, payload, err := wire.Parse(pkt)
 	if err != nil || h.Elements > p.cfg.MaxElements {
-		noReply(st, out, StatDropMalformed)
+		noReply(st, out, switchjob.StatDropMalformed)
 		return w, h, nil, nil, false
 	}
 	// The tag is checked before anything else is read from the packet:
@@ -1051,14 +966,14 @@ func (p *Pipeline) admit(st *[NumStats]uint64, cache *workerCache, shard int32, 
 	if p.cfg.Auth || h.Tagged {
 		tg = p.tagger(w.JobID, shard)
 		if tg == nil || !h.Tagged || !tg.VerifyRequest(pkt, w.Rank, w.Lane) {
-			noReply(st, out, StatDropBadTag)
+			noReply(st, out, switchjob.StatDropBadTag)
 			return w, h, nil, nil, false
 		}
 	}
 	// The slot is absolute; a job may only touch its own partition, which is
 	// what isolates concurrent jobs from each other.
 	if h.Slot < w.PoolBase || h.Slot-w.PoolBase >= w.PoolSize {
-		noReply(st, out, StatDropOutOfPartition)
+		noReply(st, out, switchjob.StatDropOutOfPartition)
 		return w, h, nil, nil, false
 	}
 	if shard != 0 {
@@ -1066,7 +981,7 @@ func (p *Pipeline) admit(st *[NumStats]uint64, cache *workerCache, shard int32, 
 		// serves is not ours to touch.
 		o := &p.owner[h.Slot]
 		if cur := o.Load(); cur != shard && (cur != 0 || !o.CompareAndSwap(0, shard)) {
-			noReply(st, out, StatDropWrongShard)
+			noReply(st, out, switchjob.StatDropWrongShard)
 			return w, h, nil, nil, false
 		}
 	}
@@ -1077,9 +992,9 @@ func (p *Pipeline) admit(st *[NumStats]uint64, cache *workerCache, shard int32, 
 // it is in: a retransmission. An incomplete use has nothing to answer with;
 // a use waiting on the parent asks the parent again; a completed use
 // answers the sender alone from the slot's copy.
-func (p *Pipeline) repeated(st *[NumStats]uint64, idx int, w Worker, h *wire.Header, vals []int32, tg *wire.Tagger, out *Output) {
+func (p *Pipeline) repeated(st *[switchjob.NumStats]uint64, idx int, w switchjob.Worker, h *wire.Header, vals []int32, tg *wire.Tagger, out *Output) {
 	if p.count[idx] != 0 {
-		noReply(st, out, StatDropIncompleteRetransmit)
+		noReply(st, out, switchjob.StatDropIncompleteRetransmit)
 		return
 	}
 	if p.waiting[idx] {
@@ -1091,40 +1006,40 @@ func (p *Pipeline) repeated(st *[NumStats]uint64, idx int, w Worker, h *wire.Hea
 		// hop above carries one copy per round, not one per worker.
 		p.asked[idx]++
 		if (p.asked[idx]-1)%w.NumWorkers != 0 {
-			noReply(st, out, StatDropIncompleteRetransmit)
+			noReply(st, out, switchjob.StatDropIncompleteRetransmit)
 			return
 		}
-		p.upstream(st, StatUpstreamResend, w.JobID, h, vals, p.exponent[idx], out)
+		p.upstream(st, switchjob.StatUpstreamResend, w.JobID, h, vals, p.exponent[idx], out)
 		return
 	}
 	// The sender lost the multicast: answer it alone.
-	st[StatRetransmitReply]++
+	st[switchjob.StatRetransmitReply]++
 	p.reply(out, h, vals, p.exponent[idx], tg, w.Lane)
 	if r, ok := p.replies[ReplyKey{JobID: w.JobID, Rank: w.Rank, Lane: w.Lane}]; ok {
 		out.Dests = append(out.Dests, r.Addr)
 	} else {
-		st[StatDropNoReply]++
+		st[switchjob.StatDropNoReply]++
 		out.Packet = out.Packet[:0]
-		out.Reason = StatDropNoReply
+		out.Reason = switchjob.StatDropNoReply
 	}
 }
 
 // multicast sends a completed use's result to every rank of the group.
 // tg, if not nil, tags the result.
-func (p *Pipeline) multicast(st *[NumStats]uint64, cache *workerCache, jobID uint32, mgid uint16, lane uint8, h *wire.Header, vals []int32, exp int8, tg *wire.Tagger, out *Output) {
-	st[StatMulticast]++
+func (p *Pipeline) multicast(st *[switchjob.NumStats]uint64, cache *workerCache, jobID uint32, mgid uint16, lane uint8, h *wire.Header, vals []int32, exp int8, tg *wire.Tagger, out *Output) {
+	st[switchjob.StatMulticast]++
 	f := p.fanout(cache, jobID, mgid, lane)
 	if f == nil {
-		noReply(st, out, StatDropNoGroup)
+		noReply(st, out, switchjob.StatDropNoGroup)
 		return
 	}
 	p.reply(out, h, vals, exp, tg, lane)
-	st[StatDropNoReply] += uint64(f.missing)
+	st[switchjob.StatDropNoReply] += uint64(f.missing)
 	out.Dests = append(out.Dests, f.dests...)
-	st[StatReplicas] += uint64(len(out.Dests))
+	st[switchjob.StatReplicas] += uint64(len(out.Dests))
 	if len(out.Dests) == 0 {
 		out.Packet = out.Packet[:0]
-		out.Reason = StatDropNoReply
+		out.Reason = switchjob.StatDropNoReply
 	}
 }
 
@@ -1155,7 +1070,7 @@ func (p *Pipeline) fanout(cache *workerCache, jobID uint32, mgid uint16, lane ui
 
 // upstream sends a leaf's partial sums for the use of h to the job's
 // parent, in the parent's slot numbering.
-func (p *Pipeline) upstream(st *[NumStats]uint64, why Stat, jobID uint32, h *wire.Header, vals []int32, exp int8, out *Output) {
+func (p *Pipeline) upstream(st *[switchjob.NumStats]uint64, why switchjob.Stat, jobID uint32, h *wire.Header, vals []int32, exp int8, out *Output) {
 	u := p.uplinks[jobID]
 	st[why]++
 	up := *h
@@ -1170,7 +1085,7 @@ func (p *Pipeline) upstream(st *[NumStats]uint64, why Stat, jobID uint32, h *wir
 // result from the parent of a job whose use is waiting for it, the result
 // replaces the partial sums and goes to the job's workers. It reports
 // whether the packet was a parent's (and counted).
-func (p *Pipeline) fromParent(st *[NumStats]uint64, cache *workerCache, shard int32, src netip.AddrPort, pkt []byte, out *Output) bool {
+func (p *Pipeline) fromParent(st *[switchjob.NumStats]uint64, cache *workerCache, shard int32, src netip.AddrPort, pkt []byte, out *Output) bool {
 	fromParent := false
 	for _, c := range p.uplinks {
 		if c.Parent == src {
@@ -1183,13 +1098,13 @@ func (p *Pipeline) fromParent(st *[NumStats]uint64, cache *workerCache, shard in
 	}
 	h, payload, err := wire.Parse(pkt)
 	if err != nil || h.Elements > p.cfg.MaxElements {
-		noReply(st, out, StatDropMalformed)
+		noReply(st, out, switchjob.StatDropMalformed)
 		return true
 	}
 	// Several jobs may share a parent; their partitions there are
 	// disjoint, so the slot says whose result this is.
 	var jobID uint32
-	var u Uplink
+	var u switchjob.Uplink
 	found := false
 	for id, c := range p.uplinks {
 		if c.Parent == src && h.Slot >= c.ParentBase && h.Slot-c.ParentBase < c.PoolSize {
@@ -1198,12 +1113,12 @@ func (p *Pipeline) fromParent(st *[NumStats]uint64, cache *workerCache, shard in
 		}
 	}
 	if !found {
-		noReply(st, out, StatDropOutOfPartition)
+		noReply(st, out, switchjob.StatDropOutOfPartition)
 		return true
 	}
 	h.Slot = h.Slot - u.ParentBase + u.PoolBase
 	if shard != 0 && p.owner[h.Slot].Load() != shard {
-		noReply(st, out, StatDropWrongShard)
+		noReply(st, out, switchjob.StatDropWrongShard)
 		return true
 	}
 	idx := int(h.Set)*p.cfg.Slots + int(h.Slot)
@@ -1211,7 +1126,7 @@ func (p *Pipeline) fromParent(st *[NumStats]uint64, cache *workerCache, shard in
 	// that use: a copy delayed or duplicated on the hop above must not
 	// overwrite a later use's sums.
 	if !p.waiting[idx] || p.count[idx] != 0 || int(p.elements[idx]) != h.Elements || p.seq[idx] != h.Seq || p.packetID[idx] != h.PacketID {
-		noReply(st, out, StatDropStale)
+		noReply(st, out, switchjob.StatDropStale)
 		return true
 	}
 	p.waiting[idx] = false
@@ -1221,11 +1136,11 @@ func (p *Pipeline) fromParent(st *[NumStats]uint64, cache *workerCache, shard in
 	var tg *wire.Tagger
 	if p.cfg.Auth {
 		if tg = p.tagger(jobID, shard); tg == nil {
-			noReply(st, out, StatDropBadTag)
+			noReply(st, out, switchjob.StatDropBadTag)
 			return true
 		}
 	}
-	st[StatFromParent]++
+	st[switchjob.StatFromParent]++
 	p.multicast(st, cache, jobID, u.MulticastGroup, p.lane[idx], &h, vals, h.Exp0, tg, out)
 	return true
 }

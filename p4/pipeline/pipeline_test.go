@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/wire"
 )
 
@@ -23,16 +24,16 @@ func replyAddr(i int) netip.AddrPort {
 // with addresses addr(first..first+n-1).
 func setupJob(t testing.TB, p *Pipeline, job uint32, first, n int, mgid uint16, base, size uint32) {
 	t.Helper()
-	var reps []Replica
+	var reps []switchjob.Replica
 	for r := 0; r < n; r++ {
-		w := Worker{JobID: job, Rank: uint16(r), NumWorkers: uint16(n), MulticastGroup: mgid, PoolBase: base, PoolSize: size}
+		w := switchjob.Worker{JobID: job, Rank: uint16(r), NumWorkers: uint16(n), MulticastGroup: mgid, PoolBase: base, PoolSize: size}
 		if err := p.InsertWorker(WorkerKey{addr(first + r)}, w); err != nil {
 			t.Fatal(err)
 		}
 		if err := p.InsertReply(ReplyKey{JobID: job, Rank: uint16(r)}, Reply{Addr: replyAddr(first + r)}); err != nil {
 			t.Fatal(err)
 		}
-		reps = append(reps, Replica{EgressPort: uint32(r), Instance: uint16(r)})
+		reps = append(reps, switchjob.Replica{EgressPort: uint32(r), Instance: uint16(r)})
 	}
 	if err := p.InsertMulticastGroup(mgid, reps); err != nil {
 		t.Fatal(err)
@@ -92,7 +93,7 @@ func TestAggregateMulticast(t *testing.T) {
 		vals[0] = 1<<31 - 1 // wraps on the second add
 		p.Process(addr(r), mkpkt(t, h, vals), &out)
 		if r < 2 {
-			if len(out.Dests) != 0 || out.Reason != StatAbsorbed {
+			if len(out.Dests) != 0 || out.Reason != switchjob.StatAbsorbed {
 				t.Fatalf("rank %d: dests %v reason %v, want absorbed", r, out.Dests, out.Reason)
 			}
 			continue
@@ -121,7 +122,7 @@ func TestAggregateMulticast(t *testing.T) {
 		}
 	}
 	c := p.Counters()
-	if c[StatReceived] != 3 || c[StatAggregated] != 3 || c[StatMulticast] != 1 || c[StatReplicas] != 3 || c[StatAbsorbed] != 2 {
+	if c[switchjob.StatReceived] != 3 || c[switchjob.StatAggregated] != 3 || c[switchjob.StatMulticast] != 1 || c[switchjob.StatReplicas] != 3 || c[switchjob.StatAbsorbed] != 2 {
 		t.Fatalf("counters %v", c)
 	}
 }
@@ -134,7 +135,7 @@ func TestRetransmissions(t *testing.T) {
 	pkt := mkpkt(t, h, []int32{1, 2, 3})
 	p.Process(addr(0), pkt, &out)
 	p.Process(addr(0), pkt, &out) // retransmission before completion
-	if out.Reason != StatDropIncompleteRetransmit || len(out.Dests) != 0 {
+	if out.Reason != switchjob.StatDropIncompleteRetransmit || len(out.Dests) != 0 {
 		t.Fatalf("early retransmission: %v %v", out.Reason, out.Dests)
 	}
 	p.Process(addr(1), pkt, &out)
@@ -156,7 +157,7 @@ func TestRetransmissions(t *testing.T) {
 	next.Set, next.PacketID = 1, 4
 	p.Process(addr(0), mkpkt(t, next, []int32{5, 5, 5}), &out)
 	p.Process(addr(0), pkt, &out)
-	if out.Reason != StatDropStale {
+	if out.Reason != switchjob.StatDropStale {
 		t.Fatalf("late duplicate after moving on: %v", out.Reason)
 	}
 	p.Process(addr(1), pkt, &out)
@@ -188,14 +189,14 @@ func TestDrops(t *testing.T) {
 	for name, c := range map[string]struct {
 		src  netip.AddrPort
 		pkt  []byte
-		want Stat
+		want switchjob.Stat
 	}{
-		"unknown source":  {addr(99), mkpkt(t, good, nil), StatDropNotWorker},
-		"garbage":         {addr(0), []byte{0xff, 1, 2}, StatDropMalformed},
-		"truncated":       {addr(0), mkpkt(t, good, nil)[:20], StatDropMalformed},
-		"too many values": {addr(0), mkpkt(t, wire.Header{Format: wire.FormatExtended, Slot: 1, Elements: 65}, nil), StatDropMalformed},
-		"other partition": {addr(0), mkpkt(t, wire.Header{Format: wire.FormatCompat, Slot: 5, Elements: 32}, nil), StatDropOutOfPartition},
-		"beyond switch":   {addr(10), mkpkt(t, wire.Header{Format: wire.FormatCompat, Slot: 9000, Elements: 32}, nil), StatDropOutOfPartition},
+		"unknown source":  {addr(99), mkpkt(t, good, nil), switchjob.StatDropNotWorker},
+		"garbage":         {addr(0), []byte{0xff, 1, 2}, switchjob.StatDropMalformed},
+		"truncated":       {addr(0), mkpkt(t, good, nil)[:20], switchjob.StatDropMalformed},
+		"too many values": {addr(0), mkpkt(t, wire.Header{Format: wire.FormatExtended, Slot: 1, Elements: 65}, nil), switchjob.StatDropMalformed},
+		"other partition": {addr(0), mkpkt(t, wire.Header{Format: wire.FormatCompat, Slot: 5, Elements: 32}, nil), switchjob.StatDropOutOfPartition},
+		"beyond switch":   {addr(10), mkpkt(t, wire.Header{Format: wire.FormatCompat, Slot: 9000, Elements: 32}, nil), switchjob.StatDropOutOfPartition},
 	} {
 		p.Process(c.src, c.pkt, &out)
 		if out.Reason != c.want || len(out.Dests) != 0 {
@@ -207,13 +208,13 @@ func TestDrops(t *testing.T) {
 	bad := good
 	bad.Elements = 64
 	p.Process(addr(1), mkpkt(t, bad, nil), &out)
-	if out.Reason != StatDropMismatch {
+	if out.Reason != switchjob.StatDropMismatch {
 		t.Fatalf("size mismatch: %v", out.Reason)
 	}
 	bad = good
 	bad.PacketID = 77
 	p.Process(addr(1), mkpkt(t, bad, nil), &out)
-	if out.Reason != StatDropMismatch {
+	if out.Reason != switchjob.StatDropMismatch {
 		t.Fatalf("packet id mismatch: %v", out.Reason)
 	}
 	// An IPv4-mapped source matches the IPv4 entry.
@@ -259,8 +260,8 @@ func TestMissingReplyAndGroup(t *testing.T) {
 	h := wire.Header{Format: wire.FormatCompat, Elements: 32}
 	p.Process(addr(0), mkpkt(t, h, nil), &out)
 	p.Process(addr(1), mkpkt(t, h, nil), &out)
-	if len(out.Dests) != 1 || p.Counter(StatDropNoReply) != 1 {
-		t.Fatalf("dests %v no-reply %d", out.Dests, p.Counter(StatDropNoReply))
+	if len(out.Dests) != 1 || p.Counter(switchjob.StatDropNoReply) != 1 {
+		t.Fatalf("dests %v no-reply %d", out.Dests, p.Counter(switchjob.StatDropNoReply))
 	}
 	if err := p.DeleteMulticastGroup(1); err != nil {
 		t.Fatal(err)
@@ -268,7 +269,7 @@ func TestMissingReplyAndGroup(t *testing.T) {
 	h.Slot = 1
 	p.Process(addr(0), mkpkt(t, h, nil), &out)
 	p.Process(addr(1), mkpkt(t, h, nil), &out)
-	if out.Reason != StatDropNoGroup {
+	if out.Reason != switchjob.StatDropNoGroup {
 		t.Fatalf("drop %v", out.Reason)
 	}
 	checkInvariants(t, p)
@@ -295,7 +296,7 @@ func TestControlPlane(t *testing.T) {
 	if p.ResetPool(4, 5) == nil {
 		t.Fatal("ResetPool beyond the pool accepted")
 	}
-	if err := p.SetCounter(StatReceived, 5); err != nil || p.Counter(StatReceived) != 5 {
+	if err := p.SetCounter(switchjob.StatReceived, 5); err != nil || p.Counter(switchjob.StatReceived) != 5 {
 		t.Fatal("SetCounter")
 	}
 }
@@ -305,7 +306,7 @@ func TestControlPlane(t *testing.T) {
 func checkWorkersTable(t *testing.T, p *Pipeline) {
 	t.Helper()
 	k := WorkerKey{addr(1)}
-	for _, w := range []Worker{
+	for _, w := range []switchjob.Worker{
 		{NumWorkers: 0, PoolSize: 1},
 		{NumWorkers: 5, PoolSize: 1},
 		{Rank: 2, NumWorkers: 2, PoolSize: 1},
@@ -316,7 +317,7 @@ func checkWorkersTable(t *testing.T, p *Pipeline) {
 			t.Errorf("InsertWorker(%+v) = %v", w, err)
 		}
 	}
-	w := Worker{NumWorkers: 2, PoolSize: 8}
+	w := switchjob.Worker{NumWorkers: 2, PoolSize: 8}
 	if err := p.InsertWorker(k, w); err != nil {
 		t.Fatal(err)
 	}
@@ -330,8 +331,8 @@ func checkWorkersTable(t *testing.T, p *Pipeline) {
 	if err := p.ModifyWorker(k, w); err != nil {
 		t.Fatal(err)
 	}
-	var got []Worker
-	p.Workers(func(_ WorkerKey, w Worker) bool { got = append(got, w); return true })
+	var got []switchjob.Worker
+	p.Workers(func(_ WorkerKey, w switchjob.Worker) bool { got = append(got, w); return true })
 	if len(got) != 1 || got[0].Rank != 1 {
 		t.Fatalf("workers %v", got)
 	}
@@ -344,16 +345,16 @@ func checkWorkersTable(t *testing.T, p *Pipeline) {
 // modify and listing.
 func checkMulticastTable(t *testing.T, p *Pipeline) {
 	t.Helper()
-	if err := p.InsertMulticastGroup(3, []Replica{{1, 0}}); err != nil {
+	if err := p.InsertMulticastGroup(3, []switchjob.Replica{{EgressPort: 1, Instance: 0}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.InsertMulticastGroup(3, nil); !errors.Is(err, ErrExists) {
 		t.Fatal(err)
 	}
-	if err := p.ModifyMulticastGroup(3, []Replica{{1, 0}, {2, 1}}); err != nil {
+	if err := p.ModifyMulticastGroup(3, []switchjob.Replica{{EgressPort: 1, Instance: 0}, {EgressPort: 2, Instance: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	p.MulticastGroups(func(id uint16, r []Replica) bool {
+	p.MulticastGroups(func(id uint16, r []switchjob.Replica) bool {
 		if id != 3 || len(r) != 2 {
 			t.Fatalf("group %d %v", id, r)
 		}
@@ -409,7 +410,7 @@ func TestProcessNoAllocs(t *testing.T) {
 	if allocs != 0 {
 		t.Fatalf("%v allocs per Process", allocs)
 	}
-	if p.Counter(StatMulticast) == 0 {
+	if p.Counter(switchjob.StatMulticast) == 0 {
 		t.Fatal("no slot completed")
 	}
 	checkInvariants(t, p)
@@ -475,21 +476,21 @@ func checkInvariants(t testing.TB, p *Pipeline) {
 func checkCounters(t testing.TB, p *Pipeline) {
 	t.Helper()
 	c := p.Counters()
-	outcomes := c[StatDropNotWorker] + c[StatDropMalformed] + c[StatDropOutOfPartition] + c[StatDropMismatch] +
-		c[StatDropStale] + c[StatDropIncompleteRetransmit] + c[StatAbsorbed] + c[StatMulticast] + c[StatRetransmitReply] +
-		c[StatDropWrongShard] + c[StatDropBadTag]
-	if c[StatReceived] != outcomes {
-		t.Fatalf("received %d != sum of outcomes %d (%v)", c[StatReceived], outcomes, c)
+	outcomes := c[switchjob.StatDropNotWorker] + c[switchjob.StatDropMalformed] + c[switchjob.StatDropOutOfPartition] + c[switchjob.StatDropMismatch] +
+		c[switchjob.StatDropStale] + c[switchjob.StatDropIncompleteRetransmit] + c[switchjob.StatAbsorbed] + c[switchjob.StatMulticast] + c[switchjob.StatRetransmitReply] +
+		c[switchjob.StatDropWrongShard] + c[switchjob.StatDropBadTag]
+	if c[switchjob.StatReceived] != outcomes {
+		t.Fatalf("received %d != sum of outcomes %d (%v)", c[switchjob.StatReceived], outcomes, c)
 	}
-	if c[StatAggregated] != c[StatAbsorbed]+c[StatMulticast] {
-		t.Fatalf("aggregated %d != absorbed %d + multicast %d", c[StatAggregated], c[StatAbsorbed], c[StatMulticast])
+	if c[switchjob.StatAggregated] != c[switchjob.StatAbsorbed]+c[switchjob.StatMulticast] {
+		t.Fatalf("aggregated %d != absorbed %d + multicast %d", c[switchjob.StatAggregated], c[switchjob.StatAbsorbed], c[switchjob.StatMulticast])
 	}
 }
 
 // jobSizes returns the job size owning each slot, from the workers table.
 func jobSizes(p *Pipeline) []int {
 	size := make([]int, p.cfg.Slots)
-	p.Workers(func(_ WorkerKey, w Worker) bool {
+	p.Workers(func(_ WorkerKey, w switchjob.Worker) bool {
 		for s := w.PoolBase; s < w.PoolBase+w.PoolSize; s++ {
 			size[s] = int(w.NumWorkers)
 		}
@@ -588,7 +589,7 @@ func FuzzProcess(f *testing.F) {
 				if err != nil || rh.Format != qh.Format || rh.Slot != qh.Slot || rh.Set != qh.Set || rh.PacketID != qh.PacketID {
 					t.Fatalf("reply %+v (%v) to request %+v", rh, err, qh)
 				}
-			} else if out.Reason == StatReceived {
+			} else if out.Reason == switchjob.StatReceived {
 				t.Fatal("no destination and no drop reason")
 			}
 			checkCounters(t, p)
@@ -618,7 +619,7 @@ func TestExtendedRejectsDelayedRequest(t *testing.T) {
 	}
 	// Set 0 is idle now; the delayed copy of the old request arrives.
 	p.Process(addr(1), old, &out)
-	if out.Reason != StatDropStale {
+	if out.Reason != switchjob.StatDropStale {
 		t.Fatalf("delayed request: %v", out.Reason)
 	}
 	// The next genuine use (a later op, lower packet id) proceeds.
@@ -633,7 +634,7 @@ func TestExtendedRejectsDelayedRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.Process(addr(0), use(1, 1, 0), &out)
-	if out.Reason != StatAbsorbed {
+	if out.Reason != switchjob.StatAbsorbed {
 		t.Fatalf("after reset: %v", out.Reason)
 	}
 	// The same through the registers, as a controller resets a partition
@@ -651,7 +652,7 @@ func TestExtendedRejectsDelayedRequest(t *testing.T) {
 		}
 	}
 	p.Process(addr(0), use(0, 3, 0), &out)
-	if out.Reason != StatAbsorbed {
+	if out.Reason != switchjob.StatAbsorbed {
 		t.Fatalf("after a register reset, a lower sequence number was refused as %v", out.Reason)
 	}
 	checkInvariants(t, p)
@@ -672,7 +673,7 @@ func TestCompatRejectsOvertakenRetransmission(t *testing.T) {
 	p.Process(addr(0), use(1, 12), &out)
 	p.Process(addr(1), use(1, 12), &out)
 	p.Process(addr(1), use(0, 10), &out)
-	if out.Reason != StatDropStale {
+	if out.Reason != switchjob.StatDropStale {
 		t.Fatalf("overtaken retransmission: %v", out.Reason)
 	}
 	p.Process(addr(0), use(0, 14), &out)
@@ -734,7 +735,7 @@ func TestWorkerLookupFollowsTableChanges(t *testing.T) {
 			var out Output
 			h := wire.Header{Format: wire.FormatCompat, Seq: 1, PacketID: 1, Slot: 2, Elements: 32}
 			process(addr(0), mkpkt(t, h, nil), &out)
-			if out.Reason != StatAbsorbed {
+			if out.Reason != switchjob.StatAbsorbed {
 				t.Fatalf("first packet: reason %v, want absorbed", out.Reason)
 			}
 			if err := p.DeleteWorker(WorkerKey{addr(0)}); err != nil {
@@ -742,18 +743,18 @@ func TestWorkerLookupFollowsTableChanges(t *testing.T) {
 			}
 			h.PacketID = 2
 			process(addr(0), mkpkt(t, h, nil), &out)
-			if out.Reason != StatDropNotWorker {
+			if out.Reason != switchjob.StatDropNotWorker {
 				t.Fatalf("after delete: reason %v, want dropped as not a worker", out.Reason)
 			}
 			// Back as the only worker of job 9 on slots [8, 16): its
 			// packet completes a slot of that partition at once.
-			if err := p.InsertWorker(WorkerKey{addr(0)}, Worker{JobID: 9, NumWorkers: 1, MulticastGroup: 2, PoolBase: 8, PoolSize: 8}); err != nil {
+			if err := p.InsertWorker(WorkerKey{addr(0)}, switchjob.Worker{JobID: 9, NumWorkers: 1, MulticastGroup: 2, PoolBase: 8, PoolSize: 8}); err != nil {
 				t.Fatal(err)
 			}
 			if err := p.InsertReply(ReplyKey{JobID: 9}, Reply{Addr: replyAddr(0)}); err != nil {
 				t.Fatal(err)
 			}
-			if err := p.InsertMulticastGroup(2, []Replica{{EgressPort: 0, Instance: 0}}); err != nil {
+			if err := p.InsertMulticastGroup(2, []switchjob.Replica{{EgressPort: 0, Instance: 0}}); err != nil {
 				t.Fatal(err)
 			}
 			h.Slot, h.PacketID = 10, 3
@@ -765,12 +766,12 @@ func TestWorkerLookupFollowsTableChanges(t *testing.T) {
 				t.Fatalf("re-added worker's sum %d, want 5", v[0])
 			}
 			// Modified to job 7's partition again: slot 10 is no longer its.
-			if err := p.ModifyWorker(WorkerKey{addr(0)}, Worker{JobID: 7, NumWorkers: 2, MulticastGroup: 1, PoolBase: 0, PoolSize: 8}); err != nil {
+			if err := p.ModifyWorker(WorkerKey{addr(0)}, switchjob.Worker{JobID: 7, NumWorkers: 2, MulticastGroup: 1, PoolBase: 0, PoolSize: 8}); err != nil {
 				t.Fatal(err)
 			}
 			h.PacketID = 4
 			process(addr(0), mkpkt(t, h, nil), &out)
-			if len(out.Dests) != 0 || out.Reason == StatAbsorbed {
+			if len(out.Dests) != 0 || out.Reason == switchjob.StatAbsorbed {
 				t.Fatalf("modified worker sent to a slot outside its partition: dests %v reason %v", out.Dests, out.Reason)
 			}
 		})
@@ -789,7 +790,7 @@ func TestFanoutFollowsTableChanges(t *testing.T) {
 			if sharded {
 				sh := p.NewShard()
 				process = sh.Process
-				counter = func(s Stat) uint64 { return sh.stats[s] }
+				counter = func(s switchjob.Stat) uint64 { return sh.stats[s] }
 			}
 			setupJob(t, p, 7, 0, 2, 1, 0, 8)
 			var out Output
@@ -813,24 +814,24 @@ func TestFanoutFollowsTableChanges(t *testing.T) {
 				{"rank 1 moved", func() error { return p.ModifyReply(ReplyKey{JobID: 7, Rank: 1}, Reply{Addr: moved}) }, []netip.AddrPort{replyAddr(0), moved}, 0},
 				{"rank 0's reply gone", func() error { return p.DeleteReply(ReplyKey{JobID: 7, Rank: 0}) }, []netip.AddrPort{moved}, 1},
 				{"rank 0 back", func() error { return p.InsertReply(ReplyKey{JobID: 7, Rank: 0}, Reply{Addr: replyAddr(5)}) }, []netip.AddrPort{replyAddr(5), moved}, 0},
-				{"group of rank 1 only", func() error { return p.ModifyMulticastGroup(1, []Replica{{EgressPort: 1, Instance: 1}}) }, []netip.AddrPort{moved}, 0},
+				{"group of rank 1 only", func() error { return p.ModifyMulticastGroup(1, []switchjob.Replica{{EgressPort: 1, Instance: 1}}) }, []netip.AddrPort{moved}, 0},
 			}
 			for _, s := range steps {
 				if err := s.change(); err != nil {
 					t.Fatal(err)
 				}
-				before := counter(StatDropNoReply)
+				before := counter(switchjob.StatDropNoReply)
 				if got := complete(); !slices.Equal(got, s.want) {
 					t.Fatalf("%s: result sent to %v, want %v", s.name, got, s.want)
 				}
-				if got := counter(StatDropNoReply) - before; got != s.missing {
+				if got := counter(switchjob.StatDropNoReply) - before; got != s.missing {
 					t.Fatalf("%s: %d replicas without a reply counted, want %d", s.name, got, s.missing)
 				}
 			}
 			if err := p.DeleteMulticastGroup(1); err != nil {
 				t.Fatal(err)
 			}
-			if got := complete(); len(got) != 0 || out.Reason != StatDropNoGroup {
+			if got := complete(); len(got) != 0 || out.Reason != switchjob.StatDropNoGroup {
 				t.Fatalf("group deleted: sent to %v (%v)", got, out.Reason)
 			}
 		})

@@ -3,6 +3,8 @@ package pipeline
 import (
 	"fmt"
 	"net/netip"
+
+	"github.com/switchml/switchml-go/p4/switchjob"
 )
 
 // Pipes is a switch with several pipes, as a Tofino has 2 or 4: the
@@ -65,7 +67,7 @@ func (m *Pipes) Each(write func(*Pipeline) error) error {
 func (m *Pipes) Process(port uint32, src netip.AddrPort, pkt []byte, out *Output) {
 	i, ok := m.PipeOf(port)
 	if !ok {
-		out.Packet, out.Dests, out.Reason = out.Packet[:0], out.Dests[:0], StatDropNotWorker
+		out.Packet, out.Dests, out.Reason = out.Packet[:0], out.Dests[:0], switchjob.StatDropNotWorker
 		return
 	}
 	m.pipes[i].Process(src, pkt, out)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/p4/targets"
 	"github.com/switchml/switchml-go/wire"
 )
@@ -39,13 +40,13 @@ func workerAddr(rank int) netip.AddrPort {
 // pool [0, 4).
 func installJob(t *testing.T, m *pipeline.Pipes, ports []uint32) {
 	t.Helper()
-	var reps []pipeline.Replica
+	var reps []switchjob.Replica
 	for r, port := range ports {
-		reps = append(reps, pipeline.Replica{EgressPort: port, Instance: uint16(r)})
+		reps = append(reps, switchjob.Replica{EgressPort: port, Instance: uint16(r)})
 	}
 	err := m.Each(func(p *pipeline.Pipeline) error {
 		for r := range ports {
-			w := pipeline.Worker{JobID: 1, Rank: uint16(r), NumWorkers: uint16(len(ports)), MulticastGroup: 1, PoolBase: 0, PoolSize: 4}
+			w := switchjob.Worker{JobID: 1, Rank: uint16(r), NumWorkers: uint16(len(ports)), MulticastGroup: 1, PoolBase: 0, PoolSize: 4}
 			if err := p.InsertWorker(pipeline.WorkerKey{Addr: workerAddr(r)}, w); err != nil {
 				return err
 			}
@@ -105,10 +106,10 @@ func TestCrossPipeJobNeverCompletesAndIsRefused(t *testing.T) {
 		t.Fatalf("a job across pipes 0 and 1 completed (a %d-byte result): the model does not keep registers per pipe", len(res))
 	}
 	for pipe, want := range map[int]uint64{0: 2, 1: 1} {
-		if got := m.Pipe(pipe).Counters()[pipeline.StatAggregated]; got != want {
+		if got := m.Pipe(pipe).Counters()[switchjob.StatAggregated]; got != want {
 			t.Errorf("pipe %d aggregated %d contributions, want %d (its own ranks' only)", pipe, got, want)
 		}
-		if got := m.Pipe(pipe).Counters()[pipeline.StatDropIncompleteRetransmit]; got != want {
+		if got := m.Pipe(pipe).Counters()[switchjob.StatDropIncompleteRetransmit]; got != want {
 			t.Errorf("pipe %d dropped %d retransmissions as incomplete, want %d", pipe, got, want)
 		}
 	}
@@ -148,7 +149,7 @@ func TestCrossPipeJobInOnePipeCompletes(t *testing.T) {
 		}
 	}
 	for pipe := 0; pipe < m.Len(); pipe++ {
-		if got, want := m.Pipe(pipe).Counters()[pipeline.StatMulticast], map[bool]uint64{true: 1}[pipe == 1]; got != want {
+		if got, want := m.Pipe(pipe).Counters()[switchjob.StatMulticast], map[bool]uint64{true: 1}[pipe == 1]; got != want {
 			t.Errorf("pipe %d multicast %d results, want %d", pipe, got, want)
 		}
 	}

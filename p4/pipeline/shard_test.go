@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/wire"
 )
 
@@ -18,11 +19,11 @@ func TestShardOwnsSlot(t *testing.T) {
 	var out Output
 	h := wire.Header{Format: wire.FormatExtended, Seq: 1, PacketID: 1, Slot: 3, Elements: 4}
 	a.Process(addr(0), mkpkt(t, h, []int32{1, 2, 3, 4}), &out)
-	if out.Reason != StatAbsorbed {
+	if out.Reason != switchjob.StatAbsorbed {
 		t.Fatalf("first contribution at shard a: %v, want absorbed", out.Reason)
 	}
 	b.Process(addr(1), mkpkt(t, h, []int32{10, 20, 30, 40}), &out)
-	if out.Reason != StatDropWrongShard || len(out.Dests) != 0 {
+	if out.Reason != switchjob.StatDropWrongShard || len(out.Dests) != 0 {
 		t.Fatalf("slot 3 at shard b: %v to %v, want drop_wrong_shard", out.Reason, out.Dests)
 	}
 	a.Process(addr(1), mkpkt(t, h, []int32{10, 20, 30, 40}), &out)
@@ -36,11 +37,11 @@ func TestShardOwnsSlot(t *testing.T) {
 	h2 := h
 	h2.Slot = 4
 	b.Process(addr(0), mkpkt(t, h2, nil), &out)
-	if out.Reason != StatAbsorbed {
+	if out.Reason != switchjob.StatAbsorbed {
 		t.Fatalf("slot 4 at shard b: %v, want absorbed", out.Reason)
 	}
 	c := p.Counters()
-	if c[StatReceived] != 4 || c[StatDropWrongShard] != 1 || c[StatMulticast] != 1 || c[StatAbsorbed] != 2 {
+	if c[switchjob.StatReceived] != 4 || c[switchjob.StatDropWrongShard] != 1 || c[switchjob.StatMulticast] != 1 || c[switchjob.StatAbsorbed] != 2 {
 		t.Fatalf("counters summed over shards: %v", c)
 	}
 	checkInvariants(t, p)
@@ -50,7 +51,7 @@ func TestShardOwnsSlot(t *testing.T) {
 	}
 	h.Seq, h.PacketID = 2, 2
 	b.Process(addr(0), mkpkt(t, h, nil), &out)
-	if out.Reason != StatAbsorbed {
+	if out.Reason != switchjob.StatAbsorbed {
 		t.Fatalf("slot 3 at shard b after a reset: %v, want absorbed", out.Reason)
 	}
 	// So does zeroing a bitmap over P4Runtime, as the controller's reset does.
@@ -61,14 +62,14 @@ func TestShardOwnsSlot(t *testing.T) {
 	}
 	h.Seq, h.PacketID = 3, 3
 	a.Process(addr(0), mkpkt(t, h, nil), &out)
-	if out.Reason != StatAbsorbed {
+	if out.Reason != switchjob.StatAbsorbed {
 		t.Fatalf("slot 3 at shard a after a register reset: %v, want absorbed", out.Reason)
 	}
 	// Counter writes see one switch: the sum takes the value written.
-	if err := p.SetCounter(StatReceived, 100); err != nil {
+	if err := p.SetCounter(switchjob.StatReceived, 100); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.Counter(StatReceived); got != 100 {
+	if got := p.Counter(switchjob.StatReceived); got != 100 {
 		t.Fatalf("received after SetCounter(100) = %d", got)
 	}
 }
@@ -145,7 +146,7 @@ func TestShardConcurrent(t *testing.T) {
 	for e := range errs {
 		t.Fatal(e)
 	}
-	if c := p.Counters(); c[StatMulticast] != uses*slots || c[StatDropWrongShard] != 0 {
+	if c := p.Counters(); c[switchjob.StatMulticast] != uses*slots || c[switchjob.StatDropWrongShard] != 0 {
 		t.Fatalf("counters %v", c)
 	}
 }

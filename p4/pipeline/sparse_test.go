@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/wire"
 )
 
@@ -20,7 +21,7 @@ func TestSparseUse(t *testing.T) {
 	h0 := h
 	h0.Next = wire.NextKey(17, 2)
 	p.Process(addr(0), mkpkt(t, h0, nil), &out)
-	if out.Reason != StatAbsorbed {
+	if out.Reason != switchjob.StatAbsorbed {
 		t.Fatalf("rank 0: reason %v, want absorbed", out.Reason)
 	}
 	h1 := h
@@ -87,8 +88,8 @@ func TestSparseMismatch(t *testing.T) {
 		bad := h
 		m(&bad)
 		p.Process(addr(1), mkpkt(t, bad, []int32{5, 5, 5, 5}), &out)
-		if out.Reason != StatDropMismatch {
-			t.Errorf("%s: reason %v, want %v", name, out.Reason, StatDropMismatch)
+		if out.Reason != switchjob.StatDropMismatch {
+			t.Errorf("%s: reason %v, want %v", name, out.Reason, switchjob.StatDropMismatch)
 		}
 	}
 	for r := 1; r < 3; r++ {

@@ -13,6 +13,7 @@ import (
 	"github.com/switchml/switchml-go/p4/controller"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/softswitch"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/switchml"
 	"github.com/switchml/switchml-go/transport"
 )
@@ -159,13 +160,13 @@ func TestHierarchTreeOnLoopback(t *testing.T) {
 	tr := startTree(t, ctx, transport.Faults{})
 	runJob(t, ctx, tr, 8, 10000, 3, "tree")
 	sc := tr.spine.Counters()
-	if sc[pipeline.StatMulticast] == 0 || sc[pipeline.StatReplicas] != 2*sc[pipeline.StatMulticast] {
-		t.Fatalf("spine: %d multicasts, %d replicas; want each slot use sent to both leaves", sc[pipeline.StatMulticast], sc[pipeline.StatReplicas])
+	if sc[switchjob.StatMulticast] == 0 || sc[switchjob.StatReplicas] != 2*sc[switchjob.StatMulticast] {
+		t.Fatalf("spine: %d multicasts, %d replicas; want each slot use sent to both leaves", sc[switchjob.StatMulticast], sc[switchjob.StatReplicas])
 	}
 	for l, leaf := range tr.leaves {
 		c := leaf.Counters()
-		if c[pipeline.StatUpstream] != sc[pipeline.StatMulticast] || c[pipeline.StatFromParent] < c[pipeline.StatUpstream] {
-			t.Fatalf("leaf %d: %d partial sums up, %d results from the spine; the spine completed %d uses", l, c[pipeline.StatUpstream], c[pipeline.StatFromParent], sc[pipeline.StatMulticast])
+		if c[switchjob.StatUpstream] != sc[switchjob.StatMulticast] || c[switchjob.StatFromParent] < c[switchjob.StatUpstream] {
+			t.Fatalf("leaf %d: %d partial sums up, %d results from the spine; the spine completed %d uses", l, c[switchjob.StatUpstream], c[switchjob.StatFromParent], sc[switchjob.StatMulticast])
 		}
 	}
 }
@@ -179,7 +180,7 @@ func TestHierarchTreeUnderLoss(t *testing.T) {
 	runJob(t, ctx, tr, 4, 5000, 2, "lossy-tree")
 	var resent uint64
 	for _, leaf := range tr.leaves {
-		resent += leaf.Counters()[pipeline.StatUpstreamResend]
+		resent += leaf.Counters()[switchjob.StatUpstreamResend]
 	}
 	// About 2% of some 1,300 packets on the trunks are lost: the leaves
 	// must have asked the spine again.
@@ -241,7 +242,7 @@ func TestHierarchLeafRestart(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if c := leaf.Counters(); c[pipeline.StatUpstream] == 0 || c[pipeline.StatFromParent] == 0 {
-		t.Fatalf("the restarted leaf sent %d partial sums up and took %d results: the job did not go through it", c[pipeline.StatUpstream], c[pipeline.StatFromParent])
+	if c := leaf.Counters(); c[switchjob.StatUpstream] == 0 || c[switchjob.StatFromParent] == 0 {
+		t.Fatalf("the restarted leaf sent %d partial sums up and took %d results: the job did not go through it", c[switchjob.StatUpstream], c[switchjob.StatFromParent])
 	}
 }

@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/transport"
 )
 
@@ -20,25 +20,25 @@ type switchCollector struct {
 	// The counters of a data plane with shared-memory inboxes
 	// (transport.InboxCounter).
 	shmDatagrams, shmShared, shmRingFull, shmDoorbells *prometheus.Desc
-	// pipeline holds the description of every pipeline.Stat that is not a
+	// pipeline holds the description of every switchjob.Stat that is not a
 	// drop (nil for drops, which share the drops family).
-	pipeline [pipeline.NumStats]*prometheus.Desc
+	pipeline [switchjob.NumStats]*prometheus.Desc
 }
 
 // pipelineMetrics names the pipeline counters that are not drops, with
 // their help text; drops become switchml_switch_drops_total{reason}.
-var pipelineMetrics = map[pipeline.Stat][2]string{
-	pipeline.StatReceived:        {"switchml_switch_pipeline_packets_total", "Packets handed to the switch pipeline."},
-	pipeline.StatAggregated:      {"switchml_switch_contributions_aggregated_total", "Contributions added to a slot."},
-	pipeline.StatAbsorbed:        {"switchml_switch_contributions_absorbed_total", "Contributions added to a slot that still waits for other workers (no packet out, nothing lost)."},
-	pipeline.StatMulticast:       {"switchml_switch_results_multicast_total", "Slot uses completed by every worker and multicast."},
-	pipeline.StatReplicas:        {"switchml_switch_result_replicas_total", "Result copies emitted by multicast, one per worker lane."},
-	pipeline.StatRetransmitReply: {"switchml_switch_retransmissions_answered_total", "Retransmissions answered by unicast from a completed slot."},
+var pipelineMetrics = map[switchjob.Stat][2]string{
+	switchjob.StatReceived:        {"switchml_switch_pipeline_packets_total", "Packets handed to the switch pipeline."},
+	switchjob.StatAggregated:      {"switchml_switch_contributions_aggregated_total", "Contributions added to a slot."},
+	switchjob.StatAbsorbed:        {"switchml_switch_contributions_absorbed_total", "Contributions added to a slot that still waits for other workers (no packet out, nothing lost)."},
+	switchjob.StatMulticast:       {"switchml_switch_results_multicast_total", "Slot uses completed by every worker and multicast."},
+	switchjob.StatReplicas:        {"switchml_switch_result_replicas_total", "Result copies emitted by multicast, one per worker lane."},
+	switchjob.StatRetransmitReply: {"switchml_switch_retransmissions_answered_total", "Retransmissions answered by unicast from a completed slot."},
 }
 
 // dropReason is the reason label of a drop counter, or "" for a counter
 // that is not a drop.
-func dropReason(s pipeline.Stat) string {
+func dropReason(s switchjob.Stat) string {
 	name, ok := strings.CutPrefix(s.String(), "drop_")
 	if !ok {
 		return ""
@@ -68,7 +68,7 @@ func (s *Switch) Collector() prometheus.Collector {
 		shmRingFull:   prometheus.NewDesc("switchml_switch_shm_ring_full_drops_total", "Datagrams a shared-memory data plane dropped at a worker's full ring.", nil, nil),
 		shmDoorbells:  prometheus.NewDesc("switchml_switch_shm_doorbells_total", "Times a shared-memory data plane woke a sleeping worker.", nil, nil),
 	}
-	for st := range pipeline.NumStats {
+	for st := range switchjob.NumStats {
 		if dropReason(st) != "" {
 			continue
 		}
@@ -133,7 +133,7 @@ func (c *switchCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.slots, prometheus.GaugeValue, float64(cfg.Slots))
 	ch <- prometheus.MustNewConstMetric(c.maxElements, prometheus.GaugeValue, float64(cfg.MaxElements))
 	for i, v := range c.sw.Counters() {
-		s := pipeline.Stat(i)
+		s := switchjob.Stat(i)
 		if r := dropReason(s); r != "" {
 			counter(c.drops, v, r)
 		} else {

@@ -12,7 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/switchml/switchml-go/p4/local"
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/switchml"
 	"github.com/switchml/switchml-go/transport"
 )
@@ -88,8 +88,8 @@ func TestMetricsDuringAJob(t *testing.T) {
 	checkControllerMetrics(t, during)
 	// Labels of a job last as long as the job.
 	awaitJobUnlabelled(t, reg)
-	for i := range pipeline.NumStats {
-		if i == pipeline.StatReceived {
+	for i := range switchjob.NumStats {
+		if i == switchjob.StatReceived {
 			continue
 		}
 		if _, ok := during["switchml_switch_drops_total{reason="+strings.TrimPrefix(i.String(), "drop_")+"}"]; !ok && strings.HasPrefix(i.String(), "drop_") {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/secure"
 	"github.com/switchml/switchml-go/wire"
 	"google.golang.org/grpc"
@@ -176,13 +177,13 @@ func answerProbe(src netip.AddrPort, pkt []byte, out *pipeline.Output) bool {
 	}
 	out.Packet = wire.AppendProbeAnswer(out.Packet[:0], pkt)
 	out.Dests = append(out.Dests[:0], src)
-	out.Reason = pipeline.StatReceived
+	out.Reason = switchjob.StatReceived
 	return true
 }
 
 // Counters returns the pipeline's stats counters (not affected by P4Runtime
 // counter resets, which only move the P4Runtime view).
-func (s *Server) Counters() [pipeline.NumStats]uint64 {
+func (s *Server) Counters() [switchjob.NumStats]uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.pipe.Counters()
@@ -250,7 +251,7 @@ func (t pipelineTarget) DeleteWorker(k WorkerKey) error {
 	return mapErr(t.p.DeleteWorker(pipeline.WorkerKey{Addr: k}))
 }
 func (t pipelineTarget) Workers(yield func(WorkerKey, Worker) bool) {
-	t.p.Workers(func(k pipeline.WorkerKey, w pipeline.Worker) bool { return yield(k.Addr, w) })
+	t.p.Workers(func(k pipeline.WorkerKey, w switchjob.Worker) bool { return yield(k.Addr, w) })
 }
 func (t pipelineTarget) InsertReply(k ReplyKey, r Reply) error {
 	return mapErr(t.p.InsertReply(k, r))

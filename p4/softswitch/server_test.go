@@ -12,6 +12,7 @@ import (
 	"github.com/switchml/switchml-go/p4/dataplane"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/transport"
 	"github.com/switchml/switchml-go/wire"
 	"google.golang.org/grpc"
@@ -119,7 +120,7 @@ func TestServerEndToEnd(t *testing.T) {
 		t.Fatalf("bitmap of slot 6 set 0 = %v, %v; want ranks 0 and 1", ents, err)
 	}
 	ents, err = h.read(ctx, &p4v1.Entity{Entity: &p4v1.Entity_CounterEntry{CounterEntry: &p4v1.CounterEntry{
-		CounterId: p4info.CounterStatsID, Index: &p4v1.Index{Index: int64(pipeline.StatMulticast)}}}})
+		CounterId: p4info.CounterStatsID, Index: &p4v1.Index{Index: int64(switchjob.StatMulticast)}}}})
 	if err != nil || len(ents) != 1 || ents[0].GetCounterEntry().GetData().GetPacketCount() != 1 {
 		t.Fatalf("multicast counter = %v, %v; want 1", ents, err)
 	}
@@ -127,8 +128,8 @@ func TestServerEndToEnd(t *testing.T) {
 	if err := h.write(ctx, 1, registerUpdate(p4info.RegisterPoolBitmapID, &p4v1.Index{Index: 6}, []byte{0})); err != nil {
 		t.Fatal(err)
 	}
-	if c := srv.Counters(); c[pipeline.StatReceived] != 2 {
-		t.Errorf("received counter = %d, want 2", c[pipeline.StatReceived])
+	if c := srv.Counters(); c[switchjob.StatReceived] != 2 {
+		t.Errorf("received counter = %d, want 2", c[switchjob.StatReceived])
 	}
 
 	cancel()

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/wire"
 )
 
@@ -20,17 +21,17 @@ func shardBench(tb testing.TB, shards, elems int) (*Server, []*Shard, [][]benchP
 		tb.Fatal(err)
 	}
 	p := srv.pipe
-	var reps []pipeline.Replica
+	var reps []switchjob.Replica
 	for r := range workers {
 		src := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, byte(r), 1}), 5000)
-		w := pipeline.Worker{JobID: 1, Rank: uint16(r), NumWorkers: workers, MulticastGroup: 1, PoolBase: 0, PoolSize: slots}
+		w := switchjob.Worker{JobID: 1, Rank: uint16(r), NumWorkers: workers, MulticastGroup: 1, PoolBase: 0, PoolSize: slots}
 		if err := p.InsertWorker(pipeline.WorkerKey{Addr: src}, w); err != nil {
 			tb.Fatal(err)
 		}
 		if err := p.InsertReply(pipeline.ReplyKey{JobID: 1, Rank: uint16(r)}, pipeline.Reply{Addr: src}); err != nil {
 			tb.Fatal(err)
 		}
-		reps = append(reps, pipeline.Replica{EgressPort: uint32(r), Instance: uint16(r)})
+		reps = append(reps, switchjob.Replica{EgressPort: uint32(r), Instance: uint16(r)})
 	}
 	if err := p.InsertMulticastGroup(1, reps); err != nil {
 		tb.Fatal(err)
@@ -100,7 +101,7 @@ func BenchmarkShards(b *testing.B) {
 				ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
 				b.ReportMetric(ns, "ns/packet")
 				b.ReportMetric(float64(elems)*1e9/ns, "elements/s")
-				if c := srv.Counters(); c[pipeline.StatDropWrongShard]+c[pipeline.StatDropStale]+c[pipeline.StatDropMismatch] != 0 {
+				if c := srv.Counters(); c[switchjob.StatDropWrongShard]+c[switchjob.StatDropStale]+c[switchjob.StatDropMismatch] != 0 {
 					b.Fatalf("drops in the stream: %v", c)
 				}
 			})
@@ -123,7 +124,7 @@ func TestShardServerLock(t *testing.T) {
 	}
 	sh[1].EndBatch()
 	sh[0].EndBatch()
-	if c := srv.Counters(); c[pipeline.StatMulticast] != 1 || c[pipeline.StatReceived] != 8 {
+	if c := srv.Counters(); c[switchjob.StatMulticast] != 1 || c[switchjob.StatReceived] != 8 {
 		t.Fatalf("counters %v", c)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/switchml/switchml-go/p4/dataplane"
 	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/transport"
 	_ "github.com/switchml/switchml-go/transport/afxdp" // the switch takes --transport afxdp
 	_ "github.com/switchml/switchml-go/transport/shm"   // and shm
@@ -229,8 +230,8 @@ func (s *Switch) DataplaneAddrs() []string {
 // P4RuntimeAddr is the address of the P4Runtime service.
 func (s *Switch) P4RuntimeAddr() string { return s.lis.Addr().String() }
 
-// Counters returns the pipeline's counters, indexed by pipeline.Stat.
-func (s *Switch) Counters() [pipeline.NumStats]uint64 { return s.srv.Counters() }
+// Counters returns the pipeline's counters, indexed by switchjob.Stat.
+func (s *Switch) Counters() [switchjob.NumStats]uint64 { return s.srv.Counters() }
 
 // Stats are the data plane's datagram counts, summed over the shards at
 // the time of the call.
@@ -311,7 +312,7 @@ func (s *Switch) Summary() []any {
 	var parts []string
 	for i, v := range s.Counters() {
 		if v != 0 {
-			parts = append(parts, fmt.Sprintf("%s=%d", pipeline.Stat(i), v))
+			parts = append(parts, fmt.Sprintf("%s=%d", switchjob.Stat(i), v))
 		}
 	}
 	st := s.Stats()

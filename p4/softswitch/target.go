@@ -2,8 +2,10 @@ package softswitch
 
 import (
 	"errors"
-	"github.com/switchml/switchml-go/p4/pipeline"
 	"net/netip"
+
+	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 )
 
 // Errors a Target returns (wrapped or as is) so that the P4Runtime service can
@@ -22,14 +24,14 @@ type WorkerKey = netip.AddrPort
 // pipeline's own types: the service programs exactly what the pipeline holds.
 type (
 	// Worker is the set_worker action data of a workers entry.
-	Worker = pipeline.Worker
+	Worker = switchjob.Worker
 	// ReplyKey is the key of SwitchMLEgress.reply_address.
 	ReplyKey = pipeline.ReplyKey
 	// Reply is the set_reply action data: where results for (job, rank, lane) go.
 	Reply = pipeline.Reply
 	// Replica is one copy made by a multicast group: the instance is the
 	// rank the copy is addressed to (the reply_address lookup key).
-	Replica = pipeline.Replica
+	Replica = switchjob.Replica
 )
 
 // Target is the switch state the P4Runtime service programs. The software

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/switchml/switchml-go/p4/controller"
+	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/tna"
 )
@@ -56,7 +56,7 @@ func (c rawClient) arbitrate(ctx context.Context, device uint64, election uint64
 
 // resetCount is a valid update: pool_count[0] := 0.
 func resetCount(t *testing.T, rec *recorder) *p4v1.Update {
-	return controller.RegisterUpdate(rec.id(t, p4info.RegisterPoolCount), 0, 0)
+	return p4rt.RegisterUpdate(rec.id(t, p4info.RegisterPoolCount), 0, 0)
 }
 
 // The stream's arbitration is refused as P4Service::StreamChannel refuses
@@ -86,7 +86,7 @@ func TestStratumRefusesArbitration(t *testing.T) {
 			t.Errorf("%s: answer %v, error %v; want InvalidArgument %q", c.name, a, err, c.want)
 		}
 	}
-	_, err := controller.Dial(ctx, controller.ClientConfig{Target: target, DeviceID: 2, Logger: quiet})
+	_, err := p4rt.Dial(ctx, p4rt.ClientConfig{Target: target, DeviceID: 2, Logger: quiet})
 	if !errContains(err, "Node with ID 2 is unknown") || !errContains(err, "--device-id") {
 		t.Errorf("a controller with --device-id 2 on node %d: %v, want the switch's refusal naming --device-id", recorderNode, err)
 	}
@@ -100,7 +100,7 @@ func TestStratumRefusesWrites(t *testing.T) {
 	target := rec.serve(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	primary, err := controller.Dial(ctx, controller.ClientConfig{Target: target, ElectionID: 5, Logger: quiet})
+	primary, err := p4rt.Dial(ctx, p4rt.ClientConfig{Target: target, ElectionID: 5, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestStratumMapsP4InfoToBfrt(t *testing.T) {
 	defer cancel()
 
 	rec := newRecorder(t, tna.P4InfoText)
-	cl, err := controller.Dial(ctx, controller.ClientConfig{Target: rec.serve(t), Logger: quiet})
+	cl, err := p4rt.Dial(ctx, p4rt.ClientConfig{Target: rec.serve(t), Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func TestStratumMapsP4InfoToBfrt(t *testing.T) {
 	}
 
 	rec2 := newRecorder(t, tna.P4InfoTofino2Text)
-	cl2, err := controller.Dial(ctx, controller.ClientConfig{Target: rec2.serve(t), Logger: quiet})
+	cl2, err := p4rt.Dial(ctx, p4rt.ClientConfig{Target: rec2.serve(t), Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/p4/controller"
+	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/stratum"
 	"github.com/switchml/switchml-go/p4/tna"
@@ -561,7 +562,7 @@ func TestStratumRecorderRefuses(t *testing.T) {
 	target := rec.serve(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cl, err := controller.Dial(ctx, controller.ClientConfig{Target: target, Logger: quiet})
+	cl, err := p4rt.Dial(ctx, p4rt.ClientConfig{Target: target, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -582,16 +583,16 @@ func TestStratumRecorderRefuses(t *testing.T) {
 		want string
 	}{
 		{"struct data", reg(p4v1.Update_MODIFY, bitmap, structData), "Only bitstring"},
-		{"insert", controller.RegisterUpdate(bitmap, 1, 0), ""},
+		{"insert", p4rt.RegisterUpdate(bitmap, 1, 0), ""},
 		{"insert", func() *p4v1.Update {
-			u := controller.RegisterUpdate(bitmap, 1, 0)
+			u := p4rt.RegisterUpdate(bitmap, 1, 0)
 			u.Type = p4v1.Update_INSERT
 			return u
 		}(), "must be MODIFY"},
-		{"no f1 field", controller.RegisterUpdate(values, 1, 0), "Could not find register data field"},
+		{"no f1 field", p4rt.RegisterUpdate(values, 1, 0), "Could not find register data field"},
 		// An id that only a Tofino extern has (what bf-p4c gives pool_count
 		// without --p4runtime-force-std-externs).
-		{"extern id", controller.RegisterUpdate(0x8b87c021, 1, 0), "Unable to find bfrt id"},
+		{"extern id", p4rt.RegisterUpdate(0x8b87c021, 1, 0), "Unable to find bfrt id"},
 		{"too wide", reg(p4v1.Update_MODIFY, bitmap, &p4v1.P4Data{Data: &p4v1.P4Data_Bitstring{Bitstring: []byte{1, 0, 0, 0, 0}}}), "not a bit<32>"},
 		{"counter without index", &p4v1.Update{Type: p4v1.Update_MODIFY, Entity: &p4v1.Entity{Entity: &p4v1.Entity_CounterEntry{CounterEntry: &p4v1.CounterEntry{
 			CounterId: cl.IDs().CounterStats, Data: &p4v1.CounterData{}}}}}, "without counter index"},

@@ -112,7 +112,7 @@ type RegisterServer struct {
 	Writer func(addr string) RegisterWriter
 }
 
-// RegisterWriter writes register cells (controller.RegisterBackend).
+// RegisterWriter writes register cells (p4rt.RegisterBackend).
 type RegisterWriter interface {
 	// RegisterWriteRange sets cells [first, end) of the register array
 	// with the given fully qualified name.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/quant"
 	"github.com/switchml/switchml-go/switchml/dtype"
 	"github.com/switchml/switchml-go/wire"
@@ -37,16 +38,16 @@ func newHarness(t testing.TB, n int, cfg Config) *harness {
 		t.Fatal(err)
 	}
 	h := &harness{p: p}
-	var reps []pipeline.Replica
+	var reps []switchjob.Replica
 	for r := 0; r < n; r++ {
-		w := pipeline.Worker{JobID: 1, Rank: uint16(r), NumWorkers: uint16(n), MulticastGroup: 1, PoolBase: cfg.SlotBase, PoolSize: uint32(cfg.Window)}
+		w := switchjob.Worker{JobID: 1, Rank: uint16(r), NumWorkers: uint16(n), MulticastGroup: 1, PoolBase: cfg.SlotBase, PoolSize: uint32(cfg.Window)}
 		if err := p.InsertWorker(pipeline.WorkerKey{Addr: addr(r)}, w); err != nil {
 			t.Fatal(err)
 		}
 		if err := p.InsertReply(pipeline.ReplyKey{JobID: 1, Rank: uint16(r)}, pipeline.Reply{Addr: addr(r)}); err != nil {
 			t.Fatal(err)
 		}
-		reps = append(reps, pipeline.Replica{Instance: uint16(r)})
+		reps = append(reps, switchjob.Replica{Instance: uint16(r)})
 		c := cfg
 		c.Rank, c.NumWorkers = r, n
 		l, err := NewLane(c)
@@ -434,7 +435,7 @@ func TestRetransmitAndDuplicates(t *testing.T) {
 			t.Fatalf("rank %d: no retransmission: %+v", r, st)
 		}
 	}
-	if h.p.Counter(pipeline.StatRetransmitReply) == 0 {
+	if h.p.Counter(switchjob.StatRetransmitReply) == 0 {
 		t.Fatal("lost result not recovered by a unicast reply")
 	}
 	// Stale (other sequence number), duplicate and malformed results are ignored.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/p4/switchjob"
 )
 
 // claim is what proves j's ranks after a controller restart.
@@ -22,7 +23,7 @@ func (j *job) claim() Claim {
 }
 
 // fits reports whether cl is the claim of the job placed at p.
-func (cl Claim) fits(p Placement) bool {
+func (cl Claim) fits(p switchjob.Placement) bool {
 	return cl.JobID == p.JobID && cl.PoolBase == p.PoolBase && cl.PoolSize == p.PoolSize &&
 		cl.World == p.World && len(cl.Ranks) == p.World && cl.Job != "" && len(cl.Job) <= maxNameLen && cl.Session != 0
 }
@@ -35,7 +36,7 @@ func (cl Claim) fits(p Placement) bool {
 // job's token. A job without one cannot be taken back. At now+grace, jobs
 // whose ranks did not all come back are removed. Claims that fit no job
 // found are forgotten (Effects.Forgets).
-func (c *Core) Adopt(found []Placement, claims []Claim, now time.Time, grace time.Duration) {
+func (c *Core) Adopt(found []switchjob.Placement, claims []Claim, now time.Time, grace time.Duration) {
 	byID := map[uint32]Claim{}
 	for _, cl := range claims {
 		byID[cl.JobID] = cl

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"google.golang.org/grpc/codes"
 )
 
@@ -129,8 +130,8 @@ func TestCoreSlotQuotaAndTheRing(t *testing.T) {
 func TestCoreRoundGiveUpCostsTheSameAtAnyWorldSize(t *testing.T) {
 	const world = 65535
 	r := newRig(t, 64)
-	p := Placement{JobID: 3, PoolBase: 0, PoolSize: 4, Group: 3, World: world}
-	r.c.Adopt([]Placement{p}, []Claim{claimFor(p, "huge", 9, "")}, r.now, time.Hour)
+	p := switchjob.Placement{JobID: 3, PoolBase: 0, PoolSize: 4, Group: 3, World: world}
+	r.c.Adopt([]switchjob.Placement{p}, []Claim{claimFor(p, "huge", 9, "")}, r.now, time.Hour)
 	r.collect()
 	var ws []Waiter
 	for _, rank := range []uint32{0, 2, 5} {

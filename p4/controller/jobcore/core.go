@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 )
@@ -179,7 +180,7 @@ type job struct {
 	held int
 
 	resp    *jobpb.RegisterResponse
-	place   Placement // what the switch holds for it, once placed
+	place   switchjob.Placement // what the switch holds for it, once placed
 	left    map[uint32]bool
 	leased  map[uint32]bool // ranks that took their lease on this controller
 	adopted bool            // found on the switch by a restarted controller
@@ -253,7 +254,7 @@ type Config struct {
 	// ranks on these ports (a Tofino's ranks on ports of two pipes). The
 	// job then goes to the ring if it may, else every rank gets the
 	// refusal. Nil places every job.
-	Placeable func(members []Member) error
+	Placeable func(replicas []switchjob.Replica) error
 	// Keyed: the switch checks a tag on every packet, and each job gets a
 	// data-plane key.
 	Keyed  bool

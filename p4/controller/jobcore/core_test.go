@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/p4/switchjob"
 )
 
 // rig steps a core by hand: it hands out waiters, keeps the answers and
@@ -280,7 +281,7 @@ func TestCoreGathersThenInstalls(t *testing.T) {
 	w1, _ := r.register(regReq("a", 1, 3, 2, 4, 1))
 	in := r.takeInstall()
 	p := in.Place
-	if p.PoolBase != 0 || p.PoolSize != 8 || len(p.Workers) != 6 || len(p.Replies) != 6 || len(p.Members) != 3 {
+	if p.PoolBase != 0 || p.PoolSize != 8 || len(p.Workers) != 6 || len(p.Replies) != 6 || len(p.Replicas) != 3 {
 		t.Fatalf("install %+v, want slots [0, 8) and 3 ranks x 2 lanes", in)
 	}
 	if p.JobID != 1 || p.World != 3 || p.Group != 1 {
@@ -681,19 +682,19 @@ func TestCoreSwitchLost(t *testing.T) {
 }
 
 // adoptedJob is a 2-rank job as a switch keeps it.
-func adoptedJob(id uint32, base uint32, host byte) Placement {
-	p := Placement{JobID: id, PoolBase: base, PoolSize: 4, Group: uint16(id), World: 2}
+func adoptedJob(id uint32, base uint32, host byte) switchjob.Placement {
+	p := switchjob.Placement{JobID: id, PoolBase: base, PoolSize: 4, Group: uint16(id), World: 2}
 	for rank := range uint16(2) {
 		a := netip.MustParseAddrPort(fmt.Sprintf("127.0.%d.%d:30000", host, rank+1))
-		p.Workers = append(p.Workers, Lane{Rank: rank, Addr: a})
-		p.Replies = append(p.Replies, Lane{Rank: rank, Addr: a})
+		p.Workers = append(p.Workers, switchjob.Lane{Rank: rank, Addr: a})
+		p.Replies = append(p.Replies, switchjob.Lane{Rank: rank, Addr: a})
 	}
 	return p
 }
 
 // claimFor is the claim an earlier controller kept for the job placed at
 // p, named job, with session and token, whose ranks hold adoptedSecret.
-func claimFor(p Placement, job string, session uint64, token string) Claim {
+func claimFor(p switchjob.Placement, job string, session uint64, token string) Claim {
 	cl := Claim{JobID: p.JobID, Job: job, Session: session, Owner: sha256.Sum256([]byte(token)), Client: "127.0.0.1",
 		PoolBase: p.PoolBase, PoolSize: p.PoolSize, World: p.World}
 	for r := range p.World {
@@ -709,11 +710,11 @@ func claimFor(p Placement, job string, session uint64, token string) Claim {
 // the missing rank, and claims of jobs that ended are forgotten.
 func TestCoreAdoption(t *testing.T) {
 	r := newRig(t, 64)
-	var found []Placement
+	var found []switchjob.Placement
 	for i, id := range []uint32{7, 9, 11, 13, 15} {
 		found = append(found, adoptedJob(id, uint32(4*i), byte(i+1)))
 	}
-	found[0].Members = []Member{{0, 0}, {1, 1}}
+	found[0].Replicas = []switchjob.Replica{{EgressPort: 0, Instance: 0}, {EgressPort: 1, Instance: 1}}
 	misfit := claimFor(found[4], "misfit", 55, "")
 	misfit.PoolBase++ // a claim for another partition proves nothing here
 	claims := []Claim{claimFor(found[0], "kept", 77, ""), claimFor(found[1], "half", 99, ""), claimFor(found[3], "idle", 33, ""),
@@ -834,7 +835,7 @@ func TestCoreBarrierRounds(t *testing.T) {
 
 	// Taken over: rank 1 passed barrier 7 before the restart and waits at
 	// 8; rank 0 re-sends 7 and is released by the count.
-	r.c.Adopt([]Placement{adoptedJob(5, 32, 7)}, []Claim{claimFor(adoptedJob(5, 32, 7), "t", 55, "")}, r.now, time.Hour)
+	r.c.Adopt([]switchjob.Placement{adoptedJob(5, 32, 7)}, []Claim{claimFor(adoptedJob(5, 32, 7), "t", 55, "")}, r.now, time.Hour)
 	for rank := range uint32(2) {
 		r.watch(&jobpb.WatchRequest{Job: "t", Rank: rank, SessionId: 55, JobId: 5})
 	}

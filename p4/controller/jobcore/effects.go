@@ -4,7 +4,7 @@ package jobcore
 // placements to install on the switch or remove from it, as plain data.
 
 import (
-	"net/netip"
+	"github.com/switchml/switchml-go/p4/switchjob"
 
 	"github.com/switchml/switchml-go/jobpb"
 )
@@ -40,7 +40,7 @@ func (a Answer) Ended() (why string, cause EndCause) { return a.ended, a.cause }
 type Install struct {
 	Gen   uint64
 	Job   string
-	Place Placement
+	Place switchjob.Placement
 	// Claim is what the job's ranks prove themselves with, for the driver
 	// to keep where a restarted controller finds it (see Adopt) before it
 	// programs the switch.
@@ -74,45 +74,7 @@ type Claim struct {
 type Removal struct {
 	Gen   uint64
 	Job   string
-	Place Placement
-}
-
-// Placement is where a job sits on the switch and what the switch holds
-// for it, as plain data: the driver turns it into the target's table
-// entries, multicast group and key.
-type Placement struct {
-	JobID uint32 // the switch job id
-	// PoolBase and PoolSize are the job's partition of the pool's slots.
-	PoolBase, PoolSize uint32
-	Group              uint16 // the job's multicast group
-	World              int    // the job's ranks
-	// Workers are the job's lane sockets, whose packets the switch takes;
-	// Replies are where each rank's lanes get their results. They are the
-	// same lanes for a job the core placed, and each as the switch holds
-	// them for a job found there.
-	Workers, Replies []Lane
-	// Members are the ports the job's results are replicated to.
-	Members []Member
-	// Key, on a switch that checks tags (Config.Keyed), is the job's
-	// data-plane key; nil otherwise, and for a job found on the switch,
-	// whose key cannot be read back.
-	Key Key
-}
-
-// Lane is one lane socket of one rank, and its Ethernet address for
-// targets that address results to it.
-type Lane struct {
-	Rank uint16
-	Lane uint8
-	Addr netip.AddrPort
-	MAC  [6]byte
-}
-
-// Member is one copy of a job's results: the switch port it leaves by, and
-// the rank it is for.
-type Member struct {
-	Port uint32
-	Rank uint16
+	Place switchjob.Placement
 }
 
 // Effects is what the steps since the last Ready ask the driver to do.

@@ -9,8 +9,8 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/binary"
-	"fmt"
 
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/wire"
 	"google.golang.org/grpc/codes"
 )
@@ -82,24 +82,9 @@ func (k *rankKeys) check(rank uint32, got []byte) error {
 	return nil
 }
 
-// Key is a job's data-plane key. It prints as a placeholder, so that
-// logging a placement never shows it.
-type Key []byte
-
-// String hides the key.
-func (k Key) String() string {
-	if k == nil {
-		return "none"
-	}
-	return "[secret]"
-}
-
-// Format hides the key from every fmt verb.
-func (k Key) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(k.String())) }
-
 // drawKey draws a job's data-plane key from the core's Rand.
-func (c *Core) drawKey() Key {
-	key := make(Key, wire.KeyLen)
+func (c *Core) drawKey() switchjob.Key {
+	key := make(switchjob.Key, wire.KeyLen)
 	for i := 0; i < len(key); i += 8 {
 		binary.LittleEndian.PutUint64(key[i:], c.cfg.Rand())
 	}

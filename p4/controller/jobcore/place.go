@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 )
@@ -42,13 +43,13 @@ func (c *Core) place(now time.Time) {
 // switch job id, and asks the driver to program the switch.
 func (c *Core) activate(j *job) {
 	p := j.params
-	var members []Member
+	var replicas []switchjob.Replica
 	for rank, reg := range j.ranks {
 		// Every lane of a rank binds the same address (Config.Bind).
-		members = append(members, Member{Port: c.cfg.PortOf(reg.addrs[0].Addr(), rank), Rank: uint16(rank)})
+		replicas = append(replicas, switchjob.Replica{EgressPort: c.cfg.PortOf(reg.addrs[0].Addr(), rank), Instance: uint16(rank)})
 	}
 	if c.cfg.Placeable != nil {
-		if err := c.cfg.Placeable(members); err != nil {
+		if err := c.cfg.Placeable(replicas); err != nil {
 			c.cannotPlace(j, err)
 			return
 		}
@@ -59,12 +60,12 @@ func (c *Core) activate(j *job) {
 		c.cannotPlace(j, err)
 		return
 	}
-	place := Placement{JobID: jobID, PoolBase: base, PoolSize: size, Group: mgid, World: len(j.ranks), Members: members}
+	place := switchjob.Placement{JobID: jobID, PoolBase: base, PoolSize: size, Group: mgid, World: len(j.ranks), Replicas: replicas}
 	for rank, reg := range j.ranks {
 		var mac [6]byte
 		copy(mac[:], reg.req.GetMac())
 		for lane, a := range reg.addrs {
-			place.Workers = append(place.Workers, Lane{Rank: uint16(rank), Lane: uint8(lane), Addr: a, MAC: mac})
+			place.Workers = append(place.Workers, switchjob.Lane{Rank: uint16(rank), Lane: uint8(lane), Addr: a, MAC: mac})
 		}
 	}
 	place.Replies = place.Workers

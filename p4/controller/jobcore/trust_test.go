@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/p4/switchjob"
 )
 
 // logged makes the rig's core log into a buffer.
@@ -118,7 +119,7 @@ func TestCoreRankSecrets(t *testing.T) {
 func TestCoreAdoptedRanksProveThemselves(t *testing.T) {
 	r := newRig(t, 64)
 	p := adoptedJob(7, 0, 1)
-	r.c.Adopt([]Placement{p}, []Claim{claimFor(p, "kept", 77, "t")}, r.now, time.Hour)
+	r.c.Adopt([]switchjob.Placement{p}, []Claim{claimFor(p, "kept", 77, "t")}, r.now, time.Hour)
 	r.collect()
 	r.watch(&jobpb.WatchRequest{Job: "kept", Rank: 0, SessionId: 77, JobId: 7, Token: "t"})
 	for _, token := range []string{"", "guess"} {

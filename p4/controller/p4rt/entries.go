@@ -1,71 +1,32 @@
-package controller
+package p4rt
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/switchml/switchml-go/p4/controller/jobcore"
 	"net/netip"
 	"sort"
 
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
 	"github.com/switchml/switchml-go/p4/p4info"
-	"github.com/switchml/switchml-go/p4/pipeline"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
-// WorkerEntry is one SwitchMLIngress.workers entry: the lane socket Addr
-// belongs to rank Rank of the job the switch knows as JobID.
+// WorkerEntry is one SwitchMLIngress.workers entry as read back: the lane
+// socket Addr belongs to rank Rank of the job the switch knows as JobID.
 type WorkerEntry struct {
 	Addr netip.AddrPort
-	pipeline.Worker
+	switchjob.Worker
 }
 
-// ReplyEntry is one SwitchMLEgress.reply_address entry: results for lane Lane
-// of rank Rank of job JobID go to Addr (and MAC, for targets that rewrite it).
+// ReplyEntry is one SwitchMLEgress.reply_address entry as read back: results
+// for lane Lane of rank Rank of job JobID go to Addr (and MAC, for targets
+// that rewrite it).
 type ReplyEntry struct {
 	JobID uint32
-	Rank  uint16
-	Lane  uint8
-	MAC   [6]byte
-	Addr  netip.AddrPort
-}
-
-// Replica is one copy of a multicast group; Instance is the rank it is for.
-type Replica struct {
-	Port     uint32
-	Instance uint16
-}
-
-// JobEntries is everything a job installs on the switch.
-type JobEntries struct {
-	Workers        []WorkerEntry
-	Replies        []ReplyEntry
-	MulticastGroup uint16
-	Replicas       []Replica
-	// Key, on a switch that checks tags (Target.Auth), is the job's key:
-	// the job-key extern of the job's switch job id. Nil otherwise (and
-	// for jobs a restarted controller found on the switch, whose key it
-	// cannot read back).
-	Key AuthKey
-	// Uplink, on a P4 switch that is a leaf of a tree, is where the job's
-	// partial sums go and whose results come back (the program's uplink
-	// and from_parent entries). Nil otherwise: a software leaf follows its
-	// --parent.
-	Uplink *p4info.Uplink
-}
-
-// AuthKey is a job's data-plane key. It prints as a placeholder, so that
-// logging entries never shows it.
-type AuthKey = jobcore.Key
-
-// jobID is the switch job id of the entries (0 without workers).
-func (j JobEntries) jobID() uint32 {
-	if len(j.Workers) == 0 {
-		return 0
-	}
-	return j.Workers[0].JobID
+	switchjob.Lane
 }
 
 // keyUpdate builds the update of a job's key (the job-key extern); DELETE
@@ -84,8 +45,8 @@ func keyUpdate(typ p4v1.Update_Type, jobID uint32, key []byte) (*p4v1.Update, er
 // installKey gives the job its key on the switch before any of its entries:
 // the switch drops the job's packets until then. A key left by a job the
 // switch kept from an earlier controller is replaced.
-func (c *Client) installKey(ctx context.Context, j JobEntries) error {
-	u, err := keyUpdate(p4v1.Update_INSERT, j.jobID(), j.Key)
+func (c *Client) installKey(ctx context.Context, p switchjob.Placement) error {
+	u, err := keyUpdate(p4v1.Update_INSERT, p.JobID, p.Key)
 	if err != nil {
 		return err
 	}
@@ -95,34 +56,25 @@ func (c *Client) installKey(ctx context.Context, j JobEntries) error {
 		err = c.Write(ctx, u)
 	}
 	if err != nil {
-		return fmt.Errorf("install job entries: key of switch job %d: %w", j.jobID(), err)
+		return fmt.Errorf("install job entries: key of switch job %d: %w", p.JobID, err)
 	}
 	return nil
 }
 
-// CheckAuth asks the switch whether it checks tags (it answers a Read of
-// the job-key extern only then) and refuses a controller that disagrees:
-// keys a switch does not take, or a switch dropping every untagged packet,
-// would fail each job with nothing but timeouts.
-func (c *Client) CheckAuth(ctx context.Context, t Target, target string) error {
-	if t.P4() {
-		if t.Auth {
-			return fmt.Errorf("controller: --auth: the %s program cannot check a MAC on packets (see p4/README.md for the fabric isolation it needs instead); --auth needs the software switch", t.Kind)
-		}
-		return nil // P4 targets never see the extern
-	}
+// ChecksTags asks the switch whether it checks tags: it answers a Read of
+// the job-key extern only then (err says why it did not).
+func (c *Client) ChecksTags(ctx context.Context) (bool, error) {
 	_, err := c.Read(ctx, &p4v1.Entity{Entity: &p4v1.Entity_ExternEntry{ExternEntry: &p4v1.ExternEntry{ExternTypeId: p4info.ExternJobKeyType}}})
-	switchAuth := err == nil
+	return err == nil, err
+}
+
+// KeyJobs says whether the switch checks tags and jobs have keys there:
+// then RemoveJob also removes the key of a job found on the switch, whose
+// key the client never learnt.
+func (c *Client) KeyJobs(on bool) {
 	c.mu.Lock()
-	c.keys = switchAuth && t.Auth
+	c.keys = on
 	c.mu.Unlock()
-	switch {
-	case t.Auth && !switchAuth:
-		return fmt.Errorf("controller: --auth, but the switch at %s does not check tags (%v): start the switch with --auth too", target, err)
-	case !t.Auth && switchAuth:
-		return fmt.Errorf("controller: the switch at %s checks a tag on every packet (switch --auth): start the controller with --auth too, or the switch without it", target)
-	}
-	return nil
 }
 
 // writeBatch bounds the updates per Write so that a large pool reset stays
@@ -135,26 +87,27 @@ func tableUpdate(typ p4v1.Update_Type, te *p4v1.TableEntry) *p4v1.Update {
 
 // WorkerUpdate builds the update of a workers entry (DELETE needs only the key)
 // with the ids of one P4Info.
-func WorkerUpdate(ids p4info.IDs, typ p4v1.Update_Type, w WorkerEntry) (*p4v1.Update, error) {
-	ip, err := p4info.IPv4(w.Addr.Addr())
+func WorkerUpdate(ids p4info.IDs, typ p4v1.Update_Type, addr netip.AddrPort, w switchjob.Worker) (*p4v1.Update, error) {
+	ip, err := p4info.IPv4(addr.Addr())
 	if err != nil {
-		return nil, fmt.Errorf("controller: worker %v: %w", w.Addr, err)
+		return nil, fmt.Errorf("p4rt: worker %v: %w", addr, err)
 	}
-	te := &p4v1.TableEntry{TableId: ids.TableWorkers, Match: p4info.WorkerKey(ip, w.Addr.Port())}
+	te := &p4v1.TableEntry{TableId: ids.TableWorkers, Match: p4info.WorkerKey(ip, addr.Port())}
 	if typ != p4v1.Update_DELETE {
-		te.Action = p4info.SetWorker(w.Worker)
+		te.Action = p4info.SetWorker(w)
 		te.Action.GetAction().ActionId = ids.ActionSetWorker
 	}
 	return tableUpdate(typ, te), nil
 }
 
-// ReplyUpdate builds the update of a reply_address entry.
-func ReplyUpdate(ids p4info.IDs, typ p4v1.Update_Type, r ReplyEntry) (*p4v1.Update, error) {
-	te := &p4v1.TableEntry{TableId: ids.TableReplyAddress, Match: p4info.ReplyKey(r.JobID, r.Rank, r.Lane)}
+// ReplyUpdate builds the update of the reply_address entry of lane r of job
+// jobID.
+func ReplyUpdate(ids p4info.IDs, typ p4v1.Update_Type, jobID uint32, r switchjob.Lane) (*p4v1.Update, error) {
+	te := &p4v1.TableEntry{TableId: ids.TableReplyAddress, Match: p4info.ReplyKey(jobID, r.Rank, r.Lane)}
 	if typ != p4v1.Update_DELETE {
 		ip, err := p4info.IPv4(r.Addr.Addr())
 		if err != nil {
-			return nil, fmt.Errorf("controller: reply address of job %d rank %d: %w", r.JobID, r.Rank, err)
+			return nil, fmt.Errorf("p4rt: reply address of job %d rank %d: %w", jobID, r.Rank, err)
 		}
 		te.Action = p4info.SetReply(r.MAC, ip, r.Addr.Port())
 		te.Action.GetAction().ActionId = ids.ActionSetReply
@@ -167,12 +120,12 @@ func ReplyUpdate(ids p4info.IDs, typ p4v1.Update_Type, r ReplyEntry) (*p4v1.Upda
 // Stratum reads (BfrtPreManager::WriteMulticastGroupEntry in
 // stratum/hal/lib/barefoot/bfrt_pre_manager.cc); the instance is the rank,
 // which the egress sees as the replication id.
-func GroupUpdate(typ p4v1.Update_Type, id uint16, replicas []Replica) *p4v1.Update {
+func GroupUpdate(typ p4v1.Update_Type, id uint16, replicas []switchjob.Replica) *p4v1.Update {
 	mg := &p4v1.MulticastGroupEntry{MulticastGroupId: uint32(id)}
 	if typ != p4v1.Update_DELETE {
 		for _, r := range replicas {
 			//lint:ignore SA1019 egress_port is the replica field PI (BMv2) and Stratum read
-			mg.Replicas = append(mg.Replicas, &p4v1.Replica{PortKind: &p4v1.Replica_EgressPort{EgressPort: r.Port}, Instance: uint32(r.Instance)})
+			mg.Replicas = append(mg.Replicas, &p4v1.Replica{PortKind: &p4v1.Replica_EgressPort{EgressPort: r.EgressPort}, Instance: uint32(r.Instance)})
 		}
 	}
 	return &p4v1.Update{Type: typ, Entity: &p4v1.Entity{Entity: &p4v1.Entity_PacketReplicationEngineEntry{
@@ -188,35 +141,35 @@ func RegisterUpdate(registerID uint32, index int64, value uint64) *p4v1.Update {
 	return &p4v1.Update{Type: p4v1.Update_MODIFY, Entity: &p4v1.Entity{Entity: &p4v1.Entity_RegisterEntry{RegisterEntry: re}}}
 }
 
-// InstallJob inserts a job's multicast group and reply entries, then its
-// worker entries (so the switch accepts the job's packets only once it can
-// answer them). On failure it removes what it installed.
-func (c *Client) InstallJob(ctx context.Context, j JobEntries) error {
+// InstallJob inserts a placed job's multicast group, uplink and reply
+// entries, then its worker entries (so the switch accepts the job's packets
+// only once it can answer them). On failure it removes what it installed.
+func (c *Client) InstallJob(ctx context.Context, j switchjob.Placement) error {
 	if j.Key != nil {
 		if err := c.installKey(ctx, j); err != nil {
 			return err
 		}
 	}
 	var first, second []*p4v1.Update
-	first = append(first, GroupUpdate(p4v1.Update_INSERT, j.MulticastGroup, j.Replicas))
+	first = append(first, GroupUpdate(p4v1.Update_INSERT, j.Group, j.Replicas))
 	if j.Uplink != nil {
 		// Before the workers entries: a slot use completed by the job's
 		// first packets must find where to send its partial sums.
-		up, from, err := p4info.UplinkEntries(c.IDs(), *j.Uplink, true)
+		up, from, err := p4info.UplinkEntries(c.IDs(), j.JobID, *j.Uplink, true)
 		if err != nil {
 			return fmt.Errorf("install job entries: %w", err)
 		}
 		first = append(first, tableUpdate(p4v1.Update_INSERT, up), tableUpdate(p4v1.Update_INSERT, from))
 	}
 	for _, r := range j.Replies {
-		u, err := ReplyUpdate(c.IDs(), p4v1.Update_INSERT, r)
+		u, err := ReplyUpdate(c.IDs(), p4v1.Update_INSERT, j.JobID, r)
 		if err != nil {
 			return err
 		}
 		first = append(first, u)
 	}
 	for _, w := range j.Workers {
-		u, err := WorkerUpdate(c.IDs(), p4v1.Update_INSERT, w)
+		u, err := WorkerUpdate(c.IDs(), p4v1.Update_INSERT, w.Addr, j.Worker(w))
 		if err != nil {
 			return err
 		}
@@ -233,9 +186,9 @@ func (c *Client) InstallJob(ctx context.Context, j JobEntries) error {
 	}
 	if err != nil {
 		if j.Key != nil {
-			u, _ := keyUpdate(p4v1.Update_DELETE, j.jobID(), nil) // no key to wrap: cannot fail
+			u, _ := keyUpdate(p4v1.Update_DELETE, j.JobID, nil) // no key to wrap: cannot fail
 			if kerr := c.Write(ctx, u); kerr != nil && status.Code(kerr) != codes.NotFound {
-				c.log.Warn("controller: rollback of a job's key incomplete", "job_id", j.jobID(), "err", kerr)
+				c.log.Warn("controller: rollback of a job's key incomplete", "job_id", j.JobID, "err", kerr)
 			}
 		}
 		return fmt.Errorf("install job entries: %w", err)
@@ -260,27 +213,27 @@ func (c *Client) undo(ctx context.Context, inserts []*p4v1.Update, failed error)
 	}
 }
 
-// RemoveJob deletes a job's worker entries, then its reply entries and
-// multicast group. Entries already gone are not an error.
-func (c *Client) RemoveJob(ctx context.Context, j JobEntries) error {
+// RemoveJob deletes a placed job's worker entries, then its reply entries,
+// multicast group and uplink. Entries already gone are not an error.
+func (c *Client) RemoveJob(ctx context.Context, j switchjob.Placement) error {
 	var first, second []*p4v1.Update
 	for _, w := range j.Workers {
-		u, err := WorkerUpdate(c.IDs(), p4v1.Update_DELETE, w)
+		u, err := WorkerUpdate(c.IDs(), p4v1.Update_DELETE, w.Addr, switchjob.Worker{})
 		if err != nil {
 			return err
 		}
 		first = append(first, u)
 	}
 	for _, r := range j.Replies {
-		u, err := ReplyUpdate(c.IDs(), p4v1.Update_DELETE, r)
+		u, err := ReplyUpdate(c.IDs(), p4v1.Update_DELETE, j.JobID, r)
 		if err != nil {
 			return err
 		}
 		second = append(second, u)
 	}
-	second = append(second, GroupUpdate(p4v1.Update_DELETE, j.MulticastGroup, nil))
+	second = append(second, GroupUpdate(p4v1.Update_DELETE, j.Group, nil))
 	if j.Uplink != nil {
-		up, from, err := p4info.UplinkEntries(c.IDs(), *j.Uplink, false)
+		up, from, err := p4info.UplinkEntries(c.IDs(), j.JobID, *j.Uplink, false)
 		if err != nil {
 			return fmt.Errorf("remove job entries: %w", err)
 		}
@@ -294,7 +247,7 @@ func (c *Client) RemoveJob(ctx context.Context, j JobEntries) error {
 	if j.Key != nil || keys && len(j.Workers) > 0 {
 		// After the workers entries: the job's packets are not taken
 		// from then on, so none waits for a key that is gone.
-		u, err := keyUpdate(p4v1.Update_DELETE, j.jobID(), nil)
+		u, err := keyUpdate(p4v1.Update_DELETE, j.JobID, nil)
 		if err != nil {
 			return err
 		}
@@ -358,7 +311,7 @@ func (c *Client) KeepResetting() {
 // go through it, a range per register and set.
 func (c *Client) ResetPool(ctx context.Context, base, size, slots int) error {
 	if base < 0 || size < 0 || base+size > slots {
-		return fmt.Errorf("controller: pool reset [%d, %d) outside the switch's %d slots", base, base+size, slots)
+		return fmt.Errorf("p4rt: pool reset [%d, %d) outside the switch's %d slots", base, base+size, slots)
 	}
 	ids := c.IDs()
 	c.mu.Lock()
@@ -373,7 +326,7 @@ func (c *Client) ResetPool(ctx context.Context, base, size, slots int) error {
 	}
 	if rb != nil {
 		if ids.RegisterPoolBitmap == 0 {
-			return fmt.Errorf("controller: pool reset through the register backend needs register %s", p4info.RegisterPoolBitmap)
+			return fmt.Errorf("p4rt: pool reset through the register backend needs register %s", p4info.RegisterPoolBitmap)
 		}
 		names := []string{p4info.RegisterPoolBitmap, p4info.RegisterPoolCount}
 		if ids.Leaf() {
@@ -440,7 +393,7 @@ func (c *Client) ReadWorkers(ctx context.Context) ([]WorkerEntry, error) {
 	for _, e := range ents {
 		m, p, err := entryValues(e.GetTableEntry())
 		if err != nil {
-			return nil, fmt.Errorf("controller: read workers: %w", err)
+			return nil, fmt.Errorf("p4rt: read workers: %w", err)
 		}
 		out = append(out, WorkerEntry{
 			Addr:   netip.AddrPortFrom(p4info.AddrFromIPv4(uint32(m[p4info.WorkersSrcAddrID])), uint16(m[p4info.WorkersSrcPortID])),
@@ -461,13 +414,13 @@ func (c *Client) ReadReplies(ctx context.Context) ([]ReplyEntry, error) {
 	for _, e := range ents {
 		m, p, err := entryValues(e.GetTableEntry())
 		if err != nil {
-			return nil, fmt.Errorf("controller: read reply addresses: %w", err)
+			return nil, fmt.Errorf("p4rt: read reply addresses: %w", err)
 		}
-		out = append(out, ReplyEntry{
-			JobID: uint32(m[p4info.ReplyJobID]), Rank: uint16(m[p4info.ReplyRankID]), Lane: uint8(m[p4info.ReplyLaneID]),
+		out = append(out, ReplyEntry{JobID: uint32(m[p4info.ReplyJobID]), Lane: switchjob.Lane{
+			Rank: uint16(m[p4info.ReplyRankID]), Lane: uint8(m[p4info.ReplyLaneID]),
 			MAC:  p4info.MACFrom(p[p4info.SetReplyDstMAC]),
 			Addr: netip.AddrPortFrom(p4info.AddrFromIPv4(uint32(p[p4info.SetReplyDstIPv4])), uint16(p[p4info.SetReplyDstPort])),
-		})
+		}})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
@@ -477,36 +430,79 @@ func (c *Client) ReadReplies(ctx context.Context) ([]ReplyEntry, error) {
 		if a.Rank != b.Rank {
 			return a.Rank < b.Rank
 		}
-		return a.Lane < b.Lane
+		return a.Lane.Lane < b.Lane.Lane
 	})
 	return out, nil
 }
 
 // ReadMulticastGroups returns every multicast group.
-func (c *Client) ReadMulticastGroups(ctx context.Context) (map[uint16][]Replica, error) {
+func (c *Client) ReadMulticastGroups(ctx context.Context) (map[uint16][]switchjob.Replica, error) {
 	ents, err := c.Read(ctx, GroupUpdate(p4v1.Update_DELETE, 0, nil).GetEntity())
 	if err != nil {
 		return nil, err
 	}
-	out := map[uint16][]Replica{}
+	out := map[uint16][]switchjob.Replica{}
 	for _, e := range ents {
 		mg := e.GetPacketReplicationEngineEntry().GetMulticastGroupEntry()
-		reps := []Replica{}
+		reps := []switchjob.Replica{}
 		for _, r := range mg.GetReplicas() {
 			//lint:ignore SA1019 still what most targets return
 			port := r.GetEgressPort()
 			if b := r.GetPort(); len(b) > 0 {
 				p, err := p4info.Uint(b, 32)
 				if err != nil {
-					return nil, fmt.Errorf("controller: read multicast group %d: replica port: %w", mg.GetMulticastGroupId(), err)
+					return nil, fmt.Errorf("p4rt: read multicast group %d: replica port: %w", mg.GetMulticastGroupId(), err)
 				}
 				port = uint32(p)
 			}
-			reps = append(reps, Replica{Port: port, Instance: uint16(r.GetInstance())})
+			reps = append(reps, switchjob.Replica{EgressPort: port, Instance: uint16(r.GetInstance())})
 		}
 		out[uint16(mg.GetMulticastGroupId())] = reps
 	}
 	return out, nil
+}
+
+// ReadPlacements reads back the jobs the switch holds (workers, reply and
+// multicast group entries), grouped by switch job id in the order the
+// workers come: a job's partition, group and world are those of its first
+// worker entry. Keys and uplinks are not read back.
+func (c *Client) ReadPlacements(ctx context.Context) ([]switchjob.Placement, error) {
+	workers, err := c.ReadWorkers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read back the switch's workers: %w", err)
+	}
+	replies, err := c.ReadReplies(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read back the switch's replies: %w", err)
+	}
+	groups, err := c.ReadMulticastGroups(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read back the switch's multicast groups: %w", err)
+	}
+	return placementsOf(workers, replies, groups), nil
+}
+
+func placementsOf(workers []WorkerEntry, replies []ReplyEntry, groups map[uint16][]switchjob.Replica) []switchjob.Placement {
+	var out []switchjob.Placement
+	at := map[uint32]int{}
+	for _, w := range workers {
+		i, ok := at[w.JobID]
+		if !ok {
+			i = len(out)
+			at[w.JobID] = i
+			out = append(out, switchjob.Placement{
+				JobID: w.JobID, PoolBase: w.PoolBase, PoolSize: w.PoolSize, Group: w.MulticastGroup, World: int(w.NumWorkers),
+				Replicas: groups[w.MulticastGroup],
+			})
+		}
+		out[i].Workers = append(out[i].Workers, switchjob.Lane{Rank: w.Rank, Lane: w.Lane, Addr: w.Addr})
+	}
+	for _, r := range replies {
+		if i, ok := at[r.JobID]; ok {
+			out[i].Replies = append(out[i].Replies, r.Lane)
+		}
+	}
+	return out
 }
 
 // ReadRegister returns cells [first, first+count) of a register as unsigned
@@ -528,7 +524,7 @@ func (c *Client) ReadRegister(ctx context.Context, registerID uint32, first, cou
 		if i := int(re.GetIndex().GetIndex()) - first; i >= 0 && i < count {
 			v, err := p4info.Uint(re.GetData().GetBitstring(), 64)
 			if err != nil {
-				return nil, fmt.Errorf("controller: read register %#x cell %d: %w", registerID, first+i, err)
+				return nil, fmt.Errorf("p4rt: read register %#x cell %d: %w", registerID, first+i, err)
 			}
 			out[i] = v
 		}
@@ -590,11 +586,11 @@ func entryValues(te *p4v1.TableEntry) (match, params map[uint32]uint64, err erro
 func (c *Client) InstallARPReply(ctx context.Context, ip netip.Addr, mac [6]byte) error {
 	ids := c.IDs()
 	if ids.TableARPReply == 0 || ids.ActionSendARPReply == 0 {
-		return fmt.Errorf("controller: the pipeline has no %s table to answer ARP with", p4info.TableARPReply)
+		return fmt.Errorf("p4rt: the pipeline has no %s table to answer ARP with", p4info.TableARPReply)
 	}
 	a, err := p4info.IPv4(ip)
 	if err != nil {
-		return fmt.Errorf("controller: ARP reply: %w", err)
+		return fmt.Errorf("p4rt: ARP reply: %w", err)
 	}
 	te := &p4v1.TableEntry{TableId: ids.TableARPReply, Match: []*p4v1.FieldMatch{p4info.Exact(1, uint64(a))},
 		Action: &p4v1.TableAction{Type: &p4v1.TableAction_Action{Action: &p4v1.Action{
@@ -604,7 +600,7 @@ func (c *Client) InstallARPReply(ctx context.Context, ip netip.Addr, mac [6]byte
 		err = c.Write(ctx, tableUpdate(p4v1.Update_MODIFY, te))
 	}
 	if err != nil {
-		return fmt.Errorf("controller: install ARP reply for %v: %w", ip, err)
+		return fmt.Errorf("p4rt: install ARP reply for %v: %w", ip, err)
 	}
 	return nil
 }
@@ -616,11 +612,11 @@ func (c *Client) InstallARPReply(ctx context.Context, ip netip.Addr, mac [6]byte
 func (c *Client) SetSimulatedLoss(ctx context.Context, ingress, egress float64) error {
 	ids := c.IDs()
 	if ids.TableDropSimulator == 0 || ids.ActionSetDropRates == 0 {
-		return fmt.Errorf("controller: the pipeline has no %s table to simulate loss with", p4info.TableDropSimulator)
+		return fmt.Errorf("p4rt: the pipeline has no %s table to simulate loss with", p4info.TableDropSimulator)
 	}
 	rate := func(p float64) (uint64, error) {
 		if !(p >= 0 && p < 1) {
-			return 0, fmt.Errorf("controller: simulated loss %v, want 0 <= p < 1", p)
+			return 0, fmt.Errorf("p4rt: simulated loss %v, want 0 <= p < 1", p)
 		}
 		return uint64(p*65536 + 0.5), nil
 	}
@@ -642,7 +638,59 @@ func (c *Client) SetSimulatedLoss(ctx context.Context, ingress, egress float64) 
 		err = c.Write(ctx, tableUpdate(p4v1.Update_MODIFY, te))
 	}
 	if err != nil {
-		return fmt.Errorf("controller: set simulated loss: %w", err)
+		return fmt.Errorf("p4rt: set simulated loss: %w", err)
 	}
 	return nil
+}
+
+// ClearJobs deletes every job entry on the switch: workers, replies,
+// multicast groups and a P4 leaf's uplink entries.
+func (c *Client) ClearJobs(ctx context.Context) error {
+	workers, err := c.ReadWorkers(ctx)
+	if err != nil {
+		return err
+	}
+	replies, err := c.ReadReplies(ctx)
+	if err != nil {
+		return err
+	}
+	groups, err := c.ReadMulticastGroups(ctx)
+	if err != nil {
+		return err
+	}
+	ids := c.IDs()
+	var dels []*p4v1.Update
+	for _, w := range workers {
+		u, err := WorkerUpdate(ids, p4v1.Update_DELETE, w.Addr, w.Worker)
+		if err != nil {
+			return err
+		}
+		dels = append(dels, u)
+	}
+	for _, r := range replies {
+		u, err := ReplyUpdate(ids, p4v1.Update_DELETE, r.JobID, r.Lane)
+		if err != nil {
+			return err
+		}
+		dels = append(dels, u)
+	}
+	for id := range groups {
+		dels = append(dels, GroupUpdate(p4v1.Update_DELETE, id, nil))
+	}
+	if ids.Leaf() {
+		for _, table := range []uint32{ids.TableUplink, ids.TableFromParent} {
+			ents, err := c.Read(ctx, &p4v1.Entity{Entity: &p4v1.Entity_TableEntry{TableEntry: &p4v1.TableEntry{TableId: table}}})
+			if err != nil {
+				return err
+			}
+			for _, e := range ents {
+				te := e.GetTableEntry()
+				dels = append(dels, tableUpdate(p4v1.Update_DELETE, &p4v1.TableEntry{TableId: te.GetTableId(), Match: te.GetMatch(), Priority: te.GetPriority()}))
+			}
+		}
+	}
+	if len(dels) == 0 {
+		return nil
+	}
+	return ignoreNotFound(c.Write(ctx, dels...))
 }

@@ -1,25 +1,14 @@
-// Package controller is the SwitchML controller: a P4Runtime client that
-// programs any target running the SwitchML pipeline (the software switch,
-// BMv2 or a Tofino with the matching program), and the job service workers
-// register with (jobpb.JobService).
+// Package p4rt is the controller's P4Runtime client: the connection to a
+// switch (any target running the SwitchML pipeline: the software switch,
+// BMv2 or a Tofino with the matching program), its arbitration, and the
+// encoding of a job's placement (switchjob.Placement) as the switch's
+// table entries, multicast group and key, written and read back.
 //
-// The job service is a deterministic core (package jobcore: jobs,
-// partitions, leases, rounds, adoption; no I/O, goroutines or clock)
-// driven by JobService, which serves the RPCs, turns the core's effects
-// into P4Runtime entries (effects.go) and feeds it the switch's reports and
-// the time. Run is the daemon: it connects to the switch, serves the job
-// service and reconnects when the switch is lost. What operators see, the
-// Status RPC and the Prometheus collector (JobService.Collector), is a
-// snapshot the core hands over under the driver's lock; the switch's
-// counters are read after, outside it.
-//
-// The controller cannot be locked out of its switch: when another
-// controller takes primaryship, the Client logs who (the software switch's
-// backup status names it) and arbitrates again with an election id above
-// the switch's highest, unless it was told to yield (ClientConfig.
-// YieldPrimary); while it is not primary, jobs fail with that cause and
-// Status reports it (control.go).
-package controller
+// The client cannot be locked out of its switch: when another controller
+// takes primaryship, it logs who (the software switch's backup status
+// names it) and arbitrates again with an election id above the switch's
+// highest, unless it was told to yield (ClientConfig.YieldPrimary).
+package p4rt
 
 import (
 	"cmp"
@@ -95,7 +84,7 @@ type Client struct {
 	streamErr error
 	ids       p4info.IDs // of the pipeline this client pushed or adopted
 	regs      RegisterBackend
-	keys      bool // the switch checks tags: jobs' keys go with their entries (CheckAuth)
+	keys      bool // the switch checks tags: jobs' keys go with their entries (KeyJobs)
 	// adopted: the switch kept a pipeline an earlier controller pushed,
 	// with register state that controller's job ids left (KeepResetting).
 	adopted bool
@@ -103,7 +92,7 @@ type Client struct {
 
 // ErrNotPrimary is returned by Dial's caller checks and helpers that need to
 // write while another controller is primary.
-var ErrNotPrimary = errors.New("controller: not the primary controller of the switch")
+var ErrNotPrimary = errors.New("not the primary controller of the switch")
 
 // Dial connects to the target, opens the stream channel and arbitrates. It
 // returns once the switch has answered the arbitration, whether this client
@@ -111,7 +100,7 @@ var ErrNotPrimary = errors.New("controller: not the primary controller of the sw
 // until ctx is done.
 func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if cfg.Target == "" {
-		return nil, errors.New("controller: no P4Runtime target address")
+		return nil, errors.New("p4rt: no P4Runtime target address")
 	}
 	if cfg.DeviceID == 0 {
 		cfg.DeviceID = 1
@@ -125,7 +114,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, cfg.DialOptions...)
 	conn, err := grpc.NewClient(cfg.Target, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("controller: P4Runtime target %q: %w", cfg.Target, err)
+		return nil, fmt.Errorf("p4rt: P4Runtime target %q: %w", cfg.Target, err)
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	c := &Client{
@@ -145,7 +134,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		return c, nil
 	case <-ctx.Done():
 		c.Close()
-		return nil, fmt.Errorf("controller: P4Runtime target %s did not answer arbitration: %w", cfg.Target, ctx.Err())
+		return nil, fmt.Errorf("p4rt: P4Runtime target %s did not answer arbitration: %w", cfg.Target, ctx.Err())
 	}
 }
 
@@ -163,11 +152,11 @@ func (c *Client) run(ctx context.Context, target string, first chan<- error) {
 	}
 	st, err := c.rt.StreamChannel(ctx, grpc.WaitForReady(true))
 	if err != nil {
-		report(fmt.Errorf("controller: open stream to %s: %w", target, err))
+		report(fmt.Errorf("p4rt: open stream to %s: %w", target, err))
 		return
 	}
 	if err := st.Send(c.arbitration(c.electionID())); err != nil {
-		report(fmt.Errorf("controller: arbitration with %s: %w", target, err))
+		report(fmt.Errorf("p4rt: arbitration with %s: %w", target, err))
 		return
 	}
 	var retake retaker
@@ -217,10 +206,10 @@ func (c *Client) run(ctx context.Context, target string, first chan<- error) {
 // and an election id of 0) is told apart, naming the flags to change.
 func (c *Client) arbitrationError(target string, err error) error {
 	if status.Code(err) == codes.InvalidArgument {
-		return fmt.Errorf("controller: arbitration with %s as device %d, election id %s: %w (--device-id must be the switch's device id, on Stratum the id of a node of its chassis config; --election-id must not be 0)",
+		return fmt.Errorf("p4rt: arbitration with %s as device %d, election id %s: %w (--device-id must be the switch's device id, on Stratum the id of a node of its chassis config; --election-id must not be 0)",
 			target, c.deviceID, fmt128(c.electionID()), err)
 	}
-	return fmt.Errorf("controller: arbitration with %s: %w", target, err)
+	return fmt.Errorf("p4rt: arbitration with %s: %w", target, err)
 }
 
 // arbitration is the client's arbitration update with election id e.
@@ -327,10 +316,10 @@ func (c *Client) setLost(cause string, taken bool) {
 	}
 }
 
-// awaitControl returns nil while the client is primary. While it is taking
+// AwaitControl returns nil while the client is primary. While it is taking
 // primaryship back it waits for that, until ctx is done; otherwise, or if
 // that fails, it returns why the client is not primary.
-func (c *Client) awaitControl(ctx context.Context) error {
+func (c *Client) AwaitControl(ctx context.Context) error {
 	c.mu.Lock()
 	cause, retaking, regained := c.lost, c.retaking, c.regained
 	c.mu.Unlock()
@@ -475,7 +464,7 @@ func (c *Client) IDs() p4info.IDs {
 func (c *Client) UseP4Info(info *p4configv1.P4Info) error {
 	ids, err := p4info.Resolve(info)
 	if err != nil {
-		return fmt.Errorf("controller: %w", err)
+		return fmt.Errorf("p4rt: %w", err)
 	}
 	c.mu.Lock()
 	c.ids = ids
@@ -494,7 +483,7 @@ func (c *Client) setPipeline(ctx context.Context, action p4v1.SetForwardingPipel
 	// replaces its pipeline with it.
 	ids, err := p4info.Resolve(info)
 	if err != nil {
-		return fmt.Errorf("controller: %w", err)
+		return fmt.Errorf("p4rt: %w", err)
 	}
 	cfg := &p4v1.ForwardingPipelineConfig{P4Info: info, P4DeviceConfig: deviceConfig}
 	if cookie != 0 {
@@ -504,7 +493,7 @@ func (c *Client) setPipeline(ctx context.Context, action p4v1.SetForwardingPipel
 		DeviceId: c.deviceID, Role: c.role, ElectionId: c.electionID(), Action: action, Config: cfg,
 	})
 	if err != nil {
-		return fmt.Errorf("controller: the target refused the pipeline (%v): %w", action, err)
+		return fmt.Errorf("p4rt: the target refused the pipeline (%v): %w", action, err)
 	}
 	if action == p4v1.SetForwardingPipelineConfigRequest_VERIFY_AND_COMMIT {
 		c.mu.Lock()
@@ -518,7 +507,7 @@ func (c *Client) setPipeline(ctx context.Context, action p4v1.SetForwardingPipel
 func (c *Client) Pipeline(ctx context.Context) (*p4v1.ForwardingPipelineConfig, error) {
 	r, err := c.rt.GetForwardingPipelineConfig(ctx, &p4v1.GetForwardingPipelineConfigRequest{DeviceId: c.deviceID})
 	if err != nil {
-		return nil, fmt.Errorf("controller: get pipeline config: %w", err)
+		return nil, fmt.Errorf("p4rt: get pipeline config: %w", err)
 	}
 	return r.GetConfig(), nil
 }
@@ -587,7 +576,7 @@ func (c *Client) Write(ctx context.Context, updates ...*p4v1.Update) error {
 func (c *Client) Read(ctx context.Context, queries ...*p4v1.Entity) ([]*p4v1.Entity, error) {
 	rc, err := c.rt.Read(ctx, &p4v1.ReadRequest{DeviceId: c.deviceID, Role: c.role, Entities: queries})
 	if err != nil {
-		return nil, fmt.Errorf("controller: read: %w", err)
+		return nil, fmt.Errorf("p4rt: read: %w", err)
 	}
 	var out []*p4v1.Entity
 	for {
@@ -596,8 +585,23 @@ func (c *Client) Read(ctx context.Context, queries ...*p4v1.Entity) ([]*p4v1.Ent
 			return out, nil
 		}
 		if err != nil {
-			return out, fmt.Errorf("controller: read: %w", err)
+			return out, fmt.Errorf("p4rt: read: %w", err)
 		}
 		out = append(out, r.GetEntities()...)
 	}
+}
+
+// Done is closed when the client's stream channel ends: the switch is lost
+// (StreamError says why) or the client closed.
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// StreamError is why the client's stream channel ended ("stream ended"
+// when it gave no reason).
+func (c *Client) StreamError() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.streamErr == nil {
+		return errors.New("stream ended")
+	}
+	return c.streamErr
 }
