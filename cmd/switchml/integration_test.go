@@ -343,7 +343,7 @@ func TestBadInput(t *testing.T) {
 		spawn(t, nil, "switch", "--dataplane", "127.0.0.1:0", "--p4rt", fmt.Sprintf("127.0.0.1:%d", p4), "--slots", "64")
 		c := spawn(t, nil, "controller", "--target", fmt.Sprintf("127.0.0.1:%d", p4), "--listen", fmt.Sprintf("127.0.0.1:%d", ctl),
 			"--dataplane", "127.0.0.1:48864", "--slots", "128")
-		if err := c.wait(t, 60*time.Second); err == nil || !strings.Contains(c.Logs(), "does not hold the controller's 128 slots per set") {
+		if err := c.wait(t, 60*time.Second); err == nil || !strings.Contains(c.Logs(), "--slots 128: the switch at") || !strings.Contains(c.Logs(), "does not hold them") {
 			t.Fatalf("controller with more slots than the switch: exit %v, stderr:\n%s", err, c.Logs())
 		}
 	})

@@ -487,7 +487,7 @@ func checkSlots(ctx context.Context, cl *p4rt.Client, cfg Config) error {
 	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
 	if _, err := cl.ReadRegister(ctx, cl.IDs().RegisterPoolCount, 2*cfg.Slots-1, 1); err != nil {
-		return refuseField("{Slots} %d: the switch at %s does not hold them (reading slot %d of set 1: %v): give the switch and the controller the same slots", cfg.Slots, cfg.Target, cfg.Slots-1, err)
+		return refuseField("{Slots} %d: the switch at %s does not hold them (give both the same slots): reading slot %d of set 1: %v", cfg.Slots, cfg.Target, cfg.Slots-1, err)
 	}
 	return nil
 }
