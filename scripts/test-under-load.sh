@@ -33,8 +33,9 @@ trap 'exit 130' INT TERM
 
 # Build first, unloaded: compiling is not what is under test.
 echo "== building the tests"
-go test -race -count=1 -run '^$' ./p4/local/ ./switchml/ ./switchml/ring/ ./p4/controller/ ./p4/controller/jobcore/ ./cmd/switchml/ >/dev/null
+go test -race -count=1 -run '^$' ./p4/local/ ./switchml/ ./switchml/ring/ ./p4/controller/... ./cmd/switchml/ >/dev/null
 go build -buildmode=c-shared -o "$pylib/libswitchml.so" ./capi
+go build -o "$pylib/switchml" ./cmd/switchml # the torchrun tests' switch
 
 echo "== $load busy loops for at most ${limit}s"
 for ((i = 0; i < load; i++)); do
@@ -52,7 +53,7 @@ run() {
 run ./p4/local/
 run ./switchml/
 run ./switchml/ring/
-run ./p4/controller/ ./p4/controller/jobcore/
+run ./p4/controller/...
 # The CLI's tests start real processes; only the fallback and fault ones.
 run -run 'Fallback|KilledWorker|SwitchRestart|MutualTLS|ControllerRestart|ChaosShort|NaNRank|HijackAndFlood|HostileAdoption|HostileRegistrationStorm|HostileFatRegistration|BadInput' ./cmd/switchml/
 # The PyTorch backend's tests, whose ranks are processes too: on Debian's
@@ -66,7 +67,7 @@ for py in /usr/bin/python3 "$venv/bin/python"; do
 	fi
 	for i in $(seq "$count"); do
 		echo "== python tests on $py, run $i of $count"
-		if ! SWITCHML_LIBRARY="$pylib/libswitchml.so" "$py" -m pytest -q -p no:cacheprovider python/tests; then
+		if ! SWITCHML_LIBRARY="$pylib/libswitchml.so" SWITCHML_BINARY="$pylib/switchml" "$py" -m pytest -q -p no:cacheprovider python/tests; then
 			failed+=("python tests on $py (run $i)")
 		fi
 	done
