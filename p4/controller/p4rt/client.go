@@ -206,7 +206,7 @@ func (c *Client) run(ctx context.Context, target string, first chan<- error) {
 // and an election id of 0) is told apart, naming the flags to change.
 func (c *Client) arbitrationError(target string, err error) error {
 	if status.Code(err) == codes.InvalidArgument {
-		return fmt.Errorf("p4rt: arbitration with %s as device %d, election id %s: %w (--device-id must be the switch's device id, on Stratum the id of a node of its chassis config; --election-id must not be 0)",
+		return fmt.Errorf("p4rt: arbitration with %s as device %d, election id %s: %w: --device-id must be the switch's (on Stratum, a node id of its chassis config), --election-id not 0",
 			target, c.deviceID, fmt128(c.electionID()), err)
 	}
 	return fmt.Errorf("p4rt: arbitration with %s: %w", target, err)
