@@ -42,26 +42,25 @@ for ((i = 1; i <= rounds; i++)); do
 		grep -E '^\| SwitchML|^\| Ring|^\| Gloo' "$out/summary.md" | head -3
 	done
 done
-# The medians of the runs' medians, and their spread, per system and side
-# (each run's first row of a system: its TAT column).
+# The medians of the runs' medians, and their spread, per side and point
+# (results.json: each result's median TAT).
 {
 	echo "before: $(git rev-parse "$old"), after: $(git rev-parse "$new"); switchml bench $*"
 	echo "TAT (s): median of the $rounds runs' medians (min-max of those medians)"
 } | tee "benchmarks/results/$name/tat.txt"
 {
 python3 - "$name" <<'PY'
-import glob, re, statistics, sys
+import glob, json, statistics, sys
 name = sys.argv[1]
 for side in ("before", "after"):
     tats = {}
-    for path in sorted(glob.glob("benchmarks/results/%s/%s-*/summary.md" % (name, side))):
-        seen = set()
-        for line in open(path):
-            m = re.match(r"^\| (SwitchML|Ring \(Go\)|Gloo|OpenMPI) \| ([0-9.]+) \|", line)
-            if m and m.group(1) not in seen:
-                seen.add(m.group(1))
-                tats.setdefault(m.group(1), []).append(float(m.group(2)))
-    for system, v in tats.items():
-        print("%-7s %-10s %.3f (%.3f-%.3f, %d runs)" % (side, system, statistics.median(v), min(v), max(v), len(v)))
+    for path in sorted(glob.glob("benchmarks/results/%s/%s-*/results.json" % (name, side))):
+        for r in json.load(open(path))["results"]:
+            if r.get("error") or not r.get("median_tat_s"):
+                continue
+            point = "%s %s n=%d %dB" % (r["mode"], r["system"], r["workers"], r["bytes"])
+            tats.setdefault(point, []).append(r["median_tat_s"])
+    for point, v in tats.items():
+        print("%-7s %-40s %.3f (%.3f-%.3f, %d runs)" % (side, point, statistics.median(v), min(v), max(v), len(v)))
 PY
 } | tee -a "benchmarks/results/$name/tat.txt"
