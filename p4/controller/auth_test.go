@@ -14,6 +14,7 @@ import (
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/softswitch"
+	"github.com/switchml/switchml-go/p4/softswitch/softswitchtest"
 	"github.com/switchml/switchml-go/p4/switchjob"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,7 +23,7 @@ import (
 // startAuthSwitch is startSwitch with a pipeline that checks tags.
 func startAuthSwitch(t *testing.T) string {
 	t.Helper()
-	addr, _ := serveSwitch(t, softswitch.ServerConfig{DeviceID: 1, Pipeline: pipeline.Config{Slots: testSlots, MaxElements: 64, MaxWorkers: 32, Auth: true}, Logger: quiet})
+	addr, _ := softswitchtest.Serve(t, softswitch.ServerConfig{DeviceID: 1, Pipeline: pipeline.Config{Slots: testSlots, MaxElements: 64, MaxWorkers: 32, Auth: true}, Logger: quiet})
 	return addr
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/softswitch"
+	"github.com/switchml/switchml-go/p4/softswitch/softswitchtest"
 	"github.com/switchml/switchml-go/secure"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -78,7 +79,7 @@ func tlsSwitch(t *testing.T, pki *secure.PKI, parent netip.AddrPort) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, _ := serveSwitch(t, softswitch.ServerConfig{DeviceID: 1, TLS: serverTLS, Logger: quiet, Parent: parent,
+	addr, _ := softswitchtest.Serve(t, softswitch.ServerConfig{DeviceID: 1, TLS: serverTLS, Logger: quiet, Parent: parent,
 		Pipeline: pipeline.Config{Slots: testSlots, MaxElements: 64, MaxWorkers: 32}})
 	return addr
 }

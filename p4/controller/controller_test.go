@@ -19,6 +19,7 @@ import (
 	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/softswitch"
+	"github.com/switchml/switchml-go/p4/softswitch/softswitchtest"
 	"github.com/switchml/switchml-go/p4/switchjob"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -35,27 +36,7 @@ const testSlots = 64
 // listener on loopback and returns its address.
 func startSwitch(t *testing.T) (string, *softswitch.Server) {
 	t.Helper()
-	return serveSwitch(t, softswitch.ServerConfig{DeviceID: 1, Pipeline: pipeline.Config{Slots: testSlots, MaxElements: 64, MaxWorkers: 32}, Logger: quiet})
-}
-
-// serveSwitch runs the P4Runtime service of a software switch made with
-// cfg on a loopback TCP listener until the test ends, and returns its
-// address.
-func serveSwitch(t *testing.T, cfg softswitch.ServerConfig) (string, *softswitch.Server) {
-	t.Helper()
-	srv, err := softswitch.NewServer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = srv.ServeP4Runtime(ctx, lis); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return lis.Addr().String(), srv
+	return softswitchtest.Serve(t, softswitch.ServerConfig{DeviceID: 1, Pipeline: pipeline.Config{Slots: testSlots, MaxElements: 64, MaxWorkers: 32}, Logger: quiet})
 }
 
 func testCtx(t *testing.T) context.Context {
