@@ -1,13 +1,14 @@
 package benchmarks
 
 import (
-	"bytes"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/switchml/switchml-go/internal/golden"
 )
 
 // Every run checked in under results/ (and folders under it) is what its own results.json gives:
@@ -30,30 +31,14 @@ func TestCheckedInReportsRegenerate(t *testing.T) {
 	for _, path := range runs {
 		dir := filepath.Dir(path)
 		t.Run(strings.TrimPrefix(dir, "results/"), func(t *testing.T) {
-			tmp := t.TempDir()
-			data, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(tmp, "results.json"), data, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := Report(tmp); err != nil {
-				t.Fatalf("Report(%s): %v", dir, err)
-			}
-			written, checkedIn := names(t, tmp), names(t, dir)
-			if !slices.Equal(written, checkedIn) {
-				t.Errorf("%s holds %v; its results.json gives %v (run `switchml bench --report %s`)", dir, checkedIn, written, dir)
-			}
-			for _, name := range written {
-				got, _ := os.ReadFile(filepath.Join(tmp, name))
-				want, err := os.ReadFile(filepath.Join(dir, name))
-				if err != nil {
-					continue
-				}
-				if !bytes.Equal(got, want) {
-					t.Errorf("%s: Report writes other bytes than the checked-in file (run `switchml bench --report %s` and see the diff)", filepath.Join(dir, name), dir)
-				}
+			regen := "switchml bench --report " + dir
+			written := golden.Regenerate(t, dir, []string{"results.json"}, regen, func(tmp string) error {
+				_, err := Report(tmp)
+				return err
+			})
+			// No file beside them that Report would not write.
+			if checkedIn := names(t, dir); !slices.Equal(written, checkedIn) {
+				t.Errorf("%s holds %v; its results.json gives %v (run `%s`)", dir, checkedIn, written, regen)
 			}
 		})
 	}

@@ -4,7 +4,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/switchml/switchml-go/trainers/internal/golden"
+	"github.com/switchml/switchml-go/internal/golden"
 )
 
 // Every checked-in rack run's report, table and plot is what `rackbench

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/switchml/switchml-go/trainers/internal/golden"
+	"github.com/switchml/switchml-go/internal/golden"
 )
 
 // Every checked-in replay's report and plot is what `replaybench report`

@@ -12,8 +12,9 @@ import (
 // Regenerate copies the files inputs (names in dir) into a temporary
 // directory, runs write on that directory, and fails t for every file
 // write leaves there that dir lacks or holds with other bytes. regen is
-// the command that rewrites dir, for the failure's message.
-func Regenerate(t *testing.T, dir string, inputs []string, regen string, write func(tmp string) error) {
+// the command that rewrites dir, for the failure's message. It returns
+// the names of the files in the temporary directory, sorted.
+func Regenerate(t *testing.T, dir string, inputs []string, regen string, write func(tmp string) error) []string {
 	t.Helper()
 	tmp := t.TempDir()
 	for _, name := range inputs {
@@ -32,10 +33,12 @@ func Regenerate(t *testing.T, dir string, inputs []string, regen string, write f
 	if err != nil {
 		t.Fatal(err)
 	}
+	var names []string
 	for _, e := range entries {
 		if !e.Type().IsRegular() {
 			continue
 		}
+		names = append(names, e.Name())
 		got, err := os.ReadFile(filepath.Join(tmp, e.Name()))
 		if err != nil {
 			t.Fatal(err)
@@ -48,4 +51,5 @@ func Regenerate(t *testing.T, dir string, inputs []string, regen string, write f
 			t.Errorf("%s: its results give other bytes than the checked-in file (run `%s` and see the diff)", filepath.Join(dir, e.Name()), regen)
 		}
 	}
+	return names
 }
