@@ -248,29 +248,42 @@ func TestTheCheckCatchesUpwardImports(t *testing.T) {
 	}
 }
 
-// heavyModules are the outside modules the library that `go get` users
-// import must not pull in: they come with optional parts (gorgonia tensors,
-// the AF_XDP transport), each in a package of its own.
+// heavyModules are the outside modules that the library `go get` users
+// import, and a program that embeds the switch, must not pull in: they come
+// with optional parts (gorgonia tensors, the AF_XDP transport), each in a
+// package of its own that a program imports when it wants it.
 var heavyModules = []string{"gorgonia.org/", "github.com/apache/arrow", "github.com/cilium/ebpf"}
 
-// TestTheLibraryIsLight: package switchml, with what it imports, pulls in
-// none of heavyModules; the packages that do are named.
+// lightPackages are what a program imports to join jobs (switchml) or to
+// embed the switch side (p4/local, p4/softswitch), with the optional
+// package that brings each heavy part in.
+var lightPackages = []string{"switchml", "p4/local", "p4/softswitch"}
+
+// TestTheLibraryIsLight: the library and the embedded switch, with what
+// they import, pull in none of heavyModules; the packages that do are
+// named.
 func TestTheLibraryIsLight(t *testing.T) {
 	root := moduleRoot(t)
-	cmd := exec.Command("go", "list", "-deps", "./switchml")
-	cmd.Dir = root
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list -deps ./switchml: %v", err)
-	}
-	deps := strings.Fields(string(out))
-	if !slices.Contains(deps, "google.golang.org/grpc") {
-		t.Fatalf("go list -deps ./switchml lists %d packages without grpc: not the library's graph", len(deps))
-	}
-	for _, d := range deps {
+	for _, pkg := range lightPackages {
+		cmd := exec.Command("go", "list", "-deps", "./"+pkg)
+		cmd.Dir = root
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list -deps ./%s: %v", pkg, err)
+		}
+		deps := strings.Fields(string(out))
+		if !slices.Contains(deps, "google.golang.org/grpc") {
+			t.Fatalf("go list -deps ./%s lists %d packages without grpc: not the package's graph", pkg, len(deps))
+		}
 		for _, h := range heavyModules {
-			if strings.HasPrefix(d, h) {
-				t.Errorf("package switchml depends on %s: keep it in an optional package (switchml/tensor, transport/afxdp)", d)
+			var heavy []string
+			for _, d := range deps {
+				if strings.HasPrefix(d, h) {
+					heavy = append(heavy, d)
+				}
+			}
+			if len(heavy) > 0 {
+				t.Errorf("package %s depends on %d packages of %s (%s, ...): keep them behind an optional package (switchml/tensor, transport/afxdp) that programs import when they want it", pkg, len(heavy), h, heavy[0])
 			}
 		}
 	}
