@@ -17,8 +17,9 @@ import (
 
 // rules are the layer rules as docs/architecture.md states them.
 type rules struct {
-	// layer of each top-level folder: a package may import module packages
-	// of its own folder or of a folder on a lower layer, nothing else.
+	// layer of each top-level folder, and of the folders under one that
+	// have a layer of their own: a package may import module packages of
+	// its own folder or of a folder on a lower layer, nothing else.
 	layer map[string]int
 	// pure packages may import only the module packages listed for them
 	// (and the standard library and outside modules).
@@ -85,14 +86,14 @@ func (r rules) check(graph map[string][]string) []string {
 	}
 	slices.Sort(pkgs)
 	for _, p := range pkgs {
-		from := top(p)
+		from := r.folderOf(p)
 		lf, ok := r.layer[from]
 		if !ok {
 			bad = append(bad, fmt.Sprintf("%s: its folder %s is on no layer; add it to docs/architecture.md's Layer rules", p, from))
 			continue
 		}
 		for _, q := range graph[p] {
-			to := top(q)
+			to := r.folderOf(q)
 			lt, ok := r.layer[to]
 			switch {
 			case !ok:
@@ -194,9 +195,21 @@ func fencedBlock(doc []byte, heading string) ([]byte, error) {
 	return block, nil
 }
 
-func top(pkg string) string {
-	f, _, _ := strings.Cut(pkg, "/")
-	return f
+// folderOf is the folder whose layer pkg is on: the longest folder the
+// rules name that holds pkg (a folder under a top-level one may be given a
+// layer of its own, as shared ground under both sides), else pkg's
+// top-level folder.
+func (r rules) folderOf(pkg string) string {
+	best := ""
+	for f := range r.layer {
+		if (pkg == f || strings.HasPrefix(pkg, f+"/")) && len(f) > len(best) {
+			best = f
+		}
+	}
+	if best == "" {
+		best, _, _ = strings.Cut(pkg, "/")
+	}
+	return best
 }
 
 // moduleGraph lists the module's packages and the module packages each
@@ -319,6 +332,9 @@ func TestTheCheckCatchesUpwardImports(t *testing.T) {
 		{"benchmarks", "cmd/switchml"},     // a library importing the CLI
 		{"internal/harness", "benchmarks"}, // the harness importing the suite it serves
 		{"switchml/engine", "p4/pipeline"}, // one state machine importing the other
+		{"switchml", "internal/harness"},   // a side reaching into internal/, beside the folder of its own layer
+		{"internal/backoff", "switchml"},   // that folder importing a side above it
+		{"internal/backoff", "wire"},       // or anything of the module: it is pure
 	} {
 		g := withImport(t, graph, c.from, c.to)
 		bad := r.check(g)
