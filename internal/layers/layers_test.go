@@ -389,7 +389,7 @@ func TestTheSidesCheckCatchesAnImport(t *testing.T) {
 // import, and a program that embeds the switch, must not pull in: they come
 // with optional parts (gorgonia tensors, the AF_XDP transport), each in a
 // package of its own that a program imports when it wants it.
-var heavyModules = []string{"gorgonia.org/", "github.com/apache/arrow", "github.com/cilium/ebpf"}
+var heavyModules = []string{"gorgonia.org/", "github.com/apache/arrow", "github.com/cilium/ebpf", "github.com/vishvananda/"}
 
 // lightPackages are what a program imports to join jobs (switchml) or to
 // embed the switch side (p4/local, p4/softswitch), with the optional
