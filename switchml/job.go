@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/switchml/switchml-go/internal/backoff"
 	"github.com/switchml/switchml-go/jobpb"
 )
 
@@ -115,7 +116,7 @@ const fallbackProbe = 2 * time.Second
 func (j *jobClient) probe(ctx context.Context) (d *jobpb.DescribeResponse, unreachable error) {
 	pctx, cancel := context.WithTimeout(ctx, fallbackProbe)
 	defer cancel()
-	backoff := 20 * time.Millisecond
+	wait := backoff.New(20*time.Millisecond, 200*time.Millisecond)
 	for {
 		d, err := j.client.Describe(pctx, &jobpb.DescribeRequest{})
 		switch {
@@ -124,15 +125,12 @@ func (j *jobClient) probe(ctx context.Context) (d *jobpb.DescribeResponse, unrea
 		case status.Code(err) != codes.Unavailable && pctx.Err() == nil:
 			return nil, nil
 		}
-		select {
-		case <-pctx.Done():
+		if wait.Wait(pctx) != nil {
 			if ctx.Err() != nil {
 				return nil, nil // the caller's own deadline: Join says so
 			}
 			return nil, fmt.Errorf("no connection to the controller at %s within %v: %s", j.cfg.Controller, fallbackProbe, status.Convert(err).Message())
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 200*time.Millisecond)
 	}
 }
 
@@ -235,7 +233,7 @@ func (j *jobClient) watch() error {
 // the session (it restarted, and reprogrammed the switch) ends it with that
 // cause, so that the calls in flight fail at once.
 func (j *jobClient) follow(ctx context.Context, stream jobpb.JobService_WatchClient, req *jobpb.WatchRequest) {
-	backoff := 50 * time.Millisecond
+	wait := backoff.New(50*time.Millisecond, 2*time.Second)
 	for {
 		for {
 			ev, err := stream.Recv()
@@ -246,15 +244,12 @@ func (j *jobClient) follow(ctx context.Context, stream jobpb.JobService_WatchCli
 				j.st.abort(abortedBy(ev))
 				return
 			}
-			backoff = 50 * time.Millisecond
+			wait.Reset()
 		}
 		for {
-			select {
-			case <-ctx.Done():
+			if wait.Wait(ctx) != nil {
 				return // this rank closed
-			case <-time.After(backoff):
 			}
-			backoff = min(2*backoff, 2*time.Second)
 			var err error
 			if stream, err = j.client.Watch(ctx, req, grpc.WaitForReady(true)); err == nil {
 				var ev *jobpb.WatchEvent
@@ -425,7 +420,7 @@ func (j *jobClient) broadcast(ctx context.Context, name string, root int, data [
 // closes. A controller that no longer knows the call's session answers
 // with an error that is not retried.
 func retryUnavailable(ctx context.Context, stop <-chan struct{}, call func() error) error {
-	backoff := 20 * time.Millisecond
+	wait := backoff.New(20*time.Millisecond, time.Second)
 	for {
 		err := call()
 		if status.Code(err) != codes.Unavailable {
@@ -436,9 +431,8 @@ func retryUnavailable(ctx context.Context, stop <-chan struct{}, call func() err
 			return err
 		case <-stop:
 			return err
-		case <-time.After(backoff):
+		case <-time.After(wait.Next()):
 		}
-		backoff = min(2*backoff, time.Second)
 	}
 }
 

@@ -45,7 +45,7 @@ var (
 //
 // A Session is a front: the job client (job.go) speaks with the
 // controller, and an executor runs the calls, on the switch's lanes
-// (switch.go, lane.go) or over the ring (fallback.go).
+// (lanes.go, each lane lane.go) or over the ring (fallback.go).
 type Session struct {
 	cfg Config
 	st  *state

@@ -17,6 +17,7 @@ import (
 
 	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/switchml/switchml-go/internal/backoff"
 	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"github.com/switchml/switchml-go/p4/p4info"
@@ -316,7 +317,7 @@ func registerMetrics(cfg Config, svc *JobService) (unregister func(), err error)
 // back, no error) or another controller is primary (not back, that error).
 // what names the switch, or the tree, in the logs, with attrs.
 func redial(ctx context.Context, log *slog.Logger, what string, dial func() error, attrs ...any) (back bool, err error) {
-	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+	for wait := backoff.New(100*time.Millisecond, 5*time.Second); ; {
 		err := dial()
 		if err == nil {
 			return true, nil
@@ -327,11 +328,10 @@ func redial(ctx context.Context, log *slog.Logger, what string, dial func() erro
 		if errors.Is(err, p4rt.ErrNotPrimary) {
 			return false, err
 		}
-		log.Warn("controller: "+what+" not back yet", append(attrs, "err", err, "retry_in", backoff)...)
-		select {
-		case <-ctx.Done():
+		retryIn := wait.Next()
+		log.Warn("controller: "+what+" not back yet", append(attrs, "err", err, "retry_in", retryIn)...)
+		if backoff.Sleep(ctx, retryIn) != nil {
 			return false, nil
-		case <-time.After(backoff):
 		}
 	}
 }
