@@ -132,8 +132,9 @@ type Config struct {
 // Run connects to the switch, becomes its primary controller, pushes the
 // pipeline and serves the job service until ctx is done. When the switch
 // connection is lost (the switch restarted, the link broke), the live jobs
-// are aborted with that cause and Run reconnects with back-off and programs
-// the switch afresh; registrations meanwhile fail with a clear error.
+// are aborted with that cause and Run reconnects with back-off, programs
+// the switch afresh and removes what it kept of the aborted jobs;
+// registrations meanwhile wait for that, within their deadlines.
 func Run(ctx context.Context, cfg Config) error {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -227,29 +228,44 @@ func Run(ctx context.Context, cfg Config) error {
 
 // reconnect ends the live jobs after the switch was lost (it restarted or
 // the link to it broke: whatever it aggregated is gone or unknowable),
-// then dials it again with back-off and programs it afresh. back is false
-// when ctx ended first.
+// then dials it again with back-off and programs it afresh. Registrations
+// that waited meanwhile are placed only once the switch holds nothing of
+// the jobs that ended (clearEnded). back is false when ctx ended first.
 func reconnect(ctx context.Context, cfg Config, dp netip.AddrPort, svc *JobService, cl *p4rt.Client) (_ *p4rt.Client, back bool, err error) {
 	lost := cl.StreamError()
 	cfg.Logger.Warn("controller: lost the switch; reconnecting", "target", cfg.Target, "err", lost)
 	svc.SwitchLost(fmt.Sprintf("aborted: the controller lost the switch at %s (%v); what it held for the job is gone: join again", cfg.Target, lost))
 	cl.Close()
-	var adopted bool
 	if back, err := redial(ctx, cfg.Logger, "switch", func() (err error) {
-		cl, adopted, err = connect(ctx, cfg, dp)
+		if cl, _, err = connect(ctx, cfg, dp); err != nil {
+			return err
+		}
+		if err = clearEnded(ctx, cfg, cl); err != nil {
+			cl.Close()
+		}
 		return err
 	}, "target", cfg.Target); !back {
 		return nil, false, err
 	}
 	svc.SwitchBack(controlled{cl})
-	if adopted {
-		// The switch kept its tables: the aborted jobs' entries are
-		// still there, and go once no rank claims them.
-		if err := svc.Adopt(ctx, cl, cfg.AdoptGrace); err != nil {
-			cfg.Logger.Warn("controller: reading back the switch's jobs", "err", err)
-		}
-	}
 	return cl, true, nil
+}
+
+// clearEnded removes the job entries a switch the controller reconnected
+// to still holds. Every job the controller had there ended when it lost
+// the switch, and their ranks were told so; but a switch that kept its
+// tables (the link broke, not the switch; or its pipeline is left as it
+// was) still holds their partitions, multicast groups and workers entries.
+// A job placed beside them would collide with their entries, or take
+// their slots while an ended rank's packets, still arriving from an
+// address the switch knows, are summed into its results.
+func clearEnded(ctx context.Context, cfg Config, cl *p4rt.Client) error {
+	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	defer cancel()
+	if err := cl.ClearJobs(ctx); err != nil {
+		return fmt.Errorf("controller: switch at %s: removing the entries of the jobs that ended when the controller lost it: %w", cfg.Target, err)
+	}
+	return nil
 }
 
 // refuseOpenJobs reports whether the job service refuses jobs without a

@@ -547,11 +547,16 @@ func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (
 	// when every rank is in.
 	if away := s.away.Load(); away != nil && req.GetFallbackAddress() == "" {
 		wctx, cancel := answerBefore(ctx)
+		s.metrics.waitingForSwitch.Inc()
+		back := false
 		select {
 		case <-away.back:
-			cancel()
+			back = true
 		case <-wctx.Done():
-			cancel()
+		}
+		s.metrics.waitingForSwitch.Dec()
+		cancel()
+		if !back {
 			return nil, status.Errorf(codes.Unavailable, "the switch did not come back before the deadline (%s); join again later", away.why)
 		}
 	}
@@ -763,7 +768,9 @@ type switchAway struct {
 	back chan struct{}
 }
 
-// SwitchBack hands the service the reprogrammed switch.
+// SwitchBack hands the service the reprogrammed switch, which must hold
+// nothing of the jobs that ended with SwitchLost: the registrations that
+// waited for it are placed at once, on room those jobs had.
 func (s *JobService) SwitchBack(sw Switch) {
 	s.swMu.Lock()
 	s.sw = sw

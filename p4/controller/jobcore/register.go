@@ -165,10 +165,12 @@ type endedJob struct {
 
 // keepOwner remembers the owner of a job with a token that ended, so that
 // for ownerKept its name stays its owner's: between two runs of a job
-// (one per epoch, a restart) nobody else takes the name. The oldest are
-// forgotten first past maxOwnersKept.
+// (one per epoch, a restart) nobody else takes the name. A job taken back
+// from the switch by its claim keeps its name so too; one found there
+// without a claim has no name to keep. The oldest are forgotten first past
+// maxOwnersKept.
 func (c *Core) keepOwner(j *job) {
-	if j.open() || j.registeredAt.IsZero() {
+	if j.open() || j.name == "" {
 		return
 	}
 	if _, ok := c.owners[j.name]; !ok && len(c.owners) >= maxOwnersKept {
