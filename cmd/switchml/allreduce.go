@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/benchmarks"
+	"github.com/switchml/switchml-go/field"
 	"github.com/switchml/switchml-go/secure"
 	"github.com/switchml/switchml-go/switchml"
 	"github.com/switchml/switchml-go/switchml/dtype"
@@ -118,6 +119,8 @@ func runAllReduce(ctx context.Context, args []string) error {
 	}
 	in.seed = *seed
 	err = allreduceRounds(ctx, cfg, dt, *elements, *iters, *warmup, in, *verify, *nanAt, *metricsAddr, &rep)
+	// The library names Config's fields; this command's users set flags.
+	err = field.Named(err, field.Flags(allreduceFlags))
 	if trace != nil {
 		if terr := trace.Close(); terr != nil && err == nil {
 			err = terr
@@ -125,7 +128,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 	}
 	if err != nil {
 		// A run that failed verified nothing, whatever it checked first.
-		rep.Error, rep.Verified = err.Error(), false
+		rep.Fail(err)
 	}
 	if u, sys, ok := benchmarks.ProcessCPU(); ok {
 		rep.CPUUserS, rep.CPUSysS = u, sys
@@ -156,7 +159,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 func allreduceRounds(ctx context.Context, cfg switchml.Config, dt dtype.Codec, elements, iters, warmup int, in tensorInput, verify bool, nanAt int, metricsAddr string, rep *benchmarks.WorkerReport) error {
 	sess, err := switchml.Join(ctx, cfg)
 	if err != nil {
-		return switchml.InFlags(err, allreduceFlags)
+		return err
 	}
 	defer sess.Close()
 	if metricsAddr != "" {

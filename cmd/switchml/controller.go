@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/switchml/switchml-go/field"
 	_ "github.com/switchml/switchml-go/p4/bmv2" // registers the bmv2 target kind
 	"github.com/switchml/switchml-go/p4/controller"
 	"github.com/switchml/switchml-go/p4/targets"
@@ -88,12 +89,11 @@ func runController(ctx context.Context, args []string) error {
 	if err := files.read(&o); err != nil {
 		return err
 	}
-	return controller.Named(controller.RunFromOptions(ctx, o), controllerFlag)
+	return field.Named(controller.RunFromOptions(ctx, o), field.Flags(controllerFlags))
 }
 
 // controllerFlags are the controller's flags by the controller.Options
-// field each sets, as the controller's refusals (controller.FieldError)
-// name them.
+// field each sets, as the controller's refusals (field.Error) name them.
 var controllerFlags = map[string]string{
 	"Target": "target", "Listen": "listen", "State": "state", "Dataplane": "dataplane", "Slots": "slots",
 	"DeviceID": "device-id", "ElectionID": "election-id", "YieldPrimary": "yield-primary",
@@ -106,14 +106,6 @@ var controllerFlags = map[string]string{
 	"MaxJobsPerClient": "max-jobs-per-client", "AllowOpenJobs": "allow-open-jobs", "AllowLaneAddressMismatch": "allow-lane-address-mismatch",
 	"MaxSlotsPerClient": "max-slots-per-client", "MaxBytesPerClient": "max-bytes-per-client", "MaxCallsPerClient": "max-calls-per-client",
 	"Topology": "topology",
-}
-
-// controllerFlag is the flag that sets an Options field ("" for none).
-func controllerFlag(field string) string {
-	if f, ok := controllerFlags[field]; ok {
-		return "--" + f
-	}
-	return ""
 }
 
 // controllerFiles are the files the controller's flags name, which the

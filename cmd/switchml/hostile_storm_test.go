@@ -210,8 +210,8 @@ func TestHostileFatRegistrationStormMemoryBound(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if msg, _ := firstRefusal.Load().(string); !strings.Contains(msg, "--max-calls-per-client") {
-		t.Fatalf("a refusal says %q: want the limit's flag", msg)
+	if msg, _ := firstRefusal.Load().(string); !strings.Contains(msg, "MaxCallsPerClient") {
+		t.Fatalf("a refusal says %q: want the limit's setting", msg)
 	}
 	st := spawn(t, nil, "status", "--controller", f.controller, "--json", "--no-counters", "--timeout", "2m")
 	if err := st.wait(t, 3*time.Minute); err != nil {

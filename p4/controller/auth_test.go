@@ -78,7 +78,7 @@ func TestCheckAuth(t *testing.T) {
 	refusedAuth := func(err error, why string) bool {
 		return isFieldError(err, "Auth") && strings.Contains(err.Error(), why)
 	}
-	if err := checkAuth(ctx, plain, authSoft, plainAddr); !refusedAuth(err, "start the switch with --auth") {
+	if err := checkAuth(ctx, plain, authSoft, plainAddr); !refusedAuth(err, "start the switch with its Auth set") {
 		t.Fatalf("controller with Auth, switch without: %v", err)
 	}
 	if err := checkAuth(ctx, keyed, soft, authAddr); !refusedAuth(err, "start the controller with Auth") {
@@ -182,7 +182,7 @@ func TestRegisterHandsOutKeys(t *testing.T) {
 		t.Fatalf("keyed jobs on the switch = %v, want jobs %d and %d", got, ra[0].GetJobId(), rb[0].GetJobId())
 	}
 	_, err = jobs.Register(ctx, regReq("c", 0, 1, 1, 4, 3))
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "--extended --auth") {
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "join with switchml.Config.Extended and Auth") {
 		t.Fatalf("compatible header on a switch with --auth: %v", err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/switchml/switchml-go/field"
 	"github.com/switchml/switchml-go/internal/backoff"
 	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/p4/controller/p4rt"
@@ -149,15 +150,15 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.Topology != nil {
 		if cfg.Switch.Auth {
-			return refuseField("{Auth} with {Topology}: the hop from a leaf to its parent carries no tags; run the tree without {Auth}")
+			return field.Errorf("{Auth} with {Topology}: the hop from a leaf to its parent carries no tags; run the tree without {Auth}")
 		}
 		if cfg.State != "" {
-			return refuseField("{State} with {Topology}: a tree's jobs are not taken back after a restart; leave {State} out")
+			return field.Errorf("{State} with {Topology}: a tree's jobs are not taken back after a restart; leave {State} out")
 		}
 		return runTree(ctx, cfg)
 	}
 	if cfg.State == "" {
-		cfg.Logger.Info("controller: no --state file: jobs running on the switch end if this controller restarts")
+		cfg.Logger.Info("controller: no State file: jobs running on the switch end if this controller restarts")
 	}
 	shards, err := DataplanesFor(cfg.Dataplane, cfg.Target)
 	if err != nil {
@@ -276,7 +277,7 @@ func (cfg Config) refuseOpenJobs() bool {
 		return false
 	}
 	if cfg.AllowOpenJobs {
-		cfg.Logger.Warn("controller: the job service listens beyond loopback and takes jobs without a token (--allow-open-jobs): any client that reaches it may take their missing ranks", "listen", cfg.Listen)
+		cfg.Logger.Warn("controller: the job service listens beyond loopback and takes jobs without a token (AllowOpenJobs): any client that reaches it may take their missing ranks", "listen", cfg.Listen)
 		return false
 	}
 	return true
@@ -311,7 +312,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.Switch = t
 	}
 	if cfg.Switch.P4() && len(cfg.Switch.Ports) == 0 {
-		return cfg, refuseField("{Ports}: a %s switch needs a port map: which switch port reaches each worker address", cfg.Switch.Kind)
+		return cfg, field.Errorf("{Ports}: a %s switch needs a port map: which switch port reaches each worker address", cfg.Switch.Kind)
 	}
 	return cfg, nil
 }
@@ -496,14 +497,14 @@ func pipelineCookie(info *p4configv1.P4Info, deviceConfig []byte) (uint64, error
 func checkSlots(ctx context.Context, cl *p4rt.Client, cfg Config) error {
 	if cfg.Switch.P4() {
 		if cfg.Slots > 8192 {
-			return refuseField("{Slots} %d: the %s program has 8192 slots per set", cfg.Slots, cfg.Switch.Kind)
+			return field.Errorf("{Slots} %d: the %s program has 8192 slots per set", cfg.Slots, cfg.Switch.Kind)
 		}
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
 	if _, err := cl.ReadRegister(ctx, cl.IDs().RegisterPoolCount, 2*cfg.Slots-1, 1); err != nil {
-		return refuseField("{Slots} %d: the switch at %s does not hold them (give both the same slots): reading slot %d of set 1: %v", cfg.Slots, cfg.Target, cfg.Slots-1, err)
+		return field.Errorf("{Slots} %d: the switch at %s does not hold them (give both the same slots): reading slot %d of set 1: %v", cfg.Slots, cfg.Target, cfg.Slots-1, err)
 	}
 	return nil
 }

@@ -264,7 +264,7 @@ func NewJobService(sw Switch, cfg ServiceConfig) (*JobService, error) {
 	}
 	if len(cfg.Shards) > 1 {
 		if cfg.Target.P4() {
-			return nil, fmt.Errorf("controller: %d data-plane addresses for a %s switch: several are for a software switch with --shards; give one", len(cfg.Shards), cfg.Target.Kind)
+			return nil, fmt.Errorf("controller: %d data-plane addresses for a %s switch: several are for a software switch of several shards; give one", len(cfg.Shards), cfg.Target.Kind)
 		}
 		if cfg.Shards[0] != cfg.Dataplane {
 			return nil, fmt.Errorf("controller: NewJobService: the first shard %v is not the data plane address %v", cfg.Shards[0], cfg.Dataplane)
@@ -284,7 +284,7 @@ func NewJobService(sw Switch, cfg ServiceConfig) (*JobService, error) {
 		MaxJobsPerClient: max(cfg.MaxJobsPerClient, 0), MaxSlotsPerClient: cfg.JobLimits.slotsPerClient(cfg.Slots),
 		MaxBytesPerClient: max(cfg.MaxBytesPerClient, 0), RefuseOpen: cfg.RefuseOpenJobs})
 	if cfg.AllowLaneAddressMismatch {
-		cfg.Logger.Warn("controller: lane addresses are not checked against the caller's address (--allow-lane-address-mismatch): a client can aim the switch's results at another host; use it only where workers reach the controller through NAT or another network than their data plane")
+		cfg.Logger.Warn("controller: lane addresses are not checked against the caller's address (AllowLaneAddressMismatch): a client can aim the switch's results at another host; use it only where workers reach the controller through NAT or another network than their data plane")
 	}
 	drained := make(chan struct{})
 	close(drained)
@@ -599,7 +599,7 @@ func (s *JobService) tapCall(ctx context.Context, info *tap.Info) (context.Conte
 	if open >= limit {
 		s.callsMu.Unlock()
 		s.metrics.refusedCalls.Inc()
-		return nil, status.Errorf(codes.ResourceExhausted, "client %s has %d calls open, its limit (controller --max-calls-per-client): wait for them to be answered", client, open)
+		return nil, status.Errorf(codes.ResourceExhausted, "client %s has %d calls open, its limit (the controller's MaxCallsPerClient): wait for them to be answered", client, open)
 	}
 	s.open[client] = open + 1
 	s.callsMu.Unlock()
@@ -624,7 +624,7 @@ func (s *JobService) callBytes(client string, n int) (release func(), err error)
 	s.callsMu.Lock()
 	defer s.callsMu.Unlock()
 	if held := s.calls[client]; held+n > limit {
-		return nil, status.Errorf(codes.ResourceExhausted, "client %s has %d bytes of registrations in progress, and this one of %d would take it over its budget of %d (controller --max-bytes-per-client): wait for its registrations to be answered",
+		return nil, status.Errorf(codes.ResourceExhausted, "client %s has %d bytes of registrations in progress, and this one of %d would take it over its budget of %d (the controller's MaxBytesPerClient): wait for its registrations to be answered",
 			client, held, n, limit)
 	}
 	s.calls[client] += n

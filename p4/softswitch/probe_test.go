@@ -123,7 +123,7 @@ func TestControllerProbesDataplane(t *testing.T) {
 				t.Errorf("rank %d: no error, with no switch at 127.0.0.9:48864", r)
 				continue
 			}
-			for _, want := range []string{"127.0.0.9:48864", "--dataplane"} {
+			for _, want := range []string{"127.0.0.9:48864", "Dataplane"} {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("rank %d: %v; want it to name %s", r, err, want)
 				}

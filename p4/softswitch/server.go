@@ -111,7 +111,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 func controllers(tlsCfg *tls.Config, names []string) (*secure.Allow, error) {
 	if tlsCfg == nil || tlsCfg.ClientCAs == nil {
 		if len(names) > 0 {
-			return nil, fmt.Errorf("softswitch: P4Runtime allow list %q: needs client certificates: give --tls-cert, --tls-key and --tls-client-ca", names)
+			return nil, fmt.Errorf("softswitch: P4Runtime allow list %q: needs client certificates: give TLS with client CAs", names)
 		}
 		return nil, nil
 	}
@@ -196,7 +196,7 @@ func (s *Server) ServeP4Runtime(ctx context.Context, lis net.Listener) error {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls)))
 	}
 	if s.p4rt.Allowed() == nil && !secure.Loopback(lis.Addr().String()) {
-		s.log.Warn("p4runtime: serving without client certificates on a non-loopback address: whoever reaches it can program the switch; give it --tls-cert, --tls-key and --tls-client-ca",
+		s.log.Warn("p4runtime: serving without client certificates on a non-loopback address: whoever reaches it can program the switch; give it TLS with client CAs",
 			"addr", lis.Addr().String())
 	}
 	g := grpc.NewServer(opts...)

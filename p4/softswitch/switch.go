@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchml/switchml-go/field"
 	"github.com/switchml/switchml-go/p4/dataplane"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/switchjob"
@@ -151,7 +152,7 @@ func Listen(cfg Config) (*Switch, error) {
 	}
 	if cfg.Auth {
 		if cfg.Parent != "" {
-			return nil, fmt.Errorf("switch: --auth with --parent %s: the partial sums a leaf sends its parent carry no tag; run the tree without --auth", cfg.Parent)
+			return nil, field.Errorf("switch: {Auth} with {Parent} %s: the partial sums a leaf sends its parent carry no tag; run the tree without {Auth}", cfg.Parent)
 		}
 		cfg.Pipeline.Auth = true
 	}

@@ -1,6 +1,7 @@
 package dtype
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -158,16 +159,20 @@ func ExpectInputs(c Codec, workers, n, k int, fill func(in []byte, r int) error)
 	return e, nil
 }
 
+// ErrUnexpected is a result that Expectation.Check found wrong: a sum
+// that is not the expected one.
+var ErrUnexpected = errors.New("not the expected result")
+
 // Check compares a result with the expectation and describes the first
-// mismatch.
+// mismatch (ErrUnexpected).
 func (e Expectation) Check(data []byte) error {
 	if got := len(data) / e.c.Size(); got != len(e.want) {
-		return fmt.Errorf("%d %s values, want %d", got, e.c.Name(), len(e.want))
+		return fmt.Errorf("%w: %d %s values, want %d", ErrUnexpected, got, e.c.Name(), len(e.want))
 	}
 	for i, want := range e.want {
 		got := e.c.Get(data, i)
 		if math.Abs(got-want) > e.tol[i] || math.IsNaN(got) {
-			return fmt.Errorf("element %d = %v, want %v (tolerance %.3g)", i, got, want, e.tol[i])
+			return fmt.Errorf("%w: element %d = %v, want %v (tolerance %.3g)", ErrUnexpected, i, got, want, e.tol[i])
 		}
 	}
 	return nil

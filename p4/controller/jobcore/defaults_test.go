@@ -45,7 +45,7 @@ func TestCoreOpenJobRankTaken(t *testing.T) {
 	}
 	_, err = r.admitAs("addr:10.9.9.9", regReq("gather", 0, 3, 1, 4, 9))
 	wantRefusal(t, err, codes.PermissionDenied, "job \"gather\" rank 0 is taken")
-	if !strings.Contains(err.Error(), "--token") {
+	if !strings.Contains(err.Error(), "Config.Token") {
 		t.Errorf("refusal %q does not say how to give a token", err)
 	}
 	r.pending(w0)
@@ -109,7 +109,7 @@ func TestCoreRefuseOpen(t *testing.T) {
 	r.c.cfg.RefuseOpen = true
 	_, err := r.register(regReq("j", 0, 2, 1, 4, 1))
 	wantRefusal(t, err, codes.PermissionDenied, "job \"j\" has no token")
-	for _, want := range []string{"--token", "$SWITCHML_TOKEN", "--allow-open-jobs"} {
+	for _, want := range []string{"Config.Token", "AllowOpenJobs"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("refusal %q does not name %s", err, want)
 		}
