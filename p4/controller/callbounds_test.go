@@ -135,3 +135,67 @@ func TestCallHeadersBounded(t *testing.T) {
 		t.Fatalf("Describe with %d bytes of headers answered, want it refused", maxHeaderListBytes)
 	}
 }
+
+// TestConnsPerHostBounded: the job service's listener keeps at most
+// MaxConnsPerHost connections open from one IP address, closing the next
+// as it is accepted; another host's connection is taken meanwhile, and a
+// connection that ends makes room.
+func TestConnsPerHostBounded(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis := newHostConns(raw, 2, quiet)
+	defer lis.Close()
+	accepted := make(chan net.Conn)
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	dialFrom := func(host string) net.Conn {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(host)}}
+		c, err := d.Dial("tcp", raw.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	var held []net.Conn
+	for range 2 {
+		dialFrom("127.0.0.2")
+		held = append(held, <-accepted)
+	}
+	// The third from that host is closed before anything is read of it.
+	c := dialFrom("127.0.0.2")
+	read := make(chan error, 1)
+	go func() {
+		_, err := c.Read(make([]byte, 1))
+		read <- err
+	}()
+	select {
+	case <-accepted:
+		t.Fatal("a third connection from one host accepted, want it closed")
+	case err := <-read:
+		if err == nil {
+			t.Fatal("a third connection from one host read a byte, want it closed")
+		}
+	}
+	dialFrom("127.0.0.3")
+	other := <-accepted
+	if got := other.RemoteAddr().(*net.TCPAddr).IP.String(); got != "127.0.0.3" {
+		t.Fatalf("accepted a connection from %s, want the other host's", got)
+	}
+	held[0].Close()
+	dialFrom("127.0.0.2")
+	if again := <-accepted; again.RemoteAddr().(*net.TCPAddr).IP.String() != "127.0.0.2" {
+		t.Fatalf("accepted %v once a connection ended, want the first host's", again.RemoteAddr())
+	}
+}

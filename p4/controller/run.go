@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
@@ -387,6 +388,9 @@ func listenJobs(cfg Config, svc *JobService) (lis net.Listener, served chan erro
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("controller: listen %s: %w", cfg.Listen, err)
 	}
+	if limit := cfg.JobLimits.withDefaults().MaxConnsPerHost; limit > 0 {
+		lis = newHostConns(lis, limit, cfg.Logger)
+	}
 	opts := jobServerOptions(svc)
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
@@ -404,6 +408,73 @@ func listenJobs(cfg Config, svc *JobService) (lis net.Listener, served chan erro
 		<-served
 	}
 	return lis, served, stop, nil
+}
+
+// hostConns is a listener that keeps at most max connections open from
+// one IP address at once: one more is closed as it is accepted, before
+// its TLS handshake or a byte of HTTP/2 is read.
+type hostConns struct {
+	net.Listener
+	max int
+	log *slog.Logger
+
+	mu   sync.Mutex
+	open map[netip.Addr]int
+	full map[netip.Addr]bool // refused since it last had none open (logged)
+}
+
+func newHostConns(lis net.Listener, max int, log *slog.Logger) *hostConns {
+	return &hostConns{Listener: lis, max: max, log: log, open: map[netip.Addr]int{}, full: map[netip.Addr]bool{}}
+}
+
+// Accept returns the next connection from a host within its bound.
+func (l *hostConns) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		host := netip.Addr{}
+		if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+			host = ta.AddrPort().Addr().Unmap()
+		}
+		l.mu.Lock()
+		if l.open[host] >= l.max {
+			first := !l.full[host]
+			l.full[host] = true
+			l.mu.Unlock()
+			c.Close()
+			if first {
+				// Once while the host has connections open: a storm of
+				// connections must not become a storm of log lines.
+				l.log.Warn("controller: refusing connections to the job service from a host that has its limit open (--max-conns-per-host)", "host", host.String(), "limit", l.max)
+			}
+			continue
+		}
+		l.open[host]++
+		l.mu.Unlock()
+		return &hostConn{Conn: c, release: sync.OnceFunc(func() { l.release(host) })}, nil
+	}
+}
+
+func (l *hostConns) release(host netip.Addr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open[host]--; l.open[host] <= 0 {
+		delete(l.open, host)
+		delete(l.full, host)
+	}
+}
+
+// hostConn is a connection hostConns counts until it is closed.
+type hostConn struct {
+	net.Conn
+	release func()
+}
+
+func (c *hostConn) Close() error {
+	c.release()
+	return c.Conn.Close()
 }
 
 // connect dials the switch, becomes its primary controller, pushes the

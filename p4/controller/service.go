@@ -121,6 +121,12 @@ type JobLimits struct {
 	// refused as it arrives, before its request is read (default
 	// DefaultMaxLeasesPerClient; negative: no bound).
 	MaxLeasesPerClient int
+	// MaxConnsPerHost bounds the connections to the job service open at
+	// once from one IP address: one beyond is closed as it is accepted,
+	// before a byte of it is read (default DefaultMaxConnsPerHost;
+	// negative: no bound). Each costs the service its buffers whether or
+	// not it carries calls.
+	MaxConnsPerHost int
 }
 
 // Defaults of JobLimits.
@@ -139,6 +145,9 @@ const (
 	// the largest jobs the software switch takes by default (256 ranks)
 	// from one client identity: each rank holds one while its job runs.
 	DefaultMaxLeasesPerClient = 1024
+	// DefaultMaxConnsPerHost leaves room for a connection of every rank
+	// of four 256-rank jobs from one host (a worker's session holds one).
+	DefaultMaxConnsPerHost = 1024
 	// DefaultSlotShare is the share of the pool one client identity may
 	// hold unless MaxSlotsPerClient says otherwise: half, so that one
 	// client's job (a large window and many lanes) leaves room for the
@@ -166,6 +175,9 @@ func (l JobLimits) withDefaults() JobLimits {
 	}
 	if l.MaxLeasesPerClient == 0 {
 		l.MaxLeasesPerClient = DefaultMaxLeasesPerClient
+	}
+	if l.MaxConnsPerHost == 0 {
+		l.MaxConnsPerHost = DefaultMaxConnsPerHost
 	}
 	return l
 }
@@ -197,6 +209,8 @@ func (l JobLimits) check() error {
 		return fmt.Errorf("max calls per client %d: want 1 or more, 0 for the default, or -1 for no bound", l.MaxCallsPerClient)
 	case l.MaxLeasesPerClient < -1:
 		return fmt.Errorf("max leases per client %d: want 1 or more, 0 for the default, or -1 for no bound", l.MaxLeasesPerClient)
+	case l.MaxConnsPerHost < -1:
+		return fmt.Errorf("max connections per host %d: want 1 or more, 0 for the default, or -1 for no bound", l.MaxConnsPerHost)
 	}
 	return nil
 }
