@@ -38,7 +38,7 @@ func newServiceMetrics() *serviceMetrics {
 		}),
 		refusedCalls: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchml_controller_calls_refused_total",
-			Help: "Calls refused as they arrived because their client identity had --max-calls-per-client calls open.",
+			Help: "Calls refused as they arrived because their client identity had its bound of their kind open (--max-calls-per-client, --max-leases-per-client).",
 		}),
 	}
 }
