@@ -41,7 +41,7 @@ func newServiceMetrics() *serviceMetrics {
 		}),
 		refusedCalls: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchml_controller_calls_refused_total",
-			Help: "Calls refused as they arrived because their client identity had as many calls open as the controller allows one (Options.MaxCallsPerClient).",
+			Help: "Calls refused as they arrived because their client identity had its bound of their kind open (Options.MaxCallsPerClient, MaxLeasesPerClient).",
 		}),
 		waitingForSwitch: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "switchml_controller_registrations_waiting_for_switch",

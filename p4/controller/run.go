@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
@@ -353,12 +354,50 @@ func redial(ctx context.Context, log *slog.Logger, what string, dial func() erro
 	}
 }
 
-// maxRequestBytes bounds a job service request, maxCallsPerConn the calls
-// one connection has open at once.
+// Bounds of every job service call and connection, enforced by gRPC before
+// any handler runs: maxRequestBytes bounds a request, maxCallsPerConn the
+// calls one connection has open at once, maxHeaderListBytes the decoded
+// headers of a call, and callWindowBytes what a call's client may send
+// beyond what the service has read.
 const (
 	maxRequestBytes = 2 << 20
 	maxCallsPerConn = 128
+	// Our clients send about 420 bytes of headers as HTTP/2 counts them
+	// (the method, the authority, the content type, the deadline and the
+	// user agent, 32 bytes a field more than their text; TLS adds none,
+	// and tokens travel in requests): 8 KiB, gRPC's coming default,
+	// leaves room for a proxy's. gRPC's present default (16 MiB)
+	// let one call of a few KB, referencing a header of the connection's
+	// HPACK table thousands of times, decode into megabytes held while the
+	// call is open. A call whose headers decode into more is reset before
+	// it reaches the service, without being counted against its client.
+	maxHeaderListBytes = 8 << 10
+	// gRPC's smallest window, fixed: its default grows a busy connection's
+	// windows up to 16 MiB a call, which a client that sends without
+	// waiting for answers fills on every call it holds open (a lease reads
+	// one request, and no more). 64 KiB a call still carries a 1 MiB
+	// broadcast at 64 KiB a round trip.
+	callWindowBytes = 64 << 10
+	connWindowBytes = 1 << 20
 )
+
+// jobServerOptions bound the job service's calls and connections (see the
+// constants above), and count each call against its client identity's
+// bound for its kind before its request is read (JobService.tapCall).
+func jobServerOptions(svc *JobService) []grpc.ServerOption {
+	// No call's request is larger than a broadcast of 1 MiB and its
+	// fields: a larger one is refused before it is read whole.
+	// A worker's session has a few calls open at once (its registration,
+	// lease, barrier or broadcast): a connection with more waits for room,
+	// so that one connection cannot make the service read and hold
+	// thousands of requests at once.
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(maxRequestBytes), grpc.MaxConcurrentStreams(maxCallsPerConn),
+		grpc.MaxHeaderListSize(maxHeaderListBytes),
+		grpc.InitialWindowSize(callWindowBytes), grpc.InitialConnWindowSize(connWindowBytes),
+		grpc.InTapHandle(svc.tapCall),
+	}
+}
 
 // listenJobs serves the job service on cfg.Listen; stop ends it. served
 // reports the server's end (put back what you take from it, for stop).
@@ -367,13 +406,10 @@ func listenJobs(cfg Config, svc *JobService) (lis net.Listener, served chan erro
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("controller: listen %s: %w", cfg.Listen, err)
 	}
-	// No call's request is larger than a broadcast of 1 MiB and its
-	// fields: a larger one is refused before it is read whole.
-	// A worker's session has a few calls open at once (its registration,
-	// lease, barrier or broadcast): a connection with more waits for room,
-	// so that one connection cannot make the service read and hold
-	// thousands of requests at once.
-	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(maxRequestBytes), grpc.MaxConcurrentStreams(maxCallsPerConn), grpc.InTapHandle(svc.tapCall)}
+	if limit := cfg.JobLimits.withDefaults().MaxConnsPerHost; limit > 0 {
+		lis = newHostConns(lis, limit, cfg.Logger)
+	}
+	opts := jobServerOptions(svc)
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
@@ -390,6 +426,73 @@ func listenJobs(cfg Config, svc *JobService) (lis net.Listener, served chan erro
 		<-served
 	}
 	return lis, served, stop, nil
+}
+
+// hostConns is a listener that keeps at most max connections open from
+// one IP address at once: one more is closed as it is accepted, before
+// its TLS handshake or a byte of HTTP/2 is read.
+type hostConns struct {
+	net.Listener
+	max int
+	log *slog.Logger
+
+	mu   sync.Mutex
+	open map[netip.Addr]int
+	full map[netip.Addr]bool // refused since it last had none open (logged)
+}
+
+func newHostConns(lis net.Listener, max int, log *slog.Logger) *hostConns {
+	return &hostConns{Listener: lis, max: max, log: log, open: map[netip.Addr]int{}, full: map[netip.Addr]bool{}}
+}
+
+// Accept returns the next connection from a host within its bound.
+func (l *hostConns) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		host := netip.Addr{}
+		if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+			host = ta.AddrPort().Addr().Unmap()
+		}
+		l.mu.Lock()
+		if l.open[host] >= l.max {
+			first := !l.full[host]
+			l.full[host] = true
+			l.mu.Unlock()
+			c.Close()
+			if first {
+				// Once while the host has connections open: a storm of
+				// connections must not become a storm of log lines.
+				l.log.Warn("controller: refusing connections to the job service from a host that has its limit open (MaxConnsPerHost)", "host", host.String(), "limit", l.max)
+			}
+			continue
+		}
+		l.open[host]++
+		l.mu.Unlock()
+		return &hostConn{Conn: c, release: sync.OnceFunc(func() { l.release(host) })}, nil
+	}
+}
+
+func (l *hostConns) release(host netip.Addr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open[host]--; l.open[host] <= 0 {
+		delete(l.open, host)
+		delete(l.full, host)
+	}
+}
+
+// hostConn is a connection hostConns counts until it is closed.
+type hostConn struct {
+	net.Conn
+	release func()
+}
+
+func (c *hostConn) Close() error {
+	c.release()
+	return c.Conn.Close()
 }
 
 // connect dials the switch, becomes its primary controller, pushes the

@@ -189,9 +189,26 @@ func (s *Server) Counters() [switchjob.NumStats]uint64 {
 	return s.pipe.Counters()
 }
 
+// Bounds of the P4Runtime service's calls, enforced by gRPC before any
+// handler runs. A controller has its arbitration stream and a few reads
+// and writes open at once, and sends a few hundred bytes of headers: gRPC's
+// defaults (16 MiB of decoded headers a call, which a client inflates from
+// a few KB by referencing its HPACK table, and windows that grow to 16 MiB
+// a call) let any caller, authorised or not, make the switch hold
+// gigabytes before it is asked who it is.
+const (
+	p4rtCallsPerConn   = 64
+	p4rtHeaderBytes    = 8 << 10
+	p4rtCallWindowSize = 64 << 10
+	p4rtConnWindowSize = 1 << 20
+)
+
 // ServeP4Runtime serves the P4Runtime gRPC service on lis until ctx is done.
 func (s *Server) ServeP4Runtime(ctx context.Context, lis net.Listener) error {
-	var opts []grpc.ServerOption
+	opts := []grpc.ServerOption{
+		grpc.MaxConcurrentStreams(p4rtCallsPerConn), grpc.MaxHeaderListSize(p4rtHeaderBytes),
+		grpc.InitialWindowSize(p4rtCallWindowSize), grpc.InitialConnWindowSize(p4rtConnWindowSize),
+	}
 	if s.tls != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls)))
 	}
