@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strings"
 	"sync"
@@ -194,5 +195,53 @@ func TestFallbackThroughHandles(t *testing.T) {
 	}
 	if _, _, err := fallbackOf(12345); statusOf(err) != statusHandle {
 		t.Errorf("fallbackOf of no session: %v, want a handle error", err)
+	}
+}
+
+// TestLengthsAcrossTheBoundary: counts, sizes and timeouts a C caller
+// passes are refused with SWITCHML_ERR_INVALID when their byte size runs
+// past the address space or a duration would wrap, on a live session, and
+// nothing is reduced; a count that fits still sums.
+func TestLengthsAcrossTheBoundary(t *testing.T) {
+	sw, addr, err := localStart("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer localStop(sw)
+	id, err := join(switchml.Config{Controller: addr, Job: "capi-lengths", Rank: 0, Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeSession(id)
+	x := []float32{1, 2, 3, 4}
+	p := unsafe.Pointer(&x[0])
+	for _, c := range []struct {
+		what  string
+		count int64
+		code  int
+		ms    int64
+		want  string
+	}{
+		// 2^62 float32 values are 2^64 bytes: count*size wraps to 0.
+		{"2^62 float32", 1 << 62, dtype.Float32.Code(), 0, "count is 4611686018427387904"},
+		{"2^61 float32", 1 << 61, dtype.Float32.Code(), 0, "run past the end of the address space"},
+		{"2^63-1 int32", math.MaxInt64, dtype.Int32.Code(), 0, "run past the end of the address space"},
+		{"2^63-1 float16", math.MaxInt64, dtype.Float16.Code(), 0, "run past the end of the address space"},
+		{"a timeout beyond a duration", 4, dtype.Float32.Code(), math.MaxInt64, "timeout_ms is 9223372036854775807"},
+	} {
+		if err := allreduce(id, p, c.count, c.code, c.ms); statusOf(err) != statusInvalid || !strings.Contains(fmt.Sprint(err), c.want) {
+			t.Errorf("allreduce of %s: %v (%s), want SWITCHML_ERR_INVALID saying %q", c.what, err, statusNames[statusOf(err)], c.want)
+		}
+	}
+	for _, size := range []int64{math.MaxInt64, 1 << 56, 1 << 31} {
+		if err := broadcastAt(id, "b", 0, p, size, 0); statusOf(err) != statusInvalid || !strings.Contains(fmt.Sprintf("%v", err), fmt.Sprintf("size is %d", size)) {
+			t.Errorf("broadcast of %d bytes: %v, want SWITCHML_ERR_INVALID naming the size", size, err)
+		}
+	}
+	if err := allreduce(id, p, int64(len(x)), dtype.Float32.Code(), 0); err != nil || x[3] != 4 {
+		t.Fatalf("allreduce of 4 values after the refusals: %v, x = %v", err, x)
+	}
+	if st, err := statsOf(id); err != nil || st.AllReduces != 1 || st.Elements != 4 {
+		t.Errorf("stats %+v (%v): want the one allreduce of 4 values, none for the refused calls", st, err)
 	}
 }

@@ -51,22 +51,25 @@ func recovered(buf *C.char, n C.size_t, st *C.int) {
 // or, if it does not fit, writes nothing and says so, naming the length
 // argument (field) and what s is.
 func writeWhole(buf *C.char, n C.size_t, field, what, s string) error {
-	if len(s)+1 > int(n) {
-		return invalid("%s %d cannot hold the %s %q: pass at least %d bytes", field, int(n), what, s, len(s)+1)
+	if uint64(len(s))+1 > uint64(n) {
+		return invalid("%s %d cannot hold the %s %q: pass at least %d bytes", field, uint64(n), what, s, len(s)+1)
 	}
 	writeString(buf, n, s)
 	return nil
 }
 
 // writeString copies s into the C buffer buf of n bytes, truncated and
-// NUL-terminated.
+// NUL-terminated. Only the bytes it writes are taken as a Go slice, so an
+// n beyond what an int holds or the address space has (a size_t the
+// caller got wrong) costs nothing: it writes len(s)+1 bytes at most.
 func writeString(buf *C.char, n C.size_t, s string) {
 	if buf == nil || n == 0 {
 		return
 	}
-	dst := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(n))
-	m := copy(dst[:len(dst)-1], s)
-	dst[m] = 0
+	m := min(uint64(n), uint64(len(s))+1)
+	dst := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(m))
+	k := copy(dst[:len(dst)-1], s)
+	dst[k] = 0
 }
 
 func goString(s *C.switchml_cchar) string {
@@ -96,6 +99,9 @@ func switchml_join(cfg *C.switchml_cconfig, out *C.int64_t, errBuf *C.char, errL
 	}
 	if cfg.join_timeout_ms < 0 || cfg.give_up_ms < 0 {
 		return finish(invalid("join_timeout_ms (%d) and give_up_ms (%d) must not be negative: 0 takes the default", cfg.join_timeout_ms, cfg.give_up_ms), errBuf, errLen)
+	}
+	if int64(cfg.join_timeout_ms) > maxMillis || int64(cfg.give_up_ms) > maxMillis {
+		return finish(invalid("join_timeout_ms (%d) and give_up_ms (%d) must be at most %d (about 292 years)", cfg.join_timeout_ms, cfg.give_up_ms, int64(maxMillis)), errBuf, errLen)
 	}
 	id, err := join(switchml.Config{
 		Controller: goString(cfg.controller), Job: goString(cfg.job),
@@ -143,14 +149,7 @@ func switchml_barrier(session C.int64_t, name *C.switchml_cchar, timeoutMS C.int
 //export switchml_broadcast
 func switchml_broadcast(session C.int64_t, name *C.switchml_cchar, root C.int32_t, data unsafe.Pointer, size C.int64_t, timeoutMS C.int64_t, errBuf *C.char, errLen C.size_t) (st C.int) {
 	defer recovered(errBuf, errLen, &st)
-	if size < 0 || (size > 0 && data == nil) {
-		return finish(invalid("broadcast of %d bytes at %p: want a size of 0 or more and data for it", int64(size), data), errBuf, errLen)
-	}
-	var buf []byte
-	if size > 0 {
-		buf = unsafe.Slice((*byte)(data), int(size))
-	}
-	return finish(broadcast(int64(session), goString(name), int(root), buf, int64(timeoutMS)), errBuf, errLen)
+	return finish(broadcastAt(int64(session), goString(name), int(root), data, int64(size), int64(timeoutMS)), errBuf, errLen)
 }
 
 //export switchml_close

@@ -13,6 +13,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -73,8 +74,8 @@ func sessionCall(id, timeoutMS int64) (*switchml.Session, context.Context, conte
 		return nil, nil, nil, noHandle("session", id)
 	}
 	switch {
-	case timeoutMS < 0:
-		return nil, nil, nil, invalid("timeout_ms is %d: pass 0 for the library's own bounds or a positive number of milliseconds", timeoutMS)
+	case timeoutMS < 0 || timeoutMS > maxMillis:
+		return nil, nil, nil, invalid("timeout_ms is %d: pass 0 for the library's own bounds or a positive number of milliseconds, at most %d (about 292 years)", timeoutMS, int64(maxMillis))
 	case timeoutMS == 0:
 		ctx, cancel := context.WithCancel(context.Background())
 		return s, ctx, cancel, nil
@@ -82,6 +83,10 @@ func sessionCall(id, timeoutMS int64) (*switchml.Session, context.Context, conte
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(timeoutMS)*time.Millisecond)
 	return s, ctx, cancel, nil
 }
+
+// maxMillis is the most milliseconds a time.Duration holds: a longer
+// timeout would wrap to a negative one, ending the call at once.
+const maxMillis = math.MaxInt64 / int64(time.Millisecond)
 
 func noHandle(what string, id int64) error {
 	return fmt.Errorf("%w: no open %s has handle %d (closed already, or never opened)", errNoHandle, what, id)

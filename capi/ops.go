@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 	"unsafe"
@@ -44,6 +45,10 @@ func allreduce(id int64, data unsafe.Pointer, count int64, code int, timeoutMS i
 	case uintptr(data)%uintptr(size) != 0:
 		return invalid("data at %#x is not aligned to its %d-byte values", uintptr(data), size)
 	}
+	n, err := byteLen(data, count, size, "count")
+	if err != nil {
+		return err
+	}
 	s, ctx, cancel, err := sessionCall(id, timeoutMS)
 	if err != nil {
 		return err
@@ -52,7 +57,26 @@ func allreduce(id int64, data unsafe.Pointer, count int64, code int, timeoutMS i
 	if count == 0 {
 		return nil
 	}
-	return s.AllReduce(ctx, c, unsafe.Slice((*byte)(data), int(count)*size))
+	return s.AllReduce(ctx, c, unsafe.Slice((*byte)(data), n))
+}
+
+// maxBufferBytes bounds a buffer a C caller hands over: 2^56 bytes, as
+// much as a 64-bit process can map with five-level page tables, and more
+// than any machine it runs on has.
+const maxBufferBytes = 1 << 56
+
+// byteLen is the length in bytes of count values of size bytes each at
+// data (count 0 or more), or a refusal when they would run past the end of
+// the address space, beyond what an int counts or beyond maxBufferBytes:
+// count*size computed blindly wraps, and a huge count would pass for a
+// small buffer, or for none. field names the argument that holds count.
+func byteLen(data unsafe.Pointer, count int64, size int, field string) (int, error) {
+	room := ^uintptr(0) - uintptr(data) // bytes from data to the top of the address space
+	room = min(room, math.MaxInt, maxBufferBytes)
+	if uint64(count) > uint64(room)/uint64(size) {
+		return 0, invalid("%s is %d: %d values of %d bytes each at %#x run past the end of the address space; pass the number of values in the buffer", field, count, count, size, uintptr(data))
+	}
+	return int(count) * size, nil
 }
 
 // dtypeOf looks a dtype up by name: its code for allreduce and the size
@@ -72,6 +96,25 @@ func barrier(id int64, name string, timeoutMS int64) error {
 	}
 	defer cancel()
 	return s.Barrier(ctx, name)
+}
+
+// broadcastAt is broadcast of the size bytes at data, the caller's memory.
+func broadcastAt(id int64, name string, root int, data unsafe.Pointer, size, timeoutMS int64) error {
+	if size < 0 || (size > 0 && data == nil) {
+		return invalid("broadcast of %d bytes at %p: want a size of 0 or more and data for it", size, data)
+	}
+	n, err := byteLen(data, size, 1, "size")
+	if err != nil {
+		return err
+	}
+	if n > math.MaxInt32 {
+		return invalid("size is %d: a broadcast carries at most %d bytes (it is meant for small data, through the controller)", size, math.MaxInt32)
+	}
+	var buf []byte
+	if n > 0 {
+		buf = unsafe.Slice((*byte)(data), n)
+	}
+	return broadcast(id, name, root, buf, timeoutMS)
 }
 
 // broadcast fills buf on every rank with root's buf.

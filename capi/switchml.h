@@ -39,8 +39,10 @@ extern "C" {
 
 typedef enum switchml_status {
 	SWITCHML_OK = 0,
-	/* A bad argument: a NULL pointer, a negative count, an unknown
-	   dtype, misaligned data. Nothing was sent. */
+	/* A bad argument: a NULL pointer, a negative count, a count or size
+	   whose bytes run past the end of the address space, a timeout
+	   beyond INT64_MAX / 1000000 ms, an unknown dtype, misaligned data.
+	   Nothing was sent. */
 	SWITCHML_ERR_INVALID = 1,
 	/* The library refused the configuration (the message names each
 	   field). Nothing was sent. */
@@ -128,6 +130,9 @@ int switchml_join(const switchml_config *cfg, int64_t *session, char *err, size_
 
 /* Sums count values of dtype at data across all ranks, in place. data
    must stay valid until the call returns, and is not touched after.
+   count is a number of values, not bytes: one whose bytes (count times
+   the value size) would run past the end of the address space fails with
+   SWITCHML_ERR_INVALID.
    Float input with NaN or Inf is refused, naming the first bad index,
    and ends the job for every rank. */
 int switchml_allreduce(int64_t session, void *data, int64_t count, int dtype, int64_t timeout_ms, char *err, size_t err_len);
@@ -143,8 +148,9 @@ int switchml_dtype_lookup(const char *name, int32_t *code, int32_t *size, char *
 int switchml_barrier(int64_t session, const char *name, int64_t timeout_ms, char *err, size_t err_len);
 
 /* Copies root's size bytes at data into every rank's data, through the
-   controller (meant for small data: a few MiB at most). Every rank
-   passes the same size; a different size on a rank fails there with
+   controller (meant for small data: a few MiB at most; a size above
+   2^31 - 1 fails with SWITCHML_ERR_INVALID). Every rank passes the same
+   size; a different size on a rank fails there with
    SWITCHML_ERR_MISMATCH. */
 int switchml_broadcast(int64_t session, const char *name, int32_t root, void *data, int64_t size, int64_t timeout_ms, char *err, size_t err_len);
 

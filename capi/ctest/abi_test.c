@@ -10,6 +10,7 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +93,23 @@ static void test_arguments(void) {
 	expect(switchml_allreduce(1, (char *)x + 1, 2, SWITCHML_FLOAT32, 0, err, sizeof err), SWITCHML_ERR_INVALID, err, "misaligned data");
 	expect(switchml_allreduce(1, NULL, 2, SWITCHML_FLOAT32, 0, err, sizeof err), SWITCHML_ERR_INVALID, err, "NULL data");
 	expect(switchml_allreduce(1, x, 4, SWITCHML_FLOAT32, -1, err, sizeof err), SWITCHML_ERR_HANDLE, err, "handle checked first");
+
+	/* Lengths whose bytes wrap or run past the address space: 2^62
+	   float32 values are 2^64 bytes, which wraps to none. */
+	expect(switchml_allreduce(1, x, (int64_t)1 << 62, SWITCHML_FLOAT32, 0, err, sizeof err), SWITCHML_ERR_INVALID, err, "2^62 float32 values");
+	CHECK(strstr(err, "count is 4611686018427387904") != NULL, "message names the count: %s", err);
+	expect(switchml_allreduce(1, x, INT64_MAX, SWITCHML_INT32, 0, err, sizeof err), SWITCHML_ERR_INVALID, err, "2^63-1 int32 values");
+	expect(switchml_broadcast(1, "b", 0, x, INT64_MAX, 0, err, sizeof err), SWITCHML_ERR_INVALID, err, "broadcast of 2^63-1 bytes");
+	expect(switchml_broadcast(1, "b", 0, x, (int64_t)1 << 31, 0, err, sizeof err), SWITCHML_ERR_INVALID, err, "broadcast of 2 GiB");
+	cfg.rank = 0;
+	cfg.workers = 1;
+	cfg.join_timeout_ms = INT64_MAX;
+	expect(switchml_join(&cfg, &s, err, sizeof err), SWITCHML_ERR_INVALID, err, "join_timeout_ms beyond a duration");
+	/* An err_len larger than the buffer could be (a size_t gone wrong)
+	   writes the message alone. */
+	memset(err, 'x', sizeof err);
+	expect(switchml_close(424242, err, SIZE_MAX), SWITCHML_ERR_HANDLE, err, "close with err_len SIZE_MAX");
+	CHECK(memchr(err, 0, sizeof err) != NULL && err[sizeof err - 1] == 'x', "message of %zu bytes in a buffer of %zu", strlen(err), sizeof err);
 }
 
 static void test_unreachable(void) {
@@ -150,6 +168,10 @@ static void *run_rank(void *arg) {
 	float *f = malloc(N * sizeof *f);
 	for (int i = 0; i < N; i++)
 		f[i] = (float)(r->rank + 1) * 0.5f + (float)(i % 7);
+	/* Refused before anything is sent, on a live session: the ranks stay
+	   in step. */
+	expect(switchml_allreduce(s, f, (int64_t)1 << 62, SWITCHML_FLOAT32, 0, err, sizeof err), SWITCHML_ERR_INVALID, err, "2^62 float32 values on a session");
+	expect(switchml_allreduce(s, f, N, SWITCHML_FLOAT32, INT64_MAX, err, sizeof err), SWITCHML_ERR_INVALID, err, "timeout_ms beyond a duration");
 	expect(switchml_allreduce(s, f, N, SWITCHML_FLOAT32, 60000, err, sizeof err), SWITCHML_OK, err, "float32 allreduce");
 	for (int i = 0; i < N; i++) {
 		float want = 0.5f * want_sum + RANKS * (float)(i % 7);

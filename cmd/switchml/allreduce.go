@@ -150,7 +150,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 		fmt.Printf("rank %d/%d: %d x %s, %d iterations, median %.4f s, %.3f Gbit/s, verified=%v, retransmits=%d\n",
 			cfg.Rank, cfg.Workers, *elements, dt.Name(), *iters, rep.MedianTAT, rep.GoodputGbps, rep.Verified, rep.Retransmits)
 		if rep.Fallback != "" {
-			fmt.Printf("rank %d/%d: ran %d calls over the ring: %s\n", cfg.Rank, cfg.Workers, rep.RingCalls, rep.Fallback)
+			fmt.Printf("rank %d/%d: ran %d calls over the ring: %s\n", cfg.Rank, cfg.Workers, rep.RingCalls, termText(rep.Fallback))
 		}
 	}
 	return err

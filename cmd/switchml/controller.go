@@ -26,7 +26,7 @@ func runController(ctx context.Context, args []string) error {
 	var files controllerFiles
 	fs.StringVar(&o.Target, "target", controller.DefaultTarget, "P4Runtime address of the switch")
 	fs.StringVar(&o.Listen, "listen", controller.DefaultListen, "gRPC address of the job service workers join through")
-	fs.StringVar(&o.State, "state", "", "`FILE` in which the controller keeps what proves each running job's ranks (hashes of their secrets and of the job's token; mode 0600, in a folder others cannot write), so that after a restart it hands the jobs it finds on the switch back to their ranks alone; without it, jobs end when the controller restarts")
+	fs.StringVar(&o.State, "state", "", "`FILE` in which the controller keeps what proves each running job's ranks (hashes of their secrets and of the job's token; mode 0600, in a folder others cannot write), so that after a restart it hands the jobs it finds on the switch back to their ranks alone; one controller per file: it locks FILE.lock while it runs, and a second controller on the file is refused; without it, jobs end when the controller restarts")
 	fs.StringVar(&o.Dataplane, "dataplane", "", "switch data plane address handed to workers (default: the target's host, port 48864); for a software switch with --shards N, every shard's address, comma-separated in shard order")
 	fs.IntVar(&o.Slots, "slots", 8192, "slots per set in the switch's pool")
 	fs.Uint64Var(&o.DeviceID, "device-id", 1, "P4Runtime device id of the target")

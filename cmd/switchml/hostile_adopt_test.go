@@ -5,6 +5,9 @@ import (
 	"crypto/rand"
 	"fmt"
 	mrand "math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,8 +18,23 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/switchml/switchml-go/internal/harness"
 	"github.com/switchml/switchml-go/jobpb"
 )
+
+// tokenJob starts a verified 2-rank job with token that outlasts a
+// controller restart, and waits until it runs.
+func tokenJob(t *testing.T, f switchSide, job, token string) []*proc {
+	t.Helper()
+	ps := make([]*proc, 2)
+	for r := range ps {
+		ps[r] = spawn(t, nil, "allreduce", "--controller", f.controller, "--job", job, "--rank", fmt.Sprint(r),
+			"--workers", "2", "--elements", "200000", "--iters", "200", "--lanes", "2", "--window", "32",
+			"--give-up", "10m", "--token", token, "--json")
+	}
+	waitRunning(t, f.ctl, job, 1)
+	return ps
+}
 
 // TestHostileAdoptionSpray: a controller restarts under a running 2-rank
 // token job while a client sprays Watch calls naming every switch job id
@@ -29,13 +47,7 @@ func TestHostileAdoptionSpray(t *testing.T) {
 	needProcesses(t)
 	f := startFabric(t, nil, "")
 	const job = "adopt-victim"
-	ps := make([]*proc, 2)
-	for r := range ps {
-		ps[r] = spawn(t, nil, "allreduce", "--controller", f.controller, "--job", job, "--rank", fmt.Sprint(r),
-			"--workers", "2", "--elements", "200000", "--iters", "200", "--lanes", "2", "--window", "32",
-			"--give-up", "10m", "--token", "victim's token", "--json")
-	}
-	waitRunning(t, f.ctl, job, 1)
+	ps := tokenJob(t, f, job, "victim's token")
 
 	// The client reconnects at once, not after gRPC's usual back-off.
 	conn, err := grpc.NewClient("passthrough:///"+f.controller, grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -94,4 +106,41 @@ func TestHostileAdoptionSpray(t *testing.T) {
 		t.Errorf("the restarted controller's log names the client's made-up jobs:\n%s", logs)
 	}
 	t.Logf("%d Watch calls, none took a lease", tried.Load())
+}
+
+// TestHostileSecondControllerOnState: a second controller given the --state
+// file of a running one is refused before it touches the switch, naming
+// the file and the running controller's process; the first controller's
+// claims survive, so that after it crashes and restarts it hands its job
+// back to the ranks, which finish verified.
+func TestHostileSecondControllerOnState(t *testing.T) {
+	needProcesses(t)
+	state := filepath.Join(t.TempDir(), "controller.state")
+	f := startFabricWith(t, nil, "", nil, []string{"--state", state})
+	const job = "state-owner"
+	ps := tokenJob(t, f, job, "owner's token")
+
+	// The second controller programs a switch of its own: its arbitration
+	// on the first one's switch would fail anyway.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	other, err := harness.Start(ctx, harness.Config{Command: func(args ...string) *exec.Cmd { return binaryCmd(nil, args...) },
+		ControllerArgs: []string{"--state", state}, ReadyTimeout: time.Minute})
+	if err == nil {
+		other.Close()
+		t.Fatal("a second controller serves on the state file of a running one")
+	}
+	want := fmt.Sprintf("--state %s is in use by another controller (process %d)", state, f.ctl.Cmd().Process.Pid)
+	if !strings.Contains(err.Error(), want) {
+		t.Fatalf("a second controller on the state file: %v; want a refusal containing %q", err, want)
+	}
+	if b, err := os.ReadFile(state); err != nil || !strings.Contains(string(b), `"`+job+`"`) {
+		t.Fatalf("the state file after the second controller (%v):\n%s", err, b)
+	}
+
+	c := f.restart(t, "controller")
+	verifiedReports(t, ps)
+	if logs := c.Logs(); !strings.Contains(logs, "job found on the switch, waiting for its ranks") || !strings.Contains(logs, "job="+job) {
+		t.Errorf("the restarted controller did not take the job back from its claim:\n%s", logs)
+	}
 }

@@ -84,11 +84,11 @@ func main() {
 			return
 		}
 		if ctx.Err() != nil {
-			fmt.Fprintf(os.Stderr, "switchml %s: interrupted: %v\n", os.Args[1], err)
+			fmt.Fprintf(os.Stderr, "switchml %s: interrupted: %s\n", os.Args[1], termLines(err.Error()))
 			os.Exit(exitInterrupted)
 		}
 		if !errors.Is(err, errUsage) {
-			fmt.Fprintf(os.Stderr, "switchml %s: %v\n", os.Args[1], err)
+			fmt.Fprintf(os.Stderr, "switchml %s: %s\n", os.Args[1], termLines(err.Error()))
 		}
 		os.Exit(1)
 	}

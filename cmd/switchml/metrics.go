@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/switchml/switchml-go/secure"
 )
 
 const metricsFlagHelp = "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100; empty: none)"
@@ -30,7 +32,9 @@ func newMetricsRegistry(cols ...prometheus.Collector) (*prometheus.Registry, err
 }
 
 // serveMetrics serves g at http://addr/metrics until ctx ends, and returns
-// the address it listens on. An empty addr serves nothing.
+// the address it listens on. An empty addr serves nothing. Off loopback it
+// warns at start: the endpoint is plain HTTP and asks no caller who it is,
+// as the job service and the switch warn when they serve in the clear.
 func serveMetrics(ctx context.Context, addr string, g prometheus.Gatherer, log *slog.Logger) (string, error) {
 	if addr == "" {
 		return "", nil
@@ -49,6 +53,9 @@ func serveMetrics(ctx context.Context, addr string, g prometheus.Gatherer, log *
 	}()
 	context.AfterFunc(ctx, func() { srv.Close() })
 	bound := lis.Addr().String()
+	if !secure.Loopback(bound) {
+		log.Warn("metrics: served over plain HTTP, without authentication, on a non-loopback address: whoever reaches it reads what runs here and how much (job counts, slots, packets, a worker's job name); give --metrics a loopback address (127.0.0.1:PORT), or let a firewall pass only the Prometheus server", "metrics", bound)
+	}
 	log.Info("metrics", "url", "http://"+bound+"/metrics")
 	return bound, nil
 }

@@ -110,6 +110,21 @@ func TestStatusShowsLiveJobs(t *testing.T) {
 
 // scrape reads a Prometheus text page: value by series as written
 // ("name" or `name{label="value"}`).
+// series is the value of the one series of family in scraped, labelled by
+// a switch job id; -1 if there is not exactly one.
+func series(scraped map[string]float64, family string) float64 {
+	v, n := -1.0, 0
+	for k, x := range scraped {
+		if strings.HasPrefix(k, family+`{job_id="`) {
+			v, n = x, n+1
+		}
+	}
+	if n != 1 {
+		return -1
+	}
+	return v
+}
+
 func scrape(addr string) (map[string]float64, error) {
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
@@ -173,8 +188,13 @@ func TestMetricsAndTraceOfAJob(t *testing.T) {
 		sw, err3 := scrape(swM)
 		if err1 == nil && err2 == nil && err3 == nil && ctl[`switchml_controller_jobs{state="active"}`] == 1 && w0[`switchml_worker_reduced_elements_total{job="watched",rank="0"}`] > 0 {
 			during = sw
-			if ctl[`switchml_controller_job_slots{job="watched"}`] != 32 || ctl[`switchml_controller_job_workers{job="watched"}`] != workers {
+			if series(ctl, "switchml_controller_job_slots") != 32 || series(ctl, "switchml_controller_job_workers") != workers {
 				t.Errorf("controller during the job: %v", ctl)
+			}
+			for k := range ctl {
+				if strings.Contains(k, "watched") {
+					t.Errorf("the controller's metrics name the job: %s", k)
+				}
 			}
 			if sw["switchml_switch_contributions_aggregated_total"] == 0 {
 				t.Errorf("a worker has a result, and the switch aggregated nothing: %v", sw)

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -68,17 +70,53 @@ func statusJSON(st *jobpb.StatusResponse) ([]byte, error) {
 	return protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true, Multiline: true}.Marshal(st)
 }
 
+// termText is s as a terminal may show it: s itself when every character
+// of it is printable and it does not start with a quote, else s quoted as
+// a Go string literal, so that no name a client chose (or a controller
+// sent) can move the cursor, recolour, retitle or clear the operator's
+// terminal, start a forged row (a newline) or shift a table's columns (a
+// tab). Only a quoted string starts with a quote, so a name cannot pass
+// for another's escaped form.
+func termText(s string) string {
+	if strings.HasPrefix(s, `"`) || strings.IndexFunc(s, func(r rune) bool { return r == utf8.RuneError || !strconv.IsPrint(r) }) >= 0 {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
+// termLines is text of several lines (an error, which may carry what
+// another process wrote: a peer rank's abort reason) as a terminal may
+// show it: its newlines and tabs kept, every other character that is not
+// printable escaped as in a Go string literal.
+func termLines(s string) string {
+	if strings.IndexFunc(s, func(r rune) bool { return r != '\n' && r != '\t' && (r == utf8.RuneError || !strconv.IsPrint(r)) }) < 0 {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == '\n' || r == '\t' || (strconv.IsPrint(r) && (r != utf8.RuneError || n > 1)) {
+			b.WriteString(s[i : i+n])
+		} else {
+			q := strconv.Quote(s[i : i+n])
+			b.WriteString(q[1 : len(q)-1])
+		}
+		i += n
+	}
+	return b.String()
+}
+
 // writeStatusText writes the status of the controller at addr as tables
 // for people: the switch, the jobs, their ranks, the switch's counters and
 // the jobs that ended.
 func writeStatusText(w io.Writer, addr string, st *jobpb.StatusResponse) error {
 	fmt.Fprintf(w, "controller %s: %s switch, data plane %s; %d of %d slots per set in use\n",
-		addr, st.GetTargetKind(), st.GetDataplane(), st.GetSlotsInUse(), st.GetSlots())
+		termText(addr), termText(st.GetTargetKind()), termText(st.GetDataplane()), st.GetSlotsInUse(), st.GetSlots())
 	if st.GetOffline() != "" {
-		fmt.Fprintf(w, "switch offline: %s\n", st.GetOffline())
+		fmt.Fprintf(w, "switch offline: %s\n", termText(st.GetOffline()))
 	}
 	if st.GetControlLost() != "" {
-		fmt.Fprintf(w, "control lost: %s\n", st.GetControlLost())
+		fmt.Fprintf(w, "control lost: %s\n", termText(st.GetControlLost()))
 	}
 	if st.GetRedacted() {
 		fmt.Fprintln(w, "redacted: this certificate is not an operator's (controller --admin), so other identities' jobs, lane addresses and switch placement are left out")
@@ -112,11 +150,11 @@ func writeJobs(w io.Writer, jobs []*jobpb.JobStatus) {
 		if j.GetAgeSeconds() > 0 {
 			age = (time.Duration(j.GetAgeSeconds() * float64(time.Second))).Round(time.Second).String()
 		}
-		name := j.GetName()
+		name := termText(j.GetName())
 		if name == "" {
 			name = "(unclaimed)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d x %d\t%d\t%s\t%s\t%s\n", name, j.GetState(), len(j.GetRanks()), j.GetWorldSize(),
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d x %d\t%d\t%s\t%s\t%s\n", name, termText(j.GetState()), len(j.GetRanks()), j.GetWorldSize(),
 			j.GetLanes(), j.GetWindow(), j.GetPacketElements(), slots, id, age)
 	}
 	tw.Flush()
@@ -126,6 +164,7 @@ func writeRanks(w io.Writer, jobs []*jobpb.JobStatus) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tRANK\tLEASE\tLANE ADDRESSES")
 	for _, j := range jobs {
+		name := termText(j.GetName())
 		for _, r := range j.GetRanks() {
 			lease := "held"
 			switch {
@@ -134,10 +173,10 @@ func writeRanks(w io.Writer, jobs []*jobpb.JobStatus) {
 			case !r.GetLeased():
 				lease = "-"
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", j.GetName(), r.GetRank(), lease, strings.Join(r.GetLaneAddresses(), " "))
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", name, r.GetRank(), lease, termText(strings.Join(r.GetLaneAddresses(), " ")))
 		}
 		if n := j.GetRanksOmitted(); n > 0 {
-			fmt.Fprintf(tw, "%s\t(%d more)\t\t\n", j.GetName(), n)
+			fmt.Fprintf(tw, "%s\t(%d more)\t\t\n", name, n)
 		}
 	}
 	tw.Flush()
@@ -146,13 +185,13 @@ func writeRanks(w io.Writer, jobs []*jobpb.JobStatus) {
 func writeCounters(w io.Writer, st *jobpb.StatusResponse) {
 	switch {
 	case st.GetSwitchCountersError() != "":
-		fmt.Fprintf(w, "switch counters: %s\n", st.GetSwitchCountersError())
+		fmt.Fprintf(w, "switch counters: %s\n", termText(st.GetSwitchCountersError()))
 	case len(st.GetSwitchCounters()) > 0:
 		fmt.Fprintln(w, "switch counters, packets since the controller programmed the switch (the switch counts for all jobs together, not per job;")
 		fmt.Fprintln(w, "per-job packets and retransmissions are the workers' own: switchml allreduce --metrics):")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		for _, c := range st.GetSwitchCounters() {
-			fmt.Fprintf(tw, "  %s\t%d\t\n", c.GetName(), c.GetPackets())
+			fmt.Fprintf(tw, "  %s\t%d\t\n", termText(c.GetName()), c.GetPackets())
 		}
 		tw.Flush()
 	}
@@ -163,7 +202,7 @@ func endedText(ended map[string]uint64) string {
 	var parts []string
 	for cause, n := range ended {
 		if n > 0 {
-			parts = append(parts, fmt.Sprintf("%s %d", cause, n))
+			parts = append(parts, fmt.Sprintf("%s %d", termText(cause), n))
 		}
 	}
 	if len(parts) == 0 {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -127,6 +128,64 @@ func TestStatusJSON(t *testing.T) {
 	for _, key := range []string{"target_kind", "slots_in_use", "control_lost", "redacted", "jobs"} {
 		if _, ok := m[key]; !ok {
 			t.Errorf("JSON lacks %q: %s", key, b)
+		}
+	}
+}
+
+// TestWriteStatusTextEscapes: names and texts a client or the controller
+// chose reach the operator's terminal escaped: no control character
+// (escape sequences, a newline that starts a forged row, a tab that shifts
+// a column, a bidirectional override), each shown quoted.
+func TestWriteStatusTextEscapes(t *testing.T) {
+	const evil = "x\x1b[2J\x1b]0;owned\a\nvictim\tactive\t2/2\u202e"
+	st := &jobpb.StatusResponse{
+		TargetKind: "softswitch\x1b[31m", Dataplane: "127.0.0.1:48864", Offline: "gone\r\nforged: line", ControlLost: "\x9b6n",
+		Jobs: []*jobpb.JobStatus{
+			{Name: evil, State: "active\nforged", WorldSize: 1, Ranks: []*jobpb.RankStatus{{Rank: 0, LaneAddresses: []string{"127.0.0.1:1\x1b[A"}}}, RanksOmitted: 1},
+			{Name: `"quoted"`, State: "active"},
+			{Name: "plain-name ok", State: "active"},
+		},
+		SwitchCountersError: "bad\x00counter",
+		SwitchCounters:      []*jobpb.SwitchCounter{{Name: "drop\x1b[K", Packets: 1}},
+		Ended:               map[string]uint64{"finished\x1b[1m": 1},
+	}
+	for _, counters := range []bool{true, false} {
+		if !counters {
+			st.SwitchCountersError = ""
+		}
+		var b strings.Builder
+		if err := writeStatusText(&b, "127.0.0.1:50051", st); err != nil {
+			t.Fatal(err)
+		}
+		out := b.String()
+		for _, r := range out {
+			if r != '\n' && (r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == '\u202e') {
+				t.Errorf("status writes the control character %U:\n%q", r, out)
+			}
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, "victim") || strings.HasPrefix(line, "forged") {
+				t.Errorf("a name forged the row %q:\n%s", line, out)
+			}
+		}
+		for _, want := range []string{strconv.Quote(evil), `"\"quoted\""`, "\nplain-name ok ", `switch offline: "gone\r\nforged: line"`} {
+			if !strings.Contains(out, want) {
+				t.Errorf("status lacks %s:\n%s", want, out)
+			}
+		}
+	}
+}
+
+// TestTermLines: an error's text keeps its lines, tabs and quotes, and
+// loses every other control character to its escape.
+func TestTermLines(t *testing.T) {
+	for in, want := range map[string]string{
+		"job \"a\" failed:\n\tdetail":                 "job \"a\" failed:\n\tdetail",
+		"aborted by rank 1: \x1b]0;owned\a\x1b[2J":    `aborted by rank 1: \x1b]0;owned\a\x1b[2J`,
+		"bad byte \xff, C1 \u009b, bidi \u202e, ok é": `bad byte \xff, C1 \u009b, bidi \u202e, ok é`,
+	} {
+		if got := termLines(in); got != want {
+			t.Errorf("termLines(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

@@ -58,8 +58,10 @@ type serviceCollector struct {
 }
 
 // Collector returns a prometheus.Collector of the job service: jobs by
-// state, slots free, slots and workers of each live job (labelled by job
-// name only while the job holds its partition), jobs ended by cause,
+// state, slots free, slots and workers of each live job (labelled by its
+// switch job id, never by its name: a job's name is its owner's to know,
+// and the metrics endpoint has no caller identity to check; `switchml
+// status` maps ids to names for an operator), jobs ended by cause,
 // registrations, time to become ready and P4Runtime errors. Register it
 // once per service.
 func (s *JobService) Collector() prometheus.Collector {
@@ -68,8 +70,8 @@ func (s *JobService) Collector() prometheus.Collector {
 		jobs:       prometheus.NewDesc("switchml_controller_jobs", "Jobs in the job table, by state (gathering, queued, installing, active, draining, unclaimed).", []string{"state"}, nil),
 		slots:      prometheus.NewDesc("switchml_controller_slots", "Slots per set in the switch's pool.", nil, nil),
 		slotsFree:  prometheus.NewDesc("switchml_controller_slots_free", "Slots no job holds.", nil, nil),
-		jobSlots:   prometheus.NewDesc("switchml_controller_job_slots", "Slots of a live job's partition.", []string{"job"}, nil),
-		jobWorkers: prometheus.NewDesc("switchml_controller_job_workers", "Ranks of a live job.", []string{"job"}, nil),
+		jobSlots:   prometheus.NewDesc("switchml_controller_job_slots", "Slots of a live job's partition, by switch job id (switchml status names the job).", []string{"job_id"}, nil),
+		jobWorkers: prometheus.NewDesc("switchml_controller_job_workers", "Ranks of a live job, by switch job id (switchml status names the job).", []string{"job_id"}, nil),
 		ended:      prometheus.NewDesc("switchml_controller_jobs_ended_total", "Jobs that ended, by cause (finished, restarted, rank_failed, rank_lost, abandoned, switch_lost, unclaimed, failed, fallback).", []string{"cause"}, nil),
 	}
 }
@@ -91,27 +93,12 @@ func (c *serviceCollector) Describe(ch chan<- *prometheus.Desc) {
 	m.waitingForSwitch.Describe(ch)
 }
 
-// liveJob is what the collector keeps of a live job once the lock is
-// released.
-type liveJob struct {
-	name           string
-	slots, workers int
-}
-
 func (c *serviceCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
 	s.mu.Lock()
 	g := s.core.Gauges()
 	s.mu.Unlock()
 	byState, used, endings := g.ByState, g.SlotsInUse, g.Ended
-	var live []liveJob
-	for _, j := range g.Live {
-		name := j.Name
-		if name == "" {
-			name = "unclaimed-" + strconv.FormatUint(uint64(j.JobID), 10)
-		}
-		live = append(live, liveJob{name: name, slots: j.Slots, workers: j.Workers})
-	}
 
 	gauge := func(d *prometheus.Desc, v int, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
@@ -121,18 +108,10 @@ func (c *serviceCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(c.slots, s.cfg.Slots)
 	gauge(c.slotsFree, s.cfg.Slots-used)
-	// A retiring generation (draining) may share its name with the next
-	// one: the name's series sums them.
-	perJob := map[string]liveJob{}
-	for _, j := range live {
-		a := perJob[j.name]
-		a.slots += j.slots
-		a.workers = max(a.workers, j.workers)
-		perJob[j.name] = a
-	}
-	for name, a := range perJob {
-		gauge(c.jobSlots, a.slots, name)
-		gauge(c.jobWorkers, a.workers, name)
+	for _, j := range g.Live {
+		id := strconv.FormatUint(uint64(j.JobID), 10)
+		gauge(c.jobSlots, j.Slots, id)
+		gauge(c.jobWorkers, j.Workers, id)
 	}
 	for cause, n := range endings {
 		ch <- prometheus.MustNewConstMetric(c.ended, prometheus.CounterValue, float64(n), jobcore.EndCause(cause).String())

@@ -158,8 +158,18 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return runTree(ctx, cfg)
 	}
+	var opened *openedState
 	if cfg.State == "" {
 		cfg.Logger.Info("controller: no State file: jobs running on the switch end if this controller restarts")
+	} else {
+		// Before the switch: a second controller on the file must not
+		// touch the first one's switch either.
+		f, claims, err := openState(cfg.State, cfg.Target)
+		if err != nil {
+			return err
+		}
+		defer f.close()
+		opened = &openedState{f, claims}
 	}
 	shards, err := DataplanesFor(cfg.Dataplane, cfg.Target)
 	if err != nil {
@@ -182,7 +192,7 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.Switch.dataplane.probe(ctx, cfg, shards)
 	}
 	svc, err := NewJobService(controlled{cl}, ServiceConfig{Dataplane: dp, Shards: shards, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger, Admin: cfg.Admin, JobLimits: cfg.JobLimits,
-		RefuseOpenJobs: cfg.refuseOpenJobs(), AllowLaneAddressMismatch: cfg.AllowLaneAddressMismatch, State: cfg.State, StateTarget: cfg.Target})
+		RefuseOpenJobs: cfg.refuseOpenJobs(), AllowLaneAddressMismatch: cfg.AllowLaneAddressMismatch, State: cfg.State, StateTarget: cfg.Target, opened: opened})
 	if err != nil {
 		return err
 	}

@@ -81,9 +81,21 @@ type ServiceConfig struct {
 	// them back (StateTarget names the switch they are for), and Adopt
 	// hands a job found on the switch only to ranks that prove themselves
 	// by its claim. Without it, jobs found on the switch after a restart
-	// cannot be taken back and end when the grace runs out.
+	// cannot be taken back and end when the grace runs out. The file is
+	// the service's alone until stop: a service or controller that opens
+	// it meanwhile is refused.
 	State, StateTarget string
 	JobLimits
+
+	// opened is State, opened and locked already (Run takes the lock
+	// before it touches the switch); the service releases it at stop.
+	opened *openedState
+}
+
+// openedState is a state file opened, with the claims it held.
+type openedState struct {
+	file   *stateFile
+	claims []jobcore.Claim
 }
 
 // JobLimits bound what jobs and clients can make the controller hold.
@@ -318,7 +330,10 @@ func NewJobService(sw Switch, cfg ServiceConfig) (*JobService, error) {
 	drained := make(chan struct{})
 	close(drained)
 	s := &JobService{sw: sw, cfg: cfg, log: cfg.Logger, core: c, calls: map[string]int{}, open: map[openCalls]int{}, waiters: map[jobcore.Waiter]chan jobcore.Answer{}, drained: drained, metrics: newServiceMetrics()}
-	if cfg.State != "" {
+	switch {
+	case cfg.opened != nil:
+		s.state, s.claims = cfg.opened.file, cfg.opened.claims
+	case cfg.State != "":
 		var err error
 		if s.state, s.claims, err = openState(cfg.State, cfg.StateTarget); err != nil {
 			return nil, err
@@ -470,6 +485,9 @@ func (s *JobService) stop() {
 	s.mu.Unlock()
 	// No write of the state file starts once stopped is set.
 	s.saving.Wait()
+	if s.state != nil {
+		s.state.close()
+	}
 }
 
 // install programs the switch for a job the core placed, and reports.

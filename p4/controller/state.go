@@ -11,11 +11,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -30,6 +33,9 @@ const stateVersion = 1
 // stateFile keeps the claims of the jobs on the switch in a file.
 type stateFile struct {
 	path, target string
+	lock         *os.File // holds the lock on path+".lock" while open
+
+	closeOnce sync.Once
 
 	mu      sync.Mutex // guards claims and version
 	claims  map[uint32]jobcore.Claim
@@ -98,7 +104,8 @@ func stateClaimOf(c jobcore.Claim) stateClaim {
 // for the switch at target, and checks that nobody but this user can
 // change it: whoever can write it can make up claims. Claims kept for
 // another switch are dropped, and the file is rewritten without them at
-// the next change.
+// the next change. The file is this controller's until close: another
+// that opens it meanwhile is refused (see lockState).
 func openState(path, target string) (*stateFile, []jobcore.Claim, error) {
 	f := &stateFile{path: path, target: target, claims: map[uint32]jobcore.Claim{}}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
@@ -107,43 +114,107 @@ func openState(path, target string) (*stateFile, []jobcore.Claim, error) {
 	if err := checkPrivate(filepath.Dir(path), true); err != nil {
 		return nil, nil, err
 	}
+	lock, err := lockState(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	f.lock = lock
+	claims, err := f.read()
+	if err != nil {
+		f.close()
+		return nil, nil, err
+	}
+	return f, claims, nil
+}
+
+// lockState takes the lock of the state file at path: an exclusive flock
+// on path+".lock", which stays in place (removing it would let two
+// controllers lock two different files of one name). Each write replaces
+// the state file whole, so two controllers on one file would erase each
+// other's claims: the second is refused, naming the holder's process id,
+// which the lock file records. The kernel drops the lock with the process
+// that holds it, so a controller that crashed leaves nothing to clean up.
+func lockState(path string) (*os.File, error) {
+	name := path + ".lock"
+	lf, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("controller: state file: locking it: %w", err)
+	}
+	if err := checkPrivate(name, false); err != nil {
+		lf.Close()
+		return nil, err
+	}
+	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		defer lf.Close()
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("controller: state file: locking %s: %w", name, err)
+		}
+		holder := "another controller"
+		if b, err := io.ReadAll(io.LimitReader(lf, 32)); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
+				holder += fmt.Sprintf(" (process %d)", pid)
+			}
+		}
+		return nil, field.Errorf("{State} %s is in use by %s: each write of the claims replaces the whole file, so two controllers on one file erase each other's claims; give each controller its own state file, or stop the other first", path, holder)
+	}
+	// The holder's pid, for the refusal of the next one; a failure to
+	// record it costs only that detail.
+	if err := lf.Truncate(0); err == nil {
+		_, _ = lf.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return lf, nil
+}
+
+// close releases the state file's lock: another controller may take it.
+// No write may follow.
+func (f *stateFile) close() {
+	f.closeOnce.Do(func() {
+		if f.lock != nil {
+			f.lock.Close() // closing the last descriptor drops the flock
+		}
+	})
+}
+
+// read reads the claims the file holds for the switch f.target.
+func (f *stateFile) read() ([]jobcore.Claim, error) {
+	path, target := f.path, f.target
 	info, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return f, nil, nil
+		return nil, nil
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("controller: state file: %w", err)
+		return nil, fmt.Errorf("controller: state file: %w", err)
 	}
 	if !info.Mode().IsRegular() {
-		return nil, nil, field.Errorf("{State} %s: not a regular file (%v): give it a path of its own", path, info.Mode().Type())
+		return nil, field.Errorf("{State} %s: not a regular file (%v): give it a path of its own", path, info.Mode().Type())
 	}
 	if err := checkPrivate(path, false); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("controller: state file: %w", err)
+		return nil, fmt.Errorf("controller: state file: %w", err)
 	}
 	var doc stateDoc
 	if err := json.Unmarshal(b, &doc); err != nil || doc.Version != stateVersion {
 		if err == nil {
 			err = fmt.Errorf("version %d, want %d", doc.Version, stateVersion)
 		}
-		return nil, nil, fmt.Errorf("controller: state file %s is not one this controller writes (%v): move it away to start without the jobs it records (they end when their grace runs out)", path, err)
+		return nil, fmt.Errorf("controller: state file %s is not one this controller writes (%v): move it away to start without the jobs it records (they end when their grace runs out)", path, err)
 	}
 	if doc.Target != target {
-		return f, nil, nil
+		return nil, nil
 	}
 	var claims []jobcore.Claim
 	for _, sc := range doc.Jobs {
 		c, err := sc.claim()
 		if err != nil {
-			return nil, nil, fmt.Errorf("controller: state file %s: %w: move it away to start without the jobs it records", path, err)
+			return nil, fmt.Errorf("controller: state file %s: %w: move it away to start without the jobs it records", path, err)
 		}
 		claims = append(claims, c)
 		f.claims[c.JobID] = c
 	}
-	return f, claims, nil
+	return claims, nil
 }
 
 // checkPrivate refuses a file or folder that another user owns, or that

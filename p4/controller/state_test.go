@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -122,8 +123,46 @@ func TestStateFileRefused(t *testing.T) {
 	if err != nil || len(s.claims) != 1 || s.claims[0].Job != "j" {
 		t.Fatalf("state file of this switch: %v, claims %+v", err, s.claims)
 	}
+	s.stop() // the file is one service's at a time
 	if s, err := open(p, "other:9559"); err != nil || len(s.claims) != 0 {
 		t.Fatalf("state file of another switch: %v, claims %+v; want none", err, s.claims)
+	}
+}
+
+// TestStateFileOneController: a second service on a state file that a
+// running one holds is refused, naming the file and the holder's process;
+// the first one's claims stay in the file, and once it stops, the service
+// that follows takes its job back.
+func TestStateFileOneController(t *testing.T) {
+	h := statefulHarness(t)
+	second := func() error {
+		s, err := NewJobService(noSwitch{}, ServiceConfig{Dataplane: netip.MustParseAddrPort("127.0.0.1:48864"), Logger: quiet,
+			State: h.state, StateTarget: h.target})
+		if err == nil {
+			s.stop()
+		}
+		return err
+	}
+	holder := "process " + strconv.Itoa(os.Getpid())
+	if err := second(); !isFieldError(err, "State") || !strings.Contains(err.Error(), h.state) || !strings.Contains(err.Error(), holder) {
+		t.Fatalf("a second service on the state file before any job: %v; want a refusal naming %s and %s", err, h.state, holder)
+	}
+	_, _, resps := joinedAll(t, h, "first", 2)
+	if err := second(); !isFieldError(err, "State") {
+		t.Fatalf("a second service on the state file of a running job: %v; want a refusal", err)
+	}
+	if b, err := os.ReadFile(h.state); err != nil || !bytes.Contains(b, []byte(`"first"`)) {
+		t.Fatalf("state file after a second service tried it (%v):\n%s", err, b)
+	}
+	_, jobs := restarted(t, h, time.Hour)
+	for r := range uint32(2) {
+		st, err := jobs.Watch(testCtx(t), &jobpb.WatchRequest{Job: "first", Rank: r, SessionId: resps[0].GetSessionId(), JobId: resps[0].GetJobId(), RankSecret: resps[r].GetRankSecret()})
+		if err == nil {
+			_, err = st.Recv()
+		}
+		if err != nil {
+			t.Fatalf("rank %d takes its job back after the restart: %v", r, err)
+		}
 	}
 }
 

@@ -13,8 +13,8 @@ import (
 
 // TestStatusListsLiveJobs: two live jobs appear with their ranks, lane
 // addresses and disjoint partitions; no session id is revealed; the
-// switch's counters come along; a finished job leaves the table and is
-// counted by cause.
+// switch's counters come along; the metrics agree, by switch job id and
+// never by name; a finished job leaves the table and is counted by cause.
 func TestStatusListsLiveJobs(t *testing.T) {
 	h := newJobHarness(t, 64)
 	ctx := testCtx(t)
@@ -106,11 +106,25 @@ func checkLiveJobMetrics(t *testing.T, h *jobHarness, reg prometheus.Gatherer, a
 	if n := (metricWith(t, reg, "switchml_controller_jobs", "state", "active")); n != 2 {
 		t.Errorf("active jobs %v, want 2", n)
 	}
-	if n := (metricWith(t, reg, "switchml_controller_job_slots", "job", "beta")); n != float64(b.GetPoolSize()) {
+	if n := (metricWith(t, reg, "switchml_controller_job_slots", "job_id", strconv.FormatUint(uint64(b.GetJobId()), 10))); n != float64(b.GetPoolSize()) {
 		t.Errorf("beta's slots %v, want %d", n, b.GetPoolSize())
 	}
 	if n := (metricWith(t, reg, "switchml_controller_slots_free", "", "")); n != float64(64-a.GetPoolSize()-b.GetPoolSize()) {
 		t.Errorf("slots free %v", n)
+	}
+	// The metrics endpoint knows no caller: it names no job.
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetValue() == "alpha" || l.GetValue() == "beta" {
+					t.Errorf("%s{%s=%q}: the metrics name a job", mf.GetName(), l.GetName(), l.GetValue())
+				}
+			}
+		}
 	}
 	if n := testutil.ToFloat64(h.svc.metrics.registrations.WithLabelValues("OK")); n != 5 {
 		t.Errorf("%v registrations answered OK, want 5", n)
@@ -136,9 +150,9 @@ switchml_controller_jobs_ended_total{cause="rank_lost"} 0
 switchml_controller_jobs_ended_total{cause="restarted"} 0
 switchml_controller_jobs_ended_total{cause="switch_lost"} 0
 switchml_controller_jobs_ended_total{cause="unclaimed"} 0
-# HELP switchml_controller_job_slots Slots of a live job's partition.
+# HELP switchml_controller_job_slots Slots of a live job's partition, by switch job id (switchml status names the job).
 # TYPE switchml_controller_job_slots gauge
-`+"switchml_controller_job_slots{job=\"beta\"} "+strconv.FormatUint(uint64(b.GetPoolSize()), 10)+"\n"),
+`+"switchml_controller_job_slots{job_id=\""+strconv.FormatUint(uint64(b.GetJobId()), 10)+"\"} "+strconv.FormatUint(uint64(b.GetPoolSize()), 10)+"\n"),
 		"switchml_controller_jobs_ended_total", "switchml_controller_job_slots"); err != nil {
 		t.Error(err)
 	}

@@ -56,25 +56,45 @@ func TestTokenBindsTheJob(t *testing.T) {
 }
 
 // TestAddressesOfARunningJobAreRefused: a registration that claims a lane
-// address of another running job is refused, and that job runs on.
+// address of another running job is refused, and that job runs on. The
+// refusal names the holding job only to a caller with its token: to
+// anyone else, an open job's included, a job's name is not theirs to know.
 func TestAddressesOfARunningJobAreRefused(t *testing.T) {
 	h := newJobHarness(t, testSlots)
 	ctx := testCtx(t)
-	if _, err := h.jobs.Register(ctx, regReq("victim", 0, 1, 2, 4, 4)); err != nil {
+	victim := regReq("secret-project-x", 0, 1, 2, 4, 4)
+	victim.Token = "victim's token"
+	if _, err := h.jobs.Register(ctx, victim); err != nil {
 		t.Fatal(err)
 	}
-	thief := regReq("thief", 0, 1, 2, 4, 5)
-	thief.LaneAddresses[1] = regReq("victim", 0, 1, 2, 4, 4).LaneAddresses[1]
-	_, err := h.jobs.Register(ctx, thief)
-	if status.Code(err) != codes.AlreadyExists || !strings.Contains(err.Error(), `rank 0 of job "victim"`) {
-		t.Fatalf("claiming the victim's address: %v, want AlreadyExists naming it", err)
+	open := regReq("open-project", 0, 1, 2, 4, 6)
+	if _, err := h.jobs.Register(ctx, open); err != nil {
+		t.Fatal(err)
 	}
-	if h.svc.Jobs()["victim"] == nil {
-		t.Fatal("the victim job ended")
+	for _, c := range []struct {
+		what, token, lane, want string
+	}{
+		{"a stranger", "thief's token", victim.LaneAddresses[1], "is held by another job"},
+		{"a caller without a token", "", victim.LaneAddresses[1], "is held by another job"},
+		{"a stranger to an open job", "thief's token", open.LaneAddresses[1], "is held by another job"},
+		{"the job's owner", victim.Token, victim.LaneAddresses[1], `is held by rank 0 of job "secret-project-x"`},
+	} {
+		thief := regReq("thief", 0, 1, 2, 4, 5)
+		thief.Token, thief.LaneAddresses[1] = c.token, c.lane
+		_, err := h.jobs.Register(ctx, thief)
+		if status.Code(err) != codes.AlreadyExists || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s claims a running job's address: %v, want AlreadyExists saying %q", c.what, err, c.want)
+		}
+		if c.token != victim.Token && (strings.Contains(err.Error(), "project") || strings.Contains(err.Error(), "rank 0")) {
+			t.Errorf("%s claims a running job's address: %v names the job", c.what, err)
+		}
+	}
+	if h.svc.Jobs()["secret-project-x"] == nil || h.svc.Jobs()["open-project"] == nil {
+		t.Fatal("a job whose address was claimed ended")
 	}
 	ws, err := h.sw.ReadWorkers(ctx)
-	if err != nil || len(ws) != 2 {
-		t.Fatalf("workers %v, %v: want the victim's two lanes", ws, err)
+	if err != nil || len(ws) != 4 {
+		t.Fatalf("workers %v, %v: want the two jobs' four lanes", ws, err)
 	}
 }
 

@@ -192,8 +192,9 @@ func checkSwitchMetrics(t *testing.T, during gathered, pe int) {
 // the job is active.
 func checkControllerMetrics(t *testing.T, during gathered) {
 	t.Helper()
-	if during["switchml_controller_jobs{state=active}"] != 1 || during["switchml_controller_job_slots{job=scraped}"] != 2*16 ||
-		during["switchml_controller_job_workers{job=scraped}"] != scrapedWorkers || during["switchml_controller_slots_free"] != 256-2*16 {
+	// The one job is the switch's first: job id 1.
+	if during["switchml_controller_jobs{state=active}"] != 1 || during["switchml_controller_job_slots{job_id=1}"] != 2*16 ||
+		during["switchml_controller_job_workers{job_id=1}"] != scrapedWorkers || during["switchml_controller_slots_free"] != 256-2*16 {
 		t.Errorf("controller during the job: %v", during)
 	}
 	if during["switchml_controller_registrations_total{code=OK}"] != scrapedWorkers || during["switchml_controller_job_ready_seconds"] != 1 {
@@ -208,7 +209,7 @@ func awaitJobUnlabelled(t *testing.T, reg prometheus.Gatherer) {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		after := gather(t, reg)
-		_, still := after["switchml_controller_job_slots{job=scraped}"]
+		_, still := after["switchml_controller_job_slots{job_id=1}"]
 		if !still && after["switchml_controller_jobs_ended_total{cause=finished}"] == 1 {
 			return
 		}

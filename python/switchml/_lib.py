@@ -169,10 +169,39 @@ def dtype(name):
     return found
 
 
-def _ms(seconds):
+# ctypes converts a Python int to a C integer by dropping the bits that do
+# not fit, without a word: 2**64 + 4 passes as 4, and an address of 2**64
+# as NULL. Every integer handed to the library goes through _int first.
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_UINT64 = (0, (1 << 64) - 1)
+# The most milliseconds the library takes (what a Go time.Duration holds).
+_MAX_MS = ((1 << 63) - 1) // 1000000
+
+
+def _int(name, value, bounds):
+    """value, an int within bounds (inclusive), or ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            v = value.__index__()  # numpy integers, torch sizes
+        except (AttributeError, TypeError):
+            raise TypeError("switchml: %s is %r: want an int" % (name, value)) from None
+    else:
+        v = value
+    lo, hi = bounds
+    if not lo <= v <= hi:
+        raise ValueError("switchml: %s is %d: want %d..%d" % (name, v, lo, hi))
+    return v
+
+
+def _ms(seconds, name="timeout"):
+    """seconds (None: the library's own bounds) as milliseconds, at least 1."""
     if seconds is None:
         return 0
-    return max(1, int(seconds * 1000))
+    ms = seconds * 1000
+    if not ms < _MAX_MS + 1:  # also NaN
+        raise ValueError("switchml: %s of %r s: want at most %d s" % (name, seconds, _MAX_MS // 1000))
+    return max(1, int(ms))
 
 
 class Session:
@@ -189,8 +218,11 @@ class Session:
         enc = lambda s: s.encode() if s else None  # noqa: E731
         if isinstance(fallback_peers, (list, tuple)):
             fallback_peers = ",".join(fallback_peers)
+        rank, workers, lanes, window, packet_elements = (
+            _int(n, v, _INT32) for n, v in (("rank", rank), ("workers", workers), ("lanes", lanes),
+                                            ("window", window), ("packet_elements", packet_elements)))
         cfg = _Config(enc(controller), enc(job), rank, workers, enc(bind), enc(token), lanes, window,
-                      packet_elements, _ms(join_timeout), _ms(give_up), 1 if extended else 0,
+                      packet_elements, _ms(join_timeout, "join_timeout"), _ms(give_up, "give_up"), 1 if extended else 0,
                       enc(fallback), 1 if fallback_on_loss else 0, enc(fallback_listen), enc(fallback_peers),
                       enc(transport), 1 if sparse else 0)
         h = ctypes.c_int64(0)
@@ -201,8 +233,13 @@ class Session:
 
     def allreduce(self, address, count, dtype, timeout=None):
         """Sums count values of dtype at address (memory the caller keeps
-        alive for the call) across all ranks, in place."""
-        call(lib().switchml_allreduce, self.handle, address, count, dtype, _ms(timeout))
+        alive for the call) across all ranks, in place. An argument
+        beyond its C type (count: int64, address: 64 bits), or a count
+        whose bytes run past the address space, raises ValueError, and
+        nothing is sent."""
+        address = None if address is None else _int("address", address, _UINT64)
+        call(lib().switchml_allreduce, self.handle, address, _int("count", count, _INT64),
+             _int("dtype", dtype, _INT32), _ms(timeout))
 
     def fallback(self):
         """Why the session runs over the ring fallback, or None while it
@@ -236,7 +273,7 @@ class Session:
         data). data is root's payload on root, a buffer of the same size
         elsewhere (bytes or bytearray)."""
         b = ctypes.create_string_buffer(bytes(data), len(data))
-        call(lib().switchml_broadcast, self.handle, name.encode(), root, ctypes.cast(b, ctypes.c_void_p),
+        call(lib().switchml_broadcast, self.handle, name.encode(), _int("root", root, _INT32), ctypes.cast(b, ctypes.c_void_p),
              len(data), _ms(timeout))
         return b.raw
 

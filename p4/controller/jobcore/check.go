@@ -4,6 +4,7 @@ package jobcore
 // jobs that hold lane addresses.
 
 import (
+	"crypto/subtle"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -231,8 +232,13 @@ func mismatch(j, r *jobpb.RegisterRequest) string {
 // hold: a socket belongs to one live process, so such a registration is a
 // mistake or an attempt to take the other job's traffic. A job whose
 // process died is ended by its lease, which frees its addresses. It looks
-// each address up, whatever the number of jobs and ranks.
-func (c *Core) addressesFree(name string, addrs []netip.AddrPort) error {
+// each address up, whatever the number of jobs and ranks. A job's name is
+// its owner's to know: the refusal names the holding job and rank only to
+// a caller with that job's token (owner is the hash of the caller's), and
+// never an open job, whose owner nothing tells apart; a client identity
+// does not do either, since without TLS every process of a host shares
+// one.
+func (c *Core) addressesFree(name string, owner [32]byte, addrs []netip.AddrPort) error {
 	// Of several holders the one first by name is named, so that the
 	// answer does not depend on the order of the addresses.
 	var holder *laneHolder
@@ -244,8 +250,12 @@ func (c *Core) addressesFree(name string, addrs []netip.AddrPort) error {
 		}
 		holder, addr = h, a
 	}
-	if holder != nil {
+	switch {
+	case holder == nil:
+	case !holder.job.open() && subtle.ConstantTimeCompare(holder.job.owner[:], owner[:]) == 1:
 		return Refuse(codes.AlreadyExists, "lane address %v is held by rank %d of job %q, which is still running (if its process is gone, the controller ends that job as soon as its lease lapses)", addr, holder.rank, holder.job.name)
+	default:
+		return Refuse(codes.AlreadyExists, "lane address %v is held by another job, which is still running: bind the lanes to other ports (a socket belongs to one process; if the holder's process is gone, the controller ends its job as soon as its lease lapses)", addr)
 	}
 	return nil
 }

@@ -39,7 +39,7 @@ func (c *Core) Register(w Waiter, chk Checked, client string, now time.Time) err
 			return err
 		}
 	}
-	if err := c.addressesFree(name, addrs); err != nil {
+	if err := c.addressesFree(name, owner, addrs); err != nil {
 		return err
 	}
 	replaces := j != nil && (j.state >= jobInstalling || (rank == 0 && j.ranks[0] != nil))
