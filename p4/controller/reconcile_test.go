@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"slices"
 	"sync"
@@ -222,5 +223,51 @@ func TestStaleRemovalSparesTheNextJob(t *testing.T) {
 	}
 	if _, ok := groups[p.Group]; !ok {
 		t.Fatalf("the next job's multicast group %d is gone after the stale removal (groups %v)", p.Group, groups)
+	}
+}
+
+// TestTreeClearsWhatItsSwitchesHold: a tree's controller started with
+// --skip-pipeline, on switches that hold an earlier controller's job
+// entries, removes them before it serves: it takes no job over, and a job
+// it placed would meet them.
+func TestTreeClearsWhatItsSwitchesHold(t *testing.T) {
+	ctx := testCtx(t)
+	spineDP := netip.MustParseAddrPort("127.0.0.1:48990")
+	var targets []string
+	var clients []*p4rt.Client
+	for range 3 {
+		target, _ := startSwitch(t)
+		c := dial(t, ctx, target, 9)
+		err := c.SetPipeline(ctx, nil, nil, 0)
+		if err == nil {
+			err = c.InstallJob(ctx, keyedJob())
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		targets, clients = append(targets, target), append(clients, c)
+	}
+	topo := parseTopology(t, fmt.Sprintf(`{"spine": {"p4runtime": %q, "dataplane": %q},
+		"leaves": [{"p4runtime": %q, "dataplane": "127.0.1.254:48991", "workers": ["127.0.1.0/24"]},
+		           {"p4runtime": %q, "dataplane": "127.0.2.254:48992", "workers": ["127.0.2.0/24"]}]}`,
+		targets[0], spineDP, targets[1], targets[2]))
+	cfg, err := Config{Topology: topo, SkipPipeline: true, ElectionID: 10, Slots: testSlots, Logger: quiet}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, tree, err := dialTree(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range tree {
+			c.Close()
+		}
+	}()
+	for i, c := range clients {
+		held, err := c.ReadPlacements(ctx)
+		if err != nil || len(held) != 0 {
+			t.Errorf("%s holds %+v (%v) after the tree's controller started; want nothing", treeName(topo, i), held, err)
+		}
 	}
 }
