@@ -234,18 +234,21 @@ func TestTreeClearsWhatItsSwitchesHold(t *testing.T) {
 	ctx := testCtx(t)
 	spineDP := netip.MustParseAddrPort("127.0.0.1:48990")
 	var targets []string
-	var clients []*p4rt.Client
 	for range 3 {
 		target, _ := startSwitch(t)
-		c := dial(t, ctx, target, 9)
-		err := c.SetPipeline(ctx, nil, nil, 0)
-		if err == nil {
-			err = c.InstallJob(ctx, keyedJob())
-		}
+		earlier, err := p4rt.Dial(ctx, p4rt.ClientConfig{Target: target, ElectionID: 9, Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
 		}
-		targets, clients = append(targets, target), append(clients, c)
+		err = earlier.SetPipeline(ctx, nil, nil, 0)
+		if err == nil {
+			err = earlier.InstallJob(ctx, keyedJob())
+		}
+		earlier.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		targets = append(targets, target)
 	}
 	topo := parseTopology(t, fmt.Sprintf(`{"spine": {"p4runtime": %q, "dataplane": %q},
 		"leaves": [{"p4runtime": %q, "dataplane": "127.0.1.254:48991", "workers": ["127.0.1.0/24"]},
@@ -255,12 +258,12 @@ func TestTreeClearsWhatItsSwitchesHold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, tree, err := dialTree(ctx, cfg)
+	_, clients, err := dialTree(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
-		for _, c := range tree {
+		for _, c := range clients {
 			c.Close()
 		}
 	}()
