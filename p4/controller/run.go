@@ -23,6 +23,7 @@ import (
 	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"github.com/switchml/switchml-go/p4/p4info"
+	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/secure"
 	"github.com/switchml/switchml-go/wire"
 	"google.golang.org/grpc"
@@ -68,7 +69,10 @@ type Config struct {
 	DeviceConfig []byte
 	// SkipPipeline leaves the target's pipeline as it is (it must already run
 	// the SwitchML program); by default the controller pushes it with
-	// VERIFY_AND_COMMIT, which clears the switch's tables.
+	// VERIFY_AND_COMMIT, which clears the switch's tables. Either way, the
+	// job entries the switch holds are read before any job is placed: jobs
+	// are taken back by their claims or keep their room until removed (a
+	// tree's controller removes them).
 	SkipPipeline bool
 	// Switch is what the switch at Target takes (default: the software
 	// switch). A P4 switch needs Switch.Ports.
@@ -176,7 +180,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	dp := shards[0]
-	cl, adopted, err := connect(ctx, cfg, dp)
+	cl, err := connect(ctx, cfg, dp)
 	if err != nil {
 		return err
 	}
@@ -203,10 +207,15 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer unregister()
-	if adopted {
-		if err := svc.Adopt(ctx, cl, cfg.AdoptGrace); err != nil {
-			return err
-		}
+	// Whatever the switch holds of jobs is read before the job service
+	// places anything, whether the pipeline was pushed (nothing is left
+	// then), found running (an earlier controller's jobs run on) or left
+	// as it was (--skip-pipeline: its tables are anyone's): a job placed
+	// without knowing them would meet their entries or their ranks'
+	// packets. Jobs are kept and taken back by their claims, or their room
+	// stays taken until they are removed; entries of no job go at once.
+	if err := svc.Adopt(ctx, tidying{cl}, cfg.AdoptGrace); err != nil {
+		return err
 	}
 	lis, served, stop, err := listenJobs(cfg, svc)
 	if err != nil {
@@ -249,7 +258,7 @@ func reconnect(ctx context.Context, cfg Config, dp netip.AddrPort, svc *JobServi
 	svc.SwitchLost(fmt.Sprintf("aborted: the controller lost the switch at %s (%v); what it held for the job is gone: join again", cfg.Target, lost))
 	cl.Close()
 	if back, err := redial(ctx, cfg.Logger, "switch", func() (err error) {
-		if cl, _, err = connect(ctx, cfg, dp); err != nil {
+		if cl, err = connect(ctx, cfg, dp); err != nil {
 			return err
 		}
 		if err = clearEnded(ctx, cfg, cl); err != nil {
@@ -278,6 +287,23 @@ func clearEnded(ctx context.Context, cfg Config, cl *p4rt.Client) error {
 		return fmt.Errorf("controller: switch at %s: removing the entries of the jobs that ended when the controller lost it: %w", cfg.Target, err)
 	}
 	return nil
+}
+
+// tidying reads the jobs a switch holds for Adopt and removes at once the
+// entries none of them owns (replies, multicast groups and keys left
+// without their workers entries), which Adopt would not see: a job placed
+// beside them would meet them.
+type tidying struct{ *p4rt.Client }
+
+func (t tidying) ReadPlacements(ctx context.Context) ([]switchjob.Placement, error) {
+	found, err := t.Client.ReadPlacements(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.ClearJobsExcept(ctx, found); err != nil {
+		return nil, fmt.Errorf("removing the entries of no job: %w", err)
+	}
+	return found, nil
 }
 
 // refuseOpenJobs reports whether the job service refuses jobs without a
@@ -507,7 +533,7 @@ func (c *hostConn) Close() error {
 
 // connect dials the switch, becomes its primary controller, pushes the
 // pipeline and writes the program's own entries.
-func connect(ctx context.Context, cfg Config, dp netip.AddrPort) (*p4rt.Client, bool, error) {
+func connect(ctx context.Context, cfg Config, dp netip.AddrPort) (*p4rt.Client, error) {
 	dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	cc := p4rt.ClientConfig{Target: cfg.Target, DeviceID: cfg.DeviceID, ElectionID: cfg.ElectionID, Logger: cfg.Logger, YieldPrimary: cfg.YieldPrimary}
 	if cfg.control != nil {
@@ -519,59 +545,60 @@ func connect(ctx context.Context, cfg Config, dp netip.AddrPort) (*p4rt.Client, 
 	cl, err := p4rt.Dial(dctx, cc)
 	cancel()
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
-	adopted, err := program(ctx, cl, cfg, dp)
-	if err != nil {
+	if err := program(ctx, cl, cfg, dp); err != nil {
 		cl.Close()
-		return nil, false, err
+		return nil, err
 	}
-	return cl, adopted, nil
+	return cl, nil
 }
 
 // program makes the switch run the configured pipeline. A switch that
 // already runs it (same cookie: an earlier controller pushed it) keeps its
-// tables, and adopted reports so: its jobs can be taken over.
-func program(ctx context.Context, cl *p4rt.Client, cfg Config, dp netip.AddrPort) (adopted bool, err error) {
+// tables, as does one whose pipeline is left as it was (SkipPipeline):
+// their jobs are read back after (Adopt, or ClearJobs).
+func program(ctx context.Context, cl *p4rt.Client, cfg Config, dp netip.AddrPort) (err error) {
 	if !cl.Primary() {
 		why := cl.ControlLost()
 		if why == "" {
 			why = fmt.Sprintf("another controller with a higher election id than %d programs %s", max(cfg.ElectionID, 1), cfg.Target)
 		}
-		return false, fmt.Errorf("controller: switch at %s: %w: %s", cfg.Target, p4rt.ErrNotPrimary, why)
+		return fmt.Errorf("controller: switch at %s: %w: %s", cfg.Target, p4rt.ErrNotPrimary, why)
 	}
 	if !cfg.SkipPipeline {
 		info := cfg.P4Info
 		if info == nil {
 			if info, err = p4info.Load(); err != nil {
-				return false, err
+				return err
 			}
 		}
 		cookie, err := pipelineCookie(info, cfg.DeviceConfig)
 		if err != nil {
-			return false, err
+			return err
 		}
 		pctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 		defer cancel()
 		if running, err := cl.Pipeline(pctx); err == nil && running.GetCookie().GetCookie() == cookie {
 			if err := cl.UseP4Info(info); err != nil {
-				return false, err
+				return err
 			}
 			cl.KeepResetting()
-			adopted = true
 		} else {
 			err := cl.SetPipeline(pctx, info, cfg.DeviceConfig, cookie)
 			if err != nil && ctx.Err() == nil {
-				return false, fmt.Errorf("%w (does %s run a %s switch, and is the device config the program compiled for it?)", err, cfg.Target, cfg.Switch.Kind)
+				return fmt.Errorf("%w (does %s run a %s switch, and is the device config the program compiled for it?)", err, cfg.Target, cfg.Switch.Kind)
 			}
 			if err != nil {
-				return false, err
+				return err
 			}
 		}
 	}
-	if cfg.SkipPipeline && cfg.P4Info != nil {
-		if err := cl.UseP4Info(cfg.P4Info); err != nil {
-			return false, err
+	if cfg.SkipPipeline {
+		if cfg.P4Info != nil {
+			if err := cl.UseP4Info(cfg.P4Info); err != nil {
+				return err
+			}
 		}
 		cl.KeepResetting() // the pipeline and its registers are someone else's
 	}
@@ -579,14 +606,14 @@ func program(ctx context.Context, cl *p4rt.Client, cfg Config, dp netip.AddrPort
 		cl.SetRegisterBackend(cfg.Registers)
 	}
 	if err := checkSlots(ctx, cl, cfg); err != nil {
-		return false, err
+		return err
 	}
 	actx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
 	if err := checkAuth(actx, cl, cfg.Switch, cfg.Target); err != nil {
-		return false, err
+		return err
 	}
-	return adopted, setupProgram(ctx, cl, cfg, dp)
+	return setupProgram(ctx, cl, cfg, dp)
 }
 
 // pipelineCookie names a pipeline (P4Info and device config), so that a

@@ -122,22 +122,21 @@ func dialTree(ctx context.Context, cfg Config) (*Tree, []*p4rt.Client, error) {
 		if cfg.Switch.P4() {
 			c.Registers = t.Registers(sw.Thrift)
 		}
-		cl, adopted, err := connect(ctx, c, sw.dataplane)
+		cl, err := connect(ctx, c, sw.dataplane)
 		if err != nil {
 			return fail(fmt.Errorf("%s: %w", treeName(t, i), err))
 		}
 		clients = append(clients, cl)
-		if adopted {
-			// The switch kept an earlier controller's entries; a tree
-			// controller takes no jobs over, so they go, or they would
-			// collide with the jobs placed now.
-			cctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
-			err := cl.ClearJobs(cctx)
-			cancel()
-			if err != nil {
-				return fail(fmt.Errorf("%s: removing an earlier controller's jobs: %w", treeName(t, i), err))
-			}
-			cfg.Logger.Warn("controller: removed the job entries left on a switch of the tree", "switch", treeName(t, i))
+		// A switch that kept its tables (its pipeline found running or
+		// left as it was, at start or after a reconnect) holds an
+		// earlier controller's entries or those of the jobs that ended
+		// with the link; a tree controller takes no jobs over, so they
+		// go, or they would collide with the jobs placed now.
+		cctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+		err = cl.ClearJobs(cctx)
+		cancel()
+		if err != nil {
+			return fail(fmt.Errorf("%s: removing the job entries it holds: %w", treeName(t, i), err))
 		}
 	}
 	// Each switch refuses to be programmed, saying why, while another

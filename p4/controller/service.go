@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/switchml/switchml-go/internal/backoff"
 	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/p4/controller/jobcore"
 	"github.com/switchml/switchml-go/p4/p4info"
@@ -239,6 +240,19 @@ type JobService struct {
 
 	swMu sync.Mutex // one switch reprogramming at a time
 	sw   Switch
+	// conn counts the switch connections lost (SwitchLost): each install
+	// and removal carries the count it was decided under, and is dropped
+	// if the switch it was for went away before it took swMu.
+	conn atomic.Uint64
+	// beforeSwitch, if set (tests), is called by an install or removal
+	// after the core decided it and before it takes swMu, with "install"
+	// or "remove"; what it returns, if not nil, once the outcome reached
+	// the core.
+	beforeSwitch func(op string) (after func())
+	// life ends when the service stops: removals that failed are tried
+	// again until then.
+	life    context.Context
+	endLife context.CancelFunc
 	// current is sw for readers that must not wait behind programming
 	// (Status reads the switch's counters through it).
 	current atomic.Pointer[switchRef]
@@ -330,6 +344,7 @@ func NewJobService(sw Switch, cfg ServiceConfig) (*JobService, error) {
 	drained := make(chan struct{})
 	close(drained)
 	s := &JobService{sw: sw, cfg: cfg, log: cfg.Logger, core: c, calls: map[string]int{}, open: map[openCalls]int{}, waiters: map[jobcore.Waiter]chan jobcore.Answer{}, drained: drained, metrics: newServiceMetrics()}
+	s.life, s.endLife = context.WithCancel(context.Background())
 	switch {
 	case cfg.opened != nil:
 		s.state, s.claims = cfg.opened.file, cfg.opened.claims
@@ -382,12 +397,13 @@ func (s *JobService) step(f func(c *jobcore.Core)) {
 			s.saving.Add(1)
 		}
 	}
+	conn := s.conn.Load()
 	s.mu.Unlock()
 	for _, in := range fx.Installs {
-		go s.install(in, keep)
+		go s.install(in, keep, conn)
 	}
 	for _, rm := range fx.Removals {
-		go s.remove(rm)
+		go s.remove(rm, conn)
 	}
 	if save {
 		go func() {
@@ -483,6 +499,7 @@ func (s *JobService) stop() {
 		s.timer.Stop()
 	}
 	s.mu.Unlock()
+	s.endLife()
 	// No write of the state file starts once stopped is set.
 	s.saving.Wait()
 	if s.state != nil {
@@ -490,20 +507,52 @@ func (s *JobService) stop() {
 	}
 }
 
+// errSwitchChanged is why an install or removal decided for a switch
+// connection that was lost before it ran does not run.
+var errSwitchChanged = errors.New("the connection to the switch it was decided for was lost")
+
+// onSwitch runs op on the switch, one programming at a time, unless the
+// connection to the switch that conn counts was lost meanwhile: then it
+// returns errSwitchChanged. An install or removal that waited for the
+// switch while the link went down must not run on the connection that
+// replaced it: it would install a job that ended with the link, or remove
+// the entries of a job placed since on the same room.
+func (s *JobService) onSwitch(conn uint64, op func(ctx context.Context, sw Switch) error) error {
+	s.swMu.Lock()
+	defer s.swMu.Unlock()
+	// SwitchLost counts the loss before SwitchBack hands over the new
+	// switch under swMu, so an op decided before the loss sees it here.
+	if s.conn.Load() != conn {
+		return errSwitchChanged
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), switchRPCTimeout)
+	defer cancel()
+	return op(ctx, s.sw)
+}
+
+// hook calls beforeSwitch, if set, and returns what to call at the end.
+func (s *JobService) hook(op string) (after func()) {
+	if s.beforeSwitch != nil {
+		if after := s.beforeSwitch(op); after != nil {
+			return after
+		}
+	}
+	return func() {}
+}
+
 // install programs the switch for a job the core placed, and reports.
-func (s *JobService) install(in jobcore.Install, save bool) {
+func (s *JobService) install(in jobcore.Install, save bool, conn uint64) {
 	if save {
 		s.saveState()
 		s.saving.Done()
 	}
-	s.swMu.Lock()
-	ctx, cancel := context.WithTimeout(context.Background(), switchRPCTimeout)
-	err := s.sw.ResetPool(ctx, int(in.Place.PoolBase), int(in.Place.PoolSize), s.cfg.Slots)
-	if err == nil {
-		err = s.sw.InstallJob(ctx, in.Place)
-	}
-	cancel()
-	s.swMu.Unlock()
+	defer s.hook("install")()
+	err := s.onSwitch(conn, func(ctx context.Context, sw Switch) error {
+		if err := sw.ResetPool(ctx, int(in.Place.PoolBase), int(in.Place.PoolSize), s.cfg.Slots); err != nil {
+			return err
+		}
+		return sw.InstallJob(ctx, in.Place)
+	})
 	if err != nil {
 		s.metrics.switchErrors.WithLabelValues("install").Inc()
 		code := status.Code(err)
@@ -523,18 +572,35 @@ func (s *JobService) install(in jobcore.Install, save bool) {
 	})
 }
 
-// remove deletes a retired job's switch entries, and reports.
-func (s *JobService) remove(rm jobcore.Removal) {
-	s.swMu.Lock()
-	ctx, cancel := context.WithTimeout(context.Background(), switchRPCTimeout)
-	err := s.sw.RemoveJob(ctx, rm.Place)
-	cancel()
-	s.swMu.Unlock()
-	if err != nil {
+// Bounds of the waits between tries to remove a job's entries.
+const (
+	removeRetryFirst = 200 * time.Millisecond
+	removeRetryMax   = 10 * time.Second
+)
+
+// remove deletes a retired job's switch entries, and reports. While the
+// switch refuses, the job is quarantined (its room stays taken) and the
+// removal is tried again with back-off, until it goes through, the switch
+// is lost (its entries are then cleared when it is back) or the service
+// stops (they stay, for the next controller to find).
+func (s *JobService) remove(rm jobcore.Removal, conn uint64) {
+	defer s.hook("remove")()
+	wait := backoff.New(removeRetryFirst, removeRetryMax)
+	for {
+		err := s.onSwitch(conn, func(ctx context.Context, sw Switch) error { return sw.RemoveJob(ctx, rm.Place) })
+		switch {
+		case errors.Is(err, errSwitchChanged):
+			return // SwitchLost released the job
+		case err == nil:
+			s.step(func(c *jobcore.Core) { c.Removed(rm.Gen, time.Now()) })
+			return
+		}
 		s.metrics.switchErrors.WithLabelValues("remove").Inc()
-		s.log.Warn("controller: removing job entries", "job", rm.Job, "err", err)
+		s.step(func(c *jobcore.Core) { c.RemoveFailed(rm.Gen, err, time.Now()) })
+		if backoff.Sleep(s.life, wait.Next()) != nil {
+			return
+		}
 	}
-	s.step(func(c *jobcore.Core) { c.Removed(rm.Gen, time.Now()) })
 }
 
 // Drained is closed once no retired job's switch entries are still being
@@ -835,6 +901,7 @@ func (s *JobService) Watch(req *jobpb.WatchRequest, stream jobpb.JobService_Watc
 func (s *JobService) SwitchLost(why string) {
 	s.metrics.switchLost.Inc()
 	s.step(func(c *jobcore.Core) {
+		s.conn.Add(1)
 		if c.Offline() == "" {
 			s.back = make(chan struct{})
 		}

@@ -130,6 +130,57 @@ func gaugeReaches(ctx context.Context, reg *prometheus.Registry, name string, wa
 	}
 }
 
+// quiet drops the logs of the switches and controllers of these tests.
+var quiet = slog.New(slog.DiscardHandler)
+
+// smallSwitch is a software switch of slots slots per set, and what a
+// controller of it takes.
+func smallSwitch(t *testing.T, slots int) (*softswitch.Switch, controller.Target) {
+	t.Helper()
+	sw, err := softswitch.Listen(softswitch.Config{Logger: quiet, Pipeline: pipeline.Config{Slots: slots, MaxElements: 256, MaxWorkers: 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	target, err := controller.TargetFor(controller.KindSoftswitch, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sw, target
+}
+
+// serveSwitch serves the software switch sw until the test ends.
+func serveSwitch(t *testing.T, sw *softswitch.Switch) {
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan struct{})
+	go func() { _ = sw.Serve(ctx); close(served) }()
+	t.Cleanup(func() { stop(); <-served })
+}
+
+// runController runs a controller with cfg until the test ends, and
+// returns the job service's address.
+func runController(t *testing.T, cfg controller.Config) string {
+	t.Helper()
+	runCtx, stop := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	ran := make(chan error, 1)
+	cfg.Ready = func(a net.Addr) { ready <- a.String() }
+	go func() { ran <- controller.Run(runCtx, cfg) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-ran; err != nil {
+			t.Errorf("controller: %v", err)
+		}
+	})
+	select {
+	case ctl := <-ready:
+		return ctl
+	case err := <-ran:
+		ran <- err
+		t.Fatalf("controller: %v", err)
+	}
+	return ""
+}
+
 // sprayAll sends one contribution of call seq to every slot of a pool of
 // slots, in both sets, from conn to the switch at dp; it returns how many
 // it sent.
@@ -157,6 +208,35 @@ func sprayAll(conn net.PacketConn, dp net.Addr, slots int, seq uint32) (int, err
 	return sent, nil
 }
 
+// sprayOn sends sprayAll's contributions from conn to dp over and over
+// until stop, which returns the first error sending met.
+func sprayOn(ctx context.Context, conn net.PacketConn, dp net.Addr, slots int) (stop func() error) {
+	sprayed := make(chan error, 1)
+	spraying, cancel := context.WithCancel(ctx)
+	go func() {
+		for seq := uint32(0); spraying.Err() == nil; seq++ {
+			if _, err := sprayAll(conn, dp, slots, seq); err != nil {
+				sprayed <- err
+				return
+			}
+			select {
+			case <-spraying.Done():
+			case <-time.After(time.Millisecond):
+			}
+		}
+		sprayed <- nil
+	}()
+	var once sync.Once
+	var err error
+	return func() error {
+		once.Do(func() {
+			cancel()
+			err = <-sprayed
+		})
+		return err
+	}
+}
+
 // TestSwitchLinkDropKeepsJobsApart: the controller's P4Runtime link to the
 // switch breaks under a running job and a job whose rank, aborted with the
 // link, goes on sending from its lane address; a job registers while the
@@ -170,41 +250,12 @@ func TestSwitchLinkDropKeepsJobsApart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const slots, window, elements = 64, 16, 4096
-	quiet := slog.New(slog.DiscardHandler)
-	sw, err := softswitch.Listen(softswitch.Config{Logger: quiet, Pipeline: pipeline.Config{Slots: slots, MaxElements: 256, MaxWorkers: 8}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	target, err := controller.TargetFor(controller.KindSoftswitch, 256)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sw, target := smallSwitch(t, slots)
 	link := startLinkProxy(t, sw.P4RuntimeAddr())
 	reg := prometheus.NewRegistry()
-	runCtx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	ready := make(chan string, 1)
-	ran := make(chan error, 1)
-	wg.Go(func() { _ = sw.Serve(runCtx) })
-	wg.Go(func() {
-		ran <- controller.Run(runCtx, controller.Config{Target: link.addr(), ElectionID: 5, Listen: "127.0.0.1:0", Dataplane: sw.DataplaneAddr(), Slots: slots,
-			Switch: target, Logger: quiet, Metrics: reg, JobLimits: controller.JobLimits{MaxSlotsPerClient: -1},
-			Ready: func(a net.Addr) { ready <- a.String() }})
-	})
-	t.Cleanup(func() {
-		stop()
-		wg.Wait()
-		if err := <-ran; err != nil {
-			t.Errorf("controller: %v", err)
-		}
-	})
-	var ctl string
-	select {
-	case ctl = <-ready:
-	case err := <-ran:
-		ran <- err
-		t.Fatalf("controller: %v", err)
-	}
+	serveSwitch(t, sw)
+	ctl := runController(t, controller.Config{Target: link.addr(), ElectionID: 5, Listen: "127.0.0.1:0", Dataplane: sw.DataplaneAddr(), Slots: slots,
+		Switch: target, Logger: quiet, Metrics: reg, JobLimits: controller.JobLimits{MaxSlotsPerClient: -1}})
 	conn, err := grpc.NewClient(ctl, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -250,22 +301,8 @@ func TestSwitchLinkDropKeepsJobsApart(t *testing.T) {
 	}
 	// Its rank goes on sending, into what the switch still holds of it.
 	dp := net.UDPAddrFromAddrPort(netip.MustParseAddrPort(sw.DataplaneAddr()))
-	sprayed := make(chan error, 1)
-	spraying, stopSpray := context.WithCancel(ctx)
+	stopSpray := sprayOn(ctx, lane, dp, slots)
 	defer stopSpray()
-	go func() {
-		for seq := uint32(0); spraying.Err() == nil; seq++ {
-			if _, err := sprayAll(lane, dp, slots, seq); err != nil {
-				sprayed <- err
-				return
-			}
-			select {
-			case <-spraying.Done():
-			case <-time.After(time.Millisecond):
-			}
-		}
-		sprayed <- nil
-	}()
 
 	// The next job registers while the link is down, and waits.
 	type joinResult struct {
@@ -340,8 +377,7 @@ func TestSwitchLinkDropKeepsJobsApart(t *testing.T) {
 	for k := 1; k <= 4; k++ {
 		mustRound(t, ctx, res.sess, k, elements)
 	}
-	stopSpray()
-	if err := <-sprayed; err != nil {
+	if err := stopSpray(); err != nil {
 		t.Fatalf("sending from the ended job's lane: %v", err)
 	}
 	// And its packets are refused, as from no worker.

@@ -72,6 +72,12 @@ const (
 	// jobDraining: retired; its entries are being removed from the
 	// switch, and its partition, group and id stay taken until then.
 	jobDraining
+	// jobQuarantined: retired, and removing its entries failed: they may
+	// still be on the switch, so its partition, group and id stay taken
+	// (and out of every placement) until a removal goes through or the
+	// switch is cleared; unlike a draining job, it holds no queued job
+	// back.
+	jobQuarantined
 	// jobGone: over and holding nothing; job.cause says why.
 	jobGone
 )
@@ -88,6 +94,8 @@ func (s jobState) String() string {
 		return "active"
 	case jobDraining:
 		return "draining"
+	case jobQuarantined:
+		return "quarantined"
 	case jobGone:
 		return "gone"
 	}
@@ -294,7 +302,8 @@ type Core struct {
 	log  *slog.Logger
 	jobs map[string]*job // the current generation of each name, before it retires
 	// installing are jobs the switch is being programmed for, draining
-	// those whose entries are being removed, by generation.
+	// those whose entries are being removed or could not be
+	// (jobQuarantined), by generation.
 	installing map[uint64]*job
 	draining   map[uint64]*job
 	// detached are jobs found on the switch, by switch job id, until one

@@ -217,7 +217,7 @@ func (c *Core) Deadline() (time.Time, bool) {
 			earliest(t)
 		}
 	}
-	if len(c.draining) > 0 {
+	if c.removing() > 0 {
 		for _, j := range c.jobs {
 			if j.state == jobQueued {
 				earliest(j.queuedAt.Add(c.cfg.DrainWait))

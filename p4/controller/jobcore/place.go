@@ -14,13 +14,14 @@ import (
 )
 
 // place gives room to the queued jobs: at once when no retired job's
-// entries are still on the switch (their slots, groups and maybe the same
+// entries are being removed (their slots, groups and maybe the same
 // worker addresses come free), else once a job has waited DrainWait, beside
 // the entries that did not go.
 func (c *Core) place(now time.Time) {
 	var queued []*job
+	removing := c.removing()
 	for _, j := range c.jobs {
-		if j.state == jobQueued && (len(c.draining) == 0 || !now.Before(j.queuedAt.Add(c.cfg.DrainWait))) {
+		if j.state == jobQueued && (removing == 0 || !now.Before(j.queuedAt.Add(c.cfg.DrainWait))) {
 			queued = append(queued, j)
 		}
 	}
@@ -193,8 +194,7 @@ func (c *Core) Installed(gen uint64, err error, now time.Time) (took time.Durati
 }
 
 // Removed is the driver's report that a retired generation's entries are
-// gone from the switch (or could not be removed: its room is given back
-// either way, as the switch no longer answers for it).
+// gone from the switch: its room is given back.
 func (c *Core) Removed(gen uint64, now time.Time) {
 	if c.draining[gen] == nil {
 		return
@@ -204,5 +204,37 @@ func (c *Core) Removed(gen uint64, now time.Time) {
 	c.place(now)
 }
 
-// Draining counts the retired jobs whose entries are still on the switch.
+// RemoveFailed is the driver's report that removing a retired generation's
+// entries failed (err says why), so that they may still be on the switch:
+// the generation is quarantined. Its partition, multicast group and switch
+// job id stay taken, or a job placed there would meet its entries (an
+// insert refused as already there) or its ranks' packets (summed into the
+// new job's results); but the jobs queued behind it are placed beside it
+// now. The driver tries again and reports Removed once the entries are
+// gone; a switch lost meanwhile (SwitchLost) takes them with it.
+func (c *Core) RemoveFailed(gen uint64, err error, now time.Time) {
+	j := c.draining[gen]
+	if j == nil || j.state != jobDraining {
+		return
+	}
+	j.state = jobQuarantined
+	c.log.Warn("controller: the entries of an ended job could not be removed from the switch: its slots, multicast group and switch job id are kept out of placement until they are",
+		"job", j.name, "job_id", j.place.JobID, "pool_base", j.place.PoolBase, "pool_size", j.place.PoolSize, "mgid", j.place.Group, "err", err)
+	c.place(now)
+}
+
+// Draining counts the retired jobs whose entries are still on the switch,
+// those being removed and those quarantined.
 func (c *Core) Draining() int { return len(c.draining) }
+
+// removing counts the retired jobs whose entries are being removed (not
+// those quarantined after a failed removal).
+func (c *Core) removing() int {
+	n := 0
+	for _, j := range c.draining {
+		if j.state == jobDraining {
+			n++
+		}
+	}
+	return n
+}

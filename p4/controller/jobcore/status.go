@@ -210,5 +210,5 @@ func (c *Core) StatusJobs(now time.Time, first, size int, v StatusView) ([]*jobp
 // States are the states Gauges.ByState counts, in the order of a job's
 // life, then StateUnclaimed.
 func States() []string {
-	return []string{jobGathering.String(), jobQueued.String(), jobInstalling.String(), jobActive.String(), jobDraining.String(), StateUnclaimed}
+	return []string{jobGathering.String(), jobQueued.String(), jobInstalling.String(), jobActive.String(), jobDraining.String(), jobQuarantined.String(), StateUnclaimed}
 }

@@ -648,7 +648,18 @@ func (c *Client) SetSimulatedLoss(ctx context.Context, ingress, egress float64) 
 // ClearJobs deletes every job entry on the switch: workers, replies,
 // multicast groups, a P4 leaf's uplink entries, and the keys of the jobs
 // those entries name when jobs have keys there (KeyJobs).
-func (c *Client) ClearJobs(ctx context.Context) error {
+func (c *Client) ClearJobs(ctx context.Context) error { return c.ClearJobsExcept(ctx, nil) }
+
+// ClearJobsExcept is ClearJobs sparing the jobs of keep (as ReadPlacements
+// found them): their workers, replies, keys and multicast groups stay, and
+// so do a P4 leaf's uplink entries when keep is not empty (they do not all
+// name their job). What goes are the entries no job in keep owns: replies
+// and keys of job ids without workers there, groups no kept job uses.
+func (c *Client) ClearJobsExcept(ctx context.Context, keep []switchjob.Placement) error {
+	kept, keptGroups := map[uint32]bool{}, map[uint16]bool{}
+	for _, p := range keep {
+		kept[p.JobID], keptGroups[p.Group] = true, true
+	}
 	workers, err := c.ReadWorkers(ctx)
 	if err != nil {
 		return err
@@ -662,6 +673,9 @@ func (c *Client) ClearJobs(ctx context.Context) error {
 		return err
 	}
 	ids := c.IDs()
+	workers = slices.DeleteFunc(workers, func(w WorkerEntry) bool { return kept[w.JobID] })
+	replies = slices.DeleteFunc(replies, func(r ReplyEntry) bool { return kept[r.JobID] })
+	maps.DeleteFunc(groups, func(id uint16, _ []switchjob.Replica) bool { return keptGroups[id] })
 	var dels []*p4v1.Update
 	for _, w := range workers {
 		u, err := WorkerUpdate(ids, p4v1.Update_DELETE, w.Addr, w.Worker)
@@ -699,7 +713,7 @@ func (c *Client) ClearJobs(ctx context.Context) error {
 			dels = append(dels, u)
 		}
 	}
-	if ids.Leaf() {
+	if ids.Leaf() && len(keep) == 0 {
 		for _, table := range []uint32{ids.TableUplink, ids.TableFromParent} {
 			ents, err := c.Read(ctx, &p4v1.Entity{Entity: &p4v1.Entity_TableEntry{TableEntry: &p4v1.TableEntry{TableId: table}}})
 			if err != nil {
