@@ -20,9 +20,7 @@ func TestRunScript(t *testing.T) {
 	}
 	testenv.NeedNetns(t)
 	testenv.NeedCommands(t, "ethtool")
-	if _, err := p4tools.Locate(); errors.Is(err, p4tools.ErrAbsent) {
-		t.Skipf("skipped: %v", err)
-	}
+	p4tools.ForTest(t)
 	cmd := exec.Command("./run.sh", "2", "3000", "float32")
 	cmd.Env = append(os.Environ(), "ITERS=2", "LOSS=0.01")
 	out, err := cmd.CombinedOutput()
