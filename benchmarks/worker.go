@@ -118,6 +118,17 @@ func CauseOf(err error) string {
 	return CauseOther
 }
 
+// FirstPackets is how many packets the worker's protocol chose to send:
+// Packets without the retransmissions. Retransmissions grow with the load
+// on the machine (a late result times out); what the protocol chose does
+// not, so bounds on the protocol's traffic count this.
+func (r WorkerReport) FirstPackets() uint64 {
+	if r.Retransmits > r.Packets { // a report of another system: no packet count
+		return 0
+	}
+	return r.Packets - r.Retransmits
+}
+
 // ProcessCPU is this process's CPU time so far, user and system, in
 // seconds; ok is false where the system does not say.
 func ProcessCPU() (user, sys float64, ok bool) {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchml/switchml-go/internal/testenv"
 )
 
 func needRoot(t *testing.T) {
@@ -18,14 +20,8 @@ func needRoot(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipped with -short: builds network namespaces")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces (run the tests as root)")
-	}
-	for _, tool := range []string{"ip", "tc"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s (apt-get install iproute2)", tool)
-		}
-	}
+	testenv.NeedRoot(t, "to create network namespaces")
+	testenv.NeedCommands(t, "ip", "tc")
 }
 
 // reach opens a TCP connection from namespace from to a listener in

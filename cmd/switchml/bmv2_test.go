@@ -14,6 +14,7 @@ import (
 	"github.com/switchml/switchml-go/benchmarks"
 	"github.com/switchml/switchml-go/benchmarks/rack"
 	"github.com/switchml/switchml-go/internal/harness"
+	"github.com/switchml/switchml-go/internal/testenv"
 	"github.com/switchml/switchml-go/p4/bmv2"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/p4tools"
@@ -49,12 +50,7 @@ func compileForBMv2Rack(t *testing.T, starts string) (*p4tools.Tools, string) {
 	if testing.Short() {
 		t.Skip(starts + "; skipped in -short")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces (run the tests as root)")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs iproute2's ip command: apt-get install iproute2")
-	}
+	testenv.NeedNetns(t)
 	tools := p4tools.ForTest(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/switchml/switchml-go/internal/testenv"
 	"github.com/switchml/switchml-go/transport/afxdp"
 
 	"github.com/switchml/switchml-go/benchmarks"
@@ -51,9 +51,7 @@ var forgedRank0 = netip.MustParseAddr("127.0.0.2")
 // one of them as a bad tag and every rank's sums verify; without --auth the
 // same forgery corrupts a sum, which only the CLI's check notices.
 func TestHostileForgedPackets(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("forging rank 0's source address needs raw sockets (CAP_NET_RAW): run the tests as root")
-	}
+	testenv.NeedRoot(t, "to forge rank 0's source address (raw sockets, CAP_NET_RAW)")
 	t.Run("auth", func(t *testing.T) {
 		sent, reps := forgeryRun(t, true)
 		for r, rep := range reps {

@@ -23,7 +23,6 @@ import (
 	"maps"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"slices"
 	"syscall"
 
@@ -106,33 +105,6 @@ func newFlags(name, synopsis string) *flag.FlagSet {
 		flagusage.Print(fs)
 	}
 	return fs
-}
-
-// version is what --version prints: the module's version, and the commit
-// the binary was built from when the build recorded it.
-func version() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "switchml (no build information)"
-	}
-	out := "switchml " + info.Main.Version
-	var rev, modified, when string
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				modified = ", with uncommitted changes"
-			}
-		case "vcs.time":
-			when = " of " + s.Value
-		}
-	}
-	if rev != "" {
-		out += fmt.Sprintf(" (commit %s%s%s)", rev, when, modified)
-	}
-	return out + ", " + info.GoVersion
 }
 
 // parseFlags parses args and rejects stray positional arguments.

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/switchml/switchml-go/internal/testenv"
 	"github.com/switchml/switchml-go/transport/afxdp"
 )
 
@@ -62,12 +63,7 @@ func TestNetworkNamespacesAFXDP(t *testing.T) {
 func netnsRack(t *testing.T, workers, net int) (string, func(int) []string) {
 	t.Helper()
 	needProcesses(t)
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces (run the tests as root)")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs iproute2's ip command: apt-get install iproute2")
-	}
+	testenv.NeedNetns(t)
 	tag := fmt.Sprintf("smlt%d%d", net, os.Getpid()%10000)
 	sw := tag + "s"
 	run := func(args ...string) {

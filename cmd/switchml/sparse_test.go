@@ -13,18 +13,23 @@ import (
 
 // TestSparseAllReduce runs `switchml allreduce --sparse` on loopback: the
 // results verify, and at a density of 1% the workers send at most 3% of
-// the packets of the same run without --sparse.
+// the packets of the same run without --sparse. Both counts are of first
+// transmissions, what the protocol decides: retransmissions depend on how
+// busy the machine is.
 func TestSparseAllReduce(t *testing.T) {
 	needProcesses(t)
 	f := startFabric(t, nil, "")
+	var retx uint64 // for the log: what the load added
 	packets := func(reps []benchmarks.WorkerReport) (n uint64) {
 		for _, r := range reps {
-			n += r.Packets
+			n += r.FirstPackets()
+			retx += r.Retransmits
 		}
 		return n
 	}
 	for _, workers := range []int{1, 2} {
 		js := jobSpec{dtype: "float32", workers: workers, elements: 1 << 20, iters: 3, pe: -1, extra: []string{"--density", "0.01"}}
+		retx = 0
 		js.name = fmt.Sprint("dense-", workers)
 		dense := packets(runJob(t, f, nil, js))
 		js.name = fmt.Sprint("sparse-", workers)
@@ -34,9 +39,10 @@ func TestSparseAllReduce(t *testing.T) {
 		if !reps[0].Sparse || reps[0].Density != 0.01 {
 			t.Fatalf("report %+v does not say sparse at density 0.01", reps[0])
 		}
-		t.Logf("%d workers, density 1%%: %d packets sparse, %d dense (%.2f%%)", workers, sparse, dense, 100*float64(sparse)/float64(dense))
+		t.Logf("%d workers, density 1%%: %d packets sparse, %d dense, first transmissions (%.2f%%); %d retransmissions besides",
+			workers, sparse, dense, 100*float64(sparse)/float64(dense), retx)
 		if sparse*100 > dense*3 {
-			t.Fatalf("%d workers: %d packets sparse, %d dense: more than 3%%", workers, sparse, dense)
+			t.Fatalf("%d workers: %d packets sparse, %d dense (first transmissions): more than 3%%", workers, sparse, dense)
 		}
 	}
 }

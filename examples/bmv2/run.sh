@@ -43,7 +43,10 @@ source examples/netns.sh
 
 echo "== building switchml and compiling p4/v1model/switchml.p4 with p4c"
 go build -o "$work/switchml" ./cmd/switchml
-eval "$("$work/switchml" p4tools)"
+# Not eval "$(...)": eval of a failed substitution succeeds, and set -e
+# would run on without the toolchain. A plain assignment fails with it.
+p4env=$("$work/switchml" p4tools) || { echo "run.sh: stopped: the P4 toolchain is missing (above: what was looked for)" >&2; exit 1; }
+eval "$p4env"
 p4c-bm2-ss --arch v1model --std p4-16 -o "$work/switchml.json" p4/v1model/switchml.p4
 
 echo "== $workers worker namespaces, each cabled to a BMv2 port"

@@ -61,7 +61,10 @@ if [[ -z "$switchml" ]]; then
 fi
 if [[ -z "$train" ]]; then
 	echo "== building train (trainers/setup.sh prepares libtensorflow)"
-	(cd trainers && eval "$(./setup.sh)" && go build -o "$work/train" ./cmd/train)
+	# The environment in a variable first: eval "$(./setup.sh)" would
+	# succeed when setup.sh fails, and go build fail later for want of it.
+	(cd trainers && tf_env=$(./setup.sh) && eval "$tf_env" && go build -o "$work/train" ./cmd/train) ||
+		{ echo "run.sh: stopped: building train failed (above: why)" >&2; exit 1; }
 	train=$work/train
 fi
 
@@ -113,10 +116,12 @@ for backend in $backends; do
 		continue
 	fi
 	accuracies=$(for ((w = 0; w < workers; w++)); do
-		tail -n 1 "$out/$backend-rank$w.jsonl" | grep -o '"test_accuracy":[^,}]*' | cut -d: -f2
+		# A rank without the figure counts as a different accuracy below,
+		# rather than a silent stop of set -e.
+		tail -n 1 "$out/$backend-rank$w.jsonl" | { grep -o '"test_accuracy":[^,}]*' || echo '"test_accuracy":none'; } | cut -d: -f2
 	done | sort -u)
-	if [[ $(wc -l <<<"$accuracies") -ne 1 || -z "$accuracies" ]]; then
-		echo "run.sh: $backend: the ranks finished with different test accuracies:" $accuracies >&2
+	if [[ $(wc -l <<<"$accuracies") -ne 1 || -z "$accuracies" || $accuracies == none ]]; then
+		echo "run.sh: $backend: the ranks finished with different test accuracies (none: no accuracy in a rank's last line):" $accuracies >&2
 		status=1
 		continue
 	fi

@@ -66,7 +66,11 @@ for k in 0 1; do
 done
 "$switchml" controller --topology "$work/topology.json" --listen "$ctl" --log-level warn 2>"$work/controller.log" &
 pids+=($!)
-"$switchml" wait --controller "$ctl" --timeout 30s
+if ! "$switchml" wait --controller "$ctl" --timeout 30s; then
+	echo "run.sh: stopped: the controller did not come up; the logs:" >&2
+	tail -n 20 "$work"/*.log >&2
+	exit 1
+fi
 
 echo "== $workers workers, $iters allreduces of $elements int32 each, sums checked"
 wpids=()

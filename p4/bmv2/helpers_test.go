@@ -15,6 +15,7 @@ import (
 	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
 	"google.golang.org/protobuf/encoding/prototext"
 
+	"github.com/switchml/switchml-go/internal/testenv"
 	"github.com/switchml/switchml-go/p4/p4tools"
 )
 
@@ -70,12 +71,8 @@ func needSwitch(t *testing.T) *p4tools.Tools {
 	if testing.Short() {
 		t.Skip("skipped in -short mode: starts BMv2")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("skipped: needs root to create veth interfaces for BMv2's ports")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("skipped: needs iproute2's ip to create veth interfaces")
-	}
+	testenv.NeedRoot(t, "to create veth interfaces for BMv2's ports")
+	testenv.NeedCommands(t, "ip")
 	return p4tools.ForTest(t)
 }
 

@@ -32,7 +32,7 @@ func sparseInputs(rank, size, k int, own []int) ([]int32, []float32) {
 // TestSparseJobOnEmbeddedFabric runs a sparse job of three workers over
 // real UDP through the embedded switch: the sums are right where any rank
 // holds values and zero elsewhere, and the workers send a small share of
-// what the same job sends dense.
+// what the same job sends dense. Packets are counted as first transmissions.
 func TestSparseJobOnEmbeddedFabric(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -59,7 +59,7 @@ func TestSparseJobOnEmbeddedFabric(t *testing.T) {
 		return sent[0] + sent[1] + sent[2]
 	}
 	sparse, dense := packets(true), packets(false)
-	t.Logf("packets sent: sparse %d, dense %d", sparse, dense)
+	t.Logf("packets sent (first transmissions): sparse %d, dense %d", sparse, dense)
 	if sparse*10 > dense {
 		t.Fatalf("the sparse job sent %d packets, the dense one %d: want at most a tenth", sparse, dense)
 	}
@@ -91,7 +91,10 @@ func sparseWorker(ctx context.Context, ctl, job string, rank, n, size, k int, ow
 			return 0, fmt.Errorf("element %d = %d, %v; want %d, %v", i, ints[i], floats[i], wi[i], wf[i])
 		}
 	}
-	return sess.Stats().Packets, nil
+	// First transmissions, what the protocol decides: retransmissions
+	// grow with the load on the machine, and would move the bound.
+	st := sess.Stats()
+	return st.Packets - st.Retransmits, nil
 }
 
 // TestSparseMustAgree: ranks that disagree on the sparse mode cannot form

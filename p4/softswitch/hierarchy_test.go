@@ -46,7 +46,7 @@ func startTree(t *testing.T, ctx context.Context, faults transport.Faults) *tree
 		f.Seed += uint64(10 * l)
 		leaf, err := softswitch.Listen(softswitch.Config{Dataplane: fmt.Sprintf("127.0.%d.1:0", l), Pipeline: pc, Faults: f, Parent: spine.DataplaneAddr()})
 		if err != nil {
-			t.Skipf("no loopback address 127.0.%d.1 to bind a leaf to: %v", l, err)
+			t.Fatalf("leaf switch on 127.0.%d.1: %v", l, err)
 		}
 		tr.leaves = append(tr.leaves, leaf)
 		leafJSON = append(leafJSON, fmt.Sprintf(`{"p4runtime": %q, "dataplane": %q, "workers": ["127.0.%d.0/24"]}`, leaf.P4RuntimeAddr(), leaf.DataplaneAddr(), l))

@@ -7,8 +7,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -488,28 +490,49 @@ func TestDialIgnoresStrangers(t *testing.T) {
 }
 
 func TestDialListensOnAddr(t *testing.T) {
-	// Without a Listener, Dial listens on Addrs[Rank] itself.
-	lns, addrs := listeners(t, 2)
-	for _, ln := range lns {
-		ln.Close()
-	}
-	rings := make([]*Ring, 2)
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for i := range 2 {
-		wg.Go(func() {
-			rings[i], errs[i] = Dial(context.Background(), Config{Rank: i, Workers: 2, Addrs: addrs, DialTimeout: 10 * time.Second})
-		})
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Skipf("rank %d: %v (port taken again meanwhile?)", i, err)
+	// Without a Listener, Dial listens on Addrs[Rank] itself. The ports
+	// are free when listeners returns them, but another process may take
+	// one before Dial listens: then the test tries fresh ports, and fails
+	// on any other error.
+	var rings []*Ring
+	for attempt := 1; rings == nil; attempt++ {
+		lns, addrs := listeners(t, 2)
+		for _, ln := range lns {
+			ln.Close()
 		}
-		defer rings[i].Close()
+		rings = make([]*Ring, 2)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i := range 2 {
+			wg.Go(func() {
+				rings[i], errs[i] = Dial(context.Background(), Config{Rank: i, Workers: 2, Addrs: addrs, DialTimeout: 10 * time.Second})
+			})
+		}
+		wg.Wait()
+		taken := slices.ContainsFunc(errs, func(err error) bool { return errors.Is(err, syscall.EADDRINUSE) })
+		for i, err := range errs {
+			switch {
+			case err == nil:
+				defer rings[i].Close()
+			case taken && attempt < 5:
+				t.Logf("attempt %d, rank %d: %v (the port was taken meanwhile: trying others)", attempt, i, err)
+			default:
+				t.Fatalf("rank %d: %v", i, err)
+			}
+		}
+		if taken {
+			rings = nil
+		}
 	}
-	errs = onAll(rings, func(rank int, r *Ring) error {
-		return r.AllReduceFloat32(context.Background(), make([]float32, 3))
+	errs := onAll(rings, func(rank int, r *Ring) error {
+		x := []float32{1, float32(rank + 1), -2.5}
+		if err := r.AllReduceFloat32(context.Background(), x); err != nil {
+			return err
+		}
+		if want := []float32{2, 3, -5}; !slices.Equal(x, want) {
+			return fmt.Errorf("sums %v, want %v", x, want)
+		}
+		return nil
 	})
 	for r, err := range errs {
 		if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/switchml/switchml-go/internal/testenv"
 	"github.com/switchml/switchml-go/transport"
 )
 
@@ -31,12 +32,8 @@ func requireAFXDP(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipped with -short: builds network namespaces")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("AF_XDP unavailable: the test creates network namespaces and attaches XDP programs, which needs root")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("AF_XDP test needs the ip command (iproute2): ", err)
-	}
+	testenv.NeedRoot(t, "to create network namespaces and attach XDP programs")
+	testenv.NeedCommands(t, "ip")
 	if err := Supported(); err != nil {
 		t.Skip("AF_XDP unavailable: ", err)
 	}
@@ -528,9 +525,7 @@ func TestVethExchange(t *testing.T) {
 // namespace ns.
 func noTxOffload(t *testing.T, ns, dev string) {
 	t.Helper()
-	if _, err := exec.LookPath("ethtool"); err != nil {
-		t.Skip("the test needs ethtool to turn off checksum offload: ", err)
-	}
+	testenv.NeedCommands(t, "ethtool") // to turn off checksum offload
 	if out, err := exec.Command("ip", "netns", "exec", ns, "ethtool", "-K", dev, "tx", "off").CombinedOutput(); err != nil {
 		t.Fatalf("ethtool -K %s tx off: %v\n%s", dev, err, out)
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/switchml/switchml-go/internal/testenv"
 	"github.com/switchml/switchml-go/trainers/train"
 )
 
@@ -22,12 +23,7 @@ func TestMultihostExample(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the switchml command and trains in network namespaces; skipped in -short")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces (run the tests as root)")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs ip: apt-get install iproute2")
-	}
+	testenv.NeedNetns(t)
 	if _, err := os.Stat("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"); err != nil {
 		t.Skipf("needs Fashion-MNIST (apt-get install dataset-fashion-mnist): %v", err)
 	}
