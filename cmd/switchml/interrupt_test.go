@@ -42,16 +42,23 @@ func TestInterruptedRank(t *testing.T) {
 }
 
 // TestInterruptInEachStep: SIGINT to one rank of three, each running a
-// 16M-value float32 job, in each of its long steps: computing the expected
-// sums, filling its tensor, inside an allreduce, verifying the result. The
-// interrupt is sent once the rank says the step started (--progress
-// lines). Wherever it lands, that rank exits as interrupted and its two
-// peers fail naming it and the interrupt, whether they wait for it in a
-// call or are busy with a step of their own. The exit times are logged;
-// the deadlines are only a guard against a hang.
+// 16M-value float32 job (1M under the race detector), in each of its long
+// steps: computing the expected sums, filling its tensor, inside an
+// allreduce, verifying the result. The interrupt is sent once the rank
+// says the step started (--progress lines). Wherever it lands, that rank
+// exits as interrupted and its two peers fail naming it and the
+// interrupt, whether they wait for it in a call or are busy with a step of
+// their own. The exit times are logged; the deadlines are only a guard
+// against a hang.
 func TestInterruptInEachStep(t *testing.T) {
 	needProcesses(t)
 	f := startFabricWith(t, nil, "", []string{"--slots", "64"}, []string{"--slots", "64", "--max-slots-per-client", "-1"})
+	// The race detector makes each value's work ten times slower or
+	// more: a sixteenth of the values keeps the steps about as long.
+	elements := 16 << 20
+	if raceEnabled {
+		elements = 1 << 20
+	}
 	for _, step := range []struct{ name, line string }{
 		{"expected-sums", "computing the expected sums"},
 		{"fill", "filling the tensor of allreduce 0"},
@@ -62,7 +69,7 @@ func TestInterruptInEachStep(t *testing.T) {
 			ps := make([]*proc, faultJobWorkers)
 			for r := range ps {
 				ps[r] = spawn(t, nil, "allreduce", "--controller", f.controller, "--job", "sigint-"+step.name, "--rank", fmt.Sprint(r),
-					"--workers", fmt.Sprint(faultJobWorkers), "--elements", fmt.Sprint(16<<20), "--iters", "2", "--lanes", "2", "--window", "32",
+					"--workers", fmt.Sprint(faultJobWorkers), "--elements", fmt.Sprint(elements), "--iters", "2", "--lanes", "2", "--window", "32",
 					"--give-up", "10m", "--progress", "lines")
 			}
 			waitLog(t, ps[1], fmt.Sprintf("rank 1/%d: %s", faultJobWorkers, step.line))
