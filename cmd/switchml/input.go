@@ -80,8 +80,7 @@ func (in tensorInput) fill(ctx context.Context, st *steps, what string, c dtype.
 func (in tensorInput) expect(ctx context.Context, st *steps, c dtype.Codec, workers, n, k int) (*dtype.Expectation, error) {
 	e := dtype.NewExpectation(c, workers, n, k)
 	piece := dtype.New(c, min(n, pieceValues))
-	what := fmt.Sprintf("computing the expected sums of %d ranks' tensors", workers)
-	err := st.each(ctx, what, n, func(lo, hi int) error {
+	err := st.each(ctx, "computing the expected sums of every rank's tensor", n, func(lo, hi int) error {
 		p := piece[:(hi-lo)*c.Size()]
 		for r := range workers {
 			if err := in.fillAt(c, p, r, k, lo, n); err != nil {

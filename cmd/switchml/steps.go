@@ -78,7 +78,11 @@ func (s *steps) each(ctx context.Context, what string, n int, fn func(lo, hi int
 		start := time.Now()
 		s.line.Show(func() string {
 			share := float64(done.Load()) / float64(max(n, 1))
-			return fmt.Sprintf("%s: %s, %.0f%% %s", s.who, what, 100*share, progress.Left(share, time.Since(start)))
+			status := fmt.Sprintf("%s: %s, %.0f%%", s.who, what, 100*share)
+			if left := progress.Left(share, time.Since(start)); left != "" {
+				status += ", " + left
+			}
+			return status
 		})
 	}
 	for lo := 0; lo < n; lo += pieceValues {
