@@ -1,6 +1,14 @@
 package benchmarks
 
-import "syscall"
+import (
+	"context"
+	"errors"
+	"syscall"
+
+	"github.com/switchml/switchml-go/switchml"
+	"github.com/switchml/switchml-go/switchml/dtype"
+	"github.com/switchml/switchml-go/switchml/ring"
+)
 
 // WorkerReport is the JSON object one worker prints on stdout with --json,
 // both `switchml allreduce` (SwitchML) and `switchml ring` (the Go ring
@@ -28,7 +36,12 @@ type WorkerReport struct {
 	GoodputGbps float64   `json:"goodput_gbps"`
 	Verified    bool      `json:"verified"`
 	Error       string    `json:"error,omitempty"`
-	Retransmits uint64    `json:"retransmits"`
+	// Cause is what the error says happened, a name of Causes ("" on
+	// success, CauseOther for none of them): programs that read other
+	// workers' reports (the chaos run) tell failures apart by it, never by
+	// the wording of Error.
+	Cause       string `json:"cause,omitempty"`
+	Retransmits uint64 `json:"retransmits"`
 	// Packets counts the packets the worker sent to the switch over all
 	// its calls, warm-up and retransmissions included.
 	Packets       uint64  `json:"packets,omitempty"`
@@ -50,6 +63,59 @@ type WorkerReport struct {
 	// several jobs run at once, they show how long the jobs overlapped.
 	TimedStart float64 `json:"timed_start_unix_s,omitempty"`
 	TimedEnd   float64 `json:"timed_end_unix_s,omitempty"`
+}
+
+// Fail records err as the worker's failure: its text, its cause, and
+// that nothing was verified.
+func (r *WorkerReport) Fail(err error) {
+	r.Error, r.Cause, r.Verified = err.Error(), CauseOf(err), false
+}
+
+// Cause is a failure a worker tells apart: its name in reports, and the
+// library error that says it happened.
+type Cause struct {
+	Name string
+	Err  error
+}
+
+// Causes are the failures a worker tells apart in its report
+// (WorkerReport.Cause), each with the library error it stands for, in
+// the order CauseOf tests them: a failure that holds several (a restarted
+// controller's abort, which also says the switch was lost) takes the
+// first.
+var Causes = []Cause{
+	{"wrong-sum", dtype.ErrUnexpected},
+	{"controller-restarted", switchml.ErrControllerRestarted},
+	{"rank-lost", switchml.ErrRankLost},
+	{"switch-lost", switchml.ErrSwitchLost},
+	{"rank-failed", switchml.ErrRankFailed},
+	{"switch-silent", switchml.ErrTimeoutBudget},
+	{"ranks-missing", switchml.ErrRanksMissing},
+	{"aborted", switchml.ErrAborted},
+	{"controller-unreachable", switchml.ErrControllerUnreachable},
+	{"job-mismatch", switchml.ErrJobMismatch},
+	{"ring-broken", ring.ErrBroken},
+	{"ring-stalled", ring.ErrStalled},
+	{"interrupted", context.Canceled},
+	{"deadline", context.DeadlineExceeded},
+	{"closed", switchml.ErrClosed},
+}
+
+// CauseOther is the cause of a failure that holds none of Causes' errors.
+const CauseOther = "other"
+
+// CauseOf is the name of err's cause in Causes: "" for nil, CauseOther
+// for an error that holds none of them.
+func CauseOf(err error) string {
+	if err == nil {
+		return ""
+	}
+	for _, c := range Causes {
+		if errors.Is(err, c.Err) {
+			return c.Name
+		}
+	}
+	return CauseOther
 }
 
 // ProcessCPU is this process's CPU time so far, user and system, in

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchml/switchml-go/field"
 	"github.com/switchml/switchml-go/p4/local"
 	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/switchml"
@@ -116,8 +117,8 @@ func TestAuthMismatch(t *testing.T) {
 		}
 	}
 	_, err := switchml.Join(ctx, switchml.Config{Controller: keyed.ControllerAddr(), Job: "compat", Rank: 0, Workers: 1, Lanes: 1, Window: 4, Auth: true})
-	var fe *switchml.FieldError
-	if !errors.As(err, &fe) || fe.Field != "Auth" {
-		t.Fatalf("Auth with the compatible header: %v, want a FieldError on Auth", err)
+	var fe *field.Error
+	if !errors.As(err, &fe) || fe.Field() != "Auth" {
+		t.Fatalf("Auth with the compatible header: %v, want a field.Error on Auth", err)
 	}
 }

@@ -2,7 +2,6 @@ package switchml
 
 import (
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchml/switchml-go/field"
 	"github.com/switchml/switchml-go/transport"
 	"github.com/switchml/switchml-go/transport/shm"
 	"github.com/switchml/switchml-go/wire"
@@ -261,14 +261,25 @@ func (c Config) withDefaults() Config {
 // lets a program check its settings before it starts anything.
 func (c Config) Validate() error { return c.withDefaults().validate() }
 
-// ConfigError is a Config that Join cannot use: one FieldError per invalid
-// field. Its message names Config fields; programs that set a Config from
-// settings of their own (a command's flags) restate it with Describe.
+// configField names Config's fields in the errors of a session, read far
+// from the Config: "Config.FallbackPeers" (a command writes its flag).
+const configField = field.Owner("Config")
+
+// ConfigError is a Config that Join cannot use: one field.Error per
+// invalid field. Its message names Config fields; programs that set a
+// Config from settings of their own (a command's flags) restate it with
+// field.Named, or InFlags.
 type ConfigError struct {
-	Fields []*FieldError
+	Fields []*field.Error
 }
 
-func (e *ConfigError) Error() string { return "switchml: bad config: " + e.Describe(nil) }
+func (e *ConfigError) Error() string {
+	lines := make([]string, len(e.Fields))
+	for i, f := range e.Fields {
+		lines[i] = f.Error()
+	}
+	return "switchml: bad config: " + strings.Join(lines, "\n")
+}
 
 // Unwrap gives the field errors to errors.As.
 func (e *ConfigError) Unwrap() []error {
@@ -279,94 +290,14 @@ func (e *ConfigError) Unwrap() []error {
 	return errs
 }
 
-// Describe is the list of field errors, one a line, with every field named
-// through name (nil keeps the Go field names); see FieldError.Describe.
-func (e *ConfigError) Describe(name func(field string) string) string {
-	lines := make([]string, len(e.Fields))
-	for i, f := range e.Fields {
-		lines[i] = f.Describe(name)
-	}
-	return strings.Join(lines, "\n")
-}
-
-// InFlags restates a *ConfigError held in err in the flags of a command
-// that sets Config fields from them, so that its users read the flag to
-// change rather than a Go field: flags maps a field ("PacketElements",
+// InFlags restates the field errors in err in the flags of a command that
+// sets Config fields from them, so that its users read the flag to change
+// rather than a Go field: flags maps a field ("PacketElements",
 // "Faults.Drop") to its flag without dashes ("packet-elements"); a field it
-// lacks keeps its Go name. The result still unwraps to the ConfigError.
-// Other errors come back unchanged.
+// lacks keeps its Go name. It is field.Named with field.Flags; the result
+// still unwraps to what err holds.
 func InFlags(err error, flags map[string]string) error {
-	var ce *ConfigError
-	if !errors.As(err, &ce) {
-		return err
-	}
-	text := ce.Describe(func(field string) string {
-		if f, ok := flags[field]; ok {
-			return "--" + f
-		}
-		return field
-	})
-	return &flagsError{text: "bad flags: " + text, cause: ce}
-}
-
-type flagsError struct {
-	text  string
-	cause *ConfigError
-}
-
-func (e *flagsError) Error() string { return e.text }
-func (e *flagsError) Unwrap() error { return e.cause }
-
-// FieldError is one invalid field of a Config: its name, its value and
-// advice on what to set instead.
-type FieldError struct {
-	// Field is the Config field, dotted for a nested one ("Faults.Drop").
-	Field string
-	// Value is the field's value.
-	Value any
-	// advice may name Config fields in braces ("{Extended}"), so that
-	// Describe can rename them; only text of this package goes in it, never
-	// a caller's string, so a brace is always such a name.
-	advice string
-}
-
-func (e *FieldError) Error() string { return e.Describe(nil) }
-
-// Advice says what the field accepts and what to do, naming any other
-// field through name (nil keeps the Go field names).
-func (e *FieldError) Advice(name func(field string) string) string {
-	var b strings.Builder
-	rest := e.advice
-	for {
-		open := strings.IndexByte(rest, '{')
-		end := strings.IndexByte(rest[open+1:], '}')
-		if open < 0 || end < 0 {
-			b.WriteString(rest)
-			return b.String()
-		}
-		field := rest[open+1 : open+1+end]
-		if name != nil {
-			field = name(field)
-		}
-		b.WriteString(rest[:open])
-		b.WriteString(field)
-		rest = rest[open+1+end+1:]
-	}
-}
-
-// Describe is the error's message with every field, its own and those the
-// advice names, named through name (nil keeps the Go field names). A
-// command that sets Config from flags passes a function that returns the
-// flag of a field, so that its users read the flags they can change.
-func (e *FieldError) Describe(name func(field string) string) string {
-	field := e.Field
-	if name != nil {
-		field = name(field)
-	}
-	if s, ok := e.Value.(string); ok && s == "" {
-		return fmt.Sprintf("%s is empty: %s", field, e.Advice(name))
-	}
-	return fmt.Sprintf("%s = %v: %s", field, e.Value, e.Advice(name))
+	return field.Named(err, field.Flags(flags))
 }
 
 // checkHostPort checks a ring address: host:port, the port 0 (any) only
@@ -412,12 +343,12 @@ func (c Config) validate() error {
 }
 
 // fieldErrors collects the invalid fields of a Config.
-type fieldErrors []*FieldError
+type fieldErrors []*field.Error
 
-// add records field as invalid with its value and advice, a format for
-// args that may name other fields in braces (see FieldError).
-func (p *fieldErrors) add(field string, value any, advice string, args ...any) {
-	*p = append(*p, &FieldError{Field: field, Value: value, advice: fmt.Sprintf(advice, args...)})
+// add records name as invalid with its value and advice, a format that
+// may name other fields as {Field} (see field.Invalid).
+func (p *fieldErrors) add(name string, value any, advice string, args ...any) {
+	*p = append(*p, field.Invalid(name, value, advice, args...))
 }
 
 // checkWorld checks who the worker is: the job, the world size and the rank.

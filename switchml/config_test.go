@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+
+	"github.com/switchml/switchml-go/field"
 )
 
 func TestConfigValidation(t *testing.T) {
@@ -63,7 +65,7 @@ func TestConfigErrorNamesFields(t *testing.T) {
 	}
 	var fields []string
 	for _, f := range ce.Fields {
-		fields = append(fields, f.Field)
+		fields = append(fields, f.Field())
 	}
 	if want := []string{"PacketElements", "Workers", "GiveUp"}; !slices.Equal(fields, want) {
 		t.Fatalf("invalid fields %v, want %v", fields, want)
@@ -71,9 +73,9 @@ func TestConfigErrorNamesFields(t *testing.T) {
 	if ce.Fields[0].Value != 3000 || ce.Fields[2].Value != -time.Second {
 		t.Errorf("values %v and %v, want 3000 and -1s", ce.Fields[0].Value, ce.Fields[2].Value)
 	}
-	var fe *FieldError
-	if !errors.As(err, &fe) || fe.Field != "PacketElements" {
-		t.Errorf("errors.As(*FieldError) = %v, want the PacketElements error", fe)
+	var fe *field.Error
+	if !errors.As(err, &fe) || fe.Field() != "PacketElements" {
+		t.Errorf("errors.As(*field.Error) = %v, want the PacketElements error", fe)
 	}
 
 	const goText = "switchml: bad config: PacketElements = 3000: the compatible header carries 32, 64, 128 or 256; set Extended for other sizes\n" +
@@ -86,16 +88,16 @@ func TestConfigErrorNamesFields(t *testing.T) {
 	const flagText = "--packetelements = 3000: the compatible header carries 32, 64, 128 or 256; set --extended for other sizes\n" +
 		"--workers = 40: the compatible format allows 32; set --extended for more\n" +
 		"--giveup = -1s: must not be negative (0 takes the default)"
-	if got := ce.Describe(flag); got != flagText {
-		t.Errorf("Describe(flags) =\n%s\nwant\n%s", got, flagText)
+	if got := field.Named(err, flag).Error(); got != "switchml: bad config: "+flagText {
+		t.Errorf("Named(flags) =\n%s\nwant\n%s", got, flagText)
 	}
 
 	rank := Config{Job: "j", Rank: 4, Workers: 4}.Validate()
-	if !errors.As(rank, &fe) || fe.Describe(flag) != "--rank = 4: want 0 <= rank < --workers (4)" {
-		t.Errorf("rank error restated as %q", fe.Describe(flag))
+	if !errors.As(rank, &fe) || fe.Text(flag) != "--rank = 4: want 0 <= rank < --workers (4)" {
+		t.Errorf("rank error restated as %q", fe.Text(flag))
 	}
-	if job := (Config{Workers: 1}).Validate(); !errors.As(job, &fe) || fe.Describe(flag) != "--job is empty: name the job (every rank uses the same name)" {
-		t.Errorf("job error restated as %q", fe.Describe(flag))
+	if job := (Config{Workers: 1}).Validate(); !errors.As(job, &fe) || fe.Text(flag) != "--job is empty: name the job (every rank uses the same name)" {
+		t.Errorf("job error restated as %q", fe.Text(flag))
 	}
 	if err := (Config{Job: "j", Workers: 1}).Validate(); err != nil {
 		t.Errorf("Validate() of a config whose zero fields take defaults = %v", err)
@@ -106,7 +108,7 @@ func TestInFlags(t *testing.T) {
 	err := Config{Job: "j", Workers: 2, Rank: 0, PacketElements: 100, Lanes: 99}.Validate()
 	flags := map[string]string{"PacketElements": "packet-elements", "Extended": "extended"}
 	got := InFlags(fmt.Errorf("joining: %w", err), flags)
-	const want = "bad flags: Lanes = 99: want 1..64\n" +
+	const want = "joining: switchml: bad config: Lanes = 99: want 1..64\n" +
 		"--packet-elements = 100: the compatible header carries 32, 64, 128 or 256; set --extended for other sizes"
 	if got.Error() != want {
 		t.Errorf("InFlags() =\n%s\nwant\n%s", got, want)

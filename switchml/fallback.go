@@ -94,7 +94,7 @@ func (l *ringLink) keep(cfg Config, addrs []string) error {
 	}
 	if len(addrs) != cfg.Workers {
 		if len(cfg.FallbackPeers) != cfg.Workers {
-			return fmt.Errorf("switchml: no ring addresses from the controller at %s: it predates fallback; give them in Config.FallbackPeers (--fallback-peers) for FallbackOnLoss",
+			return configField.Errorf("switchml: no ring addresses from the controller at %s: it predates fallback; give them in {FallbackPeers} for {FallbackOnLoss}",
 				cfg.Controller)
 		}
 		addrs = cfg.FallbackPeers

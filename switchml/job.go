@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/switchml/switchml-go/internal/backoff"
 	"github.com/switchml/switchml-go/jobpb"
 )
 
@@ -115,7 +116,7 @@ const fallbackProbe = 2 * time.Second
 func (j *jobClient) probe(ctx context.Context) (d *jobpb.DescribeResponse, unreachable error) {
 	pctx, cancel := context.WithTimeout(ctx, fallbackProbe)
 	defer cancel()
-	backoff := 20 * time.Millisecond
+	wait := backoff.New(20*time.Millisecond, 200*time.Millisecond)
 	for {
 		d, err := j.client.Describe(pctx, &jobpb.DescribeRequest{})
 		switch {
@@ -124,15 +125,12 @@ func (j *jobClient) probe(ctx context.Context) (d *jobpb.DescribeResponse, unrea
 		case status.Code(err) != codes.Unavailable && pctx.Err() == nil:
 			return nil, nil
 		}
-		select {
-		case <-pctx.Done():
+		if wait.Wait(pctx) != nil {
 			if ctx.Err() != nil {
 				return nil, nil // the caller's own deadline: Join says so
 			}
 			return nil, fmt.Errorf("no connection to the controller at %s within %v: %s", j.cfg.Controller, fallbackProbe, status.Convert(err).Message())
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 200*time.Millisecond)
 	}
 }
 
@@ -156,7 +154,7 @@ func (j *jobClient) packetElements(ctx context.Context, cfg Config, probed *jobp
 	}
 	n := choosePacketElements(d.GetPacketElements(), d.GetMaxExtendedElements(), cfg.Extended)
 	if n == 0 && cfg.Extended {
-		return 0, fmt.Errorf("%w: Config.Extended is set, but the %s switch takes only the compatible header: join without Extended (--extended)", ErrJobMismatch, d.GetTargetKind())
+		return 0, configField.Errorf("%w: {Extended} is set, but the %s switch takes only the compatible header: join without {Extended}", ErrJobMismatch, d.GetTargetKind())
 	}
 	if n == 0 {
 		return 0, fmt.Errorf("%w: the %s switch describes no packet size for the compatible header", ErrJobMismatch, d.GetTargetKind())
@@ -235,7 +233,7 @@ func (j *jobClient) watch() error {
 // the session (it restarted, and reprogrammed the switch) ends it with that
 // cause, so that the calls in flight fail at once.
 func (j *jobClient) follow(ctx context.Context, stream jobpb.JobService_WatchClient, req *jobpb.WatchRequest) {
-	backoff := 50 * time.Millisecond
+	wait := backoff.New(50*time.Millisecond, 2*time.Second)
 	for {
 		for {
 			ev, err := stream.Recv()
@@ -246,15 +244,12 @@ func (j *jobClient) follow(ctx context.Context, stream jobpb.JobService_WatchCli
 				j.st.abort(abortedBy(ev))
 				return
 			}
-			backoff = 50 * time.Millisecond
+			wait.Reset()
 		}
 		for {
-			select {
-			case <-ctx.Done():
+			if wait.Wait(ctx) != nil {
 				return // this rank closed
-			case <-time.After(backoff):
 			}
-			backoff = min(2*backoff, 2*time.Second)
 			var err error
 			if stream, err = j.client.Watch(ctx, req, grpc.WaitForReady(true)); err == nil {
 				var ev *jobpb.WatchEvent
@@ -268,8 +263,8 @@ func (j *jobClient) follow(ctx context.Context, stream jobpb.JobService_WatchCli
 			}
 			switch status.Code(err) {
 			case codes.NotFound, codes.FailedPrecondition, codes.Aborted:
-				j.st.abort(fmt.Errorf("%w: %w: the controller at %s no longer holds this session: it restarted, and a restarted controller reprograms the switch; join again (%s)",
-					ErrAborted, ErrSwitchLost, j.cfg.Controller, status.Convert(err).Message()))
+				j.st.abort(fmt.Errorf("%w: %w: %w: the controller at %s no longer holds this session: it restarted, and a restarted controller reprograms the switch; join again (%s)",
+					ErrAborted, ErrControllerRestarted, ErrSwitchLost, j.cfg.Controller, status.Convert(err).Message()))
 				return
 			}
 		}
@@ -277,12 +272,7 @@ func (j *jobClient) follow(ctx context.Context, stream jobpb.JobService_WatchCli
 }
 
 // abortedBy is the error of a lease's end.
-func abortedBy(ev *jobpb.WatchEvent) error {
-	if ev.GetCause() == "switch_lost" {
-		return fmt.Errorf("%w: %w: %s", ErrAborted, ErrSwitchLost, ev.GetReason())
-	}
-	return fmt.Errorf("%w: %s", ErrAborted, ev.GetReason())
-}
+func abortedBy(ev *jobpb.WatchEvent) error { return ended(ev.GetCause(), ev.GetReason()) }
 
 // endLease ends this rank's lease on a session that leaves the switch
 // (it moves to the ring): the controller has nothing more to say about
@@ -353,7 +343,7 @@ func (j *jobClient) verdictOnGiveUp(gaveUp error) (reported bool, verdict error)
 		}
 		return true, nil
 	}
-	return true, fmt.Errorf("%w: %s", ErrAborted, resp.GetReason())
+	return true, ended(resp.GetCause(), resp.GetReason())
 }
 
 // leaveEarly ends the job for every rank when this one stops taking part
@@ -425,7 +415,7 @@ func (j *jobClient) broadcast(ctx context.Context, name string, root int, data [
 // closes. A controller that no longer knows the call's session answers
 // with an error that is not retried.
 func retryUnavailable(ctx context.Context, stop <-chan struct{}, call func() error) error {
-	backoff := 20 * time.Millisecond
+	wait := backoff.New(20*time.Millisecond, time.Second)
 	for {
 		err := call()
 		if status.Code(err) != codes.Unavailable {
@@ -436,9 +426,8 @@ func retryUnavailable(ctx context.Context, stop <-chan struct{}, call func() err
 			return err
 		case <-stop:
 			return err
-		case <-time.After(backoff):
+		case <-time.After(wait.Next()):
 		}
-		backoff = min(2*backoff, time.Second)
 	}
 }
 
@@ -488,14 +477,24 @@ func (j *jobClient) callError(caller context.Context, what string, err error) er
 		return j.leaveEarly(why, fmt.Errorf("switchml: %s: %w", what, ErrClosed))
 	}
 	if status.Code(err) == codes.NotFound {
-		return fmt.Errorf("%w: %s: the controller at %s no longer holds this session: it restarted; join again (%s)", ErrAborted, what, j.cfg.Controller, status.Convert(err).Message())
+		return fmt.Errorf("%w: %w: %s: the controller at %s no longer holds this session: it restarted; join again (%s)", ErrAborted, ErrControllerRestarted, what, j.cfg.Controller, status.Convert(err).Message())
 	}
 	if status.Code(err) == codes.DeadlineExceeded && j.conn.GetState() == connectivity.Ready {
 		// The controller answered that the peers did not all come in
 		// time, naming those missing: this rank gives up, out of step
 		// with them, and the job ends for all with that cause.
 		msg := status.Convert(err).Message()
-		return j.leaveEarly(fmt.Errorf("gave up waiting in %s: %s", what, msg), fmt.Errorf("switchml: %s: timed out: %s", what, msg))
+		return j.leaveEarly(fmt.Errorf("gave up waiting in %s: %s", what, msg), fmt.Errorf("%w (%s timed out): %s", ErrRanksMissing, what, msg))
+	}
+	if status.Code(err) == codes.Aborted {
+		// The session ended under the call: its cause comes through the
+		// lease, a moment later.
+		select {
+		case <-j.st.aborted:
+			return fmt.Errorf("switchml: %s: %w", what, j.st.err())
+		case <-caller.Done():
+		case <-time.After(leaseVerdictWait):
+		}
 	}
 	return j.rpcError(what, err)
 }
@@ -552,14 +551,14 @@ func (j *jobClient) rpcError(what string, err error) error {
 		if st := j.conn.GetState(); st == connectivity.TransientFailure || st == connectivity.Connecting {
 			return fmt.Errorf("%w: %s: no connection to %s before the deadline: %s (%s)", ErrControllerUnreachable, what, j.cfg.Controller, st, j.unreachableHint())
 		}
-		return fmt.Errorf("switchml: %s: timed out: %s (did every rank of job %q start?)", what, st.Message(), j.cfg.Job)
+		return fmt.Errorf("%w (%s timed out): %s (did every rank of job %q start?)", ErrRanksMissing, what, st.Message(), j.cfg.Job)
 	case codes.Canceled:
 		return fmt.Errorf("switchml: %s: %w", what, context.Canceled)
 	case codes.Aborted:
 		return fmt.Errorf("%w: %s: %s", ErrAborted, what, st.Message())
 	case codes.Unimplemented:
 		if strings.Contains(st.Message(), "unknown service") {
-			return fmt.Errorf("%w: %s: %s is not a switchml controller: no job service there (the switch's P4Runtime port?); give the address of `switchml controller --listen`",
+			return fmt.Errorf("%w: %s: %s is not a switchml controller: no job service there (the switch's P4Runtime port?); give the address the controller's job service listens on",
 				ErrControllerUnreachable, what, j.cfg.Controller)
 		}
 	}

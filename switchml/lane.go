@@ -150,7 +150,7 @@ func (l *laneDriver) drive(ctx context.Context, quit, aborted <-chan struct{}, o
 			// controller (ErrAborted) long before this: what is left is a
 			// switch that does not answer, or a peer that is alive but
 			// stopped sending.
-			return fmt.Errorf("switchml: no answer from the switch at %s within Config.GiveUp: %w: the switch is down, unreachable, or drops %d-value packets (above its --max-elements), or a rank stopped calling allreduce",
+			return fmt.Errorf("switchml: no answer from the switch at %s within Config.GiveUp: %w: the switch is down, unreachable, or drops %d-value packets (more values than it takes), or a rank stopped calling allreduce",
 				l.peer, err, l.eng.Config().Elements)
 		}
 		return err

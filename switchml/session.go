@@ -36,7 +36,40 @@ var (
 	// found it no longer answering. With Config.FallbackOnLoss the session
 	// moves to the ring instead of failing.
 	ErrSwitchLost = errors.New("switchml: switch lost")
+	// ErrRankFailed: the controller ended the session because a rank
+	// reported a failure of its own (with ErrAborted; the error names the
+	// rank and its failure).
+	ErrRankFailed = errors.New("switchml: a rank failed")
+	// ErrRankLost: the controller ended the session because a rank's
+	// lease lapsed: its process ended, or its host became unreachable
+	// (with ErrAborted).
+	ErrRankLost = errors.New("switchml: a rank was lost")
+	// ErrControllerRestarted: the controller no longer holds the session,
+	// having restarted (with ErrAborted; and ErrSwitchLost where the
+	// restart reprogrammed the switch under a running session).
+	ErrControllerRestarted = errors.New("switchml: the controller restarted")
+	// ErrRanksMissing: ranks of the job did not all come, to the join or
+	// to a barrier, before the deadline; the error names those missing.
+	ErrRanksMissing = errors.New("switchml: ranks missing")
 )
+
+// endCauses are the sentinels of the words the controller gives for a
+// session's end (jobpb's WatchEvent.cause and AbortResponse.cause).
+var endCauses = map[string]error{
+	"switch_lost": ErrSwitchLost,
+	"rank_failed": ErrRankFailed,
+	"rank_lost":   ErrRankLost,
+	"abandoned":   ErrRanksMissing,
+}
+
+// ended is the error of a session the controller ended with cause (a
+// word of endCauses) and reason.
+func ended(cause, reason string) error {
+	if c, ok := endCauses[cause]; ok {
+		return fmt.Errorf("%w: %w: %s", ErrAborted, c, reason)
+	}
+	return fmt.Errorf("%w: %s", ErrAborted, reason)
+}
 
 // Session is a worker's membership in a job: its lane sockets, its slot
 // partition on the switch and the order of its allreduce calls. All ranks
@@ -45,7 +78,7 @@ var (
 //
 // A Session is a front: the job client (job.go) speaks with the
 // controller, and an executor runs the calls, on the switch's lanes
-// (switch.go, lane.go) or over the ring (fallback.go).
+// (lanes.go, each lane lane.go) or over the ring (fallback.go).
 type Session struct {
 	cfg Config
 	st  *state
@@ -194,7 +227,7 @@ func Join(ctx context.Context, cfg Config) (*Session, error) {
 		var unreachable error
 		if probed, unreachable = s.job.probe(ctx); unreachable != nil {
 			if len(cfg.FallbackPeers) == 0 {
-				return fail(fmt.Errorf("%w: %v: to run over the ring without it, give every rank's ring address in rank order in Config.FallbackPeers (--fallback-peers)",
+				return fail(configField.Errorf("%w: %v: to run over the ring without it, give every rank's ring address in rank order in {FallbackPeers}",
 					ErrControllerUnreachable, unreachable))
 			}
 			return s.joinRing(ctx, cfg.FallbackPeers, "the controller is unreachable: "+unreachable.Error())
@@ -435,9 +468,9 @@ func localAddressToward(target string) (string, error) {
 func authMismatch(auth, switchAuth bool) error {
 	switch {
 	case auth && !switchAuth:
-		return fmt.Errorf("%w: Config.Auth (--auth) is set, but the switch does not check tags: start the switch and the controller with --auth, or join without it", ErrJobMismatch)
+		return configField.Errorf("%w: {Auth} is set, but the switch does not check tags: start the switch and its controller with tags checked (their Auth settings), or join without {Auth}", ErrJobMismatch)
 	case !auth && switchAuth:
-		return fmt.Errorf("%w: Config.Auth is not set, but the switch checks a tag on every packet (its controller runs with --auth): join with Auth (--auth)", ErrJobMismatch)
+		return configField.Errorf("%w: {Auth} is not set, but the switch checks a tag on every packet (its controller's Auth is set): join with {Auth}", ErrJobMismatch)
 	}
 	return nil
 }

@@ -18,6 +18,14 @@
 // block the packet is about and the sender's next non-zero block (see
 // Header.Sparse, NextKey).
 //
+// Bit 3 of the first byte, in either layout, says the packet is a result:
+// a switch sets it on every result it sends and never takes a packet that
+// carries it as a contribution, so one switch's result cannot feed another
+// switch's aggregation (see Header.Result). In the compatible layout it is
+// the published header's unused bit, which the published Tofino program
+// writes as zero: its results carry no mark, and workers accept results
+// with or without one.
+//
 // Both headers are followed by the payload: Elements big-endian
 // two's-complement int32 values. Parse validates the payload length; Append
 // writes only the header so the caller can quantize straight into the bytes
@@ -93,6 +101,9 @@ const (
 	// flagSparse, in the extended header's first byte, says the Block
 	// and Next fields follow the header.
 	flagSparse = 0x02
+	// flagResult, in the first byte of either layout, marks a switch's
+	// result.
+	flagResult = 0x08
 )
 
 // Sparse mode constants. A sparse packet's Next field is a key that
@@ -192,6 +203,14 @@ type Header struct {
 	// NextKey, or in a result the minimum over the workers' keys.
 	Sparse      bool
 	Block, Next uint32
+	// Result marks a packet a switch sends to workers: a multicast
+	// result or the answer to a retransmission. A switch refuses a
+	// packet with the mark as a contribution, so results never loop
+	// between switches whose workers tables name each other. Workers
+	// send packets without it and accept results either way (the
+	// published Tofino program does not set it). A leaf's partial sums
+	// going up to its parent are contributions, without it.
+	Result bool
 }
 
 // Len returns the header length in bytes for h.Format (0 for an unknown
@@ -245,7 +264,11 @@ func (h *Header) Append(b []byte) ([]byte, error) {
 		if h.Set == 1 {
 			idx |= setBitCompat
 		}
-		b = append(b, msgTypeCompat<<4|code, byte(h.Seq))
+		first := msgTypeCompat<<4 | code
+		if h.Result {
+			first |= flagResult
+		}
+		b = append(b, first, byte(h.Seq))
 		b = binary.BigEndian.AppendUint32(b, h.PacketID)
 		b = binary.BigEndian.AppendUint16(b, idx)
 		return append(b, byte(h.Exp0), byte(h.Exp1)), nil
@@ -266,6 +289,9 @@ func (h *Header) Append(b []byte) ([]byte, error) {
 		}
 		if h.Sparse {
 			first |= flagSparse
+		}
+		if h.Result {
+			first |= flagResult
 		}
 		b = append(b, first, ExtendedVersion)
 		b = binary.BigEndian.AppendUint32(b, h.Seq)
@@ -300,9 +326,10 @@ func Parse(b []byte) (Header, []byte, error) {
 		if len(b) < CompatLen {
 			return h, nil, ErrShort
 		}
-		// Bit 3 of the first byte is unused and the size code has only
-		// four values; anything else is not a packet we understand.
-		if b[0]&0x0c != 0 {
+		// Bit 3 of the first byte is the result mark and the size code
+		// has only four values; anything else is not a packet we
+		// understand.
+		if b[0]&0x04 != 0 {
 			return h, nil, ErrSize
 		}
 		idx := binary.BigEndian.Uint16(b[6:8])
@@ -318,13 +345,14 @@ func Parse(b []byte) (Header, []byte, error) {
 			Exp0:     int8(b[8]),
 			Exp1:     int8(b[9]),
 			Elements: compatElements[b[0]&3],
+			Result:   b[0]&flagResult != 0,
 		}
 		hl = CompatLen
 	case msgTypeExtended:
 		if len(b) < ExtendedLen {
 			return h, nil, ErrShort
 		}
-		if b[0]&0x0f&^(flagTagged|flagSparse) != 0 {
+		if b[0]&0x0f&^(flagTagged|flagSparse|flagResult) != 0 {
 			return h, nil, ErrReservedBits
 		}
 		if b[1] != ExtendedVersion {
@@ -342,6 +370,7 @@ func Parse(b []byte) (Header, []byte, error) {
 			Elements: int(binary.BigEndian.Uint16(b[16:18])),
 			Tagged:   b[0]&flagTagged != 0,
 			Sparse:   b[0]&flagSparse != 0,
+			Result:   b[0]&flagResult != 0,
 		}
 		if h.Elements > MaxElements {
 			return Header{}, nil, ErrSize

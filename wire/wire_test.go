@@ -51,6 +51,30 @@ func TestExtendedLayout(t *testing.T) {
 	}
 }
 
+// TestResultMark pins the result mark to bit 3 of the first byte in both
+// layouts: the published compatible header's unused bit, which workers and
+// the published Tofino program leave zero.
+func TestResultMark(t *testing.T) {
+	for _, c := range []struct {
+		h     Header
+		first byte
+	}{
+		{Header{Format: FormatCompat, Elements: 64}, 0x11},
+		{Header{Format: FormatCompat, Elements: 64, Result: true}, 0x19},
+		{Header{Format: FormatExtended, Tagged: true}, 0x21},
+		{Header{Format: FormatExtended, Tagged: true, Sparse: true, Result: true}, 0x2b},
+	} {
+		b := packet(t, c.h)
+		if b[0] != c.first {
+			t.Errorf("%+v: first byte %#x, want %#x", c.h, b[0], c.first)
+		}
+		got, _, err := Parse(b)
+		if err != nil || got.Result != c.h.Result {
+			t.Errorf("%+v: parsed Result %v (%v)", c.h, got.Result, err)
+		}
+	}
+}
+
 func TestRoundTrip(t *testing.T) {
 	for _, h := range []Header{
 		{Format: FormatCompat, Seq: 3, PacketID: 1, Slot: 0, Elements: 32},
@@ -60,6 +84,8 @@ func TestRoundTrip(t *testing.T) {
 		{Format: FormatExtended, Seq: 5, Slot: 9, Elements: 1},
 		{Format: FormatExtended, Seq: 6, Slot: 10, Elements: 64, Tagged: true},
 		{Format: FormatExtended, Tagged: true},
+		{Format: FormatCompat, Seq: 4, Slot: 2, Elements: 64, Result: true},
+		{Format: FormatExtended, Seq: 7, Slot: 11, Elements: 3, Tagged: true, Result: true},
 	} {
 		b := packet(t, h)
 		got, payload, err := Parse(b)
@@ -117,10 +143,10 @@ func TestParseRejects(t *testing.T) {
 		"short extended":              {ext[:17], ErrShort},
 		"type 0":                      {mod(compat, 0, 0x00), ErrMsgType},
 		"type 3":                      {mod(compat, 0, 0x30), ErrMsgType},
-		"unused bit":                  {mod(compat, 0, 0x18), ErrSize},
+		"first byte bit 2":            {mod(compat, 0, 0x1c), ErrSize},
 		"size code 4":                 {mod(compat, 0, 0x14), ErrSize},
 		"pool index bit 14":           {mod(compat, 6, 0x40), ErrReservedBits},
-		"ext flags":                   {mod(ext, 0, 0x28), ErrReservedBits},
+		"ext flags":                   {mod(ext, 0, 0x2c), ErrReservedBits},
 		"ext version":                 {mod(ext, 1, 2), ErrVersion},
 		"ext count":                   {mod(ext, 16, 0x08|0x10), ErrSize},
 		"payload short":               {compat[:len(compat)-1], ErrPayloadShort},
@@ -172,6 +198,8 @@ func FuzzParse(f *testing.F) {
 	f.Add(packet(f, Header{Format: FormatExtended, Tagged: true}))
 	f.Add(packet(f, Header{Format: FormatExtended, Seq: 3, Slot: 4, Elements: 2, Sparse: true, Block: 9, Next: NoNext}))
 	f.Add(packet(f, Header{Format: FormatExtended, Sparse: true, Tagged: true, Block: DirectoryBlock}))
+	f.Add(packet(f, Header{Format: FormatCompat, Seq: 2, Slot: 5, Elements: 32, Result: true}))
+	f.Add(packet(f, Header{Format: FormatExtended, Seq: 2, Slot: 5, Elements: 1, Result: true}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, payload, err := Parse(b)
 		if err != nil {

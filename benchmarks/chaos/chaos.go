@@ -98,25 +98,26 @@ func (c *Config) check() error {
 	return nil
 }
 
-// Cause names what a worker's error says happened.
-func Cause(msg string) string {
-	switch {
-	case msg == "":
+// causes are the chaos run's words for the causes a worker reports
+// (benchmarks.Causes' names); a cause missing here counts as "other".
+var causes = map[string]string{
+	"wrong-sum":            "wrong sum",
+	"rank-lost":            "rank lost",
+	"switch-lost":          "switch lost",
+	"controller-restarted": "controller restarted",
+	"rank-failed":          "rank failed",
+	"switch-silent":        "switch silent",
+	"ranks-missing":        "rank missing at join",
+}
+
+// Cause names what happened to a worker, from its report's error and
+// cause (benchmarks.WorkerReport): "ok" when it has no error.
+func Cause(msg, cause string) string {
+	if msg == "" {
 		return "ok"
-	case strings.Contains(msg, "verification failed"):
-		return "wrong sum"
-	case strings.Contains(msg, "lost its connection"):
-		return "rank lost"
-	case strings.Contains(msg, "lost the switch"):
-		return "switch lost"
-	case strings.Contains(msg, "no longer holds this session"):
-		return "controller restarted"
-	case strings.Contains(msg, "aborted by rank"):
-		return "rank failed"
-	case strings.Contains(msg, "no answer from the switch"):
-		return "switch silent"
-	case strings.Contains(msg, "never registered"):
-		return "rank missing at join"
+	}
+	if c, ok := causes[cause]; ok {
+		return c
 	}
 	return "other"
 }
@@ -166,6 +167,7 @@ func (s *schedule) victim(workers int) int { return s.rng.IntN(workers) }
 type rankResult struct {
 	rank     int
 	msg      string    // its error; empty if it verified its sums
+	cause    string    // its error's cause, as its report names it
 	exitedAt time.Time // when its process ended
 }
 
@@ -178,7 +180,7 @@ func classify(r *Round, ranks []rankResult, faultAt time.Time, missed bool) {
 	}
 	failed := false
 	for _, k := range ranks {
-		cause := Cause(k.msg)
+		cause := Cause(k.msg, k.cause)
 		r.Causes[cause]++
 		if cause == "ok" {
 			continue

@@ -2,6 +2,8 @@ package chaos
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -9,22 +11,70 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchml/switchml-go/benchmarks"
+	"github.com/switchml/switchml-go/switchml"
+	"github.com/switchml/switchml-go/switchml/dtype"
 )
 
+// Library failures as a worker ends with them: each wraps the library's
+// own error value, as the library's calls do.
+var (
+	errWrongSum  = fmt.Errorf("verification failed after allreduce 3: %w", fmt.Errorf("%w: element 7 = 2, want 3", dtype.ErrUnexpected))
+	errRankLost  = fmt.Errorf("switchml: allreduce: %w: %w: rank 2's lease lapsed", switchml.ErrAborted, switchml.ErrRankLost)
+	errSwitch    = fmt.Errorf("switchml: allreduce: %w: %w: the switch went away", switchml.ErrAborted, switchml.ErrSwitchLost)
+	errRestarted = fmt.Errorf("switchml: barrier: %w: %w: %w: join again", switchml.ErrAborted, switchml.ErrControllerRestarted, switchml.ErrSwitchLost)
+	errRankFail  = fmt.Errorf("switchml: allreduce: %w: %w: input not finite", switchml.ErrAborted, switchml.ErrRankFailed)
+	errSilent    = fmt.Errorf("switchml: no answer from the switch: %w", switchml.ErrTimeoutBudget)
+	errMissing   = fmt.Errorf("%w (join timed out): ranks 1, 3 of 4", switchml.ErrRanksMissing)
+)
+
+// result is rank's result as the chaos run reads it from the report a
+// worker that ended with err prints (nil: a verified run).
+func result(t *testing.T, rank int, err error) rankResult {
+	t.Helper()
+	rep := benchmarks.WorkerReport{Verified: true}
+	if err != nil {
+		rep.Fail(err)
+	}
+	out, jerr := json.Marshal(rep)
+	if jerr != nil {
+		t.Fatal(jerr)
+	}
+	msg, cause := reportResult(out, nil, func() string { return "" })
+	return rankResult{rank: rank, msg: msg, cause: cause}
+}
+
+// TestCause: a worker's failure is told by the library's error it holds,
+// as its report carries it, whatever the words around it.
 func TestCause(t *testing.T) {
-	for msg, want := range map[string]string{
-		"": "ok",
-		"allreduce 3: verification failed: element 7 = 2, want 3":                    "wrong sum",
-		"job aborted: rank 2 lost its connection to the controller":                  "rank lost",
-		"allreduce 4: the job lost the switch (restarted?)":                          "switch lost",
-		"barrier: the controller no longer holds this session (it restarted)":        "controller restarted",
-		"job aborted by rank 1: input not finite":                                    "rank failed",
-		"allreduce 0: no answer from the switch for 60s":                             "switch silent",
-		"join: ranks 1, 3 never registered within --join-timeout 15s":                "rank missing at join",
-		"exited without a verified result: panic: runtime error: index out of range": "other",
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{nil, "ok"},
+		{errWrongSum, "wrong sum"},
+		{errRankLost, "rank lost"},
+		{errSwitch, "switch lost"},
+		{errRestarted, "controller restarted"},
+		{errRankFail, "rank failed"},
+		{errSilent, "switch silent"},
+		{errMissing, "rank missing at join"},
+		{errors.New("panic: runtime error: index out of range"), "other"},
 	} {
-		if got := Cause(msg); got != want {
-			t.Errorf("Cause(%q) = %q, want %q", msg, got, want)
+		r := result(t, 0, tc.err)
+		if got := Cause(r.msg, r.cause); got != tc.want {
+			t.Errorf("Cause of %v (cause %q) = %q, want %q", tc.err, r.cause, got, tc.want)
+		}
+	}
+	msg, cause := reportResult([]byte("not json"), errors.New("exit status 2"), func() string { return "killed" })
+	if got := Cause(msg, cause); got != "other" || !strings.Contains(msg, "killed") {
+		t.Errorf("a worker without a report: %q, %q", msg, got)
+	}
+	// Every cause the chaos run has a word for is one a worker reports.
+	for name := range causes {
+		if !slices.ContainsFunc(benchmarks.Causes, func(c benchmarks.Cause) bool { return c.Name == name }) {
+			t.Errorf("chaos reads the cause %q, which benchmarks.Causes does not name", name)
 		}
 	}
 }
@@ -34,8 +84,10 @@ func TestCause(t *testing.T) {
 func TestClassify(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	ok := func(rank int) rankResult { return rankResult{rank: rank, exitedAt: at.Add(time.Second)} }
-	fail := func(rank int, msg string, after time.Duration) rankResult {
-		return rankResult{rank: rank, msg: msg, exitedAt: at.Add(after)}
+	fail := func(rank int, err error, after time.Duration) rankResult {
+		r := result(t, rank, err)
+		r.exitedAt = at.Add(after)
+		return r
 	}
 	for _, tc := range []struct {
 		name    string
@@ -50,12 +102,12 @@ func TestClassify(t *testing.T) {
 		{"loss recovered", "loss", []rankResult{ok(0), ok(1), ok(2)}, time.Time{}, false, OutcomeOK, 0},
 		{"fault after the job", "restart-switch", []rankResult{ok(0), ok(1)}, at, true, OutcomeMissed, 0},
 		{"fault survived", "restart-controller", []rankResult{ok(0), ok(1)}, at, false, OutcomeOK, 0},
-		{"kill detected", "kill-worker", []rankResult{fail(0, "rank 1 lost its connection", 2*time.Second), fail(2, "aborted by rank 1", 3*time.Second)}, at, false, OutcomeDetected, 3},
-		{"restart detected", "restart-switch", []rankResult{fail(0, "the job lost the switch", 1500*time.Millisecond), ok(1)}, at, false, OutcomeDetected, 1.5},
-		{"wrong cause", "restart-switch", []rankResult{fail(0, "rank 1 lost its connection", time.Second)}, at, false, OutcomeUnexpected, 1},
-		{"failure without a fault", "none", []rankResult{fail(0, "no answer from the switch", time.Second), ok(1)}, time.Time{}, false, OutcomeUnexpected, 0},
-		{"wrong sum", "kill-worker", []rankResult{fail(0, "verification failed: element 0", time.Second), fail(1, "aborted by rank 2", time.Second)}, at, false, OutcomeWrongSum, 1},
-		{"failed before the fault", "kill-worker", []rankResult{fail(0, "aborted by rank 1", -time.Second)}, at, false, OutcomeDetected, 0},
+		{"kill detected", "kill-worker", []rankResult{fail(0, errRankLost, 2*time.Second), fail(2, errRankFail, 3*time.Second)}, at, false, OutcomeDetected, 3},
+		{"restart detected", "restart-switch", []rankResult{fail(0, errSwitch, 1500*time.Millisecond), ok(1)}, at, false, OutcomeDetected, 1.5},
+		{"wrong cause", "restart-switch", []rankResult{fail(0, errRankLost, time.Second)}, at, false, OutcomeUnexpected, 1},
+		{"failure without a fault", "none", []rankResult{fail(0, errSilent, time.Second), ok(1)}, time.Time{}, false, OutcomeUnexpected, 0},
+		{"wrong sum", "kill-worker", []rankResult{fail(0, errWrongSum, time.Second), fail(1, errRankFail, time.Second)}, at, false, OutcomeWrongSum, 1},
+		{"failed before the fault", "kill-worker", []rankResult{fail(0, errRankFail, -time.Second)}, at, false, OutcomeDetected, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := Round{Fault: tc.fault}
@@ -79,23 +131,23 @@ func TestClassify(t *testing.T) {
 // TestSummary: the run fails on a wrong sum, a leak or an unexpected
 // failure, and counts a clean round after a failed one as a recovery.
 func TestSummary(t *testing.T) {
-	round := func(fault string, msgs ...string) Round {
+	round := func(fault string, errs ...error) Round {
 		r := Round{Fault: fault}
 		var ranks []rankResult
-		for i, m := range msgs {
-			ranks = append(ranks, rankResult{rank: i, msg: m})
+		for i, err := range errs {
+			ranks = append(ranks, result(t, i, err))
 		}
 		classify(&r, ranks, time.Time{}, false)
 		return r
 	}
 	var s Summary
-	s.add(round("none", "", ""))
-	s.add(round("kill-worker", "rank 2 lost its connection", ""))
-	s.add(round("none", "", "")) // recovery
-	s.add(round("loss", "", ""))
-	s.add(round("restart-switch", "the job lost the switch"))
-	s.add(round("restart-switch", "the job lost the switch"))
-	s.add(round("none", "")) // recovery
+	s.add(round("none", nil, nil))
+	s.add(round("kill-worker", errRankLost, nil))
+	s.add(round("none", nil, nil)) // recovery
+	s.add(round("loss", nil, nil))
+	s.add(round("restart-switch", errSwitch))
+	s.add(round("restart-switch", errSwitch))
+	s.add(round("none", nil)) // recovery
 	s.LeakCheck = "a job holding all 512 slots ran"
 	if err := s.Err(); err != nil {
 		t.Errorf("a clean run: %v", err)
@@ -112,8 +164,8 @@ func TestSummary(t *testing.T) {
 	}
 
 	for name, spoil := range map[string]func(*Summary){
-		"wrong sum":  func(s *Summary) { s.add(round("loss", "verification failed: element 3")) },
-		"unexpected": func(s *Summary) { s.add(round("none", "no answer from the switch")) },
+		"wrong sum":  func(s *Summary) { s.add(round("loss", errWrongSum)) },
+		"unexpected": func(s *Summary) { s.add(round("none", errSilent)) },
 		"leak":       func(s *Summary) { s.LeakedSlots, s.LeakCheck = -1, "a job holding every slot failed: no room" },
 	} {
 		bad := s

@@ -86,7 +86,8 @@ func (r *runner) round(ctx context.Context, round int, begin time.Time) (Round, 
 	var ranks []rankResult
 	for w, c := range ws {
 		if w != victim {
-			ranks = append(ranks, rankResult{rank: w, msg: workerError(c), exitedAt: exited[w]})
+			msg, cause := workerResult(c)
+			ranks = append(ranks, rankResult{rank: w, msg: msg, cause: cause, exitedAt: exited[w]})
 		}
 	}
 	classify(&rd, ranks, faultAt, missed)
@@ -171,15 +172,22 @@ func (r *runner) restart(which string) error {
 	return err
 }
 
-// workerError is what a worker's report says went wrong: empty if it
-// verified its sums.
-func workerError(c *harness.Proc) string {
+// workerResult is how a worker's report says it ended: its error, empty
+// if it verified its sums, and the error's cause (WorkerReport.Cause).
+func workerResult(c *harness.Proc) (msg, cause string) {
+	return reportResult(c.Stdout(), c.Wait(), func() string { return lastLine(c.Logs()) })
+}
+
+// reportResult reads a worker's report from its stdout; exitErr is how
+// its process ended and lastLog its last line of log, for a worker that
+// left no report of a failure.
+func reportResult(stdout []byte, exitErr error, lastLog func() string) (msg, cause string) {
 	var rep benchmarks.WorkerReport
-	_ = json.Unmarshal(bytes.TrimSpace(c.Stdout()), &rep)
-	if rep.Error == "" && (c.Wait() != nil || !rep.Verified) {
-		return "exited without a verified result: " + lastLine(c.Logs())
+	_ = json.Unmarshal(bytes.TrimSpace(stdout), &rep)
+	if rep.Error == "" && (exitErr != nil || !rep.Verified) {
+		return "exited without a verified result: " + lastLog(), benchmarks.CauseOther
 	}
-	return rep.Error
+	return rep.Error, rep.Cause
 }
 
 // leakCheck runs a job that needs every slot: no slot may be left behind

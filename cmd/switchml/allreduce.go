@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/benchmarks"
+	"github.com/switchml/switchml-go/field"
 	"github.com/switchml/switchml-go/secure"
 	"github.com/switchml/switchml-go/switchml"
 	"github.com/switchml/switchml-go/switchml/dtype"
@@ -124,6 +125,8 @@ func runAllReduce(ctx context.Context, args []string) error {
 	}
 	in.seed = *seed
 	err = allreduceRounds(ctx, cfg, dt, *elements, *iters, *warmup, in, *verify, *nanAt, *metricsAddr, st, &rep)
+	// The library names Config's fields; this command's users set flags.
+	err = field.Named(err, field.Flags(allreduceFlags))
 	if trace != nil {
 		if terr := trace.Close(); terr != nil && err == nil {
 			err = terr
@@ -131,7 +134,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 	}
 	if err != nil {
 		// A run that failed verified nothing, whatever it checked first.
-		rep.Error, rep.Verified = err.Error(), false
+		rep.Fail(err)
 	}
 	if u, sys, ok := benchmarks.ProcessCPU(); ok {
 		rep.CPUUserS, rep.CPUSysS = u, sys
@@ -162,7 +165,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 func allreduceRounds(ctx context.Context, cfg switchml.Config, dt dtype.Codec, elements, iters, warmup int, in tensorInput, verify bool, nanAt int, metricsAddr string, st *steps, rep *benchmarks.WorkerReport) error {
 	sess, err := switchml.Join(ctx, cfg)
 	if err != nil {
-		return switchml.InFlags(err, allreduceFlags)
+		return err
 	}
 	// An interrupt can land between two calls (filling or checking a
 	// tensor), where no call of the session sees it: the job is then

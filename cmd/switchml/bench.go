@@ -23,6 +23,7 @@ type benchCommand struct {
 	opts   benchmarks.Options
 	dryRun bool
 	report string
+	runs   string
 	quiet  bool
 }
 
@@ -34,6 +35,13 @@ func runBench(ctx context.Context, args []string) error {
 	switch {
 	case c.report != "":
 		summary, err := benchmarks.Report(c.report)
+		if err != nil {
+			return err
+		}
+		fmt.Print(summary)
+		return nil
+	case c.runs != "":
+		summary, err := benchmarks.ReportRuns(c.runs)
 		if err != nil {
 			return err
 		}
@@ -66,8 +74,9 @@ func parseBenchFlags(args []string, out io.Writer) (benchCommand, error) {
 	check := c.opts.RegisterFlags(fs)
 	fs.BoolVar(&c.dryRun, "dry-run", false, "print the points and exit")
 	fs.StringVar(&c.report, "report", "", "rewrite summary.md and the plots of an earlier run from its directory's results.json, and exit")
+	fs.StringVar(&c.runs, "report-runs", "", "write runs.md in a directory whose sub-folders are runs of the same points: per point, the median of the runs' TATs and speedups with their spread; and exit")
 	fs.BoolVar(&c.quiet, "quiet", false, "print no progress (neither the line per point nor, on a terminal, the status line of the running point)")
-	if err := parseFlags(fs, args); err != nil || c.report != "" {
+	if err := parseFlags(fs, args); err != nil || c.report != "" || c.runs != "" {
 		return c, err
 	}
 	if err := check(); err != nil {

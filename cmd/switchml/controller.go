@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/switchml/switchml-go/field"
 	_ "github.com/switchml/switchml-go/p4/bmv2" // registers the bmv2 target kind
 	"github.com/switchml/switchml-go/p4/controller"
 	"github.com/switchml/switchml-go/p4/targets"
@@ -59,7 +60,9 @@ func runController(ctx context.Context, args []string) error {
 	fs.BoolVar(&o.AllowLaneAddressMismatch, "allow-lane-address-mismatch", false, "take registrations whose lane addresses are not the caller's IP as this service sees it (workers behind NAT, or with a data-plane network apart from the one that reaches the controller); by default they are refused, since the switch sends each lane's results to its address. The switch's own data-plane address, multicast, broadcast and unspecified addresses and port 0 stay refused")
 	fs.IntVar(&o.MaxSlotsPerClient, "max-slots-per-client", 0, "slots (lanes*window, summed over its jobs) that one client identity may hold; 0: half of --slots; -1: no limit beyond the pool")
 	fs.IntVar(&o.MaxBytesPerClient, "max-bytes-per-client", controller.DefaultMaxBytesPerClient, "bytes one client identity may make the controller hold: its ranks' registrations (job name, token, lane addresses, the waiting call) and its jobs' broadcasts not yet fetched; -1: no limit")
-	fs.IntVar(&o.MaxCallsPerClient, "max-calls-per-client", controller.DefaultMaxCallsPerClient, "calls (registrations, barriers, broadcasts, leaves, aborts; not leases or status) one client identity may have open at once, however many connections it opens: one beyond is refused before its request is read; -1: no limit")
+	fs.IntVar(&o.MaxCallsPerClient, "max-calls-per-client", controller.DefaultMaxCallsPerClient, "calls (registrations, barriers, broadcasts, leaves, aborts) one client identity may have open at once, however many connections it opens, and apart from them its status and Describe calls: one beyond is refused before its request is read; -1: no limit")
+	fs.IntVar(&o.MaxLeasesPerClient, "max-leases-per-client", controller.DefaultMaxLeasesPerClient, "leases (each rank holds one while its job runs) one client identity may have open at once, apart from its other calls: one beyond is refused before its request is read, and its job ends when its lease grace runs out; the default holds every rank of four 256-rank jobs; -1: no limit")
+	fs.IntVar(&o.MaxConnsPerHost, "max-conns-per-host", controller.DefaultMaxConnsPerHost, "connections to the job service one IP address may have open at once (a worker's session holds one): one beyond is closed as it is accepted, before a byte of it is read; -1: no limit")
 	memoryLimit := fs.Int("memory-limit", defaultControllerMemoryMiB, "soft limit, in MiB, on the controller's memory: its garbage collector works harder as the heap nears it, so that a storm of calls that are refused leaves no peak of garbage behind (what clients make it hold is bounded by --max-bytes-per-client each); raise it for many client identities; 0: none; $GOMEMLIMIT, if set, wins")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	metricsAddr := fs.String("metrics", "", metricsFlagHelp)
@@ -88,12 +91,11 @@ func runController(ctx context.Context, args []string) error {
 	if err := files.read(&o); err != nil {
 		return err
 	}
-	return controller.Named(controller.RunFromOptions(ctx, o), controllerFlag)
+	return field.Named(controller.RunFromOptions(ctx, o), field.Flags(controllerFlags))
 }
 
 // controllerFlags are the controller's flags by the controller.Options
-// field each sets, as the controller's refusals (controller.FieldError)
-// name them.
+// field each sets, as the controller's refusals (field.Error) name them.
 var controllerFlags = map[string]string{
 	"Target": "target", "Listen": "listen", "State": "state", "Dataplane": "dataplane", "Slots": "slots",
 	"DeviceID": "device-id", "ElectionID": "election-id", "YieldPrimary": "yield-primary",
@@ -105,15 +107,8 @@ var controllerFlags = map[string]string{
 	"ConnectTimeout": "connect-timeout", "LeaseGrace": "lease-grace", "JoinTimeout": "join-timeout",
 	"MaxJobsPerClient": "max-jobs-per-client", "AllowOpenJobs": "allow-open-jobs", "AllowLaneAddressMismatch": "allow-lane-address-mismatch",
 	"MaxSlotsPerClient": "max-slots-per-client", "MaxBytesPerClient": "max-bytes-per-client", "MaxCallsPerClient": "max-calls-per-client",
+	"MaxLeasesPerClient": "max-leases-per-client", "MaxConnsPerHost": "max-conns-per-host",
 	"Topology": "topology",
-}
-
-// controllerFlag is the flag that sets an Options field ("" for none).
-func controllerFlag(field string) string {
-	if f, ok := controllerFlags[field]; ok {
-		return "--" + f
-	}
-	return ""
 }
 
 // controllerFiles are the files the controller's flags name, which the

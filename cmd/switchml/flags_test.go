@@ -2,6 +2,10 @@ package main
 
 import (
 	"context"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
@@ -165,5 +169,74 @@ func TestControllerFlagsNameFields(t *testing.T) {
 			t.Errorf("--%s stands for both %s and %s", flag, field, other)
 		}
 		seen[flag] = field
+	}
+}
+
+// placeholders are the settings named as {Field} in the string literals
+// of the non-test Go files of dir: what its field.Errors can name.
+func placeholders(t *testing.T, dir string) map[string]bool {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := regexp.MustCompile(`\{([A-Z][A-Za-z0-9]*(?:\.[A-Z][A-Za-z0-9]*)*)\}`)
+	out := map[string]bool{}
+	for _, path := range files {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+				for _, m := range name.FindAllStringSubmatch(lit.Value, -1) {
+					out[m[1]] = true
+				}
+			}
+			return true
+		})
+	}
+	return out
+}
+
+// TestEveryNamedFieldHasAFlag: each setting a library's field.Error can
+// name (a {Field} of its messages, or a field of the struct it refuses)
+// has a flag in the command that sets it, so that the command's users
+// read a flag and never a Go field.
+func TestEveryNamedFieldHasAFlag(t *testing.T) {
+	for _, tc := range []struct {
+		dir    string
+		flags  map[string]string
+		fields reflect.Type
+	}{
+		{"../../switchml", allreduceFlags, reflect.TypeFor[switchml.Config]()},
+		{"../../p4/controller", controllerFlags, reflect.TypeFor[controller.Options]()},
+		{"../../p4/softswitch", switchFlags, reflect.TypeFor[softswitch.Config]()},
+	} {
+		named := placeholders(t, tc.dir)
+		if len(named) == 0 {
+			t.Errorf("%s: no {Field} in its messages: the scan found nothing", tc.dir)
+		}
+		for f := range named {
+			if _, ok := tc.flags[f]; !ok {
+				t.Errorf("%s names {%s} in a refusal, which has no flag in the command's map", tc.dir, f)
+			}
+			if _, ok := tc.fields.FieldByName(strings.Split(f, ".")[0]); !ok {
+				t.Errorf("%s names {%s} in a refusal, which %v lacks", tc.dir, f, tc.fields)
+			}
+		}
+	}
+	// Options' own fields (the embedded Config's aside, which the
+	// controller fills from them) each have a flag.
+	opts := reflect.TypeFor[controller.Options]()
+	for i := range opts.NumField() {
+		if f := opts.Field(i); !f.Anonymous && f.IsExported() {
+			if _, ok := controllerFlags[f.Name]; !ok {
+				t.Errorf("controller.Options.%s has no flag in controllerFlags", f.Name)
+			}
+		}
 	}
 }

@@ -94,7 +94,7 @@ func (w ringWorker) Run(ctx context.Context) (benchmarks.WorkerReport, error) {
 	}
 	w.Steps.done()
 	if err != nil {
-		rep.Error = err.Error()
+		rep.Fail(err)
 	}
 	if len(rep.TATs) > 0 {
 		sorted := append([]float64(nil), rep.TATs...)
@@ -201,7 +201,7 @@ func checkRingSum(x []float32, lo int, seed uint64, workers int) error {
 		}
 		tol := float64(workers) * abs * 0x1p-24
 		if d := math.Abs(float64(got) - sum); !(d <= tol) {
-			return fmt.Errorf("element %d = %g, want %g (±%g)", i, got, sum, tol)
+			return fmt.Errorf("%w: element %d = %g, want %g (±%g)", dtype.ErrUnexpected, i, got, sum, tol)
 		}
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/switchml/switchml-go/field"
 	"github.com/switchml/switchml-go/p4/softswitch"
 	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/secure"
@@ -15,6 +16,13 @@ import (
 
 func init() {
 	register("switch", "the software switch: the SwitchML pipeline on UDP, programmed over P4Runtime", runSwitch)
+}
+
+// switchFlags are the switch's flags by the softswitch.Config field each
+// sets, as its refusals (field.Error) name them.
+var switchFlags = map[string]string{
+	"Dataplane": "dataplane", "Transport": "transport", "Shards": "shards", "Parent": "parent", "P4Runtime": "p4rt",
+	"DeviceID": "device-id", "Auth": "auth", "P4RuntimeAllow": "p4rt-allow",
 }
 
 func runSwitch(ctx context.Context, args []string) error {
@@ -59,7 +67,7 @@ func runSwitch(ctx context.Context, args []string) error {
 	log := cfg.Logger
 	sw, err := softswitch.Listen(cfg)
 	if err != nil {
-		return err
+		return field.Named(err, field.Flags(switchFlags))
 	}
 	log.Info("software switch up", "dataplane", strings.Join(sw.DataplaneAddrs(), ","), "shards", cfg.Shards, "transport", sw.Transport(), "p4runtime", sw.P4RuntimeAddr(),
 		"slots", pc.Slots, "max_elements", pc.MaxElements, "parent", cfg.Parent, "auth", cfg.Auth, "drop", cfg.Faults.Drop, "duplicate", cfg.Faults.Duplicate, "reorder", cfg.Faults.Reorder)

@@ -1,9 +1,6 @@
 package layers
 
-import (
-	"slices"
-	"testing"
-)
+import "testing"
 
 // controlPlane are the packages that describe and program jobs on any
 // switch: they speak p4/switchjob's vocabulary, never the software
@@ -15,22 +12,7 @@ const softwarePipeline = "p4/pipeline"
 // reaches reports whether from imports to, directly or through other
 // packages of graph.
 func reaches(graph map[string][]string, from, to string) bool {
-	seen := map[string]bool{from: true}
-	next := []string{from}
-	for len(next) > 0 {
-		p := next[len(next)-1]
-		next = next[:len(next)-1]
-		for _, q := range graph[p] {
-			if q == to {
-				return true
-			}
-			if !seen[q] {
-				seen[q] = true
-				next = append(next, q)
-			}
-		}
-	}
-	return false
+	return importChain(graph, from, func(q string) bool { return q == to }) != nil
 }
 
 // TestTheControlPlaneImportsNoPipeline: the P4Info contract, the
@@ -54,11 +36,7 @@ func TestTheControlPlaneImportsNoPipeline(t *testing.T) {
 func TestTheVocabularyCheckCatchesAnImport(t *testing.T) {
 	graph := moduleGraph(t, moduleRoot(t))
 	for _, from := range []string{"p4/p4info", "p4/controller/jobcore", "p4/targets", "jobpb"} {
-		g := map[string][]string{}
-		for p, imps := range graph {
-			g[p] = slices.Clone(imps)
-		}
-		g[from] = append(g[from], softwarePipeline)
+		g := withImport(t, graph, from, softwarePipeline)
 		found := false
 		for _, p := range controlPlane {
 			found = found || reaches(g, p, softwarePipeline)

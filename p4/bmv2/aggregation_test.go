@@ -491,6 +491,7 @@ func (u *use) result(to int, by packet) *result {
 	vals, exp := u.sum()
 	h := by.hdr
 	h.Exp0 = exp
+	h.Result = true
 	return &result{Src: switchEP, Dst: laneReplyEP(to, u.lane), Hdr: h, Vals: vals}
 }
 

@@ -31,7 +31,7 @@ func fixLengths(fr []byte) []byte {
 }
 
 // TestIngressChecks sends what the switch must refuse (unknown senders,
-// slots outside the partition, sizes and formats the v1model program does
+// a switch's result offered as a contribution, slots outside the partition, sizes and formats the v1model program does
 // not take, damaged headers, other traffic) and checks that nothing comes
 // back and that the right counter moves; a use that follows still
 // aggregates.
@@ -61,6 +61,11 @@ func TestIngressChecks(t *testing.T) {
 		{"unknown sender (source port)", func() packet {
 			p := u.packet(0)
 			p.from, p.stats = &stranger, received(switchjob.StatDropNotWorker)
+			return p
+		}()},
+		{"a switch's result (the header's result bit) from a worker's address", func() packet {
+			p := u.packet(0)
+			p.hdr.Result, p.stats = true, received(switchjob.StatDropResult)
 			return p
 		}()},
 		{"slot below the partition", withSlot(poolBase - 1)},

@@ -44,7 +44,7 @@ type thriftRegisters string
 func (a thriftRegisters) RegisterWriteRange(ctx context.Context, name string, first, end int, value uint64) error {
 	th, err := DialThrift(ctx, string(a))
 	if err != nil {
-		return fmt.Errorf("%w (is BMv2's Thrift server at %s? see --bmv2-thrift)", err, string(a))
+		return fmt.Errorf("%w (is BMv2's Thrift server at %s? see the controller's RegisterServer)", err, string(a))
 	}
 	defer th.Close()
 	return th.RegisterWriteRange(ctx, name, first, end, value)

@@ -29,8 +29,8 @@ func TestTargetRegistered(t *testing.T) {
 	}
 	// Nothing listens at this address: the write fails naming the flag.
 	err = k.Registers.Writer("127.0.0.1:1").RegisterWriteRange(context.Background(), "pool_count", 0, 1, 0)
-	if err == nil || !strings.Contains(err.Error(), "--bmv2-thrift") {
-		t.Errorf("register write with no Thrift server: %v, want an error pointing at --bmv2-thrift", err)
+	if err == nil || !strings.Contains(err.Error(), "RegisterServer") {
+		t.Errorf("register write with no Thrift server: %v, want an error pointing at RegisterServer", err)
 	}
 	if c, _ := k.Capabilities(0); !c.NeedsPortMap || !c.NeedsMAC || c.Auth || !c.Tree {
 		t.Errorf("capabilities %+v, want a P4 switch that can be a leaf or a spine", c)

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
 	"github.com/switchml/switchml-go/jobpb"
@@ -25,6 +26,18 @@ func startAuthSwitch(t *testing.T) string {
 	t.Helper()
 	addr, _ := softswitchtest.Serve(t, softswitch.ServerConfig{DeviceID: 1, Pipeline: pipeline.Config{Slots: testSlots, MaxElements: 64, MaxWorkers: 32, Auth: true}, Logger: quiet})
 	return addr
+}
+
+// authClient starts a switch that checks tags and returns its address and
+// a primary client that pushed the pipeline to it.
+func authClient(t *testing.T, ctx context.Context) (string, *p4rt.Client) {
+	t.Helper()
+	addr := startAuthSwitch(t)
+	c := dial(t, ctx, addr, 1)
+	if err := c.SetPipeline(ctx, nil, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	return addr, c
 }
 
 func keyedJobs(t *testing.T, ctx context.Context, c *p4rt.Client) []uint32 {
@@ -65,7 +78,7 @@ func TestCheckAuth(t *testing.T) {
 	refusedAuth := func(err error, why string) bool {
 		return isFieldError(err, "Auth") && strings.Contains(err.Error(), why)
 	}
-	if err := checkAuth(ctx, plain, authSoft, plainAddr); !refusedAuth(err, "start the switch with --auth") {
+	if err := checkAuth(ctx, plain, authSoft, plainAddr); !refusedAuth(err, "start the switch with its Auth set") {
 		t.Fatalf("controller with Auth, switch without: %v", err)
 	}
 	if err := checkAuth(ctx, keyed, soft, authAddr); !refusedAuth(err, "start the controller with Auth") {
@@ -82,11 +95,7 @@ func TestCheckAuth(t *testing.T) {
 // leaves with them; printing the entries never shows it.
 func TestJobKeyEntries(t *testing.T) {
 	ctx := testCtx(t)
-	addr := startAuthSwitch(t)
-	c := dial(t, ctx, addr, 1)
-	if err := c.SetPipeline(ctx, nil, nil, 0); err != nil {
-		t.Fatal(err)
-	}
+	addr, c := authClient(t, ctx)
 	j := keyedJob()
 	j.Key = switchjob.Key(bytes.Repeat([]byte{0xab}, 32))
 	for _, verb := range []string{"%v", "%+v", "%#v", "%x", "%s", "%q"} {
@@ -139,11 +148,7 @@ func TestJobKeyEntries(t *testing.T) {
 // refused.
 func TestRegisterHandsOutKeys(t *testing.T) {
 	ctx := testCtx(t)
-	addr := startAuthSwitch(t)
-	c := dial(t, ctx, addr, 1)
-	if err := c.SetPipeline(ctx, nil, nil, 0); err != nil {
-		t.Fatal(err)
-	}
+	_, c := authClient(t, ctx)
 	target, _ := TargetFor(KindSoftswitch, 0)
 	target.Auth = true
 	svc, err := NewJobService(c, ServiceConfig{Dataplane: netip.MustParseAddrPort("127.0.0.1:48864"), Slots: testSlots, Target: target, Logger: quiet})
@@ -177,7 +182,7 @@ func TestRegisterHandsOutKeys(t *testing.T) {
 		t.Fatalf("keyed jobs on the switch = %v, want jobs %d and %d", got, ra[0].GetJobId(), rb[0].GetJobId())
 	}
 	_, err = jobs.Register(ctx, regReq("c", 0, 1, 1, 4, 3))
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "--extended --auth") {
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "join with switchml.Config.Extended and Auth") {
 		t.Fatalf("compatible header on a switch with --auth: %v", err)
 	}
 }
@@ -197,4 +202,39 @@ func keyedJob() switchjob.Placement {
 		p.Replicas = append(p.Replicas, switchjob.Replica{EgressPort: uint32(r), Instance: r})
 	}
 	return p
+}
+
+// TestClearEndedLeavesNothing: what a switch kept of the jobs that ended
+// when the controller lost it goes before the switch is handed back to the
+// job service: workers, replies, multicast groups (one without a job
+// too, as a removal cut short leaves it) and, on a switch that checks
+// tags, the jobs' keys.
+func TestClearEndedLeavesNothing(t *testing.T) {
+	ctx := testCtx(t)
+	addr, c := authClient(t, ctx)
+	target, _ := TargetFor(KindSoftswitch, 0)
+	target.Auth = true
+	if err := checkAuth(ctx, c, target, addr); err != nil {
+		t.Fatal(err)
+	}
+	j := keyedJob()
+	j.Key = switchjob.Key(bytes.Repeat([]byte{0xcd}, 32))
+	if err := c.InstallJob(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Write(ctx, p4rt.GroupUpdate(p4v1.Update_INSERT, 9, j.Replicas)); err != nil {
+		t.Fatal(err)
+	}
+	if err := clearEnded(ctx, Config{Target: addr, ConnectTimeout: time.Minute}, c); err != nil {
+		t.Fatal(err)
+	}
+	workers, _ := c.ReadWorkers(ctx)
+	replies, _ := c.ReadReplies(ctx)
+	groups, err := c.ReadMulticastGroups(ctx)
+	if err != nil || len(workers)+len(replies)+len(groups) != 0 {
+		t.Fatalf("after clearing: %d workers, %d replies, groups %v (%v)", len(workers), len(replies), groups, err)
+	}
+	if got := keyedJobs(t, ctx, c); len(got) != 0 {
+		t.Fatalf("keyed jobs after clearing = %v, want none", got)
+	}
 }

@@ -32,8 +32,8 @@ func TestServiceDefaultBounds(t *testing.T) {
 	huge := regReq("huge", 0, 65535, 1, 4, 1)
 	huge.Format = jobpb.Format_FORMAT_EXTENDED
 	_, err := jobs.Register(ctx, huge)
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "at most 256 workers per job") || !strings.Contains(err.Error(), "--max-workers") {
-		t.Fatalf("a job of 65535 ranks: %v, want InvalidArgument naming 256 and --max-workers", err)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "at most 256 workers per job") || !strings.Contains(err.Error(), "MaxWorkers") {
+		t.Fatalf("a job of 65535 ranks: %v, want InvalidArgument naming 256 and MaxWorkers", err)
 	}
 	target, err := TargetFor(KindSoftswitch, 0)
 	if err != nil {
@@ -41,13 +41,13 @@ func TestServiceDefaultBounds(t *testing.T) {
 	}
 	target.SoftswitchMaxWorkers = 1000
 	_, err = serve(JobLimits{}, target).Register(ctx, huge)
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "at most 1000 workers per job (the switch's --max-workers, as the controller's --max-workers gives it)") {
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "at most 1000 workers per job (the switch's MaxWorkers, as the controller's MaxWorkers gives it)") {
 		t.Fatalf("a job of 65535 ranks on a switch of 1000: %v", err)
 	}
 
 	// Half the pool: 32 slots of 64.
 	_, err = jobs.Register(ctx, regReq("whole", 0, 2, 2, 32, 2))
-	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "over the limit of 32 per client (controller --max-slots-per-client)") {
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "over the limit of 32 per client (the controller's MaxSlotsPerClient)") {
 		t.Fatalf("one client's job of the whole pool: %v, want ResourceExhausted naming the quota", err)
 	}
 	registerBoth := func(jobs jobpb.JobServiceClient, name string, window uint32) {
@@ -112,8 +112,8 @@ func TestCallsPerClientBounded(t *testing.T) {
 		runtime.Gosched()
 	}
 	_, err = jobs.Register(ctx, regReq("one-too-many", 0, 2, 1, 4, 20))
-	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--max-calls-per-client") {
-		t.Fatalf("a fourth call: %v, want ResourceExhausted naming --max-calls-per-client", err)
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "MaxCallsPerClient") {
+		t.Fatalf("a fourth call: %v, want ResourceExhausted naming MaxCallsPerClient", err)
 	}
 	if _, err := jobs.Status(ctx, &jobpb.StatusRequest{SkipSwitchCounters: true}); err != nil {
 		t.Fatalf("status at the limit: %v", err)

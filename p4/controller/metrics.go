@@ -15,6 +15,9 @@ type serviceMetrics struct {
 	switchErrors  *prometheus.CounterVec
 	switchLost    prometheus.Counter
 	refusedCalls  prometheus.Counter
+	// waitingForSwitch counts the Register calls waiting for the
+	// controller to have the switch back.
+	waitingForSwitch prometheus.Gauge
 }
 
 func newServiceMetrics() *serviceMetrics {
@@ -38,7 +41,11 @@ func newServiceMetrics() *serviceMetrics {
 		}),
 		refusedCalls: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchml_controller_calls_refused_total",
-			Help: "Calls refused as they arrived because their client identity had --max-calls-per-client calls open.",
+			Help: "Calls refused as they arrived because their client identity had its bound of their kind open (Options.MaxCallsPerClient, MaxLeasesPerClient).",
+		}),
+		waitingForSwitch: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "switchml_controller_registrations_waiting_for_switch",
+			Help: "Register calls waiting for the controller to reconnect to the switch and clear what the jobs it lost left there.",
 		}),
 	}
 }
@@ -81,6 +88,7 @@ func (c *serviceCollector) Describe(ch chan<- *prometheus.Desc) {
 	m.switchErrors.Describe(ch)
 	m.switchLost.Describe(ch)
 	m.refusedCalls.Describe(ch)
+	m.waitingForSwitch.Describe(ch)
 }
 
 // liveJob is what the collector keeps of a live job once the lock is
@@ -135,4 +143,5 @@ func (c *serviceCollector) Collect(ch chan<- prometheus.Metric) {
 	m.switchErrors.Collect(ch)
 	m.switchLost.Collect(ch)
 	m.refusedCalls.Collect(ch)
+	m.waitingForSwitch.Collect(ch)
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
+	"github.com/switchml/switchml-go/field"
 	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/p4/targets"
@@ -22,7 +23,7 @@ import (
 // (the flags of `switchml controller`): the embedded Config's plain fields,
 // plus the kind and the files that Prepare looks up, reads and checks.
 // Slots, MaxElements and the job limits are checked as given (0 is
-// refused, not taken for a default). Prepare's refusals are FieldErrors
+// refused, not taken for a default). Prepare's refusals are field.Errors
 // naming the fields (Named writes them as a command's flags).
 type Options struct {
 	// Config holds the plain settings, and the P4Info to push instead of
@@ -114,7 +115,7 @@ func (o Options) Prepare() (Config, error) {
 	}
 	if o.SwitchMACAddr != "" {
 		if cfg.SwitchMAC, err = net.ParseMAC(o.SwitchMACAddr); err != nil || len(cfg.SwitchMAC) != 6 {
-			return Config{}, refuseField("{SwitchMACAddr} %q: want an Ethernet address such as 02:53:4d:4c:00:fe", o.SwitchMACAddr)
+			return Config{}, field.Errorf("{SwitchMACAddr} %q: want an Ethernet address such as 02:53:4d:4c:00:fe", o.SwitchMACAddr)
 		}
 	}
 	return cfg, nil
@@ -125,31 +126,31 @@ func (o Options) Prepare() (Config, error) {
 func (o Options) prepareTarget(cfg *Config) error {
 	kind, err := targets.Lookup(o.TargetKind)
 	if err != nil {
-		return refuseField("{TargetKind} %q: %w", o.TargetKind, err)
+		return field.Errorf("{TargetKind} %q: %w", o.TargetKind, err)
 	}
 	if cfg.P4Info, err = o.p4Info(kind); err != nil {
 		return err
 	}
 	if cfg.Switch, err = TargetFor(kind.Kind, o.MaxElements); err != nil {
-		return refuseField("{TargetKind} %s with {MaxElements} %d: %w", kind.Kind, o.MaxElements, err)
+		return field.Errorf("{TargetKind} %s with {MaxElements} %d: %w", kind.Kind, o.MaxElements, err)
 	}
 	caps, err := kind.Capabilities(o.MaxElements)
 	if err != nil {
-		return refuseField("{TargetKind} %s with {MaxElements} %d: %w", kind.Kind, o.MaxElements, err)
+		return field.Errorf("{TargetKind} %s with {MaxElements} %d: %w", kind.Kind, o.MaxElements, err)
 	}
 	cfg.Switch.Auth = o.Auth
 	cfg.Switch.SoftswitchMaxWorkers = o.MaxWorkers
 	if cfg.Topology != nil && !caps.Tree {
-		return refuseField("{Topology} with {TargetKind} %s: its program has no leaf role; a tree runs on %s", kind.Kind, orList(targets.KindsWhere(func(_ targets.Target, c targets.Capabilities) bool { return c.Tree })))
+		return field.Errorf("{Topology} with {TargetKind} %s: its program has no leaf role; a tree runs on %s", kind.Kind, orList(targets.KindsWhere(func(_ targets.Target, c targets.Capabilities) bool { return c.Tree })))
 	}
 	if o.Auth && !caps.Auth {
-		return refuseField("{Auth} with {TargetKind} %s: a P4 program cannot check a MAC on packets; {Auth} needs the software switch (p4/README.md says how to isolate a P4 switch's fabric instead)", kind.Kind)
+		return field.Errorf("{Auth} with {TargetKind} %s: a P4 program cannot check a MAC on packets; {Auth} needs the software switch (p4/README.md says how to isolate a P4 switch's fabric instead)", kind.Kind)
 	}
 	switch {
 	case o.Ports != nil:
 		cfg.Switch.Ports = o.Ports
 	case caps.NeedsPortMap:
-		return refuseField("{TargetKind} %s needs {Ports}: one \"WORKER-IP PORT\" line per worker host (a P4 switch cannot learn which port reaches a worker)", kind.Kind)
+		return field.Errorf("{TargetKind} %s needs {Ports}: one \"WORKER-IP PORT\" line per worker host (a P4 switch cannot learn which port reaches a worker)", kind.Kind)
 	}
 	if cfg.Registers, err = o.registers(kind, cfg.Target); err != nil {
 		return err
@@ -174,7 +175,7 @@ func (o Options) p4Info(kind targets.Target) (*p4configv1.P4Info, error) {
 	}
 	if kind.CheckP4Info != nil {
 		if err := kind.CheckP4Info(info); err != nil {
-			return nil, refuseField("{P4Info} for {TargetKind} %s: %w", kind.Kind, err)
+			return nil, field.Errorf("{P4Info} for {TargetKind} %s: %w", kind.Kind, err)
 		}
 	}
 	return info, nil
@@ -187,7 +188,7 @@ func (o Options) registers(kind targets.Target, target string) (p4rt.RegisterBac
 	rs := kind.Registers
 	if rs == nil {
 		if o.RegisterServer != "" {
-			return nil, refuseField("{RegisterServer} is for {TargetKind} %s: %s writes its registers over P4Runtime", orList(targets.KindsWhere(func(t targets.Target, _ targets.Capabilities) bool { return t.Registers != nil })), kind.Kind)
+			return nil, field.Errorf("{RegisterServer} is for {TargetKind} %s: %s writes its registers over P4Runtime", orList(targets.KindsWhere(func(t targets.Target, _ targets.Capabilities) bool { return t.Registers != nil })), kind.Kind)
 		}
 		return nil, nil
 	}
@@ -195,7 +196,7 @@ func (o Options) registers(kind targets.Target, target string) (p4rt.RegisterBac
 	if addr == "" {
 		host, _, err := net.SplitHostPort(target)
 		if err != nil {
-			return nil, refuseField("{Target} %q: %w", target, err)
+			return nil, field.Errorf("{Target} %q: %w", target, err)
 		}
 		addr = net.JoinHostPort(host, strconv.Itoa(rs.DefaultPort))
 	}
@@ -207,19 +208,19 @@ func (o Options) registers(kind targets.Target, target string) (p4rt.RegisterBac
 func (o Options) deviceConfig(kind targets.Target, info *p4configv1.P4Info) ([]byte, error) {
 	switch {
 	case o.DeviceConfigFile == "" && kind.DeviceConfig != nil && !o.SkipPipeline:
-		return nil, refuseField("{TargetKind} %s needs {DeviceConfigFile} or {SkipPipeline}: {DeviceConfigFile} takes %s", kind.Kind, kind.DeviceConfigNeeds)
+		return nil, field.Errorf("{TargetKind} %s needs {DeviceConfigFile} or {SkipPipeline}: {DeviceConfigFile} takes %s", kind.Kind, kind.DeviceConfigNeeds)
 	case o.DeviceConfigFile == "":
 		return nil, nil
 	case kind.DeviceConfig == nil:
-		return nil, refuseField("{DeviceConfigFile} is for %s targets: %s runs no compiled program (is {TargetKind} right?)", orList(targets.KindsWhere(func(t targets.Target, _ targets.Capabilities) bool { return t.DeviceConfig != nil })), kind.Summary)
+		return nil, field.Errorf("{DeviceConfigFile} is for %s targets: %s runs no compiled program (is {TargetKind} right?)", orList(targets.KindsWhere(func(t targets.Target, _ targets.Capabilities) bool { return t.DeviceConfig != nil })), kind.Summary)
 	}
 	b, err := kind.DeviceConfig(o.DeviceConfigFile)
 	if err != nil {
-		return nil, refuseField("{DeviceConfigFile} %s: %w", o.DeviceConfigFile, err)
+		return nil, field.Errorf("{DeviceConfigFile} %s: %w", o.DeviceConfigFile, err)
 	}
 	if kind.CheckDeviceConfig != nil {
 		if err := kind.CheckDeviceConfig(b, info); err != nil {
-			return nil, refuseField("{DeviceConfigFile} %s with the P4Info: %w", o.DeviceConfigFile, err)
+			return nil, field.Errorf("{DeviceConfigFile} %s with the P4Info: %w", o.DeviceConfigFile, err)
 		}
 	}
 	return b, nil
@@ -229,16 +230,16 @@ func (o Options) deviceConfig(kind targets.Target, info *p4configv1.P4Info) ([]b
 func (o Options) prepareTLS(cfg *Config) error {
 	var err error
 	if cfg.TLS, err = secure.Server(o.TLSCert, o.TLSKey, o.TLSClientCA); err != nil {
-		return refuseField("{TLSCert}, {TLSKey}, {TLSClientCA}: %w", err)
+		return field.Errorf("{TLSCert}, {TLSKey}, {TLSClientCA}: %w", err)
 	}
 	if len(o.Admins) > 0 {
 		if cfg.TLS == nil || o.TLSClientCA == "" {
-			return refuseField("{Admins} names a client certificate: it needs {TLSCert}, {TLSKey} and {TLSClientCA} (without mutual TLS every caller sees the whole status)")
+			return field.Errorf("{Admins} names a client certificate: it needs {TLSCert}, {TLSKey} and {TLSClientCA} (without mutual TLS every caller sees the whole status)")
 		}
 		cfg.Admin = secure.Allow{Roles: []string{secure.RoleAdmin}, Names: o.Admins}
 	}
 	if cfg.TargetTLS, err = secure.Client(o.TargetTLSCA, o.TargetTLSCert, o.TargetTLSKey); err != nil {
-		return refuseField("{TargetTLSCA}, {TargetTLSCert}, {TargetTLSKey}: %w", err)
+		return field.Errorf("{TargetTLSCA}, {TargetTLSCert}, {TargetTLSKey}: %w", err)
 	}
 	return nil
 }
@@ -297,7 +298,7 @@ func (o Options) keysInClear(cfg Config) error {
 	if len(where) == 0 {
 		return nil
 	}
-	return refuseField("{Auth}: each job's key would travel in clear "+strings.Join(where, " and ")+": anyone who captures it can forge tagged packets; secure the link, or set {InsecureAuthOverPlaintext} if nobody else can read that network", args...)
+	return field.Errorf("{Auth}: each job's key would travel in clear "+strings.Join(where, " and ")+": anyone who captures it can forge tagged packets; secure the link, or set {InsecureAuthOverPlaintext} if nobody else can read that network", args...)
 }
 
 // exposure is what a setting leaves open off this host, and where.
@@ -310,10 +311,10 @@ func (o Options) exposures(cfg Config) []exposure {
 	var out []exposure
 	listen, switches := o.plaintextLinks(cfg)
 	if listen != "" {
-		out = append(out, exposure{"controller: the job service listens without TLS on a non-loopback address: tokens and rank secrets cross the network in clear, and callers are known only by IP address; give it --tls-cert and --tls-key (and --tls-client-ca)", listen})
+		out = append(out, exposure{"controller: the job service listens without TLS on a non-loopback address: tokens and rank secrets cross the network in clear, and callers are known only by IP address; give it TLSCert and TLSKey (and TLSClientCA)", listen})
 	}
 	for _, a := range switches {
-		out = append(out, exposure{"controller: the link to the switch's P4Runtime service is plaintext and leaves this host: whoever sits on it can read and change what the controller writes; give --target-tls-ca (and --target-tls-cert, --target-tls-key)", a})
+		out = append(out, exposure{"controller: the link to the switch's P4Runtime service is plaintext and leaves this host: whoever sits on it can read and change what the controller writes; give TargetTLSCA (and TargetTLSCert, TargetTLSKey)", a})
 	}
 	if !o.Auth && cfg.Topology == nil && cfg.Switch.Kind == KindSoftswitch {
 		dps, err := DataplanesFor(o.Dataplane, cmp.Or(cfg.Target, DefaultTarget))
@@ -322,7 +323,7 @@ func (o Options) exposures(cfg Config) []exposure {
 		}
 		for _, dp := range dps {
 			if !dp.Addr().IsLoopback() {
-				out = append(out, exposure{"controller: the data plane is reachable from other hosts and its packets are not authenticated: whoever can send from a worker's address can change the sums; run the switch, this controller and the workers with --auth", dp.String()})
+				out = append(out, exposure{"controller: the data plane is reachable from other hosts and its packets are not authenticated: whoever can send from a worker's address can change the sums; run the switch, this controller and the workers with Auth set", dp.String()})
 			}
 		}
 	}
@@ -334,19 +335,19 @@ func (o Options) exposures(cfg Config) []exposure {
 func (o Options) fieldsValid() error {
 	var errs []error
 	if o.Slots < 1 || o.Slots > switchjob.MaxSlots {
-		errs = append(errs, refuseField("{Slots} %d: want 1..%d (and the switch's own slots)", o.Slots, switchjob.MaxSlots))
+		errs = append(errs, field.Errorf("{Slots} %d: want 1..%d (and the switch's own slots)", o.Slots, switchjob.MaxSlots))
 	}
 	if o.MaxElements < 1 || o.MaxElements > wire.MaxElements {
-		errs = append(errs, refuseField("{MaxElements} %d: want 1..%d (the software switch's own largest packet)", o.MaxElements, wire.MaxElements))
+		errs = append(errs, field.Errorf("{MaxElements} %d: want 1..%d (the software switch's own largest packet)", o.MaxElements, wire.MaxElements))
 	}
 	if o.MaxWorkers < 0 || o.MaxWorkers > switchjob.MaxWorkersCap {
-		errs = append(errs, refuseField("{MaxWorkers} %d: want 1..%d (the software switch's own largest job)", o.MaxWorkers, switchjob.MaxWorkersCap))
+		errs = append(errs, field.Errorf("{MaxWorkers} %d: want 1..%d (the software switch's own largest job)", o.MaxWorkers, switchjob.MaxWorkersCap))
 	}
 	if !(o.IngressLoss >= 0 && o.IngressLoss < 1) {
-		errs = append(errs, refuseField("{IngressLoss} %g: a fraction lies in [0, 1)", o.IngressLoss))
+		errs = append(errs, field.Errorf("{IngressLoss} %g: a fraction lies in [0, 1)", o.IngressLoss))
 	}
 	if !(o.EgressLoss >= 0 && o.EgressLoss < 1) {
-		errs = append(errs, refuseField("{EgressLoss} %g: a fraction lies in [0, 1)", o.EgressLoss))
+		errs = append(errs, field.Errorf("{EgressLoss} %g: a fraction lies in [0, 1)", o.EgressLoss))
 	}
 	return errors.Join(errs...)
 }
@@ -356,19 +357,19 @@ func (o Options) fieldsValid() error {
 func jobLimitsValid(l JobLimits) error {
 	var errs []error
 	if l.LeaseGrace <= 0 {
-		errs = append(errs, refuseField("{LeaseGrace} %v: want a positive duration", l.LeaseGrace))
+		errs = append(errs, field.Errorf("{LeaseGrace} %v: want a positive duration", l.LeaseGrace))
 	}
 	if l.JoinTimeout <= 0 {
-		errs = append(errs, refuseField("{JoinTimeout} %v: want a positive duration", l.JoinTimeout))
+		errs = append(errs, field.Errorf("{JoinTimeout} %v: want a positive duration", l.JoinTimeout))
 	}
 	if l.MaxJobsPerClient == 0 || l.MaxJobsPerClient < -1 {
-		errs = append(errs, refuseField("{MaxJobsPerClient} %d: want 1 or more, or -1 for no limit", l.MaxJobsPerClient))
+		errs = append(errs, field.Errorf("{MaxJobsPerClient} %d: want 1 or more, or -1 for no limit", l.MaxJobsPerClient))
 	}
 	if l.MaxSlotsPerClient < -1 {
-		errs = append(errs, refuseField("{MaxSlotsPerClient} %d: want 1 or more, 0 for half the pool, or -1 for no limit", l.MaxSlotsPerClient))
+		errs = append(errs, field.Errorf("{MaxSlotsPerClient} %d: want 1 or more, 0 for half the pool, or -1 for no limit", l.MaxSlotsPerClient))
 	}
 	if l.MaxBytesPerClient == 0 || l.MaxBytesPerClient < -1 {
-		errs = append(errs, refuseField("{MaxBytesPerClient} %d: want 1 or more, or -1 for no limit", l.MaxBytesPerClient))
+		errs = append(errs, field.Errorf("{MaxBytesPerClient} %d: want 1 or more, or -1 for no limit", l.MaxBytesPerClient))
 	}
 	return errors.Join(errs...)
 }

@@ -14,6 +14,7 @@ import (
 
 	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
 
+	"github.com/switchml/switchml-go/field"
 	_ "github.com/switchml/switchml-go/p4/bmv2" // the bmv2 kind registers itself
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/stratum"
@@ -205,16 +206,16 @@ func TestOptionsPrepareRefuses(t *testing.T) {
 		{"tofino device config that is no packed config", func(o *Options) { o.TargetKind, o.Ports, o.DeviceConfigFile = KindTofino, ports, garbage }, []string{"is not a packed Stratum pipeline config"}},
 		{"tofino P4Info with Tofino externs", func(o *Options) {
 			o.TargetKind, o.Ports, o.SkipPipeline, o.P4Info = KindTofino, ports, true, externs
-		}, []string{"--p4info lists its Registers as Tofino externs"}},
+		}, []string{"the P4Info lists its Registers as Tofino externs"}},
 		{"bad MAC", func(o *Options) { o.SwitchMACAddr = "02:00" }, []string{`SwitchMACAddr "02:00"`}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o := flagDefaults("")
 			c.set(&o)
 			_, err := o.Prepare()
-			var fe *FieldError
+			var fe *field.Error
 			if !errors.As(err, &fe) {
-				t.Fatalf("error %v, want a FieldError", err)
+				t.Fatalf("error %v, want a field.Error", err)
 			}
 			for _, w := range c.want {
 				if !strings.Contains(err.Error(), w) {
@@ -267,9 +268,9 @@ func TestAuthKeysInClear(t *testing.T) {
 				}
 				return
 			}
-			var fe *FieldError
+			var fe *field.Error
 			if !errors.As(err, &fe) || !slices.Contains(fe.Fields, "Auth") {
-				t.Fatalf("error %v, want a FieldError about Auth", err)
+				t.Fatalf("error %v, want a field.Error about Auth", err)
 			}
 			for _, w := range c.want {
 				if !strings.Contains(err.Error(), w) {
@@ -301,8 +302,8 @@ func TestExposures(t *testing.T) {
 			var addrs []string
 			for _, e := range o.exposures(cfg) {
 				addrs = append(addrs, e.addr)
-				if !strings.Contains(e.msg, "give") && !strings.Contains(e.msg, "with --auth") {
-					t.Errorf("%q names no flag that fixes it", e.msg)
+				if !strings.Contains(e.msg, "give") && !strings.Contains(e.msg, "with Auth set") {
+					t.Errorf("%q names no setting that fixes it", e.msg)
 				}
 			}
 			if !slices.Equal(addrs, c.addrs) {

@@ -151,11 +151,11 @@ func (d *dataplaneCheck) probe(ctx context.Context, cfg Config, addrs []netip.Ad
 		d.why.Store(nil)
 		return
 	}
-	from := "its --dataplane"
+	from := "its Dataplane"
 	if cfg.Dataplane == "" {
-		from = fmt.Sprintf("its --dataplane is not set, so it took the host of its --target %s and port %d", cfg.Target, wire.UDPPort)
+		from = fmt.Sprintf("its Dataplane is not set, so it took the host of its Target %s and port %d", cfg.Target, wire.UDPPort)
 	}
-	why := fmt.Sprintf("no answer from the switch at %s, the data-plane address this controller hands to workers (%s), within %v of its probe: restart the controller with --dataplane set to the address the switch's data plane listens on (switchml switch --dataplane)",
+	why := fmt.Sprintf("no answer from the switch at %s, the data-plane address this controller hands to workers (%s), within %v of its probe: restart the controller with Dataplane set to the address the switch's data plane listens on (the switch's own Dataplane)",
 		silent.addrs(), from, DataplaneProbeTimeout)
 	d.why.Store(&why)
 	cfg.Logger.Error("controller: " + why)

@@ -13,10 +13,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	p4configv1 "github.com/p4lang/p4runtime/go/p4/config/v1"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/switchml/switchml-go/field"
+	"github.com/switchml/switchml-go/internal/backoff"
 	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/p4/controller/p4rt"
 	"github.com/switchml/switchml-go/p4/p4info"
@@ -131,8 +134,9 @@ type Config struct {
 // Run connects to the switch, becomes its primary controller, pushes the
 // pipeline and serves the job service until ctx is done. When the switch
 // connection is lost (the switch restarted, the link broke), the live jobs
-// are aborted with that cause and Run reconnects with back-off and programs
-// the switch afresh; registrations meanwhile fail with a clear error.
+// are aborted with that cause and Run reconnects with back-off, programs
+// the switch afresh and removes what it kept of the aborted jobs;
+// registrations meanwhile wait for that, within their deadlines.
 func Run(ctx context.Context, cfg Config) error {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -147,15 +151,15 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.Topology != nil {
 		if cfg.Switch.Auth {
-			return refuseField("{Auth} with {Topology}: the hop from a leaf to its parent carries no tags; run the tree without {Auth}")
+			return field.Errorf("{Auth} with {Topology}: the hop from a leaf to its parent carries no tags; run the tree without {Auth}")
 		}
 		if cfg.State != "" {
-			return refuseField("{State} with {Topology}: a tree's jobs are not taken back after a restart; leave {State} out")
+			return field.Errorf("{State} with {Topology}: a tree's jobs are not taken back after a restart; leave {State} out")
 		}
 		return runTree(ctx, cfg)
 	}
 	if cfg.State == "" {
-		cfg.Logger.Info("controller: no --state file: jobs running on the switch end if this controller restarts")
+		cfg.Logger.Info("controller: no State file: jobs running on the switch end if this controller restarts")
 	}
 	shards, err := DataplanesFor(cfg.Dataplane, cfg.Target)
 	if err != nil {
@@ -226,29 +230,44 @@ func Run(ctx context.Context, cfg Config) error {
 
 // reconnect ends the live jobs after the switch was lost (it restarted or
 // the link to it broke: whatever it aggregated is gone or unknowable),
-// then dials it again with back-off and programs it afresh. back is false
-// when ctx ended first.
+// then dials it again with back-off and programs it afresh. Registrations
+// that waited meanwhile are placed only once the switch holds nothing of
+// the jobs that ended (clearEnded). back is false when ctx ended first.
 func reconnect(ctx context.Context, cfg Config, dp netip.AddrPort, svc *JobService, cl *p4rt.Client) (_ *p4rt.Client, back bool, err error) {
 	lost := cl.StreamError()
 	cfg.Logger.Warn("controller: lost the switch; reconnecting", "target", cfg.Target, "err", lost)
 	svc.SwitchLost(fmt.Sprintf("aborted: the controller lost the switch at %s (%v); what it held for the job is gone: join again", cfg.Target, lost))
 	cl.Close()
-	var adopted bool
 	if back, err := redial(ctx, cfg.Logger, "switch", func() (err error) {
-		cl, adopted, err = connect(ctx, cfg, dp)
+		if cl, _, err = connect(ctx, cfg, dp); err != nil {
+			return err
+		}
+		if err = clearEnded(ctx, cfg, cl); err != nil {
+			cl.Close()
+		}
 		return err
 	}, "target", cfg.Target); !back {
 		return nil, false, err
 	}
 	svc.SwitchBack(controlled{cl})
-	if adopted {
-		// The switch kept its tables: the aborted jobs' entries are
-		// still there, and go once no rank claims them.
-		if err := svc.Adopt(ctx, cl, cfg.AdoptGrace); err != nil {
-			cfg.Logger.Warn("controller: reading back the switch's jobs", "err", err)
-		}
-	}
 	return cl, true, nil
+}
+
+// clearEnded removes the job entries a switch the controller reconnected
+// to still holds. Every job the controller had there ended when it lost
+// the switch, and their ranks were told so; but a switch that kept its
+// tables (the link broke, not the switch; or its pipeline is left as it
+// was) still holds their partitions, multicast groups and workers entries.
+// A job placed beside them would collide with their entries, or take
+// their slots while an ended rank's packets, still arriving from an
+// address the switch knows, are summed into its results.
+func clearEnded(ctx context.Context, cfg Config, cl *p4rt.Client) error {
+	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	defer cancel()
+	if err := cl.ClearJobs(ctx); err != nil {
+		return fmt.Errorf("controller: switch at %s: removing the entries of the jobs that ended when the controller lost it: %w", cfg.Target, err)
+	}
+	return nil
 }
 
 // refuseOpenJobs reports whether the job service refuses jobs without a
@@ -259,7 +278,7 @@ func (cfg Config) refuseOpenJobs() bool {
 		return false
 	}
 	if cfg.AllowOpenJobs {
-		cfg.Logger.Warn("controller: the job service listens beyond loopback and takes jobs without a token (--allow-open-jobs): any client that reaches it may take their missing ranks", "listen", cfg.Listen)
+		cfg.Logger.Warn("controller: the job service listens beyond loopback and takes jobs without a token (AllowOpenJobs): any client that reaches it may take their missing ranks", "listen", cfg.Listen)
 		return false
 	}
 	return true
@@ -294,7 +313,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.Switch = t
 	}
 	if cfg.Switch.P4() && len(cfg.Switch.Ports) == 0 {
-		return cfg, refuseField("{Ports}: a %s switch needs a port map: which switch port reaches each worker address", cfg.Switch.Kind)
+		return cfg, field.Errorf("{Ports}: a %s switch needs a port map: which switch port reaches each worker address", cfg.Switch.Kind)
 	}
 	return cfg, nil
 }
@@ -316,7 +335,7 @@ func registerMetrics(cfg Config, svc *JobService) (unregister func(), err error)
 // back, no error) or another controller is primary (not back, that error).
 // what names the switch, or the tree, in the logs, with attrs.
 func redial(ctx context.Context, log *slog.Logger, what string, dial func() error, attrs ...any) (back bool, err error) {
-	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+	for wait := backoff.New(100*time.Millisecond, 5*time.Second); ; {
 		err := dial()
 		if err == nil {
 			return true, nil
@@ -327,21 +346,58 @@ func redial(ctx context.Context, log *slog.Logger, what string, dial func() erro
 		if errors.Is(err, p4rt.ErrNotPrimary) {
 			return false, err
 		}
-		log.Warn("controller: "+what+" not back yet", append(attrs, "err", err, "retry_in", backoff)...)
-		select {
-		case <-ctx.Done():
+		retryIn := wait.Next()
+		log.Warn("controller: "+what+" not back yet", append(attrs, "err", err, "retry_in", retryIn)...)
+		if backoff.Sleep(ctx, retryIn) != nil {
 			return false, nil
-		case <-time.After(backoff):
 		}
 	}
 }
 
-// maxRequestBytes bounds a job service request, maxCallsPerConn the calls
-// one connection has open at once.
+// Bounds of every job service call and connection, enforced by gRPC before
+// any handler runs: maxRequestBytes bounds a request, maxCallsPerConn the
+// calls one connection has open at once, maxHeaderListBytes the decoded
+// headers of a call, and callWindowBytes what a call's client may send
+// beyond what the service has read.
 const (
 	maxRequestBytes = 2 << 20
 	maxCallsPerConn = 128
+	// Our clients send about 420 bytes of headers as HTTP/2 counts them
+	// (the method, the authority, the content type, the deadline and the
+	// user agent, 32 bytes a field more than their text; TLS adds none,
+	// and tokens travel in requests): 8 KiB, gRPC's coming default,
+	// leaves room for a proxy's. gRPC's present default (16 MiB)
+	// let one call of a few KB, referencing a header of the connection's
+	// HPACK table thousands of times, decode into megabytes held while the
+	// call is open. A call whose headers decode into more is reset before
+	// it reaches the service, without being counted against its client.
+	maxHeaderListBytes = 8 << 10
+	// gRPC's smallest window, fixed: its default grows a busy connection's
+	// windows up to 16 MiB a call, which a client that sends without
+	// waiting for answers fills on every call it holds open (a lease reads
+	// one request, and no more). 64 KiB a call still carries a 1 MiB
+	// broadcast at 64 KiB a round trip.
+	callWindowBytes = 64 << 10
+	connWindowBytes = 1 << 20
 )
+
+// jobServerOptions bound the job service's calls and connections (see the
+// constants above), and count each call against its client identity's
+// bound for its kind before its request is read (JobService.tapCall).
+func jobServerOptions(svc *JobService) []grpc.ServerOption {
+	// No call's request is larger than a broadcast of 1 MiB and its
+	// fields: a larger one is refused before it is read whole.
+	// A worker's session has a few calls open at once (its registration,
+	// lease, barrier or broadcast): a connection with more waits for room,
+	// so that one connection cannot make the service read and hold
+	// thousands of requests at once.
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(maxRequestBytes), grpc.MaxConcurrentStreams(maxCallsPerConn),
+		grpc.MaxHeaderListSize(maxHeaderListBytes),
+		grpc.InitialWindowSize(callWindowBytes), grpc.InitialConnWindowSize(connWindowBytes),
+		grpc.InTapHandle(svc.tapCall),
+	}
+}
 
 // listenJobs serves the job service on cfg.Listen; stop ends it. served
 // reports the server's end (put back what you take from it, for stop).
@@ -350,13 +406,10 @@ func listenJobs(cfg Config, svc *JobService) (lis net.Listener, served chan erro
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("controller: listen %s: %w", cfg.Listen, err)
 	}
-	// No call's request is larger than a broadcast of 1 MiB and its
-	// fields: a larger one is refused before it is read whole.
-	// A worker's session has a few calls open at once (its registration,
-	// lease, barrier or broadcast): a connection with more waits for room,
-	// so that one connection cannot make the service read and hold
-	// thousands of requests at once.
-	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(maxRequestBytes), grpc.MaxConcurrentStreams(maxCallsPerConn), grpc.InTapHandle(svc.tapCall)}
+	if limit := cfg.JobLimits.withDefaults().MaxConnsPerHost; limit > 0 {
+		lis = newHostConns(lis, limit, cfg.Logger)
+	}
+	opts := jobServerOptions(svc)
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
@@ -373,6 +426,73 @@ func listenJobs(cfg Config, svc *JobService) (lis net.Listener, served chan erro
 		<-served
 	}
 	return lis, served, stop, nil
+}
+
+// hostConns is a listener that keeps at most max connections open from
+// one IP address at once: one more is closed as it is accepted, before
+// its TLS handshake or a byte of HTTP/2 is read.
+type hostConns struct {
+	net.Listener
+	max int
+	log *slog.Logger
+
+	mu   sync.Mutex
+	open map[netip.Addr]int
+	full map[netip.Addr]bool // refused since it last had none open (logged)
+}
+
+func newHostConns(lis net.Listener, max int, log *slog.Logger) *hostConns {
+	return &hostConns{Listener: lis, max: max, log: log, open: map[netip.Addr]int{}, full: map[netip.Addr]bool{}}
+}
+
+// Accept returns the next connection from a host within its bound.
+func (l *hostConns) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		host := netip.Addr{}
+		if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+			host = ta.AddrPort().Addr().Unmap()
+		}
+		l.mu.Lock()
+		if l.open[host] >= l.max {
+			first := !l.full[host]
+			l.full[host] = true
+			l.mu.Unlock()
+			c.Close()
+			if first {
+				// Once while the host has connections open: a storm of
+				// connections must not become a storm of log lines.
+				l.log.Warn("controller: refusing connections to the job service from a host that has its limit open (MaxConnsPerHost)", "host", host.String(), "limit", l.max)
+			}
+			continue
+		}
+		l.open[host]++
+		l.mu.Unlock()
+		return &hostConn{Conn: c, release: sync.OnceFunc(func() { l.release(host) })}, nil
+	}
+}
+
+func (l *hostConns) release(host netip.Addr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open[host]--; l.open[host] <= 0 {
+		delete(l.open, host)
+		delete(l.full, host)
+	}
+}
+
+// hostConn is a connection hostConns counts until it is closed.
+type hostConn struct {
+	net.Conn
+	release func()
+}
+
+func (c *hostConn) Close() error {
+	c.release()
+	return c.Conn.Close()
 }
 
 // connect dials the switch, becomes its primary controller, pushes the
@@ -480,14 +600,14 @@ func pipelineCookie(info *p4configv1.P4Info, deviceConfig []byte) (uint64, error
 func checkSlots(ctx context.Context, cl *p4rt.Client, cfg Config) error {
 	if cfg.Switch.P4() {
 		if cfg.Slots > 8192 {
-			return refuseField("{Slots} %d: the %s program has 8192 slots per set", cfg.Slots, cfg.Switch.Kind)
+			return field.Errorf("{Slots} %d: the %s program has 8192 slots per set", cfg.Slots, cfg.Switch.Kind)
 		}
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
 	if _, err := cl.ReadRegister(ctx, cl.IDs().RegisterPoolCount, 2*cfg.Slots-1, 1); err != nil {
-		return refuseField("{Slots} %d: the switch at %s does not hold them (give both the same slots): reading slot %d of set 1: %v", cfg.Slots, cfg.Target, cfg.Slots-1, err)
+		return field.Errorf("{Slots} %d: the switch at %s does not hold them (give both the same slots): reading slot %d of set 1: %v", cfg.Slots, cfg.Target, cfg.Slots-1, err)
 	}
 	return nil
 }

@@ -110,11 +110,23 @@ type JobLimits struct {
 	// DefaultMaxBytesPerClient; negative: no bound).
 	MaxBytesPerClient int
 	// MaxCallsPerClient bounds the calls one client identity has open at
-	// once (registrations, barriers, broadcasts, leaves and aborts; not
-	// leases or status): a call beyond it is refused as it arrives, before
-	// its request is read (default DefaultMaxCallsPerClient; negative: no
-	// bound).
+	// once (registrations, barriers, broadcasts, leaves and aborts), and
+	// apart from them its Status and Describe calls: a call beyond either
+	// bound is refused as it arrives, before its request is read (default
+	// DefaultMaxCallsPerClient; negative: no bound).
 	MaxCallsPerClient int
+	// MaxLeasesPerClient bounds the leases (Watch streams) one client
+	// identity has open at once, apart from its other calls, so that a
+	// storm of those never costs a running job its leases: one beyond is
+	// refused as it arrives, before its request is read (default
+	// DefaultMaxLeasesPerClient; negative: no bound).
+	MaxLeasesPerClient int
+	// MaxConnsPerHost bounds the connections to the job service open at
+	// once from one IP address: one beyond is closed as it is accepted,
+	// before a byte of it is read (default DefaultMaxConnsPerHost;
+	// negative: no bound). Each costs the service its buffers whether or
+	// not it carries calls.
+	MaxConnsPerHost int
 }
 
 // Defaults of JobLimits.
@@ -129,6 +141,13 @@ const (
 	// software switch takes by default (256) have two calls open from one
 	// host.
 	DefaultMaxCallsPerClient = 512
+	// DefaultMaxLeasesPerClient holds a lease for every rank of four of
+	// the largest jobs the software switch takes by default (256 ranks)
+	// from one client identity: each rank holds one while its job runs.
+	DefaultMaxLeasesPerClient = 1024
+	// DefaultMaxConnsPerHost leaves room for a connection of every rank
+	// of four 256-rank jobs from one host (a worker's session holds one).
+	DefaultMaxConnsPerHost = 1024
 	// DefaultSlotShare is the share of the pool one client identity may
 	// hold unless MaxSlotsPerClient says otherwise: half, so that one
 	// client's job (a large window and many lanes) leaves room for the
@@ -153,6 +172,12 @@ func (l JobLimits) withDefaults() JobLimits {
 	}
 	if l.MaxCallsPerClient == 0 {
 		l.MaxCallsPerClient = DefaultMaxCallsPerClient
+	}
+	if l.MaxLeasesPerClient == 0 {
+		l.MaxLeasesPerClient = DefaultMaxLeasesPerClient
+	}
+	if l.MaxConnsPerHost == 0 {
+		l.MaxConnsPerHost = DefaultMaxConnsPerHost
 	}
 	return l
 }
@@ -182,6 +207,10 @@ func (l JobLimits) check() error {
 		return fmt.Errorf("max bytes per client %d: want 1 or more, 0 for the default, or -1 for no bound", l.MaxBytesPerClient)
 	case l.MaxCallsPerClient < -1:
 		return fmt.Errorf("max calls per client %d: want 1 or more, 0 for the default, or -1 for no bound", l.MaxCallsPerClient)
+	case l.MaxLeasesPerClient < -1:
+		return fmt.Errorf("max leases per client %d: want 1 or more, 0 for the default, or -1 for no bound", l.MaxLeasesPerClient)
+	case l.MaxConnsPerHost < -1:
+		return fmt.Errorf("max connections per host %d: want 1 or more, 0 for the default, or -1 for no bound", l.MaxConnsPerHost)
 	}
 	return nil
 }
@@ -214,7 +243,7 @@ type JobService struct {
 	// so that a flood of them is refused without queueing for it.
 	callsMu sync.Mutex
 	calls   map[string]int
-	open    map[string]int // calls open, by client identity (tapCall)
+	open    map[openCalls]int // calls open, by client identity and kind (tapCall)
 
 	mu   sync.Mutex // guards the core and the fields below
 	core *jobcore.Core
@@ -264,7 +293,7 @@ func NewJobService(sw Switch, cfg ServiceConfig) (*JobService, error) {
 	}
 	if len(cfg.Shards) > 1 {
 		if cfg.Target.P4() {
-			return nil, fmt.Errorf("controller: %d data-plane addresses for a %s switch: several are for a software switch with --shards; give one", len(cfg.Shards), cfg.Target.Kind)
+			return nil, fmt.Errorf("controller: %d data-plane addresses for a %s switch: several are for a software switch of several shards; give one", len(cfg.Shards), cfg.Target.Kind)
 		}
 		if cfg.Shards[0] != cfg.Dataplane {
 			return nil, fmt.Errorf("controller: NewJobService: the first shard %v is not the data plane address %v", cfg.Shards[0], cfg.Dataplane)
@@ -284,11 +313,11 @@ func NewJobService(sw Switch, cfg ServiceConfig) (*JobService, error) {
 		MaxJobsPerClient: max(cfg.MaxJobsPerClient, 0), MaxSlotsPerClient: cfg.JobLimits.slotsPerClient(cfg.Slots),
 		MaxBytesPerClient: max(cfg.MaxBytesPerClient, 0), RefuseOpen: cfg.RefuseOpenJobs})
 	if cfg.AllowLaneAddressMismatch {
-		cfg.Logger.Warn("controller: lane addresses are not checked against the caller's address (--allow-lane-address-mismatch): a client can aim the switch's results at another host; use it only where workers reach the controller through NAT or another network than their data plane")
+		cfg.Logger.Warn("controller: lane addresses are not checked against the caller's address (AllowLaneAddressMismatch): a client can aim the switch's results at another host; use it only where workers reach the controller through NAT or another network than their data plane")
 	}
 	drained := make(chan struct{})
 	close(drained)
-	s := &JobService{sw: sw, cfg: cfg, log: cfg.Logger, core: c, calls: map[string]int{}, open: map[string]int{}, waiters: map[jobcore.Waiter]chan jobcore.Answer{}, drained: drained, metrics: newServiceMetrics()}
+	s := &JobService{sw: sw, cfg: cfg, log: cfg.Logger, core: c, calls: map[string]int{}, open: map[openCalls]int{}, waiters: map[jobcore.Waiter]chan jobcore.Answer{}, drained: drained, metrics: newServiceMetrics()}
 	if cfg.State != "" {
 		var err error
 		if s.state, s.claims, err = openState(cfg.State, cfg.StateTarget); err != nil {
@@ -547,11 +576,16 @@ func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (
 	// when every rank is in.
 	if away := s.away.Load(); away != nil && req.GetFallbackAddress() == "" {
 		wctx, cancel := answerBefore(ctx)
+		s.metrics.waitingForSwitch.Inc()
+		back := false
 		select {
 		case <-away.back:
-			cancel()
+			back = true
 		case <-wctx.Done():
-			cancel()
+		}
+		s.metrics.waitingForSwitch.Dec()
+		cancel()
+		if !back {
 			return nil, status.Errorf(codes.Unavailable, "the switch did not come back before the deadline (%s); join again later", away.why)
 		}
 	}
@@ -574,34 +608,68 @@ func (s *JobService) Register(ctx context.Context, req *jobpb.RegisterRequest) (
 	return a.Registered(), nil
 }
 
+// callKind is what a call counts against, with the others of its client
+// identity open at once: each kind has its own bound, so that a storm of
+// one kind never refuses another (a running job's lease, an operator's
+// status).
+type callKind uint8
+
+const (
+	kindCall  callKind = iota // registrations, barriers, broadcasts, leaves, aborts
+	kindLease                 // Watch: a rank's lease, open while its job runs
+	kindQuery                 // Status and Describe, answered at once
+)
+
+// openCalls keys the calls open by client identity and kind.
+type openCalls struct {
+	client string
+	kind   callKind
+}
+
+// kindOf is the kind of the call to method (a full method name).
+func kindOf(method string) callKind {
+	switch method {
+	case jobpb.JobService_Watch_FullMethodName:
+		return kindLease
+	case jobpb.JobService_Status_FullMethodName, jobpb.JobService_Describe_FullMethodName:
+		return kindQuery
+	}
+	return kindCall // and any method the service does not have
+}
+
 // tapCall is the job service's grpc.InTapHandle: it counts a call as it
 // arrives, before its request is read, against its client identity's
-// MaxCallsPerClient, and refuses it beyond; the count goes when the call
-// ends. So a storm of calls from one identity, however many connections
-// it opens, costs no more than that many requests read at once.
+// bound for its kind (MaxLeasesPerClient for leases, MaxCallsPerClient for
+// the others and, apart, for status and Describe), and refuses it beyond;
+// the count goes when the call ends. So a storm of calls from one
+// identity, however many connections it opens, costs no more than that
+// many calls' headers (maxHeaderListBytes) and requests read at once.
 func (s *JobService) tapCall(ctx context.Context, info *tap.Info) (context.Context, error) {
-	limit := s.cfg.MaxCallsPerClient
-	switch info.FullMethodName {
-	case jobpb.JobService_Watch_FullMethodName, jobpb.JobService_Status_FullMethodName, jobpb.JobService_Describe_FullMethodName:
-		return ctx, nil
+	kind := kindOf(info.FullMethodName)
+	limit, flag, what := s.cfg.MaxCallsPerClient, "MaxCallsPerClient", "calls"
+	switch kind {
+	case kindLease:
+		limit, flag, what = s.cfg.MaxLeasesPerClient, "MaxLeasesPerClient", "leases (Watch)"
+	case kindQuery:
+		what = "status and Describe calls"
 	}
 	if limit <= 0 {
 		return ctx, nil
 	}
-	client := secure.IdentityOf(ctx).Name()
+	key := openCalls{secure.IdentityOf(ctx).Name(), kind}
 	s.callsMu.Lock()
-	open := s.open[client]
+	open := s.open[key]
 	if open >= limit {
 		s.callsMu.Unlock()
 		s.metrics.refusedCalls.Inc()
-		return nil, status.Errorf(codes.ResourceExhausted, "client %s has %d calls open, its limit (controller --max-calls-per-client): wait for them to be answered", client, open)
+		return nil, status.Errorf(codes.ResourceExhausted, "client %s has %d %s open, its limit (the controller's %s): wait for them to end", key.client, open, what, flag)
 	}
-	s.open[client] = open + 1
+	s.open[key] = open + 1
 	s.callsMu.Unlock()
 	context.AfterFunc(ctx, func() {
 		s.callsMu.Lock()
-		if s.open[client]--; s.open[client] <= 0 {
-			delete(s.open, client)
+		if s.open[key]--; s.open[key] <= 0 {
+			delete(s.open, key)
 		}
 		s.callsMu.Unlock()
 	})
@@ -619,7 +687,7 @@ func (s *JobService) callBytes(client string, n int) (release func(), err error)
 	s.callsMu.Lock()
 	defer s.callsMu.Unlock()
 	if held := s.calls[client]; held+n > limit {
-		return nil, status.Errorf(codes.ResourceExhausted, "client %s has %d bytes of registrations in progress, and this one of %d would take it over its budget of %d (controller --max-bytes-per-client): wait for its registrations to be answered",
+		return nil, status.Errorf(codes.ResourceExhausted, "client %s has %d bytes of registrations in progress, and this one of %d would take it over its budget of %d (the controller's MaxBytesPerClient): wait for its registrations to be answered",
 			client, held, n, limit)
 	}
 	s.calls[client] += n
@@ -763,7 +831,9 @@ type switchAway struct {
 	back chan struct{}
 }
 
-// SwitchBack hands the service the reprogrammed switch.
+// SwitchBack hands the service the reprogrammed switch, which must hold
+// nothing of the jobs that ended with SwitchLost: the registrations that
+// waited for it are placed at once, on room those jobs had.
 func (s *JobService) SwitchBack(sw Switch) {
 	s.swMu.Lock()
 	s.sw = sw

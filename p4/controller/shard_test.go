@@ -31,8 +31,8 @@ func TestShardDataplanesFor(t *testing.T) {
 	dp := netip.MustParseAddrPort("127.0.0.1:48864")
 	shards := []netip.AddrPort{dp, netip.MustParseAddrPort("127.0.0.1:48865")}
 	_, err = NewJobService(noSwitch{}, ServiceConfig{Dataplane: dp, Shards: shards, Target: target, Logger: quiet})
-	if err == nil || !strings.Contains(err.Error(), "--shards") {
-		t.Fatalf("a BMv2 switch with two data-plane addresses: %v, want a refusal naming --shards", err)
+	if err == nil || !strings.Contains(err.Error(), "several shards") {
+		t.Fatalf("a BMv2 switch with two data-plane addresses: %v, want a refusal naming the shards", err)
 	}
 	svc, err := NewJobService(noSwitch{}, ServiceConfig{Dataplane: dp, Shards: shards, Logger: quiet})
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/switchml/switchml-go/field"
 	"github.com/switchml/switchml-go/p4/controller/jobcore"
 	"github.com/switchml/switchml-go/secure"
 )
@@ -114,7 +115,7 @@ func openState(path, target string) (*stateFile, []jobcore.Claim, error) {
 		return nil, nil, fmt.Errorf("controller: state file: %w", err)
 	}
 	if !info.Mode().IsRegular() {
-		return nil, nil, refuseField("{State} %s: not a regular file (%v): give it a path of its own", path, info.Mode().Type())
+		return nil, nil, field.Errorf("{State} %s: not a regular file (%v): give it a path of its own", path, info.Mode().Type())
 	}
 	if err := checkPrivate(path, false); err != nil {
 		return nil, nil, err
@@ -154,7 +155,7 @@ func checkPrivate(path string, dir bool) error {
 	}
 	st, ok := info.Sys().(*syscall.Stat_t)
 	if ok && int(st.Uid) != os.Geteuid() {
-		return refuseField("{State} %s: belongs to user %d, not to this controller's (%d): whoever can change it can make up claims on running jobs; give it a path this user owns", path, st.Uid, os.Geteuid())
+		return field.Errorf("{State} %s: belongs to user %d, not to this controller's (%d): whoever can change it can make up claims on running jobs; give it a path this user owns", path, st.Uid, os.Geteuid())
 	}
 	mask, want := fs.FileMode(0o077), "600"
 	if dir {

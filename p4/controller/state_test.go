@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchml/switchml-go/field"
 	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/p4/controller/jobcore"
 )
@@ -151,7 +152,7 @@ func TestRestartWithoutStateEndsJobs(t *testing.T) {
 }
 
 // isFieldError says whether err is a refusal of the setting field.
-func isFieldError(err error, field string) bool {
-	var fe *FieldError
-	return errors.As(err, &fe) && slices.Contains(fe.Fields, field)
+func isFieldError(err error, name string) bool {
+	var fe *field.Error
+	return errors.As(err, &fe) && slices.Contains(fe.Fields, name)
 }

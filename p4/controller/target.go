@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/switchml/switchml-go/field"
 	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/p4/controller/jobcore"
 	"github.com/switchml/switchml-go/p4/controller/p4rt"
@@ -122,10 +123,10 @@ func (t Target) check(r *jobpb.RegisterRequest, addrs []netip.AddrPort) error {
 	}
 	k := int(r.GetElements())
 	if t.Auth && r.GetFormat() != jobpb.Format_FORMAT_EXTENDED {
-		return invalid("the switch checks a tag on every packet (--auth), and the compatible header has no room for one: join with the extended header and Auth (--extended --auth)")
+		return invalid("the switch checks a tag on every packet, and the compatible header has no room for one: join with switchml.Config.Extended and Auth")
 	}
 	if r.GetSparse() && t.P4() {
-		return invalid("the sparse mode runs on the software switch: the %s switch's program has no sparse pipeline (docs/design.md, \"Block-sparse aggregation\"); join without Sparse (--sparse)", t.Kind)
+		return invalid("the sparse mode runs on the software switch: the %s switch's program has no sparse pipeline (docs/design.md, \"Block-sparse aggregation\"); join without switchml.Config.Sparse", t.Kind)
 	}
 	switch r.GetFormat() {
 	case jobpb.Format_FORMAT_EXTENDED:
@@ -133,7 +134,7 @@ func (t Target) check(r *jobpb.RegisterRequest, addrs []netip.AddrPort) error {
 			return invalid("the %s switch takes only the compatible header: join with the compatible header and %s values per packet", t.Kind, sizesText(t.PacketElements))
 		}
 		if k > t.MaxExtendedElements {
-			return invalid("%d values per packet: the %s switch takes at most %d (its --max-elements); use fewer", k, t.Kind, t.MaxExtendedElements)
+			return invalid("%d values per packet: the %s switch takes at most %d (its MaxElements); use fewer", k, t.Kind, t.MaxExtendedElements)
 		}
 	default:
 		if !slices.Contains(t.PacketElements, k) {
@@ -156,7 +157,7 @@ func (t Target) check(r *jobpb.RegisterRequest, addrs []netip.AddrPort) error {
 				return invalid("rank %d lane %d address %v differs from lane 0's %v: a P4 switch sends a rank's results to one port, so every lane binds one address", r.GetRank(), i, a.Addr(), addrs[0].Addr())
 			}
 			if _, ok := t.Ports[a.Addr()]; !ok {
-				return invalid("rank %d lane %d address %v is not in the controller's port map: add \"%v PORT\" for the switch port that reaches it (--port-map)", r.GetRank(), i, a.Addr(), a.Addr())
+				return invalid("rank %d lane %d address %v is not in the controller's port map: add \"%v PORT\" for the switch port that reaches it (Ports)", r.GetRank(), i, a.Addr(), a.Addr())
 			}
 		}
 	}
@@ -173,9 +174,9 @@ func (t Target) maxJobWorkers(f jobpb.Format) (int, string) {
 	case t.P4():
 		return t.MaxWorkers, "the width of its program's worker bitmap"
 	case t.SoftswitchMaxWorkers > 0:
-		return t.SoftswitchMaxWorkers, "the switch's --max-workers, as the controller's --max-workers gives it"
+		return t.SoftswitchMaxWorkers, "the switch's MaxWorkers, as the controller's MaxWorkers gives it"
 	}
-	return DefaultSoftswitchMaxWorkers, "the switch's default --max-workers; the controller's --max-workers gives another"
+	return DefaultSoftswitchMaxWorkers, "the switch's default MaxWorkers; the controller's MaxWorkers gives another"
 }
 
 // placeable refuses a job whose ranks' ports the switch cannot serve
@@ -259,7 +260,7 @@ func ParsePortMap(r io.Reader) (map[netip.Addr]uint32, error) {
 func checkAuth(ctx context.Context, cl *p4rt.Client, t Target, target string) error {
 	if t.P4() {
 		if t.Auth {
-			return refuseField("{Auth}: the %s program cannot check a MAC on packets (see p4/README.md for the fabric isolation it needs instead); {Auth} needs the software switch", t.Kind)
+			return field.Errorf("{Auth}: the %s program cannot check a MAC on packets (see p4/README.md for the fabric isolation it needs instead); {Auth} needs the software switch", t.Kind)
 		}
 		return nil // P4 targets never see the extern
 	}
@@ -267,9 +268,9 @@ func checkAuth(ctx context.Context, cl *p4rt.Client, t Target, target string) er
 	cl.KeyJobs(switchAuth && t.Auth)
 	switch {
 	case t.Auth && !switchAuth:
-		return refuseField("{Auth}: the switch at %s does not check tags (%v): start the switch with --auth too", target, err)
+		return field.Errorf("{Auth}: the switch at %s does not check tags (%v): start the switch with its Auth set too", target, err)
 	case !t.Auth && switchAuth:
-		return refuseField("{Auth} off: the switch at %s checks a tag on every packet (switch --auth): start the controller with {Auth} too, or the switch without it", target)
+		return field.Errorf("{Auth} off: the switch at %s checks a tag on every packet (its Auth is set): start the controller with {Auth} too, or the switch without it", target)
 	}
 	return nil
 }

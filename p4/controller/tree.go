@@ -80,7 +80,7 @@ func ParseTopology(r io.Reader) (*Topology, error) {
 	dec.DisallowUnknownFields()
 	var t Topology
 	if err := dec.Decode(&t); err != nil {
-		return nil, fmt.Errorf("topology: %w (see the controller's --topology help for the format)", err)
+		return nil, fmt.Errorf("topology: %w (see Topology's doc for the format)", err)
 	}
 	if err := t.check(); err != nil {
 		return nil, err
@@ -93,7 +93,7 @@ func (t *Topology) check() error {
 		t.Spine.Name = "spine"
 	}
 	if len(t.Leaves) == 0 {
-		return errors.New("topology: no leaves; a tree needs at least one leaf under the spine (for one switch, leave --topology out)")
+		return errors.New("topology: no leaves; a tree needs at least one leaf under the spine (for one switch, leave Topology out)")
 	}
 	if len(t.Spine.Workers) != 0 {
 		return fmt.Errorf("topology: the spine lists workers %v; workers attach to leaves", t.Spine.Workers)
@@ -166,7 +166,7 @@ func (t *Topology) check() error {
 // server for every BMv2 switch, and a program with the leaf role.
 func (t *Topology) checkP4(kind string) error {
 	if !(Target{Kind: kind}).capabilities().Tree {
-		return fmt.Errorf("topology: the %s program has no leaf role; a tree runs on software switches (switch --parent) or BMv2 (--target-kind bmv2)", kind)
+		return fmt.Errorf("topology: the %s program has no leaf role; a tree runs on software switches (their Parent set) or BMv2 (TargetKind bmv2)", kind)
 	}
 	sws := append([]TopologySwitch{t.Spine}, t.Leaves...)
 	for i, sw := range sws {

@@ -15,10 +15,9 @@ import (
 	"github.com/switchml/switchml-go/switchml"
 )
 
-// joinAll joins every config concurrently; it fails the test unless all
-// joined.
-func joinAll(t *testing.T, ctx context.Context, cfgs []switchml.Config) []*switchml.Session {
-	t.Helper()
+// joinEach joins every config concurrently, and returns each one's
+// session or error.
+func joinEach(ctx context.Context, cfgs []switchml.Config) ([]*switchml.Session, []error) {
 	sess := make([]*switchml.Session, len(cfgs))
 	errs := make([]error, len(cfgs))
 	var wg sync.WaitGroup
@@ -30,6 +29,14 @@ func joinAll(t *testing.T, ctx context.Context, cfgs []switchml.Config) []*switc
 		}()
 	}
 	wg.Wait()
+	return sess, errs
+}
+
+// joinAll joins every config concurrently; it fails the test unless all
+// joined.
+func joinAll(t *testing.T, ctx context.Context, cfgs []switchml.Config) []*switchml.Session {
+	t.Helper()
+	sess, errs := joinEach(ctx, cfgs)
 	for i, err := range errs {
 		if err != nil {
 			for _, s := range sess {
@@ -219,7 +226,9 @@ func TestFallbackDeadSwitchAtJoin(t *testing.T) {
 
 // waitCounter waits until the switch's counter c reaches at least n: the
 // event a test acts on (ranks inside a call, results coming back).
-func waitCounter(ctx context.Context, fab *local.Fabric, c switchjob.Stat, n uint64) error {
+func waitCounter(ctx context.Context, fab interface {
+	Counters() [switchjob.NumStats]uint64
+}, c switchjob.Stat, n uint64) error {
 	for fab.Counters()[c] < n {
 		select {
 		case <-ctx.Done():

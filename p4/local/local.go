@@ -54,7 +54,8 @@ type Options struct {
 	// Transport is how the switch moves packets: "udp" ("" too), or
 	// "shm" to give it a shared-memory inbox as well, which workers with
 	// switchml.Config.Transport "shm" write into; others reach it over
-	// UDP as before.
+	// UDP as before. "afxdp" takes a program that imports package
+	// transport/afxdp, as the switchml command does.
 	Transport string
 	// Auth runs the switch and the controller with --auth: each job gets
 	// a key, and the switch drops packets without its tag (workers join

@@ -12,7 +12,7 @@ import (
 // never read back: KeyedJobs says which jobs have one, not what it is.
 
 // errNoAuth refuses keys on a switch that does not check tags.
-var errNoAuth = fmt.Errorf("%w: this switch does not check tags (start it with --auth)", ErrInvalid)
+var errNoAuth = fmt.Errorf("%w: this switch does not check tags (start it with Auth set)", ErrInvalid)
 
 // jobKey is a job's key and its Taggers: index 0 for Process, index i for
 // the Shard with id i, so that loops running at once never share one.

@@ -39,8 +39,8 @@ func TestHierarchLeafSendsPartialSumsUpAndResultDown(t *testing.T) {
 		t.Fatalf("completed use went to %v, want the parent %v only", out.Dests, parentAddr)
 	}
 	uh, uv := decode(t, out.Packet)
-	if uh.Slot != 101 || uh.Set != 1 || uh.Seq != 9 || uh.PacketID != 42 || uh.Exp0 != 1 {
-		t.Fatalf("upstream header %+v, want slot 101 set 1 seq 9 packet 42 exponent 1", uh)
+	if uh.Slot != 101 || uh.Set != 1 || uh.Seq != 9 || uh.PacketID != 42 || uh.Exp0 != 1 || uh.Result {
+		t.Fatalf("upstream header %+v, want slot 101 set 1 seq 9 packet 42 exponent 1, a contribution (no result mark)", uh)
 	}
 	if want := []int32{3, 6, 9, 3}; !slices.Equal(uv, want) {
 		t.Fatalf("partial sums %v, want %v", uv, want)
@@ -71,12 +71,13 @@ func TestHierarchLeafSendsPartialSumsUpAndResultDown(t *testing.T) {
 	// exponent maximum and sums.
 	res := uh
 	res.Exp0 = 5
+	res.Result = true
 	p.Process(parentAddr, mkpkt(t, res, []int32{30, 60, 90, 12}), &out)
 	if len(out.Dests) != 3 {
 		t.Fatalf("parent's result multicast to %v, want the 3 workers", out.Dests)
 	}
 	dh, dv := decode(t, out.Packet)
-	if dh.Slot != 5 || dh.Exp0 != 5 || !slices.Equal(dv, []int32{30, 60, 90, 12}) {
+	if dh.Slot != 5 || dh.Exp0 != 5 || !dh.Result || !slices.Equal(dv, []int32{30, 60, 90, 12}) {
 		t.Fatalf("result to workers %+v %v, want slot 5 exponent 5 and the parent's sums", dh, dv)
 	}
 

@@ -770,7 +770,10 @@ func noReply(st *[switchjob.NumStats]uint64, out *Output, s switchjob.Stat) {
 // is left in out.Packet with its destinations in out.Dests; otherwise
 // out.Reason says why nothing went out. The reply has the request's format
 // and header (sequence number, packet id, slot and set echoed) with Exp0
-// replaced by the slot's maximum exponent and the payload by the slot's sums.
+// replaced by the slot's maximum exponent and the payload by the slot's sums,
+// and is marked as a result (wire.Header.Result), which no switch takes as a
+// contribution (StatDropResult); a leaf's partial sums for its parent are
+// not marked.
 func (p *Pipeline) Process(src netip.AddrPort, pkt []byte, out *Output) {
 	p.process(&p.stats, &p.cache, 0, src, pkt, out)
 }
@@ -961,6 +964,14 @@ func (p *Pipeline) admit(st *[switchjob.NumStats]uint64, cache *workerCache, sha
 		noReply(st, out, switchjob.StatDropMalformed)
 		return w, h, nil, nil, false
 	}
+	// A switch's result is never a contribution, whoever sends it. A
+	// lane whose address is another switch's data plane would otherwise
+	// take that switch's results as contributions and answer them, and
+	// two such switches would answer each other's answers without end.
+	if h.Result {
+		noReply(st, out, switchjob.StatDropResult)
+		return w, h, nil, nil, false
+	}
 	// The tag is checked before anything else is read from the packet:
 	// a forged packet must not touch a register, not even a bitmap.
 	if p.cfg.Auth || h.Tagged {
@@ -1075,9 +1086,11 @@ func (p *Pipeline) upstream(st *[switchjob.NumStats]uint64, why switchjob.Stat, 
 	st[why]++
 	up := *h
 	up.Slot = h.Slot - u.PoolBase + u.ParentBase
-	// The parent holds no key of this switch's jobs: partial sums go up
-	// untagged.
-	p.reply(out, &up, vals, exp, nil, 0)
+	// Partial sums are a contribution to the parent's aggregation, not
+	// a result. The parent holds no key of this switch's jobs: they go
+	// up untagged.
+	up.Result = false
+	p.write(out, &up, vals, exp, nil, 0)
 	out.Dests = append(out.Dests, u.Parent)
 }
 
@@ -1145,9 +1158,18 @@ func (p *Pipeline) fromParent(st *[switchjob.NumStats]uint64, cache *workerCache
 	return true
 }
 
-// reply writes the result packet: the request header with the slot's
-// exponent, then the sums, then, with tg, the tag of lane's result.
+// reply writes the result packet: the request header marked as a result
+// (wire.Header.Result), with the slot's exponent, then the sums, then,
+// with tg, the tag of lane's result.
 func (p *Pipeline) reply(out *Output, req *wire.Header, vals []int32, exp int8, tg *wire.Tagger, lane uint8) {
+	h := *req
+	h.Result = true
+	p.write(out, &h, vals, exp, tg, lane)
+}
+
+// write writes a packet with h's header, exponent exp and the payload
+// vals, then, with tg, the tag of lane's result.
+func (p *Pipeline) write(out *Output, req *wire.Header, vals []int32, exp int8, tg *wire.Tagger, lane uint8) {
 	h := *req
 	h.Exp0 = exp
 	h.Tagged = tg != nil

@@ -109,6 +109,7 @@ func TestAggregateMulticast(t *testing.T) {
 		rh, rv := decode(t, out.Packet)
 		want := h
 		want.Exp0 = 4
+		want.Result = true
 		if rh != want {
 			t.Fatalf("reply header %+v, want %+v", rh, want)
 		}
@@ -478,7 +479,7 @@ func checkCounters(t testing.TB, p *Pipeline) {
 	c := p.Counters()
 	outcomes := c[switchjob.StatDropNotWorker] + c[switchjob.StatDropMalformed] + c[switchjob.StatDropOutOfPartition] + c[switchjob.StatDropMismatch] +
 		c[switchjob.StatDropStale] + c[switchjob.StatDropIncompleteRetransmit] + c[switchjob.StatAbsorbed] + c[switchjob.StatMulticast] + c[switchjob.StatRetransmitReply] +
-		c[switchjob.StatDropWrongShard] + c[switchjob.StatDropBadTag]
+		c[switchjob.StatDropWrongShard] + c[switchjob.StatDropBadTag] + c[switchjob.StatDropResult]
 	if c[switchjob.StatReceived] != outcomes {
 		t.Fatalf("received %d != sum of outcomes %d (%v)", c[switchjob.StatReceived], outcomes, c)
 	}
@@ -564,6 +565,8 @@ func FuzzProcess(f *testing.F) {
 					Set:      (a >> 5) & 1,
 					Exp0:     int8(e),
 					Elements: 32,
+					// A quarter of them marked as a switch's result.
+					Result: e&0x60 == 0x60,
 				}
 				if h.Format == wire.FormatExtended {
 					h.Elements = int(b2 & 15)
@@ -586,7 +589,7 @@ func FuzzProcess(f *testing.F) {
 			if len(out.Dests) > 0 {
 				rh, _, err := wire.Parse(out.Packet)
 				qh, _, _ := wire.Parse(pkt)
-				if err != nil || rh.Format != qh.Format || rh.Slot != qh.Slot || rh.Set != qh.Set || rh.PacketID != qh.PacketID {
+				if err != nil || rh.Format != qh.Format || rh.Slot != qh.Slot || rh.Set != qh.Set || rh.PacketID != qh.PacketID || !rh.Result || qh.Result {
 					t.Fatalf("reply %+v (%v) to request %+v", rh, err, qh)
 				}
 			} else if out.Reason == switchjob.StatReceived {

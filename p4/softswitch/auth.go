@@ -38,7 +38,7 @@ func (t pipelineTarget) ClearKeys()                        { t.p.ClearKeys() }
 func (s *P4Runtime) keys() (KeyTarget, error) {
 	kt, ok := s.target.(KeyTarget)
 	if !ok || !kt.Auth() {
-		return nil, errorf(codes.Unimplemented, "%s externs: this switch does not check tags (start it with --auth)", p4info.ExternJobKeyName)
+		return nil, errorf(codes.Unimplemented, "%s externs: this switch does not check tags (start it with Auth set)", p4info.ExternJobKeyName)
 	}
 	return kt, nil
 }

@@ -305,8 +305,8 @@ func TestP4RuntimeRefusesOtherRoles(t *testing.T) {
 // no client certificates is a configuration error, not a silent no-op.
 func TestP4RuntimeAllowNeedsClientCA(t *testing.T) {
 	_, err := NewServer(ServerConfig{Pipeline: pipeline.Config{Slots: 8, MaxElements: 64, MaxWorkers: 2}, Allow: []string{"ops"}})
-	if err == nil || !strings.Contains(err.Error(), "--tls-client-ca") {
-		t.Errorf("NewServer with an allow list and no TLS: %v, want an error naming --tls-client-ca", err)
+	if err == nil || !strings.Contains(err.Error(), "TLS with client CAs") {
+		t.Errorf("NewServer with an allow list and no TLS: %v, want an error asking for TLS with client CAs", err)
 	}
 }
 

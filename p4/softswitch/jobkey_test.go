@@ -106,7 +106,7 @@ func TestJobKeyExternWithoutAuth(t *testing.T) {
 	if got := p4Errors(t, err); got[0] != codes.Unimplemented {
 		t.Fatalf("key write: %v", got)
 	}
-	wantCode(t, err, codes.Unknown, "--auth")
+	wantCode(t, err, codes.Unknown, "start it with Auth set")
 	_, err = h.read(ctx, allKeys)
 	if got := p4Errors(t, err); got[0] != codes.Unimplemented {
 		t.Fatalf("key read: %v", got)

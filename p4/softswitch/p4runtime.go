@@ -143,7 +143,7 @@ func (s *P4Runtime) authorize(ctx context.Context, what string) error {
 		return nil
 	}
 	s.log.Warn("p4runtime: refused a caller", "device", s.deviceID, "caller", id.String(), "call", what)
-	return status.Errorf(codes.PermissionDenied, "%s may not %s on this switch: P4Runtime control is for %s (certificates signed by the switch's client CA; see switch --p4rt-allow)",
+	return status.Errorf(codes.PermissionDenied, "%s may not %s on this switch: P4Runtime control is for %s (certificates signed by the switch's client CA; see its P4RuntimeAllow)",
 		id.String(), what, s.allow.String())
 }
 

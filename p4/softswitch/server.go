@@ -111,7 +111,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 func controllers(tlsCfg *tls.Config, names []string) (*secure.Allow, error) {
 	if tlsCfg == nil || tlsCfg.ClientCAs == nil {
 		if len(names) > 0 {
-			return nil, fmt.Errorf("softswitch: P4Runtime allow list %q: needs client certificates: give --tls-cert, --tls-key and --tls-client-ca", names)
+			return nil, fmt.Errorf("softswitch: P4Runtime allow list %q: needs client certificates: give TLS with client CAs", names)
 		}
 		return nil, nil
 	}
@@ -189,14 +189,31 @@ func (s *Server) Counters() [switchjob.NumStats]uint64 {
 	return s.pipe.Counters()
 }
 
+// Bounds of the P4Runtime service's calls, enforced by gRPC before any
+// handler runs. A controller has its arbitration stream and a few reads
+// and writes open at once, and sends a few hundred bytes of headers: gRPC's
+// defaults (16 MiB of decoded headers a call, which a client inflates from
+// a few KB by referencing its HPACK table, and windows that grow to 16 MiB
+// a call) let any caller, authorised or not, make the switch hold
+// gigabytes before it is asked who it is.
+const (
+	p4rtCallsPerConn   = 64
+	p4rtHeaderBytes    = 8 << 10
+	p4rtCallWindowSize = 64 << 10
+	p4rtConnWindowSize = 1 << 20
+)
+
 // ServeP4Runtime serves the P4Runtime gRPC service on lis until ctx is done.
 func (s *Server) ServeP4Runtime(ctx context.Context, lis net.Listener) error {
-	var opts []grpc.ServerOption
+	opts := []grpc.ServerOption{
+		grpc.MaxConcurrentStreams(p4rtCallsPerConn), grpc.MaxHeaderListSize(p4rtHeaderBytes),
+		grpc.InitialWindowSize(p4rtCallWindowSize), grpc.InitialConnWindowSize(p4rtConnWindowSize),
+	}
 	if s.tls != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls)))
 	}
 	if s.p4rt.Allowed() == nil && !secure.Loopback(lis.Addr().String()) {
-		s.log.Warn("p4runtime: serving without client certificates on a non-loopback address: whoever reaches it can program the switch; give it --tls-cert, --tls-key and --tls-client-ca",
+		s.log.Warn("p4runtime: serving without client certificates on a non-loopback address: whoever reaches it can program the switch; give it TLS with client CAs",
 			"addr", lis.Addr().String())
 	}
 	g := grpc.NewServer(opts...)

@@ -13,12 +13,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchml/switchml-go/field"
 	"github.com/switchml/switchml-go/p4/dataplane"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/switchjob"
 	"github.com/switchml/switchml-go/transport"
-	_ "github.com/switchml/switchml-go/transport/afxdp" // the switch takes --transport afxdp
-	_ "github.com/switchml/switchml-go/transport/shm"   // and shm
+	_ "github.com/switchml/switchml-go/transport/shm" // the switch takes --transport shm
 )
 
 // Config describes a software switch: its P4Runtime service and its
@@ -61,7 +61,9 @@ type Config struct {
 	// transport.Names): transport.UDP ("" is the same) or afxdp.Name,
 	// AF_XDP sockets on the interface of the Dataplane
 	// address (which must then be a specific IPv4 address), falling back
-	// to UDP with a logged reason where AF_XDP cannot be used; or shm.Name,
+	// to UDP with a logged reason where AF_XDP cannot be used, in a
+	// program that imports package transport/afxdp (switchml does; an
+	// embedder that wants it adds the blank import); or shm.Name,
 	// UDP sockets with shared-memory inboxes through which workers on this
 	// host started with the same transport exchange datagrams with the
 	// switch (a specific address again; others keep using UDP).
@@ -150,7 +152,7 @@ func Listen(cfg Config) (*Switch, error) {
 	}
 	if cfg.Auth {
 		if cfg.Parent != "" {
-			return nil, fmt.Errorf("switch: --auth with --parent %s: the partial sums a leaf sends its parent carry no tag; run the tree without --auth", cfg.Parent)
+			return nil, field.Errorf("switch: {Auth} with {Parent} %s: the partial sums a leaf sends its parent carry no tag; run the tree without {Auth}", cfg.Parent)
 		}
 		cfg.Pipeline.Auth = true
 	}

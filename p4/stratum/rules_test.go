@@ -87,8 +87,8 @@ func TestStratumRefusesArbitration(t *testing.T) {
 		}
 	}
 	_, err := p4rt.Dial(ctx, p4rt.ClientConfig{Target: target, DeviceID: 2, Logger: quiet})
-	if !errContains(err, "Node with ID 2 is unknown") || !errContains(err, "--device-id") {
-		t.Errorf("a controller with --device-id 2 on node %d: %v, want the switch's refusal naming --device-id", recorderNode, err)
+	if !errContains(err, "Node with ID 2 is unknown") || !errContains(err, "device id") {
+		t.Errorf("a controller with --device-id 2 on node %d: %v, want the switch's refusal naming the device id", recorderNode, err)
 	}
 }
 

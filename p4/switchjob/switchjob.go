@@ -80,6 +80,7 @@ const (
 	StatUpstreamResend                       // partial sums sent again: a worker retransmitted while the parent's result was missing
 	StatFromParent                           // results from the parent switch, multicast to the leaf's workers
 	StatDropBadTag                           // tag wrong or missing (an authenticated switch), or a tag the switch cannot check
+	StatDropResult                           // a switch's result (wire.Header.Result) sent as a contribution: results never feed an aggregation
 	NumStats
 )
 
@@ -88,6 +89,7 @@ var statNames = [NumStats]string{
 	"drop_malformed", "drop_out_of_partition", "drop_incomplete_retransmit",
 	"absorbed", "drop_mismatch", "drop_no_group", "replicas", "drop_no_reply", "drop_stale",
 	"drop_wrong_shard", "upstream", "upstream_resend", "from_parent", "drop_bad_tag",
+	"drop_result",
 }
 
 // String returns the counter name used in logs and metrics.

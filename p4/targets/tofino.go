@@ -55,7 +55,7 @@ func FixedProgram(int) (Capabilities, error) {
 func ReadDeviceConfig(path string) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("read --device-config: %w", err)
+		return nil, fmt.Errorf("read the device config: %w", err)
 	}
 	return b, nil
 }
@@ -108,22 +108,22 @@ func hasLeafRole(dir string) bool {
 func tofinoDeviceConfig(path string) ([]byte, error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return nil, fmt.Errorf("--device-config: %w", err)
+		return nil, fmt.Errorf("device config: %w", err)
 	}
 	if st.IsDir() {
 		b, err := stratum.Pack(path)
 		if err != nil {
-			return nil, fmt.Errorf("--device-config: %w", err)
+			return nil, fmt.Errorf("device config: %w", err)
 		}
 		return b, nil
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("--device-config: %w", err)
+		return nil, fmt.Errorf("device config: %w", err)
 	}
 	cfg, err := stratum.Unpack(b)
 	if err != nil || cfg.GetP4Name() == "" || len(cfg.GetProfiles()) == 0 {
-		return nil, fmt.Errorf("--device-config %s is not a packed Stratum pipeline config: want bf-p4c's output directory or switchml p4 pack's file", path)
+		return nil, fmt.Errorf("device config %s is not a packed Stratum pipeline config: want bf-p4c's output directory or switchml p4 pack's file", path)
 	}
 	return b, nil
 }
@@ -136,7 +136,7 @@ func tofinoDeviceConfig(path string) ([]byte, error) {
 func stratumP4Info(info *p4configv1.P4Info) error {
 	for _, e := range info.GetExterns() {
 		if n := e.GetExternTypeName(); n == "Register" || n == "Counter" {
-			return fmt.Errorf("--p4info lists its %ss as Tofino externs: compile with bf-p4c --p4runtime-force-std-externs", n)
+			return fmt.Errorf("the P4Info lists its %ss as Tofino externs: compile with bf-p4c --p4runtime-force-std-externs", n)
 		}
 	}
 	return nil

@@ -166,6 +166,7 @@ const stat_t STAT_DROP_OUT_OF_PARTITION = 6;
 const stat_t STAT_DROP_INCOMPLETE_RETRANSMIT = 7;
 const stat_t STAT_ABSORBED = 8;  // added to a set that still waits for others: no packet out, nothing lost
 const stat_t STAT_DROP_STALE = 13;
+const stat_t STAT_DROP_RESULT = 19; // a switch's result sent as a contribution: results never feed an aggregation
 const stat_t STAT_DROP_SIMULATED = 31;
 
 typedef bit<48> mac_addr_t;
@@ -230,7 +231,9 @@ header udp_h {
 
 header switchml_h {
     bit<4> msg_type;
-    bit<1> unused;
+    // The published header's unused bit: set on every result a switch
+    // sends; a packet with it set is never taken as a contribution.
+    bit<1> result;
     bit<3> size_code;
     bit<8> job_number; // the published name; it holds the low 8 bits of the allreduce sequence number
     bit<32> tsi;
@@ -1784,6 +1787,7 @@ control SwitchMLIngress(inout headers_t hdr,
         hdr.ipv4.ttl = REPLY_TTL;
         hdr.udp.src_port = hdr.udp.dst_port;
         hdr.udp.checksum = 0;
+        hdr.switchml.result = 1;
     }
 
     @hidden
@@ -3285,6 +3289,12 @@ control SwitchMLIngress(inout headers_t hdr,
                        hdr.switchml.size_code != SIZE_CODE_256B ||
                        hdr.udp.len != SWITCHML_UDP_LENGTH) {
                 outcome(STAT_DROP_MALFORMED);
+                drop();
+            } else if (hdr.switchml.result == 1) {
+                // A switch's result is never a contribution: two switches
+                // whose workers tables name each other's data planes
+                // would otherwise answer each other's results without end.
+                outcome(STAT_DROP_RESULT);
                 drop();
             } else if (hdr.switchml.slot_hi != 0) {
                 outcome(STAT_DROP_OUT_OF_PARTITION);

@@ -83,6 +83,7 @@ const bit<32> STAT_DROP_STALE = 13;
 const bit<32> STAT_UPSTREAM = 15;        // a leaf's partial sums sent to its parent
 const bit<32> STAT_UPSTREAM_RESEND = 16; // sent again: a worker retransmitted to a waiting use
 const bit<32> STAT_FROM_PARENT = 17;     // the parent's results multicast to the leaf's workers
+const bit<32> STAT_DROP_RESULT = 19;     // a switch's result sent as a contribution: results never feed an aggregation
 const bit<32> STAT_DROP_SIMULATED = 31;
 
 typedef bit<48> mac_addr_t;
@@ -132,7 +133,9 @@ header udp_h {
 // Compatible SwitchML header (design.md section 5), without the exponents.
 header switchml_h {
     bit<4> msg_type;
-    bit<1> unused;
+    // The published header's unused bit: set on every result a switch
+    // sends; a packet with it set is never taken as a contribution.
+    bit<1> result;
     bit<3> size_code;
     bit<8> job_number; // the published name; it holds the low 8 bits of the allreduce sequence number
     bit<32> tsi;
@@ -867,6 +870,7 @@ control SwitchMLIngress(inout headers_t hdr,
         hdr.ipv4.ttl = REPLY_TTL;
         hdr.udp.src_port = hdr.udp.dst_port;
         hdr.udp.checksum = 0;
+        hdr.switchml.result = 1;
         meta.is_reply = true;
     }
 
@@ -882,6 +886,8 @@ control SwitchMLIngress(inout headers_t hdr,
         hdr.udp.src_port = hdr.udp.dst_port;
         hdr.udp.dst_port = meta.parent_port;
         hdr.udp.checksum = 0;
+        // Partial sums are a contribution to the parent's aggregation.
+        hdr.switchml.result = 0;
         hdr.switchml.slot = (bit<14>)((bit<32>)hdr.switchml.slot - meta.pool_base + meta.parent_base);
         standard_metadata.egress_spec = meta.uplink_port;
     }
@@ -943,6 +949,14 @@ control SwitchMLIngress(inout headers_t hdr,
             }
             if (malformed) {
                 stats.count(STAT_DROP_MALFORMED);
+                drop();
+                return;
+            }
+            // A switch's result is never a contribution: two switches
+            // whose workers tables name each other's data planes would
+            // otherwise answer each other's results without end.
+            if (hdr.switchml.result == 1) {
+                stats.count(STAT_DROP_RESULT);
                 drop();
                 return;
             }

@@ -1,6 +1,7 @@
 package dtype
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -176,11 +177,15 @@ func ExpectInputs(c Codec, workers, n, k int, fill func(in []byte, r int) error)
 	return e, nil
 }
 
+// ErrUnexpected is a result that Expectation.Check found wrong: a sum
+// that is not the expected one.
+var ErrUnexpected = errors.New("not the expected result")
+
 // Check compares a result with the expectation and describes the first
-// mismatch.
+// mismatch (ErrUnexpected).
 func (e *Expectation) Check(data []byte) error {
 	if got := len(data) / e.c.Size(); got != len(e.want) {
-		return fmt.Errorf("%d %s values, want %d", got, e.c.Name(), len(e.want))
+		return fmt.Errorf("%w: %d %s values, want %d", ErrUnexpected, got, e.c.Name(), len(e.want))
 	}
 	return e.CheckAt(0, data)
 }
@@ -190,7 +195,7 @@ func (e *Expectation) Check(data []byte) error {
 func (e *Expectation) CheckAt(lo int, data []byte) error {
 	n := len(data) / e.c.Size()
 	if lo < 0 || lo+n > len(e.want) {
-		return fmt.Errorf("%s values %d to %d of %d", e.c.Name(), lo, lo+n, len(e.want))
+		return fmt.Errorf("dtype: checking %s values %d to %d of an expectation of %d", e.c.Name(), lo, lo+n, len(e.want))
 	}
 	for i := 0; i < n; {
 		end := min(n, (lo+i)/e.k*e.k+e.k-lo)
@@ -198,7 +203,7 @@ func (e *Expectation) CheckAt(lo int, data []byte) error {
 		for ; i < end; i++ {
 			got, want := e.c.Get(data, i), e.want[lo+i]
 			if math.Abs(got-want) > tol || math.IsNaN(got) {
-				return fmt.Errorf("element %d = %v, want %v (tolerance %.3g)", lo+i, got, want, tol)
+				return fmt.Errorf("%w: element %d = %v, want %v (tolerance %.3g)", ErrUnexpected, lo+i, got, want, tol)
 			}
 		}
 	}

@@ -33,6 +33,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/switchml/switchml-go/internal/backoff"
 )
 
 // DefaultChunkBytes is the pipelining granularity when Config.ChunkBytes is zero:
@@ -283,7 +285,7 @@ var errCanceledBySibling = errors.New("ring: setup abandoned")
 // exchanges hellos.
 func (r *Ring) dialNext(ctx context.Context) (net.Conn, error) {
 	nextRank := (r.rank + 1) % r.n
-	backoff := 10 * time.Millisecond
+	wait := backoff.New(10*time.Millisecond, 500*time.Millisecond)
 	var d net.Dialer
 	var conn net.Conn
 	for {
@@ -292,15 +294,10 @@ func (r *Ring) dialNext(ctx context.Context) (net.Conn, error) {
 			conn = c
 			break
 		}
-		timer := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		if wait.Wait(ctx) != nil {
 			return nil, r.setupCtxError(ctx, fmt.Errorf("ring: rank %d: connecting to rank %d at %s: %v (is it running and listening?)",
 				r.rank, nextRank, r.nextAddr, err))
-		case <-timer.C:
 		}
-		backoff = min(2*backoff, 500*time.Millisecond)
 	}
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()

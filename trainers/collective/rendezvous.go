@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/switchml/switchml-go/internal/backoff"
 )
 
 // Rendezvous exchanges small messages among the ranks of a job while they
@@ -209,19 +211,16 @@ func readRendezvousHello(ctx context.Context, c net.Conn) (rank, workers int, ok
 
 func (p *PeerRendezvous) dial(ctx context.Context) error {
 	var d net.Dialer
-	backoff := 20 * time.Millisecond
+	wait := backoff.New(20*time.Millisecond, time.Second)
 	var c net.Conn
 	for {
 		var err error
 		if c, err = d.DialContext(ctx, "tcp", p.addr); err == nil {
 			break
 		}
-		select {
-		case <-ctx.Done():
+		if wait.Wait(ctx) != nil {
 			return fmt.Errorf("collective: rank %d: could not reach rank 0 at %s: %w (%v)", p.rank, p.addr, ctx.Err(), err)
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, time.Second)
 	}
 	stop := closeOnDone(ctx, c)
 	defer stop()

@@ -923,3 +923,74 @@ func TestBridgeExchange(t *testing.T) {
 		t.Fatalf("XDP program still attached to br0 after the last Close")
 	}
 }
+
+// TestRouteNetlink asks route netlink, opened in a namespace and asked
+// from another thread, what the fast path needs there: the route to a
+// peer on the link, through a gateway and to a local address; the MAC
+// address of a usable neighbour, and none for a failed or absent one; and
+// what is attached at the XDP hook.
+func TestRouteNetlink(t *testing.T) {
+	requireAFXDP(t)
+	a, b := newNamespaces(t)
+	vethPair(t, a, b, 1500, "10.219.5.1", "10.219.5.2")
+	ipCmd(t, "-n", a, "route", "add", "10.219.6.0/24", "via", "10.219.5.2")
+	ipCmd(t, "-n", a, "neigh", "replace", "10.219.5.2", "lladdr", "02:00:00:00:05:02", "dev", "va", "nud", "permanent")
+	ipCmd(t, "-n", a, "neigh", "replace", "10.219.5.3", "lladdr", "02:00:00:00:05:03", "dev", "va", "nud", "failed")
+	var nl *rtnl
+	var va int
+	mustInNS(t, a, func() (err error) {
+		ifc, err := net.InterfaceByName("va")
+		if err != nil {
+			return err
+		}
+		va = ifc.Index
+		nl, err = openRTNL()
+		return err
+	})
+	defer nl.close()
+
+	for _, c := range []struct {
+		dst  [4]byte
+		want route
+	}{
+		{[4]byte{10, 219, 5, 2}, route{typ: unix.RTN_UNICAST, oif: va}},
+		{[4]byte{10, 219, 6, 7}, route{typ: unix.RTN_UNICAST, oif: va, gw: [4]byte{10, 219, 5, 2}, via: true}},
+		{[4]byte{10, 219, 5, 1}, route{typ: unix.RTN_LOCAL, oif: 1}}, // through lo
+	} {
+		got, err := nl.routeTo(c.dst)
+		if err != nil || got != c.want {
+			t.Errorf("route to %v: %+v, %v; want %+v", netip.AddrFrom4(c.dst), got, err, c.want)
+		}
+	}
+	if _, err := nl.routeTo([4]byte{192, 0, 2, 1}); err == nil {
+		t.Errorf("route to 192.0.2.1, where the namespace has no route: no error")
+	}
+
+	for _, c := range []struct {
+		ip  [4]byte
+		mac [6]byte
+		ok  bool
+	}{
+		{[4]byte{10, 219, 5, 2}, [6]byte{2, 0, 0, 0, 5, 2}, true},
+		{[4]byte{10, 219, 5, 3}, [6]byte{}, false}, // failed
+		{[4]byte{10, 219, 5, 4}, [6]byte{}, false}, // unknown
+	} {
+		mac, ok, err := nl.neighbour(va, c.ip)
+		if err != nil || mac != c.mac || ok != c.ok {
+			t.Errorf("neighbour %v: %v, %v, %v; want %v, %v", netip.AddrFrom4(c.ip), net.HardwareAddr(mac[:]), ok, err, net.HardwareAddr(c.mac[:]), c.ok)
+		}
+	}
+
+	if st, err := nl.linkXDP(va); err != nil || st.attached != 0 {
+		t.Errorf("XDP on va before any Listen: %+v, %v; want nothing attached", st, err)
+	}
+	c := listenIn(t, a, "10.219.5.1:0", Options{Mode: Generic})
+	st, err := nl.linkXDP(va)
+	if err != nil || st.attached != 2 || st.progID == 0 || st.mode() != "generic" {
+		t.Errorf("XDP on va with a generic-mode Conn: %+v (%s), %v; want a generic-mode program", st, st.mode(), err)
+	}
+	c.Close()
+	if st, err := nl.linkXDP(va); err != nil || st.attached != 0 {
+		t.Errorf("XDP on va after the last Close: %+v, %v; want nothing attached", st, err)
+	}
+}

@@ -313,46 +313,6 @@ func TestRingsWrapAround(t *testing.T) {
 	}
 }
 
-func TestNetlinkParsing(t *testing.T) {
-	var b []byte
-	b = appendAttr(b, 1, []byte{10, 0, 0, 1})
-	b = appendAttr(b, 2, []byte{1, 2, 3, 4, 5, 6}) // padded to 12
-	nested := appendAttr(nil, 2, []byte{1})
-	b = appendAttr(b, 0x8000|43, nested)
-	attrs := parseAttrs(b, nil)
-	if len(attrs) != 3 || attrs[0].typ != 1 || !bytes.Equal(attrs[0].data, []byte{10, 0, 0, 1}) ||
-		attrs[1].typ != 2 || len(attrs[1].data) != 6 || attrs[2].typ != 43 {
-		t.Fatalf("attributes = %+v", attrs)
-	}
-	if in := parseAttrs(attrs[2].data, nil); len(in) != 1 || in[0].typ != 2 || in[0].data[0] != 1 {
-		t.Fatalf("nested attributes = %+v", in)
-	}
-	// A truncated tail is ignored, not read past.
-	if got := parseAttrs(b[:len(b)-3], nil); len(got) != 2 {
-		t.Fatalf("truncated: %d attributes, want 2", len(got))
-	}
-
-	msg := func(typ uint16, seq uint32, body []byte) []byte {
-		h := make([]byte, nlmsgHdrLen)
-		binary.NativeEndian.PutUint32(h[0:4], uint32(nlmsgHdrLen+len(body)))
-		binary.NativeEndian.PutUint16(h[4:6], typ)
-		binary.NativeEndian.PutUint32(h[8:12], seq)
-		h = append(h, body...)
-		for len(h)%4 != 0 {
-			h = append(h, 0)
-		}
-		return h
-	}
-	d := append(msg(28, 7, []byte{1, 2, 3}), msg(3, 7, nil)...)
-	ms := parseMessages(d, nil)
-	if len(ms) != 2 || ms[0].typ != 28 || ms[0].seq != 7 || len(ms[0].data) != 3 || ms[1].typ != 3 {
-		t.Fatalf("messages = %+v", ms)
-	}
-	if got := parseMessages(d[:len(d)-1], nil); len(got) != 1 {
-		t.Fatalf("truncated: %d messages, want 1", len(got))
-	}
-}
-
 func TestOptionsDefaults(t *testing.T) {
 	o, err := Options{}.withDefaults()
 	if err != nil || o.Frames != DefaultFrames || o.FrameSize != DefaultFrameSize || o.Batch != transport.DefaultBatch || o.Mode != Auto {

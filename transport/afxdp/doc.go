@@ -38,8 +38,8 @@
 // batch to the TX ring at once and wake the kernel once per batch. The UDP
 // checksum is 0 (allowed for IPv4; the link's CRC covers each hop) unless
 // Options.UDPChecksum asks for it. Next hops come from the kernel's routing
-// and neighbour tables over route netlink, cached for a second. Steady
-// state reads and writes allocate nothing.
+// and neighbour tables over route netlink (github.com/vishvananda/netlink),
+// cached for a second. Steady state reads and writes allocate nothing.
 //
 // # Requirements
 //

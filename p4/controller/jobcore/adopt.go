@@ -85,7 +85,7 @@ func (c *Core) Adopt(found []switchjob.Placement, claims []Claim, now time.Time,
 		c.log.Info("controller: jobs found on the switch", "jobs", len(jobs), "without_claim", unproven, "grace", grace)
 	}
 	if unproven > 0 {
-		c.log.Warn("controller: jobs found on the switch that this controller has no claim for (it kept none: --state unset, or the file was lost) cannot be taken back by their ranks; their room is freed after the grace", "jobs", unproven, "grace", grace)
+		c.log.Warn("controller: jobs found on the switch that this controller has no claim for (it kept none: its State unset, or the file was lost) cannot be taken back by their ranks; their room is freed after the grace", "jobs", unproven, "grace", grace)
 	}
 	c.adoptions = append(c.adoptions, adoption{deadline: now.Add(grace), found: jobs})
 }

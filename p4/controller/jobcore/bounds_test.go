@@ -80,7 +80,7 @@ func TestCoreByteBudgetCountsRegistrations(t *testing.T) {
 	}
 	_, err := reg("addr:10.0.0.1", big(3))
 	wantRefusal(t, err, codes.ResourceExhausted, "client addr:10.0.0.1 holds")
-	if !strings.Contains(err.Error(), "over its budget") || !strings.Contains(err.Error(), "--max-bytes-per-client") || strings.Contains(err.Error(), "ttttt") {
+	if !strings.Contains(err.Error(), "over its budget") || !strings.Contains(err.Error(), "MaxBytesPerClient") || strings.Contains(err.Error(), "ttttt") {
 		t.Fatalf("refusal %q: want it to name the budget and its flag, and not the token", err)
 	}
 	// Another identity registers into the same job.
@@ -107,14 +107,14 @@ func TestCoreSlotQuotaAndTheRing(t *testing.T) {
 	r := newRig(t, 64)
 	r.c.cfg.MaxSlotsPerClient = 32
 	_, err := r.register(regReq("half-and-more", 0, 1, 2, 24, 1))
-	wantRefusal(t, err, codes.ResourceExhausted, "over the limit of 32 per client (controller --max-slots-per-client)")
+	wantRefusal(t, err, codes.ResourceExhausted, "over the limit of 32 per client (the controller's MaxSlotsPerClient)")
 	ring := regReq("ring", 0, 1, 2, 24, 2)
 	ring.FallbackAddress = "127.0.0.1:7000"
 	w, err := r.register(ring)
 	if err != nil {
 		t.Fatalf("a registration that may run over the ring: %v", err)
 	}
-	if a := r.answer(w); !strings.Contains(a.resp.GetFallback(), "--max-slots-per-client") {
+	if a := r.answer(w); !strings.Contains(a.resp.GetFallback(), "MaxSlotsPerClient") {
 		t.Fatalf("answer %+v: want the ring, for the quota", a)
 	}
 	w, err = r.register(regReq("whole-and-more", 0, 1, 2, 64, 3))

@@ -3,10 +3,12 @@ package jobcore
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
 	"github.com/switchml/switchml-go/jobpb"
+	"github.com/switchml/switchml-go/p4/switchjob"
 )
 
 // admitAs registers req as client at the rig's time.
@@ -43,7 +45,7 @@ func TestCoreOpenJobRankTaken(t *testing.T) {
 	}
 	_, err = r.admitAs("addr:10.9.9.9", regReq("gather", 0, 3, 1, 4, 9))
 	wantRefusal(t, err, codes.PermissionDenied, "job \"gather\" rank 0 is taken")
-	if !strings.Contains(err.Error(), "--token") {
+	if !strings.Contains(err.Error(), "Config.Token") {
 		t.Errorf("refusal %q does not say how to give a token", err)
 	}
 	r.pending(w0)
@@ -107,7 +109,7 @@ func TestCoreRefuseOpen(t *testing.T) {
 	r.c.cfg.RefuseOpen = true
 	_, err := r.register(regReq("j", 0, 2, 1, 4, 1))
 	wantRefusal(t, err, codes.PermissionDenied, "job \"j\" has no token")
-	for _, want := range []string{"--token", "$SWITCHML_TOKEN", "--allow-open-jobs"} {
+	for _, want := range []string{"Config.Token", "AllowOpenJobs"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("refusal %q does not name %s", err, want)
 		}
@@ -169,6 +171,42 @@ func TestCoreEndedJobKeepsItsOwner(t *testing.T) {
 	r.c.Tick(r.now)
 	if len(r.c.owners) > maxOwnersKept || len(r.c.unstamped) != 0 {
 		t.Fatalf("%d owners kept, %d undated; want at most %d, all dated", len(r.c.owners), len(r.c.unstamped), maxOwnersKept)
+	}
+}
+
+// TestCoreAdoptedJobKeepsItsOwner: a job taken back from the switch by its
+// claim keeps its name for its owner when it ends, as a job registered on
+// this controller does: for ownerKept another token cannot start a job
+// under it, and the owner's token can. A job found without a claim has
+// no name, and keeps nothing.
+func TestCoreAdoptedJobKeepsItsOwner(t *testing.T) {
+	r := newRig(t, 64)
+	kept, orphan := adoptedJob(5, 0, 7), adoptedJob(6, 4, 8)
+	r.c.Adopt([]switchjob.Placement{kept, orphan}, []Claim{claimFor(kept, "adopted", 55, "t")}, r.now, time.Hour)
+	r.collect()
+	for rank := range uint32(2) {
+		r.watch(&jobpb.WatchRequest{Job: "adopted", Rank: rank, SessionId: 55, JobId: 5, Token: "t"})
+	}
+	for rank := range uint32(2) {
+		if err := r.c.Leave(&jobpb.LeaveRequest{Job: "adopted", Rank: rank, SessionId: 55, RankSecret: r.sec("adopted", rank)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.collect()
+	if r.c.jobs["adopted"] != nil {
+		t.Fatal("the adopted job did not end when its ranks left")
+	}
+	r.now = r.now.Add(ownerKept / 2)
+	r.c.Tick(r.now) // the orphan's grace runs on: an hour
+	for _, token := range []string{"squatter", ""} {
+		_, err := r.register(withToken(regReq("adopted", 0, 1, 1, 4, 2), token))
+		wantRefusal(t, err, codes.PermissionDenied, "job \"adopted\" ended less than")
+	}
+	if _, ok := r.c.owners[""]; ok {
+		t.Fatal("a job found without a claim kept an owner under the empty name")
+	}
+	if _, err := r.register(withToken(regReq("adopted", 0, 1, 1, 4, 2), "t")); err != nil {
+		t.Fatalf("the owner's token: %v", err)
 	}
 }
 

@@ -83,8 +83,8 @@ func TestCoreLaneAddressMismatch(t *testing.T) {
 			case (c.ok || allow) && err != nil:
 				t.Errorf("lane %s from %s (allow mismatch %v): %v, want it taken", c.addr, c.from, allow, err)
 			case !c.ok && !allow && (CodeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "not on the caller's host") ||
-				!strings.Contains(err.Error(), "--allow-lane-address-mismatch") || !strings.Contains(err.Error(), c.addr)):
-				t.Errorf("lane %s from %s: %v, want InvalidArgument naming the address and --allow-lane-address-mismatch", c.addr, c.from, err)
+				!strings.Contains(err.Error(), "AllowLaneAddressMismatch") || !strings.Contains(err.Error(), c.addr)):
+				t.Errorf("lane %s from %s: %v, want InvalidArgument naming the address and AllowLaneAddressMismatch", c.addr, c.from, err)
 			}
 		}
 	}

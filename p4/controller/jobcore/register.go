@@ -32,7 +32,7 @@ func (c *Core) Register(w Waiter, chk Checked, client string, now time.Time) err
 	if j != nil && j.open() && (j.state >= jobInstalling || j.ranks[rank] != nil) {
 		// Without a token nothing tells the rank's own process, starting
 		// again, from anyone else: the job goes on.
-		return Refuse(codes.PermissionDenied, "job %q rank %d is taken: the job runs without a token, so it can be neither joined twice nor restarted by a registration (wait for it to end, or pick another job name; give every rank a token, --token or $SWITCHML_TOKEN, to restart a job in place)", name, rank)
+		return Refuse(codes.PermissionDenied, "job %q rank %d is taken: the job runs without a token, so it can be neither joined twice nor restarted by a registration (wait for it to end, or pick another job name; give every rank a token, switchml.Config.Token, to restart a job in place)", name, rank)
 	}
 	if j == nil {
 		if err := c.endedOwner(name, owner, now); err != nil {
@@ -79,7 +79,7 @@ func (c *Core) Register(w Waiter, chk Checked, client string, now time.Time) err
 		j.params, j.owner, j.client, j.registeredAt = req, owner, client, now
 		c.addJob(j)
 		if j.open() {
-			c.log.Info("controller: open job: it has no token, so any client that reaches the job service may join it; give its ranks a token (--token or $SWITCHML_TOKEN)", "job", name, "client", client)
+			c.log.Info("controller: open job: it has no token, so any client that reaches the job service may join it; give its ranks a token (switchml.Config.Token)", "job", name, "client", client)
 		}
 	} else if m := mismatch(j.params, req); m != "" {
 		err := Refuse(codes.FailedPrecondition, "job %q rank %d: %s", name, rank, m)
@@ -165,10 +165,12 @@ type endedJob struct {
 
 // keepOwner remembers the owner of a job with a token that ended, so that
 // for ownerKept its name stays its owner's: between two runs of a job
-// (one per epoch, a restart) nobody else takes the name. The oldest are
-// forgotten first past maxOwnersKept.
+// (one per epoch, a restart) nobody else takes the name. A job taken back
+// from the switch by its claim keeps its name so too; one found there
+// without a claim has no name to keep. The oldest are forgotten first past
+// maxOwnersKept.
 func (c *Core) keepOwner(j *job) {
-	if j.open() || j.registeredAt.IsZero() {
+	if j.open() || j.name == "" {
 		return
 	}
 	if _, ok := c.owners[j.name]; !ok && len(c.owners) >= maxOwnersKept {
@@ -261,11 +263,11 @@ func (c *Core) withinQuota(client string, req *jobpb.RegisterRequest, replacing 
 		}
 	}
 	if limit := c.cfg.MaxJobsPerClient; limit > 0 && jobs >= limit {
-		return Refuse(codes.ResourceExhausted, "client %s holds %d jobs, the limit per client (controller --max-jobs-per-client); wait for one of them to end", client, jobs)
+		return Refuse(codes.ResourceExhausted, "client %s holds %d jobs, the limit per client (the controller's MaxJobsPerClient); wait for one of them to end", client, jobs)
 	}
 	need := int(req.GetLanes() * req.GetWindow())
 	if limit := c.cfg.MaxSlotsPerClient; limit > 0 && slots+need > limit && need <= c.cfg.Slots {
-		return &TooBig{Refuse(codes.ResourceExhausted, "client %s would hold %d slots with this job's lanes*window = %d, over the limit of %d per client (controller --max-slots-per-client), by default half the pool; lower window or lanes, or wait for a job to end",
+		return &TooBig{Refuse(codes.ResourceExhausted, "client %s would hold %d slots with this job's lanes*window = %d, over the limit of %d per client (the controller's MaxSlotsPerClient), by default half the pool; lower window or lanes, or wait for a job to end",
 			client, slots+need, need, limit).(*Refusal)}
 	}
 	return nil

@@ -143,7 +143,7 @@ func (t Tree) Split(p switchjob.Placement) (spine switchjob.Placement, leaves []
 // directory a tree does not carry, and a rank under no leaf are refused.
 func (t Tree) Dataplane(rank uint32, sparse bool, addrs []netip.AddrPort) (netip.AddrPort, error) {
 	if sparse {
-		return netip.AddrPort{}, Invalid("the sparse mode runs on a single software switch, and this controller programs a tree of switches: join without Sparse (--sparse), or through a controller of one switch")
+		return netip.AddrPort{}, Invalid("the sparse mode runs on a single software switch, and this controller programs a tree of switches: join without switchml.Config.Sparse, or through a controller of one switch")
 	}
 	if len(addrs) == 0 {
 		return netip.AddrPort{}, nil

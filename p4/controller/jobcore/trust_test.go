@@ -250,7 +250,7 @@ func TestCoreQuotaPerClient(t *testing.T) {
 		t.Fatal(err1, err2)
 	}
 	_, err := reg("addr:10.0.0.1", "third", 0, 2, 4, 3)
-	wantRefusal(t, err, codes.ResourceExhausted, "client addr:10.0.0.1 holds 2 jobs, the limit per client (controller --max-jobs-per-client)")
+	wantRefusal(t, err, codes.ResourceExhausted, "client addr:10.0.0.1 holds 2 jobs, the limit per client (the controller's MaxJobsPerClient)")
 	if strings.Contains(err.Error(), "secret-name") || r.c.jobs["third"] != nil {
 		t.Fatalf("Refusal %q names another job, or the job was kept", err)
 	}
@@ -283,7 +283,7 @@ func TestCoreQuotaPerClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = reg("cert:alice", "b", 0, 2, 8, 2)
-	wantRefusal(t, err, codes.ResourceExhausted, "client cert:alice would hold 16 slots with this job's lanes*window = 8, over the limit of 12 per client (controller --max-slots-per-client)")
+	wantRefusal(t, err, codes.ResourceExhausted, "client cert:alice would hold 16 slots with this job's lanes*window = 8, over the limit of 12 per client (the controller's MaxSlotsPerClient)")
 	if _, err := reg("cert:alice", "b", 0, 2, 4, 2); err != nil {
 		t.Fatalf("a job within the slots left: %v", err)
 	}

@@ -206,7 +206,7 @@ func (c *Client) run(ctx context.Context, target string, first chan<- error) {
 // and an election id of 0) is told apart, naming the flags to change.
 func (c *Client) arbitrationError(target string, err error) error {
 	if status.Code(err) == codes.InvalidArgument {
-		return fmt.Errorf("p4rt: arbitration with %s as device %d, election id %s: %w: --device-id must be the switch's (on Stratum, a node id of its chassis config), --election-id not 0",
+		return fmt.Errorf("p4rt: arbitration with %s as device %d, election id %s: %w: the device id must be the switch's (on Stratum, a node id of its chassis config), the election id not 0",
 			target, c.deviceID, fmt128(c.electionID()), err)
 	}
 	return fmt.Errorf("p4rt: arbitration with %s: %w", target, err)
@@ -271,7 +271,7 @@ func (c *Client) arbitrated(a *p4v1.MasterArbitrationUpdate) (next *p4v1.Uint128
 	}
 	if c.yield {
 		if was {
-			c.log.Warn("controller: staying backup (--yield-primary); jobs fail until this controller is restarted", "target", c.target)
+			c.log.Warn("controller: staying backup (YieldPrimary); jobs fail until this controller is restarted", "target", c.target)
 		}
 		return nil, true
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"sort"
 
 	p4v1 "github.com/p4lang/p4runtime/go/p4/v1"
@@ -644,7 +646,8 @@ func (c *Client) SetSimulatedLoss(ctx context.Context, ingress, egress float64) 
 }
 
 // ClearJobs deletes every job entry on the switch: workers, replies,
-// multicast groups and a P4 leaf's uplink entries.
+// multicast groups, a P4 leaf's uplink entries, and the keys of the jobs
+// those entries name when jobs have keys there (KeyJobs).
 func (c *Client) ClearJobs(ctx context.Context) error {
 	workers, err := c.ReadWorkers(ctx)
 	if err != nil {
@@ -676,6 +679,25 @@ func (c *Client) ClearJobs(ctx context.Context) error {
 	}
 	for id := range groups {
 		dels = append(dels, GroupUpdate(p4v1.Update_DELETE, id, nil))
+	}
+	c.mu.Lock()
+	keys := c.keys
+	c.mu.Unlock()
+	if keys {
+		jobs := map[uint32]bool{}
+		for _, w := range workers {
+			jobs[w.JobID] = true
+		}
+		for _, r := range replies {
+			jobs[r.JobID] = true
+		}
+		for _, id := range slices.Sorted(maps.Keys(jobs)) {
+			u, err := keyUpdate(p4v1.Update_DELETE, id, nil)
+			if err != nil {
+				return err
+			}
+			dels = append(dels, u)
+		}
 	}
 	if ids.Leaf() {
 		for _, table := range []uint32{ids.TableUplink, ids.TableFromParent} {

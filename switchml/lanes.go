@@ -172,7 +172,7 @@ func (sw *switchLanes) execute(h *Handle) error {
 	if err != nil && !sw.cfg.FallbackOnLoss && switchLoss(err) {
 		// Every call the loss fails names the option, also one made after
 		// the controller said the switch was lost.
-		err = fmt.Errorf("%w (to move to the ring when the switch is lost, set FallbackOnLoss with Fallback %q: --fallback ring --fallback-on-loss)", err, FallbackRing)
+		err = configField.Errorf("%w (to move to the ring when the switch is lost, set {FallbackOnLoss} with {Fallback} %q)", err, FallbackRing)
 	}
 	return err
 }
