@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchml/switchml-go/benchmarks"
 	"github.com/switchml/switchml-go/internal/harness"
 )
 
@@ -47,7 +48,7 @@ func TestInterruptedRank(t *testing.T) {
 // allreduce, verifying the result. The interrupt is sent once the rank
 // says the step started (--progress lines). Wherever it lands, that rank
 // exits as interrupted and its two peers fail naming it and the
-// interrupt, whether they wait for it in a call or are busy with a step of
+// interrupt (their reports' causes: interrupted, rank-failed), whether they wait for it in a call or are busy with a step of
 // their own. The exit times are logged; the deadlines are only a guard
 // against a hang.
 func TestInterruptInEachStep(t *testing.T) {
@@ -70,7 +71,7 @@ func TestInterruptInEachStep(t *testing.T) {
 			for r := range ps {
 				ps[r] = spawn(t, nil, "allreduce", "--controller", f.controller, "--job", "sigint-"+step.name, "--rank", fmt.Sprint(r),
 					"--workers", fmt.Sprint(faultJobWorkers), "--elements", fmt.Sprint(elements), "--iters", "2", "--lanes", "2", "--window", "32",
-					"--give-up", "10m", "--progress", "lines")
+					"--give-up", "10m", "--progress", "lines", "--json")
 			}
 			waitLog(t, ps[1], fmt.Sprintf("rank 1/%d: %s", faultJobWorkers, step.line))
 			if err := ps[1].Cmd().Process.Signal(syscall.SIGINT); err != nil {
@@ -82,12 +83,16 @@ func TestInterruptInEachStep(t *testing.T) {
 				took := time.Since(fault)
 				msg := p.Logs()
 				var exit *exec.ExitError
+				var rep benchmarks.WorkerReport
+				if jerr := json.Unmarshal(p.Stdout(), &rep); jerr != nil {
+					t.Errorf("rank %d: no report (%v): %q", r, jerr, p.Stdout())
+				}
 				if r == 1 {
-					if !errors.As(err, &exit) || exit.ExitCode() != exitInterrupted || !strings.Contains(msg, "switchml allreduce: interrupted") {
-						t.Errorf("the interrupted rank: exit %v, stderr:\n%s\nwant status %d saying it was interrupted", err, msg, exitInterrupted)
+					if !errors.As(err, &exit) || exit.ExitCode() != exitInterrupted || !strings.Contains(msg, "switchml allreduce: interrupted") || rep.Cause != "interrupted" {
+						t.Errorf("the interrupted rank: exit %v, cause %q, stderr:\n%s\nwant status %d and the cause interrupted", err, rep.Cause, msg, exitInterrupted)
 					}
-				} else if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(msg, "aborted by rank 1: interrupted") {
-					t.Errorf("rank %d: exit %v, stderr:\n%s\nwant a failure naming rank 1's interrupt", r, err, msg)
+				} else if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(msg, "aborted by rank 1: interrupted") || rep.Cause != "rank-failed" {
+					t.Errorf("rank %d: exit %v, cause %q, stderr:\n%s\nwant a failure naming rank 1's interrupt, the cause rank-failed", r, err, rep.Cause, msg)
 				}
 				msg = strings.TrimSpace(msg)
 				t.Logf("rank %d exited %.2f s after the SIGINT: %s", r, took.Seconds(), msg[strings.LastIndex(msg, "\n")+1:])
