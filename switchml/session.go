@@ -361,6 +361,32 @@ func (s *Session) Broadcast(ctx context.Context, name string, root int, data []b
 	return dataBroadcast(ctx, s.AllReduceInt32, s.cfg.Rank, root, data)
 }
 
+// Abort ends the job for every rank, then closes the session as Close
+// does. The controller ends the session with cause, naming this rank
+// ("aborted by rank 1: interrupted"), and the peers' calls fail at once
+// with it. A program that stops between its calls (interrupted while it
+// prepares the next tensor) aborts: after a Close, its peers learn only
+// that it left, and only once they wait for it.
+func (s *Session) Abort(cause error) error {
+	s.st.mu.Lock()
+	closed := s.st.closed
+	s.st.mu.Unlock()
+	if !closed {
+		s.job.leaveEarly(cause, nil)
+	}
+	return s.Close()
+}
+
+// Done is closed when the controller ended the session (Err says why): a
+// rank failed, left in the middle of a call or aborted, or the switch was
+// lost. Work between calls can stop on it rather than at its next call.
+// With Config.FallbackOnLoss, a switch loss closes it too, and the session
+// goes on over the ring.
+func (s *Session) Done() <-chan struct{} { return s.st.aborted }
+
+// Err is why the session can no longer be used, nil while it can.
+func (s *Session) Err() error { return s.st.err() }
+
 // Close stops the session after pending calls finish or fail, tells the
 // controller this rank left and releases the sockets.
 func (s *Session) Close() error {

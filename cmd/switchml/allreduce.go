@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -76,6 +77,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 	fs.StringVar(&in.gradients, "gradients", "", "allreduce recorded float32 gradients instead of generated data: rank r reads DIR/rank<r>.f32 (raw little-endian float32, every rank's file the same size; --elements and --dtype are taken from them) and verifies against the sum of every rank's file")
 	nanAt := fs.Int("nan-at", -1, "put a NaN into this rank's input at this allreduce (0-based, warm-up included), to watch a bad input end the job")
 	asJSON := fs.Bool("json", false, "print one JSON object with the results on stdout")
+	showProgress := fs.String("progress", "auto", progressFlagHelp)
 	verify := fs.Bool("verify", true, "check every result against the exact sum")
 	metricsAddr := fs.String("metrics", "", metricsFlagHelp)
 	tracePath := fs.String("trace", "", "write this worker's timeline to this file when it ends, as Chrome trace-event JSON (open it in Perfetto or chrome://tracing)")
@@ -98,6 +100,10 @@ func runAllReduce(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("--dtype: %w", err)
 	}
+	st, err := newSteps(fmt.Sprintf("rank %d/%d", cfg.Rank, cfg.Workers), *showProgress)
+	if err != nil {
+		return err
+	}
 	if *elements < 0 || *iters < 1 || *warmup < 0 || !(in.density > 0 && in.density <= 1) {
 		return fmt.Errorf("want --elements >= 0, --iters >= 1, --warmup >= 0 and 0 < --density <= 1")
 	}
@@ -118,7 +124,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 		cfg.Trace = trace
 	}
 	in.seed = *seed
-	err = allreduceRounds(ctx, cfg, dt, *elements, *iters, *warmup, in, *verify, *nanAt, *metricsAddr, &rep)
+	err = allreduceRounds(ctx, cfg, dt, *elements, *iters, *warmup, in, *verify, *nanAt, *metricsAddr, st, &rep)
 	// The library names Config's fields; this command's users set flags.
 	err = field.Named(err, field.Flags(allreduceFlags))
 	if trace != nil {
@@ -156,12 +162,22 @@ func runAllReduce(ctx context.Context, args []string) error {
 	return err
 }
 
-func allreduceRounds(ctx context.Context, cfg switchml.Config, dt dtype.Codec, elements, iters, warmup int, in tensorInput, verify bool, nanAt int, metricsAddr string, rep *benchmarks.WorkerReport) error {
+func allreduceRounds(ctx context.Context, cfg switchml.Config, dt dtype.Codec, elements, iters, warmup int, in tensorInput, verify bool, nanAt int, metricsAddr string, st *steps, rep *benchmarks.WorkerReport) error {
 	sess, err := switchml.Join(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer sess.Close()
+	// An interrupt can land between two calls (filling or checking a
+	// tensor), where no call of the session sees it: the job is then
+	// aborted for every rank, not left, so that the peers stop at once
+	// and say why.
+	defer func() {
+		if ctx.Err() != nil {
+			sess.Abort(st.interrupted())
+		} else {
+			sess.Close()
+		}
+	}()
 	if metricsAddr != "" {
 		reg, err := newMetricsRegistry(sess.Collector())
 		if err != nil {
@@ -173,10 +189,16 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dt dtype.Codec, e
 			return err
 		}
 	}
+	defer st.done()
+	// The work between calls stops when the job ends for a peer's cause
+	// too. The calls take ctx itself: for them, a cancelled context is
+	// this rank's own interrupt.
+	work, stop := untilJobEnds(ctx, sess, cfg.FallbackOnLoss)
+	defer stop()
 	rep.PacketElements, rep.Lanes, rep.Window = sess.PacketElements(), sess.Lanes(), sess.Window()
-	var exp dtype.Expectation
+	var exp *dtype.Expectation
 	if verify {
-		if exp, err = in.expect(dt, cfg.Workers, elements, sess.PacketElements()); err != nil {
+		if exp, err = in.expect(work, st, dt, cfg.Workers, elements, sess.PacketElements()); err != nil {
 			return err
 		}
 	}
@@ -195,8 +217,9 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dt dtype.Codec, e
 	rep.Verified = false
 	var meter benchmarks.CPUMeter
 	defer meter.Report(rep)
+	sz := dt.Size()
 	for it := 0; it < warmup+iters; it++ {
-		if err := in.fill(dt, data, cfg.Rank, sess.PacketElements()); err != nil {
+		if err := in.fill(work, st, fmt.Sprintf("filling the tensor of allreduce %d", it), dt, data, cfg.Rank, sess.PacketElements()); err != nil {
 			return err
 		}
 		if it == nanAt && elements > 0 && dt.Scaled() {
@@ -207,6 +230,7 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dt dtype.Codec, e
 		if err := barrier(fmt.Sprintf("iter-%d", it)); err != nil {
 			return err
 		}
+		st.begin(fmt.Sprintf("allreduce %d of %d", it, warmup+iters))
 		meter.Begin()
 		start := time.Now()
 		err := sess.AllReduce(ctx, dt, data)
@@ -229,20 +253,44 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dt dtype.Codec, e
 			return err
 		}
 		if verify {
-			if err := exp.Check(data); err != nil {
+			err := st.each(work, fmt.Sprintf("verifying allreduce %d", it), elements, func(lo, hi int) error {
+				return exp.CheckAt(lo, data[lo*sz:hi*sz])
+			})
+			if err != nil {
+				if work.Err() != nil {
+					return err
+				}
 				return fmt.Errorf("verification failed after allreduce %d: %w", it, err)
 			}
 		}
 	}
-	st := sess.Stats()
+	stats := sess.Stats()
 	if _, why := sess.Fallback(); why != "" {
-		rep.Fallback, rep.RingCalls = why, st.Ring
+		rep.Fallback, rep.RingCalls = why, stats.Ring
 	}
-	rep.Retransmits, rep.Packets = st.Retransmits, st.Packets
+	rep.Retransmits, rep.Packets = stats.Retransmits, stats.Packets
 	rep.Transport = sess.Transport() // after the calls: a shared-memory lane counts once it has used the switch's inbox
-	rep.RTTMillis, rep.TimeoutMillis = st.RTT.Seconds()*1e3, st.Timeout.Seconds()*1e3
+	rep.RTTMillis, rep.TimeoutMillis = stats.RTT.Seconds()*1e3, stats.Timeout.Seconds()*1e3
 	rep.Verified = verify
 	return nil
+}
+
+// untilJobEnds is ctx, also cancelled, with the job's end as the cause,
+// when the controller ends sess for a peer's cause. With fallbackOnLoss a
+// switch loss moves the session to the ring instead of ending it, and
+// only ctx counts.
+func untilJobEnds(ctx context.Context, sess *switchml.Session, fallbackOnLoss bool) (context.Context, context.CancelFunc) {
+	work, cancel := context.WithCancelCause(ctx)
+	if !fallbackOnLoss {
+		go func() {
+			select {
+			case <-sess.Done():
+				cancel(cmp.Or(sess.Err(), switchml.ErrAborted))
+			case <-work.Done():
+			}
+		}()
+	}
+	return work, func() { cancel(nil) }
 }
 
 func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }

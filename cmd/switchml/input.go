@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	le "encoding/binary"
 	"fmt"
 	"math"
@@ -35,29 +36,59 @@ func (in tensorInput) gradientElements(rank int) (dtype.Codec, int, error) {
 	return dtype.Float32, int(fi.Size() / 4), nil
 }
 
-// fill writes rank's tensor into data; k is the packet size, whose
-// blocks --density counts.
-func (in tensorInput) fill(c dtype.Codec, data []byte, rank, k int) error {
+// fillAt writes values lo.. of rank's tensor of n values into piece; k
+// is the packet size, whose blocks --density counts.
+func (in tensorInput) fillAt(c dtype.Codec, piece []byte, rank, k, lo, n int) error {
 	if in.gradients == "" {
-		dtype.FillDensity(c, data, in.seed, rank, k, in.density)
+		dtype.FillDensityAt(c, piece, in.seed, rank, k, in.density, lo)
 		return nil
 	}
-	b, err := os.ReadFile(in.file(rank))
+	f, err := os.Open(in.file(rank))
 	if err != nil {
 		return fmt.Errorf("--gradients: %w", err)
 	}
-	if len(b) != len(data) {
-		return fmt.Errorf("--gradients: %s holds %d bytes, rank 0's file %d: every rank's gradient must have the same size", in.file(rank), len(b), len(data))
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("--gradients: %w", err)
 	}
-	v := dtype.As[float32](data)
+	if fi.Size() != int64(n)*4 {
+		return fmt.Errorf("--gradients: %s holds %d bytes, this rank's own %d: every rank's gradient must have the same size", in.file(rank), fi.Size(), n*4)
+	}
+	if _, err := f.ReadAt(piece, int64(lo)*4); err != nil {
+		return fmt.Errorf("--gradients: %w", err)
+	}
+	v := dtype.As[float32](piece)
 	for i := range v {
-		v[i] = math.Float32frombits(le.LittleEndian.Uint32(b[4*i:]))
+		v[i] = math.Float32frombits(le.LittleEndian.Uint32(piece[4*i:]))
 	}
 	return nil
 }
 
+// fill writes rank's tensor into data, a piece at a time (steps.each).
+func (in tensorInput) fill(ctx context.Context, st *steps, what string, c dtype.Codec, data []byte, rank, k int) error {
+	n, sz := len(data)/c.Size(), c.Size()
+	return st.each(ctx, what, n, func(lo, hi int) error {
+		return in.fillAt(c, data[lo*sz:hi*sz], rank, k, lo, n)
+	})
+}
+
 // expect is what every rank holds after the allreduce of every rank's
-// tensor.
-func (in tensorInput) expect(c dtype.Codec, workers, n, k int) (dtype.Expectation, error) {
-	return dtype.ExpectInputs(c, workers, n, k, func(buf []byte, r int) error { return in.fill(c, buf, r, k) })
+// tensor of n values: the ranks' tensors are made again and added, a
+// piece of each at a time, so that the sums stay in the cache while
+// every rank's piece is added.
+func (in tensorInput) expect(ctx context.Context, st *steps, c dtype.Codec, workers, n, k int) (*dtype.Expectation, error) {
+	e := dtype.NewExpectation(c, workers, n, k)
+	piece := dtype.New(c, min(n, pieceValues))
+	err := st.each(ctx, "computing the expected sums of every rank's tensor", n, func(lo, hi int) error {
+		p := piece[:(hi-lo)*c.Size()]
+		for r := range workers {
+			if err := in.fillAt(c, p, r, k, lo, n); err != nil {
+				return err
+			}
+			e.Add(lo, p)
+		}
+		return nil
+	})
+	return e, err
 }

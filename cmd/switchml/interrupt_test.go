@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchml/switchml-go/benchmarks"
 	"github.com/switchml/switchml-go/internal/harness"
 )
 
@@ -39,6 +40,65 @@ func TestInterruptedRank(t *testing.T) {
 		t.Errorf("the controller did not log the interrupt:\n%s", f.ctl.Logs())
 	}
 	runJob(t, f, nil, jobSpec{name: "sigint", dtype: "int32", workers: faultJobWorkers, elements: 50_000, iters: 2, lanes: 2, window: 32})
+}
+
+// TestInterruptInEachStep: SIGINT to one rank of three, each running a
+// 16M-value float32 job (1M under the race detector), in each of its long
+// steps: computing the expected sums, filling its tensor, inside an
+// allreduce, verifying the result. The interrupt is sent once the rank
+// says the step started (--progress lines). Wherever it lands, that rank
+// exits as interrupted and its two peers fail naming it and the
+// interrupt (their reports' causes: interrupted, rank-failed), whether they wait for it in a call or are busy with a step of
+// their own. The exit times are logged; the deadlines are only a guard
+// against a hang.
+func TestInterruptInEachStep(t *testing.T) {
+	needProcesses(t)
+	f := startFabricWith(t, nil, "", []string{"--slots", "64"}, []string{"--slots", "64", "--max-slots-per-client", "-1"})
+	// The race detector makes each value's work ten times slower or
+	// more: a sixteenth of the values keeps the steps about as long.
+	elements := 16 << 20
+	if raceEnabled {
+		elements = 1 << 20
+	}
+	for _, step := range []struct{ name, line string }{
+		{"expected-sums", "computing the expected sums"},
+		{"fill", "filling the tensor of allreduce 0"},
+		{"allreduce", "allreduce 0 of"},
+		{"verify", "verifying allreduce 0"},
+	} {
+		t.Run(step.name, func(t *testing.T) {
+			ps := make([]*proc, faultJobWorkers)
+			for r := range ps {
+				ps[r] = spawn(t, nil, "allreduce", "--controller", f.controller, "--job", "sigint-"+step.name, "--rank", fmt.Sprint(r),
+					"--workers", fmt.Sprint(faultJobWorkers), "--elements", fmt.Sprint(elements), "--iters", "2", "--lanes", "2", "--window", "32",
+					"--give-up", "10m", "--progress", "lines", "--json")
+			}
+			waitLog(t, ps[1], fmt.Sprintf("rank 1/%d: %s", faultJobWorkers, step.line))
+			if err := ps[1].Cmd().Process.Signal(syscall.SIGINT); err != nil {
+				t.Fatal(err)
+			}
+			fault := time.Now()
+			for r, p := range ps {
+				err := p.wait(t, 2*time.Minute)
+				took := time.Since(fault)
+				msg := p.Logs()
+				var exit *exec.ExitError
+				var rep benchmarks.WorkerReport
+				if jerr := json.Unmarshal(p.Stdout(), &rep); jerr != nil {
+					t.Errorf("rank %d: no report (%v): %q", r, jerr, p.Stdout())
+				}
+				if r == 1 {
+					if !errors.As(err, &exit) || exit.ExitCode() != exitInterrupted || !strings.Contains(msg, "switchml allreduce: interrupted") || rep.Cause != "interrupted" {
+						t.Errorf("the interrupted rank: exit %v, cause %q, stderr:\n%s\nwant status %d and the cause interrupted", err, rep.Cause, msg, exitInterrupted)
+					}
+				} else if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(msg, "aborted by rank 1: interrupted") || rep.Cause != "rank-failed" {
+					t.Errorf("rank %d: exit %v, cause %q, stderr:\n%s\nwant a failure naming rank 1's interrupt, the cause rank-failed", r, err, rep.Cause, msg)
+				}
+				msg = strings.TrimSpace(msg)
+				t.Logf("rank %d exited %.2f s after the SIGINT: %s", r, took.Seconds(), msg[strings.LastIndex(msg, "\n")+1:])
+			}
+		})
+	}
 }
 
 // TestNoController: allreduce pointed at an address where nothing listens

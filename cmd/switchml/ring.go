@@ -34,7 +34,12 @@ func runRing(ctx context.Context, args []string) error {
 	fs.Uint64Var(&w.Seed, "seed", 1, "seed of the tensor contents")
 	asJSON := fs.Bool("json", false, "print one JSON object with the results on stdout")
 	fs.BoolVar(&w.Verify, "verify", true, "check the last result against the exact sum")
+	showProgress := fs.String("progress", "auto", progressFlagHelp)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	var err error
+	if w.Steps, err = newSteps(fmt.Sprintf("rank %d/%d", w.Ring.Rank, w.Ring.Workers), *showProgress); err != nil {
 		return err
 	}
 	if err := w.checkCounts(); err != nil {
@@ -65,6 +70,7 @@ type ringWorker struct {
 	Warmup   int    // untimed calls before the timed ones
 	Seed     uint64 // seed of the tensor contents
 	Verify   bool   // check the last result against the exact sum
+	Steps    *steps // how the long steps show (nil: not at all)
 }
 
 // Run dials the ring, runs Warmup+Iters allreduces, each after a barrier
@@ -78,12 +84,15 @@ func (w ringWorker) Run(ctx context.Context) (benchmarks.WorkerReport, error) {
 	// CPU time of the allreduces, not of the verification that follows.
 	rep.CPUUserS, rep.CPUSysS, _ = benchmarks.ProcessCPU()
 	if err == nil && w.Verify {
-		rep.Verified = true
-		if verr := checkRingSum(x, w.Seed, w.Ring.Workers); verr != nil {
-			rep.Verified = false
-			err = fmt.Errorf("verification failed after the last allreduce: %w", verr)
-		}
+		err = w.Steps.each(ctx, "verifying the last allreduce", len(x), func(lo, hi int) error {
+			if err := checkRingSum(x[lo:hi], lo, w.Seed, w.Ring.Workers); err != nil {
+				return fmt.Errorf("verification failed after the last allreduce: %w", err)
+			}
+			return nil
+		})
+		rep.Verified = err == nil
 	}
+	w.Steps.done()
 	if err != nil {
 		rep.Fail(err)
 	}
@@ -111,17 +120,24 @@ func (w ringWorker) rounds(ctx context.Context, x []float32, rep *benchmarks.Wor
 	var meter benchmarks.CPUMeter
 	defer meter.Report(rep)
 	for it := 0; it < w.Warmup+w.Iters; it++ {
-		for i := range x {
-			x[i] = ringInput(w.Seed, w.Ring.Rank, i)
+		err := w.Steps.each(ctx, fmt.Sprintf("filling the tensor of allreduce %d", it), len(x), func(lo, hi int) error {
+			for i := lo; i < hi; i++ {
+				x[i] = ringInput(w.Seed, w.Ring.Rank, i)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 		// A one-element allreduce returns on a rank only after every rank
 		// has entered it: a barrier, so that each TAT starts together.
 		if err := r.AllReduceFloat32(ctx, barrier); err != nil {
 			return fmt.Errorf("barrier before allreduce %d: %w", it, err)
 		}
+		w.Steps.begin(fmt.Sprintf("allreduce %d of %d", it, w.Warmup+w.Iters))
 		meter.Begin()
 		start := time.Now()
-		err := r.AllReduceFloat32(ctx, x)
+		err = r.AllReduceFloat32(ctx, x)
 		tat := time.Since(start)
 		meter.End()
 		if err != nil {
@@ -170,11 +186,13 @@ func (w ringWorker) checkCounts() error {
 	return nil
 }
 
-// checkRingSum compares x with the sum of every rank's input. A float32 sum
+// checkRingSum compares x, the values from index lo on, with the sum of
+// every rank's input. A float32 sum
 // of n terms in any order is within n-1 roundings of the exact one, each at
 // most half an ulp of a partial sum bounded by the sum of magnitudes.
-func checkRingSum(x []float32, seed uint64, workers int) error {
-	for i, got := range x {
+func checkRingSum(x []float32, lo int, seed uint64, workers int) error {
+	for j, got := range x {
+		i := lo + j
 		sum, abs := 0.0, 0.0
 		for r := 0; r < workers; r++ {
 			v := float64(ringInput(seed, r, i))

@@ -77,14 +77,14 @@ func TestCheckRingSum(t *testing.T) {
 			x[i] += ringInput(9, r, i)
 		}
 	}
-	if err := checkRingSum(x, 9, n); err != nil {
+	if err := checkRingSum(x, 0, 9, n); err != nil {
 		t.Fatalf("the sum of the inputs: %v", err)
 	}
 	x[1500] += 0.5
-	if err := checkRingSum(x, 9, n); err == nil || !strings.Contains(err.Error(), "element 1500") {
+	if err := checkRingSum(x, 0, 9, n); err == nil || !strings.Contains(err.Error(), "element 1500") {
 		t.Errorf("a wrong element 1500: %v", err)
 	}
-	if err := checkRingSum(x[:1], 10, n); err == nil {
+	if err := checkRingSum(x[:1], 0, 10, n); err == nil {
 		t.Errorf("another seed's inputs passed")
 	}
 }

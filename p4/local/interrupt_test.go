@@ -213,3 +213,40 @@ func TestLeftMidAllReduceEndsTheJob(t *testing.T) {
 		}
 	}
 }
+
+// TestAbortEndsTheJob: rank 0 aborts between its calls (interrupted while
+// it prepares a tensor). Rank 1, waiting in a barrier for it, fails with
+// ErrAborted naming rank 0 and the cause; rank 2, busy between calls,
+// learns the same through Done and Err; rank 0's session is closed.
+func TestAbortEndsTheJob(t *testing.T) {
+	ctx, fab := startFabric(t)
+	sess := joinN(t, ctx, fab, "aborted", 3)
+	select {
+	case <-sess[2].Done():
+		t.Fatalf("rank 2's session ended before any abort: %v", sess[2].Err())
+	default:
+	}
+	if err := sess[2].Err(); err != nil {
+		t.Fatalf("rank 2's session broken before any abort: %v", err)
+	}
+	barrier := make(chan error, 1)
+	go func() { barrier <- sess[1].Barrier(ctx, "b") }()
+	if err := sess[0].Abort(errors.New("interrupted")); err != nil {
+		t.Errorf("rank 0's abort: %v", err)
+	}
+	const want = "aborted by rank 0: interrupted"
+	if err := <-barrier; !errors.Is(err, switchml.ErrAborted) || !strings.Contains(err.Error(), want) {
+		t.Errorf("rank 1's barrier: %v, want ErrAborted with %q", err, want)
+	}
+	select {
+	case <-sess[2].Done():
+	case <-ctx.Done():
+		t.Fatal("rank 2's session never ended")
+	}
+	if err := sess[2].Err(); !errors.Is(err, switchml.ErrAborted) || !strings.Contains(err.Error(), want) {
+		t.Errorf("rank 2's session ended with %v, want ErrAborted with %q", err, want)
+	}
+	if err := sess[0].Barrier(ctx, "after"); !errors.Is(err, switchml.ErrClosed) {
+		t.Errorf("rank 0's barrier after its abort: %v, want ErrClosed", err)
+	}
+}

@@ -1,6 +1,7 @@
 package dtype_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"math"
@@ -174,6 +175,50 @@ func TestExpect(t *testing.T) {
 		c.Set(out, 10, sum[10]+4)
 		if err := e.Check(out); err == nil || !strings.Contains(err.Error(), "element 10") {
 			t.Fatalf("%s: a wrong element 10 gave %v", c.Name(), err)
+		}
+	}
+}
+
+// TestExpectInPieces: an expectation added and checked in pieces that cut
+// across blocks is the one made whole: the same sums and the same
+// tolerances, which a wrong value's message shows. FillDensityAt's pieces
+// make FillDensity's tensor.
+func TestExpectInPieces(t *testing.T) {
+	const n, k, workers, piece = 1000, 64, 3, 100
+	for _, c := range dtype.All() {
+		whole := dtype.ExpectDensity(c, 5, workers, n, k, 0.5)
+		parts := dtype.NewExpectation(c, workers, n, k)
+		in, sum := dtype.New(c, n), make([]float64, n)
+		for r := range workers {
+			dtype.FillDensity(c, in, 5, r, k, 0.5)
+			for lo := 0; lo < n; lo += piece {
+				p := dtype.New(c, min(piece, n-lo))
+				dtype.FillDensityAt(c, p, 5, r, k, 0.5, lo)
+				if !bytes.Equal(p, in[lo*c.Size():(lo+piece)*c.Size()]) {
+					t.Fatalf("%s: rank %d's values from %d filled apart differ", c.Name(), r, lo)
+				}
+				parts.Add(lo, p)
+			}
+			for i := range sum {
+				sum[i] += c.Get(in, i)
+			}
+		}
+		out := dtype.New(c, n)
+		for i, v := range sum {
+			c.Set(out, i, v)
+		}
+		for _, e := range []*dtype.Expectation{whole, parts} {
+			if err := e.Check(out); err != nil {
+				t.Fatalf("%s: %v", c.Name(), err)
+			}
+		}
+		for i := 0; i < n; i += 7 {
+			c.Set(out, i, sum[i]+1000)
+			w, p := whole.Check(out), parts.CheckAt(i-i%piece, out[(i-i%piece)*c.Size():(i-i%piece+piece)*c.Size()])
+			if w == nil || p == nil || w.Error() != p.Error() {
+				t.Fatalf("%s: a wrong element %d: %v whole, %v in pieces", c.Name(), i, w, p)
+			}
+			c.Set(out, i, sum[i])
 		}
 	}
 }

@@ -57,30 +57,68 @@ func Sample(c Codec, seed uint64, rank, i int) float64 {
 }
 
 // Fill writes rank's test data from seed into data (Sample).
-func Fill(c Codec, data []byte, seed uint64, rank int) {
+func Fill(c Codec, data []byte, seed uint64, rank int) { FillAt(c, data, seed, rank, 0) }
+
+// FillAt is Fill of a part of rank's tensor: data holds its values from
+// index lo on, so that a long tensor can be filled a piece at a time.
+func FillAt(c Codec, data []byte, seed uint64, rank, lo int) {
 	for i := range len(data) / c.Size() {
-		c.Set(data, i, Sample(c, seed, rank, i))
+		c.Set(data, i, Sample(c, seed, rank, lo+i))
 	}
 }
 
 // Expectation is what every rank holds after the allreduce of the ranks'
-// Fill data, with the tolerance of each value.
-type Expectation struct {
-	c         Codec
-	want, tol []float64
-}
-
-// Expect computes the exact sums of n values of workers ranks' data from
-// seed and, for scaled types, Codec.Bound for the block each value
-// travels in, with k values a packet. The block of value i lies within
+// inputs, with the tolerance of each value: the exact sums and, for scaled
+// types, the exponent of each block of k values, which bounds the error of
+// the values it carries (Codec.Bound). The block of value i lies within
 // [i-k+1, i+k-1], which the aligned blocks j-1, j and j+1 cover, so their
 // largest exponent bounds the block's.
-func Expect(c Codec, seed uint64, workers, n, k int) Expectation {
-	e, _ := ExpectInputs(c, workers, n, k, func(in []byte, r int) error {
-		Fill(c, in, seed, r)
-		return nil
-	})
+type Expectation struct {
+	c       Codec
+	workers int
+	k       int
+	want    []float64
+	exps    []int8 // per aligned block of k values; scaled types only
+}
+
+// NewExpectation is the expectation of the sum of workers ranks' n values,
+// k values a packet, before any input was added (Add).
+func NewExpectation(c Codec, workers, n, k int) *Expectation {
+	k = max(k, 1)
+	e := &Expectation{c: c, workers: workers, k: k, want: make([]float64, n)}
+	if c.Scaled() {
+		e.exps = make([]int8, (n+k-1)/k)
+		for j := range e.exps {
+			e.exps[j] = quant.MinExponent
+		}
+	}
 	return e
+}
+
+// Add adds a part of one rank's input: in holds its values from index lo
+// on. Every rank's every value is added once before Check.
+func (e *Expectation) Add(lo int, in []byte) {
+	sz := e.c.Size()
+	n := len(in) / sz
+	for i := range n {
+		e.want[lo+i] += e.c.Get(in, i)
+	}
+	// The largest exponent of the pieces of a block is the block's.
+	for i := 0; i < n; {
+		end := min(n, (lo+i)/e.k*e.k+e.k-lo)
+		if e.exps != nil {
+			j := (lo + i) / e.k
+			exp, _ := e.c.Exponent(in[i*sz:end*sz], false)
+			e.exps[j] = max(e.exps[j], exp)
+		}
+		i = end
+	}
+}
+
+// Expect computes the expectation of workers ranks' Fill data from seed,
+// with k values a packet.
+func Expect(c Codec, seed uint64, workers, n, k int) *Expectation {
+	return ExpectDensity(c, seed, workers, n, k, 1)
 }
 
 // FillDensity is Fill with only a share density of the blocks of k values
@@ -89,16 +127,24 @@ func Expect(c Codec, seed uint64, workers, n, k int) Expectation {
 // the block alone, so the ranks' non-zero blocks differ. A density of 1 or
 // more is Fill.
 func FillDensity(c Codec, data []byte, seed uint64, rank, k int, density float64) {
-	Fill(c, data, seed, rank)
+	FillDensityAt(c, data, seed, rank, k, density, 0)
+}
+
+// FillDensityAt is FillDensity of a part of rank's tensor: data holds its
+// values from index lo on.
+func FillDensityAt(c Codec, data []byte, seed uint64, rank, k int, density float64, lo int) {
+	FillAt(c, data, seed, rank, lo)
 	if density >= 1 {
 		return
 	}
 	k = max(k, 1)
 	n := len(data) / c.Size()
-	for lo := 0; lo < n; lo += k {
-		if !BlockHolds(seed, rank, lo/k, density) {
-			clear(data[lo*c.Size() : min(lo+k, n)*c.Size()])
+	for i := 0; i < n; {
+		end := min(n, (lo+i)/k*k+k-lo)
+		if !BlockHolds(seed, rank, (lo+i)/k, density) {
+			clear(data[i*c.Size() : end*c.Size()])
 		}
+		i = end
 	}
 }
 
@@ -109,7 +155,7 @@ func BlockHolds(seed uint64, rank, b int, density float64) bool {
 }
 
 // ExpectDensity is Expect of FillDensity data.
-func ExpectDensity(c Codec, seed uint64, workers, n, k int, density float64) Expectation {
+func ExpectDensity(c Codec, seed uint64, workers, n, k int, density float64) *Expectation {
 	e, _ := ExpectInputs(c, workers, n, k, func(in []byte, r int) error {
 		FillDensity(c, in, seed, r, k, density)
 		return nil
@@ -119,42 +165,14 @@ func ExpectDensity(c Codec, seed uint64, workers, n, k int, density float64) Exp
 
 // ExpectInputs is Expect of any inputs: fill writes rank r's n values
 // into in, or fails.
-func ExpectInputs(c Codec, workers, n, k int, fill func(in []byte, r int) error) (Expectation, error) {
-	e := Expectation{c: c, want: make([]float64, n), tol: make([]float64, n)}
-	maxAbs := make([]float64, n)
+func ExpectInputs(c Codec, workers, n, k int, fill func(in []byte, r int) error) (*Expectation, error) {
+	e := NewExpectation(c, workers, n, k)
 	in := New(c, n)
 	for r := range workers {
 		if err := fill(in, r); err != nil {
-			return e, err
+			return nil, err
 		}
-		for i := range n {
-			v := c.Get(in, i)
-			e.want[i] += v
-			maxAbs[i] = math.Max(maxAbs[i], math.Abs(v))
-		}
-	}
-	if !c.Scaled() {
-		return e, nil
-	}
-	k = max(k, 1)
-	blocks := (n + k - 1) / k
-	blockExp := make([]int8, blocks)
-	for j := range blockExp {
-		blockExp[j] = quant.MinExponent
-	}
-	for i, m := range maxAbs {
-		blockExp[i/k] = max(blockExp[i/k], quant.BlockExponent([]float32{float32(m)}))
-	}
-	for i := range n {
-		j := i / k
-		ex := blockExp[j]
-		if j > 0 {
-			ex = max(ex, blockExp[j-1])
-		}
-		if j+1 < blocks {
-			ex = max(ex, blockExp[j+1])
-		}
-		e.tol[i] = c.Bound(workers, ex)
+		e.Add(0, in)
 	}
 	return e, nil
 }
@@ -165,15 +183,45 @@ var ErrUnexpected = errors.New("not the expected result")
 
 // Check compares a result with the expectation and describes the first
 // mismatch (ErrUnexpected).
-func (e Expectation) Check(data []byte) error {
+func (e *Expectation) Check(data []byte) error {
 	if got := len(data) / e.c.Size(); got != len(e.want) {
 		return fmt.Errorf("%w: %d %s values, want %d", ErrUnexpected, got, e.c.Name(), len(e.want))
 	}
-	for i, want := range e.want {
-		got := e.c.Get(data, i)
-		if math.Abs(got-want) > e.tol[i] || math.IsNaN(got) {
-			return fmt.Errorf("%w: element %d = %v, want %v (tolerance %.3g)", ErrUnexpected, i, got, want, e.tol[i])
+	return e.CheckAt(0, data)
+}
+
+// CheckAt is Check of a part of the result: data holds its values from
+// index lo on.
+func (e *Expectation) CheckAt(lo int, data []byte) error {
+	n := len(data) / e.c.Size()
+	if lo < 0 || lo+n > len(e.want) {
+		return fmt.Errorf("dtype: checking %s values %d to %d of an expectation of %d", e.c.Name(), lo, lo+n, len(e.want))
+	}
+	for i := 0; i < n; {
+		end := min(n, (lo+i)/e.k*e.k+e.k-lo)
+		tol := e.tolerance((lo + i) / e.k)
+		for ; i < end; i++ {
+			got, want := e.c.Get(data, i), e.want[lo+i]
+			if math.Abs(got-want) > tol || math.IsNaN(got) {
+				return fmt.Errorf("%w: element %d = %v, want %v (tolerance %.3g)", ErrUnexpected, lo+i, got, want, tol)
+			}
 		}
 	}
 	return nil
+}
+
+// tolerance is the error bound of the values of block j (0 for exact
+// types).
+func (e *Expectation) tolerance(j int) float64 {
+	if e.exps == nil {
+		return 0
+	}
+	ex := e.exps[j]
+	if j > 0 {
+		ex = max(ex, e.exps[j-1])
+	}
+	if j+1 < len(e.exps) {
+		ex = max(ex, e.exps[j+1])
+	}
+	return e.c.Bound(e.workers, ex)
 }
