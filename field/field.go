@@ -48,6 +48,9 @@ func Errorf(format string, args ...any) *Error { return Owner("").Errorf(format,
 // Errorf is a refusal of o's settings; see the package's Errorf.
 func (o Owner) Errorf(format string, args ...any) *Error {
 	e := &Error{owner: o, format: format, args: args}
+	if !strings.Contains(format, "{") {
+		return e // most refusals name no setting: no need to scan them
+	}
 	for _, m := range placeholder.FindAllStringSubmatch(format, -1) {
 		e.Fields = append(e.Fields, m[1])
 	}
@@ -81,6 +84,9 @@ func (e *Error) Error() string { return e.Text(nil) }
 // Text is the refusal with each setting written as name gives it (nil, or
 // "" from name: its Go name).
 func (e *Error) Text(name func(field string) string) string {
+	if len(e.Fields) == 0 {
+		return fmt.Sprintf(strings.ReplaceAll(e.format, "%w", "%v"), e.args...)
+	}
 	format := placeholder.ReplaceAllStringFunc(e.format, func(m string) string {
 		field := m[1 : len(m)-1]
 		s := ""

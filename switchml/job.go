@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/switchml/switchml-go/field"
 	"github.com/switchml/switchml-go/internal/backoff"
 	"github.com/switchml/switchml-go/jobpb"
 )
@@ -546,7 +548,7 @@ func (j *jobClient) rpcError(what string, err error) error {
 	case codes.Unavailable:
 		return fmt.Errorf("%w: %s at %s: %s (%s)", ErrControllerUnreachable, what, j.cfg.Controller, st.Message(), j.unreachableHint())
 	case codes.FailedPrecondition, codes.InvalidArgument, codes.PermissionDenied, codes.AlreadyExists:
-		return fmt.Errorf("%w: %s: %s", ErrJobMismatch, what, st.Message())
+		return fmt.Errorf("%w: %s: %w", ErrJobMismatch, what, answer(st.Message()))
 	case codes.DeadlineExceeded:
 		if st := j.conn.GetState(); st == connectivity.TransientFailure || st == connectivity.Connecting {
 			return fmt.Errorf("%w: %s: no connection to %s before the deadline: %s (%s)", ErrControllerUnreachable, what, j.cfg.Controller, st, j.unreachableHint())
@@ -562,7 +564,22 @@ func (j *jobClient) rpcError(what string, err error) error {
 				ErrControllerUnreachable, what, j.cfg.Controller)
 		}
 	}
-	return fmt.Errorf("switchml: %s: %s: %s", what, st.Code(), st.Message())
+	return fmt.Errorf("switchml: %s: %s: %w", what, st.Code(), answer(st.Message()))
+}
+
+// configName is a Config field as the controller names it to a worker.
+var configName = regexp.MustCompile(`switchml\.Config\.([A-Z][A-Za-z0-9]*)`)
+
+// answer is the controller's refusal msg as an error: a field.Error where
+// it names this worker's settings (switchml.Config.Token), so that a
+// program that sets them from flags writes its flags (field.Named); the
+// text is msg either way.
+func answer(msg string) error {
+	if !configName.MatchString(msg) {
+		return errors.New(msg)
+	}
+	format := configName.ReplaceAllString(strings.ReplaceAll(msg, "%", "%%"), "{$1}")
+	return field.Owner("switchml.Config").Errorf(format)
 }
 
 // unreachableHint says what to check when no connection to the controller

@@ -35,6 +35,15 @@ var allreduceFlags = map[string]string{
 	"Sparse": "sparse", "SparseCrossover": "sparse-crossover", "Fallback": "fallback", "FallbackOnLoss": "fallback-on-loss", "FallbackListen": "fallback-listen", "FallbackPeers": "fallback-peers",
 }
 
+// allreduceNames writes a Config field as this command's users set it:
+// its flag, and for the token every way it is given.
+func allreduceNames(f string) string {
+	if f == "Token" {
+		return "--token-file or $SWITCHML_TOKEN"
+	}
+	return field.Flags(allreduceFlags)(f)
+}
+
 func runAllReduce(ctx context.Context, args []string) error {
 	fs := newFlags("allreduce", "[--controller ADDR] [--job NAME] [--rank R] [--workers N] [flags]")
 	var cfg switchml.Config
@@ -126,7 +135,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 	in.seed = *seed
 	err = allreduceRounds(ctx, cfg, dt, *elements, *iters, *warmup, in, *verify, *nanAt, *metricsAddr, st, &rep)
 	// The library names Config's fields; this command's users set flags.
-	err = field.Named(err, field.Flags(allreduceFlags))
+	err = field.Named(err, allreduceNames)
 	if trace != nil {
 		if terr := trace.Close(); terr != nil && err == nil {
 			err = terr

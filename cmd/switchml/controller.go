@@ -91,7 +91,8 @@ func runController(ctx context.Context, args []string) error {
 	if err := files.read(&o); err != nil {
 		return err
 	}
-	return field.Named(controller.RunFromOptions(ctx, o), field.Flags(controllerFlags))
+	o.Names = field.Flags(controllerFlags) // in its warnings and refusals too
+	return field.Named(controller.RunFromOptions(ctx, o), o.Names)
 }
 
 // controllerFlags are the controller's flags by the controller.Options

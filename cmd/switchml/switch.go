@@ -23,6 +23,7 @@ func init() {
 var switchFlags = map[string]string{
 	"Dataplane": "dataplane", "Transport": "transport", "Shards": "shards", "Parent": "parent", "P4Runtime": "p4rt",
 	"DeviceID": "device-id", "Auth": "auth", "P4RuntimeAllow": "p4rt-allow",
+	"TLS": "tls-cert, --tls-key and --tls-client-ca", // three flags make Config.TLS
 }
 
 func runSwitch(ctx context.Context, args []string) error {
@@ -65,9 +66,10 @@ func runSwitch(ctx context.Context, args []string) error {
 		return fmt.Errorf("--tls-cert, --tls-key, --tls-client-ca: %w", err)
 	}
 	log := cfg.Logger
+	cfg.Names = field.Flags(switchFlags) // in its warnings too
 	sw, err := softswitch.Listen(cfg)
 	if err != nil {
-		return field.Named(err, field.Flags(switchFlags))
+		return field.Named(err, cfg.Names)
 	}
 	log.Info("software switch up", "dataplane", strings.Join(sw.DataplaneAddrs(), ","), "shards", cfg.Shards, "transport", sw.Transport(), "p4runtime", sw.P4RuntimeAddr(),
 		"slots", pc.Slots, "max_elements", pc.MaxElements, "parent", cfg.Parent, "auth", cfg.Auth, "drop", cfg.Faults.Drop, "duplicate", cfg.Faults.Duplicate, "reorder", cfg.Faults.Reorder)

@@ -22,7 +22,13 @@ import (
 // (jobServerOptions); it returns the service and the connection.
 func serveBounded(t *testing.T, limits JobLimits) (*JobService, *grpc.ClientConn) {
 	t.Helper()
-	svc, err := NewJobService(&recorder{}, ServiceConfig{Dataplane: netip.MustParseAddrPort("127.0.0.1:48864"), Slots: testSlots, Logger: quiet, JobLimits: limits})
+	return serveWith(t, ServiceConfig{Dataplane: netip.MustParseAddrPort("127.0.0.1:48864"), Slots: testSlots, Logger: quiet, JobLimits: limits})
+}
+
+// serveWith is serveBounded of a service configured as cfg.
+func serveWith(t *testing.T, cfg ServiceConfig) (*JobService, *grpc.ClientConn) {
+	t.Helper()
+	svc, err := NewJobService(&recorder{}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,5 +203,41 @@ func TestConnsPerHostBounded(t *testing.T) {
 	dialFrom("127.0.0.2")
 	if again := <-accepted; again.RemoteAddr().(*net.TCPAddr).IP.String() != "127.0.0.2" {
 		t.Fatalf("accepted %v once a connection ended, want the first host's", again.RemoteAddr())
+	}
+}
+
+// TestRefusalsNameSettingsAsTheOperatorDoes: the settings a refusal names,
+// the core's as the service's, reach the caller as ServiceConfig.Names
+// writes them (the CLI: its flags), with the refusal's code; without
+// Names, by their Go names.
+func TestRefusalsNameSettingsAsTheOperatorDoes(t *testing.T) {
+	ctx := testCtx(t)
+	for _, c := range []struct {
+		names      func(string) string
+		open, busy string
+	}{
+		{nil, "start the controller with AllowOpenJobs", "(the controller's MaxCallsPerClient)"},
+		{func(f string) string { return "<" + f + ">" }, "start the controller with <AllowOpenJobs>", "(the controller's <MaxCallsPerClient>)"},
+	} {
+		svc, conn := serveWith(t, ServiceConfig{Dataplane: netip.MustParseAddrPort("127.0.0.1:48864"), Slots: testSlots, Logger: quiet,
+			RefuseOpenJobs: true, JobLimits: JobLimits{MaxCallsPerClient: 1}, Names: c.names})
+		jobs := jobpb.NewJobServiceClient(conn)
+		// The core's refusal: an open job.
+		_, err := jobs.Register(ctx, regReq("open", 0, 1, 1, 8, 0))
+		if status.Code(err) != codes.PermissionDenied || !strings.Contains(status.Convert(err).Message(), c.open) || strings.Contains(err.Error(), "{") {
+			t.Errorf("an open job: %v; want PermissionDenied saying %q", err, c.open)
+		}
+		// The service's: a second call open of a client allowed one.
+		held, cancel := context.WithCancel(ctx)
+		s := openWithoutRequest(t, held, conn, jobpb.JobService_Barrier_FullMethodName)
+		for openCount(svc, kindCall) != 1 {
+			runtime.Gosched()
+		}
+		_, err = jobs.Leave(ctx, &jobpb.LeaveRequest{})
+		if status.Code(err) != codes.ResourceExhausted || !strings.Contains(status.Convert(err).Message(), c.busy) {
+			t.Errorf("a call beyond the client's one: %v; want ResourceExhausted saying %q", err, c.busy)
+		}
+		cancel()
+		_ = s.RecvMsg(new(jobpb.BarrierResponse))
 	}
 }

@@ -84,7 +84,7 @@ func RunFromOptions(ctx context.Context, o Options) error {
 		cfg.Logger = slog.Default()
 	}
 	for _, w := range o.exposures(cfg) {
-		cfg.Logger.Warn(w.msg, "addr", w.addr)
+		cfg.Logger.Warn(field.Errorf(w.msg).Text(cfg.Names), "addr", w.addr)
 	}
 	if cfg.Ready == nil {
 		log := cfg.Logger
@@ -301,7 +301,8 @@ func (o Options) keysInClear(cfg Config) error {
 	return field.Errorf("{Auth}: each job's key would travel in clear "+strings.Join(where, " and ")+": anyone who captures it can forge tagged packets; secure the link, or set {InsecureAuthOverPlaintext} if nobody else can read that network", args...)
 }
 
-// exposure is what a setting leaves open off this host, and where.
+// exposure is what a setting leaves open off this host, and where; msg
+// names settings as {Field} (see package field).
 type exposure struct{ msg, addr string }
 
 // exposures lists the settings that leave the controller's links readable
@@ -311,10 +312,10 @@ func (o Options) exposures(cfg Config) []exposure {
 	var out []exposure
 	listen, switches := o.plaintextLinks(cfg)
 	if listen != "" {
-		out = append(out, exposure{"controller: the job service listens without TLS on a non-loopback address: tokens and rank secrets cross the network in clear, and callers are known only by IP address; give it TLSCert and TLSKey (and TLSClientCA)", listen})
+		out = append(out, exposure{"controller: the job service listens without TLS on a non-loopback address: tokens and rank secrets cross the network in clear, and callers are known only by IP address; give it {TLSCert} and {TLSKey} (and {TLSClientCA})", listen})
 	}
 	for _, a := range switches {
-		out = append(out, exposure{"controller: the link to the switch's P4Runtime service is plaintext and leaves this host: whoever sits on it can read and change what the controller writes; give TargetTLSCA (and TargetTLSCert, TargetTLSKey)", a})
+		out = append(out, exposure{"controller: the link to the switch's P4Runtime service is plaintext and leaves this host: whoever sits on it can read and change what the controller writes; give {TargetTLSCA} (and {TargetTLSCert}, {TargetTLSKey})", a})
 	}
 	if !o.Auth && cfg.Topology == nil && cfg.Switch.Kind == KindSoftswitch {
 		dps, err := DataplanesFor(o.Dataplane, cmp.Or(cfg.Target, DefaultTarget))
@@ -323,7 +324,7 @@ func (o Options) exposures(cfg Config) []exposure {
 		}
 		for _, dp := range dps {
 			if !dp.Addr().IsLoopback() {
-				out = append(out, exposure{"controller: the data plane is reachable from other hosts and its packets are not authenticated: whoever can send from a worker's address can change the sums; run the switch, this controller and the workers with Auth set", dp.String()})
+				out = append(out, exposure{"controller: the data plane is reachable from other hosts and its packets are not authenticated: whoever can send from a worker's address can change the sums; run the switch, this controller and the workers with {Auth}", dp.String()})
 			}
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/switchml/switchml-go/field"
 	"github.com/switchml/switchml-go/wire"
 )
 
@@ -151,12 +152,12 @@ func (d *dataplaneCheck) probe(ctx context.Context, cfg Config, addrs []netip.Ad
 		d.why.Store(nil)
 		return
 	}
-	from := "its Dataplane"
+	from, args := "its {Dataplane}", []any{silent.addrs()}
 	if cfg.Dataplane == "" {
-		from = fmt.Sprintf("its Dataplane is not set, so it took the host of its Target %s and port %d", cfg.Target, wire.UDPPort)
+		from, args = "its {Dataplane} is not set, so it took the host of its {Target} %s and port %d", append(args, cfg.Target, wire.UDPPort)
 	}
-	why := fmt.Sprintf("no answer from the switch at %s, the data-plane address this controller hands to workers (%s), within %v of its probe: restart the controller with Dataplane set to the address the switch's data plane listens on (the switch's own Dataplane)",
-		silent.addrs(), from, DataplaneProbeTimeout)
+	why := field.Errorf("no answer from the switch at %s, the data-plane address this controller hands to workers ("+from+"), within %v of its probe: restart the controller with {Dataplane} set to the address the switch's data plane listens on (the switch's own data-plane address)",
+		append(args, DataplaneProbeTimeout)...).Text(cfg.Names)
 	d.why.Store(&why)
 	cfg.Logger.Error("controller: " + why)
 }

@@ -103,6 +103,10 @@ type Config struct {
 	// ConnectTimeout bounds the wait for the switch at start (default 30s).
 	ConnectTimeout time.Duration
 	Logger         *slog.Logger
+	// Names writes the controller's settings in its warnings and refusals
+	// as the operator's program names them (the CLI: its flags; see
+	// package field); nil: their Go names.
+	Names func(field string) string
 	// Ready, if set, is called with the job service's address once it serves.
 	Ready func(addr net.Addr)
 	// Metrics, if set, receives the job service's collector (see
@@ -195,7 +199,7 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.Switch.dataplane = &dataplaneCheck{}
 		cfg.Switch.dataplane.probe(ctx, cfg, shards)
 	}
-	svc, err := NewJobService(controlled{cl}, ServiceConfig{Dataplane: dp, Shards: shards, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger, Admin: cfg.Admin, JobLimits: cfg.JobLimits,
+	svc, err := NewJobService(controlled{cl}, ServiceConfig{Dataplane: dp, Shards: shards, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger, Names: cfg.Names, Admin: cfg.Admin, JobLimits: cfg.JobLimits,
 		RefuseOpenJobs: cfg.refuseOpenJobs(), AllowLaneAddressMismatch: cfg.AllowLaneAddressMismatch, State: cfg.State, StateTarget: cfg.Target, opened: opened})
 	if err != nil {
 		return err
@@ -432,6 +436,15 @@ func jobServerOptions(svc *JobService) []grpc.ServerOption {
 		grpc.MaxHeaderListSize(maxHeaderListBytes),
 		grpc.InitialWindowSize(callWindowBytes), grpc.InitialConnWindowSize(connWindowBytes),
 		grpc.InTapHandle(svc.tapCall),
+		// Refusals name the controller's settings as its operator's
+		// program does (ServiceConfig.Names).
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			resp, err := h(ctx, req)
+			return resp, svc.named(err)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			return svc.named(h(srv, ss))
+		}),
 	}
 }
 

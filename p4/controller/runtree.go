@@ -38,7 +38,7 @@ func runTree(ctx context.Context, cfg Config) error {
 		leaves = append(leaves, l.dataplane)
 		subnets = append(subnets, l.prefixes...)
 	}
-	svc, err := NewJobService(tree, ServiceConfig{Dataplane: cfg.Topology.Spine.dataplane, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger, Admin: cfg.Admin, JobLimits: cfg.JobLimits,
+	svc, err := NewJobService(tree, ServiceConfig{Dataplane: cfg.Topology.Spine.dataplane, Slots: cfg.Slots, Target: cfg.Switch, Logger: cfg.Logger, Names: cfg.Names, Admin: cfg.Admin, JobLimits: cfg.JobLimits,
 		SwitchAddresses: leaves, Subnets: subnets, AllowLaneAddressMismatch: cfg.AllowLaneAddressMismatch, RefuseOpenJobs: cfg.refuseOpenJobs()})
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/switchml/switchml-go/field"
 	"github.com/switchml/switchml-go/internal/backoff"
 	"github.com/switchml/switchml-go/jobpb"
 	"github.com/switchml/switchml-go/p4/controller/jobcore"
@@ -71,6 +72,10 @@ type ServiceConfig struct {
 	// defaults). Registrations it cannot serve are refused.
 	Target Target
 	Logger *slog.Logger
+	// Names writes the controller's settings in refusals as the
+	// operator's program names them (the CLI: its flags; see package
+	// field); nil: their Go names.
+	Names func(field string) string
 	// RefuseOpenJobs refuses registrations without a token
 	// (PermissionDenied), as a job service that listens beyond loopback
 	// does by default (Config.AllowOpenJobs); otherwise such jobs are
@@ -721,6 +726,23 @@ func kindOf(method string) callKind {
 	return kindCall // and any method the service does not have
 }
 
+// refuse is a refusal of the service's own (not the core's), its
+// settings named as the operator's program names them.
+func (s *JobService) refuse(code codes.Code, format string, args ...any) error {
+	return s.named(jobcore.Refuse(code, format, args...))
+}
+
+// named is err, a refusal of the core's or the service's, as a gRPC
+// status whose text writes the settings it names as the operator's
+// program names them (ServiceConfig.Names); any other error as it is.
+func (s *JobService) named(err error) error {
+	var r *jobcore.Refusal
+	if s.cfg.Names == nil || !errors.As(err, &r) {
+		return err
+	}
+	return status.Error(jobcore.CodeOf(err), field.Named(err, s.cfg.Names).Error())
+}
+
 // tapCall is the job service's grpc.InTapHandle: it counts a call as it
 // arrives, before its request is read, against its client identity's
 // bound for its kind (MaxLeasesPerClient for leases, MaxCallsPerClient for
@@ -730,10 +752,10 @@ func kindOf(method string) callKind {
 // many calls' headers (maxHeaderListBytes) and requests read at once.
 func (s *JobService) tapCall(ctx context.Context, info *tap.Info) (context.Context, error) {
 	kind := kindOf(info.FullMethodName)
-	limit, flag, what := s.cfg.MaxCallsPerClient, "MaxCallsPerClient", "calls"
+	limit, flag, what := s.cfg.MaxCallsPerClient, "{MaxCallsPerClient}", "calls"
 	switch kind {
 	case kindLease:
-		limit, flag, what = s.cfg.MaxLeasesPerClient, "MaxLeasesPerClient", "leases (Watch)"
+		limit, flag, what = s.cfg.MaxLeasesPerClient, "{MaxLeasesPerClient}", "leases (Watch)"
 	case kindQuery:
 		what = "status and Describe calls"
 	}
@@ -746,7 +768,7 @@ func (s *JobService) tapCall(ctx context.Context, info *tap.Info) (context.Conte
 	if open >= limit {
 		s.callsMu.Unlock()
 		s.metrics.refusedCalls.Inc()
-		return nil, status.Errorf(codes.ResourceExhausted, "client %s has %d %s open, its limit (the controller's %s): wait for them to end", key.client, open, what, flag)
+		return nil, s.refuse(codes.ResourceExhausted, "client %s has %d %s open, its limit (the controller's "+flag+"): wait for them to end", key.client, open, what)
 	}
 	s.open[key] = open + 1
 	s.callsMu.Unlock()
@@ -771,7 +793,7 @@ func (s *JobService) callBytes(client string, n int) (release func(), err error)
 	s.callsMu.Lock()
 	defer s.callsMu.Unlock()
 	if held := s.calls[client]; held+n > limit {
-		return nil, status.Errorf(codes.ResourceExhausted, "client %s has %d bytes of registrations in progress, and this one of %d would take it over its budget of %d (the controller's MaxBytesPerClient): wait for its registrations to be answered",
+		return nil, s.refuse(codes.ResourceExhausted, "client %s has %d bytes of registrations in progress, and this one of %d would take it over its budget of %d (the controller's {MaxBytesPerClient}): wait for its registrations to be answered",
 			client, held, n, limit)
 	}
 	s.calls[client] += n

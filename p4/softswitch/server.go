@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/switchml/switchml-go/field"
 	"github.com/switchml/switchml-go/p4/p4info"
 	"github.com/switchml/switchml-go/p4/pipeline"
 	"github.com/switchml/switchml-go/p4/switchjob"
@@ -27,6 +28,8 @@ var DefaultPipeline = pipeline.Config{Slots: p4info.Slots, MaxElements: 256, Max
 
 // ServerConfig configures a software switch.
 type ServerConfig struct {
+	// Names writes the switch's settings in its warnings as Config.Names.
+	Names func(field string) string
 	// DeviceID is the P4Runtime device id (default 1, as BMv2 uses).
 	DeviceID uint64
 	// Pipeline sizes the switch memory; zero fields take DefaultPipeline's.
@@ -64,6 +67,8 @@ type Server struct {
 	p4rt *P4Runtime
 	log  *slog.Logger
 	tls  *tls.Config
+	// names writes settings in warnings (ServerConfig.Names).
+	names func(field string) string
 }
 
 // NewServer builds a switch with empty tables and zeroed registers.
@@ -93,7 +98,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{pipe: pipe, log: cfg.Logger, tls: cfg.TLS}
+	s := &Server{pipe: pipe, log: cfg.Logger, tls: cfg.TLS, names: cfg.Names}
 	s.p4rt, err = NewP4Runtime(P4RuntimeConfig{
 		DeviceID: cfg.DeviceID, Target: PipelineTarget(pipe), Lock: &s.mu,
 		Preconfigured: cfg.Preconfigured, Logger: cfg.Logger, Allow: allow,
@@ -213,7 +218,7 @@ func (s *Server) ServeP4Runtime(ctx context.Context, lis net.Listener) error {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls)))
 	}
 	if s.p4rt.Allowed() == nil && !secure.Loopback(lis.Addr().String()) {
-		s.log.Warn("p4runtime: serving without client certificates on a non-loopback address: whoever reaches it can program the switch; give it TLS with client CAs",
+		s.log.Warn(field.Errorf("p4runtime: serving without client certificates on a non-loopback address: whoever reaches it can program the switch; give it {TLS} with client CAs").Text(s.names),
 			"addr", lis.Addr().String())
 	}
 	g := grpc.NewServer(opts...)

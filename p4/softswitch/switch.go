@@ -47,6 +47,10 @@ type Config struct {
 	// P4RuntimeAllow names the certificates that may program the switch
 	// besides those with the controller role (ServerConfig.Allow).
 	P4RuntimeAllow []string
+	// Names writes the switch's settings in its warnings as the
+	// operator's program names them (the CLI: its flags; see package
+	// field); nil: their Go names.
+	Names func(field string) string
 	// Faults are injected into every packet the switch sends.
 	Faults transport.Faults
 	// Logger receives the switch's logs (default: discarded).
@@ -171,7 +175,7 @@ func Listen(cfg Config) (*Switch, error) {
 		}
 	}
 	srv, err := NewServer(ServerConfig{
-		DeviceID: cfg.DeviceID, TLS: cfg.TLS, Allow: cfg.P4RuntimeAllow, Pipeline: cfg.Pipeline, Logger: cfg.Logger, Parent: parent,
+		DeviceID: cfg.DeviceID, TLS: cfg.TLS, Allow: cfg.P4RuntimeAllow, Pipeline: cfg.Pipeline, Logger: cfg.Logger, Parent: parent, Names: cfg.Names,
 	})
 	if err != nil {
 		return nil, err

@@ -43,7 +43,7 @@ func (c *Core) Check(r *jobpb.RegisterRequest, from netip.Addr) (Checked, error)
 		return Checked{}, err
 	}
 	if c.cfg.RefuseOpen && r.GetToken() == "" {
-		return Checked{}, Refuse(codes.PermissionDenied, "job %q has no token, and this controller's job service listens beyond loopback, where it takes only jobs with one: give every rank the same secret token (switchml.Config.Token), or start the controller with AllowOpenJobs", r.GetJob())
+		return Checked{}, Refuse(codes.PermissionDenied, "job %q has no token, and this controller's job service listens beyond loopback, where it takes only jobs with one: give every rank the same secret token (switchml.Config.Token), or start the controller with {AllowOpenJobs}", r.GetJob())
 	}
 	if err := c.checkLanes(addrs, from); err != nil {
 		return Checked{}, err
@@ -186,7 +186,7 @@ func (c *Core) checkLanes(addrs []netip.AddrPort, from netip.Addr) error {
 		if c.cfg.AllowLaneAddressMismatch || !from.IsValid() || a.Addr() == from || (from.IsLoopback() && a.Addr().IsLoopback()) {
 			continue
 		}
-		return Invalid("lane %d address %v is not on the caller's host %v: the switch sends each lane's results to its address, so a rank registers only sockets of its own; bind the lanes to the address that reaches the controller (switchml.Config.Bind), or, where the controller sees workers through NAT or on another network than their data plane, start the controller with AllowLaneAddressMismatch", i, a, from)
+		return Invalid("lane %d address %v is not on the caller's host %v: the switch sends each lane's results to its address, so a rank registers only sockets of its own; bind the lanes to the address that reaches the controller (switchml.Config.Bind), or, where the controller sees workers through NAT or on another network than their data plane, start the controller with {AllowLaneAddressMismatch}", i, a, from)
 	}
 	return nil
 }

@@ -423,7 +423,7 @@ func (c *Core) withinBytes(client string, need int, what string) error {
 		return nil
 	}
 	if held := c.bytesOf(client); held+need > limit {
-		return Refuse(codes.ResourceExhausted, "client %s holds %d bytes of registrations and broadcasts on the controller, and %s of %d bytes would take it over its budget of %d (the controller's MaxBytesPerClient): end some of its jobs, or let their ranks finish registering",
+		return Refuse(codes.ResourceExhausted, "client %s holds %d bytes of registrations and broadcasts on the controller, and %s of %d bytes would take it over its budget of %d (the controller's {MaxBytesPerClient}): end some of its jobs, or let their ranks finish registering",
 			client, held, what, need, limit)
 	}
 	return nil

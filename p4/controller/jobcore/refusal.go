@@ -4,27 +4,35 @@ package jobcore
 
 import (
 	"errors"
-	"fmt"
 
+	"github.com/switchml/switchml-go/field"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
 // Refusal is how the core says no: a message for the caller and the gRPC
 // code that tells a client how to take it.
+// Its message names the controller's settings as {Field} (see package
+// field): by their Go names, or, through field.Named, as the operator's
+// program names them.
 type Refusal struct {
 	code codes.Code
-	msg  string
+	msg  *field.Error
 }
 
-func (r *Refusal) Error() string { return r.msg }
+func (r *Refusal) Error() string { return r.msg.Error() }
 
 // GRPCStatus makes a refusal a gRPC error with its code.
-func (r *Refusal) GRPCStatus() *status.Status { return status.New(r.code, r.msg) }
+func (r *Refusal) GRPCStatus() *status.Status { return status.New(r.code, r.Error()) }
 
-// Refuse makes a refusal with code.
+// Unwrap is the refusal's message, which names the settings (field.Named
+// finds it there).
+func (r *Refusal) Unwrap() error { return r.msg }
+
+// Refuse makes a refusal with code; format may name the controller's
+// settings as {Field}.
 func Refuse(code codes.Code, format string, args ...any) error {
-	return &Refusal{code: code, msg: fmt.Sprintf(format, args...)}
+	return &Refusal{code: code, msg: field.Errorf(format, args...)}
 }
 
 // Invalid makes a refusal of a malformed request (InvalidArgument).

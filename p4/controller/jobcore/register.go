@@ -263,11 +263,11 @@ func (c *Core) withinQuota(client string, req *jobpb.RegisterRequest, replacing 
 		}
 	}
 	if limit := c.cfg.MaxJobsPerClient; limit > 0 && jobs >= limit {
-		return Refuse(codes.ResourceExhausted, "client %s holds %d jobs, the limit per client (the controller's MaxJobsPerClient); wait for one of them to end", client, jobs)
+		return Refuse(codes.ResourceExhausted, "client %s holds %d jobs, the limit per client (the controller's {MaxJobsPerClient}); wait for one of them to end", client, jobs)
 	}
 	need := int(req.GetLanes() * req.GetWindow())
 	if limit := c.cfg.MaxSlotsPerClient; limit > 0 && slots+need > limit && need <= c.cfg.Slots {
-		return &TooBig{Refuse(codes.ResourceExhausted, "client %s would hold %d slots with this job's lanes*window = %d, over the limit of %d per client (the controller's MaxSlotsPerClient), by default half the pool; lower window or lanes, or wait for a job to end",
+		return &TooBig{Refuse(codes.ResourceExhausted, "client %s would hold %d slots with this job's lanes*window = %d, over the limit of %d per client (the controller's {MaxSlotsPerClient}), by default half the pool; lower window or lanes, or wait for a job to end",
 			client, slots+need, need, limit).(*Refusal)}
 	}
 	return nil
