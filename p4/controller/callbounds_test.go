@@ -11,10 +11,8 @@ import (
 	"github.com/switchml/switchml-go/jobpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 )
 
 // serveBounded serves a job service with limits over an in-memory
@@ -33,18 +31,7 @@ func serveWith(t *testing.T, cfg ServiceConfig) (*JobService, *grpc.ClientConn) 
 		t.Fatal(err)
 	}
 	t.Cleanup(svc.stop)
-	lis := bufconn.Listen(1 << 20)
-	g := grpc.NewServer(jobServerOptions(svc)...)
-	jobpb.RegisterJobServiceServer(g, svc)
-	go func() { _ = g.Serve(lis) }()
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient("passthrough:///jobs",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := serveConn(t, svc)
 	return svc, conn
 }
 

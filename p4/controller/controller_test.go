@@ -109,11 +109,18 @@ func newJobHarnessWith(t *testing.T, slots int, kind Target, state string) *jobH
 // in-memory client, which plays every job, may fill the pool.
 var harnessLimits = JobLimits{LeaseGrace: time.Hour, JoinTimeout: time.Hour, MaxSlotsPerClient: -1}
 
-// serveJobs serves svc over an in-memory connection and returns a client.
+// serveJobs serves svc over an in-memory connection, with the server
+// options the controller serves it with, and returns a client.
 func serveJobs(t *testing.T, svc *JobService) jobpb.JobServiceClient {
 	t.Helper()
+	return jobpb.NewJobServiceClient(serveConn(t, svc))
+}
+
+// serveConn serves svc as serveJobs does and returns the connection.
+func serveConn(t *testing.T, svc *JobService) *grpc.ClientConn {
+	t.Helper()
 	lis := bufconn.Listen(1 << 20)
-	g := grpc.NewServer(grpc.InTapHandle(svc.tapCall))
+	g := grpc.NewServer(jobServerOptions(svc)...)
 	jobpb.RegisterJobServiceServer(g, svc)
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
@@ -124,7 +131,7 @@ func serveJobs(t *testing.T, svc *JobService) jobpb.JobServiceClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return jobpb.NewJobServiceClient(conn)
+	return conn
 }
 
 func regReq(job string, rank, world, lanes, window uint32, host byte) *jobpb.RegisterRequest {

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -302,8 +303,14 @@ func TestExposures(t *testing.T) {
 			var addrs []string
 			for _, e := range o.exposures(cfg) {
 				addrs = append(addrs, e.addr)
-				if !strings.Contains(e.msg, "give") && !strings.Contains(e.msg, "with Auth set") {
+				fields := field.Errorf(e.msg).Fields
+				if len(fields) == 0 {
 					t.Errorf("%q names no setting that fixes it", e.msg)
+				}
+				for _, f := range fields {
+					if _, ok := reflect.TypeFor[Options]().FieldByName(f); !ok {
+						t.Errorf("%q names {%s}, which Options lacks", e.msg, f)
+					}
 				}
 			}
 			if !slices.Equal(addrs, c.addrs) {
