@@ -33,15 +33,12 @@ func runBench(ctx context.Context, args []string) error {
 		return err
 	}
 	switch {
-	case c.report != "":
-		summary, err := benchmarks.Report(c.report)
-		if err != nil {
-			return err
+	case c.report != "", c.runs != "":
+		write, dir := benchmarks.Report, c.report
+		if c.runs != "" {
+			write, dir = benchmarks.ReportRuns, c.runs
 		}
-		fmt.Print(summary)
-		return nil
-	case c.runs != "":
-		summary, err := benchmarks.ReportRuns(c.runs)
+		summary, err := write(dir)
 		if err != nil {
 			return err
 		}
