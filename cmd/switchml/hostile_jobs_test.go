@@ -197,7 +197,7 @@ func TestHostileRegistrationsWithoutLease(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_, err := jobClient(t, f.controller, "127.0.0.4").Register(ctx, hostileRegistration("hog", 1, 8192, 9), grpc.WaitForReady(true))
-	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "over the limit of 4096 per client (the controller's MaxSlotsPerClient)") {
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "over the limit of 4096 per client (the controller's --max-slots-per-client)") {
 		t.Fatalf("one client's registration of the whole pool: %v, want ResourceExhausted naming its share and the flag", err)
 	}
 	start := time.Now()
@@ -294,7 +294,7 @@ func TestHostileFloodFromOneIdentity(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	msg, _ := firstRefusal.Load().(string)
-	if other.Load() != 0 || !strings.Contains(msg, "MaxJobsPerClient") || !strings.Contains(msg, "addr:127.0.0.2") || strings.Contains(msg, "flood-") {
+	if other.Load() != 0 || !strings.Contains(msg, "--max-jobs-per-client") || !strings.Contains(msg, "addr:127.0.0.2") || strings.Contains(msg, "flood-") {
 		t.Fatalf("%d answered otherwise; a refusal says %q: want the limit, its flag and the identity, not the other jobs", other.Load(), msg)
 	}
 	_, st := jobState(t, jobClient(t, f.controller, ""), "")

@@ -219,7 +219,7 @@ func TestHostileFatRegistrationStormMemoryBound(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if msg, _ := firstRefusal.Load().(string); !strings.Contains(msg, "MaxCallsPerClient") {
+	if msg, _ := firstRefusal.Load().(string); !strings.Contains(msg, "--max-calls-per-client") {
 		t.Fatalf("a refusal says %q: want the limit's setting", msg)
 	}
 	st := spawn(t, nil, "status", "--controller", f.controller, "--json", "--no-counters", "--timeout", "2m")
