@@ -23,6 +23,7 @@ if [[ $1 != -- ]]; then
 fi
 [[ $1 == -- ]] || { echo "$0: want -- before the bench flags" >&2; exit 2; }
 shift
+repo=$(pwd)
 dir=$(mktemp -d)
 trap 'git worktree remove --force "$dir/old" 2>/dev/null; git worktree remove --force "$dir/new" 2>/dev/null; rm -rf "$dir"' EXIT
 for side in old new; do
@@ -38,7 +39,10 @@ for ((i = 1; i <= rounds; i++)); do
 		[[ $side == new ]] && label=after
 		out=benchmarks/results/$name/$label-$i
 		echo "== round $i of $rounds: $label ($out)"
-		"$dir/switchml-$side" bench --name "$name/$label-$i" --out "$out" "$@" >/dev/null
+		# From the side's own checkout: a system that builds from the
+		# checkout (torch-switchml's libswitchml.so and Python package)
+		# runs that commit's code.
+		(cd "$dir/$side" && "$dir/switchml-$side" bench --name "$name/$label-$i" --out "$repo/$out" "$@" >/dev/null)
 		grep -E '^\| SwitchML|^\| Ring|^\| Gloo' "$out/summary.md" | head -3
 	done
 done
