@@ -17,6 +17,7 @@ reduce_scatter_single_coalesced): the group answers to every name.
 """
 import atexit
 import datetime
+import logging
 import os
 import queue
 import secrets
@@ -107,16 +108,67 @@ def _check_reducible(t, what="tensor"):
     _dtype_code(t, what)
 
 
+def _check_cpu(t, what="tensor"):
+    """The refusal gloo's CPU path would make less clearly: a tensor that
+    is not a torch.Tensor or not on the CPU."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError("switchml: %s is a %s, not a torch.Tensor" % (what, type(t).__name__))
+    if t.device.type != "cpu":
+        raise ValueError("switchml: %s is on device %s: the switchml backend reduces CPU tensors only; "
+                         "move it with .cpu() (or use nccl for GPU tensors)" % (what, t.device))
+
+
+def _dtype_name(t):
+    return str(t.dtype).replace("torch.", "")
+
+
+def _switch_dtypes():
+    """The dtypes the library sums, by torch's name (asked once)."""
+    global _SUMMED
+    if _SUMMED is None:
+        found = set()
+        for name in ("float32", "float16", "bfloat16", "int32", "int64", "float64", "int8", "uint8", "int16", "bool"):
+            try:
+                _lib.dtype(name)
+                found.add(name)
+            except ValueError:
+                pass
+        _SUMMED = found
+    return _SUMMED
+
+
+_SUMMED = None
+
+
+def _not_for_switch(t, sums=False):
+    """Why the switch cannot carry t (None if it can): not dense, not
+    contiguous, or (for a sum) a dtype the library does not sum. Byte
+    collectives (broadcast, allgather) carry any dtype."""
+    if t.layout != torch.strided:
+        return "of a %s tensor" % str(t.layout).replace("torch.", "")
+    if not t.is_contiguous():
+        return "of a non-contiguous tensor"
+    if sums and _dtype_name(t) not in _switch_dtypes():
+        return "of %s (a dtype the switch does not sum)" % _dtype_name(t)
+    return None
+
+
+def _first_reason(tensors, sums=False):
+    for t in tensors:
+        why = _not_for_switch(t, sums)
+        if why:
+            return why
+    return None
+
+
+_log = logging.getLogger("switchml")
+
+
 def _op_name(op):
     for name in ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM"):
         if hasattr(dist.ReduceOp, name) and op == getattr(dist.ReduceOp, name):
             return name
     return str(op)
-
-
-def _not_implemented(op):
-    raise NotImplementedError("switchml: the switchml backend does not implement %s; it has allreduce and "
-                              "reduce_scatter (SUM, AVG), broadcast, allgather and barrier" % op)
 
 
 class _LiveWorks:
@@ -216,6 +268,24 @@ class _Work(dist.Work):
 
     def synchronize(self):
         pass
+
+    def _source_rank(self):
+        """The rank a recv from any source got its tensor from (gloo's
+        answer, once the recv has completed)."""
+        source = getattr(self, "_source", None)
+        if source is None:
+            raise RuntimeError("switchml: _source_rank() of a call that is not a completed recv from any source")
+        return source._source_rank()
+
+
+class _Later:
+    """What a delegated point-to-point call hands the worker thread back:
+    gloo's Work, which the waiter thread waits for (the worker goes on,
+    so that a send and the matching recv never wait on each other)."""
+
+    def __init__(self, gloo_work, result):
+        self.gloo_work = gloo_work
+        self.result = result
 
 
 class _LocalSwitch:
@@ -324,6 +394,9 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
         join_timeout = min(join_timeout, self._timeout_s or join_timeout)
         connect_timeout = _number("SWITCHML_CONNECT_TIMEOUT", float) or CONNECT_TIMEOUT
         self.controller, job, token = self._rendezvous(store, rank, size, controller, join_timeout)
+        self._delegated = {}
+        self._delegated_said = set()
+        self._gloo = self._make_gloo(store, rank, size, timeout)
         settings = _session_settings()
         try:
             _wait_reachable(self.controller, time.monotonic() + connect_timeout)
@@ -334,10 +407,26 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
                 raise
         self._session = _lib.Session(self.controller, job, rank, size, token=token, join_timeout=join_timeout,
                                      **settings)
+        self._later = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="switchml-pg-%s" % job, daemon=True)
         self._thread.start()
+        self._waiter = threading.Thread(target=self._wait_later, name="switchml-p2p-%s" % job, daemon=True)
+        self._waiter.start()
+        _register_cpu_backend(self)
         _groups.add(self)
         _hook_signals()
+
+    @staticmethod
+    def _make_gloo(store, rank, size, timeout):
+        """The gloo group that carries what the switch does not: made from
+        the same store (under a prefix of its own), rank and size."""
+        timeout = timeout or datetime.timedelta(minutes=30)
+        try:
+            return dist.ProcessGroupGloo(dist.PrefixStore("switchml-gloo/", store), rank, size, timeout)
+        except Exception as e:
+            raise RuntimeError("switchml: could not form the gloo group that carries the calls the switch does not "
+                               "(%s): check that the ranks reach each other (GLOO_SOCKET_IFNAME names the interface)"
+                               % e) from e
 
     @staticmethod
     def _rendezvous(store, rank, size, controller, timeout_s):
@@ -440,14 +529,36 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
                     res, err = fn(), None
             except BaseException as e:  # handed to the waiter, never lost
                 res, err = None, e
-            # Marked before the future completes, so that a waiter who
-            # wakes up finds the Work's bookkeeping done.
-            self._live.completed(work)
-            if err is not None:
-                work._future.set_exception(err)
-            else:
-                work._future.set_result(res)
-            work._done.set()
+            if isinstance(res, _Later):
+                self._later.put((res, work))
+                continue
+            self._complete(work, res, err)
+
+    def _wait_later(self):
+        """Completes delegated point-to-point calls, in the order they
+        were issued, as gloo completes them."""
+        while True:
+            item = self._later.get()
+            if item is None:
+                return
+            later, work = item
+            try:
+                later.gloo_work.wait()
+                work._source = later.gloo_work
+                res, err = later.result, None
+            except BaseException as e:  # handed to the waiter, never lost
+                res, err = None, e
+            self._complete(work, res, err)
+
+    def _complete(self, work, res, err):
+        # Marked before the future completes, so that a waiter who
+        # wakes up finds the Work's bookkeeping done.
+        self._live.completed(work)
+        if err is not None:
+            work._future.set_exception(err)
+        else:
+            work._future.set_result(res)
+        work._done.set()
 
     def _submit(self, fn):
         if self._closed:
@@ -469,6 +580,9 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
         self._closed = True
         self._queue.put(None)
         self._thread.join()
+        # Point-to-point calls still in flight end with gloo's own
+        # timeouts; the waiter is not waited for.
+        self._later.put(None)
         try:
             self._session.close()
         except _lib.SwitchMLError:
@@ -527,36 +641,111 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
         allreduces, packets and bytes sent, values reduced."""
         return self._session.stats()
 
+    def delegated(self):
+        """What this rank handed the gloo group instead of the switch so
+        far, by call ("allreduce", "reduce", "send", ...): a dict of
+        (calls, bytes of the tensors given). The first call of each kind
+        and reason is logged ("switchml: <call> <why> goes through gloo")."""
+        with self._ops_lock:
+            return dict(self._delegated)
+
+    # --- what goes through gloo ---
+
+    def _to_gloo(self, call, why, issue, result, tensors=(), p2p=False):
+        """Hands a call to the gloo group. issue(gloo) makes gloo's call;
+        it runs on the worker thread, in submission order with the
+        switch's calls, so every rank issues gloo's calls in the same
+        order relative to the switch's. A collective is waited for there
+        too, so that the calls after it see its result; a point-to-point
+        call is waited for on the waiter thread, so that a send and the
+        recv that matches it never wait on each other. result (or what
+        result() returns, once gloo is done) is the Work's value."""
+        nbytes = sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+        with self._ops_lock:
+            calls, total = self._delegated.get(call, (0, 0))
+            self._delegated[call] = (calls + 1, total + nbytes)
+            say = (call, why) not in self._delegated_said
+            self._delegated_said.add((call, why))
+        if say:
+            _log.warning("switchml: %s %s goes through gloo", call, why)
+
+        def run():
+            w = issue(self._gloo)
+            if p2p:
+                return _Later(w, result)
+            w.wait()
+            return result() if callable(result) else result
+        return self._submit(run)
+
     @staticmethod
-    def _sum_or_avg(opts, what):
-        """The reduction opts asks for, by name: SUM or AVG, the two the
-        switch computes."""
+    def _reduce_op(opts):
+        """The ReduceOp that opts asks for (an options object, the op
+        itself as ProcessGroup.allreduce(tensors, op) takes it, or None:
+        SUM)."""
         if opts is None:
-            op = dist.ReduceOp.SUM
-        elif hasattr(opts, "reduceOp"):
-            op = opts.reduceOp
-        else:  # the op itself, as ProcessGroup.allreduce(tensors, op) takes it
-            op = opts
-        name = _op_name(op)
-        if name not in ("SUM", "AVG"):
-            _not_implemented("%s with ReduceOp.%s (only SUM and AVG)" % (what, name))
-        return name
+            return dist.ReduceOp.SUM
+        if hasattr(opts, "reduceOp"):
+            return opts.reduceOp
+        return opts
+
+    @staticmethod
+    def _options(make, opts, op=None):
+        """gloo's options for a call: a fresh make() (with opts' timeout
+        and, if given, the reduction op), or opts itself."""
+        if opts is not None and op is None and isinstance(opts, make):
+            return opts
+        o = make()
+        if opts is not None and hasattr(opts, "timeout"):
+            o.timeout = opts.timeout
+        if op is not None:
+            o.reduceOp = op
+        return o
 
     @staticmethod
     def _check_avg(name, t, what):
         if name == "AVG" and not t.is_floating_point():
             raise TypeError("switchml: %s AVG of a %s tensor: averages need a floating dtype; use SUM and divide "
-                            "yourself" % (what, str(t.dtype).replace("torch.", "")))
+                            "yourself" % (what, _dtype_name(t)))
+
+    def _reduction(self, opts, tensors, what):
+        """(op name, why the switch cannot sum tensors or None). AVG needs
+        floating tensors wherever it runs."""
+        name = _op_name(self._reduce_op(opts))
+        for t in tensors:
+            self._check_avg(name, t, what)
+        if name not in ("SUM", "AVG"):
+            return name, "with ReduceOp.%s" % name
+        return name, _first_reason(tensors, sums=True)
+
+    def _gloo_reduction(self, call, why, name, opts, make, issue, outputs, tensors):
+        """A SUM, AVG or other reduction through gloo: AVG as gloo's SUM
+        divided by the world size (gloo has no AVG before torch 2.x)."""
+        if name == "AVG":
+            o = self._options(make, opts, dist.ReduceOp.SUM)
+            size = self.size()
+
+            def result():
+                for t in outputs:
+                    t.div_(size)
+                return list(outputs)
+        else:
+            o = opts if isinstance(opts, make) else self._options(make, None, self._reduce_op(opts))
+            result = list(outputs)
+        return self._to_gloo(call, why, lambda g: issue(g, o), result, tensors)
+
+    # --- what goes through the switch ---
 
     def allreduce(self, tensors, opts=None):
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
-        name = self._sum_or_avg(opts, "allreduce")
+        for i, t in enumerate(tensors):
+            _check_cpu(t, "tensor %d of allreduce" % i)
+        name, why = self._reduction(opts, tensors, "allreduce")
+        if why:
+            return self._gloo_reduction("allreduce", why, name, opts, dist.AllreduceOptions,
+                                        lambda g, o: g.allreduce(tensors, o), tensors, tensors)
         for i, t in enumerate(tensors):
             _check_reducible(t, "tensor %d of allreduce" % i)
-            if name == "AVG" and not t.is_floating_point():
-                raise TypeError("switchml: allreduce AVG of %s tensor %d: averages need a floating dtype; use SUM "
-                                "and divide yourself" % (str(t.dtype).replace("torch.", ""), i))
         size = self.size()
 
         def run():
@@ -571,12 +760,15 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
         root = opts.rootRank if opts is not None else 0
-        if opts is not None and opts.rootTensor != 0:
-            _not_implemented("broadcast with rootTensor != 0 (one tensor per rank)")
         if not 0 <= root < self.size():
             raise ValueError("switchml: broadcast root %d is not a rank of this %d-rank group" % (root, self.size()))
         for i, t in enumerate(tensors):
-            check_tensor(t, "tensor %d of broadcast" % i)
+            _check_cpu(t, "tensor %d of broadcast" % i)
+        why = "from one of several tensors per rank" if opts is not None and opts.rootTensor != 0 else \
+            _first_reason(tensors)
+        if why:
+            o = opts if opts is not None else dist.BroadcastOptions()
+            return self._to_gloo("broadcast", why, lambda g: g.broadcast(tensors, o), tensors, tensors)
         me = self.rank()
 
         def run():
@@ -594,22 +786,34 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
         return self._submit(run)
 
     def allgather(self, output_lists, input_tensors, opts=None):
-        if len(input_tensors) != 1 or len(output_lists) != 1:
-            _not_implemented("allgather of several tensors per rank (%d inputs)" % len(input_tensors))
+        for i, t in enumerate(input_tensors):
+            _check_cpu(t, "allgather input %d" % i)
+        for outs in output_lists:
+            for i, o in enumerate(outs):
+                _check_cpu(o, "allgather output %d" % i)
+        why = "of several tensors per rank" if len(input_tensors) != 1 or len(output_lists) != 1 else \
+            _first_reason(list(input_tensors) + [o for outs in output_lists for o in outs])
+        if why:
+            o = opts if opts is not None else dist.AllgatherOptions()
+            return self._to_gloo("allgather", why, lambda g: g.allgather(output_lists, input_tensors, o),
+                                 output_lists, input_tensors)
         inp, outs = input_tensors[0], output_lists[0]
-        check_tensor(inp, "allgather input")
         if len(outs) != self.size():
             raise ValueError("switchml: allgather needs %d output tensors (one per rank), got %d" % (self.size(), len(outs)))
         for i, o in enumerate(outs):
-            check_tensor(o, "allgather output %d" % i)
             if o.dtype != inp.dtype or o.numel() != inp.numel():
                 raise ValueError("switchml: allgather output %d is %s[%d], the input %s[%d]: they must match"
                                  % (i, o.dtype, o.numel(), inp.dtype, inp.numel()))
         return self._submit(lambda: self._gather(inp, outs) and output_lists)
 
     def _allgather_base(self, output, inp, opts=None):
-        check_tensor(inp, "allgather input")
-        check_tensor(output, "allgather output")
+        _check_cpu(inp, "allgather input")
+        _check_cpu(output, "allgather output")
+        why = _first_reason([output, inp])
+        if why:
+            o = opts if opts is not None else dist.AllgatherOptions()
+            return self._to_gloo("allgather_into_tensor", why, lambda g: g._allgather_base(output, inp, o),
+                                 [output], [inp])
         if output.dtype != inp.dtype or output.numel() != inp.numel() * self.size():
             raise ValueError("switchml: allgather output is %s[%d], want %s[%d] (world size times the input)"
                              % (output.dtype, output.numel(), inp.dtype, inp.numel() * self.size()))
@@ -623,10 +827,16 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
         if len(outputs) != len(inputs):
             raise ValueError("switchml: allgather of %d inputs into %d outputs: they must pair up"
                              % (len(inputs), len(outputs)))
+        for i, (out, inp) in enumerate(zip(outputs, inputs)):
+            _check_cpu(inp, "allgather input %d" % i)
+            _check_cpu(out, "allgather output %d" % i)
+        why = _first_reason(list(outputs) + list(inputs))
+        if why:
+            o = opts if opts is not None else dist.AllgatherOptions()
+            return self._to_gloo("allgather_into_tensor_coalesced", why,
+                                 lambda g: g.allgather_into_tensor_coalesced(outputs, inputs, o), list(outputs), inputs)
         pairs = []
         for i, (out, inp) in enumerate(zip(outputs, inputs)):
-            check_tensor(inp, "allgather input %d" % i)
-            check_tensor(out, "allgather output %d" % i)
             if out.dtype != inp.dtype or out.numel() != inp.numel() * self.size():
                 raise ValueError("switchml: allgather output %d is %s[%d], want %s[%d] (world size times the input)"
                                  % (i, out.dtype, out.numel(), inp.dtype, inp.numel() * self.size()))
@@ -659,44 +869,54 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
     # rank keeps its own shard (the switch multicasts every sum to every
     # rank: a rank sends and receives the whole input) ---
 
-    def _check_reduce_scatter(self, output, inp, name, what):
-        _check_reducible(inp, "%s input" % what)
-        check_tensor(output, "%s output" % what)
-        self._check_avg(name, inp, what)
+    def _check_reduce_scatter(self, output, inp, what):
         if output.dtype != inp.dtype or inp.numel() != output.numel() * self.size():
             raise ValueError("switchml: %s output is %s[%d], the input %s[%d]: the input must be world size (%d) "
                              "times the output, of the same dtype" % (what, output.dtype, output.numel(), inp.dtype,
                                                                        inp.numel(), self.size()))
 
-    def _reduce_shard(self, output, inp, name, scratch=False):
+    def _reduce_shard(self, output, inp, name, scratch=False, offset=None):
         """Sums inp across the ranks (a copy of it, unless it is scratch
-        the caller made) and writes this rank's stretch of the sum (divided
-        by the world size for AVG) to output."""
+        the caller made) and writes this rank's stretch of the sum (at
+        offset; by default the rank's n-th of it), divided by the world
+        size for AVG, to output."""
         n = output.numel()
         if not n:
             return
         buf = inp.reshape(-1) if scratch else inp.reshape(-1).clone()
         self._reduce_into(buf, "reduce_scatter")
-        shard = buf.narrow(0, self.rank() * n, n)
+        shard = buf.narrow(0, self.rank() * n if offset is None else offset, n)
         if name == "AVG":
             shard.div_(self.size())
         output.reshape(-1).copy_(shard)
 
     def reduce_scatter_single(self, output, inp, opts=None):
-        name = self._sum_or_avg(opts, "reduce_scatter_tensor")
-        self._check_reduce_scatter(output, inp, name, "reduce_scatter_tensor")
+        _check_cpu(inp, "reduce_scatter_tensor input")
+        _check_cpu(output, "reduce_scatter_tensor output")
+        name, why = self._reduction(opts, [inp, output], "reduce_scatter_tensor")
+        if why:
+            return self._gloo_reduction("reduce_scatter_tensor", why, name, opts, dist.ReduceScatterOptions,
+                                        lambda g, o: g._reduce_scatter_base(output, inp, o), [output], [inp])
+        self._check_reduce_scatter(output, inp, "reduce_scatter_tensor")
         return self._submit(lambda: self._reduce_shard(output, inp, name) or [output])
 
     # torch 1.13 and the first 2.x releases call it _reduce_scatter_base.
     _reduce_scatter_base = reduce_scatter_single
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
-        name = self._sum_or_avg(opts, "reduce_scatter_tensor")
         if len(outputs) != len(inputs):
             raise ValueError("switchml: reduce_scatter of %d inputs into %d outputs: they must pair up"
                              % (len(inputs), len(outputs)))
         for i, (out, inp) in enumerate(zip(outputs, inputs)):
-            self._check_reduce_scatter(out, inp, name, "reduce_scatter_tensor (pair %d)" % i)
+            _check_cpu(inp, "reduce_scatter_tensor input %d" % i)
+            _check_cpu(out, "reduce_scatter_tensor output %d" % i)
+        name, why = self._reduction(opts, list(outputs) + list(inputs), "reduce_scatter_tensor")
+        if why:
+            return self._gloo_reduction("reduce_scatter_tensor_coalesced", why, name, opts, dist.ReduceScatterOptions,
+                                        lambda g, o: g.reduce_scatter_tensor_coalesced(outputs, inputs, o),
+                                        list(outputs), inputs)
+        for i, (out, inp) in enumerate(zip(outputs, inputs)):
+            self._check_reduce_scatter(out, inp, "reduce_scatter_tensor (pair %d)" % i)
 
         def run():
             for out, inp in zip(outputs, inputs):
@@ -707,67 +927,213 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
     reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
 
     def reduce_scatter(self, output_tensors, input_lists, opts=None):
-        name = self._sum_or_avg(opts, "reduce_scatter")
-        if len(output_tensors) != 1 or len(input_lists) != 1:
-            _not_implemented("reduce_scatter of several tensors per rank (%d outputs)" % len(output_tensors))
+        for i, t in enumerate(output_tensors):
+            _check_cpu(t, "reduce_scatter output %d" % i)
+        for ins in input_lists:
+            for i, t in enumerate(ins):
+                _check_cpu(t, "reduce_scatter input %d" % i)
+        everything = list(output_tensors) + [t for ins in input_lists for t in ins]
+        name, why = self._reduction(opts, everything, "reduce_scatter")
+        if not why and (len(output_tensors) != 1 or len(input_lists) != 1):
+            why = "of several tensors per rank"
+        if why:
+            return self._gloo_reduction("reduce_scatter", why, name, opts, dist.ReduceScatterOptions,
+                                        lambda g, o: g.reduce_scatter(output_tensors, input_lists, o),
+                                        output_tensors, everything[len(output_tensors):])
         out, ins = output_tensors[0], input_lists[0]
-        check_tensor(out, "reduce_scatter output")
         if len(ins) != self.size():
             raise ValueError("switchml: reduce_scatter needs %d input tensors (one per rank), got %d"
                              % (self.size(), len(ins)))
         for i, t in enumerate(ins):
-            _check_reducible(t, "reduce_scatter input %d" % i)
-            self._check_avg(name, t, "reduce_scatter")
-            if t.dtype != out.dtype or t.numel() != out.numel():
-                raise ValueError("switchml: reduce_scatter input %d is %s[%d], the output %s[%d]: they must match"
-                                 % (i, t.dtype, t.numel(), out.dtype, out.numel()))
+            if t.dtype != out.dtype:
+                raise ValueError("switchml: reduce_scatter input %d is %s, the output %s: they must match"
+                                 % (i, t.dtype, out.dtype))
+        me = self.rank()
+        if ins[me].numel() != out.numel():
+            raise ValueError("switchml: reduce_scatter input %d (this rank's) has %d elements, the output %d: they "
+                             "must match" % (me, ins[me].numel(), out.numel()))
+        # Uneven inputs (each rank's share of its own size) are summed
+        # whole; each rank keeps its stretch.
+        offset = sum(t.numel() for t in ins[:me])
 
         def run():
             if out.numel():
-                self._reduce_shard(out, torch.cat([t.reshape(-1) for t in ins]), name, scratch=True)
+                self._reduce_shard(out, torch.cat([t.reshape(-1) for t in ins]), name, scratch=True, offset=offset)
             return output_tensors
         return self._submit(run)
 
     def barrier(self, opts=None):
+        timeout = getattr(opts, "timeout", None)
+        if timeout is not None and timeout >= datetime.timedelta(0):
+            # A barrier of its own timeout: gloo's keeps it to the
+            # millisecond, the controller's to the group's.
+            return self._to_gloo("barrier", "with a timeout of its own", lambda g: g.barrier(opts), [])
         name = self._name("barrier")
         return self._submit(lambda: self._session.barrier(name, self._timeout_s) or [])
 
-    # --- what the switch cannot do ---
+    # --- what the switch has no call for: gloo's ---
 
-    def reduce(self, *args, **kwargs):
-        _not_implemented("reduce")
+    def reduce(self, tensors, opts=None):
+        for i, t in enumerate(tensors):
+            _check_cpu(t, "tensor %d of reduce" % i)
+        o = opts if opts is not None else dist.ReduceOptions()
+        return self._to_gloo("reduce", "(to one rank)", lambda g: g.reduce(tensors, o), tensors, tensors)
 
-    def gather(self, *args, **kwargs):
-        _not_implemented("gather")
+    def gather(self, output_lists, input_tensors, opts=None):
+        for i, t in enumerate(input_tensors):
+            _check_cpu(t, "gather input %d" % i)
+        o = opts if opts is not None else dist.GatherOptions()
+        return self._to_gloo("gather", "(to one rank)", lambda g: g.gather(output_lists, input_tensors, o),
+                             output_lists, input_tensors)
 
-    def scatter(self, *args, **kwargs):
-        _not_implemented("scatter")
+    def scatter(self, output_tensors, input_lists, opts=None):
+        for i, t in enumerate(output_tensors):
+            _check_cpu(t, "scatter output %d" % i)
+        o = opts if opts is not None else dist.ScatterOptions()
+        return self._to_gloo("scatter", "(from one rank)", lambda g: g.scatter(output_tensors, input_lists, o),
+                             output_tensors, [t for ins in input_lists for t in ins])
 
-    def alltoall(self, *args, **kwargs):
-        _not_implemented("all_to_all")
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        o = opts if opts is not None else dist.AllToAllOptions()
+        return self._to_gloo("alltoall", "(each rank its own data for each)",
+                             lambda g: g.alltoall(output_tensors, input_tensors, o), output_tensors, input_tensors)
 
-    def alltoall_base(self, *args, **kwargs):
-        _not_implemented("all_to_all_single")
+    def alltoall_base(self, output, inp, output_split_sizes, input_split_sizes, opts=None):
+        _check_cpu(inp, "all_to_all_single input")
+        o = opts if opts is not None else dist.AllToAllOptions()
+        return self._to_gloo("alltoall_base", "(each rank its own data for each)",
+                             lambda g: g.alltoall_base(output, inp, output_split_sizes, input_split_sizes, o),
+                             [output], [inp])
 
-    def allreduce_coalesced(self, *args, **kwargs):
-        _not_implemented("all_reduce_coalesced")
+    def allreduce_coalesced(self, tensors, opts=None):
+        for i, t in enumerate(tensors):
+            _check_cpu(t, "tensor %d of allreduce_coalesced" % i)
+        o = opts if opts is not None else dist.AllreduceCoalescedOptions()
+        return self._to_gloo("allreduce_coalesced", "(one call for a list)", lambda g: g.allreduce_coalesced(tensors, o),
+                             tensors, tensors)
 
-    def allgather_coalesced(self, *args, **kwargs):
-        _not_implemented("all_gather_coalesced")
+    def allgather_coalesced(self, output_lists, input_tensors, opts=None):
+        for i, t in enumerate(input_tensors):
+            _check_cpu(t, "allgather_coalesced input %d" % i)
+        o = opts if opts is not None else dist.AllgatherOptions()
+        return self._to_gloo("allgather_coalesced", "(one call for a list)",
+                             lambda g: g.allgather_coalesced(output_lists, input_tensors, o), output_lists, input_tensors)
 
-    def send(self, *args, **kwargs):
-        _not_implemented("send")
+    def send(self, tensors, dst, tag=0):
+        for i, t in enumerate(tensors):
+            _check_cpu(t, "tensor %d of send" % i)
+        return self._to_gloo("send", "(point to point)", lambda g: g.send(tensors, dst, tag), tensors, tensors, p2p=True)
 
-    def recv(self, *args, **kwargs):
-        _not_implemented("recv")
+    def recv(self, tensors, src, tag=0):
+        for i, t in enumerate(tensors):
+            _check_cpu(t, "tensor %d of recv" % i)
+        return self._to_gloo("recv", "(point to point)", lambda g: g.recv(tensors, src, tag), tensors, tensors, p2p=True)
 
-    def recv_anysource(self, *args, **kwargs):
-        _not_implemented("recv from any source")
+    def recv_anysource(self, tensors, tag=0):
+        for i, t in enumerate(tensors):
+            _check_cpu(t, "tensor %d of recv" % i)
+        return self._to_gloo("recv_anysource", "(point to point)", lambda g: g.recv_anysource(tensors, tag), tensors,
+                             tensors, p2p=True)
 
-    def monitored_barrier(self, *args, **kwargs):
-        _not_implemented("monitored_barrier")
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
+        """gloo's monitored_barrier, in order with the other calls: it
+        returns once every rank has come, or raises naming those that
+        did not (synchronous, as gloo's)."""
+        args = (timeout,) if timeout is not None else ()
+        self._to_gloo("monitored_barrier", "(ranks checked one by one)",
+                      lambda g: _Done(g.monitored_barrier(*args, wait_all_ranks=wait_all_ranks)), []).wait()
+
+
+class _Done:
+    """A call gloo made synchronously, as a Work that is done."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def wait(self):
+        return True
+
+
+# The calls a torch.distributed Backend answers, forwarded by the one the
+# group registers for the CPU (see _register_cpu_backend).
+_FORWARDED = ("allreduce", "broadcast", "allgather", "_allgather_base", "allgather_into_tensor_coalesced",
+              "allgather_coalesced", "allreduce_coalesced", "reduce_scatter", "_reduce_scatter_base",
+              "reduce_scatter_tensor_coalesced", "barrier", "reduce", "gather", "scatter", "alltoall",
+              "alltoall_base", "send", "recv", "recv_anysource", "monitored_barrier")
+
+
+def _register_cpu_backend(pg):
+    """Registers, on torch 2.x, a Backend for the CPU device with the
+    group, as torch does for the backends it makes itself: torch's helpers
+    (init_process_group's device_id, DCP, DTensor, batch_isend_irecv) ask
+    a group for the Backend of a device and fail without one ("No backend
+    type associated with device type cpu", "Default device not found").
+    The Backend forwards every call to the group, so that nothing goes
+    around its order. torch 1.13 has no such registry."""
+    if not hasattr(pg, "_register_backend") or not hasattr(torch._C._distributed_c10d, "Backend"):
+        return
+    backend = _CpuBackend.make(pg)
+    backend_type = dist.ProcessGroup.BackendType.CUSTOM
+    pg._register_backend(torch.device("cpu"), backend_type, backend)
+    if hasattr(pg, "_set_default_backend"):
+        pg._set_default_backend(backend_type)
+
+
+class _CpuBackend:
+    cls = None
+
+    @classmethod
+    def make(cls, pg):
+        if cls.cls is None:
+            base = torch._C._distributed_c10d.Backend
+
+            def init(self, group):
+                base.__init__(self, group.rank(), group.size())
+                self._group = weakref.ref(group)
+
+            def forward(name):
+                def call(self, *args, **kwargs):
+                    group = self._group()
+                    if group is None:
+                        raise RuntimeError("switchml: the process group of this backend is gone")
+                    return getattr(group, name)(*args, **kwargs)
+                call.__name__ = name
+                return call
+
+            attrs = {"__init__": init, "__doc__": "The switchml group's Backend for the CPU device: it forwards "
+                     "every call to the group.",
+                     # torch reads these as attributes; the C++ base would
+                     # look them up here again, without end.
+                     "supports_splitting": property(lambda self: False),
+                     "supports_coalescing": property(lambda self: False),
+                     "getBackendName": lambda self: BACKEND,
+                     "shutdown": lambda self: None,
+                     "abort": lambda self: None}
+            for name in _FORWARDED:
+                attrs[name] = forward(name)
+            cls.cls = type("SwitchMLCpuBackend", (base,), attrs)
+        return cls.cls(pg)
 
 
 def create(store, rank, size, timeout):
     """The creator torch.distributed calls for init_process_group("switchml")."""
     return ProcessGroupSwitchML(store, rank, size, timeout)
+
+
+def create_extended(opts, backend_options=None):
+    """The creator torch 2.x calls when the backend is registered with
+    extended_api=True: the same group, which also takes the device that
+    init_process_group(device_id=...) bound to the group torch made first
+    (the one this group replaces), as torch's own backends keep it."""
+    pg = ProcessGroupSwitchML(opts.store, opts.group_rank, opts.group_size, opts.timeout)
+    bound = getattr(getattr(opts, "process_group", None), "bound_device_id", None)
+    if bound is not None:
+        pg.bound_device_id = bound
+    return pg
+
+
+def extended_api_usable():
+    """Whether this torch hands an extended creator the group it made
+    first (torch 2.x); 1.13's options carry no group."""
+    opts = getattr(torch._C._distributed_c10d, "_DistributedBackendOptions", None)
+    return opts is not None and hasattr(opts, "process_group")

@@ -182,28 +182,199 @@ def errors(backend, rank, world):
         except Exception as e:  # recorded for the test to judge
             out[key] = (type(e).__name__, str(e))
 
-    t = torch.ones(4, 4)
-    catch("noncontiguous", lambda: dist.all_reduce(t.t()))
     catch("meta", lambda: dist.all_reduce(torch.empty(3, device="meta")))
-    catch("float64", lambda: dist.all_reduce(torch.ones(3, dtype=torch.float64)))
-    # torch hands complex tensors over as real views: complex128 arrives
-    # as float64, complex64 as float32 (and is summed).
-    catch("complex", lambda: dist.all_reduce(torch.ones(3, dtype=torch.complex128)))
+    # torch hands complex tensors over as real views: complex64 arrives
+    # as float32 (and is summed by the switch).
     c = torch.full((3,), complex(rank, 1), dtype=torch.complex64)
     dist.all_reduce(c)
     out["complex64"] = c
-    catch("max", lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.MAX))
-    catch("product", lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.PRODUCT))
     catch("avg_int", lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist.ReduceOp.AVG))
-    catch("reduce", lambda: dist.reduce(torch.ones(3), 0))
-    catch("reduce_scatter", lambda: dist.reduce_scatter(torch.ones(1), [torch.ones(1)] * world, op=dist.ReduceOp.MAX))
+    catch("avg_int64", lambda: dist.all_reduce(torch.ones(3, dtype=torch.int64), op=dist.ReduceOp.AVG))
     catch("reduce_scatter_size", lambda: dist.reduce_scatter_tensor(torch.ones(2), torch.ones(2 * world + 1)))
-    catch("all_to_all", lambda: dist.all_to_all([torch.ones(1)] * world, [torch.ones(1)] * world))
-    catch("send", lambda: dist.send(torch.ones(1), (rank + 1) % world))
     catch("bcast_meta", lambda: dist.broadcast(torch.empty(3, device="meta"), 0))
+    catch("reduce_meta", lambda: dist.reduce(torch.empty(3, device="meta"), 0))
     x = torch.full((5,), float(rank + 1))
     dist.all_reduce(x)
     out["after"] = x
+    return out
+
+
+def attempt(fn):
+    """What fn returns, or ("raised", the exception's class name): gloo's
+    refusals must be switchml's too."""
+    try:
+        return fn()
+    except Exception as e:  # recorded for the test to judge
+        return ("raised", type(e).__name__)
+
+
+def delegated(backend, rank, world):
+    """Every call the switch does not carry, on inputs that differ by
+    rank: the results must be gloo's, bit for bit."""
+    out = {}
+    g = torch.Generator().manual_seed(77 + rank)
+    f32 = lambda: torch.randn(257, generator=g)  # noqa: E731
+    i64 = lambda: torch.randint(-(1 << 40), 1 << 40, (33,), generator=g, dtype=torch.int64)  # noqa: E731
+    op = dist.ReduceOp
+
+    def reduced(key, t, **kw):
+        out[key] = attempt(lambda: dist.all_reduce(t, **kw) or t)
+
+    for name in ("MAX", "MIN", "PRODUCT"):
+        reduced(("allreduce", name), f32(), op=getattr(op, name))
+    for name in ("BAND", "BOR", "BXOR"):
+        reduced(("allreduce", name), i64(), op=getattr(op, name))
+    reduced(("allreduce", "int64"), i64())
+    reduced(("allreduce", "float64"), f32().double())
+    reduced(("allreduce", "uint8"), torch.arange(10, dtype=torch.uint8) * (rank + 1))
+    reduced(("allreduce", "bool"), torch.tensor([rank == 0, False, True]))
+    reduced(("allreduce", "noncontiguous"), f32().narrow(0, 0, 256).reshape(16, 16).t())
+    reduced(("allreduce", "int64 MAX"), i64(), op=op.MAX)
+    t = torch.arange(6, dtype=torch.float64) * (rank + 1)
+    out["reduce"] = attempt(lambda: dist.reduce(t, 1) or t)
+    x = torch.full((4,), float(rank + 1))
+    outs = [torch.empty(4) for _ in range(world)] if rank == 2 else None
+    out["gather"] = attempt(lambda: dist.gather(x, outs, dst=2) or outs)
+    s = torch.empty(3, dtype=torch.int64)
+    ins = [torch.arange(3, dtype=torch.int64) + 10 * r for r in range(world)] if rank == 0 else None
+    out["scatter"] = attempt(lambda: dist.scatter(s, ins, src=0) or s)
+    a_in = [torch.full((2,), float(rank * 10 + r)) for r in range(world)]
+    a_out = [torch.empty(2) for _ in range(world)]
+    out["all_to_all"] = attempt(lambda: dist.all_to_all(a_out, a_in) or a_out)
+    # all_to_all_single with uneven splits: rank r sends r+1+k values to rank k.
+    in_splits = [rank + 1 + k for k in range(world)]
+    out_splits = [r + 1 + rank for r in range(world)]
+    flat_in = torch.arange(sum(in_splits), dtype=torch.float32) + 100 * rank
+    flat_out = torch.empty(sum(out_splits))
+    out["all_to_all_single"] = attempt(lambda: dist.all_to_all_single(flat_out, flat_in, out_splits, in_splits) or flat_out)
+    # A ring of sends and receives, blocking and not.
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    r1 = torch.empty(5)
+    if rank % 2 == 0:
+        dist.send(torch.full((5,), float(rank)), nxt)
+        dist.recv(r1, prv)
+    else:
+        dist.recv(r1, prv)
+        dist.send(torch.full((5,), float(rank)), nxt)
+    out["send_recv"] = r1
+    r2 = torch.empty(3, dtype=torch.int64)
+    works = [dist.isend(torch.full((3,), rank, dtype=torch.int64), nxt), dist.irecv(r2, prv)]
+    for w in works:
+        w.wait()
+    out["isend_irecv"] = r2
+    r3 = torch.empty(4)
+    ops = [dist.P2POp(dist.isend, torch.full((4,), rank + 0.5), nxt), dist.P2POp(dist.irecv, r3, prv)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    out["batch_isend_irecv"] = r3
+    # Rank 0 receives from any source: the others send it their rank.
+    if rank == 0:
+        got = []
+        for _ in range(world - 1):
+            r = torch.empty(1)
+            src = dist.recv(r)
+            got.append((src, r.item()))
+        out["recv_anysource"] = sorted(got)
+    else:
+        dist.send(torch.full((1,), float(rank)), 0)
+        out["recv_anysource"] = None
+    c = [f32(), i64()]
+    out["allreduce_coalesced"] = attempt(lambda: dist.all_reduce_coalesced(c) or c)
+    gc_out = [[torch.empty(2), torch.empty(3, dtype=torch.int64)] for _ in range(world)]
+    gc_in = [torch.full((2,), float(rank)), torch.full((3,), rank, dtype=torch.int64)]
+    out["allgather_coalesced"] = attempt(lambda: dist.all_gather_coalesced(gc_out, gc_in) or gc_out)
+    # reduce_scatter with uneven splits (rank r keeps r + 2 values) and with MAX.
+    ru_in = [torch.arange(r + 2, dtype=torch.float32) * (rank + 1) + r for r in range(world)]
+    ru_out = torch.empty(rank + 2)
+    out["reduce_scatter_uneven"] = attempt(lambda: dist.reduce_scatter(ru_out, ru_in) or ru_out)
+    rm_in = [torch.full((3,), float((rank * 7 + r) % 5)) for r in range(world)]
+    rm_out = torch.empty(3)
+    out["reduce_scatter_max"] = attempt(lambda: dist.reduce_scatter(rm_out, rm_in, op=op.MAX) or rm_out)
+    # Object collectives: pickles through uint8 tensors.
+    objs = [None] * world
+    out["all_gather_object"] = attempt(lambda: dist.all_gather_object(objs, {"rank": rank, "x": [rank] * rank}) or objs)
+    bl = [{"from": rank}, "two"] if rank == 1 else [None, None]
+    out["broadcast_object_list"] = attempt(lambda: dist.broadcast_object_list(bl, src=1) or bl)
+    go = [None] * world if rank == 0 else None
+    out["gather_object"] = attempt(lambda: dist.gather_object(("r", rank), go, dst=0) or go)
+    so = [None]
+    out["scatter_object_list"] = attempt(
+        lambda: dist.scatter_object_list(so, [("s", r) for r in range(world)] if rank == 2 else None, src=2) or so)
+    pg = dist.distributed_c10d._get_default_group()
+    out["monitored_barrier"] = attempt(lambda: pg.monitored_barrier(datetime.timedelta(seconds=60),
+                                                                    wait_all_ranks=True))
+    x = torch.full((3,), float(rank + 1))
+    dist.all_reduce(x)
+    out["after"] = x
+    if backend != "gloo":
+        out["delegated"] = pg.delegated()
+        out["traffic"] = pg.traffic()
+    return out
+
+
+def order(backend, rank, world):
+    """Calls of the switch (SUM) and of gloo (MAX, int64 SUM) on one
+    tensor, queued without waiting and alternating: each reads what the
+    call before wrote, so any reordering changes the result. gloo's own
+    worker threads may run queued calls at once, so its reference waits
+    for each call before the next."""
+    x = (torch.arange(6, dtype=torch.int32) + 1) * (rank + 1)
+    y = torch.arange(4, dtype=torch.int64) * (rank + 2)
+    history = []
+    for i in range(50):
+        first, second = (dist.ReduceOp.SUM, dist.ReduceOp.MAX) if i % 2 == 0 else (dist.ReduceOp.MAX, dist.ReduceOp.SUM)
+        works = []
+        for t, o in ((x, first), (y, dist.ReduceOp.SUM), (x, second)):
+            works.append(dist.all_reduce(t, op=o, async_op=True))
+            if backend == "gloo":
+                works[-1].wait()
+        for w in works:
+            w.wait()
+        history.append(x.clone())
+        # The ranks differ again, by a step that differs by round, and
+        # the values stay small.
+        x.remainder_(997).add_(rank * (i + 1))
+        y.remainder_(1 << 20).add_(rank + i)
+    # Blocking calls, alternating, with values that differ every time.
+    z = torch.zeros(5, dtype=torch.int32)
+    for i in range(50):
+        z.add_(rank * 3 + i)
+        dist.all_reduce(z, op=dist.ReduceOp.MAX if i % 2 else dist.ReduceOp.SUM)
+        z.remainder_(10007)
+    out = {"history": history, "y": y, "z": z}
+    if backend != "gloo":
+        pg = dist.distributed_c10d._get_default_group()
+        out["delegated"], out["traffic"] = pg.delegated(), pg.traffic()
+    return out
+
+
+def checkpoint(backend, rank, world):
+    """torch 2.x's helpers on a group made with device_id=cpu:0: a tensor
+    rank 0 holds, scattered to shards by distribute_tensor, saved with
+    DCP (torch.distributed.checkpoint) and loaded back into zeros."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    try:
+        from torch.distributed.tensor import Shard, distribute_tensor
+    except ImportError:  # the first 2.x releases keep it under _tensor
+        from torch.distributed._tensor import Shard, distribute_tensor
+
+    mesh = init_device_mesh("cpu", (world,))
+    full = torch.arange(world * 4 * 3, dtype=torch.float32).reshape(world * 4, 3)
+    src = full.clone() if rank == 0 else torch.zeros_like(full)
+    shards = distribute_tensor(src, mesh, [Shard(0)])
+    out = {"shard": shards.to_local().clone()}
+    where = os.path.join(OUT_DIR, "checkpoint")
+    dcp.save({"w": shards, "step": torch.tensor(7)}, checkpoint_id=where)
+    back = {"w": distribute_tensor(torch.zeros_like(full), mesh, [Shard(0)]), "step": torch.tensor(0)}
+    dcp.load(back, checkpoint_id=where)
+    out["loaded"] = back["w"].to_local().clone()
+    out["full"] = back["w"].full_tensor()
+    out["step"] = back["step"].item()
+    pg = dist.distributed_c10d._get_default_group()
+    out["bound"] = str(pg.bound_device_id)
+    if backend != "gloo":
+        out["delegated"] = pg.delegated()
     return out
 
 
@@ -371,6 +542,10 @@ def traffic():
 # interrupt scenario longer than the test's own guard, so that only the
 # job's end can end the calls held up there.
 TIMEOUTS = {"interrupt": 600}
+# The scenarios whose group is made with init_process_group(device_id=cpu:0).
+DEVICE_ID = {"checkpoint"}
+# The directory every rank's result goes to (shared by the ranks).
+OUT_DIR = None
 TIMEOUT = 120
 
 
@@ -392,7 +567,11 @@ def main():
     if scenario == "sparse_mismatch" and rank == 0:
         os.environ["SWITCHML_SPARSE"] = "1"
     timeout = datetime.timedelta(seconds=TIMEOUTS.get(scenario, TIMEOUT))
-    dist.init_process_group(backend, store=store(rank, world, timeout), rank=rank, world_size=world, timeout=timeout)
+    global OUT_DIR
+    OUT_DIR = os.path.dirname(path)
+    extra = {"device_id": torch.device("cpu:0")} if scenario in DEVICE_ID else {}
+    dist.init_process_group(backend, store=store(rank, world, timeout), rank=rank, world_size=world, timeout=timeout,
+                            **extra)
     out = globals()[scenario](backend, rank, world)
     torch.save(out, path)
     dist.destroy_process_group()
