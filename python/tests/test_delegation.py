@@ -3,11 +3,14 @@ makes beside it: every such call answers as gloo does on the same inputs,
 in order with the switch's calls; and torch 2.x's helpers that ask a group
 for its device (init_process_group's device_id, DCP, distribute_tensor)
 find it. Each scenario runs as one process per rank (tests/worker.py)."""
+import importlib
+import inspect
 import os
 import sys
 import unittest
 
 import torch
+import torch.distributed as dist
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -106,12 +109,10 @@ class Order(unittest.TestCase):
 def _checkpoint_missing():
     """Why this torch cannot run the checkpoint scenario, or None."""
     try:
-        import torch.distributed.checkpoint  # noqa: F401
-        from torch.distributed.device_mesh import init_device_mesh  # noqa: F401
+        importlib.import_module("torch.distributed.checkpoint")
+        importlib.import_module("torch.distributed.device_mesh")
     except ImportError as e:
         return "torch %s has no DCP on a DeviceMesh (%s): torch 2.x" % (torch.__version__, e)
-    import inspect
-    import torch.distributed as dist
     if "device_id" not in inspect.signature(dist.init_process_group).parameters:
         return "torch %s's init_process_group takes no device_id" % torch.__version__
     return None
