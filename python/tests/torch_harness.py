@@ -24,6 +24,7 @@ imports torch and the harness again: the outcomes are the same, and it
 costs about ten times the CPU.
 """
 import argparse
+import ast
 import json
 import os
 import re
@@ -45,6 +46,34 @@ GROUPS = (
 # below).
 SUITE_TIMEOUT = 3600
 TEST_TIMEOUT = 120
+
+
+# Skips by a gate of the harness that switchml cannot be declared past: a
+# literal {"gloo"} or BACKEND != "gloo" (the gate names gloo alone), or the
+# "gpu" feature (a backend of GPU collectives; the backend declares CPU
+# only). The tests behind them are not offered to switchml, and the
+# comparison leaves them out (the table counts them).
+GATE_SET = re.compile(r"to be one of (\{[^}]*\})")
+
+
+def gate_of(outcome, gpu_backends):
+    if outcome["outcome"] != "skip":
+        return None
+    reason = outcome.get("reason", "")
+    if "Only gloo backend supports" in reason:
+        return "gloo"
+    m = GATE_SET.search(reason)
+    if not m:
+        return None
+    try:
+        backends = ast.literal_eval(m.group(1))
+    except (ValueError, SyntaxError):
+        return None
+    if backends == {"gloo"}:
+        return "gloo"
+    if sorted(backends) == gpu_backends:
+        return "gpu"
+    return None
 
 
 def group_of(name):
@@ -100,17 +129,32 @@ def run(python, world=3, start="fork", backends=BACKENDS, log=os.devnull, only=N
     res = {"torch": torch_version(python), "python": python, "world_size": world, "start": start,
            "backends": list(backends), "tests": {n: {} for n in tests}}
     for b in backends:
-        outcomes = run_suite(python, b, world, start, tests, log)["outcomes"]
+        suite = run_suite(python, b, world, start, tests, log)
         for n in tests:
-            res["tests"][n][b] = outcomes.get(n, {"outcome": "fail", "error": "no outcome recorded"})
-    totals = {}
+            o = suite["outcomes"].get(n, {"outcome": "fail", "error": "no outcome recorded"})
+            if b != "gloo" and gate_of(o, suite["gpu_backends"]):
+                o["gate"] = gate_of(o, suite["gpu_backends"])
+            res["tests"][n][b] = o
+    res["totals"] = totals(res)
+    return res
+
+
+def offered(by):
+    """Whether the harness offers the test to every backend compared."""
+    return not any("gate" in o for o in by.values())
+
+
+def totals(res):
+    """{group: {backend: {pass, skip, fail}}}, for every test of the group
+    and (group + " offered") for those the harness offers every backend."""
+    out = {}
     for n, by in res["tests"].items():
         for g in (group_of(n), "all"):
-            for b in backends:
-                t = totals.setdefault(g, {}).setdefault(b, {"pass": 0, "skip": 0, "fail": 0})
-                t[by[b]["outcome"]] += 1
-    res["totals"] = totals
-    return res
+            for key in [g] + ([g + " offered"] if offered(by) else []):
+                for b in res["backends"]:
+                    t = out.setdefault(key, {}).setdefault(b, {"pass": 0, "skip": 0, "fail": 0})
+                    t[by[b]["outcome"]] += 1
+    return out
 
 
 def cell(o):
@@ -127,6 +171,8 @@ def note(by, backends):
         o = by[b]
         if o["outcome"] == "skip":
             parts.append("%s skips: %s" % (b, o.get("reason", "")))
+            if "gate" in o:
+                parts[-1] += " (not offered: a gate switchml cannot pass)"
         elif o["outcome"] == "fail":
             parts.append("%s fails: %s" % (b, o.get("error", "")))
     return "; ".join(parts).replace("|", "/").replace("\n", " ")[:200]
@@ -138,13 +184,26 @@ def markdown(results):
         bs = res["backends"]
         lines.append("## torch %s, %d ranks" % (res["torch"], res["world_size"]))
         lines.append("")
-        lines.append("| group | " + " | ".join("%s pass / skip / fail" % b for b in bs) + " |")
-        lines.append("|---|" + "---|" * len(bs))
+        lines.append("| group | tests | " + " | ".join("%s pass / skip / fail" % b for b in bs) + " |")
+        lines.append("|---|---|" + "---|" * len(bs))
         for g in [g for g, _ in GROUPS] + ["all"]:
-            if g in res["totals"]:
-                t = res["totals"][g]
-                lines.append("| %s | " % g + " | ".join("%d / %d / %d" % (t[b]["pass"], t[b]["skip"], t[b]["fail"])
-                                                       for b in bs) + " |")
+            for key, label in ((g, g), (g + " offered", "%s, offered to every backend" % g)):
+                if key in res["totals"]:
+                    t = res["totals"][key]
+                    lines.append("| %s | %d | " % (label, sum(t[bs[0]].values())) + " | ".join(
+                        "%d / %d / %d" % (t[b]["pass"], t[b]["skip"], t[b]["fail"]) for b in bs) + " |")
+        gated = {}
+        for n, by in res["tests"].items():
+            for b in bs:
+                if "gate" in by[b]:
+                    gated.setdefault((b, by[b]["gate"]), []).append(by["gloo"]["outcome"] == "pass")
+        if gated:
+            lines.append("")
+            lines.append("Not offered: " + "; ".join(
+                "%d test%s to %s, by gates %s (gloo passes %d of them)" % (
+                    len(v), "" if len(v) == 1 else "s", b,
+                    "that name gloo alone" if gate == "gloo" else "for backends of GPU collectives",
+                    sum(v)) for (b, gate), v in sorted(gated.items())) + ".")
         lines.append("")
         lines.append("| test | group | " + " | ".join(bs) + " | where they differ |")
         lines.append("|---|---|" + "---|" * len(bs) + "---|")

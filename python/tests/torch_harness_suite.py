@@ -28,6 +28,13 @@ if "BACKEND" not in os.environ or "WORLD_SIZE" not in os.environ or "TEMP_DIR" n
 
 import switchml  # noqa: E402,F401  (registers the backend, in every spawned rank too)
 
+# What the backend tells the harness it does (DDP, subgroups, ...), before
+# the harness's decorators read it at import.
+if os.environ["BACKEND"] == "switchml" and hasattr(switchml, "declare_test_features"):
+    switchml.declare_test_features()
+
+from torch.testing._internal.common_distributed import DistTestCases  # noqa: E402
+
 from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
     DistributedTest,
     TestDistBackend,
@@ -113,7 +120,8 @@ def main():
     runner = unittest.TextTestRunner(resultclass=Recorder, verbosity=2, stream=sys.stderr)
     res = runner.run(suite)
     with open(a.out, "w") as f:
-        json.dump({"backend": dist.Backend(os.environ["BACKEND"]), "outcomes": res.outcomes}, f, indent=1)
+        json.dump({"backend": dist.Backend(os.environ["BACKEND"]), "outcomes": res.outcomes,
+                   "gpu_backends": sorted(DistTestCases.backend_feature["gpu"])}, f, indent=1)
     return 0
 
 
