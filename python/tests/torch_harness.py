@@ -161,6 +161,17 @@ def cell(o):
     return o["outcome"]
 
 
+def sorted_sets(text):
+    """A reason with the sets it prints in sorted order: Python prints a
+    set of strings in an order that changes from run to run."""
+    def one(m):
+        try:
+            return "{%s}" % ", ".join(repr(x) for x in sorted(ast.literal_eval(m.group(1))))
+        except (ValueError, SyntaxError, TypeError):
+            return m.group(1)
+    return GATE_SET.sub(lambda m: "to be one of " + one(m), text)
+
+
 def note(by, backends):
     """Why the backends differ on a test: the skip reason or the error of
     the one that did not pass."""
@@ -170,7 +181,7 @@ def note(by, backends):
     for b in backends:
         o = by[b]
         if o["outcome"] == "skip":
-            parts.append("%s skips: %s" % (b, o.get("reason", "")))
+            parts.append("%s skips: %s" % (b, sorted_sets(o.get("reason", ""))))
             if "gate" in o:
                 parts[-1] += " (not offered: a gate switchml cannot pass)"
         elif o["outcome"] == "fail":
