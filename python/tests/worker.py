@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 import switchml  # noqa: F401  (registers the backend)
 
+TORCH_MAJOR = int(torch.__version__.split(".")[0])
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int32]
 
 
@@ -193,6 +194,12 @@ def errors(backend, rank, world):
     catch("reduce_scatter_size", lambda: dist.reduce_scatter_tensor(torch.ones(2), torch.ones(2 * world + 1)))
     catch("bcast_meta", lambda: dist.broadcast(torch.empty(3, device="meta"), 0))
     catch("reduce_meta", lambda: dist.reduce(torch.empty(3, device="meta"), 0))
+    # A barrier only rank 0 enters, with a timeout of its own: it ends
+    # then, as gloo's does from torch 2.0 (1.13's gloo keeps the group's).
+    if rank == 0 and TORCH_MAJOR >= 2:
+        o = dist.BarrierOptions()
+        o.timeout = datetime.timedelta(seconds=1)
+        catch("barrier_timeout", lambda: dist.distributed_c10d._get_default_group().barrier(o).wait())
     x = torch.full((5,), float(rank + 1))
     dist.all_reduce(x)
     out["after"] = x
