@@ -139,6 +139,9 @@ def main():
     if a.losses:
         with open("%s.rank%d.json" % (a.losses, dist.get_rank()), "w") as f:
             json.dump({"backend": a.backend, "resumed_at": trainer.epochs_run, "losses": trainer.losses}, f)
+    # Every rank leaves together: a rank that tears its group down while
+    # rank 0 still saves the last snapshot can abort gloo's teardown.
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -190,7 +190,10 @@ def note(by, backends):
 
 
 def markdown(results):
-    lines = []
+    lines = ["# PyTorch's distributed tests under gloo and switchml", "",
+             "Written by `python/tests/torch_harness.py` (see python/README.md, Tests): the collective and DDP",
+             "tests of the harness each torch wheel ships, per backend, ranks started by %s." % (
+                 ", ".join(sorted({r["start"] for r in results}))), ""]
     for res in results:
         bs = res["backends"]
         lines.append("## torch %s, %d ranks" % (res["torch"], res["world_size"]))
