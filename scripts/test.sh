@@ -233,10 +233,23 @@ run_python() {
 	# controller of its own too.
 	go build -o "$out/bin/switchml" ./cmd/switchml || return
 	local rc=0
-	python_tests 1.13 /usr/bin/python3 || rc=1
+	# PyTorch's own distributed tests (test_torch_harness.py) import torch's
+	# test utilities, which need expecttest, a dependency of neither torch:
+	# from PyPI once, beside the torch 2.x environment, and for Debian's
+	# Python (which pip may not install into) in a directory of its own.
+	local deps113="${torch_venv%/*}/python3-deps"
+	if ! /usr/bin/python3 -c 'import expecttest' 2>/dev/null && ! PYTHONPATH="$deps113" /usr/bin/python3 -c 'import expecttest' 2>/dev/null; then
+		/usr/bin/python3 -m pip install -q --disable-pip-version-check --target "$deps113" expecttest ||
+			echo "could not install expecttest for /usr/bin/python3 (no route to PyPI?): test_torch_harness will fail"
+	fi
+	PYTHONPATH="$deps113${PYTHONPATH:+:$PYTHONPATH}" python_tests 1.13 /usr/bin/python3 || rc=1
 	if [[ -f "$out/torch-venv.lock" ]]; then
 		flock "$out/torch-venv.lock" true # the environment's job has ended
 		cat "$out/torch-venv.log"
+	fi
+	if ! "$torch_venv/bin/python" -c 'import expecttest' 2>/dev/null; then
+		"$torch_venv/bin/python" -m pip install -q --disable-pip-version-check expecttest ||
+			echo "could not install expecttest into $torch_venv (no route to PyPI?): test_torch_harness will fail"
 	fi
 	python_tests 2 "$torch_venv/bin/python" || rc=1
 	return $rc
