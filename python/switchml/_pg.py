@@ -40,6 +40,9 @@ BACKEND = "switchml"
 CONNECT_TIMEOUT = 30.0
 JOIN_TIMEOUT = 120.0
 
+# torch 1.13 keeps AllgatherOptions in the C extension only.
+_AllgatherOptions = getattr(dist, "AllgatherOptions", None) or torch._C._distributed_c10d.AllgatherOptions
+
 _JOB_KEY = "switchml/job"
 _ARRIVED_KEY = "switchml/arrived"
 _FAILURES_KEY = "switchml/failures"
@@ -788,7 +791,7 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
         why = "of several tensors per rank" if len(input_tensors) != 1 or len(output_lists) != 1 else \
             _first_reason(list(input_tensors) + [o for outs in output_lists for o in outs])
         if why:
-            o = opts if opts is not None else dist.AllgatherOptions()
+            o = opts if opts is not None else _AllgatherOptions()
             return self._to_gloo("allgather", why, lambda g: g.allgather(output_lists, input_tensors, o),
                                  output_lists, input_tensors)
         inp, outs = input_tensors[0], output_lists[0]
@@ -805,7 +808,7 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
         _check_cpu(output, "allgather output")
         why = _first_reason([output, inp])
         if why:
-            o = opts if opts is not None else dist.AllgatherOptions()
+            o = opts if opts is not None else _AllgatherOptions()
             return self._to_gloo("allgather_into_tensor", why, lambda g: g._allgather_base(output, inp, o),
                                  [output], [inp])
         if output.dtype != inp.dtype or output.numel() != inp.numel() * self.size():
@@ -826,7 +829,7 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
             _check_cpu(out, "allgather output %d" % i)
         why = _first_reason(list(outputs) + list(inputs))
         if why:
-            o = opts if opts is not None else dist.AllgatherOptions()
+            o = opts if opts is not None else _AllgatherOptions()
             return self._to_gloo("allgather_into_tensor_coalesced", why,
                                  lambda g: g.allgather_into_tensor_coalesced(outputs, inputs, o), list(outputs), inputs)
         pairs = []
@@ -1007,7 +1010,7 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
     def allgather_coalesced(self, output_lists, input_tensors, opts=None):
         for i, t in enumerate(input_tensors):
             _check_cpu(t, "allgather_coalesced input %d" % i)
-        o = opts if opts is not None else dist.AllgatherOptions()
+        o = opts if opts is not None else _AllgatherOptions()
         return self._to_gloo("allgather_coalesced", "(one call for a list)",
                              lambda g: g.allgather_coalesced(output_lists, input_tensors, o), output_lists, input_tensors)
 
