@@ -43,7 +43,7 @@ for ((i = 1; i <= rounds; i++)); do
 		# checkout (torch-switchml's libswitchml.so and Python package)
 		# runs that commit's code.
 		(cd "$dir/$side" && "$dir/switchml-$side" bench --name "$name/$label-$i" --out "$repo/$out" "$@" >/dev/null)
-		grep -E '^\| SwitchML|^\| Ring|^\| Gloo' "$out/summary.md" | head -3
+		grep -E '^\| (SwitchML|Ring|Gloo|rack|loopback)' "$out/summary.md" | head -3 || true # a summary may hold none of these rows
 	done
 done
 # The medians of the runs' medians, and their spread, per side and point
