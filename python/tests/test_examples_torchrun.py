@@ -6,20 +6,15 @@ rank at every step must match gloo's. torch 2.x (device_id and FSDP2)."""
 import json
 import math
 import os
-import signal
-import subprocess
 import tempfile
 import unittest
-import uuid
 
 import torch
 
-from test_torchrun import std_workaround, torchrun
+from test_torchrun import torchrun_job
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples", "pytorch")
-# A guard against a hang, never a measure of speed.
-TIMEOUT = 300
 TORCH2 = int(torch.__version__.split(".")[0]) >= 2
 
 
@@ -27,24 +22,10 @@ def run_job(script, world, args, cwd):
     """One torchrun job of an example; fails the test with its output if
     the job fails."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(HERE)] + [p for p in [env.get("PYTHONPATH")] if p])
     env.pop("SWITCHML_CONTROLLER", None)
-    env.setdefault("OMP_NUM_THREADS", "1")
-    logs = os.path.join(cwd, "torchrun-logs-" + uuid.uuid4().hex[:8])
-    cmd = torchrun() + ["--nproc_per_node", str(world), "--nnodes", "1", "--max_restarts", "0",
-                        "--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:0", "--rdzv_id", uuid.uuid4().hex
-                        ] + std_workaround(logs) + [os.path.join(EXAMPLES, script)] + args
-    p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, encoding="utf-8",
-                         errors="replace", start_new_session=True)
-    try:
-        outp, _ = p.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        outp, _ = p.communicate()
-        raise AssertionError("torchrun did not end within %d s (%s); its output:\n%s" % (TIMEOUT, " ".join(cmd), outp))
-    if p.returncode != 0:
-        raise AssertionError("%s exited with status %d:\n%s" % (" ".join(cmd[-len(args) - 1:]), p.returncode,
-                                                               outp[-8000:]))
+    code, outp = torchrun_job(world, [os.path.join(EXAMPLES, script)] + args, env, cwd=cwd)
+    if code != 0:
+        raise AssertionError("%s exited with status %d:\n%s" % (" ".join([script] + args), code, outp[-8000:]))
     return outp
 
 

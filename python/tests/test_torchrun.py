@@ -40,21 +40,20 @@ def std_workaround(log_dir):
     return ["--redirects", "1", "--tee", "1", "--log_dir", log_dir]
 
 
-def run_torchrun(world, **extra):
-    """Runs the worker under torchrun; returns its exit status and output.
-    The rendezvous store listens on a port the kernel picks (endpoint
-    port 0), so that concurrent jobs never collide."""
-    env = dict(os.environ)
+def torchrun_job(world, script, env, cwd=None):
+    """Runs script (and its arguments) under torchrun with world ranks and
+    env; returns its exit status and output. The rendezvous store listens
+    on a port the kernel picks (endpoint port 0), so that concurrent jobs
+    never collide; a job that outlives TIMEOUT is killed and fails the
+    test."""
+    env = dict(env)
     env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(HERE)] + [p for p in [env.get("PYTHONPATH")] if p])
-    env.pop("SWITCHML_CONTROLLER", None)
-    env.pop("SWITCHML_BINARY", None)
     env.setdefault("OMP_NUM_THREADS", "1")
-    env.update(extra)
     logs = tempfile.TemporaryDirectory()
     cmd = torchrun() + ["--nproc_per_node", str(world), "--nnodes", "1", "--max_restarts", "0",
                         "--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:0", "--rdzv_id", uuid.uuid4().hex
-                        ] + std_workaround(logs.name) + [WORKER]
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, encoding="utf-8",
+                        ] + std_workaround(logs.name) + list(script)
+    p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, encoding="utf-8",
                          errors="replace", start_new_session=True)
     try:
         outp, _ = p.communicate(timeout=TIMEOUT)
@@ -68,6 +67,15 @@ def run_torchrun(world, **extra):
             p.wait()
         logs.cleanup()
     return p.returncode, outp
+
+
+def run_torchrun(world, **extra):
+    """Runs the worker under torchrun; returns its exit status and output."""
+    env = dict(os.environ)
+    env.pop("SWITCHML_CONTROLLER", None)
+    env.pop("SWITCHML_BINARY", None)
+    env.update(extra)
+    return torchrun_job(world, [WORKER], env)
 
 
 def free_port():
