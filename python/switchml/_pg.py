@@ -388,6 +388,7 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
         super().__init__(rank, size)
         self._timeout_s = timeout.total_seconds() if timeout else None
         self._closed = False
+        self._ops = 0
         self._ops_lock = threading.Lock()
         self._traffic = {}
         self._queue = queue.Queue()
@@ -568,6 +569,11 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
         w = _Work(torch.futures.Future(), self._live)
         self._queue.put((fn, w))
         return w
+
+    def _name(self, what):
+        with self._ops_lock:
+            self._ops += 1
+            return "%s-%d" % (what, self._ops)
 
     def shutdown(self):
         """Leaves the job once queued collectives are done. Called at exit;
@@ -960,11 +966,16 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
         return self._submit(run)
 
     def barrier(self, opts=None):
-        # gloo's: the switch has nothing to add to a barrier, and gloo's
-        # keeps the group's timeout (or the call's own) as torch's tests
-        # and users expect of it, naming the ranks that did not come.
-        o = opts if opts is not None else dist.BarrierOptions()
-        return self._to_gloo("barrier", "(nothing to sum)", lambda g: g.barrier(o), [], [])
+        # A barrier with a timeout of its own is gloo's, which ends at that
+        # timeout naming the wait, as torch's users expect. Any other is
+        # the job's own, as every other switch call: it holds when a rank
+        # leaves right after it, where gloo's connections, torn down by the
+        # first rank to exit, can abort a rank still finishing its gloo
+        # barrier.
+        if opts is not None and opts.timeout >= datetime.timedelta(0):
+            return self._to_gloo("barrier", "(with a timeout of its own)", lambda g: g.barrier(opts), [], [])
+        name = self._name("barrier")
+        return self._submit(lambda: self._session.barrier(name, self._timeout_s) or [])
 
     # --- what the switch has no call for: gloo's ---
 
