@@ -584,12 +584,18 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
         self._queue.put(None)
         self._thread.join()
         # Point-to-point calls still in flight end with gloo's own
-        # timeouts; the waiter is not waited for.
+        # timeouts; the waiter is given a moment, not waited for.
         self._later.put(None)
+        self._waiter.join(timeout=5)
         try:
             self._session.close()
         except _lib.SwitchMLError:
             pass  # peers or the switch gone already: nothing left to leave
+        # The gloo group goes now, while the interpreter still runs and
+        # this thread can join its threads, not in the interpreter's
+        # teardown, where a gloo group still holding threads aborts the
+        # process (terminate called without an active exception).
+        self._gloo = None
 
     def _interrupt(self):
         """Leaves the job at once, from a signal handler: the collective in
