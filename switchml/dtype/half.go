@@ -12,11 +12,13 @@ var (
 	Float16 Codec = &halfCodec{name: "float16", code: 1,
 		toF32: quant.F16ToFloat32, fromF32: quant.Float32ToF16, check: quant.CheckFiniteF16,
 		exponent: quant.BlockExponentF16, quantize: quant.QuantizeF16BE, dequantize: quant.DequantizeF16BE,
-		bound: quant.ErrorBoundF16}
+		bound: quant.ErrorBoundF16, quantize16: quant.QuantizeF16PairsBE, dequantize16: quant.DequantizeF16PairsBE,
+		bound16: quant.ErrorBound16F16}
 	BFloat16 Codec = &halfCodec{name: "bfloat16", code: 2,
 		toF32: quant.BF16ToFloat32, fromF32: quant.Float32ToBF16, check: quant.CheckFiniteBF16,
 		exponent: quant.BlockExponentBF16, quantize: quant.QuantizeBF16BE, dequantize: quant.DequantizeBF16BE,
-		bound: quant.ErrorBoundBF16}
+		bound: quant.ErrorBoundBF16, quantize16: quant.QuantizeBF16PairsBE, dequantize16: quant.DequantizeBF16PairsBE,
+		bound16: quant.ErrorBound16BF16}
 )
 
 func init() {
@@ -35,6 +37,10 @@ type halfCodec struct {
 	quantize   func(dst []byte, src []uint16, n int, e int8) int
 	dequantize func(dst []uint16, src []byte, n int, e int8) int
 	bound      func(n int, e int8) float64
+	// The 16-bit wire (Wire16).
+	quantize16   func(dst []byte, src []uint16, n int, e int8) int
+	dequantize16 func(dst []uint16, src []byte, n int, e int8) int
+	bound16      func(n int, e int8) float64
 }
 
 func (h *halfCodec) Name() string                        { return h.name }

@@ -201,6 +201,21 @@ type Op struct {
 	// every block travels, without the sparse fields and the directory.
 	// Every worker must decide alike for each op.
 	Dense bool
+	// Wire16 sends the op's values on the 16-bit wire (dtype.Wire16): two
+	// values to a 32-bit payload word, so a packet carries 2*Elements
+	// values and every block of the op is that long (ExpBlock included).
+	// Scaled types only, dense mode only; every worker must decide alike
+	// for each op.
+	Wire16 bool
+}
+
+// PerPacket is how many values a packet of op carries on a lane of
+// elements 32-bit words.
+func (op Op) PerPacket(elements int) int {
+	if op.Wire16 {
+		return 2 * elements
+	}
+	return elements
 }
 
 // Errors of the engine.
@@ -252,10 +267,12 @@ type Lane struct {
 	op       Op
 	length   int // elements of the slice
 	blocks   int
-	win      int  // effective window min(Window, blocks)
-	total    int  // packets of the op
-	float    bool // the op's type is scaled: an exponent round first
-	size     int  // bytes of a value
+	win      int          // effective window min(Window, blocks)
+	total    int          // packets of the op
+	float    bool         // the op's type is scaled: an exponent round first
+	per      int          // values per packet: Elements, twice that on the 16-bit wire
+	narrow   dtype.Wire16 // the op's codec on the 16-bit wire; nil on the 32-bit one
+	size     int          // bytes of a value
 	received int
 	active   bool // an op was started and has not finished
 	// Packet ids: packet p of the op travels as pidBase+p. The counter runs
@@ -332,6 +349,14 @@ func (l *Lane) Start(op Op, now time.Duration) error {
 		op.DType = dtype.Int32
 	}
 	l.sparse = l.cfg.Sparse && !op.Dense
+	if op.Wire16 {
+		if _, ok := op.DType.(dtype.Wire16); !ok || !op.DType.Scaled() {
+			return fmt.Errorf("engine: op %d: %s values do not travel on the 16-bit wire", op.Seq, op.DType.Name())
+		}
+		if l.sparse {
+			return fmt.Errorf("engine: op %d: the sparse mode sends 32-bit values; run the op dense or on the 32-bit wire", op.Seq)
+		}
+	}
 	if l.sparse {
 		return l.startSparse(op, now)
 	}
@@ -367,7 +392,7 @@ func (l *Lane) prepare(op Op, deferCheck bool) (_ Op, n int, err error) {
 			return op, 0, fmt.Errorf("engine: input of op %d: %w", op.Seq, err)
 		}
 	}
-	k := l.cfg.Elements
+	k := op.PerPacket(l.cfg.Elements)
 	if op.Exps != nil && (!float || op.ExpBlock != k || len(op.Exps) < (n+k-1)/k) {
 		op.Exps = nil
 	}
@@ -378,7 +403,11 @@ func (l *Lane) prepare(op Op, deferCheck bool) (_ Op, n int, err error) {
 // its blocks and window, no result in, every slot idle, no timer running,
 // nothing queued. The caller assigns the first packets.
 func (l *Lane) begin(op Op, n int, now time.Duration) {
-	k := l.cfg.Elements
+	k := op.PerPacket(l.cfg.Elements)
+	l.per, l.narrow = k, nil
+	if op.Wire16 {
+		l.narrow = op.DType.(dtype.Wire16)
+	}
 	l.op, l.length, l.size = op, n, op.DType.Size()
 	l.blocks = (n + k - 1) / k
 	l.win = min(l.cfg.Window, l.blocks)
@@ -520,8 +549,8 @@ func (l *Lane) fail(err error) {
 
 // block returns the element range of block b of the slice.
 func (l *Lane) block(b int) (lo, hi int) {
-	lo = b * l.cfg.Elements
-	return lo, min(lo+l.cfg.Elements, l.length)
+	lo = b * l.per
+	return lo, min(lo+l.per, l.length)
 }
 
 // blockData is the bytes of the values lo..hi of the slice.
@@ -548,6 +577,9 @@ func (l *Lane) payloadElements(p int) int {
 		return 0
 	}
 	lo, hi := l.block(b)
+	if l.narrow != nil {
+		return quant.PairWords(hi - lo)
+	}
 	return hi - lo
 }
 
@@ -609,8 +641,13 @@ func (l *Lane) AppendPacket(b []byte) ([]byte, bool) {
 	filled := 0
 	if db := l.dataBlock(p); db >= 0 {
 		lo, hi := l.block(db)
-		filled = 4 * (hi - lo)
-		l.op.DType.Quantize(dst, l.blockData(lo, hi), l.cfg.NumWorkers, st.dataExp)
+		if l.narrow != nil {
+			filled = 4 * quant.PairWords(hi-lo)
+			l.narrow.Quantize16(dst, l.blockData(lo, hi), l.cfg.NumWorkers, st.dataExp)
+		} else {
+			filled = 4 * (hi - lo)
+			l.op.DType.Quantize(dst, l.blockData(lo, hi), l.cfg.NumWorkers, st.dataExp)
+		}
 	}
 	clear(dst[filled:])
 	return l.sent(b, start, s), true
@@ -718,7 +755,11 @@ func (l *Lane) Receive(pkt []byte, now time.Duration) {
 	l.accepted(s)
 	if db := l.dataBlock(p); db >= 0 {
 		lo, hi := l.block(db)
-		l.op.DType.Dequantize(l.blockData(lo, hi), payload, l.cfg.NumWorkers, st.dataExp)
+		if l.narrow != nil {
+			l.narrow.Dequantize16(l.blockData(lo, hi), payload, l.cfg.NumWorkers, st.dataExp)
+		} else {
+			l.op.DType.Dequantize(l.blockData(lo, hi), payload, l.cfg.NumWorkers, st.dataExp)
+		}
 	}
 	if l.float && p < l.blocks {
 		// The switch's maximum over all workers: every worker quantizes

@@ -1,0 +1,239 @@
+package quant
+
+import (
+	"encoding/binary"
+	"math"
+)
+
+// The 16-bit wire: values as block-scaled 16-bit fixed point, two to a
+// 32-bit word, so that a packet carries twice the values in the same bytes
+// and a switch that adds 32-bit words (every one of ours, the P4 programs
+// included) sums each half on its own.
+//
+// With n workers and combined exponent E the scale is
+//
+//	f16 = (2^15 - 1) / (n * 2^E)
+//
+// and every value is clamped to [-L16, L16], L16 = floor((2^15-1)/n), so the
+// n-way sum of one half never leaves [-(2^15-1), 2^15-1]: the headroom is
+// log2(n) bits of the 16. Values a and b (a first) travel as the word
+//
+//	w = a * 2^16 + b
+//
+// in two's complement, big-endian: an arithmetic pair, not two int16s side
+// by side. The switch's 32-bit sum of such words is A * 2^16 + B, with A
+// and B the sums of the halves; since |B| <= 2^15-1, B is the low 16 bits
+// of the sum read as int16, and A = (sum - B) / 2^16. No carry between the
+// halves can be lost and |A*2^16 + B| < 2^31, so the 32-bit sum never
+// wraps: the switch needs nothing new, and partial sums of any subset of
+// the workers (a leaf switch's) decode the same way.
+//
+// An odd count of values pairs the last one with a zero.
+
+// fullScale16 is 2^15 - 1, the largest magnitude of a 16-bit sum.
+const fullScale16 = 1<<15 - 1
+
+// MaxWorkers16 is the largest world size the 16-bit wire takes: with 256
+// workers a worker's value keeps 7 bits (L16 = 127) and the sum 15.
+const MaxWorkers16 = 256
+
+// Scale16 returns f16 = (2^15-1)/(n*2^E) for the exponent code e. n < 1
+// counts as 1.
+func Scale16(n int, e int8) float64 {
+	return fullScale16 / (float64(max(n, 1)) * pow2(e))
+}
+
+// invScale16 is 1/f16.
+func invScale16(n int, e int8) float64 {
+	return float64(max(n, 1)) * pow2(e) / fullScale16
+}
+
+// Limit16 returns L16 = floor((2^15-1)/n), the largest magnitude of one
+// worker's 16-bit value; n of them never overflow a 16-bit half. n < 1
+// counts as 1.
+func Limit16(n int) int32 {
+	return int32(fullScale16 / max(n, 1))
+}
+
+// PairWords is the number of 32-bit words that carry v values on the 16-bit
+// wire.
+func PairWords(v int) int { return (v + 1) / 2 }
+
+// ErrorBound16 is ErrorBound for the 16-bit wire: the largest absolute
+// difference between an element of the dequantized n-way sum (float32
+// output) and the exact sum of the n inputs, when every input is below 2^E
+// in magnitude:
+//
+//	n*2^E * ( n*c/(2^15-1) + 2^-24 + 2^-50 )
+//
+// where c is the most one value can lose: half a step from rounding, or up
+// to one step where the clamp to L16 cuts a value rounded up to
+// floor((2^15-1)/n) + 1, that is c = max(0.5, (2^15-1)/n - L16). The
+// other terms are ErrorBound's: the float32 rounding of the output and the
+// float64 arithmetic. For 8 workers it is about 8*2^E * 1.2e-4: 12 bits
+// below the largest possible sum, against 28 on the 32-bit wire.
+func ErrorBound16(n int, e int8) float64 {
+	return errorBound16(n, e, 0x1p-24, 0)
+}
+
+// ErrorBound16F16 is ErrorBound16 for float16 outputs (ErrorBoundF16's output
+// rounding).
+func ErrorBound16F16(n int, e int8) float64 {
+	return errorBound16(n, e, 0x1p-24+0x1p-11, 0x1p-25)
+}
+
+// ErrorBound16BF16 is ErrorBound16 for bfloat16 outputs (ErrorBoundBF16's
+// output rounding).
+func ErrorBound16BF16(n int, e int8) float64 {
+	return errorBound16(n, e, 0x1p-24+0x1p-8, 0x1p-134)
+}
+
+func errorBound16(n int, e int8, outRel, outAbs float64) float64 {
+	n = max(n, 1)
+	span := float64(n) * math.Ldexp(1, power(e))
+	c := max(0.5, fullScale16/float64(n)-float64(Limit16(n)))
+	return span*(float64(n)*c/fullScale16+outRel+0x1p-50) + outAbs
+}
+
+// quantizer16 holds the per-call constants of a float -> 16-bit conversion.
+type quantizer16 struct {
+	f, lim float64
+}
+
+func newQuantizer16(n int, e int8) quantizer16 {
+	return quantizer16{f: Scale16(n, e), lim: float64(Limit16(n))}
+}
+
+// q converts one value to round(x*f16), clamped to ±L16 (as quantizer.q).
+func (c quantizer16) q(x float32) int32 {
+	v := float64(x) * c.f
+	if v > c.lim {
+		v = c.lim
+	}
+	if v < -c.lim {
+		v = -c.lim
+	}
+	return int32(uint32(math.Float64bits(v + roundMagic)))
+}
+
+// pair is the word that carries a then b.
+func pair(a, b int32) uint32 { return uint32(a<<16 + b) }
+
+// unpair splits a sum of pair words into the sums of its halves.
+func unpair(w uint32) (a, b int32) {
+	b = int32(int16(uint16(w)))
+	a = (int32(w) - b) >> 16
+	return a, b
+}
+
+// QuantizePairsBE writes the values of src as 16-bit fixed point for a sum
+// of n workers under exponent e, two to a big-endian 32-bit word of dst (see
+// the 16-bit wire above). It converts v = min(len(src), 2*(len(dst)/4))
+// values into PairWords(v) words and returns v; when v is odd the last
+// word's second half is 0.
+func QuantizePairsBE(dst []byte, src []float32, n int, e int8) int {
+	c := newQuantizer16(n, e)
+	v := min(len(src), 2*(len(dst)/4))
+	src = src[:v]
+	for len(src) >= 8 && len(dst) >= 16 {
+		binary.BigEndian.PutUint32(dst[0:4], pair(c.q(src[0]), c.q(src[1])))
+		binary.BigEndian.PutUint32(dst[4:8], pair(c.q(src[2]), c.q(src[3])))
+		binary.BigEndian.PutUint32(dst[8:12], pair(c.q(src[4]), c.q(src[5])))
+		binary.BigEndian.PutUint32(dst[12:16], pair(c.q(src[6]), c.q(src[7])))
+		src, dst = src[8:], dst[16:]
+	}
+	for len(src) >= 2 {
+		binary.BigEndian.PutUint32(dst[0:4], pair(c.q(src[0]), c.q(src[1])))
+		src, dst = src[2:], dst[4:]
+	}
+	if len(src) == 1 {
+		binary.BigEndian.PutUint32(dst[0:4], pair(c.q(src[0]), 0))
+	}
+	return v
+}
+
+// DequantizePairsBE reads the summed words of src (QuantizePairsBE's
+// layout, summed by the switch) back into floats: it converts
+// v = min(len(dst), 2*(len(src)/4)) values and returns v.
+func DequantizePairsBE(dst []float32, src []byte, n int, e int8) int {
+	g := invScale16(n, e)
+	v := min(len(dst), 2*(len(src)/4))
+	dst = dst[:v]
+	for len(dst) >= 2 {
+		a, b := unpair(binary.BigEndian.Uint32(src[0:4]))
+		dst[0] = float32(float64(a) * g)
+		dst[1] = float32(float64(b) * g)
+		src, dst = src[4:], dst[2:]
+	}
+	if len(dst) == 1 {
+		a, _ := unpair(binary.BigEndian.Uint32(src[0:4]))
+		dst[0] = float32(float64(a) * g)
+	}
+	return v
+}
+
+// QuantizeF16PairsBE is QuantizePairsBE for float16 bits; the result equals
+// QuantizePairsBE of the widened values.
+func QuantizeF16PairsBE(dst []byte, src []uint16, n int, e int8) int {
+	return quantizeHalfPairsBE(dst, src, n, e, false)
+}
+
+// QuantizeBF16PairsBE is QuantizePairsBE for bfloat16 bits; the result
+// equals QuantizePairsBE of the widened values.
+func QuantizeBF16PairsBE(dst []byte, src []uint16, n int, e int8) int {
+	return quantizeHalfPairsBE(dst, src, n, e, true)
+}
+
+func quantizeHalfPairsBE(dst []byte, src []uint16, n int, e int8, bf16 bool) int {
+	v := min(len(src), 2*(len(dst)/4))
+	var buf [halfChunk]float32 // even, so chunks start on a word
+	for done := 0; done < v; done += halfChunk {
+		c := min(halfChunk, v-done)
+		w := buf[:c]
+		s := src[done : done+c]
+		if bf16 {
+			for i, h := range s {
+				w[i] = BF16ToFloat32(h)
+			}
+		} else {
+			for i, h := range s {
+				w[i] = F16ToFloat32(h)
+			}
+		}
+		QuantizePairsBE(dst[2*done:], w, n, e)
+	}
+	return v
+}
+
+// DequantizeF16PairsBE is DequantizePairsBE with float16 output (the float32
+// result rounded to nearest even).
+func DequantizeF16PairsBE(dst []uint16, src []byte, n int, e int8) int {
+	return dequantizeHalfPairsBE(dst, src, n, e, false)
+}
+
+// DequantizeBF16PairsBE is DequantizePairsBE with bfloat16 output (the
+// float32 result rounded to nearest even).
+func DequantizeBF16PairsBE(dst []uint16, src []byte, n int, e int8) int {
+	return dequantizeHalfPairsBE(dst, src, n, e, true)
+}
+
+func dequantizeHalfPairsBE(dst []uint16, src []byte, n int, e int8, bf16 bool) int {
+	v := min(len(dst), 2*(len(src)/4))
+	var buf [halfChunk]float32
+	for done := 0; done < v; done += halfChunk {
+		c := min(halfChunk, v-done)
+		w := buf[:c]
+		DequantizePairsBE(w, src[2*done:], n, e)
+		d := dst[done : done+c]
+		if bf16 {
+			for i, f := range w {
+				d[i] = Float32ToBF16(f)
+			}
+		} else {
+			for i, f := range w {
+				d[i] = Float32ToF16(f)
+			}
+		}
+	}
+	return v
+}
