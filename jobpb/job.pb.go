@@ -107,8 +107,14 @@ type RegisterRequest struct {
 	// With sparse: the share of a tensor's blocks held by some rank from
 	// which the ranks send tensors of its size dense; they must agree.
 	SparseCrossover float64 `protobuf:"fixed64,13,opt,name=sparse_crossover,json=sparseCrossover,proto3" json:"sparse_crossover,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// How wide float values travel (switchml Config.WireBits): 0 the
+	// type's default (16 bits for float16 and bfloat16, 32 for float32),
+	// 16 every float type at 16 bits, 32 every type at 32. The switch adds
+	// 32-bit words at either width; every rank of a job must agree, as on
+	// the packet size.
+	WireBits      uint32 `protobuf:"varint,14,opt,name=wire_bits,json=wireBits,proto3" json:"wire_bits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterRequest) Reset() {
@@ -228,6 +234,13 @@ func (x *RegisterRequest) GetSparse() bool {
 func (x *RegisterRequest) GetSparseCrossover() float64 {
 	if x != nil {
 		return x.SparseCrossover
+	}
+	return 0
+}
+
+func (x *RegisterRequest) GetWireBits() uint32 {
+	if x != nil {
+		return x.WireBits
 	}
 	return 0
 }
@@ -1648,7 +1661,7 @@ var File_job_proto protoreflect.FileDescriptor
 
 const file_job_proto_rawDesc = "" +
 	"\n" +
-	"\tjob.proto\x12\x16switchml.controller.v1\"\x95\x03\n" +
+	"\tjob.proto\x12\x16switchml.controller.v1\"\xb2\x03\n" +
 	"\x0fRegisterRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04rank\x18\x02 \x01(\rR\x04rank\x12\x1d\n" +
@@ -1664,7 +1677,8 @@ const file_job_proto_rawDesc = "" +
 	" \x01(\tR\x05token\x12)\n" +
 	"\x10fallback_address\x18\v \x01(\tR\x0ffallbackAddress\x12\x16\n" +
 	"\x06sparse\x18\f \x01(\bR\x06sparse\x12)\n" +
-	"\x10sparse_crossover\x18\r \x01(\x01R\x0fsparseCrossover\"\xfa\x02\n" +
+	"\x10sparse_crossover\x18\r \x01(\x01R\x0fsparseCrossover\x12\x1b\n" +
+	"\twire_bits\x18\x0e \x01(\rR\bwireBits\"\xfa\x02\n" +
 	"\x10RegisterResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12)\n" +

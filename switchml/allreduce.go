@@ -101,7 +101,7 @@ func (s *Session) Start(ctx context.Context, c dtype.Codec, data []byte) *Handle
 		return s.refuse(fmt.Errorf("switchml: %d bytes of %s: not a whole number of %d-byte values", len(data), c.Name(), c.Size()))
 	}
 	n := len(data) / c.Size()
-	op := engine.Op{DType: c, Data: data}
+	op := engine.Op{DType: c, Data: data, Wire16: s.cfg.wireBits(c) == dtype.WireNarrow}
 	if !c.Scaled() {
 		return s.start(ctx, op, n)
 	}
@@ -110,7 +110,7 @@ func (s *Session) Start(ctx context.Context, c dtype.Codec, data []byte) *Handle
 		return s.start(ctx, op, n)
 	}
 	// One pass finds a bad value and every packet's block exponent.
-	k := max(s.cfg.PacketElements, 1)
+	k := op.PerPacket(max(s.cfg.PacketElements, 1))
 	op.Checked, op.Exps, op.ExpBlock = true, make([]int8, (n+k-1)/k), k
 	if err := dtype.BlockExponents(c, op.Exps, data, k); err != nil {
 		return s.refuse(fmt.Errorf("switchml: input not finite: %w", err))

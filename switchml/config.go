@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/switchml/switchml-go/field"
+	"github.com/switchml/switchml-go/quant"
+	"github.com/switchml/switchml-go/switchml/dtype"
 	"github.com/switchml/switchml-go/transport"
 	"github.com/switchml/switchml-go/transport/shm"
 	"github.com/switchml/switchml-go/wire"
@@ -105,6 +107,19 @@ type Config struct {
 	// (DefaultSparseCrossover if zero; above 1, never). Every rank of a
 	// job must use the same (Join fails with ErrJobMismatch otherwise).
 	SparseCrossover float64
+	// WireBits is how wide float values travel. 0, the default, sends
+	// float16 and bfloat16 at 16 bits a value and float32 at 32. 16 sends
+	// every float type at 16 bits: block-scaled 16-bit fixed point, two
+	// values to a 32-bit payload word, half the bytes per value of 32
+	// bits at the precision quant.ErrorBound16 states (about 12 bits
+	// below the largest possible sum for 8 workers, against 28). 32 sends
+	// every type at 32 bits, the reference layout's. int32 always travels
+	// at 32 bits, exactly. The switch adds the words alike at either
+	// width, so any switch serves both; the sparse mode sends 32 bits, so
+	// with Sparse, 0 means 32 for every type and 16 is refused. Every
+	// rank of a job must agree (Join fails with ErrJobMismatch
+	// otherwise). The 16-bit wire serves up to quant.MaxWorkers16 ranks.
+	WireBits int
 	// Timeout is the retransmission timeout of a packet (DefaultTimeout,
 	// or DefaultShmTimeout with TransportShm); it grows with the measured
 	// round trip.
@@ -324,6 +339,7 @@ var configChecks = []func(c *Config, p *fieldErrors){
 	checkLanes,
 	checkPacketElements,
 	checkSparse,
+	checkWireBits,
 	checkCompatHeader,
 	checkDurations,
 	checkFaults,
@@ -400,6 +416,36 @@ func checkSparse(c *Config, p *fieldErrors) {
 	if !(c.SparseCrossover > 0) {
 		p.add("SparseCrossover", c.SparseCrossover, "want a share above 0 (0 takes the default %v; above 1 never sends dense)", DefaultSparseCrossover)
 	}
+}
+
+// checkWireBits checks the width float values travel at.
+func checkWireBits(c *Config, p *fieldErrors) {
+	switch c.WireBits {
+	case dtype.WireDefault, dtype.WireFull:
+	case dtype.WireNarrow:
+		if c.Sparse {
+			p.add("WireBits", c.WireBits, "the sparse mode sends 32-bit values: drop {Sparse} or use 0 or %d", dtype.WireFull)
+		}
+	default:
+		p.add("WireBits", c.WireBits, "want %d (16 bits for float16 and bfloat16, 32 for float32), %d (every float type at 16) or %d", dtype.WireDefault, dtype.WireNarrow, dtype.WireFull)
+	}
+	if c.Workers > quant.MaxWorkers16 && c.WireBits == dtype.WireNarrow {
+		p.add("WireBits", c.WireBits, "the 16-bit wire serves up to %d ranks, and {Workers} is %d: use %d", quant.MaxWorkers16, c.Workers, dtype.WireFull)
+	}
+}
+
+// wireBits is the width values of c travel at in this session: 16 or 32.
+// With more ranks than the 16-bit wire serves, or in the sparse mode,
+// the default is 32 for every type.
+func (c *Config) wireBits(codec dtype.Codec) int {
+	if c.WireBits == dtype.WireDefault && (c.Sparse || c.Workers > quant.MaxWorkers16) {
+		return dtype.WireFull
+	}
+	bits, err := dtype.WireBits(codec, c.WireBits)
+	if err != nil {
+		return dtype.WireFull // validate refused such a Config
+	}
+	return bits
 }
 
 // checkCompatHeader checks what the compatible header cannot carry: a tag

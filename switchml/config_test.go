@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/switchml/switchml-go/field"
+	"github.com/switchml/switchml-go/switchml/dtype"
 )
 
 func TestConfigValidation(t *testing.T) {
@@ -38,6 +39,9 @@ func TestConfigValidation(t *testing.T) {
 		{"faults", func(c *Config) { c.Faults.Drop = 2 }, "Faults.Drop = 2: a drop probability"},
 		{"negative timeout", func(c *Config) { c.Timeout = -time.Second }, "Timeout = -1s: must not be negative"},
 		{"negative join timeout", func(c *Config) { c.JoinTimeout = -time.Second }, "JoinTimeout = -1s: must not be negative"},
+		{"wire bits", func(c *Config) { c.WireBits = 8 }, "WireBits = 8: want 0"},
+		{"16-bit sparse", func(c *Config) { c.WireBits, c.Sparse, c.Extended = 16, true, true }, "WireBits = 16: the sparse mode sends 32-bit values"},
+		{"16-bit world", func(c *Config) { c.WireBits, c.Extended, c.Workers = 16, true, 300 }, "serves up to 256 ranks"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := good
@@ -47,6 +51,13 @@ func TestConfigValidation(t *testing.T) {
 				t.Fatalf("validate() = %v, want an error containing %q", err, tc.want)
 			}
 		})
+	}
+	for _, bits := range []int{0, 16, 32} {
+		c := good
+		c.WireBits = bits
+		if err := c.validate(); err != nil {
+			t.Errorf("WireBits %d rejected: %v", bits, err)
+		}
 	}
 	ext := good
 	ext.Extended, ext.Workers, ext.PacketElements = true, 100, 1000
@@ -226,5 +237,30 @@ func TestJoinAtAnotherGRPCServer(t *testing.T) {
 	_, err = Join(ctx, Config{Controller: lis.Addr().String(), Job: "j", Workers: 1})
 	if !errors.Is(err, ErrControllerUnreachable) || !strings.Contains(err.Error(), "not a switchml controller") || !strings.Contains(err.Error(), "P4Runtime port") {
 		t.Fatalf("Join at a gRPC server without the job service = %v, want ErrControllerUnreachable naming the P4Runtime port", err)
+	}
+}
+
+// TestWireBitsPerType: what each type travels at, by Config.
+func TestWireBitsPerType(t *testing.T) {
+	for _, tc := range []struct {
+		bits   int
+		sparse bool
+		want   map[string]int
+	}{
+		{0, false, map[string]int{"float32": 32, "float16": 16, "bfloat16": 16, "int32": 32}},
+		{16, false, map[string]int{"float32": 16, "float16": 16, "bfloat16": 16, "int32": 32}},
+		{32, false, map[string]int{"float32": 32, "float16": 32, "bfloat16": 32, "int32": 32}},
+		{0, true, map[string]int{"float32": 32, "float16": 32, "bfloat16": 32, "int32": 32}},
+	} {
+		c := Config{Job: "j", Workers: 4, WireBits: tc.bits, Sparse: tc.sparse}
+		for name, want := range tc.want {
+			codec, err := dtype.ByName(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.wireBits(codec); got != want {
+				t.Errorf("WireBits %d sparse %v: %s travels at %d bits, want %d", tc.bits, tc.sparse, name, got, want)
+			}
+		}
 	}
 }

@@ -181,7 +181,7 @@ func (j *jobClient) register(ctx context.Context, cfg Config, addrs []string, bi
 			Job: cfg.Job, Rank: uint32(cfg.Rank), WorldSize: uint32(cfg.Workers),
 			Lanes: uint32(cfg.Lanes), Window: uint32(cfg.Window), Elements: uint32(cfg.PacketElements),
 			Format: format, LaneAddresses: addrs, Mac: macOf(bind), Token: cfg.Token,
-			FallbackAddress: ringAddr, Sparse: cfg.Sparse, SparseCrossover: sparseCrossover(cfg),
+			FallbackAddress: ringAddr, Sparse: cfg.Sparse, SparseCrossover: sparseCrossover(cfg), WireBits: uint32(cfg.WireBits),
 		}, grpc.WaitForReady(true))
 		return err
 	})

@@ -190,7 +190,7 @@ func (sw *switchLanes) reduce(h *Handle) error {
 	dense := sw.cfg.Sparse && sw.sparse.dense(h.n, sw.cfg.SparseCrossover)
 	st.mu.Unlock()
 	begin := time.Now()
-	ranges := engine.SplitLanes(h.n, len(sw.lanes), sw.cfg.PacketElements)
+	ranges := engine.SplitLanes(h.n, len(sw.lanes), h.op.PerPacket(sw.cfg.PacketElements))
 	errs := make(chan error, len(sw.lanes))
 	active := 0
 	for i, r := range ranges {

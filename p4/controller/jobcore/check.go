@@ -122,6 +122,15 @@ func checkRequest(r *jobpb.RegisterRequest) ([]netip.AddrPort, error) {
 	default:
 		return nil, Invalid("unknown format %v", r.GetFormat())
 	}
+	switch r.GetWireBits() {
+	case 0, 32:
+	case 16:
+		if r.GetSparse() {
+			return nil, Invalid("wire_bits 16 with the sparse mode: sparse blocks travel at 32 bits")
+		}
+	default:
+		return nil, Invalid("wire_bits %d: want 0 (the type's default), 16 or 32", r.GetWireBits())
+	}
 	if r.GetSparse() && r.GetFormat() != jobpb.Format_FORMAT_EXTENDED {
 		return nil, Invalid("the sparse mode needs the extended header: the compatible header has no room for its block fields")
 	}
@@ -217,6 +226,7 @@ func mismatch(j, r *jobpb.RegisterRequest) string {
 		{"window", j.GetWindow(), r.GetWindow()},
 		{"elements", j.GetElements(), r.GetElements()},
 		{"format", uint32(j.GetFormat()), uint32(r.GetFormat())},
+		{"wire_bits", j.GetWireBits(), r.GetWireBits()},
 	} {
 		if x.a != x.b {
 			if x.name == "format" {

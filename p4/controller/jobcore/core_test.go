@@ -391,6 +391,11 @@ func TestCoreRefusesRegistrations(t *testing.T) {
 		}, codes.FailedPrecondition, "sparse true differs from false"},
 		{"sparse compat", func(q *jobpb.RegisterRequest) { q.Sparse = true }, codes.InvalidArgument, "sparse mode needs the extended header"},
 		{"sparse crossover", func(q *jobpb.RegisterRequest) { q.SparseCrossover = 0.5 }, codes.FailedPrecondition, "sparse_crossover 0.5 differs from 0"},
+		{"wire bits", func(q *jobpb.RegisterRequest) { q.WireBits = 16 }, codes.FailedPrecondition, "wire_bits 16 differs from 0"},
+		{"wire bits unknown", func(q *jobpb.RegisterRequest) { q.WireBits = 8 }, codes.InvalidArgument, "wire_bits 8: want 0"},
+		{"wire bits sparse", func(q *jobpb.RegisterRequest) {
+			q.WireBits, q.Sparse, q.Format = 16, true, jobpb.Format_FORMAT_EXTENDED
+		}, codes.InvalidArgument, "wire_bits 16 with the sparse mode"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := newRig(t, 64)
