@@ -22,6 +22,12 @@ type WorkerReport struct {
 	Lanes          int    `json:"lanes"`
 	Window         int    `json:"window"`
 	PacketElements int    `json:"packet_elements"`
+	// WireBits is the width the values travelled at, 16 or 32 (0: an
+	// older worker, or another system), and SentBytes the bytes of the
+	// packets this rank sent to the switch, SwitchML headers included,
+	// over every call (warm-up and retransmissions too).
+	WireBits  int    `json:"wire_bits,omitempty"`
+	SentBytes uint64 `json:"sent_bytes,omitempty"`
 	// Sparse says the run used the block-sparse mode; Density is the
 	// share of blocks its generated tensors held values in (1: all), and
 	// Gradients the directory of recorded gradients it reduced instead.

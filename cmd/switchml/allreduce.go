@@ -32,7 +32,7 @@ var allreduceFlags = map[string]string{
 	"Lanes": "lanes", "Transport": "transport", "Window": "window", "PacketElements": "packet-elements", "Extended": "extended", "Auth": "auth",
 	"Timeout": "timeout", "JoinTimeout": "join-timeout", "ConnectTimeout": "connect-timeout", "GiveUp": "give-up",
 	"Faults.Drop": "drop", "Faults.Duplicate": "duplicate", "Faults.Reorder": "reorder", "Trace": "trace", "TraceEvents": "trace-events",
-	"Sparse": "sparse", "SparseCrossover": "sparse-crossover", "Fallback": "fallback", "FallbackOnLoss": "fallback-on-loss", "FallbackListen": "fallback-listen", "FallbackPeers": "fallback-peers",
+	"Sparse": "sparse", "SparseCrossover": "sparse-crossover", "WireBits": "wire-bits", "Fallback": "fallback", "FallbackOnLoss": "fallback-on-loss", "FallbackListen": "fallback-listen", "FallbackPeers": "fallback-peers",
 }
 
 // allreduceNames writes a Config field as this command's users set it:
@@ -61,6 +61,7 @@ func runAllReduce(ctx context.Context, args []string) error {
 	fs.BoolVar(&cfg.Extended, "extended", false, "use the software switch's extended header (needed above 256 values per packet or 32 workers)")
 	fs.BoolVar(&cfg.Sparse, "sparse", false, "block-sparse mode: send only the packets' blocks that are not all zero (every rank of a job needs the same; extended header, software switch)")
 	fs.Float64Var(&cfg.SparseCrossover, "sparse-crossover", 0, fmt.Sprintf("with --sparse: the share of a tensor's blocks held by some rank from which its size goes dense (0: %v; above 1: never)", switchml.DefaultSparseCrossover))
+	fs.IntVar(&cfg.WireBits, "wire-bits", 0, "how wide float values travel: 0 (float16 and bfloat16 at 16 bits, float32 at 32), 16 (every float type at 16 bits: half the bytes, a coarser sum; see docs/design.md) or 32 (every type at 32); every rank of a job needs the same")
 	fs.BoolVar(&cfg.Auth, "auth", false, "tag every packet with the job's key, for a software switch that checks tags (switch and controller --auth); needs --extended")
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, fmt.Sprintf("retransmission timeout per packet (0: %v, or %v with --transport shm)", switchml.DefaultTimeout, switchml.DefaultShmTimeout))
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", switchml.DefaultJoinTimeout, "how long to wait for every rank to join")
@@ -207,8 +208,16 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dt dtype.Codec, e
 	rep.PacketElements, rep.Lanes, rep.Window = sess.PacketElements(), sess.Lanes(), sess.Window()
 	var exp *dtype.Expectation
 	if verify {
-		if exp, err = in.expect(work, st, dt, cfg.Workers, elements, sess.PacketElements()); err != nil {
+		// Blocks are what a packet carries: twice the words at 16 bits.
+		k := sess.PacketElements()
+		if sess.WireBits(dt) == dtype.WireNarrow {
+			k *= 2
+		}
+		if exp, err = in.expect(work, st, dt, cfg.Workers, elements, k); err != nil {
 			return err
+		}
+		if sess.WireBits(dt) == dtype.WireNarrow {
+			exp.OnWire16()
 		}
 	}
 	data := dtype.New(dt, elements)
@@ -278,6 +287,7 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dt dtype.Codec, e
 		rep.Fallback, rep.RingCalls = why, stats.Ring
 	}
 	rep.Retransmits, rep.Packets = stats.Retransmits, stats.Packets
+	rep.WireBits, rep.SentBytes = sess.WireBits(dt), stats.SentBytes
 	rep.Transport = sess.Transport() // after the calls: a shared-memory lane counts once it has used the switch's inbox
 	rep.RTTMillis, rep.TimeoutMillis = stats.RTT.Seconds()*1e3, stats.Timeout.Seconds()*1e3
 	rep.Verified = verify

@@ -35,6 +35,7 @@ func runDemo(ctx context.Context, args []string) error {
 	fs.IntVar(&d.Window, "window", 0, "packets in flight per lane (0: 64, or 256 with --transport shm)")
 	fs.IntVar(&d.PacketElements, "packet-elements", 256, "values per packet (up to 2048 with --extended)")
 	fs.BoolVar(&d.Extended, "extended", false, "use the extended header")
+	fs.IntVar(&d.WireBits, "wire-bits", 0, "how wide float values travel: 0 (float16 and bfloat16 at 16 bits, float32 at 32), 16 (every float type at 16 bits) or 32")
 	fs.Float64Var(&d.Drop, "drop", 0, "switch-side drop probability, to watch loss recovery")
 	fs.StringVar(&d.Transport, "transport", switchml.TransportUDP, `how the workers and the switch move packets: "udp" (kernel sockets) or "shm" (shared memory on this host)`)
 	fs.BoolVar(&d.Verbose, "v", false, "show the logs of every process")
@@ -68,6 +69,7 @@ type demo struct {
 	Lanes, Window  int    // 0: what measured best for the transport
 	PacketElements int
 	Extended       bool
+	WireBits       int // switchml.Config.WireBits
 	Drop           float64 // switch-side drop probability
 	Transport      string  // switchml.TransportUDP or switchml.TransportShm
 	Verbose        bool    // copy every process's log to stderr
@@ -121,7 +123,7 @@ func (d *demo) Check() error {
 		d.Window = defWindow
 	}
 	return switchml.Config{Job: "demo", Workers: d.Workers, Lanes: d.Lanes, Window: d.Window, PacketElements: d.PacketElements,
-		Extended: d.Extended, Transport: d.Transport}.Validate()
+		Extended: d.Extended, Transport: d.Transport, WireBits: d.WireBits}.Validate()
 }
 
 // elementSize is the value size of the dtype called name, from the
@@ -182,9 +184,9 @@ func (d demo) Run(ctx context.Context, out io.Writer) error {
 	if fabErr != nil {
 		return fmt.Errorf("the switch or the controller failed: %w", fabErr)
 	}
-	fmt.Fprintf(out, "\n  rank  median TAT   goodput      verified  retransmits  CPU (user+sys)  transport\n")
+	fmt.Fprintf(out, "\n  rank  median TAT   goodput      verified  retransmits  CPU (user+sys)  transport  wire\n")
 	for _, r := range reps {
-		fmt.Fprintf(out, "  %4d  %8.4f s  %7.3f Gb/s  %-8v  %11d  %12.2f s  %s\n", r.Rank, r.MedianTAT, r.GoodputGbps, r.Verified, r.Retransmits, r.CPUUserS+r.CPUSysS, r.Transport)
+		fmt.Fprintf(out, "  %4d  %8.4f s  %7.3f Gb/s  %-8v  %11d  %12.2f s  %-9s  %d bits\n", r.Rank, r.MedianTAT, r.GoodputGbps, r.Verified, r.Retransmits, r.CPUUserS+r.CPUSysS, r.Transport, r.WireBits)
 	}
 	fmt.Fprintf(out, "\nEvery worker holds the sum of all %d tensors, checked element by element against the exact sum (%s).\n", d.Workers, wall.Round(time.Millisecond))
 	return nil
@@ -198,7 +200,7 @@ func (d demo) runWorkers(controller string) (reps []benchmarks.WorkerReport, fai
 		ws[r], err = harness.StartProc(fmt.Sprintf("worker %d", r), d.Verbose, d.Command("allreduce", "--controller", controller, "--job", "demo",
 			"--rank", fmt.Sprint(r), "--workers", fmt.Sprint(d.Workers), "--elements", fmt.Sprint(d.Elements),
 			"--dtype", d.DType, "--iters", fmt.Sprint(d.Iters), "--lanes", fmt.Sprint(d.Lanes), "--window", fmt.Sprint(d.Window),
-			"--packet-elements", fmt.Sprint(d.PacketElements), fmt.Sprintf("--extended=%v", d.Extended), "--transport", d.Transport, "--json"))
+			"--packet-elements", fmt.Sprint(d.PacketElements), fmt.Sprintf("--extended=%v", d.Extended), "--transport", d.Transport, "--wire-bits", fmt.Sprint(d.WireBits), "--json"))
 		if err != nil {
 			return nil, nil, err
 		}

@@ -17,22 +17,33 @@ import (
 // failure, and the transport asked for.
 func TestDemo(t *testing.T) {
 	needProcesses(t)
-	row := regexp.MustCompile(`(?m)^\s+(\d+)\s+\S+ s\s+\S+ Gb/s\s+(\S+)\s+\d+\s+\S+ s\s+(\S+)\s*$`)
-	for _, kind := range []string{"udp", "shm"} {
-		t.Run(kind, func(t *testing.T) {
+	row := regexp.MustCompile(`(?m)^\s+(\d+)\s+\S+ s\s+\S+ Gb/s\s+(\S+)\s+\d+\s+\S+ s\s+(\S+)\s+(\d+) bits\s*$`)
+	for _, tc := range []struct {
+		name, transport, wire string
+		args                  []string
+	}{
+		{"udp", "udp", "32", nil},
+		{"shm", "shm", "32", nil},
+		// Verified within the 16-bit wire's bound, which the workers
+		// choose from their packets' size at 16 bits.
+		{"udp-bfloat16", "udp", "16", []string{"--dtype", "bfloat16"}},
+		{"udp-wire-bits-16", "udp", "16", []string{"--wire-bits", "16"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			out, err := exec.CommandContext(ctx, binary, "demo", "--workers", "3", "--elements", "100000", "--iters", "2", "--transport", kind).CombinedOutput()
+			args := append([]string{"demo", "--workers", "3", "--elements", "100000", "--iters", "2", "--transport", tc.transport}, tc.args...)
+			out, err := exec.CommandContext(ctx, binary, args...).CombinedOutput()
 			if err != nil {
-				t.Fatalf("demo --transport %s: %v\n%s", kind, err, out)
+				t.Fatalf("%v: %v\n%s", args, err, out)
 			}
 			rows := row.FindAllStringSubmatch(string(out), -1)
 			if len(rows) != 3 {
 				t.Fatalf("demo printed %d rank rows, want 3:\n%s", len(rows), out)
 			}
 			for _, r := range rows {
-				if r[2] != "true" || r[3] != kind {
-					t.Errorf("rank %s: verified %s, transport %s; want true, %s", r[1], r[2], r[3], kind)
+				if r[2] != "true" || r[3] != tc.transport || r[4] != tc.wire {
+					t.Errorf("rank %s: verified %s, transport %s, %s bits; want true, %s, %s bits", r[1], r[2], r[3], r[4], tc.transport, tc.wire)
 				}
 			}
 			if !strings.Contains(string(out), "checked element by element") {

@@ -79,6 +79,16 @@ type Expectation struct {
 	k       int
 	want    []float64
 	exps    []int8 // per aligned block of k values; scaled types only
+	narrow  Wire16 // the 16-bit wire's bounds (OnWire16); nil on the 32-bit wire
+}
+
+// OnWire16 makes e's tolerances those of the 16-bit wire (Wire16.Bound16),
+// for values that travel at 16 bits: k must then be the values a packet
+// carries on that wire, twice its 32-bit words. It returns e; a type
+// without a 16-bit wire keeps its own bounds.
+func (e *Expectation) OnWire16() *Expectation {
+	e.narrow, _ = e.c.(Wire16)
+	return e
 }
 
 // NewExpectation is the expectation of the sum of workers ranks' n values,
@@ -222,6 +232,9 @@ func (e *Expectation) tolerance(j int) float64 {
 	}
 	if j+1 < len(e.exps) {
 		ex = max(ex, e.exps[j+1])
+	}
+	if e.narrow != nil {
+		return e.narrow.Bound16(e.workers, ex)
 	}
 	return e.c.Bound(e.workers, ex)
 }
