@@ -74,6 +74,15 @@
 // format, which adds half an ulp of that format: ErrorBoundF16 and ErrorBoundBF16
 // state the bound. Results beyond the format's range become ±Inf.
 //
+// # The 16-bit wire
+//
+// QuantizePairsBE and DequantizePairsBE (and their float16 and bfloat16
+// variants) carry values at 16 bits: scale (2^15-1)/(n*2^E), a clamp to
+// ±floor((2^15-1)/n), and two values a, b to the 32-bit word a*2^16 + b, so
+// that a switch adding 32-bit words sums both halves without a carry
+// between them. ErrorBound16 states the bound; wire16.go explains the
+// pairing and docs/design.md compares it with the 32-bit wire.
+//
 // # NaN and Inf
 //
 // Non-finite values have no fixed-point representation. CheckFinite (and

@@ -27,7 +27,10 @@
 // with or without one.
 //
 // Both headers are followed by the payload: Elements big-endian
-// two's-complement int32 values. Parse validates the payload length; Append
+// two's-complement int32 values. On the 16-bit wire each of them carries
+// two values as the arithmetic pair a*2^16 + b (quant.QuantizePairsBE): the
+// switch adds the words alike, and nothing in the header says the width,
+// which every rank of a job agrees on at join. Parse validates the payload length; Append
 // writes only the header so the caller can quantize straight into the bytes
 // that follow it.
 //
