@@ -64,6 +64,9 @@ type Config struct {
 	Token string
 	// SwitchML tuning; zero values take the library's defaults.
 	Lanes, Window, PacketElements int
+	// WireBits is switchml.Config.WireBits: 16 sends float32 gradients at
+	// 16 bits a value.
+	WireBits int
 	// Trace, if set, receives the SwitchML session's timeline when the
 	// backend closes (switchml.Config.Trace).
 	Trace io.Writer

@@ -20,7 +20,7 @@ func dialSwitchML(ctx context.Context, cfg Config) (Backend, error) {
 	extended := switchml.NeedsExtended(cfg.Workers, cfg.PacketElements)
 	s, err := switchml.Join(ctx, switchml.Config{Controller: cfg.Controller, Job: cfg.Job, Token: cfg.Token, Rank: cfg.Rank, Workers: cfg.Workers,
 		Lanes: cfg.Lanes, Window: cfg.Window, PacketElements: cfg.PacketElements, Extended: extended,
-		Sparse: cfg.Kind == SwitchMLSparse, Trace: cfg.Trace})
+		Sparse: cfg.Kind == SwitchMLSparse, Trace: cfg.Trace, WireBits: cfg.WireBits})
 	if err != nil {
 		return nil, fmt.Errorf("collective: switchml: %w", err)
 	}

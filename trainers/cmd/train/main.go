@@ -62,6 +62,7 @@ type flags struct {
 	profileReps        int
 	steps, warmupSteps int
 	packetElements     int
+	wireBits           int
 
 	// One rank of a job across hosts.
 	rank          int
@@ -116,6 +117,7 @@ func parseFlags(args []string) (*flags, error) {
 	fs.IntVar(&f.steps, "steps", 5, "benchmark models: timed training steps on synthetic input")
 	fs.IntVar(&f.warmupSteps, "warmup-steps", 1, "benchmark models: untimed steps before the timed ones")
 	fs.IntVar(&f.packetElements, "packet-elements", 0, "switchml: values per packet (32, 64, 128 or 256 in the compatible header; other values up to the switch's --max-elements use the software switch's extended header; 0 = the library's default)")
+	fs.IntVar(&f.wireBits, "wire-bits", 0, "switchml: how wide gradients travel: 0 (float32 at 32 bits), 16 (at 16 bits: half the bytes, a coarser sum; see docs/design.md) or 32")
 	fs.IntVar(&f.workerRank, "worker-rank", -1, "internal: run as this worker")
 	fs.StringVar(&f.starAddr, "star-addr", "", "internal: exact backend server")
 	fs.StringVar(&f.ringAddrs, "ring-addrs", "", "internal: comma-separated ring addresses")
@@ -141,7 +143,7 @@ func parseFlags(args []string) (*flags, error) {
 		// it once, before anything starts. The job name is the launcher's
 		// to choose when the flag leaves it empty.
 		cfg := switchml.Config{Job: cmp.Or(f.job, "train"), Workers: f.workers, PacketElements: f.packetElements,
-			Extended: switchml.NeedsExtended(f.workers, f.packetElements)}
+			Extended: switchml.NeedsExtended(f.workers, f.packetElements), WireBits: f.wireBits}
 		if err := cfg.Validate(); err != nil {
 			return nil, switchml.InFlags(err, switchmlFlags)
 		}
@@ -182,6 +184,7 @@ func readToken(file string) (string, error) {
 // switchml backend takes from the command line.
 var switchmlFlags = map[string]string{
 	"Controller": "controller", "Job": "job", "Rank": "rank", "Workers": "workers", "PacketElements": "packet-elements",
+	"WireBits": "wire-bits",
 }
 
 func main() {
@@ -246,7 +249,7 @@ func runWorker(ctx context.Context, f *flags) error {
 	be, err := collective.Dial(dctx, collective.Config{
 		Kind: kind, Rank: f.workerRank, Workers: f.workers,
 		StarAddr: f.starAddr, RingAddrs: ring, Controller: f.controller, Job: f.job, Token: f.token,
-		PacketElements: f.packetElements, Trace: trace,
+		PacketElements: f.packetElements, WireBits: f.wireBits, Trace: trace,
 	})
 	dcancel()
 	if err != nil {

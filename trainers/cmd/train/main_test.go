@@ -92,6 +92,7 @@ func TestFlagErrorsNameFlags(t *testing.T) {
 	}{
 		{[]string{"--backend", "switchml", "--packet-elements", "-1"}, []string{"--packet-elements = -1", "want 0"}},
 		{[]string{"--backend", "switchml", "--packet-elements", "4096"}, []string{"--packet-elements = 4096", "1..2048"}},
+		{[]string{"--backend", "switchml", "--wire-bits", "8"}, []string{"--wire-bits = 8", "want 0"}},
 		{[]string{"--model", "resnet"}, []string{"--model", "known:"}},
 		{[]string{"--backend", "mpi"}, []string{"--backend", "want exact, ring or switchml"}},
 		{[]string{"--backend", "switchml-sparse"}, []string{"--backend", "want exact, ring or switchml"}},

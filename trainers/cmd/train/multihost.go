@@ -118,7 +118,7 @@ func runRank(ctx context.Context, f *flags) error {
 	jctx, cancel := context.WithTimeout(ctx, f.joinTimeout)
 	be, err := collective.Join(jctx, collective.JoinConfig{
 		Config: collective.Config{Kind: kind, Rank: f.rank, Workers: f.workers,
-			Controller: f.controller, Job: cmp.Or(f.job, defaultRankJob), Token: f.token, PacketElements: f.packetElements, Trace: trace},
+			Controller: f.controller, Job: cmp.Or(f.job, defaultRankJob), Token: f.token, PacketElements: f.packetElements, WireBits: f.wireBits, Trace: trace},
 		Peers: f.peerList(), Listen: f.listen, Settings: jobSettings(f, tr, te, ck),
 	})
 	expired := jctx.Err() != nil && ctx.Err() == nil
@@ -181,7 +181,8 @@ func jobSettings(f *flags, tr, te *data.Set, ck *train.Checkpoint) []collective.
 		s = append(s, collective.Setting{Name: "--peers", Value: strings.Join(f.peerList(), ",")})
 	}
 	if f.backend == string(collective.SwitchML) {
-		s = append(s, collective.Setting{Name: "--packet-elements", Value: strconv.Itoa(f.packetElements)})
+		s = append(s, collective.Setting{Name: "--packet-elements", Value: strconv.Itoa(f.packetElements)},
+			collective.Setting{Name: "--wire-bits", Value: strconv.Itoa(f.wireBits)})
 	}
 	if models.LookupBench(f.model) != nil {
 		return append(s,
