@@ -154,3 +154,37 @@ func BenchmarkBlockExponent(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkWire16 is BenchmarkQuantize and BenchmarkDequantize on the 16-bit
+// wire, per value (SetBytes counts the input's bytes): float32 and
+// bfloat16.
+func BenchmarkWire16(b *testing.B) {
+	const k = 1 << 18
+	x, pkt := benchData(4 * k)
+	x = x[:k]
+	h := make([]uint16, k)
+	for i, v := range x {
+		h[i] = Float32ToBF16(v)
+	}
+	QuantizePairsBE(pkt, x, benchN, benchE)
+	for _, bc := range []struct {
+		name  string
+		bytes int
+		fn    func()
+	}{
+		{"QuantizePairs", 4 * k, func() { QuantizePairsBE(pkt, x, benchN, benchE) }},
+		{"DequantizePairs", 4 * k, func() { DequantizePairsBE(x, pkt, benchN, benchE) }},
+		{"QuantizeBF16Pairs", 2 * k, func() { QuantizeBF16PairsBE(pkt, h, benchN, benchE) }},
+		{"DequantizeBF16Pairs", 2 * k, func() { DequantizeBF16PairsBE(h, pkt, benchN, benchE) }},
+		{"Quantize32", 4 * k, func() { QuantizeBE(pkt, x, benchN, benchE) }},
+		{"QuantizeBF16", 2 * k, func() { QuantizeBF16BE(pkt, h, benchN, benchE) }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(int64(bc.bytes))
+			b.ReportAllocs()
+			for b.Loop() {
+				bc.fn()
+			}
+		})
+	}
+}

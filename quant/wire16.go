@@ -95,25 +95,10 @@ func errorBound16(n int, e int8, outRel, outAbs float64) float64 {
 	return span*(float64(n)*c/fullScale16+outRel+0x1p-50) + outAbs
 }
 
-// quantizer16 holds the per-call constants of a float -> 16-bit conversion.
-type quantizer16 struct {
-	f, lim float64
-}
-
-func newQuantizer16(n int, e int8) quantizer16 {
-	return quantizer16{f: Scale16(n, e), lim: float64(Limit16(n))}
-}
-
-// q converts one value to round(x*f16), clamped to ±L16 (as quantizer.q).
-func (c quantizer16) q(x float32) int32 {
-	v := float64(x) * c.f
-	if v > c.lim {
-		v = c.lim
-	}
-	if v < -c.lim {
-		v = -c.lim
-	}
-	return int32(uint32(math.Float64bits(v + roundMagic)))
+// newQuantizer16 is the quantizer of the 16-bit wire: the 32-bit wire's
+// arithmetic (and its vector kernels) with f16 and L16.
+func newQuantizer16(n int, e int8) quantizer {
+	return quantizer{f: Scale16(n, e), lim: float64(Limit16(n))}
 }
 
 // pair is the word that carries a then b.
@@ -126,6 +111,11 @@ func unpair(w uint32) (a, b int32) {
 	return a, b
 }
 
+// pairChunk is how many values go through a stack buffer of int32 at a
+// time: the float kernels (vectorised where possible) scale and round into
+// it, and a scalar pass pairs the halves. Even, so chunks start on a word.
+const pairChunk = 512
+
 // QuantizePairsBE writes the values of src as 16-bit fixed point for a sum
 // of n workers under exponent e, two to a big-endian 32-bit word of dst (see
 // the 16-bit wire above). It converts v = min(len(src), 2*(len(dst)/4))
@@ -134,22 +124,34 @@ func unpair(w uint32) (a, b int32) {
 func QuantizePairsBE(dst []byte, src []float32, n int, e int8) int {
 	c := newQuantizer16(n, e)
 	v := min(len(src), 2*(len(dst)/4))
-	src = src[:v]
-	for len(src) >= 8 && len(dst) >= 16 {
-		binary.BigEndian.PutUint32(dst[0:4], pair(c.q(src[0]), c.q(src[1])))
-		binary.BigEndian.PutUint32(dst[4:8], pair(c.q(src[2]), c.q(src[3])))
-		binary.BigEndian.PutUint32(dst[8:12], pair(c.q(src[4]), c.q(src[5])))
-		binary.BigEndian.PutUint32(dst[12:16], pair(c.q(src[6]), c.q(src[7])))
-		src, dst = src[8:], dst[16:]
-	}
-	for len(src) >= 2 {
-		binary.BigEndian.PutUint32(dst[0:4], pair(c.q(src[0]), c.q(src[1])))
-		src, dst = src[2:], dst[4:]
-	}
-	if len(src) == 1 {
-		binary.BigEndian.PutUint32(dst[0:4], pair(c.q(src[0]), 0))
+	var buf [pairChunk]int32
+	for done := 0; done < v; done += pairChunk {
+		m := min(pairChunk, v-done)
+		q, s := buf[:m], src[done:done+m]
+		k := quantizeFast(int32Bytes(q), s, c, false)
+		quantizeGeneric(q[k:], s[k:], c)
+		putPairs(dst[2*done:], q)
 	}
 	return v
+}
+
+// putPairs writes the values of q as PairWords(len(q)) big-endian pair
+// words.
+func putPairs(dst []byte, q []int32) {
+	for len(q) >= 8 && len(dst) >= 16 {
+		binary.BigEndian.PutUint32(dst[0:4], pair(q[0], q[1]))
+		binary.BigEndian.PutUint32(dst[4:8], pair(q[2], q[3]))
+		binary.BigEndian.PutUint32(dst[8:12], pair(q[4], q[5]))
+		binary.BigEndian.PutUint32(dst[12:16], pair(q[6], q[7]))
+		q, dst = q[8:], dst[16:]
+	}
+	for len(q) >= 2 {
+		binary.BigEndian.PutUint32(dst[0:4], pair(q[0], q[1]))
+		q, dst = q[2:], dst[4:]
+	}
+	if len(q) == 1 {
+		binary.BigEndian.PutUint32(dst[0:4], pair(q[0], 0))
+	}
 }
 
 // DequantizePairsBE reads the summed words of src (QuantizePairsBE's
@@ -158,18 +160,26 @@ func QuantizePairsBE(dst []byte, src []float32, n int, e int8) int {
 func DequantizePairsBE(dst []float32, src []byte, n int, e int8) int {
 	g := invScale16(n, e)
 	v := min(len(dst), 2*(len(src)/4))
-	dst = dst[:v]
-	for len(dst) >= 2 {
-		a, b := unpair(binary.BigEndian.Uint32(src[0:4]))
-		dst[0] = float32(float64(a) * g)
-		dst[1] = float32(float64(b) * g)
-		src, dst = src[4:], dst[2:]
-	}
-	if len(dst) == 1 {
-		a, _ := unpair(binary.BigEndian.Uint32(src[0:4]))
-		dst[0] = float32(float64(a) * g)
+	var buf [pairChunk]int32
+	for done := 0; done < v; done += pairChunk {
+		m := min(pairChunk, v-done)
+		q, d := buf[:m], dst[done:done+m]
+		getPairs(q, src[2*done:])
+		k := dequantizeFast(d, int32Bytes(q), g, false)
+		dequantizeGeneric(d[k:], q[k:], g)
 	}
 	return v
+}
+
+// getPairs reads len(q) values from the pair words of src.
+func getPairs(q []int32, src []byte) {
+	for len(q) >= 2 {
+		q[0], q[1] = unpair(binary.BigEndian.Uint32(src[0:4]))
+		q, src = q[2:], src[4:]
+	}
+	if len(q) == 1 {
+		q[0], _ = unpair(binary.BigEndian.Uint32(src[0:4]))
+	}
 }
 
 // QuantizeF16PairsBE is QuantizePairsBE for float16 bits; the result equals
