@@ -434,7 +434,7 @@ func (s *Sim) startOp(r int) {
 	wk := s.ws[r]
 	op := wk.ops[wk.next]
 	wk.next++
-	ranges := engine.SplitLanes(op.Len(), s.cfg.Lanes, s.cfg.Engine.Elements)
+	ranges := engine.SplitLanes(op.Len(), s.cfg.Lanes, op.PerPacket(s.cfg.Engine.Elements))
 	wk.laneOps = s.cfg.Lanes
 	for l, rg := range ranges {
 		sub := op.Slice(rg)
