@@ -64,6 +64,9 @@ func hierarchRun(t *testing.T, seed uint64, loss float64) Stats {
 		sizes[i] = rng.IntN(400)
 	}
 	w := makeWorkload(rng, n, sizes, []dtype.Codec{[]dtype.Codec{dtype.Int32, dtype.Float32}[rng.IntN(2)], dtype.Float32, dtype.Int32})
+	// Leaves add subsets of the workers' 16-bit pairs: their partial sums
+	// decode as the root's do.
+	w.narrow(rand.New(rand.NewPCG(seed, 16)))
 	link := Link{Latency: 10 * time.Microsecond, Jitter: 10 * time.Microsecond, Bandwidth: 1e9, Loss: loss, Duplicate: 0.02}
 	trunk := Link{Latency: 20 * time.Microsecond, Jitter: 10 * time.Microsecond, Bandwidth: 10e9, Loss: loss, Duplicate: 0.02}
 	cfg := Config{
