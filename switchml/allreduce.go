@@ -101,7 +101,7 @@ func (s *Session) Start(ctx context.Context, c dtype.Codec, data []byte) *Handle
 		return s.refuse(fmt.Errorf("switchml: %d bytes of %s: not a whole number of %d-byte values", len(data), c.Name(), c.Size()))
 	}
 	n := len(data) / c.Size()
-	op := engine.Op{DType: c, Data: data, Wire16: s.cfg.wireBits(c) == dtype.WireNarrow}
+	op := engine.Op{DType: c, Data: data, Wire16: s.cfg.WireWidth(c) == dtype.WireNarrow}
 	if !c.Scaled() {
 		return s.start(ctx, op, n)
 	}

@@ -434,10 +434,11 @@ func checkWireBits(c *Config, p *fieldErrors) {
 	}
 }
 
-// wireBits is the width values of c travel at in this session: 16 or 32.
-// With more ranks than the 16-bit wire serves, or in the sparse mode,
-// the default is 32 for every type.
-func (c *Config) wireBits(codec dtype.Codec) int {
+// WireWidth is the width, 16 or 32, at which values of type codec travel
+// in a session of this Config (WireBits): with more ranks than the 16-bit
+// wire serves, or in the sparse mode, the default is 32 for every type. A
+// packet carries twice its PacketElements values at 16 bits.
+func (c Config) WireWidth(codec dtype.Codec) int {
 	if c.WireBits == dtype.WireDefault && (c.Sparse || c.Workers > quant.MaxWorkers16) {
 		return dtype.WireFull
 	}

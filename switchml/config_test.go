@@ -258,7 +258,7 @@ func TestWireBitsPerType(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := c.wireBits(codec); got != want {
+			if got := c.WireWidth(codec); got != want {
 				t.Errorf("WireBits %d sparse %v: %s travels at %d bits, want %d", tc.bits, tc.sparse, name, got, want)
 			}
 		}

@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchml/switchml-go/jobpb"
-	"github.com/switchml/switchml-go/switchml/dtype"
 	"github.com/switchml/switchml-go/switchml/engine"
 	"github.com/switchml/switchml-go/wire"
 )
@@ -291,11 +290,6 @@ func (s *Session) abandon() {
 		s.ring.close()
 	}
 }
-
-// WireBits is the width, 16 or 32, at which values of type c travel in
-// this session (Config.WireBits); a packet carries 2*PacketElements values
-// at 16 bits.
-func (s *Session) WireBits(c dtype.Codec) int { return s.cfg.wireBits(c) }
 
 // PacketElements is the number of values per packet the session uses (the
 // switch's choice when Config.PacketElements was 0).

@@ -210,13 +210,13 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dt dtype.Codec, e
 	if verify {
 		// Blocks are what a packet carries: twice the words at 16 bits.
 		k := sess.PacketElements()
-		if sess.WireBits(dt) == dtype.WireNarrow {
+		if cfg.WireWidth(dt) == dtype.WireNarrow {
 			k *= 2
 		}
 		if exp, err = in.expect(work, st, dt, cfg.Workers, elements, k); err != nil {
 			return err
 		}
-		if sess.WireBits(dt) == dtype.WireNarrow {
+		if cfg.WireWidth(dt) == dtype.WireNarrow {
 			exp.OnWire16()
 		}
 	}
@@ -287,7 +287,7 @@ func allreduceRounds(ctx context.Context, cfg switchml.Config, dt dtype.Codec, e
 		rep.Fallback, rep.RingCalls = why, stats.Ring
 	}
 	rep.Retransmits, rep.Packets = stats.Retransmits, stats.Packets
-	rep.WireBits, rep.SentBytes = sess.WireBits(dt), stats.SentBytes
+	rep.WireBits, rep.SentBytes = cfg.WireWidth(dt), stats.SentBytes
 	rep.Transport = sess.Transport() // after the calls: a shared-memory lane counts once it has used the switch's inbox
 	rep.RTTMillis, rep.TimeoutMillis = stats.RTT.Seconds()*1e3, stats.Timeout.Seconds()*1e3
 	rep.Verified = verify
