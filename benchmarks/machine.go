@@ -84,8 +84,9 @@ func (m machineCPU) since(m0 machineCPU) (busy, softirq float64) {
 	return (d - (m.idle - m0.idle)) / d, (m.softirq - m0.softirq) / d
 }
 
-// environment records what the numbers depend on.
-func environment() map[string]any {
+// Environment records what the numbers depend on: the machine, Go, the
+// kernel, the load when it is called and the checkout's commit.
+func Environment() map[string]any {
 	env := map[string]any{
 		"time":   time.Now().UTC().Format(time.RFC3339),
 		"go":     runtime.Version(),

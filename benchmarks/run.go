@@ -50,7 +50,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer os.RemoveAll(work)
 
-	b := &driver{o: &o, exe: o.Exe, work: work, file: resultsFile{Options: o, Environment: environment(), Fabric: map[string]any{}}}
+	b := &driver{o: &o, exe: o.Exe, work: work, file: resultsFile{Options: o, Environment: Environment(), Fabric: map[string]any{}}}
 	b.file.Environment["command"] = strings.Join(os.Args, " ")
 	b.prepareBaselines(ctx, points)
 
@@ -356,7 +356,7 @@ func (b *driver) gather(res *result, reps []rankReport, fab *harness.Fabric) err
 		tats[i] = r.TAT
 	}
 	sort.Float64s(tats)
-	res.MedianTAT, res.MinTAT, res.MaxTAT = median(tats), tats[0], tats[len(tats)-1]
+	res.MedianTAT, res.MinTAT, res.MaxTAT = Median(tats), tats[0], tats[len(tats)-1]
 	res.GoodputMbit = float64(p.Bytes*8) / res.MedianTAT / 1e6
 	if p.RateMbit > 0 {
 		res.LinkEfficiency = res.GoodputMbit / p.RateMbit
@@ -387,7 +387,7 @@ func jobStats(res *result, reps []rankReport, p Point) {
 			jr.Verified = jr.Verified && rep.Verified
 		}
 		sort.Float64s(tats)
-		jr.MedianTAT = median(tats)
+		jr.MedianTAT = Median(tats)
 		jr.GoodputMbit = float64(p.Bytes*8) / jr.MedianTAT / 1e6
 		jr.Start, jr.End = start, end
 		first, last = min(first, start), max(last, end)
@@ -414,7 +414,8 @@ func jobStats(res *result, reps []rankReport, p Point) {
 	}
 }
 
-func median(sorted []float64) float64 {
+// Median is the median of sorted values (at least one).
+func Median(sorted []float64) float64 {
 	n := len(sorted)
 	if n%2 == 1 {
 		return sorted[n/2]

@@ -104,7 +104,7 @@ func runsSummary(dir string) (string, error) {
 					continue
 				}
 				p("| %s n=%d %s | %s | %d | %s | %s | %s | %s |\n", where, k.workers, FormatSize(k.bytes), s, len(v),
-					medianSpread(v, "%.3f"), base, medianSpread(present(tats[k][base]), "%.3f"), medianSpread(speedups, "%.2fx"))
+					MedianSpread(v, "%.3f"), base, MedianSpread(present(tats[k][base]), "%.3f"), MedianSpread(speedups, "%.2fx"))
 			}
 		}
 	}
@@ -119,8 +119,8 @@ func present(v []float64) []float64 {
 	return slices.DeleteFunc(slices.Clone(v), func(x float64) bool { return x <= 0 })
 }
 
-// medianSpread formats the median of v and, in brackets, its smallest and largest.
-func medianSpread(v []float64, format string) string {
+// MedianSpread formats the median of v and, in brackets, its smallest and largest.
+func MedianSpread(v []float64, format string) string {
 	s := slices.Sorted(slices.Values(v))
-	return fmt.Sprintf(format+" ("+format+"-"+format+")", median(s), s[0], s[len(s)-1])
+	return fmt.Sprintf(format+" ("+format+"-"+format+")", Median(s), s[0], s[len(s)-1])
 }
