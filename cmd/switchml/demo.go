@@ -69,7 +69,7 @@ type demo struct {
 	Lanes, Window  int    // 0: what measured best for the transport
 	PacketElements int
 	Extended       bool
-	WireBits       int // switchml.Config.WireBits
+	WireBits       int     // switchml.Config.WireBits
 	Drop           float64 // switch-side drop probability
 	Transport      string  // switchml.TransportUDP or switchml.TransportShm
 	Verbose        bool    // copy every process's log to stderr
