@@ -2,7 +2,6 @@ package benchmarks
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -187,11 +186,7 @@ func TestSummaryDTypeWireBits(t *testing.T) {
 			{Point: pt("gloo", 0), MedianTAT: 5},
 		}}
 	dir := t.TempDir()
-	data, err := json.Marshal(&f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "results.json"), data, 0o644); err != nil {
+	if err := f.save(dir); err != nil {
 		t.Fatal(err)
 	}
 	s, err := Report(dir) // as read back from results.json
@@ -251,11 +246,7 @@ func TestRunsSummaryDTypeWireBits(t *testing.T) {
 			{Point: pt("switchml", "float32", bits), MedianTAT: 1.5, WireBitsUsed: []int{16}},
 			{Point: pt("gloo", "float32", 0), MedianTAT: 4.5},
 		}}
-		b, err := json.Marshal(&f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(run, "results.json"), b, 0o644); err != nil {
+		if err := f.save(run); err != nil {
 			t.Fatal(err)
 		}
 	}
