@@ -316,7 +316,7 @@ func TestPlanSwitchMLAuth(t *testing.T) {
 		if slices.Contains(p.Sweeps, "packet") || slices.Contains(p.Sweeps, "window") {
 			t.Errorf("%s planned in sweeps %v: the packet and window sweeps are plain SwitchML's", p, p.Sweeps)
 		}
-		args := switchmlArgs(&o, p, "127.0.0.1:50051", "p0", 1, "float32", false, 1)
+		args := switchmlArgs(&o, p, "127.0.0.1:50051", "p0", 1, false, 1)
 		if !slices.Contains(args, "--auth") || !slices.Contains(args, "--extended") {
 			t.Errorf("%s: worker arguments %q lack --auth or --extended", p, args)
 		}
@@ -332,12 +332,12 @@ func TestPlanSwitchMLAuth(t *testing.T) {
 	}
 
 	plain := Point{Mode: "loopback", System: "switchml", Workers: 4, Bytes: 64 << 20, PacketElements: 256, Window: 64, Lanes: 4}
-	args := switchmlArgs(&o, plain, "127.0.0.1:50051", "p0", 0, "float32", false, 1)
+	args := switchmlArgs(&o, plain, "127.0.0.1:50051", "p0", 0, false, 1)
 	if slices.Contains(args, "--auth") || slices.Contains(args, "--extended") {
 		t.Errorf("plain SwitchML, 256 values: worker arguments %q, want neither --auth nor --extended", args)
 	}
 	o.Extended = true
-	args = switchmlArgs(&o, plain, "127.0.0.1:50051", "p0", 0, "float32", false, 1)
+	args = switchmlArgs(&o, plain, "127.0.0.1:50051", "p0", 0, false, 1)
 	if slices.Contains(args, "--auth") || !slices.Contains(args, "--extended") {
 		t.Errorf("plain SwitchML with Extended: worker arguments %q, want --extended and no --auth", args)
 	}

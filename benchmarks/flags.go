@@ -19,8 +19,11 @@ const FlagsSynopsis = `[flags]
 Builds the emulated rack (network namespaces, a bridge, veth ports shaped
 with tbf), runs every system on it one point at a time, then the loopback
 comparison, and writes results.json, summary.md and PNG plots under --out.
-Each point is a warm-up and --iters timed allreduces of one float32 tensor;
-the TAT of a repetition is the slowest worker's, and tables quote the median.
+Each point is a warm-up and --iters timed allreduces of one tensor of
+--dtype (float32 unless told; sizes stay in bytes); the TAT of a repetition
+is the slowest worker's, and tables quote the median. --wire-bits sets the
+width the SwitchML systems carry float values at; the systems that cannot
+reduce --dtype (the Go ring and OpenMPI: float32 only) are skipped and named.
 
 Sweeps vary one factor around the base point (--base-workers, --size or
 --tune-size, --rate, --packet-elements, --window):
@@ -50,7 +53,8 @@ With --rack-leaves N the rack is a two-level tree and switchml-tree runs a
 leaf switch per leaf under a spine; the other systems cross the same tree.
 Example: switchml bench --sweeps workers --systems switchml,gloo,ring --workers 2,4,8 --size 64MiB --rate 200
 Block-sparse: switchml bench --modes rack --sweeps density --systems switchml,switchml-sparse,gloo --base-workers 8 --density 0.001,0.01,0.1,0.5,1
-Collectives: switchml bench --modes rack --sweeps collectives --systems gloo,torch-switchml --base-workers 8 --size 64MiB --rates 200,1000`
+Collectives: switchml bench --modes rack --sweeps collectives --systems gloo,torch-switchml --base-workers 8 --size 64MiB --rates 200,1000
+16-bit wire: switchml bench --modes rack --sweeps workers --systems switchml,torch-switchml,gloo --workers 8 --dtype bfloat16`
 
 // FlagError is a flag whose value RegisterFlags' check refused.
 type FlagError struct {
@@ -77,6 +81,8 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) (check func() error) {
 	fs.BoolVar(&o.Extended, "extended", o.Extended, "run every SwitchML system's workers with the extended header (switchml-auth and packets above 256 values always use it): compares switchml with switchml-auth on the same header")
 	fs.IntVar(&o.SwitchShards, "switch-shards", 1, "data-plane shards of the software switch (switch --shards); a job needs as many lanes to use them all")
 	fs.IntVar(&o.RackLeaves, "rack-leaves", 0, "build the rack as a two-level tree with this many leaves (2..8), each joined to the spine by a non-blocking trunk; every system crosses it, switchml-tree aggregates at the leaves")
+	fs.StringVar(&o.DType, "dtype", o.DType, "element type of every tensor: "+strings.Join(DTypes, ", ")+"; sizes stay in bytes (64MiB of bfloat16 is 32Mi values). The Go ring and OpenMPI reduce float32 only: at another type they are skipped and named; the jobs sweep sums int32")
+	fs.IntVar(&o.WireBits, "wire-bits", o.WireBits, "width the SwitchML systems carry float values at (allreduce --wire-bits; SWITCHML_WIRE_BITS for torch-switchml): 0 (the type's default: 16 bits for float16 and bfloat16, 32 for float32), 16 or 32")
 	fs.DurationVar(&o.SMLTimeout, "switchml-timeout", o.SMLTimeout, "SwitchML retransmission timeout (default: the library's)")
 	fs.IntVar(&o.LoopbackWorkers, "loopback-workers", o.LoopbackWorkers, "workers of the loopback comparison")
 	fs.IntVar(&o.Iters, "iters", o.Iters, "timed repetitions per point (at least 5 for quoted results)")
@@ -165,10 +171,20 @@ func (o *Options) checkFlags() error {
 	if err := o.checkSparseFlags(); err != nil {
 		return err
 	}
+	if err := o.checkDType(); err != nil {
+		return err
+	}
 	if err := o.checkCollectives(); err != nil {
 		return err
 	}
 	if len(Plan(o)) == 0 {
+		if skips := o.Skipped(); len(skips) > 0 {
+			var why []string
+			for _, s := range skips {
+				why = append(why, s.System+": "+s.Why)
+			}
+			return &FlagError{"systems", fmt.Errorf("no chosen system runs a point at --dtype %s --wire-bits %d (%s)", o.dtypeName(), o.WireBits, strings.Join(why, "; "))}
+		}
 		return &FlagError{"sweeps", errors.New("the chosen modes, sweeps and systems give no point to run")}
 	}
 	return nil

@@ -1,6 +1,7 @@
 package benchmarks
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/switchml/switchml-go/internal/progress"
 	"github.com/switchml/switchml-go/p4/softswitch"
+	"github.com/switchml/switchml-go/switchml/dtype"
 	"github.com/switchml/switchml-go/transport/afxdp"
 	"github.com/switchml/switchml-go/transport/shm"
 )
@@ -102,6 +104,18 @@ var Sweeps = []string{"workers", "sizes", "rates", "packet", "window", "loopback
 // S/n per rank into S.
 var Collectives = []string{"all_reduce", "reduce_scatter", "all_gather"}
 
+// DTypes are the element types a run can reduce (--dtype): the tensor's
+// size stays in bytes, so 64 MiB of bfloat16 is 32 Mi values. The Go ring
+// and the MPI program reduce float32 only; at another type they are
+// skipped and named (Options.Skipped).
+var DTypes = []string{"float32", "float16", "bfloat16", "int32"}
+
+// WireBits are the widths a run can ask the SwitchML systems to carry
+// float values at (--wire-bits, switchml.Config.WireBits): 0 for the
+// type's default (16 bits for float16 and bfloat16, 32 for float32), 16
+// or 32.
+var WireBits = []int{0, 16, 32}
+
 // DefaultSweeps are those the default run makes.
 var DefaultSweeps = []string{"workers", "sizes", "rates", "packet", "window", "loopback"}
 
@@ -163,6 +177,14 @@ type Options struct {
 	// --sparse-crossover (above 1: never dense), to measure the sparse
 	// mode where the library would send dense.
 	SparseCrossover float64 `json:"sparse_crossover,omitempty"`
+	// DType is the element type of every tensor (of DTypes; "" reads as
+	// float32, as in runs recorded before there was a choice), the jobs
+	// sweep's aside, which sums int32. Sizes stay in bytes.
+	DType string `json:"dtype,omitempty"`
+	// WireBits is the width the SwitchML systems' float values travel at
+	// (allreduce --wire-bits; torch-switchml's SWITCHML_WIRE_BITS): 0 for
+	// the type's default, 16 or 32. The other systems send their type.
+	WireBits int `json:"wire_bits,omitempty"`
 	// SMLTimeout is SwitchML's retransmission timeout; zero keeps the
 	// library's default.
 	SMLTimeout time.Duration `json:"switchml_timeout_ns"`
@@ -226,6 +248,7 @@ func DefaultOptions() Options {
 		CollectiveOps: slices.Clone(Collectives),
 		BaseWorkers:   4, PacketElements: 256, PacketSweep: []int{64, 128, 256}, Window: 64, Windows: []int{16, 32, 64}, Lanes: 4,
 		LoopbackWorkers: 4, LoopbackSize: 64 << 20,
+		DType: "float32",
 		Iters: 5, Warmup: 1, Verify: true,
 		MTU: 1500, Prefix: "smlb", Subnet: "10.213.0.0/24", Python: "/usr/bin/python3",
 	}
@@ -255,6 +278,9 @@ func (o *Options) check() error {
 		if !(d > 0 && d <= 1) {
 			return fmt.Errorf("benchmarks: Densities %v: every density must be in (0, 1]", o.Densities)
 		}
+	}
+	if err := o.checkDType(); err != nil {
+		return fmt.Errorf("benchmarks: %s: %w", err.Flag, err.Err)
 	}
 	if err := o.checkCollectives(); err != nil {
 		return fmt.Errorf("benchmarks: %s: %w", err.Flag, err.Err)
@@ -330,12 +356,26 @@ type Point struct {
 	// allreduce: reduce_scatter or all_gather (Collectives), of the same
 	// tensor of Bytes; empty for an allreduce.
 	Op string `json:"op,omitempty"`
+	// DType is the tensor's element type (of DTypes; "" reads as
+	// float32): Bytes over its size is the number of values.
+	DType string `json:"dtype,omitempty"`
+	// WireBits is the width the point asked the SwitchML system to carry
+	// float values at (Options.WireBits); 0 for the type's default and
+	// for the systems that send their type as it is.
+	WireBits int `json:"wire_bits,omitempty"`
 	// Sweeps names the sweeps this point belongs to.
 	Sweeps []string `json:"sweeps"`
 }
 
+// dtypeName is the point's element type, float32 where none is recorded.
+func (p Point) dtypeName() string { return cmp.Or(p.DType, "float32") }
+
+// elements is the number of values in the point's tensor of Bytes.
+func (p Point) elements() int64 { return p.Bytes / int64(dtypeSize(p.dtypeName())) }
+
 func (p Point) key() string {
-	return fmt.Sprintf("%s/%s/%d/%d/%g/%d/%d/%d/%d/%g/%s/%s", p.Mode, p.System, p.Workers, p.Bytes, p.RateMbit, p.PacketElements, p.Window, p.Lanes, p.Jobs, p.Density, p.Gradients, p.Op)
+	return fmt.Sprintf("%s/%s/%d/%d/%g/%d/%d/%d/%d/%g/%s/%s/%s/%d", p.Mode, p.System, p.Workers, p.Bytes, p.RateMbit, p.PacketElements, p.Window, p.Lanes, p.Jobs, p.Density, p.Gradients, p.Op,
+		p.dtypeName(), p.WireBits)
 }
 
 func (p Point) String() string {
@@ -357,6 +397,12 @@ func (p Point) String() string {
 	}
 	if p.Op != "" {
 		s += " op=" + p.Op
+	}
+	if d := p.dtypeName(); d != "float32" {
+		s += " " + d
+	}
+	if p.WireBits != 0 {
+		s += fmt.Sprintf(" wire=%d", p.WireBits)
 	}
 	return s
 }
@@ -490,9 +536,10 @@ func (o *Options) checkCollectives() *FlagError {
 			return &FlagError{"collective-ops", fmt.Errorf("%q: want %s", op, strings.Join(Collectives, ", "))}
 		}
 	}
-	if o.Size%(4*int64(o.BaseWorkers)) != 0 {
-		return &FlagError{"size", fmt.Errorf("the collectives sweep splits the %d-byte tensor into %d shards of float32: want a multiple of %d bytes",
-			o.Size, o.BaseWorkers, 4*o.BaseWorkers)}
+	dt := o.dtypeName()
+	if size := int64(dtypeSize(dt)) * int64(o.BaseWorkers); o.Size%size != 0 {
+		return &FlagError{"size", fmt.Errorf("the collectives sweep splits the %d-byte tensor into %d shards of %s: want a multiple of %d bytes",
+			o.Size, o.BaseWorkers, dt, size)}
 	}
 	return nil
 }
@@ -512,8 +559,72 @@ func (pl *planner) runs(p Point) bool {
 		return false // shared memory between namespaces would bypass the rack's links
 	case p.System == "switchml-tree" && (p.Mode != "rack" || o.RackLeaves < 2 || p.Workers < o.RackLeaves):
 		return false // a tree needs the rack's leaves, and a worker under each
+	case o.unable(p.System) != "":
+		return false // named in Skipped
 	}
 	return true
+}
+
+// unable says why a system cannot reduce the run's type at its wire
+// width, or "" when it can. Gloo's types depend on the PyTorch it runs
+// with: the run asks it (see prepareBaselines).
+func (o *Options) unable(system string) string {
+	dt := o.dtypeName()
+	switch {
+	case system == "ring" && dt != "float32":
+		return fmt.Sprintf("the Go ring (switchml ring) reduces float32 only, not %s", dt)
+	case system == "mpi" && dt != "float32":
+		return fmt.Sprintf("the MPI program reduces MPI_FLOAT (float32) only, not %s", dt)
+	case systemSparse(system) && o.WireBits == dtype.WireNarrow:
+		return "the block-sparse mode sends 32-bit values: --wire-bits 16 does not apply to it"
+	}
+	return ""
+}
+
+// Skip is a chosen system that a run leaves out, and why.
+type Skip struct {
+	System, Why string
+}
+
+// Skipped lists the chosen systems that cannot run at the options' type
+// and wire width (Options.DType, Options.WireBits), in the order of
+// Systems: Plan leaves their points out, and the summary names them.
+func (o *Options) Skipped() []Skip {
+	var out []Skip
+	for _, s := range Systems {
+		if why := o.unable(s); why != "" && slices.Contains(o.Systems, s) {
+			out = append(out, Skip{s, why})
+		}
+	}
+	return out
+}
+
+// dtypeName is the run's element type, float32 where none is set.
+func (o *Options) dtypeName() string { return cmp.Or(o.DType, "float32") }
+
+// dtypeSize is the bytes of one value of a type of DTypes (4 for one the
+// suite does not know; check refuses those).
+func dtypeSize(name string) int {
+	if c, err := dtype.ByName(name); err == nil {
+		return c.Size()
+	}
+	return 4
+}
+
+// checkDType refuses a type or wire width no run can use, and a type
+// the chosen sweeps cannot take; the error names the flag to fix.
+func (o *Options) checkDType() *FlagError {
+	dt := o.dtypeName()
+	if !slices.Contains(DTypes, dt) {
+		return &FlagError{"dtype", fmt.Errorf("%q: want one of %s", dt, strings.Join(DTypes, ", "))}
+	}
+	if !slices.Contains(WireBits, o.WireBits) {
+		return &FlagError{"wire-bits", fmt.Errorf("%d: want 0 (the type's default: 16 bits for float16 and bfloat16, 32 for float32), 16 or 32", o.WireBits)}
+	}
+	if dt != "float32" && slices.Contains(o.Sweeps, "gradients") && len(o.Gradients) > 0 {
+		return &FlagError{"dtype", fmt.Errorf("the gradients sweep reduces recorded float32 files, not %s: run it at --dtype float32", dt)}
+	}
+	return nil
 }
 
 // add puts a point of sweep in the plan, with the suite's knobs where the
@@ -523,12 +634,17 @@ func (pl *planner) add(sweep string, p Point) {
 		return
 	}
 	o := pl.o
+	p.DType = o.dtypeName()
+	if p.Jobs > 0 {
+		p.DType = "int32" // each job's sums checked exactly
+	}
 	if runsOnSwitch(p.System) {
 		p.PacketElements = cmp0(p.PacketElements, o.PacketElements)
 		p.Window = cmp0(p.Window, o.Window)
 		p.Lanes = o.Lanes
+		p.WireBits = o.WireBits
 	} else {
-		p.PacketElements, p.Window, p.Lanes = 0, 0, 0
+		p.PacketElements, p.Window, p.Lanes, p.WireBits = 0, 0, 0, 0
 	}
 	if p.Mode == "loopback" {
 		p.RateMbit = 0

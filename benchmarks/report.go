@@ -194,7 +194,11 @@ func (w *reportWriter) header() {
 	p("Run %v on %v (%v CPUs, Linux %v, %v), commit %.12v.\n", env["time"], env["cpu"], env["cpus"], env["kernel"], env["go"], env["commit"])
 	p("Command: `%v`\n\n", env["command"])
 	p("Load average (all users of this shared machine) at the start: %v, at the end: %v.\n\n", env["loadavg_start"], env["loadavg_end"])
-	p("Every figure is the median of %d timed allreduces after %d warm-up, of one float32 tensor; the TAT of a repetition is the slowest worker's (all start together after a barrier). "+
+	tensor := "one float32 tensor"
+	if dt := o.dtypeName(); dt != "float32" {
+		tensor = fmt.Sprintf("one %s tensor (%d bytes a value: sizes are in bytes)", dt, dtypeSize(dt))
+	}
+	p("Every figure is the median of %d timed allreduces after %d warm-up, of "+tensor+"; the TAT of a repetition is the slowest worker's (all start together after a barrier). "+
 		"Goodput = tensor bits / TAT; link efficiency = goodput / port rate. Speedup = baseline TAT / SwitchML TAT. "+
 		"Rack: one network namespace per worker, veth ports to a bridge in the switch's namespace, each port shaped by tbf in both directions. "+
 		"SwitchML runs the software switch and the controller in the switch's namespace. All files: results.json (every repetition, per-worker times, CPU, tbf counters).\n\n", o.Iters, o.Warmup)
@@ -213,6 +217,65 @@ func (w *reportWriter) header() {
 		}
 		p("\n")
 	}
+	w.wireTable()
+}
+
+// wireTable says what each system reduced: the element type and, for the
+// SwitchML systems, the wire width asked for and the widths the workers
+// reported; and which systems the type left out. Runs recorded before
+// the suite had a choice of type say neither, and have no table.
+func (w *reportWriter) wireTable() {
+	p, o, rs := w.p, w.o, w.f.Results
+	skipped, _ := w.env["dtype_skipped"].(map[string]any) // as read back from results.json
+	if m, ok := w.env["dtype_skipped"].(map[string]string); ok {
+		skipped = map[string]any{}
+		for k, v := range m {
+			skipped[k] = v
+		}
+	}
+	if o.DType == "" && o.WireBits == 0 && len(skipped) == 0 && !slices.ContainsFunc(rs, func(r result) bool { return len(r.WireBitsUsed) > 0 }) {
+		return
+	}
+	asked := "0 (the type's default: 16 bits for float16 and bfloat16, 32 for float32)"
+	if o.WireBits != 0 {
+		asked = strconv.Itoa(o.WireBits)
+	}
+	p("## Data type and wire width\n\n")
+	p("--dtype %s, --wire-bits %s. The SwitchML systems carry float values at the width asked for (int32 always at 32 bits, the block-sparse mode at 32); "+
+		"the width used is what the workers reported (PyTorch-SwitchML: what the library's counters show, under 3 bytes sent per value reduced being 16 bits). "+
+		"The other systems send their type as it is.\n\n", o.dtypeName(), asked)
+	p("| system | dtype | wire bits asked | wire bits used |\n|---|---|---|---|\n")
+	for _, s := range systemsIn(rs) {
+		var dtypes []string
+		var used []string
+		for _, r := range rs {
+			if r.System != s {
+				continue
+			}
+			if d := r.dtypeName(); !slices.Contains(dtypes, d) {
+				dtypes = append(dtypes, d)
+			}
+			for _, b := range r.WireBitsUsed {
+				if v := strconv.Itoa(b); !slices.Contains(used, v) {
+					used = append(used, v)
+				}
+			}
+		}
+		ask, use := "–", "– (its type)"
+		if runsOnSwitch(s) {
+			ask, use = strconv.Itoa(o.WireBits), "not reported"
+			if len(used) > 0 {
+				use = strings.Join(used, ", ")
+			}
+		}
+		p("| %s | %s | %s | %s |\n", systemNames[s], strings.Join(dtypes, ", "), ask, use)
+	}
+	for _, s := range Systems {
+		if why, ok := skipped[s]; ok {
+			p("| %s | skipped: %v | | |\n", systemNames[s], why)
+		}
+	}
+	p("\n")
 }
 
 // tatHeader writes a table's header rows: the leading columns, one TAT

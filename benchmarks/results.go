@@ -65,6 +65,11 @@ type result struct {
 	// BlockDensity is the share of the input's blocks that hold values,
 	// per worker and over all workers (density and gradients sweeps).
 	BlockDensity *blockDensity `json:"block_density,omitempty"`
+	// WireBitsUsed are the widths the workers' values travelled at, as they
+	// reported them (16 or 32; torch-switchml's from the library's
+	// counters, see torch_allreduce.py), each width once in the order
+	// seen; empty for the systems that send their type as it is.
+	WireBitsUsed []int `json:"wire_bits_used,omitempty"`
 	// Transports are the workers' and (last) the switch's transports
 	// ("udp", "afxdp") where a system chooses one.
 	Transports []string `json:"transports,omitempty"`

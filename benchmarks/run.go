@@ -155,6 +155,10 @@ func (b *driver) prepareBaselines(ctx context.Context, points []Point) {
 				b.gloo = script
 			}
 		}
+		if b.gloo != "" && need("gloo") {
+			// The script is there for torch-switchml either way.
+			b.glooWhy = glooReduces(ctx, b.o.Python, env["torch"], b.o.dtypeName(), b.work)
+		}
 	}
 	if need("torch-switchml") {
 		if b.gloo == "" {
@@ -181,6 +185,14 @@ func (b *driver) prepareBaselines(ctx context.Context, points []Point) {
 			}
 		}
 	}
+	if skips := b.o.Skipped(); len(skips) > 0 {
+		m := map[string]string{}
+		for _, sk := range skips {
+			m[sk.System] = sk.Why
+			fmt.Fprintf(b.o.Progress, "%s skipped: %s\n", sk.System, sk.Why)
+		}
+		env["dtype_skipped"] = m
+	}
 	if b.glooWhy != "" && need("gloo") {
 		env["gloo_skipped"] = b.glooWhy
 		fmt.Fprintf(b.o.Progress, "gloo skipped: %s\n", b.glooWhy)
@@ -193,6 +205,36 @@ func (b *driver) prepareBaselines(ctx context.Context, points []Point) {
 		env["mpi_skipped"] = b.mpiWhy
 		fmt.Fprintf(b.o.Progress, "mpi skipped: %s\n", b.mpiWhy)
 	}
+}
+
+// glooReduces says why python's Gloo cannot sum tensors of type dt
+// (Debian's torch 1.13 has no bfloat16 in Gloo), or "" when it can: a
+// one-rank group sums a small tensor of it.
+func glooReduces(ctx context.Context, python string, torch any, dt, work string) string {
+	if dt == "float32" {
+		return ""
+	}
+	store := filepath.Join(work, "gloo-"+dt+".store")
+	probe := `import sys, torch, torch.distributed as d
+d.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+x = torch.ones(4, dtype=getattr(torch, sys.argv[2]))
+d.all_reduce(x)
+d.destroy_process_group()`
+	out, err := exec.CommandContext(ctx, python, "-c", probe, store, dt).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("Gloo in PyTorch %v (%s) cannot all_reduce %s (%s); --python with a PyTorch whose Gloo can (2.x) runs it",
+			torch, python, dt, lastLine(string(out), err))
+	}
+	return ""
+}
+
+// lastLine is the last line of a failed command's output (a Python
+// exception's message), or its error when it printed nothing.
+func lastLine(out string, err error) string {
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); lines[len(lines)-1] != "" {
+		return strings.TrimSpace(lines[len(lines)-1])
+	}
+	return err.Error()
 }
 
 func (b *driver) pointTimeout(p Point) time.Duration {
@@ -273,7 +315,7 @@ func (b *driver) runPoint(ctx context.Context, idx int, p Point) (res result) {
 // missing says why a baseline a point needs is not here, or "".
 func (b *driver) missing(system string) string {
 	switch {
-	case system == "gloo" && b.gloo == "":
+	case system == "gloo" && (b.gloo == "" || b.glooWhy != ""):
 		return b.glooWhy
 	case system == "torch-switchml" && b.torchSML == nil:
 		return b.torchSMLWhy
@@ -333,6 +375,9 @@ func (b *driver) gather(res *result, reps []rankReport, fab *harness.Fabric) err
 		res.Packets += rep.Packets
 		if rep.Transport != "" {
 			res.Transports = append(res.Transports, rep.Transport)
+		}
+		if rep.WireBits != 0 && !slices.Contains(res.WireBitsUsed, rep.WireBits) {
+			res.WireBitsUsed = append(res.WireBitsUsed, rep.WireBits)
 		}
 		res.WorkerCPU = append(res.WorkerCPU, rep.cpu)
 		if rep.bytes != nil {

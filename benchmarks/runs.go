@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -38,13 +39,18 @@ func runsSummary(dir string) (string, error) {
 	}
 	slices.Sort(paths)
 	type key struct {
-		mode    string
-		workers int
-		bytes   int64
-		rate    float64
+		mode     string
+		workers  int
+		bytes    int64
+		rate     float64
+		dtype    string
+		wireBits int // the run's --wire-bits: a SwitchML system beside Gloo at the same point
 	}
 	// tats[point][system][run] is the system's median TAT in that run (0: not run or failed).
 	tats := map[key]map[string][]float64{}
+	// wires[point][system] are the wire widths the system's workers
+	// reported over the runs, each once.
+	wires := map[key]map[string][]int{}
 	var points []key
 	var runs []string
 	for i, path := range paths {
@@ -61,10 +67,16 @@ func runsSummary(dir string) (string, error) {
 			if r.Error != "" || r.Op != "" || r.MedianTAT <= 0 || r.Jobs > 0 || len(r.JobResults) > 0 {
 				continue // failed points, other collectives and job sweeps have summaries of their own
 			}
-			k := key{r.Mode, r.Workers, r.Bytes, r.RateMbit}
+			k := key{r.Mode, r.Workers, r.Bytes, r.RateMbit, r.dtypeName(), f.Options.WireBits}
 			if tats[k] == nil {
 				tats[k] = map[string][]float64{}
+				wires[k] = map[string][]int{}
 				points = append(points, k)
+			}
+			for _, b := range r.WireBitsUsed {
+				if !slices.Contains(wires[k][r.System], b) {
+					wires[k][r.System] = append(wires[k][r.System], b)
+				}
 			}
 			if tats[k][r.System] == nil {
 				tats[k][r.System] = make([]float64, len(paths))
@@ -82,6 +94,13 @@ func runsSummary(dir string) (string, error) {
 		where := k.mode
 		if k.rate > 0 {
 			where = fmt.Sprintf("%s %gMbit/s", k.mode, k.rate)
+		}
+		what := FormatSize(k.bytes)
+		if k.dtype != "float32" {
+			what += " " + k.dtype
+		}
+		if k.wireBits != 0 {
+			what += fmt.Sprintf(" wire=%d", k.wireBits)
 		}
 		systems := make([]string, 0, len(tats[k]))
 		for s := range tats[k] {
@@ -103,12 +122,22 @@ func runsSummary(dir string) (string, error) {
 				if len(speedups) == 0 {
 					continue
 				}
-				p("| %s n=%d %s | %s | %d | %s | %s | %s | %s |\n", where, k.workers, FormatSize(k.bytes), s, len(v),
+				p("| %s n=%d %s | %s | %d | %s | %s | %s | %s |\n", where, k.workers, what, withWire(s, wires[k][s]), len(v),
 					MedianSpread(v, "%.3f"), base, MedianSpread(present(tats[k][base]), "%.3f"), MedianSpread(speedups, "%.2fx"))
 			}
 		}
 	}
 	return b.String(), nil
+}
+
+// withWire is a system's name with the wire widths its workers reported
+// ("switchml, 16-bit wire"), where they reported any.
+func withWire(system string, bits []int) string {
+	if len(bits) == 0 {
+		return system
+	}
+	slices.Sort(bits)
+	return fmt.Sprintf("%s, %s-bit wire", system, strings.ReplaceAll(joinList(bits, strconv.Itoa), ",", "/"))
 }
 
 // baselines are the systems the others are measured against.

@@ -197,7 +197,7 @@ func (b *driver) blockDensity(p Point) *blockDensity {
 	case p.Density > 0:
 		// The seed every SwitchML system's single job fills from
 		// (switchmlArgs: --seed 1).
-		v := syntheticDensity(1, p.Workers, p.Bytes/4, k, p.Density)
+		v := syntheticDensity(1, p.Workers, p.elements(), k, p.Density)
 		d = &v
 	}
 	if b.densities == nil {
@@ -308,7 +308,7 @@ func (w *reportWriter) sparse() error {
 	}
 	if rs := x.in("density", "rack"); len(rs) > 0 {
 		n := rs[0].Workers
-		p("## Rack: block-sparse aggregation against density (%d workers, %s float32, %g Mbit/s ports)\n\n", n, FormatSize(o.Size), o.Rate)
+		p("## Rack: block-sparse aggregation against density (%d workers, %s %s, %g Mbit/s ports)\n\n", n, FormatSize(o.Size), o.dtypeName(), o.Rate)
 		p("The SwitchML systems' generated tensors hold values in a share (the density) of each worker's blocks, a different random share at each worker. " +
 			"The other systems run once, on a tensor of the same size: their cost does not depend on the values, so their TAT is repeated on every row.\n\n")
 		intro()

@@ -77,7 +77,7 @@ func TestPlanSparse(t *testing.T) {
 	var got []string
 	for _, p := range Plan(&o) {
 		got = append(got, fmt.Sprintf("%s %g %q %d", p.System, p.Density, p.Gradients, p.Bytes))
-		args := switchmlArgs(&o, p, "10.0.0.1:50051", "p0", 0, "float32", true, 1)
+		args := switchmlArgs(&o, p, "10.0.0.1:50051", "p0", 0, true, 1)
 		has := func(flag, value string) bool {
 			i := slices.Index(args, flag)
 			return i >= 0 && (value == "" || i+1 < len(args) && args[i+1] == value)

@@ -25,6 +25,7 @@ type rankReport struct {
 	Retransmits uint64
 	Packets     uint64
 	Transport   string
+	WireBits    int // the width the values travelled at, 0 where unknown
 	cpu         cpuTime
 	start, end  float64 // the timed calls, Unix seconds (SwitchML)
 	bytes       *rankBytes
@@ -89,19 +90,19 @@ func (l launcher) host(rank int) string {
 
 // counts are the elements, iterations and warm-up calls as arguments.
 func (l launcher) counts() (elements, iters, warmup string) {
-	return strconv.FormatInt(l.p.Bytes/4, 10), strconv.Itoa(l.b.o.Iters), strconv.Itoa(l.b.o.Warmup)
+	return strconv.FormatInt(l.p.elements(), 10), strconv.Itoa(l.b.o.Iters), strconv.Itoa(l.b.o.Warmup)
 }
 
 // switchml is one `switchml allreduce` per rank. The jobs sweep runs
 // several jobs at once, rank r of every job in worker r's namespace;
-// int32 with a seed per job, so that one job's values in another's sums
-// would show.
+// int32 (the planner's type for them) with a seed per job, so that one
+// job's values in another's sums would show.
 func (l launcher) switchml(fab *harness.Fabric) []*exec.Cmd {
 	p := l.p
 	verify := l.b.o.Verify && l.rack
-	jobs, dtype := 1, "float32"
+	jobs := 1
 	if p.Jobs > 0 {
-		jobs, dtype, verify = p.Jobs, "int32", l.b.o.Verify
+		jobs, verify = p.Jobs, l.b.o.Verify
 	}
 	var cmds []*exec.Cmd
 	for j := 0; j < jobs; j++ {
@@ -110,7 +111,7 @@ func (l launcher) switchml(fab *harness.Fabric) []*exec.Cmd {
 			name = fmt.Sprintf("p%d-j%d", l.idx, j)
 		}
 		for r := 0; r < p.Workers; r++ {
-			args := switchmlArgs(l.b.o, p, fab.ControllerAddr(), name, r, dtype, verify, j+1)
+			args := switchmlArgs(l.b.o, p, fab.ControllerAddr(), name, r, verify, j+1)
 			if l.rack {
 				args = append(args, "--bind", l.host(r))
 			}
@@ -168,12 +169,15 @@ func (l launcher) torch(fab *harness.Fabric) ([]*exec.Cmd, error) {
 		if extendedHeader(b.o, p) {
 			env = append(env, "SWITCHML_EXTENDED=1")
 		}
+		if p.WireBits != 0 {
+			env = append(env, "SWITCHML_WIRE_BITS="+strconv.Itoa(p.WireBits))
+		}
 	}
 	var cmds []*exec.Cmd
 	for r := 0; r < p.Workers; r++ {
 		c := l.command(r, b.o.Python, b.gloo, "--rank", strconv.Itoa(r), "--world", strconv.Itoa(p.Workers),
 			"--master-addr", l.host(0), "--master-port", strconv.Itoa(port), "--ifname", ifname,
-			"--elements", elements, "--iters", iters, "--warmup", warmup, "--backend", backend)
+			"--elements", elements, "--dtype", p.dtypeName(), "--iters", iters, "--warmup", warmup, "--backend", backend)
 		if p.Gradients != "" {
 			c.Args = append(c.Args, "--input", gradientFile(p.Gradients, r), "--inputs", p.Gradients)
 		}
@@ -233,7 +237,7 @@ func (b *driver) workerReports(outs [][]byte, p Point) ([]rankReport, error) {
 		if j.Error != "" {
 			return nil, fmt.Errorf("rank %d: %s", r, j.Error)
 		}
-		reps[r] = rankReport{TATs: j.TATs, Verified: j.Verified, Retransmits: j.Retransmits, Packets: j.Packets, Transport: j.Transport,
+		reps[r] = rankReport{TATs: j.TATs, Verified: j.Verified, Retransmits: j.Retransmits, Packets: j.Packets, Transport: j.Transport, WireBits: j.WireBits,
 			cpu:   cpuTime{User: j.CPUUserS, Sys: j.CPUSysS},
 			start: j.TimedStart, end: j.TimedEnd}
 		if j.CPULoopUserS != nil && j.CPULoopSysS != nil {
@@ -255,14 +259,17 @@ func (b *driver) workerReports(outs [][]byte, p Point) ([]rankReport, error) {
 // switchmlArgs are the arguments of rank's `switchml allreduce` at a point
 // of a SwitchML system (--bind aside): the point's knobs, the header the
 // point asks for, and the system's transport and --auth.
-func switchmlArgs(o *Options, p Point, controller, job string, rank int, dtype string, verify bool, seed int) []string {
+func switchmlArgs(o *Options, p Point, controller, job string, rank int, verify bool, seed int) []string {
 	args := []string{"allreduce", "--controller", controller, "--job", job,
-		"--rank", strconv.Itoa(rank), "--workers", strconv.Itoa(p.Workers), "--elements", strconv.FormatInt(p.Bytes/4, 10), "--dtype", dtype,
+		"--rank", strconv.Itoa(rank), "--workers", strconv.Itoa(p.Workers), "--elements", strconv.FormatInt(p.elements(), 10), "--dtype", p.dtypeName(),
 		"--iters", strconv.Itoa(o.Iters), "--warmup", strconv.Itoa(o.Warmup), "--lanes", strconv.Itoa(p.Lanes), "--window", strconv.Itoa(p.Window),
 		"--packet-elements", strconv.Itoa(p.PacketElements), fmt.Sprintf("--verify=%v", verify), "--json",
 		"--seed", strconv.Itoa(seed)}
 	if o.SMLTimeout > 0 {
 		args = append(args, "--timeout", o.SMLTimeout.String())
+	}
+	if p.WireBits != 0 {
+		args = append(args, "--wire-bits", strconv.Itoa(p.WireBits))
 	}
 	if extendedHeader(o, p) {
 		args = append(args, "--extended")

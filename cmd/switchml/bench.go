@@ -45,9 +45,7 @@ func runBench(ctx context.Context, args []string) error {
 		fmt.Print(summary)
 		return nil
 	case c.dryRun:
-		for i, p := range benchmarks.Plan(&c.opts) {
-			fmt.Printf("%3d  %s\n", i+1, p)
-		}
+		printPlan(os.Stdout, &c.opts)
 		return nil
 	}
 	// The suite tears down what it built when ctx ends: main's context
@@ -81,4 +79,15 @@ func parseBenchFlags(args []string, out io.Writer) (benchCommand, error) {
 		return c, errUsage
 	}
 	return c, nil
+}
+
+// printPlan writes the points a run would make, one a line, then the
+// chosen systems it would leave out and why (--dry-run).
+func printPlan(w io.Writer, o *benchmarks.Options) {
+	for i, p := range benchmarks.Plan(o) {
+		fmt.Fprintf(w, "%3d  %s\n", i+1, p)
+	}
+	for _, s := range o.Skipped() {
+		fmt.Fprintf(w, "     skipped: %s: %s\n", s.System, s.Why)
+	}
 }

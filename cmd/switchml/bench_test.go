@@ -35,6 +35,22 @@ func TestBenchFlags(t *testing.T) {
 		t.Errorf("--systems switchml,switchml-auth --extended: %+v, %v (%s)", c.opts, err, out.String())
 	}
 
+	// --dry-run lists the points with their type and width, then the
+	// systems the type leaves out.
+	c, err = parseBenchFlags([]string{"--modes", "rack", "--sweeps", "workers", "--workers", "8", "--systems", "switchml,gloo,ring",
+		"--dtype", "bfloat16", "--wire-bits", "16", "--dry-run"}, &out)
+	if err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	var plan strings.Builder
+	printPlan(&plan, &c.opts)
+	want := "  1  rack     switchml n=8 64MiB 200Mbit/s k=256 W=64 L=4 bfloat16 wire=16\n" +
+		"  2  rack     gloo     n=8 64MiB 200Mbit/s bfloat16\n" +
+		"     skipped: ring: the Go ring (switchml ring) reduces float32 only, not bfloat16\n"
+	if plan.String() != want {
+		t.Errorf("--dry-run printed\n%s\nwant\n%s", plan.String(), want)
+	}
+
 	c, err = parseBenchFlags([]string{"--report", "benchmarks/results/default"}, &out)
 	if err != nil || c.report != "benchmarks/results/default" {
 		t.Errorf("--report: %+v, %v", c, err)
