@@ -323,7 +323,11 @@ def _hook_signals():
         if sig in _previous_handlers:
             continue
         prev = signal.getsignal(sig)
-        if prev is None:  # installed outside Python: leave it alone
+        if prev is None or prev == signal.SIG_IGN:
+            # Installed outside Python: leave it alone. Ignored (a job
+            # started in the background by a shell, or under nohup):
+            # the process asked not to be stopped by it, so it must not
+            # end the job either.
             continue
         _previous_handlers[sig] = prev
         signal.signal(sig, _on_signal)
@@ -339,8 +343,6 @@ def _on_signal(signum, frame):
     prev = _previous_handlers.get(signum)
     if callable(prev):
         return prev(signum, frame)
-    if prev == signal.SIG_IGN:
-        return None
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
     return None

@@ -419,6 +419,18 @@ class Refusals(unittest.TestCase):
         # main thread, which waits in the allreduce's wait().
         self._ctrl_c(on_thread=True)
 
+    def test_an_ignored_sigint_leaves_the_job_alone(self):
+        with Ranks("ignored_sigint", "switchml", 2) as job:
+            job.wait_line(1, "READY")
+            job.signal(1, signal.SIGINT)
+            job.send(1, "go")
+            res = job.finish()
+        out = show(res)
+        for r in range(2):
+            code, _, saved = res[r]
+            self.assertEqual(code, 0, "rank %d%s" % (r, out))
+            self.assertEqual(saved["sum"], 3.0, "rank %d%s" % (r, out))
+
     def _ctrl_c(self, on_thread):
         # Ranks 1 and 2 start an allreduce that rank 0 holds back, so that
         # it cannot complete, and print INSIDE once a packet of theirs is

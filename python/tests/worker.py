@@ -486,6 +486,19 @@ def interrupt(backend, rank, world):
         return {"error": (type(e).__name__, str(e))}
 
 
+def ignored_sigint(backend, rank, world):
+    """Rank 1 ignores SIGINT, as a job a shell starts in the background
+    does: the SIGINT the test sends it once it says READY must leave its
+    job alone, and the allreduce after it sums."""
+    dist.barrier()
+    if rank == 1:
+        print("READY", flush=True)
+        sys.stdin.readline()
+    x = torch.full((1000,), float(rank + 1))
+    dist.all_reduce(x)
+    return {"sum": x[0].item()}
+
+
 def small_model():
     """The model the DDP and FSDP tests train: the same on every rank."""
     torch.manual_seed(0)
@@ -576,6 +589,12 @@ def main():
     timeout = datetime.timedelta(seconds=TIMEOUTS.get(scenario, TIMEOUT))
     global OUT_DIR
     OUT_DIR = os.path.dirname(path)
+    if scenario == "ignored_sigint" and rank == 1:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    elif scenario == "interrupt":
+        # Ctrl-C as at a terminal: a shell starts a background job, and so
+        # this process, with SIGINT ignored, which the backend respects.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     extra = {"device_id": torch.device("cpu:0")} if scenario in DEVICE_ID else {}
     dist.init_process_group(backend, store=store(rank, world, timeout), rank=rank, world_size=world, timeout=timeout,
                             **extra)
