@@ -165,8 +165,11 @@ run_lint() {
 # The simulator (internal/sim) runs the pure state machines on one
 # goroutine: the race detector has nothing to find there and slows its
 # seeded sweeps fivefold, so it runs without -race in the other lane.
+# Its timeout guards against a hang: cmd/switchml, the longest package,
+# takes about 17 minutes with both cores kept busy, and past 30 under a
+# heavier load.
 run_race() {
-	gotest race -race -count=1 -timeout 30m $(go list ./... | grep -v '/internal/sim$')
+	gotest race -race -count=1 -timeout 45m $(go list ./... | grep -v '/internal/sim$')
 }
 
 run_sim() {
