@@ -3,6 +3,7 @@ over the C boundary is checked, since ctypes drops the bits of an int
 that do not fit its C type without a word (a count of 2**64 + 4 would pass
 as 4, an address of 2**64 as NULL)."""
 import ctypes
+import math
 import os
 import re
 import sys
@@ -57,6 +58,87 @@ class Lengths(unittest.TestCase):
     def test_broadcast_root_beyond_int32_is_refused(self):
         with self.assertRaisesRegex(ValueError, "root is 4294967296"):
             self.session.broadcast_bytes("b", 2**32, b"data")
+
+
+
+def bound16(n, e, out_rel=2**-24, out_abs=0.0):
+    """quant.ErrorBound16(n, e) (out_rel, out_abs: the output's rounding,
+    for float16 and bfloat16 ErrorBound16F16's and ErrorBound16BF16's):
+    the most an element of an n-way sum on the 16-bit wire may differ from
+    the exact sum when every input is below 2^e."""
+    full = 2**15 - 1
+    c = max(0.5, full / n - full // n)
+    return n * 2.0**e * (n * c / full + out_rel + 2**-50) + out_abs
+
+
+def bound32(n, e):
+    """quant.ErrorBound(n, e), the 32-bit wire's (n <= 128)."""
+    return n * 2.0**e * (n / (2 * (2**31 - 1)) + 2**-24 + 2**-50)
+
+
+class WireWidth(unittest.TestCase):
+    """switchml_config.wire_bits through the binding: the width each dtype
+    travels at, a float32 sum at 16 bits, and the widths refused."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.switch = _lib.LocalSwitch()
+        cls.codes = {name: _lib.dtype(name)[0] for name in ("float32", "float16", "bfloat16", "int32")}
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.switch.stop()
+
+    def widths(self, session):
+        return {name: session.wire_bits(code) for name, code in self.codes.items()}
+
+    def test_default_and_16_bits(self):
+        s = _lib.Session(self.switch.address, "py-wire-default", 0, 1)
+        try:
+            self.assertEqual(self.widths(s), {"float32": 32, "float16": 16, "bfloat16": 16, "int32": 32})
+        finally:
+            s.close()
+        s = _lib.Session(self.switch.address, "py-wire-16", 0, 1, wire_bits=16)
+        try:
+            self.assertEqual(self.widths(s), {"float32": 16, "float16": 16, "bfloat16": 16, "int32": 32})
+            # One rank's sum is its input, as 16-bit fixed point gives it
+            # back: within the 16-bit bound, beyond the 32-bit one.
+            vals = [math.sin(i) * 0.99 for i in range(5000)]
+            x = (ctypes.c_float * len(vals))(*vals)
+            exact = x[:]
+            s.allreduce(ctypes.addressof(x), len(vals), self.codes["float32"])
+            e = math.frexp(max(abs(v) for v in exact))[1]  # 2^e above every input
+            worst = max(abs(a - b) for a, b in zip(x, exact))
+            self.assertLessEqual(worst, bound16(1, e))
+            self.assertGreater(worst, bound32(1, e), "float32 came back as from the 32-bit wire")
+            self.assertEqual(s.stats()["elements"], len(vals))
+        finally:
+            s.close()
+        s = _lib.Session(self.switch.address, "py-wire-32", 0, 1, wire_bits=32)
+        try:
+            self.assertEqual(self.widths(s), {"float32": 32, "float16": 32, "bfloat16": 32, "int32": 32})
+        finally:
+            s.close()
+
+    def test_refused(self):
+        with self.assertRaisesRegex(_lib.ConfigError, "WireBits = 8"):
+            _lib.Session(self.switch.address, "py-wire-8", 0, 1, wire_bits=8)
+        with self.assertRaisesRegex(ValueError, "wire_bits is 4294967312"):
+            _lib.Session(self.switch.address, "py-wire-huge", 0, 1, wire_bits=2**32 + 16)
+
+    def test_counters(self):
+        s = _lib.Session(self.switch.address, "py-counters", 0, 1)
+        try:
+            x = (ctypes.c_int32 * 1000)(*range(1000))
+            s.allreduce(ctypes.addressof(x), 1000, self.codes["int32"])
+            st = s.stats()
+            self.assertEqual(s.counter("packets"), st["packets"])
+            self.assertEqual(s.counter("elements"), 1000)
+            self.assertLessEqual(st["retransmits"], st["packets"])
+            with self.assertRaisesRegex(ValueError, r'"bytes".*retransmits'):
+                s.counter("bytes")
+        finally:
+            s.close()
 
 
 if __name__ == "__main__":
