@@ -14,6 +14,8 @@ import unittest
 
 import torch
 
+from bounds import error_bound
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "worker.py")
 TIMEOUT = 180
@@ -243,18 +245,9 @@ class Sparse(unittest.TestCase):
         self.assertIn("sparse", "".join(outp for _, outp, _ in res), show(res))
 
 
-def bound(n, e, dtype, bits):
-    """quant.ErrorBound16 (bits 16) or quant.ErrorBound (32, n <= 128), for
-    outputs of dtype (their F16 and BF16 forms): the most an element of an
-    n-way sum may differ from the exact sum when every input is below 2^e."""
-    out_rel, out_abs = {torch.float32: (2**-24, 0.0), torch.float16: (2**-24 + 2**-11, 2**-25),
-                        torch.bfloat16: (2**-24 + 2**-8, 2**-134)}[dtype]
-    if bits == 16:
-        full = 2**15 - 1
-        quant = n * max(0.5, full / n - full // n) / full
-    else:
-        quant = n / (2 * (2**31 - 1))
-    return n * 2.0**e * (quant + out_rel + 2**-50) + out_abs
+# The output rounding of each dtype, for error_bound.
+ROUNDING = {torch.float32: (2**-24, 0.0), torch.float16: (2**-24 + 2**-11, 2**-25),
+            torch.bfloat16: (2**-24 + 2**-8, 2**-134)}
 
 
 def first_sent(sent):
@@ -291,7 +284,7 @@ class WireWidth(unittest.TestCase):
     def check_sum(self, res, exact, group, dt, bits):
         out = show(res)
         want, e = exact[dt]
-        b, b32 = bound(self.world, e, dt, bits), bound(self.world, e, torch.float32, 32)
+        b, b32 = error_bound(self.world, e, bits, *ROUNDING[dt]), error_bound(self.world, e, 32)
         for r, (_, _, saved) in enumerate(res):
             self.assertEqual(saved[group, "bits", dt], bits, "%s %s at rank %d%s" % (group, dt, r, out))
             got = saved[group, "sum", dt]

@@ -14,6 +14,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from switchml import _lib  # noqa: E402
 
+from bounds import error_bound  # noqa: E402
+
 
 class Lengths(unittest.TestCase):
     @classmethod
@@ -61,21 +63,6 @@ class Lengths(unittest.TestCase):
 
 
 
-def bound16(n, e, out_rel=2**-24, out_abs=0.0):
-    """quant.ErrorBound16(n, e) (out_rel, out_abs: the output's rounding,
-    for float16 and bfloat16 ErrorBound16F16's and ErrorBound16BF16's):
-    the most an element of an n-way sum on the 16-bit wire may differ from
-    the exact sum when every input is below 2^e."""
-    full = 2**15 - 1
-    c = max(0.5, full / n - full // n)
-    return n * 2.0**e * (n * c / full + out_rel + 2**-50) + out_abs
-
-
-def bound32(n, e):
-    """quant.ErrorBound(n, e), the 32-bit wire's (n <= 128)."""
-    return n * 2.0**e * (n / (2 * (2**31 - 1)) + 2**-24 + 2**-50)
-
-
 class WireWidth(unittest.TestCase):
     """switchml_config.wire_bits through the binding: the width each dtype
     travels at, a float32 sum at 16 bits, and the widths refused."""
@@ -109,8 +96,8 @@ class WireWidth(unittest.TestCase):
             s.allreduce(ctypes.addressof(x), len(vals), self.codes["float32"])
             e = math.frexp(max(abs(v) for v in exact))[1]  # 2^e above every input
             worst = max(abs(a - b) for a, b in zip(x, exact))
-            self.assertLessEqual(worst, bound16(1, e))
-            self.assertGreater(worst, bound32(1, e), "float32 came back as from the 32-bit wire")
+            self.assertLessEqual(worst, error_bound(1, e, 16))
+            self.assertGreater(worst, error_bound(1, e, 32), "float32 came back as from the 32-bit wire")
             self.assertEqual(s.stats()["elements"], len(vals))
         finally:
             s.close()
