@@ -109,7 +109,8 @@ def main():
     for k in sorted(runs[names[0]][0]["losses"], key=int):
         lines.append("| %s | %s |" % (k, " | ".join("%.6f" % (sum(r["losses"][k] for r in runs[n]) / a.workers)
                                                    for n in names)))
-    verdict = "%s: switchml bf16 vs gloo bf16 %.3g largest, %.3g mean; gloo bf16 vs gloo fp32 %.3g, %.3g (margin %g)" % (
+    verdict = ("%s: switchml bf16 vs gloo bf16 %.3g largest, %.3g mean; gloo bf16 vs gloo fp32 %.3g, %.3g "
+               "(margin %g)") % (
         "pass" if ok else "FAIL", got["max_abs"], got["mean_abs"], bar["max_abs"], bar["mean_abs"], a.margin)
     table = "\n".join(lines)
 

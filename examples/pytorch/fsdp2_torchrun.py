@@ -171,7 +171,8 @@ def main():
     p.add_argument("--steps", type=int, default=6, help="train up to this step (from the checkpoint's, if any)")
     p.add_argument("--checkpoint-dir", help="save here after the last step, and resume from what is here")
     p.add_argument("--checkpoint", choices=["dcp", "dtensor"], default="dcp")
-    p.add_argument("--mixed-precision", action="store_true", help="bf16 parameters, gradients reduced in --reduce-dtype")
+    p.add_argument("--mixed-precision", action="store_true",
+                   help="bf16 parameters, gradients reduced in --reduce-dtype")
     p.add_argument("--reduce-dtype", choices=["float32", "bfloat16"], default="float32",
                    help="with --mixed-precision, the dtype of the gradient reduction: bfloat16 halves its bytes (the "
                    "switchml backend sends bfloat16 at 16 bits a value)")

@@ -80,7 +80,8 @@ def _session_settings(options=None):
          "fallback_peers": os.environ.get("SWITCHML_FALLBACK_PEERS") or None}
     if options is not None:
         if not isinstance(options, Options):
-            raise TypeError("switchml: pg_options is a %s: pass switchml.Options(...) (or None)" % type(options).__name__)
+            raise TypeError("switchml: pg_options is a %s: pass switchml.Options(...) (or None)"
+                            % type(options).__name__)
         s.update(options.settings())
     return {k: v for k, v in s.items() if v is not None}
 

@@ -185,10 +185,13 @@ class TestFSDP2Example(unittest.TestCase):
         self.assertEqual(res["wire_bits"], {"switchml bf16": 16, "switchml bf16 32-bit": 32}, p.stdout[-8000:])
         bar = res["differences"]["gloo bf16 vs gloo fp32"]
         self.assertGreater(bar["max_abs"], 0, "gloo's bf16 losses equal its fp32 ones: mixed precision did not apply")
-        # The gradients cross in half the bytes; the parameters' all-gathers
-        # (exact int32 sums of their bytes) as many at either width.
-        for r, (b16, b32) in enumerate(zip(res["sent_bytes"]["switchml bf16"], res["sent_bytes"]["switchml bf16 32-bit"])):
-            self.assertLess(b16, b32, "rank %d sent %d bytes at 16 bits, %d at 32" % (r, b16, b32))
+        # The gradients cross in half the packets, the parameters'
+        # all-gathers (exact int32 sums of their bytes) in as many at either
+        # width: the job's packets fall to about two thirds (0.66 in
+        # results/fsdp2-bf16-2w.json).
+        once = res["packets_sent_once"]
+        for r, (p16, p32) in enumerate(zip(once["switchml bf16"], once["switchml bf16 32-bit"])):
+            self.assertLessEqual(p16, 0.75 * p32, "rank %d sent %d packets once at 16 bits, %d at 32" % (r, p16, p32))
 
 
 if __name__ == "__main__":
