@@ -26,8 +26,9 @@ class Options:
     wire_bits: how wide float values travel (switchml.Config.WireBits). 0,
     the default, sends float16 and bfloat16 tensors at 16 bits a value and
     float32 at 32; 16 sends float32 at 16 bits as well, half its bytes, at
-    about 12 bits of precision below the largest possible sum (what DDP's
-    fp16 and bf16 compression hooks buy, without casting the gradients);
+    about 12 bits of precision below the largest possible sum of 8 ranks
+    (quant.ErrorBound16; what DDP's fp16 and bf16 compression hooks buy,
+    without casting the gradients);
     32 sends every type at 32 bits. int32 always travels at 32 bits,
     exactly. Every rank of a group must ask for the same width
     (switchml.JobMismatch otherwise). SWITCHML_WIRE_BITS sets it for every
