@@ -105,6 +105,12 @@ func jobThroughHandles(t *testing.T, kind string) {
 				if st, err := statsOf(id); err != nil || st.AllReduces == 0 || st.Elements < uint64(n) || st.SentBytes < 4*uint64(n) {
 					return fmt.Errorf("stats after an allreduce of %d values: %+v (%v), want a call, its values and at least their bytes", n, st, err)
 				}
+				if v, err := counterOf(id, "elements"); err != nil || v != uint64(n) {
+					return fmt.Errorf("counter elements = %d (%v), want %d", v, err, n)
+				}
+				if b, err := wireBitsOf(id, dtype.BFloat16.Code()); err != nil || b != 16 {
+					return fmt.Errorf("bfloat16 travels at %d bits (%v), want 16 by default", b, err)
+				}
 				buf := []byte("......")
 				if r == 1 {
 					copy(buf, "from 1")

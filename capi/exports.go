@@ -114,6 +114,7 @@ func switchml_join(cfg *C.switchml_cconfig, out *C.int64_t, errBuf *C.char, errL
 		Fallback:    goString(cfg.fallback), FallbackOnLoss: cfg.fallback_on_loss != 0,
 		FallbackListen: goString(cfg.fallback_listen), FallbackPeers: splitPeers(goString(cfg.fallback_peers)),
 		Transport: goString(cfg.transport), Sparse: cfg.sparse != 0,
+		WireBits: int(cfg.wire_bits),
 	})
 	if err == nil {
 		*out = C.int64_t(id)
@@ -204,6 +205,32 @@ func switchml_stats(session C.int64_t, allreduces, packets, sentBytes, elements 
 		}
 	}
 	return finish(nil, errBuf, errLen)
+}
+
+//export switchml_counter
+func switchml_counter(session C.int64_t, name *C.switchml_cchar, value *C.uint64_t, errBuf *C.char, errLen C.size_t) (st C.int) {
+	defer recovered(errBuf, errLen, &st)
+	if name == nil || value == nil {
+		return finish(invalid("name and value must not be NULL"), errBuf, errLen)
+	}
+	v, err := counterOf(int64(session), goString(name))
+	if err == nil {
+		*value = C.uint64_t(v)
+	}
+	return finish(err, errBuf, errLen)
+}
+
+//export switchml_wire_bits
+func switchml_wire_bits(session C.int64_t, code C.int, bits *C.int32_t, errBuf *C.char, errLen C.size_t) (st C.int) {
+	defer recovered(errBuf, errLen, &st)
+	if bits == nil {
+		return finish(invalid("bits must not be NULL"), errBuf, errLen)
+	}
+	b, err := wireBitsOf(int64(session), int(code))
+	if err == nil {
+		*bits = C.int32_t(b)
+	}
+	return finish(err, errBuf, errLen)
 }
 
 //export switchml_local_start

@@ -32,9 +32,9 @@ func join(cfg switchml.Config) (int64, error) {
 // only used until the library's call returns, and the library's calls
 // return only once every lane has stopped touching it.
 func allreduce(id int64, data unsafe.Pointer, count int64, code int, timeoutMS int64) error {
-	c, err := dtype.ByCode(code)
+	c, err := codecOf(code)
 	if err != nil {
-		return invalid("%v: the SWITCHML_* codes of switchml.h, or switchml_dtype_lookup's for a name", err)
+		return err
 	}
 	size := c.Size()
 	switch {
@@ -58,6 +58,15 @@ func allreduce(id int64, data unsafe.Pointer, count int64, code int, timeoutMS i
 		return nil
 	}
 	return s.AllReduce(ctx, c, unsafe.Slice((*byte)(data), n))
+}
+
+// codecOf is the dtype numbered code in switchml.h.
+func codecOf(code int) (dtype.Codec, error) {
+	c, err := dtype.ByCode(code)
+	if err != nil {
+		return nil, invalid("%v: the SWITCHML_* codes of switchml.h, or switchml_dtype_lookup's for a name", err)
+	}
+	return c, nil
 }
 
 // maxBufferBytes bounds a buffer a C caller hands over: 2^56 bytes, as
@@ -179,6 +188,49 @@ func statsOf(id int64) (switchml.Stats, error) {
 		return switchml.Stats{}, noHandle("session", id)
 	}
 	return s.Stats(), nil
+}
+
+// counters are the Stats fields switchml_counter reads, by name.
+var counters = []struct {
+	name string
+	get  func(switchml.Stats) uint64
+}{
+	{"allreduces", func(s switchml.Stats) uint64 { return s.AllReduces }},
+	{"dense_calls", func(s switchml.Stats) uint64 { return s.DenseCalls }},
+	{"failed", func(s switchml.Stats) uint64 { return s.Failed }},
+	{"packets", func(s switchml.Stats) uint64 { return s.Packets }},
+	{"retransmits", func(s switchml.Stats) uint64 { return s.Retransmits }},
+	{"timeouts", func(s switchml.Stats) uint64 { return s.Timeouts }},
+	{"sent_bytes", func(s switchml.Stats) uint64 { return s.SentBytes }},
+	{"elements", func(s switchml.Stats) uint64 { return s.Elements }},
+	{"ring", func(s switchml.Stats) uint64 { return s.Ring }},
+}
+
+// counterOf is session id's counter called name.
+func counterOf(id int64, name string) (uint64, error) {
+	names := make([]string, len(counters))
+	for i, c := range counters {
+		if c.name == name {
+			st, err := statsOf(id)
+			return c.get(st), err
+		}
+		names[i] = c.name
+	}
+	return 0, invalid("no counter is called %q: the counters are %s", name, strings.Join(names, ", "))
+}
+
+// wireBitsOf is the width values of the dtype numbered code travel at in
+// session id.
+func wireBitsOf(id int64, code int) (int, error) {
+	c, err := codecOf(code)
+	if err != nil {
+		return 0, err
+	}
+	s, ok := sessions.get(id)
+	if !ok {
+		return 0, noHandle("session", id)
+	}
+	return s.WireBits(c), nil
 }
 
 func closeSession(id int64) error {

@@ -35,7 +35,7 @@
 extern "C" {
 #endif
 
-#define SWITCHML_ABI_VERSION 6
+#define SWITCHML_ABI_VERSION 7
 
 typedef enum switchml_status {
 	SWITCHML_OK = 0,
@@ -116,6 +116,21 @@ typedef struct switchml_config {
 	   embedding tables. Every rank of a job must agree; it uses the
 	   extended header and needs the software switch. */
 	int32_t sparse;
+	/* Since ABI version 7: how wide float values travel
+	   (switchml.Config.WireBits). 0: float16 and bfloat16 at 16 bits a
+	   value, float32 at 32. 16: every float type at 16 bits, float32
+	   too: block-scaled 16-bit fixed point, two values to a 32-bit
+	   payload word, so half the bytes of 32 bits, at about 12 bits of
+	   precision below the largest possible sum of 8 workers (28 at 32
+	   bits). 32: every type at 32 bits, the reference layout's. int32
+	   always travels at 32 bits, exactly. Any other value, 16 with
+	   sparse, or 16 for a job above 256 ranks fails the join with
+	   SWITCHML_ERR_CONFIG (with sparse, or above 256 ranks, 0 means 32
+	   for every type). Every rank of a job must agree
+	   (SWITCHML_ERR_MISMATCH otherwise). Any switch serves either width:
+	   it adds the 32-bit words alike. switchml_wire_bits says the width
+	   a dtype travels at. */
+	int32_t wire_bits;
 } switchml_config;
 
 /* SWITCHML_ABI_VERSION of the library actually loaded. */
@@ -173,6 +188,19 @@ int switchml_transport(int64_t session, char *out, size_t out_len, char *err, si
    retransmissions), bytes of those packets (SwitchML headers included),
    and values reduced. Any pointer may be NULL. */
 int switchml_stats(int64_t session, uint64_t *allreduces, uint64_t *packets, uint64_t *sent_bytes, uint64_t *elements, char *err, size_t err_len);
+
+/* Since ABI version 7: one of the session's counters (switchml.Stats) by
+   name: "allreduces", "dense_calls", "failed", "packets",
+   "retransmits", "timeouts", "sent_bytes", "elements" or "ring". An
+   unknown name fails with SWITCHML_ERR_INVALID, the message listing the
+   names. packets minus retransmits are the first transmissions, which
+   the protocol decides; retransmissions grow with loss and load. */
+int switchml_counter(int64_t session, const char *name, uint64_t *value, char *err, size_t err_len);
+
+/* Since ABI version 7: the width in bits, 16 or 32, at which values of
+   dtype (a switchml_dtype code) travel in the session
+   (switchml_config.wire_bits), into *bits. */
+int switchml_wire_bits(int64_t session, int dtype, int32_t *bits, char *err, size_t err_len);
 
 /* Starts a software switch and a controller inside this process, on
    loopback (package p4/local). *sw receives its handle and addr

@@ -2,7 +2,8 @@
  * Tests libswitchml through its C interface alone: argument checks, the
  * statuses and messages of failures, and a job of three ranks (one thread
  * each) on an embedded switch summing every dtype, with a barrier and a
- * broadcast. Exits non-zero on the first failed check.
+ * broadcast, then a job whose float32 values travel at 16 bits. Exits
+ * non-zero if a check failed.
  *
  *     go build -buildmode=c-shared -o build/libswitchml.so ./capi
  *     gcc -Wall -Werror -Icapi -o build/abi_test capi/ctest/abi_test.c -Lbuild -lswitchml -lpthread
@@ -101,8 +102,26 @@ static void test_arguments(void) {
 	expect(switchml_allreduce(1, x, INT64_MAX, SWITCHML_INT32, 0, err, sizeof err), SWITCHML_ERR_INVALID, err, "2^63-1 int32 values");
 	expect(switchml_broadcast(1, "b", 0, x, INT64_MAX, 0, err, sizeof err), SWITCHML_ERR_INVALID, err, "broadcast of 2^63-1 bytes");
 	expect(switchml_broadcast(1, "b", 0, x, (int64_t)1 << 31, 0, err, sizeof err), SWITCHML_ERR_INVALID, err, "broadcast of 2 GiB");
+	/* The wire width: 0, 16 or 32; 16 refused with sparse. */
 	cfg.rank = 0;
 	cfg.workers = 1;
+	cfg.wire_bits = 8;
+	expect(switchml_join(&cfg, &s, err, sizeof err), SWITCHML_ERR_CONFIG, err, "wire_bits 8");
+	CHECK(strstr(err, "WireBits = 8") != NULL, "message names the field and the value: %s", err);
+	cfg.wire_bits = 16;
+	cfg.sparse = 1;
+	expect(switchml_join(&cfg, &s, err, sizeof err), SWITCHML_ERR_CONFIG, err, "wire_bits 16 with sparse");
+	CHECK(strstr(err, "sparse") != NULL, "message says why: %s", err);
+	cfg.wire_bits = 0;
+	cfg.sparse = 0;
+	int32_t bits = 0;
+	uint64_t count = 0;
+	expect(switchml_wire_bits(424242, SWITCHML_FLOAT32, &bits, err, sizeof err), SWITCHML_ERR_HANDLE, err, "wire_bits of an unknown handle");
+	expect(switchml_wire_bits(424242, 17, &bits, err, sizeof err), SWITCHML_ERR_INVALID, err, "wire_bits of an unknown dtype");
+	expect(switchml_wire_bits(424242, SWITCHML_FLOAT32, NULL, err, sizeof err), SWITCHML_ERR_INVALID, err, "wire_bits into NULL");
+	expect(switchml_counter(424242, "packets", &count, err, sizeof err), SWITCHML_ERR_HANDLE, err, "counter of an unknown handle");
+	expect(switchml_counter(424242, "packets", NULL, err, sizeof err), SWITCHML_ERR_INVALID, err, "counter into NULL");
+	expect(switchml_counter(424242, NULL, &count, err, sizeof err), SWITCHML_ERR_INVALID, err, "counter without a name");
 	cfg.join_timeout_ms = INT64_MAX;
 	expect(switchml_join(&cfg, &s, err, sizeof err), SWITCHML_ERR_INVALID, err, "join_timeout_ms beyond a duration");
 	/* An err_len larger than the buffer could be (a size_t gone wrong)
@@ -146,6 +165,62 @@ static float bf16_to_f32(uint16_t h) {
 	return f;
 }
 
+/* The packets a session sent once, without its retransmissions: what the
+   protocol decides, whatever the load on the machine. */
+static uint64_t first_transmissions(int64_t s) {
+	char err[512] = "";
+	uint64_t packets = 0, again = 0;
+	expect(switchml_counter(s, "packets", &packets, err, sizeof err), SWITCHML_OK, err, "counter packets");
+	expect(switchml_counter(s, "retransmits", &again, err, sizeof err), SWITCHML_OK, err, "counter retransmits");
+	CHECK(again <= packets, "%llu retransmits of %llu packets", (unsigned long long)again, (unsigned long long)packets);
+	return packets - again;
+}
+
+/* A job with wire_bits 16: the float32 sum of the N values of the first
+   job travels at 16 bits, within the 16-bit wire's bound (quant.ErrorBound16)
+   and beyond the 32-bit wire's (so it did travel narrow), in at most 0.55
+   of the packets the first job sent for it at 32 bits. */
+static void wire16(int rank, uint64_t packets32) {
+	char err[512] = "";
+	switchml_config cfg = {0};
+	cfg.controller = controller;
+	cfg.job = "abi-wire16";
+	cfg.rank = rank;
+	cfg.workers = RANKS;
+	cfg.join_timeout_ms = 60000;
+	cfg.wire_bits = 16;
+	int64_t s = 0;
+	expect(switchml_join(&cfg, &s, err, sizeof err), SWITCHML_OK, err, "join with wire_bits 16");
+	if (s == 0)
+		return;
+	int32_t bits = 0;
+	expect(switchml_wire_bits(s, SWITCHML_FLOAT32, &bits, err, sizeof err), SWITCHML_OK, err, "wire_bits");
+	CHECK(bits == 16, "float32 travels at %d bits with wire_bits 16", bits);
+	expect(switchml_wire_bits(s, SWITCHML_INT32, &bits, err, sizeof err), SWITCHML_OK, err, "wire_bits");
+	CHECK(bits == 32, "int32 travels at %d bits with wire_bits 16, want 32 (exact)", bits);
+
+	float *f = malloc(N * sizeof *f);
+	for (int i = 0; i < N; i++)
+		f[i] = (float)(rank + 1) * 0.5f + (float)(i % 7);
+	expect(switchml_allreduce(s, f, N, SWITCHML_FLOAT32, 60000, err, sizeof err), SWITCHML_OK, err, "float32 allreduce at 16 bits");
+	/* Every input is below 2^3: ErrorBound16(3, 3) and ErrorBound(3, 3). */
+	const double span = RANKS * 8.0;
+	const double bound16 = span * (RANKS * 0.5 / 32767 + 0x1p-24 + 0x1p-50);
+	const double bound32 = span * (RANKS / (2.0 * 2147483647) + 0x1p-24 + 0x1p-50);
+	double worst = 0;
+	for (int i = 0; i < N; i++) {
+		double want = 0.5 * (RANKS * (RANKS + 1) / 2) + RANKS * (double)(i % 7);
+		worst = fmax(worst, fabs(f[i] - want));
+	}
+	CHECK(worst <= bound16, "float32 at 16 bits: error %g beyond the bound %g", worst, bound16);
+	CHECK(worst > bound32, "float32 with wire_bits 16: error %g within the 32-bit bound %g, as if it travelled at 32 bits", worst, bound32);
+	free(f);
+	uint64_t packets16 = first_transmissions(s);
+	CHECK(packets16 > 0 && packets16 <= 0.55 * packets32, "%llu packets at 16 bits, %llu at 32 for as many values: want at most 0.55 of them",
+	      (unsigned long long)packets16, (unsigned long long)packets32);
+	expect(switchml_close(s, err, sizeof err), SWITCHML_OK, err, "close");
+}
+
 static void *run_rank(void *arg) {
 	struct rank *r = arg;
 	char err[512] = "";
@@ -181,6 +256,7 @@ static void *run_rank(void *arg) {
 		}
 	}
 	free(f);
+	uint64_t packets32 = first_transmissions(s);
 
 	int32_t *n = malloc(N * sizeof *n);
 	for (int i = 0; i < N; i++)
@@ -207,6 +283,25 @@ static void *run_rank(void *arg) {
 	      "stats: %llu calls, %llu values, %llu packets, %llu bytes; want 2 calls of %d values", (unsigned long long)calls,
 	      (unsigned long long)values, (unsigned long long)packets, (unsigned long long)sent, N);
 	expect(switchml_stats(s, NULL, NULL, NULL, NULL, err, sizeof err), SWITCHML_OK, err, "stats into nothing");
+	/* The counters by name are the same counts. */
+	uint64_t c_packets = 0, c_sent = 0;
+	expect(switchml_counter(s, "packets", &c_packets, err, sizeof err), SWITCHML_OK, err, "counter packets");
+	expect(switchml_counter(s, "sent_bytes", &c_sent, err, sizeof err), SWITCHML_OK, err, "counter sent_bytes");
+	CHECK(c_packets == packets && c_sent == sent, "counters %llu packets, %llu bytes; stats %llu, %llu",
+	      (unsigned long long)c_packets, (unsigned long long)c_sent, (unsigned long long)packets, (unsigned long long)sent);
+	expect(switchml_counter(s, "bytes", &c_sent, err, sizeof err), SWITCHML_ERR_INVALID, err, "unknown counter");
+	CHECK(strstr(err, "\"bytes\"") != NULL && strstr(err, "retransmits") != NULL, "message names the counter and the known ones: %s", err);
+
+	/* By default float16 and bfloat16 travel at 16 bits, float32 and
+	   int32 at 32. */
+	const struct { int dtype, bits; } widths[] = {
+		{SWITCHML_FLOAT32, 32}, {SWITCHML_FLOAT16, 16}, {SWITCHML_BFLOAT16, 16}, {SWITCHML_INT32, 32},
+	};
+	for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
+		int32_t bits = 0;
+		expect(switchml_wire_bits(s, widths[i].dtype, &bits, err, sizeof err), SWITCHML_OK, err, "wire_bits");
+		CHECK(bits == widths[i].bits, "dtype %d travels at %d bits, want %d", widths[i].dtype, bits, widths[i].bits);
+	}
 
 	/* 1.0 in IEEE half precision is 0x3c00; the sum 1+2+3 = 6 is 0x4600. */
 	uint16_t h[64], b[64];
@@ -237,6 +332,8 @@ static void *run_rank(void *arg) {
 	expect(switchml_close(s, err, sizeof err), SWITCHML_OK, err, "close");
 	expect(switchml_close(s, err, sizeof err), SWITCHML_ERR_HANDLE, err, "second close");
 	expect(switchml_allreduce(s, h, 64, SWITCHML_FLOAT16, 0, err, sizeof err), SWITCHML_ERR_HANDLE, err, "allreduce after close");
+
+	wire16(r->rank, packets32);
 	r->failed = failures > before;
 	return NULL;
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """FSDP2 (fully_shard) training of a small Transformer under torchrun, in the
 shape of PyTorch's FSDP2 example: per-block sharding, optional explicit
-prefetching, optional bf16 mixed precision, and a checkpoint that a second
+prefetching, optional bf16 mixed precision (gradients reduced in float32, or
+in bfloat16 with --reduce-dtype bfloat16), and a checkpoint that a second
 job resumes from. Only the backend string and the device differ from a gloo
 job. torch 2.x.
 
@@ -81,7 +82,7 @@ def build(a, mesh, device):
         model = Transformer(a.vocab, a.seq_len, a.dim, a.heads, a.layers)
     kw = {"mesh": mesh}
     if a.mixed_precision:
-        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=getattr(torch, a.reduce_dtype))
     for layer in model.layers:
         fully_shard(layer, **kw)
     fully_shard(model, **kw)
@@ -170,7 +171,11 @@ def main():
     p.add_argument("--steps", type=int, default=6, help="train up to this step (from the checkpoint's, if any)")
     p.add_argument("--checkpoint-dir", help="save here after the last step, and resume from what is here")
     p.add_argument("--checkpoint", choices=["dcp", "dtensor"], default="dcp")
-    p.add_argument("--mixed-precision", action="store_true", help="bf16 parameters, float32 gradient reduction")
+    p.add_argument("--mixed-precision", action="store_true",
+                   help="bf16 parameters, gradients reduced in --reduce-dtype")
+    p.add_argument("--reduce-dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="with --mixed-precision, the dtype of the gradient reduction: bfloat16 halves its bytes (the "
+                   "switchml backend sends bfloat16 at 16 bits a value)")
     p.add_argument("--explicit-prefetching", action="store_true")
     p.add_argument("--vocab", type=int, default=256)
     p.add_argument("--seq-len", type=int, default=32)
@@ -228,6 +233,12 @@ def main():
         os.makedirs(ckpt.folder, exist_ok=True)  # every rank: dcp writes its own files
         ckpt.save(model, optim, a.steps)
         record["saved_checksum"] = checksum(model)
+    if a.backend == "switchml":
+        # What the switch carried: the width each dtype travelled at, and
+        # the library's count of what this rank sent.
+        pg = dist.group.WORLD
+        record["wire_bits"] = {name: pg.wire_bits(getattr(torch, name)) for name in ("float32", "bfloat16")}
+        record["sent"] = pg.stats()
     if a.losses:
         with open("%s.rank%d.json" % (a.losses, rank), "w") as f:
             json.dump(record, f)

@@ -8,7 +8,9 @@ Importing it registers the backend "switchml":
 
 SWITCHML_CONTROLLER=host:port selects a running controller; without it,
 rank 0 runs a software switch and controller inside its process, on
-loopback, which serves a job of processes on one host.
+loopback, which serves a job of processes on one host. float16 and
+bfloat16 tensors travel at 16 bits a value; float32 too with
+pg_options=switchml.Options(wire_bits=16) or SWITCHML_WIRE_BITS=16.
 
 The backend is a drop-in for gloo on CPU tensors, on torch 1.13 and
 2.x. The switch carries all_reduce and reduce_scatter (also
@@ -25,8 +27,9 @@ import inspect
 
 from ._lib import (ConfigError, ControllerUnreachable, JobAborted, JobMismatch, LocalSwitch, Session,
                    SwitchMLError, SwitchMLTimeout, library_path)
+from ._options import Options
 
-__all__ = ["BACKEND", "Session", "LocalSwitch", "SwitchMLError", "ConfigError",
+__all__ = ["BACKEND", "Options", "Session", "LocalSwitch", "SwitchMLError", "ConfigError",
            "ControllerUnreachable", "JobMismatch", "SwitchMLTimeout", "JobAborted", "library_path"]
 
 BACKEND = "switchml"
@@ -37,22 +40,22 @@ except ImportError:  # the library alone, without torch
     _dist = None
 
 if _dist is not None and _dist.is_available():
-    from ._pg import ProcessGroupSwitchML, create as _create, create_extended as _create_extended, \
-        extended_api_usable as _extended_api_usable
+    from ._pg import ProcessGroupSwitchML, create as _create, create_extended as _create_extended
 
     __all__ += ["ProcessGroupSwitchML", "declare_test_features"]
 
     def _register():
         # torch 2.x asks which devices a backend serves (and warns when it
-        # is not told); 1.13's register_backend has no such argument. Where
-        # the extended creator gets the group torch made first, it is used:
-        # it carries init_process_group's device_id.
+        # is not told); 1.13's register_backend has no such argument. The
+        # extended creator (1.13 and 2.x) is handed pg_options, and on 2.x
+        # the group torch made first, which carries init_process_group's
+        # device_id.
         try:
             params = inspect.signature(_dist.Backend.register_backend).parameters
         except (TypeError, ValueError):
             params = {}
         kwargs = {"devices": ["cpu"]} if "devices" in params else {}
-        if "extended_api" in params and _extended_api_usable():
+        if "extended_api" in params:
             _dist.Backend.register_backend(BACKEND, _create_extended, extended_api=True, **kwargs)
         else:
             _dist.Backend.register_backend(BACKEND, _create, **kwargs)

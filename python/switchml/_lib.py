@@ -9,7 +9,7 @@ import ctypes
 import os
 import threading
 
-ABI_VERSION = 6
+ABI_VERSION = 7
 
 # switchml_status
 OK = 0
@@ -85,6 +85,7 @@ class _Config(ctypes.Structure):
         ("fallback_peers", ctypes.c_char_p),
         ("transport", ctypes.c_char_p),
         ("sparse", ctypes.c_int32),
+        ("wire_bits", ctypes.c_int32),
     ]
 
 
@@ -125,6 +126,8 @@ def lib():
             "switchml_local_stop": [i64, buf, size],
             "switchml_fallback": [i64, ctypes.POINTER(i32), buf, size, buf, size],
             "switchml_stats": [i64] + [ctypes.POINTER(ctypes.c_uint64)] * 4 + [buf, size],
+            "switchml_counter": [i64, buf, ctypes.POINTER(ctypes.c_uint64), buf, size],
+            "switchml_wire_bits": [i64, ctypes.c_int, ctypes.POINTER(i32), buf, size],
         }
         # The version first: an older library lacks the newer functions.
         l.switchml_abi_version.argtypes, l.switchml_abi_version.restype = [], ctypes.c_int
@@ -214,17 +217,18 @@ class Session:
     def __init__(self, controller, job, rank, workers, *, bind=None, token=None, lanes=0, window=0,
                  packet_elements=0, join_timeout=None, give_up=None, extended=False, fallback=None,
                  fallback_on_loss=False, fallback_listen=None, fallback_peers=None, transport=None,
-                 sparse=False):
+                 sparse=False, wire_bits=0):
         enc = lambda s: s.encode() if s else None  # noqa: E731
         if isinstance(fallback_peers, (list, tuple)):
             fallback_peers = ",".join(fallback_peers)
-        rank, workers, lanes, window, packet_elements = (
+        rank, workers, lanes, window, packet_elements, wire_bits = (
             _int(n, v, _INT32) for n, v in (("rank", rank), ("workers", workers), ("lanes", lanes),
-                                            ("window", window), ("packet_elements", packet_elements)))
+                                            ("window", window), ("packet_elements", packet_elements),
+                                            ("wire_bits", wire_bits)))
         cfg = _Config(enc(controller), enc(job), rank, workers, enc(bind), enc(token), lanes, window,
                       packet_elements, _ms(join_timeout, "join_timeout"), _ms(give_up, "give_up"), 1 if extended else 0,
                       enc(fallback), 1 if fallback_on_loss else 0, enc(fallback_listen), enc(fallback_peers),
-                      enc(transport), 1 if sparse else 0)
+                      enc(transport), 1 if sparse else 0, wire_bits)
         h = ctypes.c_int64(0)
         l = lib()
         call(l.switchml_join, ctypes.byref(cfg), ctypes.byref(h))
@@ -260,10 +264,29 @@ class Session:
     def stats(self):
         """The session's counters so far (switchml.Stats): completed
         allreduce calls, packets sent, the bytes of those packets
-        (SwitchML headers included) and values reduced."""
+        (SwitchML headers included), values reduced, and how many of the
+        packets were retransmissions (packets - retransmits were sent
+        once: what the protocol decides, whatever the load)."""
         v = [ctypes.c_uint64(0) for _ in range(4)]
         call(lib().switchml_stats, self.handle, *[ctypes.byref(x) for x in v])
-        return dict(zip(("allreduces", "packets", "sent_bytes", "elements"), (x.value for x in v)))
+        out = dict(zip(("allreduces", "packets", "sent_bytes", "elements"), (x.value for x in v)))
+        out["retransmits"] = self.counter("retransmits")
+        return out
+
+    def counter(self, name):
+        """One of the session's counters by name ("packets",
+        "retransmits", "timeouts", "sent_bytes", ...: switchml_counter in
+        switchml.h). An unknown name raises ValueError listing them."""
+        v = ctypes.c_uint64(0)
+        call(lib().switchml_counter, self.handle, name.encode(), ctypes.byref(v))
+        return v.value
+
+    def wire_bits(self, dtype):
+        """The width in bits, 16 or 32, at which values of dtype (the
+        library's code, _lib.dtype(name)[0]) travel in this session."""
+        bits = ctypes.c_int32(0)
+        call(lib().switchml_wire_bits, self.handle, _int("dtype", dtype, _INT32), ctypes.byref(bits))
+        return bits.value
 
     def barrier(self, name, timeout=None):
         call(lib().switchml_barrier, self.handle, name.encode(), _ms(timeout))

@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from . import _lib
+from ._options import Options, check_wire_bits
 
 BACKEND = "switchml"
 
@@ -61,10 +62,13 @@ def _number(name, parse=int):
         raise ValueError("switchml: %s=%r: want a number" % (name, v)) from None
 
 
-def _session_settings():
-    """The library's settings from the environment (unset: its defaults)."""
+def _session_settings(options=None):
+    """The library's settings from the environment (unset: its defaults),
+    under those of options (a switchml.Options, the group's pg_options)."""
     number = _number
+    wire = number("SWITCHML_WIRE_BITS")
     s = {"lanes": number("SWITCHML_LANES"), "window": number("SWITCHML_WINDOW"),
+         "wire_bits": None if wire is None else check_wire_bits(wire, "SWITCHML_WIRE_BITS"),
          "packet_elements": number("SWITCHML_PACKET_ELEMENTS"), "give_up": number("SWITCHML_GIVE_UP", float),
          "bind": os.environ.get("SWITCHML_BIND") or None,
          "transport": os.environ.get("SWITCHML_TRANSPORT") or None,
@@ -74,6 +78,11 @@ def _session_settings():
          "fallback_on_loss": os.environ.get("SWITCHML_FALLBACK_ON_LOSS", "") not in ("", "0"),
          "fallback_listen": os.environ.get("SWITCHML_FALLBACK_LISTEN") or None,
          "fallback_peers": os.environ.get("SWITCHML_FALLBACK_PEERS") or None}
+    if options is not None:
+        if not isinstance(options, Options):
+            raise TypeError("switchml: pg_options is a %s: pass switchml.Options(...) (or None)"
+                            % type(options).__name__)
+        s.update(options.settings())
     return {k: v for k, v in s.items() if v is not None}
 
 
@@ -384,9 +393,12 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
     Rank 0 names the job (and a token that keeps others out of it) and
     shares them through the store; with no SWITCHML_CONTROLLER it also
     starts an embedded switch and shares its address the same way.
+    options (switchml.Options, init_process_group's pg_options) take
+    precedence over the environment's settings.
     """
 
-    def __init__(self, store, rank, size, timeout=datetime.timedelta(minutes=30), controller=None):
+    def __init__(self, store, rank, size, timeout=datetime.timedelta(minutes=30), controller=None, options=None):
+        settings = _session_settings(options)  # refused before anything waits
         super().__init__(rank, size)
         self._timeout_s = timeout.total_seconds() if timeout else None
         self._closed = False
@@ -402,7 +414,6 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
         self._delegated = {}
         self._delegated_said = set()
         self._gloo = self._make_gloo(store, rank, size, timeout)
-        settings = _session_settings()
         try:
             _wait_reachable(self.controller, time.monotonic() + connect_timeout)
         except _lib.ControllerUnreachable:
@@ -649,8 +660,15 @@ class ProcessGroupSwitchML(dist.ProcessGroup):
 
     def stats(self):
         """The library's counters of this rank's session (Session.stats):
-        allreduces, packets and bytes sent, values reduced."""
+        allreduces, packets and bytes sent, values reduced, retransmissions."""
         return self._session.stats()
+
+    def wire_bits(self, dtype):
+        """The width in bits, 16 or 32, at which tensors of dtype (a
+        torch.dtype the switch sums) travel in this group: 16 for float16
+        and bfloat16, 32 for float32 and int32, unless the group's
+        wire_bits (Options, SWITCHML_WIRE_BITS) says otherwise."""
+        return self._session.wire_bits(_dtype_code(torch.empty(0, dtype=dtype), "a tensor of %s" % dtype))
 
     def delegated(self):
         """What this rank handed the gloo group instead of the switch so
@@ -1135,19 +1153,15 @@ def create(store, rank, size, timeout):
 
 
 def create_extended(opts, backend_options=None):
-    """The creator torch 2.x calls when the backend is registered with
-    extended_api=True: the same group, which also takes the device that
-    init_process_group(device_id=...) bound to the group torch made first
-    (the one this group replaces), as torch's own backends keep it."""
-    pg = ProcessGroupSwitchML(opts.store, opts.group_rank, opts.group_size, opts.timeout)
+    """The creator torch calls when the backend is registered with
+    extended_api=True: the same group, with init_process_group's (or
+    new_group's) pg_options, a switchml.Options, and on torch 2.x the
+    device that init_process_group(device_id=...) bound to the group torch
+    made first (the one this group replaces), as torch's own backends keep
+    it."""
+    pg = ProcessGroupSwitchML(opts.store, opts.group_rank, opts.group_size, opts.timeout, options=backend_options)
     bound = getattr(getattr(opts, "process_group", None), "bound_device_id", None)
     if bound is not None:
         pg.bound_device_id = bound
     return pg
 
-
-def extended_api_usable():
-    """Whether this torch hands an extended creator the group it made
-    first (torch 2.x); 1.13's options carry no group."""
-    opts = getattr(torch._C._distributed_c10d, "_DistributedBackendOptions", None)
-    return opts is not None and hasattr(opts, "process_group")

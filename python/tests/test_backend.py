@@ -1,6 +1,7 @@
 """The switchml backend against gloo on the same inputs, its refusals, and
 DDP. Every scenario runs as separate processes (tests/worker.py), one per
 rank, as torch.distributed jobs do."""
+import math
 import os
 import socket
 import subprocess
@@ -12,6 +13,8 @@ import time
 import unittest
 
 import torch
+
+from bounds import error_bound
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "worker.py")
@@ -240,6 +243,102 @@ class Sparse(unittest.TestCase):
         res = run_ranks("sparse_mismatch", "switchml", 2)
         self.assertTrue(all(code != 0 for code, _, _ in res), show(res))
         self.assertIn("sparse", "".join(outp for _, outp, _ in res), show(res))
+
+
+# The output rounding of each dtype, for error_bound.
+ROUNDING = {torch.float32: (2**-24, 0.0), torch.float16: (2**-24 + 2**-11, 2**-25),
+            torch.bfloat16: (2**-24 + 2**-8, 2**-134)}
+
+
+def first_sent(sent):
+    """The packets a call sent once, and their bytes: retransmissions,
+    which grow with the load on the machine, taken out (every packet of a
+    call but the last of each lane is as long, so a retransmission is
+    counted at the call's average)."""
+    once = sent["packets"] - sent["retransmits"]
+    return once, sent["sent_bytes"] * once / max(sent["packets"], 1)
+
+
+class WireWidth(unittest.TestCase):
+    """float16 and bfloat16 tensors travel at 16 bits by default, float32
+    at 16 bits on a group made with switchml.Options(wire_bits=16), every
+    type at 32 with SWITCHML_WIRE_BITS=32 (the group's Options still
+    override it): each sum within the bound of its width, in about half
+    the bytes of 32 bits."""
+    world = 3
+
+    def sums(self, **env):
+        res = results("wire16", "switchml", self.world, **env)
+        sys.path.insert(0, HERE)
+        try:
+            import worker
+        finally:
+            sys.path.remove(HERE)
+        exact = {}
+        for dt in (torch.float32, torch.bfloat16, torch.float16):
+            ins = [worker.inputs(k, dt, n=worker.WIRE16_N).double() for k in range(self.world)]
+            e = math.frexp(max(t.abs().max().item() for t in ins))[1]  # 2^e above every input
+            exact[dt] = (sum(ins), e)
+        return res, exact
+
+    def check_sum(self, res, exact, group, dt, bits):
+        out = show(res)
+        want, e = exact[dt]
+        b, b32 = error_bound(self.world, e, bits, *ROUNDING[dt]), error_bound(self.world, e, 32)
+        for r, (_, _, saved) in enumerate(res):
+            self.assertEqual(saved[group, "bits", dt], bits, "%s %s at rank %d%s" % (group, dt, r, out))
+            got = saved[group, "sum", dt]
+            self.assertEqual(got.dtype, dt)
+            err = (got.double() - want).abs().max().item()
+            self.assertLessEqual(err, b, "%s %s at rank %d: error %g beyond %g%s" % (group, dt, r, err, b, out))
+            if dt == torch.float32:
+                # At 16 bits beyond the 32-bit wire's bound: it did travel narrow.
+                self.assertEqual(err > b32, bits == 16, "%s float32 at %d bits: error %g, the 32-bit bound %g%s"
+                                 % (group, bits, err, b32, out))
+            if r:
+                self.assertTrue(torch.equal(got, res[0][2][group, "sum", dt]), "rank %d's sum differs from rank 0's%s"
+                                % (r, out))
+
+    def check_sent(self, res, group, dt, narrow):
+        """What each rank sent once for dt on group, against float32 on the
+        default group at 32 bits: at 16 bits at most 0.55 of the packets and
+        bytes (half, and the exponent round, one window a lane at either
+        width: 2304 packets against 4352 for 2^20 values), at 32 as many."""
+        for r, (_, _, saved) in enumerate(res):
+            p, b = first_sent(saved[group, "sent", dt])
+            p32, b32 = first_sent(saved["default", "sent", torch.float32])
+            what = "rank %d: %s %s sent %d packets (%d bytes) once, float32 at 32 bits %d (%d)%s" % (
+                r, group, dt, p, b, p32, b32, show(res))
+            if narrow:
+                self.assertLessEqual(p, 0.55 * p32, what)
+                self.assertLessEqual(b, 0.55 * b32, what)
+            else:
+                self.assertEqual(p, p32, what)
+
+    def test_default_widths(self):
+        res, exact = self.sums()
+        self.check_sum(res, exact, "default", torch.float32, 32)
+        for dt in (torch.bfloat16, torch.float16):
+            self.check_sum(res, exact, "default", dt, 16)
+            self.check_sent(res, "default", dt, True)
+        self.check_sum(res, exact, "wire16", torch.float32, 16)
+        self.check_sent(res, "wire16", torch.float32, True)
+
+    def test_32_bits_from_the_environment(self):
+        res, exact = self.sums(SWITCHML_WIRE_BITS="32")
+        for dt in (torch.float32, torch.bfloat16, torch.float16):
+            self.check_sum(res, exact, "default", dt, 32)
+            self.check_sent(res, "default", dt, False)
+        self.check_sum(res, exact, "wire16", torch.float32, 16)
+        self.check_sent(res, "wire16", torch.float32, True)
+
+    def test_ranks_must_agree(self):
+        # Rank 0 asks for 16-bit float32 through init_process_group's
+        # pg_options, the others do not: the job must not form, and a rank
+        # says why.
+        res = run_ranks("wire16_mismatch", "switchml", 2)
+        self.assertTrue(all(code != 0 for code, _, _ in res), show(res))
+        self.assertIn("wire_bits", "".join(outp for _, outp, _ in res), show(res))
 
 
 class OpsAgainstGloo(unittest.TestCase):

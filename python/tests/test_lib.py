@@ -3,6 +3,7 @@ over the C boundary is checked, since ctypes drops the bits of an int
 that do not fit its C type without a word (a count of 2**64 + 4 would pass
 as 4, an address of 2**64 as NULL)."""
 import ctypes
+import math
 import os
 import re
 import sys
@@ -12,6 +13,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from switchml import _lib  # noqa: E402
+
+from bounds import error_bound  # noqa: E402
 
 
 class Lengths(unittest.TestCase):
@@ -57,6 +60,72 @@ class Lengths(unittest.TestCase):
     def test_broadcast_root_beyond_int32_is_refused(self):
         with self.assertRaisesRegex(ValueError, "root is 4294967296"):
             self.session.broadcast_bytes("b", 2**32, b"data")
+
+
+
+class WireWidth(unittest.TestCase):
+    """switchml_config.wire_bits through the binding: the width each dtype
+    travels at, a float32 sum at 16 bits, and the widths refused."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.switch = _lib.LocalSwitch()
+        cls.codes = {name: _lib.dtype(name)[0] for name in ("float32", "float16", "bfloat16", "int32")}
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.switch.stop()
+
+    def widths(self, session):
+        return {name: session.wire_bits(code) for name, code in self.codes.items()}
+
+    def test_default_and_16_bits(self):
+        s = _lib.Session(self.switch.address, "py-wire-default", 0, 1)
+        try:
+            self.assertEqual(self.widths(s), {"float32": 32, "float16": 16, "bfloat16": 16, "int32": 32})
+        finally:
+            s.close()
+        s = _lib.Session(self.switch.address, "py-wire-16", 0, 1, wire_bits=16)
+        try:
+            self.assertEqual(self.widths(s), {"float32": 16, "float16": 16, "bfloat16": 16, "int32": 32})
+            # One rank's sum is its input, as 16-bit fixed point gives it
+            # back: within the 16-bit bound, beyond the 32-bit one.
+            vals = [math.sin(i) * 0.99 for i in range(5000)]
+            x = (ctypes.c_float * len(vals))(*vals)
+            exact = x[:]
+            s.allreduce(ctypes.addressof(x), len(vals), self.codes["float32"])
+            e = math.frexp(max(abs(v) for v in exact))[1]  # 2^e above every input
+            worst = max(abs(a - b) for a, b in zip(x, exact))
+            self.assertLessEqual(worst, error_bound(1, e, 16))
+            self.assertGreater(worst, error_bound(1, e, 32), "float32 came back as from the 32-bit wire")
+            self.assertEqual(s.stats()["elements"], len(vals))
+        finally:
+            s.close()
+        s = _lib.Session(self.switch.address, "py-wire-32", 0, 1, wire_bits=32)
+        try:
+            self.assertEqual(self.widths(s), {"float32": 32, "float16": 32, "bfloat16": 32, "int32": 32})
+        finally:
+            s.close()
+
+    def test_refused(self):
+        with self.assertRaisesRegex(_lib.ConfigError, "WireBits = 8"):
+            _lib.Session(self.switch.address, "py-wire-8", 0, 1, wire_bits=8)
+        with self.assertRaisesRegex(ValueError, "wire_bits is 4294967312"):
+            _lib.Session(self.switch.address, "py-wire-huge", 0, 1, wire_bits=2**32 + 16)
+
+    def test_counters(self):
+        s = _lib.Session(self.switch.address, "py-counters", 0, 1)
+        try:
+            x = (ctypes.c_int32 * 1000)(*range(1000))
+            s.allreduce(ctypes.addressof(x), 1000, self.codes["int32"])
+            st = s.stats()
+            self.assertEqual(s.counter("packets"), st["packets"])
+            self.assertEqual(s.counter("elements"), 1000)
+            self.assertLessEqual(st["retransmits"], st["packets"])
+            with self.assertRaisesRegex(ValueError, r'"bytes".*retransmits'):
+                s.counter("bytes")
+        finally:
+            s.close()
 
 
 if __name__ == "__main__":

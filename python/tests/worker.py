@@ -18,7 +18,7 @@ import time
 import torch
 import torch.distributed as dist
 
-import switchml  # noqa: F401  (registers the backend)
+import switchml  # registers the backend
 
 TORCH_MAJOR = int(torch.__version__.split(".")[0])
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int32]
@@ -412,6 +412,37 @@ def sparse(backend, rank, world):
     return {"grad": grad, "ints": x}
 
 
+# The values of each call of the wire16 scenario: enough packets that the
+# exponent round (one window per lane) is a small share of them.
+WIRE16_N = 1 << 20
+
+
+def wire16(backend, rank, world):
+    """float32, bfloat16 and float16 sums of WIRE16_N values on the default
+    group, and float32 on a group made with Options(wire_bits=16): each
+    sum, the width it travelled at, and what the library sent for it."""
+    g16 = dist.new_group(backend="switchml", pg_options=switchml.Options(wire_bits=16))
+    out = {}
+    for group, dtypes in ((None, (torch.float32, torch.bfloat16, torch.float16)), (g16, (torch.float32,))):
+        pg = group or dist.distributed_c10d._get_default_group()
+        name = "default" if group is None else "wire16"
+        for dt in dtypes:
+            x = inputs(rank, dt, n=WIRE16_N)
+            before = pg.stats()
+            dist.all_reduce(x, group=group)
+            after = pg.stats()
+            out[name, "sum", dt] = x
+            out[name, "sent", dt] = {k: after[k] - before[k] for k in after}
+            out[name, "bits", dt] = pg.wire_bits(dt)
+    return out
+
+
+def wire16_mismatch(backend, rank, world):
+    """Never reached: rank 0 asks for 16-bit float32 (pg_options), the
+    others do not."""
+    raise AssertionError("the job formed although its ranks disagree on the wire width")
+
+
 def sparse_mismatch(backend, rank, world):
     """Never reached: rank 0 joins sparse, the others dense."""
     raise AssertionError("the job formed although its ranks disagree on SWITCHML_SPARSE")
@@ -596,6 +627,8 @@ def main():
         # this process, with SIGINT ignored, which the backend respects.
         signal.signal(signal.SIGINT, signal.default_int_handler)
     extra = {"device_id": torch.device("cpu:0")} if scenario in DEVICE_ID else {}
+    if scenario == "wire16_mismatch" and rank == 0:
+        extra["pg_options"] = switchml.Options(wire_bits=16)
     dist.init_process_group(backend, store=store(rank, world, timeout), rank=rank, world_size=world, timeout=timeout,
                             **extra)
     out = globals()[scenario](backend, rank, world)
