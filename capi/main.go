@@ -61,14 +61,21 @@ func (h *handles[T]) take(id int64) (T, bool) {
 	return v, ok
 }
 
+// session is a joined session and the Config it joined with, which says
+// how wide each type travels (switchml.Config.WireWidth).
+type session struct {
+	*switchml.Session
+	cfg switchml.Config
+}
+
 var (
-	sessions handles[*switchml.Session]
+	sessions handles[*session]
 	switches handles[*local.Fabric]
 )
 
 // sessionCall finds session id and bounds a blocking call on it by
 // timeoutMS (0: no bound of its own, the library's apply).
-func sessionCall(id, timeoutMS int64) (*switchml.Session, context.Context, context.CancelFunc, error) {
+func sessionCall(id, timeoutMS int64) (*session, context.Context, context.CancelFunc, error) {
 	s, ok := sessions.get(id)
 	if !ok {
 		return nil, nil, nil, noHandle("session", id)

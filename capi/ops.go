@@ -24,7 +24,7 @@ func join(cfg switchml.Config) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return sessions.add(s), nil
+	return sessions.add(&session{Session: s, cfg: cfg}), nil
 }
 
 // allreduce sums count values at data in place; code is a dtype's number
@@ -230,7 +230,7 @@ func wireBitsOf(id int64, code int) (int, error) {
 	if !ok {
 		return 0, noHandle("session", id)
 	}
-	return s.WireBits(c), nil
+	return s.cfg.WireWidth(c), nil
 }
 
 func closeSession(id int64) error {
