@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/switchml/switchml-go/internal/flagusage"
@@ -132,4 +133,17 @@ func ParseArgs(fs *flag.FlagSet, args []string) error {
 		return errors.Join(err, werr)
 	}
 	return Usagef(fs.Name(), "%v", err)
+}
+
+// CommandLine is the command that reproduces a run: prefix (such as
+// "go run ./cmd/density") and the arguments, quoted where a shell needs it.
+func CommandLine(prefix string, args []string) string {
+	parts := []string{prefix}
+	for _, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\"'$") {
+			a = strconv.Quote(a)
+		}
+		parts = append(parts, a)
+	}
+	return strings.Join(parts, " ")
 }
