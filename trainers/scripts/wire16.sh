@@ -8,6 +8,8 @@
 #	eval "$(./setup.sh)" && scripts/wire16.sh          # seed 1
 #	SEEDS="1 2 3" scripts/wire16.sh                    # more seeds
 #
+# A run whose file is there already is kept (remove it to train again); the
+# table and the plot are made again from every run of SEEDS.
 # The switchml runs start an in-process software switch and controller
 # (no --controller). Step times on a shared machine are noisy: the figure
 # is the accuracy.
@@ -24,10 +26,14 @@ for seed in ${SEEDS:-1}; do
 		extra=${spec#*:}
 		backend=${name%-wire16}
 		file=$out/$name-seed$seed.jsonl
+		runs+=("$file")
+		if [[ -s $file ]]; then
+			echo "== $name, seed $seed: kept $file" >&2
+			continue
+		fi
 		echo "== $name, seed $seed -> $file" >&2
 		/tmp/switchml-train "${common[@]}" --backend "$backend" --seed "$seed" $extra >"$file.tmp"
 		mv "$file.tmp" "$file"
-		runs+=("$file")
 	done
 done
 go build -o /tmp/switchml-plotcurves ./cmd/plotcurves
