@@ -309,69 +309,54 @@ func (c *comparer) tally(t *tally, m int) {
 
 // sum32 is the 32-bit wire's sum of values lo..hi-1.
 func (c *comparer) sum32(lo, hi int) {
-	e := quant.MinExponent
-	for r := range c.n {
-		e = quant.MaxExponent(e, quant.BlockExponent(c.vals[r][lo:hi]))
-	}
-	nw := hi - lo
-	clear(c.words[:nw])
-	for r := range c.n {
-		quant.QuantizeBE(c.buf[:4*nw], c.vals[r][lo:hi], c.n, e)
-		c.addWords(nw)
-	}
-	c.putWords(nw)
-	quant.DequantizeBE(c.out[lo:hi], c.buf[:4*nw], c.n, e)
+	c.switchSum(hi-lo,
+		func(r int) int8 { return quant.BlockExponent(c.vals[r][lo:hi]) },
+		func(b []byte, r int, e int8) { quant.QuantizeBE(b, c.vals[r][lo:hi], c.n, e) },
+		func(b []byte, e int8) { quant.DequantizeBE(c.out[lo:hi], b, c.n, e) })
 }
 
 // sum16 is the 16-bit wire's sum of the float32 values lo..hi-1.
 func (c *comparer) sum16(lo, hi int) {
-	e := quant.MinExponent
-	for r := range c.n {
-		e = quant.MaxExponent(e, quant.BlockExponent(c.vals[r][lo:hi]))
-	}
-	nw := quant.PairWords(hi - lo)
-	clear(c.words[:nw])
-	for r := range c.n {
-		quant.QuantizePairsBE(c.buf[:4*nw], c.vals[r][lo:hi], c.n, e)
-		c.addWords(nw)
-	}
-	c.putWords(nw)
-	quant.DequantizePairsBE(c.out[lo:hi], c.buf[:4*nw], c.n, e)
+	c.switchSum(quant.PairWords(hi-lo),
+		func(r int) int8 { return quant.BlockExponent(c.vals[r][lo:hi]) },
+		func(b []byte, r int, e int8) { quant.QuantizePairsBE(b, c.vals[r][lo:hi], c.n, e) },
+		func(b []byte, e int8) { quant.DequantizePairsBE(c.out[lo:hi], b, c.n, e) })
 }
 
 // sum16BF16 is the 16-bit wire's sum of the bfloat16 values lo..hi-1,
 // a bfloat16 result.
 func (c *comparer) sum16BF16(lo, hi int) {
+	c.switchSum(quant.PairWords(hi-lo),
+		func(r int) int8 { return quant.BlockExponentBF16(c.bf[r][lo:hi]) },
+		func(b []byte, r int, e int8) { quant.QuantizeBF16PairsBE(b, c.bf[r][lo:hi], c.n, e) },
+		func(b []byte, e int8) {
+			out := c.out16[:hi-lo]
+			quant.DequantizeBF16PairsBE(out, b, c.n, e)
+			for i, h := range out {
+				c.out[lo+i] = quant.BF16ToFloat32(h)
+			}
+		})
+}
+
+// switchSum is one block's trip through the switch: every worker's
+// exponent exp(r), their maximum e (the switch keeps it), every worker's
+// block as nw words under e (q writes them), the words added with
+// wrap-around as the switch's 32-bit adders do, and dq reading the sum.
+func (c *comparer) switchSum(nw int, exp func(r int) int8, q func(b []byte, r int, e int8), dq func(b []byte, e int8)) {
 	e := quant.MinExponent
 	for r := range c.n {
-		e = quant.MaxExponent(e, quant.BlockExponentBF16(c.bf[r][lo:hi]))
+		e = quant.MaxExponent(e, exp(r))
 	}
-	nw := quant.PairWords(hi - lo)
-	clear(c.words[:nw])
+	b, words := c.buf[:4*nw], c.words[:nw]
+	clear(words)
 	for r := range c.n {
-		quant.QuantizeBF16PairsBE(c.buf[:4*nw], c.bf[r][lo:hi], c.n, e)
-		c.addWords(nw)
+		q(b, r, e)
+		for i := range words {
+			words[i] += binary.BigEndian.Uint32(b[4*i:])
+		}
 	}
-	c.putWords(nw)
-	out := c.out16[:hi-lo]
-	quant.DequantizeBF16PairsBE(out, c.buf[:4*nw], c.n, e)
-	for i, h := range out {
-		c.out[lo+i] = quant.BF16ToFloat32(h)
+	for i, w := range words {
+		binary.BigEndian.PutUint32(b[4*i:], w)
 	}
-}
-
-// addWords adds the big-endian words in c.buf to c.words, wrapping as the
-// switch's 32-bit adders do.
-func (c *comparer) addWords(nw int) {
-	for i := range nw {
-		c.words[i] += binary.BigEndian.Uint32(c.buf[4*i:])
-	}
-}
-
-// putWords writes the summed words back into c.buf, as the switch sends
-// them.
-func (c *comparer) putWords(nw int) {
-	for i, w := range c.words[:nw] {
-		binary.BigEndian.PutUint32(c.buf[4*i:], w)
-	}
+	dq(b, e)
 }
