@@ -31,6 +31,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"path/filepath"
 	"time"
 
 	"github.com/switchml/switchml-go/quant"
@@ -128,7 +129,9 @@ type Bucket struct {
 
 // Result is one model's comparison: over all its values and per bucket.
 type Result struct {
-	Kind           string `json:"kind"` // "model"
+	Kind string `json:"kind"` // "model"
+	// Name is the recording's directory name, Model the model's.
+	Name           string `json:"name"`
 	Model          string `json:"model"`
 	Dir            string `json:"dir"`
 	Workers        int    `json:"workers"`
@@ -188,7 +191,7 @@ func Compare(ctx context.Context, dir string, o Options) (*Result, error) {
 		defer rd.Close()
 		readers[r] = rd
 	}
-	res := &Result{Kind: "model", Model: meta.Model, Dir: dir, Workers: n, Elements: meta.Elements, PacketElements: k,
+	res := &Result{Kind: "model", Name: filepath.Base(dir), Model: meta.Model, Dir: dir, Workers: n, Elements: meta.Elements, PacketElements: k,
 		Step: meta.Step, Warmup: meta.Warmup, Batch: meta.Batch, Seed: meta.Seed, Errors: map[string]Errors{}}
 	c := newComparer(n, k)
 	total := make(map[string]*tally, len(Methods))

@@ -89,7 +89,7 @@ func TestCompare(t *testing.T) {
 	if err := Markdown(&md, &Header{Command: "wireprecision", Date: "today"}, []*Result{r}); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## test: 4000 values in 2 buckets, 4 workers", "| SwitchML, 16-bit wire (float32) |", "| 1 | 3000 | 100.00% |"} {
+	for _, want := range []string{"(test): 4000 values in 2 buckets, 4 workers", "| SwitchML, 16-bit wire (float32) |", "| 1 | 3000 | 100.00% |"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("Markdown lacks %q:\n%s", want, md.String())
 		}

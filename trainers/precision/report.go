@@ -27,7 +27,11 @@ func Markdown(w io.Writer, h *Header, results []*Result) error {
 		"the largest error relative to the largest sum max|r − T| / max|T|, and the share of the values whose exact sum is not 0 " +
 		"that come out 0.\n")
 	for _, r := range results {
-		fmt.Fprintf(&b, "\n## %s: %d values in %d buckets, %d workers\n\n", r.Model, r.Elements, len(r.Buckets), r.Workers)
+		name := r.Model
+		if r.Name != "" && r.Name != r.Model {
+			name = fmt.Sprintf("%s (%s)", r.Name, r.Model)
+		}
+		fmt.Fprintf(&b, "\n## %s: %d values in %d buckets, %d workers\n\n", name, r.Elements, len(r.Buckets), r.Workers)
 		fmt.Fprintf(&b, "Recorded at step %d (after %d warm-up), batch %d per worker, seed %d (`%s`); %d packet values at 32 bits, %d at 16; "+
 			"%.2f%% of the exact sums are not 0.\n\n",
 			r.Step, r.Warmup, r.Batch, r.Seed, r.Dir, r.PacketElements, 2*r.PacketElements, 100*share(r.NonZero, r.Elements))
@@ -36,7 +40,7 @@ func Markdown(w io.Writer, h *Header, results []*Result) error {
 			e := r.Errors[m]
 			fmt.Fprintf(&b, "| %s | %.3g | %.3g | %.3g%% (%d) |\n", MethodNames[m], e.RelL2, e.RelMax, 100*e.Zeroed, e.ZeroedCount)
 		}
-		fmt.Fprintf(&b, "\n<details><summary>%s per bucket: relative L2 error, and non-zero sums that come out 0</summary>\n\n", r.Model)
+		fmt.Fprintf(&b, "\n<details><summary>%s per bucket: relative L2 error, and non-zero sums that come out 0</summary>\n\n", name)
 		b.WriteString("| bucket | values | non-zero |")
 		for _, m := range Methods {
 			fmt.Fprintf(&b, " L2 %s |", m)

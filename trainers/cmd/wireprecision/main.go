@@ -38,7 +38,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		modelsF, workersFor, dir, out string
 		o                             precision.Options
 	)
-	fs.StringVar(&modelsF, "models", "ncf,bert", "models whose recorded gradients to compare (DIR/<model>, as density --dump writes them)")
+	fs.StringVar(&modelsF, "models", "ncf,bert", "recorded gradients to compare: directories under --dir, DIR/<model> as density --dump writes them (or renamed)")
 	fs.StringVar(&dir, "dir", density.DefaultDumpDir(), "directory of the recorded gradients (density's --dump)")
 	fs.IntVar(&o.Workers, "workers", 8, "workers whose gradients are summed, the first recorded ranks (0: all recorded)")
 	fs.StringVar(&workersFor, "workers-for", "", "workers of some models instead of --workers, e.g. bert=4")
