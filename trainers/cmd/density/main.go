@@ -78,16 +78,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if o.Steps < 1 || o.Warmup < 0 {
 		return cli.Usagef("density", "--steps %d --warmup %d: want at least one measured step and no negative warm-up", o.Steps, o.Warmup)
 	}
-	if stepsForF != "" {
-		o.StepsFor = map[string]int{}
-		for _, kv := range strings.Split(stepsForF, ",") {
-			m, v, ok := strings.Cut(kv, "=")
-			n, err := strconv.Atoi(v)
-			if !ok || err != nil || n < 1 {
-				return cli.Usagef("density", "--steps-for %q: want model=steps pairs separated by commas, e.g. lstm=5", stepsForF)
-			}
-			o.StepsFor[strings.TrimSpace(m)] = n
-		}
+	if o.StepsFor, err = cli.PerModel("density", "steps-for", stepsForF, "steps", 1); err != nil {
+		return err
 	}
 	o.Models = strings.Split(modelsF, ",")
 	o.Optimizer, o.LR, o.DumpDir, o.Progress = opt, float32(lr), dump, stderr

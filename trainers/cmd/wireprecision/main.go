@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -47,16 +46,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
-	perModel := map[string]int{}
-	if workersFor != "" {
-		for _, kv := range strings.Split(workersFor, ",") {
-			m, v, ok := strings.Cut(kv, "=")
-			n, err := strconv.Atoi(v)
-			if !ok || err != nil || n < 2 {
-				return cli.Usagef("wireprecision", "--workers-for %q: want model=workers pairs separated by commas, each at least 2, e.g. bert=4", workersFor)
-			}
-			perModel[strings.TrimSpace(m)] = n
-		}
+	perModel, err := cli.PerModel("wireprecision", "workers-for", workersFor, "workers", 2)
+	if err != nil {
+		return err
 	}
 	h := &precision.Header{Kind: "run", Command: cli.CommandLine("go run ./cmd/wireprecision", args),
 		Commit: rackrun.Commit(ctx), Date: time.Now().UTC().Format(time.RFC3339)}

@@ -147,3 +147,22 @@ func CommandLine(prefix string, args []string) string {
 	}
 	return strings.Join(parts, " ")
 }
+
+// PerModel parses a flag of model=N pairs separated by commas (such as
+// "lstm=5,bert=2"), each N at least least; an empty value is an empty map.
+// The usage error names command, the flag and what it wants.
+func PerModel(command, flagName, value, what string, least int) (map[string]int, error) {
+	out := map[string]int{}
+	if value == "" {
+		return out, nil
+	}
+	for _, kv := range strings.Split(value, ",") {
+		m, v, ok := strings.Cut(kv, "=")
+		n, err := strconv.Atoi(v)
+		if !ok || err != nil || n < least || strings.TrimSpace(m) == "" {
+			return nil, Usagef(command, "--%s %q: want model=%s pairs separated by commas, each at least %d, e.g. bert=%d", flagName, value, what, least, least+1)
+		}
+		out[strings.TrimSpace(m)] = n
+	}
+	return out, nil
+}
