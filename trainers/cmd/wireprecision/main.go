@@ -4,7 +4,8 @@
 // same tensors (package precision), and writes the tables as Markdown and
 // JSON lines.
 //
-//	go run ./cmd/density --models ncf,bert --workers 8 --warmup 1 --steps 1
+//	go run ./cmd/density --models ncf --workers 8 --warmup 1 --steps 1
+//	go run ./cmd/density --models bert --workers 8 --warmup 1 --steps 1 --lr 5e-5
 //	go run ./cmd/wireprecision --models ncf,bert --workers 8 --out results/wire16-precision
 package main
 
