@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/switchml/switchml-go/switchml"
+	"github.com/switchml/switchml-go/switchml/dtype"
 )
 
 // SwitchMLAvailable tells whether this build carries the switchml backend.
@@ -25,4 +26,14 @@ func dialSwitchML(ctx context.Context, cfg Config) (Backend, error) {
 		return nil, fmt.Errorf("collective: switchml: %w", err)
 	}
 	return s, nil
+}
+
+// FloatWireBits is the width, 16 or 32, at which be sends float32 values
+// through a switch, or 0 for a backend that sums them in floating point
+// (exact, ring).
+func FloatWireBits(be Backend) int {
+	if s, ok := be.(interface{ WireBits(dtype.Codec) int }); ok {
+		return s.WireBits(dtype.Float32)
+	}
+	return 0
 }

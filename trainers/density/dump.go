@@ -35,6 +35,20 @@ type Meta struct {
 	Commit    string                 `json:"commit,omitempty"`
 }
 
+// DefaultDumpDir is where the gradients go unless density --dump says
+// otherwise, and where the commands that read them look: beside the
+// libraries trainers/setup.sh caches, outside the repository.
+func DefaultDumpDir() string {
+	if c := os.Getenv("SWITCHML_CACHE"); c != "" {
+		return filepath.Join(c, "gradients")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(home, ".cache", "switchml", "gradients")
+}
+
 // RankFile is the name of rank r's gradient file.
 func RankFile(r int) string { return fmt.Sprintf("rank%d.f32", r) }
 
@@ -77,6 +91,28 @@ func WriteMeta(dir string, m *Meta) error {
 		return fmt.Errorf("density: writing the dump's meta.json: %w", err)
 	}
 	return nil
+}
+
+// ReadMeta reads DIR/meta.json and checks that its buckets add up to its
+// values.
+func ReadMeta(dir string) (*Meta, error) {
+	path := filepath.Join(dir, "meta.json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("density: recorded gradients: %w (record them with density --dump)", err)
+	}
+	var m Meta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("density: %s: %w", path, err)
+	}
+	total := 0
+	for _, n := range m.Buckets {
+		total += n
+	}
+	if total != m.Elements || m.Ranks < 1 {
+		return nil, fmt.Errorf("density: %s: %d ranks, buckets of %d values in all for %d elements: want at least one rank and buckets that add up", path, m.Ranks, total, m.Elements)
+	}
+	return &m, nil
 }
 
 // ReadRank reads a gradient file written by WriteRank.

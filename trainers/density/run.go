@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/switchml/switchml-go/trainers/models"
@@ -17,13 +20,21 @@ import (
 	"github.com/switchml/switchml-go/trainers/train"
 )
 
-// EmbeddingUnits names, for the models whose gradient is mostly embedding
+// EmbeddingUnits names, for the models whose gradient holds embedding
 // tables, the top-level layer that owns the tables (the unit of the
-// model's profile).
+// model's profile). Most of the gradient of ncf, deeplight and lstm is
+// theirs; BERT's word, position and token-type tables are a fifth of its.
 var EmbeddingUnits = map[string]string{
 	"ncf":       "embeddings", // user and item tables of GMF and MLP
 	"deeplight": "features",   // embeddings, first-order weights, bias, FwFM pair weights
 	"lstm":      "embedding",  // the word embedding
+	"bert":      "embeddings", // word, position and token-type tables and their LayerNorm
+}
+
+// embeddingModels lists EmbeddingUnits' models for messages.
+func embeddingModels() string {
+	names := slices.Sorted(maps.Keys(EmbeddingUnits))
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 // Input says what the batches of the benchmark models are: the harness
@@ -159,7 +170,7 @@ func Run(ctx context.Context, o Options) ([]*ModelResult, error) {
 	// Refuse an unknown model before the others have run for minutes.
 	for _, m := range o.Models {
 		if _, ok := EmbeddingUnits[m]; !ok || models.LookupBench(m) == nil {
-			return nil, fmt.Errorf("density: model %q: want ncf, deeplight or lstm", m)
+			return nil, fmt.Errorf("density: model %q: want %s", m, embeddingModels())
 		}
 	}
 	var out []*ModelResult
@@ -209,11 +220,11 @@ func runModel(ctx context.Context, o Options, name string) (*ModelResult, error)
 func newModelRun(o Options, name string) (*modelRun, error) {
 	b := models.LookupBench(name)
 	if b == nil {
-		return nil, fmt.Errorf("not a benchmark model (want ncf, deeplight or lstm)")
+		return nil, fmt.Errorf("not a benchmark model (want %s)", embeddingModels())
 	}
 	unit, ok := EmbeddingUnits[name]
 	if !ok {
-		return nil, fmt.Errorf("no embedding unit known for it (want ncf, deeplight or lstm)")
+		return nil, fmt.Errorf("no embedding unit known for it (want %s)", embeddingModels())
 	}
 	prof, err := profile.Load(filepath.Join(o.Profiles, name+".json"))
 	if err != nil {

@@ -128,22 +128,23 @@ func joinInts(xs []int) string {
 	return strings.Join(s, ", ")
 }
 
-// gradientReader reads one rank's recorded values.
-type gradientReader struct {
+// GradientReader reads one rank's recorded values.
+type GradientReader struct {
 	f       *os.File
 	scratch []byte
 }
 
-func openGradientReader(path string) (*gradientReader, error) {
+// OpenGradientReader opens a recorded gradient file (GradientsFile).
+func OpenGradientReader(path string) (*GradientReader, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("profile: recorded gradients: %w", err)
 	}
-	return &gradientReader{f: f}, nil
+	return &GradientReader{f: f}, nil
 }
 
-// read fills dst with the values from offset off on.
-func (g *gradientReader) read(dst []float32, off int) error {
+// Read fills dst with the values from offset off on.
+func (g *GradientReader) Read(dst []float32, off int) error {
 	const chunk = 1 << 16
 	if g.scratch == nil {
 		g.scratch = make([]byte, 4*chunk)
@@ -164,7 +165,7 @@ func (g *gradientReader) read(dst []float32, off int) error {
 	return nil
 }
 
-func (g *gradientReader) Close() error { return g.f.Close() }
+func (g *GradientReader) Close() error { return g.f.Close() }
 
 // CheckSum verifies that got holds the sum over the first workers ranks
 // of their recorded values from offset off on, within what the backends
@@ -178,9 +179,9 @@ func (g *Gradients) CheckSum(got []float32, off, workers, k int) error {
 		return fmt.Errorf("profile: values %d..%d are outside the %d recorded ones", off, off+len(got), g.Elements)
 	}
 	k = max(k, 1)
-	readers := make([]*gradientReader, workers)
+	readers := make([]*GradientReader, workers)
 	for r := range readers {
-		rd, err := openGradientReader(GradientsFile(g.Dir, r))
+		rd, err := OpenGradientReader(GradientsFile(g.Dir, r))
 		if err != nil {
 			return err
 		}
@@ -200,7 +201,7 @@ func (g *Gradients) CheckSum(got []float32, off, workers, k int) error {
 		clear(sums[:hi-lo])
 		clear(maxAbs)
 		for _, rd := range readers {
-			if err := rd.read(vals[:hi-lo], off+lo); err != nil {
+			if err := rd.Read(vals[:hi-lo], off+lo); err != nil {
 				return err
 			}
 			for i, v := range vals[:hi-lo] {

@@ -47,7 +47,7 @@ type Replayer struct {
 	// grads and reader, when set, hold the recorded gradients the buckets
 	// are filled from (UseGradients).
 	grads  *Gradients
-	reader *gradientReader
+	reader *GradientReader
 }
 
 // NewReplayer prepares the gradient buffers of the buckets. A bucket of
@@ -77,7 +77,7 @@ func (r *Replayer) UseGradients(g *Gradients) error {
 	if r.Rank >= g.Ranks {
 		return fmt.Errorf("profile: %s holds no gradient of rank %d (%d ranks)", g.Dir, r.Rank, g.Ranks)
 	}
-	rd, err := openGradientReader(GradientsFile(g.Dir, r.Rank))
+	rd, err := OpenGradientReader(GradientsFile(g.Dir, r.Rank))
 	if err != nil {
 		return err
 	}
@@ -103,7 +103,7 @@ func (r *Replayer) Close() error {
 func (r *Replayer) fill(i, off int) error {
 	b := r.bufs[i][:min(len(r.bufs[i]), r.Buckets[i].Elems-off)]
 	if r.reader != nil {
-		return r.reader.read(b, r.starts[i]+off)
+		return r.reader.Read(b, r.starts[i]+off)
 	}
 	v := float32(r.Rank+1) / float32(1+i)
 	for j := range b {

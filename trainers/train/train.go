@@ -88,6 +88,12 @@ type EpochResult struct {
 	EpochS   float64 `json:"epoch_s"`
 	// GradElems is the number of gradient values allreduced per step.
 	GradElems int `json:"grad_elems"`
+	// WireBits is the width at which the gradients travelled through the
+	// switch (16 or 32; collective.FloatWireBits), absent for backends
+	// that sum in floating point.
+	WireBits int `json:"wire_bits,omitempty"`
+	// Seed is the run's seed (Options.Seed).
+	Seed int64 `json:"seed"`
 }
 
 // EvalResult is a test evaluation within an epoch (Options.EvalEvery).
@@ -302,6 +308,8 @@ func (t *trainer) epoch(ctx context.Context, epoch int) (EpochResult, error) {
 		ComputeS:     c.compute.Seconds(),
 		EpochS:       time.Since(c.t0).Seconds(),
 		GradElems:    t.gradElems,
+		WireBits:     collective.FloatWireBits(t.be),
+		Seed:         o.Seed,
 	}
 	if o.Progress != nil {
 		fmt.Fprintf(o.Progress, "\repoch %d/%d  train loss %.4f  test loss %.4f  test accuracy %.2f%%  %.1f ms/step  comm %.1fs\n",

@@ -1,6 +1,6 @@
 // Command density measures the block density of the gradients of the
-// embedding-heavy benchmark models (ncf, deeplight, lstm) over real
-// TensorFlow training steps, writes one step's gradients of every rank for
+// benchmark models with embedding tables (ncf, deeplight, lstm by default;
+// bert too) over real TensorFlow training steps, writes one step's gradients of every rank for
 // the allreduce benchmarks, and the results as Markdown and JSON lines
 // (package density).
 //
@@ -31,19 +31,6 @@ func main() {
 	cli.Exit("density", err)
 }
 
-// defaultDump is where the gradients go unless --dump says otherwise:
-// beside the libraries trainers/setup.sh caches, outside the repository.
-func defaultDump() string {
-	if c := os.Getenv("SWITCHML_CACHE"); c != "" {
-		return filepath.Join(c, "gradients")
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return ""
-	}
-	return filepath.Join(home, ".cache", "switchml", "gradients")
-}
-
 func ints(s, flagName string) ([]int, error) {
 	var out []int
 	for _, f := range strings.Split(s, ",") {
@@ -57,13 +44,13 @@ func ints(s, flagName string) ([]int, error) {
 }
 
 func run(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := cli.NewFlagSet("density", "[flags]", "Block density of the real gradients of ncf, deeplight and lstm over real TensorFlow steps.")
+	fs := cli.NewFlagSet("density", "[flags]", "Block density of the real gradients of ncf, deeplight and lstm (and bert) over real TensorFlow steps.")
 	var (
 		modelsF, unionsF, blocksF, stepsForF, out, dump, opt string
 		o                                                    density.Options
 		lr                                                   float64
 	)
-	fs.StringVar(&modelsF, "models", "ncf,deeplight,lstm", "benchmark models with an embedding unit (ncf, deeplight, lstm)")
+	fs.StringVar(&modelsF, "models", "ncf,deeplight,lstm", "benchmark models with an embedding unit (ncf, deeplight, lstm, bert)")
 	fs.IntVar(&o.Workers, "workers", 8, "simulated workers: batches per step, each from the same weights")
 	fs.StringVar(&unionsF, "unions", "2,8", "worker counts whose union density is reported (the first n workers of each step)")
 	fs.StringVar(&blocksF, "blocks", "256,64", "values per packet to measure (256: SwitchML's default packet; 64: the P4 programs')")
@@ -76,7 +63,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.Int64Var(&o.Seed, "seed", 1, "seed of the weights and the batches")
 	fs.IntVar(&o.Threads, "threads", runtime.NumCPU(), "TensorFlow intra- and inter-op threads")
 	fs.StringVar(&o.Profiles, "profiles", "profiles", "directory of the model profiles (batch sizes, units)")
-	fs.StringVar(&dump, "dump", defaultDump(), "write the gradients of every worker at the first measured step to DIR/<model>/rank<r>.f32 and meta.json (empty: do not)")
+	fs.StringVar(&dump, "dump", density.DefaultDumpDir(), "write the gradients of every worker at the first measured step to DIR/<model>/rank<r>.f32 and meta.json (empty: do not)")
 	fs.StringVar(&out, "out", "", "write density.md and density.jsonl to this directory (e.g. results/density)")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
@@ -91,22 +78,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if o.Steps < 1 || o.Warmup < 0 {
 		return cli.Usagef("density", "--steps %d --warmup %d: want at least one measured step and no negative warm-up", o.Steps, o.Warmup)
 	}
-	if stepsForF != "" {
-		o.StepsFor = map[string]int{}
-		for _, kv := range strings.Split(stepsForF, ",") {
-			m, v, ok := strings.Cut(kv, "=")
-			n, err := strconv.Atoi(v)
-			if !ok || err != nil || n < 1 {
-				return cli.Usagef("density", "--steps-for %q: want model=steps pairs separated by commas, e.g. lstm=5", stepsForF)
-			}
-			o.StepsFor[strings.TrimSpace(m)] = n
-		}
+	if o.StepsFor, err = cli.PerModel("density", "steps-for", stepsForF, "steps", 1); err != nil {
+		return err
 	}
 	o.Models = strings.Split(modelsF, ",")
 	o.Optimizer, o.LR, o.DumpDir, o.Progress = opt, float32(lr), dump, stderr
 	o.Commit = rackrun.Commit(ctx)
 
-	h := &density.Header{Kind: "run", Command: commandLine(args), Commit: o.Commit,
+	h := &density.Header{Kind: "run", Command: cli.CommandLine("go run ./cmd/density", args), Commit: o.Commit,
 		Date: time.Now().UTC().Format(time.RFC3339), CPUs: runtime.NumCPU()}
 	h.Options.Workers, h.Options.Unions, h.Options.BlockSizes, h.Options.Warmup = o.Workers, o.Unions, o.BlockSizes, o.Warmup
 	h.Options.BucketElems, h.Options.Optimizer, h.Options.Seed, h.Options.Threads = o.BucketElems, o.Optimizer, o.Seed, o.Threads
@@ -157,16 +136,4 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	density.Markdown(md, h, results, papers)
 	return md.Close()
-}
-
-// commandLine is the command that reproduces a run, from trainers/.
-func commandLine(args []string) string {
-	parts := []string{"go run ./cmd/density"}
-	for _, a := range args {
-		if a == "" || strings.ContainsAny(a, " \t\"'$") {
-			a = strconv.Quote(a)
-		}
-		parts = append(parts, a)
-	}
-	return strings.Join(parts, " ")
 }

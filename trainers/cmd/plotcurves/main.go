@@ -1,7 +1,8 @@
 // Command plotcurves draws test-accuracy curves from the JSON lines that
-// `train --json` prints, one curve per file:
+// `train --json` prints, one curve per file, and with --table writes their
+// accuracies and how far each run ends from the reference run of its seed:
 //
-//	go run ./cmd/plotcurves --out curves.png exact.jsonl switchml.jsonl
+//	go run ./cmd/plotcurves --out curves.png --table summary.md exact.jsonl switchml.jsonl
 package main
 
 import (
@@ -26,7 +27,10 @@ type record struct {
 	Workers      int     `json:"workers"`
 	Model        string  `json:"model"`
 	TestAccuracy float64 `json:"test_accuracy"`
+	TestLoss     float64 `json:"test_loss"`
 	StepS        float64 `json:"step_s"`
+	WireBits     int     `json:"wire_bits"`
+	Seed         int64   `json:"seed"`
 }
 
 func read(path string) ([]record, error) {
@@ -63,9 +67,11 @@ func main() {
 }
 
 func run(args []string) error {
-	fs := cli.NewFlagSet("plotcurves", "[--out FILE.png] [--title TEXT] RUN.jsonl...", "Test-accuracy curves, one per `train --json` output, in one PNG.")
+	fs := cli.NewFlagSet("plotcurves", "[--out FILE.png] [--title TEXT] [--table FILE.md [--reference RUN]] RUN.jsonl...", "Test-accuracy curves, one per `train --json` output, in one PNG, and their table.")
 	out := fs.String("out", "curves.png", "output PNG")
 	title := fs.String("title", "Test accuracy per epoch", "plot title")
+	table := fs.String("table", "", "also write a Markdown table of every run's test accuracy per epoch and its final difference, in points, to the reference run of the same seed")
+	ref := fs.String("reference", "", "--table: the reference run's label, its backend (\"exact\") or backend and wire (\"switchml, 32-bit wire\"); default: the first file's")
 	if err := cli.ParseArgs(fs, args); err != nil {
 		return err
 	}
@@ -79,21 +85,44 @@ func run(args []string) error {
 	p.Legend.Top = false
 	p.Legend.Left = false
 	var lines []any
+	var runs []curve
+	seeds := map[int64]bool{}
 	for _, path := range fs.Args() {
 		recs, err := read(path)
 		if err != nil {
 			return err
 		}
-		pts := make(plotter.XYs, len(recs))
-		for i, r := range recs {
-			pts[i] = plotter.XY{X: float64(r.Epoch), Y: 100 * r.TestAccuracy}
+		runs = append(runs, curve{path: path, recs: recs})
+		seeds[recs[len(recs)-1].Seed] = true
+	}
+	for _, r := range runs {
+		pts := make(plotter.XYs, len(r.recs))
+		for i, e := range r.recs {
+			pts[i] = plotter.XY{X: float64(e.Epoch), Y: 100 * e.TestAccuracy}
 		}
-		last := recs[len(recs)-1]
-		name := fmt.Sprintf("%s, %d workers: %.2f%%", last.Backend, last.Workers, 100*last.TestAccuracy)
+		last := r.last()
+		name := fmt.Sprintf("%s, %d workers: %.2f%%", r.label(), last.Workers, 100*last.TestAccuracy)
+		if len(seeds) > 1 {
+			name = fmt.Sprintf("%s, %d workers, seed %d: %.2f%%", r.label(), last.Workers, last.Seed, 100*last.TestAccuracy)
+		}
 		lines = append(lines, name, pts)
 	}
 	if err := plotutil.AddLinePoints(p, lines...); err != nil {
 		return err
 	}
-	return p.Save(7*vg.Inch, 4.5*vg.Inch, *out)
+	if err := p.Save(7*vg.Inch, 4.5*vg.Inch, *out); err != nil {
+		return err
+	}
+	if *table == "" {
+		return nil
+	}
+	f, err := os.Create(*table)
+	if err != nil {
+		return err
+	}
+	if err := writeTable(f, runs, *ref); err != nil {
+		f.Close()
+		return fmt.Errorf("--table: %w", err)
+	}
+	return f.Close()
 }

@@ -59,8 +59,15 @@ func runRanks(t *testing.T, n int, args func(rank int) []string) []*rankOutput {
 // smallCNN is a short Fashion-MNIST run; synthetic data when the data set
 // is not installed, so the test runs anywhere.
 func smallCNN(t *testing.T, epochs int) []string {
-	args := []string{"--model", "cnn", "--epochs", fmt.Sprint(epochs), "--batch", "32", "--train-limit", "640", "--test-limit", "300",
-		"--intra-op-threads", "1", "--json", "--quiet"}
+	return cnnRun(t, epochs, 640, 300)
+}
+
+// cnnRun trains the CNN on the first train and test examples of
+// Fashion-MNIST, or of the synthetic set when Fashion-MNIST is not
+// installed.
+func cnnRun(t *testing.T, epochs, train, test int) []string {
+	args := []string{"--model", "cnn", "--epochs", fmt.Sprint(epochs), "--batch", "32", "--train-limit", fmt.Sprint(train),
+		"--test-limit", fmt.Sprint(test), "--intra-op-threads", "1", "--json", "--quiet"}
 	if _, err := os.Stat(filepath.Join("/usr/share/datasets/fashion-mnist", "train-images-idx3-ubyte.gz")); err != nil {
 		t.Logf("Fashion-MNIST not installed, training on the synthetic set: %v", err)
 		args = append(args, "--dataset", "synthetic")

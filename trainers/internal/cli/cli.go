@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/switchml/switchml-go/internal/flagusage"
@@ -132,4 +133,36 @@ func ParseArgs(fs *flag.FlagSet, args []string) error {
 		return errors.Join(err, werr)
 	}
 	return Usagef(fs.Name(), "%v", err)
+}
+
+// CommandLine is the command that reproduces a run: prefix (such as
+// "go run ./cmd/density") and the arguments, quoted where a shell needs it.
+func CommandLine(prefix string, args []string) string {
+	parts := []string{prefix}
+	for _, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\"'$") {
+			a = strconv.Quote(a)
+		}
+		parts = append(parts, a)
+	}
+	return strings.Join(parts, " ")
+}
+
+// PerModel parses a flag of model=N pairs separated by commas (such as
+// "lstm=5,bert=2"), each N at least least; an empty value is an empty map.
+// The usage error names command, the flag and what it wants.
+func PerModel(command, flagName, value, what string, least int) (map[string]int, error) {
+	out := map[string]int{}
+	if value == "" {
+		return out, nil
+	}
+	for _, kv := range strings.Split(value, ",") {
+		m, v, ok := strings.Cut(kv, "=")
+		n, err := strconv.Atoi(v)
+		if !ok || err != nil || n < least || strings.TrimSpace(m) == "" {
+			return nil, Usagef(command, "--%s %q: want model=%s pairs separated by commas, each at least %d, e.g. bert=%d", flagName, value, what, least, least+1)
+		}
+		out[strings.TrimSpace(m)] = n
+	}
+	return out, nil
 }

@@ -78,3 +78,18 @@ func TestStatus(t *testing.T) {
 		t.Error("Usage changed nil or flag.ErrHelp")
 	}
 }
+
+func TestPerModel(t *testing.T) {
+	got, err := PerModel("density", "steps-for", "lstm=5, bert=2", "steps", 1)
+	if err != nil || len(got) != 2 || got["lstm"] != 5 || got["bert"] != 2 {
+		t.Errorf("PerModel: %v, %v", got, err)
+	}
+	if got, err := PerModel("density", "steps-for", "", "steps", 1); err != nil || len(got) != 0 {
+		t.Errorf("empty: %v, %v", got, err)
+	}
+	for _, bad := range []string{"lstm", "lstm=0", "=3", "lstm=x"} {
+		if _, err := PerModel("density", "steps-for", bad, "steps", 1); err == nil || !strings.Contains(err.Error(), "--steps-for") {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}

@@ -27,6 +27,7 @@ func TestCommandsHelp(t *testing.T) {
 		{"train", "--help"},
 		{"density", "--help"},
 		{"plotcurves", "--help"},
+		{"wireprecision", "--help"},
 		{"scalesim", "--help"},
 		{"rackbench", "--help"},
 		{"rackbench", "accuracy", "--help"},
