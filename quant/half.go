@@ -62,20 +62,46 @@ func Float32ToBF16(f float32) uint16 {
 // BlockExponentF16 is BlockExponent for float16 bits. A zero block has
 // MinExponent; float16 denormals get their exact exponent.
 func BlockExponentF16(x []uint16) int8 {
-	var m uint16
-	for _, h := range x {
-		m = max(m, h&0x7fff)
-	}
-	return exponentOfBits(math.Float32bits(F16ToFloat32(m)))
+	e, _ := FiniteBlockExponentF16(x)
+	return e
 }
 
 // BlockExponentBF16 is BlockExponent for bfloat16 bits.
 func BlockExponentBF16(x []uint16) int8 {
-	var m uint16
-	for _, h := range x {
-		m = max(m, h&0x7fff)
+	e, _ := FiniteBlockExponentBF16(x)
+	return e
+}
+
+// FiniteBlockExponentF16 is BlockExponentF16 and CheckFiniteF16 in one
+// pass: a NaN or Inf is the largest magnitude there is, so the block is
+// finite exactly when its largest magnitude is (finite false: the exponent
+// is unspecified, and CheckFiniteF16 names the value).
+func FiniteBlockExponentF16(x []uint16) (e int8, finite bool) {
+	m := maxMagnitude16(x)
+	return exponentOfBits(math.Float32bits(F16ToFloat32(m))), m < 0x7c00
+}
+
+// FiniteBlockExponentBF16 is FiniteBlockExponentF16 for bfloat16 bits.
+func FiniteBlockExponentBF16(x []uint16) (e int8, finite bool) {
+	m := maxMagnitude16(x)
+	return exponentOfBits(uint32(m) << 16), m < 0x7f80
+}
+
+// maxMagnitude16 is the largest of the 16-bit floats' bits with the sign
+// cleared, four lanes at a time.
+func maxMagnitude16(x []uint16) uint16 {
+	var m0, m1, m2, m3 uint16
+	for len(x) >= 4 {
+		m0 = max(m0, x[0]&0x7fff)
+		m1 = max(m1, x[1]&0x7fff)
+		m2 = max(m2, x[2]&0x7fff)
+		m3 = max(m3, x[3]&0x7fff)
+		x = x[4:]
 	}
-	return exponentOfBits(uint32(m) << 16)
+	for _, h := range x {
+		m0 = max(m0, h&0x7fff)
+	}
+	return max(m0, m1, m2, m3)
 }
 
 // CheckFiniteF16 is CheckFinite for float16 bits.
@@ -125,9 +151,7 @@ func quantizeHalfBE(dst []byte, src []uint16, n int, e int8, bf16 bool) int {
 		w := buf[:c]
 		s := src[done : done+c]
 		if bf16 {
-			for i, h := range s {
-				w[i] = BF16ToFloat32(h)
-			}
+			widenBF16(w, s)
 		} else {
 			for i, h := range s {
 				w[i] = F16ToFloat32(h)
@@ -161,9 +185,7 @@ func dequantizeHalfBE(dst []uint16, src []byte, n int, e int8, bf16 bool) int {
 		DequantizeBE(w, src[4*done:4*(done+c)], n, e)
 		d := dst[done : done+c]
 		if bf16 {
-			for i, f := range w {
-				d[i] = Float32ToBF16(f)
-			}
+			narrowBF16(d, w)
 		} else {
 			for i, f := range w {
 				d[i] = Float32ToF16(f)

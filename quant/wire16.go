@@ -173,6 +173,13 @@ func DequantizePairsBE(dst []float32, src []byte, n int, e int8) int {
 
 // getPairs reads len(q) values from the pair words of src.
 func getPairs(q []int32, src []byte) {
+	for len(q) >= 8 && len(src) >= 16 {
+		q[0], q[1] = unpair(binary.BigEndian.Uint32(src[0:4]))
+		q[2], q[3] = unpair(binary.BigEndian.Uint32(src[4:8]))
+		q[4], q[5] = unpair(binary.BigEndian.Uint32(src[8:12]))
+		q[6], q[7] = unpair(binary.BigEndian.Uint32(src[12:16]))
+		q, src = q[8:], src[16:]
+	}
 	for len(q) >= 2 {
 		q[0], q[1] = unpair(binary.BigEndian.Uint32(src[0:4]))
 		q, src = q[2:], src[4:]
@@ -202,9 +209,7 @@ func quantizeHalfPairsBE(dst []byte, src []uint16, n int, e int8, bf16 bool) int
 		w := buf[:c]
 		s := src[done : done+c]
 		if bf16 {
-			for i, h := range s {
-				w[i] = BF16ToFloat32(h)
-			}
+			widenBF16(w, s)
 		} else {
 			for i, h := range s {
 				w[i] = F16ToFloat32(h)
@@ -236,9 +241,7 @@ func dequantizeHalfPairsBE(dst []uint16, src []byte, n int, e int8, bf16 bool) i
 		DequantizePairsBE(w, src[2*done:], n, e)
 		d := dst[done : done+c]
 		if bf16 {
-			for i, f := range w {
-				d[i] = Float32ToBF16(f)
-			}
+			narrowBF16(d, w)
 		} else {
 			for i, f := range w {
 				d[i] = Float32ToF16(f)
@@ -246,4 +249,39 @@ func dequantizeHalfPairsBE(dst []uint16, src []byte, n int, e int8, bf16 bool) i
 		}
 	}
 	return v
+}
+
+// widenBF16 is BF16ToFloat32 of every value of src into dst
+// (len(dst) == len(src)), four at a time.
+func widenBF16(dst []float32, src []uint16) {
+	dst = dst[:len(src)]
+	for len(src) >= 4 && len(dst) >= 4 {
+		dst[0] = math.Float32frombits(uint32(src[0]) << 16)
+		dst[1] = math.Float32frombits(uint32(src[1]) << 16)
+		dst[2] = math.Float32frombits(uint32(src[2]) << 16)
+		dst[3] = math.Float32frombits(uint32(src[3]) << 16)
+		src, dst = src[4:], dst[4:]
+	}
+	for i, h := range src {
+		dst[i] = math.Float32frombits(uint32(h) << 16)
+	}
+}
+
+// narrowBF16 is Float32ToBF16 of every sum of src into dst
+// (len(dst) == len(src)): a dequantized sum is never NaN, so the rounding
+// needs no test for it (an infinite sum stays infinite).
+func narrowBF16(dst []uint16, src []float32) {
+	dst = dst[:len(src)]
+	for len(src) >= 4 && len(dst) >= 4 {
+		b0, b1, b2, b3 := math.Float32bits(src[0]), math.Float32bits(src[1]), math.Float32bits(src[2]), math.Float32bits(src[3])
+		dst[0] = uint16((b0 + 0x7fff + b0>>16&1) >> 16)
+		dst[1] = uint16((b1 + 0x7fff + b1>>16&1) >> 16)
+		dst[2] = uint16((b2 + 0x7fff + b2>>16&1) >> 16)
+		dst[3] = uint16((b3 + 0x7fff + b3>>16&1) >> 16)
+		src, dst = src[4:], dst[4:]
+	}
+	for i, f := range src {
+		b := math.Float32bits(f)
+		dst[i] = uint16((b + 0x7fff + b>>16&1) >> 16)
+	}
 }

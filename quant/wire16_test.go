@@ -248,3 +248,63 @@ func TestErrorBound16(t *testing.T) {
 		t.Errorf("ErrorBound16 out of order: n=2 %g, n=8 %g, 32-bit n=8 %g", ErrorBound16(2, 0), ErrorBound16(8, 0), ErrorBound(8, 0))
 	}
 }
+
+// TestFiniteBlockExponentHalf: the one-pass exponent and check agree with
+// BlockExponent and CheckFinite on blocks with and without NaN and Inf.
+func TestFiniteBlockExponentHalf(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 16))
+	for iter := 0; iter < 5000; iter++ {
+		x := make([]uint16, 1+rng.IntN(40))
+		for i := range x {
+			x[i] = uint16(rng.Uint32())
+		}
+		if rng.IntN(2) == 0 { // mostly finite blocks too
+			for i := range x {
+				x[i] &^= 0x4000
+			}
+		}
+		e, finite := FiniteBlockExponentBF16(x)
+		if finite != (CheckFiniteBF16(x) == nil) {
+			t.Fatalf("bfloat16 %04x: finite %v, CheckFiniteBF16 %v", x, finite, CheckFiniteBF16(x))
+		}
+		if finite && e != exponentOfBits(uint32(maxMagnitude16(x))<<16) {
+			t.Fatalf("bfloat16 %04x: exponent %d", x, e)
+		}
+		e, finite = FiniteBlockExponentF16(x)
+		if finite != (CheckFiniteF16(x) == nil) {
+			t.Fatalf("float16 %04x: finite %v, CheckFiniteF16 %v", x, finite, CheckFiniteF16(x))
+		}
+		if finite {
+			var m float32
+			for _, h := range x {
+				m = max(m, float32(math.Abs(float64(F16ToFloat32(h)))))
+			}
+			if want := BlockExponent([]float32{m}); e != want {
+				t.Fatalf("float16 %04x: exponent %d, want %d", x, e, want)
+			}
+		}
+	}
+}
+
+// TestNarrowBF16 is Float32ToBF16 for every value but NaN, which a sum
+// never is.
+func TestNarrowBF16(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 16))
+	src := make([]float32, 4099)
+	for i := range src {
+		for {
+			src[i] = math.Float32frombits(rng.Uint32())
+			if !math.IsNaN(float64(src[i])) {
+				break
+			}
+		}
+	}
+	src[0], src[1] = float32(math.Inf(1)), float32(math.Inf(-1))
+	dst := make([]uint16, len(src))
+	narrowBF16(dst, src)
+	for i, f := range src {
+		if dst[i] != Float32ToBF16(f) {
+			t.Fatalf("%v: %#04x, Float32ToBF16 %#04x", f, dst[i], Float32ToBF16(f))
+		}
+	}
+}

@@ -11,12 +11,12 @@ import (
 var (
 	Float16 Codec = &halfCodec{name: "float16", code: 1,
 		toF32: quant.F16ToFloat32, fromF32: quant.Float32ToF16, check: quant.CheckFiniteF16,
-		exponent: quant.BlockExponentF16, quantize: quant.QuantizeF16BE, dequantize: quant.DequantizeF16BE,
+		exponent: quant.FiniteBlockExponentF16, quantize: quant.QuantizeF16BE, dequantize: quant.DequantizeF16BE,
 		bound: quant.ErrorBoundF16, quantize16: quant.QuantizeF16PairsBE, dequantize16: quant.DequantizeF16PairsBE,
 		bound16: quant.ErrorBound16F16}
 	BFloat16 Codec = &halfCodec{name: "bfloat16", code: 2,
 		toF32: quant.BF16ToFloat32, fromF32: quant.Float32ToBF16, check: quant.CheckFiniteBF16,
-		exponent: quant.BlockExponentBF16, quantize: quant.QuantizeBF16BE, dequantize: quant.DequantizeBF16BE,
+		exponent: quant.FiniteBlockExponentBF16, quantize: quant.QuantizeBF16BE, dequantize: quant.DequantizeBF16BE,
 		bound: quant.ErrorBoundBF16, quantize16: quant.QuantizeBF16PairsBE, dequantize16: quant.DequantizeBF16PairsBE,
 		bound16: quant.ErrorBound16BF16}
 )
@@ -33,7 +33,7 @@ type halfCodec struct {
 	toF32      func(uint16) float32
 	fromF32    func(float32) uint16
 	check      func([]uint16) error
-	exponent   func([]uint16) int8
+	exponent   func([]uint16) (int8, bool)
 	quantize   func(dst []byte, src []uint16, n int, e int8) int
 	dequantize func(dst []uint16, src []byte, n int, e int8) int
 	bound      func(n int, e int8) float64
@@ -53,11 +53,12 @@ func (h *halfCodec) Get(data []byte, i int) float64      { return float64(h.toF3
 func (h *halfCodec) Set(data []byte, i int, v float64)   { As[uint16](data)[i] = h.fromF32(float32(v)) }
 
 func (h *halfCodec) Exponent(block []byte, check bool) (int8, bool) {
-	x := As[uint16](block)
-	if check && h.check(x) != nil {
+	// One pass: a NaN or Inf is the largest magnitude there is.
+	e, finite := h.exponent(As[uint16](block))
+	if check && !finite {
 		return quant.MinExponent, false
 	}
-	return h.exponent(x), true
+	return e, true
 }
 
 func (h *halfCodec) Quantize(dst, block []byte, workers int, exp int8) {

@@ -558,16 +558,22 @@ func TestAppendPacketNoAllocs(t *testing.T) {
 // switch's reply equals the request, so the request is fed back.
 func BenchmarkLane(b *testing.B) {
 	for _, c := range []struct {
-		dt dtype.Codec
-		k  int
-	}{{dtype.Int32, 64}, {dtype.Float32, 64}, {dtype.Float32, 256}, {dtype.Float16, 256}} {
-		b.Run(fmt.Sprintf("%s/elements=%d", c.dt.Name(), c.k), func(b *testing.B) {
+		dt     dtype.Codec
+		k      int
+		wire16 bool
+	}{{dtype.Int32, 64, false}, {dtype.Float32, 64, false}, {dtype.Float32, 256, false}, {dtype.Float16, 256, false},
+		{dtype.BFloat16, 256, false}, {dtype.Float32, 256, true}, {dtype.BFloat16, 256, true}} {
+		name := fmt.Sprintf("%s/elements=%d", c.dt.Name(), c.k)
+		if c.wire16 {
+			name += "/wire16"
+		}
+		b.Run(name, func(b *testing.B) {
 			l, err := NewLane(Config{NumWorkers: 1, Elements: c.k, Window: 64})
 			if err != nil {
 				b.Fatal(err)
 			}
 			const size = 1 << 16
-			op := Op{DType: c.dt, Data: dtype.New(c.dt, size)}
+			op := Op{DType: c.dt, Data: dtype.New(c.dt, size), Wire16: c.wire16}
 			for i := range size {
 				v := float64(i%100) * 0.01
 				if !c.dt.Scaled() {
@@ -589,7 +595,7 @@ func BenchmarkLane(b *testing.B) {
 			}
 			ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
 			b.ReportMetric(ns, "ns/packet")
-			b.ReportMetric(float64(c.k)*1e9/ns, "elements/s")
+			b.ReportMetric(float64(op.PerPacket(c.k))*1e9/ns, "elements/s")
 		})
 	}
 }
