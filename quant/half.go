@@ -132,57 +132,76 @@ const halfChunk = 512
 // min(len(dst)/4, len(src)) elements and returns that count. The result equals
 // QuantizeBE of the widened values.
 func QuantizeF16BE(dst []byte, src []uint16, n int, e int8) int {
-	return quantizeHalfBE(dst, src, n, e, false)
+	return quantizeHalf(dst, src, n, e, false, false)
 }
 
 // QuantizeBF16BE is QuantizeBE for bfloat16 bits: it converts
 // min(len(dst)/4, len(src)) elements and returns that count. The result equals
 // QuantizeBE of the widened values.
 func QuantizeBF16BE(dst []byte, src []uint16, n int, e int8) int {
-	return quantizeHalfBE(dst, src, n, e, true)
+	return quantizeHalf(dst, src, n, e, true, false)
 }
 
-// The format switch sits outside the element loops so the conversions inline.
-func quantizeHalfBE(dst []byte, src []uint16, n int, e int8, bf16 bool) int {
-	k := min(len(dst)/4, len(src))
-	var buf [halfChunk]float32
-	for done := 0; done < k; done += halfChunk {
-		c := min(halfChunk, k-done)
+// quantizeHalf converts 16-bit floats (bf16: bfloat16, else float16)
+// through a stack buffer of float32, a chunk at a time, into the 32-bit
+// wire's payload or, with pairs, the 16-bit wire's; it returns the values
+// converted. The switches sit outside the element loops so the
+// conversions inline.
+func quantizeHalf(dst []byte, src []uint16, n int, e int8, bf16, pairs bool) int {
+	v := min(len(dst)/4, len(src))
+	if pairs {
+		v = min(len(src), 2*(len(dst)/4))
+	}
+	var buf [halfChunk]float32 // even, so that pair chunks start on a word
+	for done := 0; done < v; done += halfChunk {
+		c := min(halfChunk, v-done)
 		w := buf[:c]
-		s := src[done : done+c]
 		if bf16 {
-			widenBF16(w, s)
+			widenBF16(w, src[done:done+c])
 		} else {
-			for i, h := range s {
+			for i, h := range src[done : done+c] {
 				w[i] = F16ToFloat32(h)
 			}
 		}
-		QuantizeBE(dst[4*done:4*(done+c)], w, n, e)
+		if pairs {
+			QuantizePairsBE(dst[2*done:], w, n, e)
+		} else {
+			QuantizeBE(dst[4*done:4*(done+c)], w, n, e)
+		}
 	}
-	return k
+	return v
 }
 
 // DequantizeF16BE is DequantizeBE with float16 output (the float32 result rounded
 // to nearest even): it converts min(len(dst), len(src)/4) elements and returns
 // that count.
 func DequantizeF16BE(dst []uint16, src []byte, n int, e int8) int {
-	return dequantizeHalfBE(dst, src, n, e, false)
+	return dequantizeHalf(dst, src, n, e, false, false)
 }
 
 // DequantizeBF16BE is DequantizeBE with bfloat16 output (the float32 result
 // rounded to nearest even): it converts min(len(dst), len(src)/4) elements and
 // returns that count.
 func DequantizeBF16BE(dst []uint16, src []byte, n int, e int8) int {
-	return dequantizeHalfBE(dst, src, n, e, true)
+	return dequantizeHalf(dst, src, n, e, true, false)
 }
 
-func dequantizeHalfBE(dst []uint16, src []byte, n int, e int8, bf16 bool) int {
-	k := min(len(dst), len(src)/4)
+// dequantizeHalf is quantizeHalf's counterpart: the sums of src, of
+// either wire, through float32, rounded to the 16-bit type.
+func dequantizeHalf(dst []uint16, src []byte, n int, e int8, bf16, pairs bool) int {
+	v := min(len(dst), len(src)/4)
+	if pairs {
+		v = min(len(dst), 2*(len(src)/4))
+	}
 	var buf [halfChunk]float32
-	for done := 0; done < k; done += halfChunk {
-		c := min(halfChunk, k-done)
+	for done := 0; done < v; done += halfChunk {
+		c := min(halfChunk, v-done)
 		w := buf[:c]
-		DequantizeBE(w, src[4*done:4*(done+c)], n, e)
+		if pairs {
+			DequantizePairsBE(w, src[2*done:], n, e)
+		} else {
+			DequantizeBE(w, src[4*done:4*(done+c)], n, e)
+		}
 		d := dst[done : done+c]
 		if bf16 {
 			narrowBF16(d, w)
@@ -192,5 +211,5 @@ func dequantizeHalfBE(dst []uint16, src []byte, n int, e int8, bf16 bool) int {
 			}
 		}
 	}
-	return k
+	return v
 }

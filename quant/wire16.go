@@ -192,63 +192,25 @@ func getPairs(q []int32, src []byte) {
 // QuantizeF16PairsBE is QuantizePairsBE for float16 bits; the result equals
 // QuantizePairsBE of the widened values.
 func QuantizeF16PairsBE(dst []byte, src []uint16, n int, e int8) int {
-	return quantizeHalfPairsBE(dst, src, n, e, false)
+	return quantizeHalf(dst, src, n, e, false, true)
 }
 
 // QuantizeBF16PairsBE is QuantizePairsBE for bfloat16 bits; the result
 // equals QuantizePairsBE of the widened values.
 func QuantizeBF16PairsBE(dst []byte, src []uint16, n int, e int8) int {
-	return quantizeHalfPairsBE(dst, src, n, e, true)
-}
-
-func quantizeHalfPairsBE(dst []byte, src []uint16, n int, e int8, bf16 bool) int {
-	v := min(len(src), 2*(len(dst)/4))
-	var buf [halfChunk]float32 // even, so chunks start on a word
-	for done := 0; done < v; done += halfChunk {
-		c := min(halfChunk, v-done)
-		w := buf[:c]
-		s := src[done : done+c]
-		if bf16 {
-			widenBF16(w, s)
-		} else {
-			for i, h := range s {
-				w[i] = F16ToFloat32(h)
-			}
-		}
-		QuantizePairsBE(dst[2*done:], w, n, e)
-	}
-	return v
+	return quantizeHalf(dst, src, n, e, true, true)
 }
 
 // DequantizeF16PairsBE is DequantizePairsBE with float16 output (the float32
 // result rounded to nearest even).
 func DequantizeF16PairsBE(dst []uint16, src []byte, n int, e int8) int {
-	return dequantizeHalfPairsBE(dst, src, n, e, false)
+	return dequantizeHalf(dst, src, n, e, false, true)
 }
 
 // DequantizeBF16PairsBE is DequantizePairsBE with bfloat16 output (the
 // float32 result rounded to nearest even).
 func DequantizeBF16PairsBE(dst []uint16, src []byte, n int, e int8) int {
-	return dequantizeHalfPairsBE(dst, src, n, e, true)
-}
-
-func dequantizeHalfPairsBE(dst []uint16, src []byte, n int, e int8, bf16 bool) int {
-	v := min(len(dst), 2*(len(src)/4))
-	var buf [halfChunk]float32
-	for done := 0; done < v; done += halfChunk {
-		c := min(halfChunk, v-done)
-		w := buf[:c]
-		DequantizePairsBE(w, src[2*done:], n, e)
-		d := dst[done : done+c]
-		if bf16 {
-			narrowBF16(d, w)
-		} else {
-			for i, f := range w {
-				d[i] = Float32ToF16(f)
-			}
-		}
-	}
-	return v
+	return dequantizeHalf(dst, src, n, e, true, true)
 }
 
 // widenBF16 is BF16ToFloat32 of every value of src into dst
