@@ -100,6 +100,14 @@ func sparseWorker(ctx context.Context, ctl, job string, rank, n, size, k int, ow
 // TestSparseMustAgree: ranks that disagree on the sparse mode cannot form
 // a job, and are told why.
 func TestSparseMustAgree(t *testing.T) {
+	mustAgree(t, "mixed", "sparse", func(c *switchml.Config) { c.Extended = true }, func(c *switchml.Config) { c.Sparse = true })
+}
+
+// mustAgree starts a job of two ranks, both configured by both, rank 1
+// also by rank1: neither may join, and one must be told the job
+// mismatches on what.
+func mustAgree(t *testing.T, job, what string, both, rank1 func(*switchml.Config)) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	fab := local.ForTest(t, local.Options{})
@@ -109,7 +117,12 @@ func TestSparseMustAgree(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sess, err := switchml.Join(ctx, switchml.Config{Controller: fab.ControllerAddr(), Job: "mixed", Rank: r, Workers: 2, Extended: true, Sparse: r == 1})
+			cfg := switchml.Config{Controller: fab.ControllerAddr(), Job: job, Rank: r, Workers: 2}
+			both(&cfg)
+			if r == 1 {
+				rank1(&cfg)
+			}
+			sess, err := switchml.Join(ctx, cfg)
 			if err == nil {
 				sess.Close()
 			}
@@ -120,13 +133,13 @@ func TestSparseMustAgree(t *testing.T) {
 	named := false
 	for r, err := range errs {
 		if err == nil {
-			t.Fatalf("rank %d joined a job whose ranks disagree on the sparse mode", r)
+			t.Fatalf("rank %d joined a job whose ranks disagree on %s", r, what)
 		}
-		named = named || errors.Is(err, switchml.ErrJobMismatch) && strings.Contains(err.Error(), "sparse")
+		named = named || errors.Is(err, switchml.ErrJobMismatch) && strings.Contains(err.Error(), what)
 		t.Logf("rank %d: %v", r, err)
 	}
 	if !named {
-		t.Fatal("no rank was told the job mismatches on the sparse mode")
+		t.Fatalf("no rank was told the job mismatches on %s", what)
 	}
 }
 

@@ -2,10 +2,8 @@ package local_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -133,36 +131,5 @@ func TestWire16JobOnEmbeddedFabric(t *testing.T) {
 // TestWire16MustAgree: ranks that disagree on the wire width cannot form a
 // job, and are told which field.
 func TestWire16MustAgree(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	fab := local.ForTest(t, local.Options{})
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			bits := 0
-			if r == 1 {
-				bits = 16
-			}
-			sess, err := switchml.Join(ctx, switchml.Config{Controller: fab.ControllerAddr(), Job: "mixed-width", Rank: r, Workers: 2, WireBits: bits})
-			if err == nil {
-				sess.Close()
-			}
-			errs[r] = err
-		}()
-	}
-	wg.Wait()
-	named := false
-	for r, err := range errs {
-		if err == nil {
-			t.Fatalf("rank %d joined a job whose ranks disagree on the wire width", r)
-		}
-		named = named || errors.Is(err, switchml.ErrJobMismatch) && strings.Contains(err.Error(), "wire_bits")
-		t.Logf("rank %d: %v", r, err)
-	}
-	if !named {
-		t.Fatal("no rank was told the job mismatches on wire_bits")
-	}
+	mustAgree(t, "mixed-width", "wire_bits", func(*switchml.Config) {}, func(c *switchml.Config) { c.WireBits = 16 })
 }
