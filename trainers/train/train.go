@@ -92,8 +92,9 @@ type EpochResult struct {
 	// switch (16 or 32; collective.FloatWireBits), absent for backends
 	// that sum in floating point.
 	WireBits int `json:"wire_bits,omitempty"`
-	// Seed is the run's seed (Options.Seed).
-	Seed int64 `json:"seed"`
+	// Seed is the run's seed (Options.Seed); absent in results recorded
+	// before it was, which say their seed in their command.
+	Seed int64 `json:"seed,omitempty"`
 }
 
 // EvalResult is a test evaluation within an epoch (Options.EvalEvery).
