@@ -100,31 +100,49 @@ func Limit(n int) int32 {
 // n*2^E * (n/(2*(2^31-1)) + 2^-24 + 2^-50), with the first term doubled for
 // n > 128. See the package documentation for the derivation.
 func ErrorBound(n int, e int8) float64 {
-	return errorBound(n, e, 0x1p-24, 0)
+	return errorBound(n, e, quantLoss(n), outF32)
 }
 
 // ErrorBoundF16 is ErrorBound for float16 outputs: the output rounding is half an
 // ulp of float16 (2^-11 relative, at most 2^-25 absolute for denormal results) on
 // top of the float32 rounding it goes through.
 func ErrorBoundF16(n int, e int8) float64 {
-	return errorBound(n, e, 0x1p-24+0x1p-11, 0x1p-25)
+	return errorBound(n, e, quantLoss(n), outF16)
 }
 
 // ErrorBoundBF16 is ErrorBound for bfloat16 outputs: half an ulp of bfloat16
 // (2^-8 relative; denormals share float32's exponent range) on top of the float32
 // rounding it goes through.
 func ErrorBoundBF16(n int, e int8) float64 {
-	return errorBound(n, e, 0x1p-24+0x1p-8, 0x1p-134)
+	return errorBound(n, e, quantLoss(n), outBF16)
 }
 
-func errorBound(n int, e int8, outRel, outAbs float64) float64 {
+// outRounding is the rounding of a result to its output type: relative,
+// and absolute for denormal results.
+type outRounding struct{ rel, abs float64 }
+
+var (
+	outF32  = outRounding{0x1p-24, 0}
+	outF16  = outRounding{0x1p-24 + 0x1p-11, 0x1p-25}
+	outBF16 = outRounding{0x1p-24 + 0x1p-8, 0x1p-134}
+)
+
+// quantLoss is what the n values' rounding (and clamp) on the 32-bit wire
+// can cost, relative to the largest possible sum.
+func quantLoss(n int) float64 {
 	n = max(n, 1)
-	span := float64(n) * math.Ldexp(1, power(e)) // largest possible |result|
-	quant := float64(n) / (2 * fullScale)
+	loss := float64(n) / (2 * fullScale)
 	if n > 128 {
-		quant *= 2
+		loss *= 2
 	}
-	return span*(quant+outRel+0x1p-50) + outAbs
+	return loss
+}
+
+// errorBound is a bound of either wire: loss relative to the largest
+// possible result, the output's rounding and the float64 arithmetic.
+func errorBound(n int, e int8, loss float64, out outRounding) float64 {
+	span := float64(max(n, 1)) * math.Ldexp(1, power(e)) // largest possible |result|
+	return span*(loss+out.rel+0x1p-50) + out.abs
 }
 
 // NonFiniteError reports a NaN or ±Inf in a tensor, which block-scaled fixed point

@@ -73,26 +73,27 @@ func PairWords(v int) int { return (v + 1) / 2 }
 // float64 arithmetic. For 8 workers it is about 8*2^E * 1.2e-4: 12 bits
 // below the largest possible sum, against 28 on the 32-bit wire.
 func ErrorBound16(n int, e int8) float64 {
-	return errorBound16(n, e, 0x1p-24, 0)
+	return errorBound(n, e, quantLoss16(n), outF32)
 }
 
 // ErrorBound16F16 is ErrorBound16 for float16 outputs (ErrorBoundF16's output
 // rounding).
 func ErrorBound16F16(n int, e int8) float64 {
-	return errorBound16(n, e, 0x1p-24+0x1p-11, 0x1p-25)
+	return errorBound(n, e, quantLoss16(n), outF16)
 }
 
 // ErrorBound16BF16 is ErrorBound16 for bfloat16 outputs (ErrorBoundBF16's
 // output rounding).
 func ErrorBound16BF16(n int, e int8) float64 {
-	return errorBound16(n, e, 0x1p-24+0x1p-8, 0x1p-134)
+	return errorBound(n, e, quantLoss16(n), outBF16)
 }
 
-func errorBound16(n int, e int8, outRel, outAbs float64) float64 {
+// quantLoss16 is quantLoss on the 16-bit wire: n values that each lose
+// up to c steps (see ErrorBound16).
+func quantLoss16(n int) float64 {
 	n = max(n, 1)
-	span := float64(n) * math.Ldexp(1, power(e))
 	c := max(0.5, fullScale16/float64(n)-float64(Limit16(n)))
-	return span*(float64(n)*c/fullScale16+outRel+0x1p-50) + outAbs
+	return float64(n) * c / fullScale16
 }
 
 // newQuantizer16 is the quantizer of the 16-bit wire: the 32-bit wire's
