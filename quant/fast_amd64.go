@@ -120,3 +120,87 @@ func dequantizeFast(dst []float32, src []byte, g float64, be bool) int {
 func int32Bytes(x []int32) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), 4*len(x))
 }
+
+// shuffleHalves swaps the bytes of every 16-bit half: with the high half
+// first in each dword's lanes, it makes big-endian pair words (see
+// pairs_amd64.s).
+var shuffleHalves = [32]byte{1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14}
+
+// The 16-bit wire's kernels, on blocks of 16 values (32 bytes of pair
+// words): they compute the bits of QuantizePairsBE, DequantizePairsBE and
+// their bfloat16 forms (see pairs_amd64.s).
+//
+//go:noescape
+func quantizePairsAVX2(dst *byte, src *float32, blocks int, f, lim, nlim float64, shuffle *[32]byte)
+
+//go:noescape
+func quantizeBF16PairsAVX2(dst *byte, src *uint16, blocks int, f, lim, nlim float64, shuffle *[32]byte)
+
+//go:noescape
+func dequantizePairsAVX2(dst *float32, src *byte, blocks int, inv float64, shuffle *[32]byte)
+
+//go:noescape
+func dequantizeBF16PairsAVX2(dst *uint16, src *byte, blocks int, inv float64, shuffle *[32]byte)
+
+// maxMagnitude16AVX2 is maxMagnitude16 of blocks*16 values.
+//
+//go:noescape
+func maxMagnitude16AVX2(src *uint16, blocks int) uint16
+
+// quantizePairsFast converts the longest multiple of 16 values of src it
+// can into pair words and returns how many values it did; dst holds at
+// least 2*len(src) bytes.
+func quantizePairsFast(dst []byte, src []float32, c quantizer) int {
+	blocks := len(src) / 16
+	if !useAVX2 || blocks == 0 {
+		return 0
+	}
+	_ = dst[32*blocks-1]
+	quantizePairsAVX2(unsafe.SliceData(dst), unsafe.SliceData(src), blocks, c.f, c.lim, -c.lim, &shuffleHalves)
+	return 16 * blocks
+}
+
+// quantizeBF16PairsFast is quantizePairsFast on bfloat16 bits.
+func quantizeBF16PairsFast(dst []byte, src []uint16, c quantizer) int {
+	blocks := len(src) / 16
+	if !useAVX2 || blocks == 0 {
+		return 0
+	}
+	_ = dst[32*blocks-1]
+	quantizeBF16PairsAVX2(unsafe.SliceData(dst), unsafe.SliceData(src), blocks, c.f, c.lim, -c.lim, &shuffleHalves)
+	return 16 * blocks
+}
+
+// dequantizePairsFast reads the longest multiple of 16 values of dst it
+// can from the pair words of src and returns how many values it did; src
+// holds at least 2*len(dst) bytes.
+func dequantizePairsFast(dst []float32, src []byte, g float64) int {
+	blocks := len(dst) / 16
+	if !useAVX2 || blocks == 0 {
+		return 0
+	}
+	_ = src[32*blocks-1]
+	dequantizePairsAVX2(unsafe.SliceData(dst), unsafe.SliceData(src), blocks, g, &shuffleHalves)
+	return 16 * blocks
+}
+
+// dequantizeBF16PairsFast is dequantizePairsFast with bfloat16 output.
+func dequantizeBF16PairsFast(dst []uint16, src []byte, g float64) int {
+	blocks := len(dst) / 16
+	if !useAVX2 || blocks == 0 {
+		return 0
+	}
+	_ = src[32*blocks-1]
+	dequantizeBF16PairsAVX2(unsafe.SliceData(dst), unsafe.SliceData(src), blocks, g, &shuffleHalves)
+	return 16 * blocks
+}
+
+// maxMagnitude16Fast scans the longest multiple of 16 values it can and
+// returns their maxMagnitude16 and how many it scanned.
+func maxMagnitude16Fast(x []uint16) (uint16, int) {
+	blocks := len(x) / 16
+	if !useAVX2 || blocks == 0 {
+		return 0, 0
+	}
+	return maxMagnitude16AVX2(unsafe.SliceData(x), blocks), 16 * blocks
+}

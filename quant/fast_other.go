@@ -13,3 +13,13 @@ func dequantizeFast(dst []float32, src []byte, g float64, be bool) int { return 
 func int32Bytes(x []int32) []byte { return nil }
 
 func maxAbsBitsFast(x []float32) (uint32, int) { return 0, 0 }
+
+func quantizePairsFast(dst []byte, src []float32, c quantizer) int { return 0 }
+
+func quantizeBF16PairsFast(dst []byte, src []uint16, c quantizer) int { return 0 }
+
+func dequantizePairsFast(dst []float32, src []byte, g float64) int { return 0 }
+
+func dequantizeBF16PairsFast(dst []uint16, src []byte, g float64) int { return 0 }
+
+func maxMagnitude16Fast(x []uint16) (uint16, int) { return 0, 0 }

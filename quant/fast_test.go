@@ -1,6 +1,7 @@
 package quant
 
 import (
+	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -39,6 +40,23 @@ func TestVectorMatchesGeneric(t *testing.T) {
 	}
 }
 
+// kernelInput is k values of one magnitude class, with some ±Inf and -0,
+// starting off elements into their allocation (so at every alignment).
+func kernelInput(rng *rand.Rand, k, off int) []float32 {
+	src := make([]float32, k+off)[off:]
+	class := classes[rng.IntN(len(classes))]
+	for i := range src {
+		src[i] = class.gen(rng)
+		switch rng.IntN(50) {
+		case 0:
+			src[i] = float32(math.Inf(1 - 2*rng.IntN(2)))
+		case 1:
+			src[i] = float32(math.Copysign(0, -1))
+		}
+	}
+	return src
+}
+
 func vectorMatchesGeneric(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	iters := 3000
@@ -46,19 +64,8 @@ func vectorMatchesGeneric(t *testing.T) {
 		iters = 500
 	}
 	for iter := 0; iter < iters; iter++ {
-		k := rng.IntN(100)
-		off := rng.IntN(4)
-		src := make([]float32, k+off)[off:]
-		class := classes[rng.IntN(len(classes))]
-		for i := range src {
-			src[i] = class.gen(rng)
-			switch rng.IntN(50) {
-			case 0:
-				src[i] = float32(math.Inf(1 - 2*rng.IntN(2)))
-			case 1:
-				src[i] = float32(math.Copysign(0, -1))
-			}
-		}
+		k, off := rng.IntN(100), rng.IntN(4)
+		src := kernelInput(rng, k, off)
 		n := 1 + rng.IntN(300)
 		e := BlockExponent(src)
 		fe, fin := FiniteBlockExponent(src)
@@ -114,5 +121,118 @@ func vectorMatchesGeneric(t *testing.T) {
 				t.Fatalf("Dequantize[%d] of %d: vector %v/%v, generic %v/%v (n=%d e=%d)", i, ints[i], outV[i], nV[i], outG[i], nG[i], n, e)
 			}
 		}
+	}
+}
+
+// TestPairKernelsMatchGeneric: the 16-bit wire's vector kernels produce
+// exactly the bytes and bits of the generic loops, float32 and bfloat16,
+// for every magnitude class (±Inf and clamping included; a NaN's words
+// are unspecified, as Quantize says), any summed words and any exponent
+// code, at every length and alignment; the magnitude scan on any bits.
+func TestPairKernelsMatchGeneric(t *testing.T) {
+	if !useAVX2 {
+		t.Skip("no vector kernels on this CPU or build")
+	}
+	rng := rand.New(rand.NewPCG(13, 16))
+	iters := 3000
+	if testing.Short() {
+		iters = 500
+	}
+	for iter := 0; iter < iters; iter++ {
+		k, off := rng.IntN(200), rng.IntN(4)
+		src := kernelInput(rng, k, off)
+		h := make([]uint16, k+off)[off:]
+		for i, f := range src {
+			h[i] = Float32ToBF16(f)
+			if rng.IntN(20) == 0 {
+				h[i] = uint16(rng.Uint32()) // any bits, NaN included
+			}
+		}
+		if rng.IntN(4) == 0 && k > 0 {
+			h[rng.IntN(k)] |= 0x7f80 // a NaN or Inf somewhere: the scan sees it
+		}
+		n := 1 + rng.IntN(MaxWorkers16)
+		e := BlockExponent(src)
+		if rng.IntN(5) == 0 {
+			e = int8(rng.IntN(254) - 126) // often below the data: clamping
+		}
+		var mG uint16
+		withGeneric(func() { mG = maxMagnitude16(h) })
+		if m := maxMagnitude16(h); m != mG {
+			t.Fatalf("maxMagnitude16 of %d values: vector %#04x, generic %#04x", k, m, mG)
+		}
+		for i, b := range h {
+			if b&0x7fff > 0x7f80 {
+				h[i] = 0x7f80 | b&0x8000 // no NaN to quantize: ±Inf
+			}
+		}
+		words := 4*PairWords(k) + off
+		pV, pG := make([]byte, words)[off:], make([]byte, words)[off:]
+		bV, bG := make([]byte, words)[off:], make([]byte, words)[off:]
+		QuantizePairsBE(pV, src, n, e)
+		QuantizeBF16PairsBE(bV, h, n, e)
+		withGeneric(func() {
+			QuantizePairsBE(pG, src, n, e)
+			QuantizeBF16PairsBE(bG, h, n, e)
+		})
+		if string(pV) != string(pG) {
+			t.Fatalf("QuantizePairsBE: vector and generic differ (k=%d n=%d e=%d)\n% x\n% x", k, n, e, pV, pG)
+		}
+		if string(bV) != string(bG) {
+			t.Fatalf("QuantizeBF16PairsBE: vector and generic differ (k=%d n=%d e=%d)\n% x\n% x", k, n, e, bV, bG)
+		}
+		// Any summed words, with any exponent code.
+		for i := range pV {
+			pV[i] = byte(rng.Uint32())
+		}
+		e = int8(rng.IntN(256) - 128)
+		fV, fG := make([]float32, k), make([]float32, k)
+		hV, hG := make([]uint16, k), make([]uint16, k)
+		DequantizePairsBE(fV, pV, n, e)
+		DequantizeBF16PairsBE(hV, pV, n, e)
+		withGeneric(func() {
+			DequantizePairsBE(fG, pV, n, e)
+			DequantizeBF16PairsBE(hG, pV, n, e)
+		})
+		for i := range fV {
+			if math.Float32bits(fV[i]) != math.Float32bits(fG[i]) || hV[i] != hG[i] {
+				t.Fatalf("value %d of %d from % x: vector %v/%#04x, generic %v/%#04x (n=%d e=%d)", i, k, pV[4*(i/2):4*(i/2)+4], fV[i], hV[i], fG[i], hG[i], n, e)
+			}
+		}
+	}
+}
+
+// TestDequantizeBF16PairsTies: the bfloat16 kernel rounds float32 sums that
+// sit exactly halfway between two bfloat16 values to the even one, as
+// Float32ToBF16 does. A wire scale is never a power of two, so its sums
+// are seldom ties; this test gives the kernel one (2^-5), under which every
+// sum of 9 significant bits ending in 1 is a tie, of either parity.
+func TestDequantizeBF16PairsTies(t *testing.T) {
+	if !useAVX2 {
+		t.Skip("no vector kernels on this CPU or build")
+	}
+	rng := rand.New(rand.NewPCG(17, 16))
+	const k, g = 1 << 16, 0x1p-5
+	src := make([]byte, 2*k)
+	for i := range src {
+		src[i] = byte(rng.Uint32())
+	}
+	h := make([]uint16, k)
+	if got := dequantizeBF16PairsFast(h, src, g); got != k {
+		t.Fatalf("the kernel took %d of %d values", got, k)
+	}
+	var ties [2]int
+	for i := range h {
+		a, b := unpair(binary.BigEndian.Uint32(src[4*(i/2):]))
+		x := float32(float64([2]int32{a, b}[i%2]) * g)
+		if bits := math.Float32bits(x); bits&0xffff == 0x8000 {
+			ties[bits>>16&1]++
+		}
+		if h[i] != Float32ToBF16(x) {
+			t.Fatalf("sum %d = %v: kernel %#04x, Float32ToBF16 %#04x", i, x, h[i], Float32ToBF16(x))
+		}
+	}
+	if ties[0] == 0 || ties[1] == 0 {
+		t.Fatalf("ties with an even and an odd last bit: %d and %d; the test needs both", ties[0], ties[1])
 	}
 }

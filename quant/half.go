@@ -90,7 +90,9 @@ func FiniteBlockExponentBF16(x []uint16) (e int8, finite bool) {
 // maxMagnitude16 is the largest of the 16-bit floats' bits with the sign
 // cleared, four lanes at a time.
 func maxMagnitude16(x []uint16) uint16 {
-	var m0, m1, m2, m3 uint16
+	m0, k := maxMagnitude16Fast(x)
+	x = x[k:]
+	var m1, m2, m3 uint16
 	for len(x) >= 4 {
 		m0 = max(m0, x[0]&0x7fff)
 		m1 = max(m1, x[1]&0x7fff)
@@ -152,8 +154,12 @@ func quantizeHalf(dst []byte, src []uint16, n int, e int8, bf16, pairs bool) int
 	if pairs {
 		v = min(len(src), 2*(len(dst)/4))
 	}
+	start := 0
+	if bf16 && pairs {
+		start = quantizeBF16PairsFast(dst, src[:v], newQuantizer16(n, e))
+	}
 	var buf [halfChunk]float32 // even, so that pair chunks start on a word
-	for done := 0; done < v; done += halfChunk {
+	for done := start; done < v; done += halfChunk {
 		c := min(halfChunk, v-done)
 		w := buf[:c]
 		if bf16 {
@@ -193,8 +199,12 @@ func dequantizeHalf(dst []uint16, src []byte, n int, e int8, bf16, pairs bool) i
 	if pairs {
 		v = min(len(dst), 2*(len(src)/4))
 	}
+	start := 0
+	if bf16 && pairs {
+		start = dequantizeBF16PairsFast(dst[:v], src, invScale16(n, e))
+	}
 	var buf [halfChunk]float32
-	for done := 0; done < v; done += halfChunk {
+	for done := start; done < v; done += halfChunk {
 		c := min(halfChunk, v-done)
 		w := buf[:c]
 		if pairs {

@@ -126,7 +126,7 @@ func QuantizePairsBE(dst []byte, src []float32, n int, e int8) int {
 	c := newQuantizer16(n, e)
 	v := min(len(src), 2*(len(dst)/4))
 	var buf [pairChunk]int32
-	for done := 0; done < v; done += pairChunk {
+	for done := quantizePairsFast(dst, src[:v], c); done < v; done += pairChunk {
 		m := min(pairChunk, v-done)
 		q, s := buf[:m], src[done:done+m]
 		k := quantizeFast(int32Bytes(q), s, c, false)
@@ -162,7 +162,7 @@ func DequantizePairsBE(dst []float32, src []byte, n int, e int8) int {
 	g := invScale16(n, e)
 	v := min(len(dst), 2*(len(src)/4))
 	var buf [pairChunk]int32
-	for done := 0; done < v; done += pairChunk {
+	for done := dequantizePairsFast(dst[:v], src, g); done < v; done += pairChunk {
 		m := min(pairChunk, v-done)
 		q, d := buf[:m], dst[done:done+m]
 		getPairs(q, src[2*done:])
