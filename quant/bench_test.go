@@ -156,15 +156,15 @@ func BenchmarkBlockExponent(b *testing.B) {
 }
 
 // BenchmarkWire16 is BenchmarkQuantize and BenchmarkDequantize on the 16-bit
-// wire, per value (SetBytes counts the input's bytes): float32 and
-// bfloat16.
+// wire, per value (SetBytes counts the input's bytes): float32, bfloat16
+// and float16.
 func BenchmarkWire16(b *testing.B) {
 	const k = 1 << 18
 	x, pkt := benchData(4 * k)
 	x = x[:k]
-	h := make([]uint16, k)
+	h, h16 := make([]uint16, k), make([]uint16, k)
 	for i, v := range x {
-		h[i] = Float32ToBF16(v)
+		h[i], h16[i] = Float32ToBF16(v), Float32ToF16(v)
 	}
 	QuantizePairsBE(pkt, x, benchN, benchE)
 	for _, bc := range []struct {
@@ -176,6 +176,8 @@ func BenchmarkWire16(b *testing.B) {
 		{"DequantizePairs", 4 * k, func() { DequantizePairsBE(x, pkt, benchN, benchE) }},
 		{"QuantizeBF16Pairs", 2 * k, func() { QuantizeBF16PairsBE(pkt, h, benchN, benchE) }},
 		{"DequantizeBF16Pairs", 2 * k, func() { DequantizeBF16PairsBE(h, pkt, benchN, benchE) }},
+		{"QuantizeF16Pairs", 2 * k, func() { QuantizeF16PairsBE(pkt, h16, benchN, benchE) }},
+		{"DequantizeF16Pairs", 2 * k, func() { DequantizeF16PairsBE(h16, pkt, benchN, benchE) }},
 		{"Quantize32", 4 * k, func() { QuantizeBE(pkt, x, benchN, benchE) }},
 		{"QuantizeBF16", 2 * k, func() { QuantizeBF16BE(pkt, h, benchN, benchE) }},
 	} {

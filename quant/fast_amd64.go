@@ -17,6 +17,9 @@ var useAVX2 = cpu.X86.HasAVX2
 // the same bits.
 var useAVX512 = cpu.X86.HasAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW
 
+// useF16C selects the 16-bit wire's float16 kernels (with useAVX2).
+var useF16C = cpu.X86.HasAVX2 && cpu.X86.HasF16C
+
 // Byte shuffles for VPSHUFB: swap the bytes of every int32 (big-endian
 // payloads) or leave them (native []int32).
 var (
@@ -136,6 +139,14 @@ func quantizePairsAVX2(dst *byte, src *float32, blocks int, f, lim, nlim float64
 //go:noescape
 func quantizeBF16PairsAVX2(dst *byte, src *uint16, blocks int, f, lim, nlim float64, shuffle *[32]byte)
 
+// quantizeF16PairsAVX2 and dequantizeF16PairsAVX2 also need F16C.
+//
+//go:noescape
+func quantizeF16PairsAVX2(dst *byte, src *uint16, blocks int, f, lim, nlim float64, shuffle *[32]byte)
+
+//go:noescape
+func dequantizeF16PairsAVX2(dst *uint16, src *byte, blocks int, inv float64, shuffle *[32]byte)
+
 //go:noescape
 func dequantizePairsAVX2(dst *float32, src *byte, blocks int, inv float64, shuffle *[32]byte)
 
@@ -160,14 +171,19 @@ func quantizePairsFast(dst []byte, src []float32, c quantizer) int {
 	return 16 * blocks
 }
 
-// quantizeBF16PairsFast is quantizePairsFast on bfloat16 bits.
-func quantizeBF16PairsFast(dst []byte, src []uint16, c quantizer) int {
+// quantizeHalfPairsFast is quantizePairsFast on bfloat16 (bf16) or
+// float16 bits.
+func quantizeHalfPairsFast(dst []byte, src []uint16, c quantizer, bf16 bool) int {
 	blocks := len(src) / 16
-	if !useAVX2 || blocks == 0 {
+	if !useAVX2 || blocks == 0 || !bf16 && !useF16C {
 		return 0
 	}
 	_ = dst[32*blocks-1]
-	quantizeBF16PairsAVX2(unsafe.SliceData(dst), unsafe.SliceData(src), blocks, c.f, c.lim, -c.lim, &shuffleHalves)
+	kernel := quantizeF16PairsAVX2
+	if bf16 {
+		kernel = quantizeBF16PairsAVX2
+	}
+	kernel(unsafe.SliceData(dst), unsafe.SliceData(src), blocks, c.f, c.lim, -c.lim, &shuffleHalves)
 	return 16 * blocks
 }
 
@@ -184,14 +200,19 @@ func dequantizePairsFast(dst []float32, src []byte, g float64) int {
 	return 16 * blocks
 }
 
-// dequantizeBF16PairsFast is dequantizePairsFast with bfloat16 output.
-func dequantizeBF16PairsFast(dst []uint16, src []byte, g float64) int {
+// dequantizeHalfPairsFast is dequantizePairsFast with bfloat16 (bf16) or
+// float16 output.
+func dequantizeHalfPairsFast(dst []uint16, src []byte, g float64, bf16 bool) int {
 	blocks := len(dst) / 16
-	if !useAVX2 || blocks == 0 {
+	if !useAVX2 || blocks == 0 || !bf16 && !useF16C {
 		return 0
 	}
 	_ = src[32*blocks-1]
-	dequantizeBF16PairsAVX2(unsafe.SliceData(dst), unsafe.SliceData(src), blocks, g, &shuffleHalves)
+	kernel := dequantizeF16PairsAVX2
+	if bf16 {
+		kernel = dequantizeBF16PairsAVX2
+	}
+	kernel(unsafe.SliceData(dst), unsafe.SliceData(src), blocks, g, &shuffleHalves)
 	return 16 * blocks
 }
 

@@ -4,7 +4,7 @@ package quant
 
 // Without vector kernels the generic loops do all the work.
 
-var useAVX2, useAVX512 = false, false
+var useAVX2, useAVX512, useF16C = false, false, false
 
 func quantizeFast(dst []byte, src []float32, c quantizer, be bool) int { return 0 }
 
@@ -16,10 +16,10 @@ func maxAbsBitsFast(x []float32) (uint32, int) { return 0, 0 }
 
 func quantizePairsFast(dst []byte, src []float32, c quantizer) int { return 0 }
 
-func quantizeBF16PairsFast(dst []byte, src []uint16, c quantizer) int { return 0 }
+func quantizeHalfPairsFast(dst []byte, src []uint16, c quantizer, bf16 bool) int { return 0 }
 
 func dequantizePairsFast(dst []float32, src []byte, g float64) int { return 0 }
 
-func dequantizeBF16PairsFast(dst []uint16, src []byte, g float64) int { return 0 }
+func dequantizeHalfPairsFast(dst []uint16, src []byte, g float64, bf16 bool) int { return 0 }
 
 func maxMagnitude16Fast(x []uint16) (uint16, int) { return 0, 0 }

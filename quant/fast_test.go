@@ -166,20 +166,36 @@ func TestPairKernelsMatchGeneric(t *testing.T) {
 				h[i] = 0x7f80 | b&0x8000 // no NaN to quantize: ±Inf
 			}
 		}
+		h16 := make([]uint16, k+off)[off:]
+		for i, f := range src {
+			h16[i] = Float32ToF16(f)
+			if rng.IntN(20) == 0 {
+				h16[i] = uint16(rng.Uint32())
+			}
+			if h16[i]&0x7fff > 0x7c00 {
+				h16[i] = 0x7c00 | h16[i]&0x8000 // no NaN to quantize: ±Inf
+			}
+		}
 		words := 4*PairWords(k) + off
 		pV, pG := make([]byte, words)[off:], make([]byte, words)[off:]
 		bV, bG := make([]byte, words)[off:], make([]byte, words)[off:]
+		cV, cG := make([]byte, words)[off:], make([]byte, words)[off:]
 		QuantizePairsBE(pV, src, n, e)
 		QuantizeBF16PairsBE(bV, h, n, e)
+		QuantizeF16PairsBE(cV, h16, n, e)
 		withGeneric(func() {
 			QuantizePairsBE(pG, src, n, e)
 			QuantizeBF16PairsBE(bG, h, n, e)
+			QuantizeF16PairsBE(cG, h16, n, e)
 		})
 		if string(pV) != string(pG) {
 			t.Fatalf("QuantizePairsBE: vector and generic differ (k=%d n=%d e=%d)\n% x\n% x", k, n, e, pV, pG)
 		}
 		if string(bV) != string(bG) {
 			t.Fatalf("QuantizeBF16PairsBE: vector and generic differ (k=%d n=%d e=%d)\n% x\n% x", k, n, e, bV, bG)
+		}
+		if string(cV) != string(cG) {
+			t.Fatalf("QuantizeF16PairsBE: vector and generic differ (k=%d n=%d e=%d)\n% x\n% x", k, n, e, cV, cG)
 		}
 		// Any summed words, with any exponent code.
 		for i := range pV {
@@ -188,26 +204,30 @@ func TestPairKernelsMatchGeneric(t *testing.T) {
 		e = int8(rng.IntN(256) - 128)
 		fV, fG := make([]float32, k), make([]float32, k)
 		hV, hG := make([]uint16, k), make([]uint16, k)
+		jV, jG := make([]uint16, k), make([]uint16, k)
 		DequantizePairsBE(fV, pV, n, e)
 		DequantizeBF16PairsBE(hV, pV, n, e)
+		DequantizeF16PairsBE(jV, pV, n, e)
 		withGeneric(func() {
 			DequantizePairsBE(fG, pV, n, e)
 			DequantizeBF16PairsBE(hG, pV, n, e)
+			DequantizeF16PairsBE(jG, pV, n, e)
 		})
 		for i := range fV {
-			if math.Float32bits(fV[i]) != math.Float32bits(fG[i]) || hV[i] != hG[i] {
-				t.Fatalf("value %d of %d from % x: vector %v/%#04x, generic %v/%#04x (n=%d e=%d)", i, k, pV[4*(i/2):4*(i/2)+4], fV[i], hV[i], fG[i], hG[i], n, e)
+			if math.Float32bits(fV[i]) != math.Float32bits(fG[i]) || hV[i] != hG[i] || jV[i] != jG[i] {
+				t.Fatalf("value %d of %d from % x: vector %v/%#04x/%#04x, generic %v/%#04x/%#04x (n=%d e=%d)", i, k, pV[4*(i/2):4*(i/2)+4], fV[i], hV[i], jV[i], fG[i], hG[i], jG[i], n, e)
 			}
 		}
 	}
 }
 
-// TestDequantizeBF16PairsTies: the bfloat16 kernel rounds float32 sums that
-// sit exactly halfway between two bfloat16 values to the even one, as
-// Float32ToBF16 does. A wire scale is never a power of two, so its sums
-// are seldom ties; this test gives the kernel one (2^-5), under which every
-// sum of 9 significant bits ending in 1 is a tie, of either parity.
-func TestDequantizeBF16PairsTies(t *testing.T) {
+// TestDequantizeHalfPairsTies: the half-type kernels round float32 sums
+// that sit exactly halfway between two bfloat16 or float16 values to the
+// even one, as Float32ToBF16 and Float32ToF16 do. A wire scale is never a
+// power of two, so its sums are seldom ties; this test gives the kernels
+// one (2^-5), under which every sum of 9 (bfloat16) or 12 (float16)
+// significant bits ending in 1 is a tie, of either parity.
+func TestDequantizeHalfPairsTies(t *testing.T) {
 	if !useAVX2 {
 		t.Skip("no vector kernels on this CPU or build")
 	}
@@ -217,22 +237,37 @@ func TestDequantizeBF16PairsTies(t *testing.T) {
 	for i := range src {
 		src[i] = byte(rng.Uint32())
 	}
-	h := make([]uint16, k)
-	if got := dequantizeBF16PairsFast(h, src, g); got != k {
-		t.Fatalf("the kernel took %d of %d values", got, k)
-	}
-	var ties [2]int
-	for i := range h {
-		a, b := unpair(binary.BigEndian.Uint32(src[4*(i/2):]))
-		x := float32(float64([2]int32{a, b}[i%2]) * g)
-		if bits := math.Float32bits(x); bits&0xffff == 0x8000 {
-			ties[bits>>16&1]++
+	for _, tc := range []struct {
+		name   string
+		bf16   bool
+		round  func(float32) uint16
+		kept   uint // the float32 mantissa bits the type drops
+		needed bool
+	}{
+		{"bfloat16", true, Float32ToBF16, 16, true},
+		{"float16", false, Float32ToF16, 13, useF16C},
+	} {
+		h := make([]uint16, k)
+		if got := dequantizeHalfPairsFast(h, src, g, tc.bf16); got != k {
+			if !tc.needed && got == 0 {
+				t.Logf("%s: no kernel on this CPU (no F16C)", tc.name)
+				continue
+			}
+			t.Fatalf("%s: the kernel took %d of %d values", tc.name, got, k)
 		}
-		if h[i] != Float32ToBF16(x) {
-			t.Fatalf("sum %d = %v: kernel %#04x, Float32ToBF16 %#04x", i, x, h[i], Float32ToBF16(x))
+		var ties [2]int
+		for i := range h {
+			a, b := unpair(binary.BigEndian.Uint32(src[4*(i/2):]))
+			x := float32(float64([2]int32{a, b}[i%2]) * g)
+			if bits := math.Float32bits(x); bits&(1<<tc.kept-1) == 1<<(tc.kept-1) {
+				ties[bits>>tc.kept&1]++
+			}
+			if h[i] != tc.round(x) {
+				t.Fatalf("%s: sum %d = %v: kernel %#04x, rounded %#04x", tc.name, i, x, h[i], tc.round(x))
+			}
 		}
-	}
-	if ties[0] == 0 || ties[1] == 0 {
-		t.Fatalf("ties with an even and an odd last bit: %d and %d; the test needs both", ties[0], ties[1])
+		if ties[0] == 0 || ties[1] == 0 {
+			t.Fatalf("%s: ties with an even and an odd last bit: %d and %d; the test needs both", tc.name, ties[0], ties[1])
+		}
 	}
 }

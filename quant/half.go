@@ -155,8 +155,8 @@ func quantizeHalf(dst []byte, src []uint16, n int, e int8, bf16, pairs bool) int
 		v = min(len(src), 2*(len(dst)/4))
 	}
 	start := 0
-	if bf16 && pairs {
-		start = quantizeBF16PairsFast(dst, src[:v], newQuantizer16(n, e))
+	if pairs {
+		start = quantizeHalfPairsFast(dst, src[:v], newQuantizer16(n, e), bf16)
 	}
 	var buf [halfChunk]float32 // even, so that pair chunks start on a word
 	for done := start; done < v; done += halfChunk {
@@ -200,8 +200,8 @@ func dequantizeHalf(dst []uint16, src []byte, n int, e int8, bf16, pairs bool) i
 		v = min(len(dst), 2*(len(src)/4))
 	}
 	start := 0
-	if bf16 && pairs {
-		start = dequantizeBF16PairsFast(dst[:v], src, invScale16(n, e))
+	if pairs {
+		start = dequantizeHalfPairsFast(dst[:v], src, invScale16(n, e), bf16)
 	}
 	var buf [halfChunk]float32
 	for done := start; done < v; done += halfChunk {

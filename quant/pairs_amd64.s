@@ -202,6 +202,55 @@ dbdone:
 	VZEROUPPER
 	RET
 
+// func quantizeF16PairsAVX2(dst *byte, src *uint16, blocks int, f, lim, nlim float64, shuffle *[32]byte)
+// quantizePairsAVX2 on float16 bits, widened exactly by VCVTPH2PS (F16C).
+TEXT ·quantizeF16PairsAVX2(SB), NOSPLIT, $0-56
+	QUANTIZE_PROLOGUE
+	TESTQ CX, CX
+	JZ    qhdone
+
+qhloop:
+	VCVTPH2PS    (SI), Y4
+	VCVTPH2PS    16(SI), Y5
+	VCVTPS2PD    X4, Y0
+	VEXTRACTF128 $1, Y4, X4
+	VCVTPS2PD    X4, Y1
+	VCVTPS2PD    X5, Y2
+	VEXTRACTF128 $1, Y5, X5
+	VCVTPS2PD    X5, Y3
+	PACK_PAIRS
+	ADDQ         $32, SI
+	ADDQ         $32, DI
+	DECQ         CX
+	JNZ          qhloop
+
+qhdone:
+	VZEROUPPER
+	RET
+
+// func dequantizeF16PairsAVX2(dst *uint16, src *byte, blocks int, inv float64, shuffle *[32]byte)
+// dequantizePairsAVX2 with each float32 sum rounded to float16 by
+// VCVTPS2PH (F16C) under its own rounding control: nearest, ties to even.
+TEXT ·dequantizeF16PairsAVX2(SB), NOSPLIT, $0-40
+	DEQUANTIZE_PROLOGUE
+	TESTQ CX, CX
+	JZ    dhdone
+
+dhloop:
+	UNPACK_PAIRS
+	VCVTPS2PH   $0, Y5, X5
+	VCVTPS2PH   $0, Y7, X7
+	VINSERTI128 $1, X7, Y5, Y5
+	VMOVDQU     Y5, (DI)
+	ADDQ        $32, SI
+	ADDQ        $32, DI
+	DECQ        CX
+	JNZ         dhloop
+
+dhdone:
+	VZEROUPPER
+	RET
+
 // func maxMagnitude16AVX2(src *uint16, blocks int) uint16
 // The largest of blocks*16 16-bit floats' bits with the sign cleared:
 // VPAND with 0x7fff, VPMAXUW, two accumulators, then a horizontal maximum.
