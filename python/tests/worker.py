@@ -558,6 +558,33 @@ def ddp(backend, rank, world):
     return {"params": [p.detach().clone() for p in model.parameters()], "losses": losses, "live": live_works()}
 
 
+def ddp_hooked(hook, rank):
+    """ddp's steps with one of DDP's compression hooks, which casts each
+    gradient bucket to a 16-bit type before the allreduce: the
+    parameters, the losses, and what the allreduces handed the group."""
+    model = small_model()
+    net = torch.nn.parallel.DistributedDataParallel(model)
+    net.register_comm_hook(None, hook)
+    before = traffic().get("allreduce", (0, 0))
+    losses = train(net, rank, 10)
+    after = traffic().get("allreduce", (0, 0))
+    values = sum(p.numel() for p in model.parameters())
+    return {"params": [p.detach().clone() for p in model.parameters()], "losses": losses, "live": live_works(),
+            "allreduce": (after[0] - before[0], after[1] - before[1]), "values": values}
+
+
+def ddp_bf16(backend, rank, world):
+    """ddp with bf16_compress_hook."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
+    return ddp_hooked(bf16_compress_hook, rank)
+
+
+def ddp_fp16(backend, rank, world):
+    """ddp with fp16_compress_hook."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
+    return ddp_hooked(fp16_compress_hook, rank)
+
+
 def fsdp(backend, rank, world):
     """A few steps of FSDP (fully_shard, torch 2.x) on a CPU DeviceMesh:
     each layer's parameters sharded across the ranks, gathered for the
