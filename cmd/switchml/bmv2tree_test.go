@@ -7,10 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/switchml/switchml-go/benchmarks"
 	"github.com/switchml/switchml-go/benchmarks/rack"
 	"github.com/switchml/switchml-go/internal/harness"
 	"github.com/switchml/switchml-go/p4/bmv2"
@@ -147,7 +149,7 @@ func (r *bmv2Tree) startController(t *testing.T, extra ...string) *proc {
 
 // job runs one job's ranks, one per worker namespace, and checks every
 // rank's verified result; it returns the retransmissions of all ranks.
-func (r *bmv2Tree) job(t *testing.T, js jobSpec) uint64 {
+func (r *bmv2Tree) job(t *testing.T, js jobSpec) []benchmarks.WorkerReport {
 	t.Helper()
 	js.workers = r.workers
 	js.bind = make([]string, r.workers)
@@ -160,14 +162,43 @@ func (r *bmv2Tree) job(t *testing.T, js jobSpec) uint64 {
 		retx += rep.Retransmits
 	}
 	t.Logf("%s: %d workers x %d %s, %d iterations verified on every rank; %d retransmissions", js.name, js.workers, js.elements, js.dtype, js.iters, retx)
-	return retx
+	return reps
+}
+
+// treeJobs are the jobs TestBMv2Tree runs, clean and under loss: exact
+// int32 and float32 at 32 bits, and on the 16-bit wire bfloat16 (its
+// default) and float32 asked for it, whose pair words the leaves' partial
+// sums carry as they carry any word.
+func treeJobs(name string, extra []string) []struct {
+	js   jobSpec
+	bits int
+} {
+	type job = struct {
+		js   jobSpec
+		bits int
+	}
+	var jobs []job
+	for _, c := range []struct {
+		dtype string
+		bits  int
+		args  []string
+	}{
+		{"int32", 32, nil},
+		{"float32", 32, nil},
+		{"bfloat16", 16, nil},
+		{"float32", 16, []string{"--wire-bits", "16"}},
+	} {
+		jobs = append(jobs, job{jobSpec{name: fmt.Sprintf("%s-%s-%d", name, c.dtype, c.bits), dtype: c.dtype, elements: 6_000, iters: 2,
+			lanes: 2, window: 8, pe: 64, extra: append(slices.Clone(c.args), extra...)}, c.bits})
+	}
+	return jobs
 }
 
 // TestBMv2Tree runs jobs through a tree of three BMv2 switches, programmed
 // by `switchml controller --target-kind bmv2 --topology`: two leaves that
 // run the v1model program's leaf role, each aggregating two workers and
 // sending the partial sums up, and a spine whose workers are the leaves.
-// Every rank checks every result. Under loss, each switch's drop simulator
+// Every rank checks every result, at 32 bits and on the 16-bit wire. Under loss, each switch's drop simulator
 // drops 2% of what arrives (contributions, partial sums, the spine's
 // results at the leaves) and of the result copies it sends, and each
 // worker drops 2% of what it sends.
@@ -182,8 +213,8 @@ func TestBMv2Tree(t *testing.T) {
 			ctl.Cmd().Process.Signal(os.Interrupt)
 			ctl.wait(t, 10*time.Second)
 		}()
-		for _, dtype := range []string{"int32", "float32"} {
-			r.job(t, jobSpec{name: "tree-" + dtype, dtype: dtype, elements: 6_000, iters: 2, lanes: 2, window: 8, pe: 64, extra: slow})
+		for _, c := range treeJobs("tree", slow) {
+			treeWidth(t, c.js.name, r.job(t, c.js), c.bits)
 		}
 	})
 	t.Run("loss", func(t *testing.T) {
@@ -192,12 +223,27 @@ func TestBMv2Tree(t *testing.T) {
 			ctl.Cmd().Process.Signal(os.Interrupt)
 			ctl.wait(t, 10*time.Second)
 		}()
-		for _, dtype := range []string{"int32", "float32"} {
-			retx := r.job(t, jobSpec{name: "tree-loss-" + dtype, dtype: dtype, elements: 6_000, iters: 2, lanes: 2, window: 8, pe: 64,
-				extra: append([]string{"--drop", "0.02"}, slow...)})
+		for _, c := range treeJobs("tree-loss", append([]string{"--drop", "0.02"}, slow...)) {
+			reps := r.job(t, c.js)
+			treeWidth(t, c.js.name, reps, c.bits)
+			var retx uint64
+			for _, rep := range reps {
+				retx += rep.Retransmits
+			}
 			if retx == 0 {
-				t.Errorf("%s: no retransmissions under loss on every hop: nothing was dropped", dtype)
+				t.Errorf("%s: no retransmissions under loss on every hop: nothing was dropped", c.js.name)
 			}
 		}
 	})
+}
+
+// treeWidth checks that every rank of a job verified its sums at the
+// width it should have used.
+func treeWidth(t *testing.T, name string, reps []benchmarks.WorkerReport, bits int) {
+	t.Helper()
+	for _, rep := range reps {
+		if rep.WireBits != bits || !rep.Verified {
+			t.Errorf("%s: rank %d used the %d-bit wire, verified %v; want %d bits, verified", name, rep.Rank, rep.WireBits, rep.Verified, bits)
+		}
+	}
 }
