@@ -150,12 +150,9 @@ func QuantizeBF16BE(dst []byte, src []uint16, n int, e int8) int {
 // converted. The switches sit outside the element loops so the
 // conversions inline.
 func quantizeHalf(dst []byte, src []uint16, n int, e int8, bf16, pairs bool) int {
-	v := min(len(dst)/4, len(src))
+	v, start := min(len(dst)/4, len(src)), 0
 	if pairs {
 		v = min(len(src), 2*(len(dst)/4))
-	}
-	start := 0
-	if pairs {
 		start = quantizeHalfPairsFast(dst, src[:v], newQuantizer16(n, e), bf16)
 	}
 	var buf [halfChunk]float32 // even, so that pair chunks start on a word
@@ -195,12 +192,9 @@ func DequantizeBF16BE(dst []uint16, src []byte, n int, e int8) int {
 // dequantizeHalf is quantizeHalf's counterpart: the sums of src, of
 // either wire, through float32, rounded to the 16-bit type.
 func dequantizeHalf(dst []uint16, src []byte, n int, e int8, bf16, pairs bool) int {
-	v := min(len(dst), len(src)/4)
+	v, start := min(len(dst), len(src)/4), 0
 	if pairs {
 		v = min(len(dst), 2*(len(src)/4))
-	}
-	start := 0
-	if pairs {
 		start = dequantizeHalfPairsFast(dst[:v], src, invScale16(n, e), bf16)
 	}
 	var buf [halfChunk]float32
