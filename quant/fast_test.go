@@ -57,6 +57,30 @@ func kernelInput(rng *rand.Rand, k, off int) []float32 {
 	return src
 }
 
+// halfInput is src rounded to a 16-bit type, with a twentieth of the
+// values any bits instead (NaN included), off elements into its
+// allocation as src is.
+func halfInput(rng *rand.Rand, src []float32, off int, round func(float32) uint16) []uint16 {
+	h := make([]uint16, len(src)+off)[off:]
+	for i, f := range src {
+		h[i] = round(f)
+		if rng.IntN(20) == 0 {
+			h[i] = uint16(rng.Uint32())
+		}
+	}
+	return h
+}
+
+// infForNaN makes every NaN of h the infinity of its sign; inf is the
+// type's +Inf bits (its exponent all ones).
+func infForNaN(h []uint16, inf uint16) {
+	for i, b := range h {
+		if b&0x7fff > inf {
+			h[i] = inf | b&0x8000
+		}
+	}
+}
+
 func vectorMatchesGeneric(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	iters := 3000
@@ -125,7 +149,8 @@ func vectorMatchesGeneric(t *testing.T) {
 }
 
 // TestPairKernelsMatchGeneric: the 16-bit wire's vector kernels produce
-// exactly the bytes and bits of the generic loops, float32 and bfloat16,
+// exactly the bytes and bits of the generic loops, float32, bfloat16 and
+// float16,
 // for every magnitude class (±Inf and clamping included; a NaN's words
 // are unspecified, as Quantize says), any summed words and any exponent
 // code, at every length and alignment; the magnitude scan on any bits.
@@ -141,13 +166,7 @@ func TestPairKernelsMatchGeneric(t *testing.T) {
 	for iter := 0; iter < iters; iter++ {
 		k, off := rng.IntN(200), rng.IntN(4)
 		src := kernelInput(rng, k, off)
-		h := make([]uint16, k+off)[off:]
-		for i, f := range src {
-			h[i] = Float32ToBF16(f)
-			if rng.IntN(20) == 0 {
-				h[i] = uint16(rng.Uint32()) // any bits, NaN included
-			}
-		}
+		h, h16 := halfInput(rng, src, off, Float32ToBF16), halfInput(rng, src, off, Float32ToF16)
 		if rng.IntN(4) == 0 && k > 0 {
 			h[rng.IntN(k)] |= 0x7f80 // a NaN or Inf somewhere: the scan sees it
 		}
@@ -161,43 +180,27 @@ func TestPairKernelsMatchGeneric(t *testing.T) {
 		if m := maxMagnitude16(h); m != mG {
 			t.Fatalf("maxMagnitude16 of %d values: vector %#04x, generic %#04x", k, m, mG)
 		}
-		for i, b := range h {
-			if b&0x7fff > 0x7f80 {
-				h[i] = 0x7f80 | b&0x8000 // no NaN to quantize: ±Inf
-			}
-		}
-		h16 := make([]uint16, k+off)[off:]
-		for i, f := range src {
-			h16[i] = Float32ToF16(f)
-			if rng.IntN(20) == 0 {
-				h16[i] = uint16(rng.Uint32())
-			}
-			if h16[i]&0x7fff > 0x7c00 {
-				h16[i] = 0x7c00 | h16[i]&0x8000 // no NaN to quantize: ±Inf
-			}
-		}
+		// No NaN to quantize: ±Inf instead.
+		infForNaN(h, 0x7f80)
+		infForNaN(h16, 0x7c00)
 		words := 4*PairWords(k) + off
-		pV, pG := make([]byte, words)[off:], make([]byte, words)[off:]
-		bV, bG := make([]byte, words)[off:], make([]byte, words)[off:]
-		cV, cG := make([]byte, words)[off:], make([]byte, words)[off:]
-		QuantizePairsBE(pV, src, n, e)
-		QuantizeBF16PairsBE(bV, h, n, e)
-		QuantizeF16PairsBE(cV, h16, n, e)
-		withGeneric(func() {
-			QuantizePairsBE(pG, src, n, e)
-			QuantizeBF16PairsBE(bG, h, n, e)
-			QuantizeF16PairsBE(cG, h16, n, e)
-		})
-		if string(pV) != string(pG) {
-			t.Fatalf("QuantizePairsBE: vector and generic differ (k=%d n=%d e=%d)\n% x\n% x", k, n, e, pV, pG)
-		}
-		if string(bV) != string(bG) {
-			t.Fatalf("QuantizeBF16PairsBE: vector and generic differ (k=%d n=%d e=%d)\n% x\n% x", k, n, e, bV, bG)
-		}
-		if string(cV) != string(cG) {
-			t.Fatalf("QuantizeF16PairsBE: vector and generic differ (k=%d n=%d e=%d)\n% x\n% x", k, n, e, cV, cG)
+		for _, c := range []struct {
+			name     string
+			quantize func(dst []byte) int
+		}{
+			{"QuantizePairsBE", func(dst []byte) int { return QuantizePairsBE(dst, src, n, e) }},
+			{"QuantizeBF16PairsBE", func(dst []byte) int { return QuantizeBF16PairsBE(dst, h, n, e) }},
+			{"QuantizeF16PairsBE", func(dst []byte) int { return QuantizeF16PairsBE(dst, h16, n, e) }},
+		} {
+			v, g := make([]byte, words)[off:], make([]byte, words)[off:]
+			c.quantize(v)
+			withGeneric(func() { c.quantize(g) })
+			if string(v) != string(g) {
+				t.Fatalf("%s: vector and generic differ (k=%d n=%d e=%d)\n% x\n% x", c.name, k, n, e, v, g)
+			}
 		}
 		// Any summed words, with any exponent code.
+		pV := make([]byte, words)[off:]
 		for i := range pV {
 			pV[i] = byte(rng.Uint32())
 		}
