@@ -28,7 +28,6 @@ package precision
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -37,6 +36,7 @@ import (
 	"github.com/switchml/switchml-go/quant"
 	"github.com/switchml/switchml-go/trainers/density"
 	"github.com/switchml/switchml-go/trainers/profile"
+	"github.com/switchml/switchml-go/wire"
 )
 
 // The methods compared, in the order tables show them.
@@ -231,7 +231,7 @@ type comparer struct {
 	exact []float64
 	out   []float32
 	out16 []uint16
-	words []uint32
+	words []int32 // the switch's registers
 	buf   []byte
 	x     []float32 // one value of every worker
 }
@@ -239,7 +239,7 @@ type comparer struct {
 func newComparer(n, k int) *comparer {
 	c := &comparer{n: n, k: k, vals: make([][]float32, n), bf: make([][]uint16, n),
 		exact: make([]float64, chunkValues), out: make([]float32, chunkValues), out16: make([]uint16, 2*k),
-		words: make([]uint32, k), buf: make([]byte, 4*k), x: make([]float32, n)}
+		words: make([]int32, k), buf: make([]byte, 4*k), x: make([]float32, n)}
 	for r := range n {
 		c.vals[r] = make([]float32, chunkValues)
 		c.bf[r] = make([]uint16, chunkValues)
@@ -354,12 +354,8 @@ func (c *comparer) switchSum(nw int, exp func(r int) int8, q func(b []byte, r in
 	clear(words)
 	for r := range c.n {
 		q(b, r, e)
-		for i := range words {
-			words[i] += binary.BigEndian.Uint32(b[4*i:])
-		}
+		wire.AddPayload(words, b)
 	}
-	for i, w := range words {
-		binary.BigEndian.PutUint32(b[4*i:], w)
-	}
+	wire.PutPayload(b, words)
 	dq(b, e)
 }
