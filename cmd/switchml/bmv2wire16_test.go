@@ -24,16 +24,6 @@ func TestBMv2Wire16(t *testing.T) {
 	slow := []string{"--timeout", "40ms", "--give-up", "60s"}
 	ctl := r.startController(t)
 	defer r.stopController(t, ctl)
-	// wants checks the reports of a job: the width every rank used, and
-	// the 64 values per packet the controller describes for BMv2.
-	wants := func(t *testing.T, reps []benchmarks.WorkerReport, bits int) {
-		t.Helper()
-		for _, rep := range reps {
-			if rep.WireBits != bits || !rep.Verified || rep.PacketElements != 64 {
-				t.Errorf("rank %d: %d-bit wire, verified %v, %d words per packet; want %d bits, verified, 64 words", rep.Rank, rep.WireBits, rep.Verified, rep.PacketElements, bits)
-			}
-		}
-	}
 	// firstSent is the packets a job's rank 0 sent once, whatever the
 	// load made it resend.
 	firstSent := func(reps []benchmarks.WorkerReport) uint64 { return reps[0].Packets - reps[0].Retransmits }
@@ -50,7 +40,7 @@ func TestBMv2Wire16(t *testing.T) {
 		} {
 			t.Run(c.js.name, func(t *testing.T) {
 				t.Parallel()
-				wants(t, r.job(t, c.js), c.bits)
+				wantWidth(t, c.js.name, r.job(t, c.js), c.bits)
 			})
 		}
 	})
@@ -58,12 +48,12 @@ func TestBMv2Wire16(t *testing.T) {
 	t.Run("float32-wire-bits-16", func(t *testing.T) {
 		reps := r.job(t, jobSpec{name: "bmv2-w16-f32n", dtype: "float32", elements: 16_384, iters: 2, lanes: 2, window: 8, pe: -1,
 			extra: append([]string{"--wire-bits", "16"}, slow...)})
-		wants(t, reps, 16)
+		wantWidth(t, "bmv2-w16-f32n", reps, 16)
 		narrow = firstSent(reps)
 	})
 	t.Run("float32", func(t *testing.T) {
 		reps := r.job(t, jobSpec{name: "bmv2-w16-f32w", dtype: "float32", elements: 16_384, iters: 2, lanes: 2, window: 8, pe: -1, extra: slow})
-		wants(t, reps, 32)
+		wantWidth(t, "bmv2-w16-f32w", reps, 32)
 		wide = firstSent(reps)
 	})
 	t.Run("packets", func(t *testing.T) {
@@ -87,7 +77,7 @@ func TestBMv2Wire16(t *testing.T) {
 		n := writeWire16Edge(t, dir, r.workers, blocks)
 		reps := r.job(t, jobSpec{name: "bmv2-w16-edge", dtype: "float32", elements: n, iters: 2, lanes: 2, window: 8, pe: -1,
 			extra: append([]string{"--wire-bits", "16", "--gradients", dir}, slow...)})
-		wants(t, reps, 16)
+		wantWidth(t, "bmv2-w16-edge", reps, 16)
 	})
 }
 
@@ -125,4 +115,16 @@ func writeWire16Edge(t *testing.T, dir string, workers, blocks int) int {
 		}
 	}
 	return n
+}
+
+// wantWidth checks the reports of a BMv2 job: every rank verified its sums
+// at the width it should have used, 64 values per packet (the controller
+// describes BMv2 with 64).
+func wantWidth(t *testing.T, name string, reps []benchmarks.WorkerReport, bits int) {
+	t.Helper()
+	for _, rep := range reps {
+		if rep.WireBits != bits || !rep.Verified || rep.PacketElements != 64 {
+			t.Errorf("%s: rank %d: %d-bit wire, verified %v, %d words per packet; want %d bits, verified, 64 words", name, rep.Rank, rep.WireBits, rep.Verified, rep.PacketElements, bits)
+		}
+	}
 }
