@@ -551,20 +551,15 @@ def train(net, rank, steps):
     return losses
 
 
-def ddp(backend, rank, world):
-    """A few steps of DDP on a small model; every rank gets other data."""
-    model = small_model()
-    losses = train(torch.nn.parallel.DistributedDataParallel(model), rank, 10)
-    return {"params": [p.detach().clone() for p in model.parameters()], "losses": losses, "live": live_works()}
-
-
-def ddp_hooked(hook, rank):
-    """ddp's steps with one of DDP's compression hooks, which casts each
-    gradient bucket to a 16-bit type before the allreduce: the
-    parameters, the losses, and what the allreduces handed the group."""
+def ddp(backend, rank, world, hook=None):
+    """A few steps of DDP on a small model; every rank gets other data.
+    With hook, one of DDP's compression hooks, which casts each gradient
+    bucket to a 16-bit type before the allreduce. The parameters, the
+    losses, and what the allreduces handed the group."""
     model = small_model()
     net = torch.nn.parallel.DistributedDataParallel(model)
-    net.register_comm_hook(None, hook)
+    if hook is not None:
+        net.register_comm_hook(None, hook)
     before = traffic().get("allreduce", (0, 0))
     losses = train(net, rank, 10)
     after = traffic().get("allreduce", (0, 0))
@@ -576,13 +571,13 @@ def ddp_hooked(hook, rank):
 def ddp_bf16(backend, rank, world):
     """ddp with bf16_compress_hook."""
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
-    return ddp_hooked(bf16_compress_hook, rank)
+    return ddp(backend, rank, world, bf16_compress_hook)
 
 
 def ddp_fp16(backend, rank, world):
     """ddp with fp16_compress_hook."""
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
-    return ddp_hooked(fp16_compress_hook, rank)
+    return ddp(backend, rank, world, fp16_compress_hook)
 
 
 def fsdp(backend, rank, world):
